@@ -1,0 +1,59 @@
+"""Every error mangonel shows a user, in one tree.
+
+::
+
+    MangonelError                  base of everything below
+    ├── QueryError                 the query cannot run as written
+    │   ├── SqlSyntaxError         the parser rejected it (with line and column)
+    │   ├── ForbiddenStatementError not a SELECT over catalog tables (COPY, ATTACH, read_csv, SET, ...)
+    │   ├── UnknownTableError      a table that the catalog does not hold
+    │   └── BindError              unknown column, wrong types, ... (DuckDB's words)
+    ├── CatalogError               registering a table failed (missing path, not Parquet)
+    ├── JobFailedError             the job failed while running (which task, where, why)
+    ├── JobCancelledError          the job was cancelled
+    └── ClusterError               the scheduler or executors cannot be reached
+
+Each message says what happened and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class MangonelError(Exception):
+    """Base class of every error mangonel raises on purpose."""
+
+
+class QueryError(MangonelError):
+    """The query cannot run as written; fix the query."""
+
+
+class SqlSyntaxError(QueryError):
+    """The SQL does not parse."""
+
+
+class ForbiddenStatementError(QueryError):
+    """Only SELECT (and EXPLAIN) over catalog tables may run."""
+
+
+class UnknownTableError(QueryError):
+    """The query names a table the catalog does not hold."""
+
+
+class BindError(QueryError):
+    """Unknown column, type mismatch or another semantic error."""
+
+
+class CatalogError(MangonelError):
+    """A table could not be registered or read."""
+
+
+class JobFailedError(MangonelError):
+    """The job failed while it ran."""
+
+
+class JobCancelledError(JobFailedError):
+    """The job was cancelled before it finished."""
+
+
+class ClusterError(MangonelError):
+    """The scheduler or an executor could not be reached."""

@@ -1,0 +1,136 @@
+"""The distributed plan: stages, their SQL fragments, inputs and outputs.
+
+This is the contract between the planner (which produces a ``DistributedPlan``)
+and the runtime (the scheduler schedules its stages' tasks, the executors run
+them). It holds no behaviour beyond a few derived properties.
+
+A stage runs ``num_tasks`` tasks. Each task runs the stage's ``sql`` in DuckDB,
+where every name in ``inputs`` (and ``scan.name``) is a relation registered for
+that task:
+
+* ``scan``: task *i* reads ``scan.task_splits[i]`` (Parquet files and row groups)
+  of ``scan.table``, only ``scan.columns``.
+* ``StageInput`` with ``InputMode.PARTITION``: task *i* reads output partition *i*
+  of every map task of the upstream stage (hash-partitioned exchange).
+* ``StageInput`` with ``InputMode.ALL``: every task reads every output partition
+  of every map task of the upstream stage (broadcast, or gather into one task).
+
+The task's result is split by ``output``: ``HASH`` into ``output.partitions``
+partitions by ``hash(keys) % partitions`` (the keys are DuckDB expressions over
+the fragment's output columns, already cast to one type on both sides of a
+join), or ``SINGLE`` into partition 0. Partitions are numbered from 0.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from mangonel.ids import StageId
+
+
+class InputMode(enum.Enum):
+    """How a stage's tasks read an upstream stage's output."""
+
+    PARTITION = "partition"
+    """Task *i* reads partition *i* of every upstream map task."""
+    ALL = "all"
+    """Every task reads every partition of every upstream map task."""
+
+
+class OutputKind(enum.Enum):
+    """How a task splits its result into output partitions."""
+
+    HASH = "hash"
+    SINGLE = "single"
+
+
+@dataclass(frozen=True)
+class FileSplit:
+    """Part of one Parquet file: some of its row groups (all when empty)."""
+
+    path: str
+    row_groups: tuple[int, ...] = ()
+    rows: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class ScanInput:
+    """A catalog table read by a stage, one group of splits per task."""
+
+    name: str
+    table: str
+    columns: tuple[str, ...]
+    task_splits: tuple[tuple[FileSplit, ...], ...]
+
+
+@dataclass(frozen=True)
+class StageInput:
+    """Another stage's output, read by this stage under ``name``."""
+
+    name: str
+    stage: StageId
+    mode: InputMode
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """How each task of a stage partitions what it produces."""
+
+    kind: OutputKind
+    partitions: int = 1
+    keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind is OutputKind.SINGLE and (self.partitions != 1 or self.keys):
+            raise ValueError("a SINGLE output has one partition and no keys")
+        if self.kind is OutputKind.HASH and (self.partitions < 1 or not self.keys):
+            raise ValueError("a HASH output needs keys and at least one partition")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage: a SQL fragment run by ``num_tasks`` tasks."""
+
+    id: StageId
+    sql: str
+    output: OutputSpec
+    num_tasks: int
+    columns: tuple[str, ...]
+    scan: ScanInput | None = None
+    inputs: tuple[StageInput, ...] = ()
+    label: str = ""
+    """A short human description, e.g. ``scan lineitem`` or ``join + partial agg``."""
+
+    @property
+    def upstream(self) -> tuple[StageId, ...]:
+        return tuple(i.stage for i in self.inputs)
+
+
+@dataclass(frozen=True)
+class DistributedPlan:
+    """Stages in topological order; the last one produces the result.
+
+    ``columns`` are the result's column names as the user wrote them (they may
+    repeat); the final stage's own column names are internal.
+    """
+
+    stages: tuple[Stage, ...]
+    columns: tuple[str, ...]
+    sql: str = ""
+    notes: tuple[str, ...] = field(default=())
+    """Planner remarks shown by EXPLAIN, e.g. why a part runs as a single partition."""
+
+    @property
+    def final(self) -> Stage:
+        return self.stages[-1]
+
+    def stage(self, stage_id: StageId) -> Stage:
+        for s in self.stages:
+            if s.id == stage_id:
+                return s
+        raise KeyError(stage_id)
+
+    def consumers(self, stage_id: StageId) -> tuple[Stage, ...]:
+        return tuple(s for s in self.stages if stage_id in s.upstream)
