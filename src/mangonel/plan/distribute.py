@@ -1,0 +1,454 @@
+"""Cut a logical plan into stages at exchanges.
+
+The planner walks the logical tree bottom-up, growing a *fragment*: the part of
+the tree that runs inside the current stage, with the number of tasks that run
+it and how its rows are partitioned. An operator that needs rows that other
+tasks hold closes the fragment into a stage and starts a new one over that
+stage's output:
+
+* join: broadcast the small side (or any side when there are no equi keys and
+  the kind allows it); otherwise hash both sides on the join keys, cast to one
+  type (DuckDB's ``hash()`` depends on the type);
+* aggregate: partial aggregate -> hash exchange on the group keys -> final;
+  AVG as SUM/COUNT; aggregates that do not split (DISTINCT, ...) are computed
+  whole after a hash exchange on the group keys;
+* window: hash exchange on the common PARTITION BY keys;
+* set operation: both sides hashed on all columns;
+* ORDER BY ... LIMIT n: top-n per task, then the merge in one task;
+* what has no key to split on (a global sort, an aggregate without GROUP BY
+  that does not split, a FULL join without equi keys) gathers into one task.
+
+No exchange is added where the rows are already partitioned as needed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+from mangonel.catalog import Table
+from mangonel.ids import StageId
+from mangonel.plan.fragment import Renderer, rewrite, sql
+from mangonel.plan.logical import (
+    Aggregate,
+    Distinct,
+    Filter,
+    Join,
+    JoinKind,
+    Node,
+    Opaque,
+    Project,
+    Ref,
+    Scan,
+    SetOp,
+    Sort,
+    StageRead,
+    Values,
+    Window,
+    phys,
+)
+from mangonel.plan.physical import (
+    InputMode,
+    OutputKind,
+    OutputSpec,
+    ScanInput,
+    Stage,
+    StageInput,
+)
+from mangonel.plan.types import TypeOracle
+from mangonel.sql.binder import col
+
+SCAN_INPUT = "__scan"
+
+
+@dataclass
+class Frag:
+    """The part of the plan that runs in the stage being built."""
+
+    node: Node
+    tasks: int
+    est: float
+    scan: Scan | None = None
+    splits: tuple = ()
+    inputs: dict[str, StageInput] = field(default_factory=dict)
+    hash_keys: list[exp.Expression] | None = None
+    """Rows are partitioned by hash of these (over ``node``'s outputs), if known."""
+    single: bool = False
+
+
+def _stripped(e: exp.Expression) -> exp.Expression:
+    return e.this if isinstance(e, exp.Cast) else e
+
+
+class Distributor:
+    """Builds the stages of one query."""
+
+    def __init__(
+        self,
+        catalog: Mapping[str, Table],
+        oracle: TypeOracle,
+        subqueries: Mapping[str, Node],
+        partitions: int,
+        broadcast_bytes: int,
+        split_rows: int,
+    ) -> None:
+        self._catalog = catalog
+        self._oracle = oracle
+        self._subqueries = subqueries
+        self._n = max(1, partitions)
+        self._broadcast = broadcast_bytes
+        self._split_rows = split_rows
+        self._ids = itertools.count(1)
+        self._qual = itertools.count(1)
+        self.stages: list[Stage] = []
+        self._types: dict[int, dict[Ref, str]] = {}
+
+    # ------------------------------------------------------------ stages
+
+    def finish(self, f: Frag, output: OutputSpec, label: str) -> tuple[StageRead, Stage]:
+        """Close a fragment into a stage; return the node that reads its output."""
+        stage_id = StageId(next(self._ids))
+        scan_names = {id(f.scan): SCAN_INPUT} if f.scan is not None else {}
+        text = Renderer(scan_names).render(f.node)
+        scan = None
+        if f.scan is not None:
+            scan = ScanInput(SCAN_INPUT, f.scan.table, tuple(f.scan.columns), f.splits)
+        refs = f.node.outputs()
+        stage = Stage(
+            id=stage_id,
+            sql=text,
+            output=output,
+            num_tasks=f.tasks,
+            columns=tuple(phys(r) for r in refs),
+            scan=scan,
+            inputs=tuple(f.inputs.values()),
+            label=label or describe(f.node),
+        )
+        self.stages.append(stage)
+        return StageRead(f"s{stage_id}", refs, f.node), stage
+
+    def _read(self, f: Frag, output: OutputSpec, mode: InputMode) -> tuple[StageRead, StageInput]:
+        read, stage = self.finish(f, output, "")
+        return read, StageInput(read.name, stage.id, mode)
+
+    def gather(self, f: Frag) -> Frag:
+        if f.single:
+            return f
+        read, inp = self._read(f, OutputSpec(OutputKind.SINGLE), InputMode.ALL)
+        return Frag(read, 1, f.est, inputs={inp.name: inp}, single=True)
+
+    def exchange(self, f: Frag, keys: list[exp.Expression]) -> Frag:
+        """Hash-partition a fragment's rows by ``keys`` (expressions over its outputs)."""
+        if not keys:
+            return self.gather(f)
+        mapping = {r: exp.column(phys(r), quoted=True) for r in f.node.outputs()}
+        key_sql = tuple(sql(rewrite(k, mapping)) for k in keys)
+        read, inp = self._read(f, OutputSpec(OutputKind.HASH, self._n, key_sql), InputMode.PARTITION)
+        return Frag(read, self._n, f.est, inputs={inp.name: inp}, hash_keys=[k.copy() for k in keys])
+
+    def broadcast(self, f: Frag) -> tuple[StageRead, StageInput]:
+        return self._read(f, OutputSpec(OutputKind.SINGLE), InputMode.ALL)
+
+    # ------------------------------------------------------------ types
+
+    def types(self, node: Node) -> dict[Ref, str]:
+        if id(node) not in self._types:
+            described = self._oracle.describe(Renderer(expand_reads=True).render(node))
+            self._types[id(node)] = {r: t for r, (_, t) in zip(node.outputs(), described, strict=True)}
+        return self._types[id(node)]
+
+    def expr_types(self, node: Node, exprs: list[exp.Expression]) -> list[str]:
+        mapping = {r: exp.column(phys(r), table="t", quoted=True) for r in node.outputs()}
+        cols = ", ".join(f"{sql(rewrite(e, mapping))} AS k{i}" for i, e in enumerate(exprs))
+        inner = Renderer(expand_reads=True).render(node)
+        return [t for _, t in self._oracle.describe(f"SELECT {cols} FROM ({inner}) AS t")]
+
+    def _cast_keys(
+        self, left: Node, lk: list[exp.Expression], right: Node, rk: list[exp.Expression]
+    ) -> tuple[list[exp.Expression], list[exp.Expression]]:
+        lt, rt = self.expr_types(left, lk), self.expr_types(right, rk)
+        out_l, out_r = [], []
+        for le, re_, a, b in zip(lk, rk, lt, rt, strict=True):
+            t = self._oracle.supertype(a, b)
+            out_l.append(le.copy() if a == t else exp.cast(le.copy(), t))
+            out_r.append(re_.copy() if b == t else exp.cast(re_.copy(), t))
+        return out_l, out_r
+
+    # ------------------------------------------------------------ walk
+
+    def plan(self, node: Node) -> Frag:
+        method = getattr(self, f"_{type(node).__name__.lower()}")
+        frag: Frag = method(node)
+        return frag
+
+    def _attach_subqueries(self, f: Frag, exprs: list[exp.Expression | None]) -> None:
+        for e in exprs:
+            if e is None:
+                continue
+            for t in e.find_all(exp.Table):
+                name = t.name
+                if name in self._subqueries and name not in f.inputs:
+                    sub = self.gather(self.plan(self._subqueries[name]))
+                    read, stage = self.finish(sub, OutputSpec(OutputKind.SINGLE), "subquery")
+                    f.inputs[name] = StageInput(name, stage.id, InputMode.ALL)
+
+    def _scan(self, n: Scan) -> Frag:
+        table = self._catalog[n.table]
+        splits = table.splits(self._split_rows)
+        est = float(table.column_bytes(n.columns)) * (0.33 if n.filter is not None else 1.0)
+        return Frag(n, len(splits), est, scan=n, splits=splits, single=len(splits) == 1)
+
+    def _values(self, n: Values) -> Frag:
+        return Frag(n, 1, 64.0, single=True)
+
+    def _opaque(self, n: Opaque) -> Frag:
+        inputs: dict[str, StageInput] = {}
+        tables: dict[str, Node] = {}
+        for name, source in n.tables.items():
+            read, inp = self.broadcast(self.plan(source))
+            inputs[inp.name] = inp
+            tables[name] = read
+        node = Opaque(n.query, n.qualifier, n.names, tables)
+        return Frag(node, 1, 1e9, inputs=inputs, single=True)
+
+    def _filter(self, n: Filter) -> Frag:
+        f = self.plan(n.child)
+        self._attach_subqueries(f, [n.condition])
+        f.node = Filter(f.node, n.condition)
+        f.est *= 0.5
+        return f
+
+    def _project(self, n: Project) -> Frag:
+        f = self.plan(n.child)
+        self._attach_subqueries(f, [e for _, e in n.items])
+        if f.hash_keys is not None:
+            renamed: dict[Ref, Ref] = {}
+            for name, e in n.items:
+                if isinstance(e, exp.Column) and e.table:
+                    renamed.setdefault((e.table, e.name), (n.qualifier, name))
+            keys = []
+            for k in f.hash_keys:
+                cols = [c for c in k.find_all(exp.Column)]
+                if not all((c.table, c.name) in renamed for c in cols):
+                    keys = None
+                    break
+                keys.append(rewrite(k, {r: col(renamed[r]) for r in renamed}))
+            f.hash_keys = keys
+        f.node = Project(f.node, n.qualifier, n.items)
+        return f
+
+    def _window(self, n: Window) -> Frag:
+        f = self.plan(n.child)
+        common: list[exp.Expression] | None = None
+        for _, w in n.funcs:
+            parts = list(w.args.get("partition_by") or [])
+            common = parts if common is None else [p for p in common if p in parts]
+        keys = common or []
+        if not f.single and not self._partitioned_within(f, keys):
+            f = self.exchange(f, keys) if keys else self.gather(f)
+        f.node = Window(f.node, n.qualifier, n.funcs)
+        return f
+
+    def _partitioned_within(self, f: Frag, keys: list[exp.Expression]) -> bool:
+        """True when rows equal on ``keys`` already share a task."""
+        if f.hash_keys is None or not keys or not f.hash_keys:
+            return False
+        return all(_stripped(k) in keys for k in f.hash_keys)
+
+    def _aggregate(self, n: Aggregate) -> Frag:
+        f = self.plan(n.child)
+        self._attach_subqueries(f, [e for _, e in n.aggs])
+        group_exprs = [e for _, e in n.groups]
+        if n.grouping is not None:
+            keys = _common_grouping_keys(n.grouping)
+            if not f.single and not self._partitioned_within(f, keys):
+                f = self.exchange(f, keys) if keys else self.gather(f)
+            f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs, n.grouping)
+            f.hash_keys = None
+            return f
+        if f.single or self._partitioned_within(f, group_exprs):
+            f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs)
+            f.hash_keys = [col((n.qualifier, name)) for name, _ in n.groups] if f.hash_keys else None
+            f.est = f.est / 4 if n.groups else 64.0
+            return f
+        split = _split_aggs(n.aggs)
+        if split is None:
+            f = self.exchange(f, group_exprs) if group_exprs else self.gather(f)
+            f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs)
+            f.hash_keys = [col((n.qualifier, name)) for name, _ in n.groups] or None
+            f.est = f.est / 4 if n.groups else 64.0
+            return f
+        partial_items, final_of = split
+        pq = f"_pa{next(self._qual)}"
+        f.node = Aggregate(f.node, pq, n.groups, partial_items)
+        f.est = f.est / 4 if n.groups else 64.0
+        group_refs = [col((pq, name)) for name, _ in n.groups]
+        f = self.exchange(f, group_refs) if n.groups else self.gather(f)
+        final_groups = [(name, col((pq, name))) for name, _ in n.groups]
+        final_aggs = [(name, final_of(name, pq)) for name, _ in n.aggs]
+        f.node = Aggregate(f.node, n.qualifier, final_groups, final_aggs)
+        f.hash_keys = [col((n.qualifier, name)) for name, _ in n.groups] or None
+        return f
+
+    def _distinct(self, n: Distinct) -> Frag:
+        f = self.plan(n.child)
+        outs = [col(r) for r in f.node.outputs()]
+        if not f.single and not self._partitioned_within(f, outs):
+            f.node = Distinct(f.node)
+            f = self.exchange(f, outs)
+        f.node = Distinct(f.node)
+        return f
+
+    def _sort(self, n: Sort) -> Frag:
+        f = self.plan(n.child)
+        if not f.single:
+            if n.limit is not None:
+                f.node = Sort(f.node, n.keys, n.limit + n.offset, 0)
+                f.est = min(f.est, float(n.limit + n.offset) * 64)
+            f = self.gather(f)
+        f.node = Sort(f.node, n.keys, n.limit, n.offset)
+        return f
+
+    def _setop(self, n: SetOp) -> Frag:
+        left, right = self.plan(n.left), self.plan(n.right)
+        lrefs, rrefs = n.left.outputs(), n.right.outputs()
+        lk, rk = self._cast_keys(left.node, [col(r) for r in left.node.outputs()], right.node, [col(r) for r in right.node.outputs()])
+        del lrefs, rrefs
+        if left.single and right.single and not left.inputs.keys() & right.inputs.keys():
+            lread, linp = self.broadcast(left)
+            rread, rinp = self.broadcast(right)
+            node = SetOp(n.kind, n.distinct, lread, rread, n.qualifier, n.names)
+            return Frag(node, 1, left.est + right.est, inputs={linp.name: linp, rinp.name: rinp}, single=True)
+        lx, rx = self.exchange(left, lk), self.exchange(right, rk)
+        node = SetOp(n.kind, n.distinct, lx.node, rx.node, n.qualifier, n.names)
+        return Frag(node, self._n, left.est + right.est, inputs={**lx.inputs, **rx.inputs})
+
+    def _join(self, n: Join) -> Frag:
+        left, right = self.plan(n.left), self.plan(n.right)
+        self._attach_subqueries(left, [n.residual])
+        kind = n.kind
+        small_right = right.est <= self._broadcast or right.single and right.est <= self._broadcast
+        can_bcast_right = kind in (JoinKind.INNER, JoinKind.CROSS, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
+        no_keys = not n.left_keys
+        if can_bcast_right and (small_right or (no_keys and right.est <= left.est) or left.single):
+            read, inp = self.broadcast(right)
+            left.inputs[inp.name] = inp
+            left.node = Join(left.node, read, kind, n.left_keys, n.right_keys, n.residual)
+            left.est = max(left.est, right.est)
+            return left
+        if kind in (JoinKind.INNER, JoinKind.CROSS) and (left.est <= self._broadcast or (no_keys and not right.single)):
+            read, inp = self.broadcast(left)
+            right.inputs[inp.name] = inp
+            right.node = Join(read, right.node, kind, n.left_keys, n.right_keys, n.residual)
+            right.est = max(left.est, right.est)
+            return right
+        if no_keys:
+            # FULL join without equi keys: both sides in one task.
+            lg = self.gather(left)
+            read, inp = self.broadcast(right)
+            lg.inputs[inp.name] = inp
+            lg.node = Join(lg.node, read, kind, n.left_keys, n.right_keys, n.residual)
+            return lg
+        lk, rk = self._cast_keys(left.node, n.left_keys, right.node, n.right_keys)
+        if not (left.hash_keys is not None and _same(left.hash_keys, lk) and left.tasks == self._n and left.scan is None):
+            left = self.exchange(left, lk)
+        if not (right.hash_keys is not None and _same(right.hash_keys, rk) and right.tasks == self._n and right.scan is None):
+            right = self.exchange(right, rk)
+        left.inputs.update(right.inputs)
+        left.node = Join(left.node, right.node, kind, n.left_keys, n.right_keys, n.residual)
+        left.hash_keys = lk if kind is not JoinKind.FULL else None
+        left.est = max(left.est, right.est)
+        return left
+
+
+def _same(a: list[exp.Expression], b: list[exp.Expression]) -> bool:
+    return len(a) == len(b) and all(x == y for x, y in zip(a, b, strict=True))
+
+
+def _common_grouping_keys(grouping: exp.Expression) -> list[exp.Expression]:
+    """Expressions present in every grouping set (rows equal on them share a task)."""
+    sets: list[list[exp.Expression]] = []
+    if isinstance(grouping, exp.Rollup):
+        items = list(grouping.expressions)
+        sets = [items[:i] for i in range(len(items) + 1)]
+    elif isinstance(grouping, exp.Cube):
+        sets = [[]]
+    elif isinstance(grouping, exp.GroupingSets):
+        for s in grouping.expressions:
+            sets.append(list(s.expressions) if isinstance(s, exp.Tuple) else [s])
+    if not sets:
+        return []
+    common = sets[0]
+    for s in sets[1:]:
+        common = [e for e in common if e in s]
+    return common
+
+
+def _split_aggs(aggs: list[tuple[str, exp.Expression]]):  # type: ignore[no-untyped-def]
+    """Partial aggregate items and a function that builds each final expression.
+
+    Returns None when some aggregate does not split into partial and final.
+    """
+    partial: list[tuple[str, exp.Expression]] = []
+    plans: dict[str, tuple[str, list[str]]] = {}
+    for name, a in aggs:
+        if isinstance(a, exp.Filter) or a.args.get("distinct") or isinstance(a.this, exp.Distinct):
+            return None
+        if isinstance(a, exp.Count):
+            partial.append((f"{name}_c", a.copy()))
+            plans[name] = ("count", [f"{name}_c"])
+        elif isinstance(a, exp.Sum) and len(a.expressions) == 0:
+            partial.append((f"{name}_s", a.copy()))
+            plans[name] = ("sum", [f"{name}_s"])
+        elif type(a) in (exp.Min, exp.Max) and not a.expressions:
+            partial.append((f"{name}_m", a.copy()))
+            plans[name] = ("min" if isinstance(a, exp.Min) else "max", [f"{name}_m"])
+        elif isinstance(a, exp.Avg):
+            partial.append((f"{name}_s", exp.Sum(this=a.this.copy())))
+            partial.append((f"{name}_c", exp.Count(this=a.this.copy())))
+            plans[name] = ("avg", [f"{name}_s", f"{name}_c"])
+        else:
+            return None
+
+    def final(name: str, pq: str) -> exp.Expression:
+        how, parts = plans[name]
+        cols = [col((pq, p)) for p in parts]
+        if how == "count":
+            return exp.cast(exp.Sum(this=cols[0]), "BIGINT")
+        if how == "sum":
+            return exp.Sum(this=cols[0])
+        if how == "min":
+            return exp.Min(this=cols[0])
+        if how == "max":
+            return exp.Max(this=cols[0])
+        total = exp.cast(exp.Sum(this=cols[0]), "DOUBLE")
+        count = exp.Nullif(this=exp.Sum(this=cols[1]), expression=exp.Literal.number(0))
+        return exp.Div(this=total, expression=count)
+
+    return partial, final
+
+
+def describe(node: Node) -> str:
+    """A short label of what a stage does, e.g. ``scan lineitem → join → partial aggregate``."""
+    words: list[str] = []
+
+    def walk(n: Node) -> None:
+        if isinstance(n, StageRead):
+            return
+        for c in n.children():
+            walk(c)
+        if isinstance(n, Scan):
+            words.append(f"scan {n.table}" + (" (filtered)" if n.filter is not None else ""))
+        elif isinstance(n, Join):
+            words.append(f"{n.kind.value} join")
+        elif isinstance(n, Aggregate):
+            words.append("partial aggregate" if n.qualifier.startswith("_pa") else "aggregate")
+        elif isinstance(n, Sort):
+            words.append("top-n" if n.limit is not None else "sort")
+        elif isinstance(n, (Window, Distinct, SetOp, Opaque, Values)):
+            words.append(type(n).__name__.lower() if not isinstance(n, Opaque) else "whole query")
+    walk(node)
+    return " → ".join(words) or "read"

@@ -1,0 +1,44 @@
+"""Human-readable text of a distributed plan (``mangonel explain``)."""
+
+from __future__ import annotations
+
+import sqlglot
+
+from mangonel.plan.physical import DistributedPlan, InputMode, OutputKind, Stage
+
+
+def _output(stage: Stage) -> str:
+    if stage.output.kind is OutputKind.HASH:
+        return f"hash({', '.join(stage.output.keys)}) into {stage.output.partitions} partitions"
+    return "single partition per task"
+
+
+def _pretty(sql: str) -> str:
+    try:
+        return sqlglot.transpile(sql, read="duckdb", write="duckdb", pretty=True)[0]
+    except sqlglot.errors.SqlglotError:
+        return sql
+
+
+def render(plan: DistributedPlan, with_sql: bool = True) -> str:
+    """The stage graph: each stage, its inputs and exchange, and its SQL fragment."""
+    lines = [f"Distributed plan: {len(plan.stages)} stages; result columns: {', '.join(plan.columns)}"]
+    lines += [f"note: {n}" for n in plan.notes]
+    for stage in plan.stages:
+        final = " (final)" if stage is plan.final else ""
+        lines.append("")
+        lines.append(f"Stage {stage.id}{final}: {stage.label} — {stage.num_tasks} task(s)")
+        if stage.scan is not None:
+            rows = sum(s.rows for split in stage.scan.task_splits for s in split)
+            lines.append(
+                f"  reads  table {stage.scan.table} ({', '.join(stage.scan.columns)}), "
+                f"{rows} rows in {len(stage.scan.task_splits)} split(s)"
+            )
+        for inp in stage.inputs:
+            how = "partition i of each map task" if inp.mode is InputMode.PARTITION else "all partitions (broadcast/gather)"
+            lines.append(f"  reads  stage {inp.stage} as {inp.name}: {how}")
+        lines.append(f"  writes {_output(stage)}")
+        if with_sql:
+            lines.append("  sql:")
+            lines += ["    " + line for line in _pretty(stage.sql).splitlines()]
+    return "\n".join(lines)

@@ -1,0 +1,191 @@
+"""Render a logical subtree as the DuckDB SQL one task runs.
+
+Every node renders to a SELECT whose columns are its ``outputs()`` named
+``"qualifier.name"`` (``logical.phys``). A node over a child renders as a SELECT
+over the child's SQL as a derived table, so fragments nest; DuckDB's optimizer
+flattens them. Leaves are scans (a stage's scan input, or the catalog table for
+the type oracle) and stage reads (a stage input registered by the executor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import sqlglot
+from sqlglot import exp
+
+from mangonel.plan.logical import (
+    Aggregate,
+    Distinct,
+    Filter,
+    Join,
+    JoinKind,
+    Node,
+    Opaque,
+    Project,
+    Ref,
+    Scan,
+    SetOp,
+    Sort,
+    StageRead,
+    Values,
+    Window,
+    phys,
+)
+
+DIALECT = "duckdb"
+
+
+def ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def sql(e: exp.Expression) -> str:
+    return e.sql(dialect=DIALECT)
+
+
+def rewrite(e: exp.Expression, mapping: Mapping[Ref, exp.Expression]) -> exp.Expression:
+    """Replace qualified column refs by their physical columns."""
+
+    def repl(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Column) and node.table:
+            target = mapping.get((node.table, node.name))
+            if target is not None:
+                return target.copy()
+        return node
+
+    return e.copy().transform(repl, copy=False)
+
+
+def _refs_of(node: Node, table: str) -> dict[Ref, exp.Expression]:
+    return {r: exp.column(phys(r), table=table, quoted=True) for r in node.outputs()}
+
+
+class Renderer:
+    """Renders subtrees. ``scan_name`` maps a Scan to the relation it reads.
+
+    With ``expand_reads`` a StageRead renders its source subtree instead of the
+    stage input (used by the type oracle, which has no stage inputs).
+    """
+
+    def __init__(self, scan_name: Mapping[int, str] | None = None, expand_reads: bool = False) -> None:
+        self._scan_name = scan_name or {}
+        self._expand = expand_reads
+
+    def render(self, node: Node) -> str:
+        method = getattr(self, f"_{type(node).__name__.lower()}")
+        result: str = method(node)
+        return result
+
+    def _sub(self, node: Node, alias: str) -> str:
+        return f"({self.render(node)}) AS {alias}"
+
+    def _scan(self, n: Scan) -> str:
+        source = self._scan_name.get(id(n), n.table)
+        cols = ", ".join(f"{ident(c)} AS {ident(phys((n.alias, c)))}" for c in n.columns)
+        text = f"SELECT {cols} FROM {ident(source)}"
+        if n.filter is not None:
+            mapping = {(n.alias, c): exp.column(c, quoted=True) for c in n.columns}
+            text += f" WHERE {sql(rewrite(n.filter, mapping))}"
+        return text
+
+    def _stageread(self, n: StageRead) -> str:
+        if self._expand:
+            return self.render(n.source)
+        return f"SELECT * FROM {ident(n.name)}"
+
+    def _values(self, n: Values) -> str:
+        cols = ", ".join(ident(phys(r)) for r in n.outputs())
+        return f"SELECT * FROM ({sql(n.query)}) AS t({cols})"
+
+    def _filter(self, n: Filter) -> str:
+        cond = rewrite(n.condition, _refs_of(n.child, "t"))
+        return f"SELECT * FROM {self._sub(n.child, 't')} WHERE {sql(cond)}"
+
+    def _project(self, n: Project) -> str:
+        mapping = _refs_of(n.child, "t")
+        cols = ", ".join(
+            f"{sql(rewrite(e, mapping))} AS {ident(phys((n.qualifier, name)))}" for name, e in n.items
+        )
+        return f"SELECT {cols} FROM {self._sub(n.child, 't')}"
+
+    def _join(self, n: Join) -> str:
+        mapping = {**_refs_of(n.left, "l"), **_refs_of(n.right, "r")}
+        conds = [
+            f"{sql(rewrite(lk, mapping))} = {sql(rewrite(rk, mapping))}"
+            for lk, rk in zip(n.left_keys, n.right_keys, strict=True)
+        ]
+        if n.residual is not None:
+            conds.append(sql(rewrite(n.residual, mapping)))
+        on = " AND ".join(f"({c})" for c in conds) or "TRUE"
+        left, right = self._sub(n.left, "l"), self._sub(n.right, "r")
+        if n.kind is JoinKind.CROSS:
+            return f"SELECT l.*, r.* FROM {left} CROSS JOIN {right}"
+        if n.kind in (JoinKind.SEMI, JoinKind.ANTI):
+            return f"SELECT l.* FROM {left} {n.kind.value.upper()} JOIN {right} ON {on}"
+        word = {JoinKind.INNER: "JOIN", JoinKind.LEFT: "LEFT JOIN", JoinKind.FULL: "FULL JOIN"}[n.kind]
+        return f"SELECT l.*, r.* FROM {left} {word} {right} ON {on}"
+
+    def _aggregate(self, n: Aggregate) -> str:
+        mapping = _refs_of(n.child, "t")
+        cols = [
+            f"{sql(rewrite(e, mapping))} AS {ident(phys((n.qualifier, name)))}"
+            for name, e in n.groups + n.aggs
+        ]
+        text = f"SELECT {', '.join(cols)} FROM {self._sub(n.child, 't')}"
+        if n.grouping is not None:
+            text += f" GROUP BY {sql(rewrite(n.grouping, mapping))}"
+        elif n.groups:
+            text += " GROUP BY " + ", ".join(sql(rewrite(e, mapping)) for _, e in n.groups)
+        return text
+
+    def _window(self, n: Window) -> str:
+        mapping = _refs_of(n.child, "t")
+        cols = ", ".join(
+            f"{sql(rewrite(e, mapping))} AS {ident(phys((n.qualifier, name)))}" for name, e in n.funcs
+        )
+        return f"SELECT t.*, {cols} FROM {self._sub(n.child, 't')}"
+
+    def _distinct(self, n: Distinct) -> str:
+        return f"SELECT DISTINCT * FROM {self._sub(n.child, 't')}"
+
+    def _sort(self, n: Sort) -> str:
+        mapping = _refs_of(n.child, "t")
+        text = f"SELECT * FROM {self._sub(n.child, 't')}"
+        if n.keys:
+            text += " ORDER BY " + ", ".join(sql(rewrite(k, mapping)) for k in n.keys)
+        if n.limit is not None:
+            text += f" LIMIT {n.limit}"
+        if n.offset:
+            text += f" OFFSET {n.offset}"
+        return text
+
+    def _setop(self, n: SetOp) -> str:
+        def side(child: Node) -> str:
+            cols = ", ".join(
+                f"t.{ident(phys(src))} AS {ident(phys(dst))}"
+                for src, dst in zip(child.outputs(), n.outputs(), strict=True)
+            )
+            return f"SELECT {cols} FROM {self._sub(child, 't')}"
+
+        op = n.kind.value + ("" if n.distinct else " ALL")
+        return f"SELECT * FROM (({side(n.left)}) {op} ({side(n.right)})) AS s"
+
+    def _opaque(self, n: Opaque) -> str:
+        query = n.query.copy()
+        ctes = {c.alias_or_name for c in query.find_all(exp.CTE)}
+        for table in list(query.find_all(exp.Table)):
+            if table.name in ctes or table.name not in n.tables:
+                continue
+            source = n.tables[table.name]
+            cols = ", ".join(f"{ident(phys(r))} AS {ident(r[1])}" for r in source.outputs())
+            derived = f"(SELECT {cols} FROM ({self.render(source)}) AS x)"
+            alias = table.alias_or_name
+            table.replace(
+                exp.Subquery(
+                    this=sqlglot.parse_one(derived[1:-1], read=DIALECT),
+                    alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
+                )
+            )
+        cols = ", ".join(ident(phys(r)) for r in n.outputs())
+        return f"SELECT * FROM ({sql(query)}) AS t({cols})"

@@ -1,0 +1,225 @@
+"""The logical plan: a small typed tree of relational operators.
+
+Every node produces columns named by a ``Ref`` = (qualifier, name), e.g.
+``("lineitem", "l_orderkey")`` for a scan or ``("_agg1", "_a0")`` for an
+aggregate's output. Expressions are sqlglot trees whose ``exp.Column`` nodes use
+``table=qualifier, this=name``; they refer only to the node's input columns.
+In a stage's SQL each Ref becomes one column named ``"qualifier.name"``.
+
+::
+
+    Scan ── Filter ── Join ── Aggregate ── Window ── Project ── Distinct ── Sort
+                                   SetOp, Values, StageRead (an exchange's far side)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from sqlglot import exp
+
+Ref = tuple[str, str]
+
+
+def phys(ref: Ref) -> str:
+    """The column name a Ref has inside a stage's SQL."""
+    return f"{ref[0]}.{ref[1]}"
+
+
+class JoinKind(enum.Enum):
+    INNER = "inner"
+    LEFT = "left"
+    FULL = "full"
+    SEMI = "semi"
+    ANTI = "anti"
+    CROSS = "cross"
+
+
+class Node:
+    """Base of the logical operators."""
+
+    def outputs(self) -> list[Ref]:
+        raise NotImplementedError
+
+    def children(self) -> list[Node]:
+        return []
+
+
+@dataclass(eq=False)
+class Scan(Node):
+    table: str
+    alias: str
+    columns: list[str]
+    filter: exp.Expression | None = None
+
+    def outputs(self) -> list[Ref]:
+        return [(self.alias, c) for c in self.columns]
+
+
+@dataclass(eq=False)
+class Values(Node):
+    """A literal relation (``VALUES`` or a SELECT without FROM): one stage, one task."""
+
+    qualifier: str
+    names: list[str]
+    query: exp.Expression
+
+    def outputs(self) -> list[Ref]:
+        return [(self.qualifier, n) for n in self.names]
+
+
+@dataclass(eq=False)
+class Filter(Node):
+    child: Node
+    condition: exp.Expression
+
+    def outputs(self) -> list[Ref]:
+        return self.child.outputs()
+
+    def children(self) -> list[Node]:
+        return [self.child]
+
+
+@dataclass(eq=False)
+class Join(Node):
+    left: Node
+    right: Node
+    kind: JoinKind
+    left_keys: list[exp.Expression] = field(default_factory=list)
+    right_keys: list[exp.Expression] = field(default_factory=list)
+    residual: exp.Expression | None = None
+
+    def outputs(self) -> list[Ref]:
+        if self.kind in (JoinKind.SEMI, JoinKind.ANTI):
+            return self.left.outputs()
+        return self.left.outputs() + self.right.outputs()
+
+    def children(self) -> list[Node]:
+        return [self.left, self.right]
+
+
+@dataclass(eq=False)
+class Aggregate(Node):
+    """GROUP BY. ``groups`` and ``aggs`` are (output name, expression)."""
+
+    child: Node
+    qualifier: str
+    groups: list[tuple[str, exp.Expression]]
+    aggs: list[tuple[str, exp.Expression]]
+    grouping: exp.Expression | None = None
+    """A GROUPING SETS / ROLLUP / CUBE clause over the group expressions, if any."""
+
+    def outputs(self) -> list[Ref]:
+        return [(self.qualifier, n) for n, _ in self.groups + self.aggs]
+
+    def children(self) -> list[Node]:
+        return [self.child]
+
+
+@dataclass(eq=False)
+class Window(Node):
+    child: Node
+    qualifier: str
+    funcs: list[tuple[str, exp.Expression]]
+
+    def outputs(self) -> list[Ref]:
+        return self.child.outputs() + [(self.qualifier, n) for n, _ in self.funcs]
+
+    def children(self) -> list[Node]:
+        return [self.child]
+
+
+@dataclass(eq=False)
+class Project(Node):
+    child: Node
+    qualifier: str
+    items: list[tuple[str, exp.Expression]]
+
+    def outputs(self) -> list[Ref]:
+        return [(self.qualifier, n) for n, _ in self.items]
+
+    def children(self) -> list[Node]:
+        return [self.child]
+
+
+@dataclass(eq=False)
+class Distinct(Node):
+    child: Node
+
+    def outputs(self) -> list[Ref]:
+        return self.child.outputs()
+
+    def children(self) -> list[Node]:
+        return [self.child]
+
+
+@dataclass(eq=False)
+class Sort(Node):
+    """ORDER BY and/or LIMIT/OFFSET (either may be absent)."""
+
+    child: Node
+    keys: list[exp.Ordered]
+    limit: int | None = None
+    offset: int = 0
+
+    def outputs(self) -> list[Ref]:
+        return self.child.outputs()
+
+    def children(self) -> list[Node]:
+        return [self.child]
+
+
+class SetKind(enum.Enum):
+    UNION = "UNION"
+    INTERSECT = "INTERSECT"
+    EXCEPT = "EXCEPT"
+
+
+@dataclass(eq=False)
+class SetOp(Node):
+    kind: SetKind
+    distinct: bool
+    left: Node
+    right: Node
+    qualifier: str
+    names: list[str]
+
+    def outputs(self) -> list[Ref]:
+        return [(self.qualifier, n) for n in self.names]
+
+    def children(self) -> list[Node]:
+        return [self.left, self.right]
+
+
+@dataclass(eq=False)
+class StageRead(Node):
+    """The output of a finished stage, read as a stage input named ``name``."""
+
+    name: str
+    refs: list[Ref]
+    source: Node
+    """The logical subtree that stage computes (for types and EXPLAIN)."""
+
+    def outputs(self) -> list[Ref]:
+        return list(self.refs)
+
+
+@dataclass(eq=False)
+class Opaque(Node):
+    """A query the planner does not split: its SQL runs whole over gathered tables.
+
+    ``query`` refers to catalog tables by name; ``tables`` maps each name to the
+    node that supplies it (a full Scan, later a StageRead).
+    """
+
+    query: exp.Query
+    qualifier: str
+    names: list[str]
+    tables: dict[str, Node]
+
+    def outputs(self) -> list[Ref]:
+        return [(self.qualifier, n) for n in self.names]
+
+    def children(self) -> list[Node]:
+        return list(self.tables.values())

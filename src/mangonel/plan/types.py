@@ -1,0 +1,58 @@
+"""A type oracle: DuckDB over empty tables with the catalog's schemas.
+
+The planner asks it (a) whether a query binds — DuckDB's own message for an
+unknown column or a type error reaches the user — and (b) the types of a
+fragment's columns, so that both sides of a join key or set operation are cast
+to one type before hashing (DuckDB's ``hash()`` depends on the type).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+
+import duckdb
+
+from mangonel.catalog import Table
+from mangonel.errors import BindError
+
+
+class TypeOracle:
+    """Answers type questions for one catalog version. Thread-safe."""
+
+    def __init__(self, catalog: Mapping[str, Table]) -> None:
+        self._con = duckdb.connect(":memory:", config={"threads": 1})
+        self._lock = threading.Lock()
+        self._supertypes: dict[tuple[str, str], str] = {}
+        for name, table in catalog.items():
+            self._con.register(name, table.schema.empty_table())
+
+    def describe(self, sql: str) -> list[tuple[str, str]]:
+        """(column name, DuckDB type) of a query's result; BindError if it does not bind."""
+        with self._lock:
+            try:
+                rows = self._con.execute(f"DESCRIBE {sql}").fetchall()
+            except duckdb.Error as err:
+                raise BindError(_clean(str(err))) from None
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def supertype(self, left: str, right: str) -> str:
+        """The type DuckDB compares two types in (e.g. INTEGER, BIGINT -> BIGINT)."""
+        if left == right:
+            return left
+        key = (left, right)
+        if key not in self._supertypes:
+            sql = (
+                f"SELECT CASE WHEN random() < 2 THEN CAST(NULL AS {left}) "
+                f"ELSE CAST(NULL AS {right}) END AS t"
+            )
+            self._supertypes[key] = self.describe(sql)[0][1]
+        return self._supertypes[key]
+
+    def close(self) -> None:
+        self._con.close()
+
+
+def _clean(message: str) -> str:
+    # DuckDB prefixes e.g. "Binder Error: "; keep its words, they name the problem.
+    return message.strip()

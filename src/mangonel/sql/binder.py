@@ -1,0 +1,672 @@
+"""Bind an optimized sqlglot query into the logical plan (``plan.logical``).
+
+Input: a query that passed ``frontend.optimize_query`` (columns qualified by
+their source alias, subqueries decorrelated where sqlglot could, projections
+and predicates pushed down). Output: a tree of logical nodes.
+
+What it does per SELECT block, in SQL's order: sources (tables, CTEs, derived
+tables) -> joins (inner joins reordered to avoid cross products; WHERE conjuncts
+pushed into scans unless a source is the nullable side of an outer join; equi
+conjuncts become join keys) -> GROUP BY and aggregates -> HAVING -> window
+functions -> QUALIFY -> SELECT list -> DISTINCT -> ORDER BY / LIMIT.
+
+Anything it does not understand raises ``Unsupported``; the planner then runs
+the whole query as one gathered stage, so an unusual query is slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+
+from sqlglot import exp
+
+from mangonel.plan.logical import (
+    Aggregate,
+    Distinct,
+    Filter,
+    Join,
+    JoinKind,
+    Node,
+    Project,
+    Ref,
+    Scan,
+    SetKind,
+    SetOp,
+    Sort,
+    Values,
+    Window,
+)
+
+
+class Unsupported(Exception):
+    """A construct the binder does not split; the caller falls back."""
+
+
+def conjuncts(cond: exp.Expression | None) -> list[exp.Expression]:
+    if cond is None:
+        return []
+    if isinstance(cond, exp.And):
+        return conjuncts(cond.left) + conjuncts(cond.right)
+    if isinstance(cond, exp.Paren):
+        return conjuncts(cond.this) if isinstance(cond.this, exp.And) else [cond]
+    return [cond]
+
+
+def and_all(conds: list[exp.Expression]) -> exp.Expression | None:
+    if not conds:
+        return None
+    out = conds[0]
+    for c in conds[1:]:
+        out = exp.and_(out, c, copy=False)
+    return out
+
+
+def iter_scope(node: exp.Expression) -> Iterator[exp.Expression]:
+    """Walk an expression without entering nested queries."""
+    stack = [node]
+    while stack:
+        cur = stack.pop()
+        yield cur
+        for child in cur.iter_expressions():
+            if isinstance(child, exp.Query):
+                continue
+            stack.append(child)
+
+
+def qualifiers(node: exp.Expression) -> set[str]:
+    return {c.table for c in iter_scope(node) if isinstance(c, exp.Column)}
+
+
+def col(ref: Ref) -> exp.Column:
+    return exp.column(ref[1], table=ref[0], quoted=True)
+
+
+def substitute(expr: exp.Expression, fn: Callable[[exp.Expression], exp.Expression | None]) -> exp.Expression:
+    """Replace subtrees top-down: ``fn`` returns a replacement or None to descend."""
+
+    def visit(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Query):
+            return node
+        repl = fn(node)
+        if repl is not None:
+            return repl
+        for key, value in list(node.args.items()):
+            if isinstance(value, exp.Expression):
+                node.set(key, visit(value))
+            elif isinstance(value, list):
+                node.set(key, [visit(v) if isinstance(v, exp.Expression) else v for v in value])
+        return node
+
+    return visit(expr.copy())
+
+
+class _Source:
+    """A FROM item while joins are planned: its node and the aliases it covers."""
+
+    def __init__(self, node: Node, aliases: set[str], estimate: float) -> None:
+        self.node = node
+        self.aliases = aliases
+        self.estimate = estimate
+
+
+class Binder:
+    """Turns optimized sqlglot queries into logical plans.
+
+    Args:
+        tables: catalog table -> column names.
+        estimate: bytes estimate of scanning ``table`` (for join ordering).
+    """
+
+    def __init__(self, tables: Mapping[str, list[str]], estimate: Callable[[str], float]) -> None:
+        self._tables = tables
+        self._estimate = estimate
+        self._ids = itertools.count(1)
+        self.subqueries: dict[str, Node] = {}
+        """Uncorrelated subqueries used inside expressions, by placeholder name."""
+
+    def _qualifier(self, prefix: str) -> str:
+        return f"_{prefix}{next(self._ids)}"
+
+    # ----------------------------------------------------------------- queries
+
+    def bind(self, query: exp.Query) -> tuple[Node, list[str]]:
+        """Bind a whole query; returns the plan and its visible output names.
+
+        The node may have extra trailing (hidden) columns used only for ORDER BY.
+        """
+        return self._query(query, {})
+
+    def _query(self, query: exp.Query, ctes: dict[str, exp.Query]) -> tuple[Node, list[str]]:
+        with_ = query.args.get("with_") or query.args.get("with")
+        if with_ is not None:
+            ctes = dict(ctes)
+            for cte in with_.expressions:
+                if with_.args.get("recursive"):
+                    raise Unsupported("recursive CTE")
+                ctes[cte.alias_or_name] = cte.this
+        if isinstance(query, exp.Select):
+            return self._select(query, ctes)
+        if isinstance(query, exp.SetOperation):
+            return self._setop(query, ctes)
+        if isinstance(query, exp.Subquery):
+            return self._query(query.this, ctes)
+        raise Unsupported(f"query type {type(query).__name__}")
+
+    def _setop(self, q: exp.SetOperation, ctes: dict[str, exp.Query]) -> tuple[Node, list[str]]:
+        left, lnames = self._query(q.this, ctes)
+        right, rnames = self._query(q.expression, ctes)
+        if len(lnames) != len(rnames):
+            raise Unsupported("set operation sides differ in width")
+        left = self._visible(left, len(lnames))
+        right = self._visible(right, len(rnames))
+        kind = {exp.Union: SetKind.UNION, exp.Intersect: SetKind.INTERSECT, exp.Except: SetKind.EXCEPT}[
+            type(q)
+        ]
+        qual = self._qualifier("set")
+        unique = [f"c{i}" for i in range(len(lnames))]
+        node: Node = SetOp(kind, bool(q.args.get("distinct")), left, right, qual, unique)
+        outputs = node.outputs()
+
+        def resolve(e: exp.Expression) -> exp.Expression:
+            if isinstance(e, exp.Column) and not e.table and e.name in lnames:
+                return col(outputs[lnames.index(e.name)])
+            if isinstance(e, exp.Literal) and e.is_int:
+                return col(outputs[int(e.this) - 1])
+            raise Unsupported("ORDER BY of a set operation on an expression")
+
+        keys = [
+            exp.Ordered(this=resolve(o.this), desc=o.args.get("desc"), nulls_first=o.args.get("nulls_first"))
+            for o in (q.args["order"].expressions if q.args.get("order") else [])
+        ]
+        limit, offset = _limit(q)
+        if keys or limit is not None or offset:
+            node = Sort(node, keys, limit, offset)
+        return node, lnames
+
+    def _visible(self, node: Node, width: int) -> Node:
+        outs = node.outputs()
+        if len(outs) == width:
+            return node
+        qual = self._qualifier("p")
+        return Project(node, qual, [(f"c{i}", col(r)) for i, r in enumerate(outs[:width])])
+
+    # ------------------------------------------------------------------ select
+
+    def _source(self, item: exp.Expression, ctes: dict[str, exp.Query]) -> _Source:
+        alias = item.alias_or_name
+        if isinstance(item, exp.Table):
+            if item.name in ctes:
+                node, names = self._query(ctes[item.name], ctes)
+                return _Source(self._rename(node, names, alias), {alias}, self._guess(node))
+            if item.name not in self._tables:
+                raise Unsupported(f"unknown source {item.name}")
+            if item.args.get("joins") or item.args.get("pivots") or item.args.get("laterals"):
+                raise Unsupported("table with pivots/laterals")
+            scan = Scan(item.name, alias, [])
+            return _Source(scan, {alias}, self._estimate(item.name))
+        if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Query):
+            node, names = self._query(item.this, ctes)
+            return _Source(self._rename(node, names, alias), {alias}, self._guess(node))
+        raise Unsupported(f"FROM item {type(item).__name__}")
+
+    def _rename(self, node: Node, names: list[str], alias: str) -> Node:
+        outs = node.outputs()
+        items: list[tuple[str, exp.Expression]] = []
+        seen: set[str] = set()
+        for name, ref in zip(names, outs, strict=False):
+            if name in seen:
+                continue  # an ambiguous duplicate cannot be referenced from outside anyway
+            seen.add(name)
+            items.append((name, col(ref)))
+        return Project(node, alias, items)
+
+    def _guess(self, node: Node) -> float:
+        if isinstance(node, Scan):
+            return self._estimate(node.table)
+        if isinstance(node, Aggregate):
+            if not node.groups:
+                return 1.0
+            return self._guess(node.child) / 4
+        if isinstance(node, Sort) and node.limit is not None:
+            return float(node.limit) * 64
+        kids = node.children()
+        return max((self._guess(k) for k in kids), default=1.0)
+
+    def _select(self, sel: exp.Select, ctes: dict[str, exp.Query]) -> tuple[Node, list[str]]:
+        for key in ("laterals", "pivots", "windows", "prewhere", "connect", "match", "sample", "into"):
+            if sel.args.get(key):
+                raise Unsupported(f"SELECT with {key}")
+        distinct = sel.args.get("distinct")
+        if distinct is not None and distinct.args.get("on"):
+            raise Unsupported("DISTINCT ON")
+        from_ = sel.args.get("from_") or sel.args.get("from")
+        if from_ is None:
+            if sel.args.get("where") or sel.args.get("group") or sel.args.get("order"):
+                raise Unsupported("clauses without FROM")
+            names = [e.alias_or_name for e in sel.expressions]
+            return Values(self._qualifier("v"), names, sel.copy()), names
+
+        sources = [self._source(from_.this, ctes)]
+        joins: list[tuple[JoinKind, exp.Expression | None]] = []
+        for j in sel.args.get("joins") or []:
+            if j.args.get("using"):
+                raise Unsupported("JOIN USING left after qualification")
+            kind = _join_kind(j)
+            src = self._source(j.this, ctes)
+            on = j.args.get("on")
+            if kind is JoinKind.CROSS and on is not None:
+                kind = JoinKind.INNER
+            sources.append(src)
+            joins.append((kind, on))
+
+        # Column pruning: a scan reads only the columns the block mentions.
+        aliases = {a for s in sources for a in s.aliases}
+        mentioned: dict[str, set[str]] = {a: set() for a in aliases}
+        for part in _block_parts(sel):
+            for c in iter_scope(part):
+                if isinstance(c, exp.Column) and c.table in mentioned:
+                    mentioned[c.table].add(c.name)
+        for q in (n for n in sel.find_all(exp.Select) if n is not sel):
+            for c in iter_scope(q):
+                if isinstance(c, exp.Column) and c.table in mentioned:
+                    mentioned[c.table].add(c.name)  # a correlated reference (refused later)
+        for s in sources:
+            if isinstance(s.node, Scan):
+                cols = self._tables[s.node.table]
+                used = [c for c in cols if c in mentioned[s.node.alias]]
+                s.node.columns = used or [cols[0]]
+
+        where = [self._lift_subqueries(c, ctes, aliases) for c in conjuncts(sel.args["where"].this if sel.args.get("where") else None)]
+        tree = self._join_tree(sources, joins, where, ctes, aliases)
+        return self._after_from(sel, tree, ctes, aliases)
+
+    # ------------------------------------------------------------------- joins
+
+    def _join_tree(
+        self,
+        sources: list[_Source],
+        joins: list[tuple[JoinKind, exp.Expression | None]],
+        where: list[exp.Expression],
+        ctes: dict[str, exp.Query],
+        aliases: set[str],
+    ) -> Node:
+        # A source on the nullable side of an outer join may not take WHERE filters
+        # before the join: "x.a IS NULL" after LEFT JOIN x means "no match".
+        nullable: set[str] = set()
+        for (kind, _), src in zip(joins, sources[1:], strict=True):
+            if kind is JoinKind.LEFT:
+                nullable |= src.aliases
+            elif kind is JoinKind.FULL:
+                nullable |= aliases
+        pending_conds: list[exp.Expression] = []
+        for cond in where:
+            if not self._push_into(sources, cond, nullable):
+                pending_conds.append(cond)
+
+        group: list[_Source] = [sources[0]]
+        for (kind, on), src in zip(joins, sources[1:], strict=True):
+            if kind in (JoinKind.INNER, JoinKind.CROSS):
+                for c in conjuncts(on):
+                    c = self._lift_subqueries(c, ctes, aliases)
+                    if not self._push_into([src] + group, c, nullable):
+                        pending_conds.append(c)
+                group.append(src)
+                continue
+            left = self._inner_join_all(group, pending_conds)
+            group = [self._outer_join(left, src, kind, on)]
+        final = self._inner_join_all(group, pending_conds)
+        node = final.node
+        if pending_conds:
+            node = Filter(node, and_all(pending_conds))  # type: ignore[arg-type]
+        return node
+
+    def _push_into(self, sources: list[_Source], cond: exp.Expression, nullable: set[str]) -> bool:
+        quals = qualifiers(cond)
+        if len(quals) != 1 or _has_placeholder(cond):
+            return False
+        (alias,) = quals
+        if alias in nullable:
+            return False
+        for s in sources:
+            if alias in s.aliases and isinstance(s.node, Scan):
+                s.node.filter = and_all([f for f in [s.node.filter, cond] if f is not None])
+                s.estimate /= 3
+                return True
+            if alias in s.aliases and s.aliases == {alias}:
+                s.node = Filter(s.node, cond)
+                return True
+        return False
+
+    def _inner_join_all(self, group: list[_Source], conds: list[exp.Expression]) -> _Source:
+        """Join a group of sources by the pending conditions, avoiding cross products."""
+        remaining = list(group[1:])
+        current = group[0]
+        self._apply_ready(current, conds)
+        while remaining:
+            pick = None
+            for cand in remaining:
+                if any(_is_equi(c, current.aliases, cand.aliases) for c in conds):
+                    pick = cand
+                    break
+            if pick is None:
+                pick = remaining[0]
+            remaining.remove(pick)
+            both = current.aliases | pick.aliases
+            used = [c for c in conds if qualifiers(c) <= both and not qualifiers(c) <= current.aliases]
+            for c in used:
+                conds.remove(c)
+            lk, rk, residual = _split_keys(used, current.aliases, pick.aliases)
+            kind = JoinKind.INNER if (lk or residual) else JoinKind.CROSS
+            node = Join(current.node, pick.node, kind, lk, rk, and_all(residual))
+            current = _Source(node, both, max(current.estimate, pick.estimate))
+            self._apply_ready(current, conds)
+        return current
+
+    def _apply_ready(self, src: _Source, conds: list[exp.Expression]) -> None:
+        ready = [c for c in conds if qualifiers(c) and qualifiers(c) <= src.aliases]
+        if ready:
+            for c in ready:
+                conds.remove(c)
+            src.node = Filter(src.node, and_all(ready))  # type: ignore[arg-type]
+
+    def _outer_join(self, left: _Source, right: _Source, kind: JoinKind, on: exp.Expression | None) -> _Source:
+        conds = conjuncts(on)
+        if kind is JoinKind.LEFT or kind in (JoinKind.SEMI, JoinKind.ANTI):
+            # Conditions on the right side alone filter the right side first.
+            keep = []
+            for c in conds:
+                q = qualifiers(c)
+                if q and q <= right.aliases and not _has_placeholder(c):
+                    right.node = Filter(right.node, c)
+                else:
+                    keep.append(c)
+            conds = keep
+        for c in conds:
+            if _has_subquery(c):
+                raise Unsupported("subquery in an outer join condition")
+        lk, rk, residual = _split_keys(conds, left.aliases, right.aliases)
+        node = Join(left.node, right.node, kind, lk, rk, and_all(residual))
+        aliases = left.aliases if kind in (JoinKind.SEMI, JoinKind.ANTI) else left.aliases | right.aliases
+        return _Source(node, aliases, max(left.estimate, right.estimate))
+
+    # -------------------------------------------------- aggregates and the rest
+
+    def _after_from(
+        self, sel: exp.Select, node: Node, ctes: dict[str, exp.Query], aliases: set[str]
+    ) -> tuple[Node, list[str]]:
+        items = [(e.alias_or_name, e.this if isinstance(e, exp.Alias) else e) for e in sel.expressions]
+        if any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)) for _, e in items):
+            raise Unsupported("star left after qualification")
+        items = [(n, self._lift_subqueries(e, ctes, aliases)) for n, e in items]
+        having = self._lift_subqueries(sel.args["having"].this, ctes, aliases) if sel.args.get("having") else None
+        qualify_ = sel.args["qualify"].this if sel.args.get("qualify") else None
+        order = list(sel.args["order"].expressions) if sel.args.get("order") else []
+        distinct = sel.args.get("distinct")
+        names = [n for n, _ in items]
+
+        # ORDER BY may name a select alias or a position; resolve those first.
+        order_exprs: list[exp.Expression | int] = []
+        for o in order:
+            e = o.this
+            if isinstance(e, exp.Column) and not e.table and e.name in names:
+                order_exprs.append(names.index(e.name))
+            elif isinstance(e, exp.Literal) and e.is_int:
+                order_exprs.append(int(e.this) - 1)
+            else:
+                order_exprs.append(e)
+
+        group_clause = sel.args.get("group")
+        group_exprs: list[exp.Expression] = []
+        grouping: exp.Expression | None = None
+        if group_clause is not None:
+            for g in group_clause.expressions:
+                if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                    grouping = g if grouping is None else grouping
+                    if grouping is not g:
+                        raise Unsupported("several grouping clauses")
+                    for sub in g.find_all(exp.Column):
+                        if sub not in group_exprs:
+                            group_exprs.append(sub)
+                else:
+                    if g not in group_exprs:
+                        group_exprs.append(g)
+            for key in ("rollup", "cube", "grouping_sets"):
+                if group_clause.args.get(key):
+                    raise Unsupported("GROUP BY modifiers")
+        parts = [e for _, e in items] + ([having] if having is not None else [])
+        parts += [e for e in order_exprs if isinstance(e, exp.Expression)]
+        aggs = _find_aggs(parts)
+        if group_exprs or aggs or having is not None:
+            qual = self._qualifier("agg")
+            groups = [(f"g{i}", g) for i, g in enumerate(group_exprs)]
+            agg_items = [(f"a{i}", a) for i, a in enumerate(aggs)]
+            agg_node = Aggregate(node, qual, groups, agg_items, grouping)
+            node = agg_node
+
+            def lift(e: exp.Expression) -> exp.Expression:
+                return _replace_aggs(e, agg_items, groups, qual)
+
+            items = [(n, lift(e)) for n, e in items]
+            having = lift(having) if having is not None else None
+            order_exprs = [lift(e) if isinstance(e, exp.Expression) else e for e in order_exprs]
+            qualify_ = lift(qualify_) if qualify_ is not None else None
+            if having is not None:
+                node = Filter(node, having)
+
+        windows = _find_windows([e for _, e in items] + [e for e in order_exprs if isinstance(e, exp.Expression)] + ([qualify_] if qualify_ is not None else []))
+        if windows:
+            wqual = self._qualifier("w")
+            funcs = [(f"w{i}", w) for i, w in enumerate(windows)]
+            node = Window(node, wqual, funcs)
+
+            def lift_w(e: exp.Expression) -> exp.Expression:
+                return substitute(
+                    e, lambda n: next((col((wqual, name)) for name, w in funcs if n == w), None)
+                )
+
+            items = [(n, lift_w(e)) for n, e in items]
+            order_exprs = [lift_w(e) if isinstance(e, exp.Expression) else e for e in order_exprs]
+            qualify_ = lift_w(qualify_) if qualify_ is not None else None
+        if qualify_ is not None:
+            node = Filter(node, qualify_)
+
+        pqual = self._qualifier("p")
+        unique = [f"c{i}" for i in range(len(items))]
+        proj_items = [(u, e) for u, (_, e) in zip(unique, items, strict=True)]
+        keys: list[exp.Ordered] = []
+        for o, e in zip(order, order_exprs, strict=True):
+            if isinstance(e, int):
+                if not 0 <= e < len(items):
+                    raise Unsupported("ORDER BY position out of range")
+                ref = (pqual, unique[e])
+            else:
+                match = next((u for u, pe in proj_items if pe == e), None)
+                if match is None:
+                    if distinct is not None:
+                        raise Unsupported("ORDER BY a hidden column with DISTINCT")
+                    match = f"o{len(proj_items)}"
+                    proj_items.append((match, e))
+                ref = (pqual, match)
+            keys.append(exp.Ordered(this=col(ref), desc=o.args.get("desc"), nulls_first=o.args.get("nulls_first")))
+        node = Project(node, pqual, proj_items)
+        if distinct is not None:
+            node = Distinct(node)
+        limit, offset = _limit(sel)
+        if keys or limit is not None or offset:
+            node = Sort(node, keys, limit, offset)
+        return node, names
+
+    # -------------------------------------------------------------- subqueries
+
+    def _lift_subqueries(
+        self, expr: exp.Expression, ctes: dict[str, exp.Query], aliases: set[str]
+    ) -> exp.Expression:
+        """Replace uncorrelated subqueries by placeholders ``(SELECT * FROM __sqN)``."""
+
+        def repl(node: exp.Expression) -> exp.Expression | None:
+            query: exp.Expression | None = None
+            if isinstance(node, exp.Subquery):
+                query = node.this
+            elif isinstance(node, exp.Exists):
+                query = node.this
+            elif isinstance(node, exp.In) and node.args.get("query") is not None:
+                q = node.args["query"]
+                query = q.this if isinstance(q, exp.Subquery) else q
+            if query is None:
+                return None
+            if not isinstance(query, exp.Query):
+                raise Unsupported("subquery form")
+            if _correlated(query):
+                raise Unsupported("correlated subquery")
+            sub, names = self._query(query, ctes)
+            sub = self._visible(sub, len(names))
+            name = f"__sq{next(self._ids)}"
+            self.subqueries[name] = sub
+            placeholder = exp.select(exp.Star()).from_(exp.to_table(name))
+            if isinstance(node, exp.Subquery):
+                return exp.Subquery(this=placeholder)
+            if isinstance(node, exp.Exists):
+                return exp.Exists(this=placeholder)
+            new = node.copy()
+            new.set("query", exp.Subquery(this=placeholder))
+            return new
+
+        return substitute(expr, repl)
+
+
+# ------------------------------------------------------------------- helpers
+
+
+def _join_kind(j: exp.Join) -> JoinKind:
+    side = (j.args.get("side") or "").upper()
+    kind = (j.args.get("kind") or "").upper()
+    if kind == "SEMI":
+        return JoinKind.SEMI
+    if kind == "ANTI":
+        return JoinKind.ANTI
+    if kind == "CROSS" or (not side and not kind and j.args.get("on") is None):
+        return JoinKind.CROSS
+    if side == "LEFT":
+        return JoinKind.LEFT
+    if side == "FULL":
+        return JoinKind.FULL
+    if side == "RIGHT":
+        raise Unsupported("RIGHT JOIN")
+    if kind in ("", "INNER", "OUTER"):
+        return JoinKind.INNER
+    raise Unsupported(f"join kind {kind}")
+
+
+def _block_parts(sel: exp.Select) -> list[exp.Expression]:
+    parts: list[exp.Expression] = list(sel.expressions)
+    for key in ("where", "group", "having", "qualify", "order"):
+        if sel.args.get(key) is not None:
+            parts.append(sel.args[key])
+    for j in sel.args.get("joins") or []:
+        if j.args.get("on") is not None:
+            parts.append(j.args["on"])
+    return parts
+
+
+def _has_placeholder(e: exp.Expression) -> bool:
+    return any(isinstance(t, exp.Table) and t.name.startswith("__sq") for t in e.find_all(exp.Table))
+
+
+def _has_subquery(e: exp.Expression) -> bool:
+    return any(isinstance(n, exp.Query) for n in e.walk() if n is not e)
+
+
+def _correlated(query: exp.Query) -> bool:
+    defined: set[str] = set()
+    for node in query.walk():
+        if isinstance(node, (exp.Table, exp.Subquery)) and node.alias_or_name:
+            defined.add(node.alias_or_name)
+        if isinstance(node, exp.CTE):
+            defined.add(node.alias_or_name)
+    return any(isinstance(c, exp.Column) and c.table and c.table not in defined for c in query.walk())
+
+
+def _is_equi(c: exp.Expression, left: set[str], right: set[str]) -> bool:
+    if not isinstance(c, exp.EQ):
+        return False
+    a, b = qualifiers(c.left), qualifiers(c.right)
+    return bool(a and b) and ((a <= left and b <= right) or (a <= right and b <= left))
+
+
+def _split_keys(
+    conds: list[exp.Expression], left: set[str], right: set[str]
+) -> tuple[list[exp.Expression], list[exp.Expression], list[exp.Expression]]:
+    lk: list[exp.Expression] = []
+    rk: list[exp.Expression] = []
+    residual: list[exp.Expression] = []
+    for c in conds:
+        if _is_equi(c, left, right) and not _has_placeholder(c):
+            assert isinstance(c, exp.EQ)
+            if qualifiers(c.left) <= left:
+                lk.append(c.left)
+                rk.append(c.right)
+            else:
+                lk.append(c.right)
+                rk.append(c.left)
+        else:
+            residual.append(c)
+    return lk, rk, residual
+
+
+def _find_aggs(parts: list[exp.Expression]) -> list[exp.Expression]:
+    found: list[exp.Expression] = []
+    for p in parts:
+        for n in iter_scope(p):
+            if isinstance(n, exp.AggFunc) and n.find_ancestor(exp.Window) is None:
+                if n.find_ancestor(exp.AggFunc) is not None:
+                    continue
+                # FILTER (WHERE ...) belongs to its aggregate.
+                item = n.parent if isinstance(n.parent, exp.Filter) else n
+                if item not in found:
+                    found.append(item)
+    return found
+
+
+def _find_windows(parts: list[exp.Expression]) -> list[exp.Expression]:
+    found: list[exp.Expression] = []
+    for p in parts:
+        for n in iter_scope(p):
+            if isinstance(n, exp.Window) and n not in found:
+                found.append(n)
+    return found
+
+
+def _replace_aggs(
+    e: exp.Expression,
+    aggs: list[tuple[str, exp.Expression]],
+    groups: list[tuple[str, exp.Expression]],
+    qual: str,
+) -> exp.Expression:
+    def repl(n: exp.Expression) -> exp.Expression | None:
+        for name, a in aggs:
+            if n == a:
+                return col((qual, name))
+        for name, g in groups:
+            if n == g:
+                return col((qual, name))
+        return None
+
+    return substitute(e, repl)
+
+
+def _limit(q: exp.Query) -> tuple[int | None, int]:
+    limit: int | None = None
+    offset = 0
+    if q.args.get("limit") is not None:
+        lim = q.args["limit"]
+        val = lim.args.get("expression")
+        if not (isinstance(val, exp.Literal) and val.is_int) or lim.args.get("limit_options"):
+            raise Unsupported("non-constant LIMIT")
+        limit = int(val.this)
+    if q.args.get("offset") is not None:
+        val = q.args["offset"].args.get("expression")
+        if not (isinstance(val, exp.Literal) and val.is_int):
+            raise Unsupported("non-constant OFFSET")
+        offset = int(val.this)
+    return limit, offset

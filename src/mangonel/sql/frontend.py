@@ -1,0 +1,173 @@
+"""The SQL front end: parse, refuse what may not run, validate, optimize.
+
+Only one SELECT statement (optionally prefixed by EXPLAIN) over the catalog's
+tables may run. Everything else — COPY, ATTACH, INSTALL, LOAD, SET, PRAGMA, DDL,
+DML, table functions that read files (``read_csv``, ``read_parquet``, ``glob``),
+quoted file paths used as tables — is refused here, before anything is planned.
+The executors also run DuckDB with external access disabled, so this is the first
+of two walls, not the only one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.optimizer import optimize
+from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
+from sqlglot.optimizer.eliminate_joins import eliminate_joins
+from sqlglot.optimizer.eliminate_subqueries import eliminate_subqueries
+from sqlglot.optimizer.merge_subqueries import merge_subqueries
+from sqlglot.optimizer.normalize import normalize
+from sqlglot.optimizer.optimize_joins import optimize_joins
+from sqlglot.optimizer.pushdown_predicates import pushdown_predicates
+from sqlglot.optimizer.pushdown_projections import pushdown_projections
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.qualify_columns import quote_identifiers
+from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
+
+from mangonel.errors import ForbiddenStatementError, SqlSyntaxError, UnknownTableError
+
+DEFAULT_DIALECT = "duckdb"
+
+# The optimizer rules we rely on, in sqlglot's order. Left out on purpose:
+# canonicalize/annotate_types/simplify rewrite expressions in ways that do not
+# change what a stage must compute, and they cost planning time.
+_RULES = (
+    qualify,
+    pushdown_projections,
+    normalize,
+    unnest_subqueries,
+    pushdown_predicates,
+    optimize_joins,
+    eliminate_subqueries,
+    merge_subqueries,
+    eliminate_joins,
+    eliminate_ctes,
+    quote_identifiers,
+)
+
+# Function names that read files, the environment or DuckDB's own state.
+_FORBIDDEN_FUNCTION = re.compile(
+    r"^(read_\w+|\w+_scan|glob|parquet_\w+|sniff_csv|getenv|query|query_table|"
+    r"duckdb_\w+|pragma_\w+|iceberg_\w+|delta_\w+|sqlite_\w+|postgres_\w+|mysql_\w+|"
+    r"which_secret|load_extension|install_extension)$",
+    re.IGNORECASE,
+)
+
+_EXPLAIN = re.compile(r"^\s*explain\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ParsedQuery:
+    """A statement that passed the front end's checks."""
+
+    query: exp.Query
+    dialect: str
+    explain: bool
+    tables: frozenset[str]
+    """Catalog tables the query reads."""
+
+
+def parse(sql: str, tables: frozenset[str] | set[str], dialect: str | None = None) -> ParsedQuery:
+    """Parse one statement and check that it may run.
+
+    Raises:
+        SqlSyntaxError: the text does not parse; the message gives line and column.
+        ForbiddenStatementError: not a single SELECT, or it uses a file/table function.
+        UnknownTableError: it names a table the catalog does not hold.
+    """
+    dialect = (dialect or DEFAULT_DIALECT).lower()
+    explain = bool(_EXPLAIN.match(sql))
+    text = _EXPLAIN.sub("", sql, count=1) if explain else sql
+    try:
+        statements = [s for s in sqlglot.parse(text, read=dialect) if s is not None]
+    except ParseError as err:
+        raise SqlSyntaxError(_describe_parse_error(err)) from None
+    except TokenError as err:
+        raise SqlSyntaxError(f"syntax error: {err}") from None
+    except ValueError as err:  # unknown dialect name
+        raise SqlSyntaxError(f"{err}; use a dialect sqlglot knows, e.g. duckdb, postgres") from None
+    if not statements:
+        raise SqlSyntaxError("the query is empty; write a SELECT statement")
+    if len(statements) > 1:
+        raise ForbiddenStatementError(
+            f"got {len(statements)} statements; send one SELECT statement at a time"
+        )
+    stmt = statements[0]
+    if not isinstance(stmt, exp.Query):
+        kind = stmt.key.upper() if not isinstance(stmt, exp.Command) else str(stmt.this).upper()
+        raise ForbiddenStatementError(
+            f"{kind} statements are not allowed: mangonel runs only SELECT queries "
+            "(and EXPLAIN SELECT) over registered tables; register data with register_parquet"
+        )
+    used = _check_sources(stmt, {t.lower() for t in tables})
+    return ParsedQuery(stmt, dialect, explain, frozenset(used))
+
+
+def _describe_parse_error(err: ParseError) -> str:
+    if err.errors:
+        first = err.errors[0]
+        desc = str(first.get("description") or "syntax error")
+        line, col = first.get("line"), first.get("col")
+        near = (first.get("highlight") or "").strip()
+        where = f" at line {line}, column {col}" if line is not None else ""
+        near_txt = f" near {near!r}" if near else ""
+        return f"syntax error{where}{near_txt}: {desc}"
+    return f"syntax error: {err}"
+
+
+def _check_sources(stmt: exp.Query, catalog: set[str]) -> set[str]:
+    """Refuse table functions and unknown tables; return the catalog tables used."""
+    cte_names = {cte.alias_or_name.lower() for cte in stmt.find_all(exp.CTE)}
+    used: set[str] = set()
+    for node in stmt.walk():
+        if isinstance(node, exp.Func):
+            name = node.sql_name() if not isinstance(node, exp.Anonymous) else str(node.this)
+            if _FORBIDDEN_FUNCTION.match(name):
+                raise ForbiddenStatementError(
+                    f"function {name.lower()}() is not allowed: queries may read only "
+                    "registered tables; register the file with register_parquet first"
+                )
+        if not isinstance(node, exp.Table):
+            continue
+        if not isinstance(node.this, exp.Identifier):
+            raise ForbiddenStatementError(
+                f"table function {node.this.sql(dialect=DEFAULT_DIALECT)} is not allowed: "
+                "queries may read only registered tables"
+            )
+        if node.args.get("db") or node.args.get("catalog"):
+            raise UnknownTableError(
+                f"table {node.sql(dialect=DEFAULT_DIALECT)} is not in the catalog; "
+                "refer to registered tables by their plain name"
+            )
+        name = node.name.lower()
+        if name in cte_names:
+            continue
+        if name not in catalog:
+            known = ", ".join(sorted(catalog)) or "none yet"
+            raise UnknownTableError(
+                f"table {node.name!r} is not in the catalog (registered: {known}); "
+                "register it with register_parquet(name, path) or `mangonel register`"
+            )
+        used.add(name)
+    return used
+
+
+def optimize_query(
+    query: exp.Query, schema: dict[str, dict[str, str]], dialect: str
+) -> exp.Query:
+    """Qualify, decorrelate and push down with sqlglot's optimizer.
+
+    ``schema`` maps table -> column -> DuckDB type. The result is DuckDB-ready.
+    """
+    optimized = optimize(query.copy(), schema=schema, dialect=dialect, rules=_RULES)
+    assert isinstance(optimized, exp.Query)  # the rules keep a query a query
+    return optimized
+
+
+def to_duckdb(query: exp.Expression) -> str:
+    return query.sql(dialect=DEFAULT_DIALECT)
