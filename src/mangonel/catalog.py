@@ -56,20 +56,21 @@ class Table:
         return self.bytes * max(1, len(columns)) // total
 
     def splits(self, target_rows: int) -> tuple[tuple[FileSplit, ...], ...]:
-        """Group row groups into task splits of about ``target_rows`` rows each.
+        """Group row groups into task splits of at most about ``target_rows`` rows.
 
-        Row groups are never cut; consecutive row groups of one file are merged
-        into one ``FileSplit``. Returns at least one (possibly empty) split.
+        Row groups are never cut: a row group is a task of its own unless it is
+        small, when consecutive row groups are merged up to ``target_rows``.
+        Returns at least one (possibly empty) split.
         """
         tasks: list[tuple[FileSplit, ...]] = []
         current: list[RowGroup] = []
         rows = 0
         for rg in self.row_groups:
-            current.append(rg)
-            rows += rg.rows
-            if rows >= target_rows:
+            if current and rows + rg.rows > target_rows:
                 tasks.append(_merge(current))
                 current, rows = [], 0
+            current.append(rg)
+            rows += rg.rows
         if current or not tasks:
             tasks.append(_merge(current))
         return tuple(tasks)

@@ -43,7 +43,7 @@ def run_plan(plan: DistributedPlan) -> pa.Table:
                     tables = [p for m in up for p in m]
                 con.register(inp.name, pa.concat_tables(tables))
                 names.append(inp.name)
-            result = con.execute(stage.sql).to_arrow_table()
+            result = con.sql(stage.sql).to_arrow_table()
             assert result.column_names == list(stage.columns), (result.column_names, stage.columns)
             if stage.output.kind is OutputKind.SINGLE:
                 per_task.append([result])
@@ -54,7 +54,7 @@ def run_plan(plan: DistributedPlan) -> pa.Table:
                 parts = []
                 for p in range(n):
                     parts.append(
-                        con.execute(
+                        con.sql(
                             f"SELECT * EXCLUDE (__p) FROM (SELECT *, hash({keys}) % {n} AS __p FROM __out) WHERE __p = {p}"
                         ).to_arrow_table()
                     )

@@ -156,14 +156,14 @@ class Distributor:
 
     def types(self, node: Node) -> dict[Ref, str]:
         if id(node) not in self._types:
-            described = self._oracle.describe(Renderer(expand_reads=True).render(node))
+            described = self._oracle.describe(Renderer(expand_reads=True, subqueries=self._subqueries).render(node))
             self._types[id(node)] = {r: t for r, (_, t) in zip(node.outputs(), described, strict=True)}
         return self._types[id(node)]
 
     def expr_types(self, node: Node, exprs: list[exp.Expression]) -> list[str]:
         mapping = {r: exp.column(phys(r), table="t", quoted=True) for r in node.outputs()}
         cols = ", ".join(f"{sql(rewrite(e, mapping))} AS k{i}" for i, e in enumerate(exprs))
-        inner = Renderer(expand_reads=True).render(node)
+        inner = Renderer(expand_reads=True, subqueries=self._subqueries).render(node)
         return [t for _, t in self._oracle.describe(f"SELECT {cols} FROM ({inner}) AS t")]
 
     def _cast_keys(
@@ -330,16 +330,18 @@ class Distributor:
         left, right = self.plan(n.left), self.plan(n.right)
         self._attach_subqueries(left, [n.residual])
         kind = n.kind
-        small_right = right.est <= self._broadcast or right.single and right.est <= self._broadcast
-        can_bcast_right = kind in (JoinKind.INNER, JoinKind.CROSS, JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
+        inner = kind in (JoinKind.INNER, JoinKind.CROSS)
+        can_bcast_right = inner or kind in (JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
         no_keys = not n.left_keys
-        if can_bcast_right and (small_right or (no_keys and right.est <= left.est) or left.single):
+        small_right = right.est <= self._broadcast
+        small_left = left.est <= self._broadcast
+        if can_bcast_right and (small_right or (no_keys and not (inner and left.est < right.est))):
             read, inp = self.broadcast(right)
             left.inputs[inp.name] = inp
             left.node = Join(left.node, read, kind, n.left_keys, n.right_keys, n.residual)
             left.est = max(left.est, right.est)
             return left
-        if kind in (JoinKind.INNER, JoinKind.CROSS) and (left.est <= self._broadcast or (no_keys and not right.single)):
+        if inner and (small_left or no_keys):
             read, inp = self.broadcast(left)
             right.inputs[inp.name] = inp
             right.node = Join(read, right.node, kind, n.left_keys, n.right_keys, n.residual)

@@ -68,9 +68,31 @@ class Renderer:
     stage input (used by the type oracle, which has no stage inputs).
     """
 
-    def __init__(self, scan_name: Mapping[int, str] | None = None, expand_reads: bool = False) -> None:
+    def __init__(
+        self,
+        scan_name: Mapping[int, str] | None = None,
+        expand_reads: bool = False,
+        subqueries: Mapping[str, Node] | None = None,
+    ) -> None:
         self._scan_name = scan_name or {}
         self._expand = expand_reads
+        self._subqueries = subqueries or {}
+
+    def _x(self, e: exp.Expression, mapping: Mapping[Ref, exp.Expression]) -> str:
+        """An expression's SQL over a child's columns (subquery placeholders expanded
+        in the type oracle's mode, where no stage input exists)."""
+        out = rewrite(e, mapping)
+        if self._expand and self._subqueries:
+            for table in list(out.find_all(exp.Table)):
+                sub = self._subqueries.get(table.name)
+                if sub is not None:
+                    table.replace(
+                        exp.Subquery(
+                            this=sqlglot.parse_one(self.render(sub), read=DIALECT),
+                            alias=exp.TableAlias(this=exp.to_identifier(table.name, quoted=True)),
+                        )
+                    )
+        return sql(out)
 
     def render(self, node: Node) -> str:
         method = getattr(self, f"_{type(node).__name__.lower()}")
@@ -86,7 +108,7 @@ class Renderer:
         text = f"SELECT {cols} FROM {ident(source)}"
         if n.filter is not None:
             mapping = {(n.alias, c): exp.column(c, quoted=True) for c in n.columns}
-            text += f" WHERE {sql(rewrite(n.filter, mapping))}"
+            text += f" WHERE {self._x(n.filter, mapping)}"
         return text
 
     def _stageread(self, n: StageRead) -> str:
@@ -99,24 +121,24 @@ class Renderer:
         return f"SELECT * FROM ({sql(n.query)}) AS t({cols})"
 
     def _filter(self, n: Filter) -> str:
-        cond = rewrite(n.condition, _refs_of(n.child, "t"))
-        return f"SELECT * FROM {self._sub(n.child, 't')} WHERE {sql(cond)}"
+        cond = self._x(n.condition, _refs_of(n.child, "t"))
+        return f"SELECT * FROM {self._sub(n.child, 't')} WHERE {cond}"
 
     def _project(self, n: Project) -> str:
         mapping = _refs_of(n.child, "t")
         cols = ", ".join(
-            f"{sql(rewrite(e, mapping))} AS {ident(phys((n.qualifier, name)))}" for name, e in n.items
+            f"{self._x(e, mapping)} AS {ident(phys((n.qualifier, name)))}" for name, e in n.items
         )
         return f"SELECT {cols} FROM {self._sub(n.child, 't')}"
 
     def _join(self, n: Join) -> str:
         mapping = {**_refs_of(n.left, "l"), **_refs_of(n.right, "r")}
         conds = [
-            f"{sql(rewrite(lk, mapping))} = {sql(rewrite(rk, mapping))}"
+            f"{self._x(lk, mapping)} = {self._x(rk, mapping)}"
             for lk, rk in zip(n.left_keys, n.right_keys, strict=True)
         ]
         if n.residual is not None:
-            conds.append(sql(rewrite(n.residual, mapping)))
+            conds.append(self._x(n.residual, mapping))
         on = " AND ".join(f"({c})" for c in conds) or "TRUE"
         left, right = self._sub(n.left, "l"), self._sub(n.right, "r")
         if n.kind is JoinKind.CROSS:
@@ -129,20 +151,20 @@ class Renderer:
     def _aggregate(self, n: Aggregate) -> str:
         mapping = _refs_of(n.child, "t")
         cols = [
-            f"{sql(rewrite(e, mapping))} AS {ident(phys((n.qualifier, name)))}"
+            f"{self._x(e, mapping)} AS {ident(phys((n.qualifier, name)))}"
             for name, e in n.groups + n.aggs
         ]
         text = f"SELECT {', '.join(cols)} FROM {self._sub(n.child, 't')}"
         if n.grouping is not None:
-            text += f" GROUP BY {sql(rewrite(n.grouping, mapping))}"
+            text += f" GROUP BY {self._x(n.grouping, mapping)}"
         elif n.groups:
-            text += " GROUP BY " + ", ".join(sql(rewrite(e, mapping)) for _, e in n.groups)
+            text += " GROUP BY " + ", ".join(self._x(e, mapping) for _, e in n.groups)
         return text
 
     def _window(self, n: Window) -> str:
         mapping = _refs_of(n.child, "t")
         cols = ", ".join(
-            f"{sql(rewrite(e, mapping))} AS {ident(phys((n.qualifier, name)))}" for name, e in n.funcs
+            f"{self._x(e, mapping)} AS {ident(phys((n.qualifier, name)))}" for name, e in n.funcs
         )
         return f"SELECT t.*, {cols} FROM {self._sub(n.child, 't')}"
 
@@ -153,7 +175,7 @@ class Renderer:
         mapping = _refs_of(n.child, "t")
         text = f"SELECT * FROM {self._sub(n.child, 't')}"
         if n.keys:
-            text += " ORDER BY " + ", ".join(sql(rewrite(k, mapping)) for k in n.keys)
+            text += " ORDER BY " + ", ".join(self._x(k, mapping) for k in n.keys)
         if n.limit is not None:
             text += f" LIMIT {n.limit}"
         if n.offset:

@@ -1,0 +1,480 @@
+"""The scheduler's pure state machine: jobs, stages, tasks and executors.
+
+``SchedulerState`` holds everything the scheduler knows and changes only through
+``handle(event) -> list[Command]`` (the model is dask's worker state machine).
+No sockets, threads, clock or database: time arrives on the events, and the I/O
+shell (``scheduler.service``) carries the commands out. Every command carries
+``cause=event.event_id``.
+
+>>> from mangonel.scheduler.events import ExecutorInfo, ExecutorRegistered
+>>> state = SchedulerState()
+>>> state.handle(ExecutorRegistered(1, 0.0, ExecutorInfo("e1", "h", "h:1", 2)))
+[]
+
+What each event does, in one place:
+
+* executors: ``ExecutorRegistered`` / ``ExecutorHeartbeat`` / ``ExecutorDraining``
+  / ``ExecutorLost``; a ``Tick`` declares lost (``DeclareExecutorLost``) any
+  executor silent for longer than ``Limits.heartbeat_timeout_s``.
+* ``TaskCompleted`` records map outputs; a job whose final stage is done emits
+  ``JobSucceeded`` and ``ReleaseOutputs`` for the intermediate files.
+* ``TaskFailed``: a ``QueryError`` fails the job; an ``ExecutionError`` is retried
+  up to ``Limits.max_task_attempts``; a ``FetchFailed`` loses the executor named
+  in it and re-queues the reader without charging it an attempt.
+* losing an executor, in one event: its running tasks go back to pending (an
+  attempt charged), the outputs it held that an unfinished stage still needs go
+  back to pending (a re-run of their stage charged, at most
+  ``Limits.max_stage_reruns``), recursively when their own inputs went too.
+* with no executor alive for ``Limits.no_executor_grace_s``, a ``Tick`` fails the
+  waiting jobs with a message that says so.
+* after every event, pending tasks of runnable stages go to free slots of alive
+  executors, least loaded first, a stage's tasks together (``LaunchTask``).
+
+The life cycles of executors, tasks and stages are drawn in
+``state_executors`` and ``state_jobs``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
+from mangonel.scheduler.events import (
+    CancelTask,
+    Command,
+    DeclareExecutorLost,
+    Event,
+    ExecutionError,
+    ExecutorDraining,
+    ExecutorHeartbeat,
+    ExecutorLost,
+    ExecutorRegistered,
+    FetchFailed,
+    JobCancelled,
+    JobFailed,
+    JobSubmitted,
+    JobSucceeded,
+    LaunchTask,
+    Limits,
+    LossReason,
+    PartitionLocation,
+    QueryError,
+    ReleaseOutputs,
+    TaskCompleted,
+    TaskFailed,
+    Tick,
+)
+from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry
+from mangonel.scheduler.state_jobs import (
+    PENDING,
+    Done,
+    JobRecord,
+    Pending,
+    Running,
+    StageState,
+    TaskRecord,
+    invalid_plan_reason,
+)
+from mangonel.scheduler.state_views import (
+    ExecutorState,
+    ExecutorView,
+    JobState,
+    JobView,
+    StageView,
+)
+
+__all__ = [
+    "ExecutorState",
+    "ExecutorView",
+    "JobState",
+    "JobView",
+    "SchedulerState",
+    "StageView",
+]
+
+
+_DEFAULT_LIMITS = Limits()
+
+
+@dataclass
+class _Step:
+    """The commands one event produces, and the event's id and time."""
+
+    cause: int
+    now: float
+    commands: list[Command] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Loss:
+    executor: ExecutorId
+    reason: LossReason
+    detail: str
+
+
+class SchedulerState:
+    """All of the scheduler's job, stage, task and executor state.
+
+    Args:
+        limits: Bounds on retries, re-runs and timeouts.
+        keep_finished_jobs: Finished jobs kept (as views) for the status API.
+        keep_lost_executors: Lost executors kept for the status API.
+    """
+
+    def __init__(
+        self,
+        limits: Limits = _DEFAULT_LIMITS,
+        *,
+        keep_finished_jobs: int = 200,
+        keep_lost_executors: int = 100,
+    ) -> None:
+        self.limits = limits
+        self._executors = ExecutorRegistry(keep_lost=keep_lost_executors)
+        self._jobs: dict[JobId, JobRecord] = {}
+        self._finished: OrderedDict[JobId, JobView] = OrderedDict()
+        self._keep_finished = keep_finished_jobs
+        self._no_executor_since: float | None = None
+        """When the last live executor went away; ``None`` while one is live, or
+        before any registered (then a job waits from its submission)."""
+
+    # ------------------------------------------------------------------ entry point
+
+    def handle(self, event: Event) -> list[Command]:
+        """Apply one event; return the commands the shell must carry out, in order."""
+        step = _Step(cause=event.event_id, now=event.time)
+        match event:
+            case JobSubmitted():
+                self._job_submitted(event, step)
+            case JobCancelled():
+                job = self._jobs.get(event.job)
+                if job is not None:
+                    reason = event.reason
+                    msg = reason if reason.startswith("cancelled") else f"cancelled: {reason}"
+                    self._finish(job, JobState.CANCELLED, msg, step)
+            case ExecutorRegistered():
+                if self._executors.register(event.executor, event.time):
+                    self._no_executor_since = None
+            case ExecutorHeartbeat():
+                self._executors.heard_from(event.executor, event.time)
+            case ExecutorDraining():
+                self._executors.drain(event.executor, event.time)
+            case ExecutorLost():
+                if self._executors.is_live(event.executor):
+                    self._lose([_Loss(event.executor, event.reason, event.detail)], step)
+            case TaskCompleted():
+                self._task_completed(event, step)
+            case TaskFailed():
+                self._task_failed(event, step)
+            case Tick():
+                self._tick(step)
+            case _:
+                raise TypeError(f"not a scheduler event: {event!r}")
+        self._assign(step)
+        return step.commands
+
+    # ----------------------------------------------------------------------- views
+
+    def executors(self) -> list[ExecutorView]:
+        """Live executors in registration order, then recently lost ones."""
+        return self._executors.views()
+
+    def job(self, job_id: JobId) -> JobView | None:
+        """A job's progress, while it runs and for a while after it finishes."""
+        job = self._jobs.get(job_id)
+        if job is not None:
+            return job.view()
+        return self._finished.get(job_id)
+
+    def jobs(self) -> list[JobView]:
+        """Unfinished and recently finished jobs, oldest submission first."""
+        views = list(self._finished.values()) + [j.view() for j in self._jobs.values()]
+        return sorted(views, key=lambda v: v.submitted)
+
+    def running_attempts(self, executor: ExecutorId) -> list[TaskAttemptId]:
+        """Attempts running on ``executor`` now (empty once it is lost)."""
+        return self._executors.running_attempts(executor)
+
+    # ---------------------------------------------------------------------- jobs
+
+    def _job_submitted(self, event: JobSubmitted, step: _Step) -> None:
+        if event.job in self._jobs or event.job in self._finished:
+            return  # a duplicate submission must not reset a job's progress
+        job = JobRecord.create(event.job, event.plan, event.time)
+        self._jobs[job.id] = job
+        problem = invalid_plan_reason(event.plan)
+        if problem is not None:
+            msg = (
+                f"internal error: the planner produced a plan the scheduler cannot run "
+                f"({problem}); please report it together with the query"
+            )
+            self._finish(job, JobState.FAILED, msg, step)
+
+    def _finish(self, job: JobRecord, state: JobState, error: str, step: _Step) -> None:
+        """End a job: stop its attempts, report it, release its files, forget it."""
+        for task in job.tasks():
+            if isinstance(task.state, Running):
+                # Cancelled attempts free their slot at once: the executor kills
+                # them, and whatever they report later is stale and ignored.
+                step.commands.append(
+                    CancelTask(step.cause, task.state.executor, task.state.attempt)
+                )
+                self._executors.stop(task.state.executor, task.state.attempt)
+                task.state = PENDING
+        if state is JobState.SUCCEEDED:
+            step.commands.append(JobSucceeded(step.cause, job.id, job.result()))
+            # The final stage's files stay until the client has read them.
+            intermediate = tuple(s.id for s in job.plan.stages[:-1])
+            release: tuple[StageId, ...] | None = intermediate
+            holders = job.holders(intermediate) if intermediate else set()
+        else:
+            step.commands.append(JobFailed(step.cause, job.id, error))
+            release = None
+            holders = job.holders(None)
+        for executor in sorted(holders):
+            if self._executors.is_live(executor):
+                step.commands.append(ReleaseOutputs(step.cause, executor, job.id, release))
+        job.state = state
+        del self._jobs[job.id]
+        self._finished[job.id] = job.view(
+            finished=step.now, error=None if state is JobState.SUCCEEDED else error
+        )
+        while len(self._finished) > self._keep_finished:
+            self._finished.popitem(last=False)
+
+    # ---------------------------------------------------------------------- tasks
+
+    def _current(
+        self, attempt: TaskAttemptId, executor: ExecutorId
+    ) -> tuple[JobRecord, TaskRecord, ExecutorRecord] | None:
+        """The job and task if ``attempt`` is the one running on ``executor``.
+
+        Anything else is a stale report (lost executor, superseded attempt,
+        finished job) and must not change the state.
+        """
+        rec = self._executors.live(executor)
+        if rec is None:
+            return None
+        job = self._jobs.get(attempt.task.job)
+        task = job.task(attempt.task) if job is not None else None
+        if job is None or task is None:
+            return None
+        if task.state != Running(attempt, executor):
+            return None
+        return job, task, rec
+
+    def _task_completed(self, event: TaskCompleted, step: _Step) -> None:
+        self._executors.heard_from(event.executor, event.time)
+        found = self._current(event.attempt, event.executor)
+        if found is None:
+            return
+        job, task, executor = found
+        outputs = tuple(
+            PartitionLocation(
+                executor=event.executor,
+                host=executor.info.host,
+                flight_address=executor.info.flight_address,
+                stage=task.id.stage,
+                map_partition=task.id.partition,
+                partition=o.partition,
+                path=o.path,
+                rows=o.rows,
+                bytes=o.bytes,
+                checksum=o.checksum,
+            )
+            for o in sorted(event.outputs, key=lambda o: o.partition)
+        )
+        task.state = Done(event.attempt, event.executor, outputs)
+        self._executors.stop(event.executor, event.attempt)
+        if job.stages[job.plan.final.id].complete:
+            self._finish(job, JobState.SUCCEEDED, "", step)
+
+    def _task_failed(self, event: TaskFailed, step: _Step) -> None:
+        self._executors.heard_from(event.executor, event.time)
+        found = self._current(event.attempt, event.executor)
+        if found is None:
+            return
+        job, task, _ = found
+        self._executors.stop(event.executor, event.attempt)
+        failure = event.failure
+        match failure:
+            case QueryError():
+                task.state = PENDING
+                msg = (
+                    f"task {event.attempt} failed on executor {event.executor}: "
+                    f"{failure.message}. The query cannot run as written; fix it and "
+                    f"submit it again."
+                )
+                self._finish(job, JobState.FAILED, msg, step)
+            case ExecutionError():
+                if self._requeue(task, event.executor, failure.message, charge=True):
+                    self._finish(job, JobState.FAILED, self._exhausted(task), step)
+                else:
+                    self._fail_if_unrecoverable(job, step)
+            case FetchFailed():
+                # Not the reader's fault: re-queue it without charging an attempt.
+                # The lost output is charged to its stage as a re-run instead.
+                error = (
+                    f"could not fetch stage {failure.stage} map partition "
+                    f"{failure.map_partition} from executor {failure.executor}: "
+                    f"{failure.message}"
+                )
+                self._requeue(task, event.executor, error, charge=False)
+                if self._executors.is_live(failure.executor):
+                    step.commands.append(
+                        DeclareExecutorLost(step.cause, failure.executor, LossReason.FETCH_FAILURES)
+                    )
+                    detail = f"task {event.attempt} on {event.executor} {error}"
+                    self._lose([_Loss(failure.executor, LossReason.FETCH_FAILURES, detail)], step)
+                else:
+                    self._fail_if_unrecoverable(job, step)
+
+    def _requeue(self, task: TaskRecord, executor: ExecutorId, error: str, *, charge: bool) -> bool:
+        """Send a task whose attempt made no output back to pending.
+
+        Returns whether it has now used up ``Limits.max_task_attempts``.
+        """
+        task.state = PENDING
+        task.reruns += 1
+        task.last_error = error
+        if not charge:
+            return False
+        task.failures += 1
+        if executor not in task.failed_on:
+            task.failed_on.append(executor)
+        return task.failures >= self.limits.max_task_attempts
+
+    def _exhausted(self, task: TaskRecord) -> str:
+        return (
+            f"task {task.id} failed {task.failures} attempts (the limit is "
+            f"{self.limits.max_task_attempts}) on executor(s) {', '.join(task.failed_on)}; "
+            f"last error: {task.last_error}. Check those executors' logs; if the failure "
+            f"is transient, raise max_task_attempts."
+        )
+
+    # ------------------------------------------------------------------ recovery
+
+    def _lose(self, losses: list[_Loss], step: _Step) -> None:
+        """Recover from executors lost together, in one step."""
+        failing: dict[JobId, str] = {}
+        for loss in losses:
+            running = self._executors.mark_lost(loss.executor, loss.reason, loss.detail, step.now)
+            why = f"executor {loss.executor} was lost ({loss.reason.value})"
+            if loss.detail:
+                why += f": {loss.detail}"
+            for attempt in running:
+                job = self._jobs.get(attempt.task.job)
+                task = job.task(attempt.task) if job is not None else None
+                if job is None or task is None or task.state != Running(attempt, loss.executor):
+                    continue
+                if self._requeue(task, loss.executor, why, charge=True):
+                    failing.setdefault(job.id, self._exhausted(task))
+        if not self._executors.any_live() and self._no_executor_since is None:
+            self._no_executor_since = step.now
+        for job in list(self._jobs.values()):
+            problem = failing.get(job.id) or self._restore_lost_outputs(job)
+            if problem is not None:
+                self._finish(job, JobState.FAILED, problem, step)
+
+    def _fail_if_unrecoverable(self, job: JobRecord, step: _Step) -> None:
+        problem = self._restore_lost_outputs(job)
+        if problem is not None:
+            self._finish(job, JobState.FAILED, problem, step)
+
+    def _restore_lost_outputs(self, job: JobRecord) -> str | None:
+        """Send done tasks whose output is gone but still needed back to pending.
+
+        An output is needed when it is the final stage's (the job has not
+        succeeded, or it would be gone) or when a stage that reads it is not
+        complete. Walking the stages from the last to the first settles each
+        stage's completeness before its inputs are looked at, so one pass also
+        recomputes inputs of the tasks it just sent back.
+
+        Returns the job's error when a stage used up ``Limits.max_stage_reruns``.
+        """
+        is_live = self._executors.is_live
+        needed = {job.plan.final.id}
+        for rec in reversed(job.stages.values()):
+            if rec.stage.id in needed:
+                lost = [
+                    t
+                    for t in rec.tasks
+                    if isinstance(t.state, Done) and not is_live(t.state.executor)
+                ]
+                gone_from = sorted({t.state.executor for t in lost if isinstance(t.state, Done)})
+                for t in lost:
+                    t.state = PENDING
+                    t.recomputes += 1
+                if lost:
+                    rec.reruns += 1
+                    if rec.reruns > self.limits.max_stage_reruns:
+                        label = f" ({rec.stage.label})" if rec.stage.label else ""
+                        return (
+                            f"stage {rec.stage.id}{label} of job {job.id} lost its outputs "
+                            f"{rec.reruns} times (the limit is {self.limits.max_stage_reruns}; "
+                            f"last lost with executor(s) {', '.join(gone_from)}). Executors keep "
+                            f"being lost: check their logs, memory and network, or raise "
+                            f"max_stage_reruns."
+                        )
+            if not rec.complete:
+                needed.update(rec.stage.upstream)
+        return None
+
+    # ---------------------------------------------------------------------- time
+
+    def _tick(self, step: _Step) -> None:
+        timeout = self.limits.heartbeat_timeout_s
+        losses = []
+        for executor in self._executors.timed_out(step.now, timeout):
+            rec = self._executors.live(executor)
+            silent = step.now - rec.last_heartbeat if rec is not None else timeout
+            step.commands.append(
+                DeclareExecutorLost(step.cause, executor, LossReason.HEARTBEAT_TIMEOUT)
+            )
+            detail = f"no heartbeat for {silent:.1f} s (the timeout is {timeout:g} s)"
+            losses.append(_Loss(executor, LossReason.HEARTBEAT_TIMEOUT, detail))
+        if losses:
+            self._lose(losses, step)
+        if self._executors.any_live():
+            return
+        grace = self.limits.no_executor_grace_s
+        for job in list(self._jobs.values()):
+            since = job.submitted
+            if self._no_executor_since is not None:
+                since = max(since, self._no_executor_since)
+            waited = step.now - since
+            if waited >= grace:
+                msg = (
+                    f"no executor was alive for {waited:.0f} s (the limit is {grace:g} s), so "
+                    f"job {job.id} could not run. Start an executor pointed at this "
+                    f"scheduler, or check the executors' logs for why they exited."
+                )
+                self._finish(job, JobState.FAILED, msg, step)
+
+    # ------------------------------------------------------------------ assignment
+
+    def _assign(self, step: _Step) -> None:
+        """Hand pending tasks of runnable stages to free slots.
+
+        Jobs in submission order, stages in plan order, so a stage's tasks go out
+        together in one batch of commands; each to the least loaded executor.
+        """
+        if self._executors.least_loaded() is None:
+            return
+        is_live = self._executors.is_live
+        for job in self._jobs.values():
+            for sid, rec in job.stages.items():
+                pending = [t for t in rec.tasks if isinstance(t.state, Pending)]
+                if not pending or job.stage_state(sid, is_live) is not StageState.RUNNABLE:
+                    continue
+                for task in pending:
+                    executor = self._executors.least_loaded()
+                    if executor is None:
+                        return
+                    attempt = task.next_attempt()
+                    task.state = Running(attempt, executor.id)
+                    self._executors.start(executor.id, attempt)
+                    job.state = JobState.RUNNING
+                    step.commands.append(
+                        LaunchTask(step.cause, executor.id, job.task_spec(rec.stage, attempt))
+                    )

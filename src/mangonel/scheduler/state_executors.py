@@ -1,0 +1,177 @@
+"""The executor registry inside the scheduler's state machine.
+
+Owns which executors exist, their liveness and their slots. It makes no
+decisions about tasks: ``SchedulerState`` asks it who is free and tells it what
+runs where. Pure data, no clock: every time arrives as an argument.
+
+An executor's life (an id is never reused: a restarted process registers anew)::
+
+                 ExecutorRegistered
+                        │
+                        ▼
+                     ALIVE ──── ExecutorDraining ────▶ DRAINING
+                        │                                  │
+                        │ ExecutorLost, heartbeat timeout, │
+                        │ FetchFailed naming it            │
+                        ▼                                  │
+                      LOST ◀───────────────────────────────┘
+
+LOST is final. Lost executors are kept in a bounded history for the status
+views only; the registry forgets the oldest, and a forgotten id reads as unknown,
+which is treated the same way as lost (its reports are ignored).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from mangonel.ids import ExecutorId, TaskAttemptId
+from mangonel.scheduler.events import ExecutorInfo, LossReason
+from mangonel.scheduler.state_views import ExecutorState, ExecutorView
+
+
+@dataclass
+class ExecutorRecord:
+    """One executor's registration, liveness and running attempts."""
+
+    info: ExecutorInfo
+    seq: int
+    """Registration order: breaks ties between equally loaded executors."""
+    state: ExecutorState
+    since: float
+    last_heartbeat: float
+    running: set[TaskAttemptId] = field(default_factory=set)
+    reason: LossReason | None = None
+    detail: str = ""
+
+    @property
+    def id(self) -> ExecutorId:
+        return self.info.id
+
+    @property
+    def free_slots(self) -> int:
+        if self.state is not ExecutorState.ALIVE:
+            return 0
+        return max(0, self.info.slots - len(self.running))
+
+    @property
+    def load(self) -> float:
+        # Fraction of slots in use, so an 8-slot executor with 2 tasks counts as
+        # less loaded than a 2-slot one with 1.
+        return len(self.running) / self.info.slots if self.info.slots > 0 else 1.0
+
+    def view(self) -> ExecutorView:
+        return ExecutorView(
+            id=self.info.id,
+            host=self.info.host,
+            flight_address=self.info.flight_address,
+            slots=self.info.slots,
+            state=self.state,
+            since=self.since,
+            reason=self.reason,
+            detail=self.detail,
+            running=len(self.running),
+            last_heartbeat=self.last_heartbeat,
+        )
+
+
+class ExecutorRegistry:
+    """Alive and draining executors, plus a bounded history of lost ones."""
+
+    def __init__(self, keep_lost: int = 100) -> None:
+        self._live: dict[ExecutorId, ExecutorRecord] = {}
+        self._lost: OrderedDict[ExecutorId, ExecutorRecord] = OrderedDict()
+        self._keep_lost = keep_lost
+        self._seq = 0
+
+    # ------------------------------------------------------------------ queries
+
+    def live(self, executor: ExecutorId) -> ExecutorRecord | None:
+        """The executor's record if it is alive or draining, else ``None``."""
+        return self._live.get(executor)
+
+    def is_live(self, executor: ExecutorId) -> bool:
+        return executor in self._live
+
+    def any_live(self) -> bool:
+        return bool(self._live)
+
+    def least_loaded(self) -> ExecutorRecord | None:
+        """The alive executor with a free slot and the lowest load, if any."""
+        best: ExecutorRecord | None = None
+        for rec in self._live.values():
+            if rec.free_slots <= 0:
+                continue
+            if best is None or (rec.load, rec.seq) < (best.load, best.seq):
+                best = rec
+        return best
+
+    def views(self) -> list[ExecutorView]:
+        """Live executors in registration order, then lost ones in loss order."""
+        return [r.view() for r in self._live.values()] + [r.view() for r in self._lost.values()]
+
+    def timed_out(self, now: float, timeout_s: float) -> list[ExecutorId]:
+        """Live executors not heard from for more than ``timeout_s``."""
+        return [e for e, r in self._live.items() if now - r.last_heartbeat > timeout_s]
+
+    # ---------------------------------------------------------------- transitions
+
+    def register(self, info: ExecutorInfo, now: float) -> bool:
+        """Add a new alive executor; ``False`` when the id is already known.
+
+        A known live id re-registering (a reconnect) only counts as a heartbeat;
+        a lost id stays lost, since a restarted process must use a fresh id.
+        """
+        if info.id in self._live:
+            self._live[info.id].last_heartbeat = now
+            return False
+        if info.id in self._lost:
+            return False
+        self._seq += 1
+        self._live[info.id] = ExecutorRecord(
+            info=info, seq=self._seq, state=ExecutorState.ALIVE, since=now, last_heartbeat=now
+        )
+        return True
+
+    def heard_from(self, executor: ExecutorId, now: float) -> None:
+        rec = self._live.get(executor)
+        if rec is not None:
+            rec.last_heartbeat = max(rec.last_heartbeat, now)
+
+    def drain(self, executor: ExecutorId, now: float) -> None:
+        rec = self._live.get(executor)
+        if rec is not None and rec.state is ExecutorState.ALIVE:
+            rec.state = ExecutorState.DRAINING
+            rec.since = now
+
+    def mark_lost(
+        self, executor: ExecutorId, reason: LossReason, detail: str, now: float
+    ) -> list[TaskAttemptId]:
+        """Move a live executor to the lost history; return what it was running."""
+        rec = self._live.pop(executor, None)
+        if rec is None:
+            return []
+        running = sorted(rec.running)
+        rec.running.clear()
+        rec.state = ExecutorState.LOST
+        rec.since = now
+        rec.reason = reason
+        rec.detail = detail
+        self._lost[executor] = rec
+        while len(self._lost) > self._keep_lost:
+            self._lost.popitem(last=False)
+        return running
+
+    def start(self, executor: ExecutorId, attempt: TaskAttemptId) -> None:
+        self._live[executor].running.add(attempt)
+
+    def stop(self, executor: ExecutorId, attempt: TaskAttemptId) -> None:
+        """Free the attempt's slot (no-op if the executor is gone)."""
+        rec = self._live.get(executor)
+        if rec is not None:
+            rec.running.discard(attempt)
+
+    def running_attempts(self, executor: ExecutorId) -> list[TaskAttemptId]:
+        rec = self._live.get(executor)
+        return sorted(rec.running) if rec is not None else []

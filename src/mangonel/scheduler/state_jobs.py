@@ -1,0 +1,266 @@
+"""Jobs, stages and tasks inside the scheduler's state machine.
+
+Owns the per-job records and the rules that read them: when a stage may run,
+which files a task reads (its ``TaskSpec``), which finished outputs were lost
+with an executor and must be made again. ``SchedulerState`` drives the
+transitions; nothing here emits commands.
+
+A task's life; each state is its own type holding only that state's data, so a
+running task always knows its executor and a done task always has outputs::
+
+              launch (slot free, stage's inputs whole)
+    Pending ─────────────────────────────────────────▶ Running(attempt, executor)
+      ▲  ▲                                                 │          │
+      │  │ attempt failed, executor lost, fetch failed     │          │ TaskCompleted
+      │  └─────────────────────────────────────────────────┘          ▼
+      │                                               Done(attempt, executor, outputs)
+      │         its executor was lost while the output is still needed  │
+      └─────────────────────────────────────────────────────────────────┘
+
+A stage's state is derived from its tasks and its inputs, never stored, so it
+cannot disagree with them::
+
+                  every upstream stage          every task
+                  has its outputs whole         done
+        WAITING ───────────────────▶ RUNNABLE ───────────▶ COMPLETE
+           ▲                          │    ▲                   │
+           │ an upstream output       │    │ one of its own    │
+           │ was lost                 │    │ outputs was lost  │
+           └──────────────────────────┘    └───────────────────┘
+
+A COMPLETE stage whose upstream loses outputs stays COMPLETE: it no longer needs
+them. A stage whose own output and inputs are both lost goes back to WAITING.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
+from mangonel.plan.physical import DistributedPlan, InputMode, Stage
+from mangonel.scheduler.events import InputLocations, PartitionLocation, TaskSpec
+from mangonel.scheduler.state_views import JobState, JobView, StageView
+
+# ------------------------------------------------------------------- task states
+
+
+@dataclass(frozen=True)
+class Pending:
+    """Waiting for its stage's inputs and a free slot."""
+
+
+@dataclass(frozen=True)
+class Running:
+    attempt: TaskAttemptId
+    executor: ExecutorId
+
+
+@dataclass(frozen=True)
+class Done:
+    attempt: TaskAttemptId
+    executor: ExecutorId
+    outputs: tuple[PartitionLocation, ...]
+    """Sorted by partition."""
+
+
+TaskState = Pending | Running | Done
+PENDING = Pending()
+
+LiveCheck = Callable[[ExecutorId], bool]
+"""Whether an executor is alive or draining, i.e. still holds its output files."""
+
+
+@dataclass
+class TaskRecord:
+    """One task (partition) of a stage, across all its attempts."""
+
+    id: TaskId
+    state: TaskState = PENDING
+    attempts_launched: int = 0
+    """Also the next attempt number: attempts count from 0 and are never reused."""
+    failures: int = 0
+    """Attempts that count against ``Limits.max_task_attempts``."""
+    failed_on: list[ExecutorId] = field(default_factory=list)
+    last_error: str = ""
+    reruns: int = 0
+    recomputes: int = 0
+
+    def next_attempt(self) -> TaskAttemptId:
+        attempt = TaskAttemptId(self.id, self.attempts_launched)
+        self.attempts_launched += 1
+        return attempt
+
+
+class StageState(enum.Enum):
+    WAITING = "waiting"
+    RUNNABLE = "runnable"
+    COMPLETE = "complete"
+
+
+@dataclass
+class StageRecord:
+    stage: Stage
+    tasks: list[TaskRecord]
+    reruns: int = 0
+    """Times some of its finished outputs were lost and had to be made again."""
+
+    @property
+    def complete(self) -> bool:
+        return all(isinstance(t.state, Done) for t in self.tasks)
+
+    def view(self) -> StageView:
+        states = [t.state for t in self.tasks]
+        return StageView(
+            id=self.stage.id,
+            label=self.stage.label,
+            num_tasks=self.stage.num_tasks,
+            done=sum(isinstance(s, Done) for s in states),
+            running=sum(isinstance(s, Running) for s in states),
+            pending=sum(isinstance(s, Pending) for s in states),
+            attempts_launched=sum(t.attempts_launched for t in self.tasks),
+            tasks_rerun=sum(t.reruns for t in self.tasks),
+            outputs_recomputed=sum(t.recomputes for t in self.tasks),
+        )
+
+
+# -------------------------------------------------------------------------- jobs
+
+
+@dataclass
+class JobRecord:
+    """An unfinished job. Finished jobs survive only as a ``JobView``."""
+
+    id: JobId
+    plan: DistributedPlan
+    submitted: float
+    stages: dict[StageId, StageRecord]
+    """In the plan's (topological) order."""
+    state: JobState = JobState.QUEUED
+
+    @classmethod
+    def create(cls, job: JobId, plan: DistributedPlan, now: float) -> JobRecord:
+        stages = {
+            s.id: StageRecord(s, [TaskRecord(TaskId(job, s.id, p)) for p in range(s.num_tasks)])
+            for s in plan.stages
+        }
+        return cls(id=job, plan=plan, submitted=now, stages=stages)
+
+    def task(self, task: TaskId) -> TaskRecord | None:
+        rec = self.stages.get(task.stage)
+        if rec is None or not 0 <= task.partition < len(rec.tasks):
+            return None
+        return rec.tasks[task.partition]
+
+    def tasks(self) -> list[TaskRecord]:
+        return [t for s in self.stages.values() for t in s.tasks]
+
+    def stage_state(self, stage: StageId, is_live: LiveCheck) -> StageState:
+        rec = self.stages[stage]
+        if rec.complete:
+            return StageState.COMPLETE
+        if all(self.outputs_whole(u, is_live) for u in rec.stage.upstream):
+            return StageState.RUNNABLE
+        return StageState.WAITING
+
+    def outputs_whole(self, stage: StageId, is_live: LiveCheck) -> bool:
+        """Every task of ``stage`` is done and its executor still holds the output."""
+        return all(
+            isinstance(t.state, Done) and is_live(t.state.executor)
+            for t in self.stages[stage].tasks
+        )
+
+    def holders(self, stages: tuple[StageId, ...] | None) -> set[ExecutorId]:
+        """Executors holding finished outputs of the given stages (all when ``None``)."""
+        return {
+            t.state.executor
+            for sid, rec in self.stages.items()
+            if stages is None or sid in stages
+            for t in rec.tasks
+            if isinstance(t.state, Done)
+        }
+
+    def view(self, finished: float | None = None, error: str | None = None) -> JobView:
+        return JobView(
+            id=self.id,
+            state=self.state,
+            submitted=self.submitted,
+            finished=finished,
+            error=error,
+            stages=tuple(s.view() for s in self.stages.values()),
+            sql=self.plan.sql,
+        )
+
+    def task_spec(self, stage: Stage, attempt: TaskAttemptId) -> TaskSpec:
+        """What one attempt reads and writes (see ``plan.physical``)."""
+        partition = attempt.task.partition
+        inputs = tuple(
+            InputLocations(
+                name=i.name,
+                stage=i.stage,
+                mode=i.mode,
+                locations=self._input_locations(i.stage, i.mode, partition),
+                columns=self.stages[i.stage].stage.columns,
+            )
+            for i in stage.inputs
+        )
+        scan = stage.scan
+        return TaskSpec(
+            attempt=attempt,
+            sql=stage.sql,
+            output=stage.output,
+            columns=stage.columns,
+            scan_name=scan.name if scan else None,
+            scan_table=scan.table if scan else None,
+            scan_columns=scan.columns if scan else (),
+            scan_splits=scan.task_splits[partition] if scan else (),
+            inputs=inputs,
+        )
+
+    def _input_locations(
+        self, upstream: StageId, mode: InputMode, partition: int
+    ) -> tuple[PartitionLocation, ...]:
+        locations: list[PartitionLocation] = []
+        for t in self.stages[upstream].tasks:
+            # Only called for a RUNNABLE stage, whose upstream tasks are all done.
+            if isinstance(t.state, Done):
+                locations.extend(
+                    loc
+                    for loc in t.state.outputs
+                    if mode is InputMode.ALL or loc.partition == partition
+                )
+        return tuple(sorted(locations, key=lambda loc: (loc.map_partition, loc.partition)))
+
+    def result(self) -> tuple[PartitionLocation, ...]:
+        """The final stage's outputs, in partition order."""
+        final = self.plan.final
+        return self._input_locations(final.id, InputMode.ALL, 0)
+
+
+def invalid_plan_reason(plan: DistributedPlan) -> str | None:
+    """Why the runtime cannot schedule ``plan``, or ``None`` when it can.
+
+    The planner is ours, so these are internal errors; they are caught here so a
+    planner bug fails one job with a message instead of wedging the scheduler.
+    """
+    if not plan.stages:
+        return "the plan has no stages"
+    seen: set[StageId] = set()
+    for s in plan.stages:
+        if s.id in seen:
+            return f"stage {s.id} appears twice"
+        if s.num_tasks < 0:
+            return f"stage {s.id} has a negative task count"
+        for u in s.upstream:
+            if u not in seen:
+                return f"stage {s.id} reads stage {u}, which does not come before it"
+        if s.scan is not None and len(s.scan.task_splits) != s.num_tasks:
+            return (
+                f"stage {s.id} has {s.num_tasks} tasks but "
+                f"{len(s.scan.task_splits)} groups of scan splits"
+            )
+        seen.add(s.id)
+    if plan.final.num_tasks < 1:
+        return "the final stage has no tasks"
+    return None

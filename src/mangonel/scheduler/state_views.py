@@ -1,0 +1,100 @@
+"""Read-only snapshots of the scheduler state, for the status API and the web UI.
+
+Everything here is a frozen dataclass built fresh on each call, so a caller can
+keep or send a view without it changing under them and without being able to
+change the state machine through it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from mangonel.ids import ExecutorId, JobId, StageId
+from mangonel.scheduler.events import LossReason
+
+
+class ExecutorState(enum.Enum):
+    """Where an executor is in its life, as the scheduler sees it."""
+
+    ALIVE = "alive"
+    """Registered, heartbeating and taking tasks."""
+    DRAINING = "draining"
+    """Still serving its outputs and finishing its tasks, but given no new ones."""
+    LOST = "lost"
+    """Gone: its tasks were re-queued and the outputs still needed recomputed."""
+
+
+class JobState(enum.Enum):
+    """Where a job is in its life."""
+
+    QUEUED = "queued"
+    """Submitted; no task launched yet (no free slot, or no executor)."""
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class ExecutorView:
+    """One executor, alive, draining or recently lost."""
+
+    id: ExecutorId
+    host: str
+    flight_address: str
+    slots: int
+    state: ExecutorState
+    since: float
+    """Time of the last state change (registration, drain or loss)."""
+    reason: LossReason | None
+    """Why it was lost; ``None`` while it is not."""
+    detail: str
+    running: int
+    """Task attempts it is running now (0 once lost)."""
+    last_heartbeat: float
+
+
+@dataclass(frozen=True)
+class StageView:
+    """Progress and recovery counters of one stage of a job."""
+
+    id: StageId
+    label: str
+    num_tasks: int
+    done: int
+    running: int
+    pending: int
+    attempts_launched: int
+    tasks_rerun: int
+    """Times one of its tasks went back to pending after an attempt that made no
+    output: the attempt failed, its executor was lost, or it could not fetch."""
+    outputs_recomputed: int
+    """Times a finished task's output was lost (with its executor) and had to be
+    made again."""
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job: its state, timing, error and per-stage progress."""
+
+    id: JobId
+    state: JobState
+    submitted: float
+    finished: float | None
+    error: str | None
+    """The message of a failed or cancelled job; ``None`` otherwise."""
+    stages: tuple[StageView, ...]
+    sql: str = ""
+
+    @property
+    def tasks_rerun(self) -> int:
+        return sum(s.tasks_rerun for s in self.stages)
+
+    @property
+    def outputs_recomputed(self) -> int:
+        return sum(s.outputs_recomputed for s in self.stages)

@@ -1,0 +1,857 @@
+"""Unit tests of the scheduler's pure state machine (``scheduler.state``).
+
+Every test drives ``SchedulerState.handle`` with hand-built events and compares
+the exact commands it returns: no processes, no sleeps, no clock.
+
+The usual plan (``three_stage_plan``)::
+
+    stage 1  scan t, HASH(k) into R partitions, M tasks
+    stage 2  R tasks, PARTITION input from stage 1, SINGLE output
+    stage 3  1 task, ALL input from stage 2, SINGLE output (the result)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
+from mangonel.plan.physical import (
+    DistributedPlan,
+    FileSplit,
+    InputMode,
+    OutputKind,
+    OutputSpec,
+    ScanInput,
+    Stage,
+    StageInput,
+)
+from mangonel.scheduler.events import (
+    CancelTask,
+    Command,
+    DeclareExecutorLost,
+    Event,
+    ExecutionError,
+    ExecutorDraining,
+    ExecutorHeartbeat,
+    ExecutorInfo,
+    ExecutorLost,
+    ExecutorRegistered,
+    FetchFailed,
+    InputLocations,
+    JobCancelled,
+    JobFailed,
+    JobSubmitted,
+    JobSucceeded,
+    LaunchTask,
+    Limits,
+    LossReason,
+    PartitionLocation,
+    PartitionOutput,
+    QueryError,
+    ReleaseOutputs,
+    TaskCompleted,
+    TaskFailed,
+    TaskFailure,
+    Tick,
+)
+from mangonel.scheduler.state import ExecutorState, JobState, SchedulerState
+
+E1, E2, E3 = ExecutorId("e1"), ExecutorId("e2"), ExecutorId("e3")
+J1, J2 = JobId("j1"), JobId("j2")
+S1, S2, S3 = StageId(1), StageId(2), StageId(3)
+SINGLE = OutputSpec(OutputKind.SINGLE)
+
+# ----------------------------------------------------------------------- helpers
+
+
+def three_stage_plan(maps: int = 4, reducers: int = 2) -> DistributedPlan:
+    splits = tuple((FileSplit(f"/data/t/{i}.parquet", (0,), rows=100),) for i in range(maps))
+    scan = Stage(
+        id=S1,
+        sql="SELECT k, v FROM t",
+        output=OutputSpec(OutputKind.HASH, reducers, ("k",)),
+        num_tasks=maps,
+        columns=("k", "v"),
+        scan=ScanInput("t", "t", ("k", "v"), splits),
+        label="scan t",
+    )
+    agg = Stage(
+        id=S2,
+        sql="SELECT k, sum(v) AS s FROM s1 GROUP BY k",
+        output=SINGLE,
+        num_tasks=reducers,
+        columns=("k", "s"),
+        inputs=(StageInput("s1", S1, InputMode.PARTITION),),
+        label="final agg",
+    )
+    sort = Stage(
+        id=S3,
+        sql="SELECT * FROM s2 ORDER BY k",
+        output=SINGLE,
+        num_tasks=1,
+        columns=("k", "s"),
+        inputs=(StageInput("s2", S2, InputMode.ALL),),
+        label="sort",
+    )
+    return DistributedPlan((scan, agg, sort), columns=("k", "s"), sql="SELECT ...")
+
+
+def two_stage_plan(maps: int, finals: int, mode: InputMode) -> DistributedPlan:
+    """Scan (HASH into ``finals`` partitions) -> final stage reading it with ``mode``."""
+    plan = three_stage_plan(maps, finals)
+    final = Stage(
+        id=S2,
+        sql="SELECT * FROM s1",
+        output=SINGLE,
+        num_tasks=finals,
+        columns=("k", "v"),
+        inputs=(StageInput("s1", S1, mode),),
+    )
+    return DistributedPlan((plan.stages[0], final), columns=("k", "v"))
+
+
+def att(stage: int, partition: int, attempt: int = 0, job: JobId = J1) -> TaskAttemptId:
+    return TaskAttemptId(TaskId(job, StageId(stage), partition), attempt)
+
+
+def launches(commands: Sequence[Command]) -> list[tuple[str, str]]:
+    """``LaunchTask``s as ``(executor, attempt)`` strings, e.g. ``("e1", "j1/s1/p0/a0")``."""
+    return [(c.executor, str(c.task.attempt)) for c in commands if isinstance(c, LaunchTask)]
+
+
+class Harness:
+    """Feeds events with increasing ids at a settable time; remembers the plans."""
+
+    def __init__(self, limits: Limits | None = None, **kwargs: int) -> None:
+        self.state = SchedulerState(limits or Limits(), **kwargs)
+        self.now = 0.0
+        self.last_id = 0
+        self.plans: dict[JobId, DistributedPlan] = {}
+
+    def send(self, make: type[Event], *args: object, **kwargs: object) -> list[Command]:
+        self.last_id += 1
+        event = make(self.last_id, self.now, *args, **kwargs)
+        commands = self.state.handle(event)
+        assert all(c.cause == self.last_id for c in commands), commands
+        return commands
+
+    def register(self, executor: ExecutorId, slots: int = 4) -> list[Command]:
+        n = executor[1:]
+        info = ExecutorInfo(executor, f"h{n}", f"h{n}:50{n}", slots)
+        return self.send(ExecutorRegistered, info)
+
+    def submit(self, plan: DistributedPlan, job: JobId = J1) -> list[Command]:
+        self.plans[job] = plan
+        return self.send(JobSubmitted, job, plan)
+
+    def outputs(self, attempt: TaskAttemptId, executor: ExecutorId) -> tuple[PartitionOutput, ...]:
+        stage = self.plans[attempt.task.job].stage(attempt.task.stage)
+        return tuple(
+            PartitionOutput(p, f"/w/{executor}/{attempt}/{p}.arrow", 10, 100, f"c{p}")
+            for p in range(stage.output.partitions)
+        )
+
+    def loc(
+        self, attempt: TaskAttemptId, executor: ExecutorId, partition: int
+    ) -> PartitionLocation:
+        """Where ``complete(attempt, executor)`` put output ``partition``."""
+        n = executor[1:]
+        return PartitionLocation(
+            executor=executor,
+            host=f"h{n}",
+            flight_address=f"h{n}:50{n}",
+            stage=attempt.task.stage,
+            map_partition=attempt.task.partition,
+            partition=partition,
+            path=f"/w/{executor}/{attempt}/{partition}.arrow",
+            rows=10,
+            bytes=100,
+            checksum=f"c{partition}",
+        )
+
+    def complete(self, attempt: TaskAttemptId, executor: ExecutorId) -> list[Command]:
+        return self.send(TaskCompleted, attempt, executor, self.outputs(attempt, executor))
+
+    def fail(
+        self, attempt: TaskAttemptId, executor: ExecutorId, failure: TaskFailure
+    ) -> list[Command]:
+        return self.send(TaskFailed, attempt, executor, failure)
+
+    def lose(
+        self, executor: ExecutorId, reason: LossReason = LossReason.CONNECTION_LOST
+    ) -> list[Command]:
+        return self.send(ExecutorLost, executor, reason, "socket closed")
+
+    def tick(self, at: float) -> list[Command]:
+        self.now = at
+        return self.send(Tick)
+
+
+def started(maps: int = 4, reducers: int = 2, slots: int = 4) -> Harness:
+    """e1 and e2 registered, j1 submitted: stage 1 runs p0, p2 on e1 and p1, p3 on e2."""
+    h = Harness()
+    h.register(E1, slots)
+    h.register(E2, slots)
+    h.submit(three_stage_plan(maps, reducers))
+    return h
+
+
+def finish_maps(h: Harness, placement: dict[int, ExecutorId]) -> list[Command]:
+    commands: list[Command] = []
+    for p, executor in placement.items():
+        commands = h.complete(att(1, p), executor)
+    return commands
+
+
+# -------------------------------------------------------------------- happy path
+
+
+def test_happy_path_launches_spreads_and_succeeds() -> None:
+    h = Harness()
+    assert h.register(E1, 2) == []
+    assert h.register(E2, 2) == []
+    plan = three_stage_plan(maps=4, reducers=2)
+    cmds = h.submit(plan)
+    # The whole map stage goes out in one batch, alternating between executors.
+    assert launches(cmds) == [
+        ("e1", "j1/s1/p0/a0"),
+        ("e2", "j1/s1/p1/a0"),
+        ("e1", "j1/s1/p2/a0"),
+        ("e2", "j1/s1/p3/a0"),
+    ]
+    spec = cmds[2]
+    assert isinstance(spec, LaunchTask)
+    scan = plan.stages[0].scan
+    assert scan is not None
+    assert spec.task.sql == "SELECT k, v FROM t"
+    assert spec.task.output == plan.stages[0].output
+    assert spec.task.columns == ("k", "v")
+    assert (spec.task.scan_name, spec.task.scan_table) == ("t", "t")
+    assert spec.task.scan_columns == ("k", "v")
+    assert spec.task.scan_splits == scan.task_splits[2]
+    assert spec.task.inputs == ()
+    view = h.state.job(J1)
+    assert view is not None and view.state is JobState.RUNNING
+
+    assert h.complete(att(1, 0), E1) == []
+    assert h.complete(att(1, 1), E2) == []
+    assert h.complete(att(1, 3), E2) == []
+    cmds = h.complete(att(1, 2), E1)
+    assert launches(cmds) == [("e1", "j1/s2/p0/a0"), ("e2", "j1/s2/p1/a0")]
+    reducer = cmds[1]
+    assert isinstance(reducer, LaunchTask)
+    placed = {0: E1, 1: E2, 2: E1, 3: E2}
+    assert reducer.task.inputs == (
+        InputLocations(
+            name="s1",
+            stage=S1,
+            mode=InputMode.PARTITION,
+            locations=tuple(h.loc(att(1, m), placed[m], 1) for m in range(4)),
+            columns=("k", "v"),
+        ),
+    )
+    assert reducer.task.scan_name is None and reducer.task.scan_splits == ()
+
+    assert h.complete(att(2, 1), E2) == []
+    cmds = h.complete(att(2, 0), E1)
+    assert launches(cmds) == [("e1", "j1/s3/p0/a0")]
+    final = cmds[0]
+    assert isinstance(final, LaunchTask)
+    assert final.task.inputs[0].locations == (
+        h.loc(att(2, 0), E1, 0),
+        h.loc(att(2, 1), E2, 0),
+    )
+    assert final.task.inputs[0].mode is InputMode.ALL
+
+    cmds = h.complete(att(3, 0), E1)
+    assert cmds == [
+        JobSucceeded(h.last_id, J1, (h.loc(att(3, 0), E1, 0),)),
+        ReleaseOutputs(h.last_id, E1, J1, (S1, S2)),
+        ReleaseOutputs(h.last_id, E2, J1, (S1, S2)),
+    ]
+    view = h.state.job(J1)
+    assert view is not None
+    assert view.state is JobState.SUCCEEDED and view.error is None
+    assert [(s.id, s.done, s.running, s.pending, s.attempts_launched) for s in view.stages] == [
+        (S1, 4, 0, 0, 4),
+        (S2, 2, 0, 0, 2),
+        (S3, 1, 0, 0, 1),
+    ]
+    assert view.tasks_rerun == 0 and view.outputs_recomputed == 0
+    # A finished job ignores anything else said about it.
+    assert h.complete(att(3, 0), E1) == []
+
+
+def test_slots_are_respected_and_freed_slots_reused() -> None:
+    h = Harness()
+    h.register(E1, 1)
+    h.register(E2, 2)
+    cmds = h.submit(three_stage_plan(maps=5, reducers=1))
+    # Least loaded by fraction of slots in use: e1 (0/1), e2 (0/2), e2 (1/2); then full.
+    assert launches(cmds) == [
+        ("e1", "j1/s1/p0/a0"),
+        ("e2", "j1/s1/p1/a0"),
+        ("e2", "j1/s1/p2/a0"),
+    ]
+    assert h.state.running_attempts(E2) == [att(1, 1), att(1, 2)]
+    assert launches(h.complete(att(1, 1), E2)) == [("e2", "j1/s1/p3/a0")]
+    assert launches(h.complete(att(1, 0), E1)) == [("e1", "j1/s1/p4/a0")]
+    assert [(v.id, v.running) for v in h.state.executors()] == [("e1", 1), ("e2", 2)]
+
+
+def test_all_input_is_ordered_by_map_then_partition() -> None:
+    h = Harness()
+    h.register(E1)
+    h.register(E2)
+    h.submit(two_stage_plan(maps=2, finals=2, mode=InputMode.ALL))
+    h.complete(att(1, 1), E2)
+    cmds = h.complete(att(1, 0), E1)
+    assert launches(cmds) == [("e1", "j1/s2/p0/a0"), ("e2", "j1/s2/p1/a0")]
+    expected = (
+        h.loc(att(1, 0), E1, 0),
+        h.loc(att(1, 0), E1, 1),
+        h.loc(att(1, 1), E2, 0),
+        h.loc(att(1, 1), E2, 1),
+    )
+    for cmd in cmds:
+        assert isinstance(cmd, LaunchTask)
+        assert cmd.task.inputs[0].locations == expected
+
+
+def test_job_waits_queued_without_executors_then_runs() -> None:
+    h = Harness()
+    assert h.submit(three_stage_plan(maps=2)) == []
+    view = h.state.job(J1)
+    assert view is not None and view.state is JobState.QUEUED
+    assert launches(h.register(E1)) == [("e1", "j1/s1/p0/a0"), ("e1", "j1/s1/p1/a0")]
+
+
+# ---------------------------------------------------------------------- failures
+
+
+def test_query_error_fails_job_at_once() -> None:
+    h = Harness()
+    h.register(E1, 2)
+    h.register(E2, 1)
+    h.submit(three_stage_plan(maps=3))
+    h.complete(att(1, 1), E2)
+    cmds = h.fail(att(1, 0), E1, QueryError("Binder Error: column x not found"))
+    assert len(cmds) == 3
+    assert cmds[0] == CancelTask(h.last_id, E1, att(1, 2))
+    failed = cmds[1]
+    assert isinstance(failed, JobFailed) and failed.job == J1
+    assert "j1/s1/p0/a0" in failed.message and "e1" in failed.message
+    assert "column x not found" in failed.message
+    assert cmds[2] == ReleaseOutputs(h.last_id, E2, J1, None)
+    assert h.state.running_attempts(E1) == []
+    view = h.state.job(J1)
+    assert view is not None and view.state is JobState.FAILED
+    assert view.error == failed.message
+    # The cancelled attempt's late report changes nothing.
+    assert h.complete(att(1, 2), E1) == []
+
+
+def test_execution_error_is_retried_with_new_attempt_numbers() -> None:
+    h = Harness(Limits(max_task_attempts=3))
+    h.register(E1, 1)
+    h.submit(three_stage_plan(maps=1, reducers=1))
+    cmds = h.fail(att(1, 0), E1, ExecutionError("out of memory"))
+    assert launches(cmds) == [("e1", "j1/s1/p0/a1")]
+    cmds = h.fail(att(1, 0, 1), E1, ExecutionError("out of memory"))
+    assert launches(cmds) == [("e1", "j1/s1/p0/a2")]
+    assert launches(h.complete(att(1, 0, 2), E1)) == [("e1", "j1/s2/p0/a0")]
+    view = h.state.job(J1)
+    assert view is not None
+    assert (view.stages[0].attempts_launched, view.stages[0].tasks_rerun) == (3, 2)
+
+
+def test_execution_error_exhausted_names_task_executors_reason_attempts() -> None:
+    h = Harness(Limits(max_task_attempts=3))
+    h.register(E1, 1)
+    h.register(E2, 1)
+    h.submit(three_stage_plan(maps=1, reducers=1))
+    # A lost executor counts as a failed attempt too.
+    assert launches(h.lose(E1)) == [("e2", "j1/s1/p0/a1")]
+    assert launches(h.fail(att(1, 0, 1), E2, ExecutionError("disk full"))) == [
+        ("e2", "j1/s1/p0/a2")
+    ]
+    cmds = h.fail(att(1, 0, 2), E2, ExecutionError("disk full"))
+    assert len(cmds) == 1 and isinstance(cmds[0], JobFailed)
+    msg = cmds[0].message
+    assert "task j1/s1/p0 failed 3 attempts" in msg
+    assert "on executor(s) e1, e2; last error: disk full" in msg
+    assert "max_task_attempts" in msg
+
+
+# ---------------------------------------------------------------------- recovery
+
+
+def test_loss_before_map_stage_completes_reruns_lost_tasks_only() -> None:
+    h = started()
+    h.complete(att(1, 0), E1)
+    h.complete(att(1, 1), E2)
+    # e1 ran p2 and held p0's output: both run again on e2, p1's output stays.
+    assert launches(h.lose(E1)) == [("e2", "j1/s1/p0/a1"), ("e2", "j1/s1/p2/a1")]
+    view = h.state.job(J1)
+    assert view is not None
+    s1 = view.stages[0]
+    assert (s1.done, s1.running, s1.tasks_rerun, s1.outputs_recomputed) == (1, 3, 1, 1)
+
+
+def test_loss_after_map_stage_completes_reruns_only_lost_map_tasks() -> None:
+    h = started()
+    cmds = finish_maps(h, {0: E1, 1: E2, 2: E1, 3: E2})
+    assert launches(cmds) == [("e1", "j1/s2/p0/a0"), ("e2", "j1/s2/p1/a0")]
+    # The reducer on e1 goes back to pending but waits: its input is incomplete.
+    assert launches(h.lose(E1)) == [("e2", "j1/s1/p0/a1"), ("e2", "j1/s1/p2/a1")]
+    # The reducer on e2 already read everything: it completes fine.
+    assert h.complete(att(2, 1), E2) == []
+    assert h.complete(att(1, 0, 1), E2) == []
+    cmds = h.complete(att(1, 2, 1), E2)
+    assert launches(cmds) == [("e2", "j1/s2/p0/a1")]
+    reducer = cmds[0]
+    assert isinstance(reducer, LaunchTask)
+    assert reducer.task.inputs[0].locations == (
+        h.loc(att(1, 0, 1), E2, 0),
+        h.loc(att(1, 1), E2, 0),
+        h.loc(att(1, 2, 1), E2, 0),
+        h.loc(att(1, 3), E2, 0),
+    )
+    assert launches(h.complete(att(2, 0, 1), E2)) == [("e2", "j1/s3/p0/a0")]
+    assert h.complete(att(3, 0), E2) == [
+        JobSucceeded(h.last_id, J1, (h.loc(att(3, 0), E2, 0),)),
+        ReleaseOutputs(h.last_id, E2, J1, (S1, S2)),
+    ]
+    view = h.state.job(J1)
+    assert view is not None
+    assert [(s.tasks_rerun, s.outputs_recomputed) for s in view.stages] == [
+        (0, 2),
+        (1, 0),
+        (0, 0),
+    ]
+    assert (view.tasks_rerun, view.outputs_recomputed) == (1, 2)
+
+
+def test_fetch_failed_recomputes_exactly_that_map_task_without_charging_reader() -> None:
+    # Two attempts per task: were the fetch failure charged, the reader's next
+    # ExecutionError would exhaust them.
+    h = Harness(Limits(max_task_attempts=2))
+    for e in (E1, E2, E3):
+        h.register(e, 1)
+    h.submit(three_stage_plan(maps=3, reducers=2))
+    cmds = finish_maps(h, {0: E1, 1: E2, 2: E3})
+    assert launches(cmds) == [("e1", "j1/s2/p0/a0"), ("e2", "j1/s2/p1/a0")]
+    cmds = h.fail(att(2, 0), E1, FetchFailed(E3, S1, 2, "connection refused"))
+    assert cmds[0] == DeclareExecutorLost(h.last_id, E3, LossReason.FETCH_FAILURES)
+    assert launches(cmds) == [("e1", "j1/s1/p2/a1")]
+    assert len(cmds) == 2
+    lost = [v for v in h.state.executors() if v.id == E3][0]
+    assert lost.state is ExecutorState.LOST and lost.reason is LossReason.FETCH_FAILURES
+    assert "connection refused" in lost.detail
+    cmds = h.complete(att(1, 2, 1), E1)
+    assert launches(cmds) == [("e1", "j1/s2/p0/a1")]
+    reducer = cmds[0]
+    assert isinstance(reducer, LaunchTask)
+    assert [loc.executor for loc in reducer.task.inputs[0].locations] == [E1, E2, E1]
+    view = h.state.job(J1)
+    assert view is not None
+    assert (view.stages[0].outputs_recomputed, view.stages[1].tasks_rerun) == (1, 1)
+    cmds = h.fail(att(2, 0, 1), E1, ExecutionError("killed"))
+    assert launches(cmds) == [("e1", "j1/s2/p0/a2")]
+
+
+def test_fetch_failed_naming_an_already_lost_executor_requeues_the_reader() -> None:
+    h = started(maps=2, reducers=1)
+    finish_maps(h, {0: E1, 1: E2})  # the reducer runs on e1
+    h.lose(E2)
+    cmds = h.fail(att(2, 0), E1, FetchFailed(E2, S1, 1, "connection reset"))
+    # No second loss, no second re-run of stage 1: the reader just waits for it.
+    assert cmds == []
+    view = h.state.job(J1)
+    assert view is not None
+    assert (view.stages[0].outputs_recomputed, view.stages[1].pending) == (1, 1)
+
+
+def test_loss_of_final_result_holder_before_success_recomputes_it() -> None:
+    h = Harness()
+    h.register(E2, 1)
+    h.submit(two_stage_plan(maps=1, finals=2, mode=InputMode.PARTITION))
+    h.register(E1, 2)
+    cmds = h.complete(att(1, 0), E2)
+    assert launches(cmds) == [("e2", "j1/s2/p0/a0"), ("e1", "j1/s2/p1/a0")]
+    assert h.complete(att(2, 1), E1) == []
+    assert h.lose(E1) == []  # e2 is busy; the lost result waits for a slot
+    assert launches(h.complete(att(2, 0), E2)) == [("e2", "j1/s2/p1/a1")]
+    assert h.complete(att(2, 1, 1), E2) == [
+        JobSucceeded(h.last_id, J1, (h.loc(att(2, 0), E2, 0), h.loc(att(2, 1, 1), E2, 0))),
+        ReleaseOutputs(h.last_id, E2, J1, (S1,)),
+    ]
+
+
+def test_success_releases_outputs_only_on_live_executors() -> None:
+    h = Harness()
+    h.register(E1, 1)
+    h.register(E2, 2)
+    h.submit(three_stage_plan(maps=2, reducers=1))
+    h.send(ExecutorDraining, E1)
+    finish_maps(h, {0: E1, 1: E2})
+    h.complete(att(2, 0), E2)
+    assert h.lose(E1) == []  # map 0's output is no longer needed
+    assert h.complete(att(3, 0), E2) == [
+        JobSucceeded(h.last_id, J1, (h.loc(att(3, 0), E2, 0),)),
+        ReleaseOutputs(h.last_id, E2, J1, (S1, S2)),
+    ]
+
+
+def test_loss_after_success_changes_nothing() -> None:
+    h = started(maps=1, reducers=1)
+    h.complete(att(1, 0), E1)
+    h.complete(att(2, 0), E1)
+    assert isinstance(h.complete(att(3, 0), E1)[0], JobSucceeded)
+    assert h.lose(E1) == []
+    view = h.state.job(J1)
+    assert view is not None and view.state is JobState.SUCCEEDED
+
+
+def test_late_reports_from_lost_executor_or_superseded_attempt_are_ignored() -> None:
+    h = started(maps=2, reducers=1)
+    assert launches(h.lose(E1)) == [("e2", "j1/s1/p0/a1")]
+    before = h.state.job(J1)
+    assert h.complete(att(1, 0), E1) == []  # from the lost executor
+    assert h.fail(att(1, 0), E1, QueryError("boom")) == []
+    assert h.send(ExecutorHeartbeat, E1) == []
+    assert h.state.job(J1) == before
+    # A superseded attempt reporting from a live executor.
+    assert launches(h.fail(att(1, 1), E2, ExecutionError("io"))) == [("e2", "j1/s1/p1/a1")]
+    assert h.complete(att(1, 1, 0), E2) == []
+    assert h.complete(att(1, 1, 7), E2) == []  # never launched
+    assert h.complete(att(1, 0, 1), E1) == []  # right attempt, wrong executor
+    assert h.state.job(J1) is not None
+    view = h.state.job(J1)
+    assert view is not None and view.stages[0].done == 0
+    assert h.send(TaskCompleted, att(9, 0), E2, ()) == []  # unknown stage
+    assert h.send(TaskCompleted, att(1, 0, job=J2), E2, ()) == []  # unknown job
+
+
+def test_two_losses_in_a_row() -> None:
+    h = Harness()
+    for e in (E1, E2, E3):
+        h.register(e, 4)
+    h.submit(three_stage_plan(maps=3, reducers=1))
+    cmds = finish_maps(h, {0: E1, 1: E2, 2: E3})
+    assert launches(cmds) == [("e1", "j1/s2/p0/a0")]
+    # e1 held map 0 and ran the reducer; map 0 goes to e2 (least loaded, first).
+    assert launches(h.lose(E1)) == [("e2", "j1/s1/p0/a1")]
+    # e2 then takes map 0's re-run and map 1's output with it.
+    assert launches(h.lose(E2)) == [("e3", "j1/s1/p0/a2"), ("e3", "j1/s1/p1/a1")]
+    h.complete(att(1, 0, 2), E3)
+    assert launches(h.complete(att(1, 1, 1), E3)) == [("e3", "j1/s2/p0/a1")]
+    h.complete(att(2, 0, 1), E3)
+    cmds = h.complete(att(3, 0), E3)
+    assert isinstance(cmds[0], JobSucceeded)
+    assert cmds[1:] == [ReleaseOutputs(h.last_id, E3, J1, (S1, S2))]
+    view = h.state.job(J1)
+    assert view is not None
+    # Map 0: a0 on e1 done then lost, a1 on e2 lost while running, a2 done.
+    assert [(s.tasks_rerun, s.outputs_recomputed) for s in view.stages] == [
+        (1, 2),
+        (1, 0),
+        (0, 0),
+    ]
+
+
+def test_recovery_is_recursive_in_one_event_and_a_finished_consumer_cancels_it() -> None:
+    h = Harness()
+    h.register(E1, 2)
+    h.register(E2, 2)
+    h.submit(three_stage_plan(maps=2, reducers=1))
+    assert launches(finish_maps(h, {0: E1, 1: E2})) == [("e1", "j1/s2/p0/a0")]
+    h.send(ExecutorDraining, E1)
+    assert launches(h.complete(att(2, 0), E1)) == [("e2", "j1/s3/p0/a0")]
+    h.register(E3, 2)
+    # The final task still runs, so the reducer output on e1 is needed; the
+    # reducer needs map 0's output, also on e1: map 0 runs first, the reducer waits.
+    assert launches(h.lose(E1, LossReason.DRAINED)) == [("e3", "j1/s1/p0/a1")]
+    view = h.state.job(J1)
+    assert view is not None
+    assert [(s.done, s.running, s.pending) for s in view.stages] == [
+        (1, 1, 0),
+        (0, 0, 1),
+        (0, 1, 0),
+    ]
+    # The final task had read everything: it completes, the recompute is cancelled.
+    assert h.complete(att(3, 0), E2) == [
+        CancelTask(h.last_id, E3, att(1, 0, 1)),
+        JobSucceeded(h.last_id, J1, (h.loc(att(3, 0), E2, 0),)),
+        ReleaseOutputs(h.last_id, E2, J1, (S1, S2)),
+    ]
+    assert h.state.running_attempts(E3) == []
+
+
+def test_outputs_no_longer_needed_are_not_recomputed_until_they_are() -> None:
+    h = Harness()
+    h.register(E1, 1)
+    h.register(E2, 2)
+    h.submit(three_stage_plan(maps=2, reducers=1))
+    h.send(ExecutorDraining, E1)
+    assert launches(finish_maps(h, {0: E1, 1: E2})) == [("e2", "j1/s2/p0/a0")]
+    assert launches(h.complete(att(2, 0), E2)) == [("e2", "j1/s3/p0/a0")]
+    h.register(E3, 2)
+    # Stage 2 is complete and the final task reads only stage 2: map 0 can go.
+    assert h.lose(E1) == []
+    view = h.state.job(J1)
+    assert view is not None and view.outputs_recomputed == 0
+    # Losing e2 loses the final task and the reducer output; re-running the
+    # reducer needs map 0 (lost earlier with e1) and map 1 (lost now).
+    assert launches(h.lose(E2)) == [("e3", "j1/s1/p0/a1"), ("e3", "j1/s1/p1/a1")]
+    h.complete(att(1, 0, 1), E3)
+    assert launches(h.complete(att(1, 1, 1), E3)) == [("e3", "j1/s2/p0/a1")]
+    assert launches(h.complete(att(2, 0, 1), E3)) == [("e3", "j1/s3/p0/a1")]
+    assert isinstance(h.complete(att(3, 0, 1), E3)[0], JobSucceeded)
+    view = h.state.job(J1)
+    assert view is not None
+    assert [(s.tasks_rerun, s.outputs_recomputed) for s in view.stages] == [
+        (0, 2),
+        (0, 1),
+        (1, 0),
+    ]
+
+
+def test_heartbeat_timeout_via_tick() -> None:
+    h = Harness(Limits(heartbeat_timeout_s=10.0))
+    h.register(E1, 1)
+    h.register(E2, 2)
+    assert launches(h.submit(three_stage_plan(maps=2))) == [
+        ("e1", "j1/s1/p0/a0"),
+        ("e2", "j1/s1/p1/a0"),
+    ]
+    h.now = 5.0
+    h.send(ExecutorHeartbeat, E2)
+    assert h.tick(10.0) == []  # e1 silent for exactly the timeout: not yet
+    cmds = h.tick(12.0)
+    assert cmds == [
+        DeclareExecutorLost(h.last_id, E1, LossReason.HEARTBEAT_TIMEOUT),
+        cmds[1],
+    ]
+    assert launches(cmds[1:]) == [("e2", "j1/s1/p0/a1")]
+    e1 = h.state.executors()[1]
+    assert (e1.id, e1.state, e1.since, e1.reason) == (
+        E1,
+        ExecutorState.LOST,
+        12.0,
+        LossReason.HEARTBEAT_TIMEOUT,
+    )
+    assert "12.0 s" in e1.detail
+    assert h.tick(14.0) == []  # e2 heard from at 5.0 is still fine
+    # A task report counts as being heard from.
+    h.now = 15.0
+    h.complete(att(1, 1), E2)
+    assert h.tick(24.0) == []
+    cmds = h.tick(25.5)
+    assert cmds[0] == DeclareExecutorLost(h.last_id, E2, LossReason.HEARTBEAT_TIMEOUT)
+
+
+def test_executors_timing_out_together_are_one_stage_rerun() -> None:
+    h = Harness(Limits(heartbeat_timeout_s=10.0, max_stage_reruns=1))
+    h.register(E1, 1)
+    h.register(E2, 1)
+    h.submit(three_stage_plan(maps=2, reducers=1))
+    finish_maps(h, {0: E1, 1: E2})  # the reducer runs on e1
+    h.register(E3, 2)
+    h.now = 8.0
+    h.send(ExecutorHeartbeat, E3)
+    cmds = h.tick(11.0)
+    assert cmds[:2] == [
+        DeclareExecutorLost(h.last_id, E1, LossReason.HEARTBEAT_TIMEOUT),
+        DeclareExecutorLost(h.last_id, E2, LossReason.HEARTBEAT_TIMEOUT),
+    ]
+    assert launches(cmds) == [("e3", "j1/s1/p0/a1"), ("e3", "j1/s1/p1/a1")]
+
+
+def test_stage_reruns_exhausted_fails_job() -> None:
+    h = Harness(Limits(max_stage_reruns=1))
+    for e in (E1, E2, E3):
+        h.register(e, 1)
+    h.submit(three_stage_plan(maps=1, reducers=1))
+    assert launches(h.complete(att(1, 0), E1)) == [("e1", "j1/s2/p0/a0")]
+    cmds = h.fail(att(2, 0), E1, FetchFailed(E1, S1, 0, "file missing"))
+    # e1 lost: map 0 re-runs (stage 1's first re-run) on e2.
+    assert launches(cmds) == [("e2", "j1/s1/p0/a1")]
+    assert launches(h.complete(att(1, 0, 1), E2)) == [("e2", "j1/s2/p0/a1")]
+    cmds = h.fail(att(2, 0, 1), E2, FetchFailed(E2, S1, 0, "file missing"))
+    assert cmds[0] == DeclareExecutorLost(h.last_id, E2, LossReason.FETCH_FAILURES)
+    assert len(cmds) == 2 and isinstance(cmds[1], JobFailed)
+    msg = cmds[1].message
+    assert "stage 1 (scan t)" in msg and "2 times" in msg and "limit is 1" in msg
+    assert "e2" in msg
+
+
+def test_all_executors_lost_then_one_rejoins_within_grace() -> None:
+    h = Harness(Limits(no_executor_grace_s=30.0))
+    h.register(E1, 2)
+    h.submit(three_stage_plan(maps=2, reducers=1))
+    h.now = 10.0
+    assert h.lose(E1) == []
+    assert h.tick(39.0) == []
+    h.now = 39.5
+    assert launches(h.register(E2, 2)) == [("e2", "j1/s1/p0/a1"), ("e2", "j1/s1/p1/a1")]
+    h.now = 95.0
+    h.send(ExecutorHeartbeat, E2)
+    assert h.tick(100.0) == []
+    finish = [h.complete(att(1, p, 1), E2) for p in (0, 1)]
+    assert launches(finish[1]) == [("e2", "j1/s2/p0/a0")]
+    h.complete(att(2, 0), E2)
+    assert isinstance(h.complete(att(3, 0), E2)[0], JobSucceeded)
+
+
+def test_grace_restarts_when_an_executor_comes_and_goes() -> None:
+    h = Harness(Limits(no_executor_grace_s=30.0, heartbeat_timeout_s=1000.0))
+    h.register(E1, 1)
+    h.submit(three_stage_plan(maps=1))
+    h.now = 10.0
+    h.lose(E1)
+    h.now = 20.0
+    assert launches(h.register(E2, 1)) == [("e2", "j1/s1/p0/a1")]
+    h.now = 50.0
+    h.lose(E2)
+    assert h.tick(79.0) == []
+    cmds = h.tick(80.0)
+    assert len(cmds) == 1 and isinstance(cmds[0], JobFailed)
+
+
+def test_no_executor_for_grace_fails_job_with_clear_message() -> None:
+    h = Harness(Limits(no_executor_grace_s=30.0, heartbeat_timeout_s=1000.0))
+    h.register(E1, 2)
+    h.submit(three_stage_plan(maps=2, reducers=1))
+    h.complete(att(1, 0), E1)
+    h.now = 10.0
+    h.lose(E1)
+    # A job submitted while none is alive waits from its own submission.
+    h.now = 20.0
+    h.submit(three_stage_plan(maps=1), J2)
+    assert h.tick(39.9) == []
+    cmds = h.tick(40.0)
+    assert len(cmds) == 1 and isinstance(cmds[0], JobFailed) and cmds[0].job == J1
+    assert "no executor was alive for 30 s" in cmds[0].message
+    assert "Start an executor" in cmds[0].message
+    assert h.tick(49.0) == []
+    cmds = h.tick(50.0)
+    assert len(cmds) == 1 and isinstance(cmds[0], JobFailed) and cmds[0].job == J2
+    assert "no executor was alive for 30 s" in cmds[0].message
+
+
+def test_cancel_stops_tasks_releases_outputs_and_frees_slots() -> None:
+    h = started(maps=4, reducers=1, slots=2)
+    h.submit(three_stage_plan(maps=2), J2)  # queued behind j1: no free slot
+    h.complete(att(1, 1), E2)  # j2 gets that slot
+    assert h.state.running_attempts(E2) == [att(1, 3), att(1, 0, job=J2)]
+    cmds = h.send(JobCancelled, J1)
+    assert cmds == [
+        CancelTask(h.last_id, E1, att(1, 0)),
+        CancelTask(h.last_id, E1, att(1, 2)),
+        CancelTask(h.last_id, E2, att(1, 3)),
+        JobFailed(h.last_id, J1, "cancelled by the user"),
+        ReleaseOutputs(h.last_id, E2, J1, None),
+        cmds[5],
+    ]
+    assert launches(cmds[5:]) == [("e1", "j2/s1/p1/a0")]
+    assert h.complete(att(1, 0), E1) == []
+    assert h.send(JobCancelled, J1) == []
+    view = h.state.job(J1)
+    assert view is not None
+    assert (view.state, view.error) == (JobState.CANCELLED, "cancelled by the user")
+    other = h.send(JobCancelled, J2, "scheduler shutting down")
+    assert isinstance(other[-1], JobFailed)
+    assert other[-1].message == "cancelled: scheduler shutting down"
+
+
+def test_draining_executor_gets_no_new_tasks_but_finishes_its_own() -> None:
+    h = Harness()
+    h.register(E1, 2)
+    h.register(E2, 1)
+    h.submit(three_stage_plan(maps=4, reducers=1))
+    assert h.state.running_attempts(E1) == [att(1, 0), att(1, 2)]
+    assert h.send(ExecutorDraining, E1) == []
+    assert [v.state for v in h.state.executors()] == [ExecutorState.DRAINING, ExecutorState.ALIVE]
+    assert launches(h.complete(att(1, 0), E1)) == []
+    assert launches(h.complete(att(1, 1), E2)) == [("e2", "j1/s1/p3/a0")]
+    h.complete(att(1, 2), E1)
+    # The reducer may read e1's outputs, but runs on e2.
+    assert launches(h.complete(att(1, 3), E2)) == [("e2", "j1/s2/p0/a0")]
+    assert h.state.running_attempts(E1) == []
+
+
+# -------------------------------------------------------------- views and bounds
+
+
+def test_unknown_executor_events_are_ignored() -> None:
+    h = Harness()
+    assert h.send(ExecutorHeartbeat, E1) == []
+    assert h.send(ExecutorDraining, E1) == []
+    assert h.lose(E1) == []
+    assert h.state.executors() == []
+    h.register(E1)
+    h.lose(E1)
+    assert h.register(E1) == []  # a lost id stays lost
+    assert [v.state for v in h.state.executors()] == [ExecutorState.LOST]
+
+
+def test_executor_views() -> None:
+    h = Harness()
+    h.now = 1.0
+    h.register(E1, 3)
+    h.submit(three_stage_plan(maps=2))
+    h.now = 2.0
+    h.send(ExecutorHeartbeat, E1)
+    (view,) = h.state.executors()
+    assert (view.id, view.host, view.flight_address, view.slots) == (E1, "h1", "h1:501", 3)
+    assert (view.state, view.since, view.reason, view.detail) == (
+        ExecutorState.ALIVE,
+        1.0,
+        None,
+        "",
+    )
+    assert (view.running, view.last_heartbeat) == (2, 2.0)
+    h.now = 3.0
+    h.lose(E1, LossReason.PROCESS_EXITED)
+    (view,) = h.state.executors()
+    assert (view.state, view.since, view.reason, view.detail, view.running) == (
+        ExecutorState.LOST,
+        3.0,
+        LossReason.PROCESS_EXITED,
+        "socket closed",
+        0,
+    )
+
+
+def test_histories_are_bounded() -> None:
+    h = Harness(keep_finished_jobs=2, keep_lost_executors=2)
+    for i in range(3):
+        job = JobId(f"j{i}")
+        h.now = float(i)
+        h.submit(three_stage_plan(maps=1), job)
+        h.send(JobCancelled, job)
+    assert [v.id for v in h.state.jobs()] == ["j1", "j2"]
+    assert h.state.job(JobId("j0")) is None
+    for e in (E1, E2, E3):
+        h.register(e)
+        h.lose(e)
+    assert [v.id for v in h.state.executors()] == ["e2", "e3"]
+
+
+def test_invalid_plan_fails_the_job_with_a_message() -> None:
+    h = Harness()
+    h.register(E1)
+    good = three_stage_plan(maps=2)
+    broken = Stage(
+        id=S1,
+        sql=good.stages[0].sql,
+        output=good.stages[0].output,
+        num_tasks=3,  # but two groups of scan splits
+        columns=good.stages[0].columns,
+        scan=good.stages[0].scan,
+    )
+    cmds = h.submit(DistributedPlan((broken, *good.stages[1:]), columns=good.columns))
+    assert len(cmds) == 1 and isinstance(cmds[0], JobFailed)
+    assert "stage 1 has 3 tasks but 2 groups of scan splits" in cmds[0].message
+    assert h.submit(good) == []  # the id is taken: a duplicate is ignored
