@@ -333,15 +333,17 @@ class Distributor:
         inner = kind in (JoinKind.INNER, JoinKind.CROSS)
         can_bcast_right = inner or kind in (JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
         no_keys = not n.left_keys
-        small_right = right.est <= self._broadcast
-        small_left = left.est <= self._broadcast
+        # Broadcast the smaller side when it is small: for inner joins either side,
+        # for LEFT/SEMI/ANTI only the right (the left's rows must each meet all of it).
+        small_right = right.est <= self._broadcast and (not inner or right.est <= left.est)
+        small_left = inner and left.est <= self._broadcast and left.est < right.est
         if can_bcast_right and (small_right or (no_keys and not (inner and left.est < right.est))):
             read, inp = self.broadcast(right)
             left.inputs[inp.name] = inp
             left.node = Join(left.node, read, kind, n.left_keys, n.right_keys, n.residual)
             left.est = max(left.est, right.est)
             return left
-        if inner and (small_left or no_keys):
+        if small_left or (inner and no_keys):
             read, inp = self.broadcast(left)
             right.inputs[inp.name] = inp
             right.node = Join(read, right.node, kind, n.left_keys, n.right_keys, n.residual)
