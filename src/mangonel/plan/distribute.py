@@ -59,7 +59,7 @@ from mangonel.plan.physical import (
     StageInput,
 )
 from mangonel.plan.types import TypeOracle
-from mangonel.sql.binder import col
+from mangonel.sql.binder import col, grouping_sets
 
 SCAN_INPUT = "__scan"
 
@@ -327,8 +327,12 @@ class Distributor:
         return Frag(node, self._n, left.est + right.est, inputs={**lx.inputs, **rx.inputs})
 
     def _join(self, n: Join) -> Frag:
+        f = self._place_join(n)
+        self._attach_subqueries(f, [n.residual])
+        return f
+
+    def _place_join(self, n: Join) -> Frag:
         left, right = self.plan(n.left), self.plan(n.right)
-        self._attach_subqueries(left, [n.residual])
         kind = n.kind
         inner = kind in (JoinKind.INNER, JoinKind.CROSS)
         can_bcast_right = inner or kind in (JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
@@ -374,15 +378,7 @@ def _same(a: list[exp.Expression], b: list[exp.Expression]) -> bool:
 
 def _common_grouping_keys(grouping: exp.Expression) -> list[exp.Expression]:
     """Expressions present in every grouping set (rows equal on them share a task)."""
-    sets: list[list[exp.Expression]] = []
-    if isinstance(grouping, exp.Rollup):
-        items = list(grouping.expressions)
-        sets = [items[:i] for i in range(len(items) + 1)]
-    elif isinstance(grouping, exp.Cube):
-        sets = [[]]
-    elif isinstance(grouping, exp.GroupingSets):
-        for s in grouping.expressions:
-            sets.append(list(s.expressions) if isinstance(s, exp.Tuple) else [s])
+    sets = grouping_sets(grouping)
     if not sets:
         return []
     common = sets[0]

@@ -30,6 +30,8 @@ def phys(ref: Ref) -> str:
 class JoinKind(enum.Enum):
     INNER = "inner"
     LEFT = "left"
+    RIGHT = "right"
+    """Only while binding: a RIGHT join becomes a LEFT join with its sides swapped."""
     FULL = "full"
     SEMI = "semi"
     ANTI = "anti"

@@ -86,11 +86,11 @@ def substitute(expr: exp.Expression, fn: Callable[[exp.Expression], exp.Expressi
     """Replace subtrees top-down: ``fn`` returns a replacement or None to descend."""
 
     def visit(node: exp.Expression) -> exp.Expression:
-        if isinstance(node, exp.Query):
-            return node
         repl = fn(node)
         if repl is not None:
             return repl
+        if isinstance(node, exp.Query):
+            return node
         for key, value in list(node.args.items()):
             if isinstance(value, exp.Expression):
                 node.set(key, visit(value))
@@ -297,6 +297,8 @@ class Binder:
         for (kind, _), src in zip(joins, sources[1:], strict=True):
             if kind is JoinKind.LEFT:
                 nullable |= src.aliases
+            elif kind is JoinKind.RIGHT:
+                nullable |= aliases - src.aliases
             elif kind is JoinKind.FULL:
                 nullable |= aliases
         pending_conds: list[exp.Expression] = []
@@ -314,7 +316,10 @@ class Binder:
                 group.append(src)
                 continue
             left = self._inner_join_all(group, pending_conds)
-            group = [self._outer_join(left, src, kind, on)]
+            if kind is JoinKind.RIGHT:
+                group = [self._outer_join(src, left, JoinKind.LEFT, on)]
+            else:
+                group = [self._outer_join(left, src, kind, on)]
         final = self._inner_join_all(group, pending_conds)
         node = final.node
         if pending_conds:
@@ -420,20 +425,20 @@ class Binder:
         group_exprs: list[exp.Expression] = []
         grouping: exp.Expression | None = None
         if group_clause is not None:
-            for g in group_clause.expressions:
-                if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)):
-                    grouping = g if grouping is None else grouping
-                    if grouping is not g:
-                        raise Unsupported("several grouping clauses")
-                    for sub in g.find_all(exp.Column):
-                        if sub not in group_exprs:
-                            group_exprs.append(sub)
-                else:
-                    if g not in group_exprs:
-                        group_exprs.append(g)
-            for key in ("rollup", "cube", "grouping_sets"):
+            for key in ("rollup", "cube", "grouping_sets", "totals"):
                 if group_clause.args.get(key):
                     raise Unsupported("GROUP BY modifiers")
+            for g in group_clause.expressions:
+                if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)):
+                    if grouping is not None:
+                        raise Unsupported("several grouping clauses")
+                    grouping = g
+                    members = [e for s in grouping_sets(g) for e in s]
+                else:
+                    members = [g]
+                for m in members:
+                    if m not in group_exprs:
+                        group_exprs.append(m)
         parts = [e for _, e in items] + ([having] if having is not None else [])
         parts += [e for e in order_exprs if isinstance(e, exp.Expression)]
         aggs = _find_aggs(parts)
@@ -538,6 +543,27 @@ class Binder:
 # ------------------------------------------------------------------- helpers
 
 
+def _unwrap(e: exp.Expression) -> list[exp.Expression]:
+    if isinstance(e, exp.Tuple):
+        return [x for sub in e.expressions for x in _unwrap(sub)]
+    if isinstance(e, exp.Paren):
+        return _unwrap(e.this)
+    return [e]
+
+
+def grouping_sets(g: exp.Expression) -> list[list[exp.Expression]]:
+    """The grouping sets a ROLLUP / CUBE / GROUPING SETS clause stands for."""
+    items = [_unwrap(e) for e in g.expressions]
+    if isinstance(g, exp.Rollup):
+        return [[x for part in items[:i] for x in part] for i in range(len(items), -1, -1)]
+    if isinstance(g, exp.Cube):
+        sets: list[list[exp.Expression]] = [[]]
+        for part in items:
+            sets = [s + part for s in sets] + sets
+        return sets
+    return items
+
+
 def _join_kind(j: exp.Join) -> JoinKind:
     side = (j.args.get("side") or "").upper()
     kind = (j.args.get("kind") or "").upper()
@@ -552,7 +578,7 @@ def _join_kind(j: exp.Join) -> JoinKind:
     if side == "FULL":
         return JoinKind.FULL
     if side == "RIGHT":
-        raise Unsupported("RIGHT JOIN")
+        return JoinKind.RIGHT
     if kind in ("", "INNER", "OUTER"):
         return JoinKind.INNER
     raise Unsupported(f"join kind {kind}")

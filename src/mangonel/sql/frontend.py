@@ -163,10 +163,87 @@ def optimize_query(
     """Qualify, decorrelate and push down with sqlglot's optimizer.
 
     ``schema`` maps table -> column -> DuckDB type. The result is DuckDB-ready.
+    Uncorrelated subqueries are kept out of sqlglot's ``unnest_subqueries``: it
+    turns ``x IN (SELECT ...)`` into a join whose NULL semantics differ outside a
+    WHERE conjunct. The planner runs them as stages of their own instead, and
+    DuckDB evaluates IN / EXISTS / scalar semantics over their gathered output.
     """
-    optimized = optimize(query.copy(), schema=schema, dialect=dialect, rules=_RULES)
+    stash: dict[int, exp.Expression] = {}
+
+    def hide(expression: exp.Expression) -> exp.Expression:
+        return _hide_uncorrelated(expression, stash)
+
+    def restore(expression: exp.Expression) -> exp.Expression:
+        return _restore_uncorrelated(expression, stash)
+
+    rules = (_RULES[0], hide, *_RULES[1:], restore)
+    optimized = optimize(query.copy(), schema=schema, dialect=dialect, rules=rules)
     assert isinstance(optimized, exp.Query)  # the rules keep a query a query
     return optimized
+
+
+_MARKER = "__mangonel_subquery"
+
+
+def _subquery_of(node: exp.Expression) -> exp.Query | None:
+    if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Query):
+        if isinstance(node.parent, (exp.From, exp.Join)) or node.parent is None:
+            return None  # a derived table, not an expression
+        return node.this
+    if isinstance(node, exp.Exists) and isinstance(node.this, exp.Query):
+        return node.this
+    if isinstance(node, exp.In) and node.args.get("query") is not None:
+        q = node.args["query"]
+        inner = q.this if isinstance(q, exp.Subquery) else q
+        return inner if isinstance(inner, exp.Query) else None
+    return None
+
+
+def _is_correlated(query: exp.Query) -> bool:
+    defined: set[str] = set()
+    for node in query.walk():
+        if isinstance(node, (exp.Table, exp.Subquery, exp.CTE)) and node.alias_or_name:
+            defined.add(node.alias_or_name)
+    return any(
+        isinstance(c, exp.Column) and c.table and c.table not in defined for c in query.walk()
+    )
+
+
+def _hide_uncorrelated(expression: exp.Expression, stash: dict[int, exp.Expression]) -> exp.Expression:
+    for node in list(expression.walk()):
+        query = _subquery_of(node)
+        if query is None or _is_correlated(query) or node.find_ancestor(exp.Anonymous):
+            continue
+        if isinstance(node, exp.In) and _is_where_conjunct(node):
+            continue  # sqlglot's semi-join rewrite is right here, and distributes better
+        if any(_is_correlated(q) for q in query.find_all(exp.Select) if q is not query):
+            continue  # sqlglot must see it to decorrelate what is inside
+        key = len(stash)
+        stash[key] = node.copy()
+        args: list[exp.Expression] = [exp.Literal.number(key)]
+        if isinstance(node, exp.In):
+            args.append(node.this.copy())
+        node.replace(exp.Anonymous(this=_MARKER, expressions=args))
+    return expression
+
+
+def _is_where_conjunct(node: exp.Expression) -> bool:
+    parent = node.parent
+    while isinstance(parent, (exp.And, exp.Paren)):
+        parent = parent.parent
+    return isinstance(parent, exp.Where)
+
+
+def _restore_uncorrelated(expression: exp.Expression, stash: dict[int, exp.Expression]) -> exp.Expression:
+    def repl(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, exp.Anonymous) and str(node.this) == _MARKER:
+            original = stash[int(node.expressions[0].this)].copy()
+            if isinstance(original, exp.In):
+                original.set("this", node.expressions[1].copy())
+            return original
+        return node
+
+    return expression.transform(repl, copy=False)
 
 
 def to_duckdb(query: exp.Expression) -> str:

@@ -1,0 +1,503 @@
+"""The ``mangonel`` command line.
+
+::
+
+    mangonel standalone                  # scheduler + 2 executors, until Ctrl-C
+    mangonel register lineitem /data/lineitem.parquet
+    mangonel sql "SELECT count(*) FROM lineitem"
+    mangonel demo                        # TPC-H q12 on a fresh local cluster
+
+Every client command talks to the scheduler given by ``--scheduler`` (default
+``$MANGONEL_SCHEDULER`` or ``127.0.0.1:50050``). Errors are printed in one line
+and exit with code 1, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from mangonel.client import render
+from mangonel.client.session import DEFAULT_ADDRESS, Result, Session
+from mangonel.client.shell import read_statements, strip_statement
+from mangonel.errors import MangonelError
+
+log = logging.getLogger("mangonel.cli")
+
+TPCH_TABLES = ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier")
+
+
+class UsageError(MangonelError):
+    """The command line is wrong."""
+
+
+# ----------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mangonel",
+        description="mangonel: a distributed SQL query engine whose queries survive lost "
+        "executors. Start a cluster with `mangonel standalone`, register Parquet tables, "
+        "and query them with `mangonel sql`.",
+    )
+    parser.add_argument(
+        "--scheduler",
+        default=os.environ.get("MANGONEL_SCHEDULER", DEFAULT_ADDRESS),
+        metavar="HOST:PORT",
+        help="scheduler to talk to (default: $MANGONEL_SCHEDULER or %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("MANGONEL_LOG_LEVEL", "warning"),
+        choices=["debug", "info", "warning", "error"],
+        help="log level of this process (default: %(default)s)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "scheduler",
+        help="run a scheduler",
+        description="Run a scheduler in the foreground until SIGTERM or Ctrl-C.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    p.add_argument("--port", type=int, default=50050, help="port to listen on; 0 picks one")
+    _planner_options(p)
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds of silence before an executor is lost (default 10)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds a job may wait with no executor before it fails (default 30)",
+    )
+    p.add_argument("--max-task-attempts", type=int, default=4)
+    p.add_argument(
+        "--result-ttl",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="seconds an unread result is kept (default 600)",
+    )
+    p.add_argument("--address-file", help="write the bound HOST:PORT to this file")
+
+    p = sub.add_parser(
+        "executor",
+        help="run an executor",
+        description="Run an executor "
+        "that registers with the scheduler (--scheduler) and runs its tasks.",
+    )
+    p.add_argument("--slots", type=int, help="tasks run at once (default: CPU cores)")
+    p.add_argument("--work-dir", help="shuffle files live here (default: a temp dir)")
+    p.add_argument("--memory-limit", help="DuckDB memory limit of each slot, e.g. 2GB")
+    p.add_argument("--threads", type=int, help="DuckDB threads of each slot")
+    p.add_argument("--host", default="127.0.0.1", help="interface of the Flight server")
+    p.add_argument("--port", type=int, default=0, help="Flight server port; 0 picks one")
+
+    p = sub.add_parser(
+        "standalone",
+        help="run a scheduler and executors in one command",
+        description="Run a scheduler and N executor processes on this host until Ctrl-C.",
+    )
+    p.add_argument("--executors", type=int, default=2, help="executor processes (default 2)")
+    p.add_argument("--port", type=int, default=50050, help="scheduler port (default 50050)")
+    p.add_argument("--slots", type=int, help="task slots of each executor")
+    p.add_argument("--work-dir", help="work directory of the executors and the logs")
+    p.add_argument("--heartbeat-timeout", type=float, default=5.0, metavar="S")
+    _planner_options(p)
+    p.add_argument(
+        "--register",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="register a Parquet table once started (repeatable)",
+    )
+    p.add_argument("--tpch", metavar="DIR", help="register the 8 TPC-H tables of DIR")
+
+    p = sub.add_parser(
+        "sql",
+        help="run a query",
+        description="Run one query and print "
+        "its result. Without QUERY or -f, read stdin, or open an interactive "
+        "shell on a terminal (end statements with ';', quit with \\q).",
+    )
+    p.add_argument("query", nargs="?", help="the SQL text")
+    p.add_argument("-f", "--file", help="read the query from this file")
+    p.add_argument("--dialect", help="sqlglot dialect of the query (default: duckdb)")
+    p.add_argument("--max-rows", type=int, default=render.MAX_ROWS, help="rows to print")
+
+    p = sub.add_parser(
+        "explain",
+        help="show a query's distributed plan",
+        description="Print the stages, exchanges and SQL fragments of a query.",
+    )
+    p.add_argument("query", nargs="?", help="the SQL text")
+    p.add_argument("-f", "--file", help="read the query from this file")
+    p.add_argument("--dialect", help="sqlglot dialect of the query (default: duckdb)")
+
+    p = sub.add_parser(
+        "register",
+        help="register a Parquet table",
+        description="Register a Parquet file, directory or glob as a table.",
+    )
+    p.add_argument("name", help="table name")
+    p.add_argument("path", help="Parquet file, directory or glob (read by the cluster)")
+
+    sub.add_parser("tables", help="list the tables", description="List the registered tables.")
+    sub.add_parser(
+        "status",
+        help="show executors and jobs",
+        description="Show the executors (alive, draining, lost: since when and why) and the jobs.",
+    )
+    p = sub.add_parser("cancel", help="cancel a job", description="Cancel a running job.")
+    p.add_argument("job", help="job id (see `mangonel status`)")
+
+    p = sub.add_parser(
+        "demo",
+        help="run TPC-H q12 on a fresh local cluster",
+        description="Generate TPC-H SF 0.1 (cached), start a local cluster of "
+        "2 executors, run TPC-H q12 and show how it ran.",
+    )
+    p.add_argument(
+        "--cache-dir",
+        default=os.path.expanduser("~/.cache/mangonel/tpch-sf0.1"),
+        help="where the TPC-H data is generated (default: %(default)s)",
+    )
+    p.add_argument("--executors", type=int, default=2)
+    for name, command in sub.choices.items():
+        if name not in ("scheduler", "standalone", "demo"):
+            # Also accepted after the command (`mangonel executor --scheduler ...`).
+            command.add_argument(
+                "--scheduler",
+                default=argparse.SUPPRESS,
+                metavar="HOST:PORT",
+                help="scheduler to talk to",
+            )
+    return parser
+
+
+def _planner_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=4,
+        help="output partitions of every hash exchange (default 4)",
+    )
+    p.add_argument(
+        "--broadcast-bytes",
+        type=int,
+        default=8 * 1024 * 1024,
+        help="broadcast join sides smaller than this (default 8 MiB)",
+    )
+    p.add_argument(
+        "--split-rows",
+        type=int,
+        default=200_000,
+        help="rows read by one scan task, about (default 200000)",
+    )
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    from mangonel.scheduler.main import SchedulerConfig, run_scheduler
+
+    run_scheduler(
+        SchedulerConfig(
+            host=args.host,
+            port=args.port,
+            partitions=args.partitions,
+            broadcast_bytes=args.broadcast_bytes,
+            split_rows=args.split_rows,
+            heartbeat_timeout_s=args.heartbeat_timeout,
+            no_executor_grace_s=args.grace,
+            max_task_attempts=args.max_task_attempts,
+            result_ttl_s=args.result_ttl,
+            address_file=args.address_file,
+        )
+    )
+    return 0
+
+
+def cmd_executor(args: argparse.Namespace) -> int:
+    # Imported here: the executor is its own package, and the client commands
+    # should not pay for importing it.
+    from mangonel.executor.config import ExecutorConfig
+    from mangonel.executor.main import run_executor
+
+    config = ExecutorConfig(
+        scheduler_address=args.scheduler,
+        bind_host=args.host,
+        flight_port=args.port,
+        memory_limit=args.memory_limit,
+        threads=args.threads,
+    )
+    if args.slots is not None:
+        config.slots = args.slots
+    if args.work_dir:
+        config.work_dir = args.work_dir
+    config.__post_init__()
+    run_executor(config)
+    return 0
+
+
+def cmd_standalone(args: argparse.Namespace) -> int:
+    from mangonel.testing.cluster import LocalCluster
+
+    tables = _parse_registrations(args.register, args.tpch)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    cluster = LocalCluster(
+        executors=args.executors,
+        work_dir=args.work_dir,
+        slots=args.slots,
+        partitions=args.partitions,
+        broadcast_bytes=args.broadcast_bytes,
+        heartbeat_timeout=args.heartbeat_timeout,
+        scheduler_port=args.port,
+        log_level=args.log_level,
+        scheduler_args=("--split-rows", str(args.split_rows)),
+    )
+    with cluster:
+        with cluster.connect() as session:
+            for name, path in tables:
+                info = session.register_parquet(name, path)
+                print(f"registered {name}: {info.rows} rows in {len(info.files)} files")
+        print(
+            f"mangonel scheduler listening on {cluster.address} with {args.executors} "
+            f"executors (logs in {cluster.log_dir}); Ctrl-C to stop",
+            flush=True,
+        )
+        try:
+            while not stop.wait(0.5):
+                if cluster.scheduler is not None and not cluster.scheduler.alive():
+                    raise MangonelError(f"the scheduler exited; see {cluster.scheduler.log_path}")
+        except KeyboardInterrupt:
+            pass
+        print("stopping", file=sys.stderr)
+    return 0
+
+
+def _parse_registrations(items: Sequence[str], tpch: str | None) -> list[tuple[str, str]]:
+    tables = []
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--register takes NAME=PATH, got {item!r}")
+        tables.append((name, path))
+    if tpch:
+        tables += [(t, _tpch_path(tpch, t)) for t in TPCH_TABLES]
+    return tables
+
+
+def _tpch_path(directory: str, table: str) -> str:
+    single = os.path.join(directory, f"{table}.parquet")
+    return single if os.path.exists(single) else os.path.join(directory, table)
+
+
+def _query_text(args: argparse.Namespace) -> str | None:
+    if args.query and args.file:
+        raise UsageError("give the query as an argument or with -f, not both")
+    if args.file:
+        try:
+            with open(args.file) as f:
+                return f.read()
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    if args.query:
+        return str(args.query)
+    if not sys.stdin.isatty():
+        return sys.stdin.read()
+    return None
+
+
+def _print_result(result: Result, max_rows: int) -> None:
+    print(render.format_table(result.to_arrow(), max_rows))
+    noun = "row" if result.num_rows == 1 else "rows"
+    print(f"{result.num_rows} {noun} in {result.elapsed_s:.2f} s", file=sys.stderr)
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    text = _query_text(args)
+    with Session(args.scheduler) as session:
+        if text is not None:
+            query = strip_statement(text)
+            if not query:
+                raise UsageError("the query is empty")
+            _print_result(session.sql(query, args.dialect), args.max_rows)
+            return 0
+        with contextlib.suppress(ImportError):
+            import readline  # noqa: F401  (line editing and history for input())
+        print(
+            f"connected to {args.scheduler}; end statements with ';', quit with \\q",
+            file=sys.stderr,
+        )
+        for statement in read_statements():
+            try:
+                _print_result(session.sql(statement, args.dialect), args.max_rows)
+            except MangonelError as exc:
+                print(_one_line(exc), file=sys.stderr)
+    return 0
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    text = _query_text(args)
+    if text is None or not strip_statement(text):
+        raise UsageError('give a query: mangonel explain "SELECT ..." or -f FILE')
+    with Session(args.scheduler) as session:
+        print(session.explain(strip_statement(text), args.dialect))
+    return 0
+
+
+def cmd_register(args: argparse.Namespace) -> int:
+    with Session(args.scheduler) as session:
+        info = session.register_parquet(args.name, args.path)
+    print(
+        f"registered {info.name}: {info.rows} rows, {len(info.columns)} columns, "
+        f"{len(info.files)} files"
+    )
+    return 0
+
+
+def cmd_tables(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    with Session(args.scheduler) as session:
+        tables = session.tables()
+    if not tables:
+        print("no tables; register one with `mangonel register NAME PATH`")
+        return 0
+    print(
+        render.format_table(
+            pa.table(
+                {
+                    "name": [t.name for t in tables],
+                    "rows": [t.rows for t in tables],
+                    "columns": [len(t.columns) for t in tables],
+                    "files": [len(t.files) for t in tables],
+                    "location": [t.location for t in tables],
+                }
+            ),
+            max_rows=len(tables),
+        )
+    )
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import pyarrow as pa
+
+    with Session(args.scheduler) as session:
+        status = session.status()
+    now = time.time()
+    print(f"scheduler {status.scheduler_address or args.scheduler}")
+    ex = status.executors
+    print(
+        render.format_table(
+            pa.table(
+                {
+                    "executor": [e.id for e in ex],
+                    "state": [e.state.value for e in ex],
+                    "since": [f"{max(0.0, now - e.since):.0f} s ago" for e in ex],
+                    "why": [" - ".join(x for x in (e.reason, e.detail) if x) for e in ex],
+                    "flight": [e.flight_address for e in ex],
+                    "pid": [e.pid for e in ex],
+                    "slots": [e.slots for e in ex],
+                    "running": [e.running_tasks for e in ex],
+                }
+            ),
+            max_rows=len(ex) or 1,
+        )
+    )
+    jobs = status.jobs
+    if jobs:
+        print()
+        print(
+            render.format_table(
+                pa.table(
+                    {
+                        "job": [j.job_id for j in jobs],
+                        "state": [j.state.value for j in jobs],
+                        "stages done": [
+                            f"{sum(s.tasks_done >= s.tasks_total for s in j.stages)}"
+                            f"/{len(j.stages)}"
+                            for j in jobs
+                        ],
+                        "time": [f"{j.elapsed_s:.2f} s" for j in jobs],
+                        "query": [" ".join(j.sql.split())[:60] for j in jobs],
+                    }
+                ),
+                max_rows=len(jobs),
+            )
+        )
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with Session(args.scheduler) as session:
+        cancelled = session.cancel(args.job)
+    print(f"job {args.job} cancelled" if cancelled else f"job {args.job} had already finished")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from mangonel.client.demo import run_demo
+
+    return run_demo(args.cache_dir, args.executors, args.log_level)
+
+
+COMMANDS = {
+    "scheduler": cmd_scheduler,
+    "executor": cmd_executor,
+    "standalone": cmd_standalone,
+    "sql": cmd_sql,
+    "explain": cmd_explain,
+    "register": cmd_register,
+    "tables": cmd_tables,
+    "status": cmd_status,
+    "cancel": cmd_cancel,
+    "demo": cmd_demo,
+}
+
+
+def _one_line(exc: BaseException) -> str:
+    message = re.sub(r"\s*\n\s*", " ", str(exc)).strip() or type(exc).__name__
+    return f"error: {message}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``mangonel`` command; return its exit code."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s",
+    )
+    try:
+        return COMMANDS[args.command](args)
+    except MangonelError as exc:
+        print(_one_line(exc), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `mangonel sql ... | head`: the reader left; not an error worth a traceback.
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,259 @@
+"""The Python API: ``mangonel.connect(address) -> Session``.
+
+>>> with mangonel.connect("127.0.0.1:50050") as session:          # doctest: +SKIP
+...     session.register_parquet("lineitem", "/data/lineitem.parquet")
+...     session.sql("SELECT count(*) AS n FROM lineitem").to_pandas()
+
+A query is planned on the scheduler, run by the executors, and its result read
+straight from the executors' Flight servers, then released on the scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import grpc
+import pyarrow as pa
+
+from mangonel.client.fetch import FlightPool, ResultUnavailableError, read_result
+from mangonel.client.rpc import open_channel, translate, unreachable
+from mangonel.client.status import (
+    ClusterStatus,
+    JobState,
+    JobStatus,
+    StageStatus,
+    TableInfo,
+    cluster_from_proto,
+    job_from_proto,
+    table_from_proto,
+)
+from mangonel.errors import ClusterError, JobCancelledError, JobFailedError
+from mangonel.proto import convert
+from mangonel.proto import mangonel_pb2 as pb
+from mangonel.proto import mangonel_pb2_grpc as pb_grpc
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ADDRESS = "127.0.0.1:50050"
+
+# When the executor holding a finished result dies before the client reads it,
+# the query runs again; this bounds how often.
+_RESULT_RETRIES = 2
+
+
+@dataclass(frozen=True)
+class Result:
+    """A query's answer with a few numbers about how it ran.
+
+    Attributes:
+        job_id: The job on the scheduler.
+        columns: The result's column names as written in the query (may repeat).
+        stages: Per-stage progress at the end: tasks, rows and bytes out, time.
+        elapsed_s: Submit to last byte read, seen from the client.
+        scheduler_elapsed_s: Submit to job end, seen from the scheduler.
+    """
+
+    job_id: str
+    columns: tuple[str, ...]
+    table: pa.Table
+    stages: tuple[StageStatus, ...]
+    elapsed_s: float
+    scheduler_elapsed_s: float
+
+    def to_arrow(self) -> pa.Table:
+        return self.table
+
+    def to_pandas(self) -> pd.DataFrame:
+        return self.table.to_pandas()
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.table.num_rows)
+
+
+class Session:
+    """A connection to one scheduler. Use ``mangonel.connect`` to make one.
+
+    Args:
+        address: ``host:port`` of the scheduler.
+        timeout_s: Limit on each unary call (not on a query's run time).
+    """
+
+    def __init__(self, address: str = DEFAULT_ADDRESS, timeout_s: float = 60.0) -> None:
+        self.address = address
+        self._timeout_s = timeout_s
+        self._channel = open_channel(address)
+        self._stub = pb_grpc.QueryServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._flight = FlightPool()
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _call(self, method: str, request: object) -> object:
+        try:
+            return getattr(self._stub, method)(request, timeout=self._timeout_s)
+        except grpc.RpcError as err:
+            raise translate(err, self.address) from None
+
+    def close(self) -> None:
+        self._flight.close()
+        self._channel.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------- catalog
+
+    def register_parquet(self, name: str, path: str) -> TableInfo:
+        """Register Parquet data (a file, a directory or a glob) as table ``name``.
+
+        The path is read by the scheduler and the executors, not by this process.
+
+        Raises:
+            CatalogError: the path is missing or not Parquet, or the name is invalid.
+        """
+        msg = self._call("RegisterTable", pb.RegisterTableRequest(name=name, path=path))
+        assert isinstance(msg, pb.TableInfo)
+        return table_from_proto(msg)
+
+    def drop_table(self, name: str) -> None:
+        self._call("DropTable", pb.DropTableRequest(name=name))
+
+    def tables(self) -> list[TableInfo]:
+        msg = self._call("ListTables", pb.ListTablesRequest())
+        assert isinstance(msg, pb.ListTablesResponse)
+        return [table_from_proto(t) for t in msg.tables]
+
+    # ------------------------------------------------------------------- queries
+
+    def explain(self, text: str, dialect: str | None = None) -> str:
+        """The distributed plan of a query, as text."""
+        msg = self._call("Explain", pb.ExplainRequest(sql=text, dialect=dialect or ""))
+        assert isinstance(msg, pb.ExplainResponse)
+        return str(msg.text)
+
+    def submit(self, text: str, dialect: str | None = None) -> str:
+        """Start a query and return its job id at once (see ``wait``).
+
+        Raises:
+            QueryError: (a subclass) the query cannot run as written.
+        """
+        msg = self._call("Submit", pb.SubmitRequest(sql=text, dialect=dialect or ""))
+        assert isinstance(msg, pb.SubmitResponse)
+        return str(msg.job_id)
+
+    def sql(
+        self,
+        text: str,
+        dialect: str | None = None,
+        on_progress: Callable[[JobStatus], None] | None = None,
+    ) -> Result:
+        """Run a query and return its whole result.
+
+        Args:
+            text: One SELECT statement.
+            dialect: A sqlglot dialect name; DuckDB's when ``None``.
+            on_progress: Called with each progress update of the job.
+
+        Raises:
+            QueryError: (a subclass) the query cannot run as written.
+            JobFailedError: it failed while running; ``JobCancelledError`` if cancelled.
+            ClusterError: the scheduler or the executors cannot be reached.
+        """
+        start = time.monotonic()
+        for attempt in range(_RESULT_RETRIES + 1):
+            job_id = self.submit(text, dialect)
+            try:
+                return self.wait(job_id, on_progress, started=start)
+            except ResultUnavailableError as exc:
+                if attempt == _RESULT_RETRIES:
+                    raise ClusterError(
+                        f"the result of job {job_id} was lost before it could be read "
+                        f"({exc}); run the query again"
+                    ) from exc
+                log.warning("result of job %s lost (%s); running the query again", job_id, exc)
+        raise AssertionError("unreachable")
+
+    def wait(
+        self,
+        job_id: str,
+        on_progress: Callable[[JobStatus], None] | None = None,
+        started: float | None = None,
+    ) -> Result:
+        """Wait for a submitted job and read its result.
+
+        Raises:
+            JobFailedError: it failed; ``JobCancelledError`` if it was cancelled.
+            ResultUnavailableError: the executor holding the result is gone.
+        """
+        start = time.monotonic() if started is None else started
+        final = self._watch(job_id, on_progress)
+        status = job_from_proto(final)
+        if status.state is JobState.CANCELLED:
+            raise JobCancelledError(status.error or f"job {job_id} was cancelled")
+        if status.state is not JobState.SUCCEEDED:
+            raise JobFailedError(status.error or f"job {job_id} failed")
+        locations = tuple(convert.partition_location_from_proto(m) for m in final.result)
+        table = read_result(self._flight, locations, status.columns)
+        try:
+            self._call("ReleaseResult", pb.ReleaseResultRequest(job_id=job_id))
+        except ClusterError:
+            log.warning("could not release the result of job %s; it expires on its own", job_id)
+        return Result(
+            job_id=job_id,
+            columns=status.columns,
+            table=table,
+            stages=status.stages,
+            elapsed_s=time.monotonic() - start,
+            scheduler_elapsed_s=status.elapsed_s,
+        )
+
+    def _watch(self, job_id: str, on_progress: Callable[[JobStatus], None] | None) -> pb.JobStatus:
+        final: pb.JobStatus | None = None
+        try:
+            for msg in self._stub.WatchJob(pb.WatchJobRequest(job_id=job_id)):
+                if on_progress is not None:
+                    on_progress(job_from_proto(msg))
+                if msg.state not in (pb.JOB_STATE_RUNNING, pb.JOB_STATE_UNSPECIFIED):
+                    final = msg
+        except grpc.RpcError as err:
+            raise translate(err, self.address) from None
+        if final is None:
+            raise unreachable(self.address)
+        return final
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job; False when it had finished already."""
+        msg = self._call("CancelJob", pb.CancelJobRequest(job_id=job_id))
+        assert isinstance(msg, pb.CancelJobResponse)
+        return bool(msg.cancelled)
+
+    def status(self) -> ClusterStatus:
+        """Executors (alive, draining, lost: since when and why) and jobs."""
+        msg = self._call("ClusterStatus", pb.ClusterStatusRequest())
+        assert isinstance(msg, pb.ClusterStatusResponse)
+        return cluster_from_proto(msg)
+
+
+def connect(address: str = DEFAULT_ADDRESS, timeout_s: float = 60.0) -> Session:
+    """A session with the scheduler at ``address`` (``host:port``).
+
+    The connection opens on the first call; an unreachable scheduler raises
+    ``ClusterError`` there.
+    """
+    return Session(address, timeout_s)

@@ -1,0 +1,167 @@
+"""What the client shows about tables, jobs and the cluster: plain dataclasses.
+
+Built from the scheduler's answers by the ``*_from_proto`` functions here (the
+client is a gRPC shell); nothing else in the client API exposes a message.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from mangonel.proto import mangonel_pb2 as pb
+
+
+class JobState(enum.Enum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNKNOWN = "unknown"
+
+
+class ExecutorState(enum.Enum):
+    CONNECTING = "connecting"
+    ALIVE = "alive"
+    DRAINING = "draining"
+    LOST = "lost"
+    UNKNOWN = "unknown"
+
+
+_JOB_STATE = {
+    pb.JOB_STATE_RUNNING: JobState.RUNNING,
+    pb.JOB_STATE_SUCCEEDED: JobState.SUCCEEDED,
+    pb.JOB_STATE_FAILED: JobState.FAILED,
+    pb.JOB_STATE_CANCELLED: JobState.CANCELLED,
+}
+_EXECUTOR_STATE = {
+    pb.EXECUTOR_STATE_CONNECTING: ExecutorState.CONNECTING,
+    pb.EXECUTOR_STATE_ALIVE: ExecutorState.ALIVE,
+    pb.EXECUTOR_STATE_DRAINING: ExecutorState.DRAINING,
+    pb.EXECUTOR_STATE_LOST: ExecutorState.LOST,
+}
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A registered table: ``columns`` are (name, Arrow type) pairs."""
+
+    name: str
+    location: str
+    columns: tuple[tuple[str, str], ...]
+    rows: int
+    bytes: int
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class StageStatus:
+    stage: int
+    label: str
+    tasks_total: int
+    tasks_done: int
+    tasks_running: int
+    rows: int
+    bytes: int
+    elapsed_s: float
+    attempts: int
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    state: JobState
+    sql: str
+    columns: tuple[str, ...]
+    stages: tuple[StageStatus, ...]
+    submitted_at: float
+    elapsed_s: float
+    error: str
+    error_type: str
+
+
+@dataclass(frozen=True)
+class ExecutorStatus:
+    id: str
+    host: str
+    flight_address: str
+    slots: int
+    pid: int
+    state: ExecutorState
+    since: float
+    """Unix time of the last state change."""
+    reason: str
+    detail: str
+    running_tasks: int
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    scheduler_address: str
+    executors: tuple[ExecutorStatus, ...]
+    jobs: tuple[JobStatus, ...]
+
+    def alive_executors(self) -> tuple[ExecutorStatus, ...]:
+        return tuple(e for e in self.executors if e.state is ExecutorState.ALIVE)
+
+
+def table_from_proto(msg: pb.TableInfo) -> TableInfo:
+    return TableInfo(
+        name=msg.name,
+        location=msg.location,
+        columns=tuple((c.name, c.type) for c in msg.columns),
+        rows=msg.rows,
+        bytes=msg.bytes,
+        files=tuple(msg.files),
+    )
+
+
+def stage_from_proto(msg: pb.StageStatus) -> StageStatus:
+    return StageStatus(
+        stage=msg.stage,
+        label=msg.label,
+        tasks_total=msg.tasks_total,
+        tasks_done=msg.tasks_done,
+        tasks_running=msg.tasks_running,
+        rows=msg.rows,
+        bytes=msg.bytes,
+        elapsed_s=msg.elapsed_s,
+        attempts=msg.attempts,
+    )
+
+
+def job_from_proto(msg: pb.JobStatus) -> JobStatus:
+    return JobStatus(
+        job_id=msg.job_id,
+        state=_JOB_STATE.get(msg.state, JobState.UNKNOWN),
+        sql=msg.sql,
+        columns=tuple(msg.columns),
+        stages=tuple(stage_from_proto(s) for s in msg.stages),
+        submitted_at=msg.submitted_at,
+        elapsed_s=msg.elapsed_s,
+        error=msg.error,
+        error_type=msg.error_type,
+    )
+
+
+def executor_from_proto(msg: pb.ExecutorStatus) -> ExecutorStatus:
+    return ExecutorStatus(
+        id=msg.id,
+        host=msg.host,
+        flight_address=msg.flight_address,
+        slots=msg.slots,
+        pid=msg.pid,
+        state=_EXECUTOR_STATE.get(msg.state, ExecutorState.UNKNOWN),
+        since=msg.since,
+        reason=msg.reason,
+        detail=msg.detail,
+        running_tasks=msg.running_tasks,
+    )
+
+
+def cluster_from_proto(msg: pb.ClusterStatusResponse) -> ClusterStatus:
+    return ClusterStatus(
+        scheduler_address=msg.scheduler_address,
+        executors=tuple(executor_from_proto(e) for e in msg.executors),
+        jobs=tuple(job_from_proto(j) for j in msg.jobs),
+    )

@@ -1,0 +1,95 @@
+"""Settings of one executor process.
+
+One ``ExecutorConfig`` describes an executor: where the scheduler is, how the
+executor names its host, where its Flight server listens, how many task slots it
+runs and how much memory and how many DuckDB threads each slot may use, and where
+its shuffle files live.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from dataclasses import dataclass, field
+
+
+def _default_host() -> str:
+    return socket.gethostname()
+
+
+def _default_slots() -> int:
+    return os.cpu_count() or 1
+
+
+def _default_work_dir() -> str:
+    return os.path.join(tempfile.gettempdir(), f"mangonel-executor-{os.getpid()}")
+
+
+@dataclass
+class ExecutorConfig:
+    """Settings of one executor process.
+
+    Attributes:
+        scheduler_address: ``host:port`` of the scheduler's gRPC service.
+        host: The name this executor reports as its host. Two executors that
+            report the same host read each other's shuffle files from disk
+            instead of over Flight, so it must really identify the machine
+            (and its file system).
+        bind_host: Interface the Flight server listens on.
+        advertise_host: Host name put in the Flight address given to others;
+            defaults to ``bind_host`` (``127.0.0.1`` is only right on one machine).
+        flight_port: Port of the Flight server; 0 picks a free one.
+        slots: Tasks run at the same time, each with its own DuckDB database.
+        memory_limit: DuckDB ``memory_limit`` of each slot, e.g. ``"2GB"``;
+            ``None`` leaves DuckDB's default (80% of RAM, per slot, so set it
+            when slots > 1).
+        threads: DuckDB threads of each slot; ``None`` means
+            ``max(1, cores // slots)`` so that full slots do not oversubscribe.
+        work_dir: Shuffle files and DuckDB spill files live under it.
+        heartbeat_interval_s: Seconds between heartbeats to the scheduler.
+        fetch_timeout_s: Limit on one Flight ``do_get`` of a shuffle partition;
+            a frozen peer then fails the fetch instead of hanging the task.
+        fetch_retries: Tries of one Flight fetch before it is reported failed.
+    """
+
+    scheduler_address: str = "127.0.0.1:50050"
+    host: str = field(default_factory=_default_host)
+    bind_host: str = "127.0.0.1"
+    advertise_host: str | None = None
+    flight_port: int = 0
+    slots: int = field(default_factory=_default_slots)
+    memory_limit: str | None = None
+    threads: int | None = None
+    work_dir: str = field(default_factory=_default_work_dir)
+    heartbeat_interval_s: float = 1.0
+    fetch_timeout_s: float = 30.0
+    fetch_retries: int = 3
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise ValueError(f"slots must be at least 1, got {self.slots}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be at least 1, got {self.threads}")
+        if self.fetch_retries < 1:
+            raise ValueError(f"fetch_retries must be at least 1, got {self.fetch_retries}")
+
+    @property
+    def threads_per_slot(self) -> int:
+        """DuckDB threads each slot uses."""
+        if self.threads is not None:
+            return self.threads
+        return max(1, (os.cpu_count() or 1) // self.slots)
+
+    @property
+    def shuffle_dir(self) -> str:
+        """Directory of the shuffle and result files."""
+        return os.path.join(self.work_dir, "shuffle")
+
+    def spill_dir(self, slot: int) -> str:
+        """DuckDB ``temp_directory`` of one slot."""
+        return os.path.join(self.work_dir, "spill", f"slot-{slot}")
+
+    def flight_host(self) -> str:
+        """The host part of the Flight address given to the scheduler."""
+        return self.advertise_host or self.bind_host

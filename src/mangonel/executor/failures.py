@@ -1,0 +1,93 @@
+"""How a task attempt fails: one exception carrying a typed ``TaskFailure``.
+
+The scheduler decides what to do from the failure's type, so the executor must
+say *why* precisely:
+
+* ``QueryError``: the SQL is wrong (binder, parser, conversion, type errors).
+  Running it again anywhere gives the same error, so the job fails at once.
+* ``FetchFailed``: an upstream map output could not be read (its executor is
+  gone, or the file fails its checksum). It names that map output, so exactly
+  it is recomputed.
+* ``ExecutionError``: anything else (out of memory, I/O, an internal error);
+  another attempt may succeed.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+from mangonel.scheduler.events import ExecutionError, FetchFailed, QueryError, TaskFailure
+
+# DuckDB's exception classes whose cause lies in the statement itself. Everything
+# else DuckDB raises (OutOfMemoryException, IOException, InternalException,
+# InterruptException, ...) is about the run, and a retry may help.
+_QUERY_ERRORS: tuple[type[BaseException], ...] = (
+    duckdb.ProgrammingError,  # Binder, Catalog, Parser, Syntax, InvalidInput, InvalidType
+    duckdb.DataError,  # Conversion, OutOfRange, TypeMismatch
+    duckdb.NotSupportedError,
+    duckdb.PermissionException,  # a file function or setting the lock refused
+    duckdb.IntegrityError,
+)
+
+# The same kinds by the prefix of DuckDB's message: an error raised while an
+# Arrow stream is being read reaches Python as a bare OSError that keeps only
+# the message ("Conversion Error: Could not convert ...").
+_QUERY_ERROR_PREFIXES: tuple[str, ...] = (
+    "Binder Error",
+    "Catalog Error",
+    "Parser Error",
+    "Syntax Error",
+    "Invalid Input Error",
+    "Invalid Type Error",
+    "Conversion Error",
+    "Out of Range Error",
+    "Type Mismatch Error",
+    "Mismatch Type Error",
+    "Not implemented Error",
+    "Permission Error",
+    "Constraint Error",
+)
+
+
+class TaskFailedError(Exception):
+    """A task attempt failed; ``failure`` says why, in the scheduler's types.
+
+    Args:
+        failure: The typed reason, reported to the scheduler as is.
+    """
+
+    def __init__(self, failure: TaskFailure) -> None:
+        super().__init__(failure.message)
+        self.failure: TaskFailure = failure
+
+
+class FetchFailedError(TaskFailedError):
+    """An upstream map output could not be read; ``failure`` names it."""
+
+    failure: FetchFailed
+
+    def __init__(self, failure: FetchFailed) -> None:
+        super().__init__(failure)
+        self.failure = failure
+
+
+class TaskCancelledError(Exception):
+    """The task was cancelled while it ran (the scheduler asked for it)."""
+
+
+def classify(exc: BaseException) -> TaskFailure:
+    """Map an exception raised while running a task to a typed failure.
+
+    >>> classify(duckdb.BinderException("Binder Error: no column x"))
+    QueryError(message='Binder Error: no column x')
+    """
+    if isinstance(exc, TaskFailedError):
+        return exc.failure
+    message = str(exc) or type(exc).__name__
+    if isinstance(exc, _QUERY_ERRORS) or (
+        isinstance(exc, OSError) and message.startswith(_QUERY_ERROR_PREFIXES)
+    ):
+        return QueryError(message)
+    if isinstance(exc, MemoryError):
+        return ExecutionError(f"out of memory: {message}")
+    return ExecutionError(f"{type(exc).__name__}: {message}")

@@ -1,0 +1,213 @@
+"""The executor's line to the scheduler: a ``SchedulerLink`` and its gRPC version.
+
+``ExecutorService`` talks to the scheduler only through the ``SchedulerLink``
+protocol, in domain types, so its control loop is tested with an in-memory
+fake and runs against the real scheduler through ``GrpcSchedulerLink``, which
+is the only executor module that touches the generated protobuf code.
+
+The conversation (``mangonel.proto``'s ``ExecutorControl`` service):
+``register`` gives the executor its id; ``connect`` opens the stream on which
+the scheduler pushes ``LaunchTask``/``CancelTask``/``ReleaseOutputs`` the moment
+it decides them (when the stream breaks, the scheduler counts the executor as
+lost, so it must register again under a new id); ``heartbeat`` runs on its own
+thread; ``report_*`` says how each task attempt ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+import grpc
+
+from mangonel.errors import ClusterError
+from mangonel.ids import ExecutorId, TaskAttemptId
+from mangonel.proto import convert
+from mangonel.proto import mangonel_pb2 as pb
+from mangonel.proto import mangonel_pb2_grpc as pb_grpc
+from mangonel.scheduler.events import PartitionOutput, TaskFailure
+
+ExecutorCommand = convert.ExecutorCommandKind
+"""``LaunchTask | CancelTask | ReleaseOutputs``."""
+
+# Task specs list every upstream partition location; big plans exceed gRPC's 4 MB.
+_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+_CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    # The command stream is idle between queries: pings find a dead scheduler
+    # (or a cut link) instead of waiting on a silent socket forever.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What the executor says about itself when it registers."""
+
+    host: str
+    flight_address: str
+    slots: int
+    pid: int
+    work_dir: str
+
+
+@dataclass(frozen=True)
+class Registered:
+    """The scheduler's answer: this life's id and how often to heartbeat."""
+
+    executor: ExecutorId
+    heartbeat_interval_s: float
+
+
+class CommandStream(Protocol):
+    """The scheduler's commands to one registered executor, as they come."""
+
+    def __iter__(self) -> Iterator[ExecutorCommand]: ...
+
+    def cancel(self) -> None:
+        """End the stream from this side (iteration stops); thread-safe."""
+        ...
+
+
+class SchedulerLink(Protocol):
+    """Everything an executor says to and hears from the scheduler.
+
+    Every method raises ``ClusterError`` when the scheduler cannot be reached.
+    """
+
+    def register(self, registration: Registration) -> Registered: ...
+
+    def connect(self, executor: ExecutorId) -> CommandStream: ...
+
+    def heartbeat(self, executor: ExecutorId, running_tasks: int) -> bool:
+        """Return False when the scheduler no longer knows ``executor``: register again."""
+        ...
+
+    def report_completed(
+        self,
+        executor: ExecutorId,
+        attempt: TaskAttemptId,
+        outputs: tuple[PartitionOutput, ...],
+        elapsed_s: float,
+    ) -> None: ...
+
+    def report_failed(
+        self, executor: ExecutorId, attempt: TaskAttemptId, failure: TaskFailure, elapsed_s: float
+    ) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _GrpcCommandStream:
+    def __init__(self, call: Iterator[pb.ExecutorCommand], executor: ExecutorId) -> None:
+        self._call = call
+        self._executor = executor
+
+    def __iter__(self) -> Iterator[ExecutorCommand]:
+        try:
+            for msg in self._call:
+                yield convert.command_from_proto(msg, self._executor)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.CANCELLED:
+                return  # we ended it
+            raise ClusterError(f"the scheduler's command stream broke: {_describe(exc)}") from exc
+
+    def cancel(self) -> None:
+        self._call.cancel()  # type: ignore[attr-defined]
+
+
+class GrpcSchedulerLink:
+    """``SchedulerLink`` over the scheduler's ``ExecutorControl`` gRPC service.
+
+    Args:
+        address: ``host:port`` of the scheduler.
+        rpc_timeout_s: Limit on each unary call (register, heartbeat, report).
+    """
+
+    def __init__(self, address: str, rpc_timeout_s: float = 10.0) -> None:
+        self.address = address
+        self.rpc_timeout_s = rpc_timeout_s
+        self._channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self._stub = pb_grpc.ExecutorControlStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def register(self, registration: Registration) -> Registered:
+        request = pb.RegisterExecutorRequest(
+            host=registration.host,
+            flight_address=registration.flight_address,
+            slots=registration.slots,
+            pid=registration.pid,
+            work_dir=registration.work_dir,
+        )
+        try:
+            reply = self._stub.RegisterExecutor(request, timeout=self.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error("register with", exc) from exc
+        return Registered(ExecutorId(reply.executor_id), reply.heartbeat_interval_s)
+
+    def connect(self, executor: ExecutorId) -> CommandStream:
+        call = self._stub.Connect(pb.ConnectRequest(executor_id=executor))
+        return _GrpcCommandStream(call, executor)
+
+    def heartbeat(self, executor: ExecutorId, running_tasks: int) -> bool:
+        request = pb.HeartbeatRequest(executor_id=executor, running_tasks=running_tasks)
+        try:
+            reply = self._stub.Heartbeat(request, timeout=self.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error("send a heartbeat to", exc) from exc
+        return not reply.reregister
+
+    def report_completed(
+        self,
+        executor: ExecutorId,
+        attempt: TaskAttemptId,
+        outputs: tuple[PartitionOutput, ...],
+        elapsed_s: float,
+    ) -> None:
+        completed = pb.TaskCompletedReport(
+            outputs=[convert.partition_output_to_proto(o) for o in outputs]
+        )
+        self._report(
+            pb.ReportTaskRequest(
+                attempt=convert.attempt_to_proto(attempt),
+                executor_id=executor,
+                completed=completed,
+                elapsed_s=elapsed_s,
+            )
+        )
+
+    def report_failed(
+        self, executor: ExecutorId, attempt: TaskAttemptId, failure: TaskFailure, elapsed_s: float
+    ) -> None:
+        self._report(
+            pb.ReportTaskRequest(
+                attempt=convert.attempt_to_proto(attempt),
+                executor_id=executor,
+                failed=convert.failure_to_proto(failure),
+                elapsed_s=elapsed_s,
+            )
+        )
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _report(self, request: pb.ReportTaskRequest) -> None:
+        try:
+            self._stub.ReportTask(request, timeout=self.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error("report a task to", exc) from exc
+
+    def _error(self, what: str, exc: grpc.RpcError) -> ClusterError:
+        return ClusterError(
+            f"cannot {what} the scheduler at {self.address}: {_describe(exc)}; "
+            "is the scheduler running there?"
+        )
+
+
+def _describe(exc: grpc.RpcError) -> str:
+    code = exc.code() if hasattr(exc, "code") else None
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return f"{code.name if code else 'error'}: {details}"

@@ -1,0 +1,120 @@
+"""Start an executor: ``run_executor(config)`` serves until SIGTERM or Ctrl-C.
+
+``start_executor(config)`` does the same on a background thread and returns the
+``ExecutorService`` (tests, ``mangonel standalone``); ``stop_executor`` ends it.
+Once registered, ``run_executor`` prints
+``mangonel executor EXECUTOR_ID registered with SCHEDULER, flight HOST:PORT``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+from mangonel.executor.config import ExecutorConfig
+from mangonel.executor.link import GrpcSchedulerLink, SchedulerLink
+from mangonel.executor.service import ExecutorService
+
+log = logging.getLogger(__name__)
+
+
+def start_executor(
+    config: ExecutorConfig, link: SchedulerLink | None = None
+) -> tuple[ExecutorService, threading.Thread]:
+    """Start an executor in this process and return at once.
+
+    Args:
+        config: The executor's settings.
+        link: The line to the scheduler; a gRPC one to ``config.scheduler_address``
+            when ``None``.
+
+    Returns:
+        The service and the thread running its control loop; pass both to
+        ``stop_executor``.
+    """
+    service = ExecutorService(config, link or GrpcSchedulerLink(config.scheduler_address))
+    service.start()
+    thread = threading.Thread(target=service.serve, name="executor-control", daemon=True)
+    thread.start()
+    return service, thread
+
+
+def stop_executor(
+    service: ExecutorService, thread: threading.Thread, timeout_s: float = 10.0
+) -> None:
+    """Stop a started executor: its control loop, tasks, Flight server and files."""
+    service.stop()
+    thread.join(timeout_s)
+    service.close()
+
+
+def run_executor(config: ExecutorConfig) -> None:
+    """Run an executor until SIGTERM or SIGINT, then stop cleanly."""
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        log.info("signal %d: stopping the executor", signum)
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    service, thread = start_executor(config)
+    announced = False
+    try:
+        # The main thread only waits, so signals are handled at once.
+        while not done.wait(0.2):
+            if not announced and service.registered.is_set():
+                announced = True
+                print(
+                    f"mangonel executor {service.executor_id} registered with "
+                    f"{config.scheduler_address}, flight {service.flight_address}",
+                    flush=True,
+                )
+            if not thread.is_alive():
+                break
+    finally:
+        stop_executor(service, thread)
+
+
+def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
+    """An ``ExecutorConfig`` from command-line flags (``python -m mangonel.executor.main -h``)."""
+    parser = argparse.ArgumentParser(
+        prog="mangonel-executor", description="Run a mangonel executor."
+    )
+    defaults = ExecutorConfig()
+    parser.add_argument("--scheduler", default=defaults.scheduler_address, help="host:port")
+    parser.add_argument("--host", default=defaults.host, help="host identity (default: hostname)")
+    parser.add_argument("--bind-host", default=defaults.bind_host)
+    parser.add_argument("--advertise-host", default=None)
+    parser.add_argument("--flight-port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--slots", type=int, default=defaults.slots)
+    parser.add_argument("--memory-limit", default=None, help="DuckDB memory_limit per slot")
+    parser.add_argument("--threads", type=int, default=None, help="DuckDB threads per slot")
+    parser.add_argument("--work-dir", default=defaults.work_dir)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    return ExecutorConfig(
+        scheduler_address=args.scheduler,
+        host=args.host,
+        bind_host=args.bind_host,
+        advertise_host=args.advertise_host,
+        flight_port=args.flight_port,
+        slots=args.slots,
+        memory_limit=args.memory_limit,
+        threads=args.threads,
+        work_dir=args.work_dir,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point: parse flags, then ``run_executor``."""
+    run_executor(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,367 @@
+"""Shuffle files: writing a task's output partitions and reading them back.
+
+A task attempt writes one Arrow IPC *file* (the random-access format, so a
+reader on the same host can memory-map it without copying) per output
+partition::
+
+    <shuffle_dir>/<job>/s<stage>/m<map partition>/a<attempt>/part-<p>.arrow
+
+Every partition 0..N-1 is written, even an empty one, so that a consumer always
+finds a file and a schema. Each file is written under a temporary name and
+renamed into place once complete: a reader never sees a partial file, and a
+crash leaves only ``.tmp`` files behind. The checksum is ``crc32:<8 hex>``,
+zlib's CRC-32 over the file's bytes (about 4 GB/s; a SHA would cost 5x more and
+guards against no threat this check is for: torn or truncated files).
+
+Reading (``ShuffleReader``): a file on this host is memory-mapped and its
+checksum verified over the mapped bytes; a file elsewhere is fetched with Arrow
+Flight ``do_get`` (the ticket is its path), and the serving executor verifies
+the checksum before it sends (see ``flight.py``) while the reader checks the
+row count. A fetch that still fails after a few tries raises
+``FetchFailedError`` naming the map output, so the scheduler recomputes exactly
+that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from mangonel.executor.failures import FetchFailedError
+from mangonel.ids import JobId, StageId, TaskAttemptId
+from mangonel.scheduler.events import FetchFailed, PartitionLocation, PartitionOutput
+
+_SUFFIX = ".arrow"
+
+
+def checksum_of(data: pa.Buffer | bytes | memoryview) -> str:
+    """The checksum of a shuffle file's bytes, as stored in ``PartitionOutput``."""
+    return f"crc32:{zlib.crc32(data) & 0xFFFFFFFF:08x}"
+
+
+def file_checksum(path: str) -> str:
+    """The checksum of a file on disk, read through a memory map."""
+    with pa.memory_map(path, "r") as source:
+        return checksum_of(source.read_buffer())
+
+
+class OutputRegistry:
+    """The files this executor wrote, by real path; shared with the Flight server.
+
+    The Flight server serves only files listed here, so a ticket can never make
+    it open a path that a caller made up. Thread-safe.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._outputs: dict[str, PartitionOutput] = {}
+
+    def add(self, output: PartitionOutput) -> None:
+        with self._lock:
+            self._outputs[os.path.realpath(output.path)] = output
+
+    def get(self, real_path: str) -> PartitionOutput | None:
+        """The output written at ``real_path`` (already resolved), if any."""
+        with self._lock:
+            return self._outputs.get(real_path)
+
+    def remove_under(self, directory: str) -> None:
+        """Forget every file under ``directory``."""
+        prefix = os.path.realpath(directory) + os.sep
+        with self._lock:
+            for path in [p for p in self._outputs if p.startswith(prefix)]:
+                del self._outputs[path]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._outputs)
+
+
+class ShuffleWriter:
+    """Writes task outputs under one directory and deletes them when released.
+
+    Args:
+        root: The shuffle directory (created if missing).
+        registry: Where written files are recorded for the Flight server.
+    """
+
+    def __init__(self, root: str, registry: OutputRegistry | None = None) -> None:
+        os.makedirs(root, exist_ok=True)
+        self.root = os.path.realpath(root)
+        self.registry = registry if registry is not None else OutputRegistry()
+
+    def attempt_dir(self, attempt: TaskAttemptId) -> str:
+        """Directory of one task attempt's output files."""
+        task = attempt.task
+        return os.path.join(
+            self.root, task.job, f"s{task.stage}", f"m{task.partition}", f"a{attempt.attempt}"
+        )
+
+    def partition_path(self, attempt: TaskAttemptId, partition: int) -> str:
+        """Final path of one output partition of a task attempt."""
+        return os.path.join(self.attempt_dir(attempt), f"part-{partition}{_SUFFIX}")
+
+    def open(self, attempt: TaskAttemptId, partitions: int, schema: pa.Schema) -> PartitionSink:
+        """Start writing ``partitions`` output partitions of one attempt.
+
+        Use as a context manager: leaving it by an exception deletes what was
+        written; ``commit()`` publishes the files and returns their outputs.
+        """
+        return PartitionSink(self, attempt, partitions, schema)
+
+    def write_table(
+        self, attempt: TaskAttemptId, partition: int, table: pa.Table, partitions: int = 1
+    ) -> PartitionOutput:
+        """Write one table as partition ``partition`` (the others empty); for tests and tools."""
+        with self.open(attempt, partitions, table.schema) as sink:
+            sink.write_table(partition, table)
+            return sink.commit()[partition]
+
+    def release(self, job: JobId, stages: Sequence[StageId] | None = None) -> None:
+        """Delete a job's files: all of them, or those of the listed stages."""
+        job_dir = self._job_dir(job)
+        targets = [job_dir] if stages is None else [os.path.join(job_dir, f"s{s}") for s in stages]
+        for target in targets:
+            self.registry.remove_under(target)
+            shutil.rmtree(target, ignore_errors=True)
+        if stages is not None:
+            # Drop the job directory once its last stage is gone.
+            with contextlib.suppress(OSError):
+                os.rmdir(job_dir)
+
+    def release_all_except(self, jobs: Iterable[JobId]) -> None:
+        """Delete every job directory but those of ``jobs`` (cleanup at start)."""
+        keep = {str(j) for j in jobs}
+        for name in os.listdir(self.root):
+            if name not in keep:
+                path = os.path.join(self.root, name)
+                self.registry.remove_under(path)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _job_dir(self, job: JobId) -> str:
+        # A job id is short hex from the scheduler; refuse anything that could
+        # walk out of the shuffle directory all the same.
+        if not job or os.sep in job or job in (".", ".."):
+            raise ValueError(f"invalid job id {job!r}")
+        return os.path.join(self.root, job)
+
+
+class PartitionSink:
+    """The open output files of one task attempt; see ``ShuffleWriter.open``."""
+
+    def __init__(
+        self, writer: ShuffleWriter, attempt: TaskAttemptId, partitions: int, schema: pa.Schema
+    ) -> None:
+        if partitions < 1:
+            raise ValueError(f"a task writes at least one partition, not {partitions}")
+        self._writer = writer
+        self._attempt = attempt
+        self.schema = schema
+        directory = writer.attempt_dir(attempt)
+        os.makedirs(directory, exist_ok=True)
+        tag = uuid.uuid4().hex[:8]
+        self._final = [writer.partition_path(attempt, p) for p in range(partitions)]
+        self._temp = [f"{path}.{tag}.tmp" for path in self._final]
+        self._rows = [0] * partitions
+        self._files: list[pa.NativeFile] = []
+        self._ipc: list[pa.ipc.RecordBatchFileWriter] = []
+        self._closed = False
+        try:
+            for temp in self._temp:
+                sink = pa.OSFile(temp, "wb")
+                self._files.append(sink)
+                self._ipc.append(pa.ipc.new_file(sink, schema))
+        except BaseException:
+            self.abort()
+            raise
+
+    @property
+    def partitions(self) -> int:
+        return len(self._final)
+
+    def write_batch(self, partition: int, batch: pa.RecordBatch) -> None:
+        """Append a batch to one partition (its schema must be the sink's)."""
+        if batch.num_rows:
+            self._ipc[partition].write_batch(batch)
+            self._rows[partition] += batch.num_rows
+
+    def write_table(self, partition: int, table: pa.Table) -> None:
+        """Append a table's batches to one partition."""
+        for batch in table.to_batches():
+            self.write_batch(partition, batch)
+
+    def commit(self) -> tuple[PartitionOutput, ...]:
+        """Close, checksum and rename every file into place; record them."""
+        self._close_files()
+        outputs: list[PartitionOutput] = []
+        try:
+            for p, (temp, final) in enumerate(zip(self._temp, self._final, strict=True)):
+                checksum = file_checksum(temp)
+                size = os.path.getsize(temp)
+                os.rename(temp, final)
+                outputs.append(PartitionOutput(p, final, self._rows[p], size, checksum))
+        except BaseException:
+            self.abort()
+            raise
+        for output in outputs:
+            self._writer.registry.add(output)
+        return tuple(outputs)
+
+    def abort(self) -> None:
+        """Close and delete whatever was written (temporary or renamed)."""
+        self._close_files(quiet=True)
+        for path in (*self._temp, *self._final):
+            with contextlib.suppress(OSError):
+                os.remove(path)
+
+    def _close_files(self, quiet: bool = False) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for handle in (*self._ipc, *self._files):
+            try:
+                handle.close()
+            except Exception:
+                if not quiet:
+                    raise
+
+    def __enter__(self) -> PartitionSink:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+        else:
+            # Leaving without commit() publishes nothing.
+            self._close_files(quiet=True)
+            for path in self._temp:
+                with contextlib.suppress(OSError):
+                    os.remove(path)
+
+
+class ShuffleReader:
+    """Reads map output partitions: memory-mapped when local, Flight when remote.
+
+    One reader per task slot (it caches one Flight client per peer).
+
+    Args:
+        host: This executor's host identity (``ExecutorInfo.host``).
+        timeout_s: Limit on one Flight ``do_get``.
+        retries: Tries of a Flight fetch before it fails.
+        backoff_s: Wait before the second try; doubled before each next one.
+    """
+
+    def __init__(
+        self, host: str, *, timeout_s: float = 30.0, retries: int = 3, backoff_s: float = 0.1
+    ) -> None:
+        self.host = host
+        self.timeout_s = timeout_s
+        self.retries = max(1, retries)
+        self.backoff_s = backoff_s
+        self._clients: dict[str, flight.FlightClient] = {}
+
+    def read(self, location: PartitionLocation) -> pa.Table:
+        """One map output partition as a table; raises ``FetchFailedError``."""
+        if location.host == self.host and os.path.isfile(location.path):
+            return self._read_local(location)
+        return self._read_flight(location)
+
+    def read_many(self, locations: Sequence[PartitionLocation]) -> pa.Table:
+        """The concatenation of several partitions (at least one)."""
+        tables = [self.read(loc) for loc in locations]
+        if len(tables) == 1:
+            return tables[0]
+        # Upstream tasks run the same SQL, so schemas agree up to nullability
+        # and null-typed columns of empty results; permissive promotion covers both.
+        return pa.concat_tables(tables, promote_options="permissive")
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            with contextlib.suppress(Exception):
+                client.close()
+        self._clients.clear()
+
+    def _read_local(self, location: PartitionLocation) -> pa.Table:
+        try:
+            source = pa.memory_map(location.path, "r")
+            data = source.read_buffer()
+            checksum = checksum_of(data)
+            if checksum != location.checksum:
+                raise _fail(
+                    location,
+                    f"checksum mismatch: expected {location.checksum}, file has {checksum}",
+                )
+            # The table's buffers point into the map, which they keep alive.
+            return pa.ipc.open_file(data).read_all()
+        except FetchFailedError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            raise _fail(location, f"cannot read local file: {exc}") from exc
+
+    def _read_flight(self, location: PartitionLocation) -> pa.Table:
+        options = flight.FlightCallOptions(timeout=self.timeout_s)
+        ticket = flight.Ticket(location.path.encode())
+        last: Exception | None = None
+        for attempt in range(self.retries):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                table = self._client(location.flight_address).do_get(ticket, options).read_all()
+            except flight.FlightServerError as exc:
+                # The peer answered and refused (unknown ticket, bad checksum):
+                # another try gets the same answer.
+                raise _fail(location, f"executor refused the fetch: {exc}") from exc
+            except (flight.FlightError, pa.ArrowException, OSError) as exc:
+                last = exc
+                self._drop_client(location.flight_address)
+                continue
+            if table.num_rows != location.rows:
+                raise _fail(location, f"expected {location.rows} rows, received {table.num_rows}")
+            return table
+        raise _fail(
+            location,
+            f"Flight fetch from {location.flight_address} failed {self.retries} times: {last}",
+        )
+
+    def _client(self, address: str) -> flight.FlightClient:
+        client = self._clients.get(address)
+        if client is None:
+            client = flight.FlightClient(f"grpc://{address}")
+            self._clients[address] = client
+        return client
+
+    def _drop_client(self, address: str) -> None:
+        client = self._clients.pop(address, None)
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+def _fail(location: PartitionLocation, why: str) -> FetchFailedError:
+    return FetchFailedError(
+        FetchFailed(
+            executor=location.executor,
+            stage=location.stage,
+            map_partition=location.map_partition,
+            message=(
+                f"fetching partition {location.partition} of stage {location.stage} map task "
+                f"{location.map_partition} from executor {location.executor} "
+                f"({location.path}): {why}"
+            ),
+        )
+    )

@@ -1,0 +1,262 @@
+"""Conversions between wire messages (``mangonel_pb2``) and domain dataclasses.
+
+Generated code stays in ``mangonel.proto``: the scheduler and executor shells
+call these functions at their gRPC boundary and work with the dataclasses of
+``mangonel.scheduler.events`` and ``mangonel.plan.physical`` everywhere else.
+Each ``*_to_proto`` has a matching ``*_from_proto``; a round trip is the identity.
+"""
+
+from __future__ import annotations
+
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
+from mangonel.plan.physical import FileSplit, InputMode, OutputKind, OutputSpec
+from mangonel.proto import mangonel_pb2 as pb
+from mangonel.scheduler.events import (
+    CancelTask,
+    ExecutionError,
+    FetchFailed,
+    InputLocations,
+    LaunchTask,
+    PartitionLocation,
+    PartitionOutput,
+    QueryError,
+    ReleaseOutputs,
+    TaskFailure,
+    TaskSpec,
+)
+
+ExecutorCommandKind = LaunchTask | CancelTask | ReleaseOutputs
+"""The commands the scheduler pushes on an executor's Connect stream."""
+
+_OUTPUT_KIND = {OutputKind.HASH: pb.OUTPUT_KIND_HASH, OutputKind.SINGLE: pb.OUTPUT_KIND_SINGLE}
+_OUTPUT_KIND_BACK = {v: k for k, v in _OUTPUT_KIND.items()}
+_INPUT_MODE = {InputMode.PARTITION: pb.INPUT_MODE_PARTITION, InputMode.ALL: pb.INPUT_MODE_ALL}
+_INPUT_MODE_BACK = {v: k for k, v in _INPUT_MODE.items()}
+
+
+class ProtocolError(ValueError):
+    """A message is missing a required field or holds an unknown enum value."""
+
+
+# ----------------------------------------------------------------------------- ids
+
+
+def attempt_to_proto(attempt: TaskAttemptId) -> pb.TaskAttemptId:
+    t = attempt.task
+    return pb.TaskAttemptId(
+        job=t.job, stage=int(t.stage), partition=t.partition, attempt=attempt.attempt
+    )
+
+
+def attempt_from_proto(msg: pb.TaskAttemptId) -> TaskAttemptId:
+    if not msg.job:
+        raise ProtocolError("TaskAttemptId without a job id")
+    task = TaskId(JobId(msg.job), StageId(msg.stage), msg.partition)
+    return TaskAttemptId(task, msg.attempt)
+
+
+# ---------------------------------------------------------------------- plan parts
+
+
+def output_spec_to_proto(spec: OutputSpec) -> pb.OutputSpec:
+    return pb.OutputSpec(
+        kind=_OUTPUT_KIND[spec.kind], partitions=spec.partitions, keys=list(spec.keys)
+    )
+
+
+def output_spec_from_proto(msg: pb.OutputSpec) -> OutputSpec:
+    try:
+        kind = _OUTPUT_KIND_BACK[msg.kind]
+    except KeyError:
+        raise ProtocolError(f"unknown output kind {msg.kind}") from None
+    return OutputSpec(kind=kind, partitions=msg.partitions, keys=tuple(msg.keys))
+
+
+def file_split_to_proto(split: FileSplit) -> pb.FileSplit:
+    return pb.FileSplit(
+        path=split.path, row_groups=list(split.row_groups), rows=split.rows, bytes=split.bytes
+    )
+
+
+def file_split_from_proto(msg: pb.FileSplit) -> FileSplit:
+    return FileSplit(
+        path=msg.path, row_groups=tuple(msg.row_groups), rows=msg.rows, bytes=msg.bytes
+    )
+
+
+def input_mode_from_proto(value: int) -> InputMode:
+    try:
+        return _INPUT_MODE_BACK[value]  # type: ignore[index]
+    except KeyError:
+        raise ProtocolError(f"unknown input mode {value}") from None
+
+
+# ---------------------------------------------------------------- shuffle outputs
+
+
+def partition_output_to_proto(out: PartitionOutput) -> pb.PartitionOutput:
+    return pb.PartitionOutput(
+        partition=out.partition,
+        path=out.path,
+        rows=out.rows,
+        bytes=out.bytes,
+        checksum=out.checksum,
+    )
+
+
+def partition_output_from_proto(msg: pb.PartitionOutput) -> PartitionOutput:
+    return PartitionOutput(
+        partition=msg.partition,
+        path=msg.path,
+        rows=msg.rows,
+        bytes=msg.bytes,
+        checksum=msg.checksum,
+    )
+
+
+def partition_location_to_proto(loc: PartitionLocation) -> pb.PartitionLocation:
+    return pb.PartitionLocation(
+        executor=loc.executor,
+        host=loc.host,
+        flight_address=loc.flight_address,
+        stage=int(loc.stage),
+        map_partition=loc.map_partition,
+        partition=loc.partition,
+        path=loc.path,
+        rows=loc.rows,
+        bytes=loc.bytes,
+        checksum=loc.checksum,
+    )
+
+
+def partition_location_from_proto(msg: pb.PartitionLocation) -> PartitionLocation:
+    return PartitionLocation(
+        executor=ExecutorId(msg.executor),
+        host=msg.host,
+        flight_address=msg.flight_address,
+        stage=StageId(msg.stage),
+        map_partition=msg.map_partition,
+        partition=msg.partition,
+        path=msg.path,
+        rows=msg.rows,
+        bytes=msg.bytes,
+        checksum=msg.checksum,
+    )
+
+
+def input_locations_to_proto(inp: InputLocations) -> pb.InputLocations:
+    return pb.InputLocations(
+        name=inp.name,
+        stage=int(inp.stage),
+        mode=_INPUT_MODE[inp.mode],
+        locations=[partition_location_to_proto(loc) for loc in inp.locations],
+        columns=list(inp.columns),
+    )
+
+
+def input_locations_from_proto(msg: pb.InputLocations) -> InputLocations:
+    return InputLocations(
+        name=msg.name,
+        stage=StageId(msg.stage),
+        mode=input_mode_from_proto(msg.mode),
+        locations=tuple(partition_location_from_proto(m) for m in msg.locations),
+        columns=tuple(msg.columns),
+    )
+
+
+# --------------------------------------------------------------------------- tasks
+
+
+def task_spec_to_proto(spec: TaskSpec) -> pb.TaskSpec:
+    msg = pb.TaskSpec(
+        attempt=attempt_to_proto(spec.attempt),
+        sql=spec.sql,
+        output=output_spec_to_proto(spec.output),
+        columns=list(spec.columns),
+        scan_columns=list(spec.scan_columns),
+        scan_splits=[file_split_to_proto(s) for s in spec.scan_splits],
+        inputs=[input_locations_to_proto(i) for i in spec.inputs],
+    )
+    # `optional` fields: unset means None, which differs from "".
+    if spec.scan_name is not None:
+        msg.scan_name = spec.scan_name
+    if spec.scan_table is not None:
+        msg.scan_table = spec.scan_table
+    return msg
+
+
+def task_spec_from_proto(msg: pb.TaskSpec) -> TaskSpec:
+    if not msg.HasField("attempt") or not msg.HasField("output"):
+        raise ProtocolError("TaskSpec without attempt or output")
+    return TaskSpec(
+        attempt=attempt_from_proto(msg.attempt),
+        sql=msg.sql,
+        output=output_spec_from_proto(msg.output),
+        columns=tuple(msg.columns),
+        scan_name=msg.scan_name if msg.HasField("scan_name") else None,
+        scan_table=msg.scan_table if msg.HasField("scan_table") else None,
+        scan_columns=tuple(msg.scan_columns),
+        scan_splits=tuple(file_split_from_proto(s) for s in msg.scan_splits),
+        inputs=tuple(input_locations_from_proto(i) for i in msg.inputs),
+    )
+
+
+def failure_to_proto(failure: TaskFailure) -> pb.TaskFailure:
+    if isinstance(failure, QueryError):
+        return pb.TaskFailure(query=pb.QueryFailure(message=failure.message))
+    if isinstance(failure, ExecutionError):
+        return pb.TaskFailure(execution=pb.ExecutionFailure(message=failure.message))
+    return pb.TaskFailure(
+        fetch=pb.FetchFailure(
+            executor=failure.executor,
+            stage=int(failure.stage),
+            map_partition=failure.map_partition,
+            message=failure.message,
+        )
+    )
+
+
+def failure_from_proto(msg: pb.TaskFailure) -> TaskFailure:
+    kind = msg.WhichOneof("kind")
+    if kind == "query":
+        return QueryError(msg.query.message)
+    if kind == "execution":
+        return ExecutionError(msg.execution.message)
+    if kind == "fetch":
+        f = msg.fetch
+        return FetchFailed(ExecutorId(f.executor), StageId(f.stage), f.map_partition, f.message)
+    raise ProtocolError("TaskFailure without a kind")
+
+
+# ------------------------------------------------------------------------ commands
+
+
+def command_to_proto(cmd: ExecutorCommandKind) -> pb.ExecutorCommand:
+    """The message pushed on the executor's Connect stream for ``cmd``."""
+    if isinstance(cmd, LaunchTask):
+        return pb.ExecutorCommand(
+            cause=cmd.cause, launch=pb.LaunchTask(task=task_spec_to_proto(cmd.task))
+        )
+    if isinstance(cmd, CancelTask):
+        return pb.ExecutorCommand(
+            cause=cmd.cause, cancel=pb.CancelTask(attempt=attempt_to_proto(cmd.attempt))
+        )
+    stages = [] if cmd.stages is None else [int(s) for s in cmd.stages]
+    return pb.ExecutorCommand(
+        cause=cmd.cause,
+        release=pb.ReleaseOutputs(job=cmd.job, stages=stages, all_stages=cmd.stages is None),
+    )
+
+
+def command_from_proto(msg: pb.ExecutorCommand, executor: ExecutorId) -> ExecutorCommandKind:
+    """The domain command behind a Connect-stream message, addressed to ``executor``."""
+    kind = msg.WhichOneof("command")
+    if kind == "launch":
+        return LaunchTask(msg.cause, executor, task_spec_from_proto(msg.launch.task))
+    if kind == "cancel":
+        return CancelTask(msg.cause, executor, attempt_from_proto(msg.cancel.attempt))
+    if kind == "release":
+        r = msg.release
+        stages = None if r.all_stages else tuple(StageId(s) for s in r.stages)
+        return ReleaseOutputs(msg.cause, executor, JobId(r.job), stages)
+    raise ProtocolError("ExecutorCommand without a command")

@@ -1,0 +1,498 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class OutputKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTPUT_KIND_UNSPECIFIED: _ClassVar[OutputKind]
+    OUTPUT_KIND_HASH: _ClassVar[OutputKind]
+    OUTPUT_KIND_SINGLE: _ClassVar[OutputKind]
+
+class InputMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INPUT_MODE_UNSPECIFIED: _ClassVar[InputMode]
+    INPUT_MODE_PARTITION: _ClassVar[InputMode]
+    INPUT_MODE_ALL: _ClassVar[InputMode]
+
+class JobState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_STATE_UNSPECIFIED: _ClassVar[JobState]
+    JOB_STATE_RUNNING: _ClassVar[JobState]
+    JOB_STATE_SUCCEEDED: _ClassVar[JobState]
+    JOB_STATE_FAILED: _ClassVar[JobState]
+    JOB_STATE_CANCELLED: _ClassVar[JobState]
+
+class ExecutorState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXECUTOR_STATE_UNSPECIFIED: _ClassVar[ExecutorState]
+    EXECUTOR_STATE_ALIVE: _ClassVar[ExecutorState]
+    EXECUTOR_STATE_DRAINING: _ClassVar[ExecutorState]
+    EXECUTOR_STATE_LOST: _ClassVar[ExecutorState]
+    EXECUTOR_STATE_CONNECTING: _ClassVar[ExecutorState]
+OUTPUT_KIND_UNSPECIFIED: OutputKind
+OUTPUT_KIND_HASH: OutputKind
+OUTPUT_KIND_SINGLE: OutputKind
+INPUT_MODE_UNSPECIFIED: InputMode
+INPUT_MODE_PARTITION: InputMode
+INPUT_MODE_ALL: InputMode
+JOB_STATE_UNSPECIFIED: JobState
+JOB_STATE_RUNNING: JobState
+JOB_STATE_SUCCEEDED: JobState
+JOB_STATE_FAILED: JobState
+JOB_STATE_CANCELLED: JobState
+EXECUTOR_STATE_UNSPECIFIED: ExecutorState
+EXECUTOR_STATE_ALIVE: ExecutorState
+EXECUTOR_STATE_DRAINING: ExecutorState
+EXECUTOR_STATE_LOST: ExecutorState
+EXECUTOR_STATE_CONNECTING: ExecutorState
+
+class TaskAttemptId(_message.Message):
+    __slots__ = ("job", "stage", "partition", "attempt")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    stage: int
+    partition: int
+    attempt: int
+    def __init__(self, job: _Optional[str] = ..., stage: _Optional[int] = ..., partition: _Optional[int] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class OutputSpec(_message.Message):
+    __slots__ = ("kind", "partitions", "keys")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    kind: OutputKind
+    partitions: int
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, kind: _Optional[_Union[OutputKind, str]] = ..., partitions: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class FileSplit(_message.Message):
+    __slots__ = ("path", "row_groups", "rows", "bytes")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    ROW_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    row_groups: _containers.RepeatedScalarFieldContainer[int]
+    rows: int
+    bytes: int
+    def __init__(self, path: _Optional[str] = ..., row_groups: _Optional[_Iterable[int]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class PartitionLocation(_message.Message):
+    __slots__ = ("executor", "host", "flight_address", "stage", "map_partition", "partition", "path", "rows", "bytes", "checksum")
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    MAP_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    executor: str
+    host: str
+    flight_address: str
+    stage: int
+    map_partition: int
+    partition: int
+    path: str
+    rows: int
+    bytes: int
+    checksum: str
+    def __init__(self, executor: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., stage: _Optional[int] = ..., map_partition: _Optional[int] = ..., partition: _Optional[int] = ..., path: _Optional[str] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., checksum: _Optional[str] = ...) -> None: ...
+
+class InputLocations(_message.Message):
+    __slots__ = ("name", "stage", "mode", "locations", "columns")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    LOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    stage: int
+    mode: InputMode
+    locations: _containers.RepeatedCompositeFieldContainer[PartitionLocation]
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., stage: _Optional[int] = ..., mode: _Optional[_Union[InputMode, str]] = ..., locations: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TaskSpec(_message.Message):
+    __slots__ = ("attempt", "sql", "output", "columns", "scan_name", "scan_table", "scan_columns", "scan_splits", "inputs")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    SCAN_NAME_FIELD_NUMBER: _ClassVar[int]
+    SCAN_TABLE_FIELD_NUMBER: _ClassVar[int]
+    SCAN_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    SCAN_SPLITS_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    attempt: TaskAttemptId
+    sql: str
+    output: OutputSpec
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    scan_name: str
+    scan_table: str
+    scan_columns: _containers.RepeatedScalarFieldContainer[str]
+    scan_splits: _containers.RepeatedCompositeFieldContainer[FileSplit]
+    inputs: _containers.RepeatedCompositeFieldContainer[InputLocations]
+    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., scan_name: _Optional[str] = ..., scan_table: _Optional[str] = ..., scan_columns: _Optional[_Iterable[str]] = ..., scan_splits: _Optional[_Iterable[_Union[FileSplit, _Mapping]]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ...) -> None: ...
+
+class PartitionOutput(_message.Message):
+    __slots__ = ("partition", "path", "rows", "bytes", "checksum")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    path: str
+    rows: int
+    bytes: int
+    checksum: str
+    def __init__(self, partition: _Optional[int] = ..., path: _Optional[str] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., checksum: _Optional[str] = ...) -> None: ...
+
+class TaskFailure(_message.Message):
+    __slots__ = ("query", "execution", "fetch")
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_FIELD_NUMBER: _ClassVar[int]
+    FETCH_FIELD_NUMBER: _ClassVar[int]
+    query: QueryFailure
+    execution: ExecutionFailure
+    fetch: FetchFailure
+    def __init__(self, query: _Optional[_Union[QueryFailure, _Mapping]] = ..., execution: _Optional[_Union[ExecutionFailure, _Mapping]] = ..., fetch: _Optional[_Union[FetchFailure, _Mapping]] = ...) -> None: ...
+
+class QueryFailure(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    def __init__(self, message: _Optional[str] = ...) -> None: ...
+
+class ExecutionFailure(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    def __init__(self, message: _Optional[str] = ...) -> None: ...
+
+class FetchFailure(_message.Message):
+    __slots__ = ("executor", "stage", "map_partition", "message")
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    MAP_PARTITION_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    executor: str
+    stage: int
+    map_partition: int
+    message: str
+    def __init__(self, executor: _Optional[str] = ..., stage: _Optional[int] = ..., map_partition: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class RegisterExecutorRequest(_message.Message):
+    __slots__ = ("host", "flight_address", "slots", "pid", "work_dir")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    WORK_DIR_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    flight_address: str
+    slots: int
+    pid: int
+    work_dir: str
+    def __init__(self, host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., work_dir: _Optional[str] = ...) -> None: ...
+
+class RegisterExecutorResponse(_message.Message):
+    __slots__ = ("executor_id", "heartbeat_interval_s")
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    executor_id: str
+    heartbeat_interval_s: float
+    def __init__(self, executor_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ...) -> None: ...
+
+class ConnectRequest(_message.Message):
+    __slots__ = ("executor_id",)
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    executor_id: str
+    def __init__(self, executor_id: _Optional[str] = ...) -> None: ...
+
+class LaunchTask(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: TaskSpec
+    def __init__(self, task: _Optional[_Union[TaskSpec, _Mapping]] = ...) -> None: ...
+
+class CancelTask(_message.Message):
+    __slots__ = ("attempt",)
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    attempt: TaskAttemptId
+    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ...) -> None: ...
+
+class ReleaseOutputs(_message.Message):
+    __slots__ = ("job", "stages", "all_stages")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    STAGES_FIELD_NUMBER: _ClassVar[int]
+    ALL_STAGES_FIELD_NUMBER: _ClassVar[int]
+    job: str
+    stages: _containers.RepeatedScalarFieldContainer[int]
+    all_stages: bool
+    def __init__(self, job: _Optional[str] = ..., stages: _Optional[_Iterable[int]] = ..., all_stages: _Optional[bool] = ...) -> None: ...
+
+class ExecutorCommand(_message.Message):
+    __slots__ = ("cause", "launch", "cancel", "release")
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    cause: int
+    launch: LaunchTask
+    cancel: CancelTask
+    release: ReleaseOutputs
+    def __init__(self, cause: _Optional[int] = ..., launch: _Optional[_Union[LaunchTask, _Mapping]] = ..., cancel: _Optional[_Union[CancelTask, _Mapping]] = ..., release: _Optional[_Union[ReleaseOutputs, _Mapping]] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("executor_id", "running_tasks")
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    executor_id: str
+    running_tasks: int
+    def __init__(self, executor_id: _Optional[str] = ..., running_tasks: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("reregister",)
+    REREGISTER_FIELD_NUMBER: _ClassVar[int]
+    reregister: bool
+    def __init__(self, reregister: _Optional[bool] = ...) -> None: ...
+
+class TaskCompletedReport(_message.Message):
+    __slots__ = ("outputs",)
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    outputs: _containers.RepeatedCompositeFieldContainer[PartitionOutput]
+    def __init__(self, outputs: _Optional[_Iterable[_Union[PartitionOutput, _Mapping]]] = ...) -> None: ...
+
+class ReportTaskRequest(_message.Message):
+    __slots__ = ("attempt", "executor_id", "completed", "failed", "elapsed_s")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    COMPLETED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    attempt: TaskAttemptId
+    executor_id: str
+    completed: TaskCompletedReport
+    failed: TaskFailure
+    elapsed_s: float
+    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., executor_id: _Optional[str] = ..., completed: _Optional[_Union[TaskCompletedReport, _Mapping]] = ..., failed: _Optional[_Union[TaskFailure, _Mapping]] = ..., elapsed_s: _Optional[float] = ...) -> None: ...
+
+class ReportTaskResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class DrainRequest(_message.Message):
+    __slots__ = ("executor_id",)
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    executor_id: str
+    def __init__(self, executor_id: _Optional[str] = ...) -> None: ...
+
+class DrainResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Column(_message.Message):
+    __slots__ = ("name", "type")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    type: str
+    def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ...) -> None: ...
+
+class TableInfo(_message.Message):
+    __slots__ = ("name", "location", "columns", "rows", "bytes", "files")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    location: str
+    columns: _containers.RepeatedCompositeFieldContainer[Column]
+    rows: int
+    bytes: int
+    files: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., location: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., files: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RegisterTableRequest(_message.Message):
+    __slots__ = ("name", "path")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    path: str
+    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class ListTablesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTablesResponse(_message.Message):
+    __slots__ = ("tables",)
+    TABLES_FIELD_NUMBER: _ClassVar[int]
+    tables: _containers.RepeatedCompositeFieldContainer[TableInfo]
+    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ...) -> None: ...
+
+class DropTableRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DropTableResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ExplainRequest(_message.Message):
+    __slots__ = ("sql", "dialect")
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    DIALECT_FIELD_NUMBER: _ClassVar[int]
+    sql: str
+    dialect: str
+    def __init__(self, sql: _Optional[str] = ..., dialect: _Optional[str] = ...) -> None: ...
+
+class ExplainResponse(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class SubmitRequest(_message.Message):
+    __slots__ = ("sql", "dialect")
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    DIALECT_FIELD_NUMBER: _ClassVar[int]
+    sql: str
+    dialect: str
+    def __init__(self, sql: _Optional[str] = ..., dialect: _Optional[str] = ...) -> None: ...
+
+class SubmitResponse(_message.Message):
+    __slots__ = ("job_id", "columns")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class WatchJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class StageStatus(_message.Message):
+    __slots__ = ("stage", "label", "tasks_total", "tasks_done", "tasks_running", "rows", "bytes", "elapsed_s", "attempts")
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    TASKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    TASKS_DONE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    stage: int
+    label: str
+    tasks_total: int
+    tasks_done: int
+    tasks_running: int
+    rows: int
+    bytes: int
+    elapsed_s: float
+    attempts: int
+    def __init__(self, stage: _Optional[int] = ..., label: _Optional[str] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_running: _Optional[int] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., elapsed_s: _Optional[float] = ..., attempts: _Optional[int] = ...) -> None: ...
+
+class JobStatus(_message.Message):
+    __slots__ = ("job_id", "state", "sql", "columns", "stages", "submitted_at", "elapsed_s", "error", "error_type", "result")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    STAGES_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: JobState
+    sql: str
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    stages: _containers.RepeatedCompositeFieldContainer[StageStatus]
+    submitted_at: float
+    elapsed_s: float
+    error: str
+    error_type: str
+    result: _containers.RepeatedCompositeFieldContainer[PartitionLocation]
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., sql: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., stages: _Optional[_Iterable[_Union[StageStatus, _Mapping]]] = ..., submitted_at: _Optional[float] = ..., elapsed_s: _Optional[float] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., result: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("cancelled",)
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    cancelled: bool
+    def __init__(self, cancelled: _Optional[bool] = ...) -> None: ...
+
+class ClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ExecutorStatus(_message.Message):
+    __slots__ = ("id", "host", "flight_address", "slots", "pid", "state", "since", "reason", "detail", "running_tasks")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    host: str
+    flight_address: str
+    slots: int
+    pid: int
+    state: ExecutorState
+    since: float
+    reason: str
+    detail: str
+    running_tasks: int
+    def __init__(self, id: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., since: _Optional[float] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., running_tasks: _Optional[int] = ...) -> None: ...
+
+class ClusterStatusResponse(_message.Message):
+    __slots__ = ("scheduler_address", "executors", "jobs")
+    SCHEDULER_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTORS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    scheduler_address: str
+    executors: _containers.RepeatedCompositeFieldContainer[ExecutorStatus]
+    jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
+    def __init__(self, scheduler_address: _Optional[str] = ..., executors: _Optional[_Iterable[_Union[ExecutorStatus, _Mapping]]] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ...) -> None: ...
+
+class ReleaseResultRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ReleaseResultResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -1,0 +1,324 @@
+"""The scheduler's gRPC services: ``ExecutorControl`` and ``QueryService``.
+
+Thin servicers over ``SchedulerCore``: they convert messages with
+``mangonel.proto.convert`` and map mangonel errors to gRPC status codes. A
+mangonel error travels with its class name in the trailing metadata key
+``mangonel-error``, so the client re-raises the same type with the same message.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar, cast
+
+import grpc
+
+from mangonel.catalog import Table
+from mangonel.errors import CatalogError, MangonelError, QueryError
+from mangonel.ids import ExecutorId, JobId
+from mangonel.proto import convert
+from mangonel.proto import mangonel_pb2 as pb
+from mangonel.proto import mangonel_pb2_grpc as pb_grpc
+from mangonel.scheduler.core import ExecutorNotFoundError, JobNotFoundError, SchedulerCore
+from mangonel.scheduler.jobs import JobPhase, JobRecord
+from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorPhase
+
+log = logging.getLogger(__name__)
+
+ERROR_METADATA_KEY = "mangonel-error"
+"""Trailing metadata key holding the ``mangonel.errors`` class name of a failure."""
+
+# Progress messages of WatchJob are sent at most this often; the final one at once.
+_WATCH_MIN_INTERVAL_S = 0.1
+
+_JOB_STATE = {
+    JobPhase.RUNNING: pb.JOB_STATE_RUNNING,
+    JobPhase.SUCCEEDED: pb.JOB_STATE_SUCCEEDED,
+    JobPhase.FAILED: pb.JOB_STATE_FAILED,
+    JobPhase.CANCELLED: pb.JOB_STATE_CANCELLED,
+}
+_EXECUTOR_STATE = {
+    ExecutorPhase.CONNECTING: pb.EXECUTOR_STATE_CONNECTING,
+    ExecutorPhase.ALIVE: pb.EXECUTOR_STATE_ALIVE,
+    ExecutorPhase.DRAINING: pb.EXECUTOR_STATE_DRAINING,
+    ExecutorPhase.LOST: pb.EXECUTOR_STATE_LOST,
+}
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def abort(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:
+    """End the RPC with the status code and metadata that ``exc`` maps to."""
+    if isinstance(exc, QueryError | CatalogError):
+        code = grpc.StatusCode.INVALID_ARGUMENT
+    elif isinstance(exc, JobNotFoundError | ExecutorNotFoundError):
+        code = grpc.StatusCode.NOT_FOUND
+    elif isinstance(exc, MangonelError):
+        code = grpc.StatusCode.FAILED_PRECONDITION
+    elif isinstance(exc, NotImplementedError):
+        code = grpc.StatusCode.UNIMPLEMENTED
+    else:
+        log.exception("internal error in an RPC", exc_info=exc)
+        code = grpc.StatusCode.INTERNAL
+    if isinstance(exc, MangonelError):
+        context.set_trailing_metadata(((ERROR_METADATA_KEY, _error_name(exc)),))
+    message = str(exc) or type(exc).__name__
+    if code is grpc.StatusCode.INTERNAL:
+        message = f"internal scheduler error: {type(exc).__name__}: {message}"
+    context.abort(code, message)
+    raise AssertionError("unreachable: context.abort raises")
+
+
+def _error_name(exc: MangonelError) -> str:
+    # Errors defined outside mangonel.errors (JobNotFoundError, ...) travel as their
+    # nearest public base, so the client can always rebuild them.
+    import mangonel.errors as errors
+
+    for cls in type(exc).__mro__:
+        if getattr(errors, cls.__name__, None) is cls:
+            return str(cls.__name__)
+    return "MangonelError"
+
+
+def rpc(method: F) -> F:
+    """Map any exception a unary method raises to a gRPC status."""
+
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except Exception as exc:  # every failure must reach the caller as a status
+            abort(context, exc)
+
+    return cast(F, wrapper)
+
+
+# ------------------------------------------------------------------ conversions
+
+
+def table_info(table: Table) -> pb.TableInfo:
+    return pb.TableInfo(
+        name=table.name,
+        location=table.location,
+        columns=[pb.Column(name=f.name, type=str(f.type)) for f in table.schema],
+        rows=table.rows,
+        bytes=table.bytes,
+        files=list(table.files),
+    )
+
+
+def job_status(record: JobRecord, now: float, with_result: bool) -> pb.JobStatus:
+    """A snapshot of a job (takes the record's lock so counters are consistent)."""
+    with record.changed:
+        stages = [
+            pb.StageStatus(
+                stage=int(p.stage),
+                label=p.label,
+                tasks_total=p.tasks_total,
+                tasks_done=len(p.done),
+                tasks_running=len(p.running),
+                rows=p.rows,
+                bytes=p.bytes,
+                elapsed_s=p.elapsed(now),
+                attempts=p.attempts,
+            )
+            for p in record.stages.values()
+        ]
+        msg = pb.JobStatus(
+            job_id=record.id,
+            state=_JOB_STATE[record.phase],
+            sql=record.sql,
+            columns=list(record.plan.columns),
+            stages=stages,
+            submitted_at=record.submitted_wall,
+            elapsed_s=record.elapsed(now),
+            error=record.error,
+            error_type=record.error_type,
+        )
+        if with_result:
+            msg.result.extend(convert.partition_location_to_proto(loc) for loc in record.result)
+        return msg
+
+
+def executor_status(entry: ExecutorEntry, running: int) -> pb.ExecutorStatus:
+    info = entry.info
+    return pb.ExecutorStatus(
+        id=info.id,
+        host=info.host,
+        flight_address=info.flight_address,
+        slots=info.slots,
+        pid=entry.pid,
+        state=_EXECUTOR_STATE[entry.phase],
+        since=entry.since,
+        reason=entry.reason.value if entry.reason else "",
+        detail=entry.detail,
+        running_tasks=running,
+    )
+
+
+# --------------------------------------------------------------------- services
+
+
+class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
+    """What executors call: register, command stream, heartbeats, reports, drain."""
+
+    def __init__(self, core: SchedulerCore) -> None:
+        self.core = core
+
+    @rpc
+    def RegisterExecutor(
+        self, request: pb.RegisterExecutorRequest, context: grpc.ServicerContext
+    ) -> pb.RegisterExecutorResponse:
+        entry = self.core.register_executor(
+            request.host, request.flight_address, request.slots, request.pid, request.work_dir
+        )
+        return pb.RegisterExecutorResponse(
+            executor_id=entry.id, heartbeat_interval_s=self.core.config.heartbeat_interval_s
+        )
+
+    def Connect(
+        self, request: pb.ConnectRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ExecutorCommand]:
+        executor = ExecutorId(request.executor_id)
+        try:
+            entry = self.core.executor_connected(executor)
+        except MangonelError as exc:
+            abort(context, exc)
+
+        def closed() -> None:
+            # Runs when the RPC ends for any reason: the executor died, its network
+            # broke, or we closed the stream. The core ignores the last case.
+            self.core.connection_closed(executor, "its command stream broke")
+            entry.commands.put(CLOSE)
+
+        context.add_callback(closed)
+        log.info("executor %s connected", executor)
+        while True:
+            item = entry.commands.get()
+            if item is CLOSE:
+                log.info("closing the command stream of executor %s", executor)
+                return
+            yield convert.command_to_proto(cast(convert.ExecutorCommandKind, item))
+
+    @rpc
+    def Heartbeat(
+        self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
+    ) -> pb.HeartbeatResponse:
+        known = self.core.heartbeat(ExecutorId(request.executor_id))
+        return pb.HeartbeatResponse(reregister=not known)
+
+    @rpc
+    def ReportTask(
+        self, request: pb.ReportTaskRequest, context: grpc.ServicerContext
+    ) -> pb.ReportTaskResponse:
+        attempt = convert.attempt_from_proto(request.attempt)
+        executor = ExecutorId(request.executor_id)
+        kind = request.WhichOneof("result")
+        if kind == "completed":
+            outputs = tuple(
+                convert.partition_output_from_proto(o) for o in request.completed.outputs
+            )
+            self.core.report_completed(attempt, executor, outputs)
+        elif kind == "failed":
+            self.core.report_failed(attempt, executor, convert.failure_from_proto(request.failed))
+        else:
+            raise convert.ProtocolError("ReportTask without a result")
+        return pb.ReportTaskResponse()
+
+    @rpc
+    def Drain(self, request: pb.DrainRequest, context: grpc.ServicerContext) -> pb.DrainResponse:
+        self.core.drain(ExecutorId(request.executor_id))
+        return pb.DrainResponse()
+
+
+class QueryServiceServicer(pb_grpc.QueryServiceServicer):
+    """What clients call: catalog, explain, jobs, cluster status."""
+
+    def __init__(self, core: SchedulerCore, address: str = "") -> None:
+        self.core = core
+        self.address = address
+
+    @rpc
+    def RegisterTable(
+        self, request: pb.RegisterTableRequest, context: grpc.ServicerContext
+    ) -> pb.TableInfo:
+        return table_info(self.core.register_table(request.name, request.path))
+
+    @rpc
+    def ListTables(
+        self, request: pb.ListTablesRequest, context: grpc.ServicerContext
+    ) -> pb.ListTablesResponse:
+        return pb.ListTablesResponse(tables=[table_info(t) for t in self.core.tables()])
+
+    @rpc
+    def DropTable(
+        self, request: pb.DropTableRequest, context: grpc.ServicerContext
+    ) -> pb.DropTableResponse:
+        if not self.core.drop_table(request.name):
+            raise CatalogError(f"no table {request.name!r}; `mangonel tables` lists them")
+        return pb.DropTableResponse()
+
+    @rpc
+    def Explain(
+        self, request: pb.ExplainRequest, context: grpc.ServicerContext
+    ) -> pb.ExplainResponse:
+        return pb.ExplainResponse(text=self.core.explain(request.sql, request.dialect or None))
+
+    @rpc
+    def Submit(self, request: pb.SubmitRequest, context: grpc.ServicerContext) -> pb.SubmitResponse:
+        record = self.core.submit(request.sql, request.dialect or None)
+        return pb.SubmitResponse(job_id=record.id, columns=list(record.plan.columns))
+
+    def WatchJob(
+        self, request: pb.WatchJobRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.JobStatus]:
+        try:
+            record = self.core.job(JobId(request.job_id))
+        except MangonelError as exc:
+            abort(context, exc)
+        seen = -1
+        last_sent = 0.0
+        while context.is_active():
+            with record.changed:
+                version = record.version
+                finished = record.phase.finished
+            if version != seen:
+                seen = version
+                last_sent = time.monotonic()
+                yield job_status(record, time.monotonic(), with_result=finished)
+            if finished:
+                return
+            record.wait_change(seen, timeout=1.0)
+            # Throttle progress, but never hold back the final message.
+            pause = _WATCH_MIN_INTERVAL_S - (time.monotonic() - last_sent)
+            if pause > 0:
+                with record.changed:
+                    record.changed.wait_for(lambda: record.phase.finished, timeout=pause)
+
+    @rpc
+    def CancelJob(
+        self, request: pb.CancelJobRequest, context: grpc.ServicerContext
+    ) -> pb.CancelJobResponse:
+        return pb.CancelJobResponse(cancelled=self.core.cancel(JobId(request.job_id)))
+
+    @rpc
+    def ClusterStatus(
+        self, request: pb.ClusterStatusRequest, context: grpc.ServicerContext
+    ) -> pb.ClusterStatusResponse:
+        running = self.core.running_tasks()
+        now = time.monotonic()
+        return pb.ClusterStatusResponse(
+            scheduler_address=self.address,
+            executors=[executor_status(e, running.get(e.id, 0)) for e in self.core.executors()],
+            jobs=[job_status(j, now, with_result=False) for j in self.core.jobs()],
+        )
+
+    @rpc
+    def ReleaseResult(
+        self, request: pb.ReleaseResultRequest, context: grpc.ServicerContext
+    ) -> pb.ReleaseResultResponse:
+        self.core.release_result(JobId(request.job_id))
+        return pb.ReleaseResultResponse()

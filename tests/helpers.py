@@ -1,0 +1,427 @@
+"""Test helpers shared by the test suites and the benchmark.
+
+Owns three things every suite needs the same way:
+
+* ``ensure_tpch``: TPC-H Parquet generated once with ``tpchgen-cli`` into a cache
+  directory, written to a temporary name and renamed, so a killed run never leaves
+  a half-written cache behind.
+* ``tpch_query``: the 22 TPC-H queries shipped as package data in ``mangonel.tpch``.
+* ``assert_same_result``: compares a mangonel answer with DuckDB's, value by value,
+  and says which rows differ when they do.
+
+Comparison rules (``assert_same_result``):
+
+* same column count, same column names (unless ``check_names=False``), same kind of
+  type per column (integer, decimal, float, string, date, ...; widths may differ);
+* same number of rows;
+* integers and decimals exact (``Decimal('1.50') == Decimal('1.5')``), floats equal to
+  1e-9 relative (1e-12 absolute, so a sum that cancels to 1e-15 on one side and 0.0 on
+  the other still matches), NaN equal to NaN, NULL equal to NULL and to nothing else,
+  strings, dates, timestamps and everything else exact;
+* ``ordered=False``: rows compared as multisets (both sides sorted by every column,
+  NULL-safe); ``ordered=True`` with no ``order_by``: rows compared position by position;
+  ``ordered=True`` with ``order_by`` columns: the sort-key columns must match position
+  by position, and the rows inside each run of equal sort keys are compared as a
+  multiset, because SQL lets tied rows come out in any order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.types as pat
+
+TPCH_TABLES: tuple[str, ...] = (
+    "customer",
+    "lineitem",
+    "nation",
+    "orders",
+    "part",
+    "partsupp",
+    "region",
+    "supplier",
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CACHE_DIR = REPO_ROOT / ".cache"
+ARTIFACTS_DIR = REPO_ROOT / "test-artifacts"
+
+# Output columns of each TPC-H query's final ORDER BY, in order. Used to compare
+# answers in order while letting rows tied on every sort key come out in any order.
+TPCH_ORDER_BY: dict[int, tuple[str, ...]] = {
+    1: ("l_returnflag", "l_linestatus"),
+    2: ("s_acctbal", "n_name", "s_name", "p_partkey"),
+    3: ("revenue", "o_orderdate"),
+    4: ("o_orderpriority",),
+    5: ("revenue",),
+    6: (),
+    7: ("supp_nation", "cust_nation", "l_year"),
+    8: ("o_year",),
+    9: ("nation", "o_year"),
+    10: ("revenue",),
+    11: ("value",),
+    12: ("l_shipmode",),
+    13: ("custdist", "c_count"),
+    14: (),
+    15: ("s_suppkey",),
+    16: ("supplier_cnt", "p_brand", "p_type", "p_size"),
+    17: (),
+    18: ("o_totalprice", "o_orderdate"),
+    19: (),
+    20: ("s_name",),
+    21: ("numwait", "s_name"),
+    22: ("cntrycode",),
+}
+
+
+# --------------------------------------------------------------------------- data
+
+
+def tpch_dir_name(scale: float) -> str:
+    """The cache directory name for one scale factor, e.g. ``tpch-sf0.1``."""
+    return f"tpch-sf{scale:g}"
+
+
+def tpchgen_executable() -> str:
+    """``tpchgen-cli`` from the virtualenv that runs this interpreter, else from PATH."""
+    local = Path(sys.executable).parent / "tpchgen-cli"
+    if local.exists():
+        return str(local)
+    found = shutil.which("tpchgen-cli")
+    if found is None:
+        raise RuntimeError(
+            "tpchgen-cli is not installed; run `pip install -e '.[test]'` in the virtualenv"
+        )
+    return found
+
+
+def ensure_tpch(scale: float, cache_dir: Path = CACHE_DIR) -> Path:
+    """TPC-H at ``scale`` as one Parquet file per table; generated on first use.
+
+    The data is written into a temporary directory next to the cache and renamed
+    into place, so the cache directory exists only when it is complete. Two runs
+    racing each other both generate and one rename wins; the loser uses the winner's.
+
+    Returns:
+        The directory holding ``<table>.parquet`` for the eight TPC-H tables.
+    """
+    target = cache_dir / tpch_dir_name(scale)
+    if all((target / f"{t}.parquet").is_file() for t in TPCH_TABLES):
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_dir))
+    tmp.chmod(0o755)
+    try:
+        subprocess.run(
+            [tpchgen_executable(), "parquet", "-s", f"{scale:g}", "--output-dir", str(tmp)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        missing = [t for t in TPCH_TABLES if not (tmp / f"{t}.parquet").is_file()]
+        if missing:
+            raise RuntimeError(f"tpchgen-cli did not write {missing} into {tmp}")
+        if target.exists():
+            # An incomplete cache from an older layout: replace it.
+            shutil.rmtree(target)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            # Another run renamed its copy first; it is complete by construction.
+            if not all((target / f"{t}.parquet").is_file() for t in TPCH_TABLES):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def tpch_query(number: int) -> str:
+    """The text of TPC-H query ``number`` (1-22), from the package data."""
+    return (
+        resources.files("mangonel")
+        .joinpath(f"tpch/queries/q{number:02d}.sql")
+        .read_text(encoding="utf-8")
+    )
+
+
+def safe_name(text: str) -> str:
+    """A file-system-safe name for a test node id or module name."""
+    keep = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
+    return keep.strip("_")[:150] or "unnamed"
+
+
+def duckdb_views_sql(tables: dict[str, Path | str]) -> list[str]:
+    """``CREATE VIEW`` statements that expose Parquet locations to a DuckDB connection."""
+    statements = []
+    for name, location in tables.items():
+        path = str(location).replace("'", "''")
+        statements.append(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{path}')")
+    return statements
+
+
+# --------------------------------------------------------------------- comparison
+
+REL_TOL = 1e-9
+ABS_TOL = 1e-12
+MAX_SHOWN = 5
+
+
+def type_kind(t: pa.DataType) -> str:
+    """The kind of an Arrow type that two engines must agree on (widths may differ)."""
+    checks: list[tuple[Callable[[pa.DataType], bool], str]] = [
+        (pat.is_null, "null"),
+        (pat.is_boolean, "boolean"),
+        (pat.is_integer, "integer"),
+        (pat.is_floating, "float"),
+        (pat.is_decimal, "decimal"),
+        (lambda x: pat.is_string(x) or pat.is_large_string(x) or pat.is_string_view(x), "string"),
+        (
+            lambda x: (
+                pat.is_binary(x)
+                or pat.is_large_binary(x)
+                or pat.is_binary_view(x)
+                or pat.is_fixed_size_binary(x)
+            ),
+            "binary",
+        ),
+        (pat.is_date, "date"),
+        (lambda x: pat.is_timestamp(x) and x.tz is None, "timestamp"),
+        (lambda x: pat.is_timestamp(x) and x.tz is not None, "timestamp with time zone"),
+        (pat.is_time, "time"),
+        (lambda x: pat.is_interval(x) or pat.is_duration(x), "interval"),
+    ]
+    if pat.is_dictionary(t):
+        return type_kind(t.value_type)
+    for check, kind in checks:
+        if check(t):
+            return kind
+    return str(t)
+
+
+def _values_equal(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, float) or isinstance(b, float):
+        if not (isinstance(a, int | float) and isinstance(b, int | float)):
+            return False
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_values_equal(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def _rows_equal(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return all(_values_equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def _sort_key(value: Any) -> tuple[Any, ...]:
+    # NULLs first, NaN after every number; nested values by their text, which is
+    # deterministic for equal values and only decides the order of unequal ones.
+    if value is None:
+        return (0,)
+    if isinstance(value, float) and math.isnan(value):
+        return (2,)
+    if isinstance(value, dict | list):
+        return (1, repr(value))
+    if isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return (1, value.astimezone(dt.UTC).replace(tzinfo=None))
+    return (1, value)
+
+
+def _multiset_order(rows: list[tuple[Any, ...]], float_cols: set[int]) -> list[tuple[Any, ...]]:
+    # Exact columns first: when they identify a row, float noise in the last digits
+    # cannot reorder rows differently on the two sides.
+    cols = list(range(len(rows[0]))) if rows else []
+    order = [i for i in cols if i not in float_cols] + [i for i in cols if i in float_cols]
+    return sorted(rows, key=lambda r: tuple(_sort_key(r[i]) for i in order))
+
+
+def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    columns = [_to_pylist(col) for col in table.columns]
+    return list(zip(*columns, strict=True)) if columns else [()] * table.num_rows
+
+
+def _to_pylist(col: pa.ChunkedArray) -> list[Any]:
+    t = col.type
+    if pat.is_dictionary(t):
+        col = col.cast(t.value_type)
+    if pat.is_string_view(col.type) or pat.is_large_string(col.type):
+        col = col.cast(pa.string())
+    if pat.is_interval(col.type):
+        # MonthDayNano values are named tuples; compare them as plain tuples.
+        return [None if v is None else tuple(v) for v in col.to_pylist()]
+    return list(col.to_pylist())
+
+
+def _format_row(row: tuple[Any, ...]) -> str:
+    return "(" + ", ".join(repr(v) for v in row) + ")"
+
+
+def _describe(table: pa.Table) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in table.schema)
+
+
+def _diff_message(
+    what: str,
+    actual: list[tuple[Any, ...]],
+    expected: list[tuple[Any, ...]],
+    names: list[str],
+) -> str | None:
+    bad = [
+        i for i, (a, e) in enumerate(zip(actual, expected, strict=True)) if not _rows_equal(a, e)
+    ]
+    if not bad:
+        return None
+    lines = [f"{len(bad)} of {len(expected)} rows differ ({what}); columns {names}"]
+    for i in bad[:MAX_SHOWN]:
+        lines.append(f"  row {i}:")
+        lines.append(f"    actual   {_format_row(actual[i])}")
+        lines.append(f"    expected {_format_row(expected[i])}")
+    if len(bad) > MAX_SHOWN:
+        lines.append(f"  ... and {len(bad) - MAX_SHOWN} more")
+    return "\n".join(lines)
+
+
+def _runs(keys: list[tuple[Any, ...]]) -> list[tuple[int, int]]:
+    """Half-open [start, end) ranges of consecutive equal sort keys."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or not _rows_equal(keys[i], keys[start]):
+            runs.append((start, i))
+            start = i
+    return runs
+
+
+def compare_results(
+    actual: pa.Table,
+    expected: pa.Table,
+    *,
+    ordered: bool,
+    order_by: Sequence[str] = (),
+    check_names: bool = True,
+) -> str | None:
+    """Why ``actual`` differs from ``expected``, or None when they match.
+
+    See the module docstring for the rules; ``assert_same_result`` raises with this text.
+    """
+    if actual.num_columns != expected.num_columns:
+        return (
+            f"column count differs: actual {actual.num_columns} [{_describe(actual)}], "
+            f"expected {expected.num_columns} [{_describe(expected)}]"
+        )
+    if check_names and actual.column_names != expected.column_names:
+        return (
+            f"column names differ: actual {actual.column_names}, expected {expected.column_names}"
+        )
+    for i, (fa, fe) in enumerate(zip(actual.schema, expected.schema, strict=True)):
+        ka, ke = type_kind(fa.type), type_kind(fe.type)
+        if ka != ke and "null" not in (ka, ke):
+            return f"column {i} ({fe.name!r}) has type {fa.type} ({ka}), expected {fe.type} ({ke})"
+    if actual.num_rows != expected.num_rows:
+        return (
+            f"row count differs: actual {actual.num_rows}, expected {expected.num_rows}\n"
+            f"first actual rows:   {[_format_row(r) for r in _rows(actual.slice(0, 3))]}\n"
+            f"first expected rows: {[_format_row(r) for r in _rows(expected.slice(0, 3))]}"
+        )
+    names = list(expected.column_names)
+    rows_a, rows_e = _rows(actual), _rows(expected)
+    float_cols = {i for i, f in enumerate(expected.schema) if type_kind(f.type) == "float"} | {
+        i for i, f in enumerate(actual.schema) if type_kind(f.type) == "float"
+    }
+    if not ordered:
+        return _diff_message(
+            "compared as multisets, both sides sorted by every column",
+            _multiset_order(rows_a, float_cols),
+            _multiset_order(rows_e, float_cols),
+            names,
+        )
+    if not order_by:
+        return _diff_message("compared in order", rows_a, rows_e, names)
+    missing = [c for c in order_by if c not in names]
+    if missing:
+        raise ValueError(f"order_by names {missing}, not output columns of {names}")
+    key_idx = [names.index(c) for c in order_by]
+    keys_a = [tuple(r[i] for i in key_idx) for r in rows_a]
+    keys_e = [tuple(r[i] for i in key_idx) for r in rows_e]
+    message = _diff_message(
+        f"sort keys {list(order_by)} compared in order", keys_a, keys_e, list(order_by)
+    )
+    if message is not None:
+        return message
+    # The keys match position by position, so the expected side's runs of equal keys
+    # are the actual side's too; inside a run, rows may come in any order.
+    sorted_a: list[tuple[Any, ...]] = []
+    sorted_e: list[tuple[Any, ...]] = []
+    for start, end in _runs(keys_e):
+        sorted_a += _multiset_order(rows_a[start:end], float_cols)
+        sorted_e += _multiset_order(rows_e[start:end], float_cols)
+    return _diff_message(
+        f"ordered by {list(order_by)}, rows with equal keys compared as multisets",
+        sorted_a,
+        sorted_e,
+        names,
+    )
+
+
+def assert_same_result(
+    actual: pa.Table,
+    expected: pa.Table,
+    ordered: bool,
+    *,
+    order_by: Sequence[str] = (),
+    check_names: bool = True,
+) -> None:
+    """Fail with the first differing rows unless ``actual`` matches ``expected``.
+
+    Args:
+        actual: the answer under test (mangonel's).
+        expected: the reference answer (DuckDB's).
+        ordered: whether row order is part of the answer (the query has an ORDER BY).
+        order_by: the output columns of the ORDER BY; rows tied on all of them may
+            come in any order. Empty with ``ordered=True``: every row's position counts.
+        check_names: compare column names too.
+    """
+    message = compare_results(
+        actual, expected, ordered=ordered, order_by=order_by, check_names=check_names
+    )
+    if message is not None:
+        raise AssertionError(message)
+
+
+# ------------------------------------------------------------------------ explain
+
+_STAGE_TOTAL = re.compile(r"\b(\d+)\s+stages?\b|\bstages?\s*[:=]\s*(\d+)", re.IGNORECASE)
+_STAGE_HEADER = re.compile(r"^\W*stage\s*#?\s*(\d+)\b", re.IGNORECASE | re.MULTILINE)
+
+
+def explain_stage_count(text: str) -> int:
+    """The number of stages an ``explain`` text describes.
+
+    Takes the stated total ("Distributed plan: 5 stages", "stages: 5") and checks it
+    against the distinct stage headers ("Stage 3 ...") when both are present;
+    without a total, counts the headers.
+    """
+    headers = len(set(_STAGE_HEADER.findall(text)))
+    total = _STAGE_TOTAL.search(text)
+    if total is None:
+        return headers
+    stated = int(total.group(1) or total.group(2))
+    if headers and headers != stated:
+        raise ValueError(f"explain states {stated} stages but describes {headers}:\n{text}")
+    return stated

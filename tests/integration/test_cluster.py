@@ -1,0 +1,187 @@
+"""LocalCluster, the scheduler service and the client API, with real processes.
+
+The module-scoped ``cluster`` and ``session`` fixtures (tests/integration/conftest.py)
+start one scheduler and two executors for the whole module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from helpers import assert_same_result, tpch_query
+
+import mangonel
+from mangonel.client.status import ExecutorState, JobState
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _wait_until(predicate: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+def test_executors_register_and_run(cluster: Any, session: Any) -> None:
+    status = session.status()
+    alive = {e.id: e for e in status.alive_executors()}
+    assert len(cluster.executors) >= 2
+    for handle in cluster.executors[:2]:
+        assert handle.alive(), f"executor {handle.index} died; log: {handle.log_tail()}"
+        assert handle.id in alive
+        assert alive[handle.id].pid == handle.pid
+        assert alive[handle.id].flight_address
+    assert status.scheduler_address == cluster.address
+
+
+def test_query_matches_duckdb(session: Any, duckdb_ref: duckdb.DuckDBPyConnection) -> None:
+    sql = tpch_query(12)
+    result = session.sql(sql)
+    assert result.columns == ("l_shipmode", "high_line_count", "low_line_count")
+    assert_same_result(result.to_arrow(), duckdb_ref.sql(sql).to_arrow_table(), ordered=True)
+    assert result.num_rows == 2
+    assert len(result.to_pandas()) == 2
+    assert result.stages and all(s.tasks_done == s.tasks_total for s in result.stages)
+
+
+def test_repeated_column_names_are_kept(session: Any) -> None:
+    result = session.sql("SELECT n_name, n_name FROM nation ORDER BY n_nationkey LIMIT 3")
+    table = result.to_arrow()
+    assert table.column_names == ["n_name", "n_name"]
+    assert table.column(0).to_pylist() == ["ALGERIA", "ARGENTINA", "BRAZIL"]
+
+
+def test_register_missing_path_is_a_catalog_error(session: Any, tmp_path: Path) -> None:
+    with pytest.raises(mangonel.CatalogError, match="does not exist"):
+        session.register_parquet("ghost", str(tmp_path / "nope.parquet"))
+
+
+def test_register_non_parquet_is_a_catalog_error(session: Any, tmp_path: Path) -> None:
+    bogus = tmp_path / "notes.parquet"
+    bogus.write_text("this is not parquet")
+    with pytest.raises(mangonel.CatalogError, match="not a readable Parquet file"):
+        session.register_parquet("bogus", str(bogus))
+    # The scheduler keeps serving, and the bad table was not added.
+    assert "bogus" not in {t.name for t in session.tables()}
+    assert session.sql("SELECT count(*) AS n FROM region").to_arrow().column(0)[0].as_py() == 5
+
+
+def test_register_and_list_tables(session: Any, tpch_tables: dict[str, Path]) -> None:
+    info = session.register_parquet("nation_copy", str(tpch_tables["nation"]))
+    assert info.rows == 25
+    assert ("n_name", info.columns[1][1]) == info.columns[1]
+    assert "nation_copy" in {t.name for t in session.tables()}
+    session.drop_table("nation_copy")
+    assert "nation_copy" not in {t.name for t in session.tables()}
+
+
+def test_query_errors_keep_their_type(session: Any) -> None:
+    with pytest.raises(mangonel.SqlSyntaxError):
+        session.sql("SELEC 1 FROM nation")
+    with pytest.raises(mangonel.UnknownTableError, match="no_such_table"):
+        session.sql("SELECT * FROM no_such_table")
+    with pytest.raises(mangonel.QueryError):
+        session.explain("SELECT nope FROM nation")
+
+
+def test_explain_returns_text(session: Any) -> None:
+    text = session.explain(tpch_query(12))
+    assert "lineitem" in text and "stage" in text.lower()
+
+
+def test_cancel_a_running_job(session: Any) -> None:
+    # A self-join big enough to run for many seconds on SF 0.1.
+    job = session.submit(
+        "SELECT count(*) AS n FROM lineitem a JOIN lineitem b ON a.l_suppkey = b.l_suppkey"
+    )
+    outcome: list[BaseException | None] = []
+
+    def wait() -> None:
+        try:
+            session.wait(job)
+            outcome.append(None)
+        except BaseException as exc:  # recorded for the assertion below
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    assert _wait_until(
+        lambda: (
+            any(s.tasks_running for j in session.status().jobs if j.job_id == job for s in j.stages)
+            or not waiter.is_alive()
+        )
+    )
+    assert session.cancel(job) or outcome == [None]
+    waiter.join(10)
+    assert not waiter.is_alive()
+    if outcome != [None]:  # the join finished before the cancel arrived: nothing to check
+        assert isinstance(outcome[0], mangonel.JobCancelledError)
+        jobs = {j.job_id: j for j in session.status().jobs}
+        assert jobs[job].state is JobState.CANCELLED
+    assert session.cancel(job) is False
+    # Cancelled tasks free their slots: the next query runs.
+    assert session.sql("SELECT count(*) AS n FROM region").num_rows == 1
+
+
+def test_unknown_job(session: Any) -> None:
+    with pytest.raises(mangonel.MangonelError, match="no job"):
+        session.cancel("0000dead")
+
+
+def test_killed_executor_is_lost_at_once(cluster: Any, session: Any) -> None:
+    handle = cluster.add_executor()
+    assert handle.id is not None
+    cluster.kill_executor(handle.index, signal.SIGKILL)
+
+    def lost() -> bool:
+        states = {e.id: e for e in session.status().executors}
+        return states[handle.id].state is ExecutorState.LOST
+
+    # The broken Connect stream, not the heartbeat timeout, gives it away.
+    assert _wait_until(lost, timeout=3.0)
+    entry = {e.id: e for e in session.status().executors}[handle.id]
+    assert entry.reason == "connection lost"
+    assert session.sql("SELECT count(*) AS n FROM nation").num_rows == 1
+
+
+def test_unreachable_scheduler_is_a_cluster_error() -> None:
+    with (
+        mangonel.connect("127.0.0.1:1") as s,
+        pytest.raises(mangonel.ClusterError, match="cannot reach the scheduler at 127.0.0.1:1"),
+    ):
+        s.tables()
+
+
+def test_cluster_stops_every_process(tmp_path: Path) -> None:
+    with mangonel.LocalCluster(executors=1, work_dir=tmp_path / "c") as cluster:
+        pids = [cluster.executors[0].pid]
+        assert cluster.scheduler is not None
+        pids.append(cluster.scheduler.pid)
+        cluster.freeze_executor(0)  # a frozen process must be stopped too
+    assert all(_pid_gone(pid) for pid in pids)
+
+
+def test_start_failure_raises_with_log_and_leaves_no_process(tmp_path: Path) -> None:
+    cluster = mangonel.LocalCluster(
+        executors=1, work_dir=tmp_path / "c", executor_args=("--no-such-flag",)
+    )
+    with pytest.raises(mangonel.ClusterError, match="no-such-flag"):
+        cluster.start()
+    assert cluster.scheduler is not None
+    assert all(_pid_gone(p.pid) for p in [cluster.scheduler, *cluster.executors])

@@ -1,0 +1,634 @@
+# ruff: noqa: E501  (one query per line: the tables of cases read better unwrapped)
+"""Differential suite: SQL beyond TPC-H, each query run on mangonel and on DuckDB.
+
+The tables are small hand-made Parquet files written by this module (NULLs in keys
+and values, duplicates, decimals, dates, timestamps, unicode strings, an empty
+table, a table split into several files and row groups) next to the TPC-H tables.
+Every answer is compared with single-process DuckDB over the same files; a query in
+another dialect is compared with its DuckDB-dialect equivalent run on DuckDB.
+
+A case's ``order_by`` says how rows are compared (see ``helpers.assert_same_result``):
+None for a query without ORDER BY (multiset), a tuple of output columns for one with
+ORDER BY (in order; rows tied on those columns in any order), ``()`` for position by
+position. Queries with LIMIT order by a unique key, so the answer is one set of rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers import assert_same_result, duckdb_views_sql
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    sql: str
+    order_by: tuple[str, ...] | None = None
+    dialect: str | None = None
+    """The dialect mangonel is asked to read ``sql`` in; None is DuckDB's."""
+    reference: str | None = None
+    """The DuckDB-dialect query DuckDB runs instead of ``sql`` (for other dialects)."""
+
+
+# ----------------------------------------------------------------------------- data
+
+NAMES = ["Zoë", "Ærø", "日本語", "naïve", "🚀 rocket", "O'Brien", "", "bob", "Álvaro", "alice"]
+DEPTS = ["eng", "ops", "sales", "ü-dept", None]
+
+
+def emp_table() -> pa.Table:
+    """150 employees: a self-referencing ``mgr``, NULLs and duplicates in every column."""
+    n = 150
+    ids = list(range(1, n + 1))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": pa.array([None if i % 23 == 0 else NAMES[i % len(NAMES)] for i in ids]),
+            "dept": pa.array([DEPTS[(i * 7) % 5] for i in ids]),
+            "salary": pa.array(
+                [
+                    None
+                    if i % 17 == 0
+                    else Decimal(40000 + (i * 379) % 9000 // 100 * 100) + Decimal("0.25") * (i % 4)
+                    for i in ids
+                ],
+                pa.decimal128(12, 2),
+            ),
+            "bonus": pa.array(
+                [None if i % 11 == 0 else ((i * 13) % 20) * 0.1 for i in ids], pa.float64()
+            ),
+            "hired": pa.array(
+                [
+                    None
+                    if i % 19 == 0
+                    else dt.date(2015, 1, 1) + dt.timedelta(days=(i * 53) % 3000)
+                    for i in ids
+                ],
+                pa.date32(),
+            ),
+            "updated": pa.array(
+                [
+                    None if i % 29 == 0 else dt.datetime(2023, 3, 1) + dt.timedelta(minutes=i * 997)
+                    for i in ids
+                ],
+                pa.timestamp("us"),
+            ),
+            "mgr": pa.array(
+                [None if i <= 5 else (i * 31) % 5 + 1 + (i % 3) * 5 for i in ids], pa.int64()
+            ),
+        }
+    )
+
+
+def dept_table() -> pa.Table:
+    """Departments, with a NULL key, a key no employee has and a duplicated key."""
+    return pa.table(
+        {
+            "dept": pa.array(["eng", "ops", "ops", "sales", "legal", None, "ü-dept"]),
+            "budget": pa.array(
+                [
+                    Decimal(x)
+                    for x in [
+                        "1000000.00",
+                        "250000.50",
+                        "1.99",
+                        "730000.00",
+                        "5.00",
+                        "42.42",
+                        "99999.99",
+                    ]
+                ],
+                pa.decimal128(14, 2),
+            ),
+            "floor": pa.array([3, 1, 2, None, 7, 0, 4], pa.int32()),
+        }
+    )
+
+
+def left_table() -> pa.Table:
+    return pa.table(
+        {
+            "k": pa.array([1, 2, 2, 3, None, None, 5, 7, 7, 9], pa.int64()),
+            "a": pa.array(["a1", "a2", "a2'", "a3", "an1", "an2", None, "a7", "a7'", "a9"]),
+        }
+    )
+
+
+def right_table() -> pa.Table:
+    return pa.table(
+        {
+            "k": pa.array([2, 2, 3, 4, None, 7, 8, None], pa.int64()),
+            "b": pa.array(["b2", "b2'", "b3", "b4", "bn", "xb7", "b8", None]),
+        }
+    )
+
+
+def set_table(values: list[int | None], tags: list[str | None]) -> pa.Table:
+    return pa.table({"x": pa.array(values, pa.int32()), "y": pa.array(tags)})
+
+
+def empty_table() -> pa.Table:
+    return pa.table(
+        {
+            "k": pa.array([], pa.int64()),
+            "v": pa.array([], pa.string()),
+            "d": pa.array([], pa.decimal128(10, 2)),
+        }
+    )
+
+
+def write_tables(root: Path) -> dict[str, str]:
+    """Write the hand-made tables; return table name -> location to register."""
+    root.mkdir(parents=True, exist_ok=True)
+    locations: dict[str, str] = {}
+    # emp: three files of 50 rows, 20-row row groups: several splits, several files.
+    emp = emp_table()
+    emp_dir = root / "emp"
+    emp_dir.mkdir()
+    for part in range(3):
+        pq.write_table(
+            emp.slice(part * 50, 50), emp_dir / f"part-{part}.parquet", row_group_size=20
+        )
+    locations["emp"] = str(emp_dir)
+    singles = {
+        "dept": dept_table(),
+        "l": left_table(),
+        "r": right_table(),
+        "s1": set_table(
+            [1, 1, 2, 3, 3, 3, None, None, 5], ["a", "a", "b", "c", "c", "d", None, None, "e"]
+        ),
+        "s2": set_table([1, 3, 3, None, 4, 6, 6], ["a", "c", "c", None, "x", "y", "y"]),
+        "empty_t": empty_table(),
+    }
+    for name, table in singles.items():
+        path = root / f"{name}.parquet"
+        pq.write_table(table, path, row_group_size=4)
+        locations[name] = str(path)
+    return locations
+
+
+def duckdb_location(location: str) -> str:
+    return f"{location}/*.parquet" if Path(location).is_dir() else location
+
+
+# ---------------------------------------------------------------------------- cases
+
+CASES: list[Case] = [
+    # --- window functions
+    Case(
+        "win_row_number_partition",
+        "SELECT id, dept, ROW_NUMBER() OVER (PARTITION BY dept ORDER BY salary NULLS LAST, id) AS rn FROM emp",
+    ),
+    Case(
+        "win_rank_dense_rank",
+        "SELECT id, dept, salary, RANK() OVER (PARTITION BY dept ORDER BY salary) AS rk, DENSE_RANK() OVER (PARTITION BY dept ORDER BY salary DESC) AS drk FROM emp",
+    ),
+    Case(
+        "win_running_sum_range",
+        "SELECT id, dept, SUM(salary) OVER (PARTITION BY dept ORDER BY hired) AS running FROM emp",
+    ),
+    Case(
+        "win_rows_frame",
+        "SELECT id, SUM(bonus) OVER (PARTITION BY dept ORDER BY id ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) AS s FROM emp",
+    ),
+    Case(
+        "win_range_frame_no_partition",
+        "SELECT id, COUNT(salary) OVER (ORDER BY id RANGE BETWEEN 5 PRECEDING AND CURRENT ROW) AS c, AVG(bonus) OVER (ORDER BY id RANGE BETWEEN 5 PRECEDING AND 2 FOLLOWING) AS a FROM emp",
+    ),
+    Case(
+        "win_no_partition_total",
+        "SELECT id, ROW_NUMBER() OVER (ORDER BY salary DESC NULLS LAST, id) AS rn, SUM(salary) OVER () AS total FROM emp",
+    ),
+    Case(
+        "win_lag_lead",
+        "SELECT id, LAG(salary) OVER (PARTITION BY dept ORDER BY id) AS prev_salary, LEAD(name, 2, 'none') OVER (PARTITION BY dept ORDER BY id) AS next2 FROM emp",
+    ),
+    Case(
+        "win_first_last_value",
+        "SELECT id, FIRST_VALUE(name) OVER w AS first_name, LAST_VALUE(id) OVER w AS last_id FROM emp WINDOW w AS (PARTITION BY dept ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)",
+    ),
+    Case(
+        "win_partition_only",
+        "SELECT id, dept, COUNT(*) OVER (PARTITION BY dept) AS n, MAX(salary) OVER (PARTITION BY dept) AS top FROM emp",
+    ),
+    Case(
+        "win_ntile_percent_rank",
+        "SELECT id, NTILE(4) OVER (ORDER BY id) AS quartile, PERCENT_RANK() OVER (PARTITION BY dept ORDER BY salary) AS pr FROM emp",
+    ),
+    Case(
+        "win_over_group_by",
+        "SELECT dept, SUM(salary) AS s, RANK() OVER (ORDER BY SUM(salary) DESC) AS rk FROM emp GROUP BY dept",
+        ("rk",),
+    ),
+    Case(
+        "win_qualify",
+        "SELECT dept, id, name FROM emp QUALIFY ROW_NUMBER() OVER (PARTITION BY dept ORDER BY id DESC) = 1",
+    ),
+    Case(
+        "win_tpch_rank_orders",
+        "SELECT o_custkey, o_orderkey, RANK() OVER (PARTITION BY o_custkey ORDER BY o_totalprice DESC) AS rk FROM orders WHERE o_custkey < 300",
+    ),
+    Case(
+        "win_tpch_running_revenue",
+        "SELECT l_orderkey, l_linenumber, SUM(l_extendedprice) OVER (PARTITION BY l_orderkey ORDER BY l_linenumber) AS running FROM lineitem WHERE l_orderkey < 2000",
+    ),
+    # --- grouping sets
+    Case(
+        "grouping_sets",
+        "SELECT dept, EXTRACT(year FROM hired) AS yr, COUNT(*) AS n, SUM(salary) AS s FROM emp GROUP BY GROUPING SETS ((dept), (EXTRACT(year FROM hired)), ())",
+    ),
+    Case(
+        "rollup_with_grouping",
+        "SELECT dept, name, GROUPING(dept) AS gd, GROUPING(name) AS gn, COUNT(*) AS n FROM emp GROUP BY ROLLUP (dept, name)",
+    ),
+    Case(
+        "cube",
+        "SELECT dept, bonus > 1 AS big_bonus, COUNT(*) AS n, AVG(salary) AS avg_salary FROM emp GROUP BY CUBE (dept, (bonus > 1))",
+    ),
+    Case(
+        "rollup_tpch",
+        "SELECT l_returnflag, l_linestatus, SUM(l_quantity) AS qty, COUNT(*) AS n FROM lineitem GROUP BY ROLLUP (l_returnflag, l_linestatus)",
+    ),
+    # --- set operations
+    Case("union", "SELECT x, y FROM s1 UNION SELECT x, y FROM s2"),
+    Case("union_all", "SELECT x, y FROM s1 UNION ALL SELECT x, y FROM s2"),
+    Case("intersect", "SELECT x FROM s1 INTERSECT SELECT x FROM s2"),
+    Case("intersect_all", "SELECT x FROM s1 INTERSECT ALL SELECT x FROM s2"),
+    Case("except", "SELECT x, y FROM s1 EXCEPT SELECT x, y FROM s2"),
+    Case("except_all", "SELECT x FROM s1 EXCEPT ALL SELECT x FROM s2"),
+    Case("union_widening_types", "SELECT x FROM s1 UNION ALL SELECT k FROM l UNION ALL SELECT 2.5"),
+    Case(
+        "union_tpch_names", "SELECT n_name AS name FROM nation UNION ALL SELECT r_name FROM region"
+    ),
+    Case(
+        "union_order_limit",
+        "SELECT x FROM s1 UNION SELECT x FROM s2 ORDER BY x NULLS FIRST LIMIT 4",
+        ("x",),
+    ),
+    Case(
+        "union_under_aggregate",
+        "SELECT y, COUNT(*) AS n FROM (SELECT y FROM s1 UNION ALL SELECT y FROM s2) GROUP BY y",
+    ),
+    # --- joins with NULL keys
+    Case("join_inner_null_keys", "SELECT l.k, a, b FROM l JOIN r ON l.k = r.k"),
+    Case("join_left_null_keys", "SELECT l.k, a, r.k AS rk, b FROM l LEFT JOIN r ON l.k = r.k"),
+    Case("join_right_null_keys", "SELECT l.k, a, r.k AS rk, b FROM l RIGHT JOIN r ON l.k = r.k"),
+    Case(
+        "join_full_null_keys", "SELECT l.k, a, r.k AS rk, b FROM l FULL OUTER JOIN r ON l.k = r.k"
+    ),
+    Case(
+        "join_not_distinct_from", "SELECT l.k, a, b FROM l JOIN r ON l.k IS NOT DISTINCT FROM r.k"
+    ),
+    Case("join_using", "SELECT k, a, b FROM l JOIN r USING (k)"),
+    Case(
+        "join_left_residual_on",
+        "SELECT l.k, a, b FROM l LEFT JOIN r ON l.k = r.k AND r.b LIKE 'x%'",
+    ),
+    Case(
+        "join_full_residual",
+        "SELECT l.k, a, r.k AS rk, b FROM l FULL JOIN r ON l.k = r.k AND a <> 'a2'",
+    ),
+    Case("join_int32_int64_keys", "SELECT s1.x, s1.y, l.a FROM s1 JOIN l ON s1.x = l.k"),
+    Case(
+        "join_decimal_bigint_keys", "SELECT e.id, d.dept FROM emp e JOIN dept d ON e.id = d.budget"
+    ),
+    Case(
+        "join_dept_duplicate_key",
+        "SELECT e.id, e.dept, d.budget, d.floor FROM emp e JOIN dept d ON e.dept = d.dept",
+    ),
+    Case(
+        "join_self_manager",
+        "SELECT e.id, e.name, m.name AS manager FROM emp e LEFT JOIN emp m ON e.mgr = m.id",
+    ),
+    Case("join_non_equi", "SELECT l.k AS lk, r.k AS rk FROM l JOIN r ON l.k < r.k"),
+    Case(
+        "join_range_band",
+        "SELECT e.id, d.dept FROM emp e JOIN dept d ON e.salary BETWEEN d.budget / 20 AND d.budget / 10",
+    ),
+    Case(
+        "cross_join_filter",
+        "SELECT r_name, n_name FROM region CROSS JOIN nation WHERE length(r_name) + length(n_name) > 14",
+    ),
+    Case(
+        "join_tpch_three_way",
+        "SELECT c_mktsegment, COUNT(*) AS n, SUM(l_extendedprice) AS s FROM customer JOIN orders ON c_custkey = o_custkey JOIN lineitem ON l_orderkey = o_orderkey WHERE o_orderdate < DATE '1993-01-01' GROUP BY c_mktsegment",
+    ),
+    Case(
+        "join_tpch_left_count",
+        "SELECT c_custkey, COUNT(o_orderkey) AS n FROM customer LEFT JOIN orders ON c_custkey = o_custkey AND o_comment NOT LIKE '%special%' WHERE c_custkey < 500 GROUP BY c_custkey",
+    ),
+    # --- semi / anti joins, IN / NOT IN with NULLs
+    Case("exists_semi", "SELECT k, a FROM l WHERE EXISTS (SELECT 1 FROM r WHERE r.k = l.k)"),
+    Case(
+        "not_exists_anti", "SELECT k, a FROM l WHERE NOT EXISTS (SELECT 1 FROM r WHERE r.k = l.k)"
+    ),
+    Case("in_subquery", "SELECT k, a FROM l WHERE k IN (SELECT k FROM r)"),
+    Case("not_in_subquery_with_null", "SELECT k, a FROM l WHERE k NOT IN (SELECT k FROM r)"),
+    Case(
+        "not_in_subquery_no_null",
+        "SELECT k, a FROM l WHERE k NOT IN (SELECT k FROM r WHERE k IS NOT NULL)",
+    ),
+    Case("in_list_with_null", "SELECT k, a FROM l WHERE k IN (1, 2, NULL)"),
+    Case("not_in_list_with_null", "SELECT k, a FROM l WHERE k NOT IN (1, NULL)"),
+    Case(
+        "in_select_list",
+        "SELECT k, k IN (SELECT k FROM r) AS found, k NOT IN (SELECT k FROM r WHERE k > 2) AS absent FROM l",
+    ),
+    Case(
+        "exists_tpch_anti",
+        "SELECT COUNT(*) AS n FROM customer WHERE NOT EXISTS (SELECT 1 FROM orders WHERE o_custkey = c_custkey)",
+    ),
+    # --- correlated subqueries
+    Case(
+        "correlated_scalar_select",
+        "SELECT id, (SELECT MAX(salary) FROM emp e2 WHERE e2.dept = e.dept) AS dept_max FROM emp e",
+    ),
+    Case(
+        "correlated_scalar_where",
+        "SELECT id, dept, salary FROM emp e WHERE salary > (SELECT AVG(salary) FROM emp e2 WHERE e2.dept = e.dept)",
+    ),
+    Case(
+        "correlated_exists_non_equi",
+        "SELECT id FROM emp e WHERE EXISTS (SELECT 1 FROM emp e2 WHERE e2.mgr = e.id AND e2.salary > e.salary)",
+    ),
+    Case(
+        "correlated_count_zero",
+        "SELECT d.dept, (SELECT COUNT(*) FROM emp e WHERE e.dept = d.dept) AS n FROM dept d",
+    ),
+    Case(
+        "uncorrelated_scalar",
+        "SELECT id, salary - (SELECT AVG(salary) FROM emp) AS diff FROM emp WHERE salary IS NOT NULL",
+    ),
+    # --- aggregates
+    Case(
+        "count_distinct_grouped",
+        "SELECT dept, COUNT(DISTINCT salary) AS ds, COUNT(*) AS n FROM emp GROUP BY dept",
+    ),
+    Case(
+        "distinct_mixed_with_plain",
+        "SELECT dept, SUM(DISTINCT salary) AS sd, SUM(salary) AS s, AVG(DISTINCT bonus) AS ab, MIN(name) AS mn, MAX(hired) AS mx FROM emp GROUP BY dept",
+    ),
+    Case(
+        "count_distinct_no_group",
+        "SELECT COUNT(DISTINCT dept) AS dd, COUNT(DISTINCT mgr) AS dm, COUNT(dept) AS cd, COUNT(*) AS n FROM emp",
+    ),
+    Case(
+        "count_distinct_tpch",
+        "SELECT l_returnflag, COUNT(DISTINCT l_suppkey) AS suppliers, COUNT(*) AS n FROM lineitem GROUP BY l_returnflag",
+    ),
+    Case(
+        "agg_empty_table_no_group",
+        "SELECT COUNT(*) AS n, COUNT(v) AS nv, SUM(d) AS s, MIN(v) AS mn, AVG(k) AS a FROM empty_t",
+    ),
+    Case(
+        "agg_filtered_empty_no_group",
+        "SELECT COUNT(*) AS n, SUM(l_quantity) AS q, MAX(l_shipdate) AS last FROM lineitem WHERE l_quantity < 0",
+    ),
+    Case("agg_empty_table_grouped", "SELECT k, COUNT(*) AS n FROM empty_t GROUP BY k"),
+    Case(
+        "agg_null_group_key",
+        "SELECT k, COUNT(*) AS n, COUNT(k) AS nk, COUNT(a) AS na FROM l GROUP BY k",
+    ),
+    Case(
+        "agg_filter_clause",
+        "SELECT dept, COUNT(*) FILTER (WHERE salary > 44000) AS rich, SUM(bonus) FILTER (WHERE bonus > 1) AS big FROM emp GROUP BY dept",
+    ),
+    Case(
+        "agg_string_agg_ordered",
+        "SELECT dept, STRING_AGG(name, '|' ORDER BY id) AS names FROM emp GROUP BY dept",
+    ),
+    Case(
+        "agg_stddev_var",
+        "SELECT dept, STDDEV_SAMP(bonus) AS sd, VAR_POP(bonus) AS vp, BOOL_OR(bonus > 1.5) AS any_big FROM emp GROUP BY dept",
+    ),
+    Case("agg_median", "SELECT dept, MEDIAN(salary) AS med FROM emp GROUP BY dept"),
+    Case("having", "SELECT dept, COUNT(*) AS n FROM emp GROUP BY dept HAVING COUNT(*) > 29"),
+    Case(
+        "having_tpch",
+        "SELECT l_suppkey, SUM(l_quantity) AS qty FROM lineitem GROUP BY l_suppkey HAVING SUM(l_quantity) > 16000",
+    ),
+    # --- LIMIT / OFFSET / DISTINCT / ORDER BY
+    Case("order_limit", "SELECT id, name FROM emp ORDER BY id DESC LIMIT 7", ("id",)),
+    Case(
+        "order_limit_offset",
+        "SELECT id, salary FROM emp ORDER BY salary DESC NULLS LAST, id LIMIT 5 OFFSET 10",
+        ("salary", "id"),
+    ),
+    Case("offset_past_end", "SELECT id FROM emp ORDER BY id LIMIT 5 OFFSET 1000", ("id",)),
+    Case("limit_zero", "SELECT id FROM emp ORDER BY id LIMIT 0", ("id",)),
+    Case(
+        "order_limit_tpch",
+        "SELECT o_orderkey, o_totalprice FROM orders ORDER BY o_totalprice DESC, o_orderkey LIMIT 10",
+        ("o_totalprice", "o_orderkey"),
+    ),
+    Case("select_distinct", "SELECT DISTINCT dept FROM emp"),
+    Case("select_distinct_multi", "SELECT DISTINCT dept, EXTRACT(year FROM hired) AS yr FROM emp"),
+    Case("select_distinct_tpch", "SELECT DISTINCT l_shipmode, l_returnflag FROM lineitem"),
+    Case(
+        "order_nulls_first",
+        "SELECT id, salary FROM emp ORDER BY salary NULLS FIRST, id",
+        ("salary", "id"),
+    ),
+    Case(
+        "order_desc_nulls_last",
+        "SELECT dept, id FROM emp ORDER BY dept DESC NULLS LAST, id",
+        ("dept", "id"),
+    ),
+    Case(
+        "order_default_nulls", "SELECT id, bonus FROM emp ORDER BY bonus, id DESC", ("bonus", "id")
+    ),
+    Case("order_by_ties", "SELECT dept, name FROM emp ORDER BY dept", ("dept",)),
+    # --- expressions
+    Case(
+        "case_when",
+        "SELECT id, CASE WHEN salary IS NULL THEN 'none' WHEN salary > 44000 THEN 'high' ELSE 'low' END AS band, CASE dept WHEN 'eng' THEN 1 WHEN 'ops' THEN 2 END AS code FROM emp",
+    ),
+    Case(
+        "coalesce_nullif",
+        "SELECT id, COALESCE(name, dept, 'anon') AS who, NULLIF(dept, 'ops') AS not_ops, COALESCE(bonus, 0) AS b FROM emp",
+    ),
+    Case(
+        "string_functions",
+        "SELECT id, upper(name) AS up, lower(name) AS low, length(name) AS len, substring(name, 2, 3) AS sub, name || '/' || dept AS cat, replace(name, 'o', '0') AS rep, trim('  ' || name || ' ') AS tr FROM emp",
+    ),
+    Case(
+        "string_like_ilike",
+        "SELECT id, name FROM emp WHERE name LIKE '%o%' OR name ILIKE 'A%' OR starts_with(name, '日')",
+    ),
+    Case(
+        "string_tpch_like",
+        "SELECT p_brand, COUNT(*) AS n FROM part WHERE p_name LIKE '%green%' AND p_type NOT LIKE 'MEDIUM%' GROUP BY p_brand",
+    ),
+    Case(
+        "date_arithmetic_extract",
+        "SELECT id, hired + INTERVAL 30 DAY AS later, date_diff('day', hired, DATE '2024-01-01') AS days, EXTRACT(year FROM hired) AS y, EXTRACT(month FROM hired) AS m, EXTRACT(dow FROM hired) AS dow, date_trunc('month', hired) AS month_start FROM emp",
+    ),
+    Case(
+        "timestamp_functions",
+        "SELECT id, updated, EXTRACT(hour FROM updated) AS h, updated + INTERVAL 90 MINUTE AS later, CAST(updated AS DATE) AS day, date_trunc('hour', updated) AS hour_start FROM emp WHERE updated > TIMESTAMP '2023-03-20 12:00:00'",
+    ),
+    Case(
+        "date_filter_group_tpch",
+        "SELECT EXTRACT(year FROM o_orderdate) AS y, COUNT(*) AS n, SUM(o_totalprice) AS total FROM orders WHERE o_orderdate BETWEEN DATE '1994-01-01' AND DATE '1996-12-31' GROUP BY EXTRACT(year FROM o_orderdate)",
+    ),
+    Case(
+        "decimal_arithmetic",
+        "SELECT id, salary * 1.05 AS raised, salary / 3 AS third, round(salary / 7, 2) AS r, CAST(salary AS DECIMAL(18, 4)) AS wide, salary - 0.25 AS minus FROM emp",
+    ),
+    Case(
+        "decimal_join_arithmetic",
+        "SELECT d.dept, SUM(e.salary) + MAX(d.budget) AS total FROM emp e JOIN dept d ON e.dept = d.dept GROUP BY d.dept",
+    ),
+    Case(
+        "decimal_tpch_charge",
+        "SELECT l_returnflag, SUM(l_extendedprice * (1 - l_discount) * (1 + l_tax)) AS charge, MIN(l_discount) AS min_disc FROM lineitem GROUP BY l_returnflag",
+    ),
+    Case(
+        "integer_division_modulo", "SELECT id, id // 7 AS q, id % 7 AS m, -id // 7 AS nq FROM emp"
+    ),
+    # --- CTEs, duplicate names
+    Case(
+        "cte_used_twice",
+        "WITH d AS (SELECT dept, SUM(salary) AS s FROM emp GROUP BY dept) SELECT a.dept, a.s, a.s / (SELECT SUM(s) FROM d) AS share FROM d a",
+    ),
+    Case(
+        "cte_self_join",
+        "WITH m AS (SELECT mgr, COUNT(*) AS reports FROM emp WHERE mgr IS NOT NULL GROUP BY mgr) SELECT x.mgr, x.reports, y.reports AS other FROM m x JOIN m y ON x.mgr = y.mgr + 5",
+    ),
+    Case(
+        "cte_tpch",
+        "WITH big AS (SELECT o_custkey, SUM(o_totalprice) AS spent FROM orders GROUP BY o_custkey HAVING SUM(o_totalprice) > 2500000) SELECT c_nationkey, COUNT(*) AS n FROM customer JOIN big ON c_custkey = o_custkey GROUP BY c_nationkey",
+    ),
+    Case(
+        "duplicate_output_names_join",
+        "SELECT e.id, m.id, e.name, m.name FROM emp e JOIN emp m ON e.mgr = m.id",
+    ),
+    Case("duplicate_output_names_literals", "SELECT 1 AS x, r_name AS x FROM region"),
+    # --- other dialects, each checked against its DuckDB equivalent
+    Case(
+        "dialect_postgres_cast_ilike",
+        "SELECT id, name::VARCHAR AS n, SUBSTRING(name FROM 1 FOR 3) AS prefix FROM emp WHERE name ILIKE 'a%' OR dept = 'eng'",
+        dialect="postgres",
+        reference="SELECT id, CAST(name AS VARCHAR) AS n, substring(name, 1, 3) AS prefix FROM emp WHERE name ILIKE 'a%' OR dept = 'eng'",
+    ),
+    Case(
+        "dialect_postgres_date_trunc",
+        "SELECT DATE_TRUNC('month', o_orderdate) AS month_start, COUNT(*) AS n FROM orders WHERE o_orderdate < DATE '1993-01-01' GROUP BY 1",
+        dialect="postgres",
+        reference="SELECT date_trunc('month', o_orderdate) AS month_start, COUNT(*) AS n FROM orders WHERE o_orderdate < DATE '1993-01-01' GROUP BY 1",
+    ),
+    Case(
+        "dialect_spark_nvl_datediff",
+        "SELECT `id`, NVL(`bonus`, 0) AS b, DATEDIFF(DATE'2024-01-01', `hired`) AS days FROM emp",
+        dialect="spark",
+        reference="SELECT id, COALESCE(bonus, 0) AS b, date_diff('day', hired, DATE '2024-01-01') AS days FROM emp",
+    ),
+    Case(
+        "dialect_spark_group_by",
+        "SELECT `dept`, COUNT(*) AS n, SUM(`salary`) AS s FROM emp GROUP BY `dept`",
+        dialect="spark",
+        reference="SELECT dept, COUNT(*) AS n, SUM(salary) AS s FROM emp GROUP BY dept",
+    ),
+    Case(
+        "dialect_trino_if_date_add",
+        "SELECT id, IF(salary > 44000, 'hi', 'lo') AS band, DATE_ADD('day', 7, hired) AS later FROM emp",
+        dialect="trino",
+        reference="SELECT id, CASE WHEN salary > 44000 THEN 'hi' ELSE 'lo' END AS band, hired + INTERVAL 7 DAY AS later FROM emp",
+    ),
+    Case(
+        "dialect_trino_tpch",
+        "SELECT l_shipmode, COUNT(*) AS n FROM lineitem WHERE l_shipdate >= DATE '1995-01-01' AND TRY_CAST(l_quantity AS INTEGER) > 45 GROUP BY l_shipmode ORDER BY l_shipmode",
+        ("l_shipmode",),
+        dialect="trino",
+        reference="SELECT l_shipmode, COUNT(*) AS n FROM lineitem WHERE l_shipdate >= DATE '1995-01-01' AND TRY_CAST(l_quantity AS INTEGER) > 45 GROUP BY l_shipmode ORDER BY l_shipmode",
+    ),
+]
+
+
+# ------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def diff_tables(module_dir: Path) -> dict[str, str]:
+    return write_tables(module_dir / "data")
+
+
+@pytest.fixture(scope="module")
+def diff_session(session: Any, diff_tables: dict[str, str]) -> Any:
+    for name, location in diff_tables.items():
+        session.register_parquet(name, location)
+    return session
+
+
+@pytest.fixture(scope="module")
+def reference(
+    tpch_tables: dict[str, Path], diff_tables: dict[str, str]
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = duckdb.connect()
+    views: dict[str, Path | str] = dict(tpch_tables)
+    views.update({name: duckdb_location(loc) for name, loc in diff_tables.items()})
+    for statement in duckdb_views_sql(views):
+        con.execute(statement)
+    yield con
+    con.close()
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+# Case id -> the known engine bug (and its issue) that makes it fail. Each listed case
+# runs as a strict xfail: it must still fail, and once the bug is fixed the XPASS fails
+# the run until the entry is removed. Never list a case to hide a wrong answer.
+KNOWN_BUGS: dict[str, str] = {}
+
+
+def _params() -> list[Any]:
+    return [
+        pytest.param(
+            c,
+            id=c.id,
+            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[c.id])]
+            if c.id in KNOWN_BUGS
+            else [],
+        )
+        for c in CASES
+    ]
+
+
+@pytest.mark.parametrize("case", _params())
+def test_matches_duckdb(
+    case: Case, diff_session: Any, reference: duckdb.DuckDBPyConnection
+) -> None:
+    expected = reference.sql(case.reference or case.sql).to_arrow_table()
+    actual = diff_session.sql(case.sql, dialect=case.dialect).to_arrow()
+    assert_same_result(
+        actual, expected, ordered=case.order_by is not None, order_by=case.order_by or ()
+    )
+
+
+def test_limit_without_order_by_returns_rows_of_the_table(diff_session: Any) -> None:
+    # Any 7 rows are a right answer; they must be 7 distinct rows of emp.
+    result = diff_session.sql("SELECT id, name FROM emp LIMIT 7").to_arrow()
+    assert result.column_names == ["id", "name"]
+    ids = result.column("id").to_pylist()
+    assert len(ids) == 7 and len(set(ids)) == 7
+    emp = {row["id"]: row["name"] for row in emp_table().select(["id", "name"]).to_pylist()}
+    assert all(
+        emp[i] == name for i, name in zip(ids, result.column("name").to_pylist(), strict=True)
+    )
+
+
+def test_case_ids_are_unique() -> None:
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
+    assert set(KNOWN_BUGS) <= set(ids)

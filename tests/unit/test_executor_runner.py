@@ -1,0 +1,394 @@
+"""TaskRunner: real TaskSpecs run in DuckDB over small Parquet files and shuffle files."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from mangonel.executor.failures import TaskCancelledError, TaskFailedError
+from mangonel.executor.runner import TaskRunner
+from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
+from mangonel.plan.physical import FileSplit, InputMode, OutputKind, OutputSpec
+from mangonel.scheduler.events import (
+    ExecutionError,
+    FetchFailed,
+    InputLocations,
+    PartitionLocation,
+    PartitionOutput,
+    QueryError,
+    TaskSpec,
+)
+
+HOST = "host-a"
+SINGLE = OutputSpec(OutputKind.SINGLE)
+MODES = ["AIR", "MAIL", "RAIL", "SHIP", "TRUCK", "FOB", "REG AIR"]
+
+
+def attempt(stage: int, partition: int, n: int = 0) -> TaskAttemptId:
+    return TaskAttemptId(TaskId(JobId("job1"), StageId(stage), partition), n)
+
+
+@pytest.fixture()
+def data(tmp_path: Path) -> list[str]:
+    """Two Parquet files of 3 row groups each, strings stored as string_view."""
+    paths = []
+    for f in range(2):
+        n = 3000
+        base = f * n
+        table = pa.table(
+            {
+                "l_orderkey": pa.array([(base + i) // 4 for i in range(n)], pa.int64()),
+                "l_quantity": pa.array([(base + i) % 50 + 1 for i in range(n)], pa.int32()),
+                "l_price": pa.array([((base + i) * 37) % 10_000 / 100 for i in range(n)]),
+                "l_shipmode": pa.array([MODES[(base + i) % 7] for i in range(n)], pa.string_view()),
+            }
+        )
+        path = str(tmp_path / f"lineitem-{f}.parquet")
+        pq.write_table(table, path, row_group_size=1000)
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture()
+def runner(tmp_path: Path) -> Iterator[TaskRunner]:
+    writer = ShuffleWriter(str(tmp_path / "shuffle"), OutputRegistry())
+    r = TaskRunner(writer, ShuffleReader(HOST), str(tmp_path / "spill"), "256MB", 1)
+    yield r
+    r.close()
+
+
+def scan_spec(
+    stage: int,
+    partition: int,
+    sql: str,
+    splits: tuple[FileSplit, ...],
+    output: OutputSpec,
+    columns: tuple[str, ...],
+    scan_columns: tuple[str, ...],
+) -> TaskSpec:
+    return TaskSpec(
+        attempt=attempt(stage, partition),
+        sql=sql,
+        output=output,
+        columns=columns,
+        scan_name="lineitem",
+        scan_table="lineitem",
+        scan_columns=scan_columns,
+        scan_splits=splits,
+    )
+
+
+def locations(
+    stage: int,
+    outputs: dict[int, tuple[PartitionOutput, ...]],
+    partition: int,
+    executor: str = "e1",
+    host: str = HOST,
+    address: str = "127.0.0.1:1",
+) -> tuple[PartitionLocation, ...]:
+    return tuple(
+        PartitionLocation(
+            executor=ExecutorId(executor),
+            host=host,
+            flight_address=address,
+            stage=StageId(stage),
+            map_partition=m,
+            partition=partition,
+            path=outs[partition].path,
+            rows=outs[partition].rows,
+            bytes=outs[partition].bytes,
+            checksum=outs[partition].checksum,
+        )
+        for m, outs in sorted(outputs.items())
+    )
+
+
+def read(runner: TaskRunner, out: PartitionOutput) -> pa.Table:
+    with pa.memory_map(out.path) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+def map_stage(runner: TaskRunner, data: list[str]) -> dict[int, tuple[PartitionOutput, ...]]:
+    """Stage 1: two scan tasks (row groups 0-1 of file 0; row group 2 of file 0 and
+    all of file 1), filtered, partial aggregate, hash(l_shipmode) into 4 partitions."""
+    splits = [
+        (FileSplit(data[0], (0, 1)),),
+        (FileSplit(data[0], (2,)), FileSplit(data[1])),
+    ]
+    sql = (
+        "SELECT l_shipmode AS mode, sum(l_price) AS revenue, count(*) AS n "
+        "FROM lineitem WHERE l_quantity > 10 GROUP BY l_shipmode"
+    )
+    out = OutputSpec(OutputKind.HASH, 4, ("mode",))
+    return {
+        i: runner.run(
+            scan_spec(
+                1, i, sql, s, out, ("mode", "revenue", "n"), ("l_shipmode", "l_price", "l_quantity")
+            )
+        )
+        for i, s in enumerate(splits)
+    }
+
+
+def test_scan_hash_then_reduce_matches_duckdb(runner: TaskRunner, data: list[str]) -> None:
+    maps = map_stage(runner, data)
+    assert all(len(outs) == 4 for outs in maps.values())
+    results = []
+    for p in range(4):
+        spec = TaskSpec(
+            attempt=attempt(2, p),
+            sql="SELECT mode, sum(revenue) AS revenue, sum(n) AS n FROM s1 GROUP BY mode",
+            output=SINGLE,
+            columns=("mode", "revenue", "n"),
+            inputs=(
+                InputLocations(
+                    "s1",
+                    StageId(1),
+                    InputMode.PARTITION,
+                    locations(1, maps, p),
+                    ("mode", "revenue", "n"),
+                ),
+            ),
+        )
+        (out,) = runner.run(spec)
+        results.append(read(runner, out))
+    got = pa.concat_tables(results).sort_by("mode")
+    expected = duckdb.sql(
+        "SELECT l_shipmode AS mode, sum(l_price) AS revenue, count(*) AS n "
+        f"FROM read_parquet({data!r}) WHERE l_quantity > 10 GROUP BY 1 ORDER BY 1"
+    ).to_arrow_table()
+    assert got.column("mode").to_pylist() == expected.column("mode").to_pylist()
+    assert got.column("n").to_pylist() == expected.column("n").to_pylist()
+    assert got.column("revenue").to_pylist() == pytest.approx(
+        expected.column("revenue").to_pylist()
+    )
+
+
+def test_equal_keys_land_in_one_partition(runner: TaskRunner, data: list[str]) -> None:
+    sql = "SELECT l_orderkey AS k, l_shipmode AS mode FROM lineitem"
+    out = OutputSpec(OutputKind.HASH, 4, ("k", "mode"))
+    outputs = [
+        runner.run(
+            scan_spec(
+                1, i, sql, (FileSplit(path),), out, ("k", "mode"), ("l_orderkey", "l_shipmode")
+            )
+        )
+        for i, path in enumerate(data)
+    ]
+    seen: dict[tuple[int, str], int] = {}
+    total = 0
+    for outs in outputs:
+        for o in outs:
+            table = read(runner, o)
+            total += table.num_rows
+            assert table.schema.names == ["k", "mode"]
+            for key in set(
+                zip(table.column("k").to_pylist(), table.column("mode").to_pylist(), strict=True)
+            ):
+                assert seen.setdefault(key, o.partition) == o.partition
+    assert total == 6000
+    assert len(set(seen.values())) == 4  # the keys really spread
+
+
+def test_single_output_keeps_order_and_renames(runner: TaskRunner, data: list[str]) -> None:
+    spec = scan_spec(
+        1,
+        0,
+        "SELECT l_orderkey, l_price FROM lineitem ORDER BY l_price DESC, l_orderkey",
+        (FileSplit(data[1]),),
+        SINGLE,
+        ("key", "price"),
+        ("l_orderkey", "l_price"),
+    )
+    (out,) = runner.run(spec)
+    table = read(runner, out)
+    assert table.schema.names == ["key", "price"]
+    prices = table.column("price")
+    assert pc.all(pc.greater_equal(prices.slice(0, len(prices) - 1), prices.slice(1))).as_py()
+    assert out.rows == 3000 and out.path.endswith("job1/s1/m0/a0/part-0.arrow")
+
+
+def test_count_star_scan_reads_no_column(runner: TaskRunner, data: list[str]) -> None:
+    spec = scan_spec(
+        1,
+        0,
+        "SELECT count(*) AS n FROM lineitem",
+        (FileSplit(data[0], (1, 2)),),
+        SINGLE,
+        ("n",),
+        (),
+    )
+    (out,) = runner.run(spec)
+    assert read(runner, out).column("n").to_pylist() == [2000]
+
+
+def test_hash_output_of_empty_result_writes_every_partition(
+    runner: TaskRunner, data: list[str]
+) -> None:
+    spec = scan_spec(
+        1,
+        0,
+        "SELECT l_orderkey AS k FROM lineitem WHERE l_quantity < 0",
+        (FileSplit(data[0]),),
+        OutputSpec(OutputKind.HASH, 3, ("k",)),
+        ("k",),
+        ("l_orderkey", "l_quantity"),
+    )
+    outs = runner.run(spec)
+    assert [(o.partition, o.rows) for o in outs] == [(0, 0), (1, 0), (2, 0)]
+    assert read(runner, outs[2]).schema.names == ["k"]
+
+
+def test_input_with_no_locations_is_an_empty_table(runner: TaskRunner) -> None:
+    spec = TaskSpec(
+        attempt=attempt(2, 0),
+        sql="SELECT count(*) AS n FROM s1",
+        output=SINGLE,
+        columns=("n",),
+        inputs=(InputLocations("s1", StageId(1), InputMode.ALL, (), ("a", "b")),),
+    )
+    (out,) = runner.run(spec)
+    assert read(runner, out).column("n").to_pylist() == [0]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT no_such_column FROM lineitem",  # binder
+        "SELEC 1",  # parser
+        "SELECT CAST(l_shipmode AS INTEGER) AS x FROM lineitem",  # conversion, while streaming
+        "SELECT * FROM no_such_table",  # catalog
+    ],
+)
+def test_query_errors_are_classified_and_the_slot_stays_usable(
+    runner: TaskRunner, data: list[str], sql: str
+) -> None:
+    spec = scan_spec(1, 0, sql, (FileSplit(data[0]),), SINGLE, ("x",), ("l_shipmode",))
+    with pytest.raises(TaskFailedError) as info:
+        runner.run(spec)
+    assert isinstance(info.value.failure, QueryError)
+    ok = scan_spec(
+        1,
+        1,
+        "SELECT count(*) AS n FROM lineitem",
+        (FileSplit(data[0]),),
+        SINGLE,
+        ("n",),
+        ("l_shipmode",),
+    )
+    (out,) = runner.run(ok)
+    assert read(runner, out).column("n").to_pylist() == [3000]
+    # Everything registered by the failed task is gone.
+    with pytest.raises(TaskFailedError, match="lineitem"):
+        runner.run(TaskSpec(attempt(1, 2), "SELECT * FROM lineitem", SINGLE, ("x",)))
+
+
+def test_column_count_mismatch_is_a_query_error(runner: TaskRunner, data: list[str]) -> None:
+    spec = scan_spec(1, 0, "SELECT 1 AS a, 2 AS b", (), SINGLE, ("a",), ())
+    with pytest.raises(TaskFailedError, match="returns 2 columns") as info:
+        runner.run(spec)
+    assert isinstance(info.value.failure, QueryError)
+
+
+def test_missing_scan_file_is_an_execution_error(runner: TaskRunner, tmp_path: Path) -> None:
+    spec = scan_spec(
+        1,
+        0,
+        "SELECT * FROM lineitem",
+        (FileSplit(str(tmp_path / "gone.parquet")),),
+        SINGLE,
+        ("x",),
+        ("x",),
+    )
+    with pytest.raises(TaskFailedError) as info:
+        runner.run(spec)
+    assert isinstance(info.value.failure, ExecutionError)
+
+
+def test_unreadable_input_is_a_fetch_failure_naming_the_map_output(
+    runner: TaskRunner, data: list[str]
+) -> None:
+    maps = map_stage(runner, data)
+    locs = locations(1, maps, 2, executor="e9", host="elsewhere")  # nothing listens there
+    runner.reader.retries, runner.reader.backoff_s = 1, 0.0
+    spec = TaskSpec(
+        attempt=attempt(2, 2),
+        sql="SELECT * FROM s1",
+        output=SINGLE,
+        columns=("mode", "revenue", "n"),
+        inputs=(InputLocations("s1", StageId(1), InputMode.PARTITION, locs, ("mode",)),),
+    )
+    with pytest.raises(TaskFailedError) as info:
+        runner.run(spec)
+    failure = info.value.failure
+    assert isinstance(failure, FetchFailed)
+    assert (failure.executor, failure.stage, failure.map_partition) == ("e9", 1, 0)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM read_csv('/etc/passwd')",
+        "SELECT * FROM '/etc/passwd'",
+        "SELECT * FROM read_text('/etc/hostname')",
+        "SELECT * FROM glob('/*')",
+        "SET threads = 8",
+        "SET enable_external_access = true",
+        "COPY (SELECT 1) TO '/tmp/mangonel-should-not-exist.csv'",
+        "ATTACH '/tmp/mangonel-should-not-exist.db'",
+        "INSTALL httpfs",
+    ],
+)
+def test_sql_cannot_reach_files_or_settings(runner: TaskRunner, sql: str) -> None:
+    with pytest.raises(TaskFailedError) as info:
+        runner.run(TaskSpec(attempt(1, 0), sql, SINGLE, ("x",)))
+    assert isinstance(info.value.failure, QueryError)
+    (out,) = runner.run(
+        TaskSpec(attempt(1, 1), "SELECT current_setting('threads') AS t", SINGLE, ("t",))
+    )
+    assert read(runner, out).column("t").to_pylist() == [1]
+
+
+def test_cancel_interrupts_a_running_task(runner: TaskRunner) -> None:
+    spec = TaskSpec(attempt(1, 0), "SELECT count(*) AS n FROM range(100000000000)", SINGLE, ("n",))
+    timer = threading.Timer(0.3, runner.cancel)
+    timer.start()
+    with pytest.raises(TaskCancelledError):
+        runner.run(spec)
+    timer.join()
+    (out,) = runner.run(TaskSpec(attempt(1, 1), "SELECT 42 AS n", SINGLE, ("n",)))
+    assert read(runner, out).column("n").to_pylist() == [42]
+
+
+def test_cancel_names_an_attempt(runner: TaskRunner) -> None:
+    # A cancel for an attempt that has not started yet stops it when it starts...
+    runner.cancel(attempt(1, 0))
+    with pytest.raises(TaskCancelledError):
+        runner.run(TaskSpec(attempt(1, 0), "SELECT 1 AS n", SINGLE, ("n",)))
+    # ...and a late cancel of a finished attempt never touches the next one.
+    (out,) = runner.run(TaskSpec(attempt(1, 1), "SELECT 1 AS n", SINGLE, ("n",)))
+    runner.cancel(attempt(1, 1))
+    (out,) = runner.run(TaskSpec(attempt(1, 2), "SELECT 2 AS n", SINGLE, ("n",)))
+    assert read(runner, out).column("n").to_pylist() == [2]
+
+
+def test_a_slot_spills_to_its_temp_directory(tmp_path: Path) -> None:
+    writer = ShuffleWriter(str(tmp_path / "shuffle"), OutputRegistry())
+    spill = tmp_path / "spill"
+    runner = TaskRunner(writer, ShuffleReader(HOST), str(spill), "32MB", 1)
+    sql = (
+        "SELECT r, md5(r::VARCHAR) || md5((r + 1)::VARCHAR) AS m FROM range(700000) t(r) ORDER BY m"
+    )
+    try:
+        (out,) = runner.run(TaskSpec(attempt(1, 0), sql, SINGLE, ("r", "m")))
+    finally:
+        runner.close()
+    assert out.rows == 700_000

@@ -1,0 +1,107 @@
+"""Round trips between domain dataclasses and wire messages (mangonel.proto.convert)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
+from mangonel.plan.physical import FileSplit, InputMode, OutputKind, OutputSpec
+from mangonel.proto import convert
+from mangonel.proto import mangonel_pb2 as pb
+from mangonel.scheduler.events import (
+    CancelTask,
+    ExecutionError,
+    FetchFailed,
+    InputLocations,
+    LaunchTask,
+    PartitionLocation,
+    PartitionOutput,
+    QueryError,
+    ReleaseOutputs,
+    TaskSpec,
+)
+
+ATTEMPT = TaskAttemptId(TaskId(JobId("ab12"), StageId(3), 2), 1)
+LOC = PartitionLocation(
+    executor=ExecutorId("e1"),
+    host="h",
+    flight_address="127.0.0.1:1234",
+    stage=StageId(1),
+    map_partition=0,
+    partition=2,
+    path="/w/e1/ab12/s1/m0/p2.arrow",
+    rows=10,
+    bytes=100,
+    checksum="c0ffee",
+)
+
+
+def _spec(**overrides: object) -> TaskSpec:
+    base: dict[str, object] = dict(
+        attempt=ATTEMPT,
+        sql="SELECT * FROM t",
+        output=OutputSpec(OutputKind.HASH, 4, ("k",)),
+        columns=("a", "b"),
+        scan_name="t",
+        scan_table="lineitem",
+        scan_columns=("a", "b"),
+        scan_splits=(FileSplit("/d/x.parquet", (0, 2), 5, 50), FileSplit("/d/y.parquet")),
+        inputs=(InputLocations("s1", StageId(1), InputMode.ALL, (LOC,), ("k", "v")),),
+    )
+    base.update(overrides)
+    return TaskSpec(**base)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        _spec(),
+        _spec(scan_name=None, scan_table=None, scan_columns=(), scan_splits=()),
+        _spec(scan_name="", output=OutputSpec(OutputKind.SINGLE), inputs=()),
+    ],
+)
+def test_task_spec_round_trip(spec: TaskSpec) -> None:
+    wire = convert.task_spec_to_proto(spec).SerializeToString()
+    assert convert.task_spec_from_proto(pb.TaskSpec.FromString(wire)) == spec
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        QueryError("bad"),
+        ExecutionError("oom"),
+        FetchFailed(ExecutorId("e2"), StageId(1), 3, "refused"),
+    ],
+)
+def test_failure_round_trip(failure: QueryError | ExecutionError | FetchFailed) -> None:
+    assert convert.failure_from_proto(convert.failure_to_proto(failure)) == failure
+
+
+def test_outputs_and_locations_round_trip() -> None:
+    out = PartitionOutput(1, "/p", 3, 30, "x")
+    assert convert.partition_output_from_proto(convert.partition_output_to_proto(out)) == out
+    assert convert.partition_location_from_proto(convert.partition_location_to_proto(LOC)) == LOC
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        LaunchTask(7, ExecutorId("e1"), _spec()),
+        CancelTask(8, ExecutorId("e1"), ATTEMPT),
+        ReleaseOutputs(9, ExecutorId("e1"), JobId("ab12"), None),
+        ReleaseOutputs(9, ExecutorId("e1"), JobId("ab12"), (StageId(1), StageId(2))),
+        ReleaseOutputs(9, ExecutorId("e1"), JobId("ab12"), ()),
+    ],
+)
+def test_command_round_trip(cmd: LaunchTask | CancelTask | ReleaseOutputs) -> None:
+    msg = pb.ExecutorCommand.FromString(convert.command_to_proto(cmd).SerializeToString())
+    assert convert.command_from_proto(msg, ExecutorId("e1")) == cmd
+
+
+def test_missing_fields_raise_protocol_error() -> None:
+    with pytest.raises(convert.ProtocolError):
+        convert.failure_from_proto(pb.TaskFailure())
+    with pytest.raises(convert.ProtocolError):
+        convert.task_spec_from_proto(pb.TaskSpec())
+    with pytest.raises(convert.ProtocolError):
+        convert.command_from_proto(pb.ExecutorCommand(), ExecutorId("e1"))

@@ -1,0 +1,176 @@
+"""Shuffle files: write, read back (memory-mapped and over Flight), verify, release."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from mangonel.executor.failures import FetchFailedError
+from mangonel.executor.flight import ShuffleFlightServer
+from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter, file_checksum
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
+from mangonel.scheduler.events import PartitionLocation, PartitionOutput
+
+HOST = "host-a"
+
+
+def attempt(job: str = "j1", stage: int = 1, partition: int = 0, n: int = 0) -> TaskAttemptId:
+    return TaskAttemptId(TaskId(JobId(job), StageId(stage), partition), n)
+
+
+def location(
+    out: PartitionOutput, address: str = "127.0.0.1:1", host: str = HOST
+) -> PartitionLocation:
+    return PartitionLocation(
+        executor=ExecutorId("e1"),
+        host=host,
+        flight_address=address,
+        stage=StageId(1),
+        map_partition=0,
+        partition=out.partition,
+        path=out.path,
+        rows=out.rows,
+        bytes=out.bytes,
+        checksum=out.checksum,
+    )
+
+
+def sample(rows: int = 10_000) -> pa.Table:
+    return pa.table(
+        {
+            "k": pa.array(range(rows), pa.int64()),
+            "s": pa.array([f"v{i % 97}" for i in range(rows)]),
+            "d": pa.array([i / 3 for i in range(rows)]),
+        }
+    )
+
+
+@pytest.fixture()
+def writer(tmp_path: Path) -> ShuffleWriter:
+    return ShuffleWriter(str(tmp_path / "shuffle"), OutputRegistry())
+
+
+@pytest.fixture()
+def server(writer: ShuffleWriter) -> Iterator[ShuffleFlightServer]:
+    srv = ShuffleFlightServer(writer.root, writer.registry)
+    yield srv
+    srv.shutdown()
+
+
+def test_local_round_trip_is_memory_mapped(writer: ShuffleWriter) -> None:
+    table = sample()
+    out = writer.write_table(attempt(), 0, table)
+    assert out.path == os.path.join(writer.root, "j1", "s1", "m0", "a0", "part-0.arrow")
+    assert out.rows == table.num_rows
+    assert out.bytes == os.path.getsize(out.path)
+    assert out.checksum == file_checksum(out.path)
+    before = pa.total_allocated_bytes()
+    got = ShuffleReader(HOST).read(location(out))
+    # Zero copy: the table's buffers live in the memory map, not Arrow's pool.
+    assert pa.total_allocated_bytes() - before < table.nbytes // 10
+    assert got.equals(table)
+
+
+def test_flight_round_trip(writer: ShuffleWriter, server: ShuffleFlightServer) -> None:
+    table = sample()
+    out = writer.write_table(attempt(), 0, table)
+    reader = ShuffleReader("host-b")  # another host: must go over Flight
+    got = reader.read(location(out, f"127.0.0.1:{server.port}"))
+    reader.close()
+    assert got.equals(table)
+
+
+def test_every_partition_is_written_even_empty(writer: ShuffleWriter) -> None:
+    table = sample(100)
+    with writer.open(attempt(), 3, table.schema) as sink:
+        sink.write_table(1, table)
+        outs = sink.commit()
+    assert [o.partition for o in outs] == [0, 1, 2]
+    assert [o.rows for o in outs] == [0, 100, 0]
+    reader = ShuffleReader(HOST)
+    empty = reader.read(location(outs[2]))
+    assert empty.num_rows == 0 and empty.schema.equals(table.schema)
+
+
+def test_local_checksum_mismatch_is_a_fetch_failure(writer: ShuffleWriter) -> None:
+    out = writer.write_table(attempt(), 0, sample())
+    with open(out.path, "r+b") as f:
+        f.seek(out.bytes // 2)
+        byte = f.read(1)
+        f.seek(out.bytes // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with pytest.raises(FetchFailedError) as info:
+        ShuffleReader(HOST).read(location(out))
+    failure = info.value.failure
+    assert (failure.executor, failure.stage, failure.map_partition) == ("e1", 1, 0)
+    assert "checksum mismatch" in failure.message
+
+
+def test_flight_server_refuses_a_corrupt_file(
+    writer: ShuffleWriter, server: ShuffleFlightServer
+) -> None:
+    out = writer.write_table(attempt(), 0, sample())
+    with open(out.path, "r+b") as f:
+        f.seek(out.bytes // 2)
+        f.write(b"\x00\x01\x02\x03")
+    reader = ShuffleReader("host-b", retries=1)
+    with pytest.raises(FetchFailedError, match="corrupt"):
+        reader.read(location(out, f"127.0.0.1:{server.port}"))
+
+
+def test_unreachable_peer_fails_after_retries(writer: ShuffleWriter, tmp_path: Path) -> None:
+    out = writer.write_table(attempt(), 0, sample(10))
+    srv = ShuffleFlightServer(writer.root, writer.registry)
+    address = f"127.0.0.1:{srv.port}"
+    srv.shutdown()  # nothing listens there any more
+    reader = ShuffleReader("host-b", retries=2, backoff_s=0.01, timeout_s=5)
+    with pytest.raises(FetchFailedError, match="failed 2 times") as info:
+        reader.read(location(out, address))
+    assert info.value.failure.executor == "e1"
+
+
+def test_files_appear_only_by_rename(writer: ShuffleWriter) -> None:
+    table = sample(10)
+    final = writer.partition_path(attempt(), 0)
+    with writer.open(attempt(), 1, table.schema) as sink:
+        sink.write_table(0, table)
+        directory = os.path.dirname(final)
+        assert not os.path.exists(final)
+        assert [n.endswith(".tmp") for n in os.listdir(directory)] == [True]
+        sink.commit()
+    assert os.listdir(directory) == ["part-0.arrow"]
+
+
+def test_a_failed_write_leaves_nothing(writer: ShuffleWriter) -> None:
+    table = sample(10)
+    with pytest.raises(RuntimeError), writer.open(attempt(), 2, table.schema) as sink:
+        sink.write_table(0, table)
+        raise RuntimeError("task failed mid-write")
+    assert os.listdir(writer.attempt_dir(attempt())) == []
+    assert len(writer.registry) == 0
+
+
+def test_release_stages_then_job(writer: ShuffleWriter) -> None:
+    t = sample(10)
+    s1 = writer.write_table(attempt(stage=1), 0, t)
+    s2 = writer.write_table(attempt(stage=2), 0, t)
+    other = writer.write_table(attempt(job="j2"), 0, t)
+    writer.release(JobId("j1"), [StageId(1)])
+    assert not os.path.exists(s1.path) and os.path.exists(s2.path)
+    assert writer.registry.get(s1.path) is None and writer.registry.get(s2.path) is not None
+    writer.release(JobId("j1"))
+    assert not os.path.exists(os.path.join(writer.root, "j1"))
+    assert os.path.exists(other.path)
+    writer.release_all_except([JobId("j2")])
+    assert os.path.exists(other.path)
+    writer.release_all_except([])
+    assert os.listdir(writer.root) == [] and len(writer.registry) == 0
+
+
+def test_release_refuses_a_job_id_that_walks_out(writer: ShuffleWriter) -> None:
+    with pytest.raises(ValueError):
+        writer.release(JobId(".."))
