@@ -60,6 +60,18 @@ _FORBIDDEN_FUNCTION = re.compile(
 
 _EXPLAIN = re.compile(r"^\s*explain\b", re.IGNORECASE)
 
+# Statements refused by their first word, before parsing: some of them (EXPORT
+# DATABASE, CALL, ...) are not even parsed by sqlglot, and the user should hear
+# "not allowed", not "syntax error".
+_COMMENTS = re.compile(r"^(\s*(--[^\n]*\n?|/\*.*?\*/))*\s*", re.DOTALL)
+_FIRST_WORD = re.compile(r"[A-Za-z_]+")
+_STATEMENT_WORDS = frozenset(
+    "alter analyze attach begin call checkpoint comment commit copy create deallocate delete "
+    "describe detach drop execute export grant import insert install load merge pivot_wider "
+    "prepare pragma replace reset revoke rollback set show summarize truncate unpivot update "
+    "upsert use vacuum".split()
+)
+
 
 @dataclass(frozen=True)
 class ParsedQuery:
@@ -83,6 +95,13 @@ def parse(sql: str, tables: frozenset[str] | set[str], dialect: str | None = Non
     dialect = (dialect or DEFAULT_DIALECT).lower()
     explain = bool(_EXPLAIN.match(sql))
     text = _EXPLAIN.sub("", sql, count=1) if explain else sql
+    first = _FIRST_WORD.match(text[_COMMENTS.match(text).end() :])  # type: ignore[union-attr]
+    if first and first.group(0).lower() in _STATEMENT_WORDS:
+        raise ForbiddenStatementError(
+            f"{first.group(0).upper()} statements are not allowed: mangonel runs only SELECT "
+            "queries (and EXPLAIN SELECT) over registered tables; register data with "
+            "register_parquet"
+        )
     try:
         statements = [s for s in sqlglot.parse(text, read=dialect) if s is not None]
     except ParseError as err:
