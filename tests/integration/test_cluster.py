@@ -105,6 +105,13 @@ def test_explain_returns_text(session: Any) -> None:
     assert "lineitem" in text and "stage" in text.lower()
 
 
+def test_explain_statement_returns_the_plan_as_rows(session: Any) -> None:
+    plan = session.explain("SELECT count(*) AS n FROM nation")
+    result = session.sql("EXPLAIN SELECT count(*) AS n FROM nation").to_arrow()
+    assert result.column_names == ["explain"]
+    assert result.column("explain").to_pylist() == plan.splitlines()
+
+
 def test_cancel_a_running_job(session: Any) -> None:
     # A self-join big enough to run for many seconds on SF 0.1.
     job = session.submit(

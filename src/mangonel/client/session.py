@@ -33,6 +33,7 @@ from mangonel.client.status import (
     table_from_proto,
 )
 from mangonel.errors import ClusterError, JobCancelledError, JobFailedError
+from mangonel.plan.planner import is_explain
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
@@ -176,6 +177,11 @@ class Session:
             ClusterError: the scheduler or the executors cannot be reached.
         """
         start = time.monotonic()
+        if is_explain(text):
+            # EXPLAIN SELECT ...: the plan as a one-column result, one row per line.
+            lines = self.explain(text, dialect).splitlines()
+            table = pa.table({"explain": pa.array(lines, pa.string())})
+            return Result("", ("explain",), table, (), time.monotonic() - start, 0.0)
         for attempt in range(_RESULT_RETRIES + 1):
             job_id = self.submit(text, dialect)
             try:
