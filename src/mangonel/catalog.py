@@ -111,7 +111,8 @@ def resolve_files(location: str) -> tuple[str, ...]:
     if os.path.isfile(location):
         return (os.path.abspath(location),)
     raise CatalogError(
-        f"{location!r} does not exist; give the path of a Parquet file, a directory of them, or a glob"
+        f"{location!r} does not exist; give the path of a Parquet file, "
+        "a directory of them, or a glob"
     )
 
 
@@ -134,7 +135,8 @@ def load_table(name: str, location: str) -> Table:
             schema = file_schema
         elif not file_schema.equals(schema, check_metadata=False):
             raise CatalogError(
-                f"{path!r} has a different schema from {files[0]!r}; a table's files must share one schema"
+                f"{path!r} has a different schema from {files[0]!r}; "
+                "a table's files must share one schema"
             )
         md = meta.metadata
         for i in range(md.num_row_groups):

@@ -55,7 +55,8 @@ def run_plan(plan: DistributedPlan) -> pa.Table:
                 for p in range(n):
                     parts.append(
                         con.sql(
-                            f"SELECT * EXCLUDE (__p) FROM (SELECT *, hash({keys}) % {n} AS __p FROM __out) WHERE __p = {p}"
+                            f"SELECT * EXCLUDE (__p) FROM (SELECT *, hash({keys}) % {n} AS __p "
+                            f"FROM __out) WHERE __p = {p}"
                         ).to_arrow_table()
                     )
                 con.unregister("__out")

@@ -24,7 +24,7 @@ No exchange is added where the rows are already partitioned as needed.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -51,6 +51,7 @@ from mangonel.plan.logical import (
     phys,
 )
 from mangonel.plan.physical import (
+    FileSplit,
     InputMode,
     OutputKind,
     OutputSpec,
@@ -72,14 +73,14 @@ class Frag:
     tasks: int
     est: float
     scan: Scan | None = None
-    splits: tuple = ()
+    splits: tuple[tuple[FileSplit, ...], ...] = ()
     inputs: dict[str, StageInput] = field(default_factory=dict)
-    hash_keys: list[exp.Expression] | None = None
+    hash_keys: list[exp.Expr] | None = None
     """Rows are partitioned by hash of these (over ``node``'s outputs), if known."""
     single: bool = False
 
 
-def _stripped(e: exp.Expression) -> exp.Expression:
+def _stripped(e: exp.Expr) -> exp.Expr:
     return e.this if isinstance(e, exp.Cast) else e
 
 
@@ -140,14 +141,18 @@ class Distributor:
         read, inp = self._read(f, OutputSpec(OutputKind.SINGLE), InputMode.ALL)
         return Frag(read, 1, f.est, inputs={inp.name: inp}, single=True)
 
-    def exchange(self, f: Frag, keys: list[exp.Expression]) -> Frag:
+    def exchange(self, f: Frag, keys: list[exp.Expr]) -> Frag:
         """Hash-partition a fragment's rows by ``keys`` (expressions over its outputs)."""
         if not keys:
             return self.gather(f)
         mapping = {r: exp.column(phys(r), quoted=True) for r in f.node.outputs()}
         key_sql = tuple(sql(rewrite(k, mapping)) for k in keys)
-        read, inp = self._read(f, OutputSpec(OutputKind.HASH, self._n, key_sql), InputMode.PARTITION)
-        return Frag(read, self._n, f.est, inputs={inp.name: inp}, hash_keys=[k.copy() for k in keys])
+        read, inp = self._read(
+            f, OutputSpec(OutputKind.HASH, self._n, key_sql), InputMode.PARTITION
+        )
+        return Frag(
+            read, self._n, f.est, inputs={inp.name: inp}, hash_keys=[k.copy() for k in keys]
+        )
 
     def broadcast(self, f: Frag) -> tuple[StageRead, StageInput]:
         return self._read(f, OutputSpec(OutputKind.SINGLE), InputMode.ALL)
@@ -156,19 +161,23 @@ class Distributor:
 
     def types(self, node: Node) -> dict[Ref, str]:
         if id(node) not in self._types:
-            described = self._oracle.describe(Renderer(expand_reads=True, subqueries=self._subqueries).render(node))
-            self._types[id(node)] = {r: t for r, (_, t) in zip(node.outputs(), described, strict=True)}
+            described = self._oracle.describe(
+                Renderer(expand_reads=True, subqueries=self._subqueries).render(node)
+            )
+            self._types[id(node)] = {
+                r: t for r, (_, t) in zip(node.outputs(), described, strict=True)
+            }
         return self._types[id(node)]
 
-    def expr_types(self, node: Node, exprs: list[exp.Expression]) -> list[str]:
+    def expr_types(self, node: Node, exprs: list[exp.Expr]) -> list[str]:
         mapping = {r: exp.column(phys(r), table="t", quoted=True) for r in node.outputs()}
         cols = ", ".join(f"{sql(rewrite(e, mapping))} AS k{i}" for i, e in enumerate(exprs))
         inner = Renderer(expand_reads=True, subqueries=self._subqueries).render(node)
         return [t for _, t in self._oracle.describe(f"SELECT {cols} FROM ({inner}) AS t")]
 
     def _cast_keys(
-        self, left: Node, lk: list[exp.Expression], right: Node, rk: list[exp.Expression]
-    ) -> tuple[list[exp.Expression], list[exp.Expression]]:
+        self, left: Node, lk: list[exp.Expr], right: Node, rk: list[exp.Expr]
+    ) -> tuple[list[exp.Expr], list[exp.Expr]]:
         lt, rt = self.expr_types(left, lk), self.expr_types(right, rk)
         out_l, out_r = [], []
         for le, re_, a, b in zip(lk, rk, lt, rt, strict=True):
@@ -184,7 +193,7 @@ class Distributor:
         frag: Frag = method(node)
         return frag
 
-    def _attach_subqueries(self, f: Frag, exprs: list[exp.Expression | None]) -> None:
+    def _attach_subqueries(self, f: Frag, exprs: list[exp.Expr | None]) -> None:
         for e in exprs:
             if e is None:
                 continue
@@ -229,20 +238,18 @@ class Distributor:
             for name, e in n.items:
                 if isinstance(e, exp.Column) and e.table:
                     renamed.setdefault((e.table, e.name), (n.qualifier, name))
-            keys = []
-            for k in f.hash_keys:
-                cols = [c for c in k.find_all(exp.Column)]
-                if not all((c.table, c.name) in renamed for c in cols):
-                    keys = None
-                    break
-                keys.append(rewrite(k, {r: col(renamed[r]) for r in renamed}))
-            f.hash_keys = keys
+            # The partitioning survives only if every key column is passed through.
+            mapping = {r: col(renamed[r]) for r in renamed}
+            survives = all(
+                (c.table, c.name) in renamed for k in f.hash_keys for c in k.find_all(exp.Column)
+            )
+            f.hash_keys = [rewrite(k, mapping) for k in f.hash_keys] if survives else None
         f.node = Project(f.node, n.qualifier, n.items)
         return f
 
     def _window(self, n: Window) -> Frag:
         f = self.plan(n.child)
-        common: list[exp.Expression] | None = None
+        common: list[exp.Expr] | None = None
         for _, w in n.funcs:
             parts = list(w.args.get("partition_by") or [])
             common = parts if common is None else [p for p in common if p in parts]
@@ -252,7 +259,7 @@ class Distributor:
         f.node = Window(f.node, n.qualifier, n.funcs)
         return f
 
-    def _partitioned_within(self, f: Frag, keys: list[exp.Expression]) -> bool:
+    def _partitioned_within(self, f: Frag, keys: list[exp.Expr]) -> bool:
         """True when rows equal on ``keys`` already share a task."""
         if f.hash_keys is None or not keys or not f.hash_keys:
             return False
@@ -271,7 +278,9 @@ class Distributor:
             return f
         if f.single or self._partitioned_within(f, group_exprs):
             f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs)
-            f.hash_keys = [col((n.qualifier, name)) for name, _ in n.groups] if f.hash_keys else None
+            f.hash_keys = (
+                [col((n.qualifier, name)) for name, _ in n.groups] if f.hash_keys else None
+            )
             f.est = f.est / 4 if n.groups else 64.0
             return f
         split = _split_aggs(n.aggs)
@@ -315,13 +324,24 @@ class Distributor:
     def _setop(self, n: SetOp) -> Frag:
         left, right = self.plan(n.left), self.plan(n.right)
         lrefs, rrefs = n.left.outputs(), n.right.outputs()
-        lk, rk = self._cast_keys(left.node, [col(r) for r in left.node.outputs()], right.node, [col(r) for r in right.node.outputs()])
+        lk, rk = self._cast_keys(
+            left.node,
+            [col(r) for r in left.node.outputs()],
+            right.node,
+            [col(r) for r in right.node.outputs()],
+        )
         del lrefs, rrefs
         if left.single and right.single and not left.inputs.keys() & right.inputs.keys():
             lread, linp = self.broadcast(left)
             rread, rinp = self.broadcast(right)
             node = SetOp(n.kind, n.distinct, lread, rread, n.qualifier, n.names)
-            return Frag(node, 1, left.est + right.est, inputs={linp.name: linp, rinp.name: rinp}, single=True)
+            return Frag(
+                node,
+                1,
+                left.est + right.est,
+                inputs={linp.name: linp, rinp.name: rinp},
+                single=True,
+            )
         lx, rx = self.exchange(left, lk), self.exchange(right, rk)
         node = SetOp(n.kind, n.distinct, lx.node, rx.node, n.qualifier, n.names)
         return Frag(node, self._n, left.est + right.est, inputs={**lx.inputs, **rx.inputs})
@@ -361,9 +381,19 @@ class Distributor:
             lg.node = Join(lg.node, read, kind, n.left_keys, n.right_keys, n.residual)
             return lg
         lk, rk = self._cast_keys(left.node, n.left_keys, right.node, n.right_keys)
-        if not (left.hash_keys is not None and _same(left.hash_keys, lk) and left.tasks == self._n and left.scan is None):
+        if not (
+            left.hash_keys is not None
+            and _same(left.hash_keys, lk)
+            and left.tasks == self._n
+            and left.scan is None
+        ):
             left = self.exchange(left, lk)
-        if not (right.hash_keys is not None and _same(right.hash_keys, rk) and right.tasks == self._n and right.scan is None):
+        if not (
+            right.hash_keys is not None
+            and _same(right.hash_keys, rk)
+            and right.tasks == self._n
+            and right.scan is None
+        ):
             right = self.exchange(right, rk)
         left.inputs.update(right.inputs)
         left.node = Join(left.node, right.node, kind, n.left_keys, n.right_keys, n.residual)
@@ -372,11 +402,11 @@ class Distributor:
         return left
 
 
-def _same(a: list[exp.Expression], b: list[exp.Expression]) -> bool:
+def _same(a: list[exp.Expr], b: list[exp.Expr]) -> bool:
     return len(a) == len(b) and all(x == y for x, y in zip(a, b, strict=True))
 
 
-def _common_grouping_keys(grouping: exp.Expression) -> list[exp.Expression]:
+def _common_grouping_keys(grouping: exp.Expr) -> list[exp.Expr]:
     """Expressions present in every grouping set (rows equal on them share a task)."""
     sets = grouping_sets(grouping)
     if not sets:
@@ -387,12 +417,17 @@ def _common_grouping_keys(grouping: exp.Expression) -> list[exp.Expression]:
     return common
 
 
-def _split_aggs(aggs: list[tuple[str, exp.Expression]]):  # type: ignore[no-untyped-def]
+FinalOf = Callable[[str, str], exp.Expr]
+
+
+def _split_aggs(
+    aggs: list[tuple[str, exp.Expr]],
+) -> tuple[list[tuple[str, exp.Expr]], FinalOf] | None:
     """Partial aggregate items and a function that builds each final expression.
 
     Returns None when some aggregate does not split into partial and final.
     """
-    partial: list[tuple[str, exp.Expression]] = []
+    partial: list[tuple[str, exp.Expr]] = []
     plans: dict[str, tuple[str, list[str]]] = {}
     for name, a in aggs:
         if isinstance(a, exp.Filter) or a.args.get("distinct") or isinstance(a.this, exp.Distinct):
@@ -413,7 +448,7 @@ def _split_aggs(aggs: list[tuple[str, exp.Expression]]):  # type: ignore[no-unty
         else:
             return None
 
-    def final(name: str, pq: str) -> exp.Expression:
+    def final(name: str, pq: str) -> exp.Expr:
         how, parts = plans[name]
         cols = [col((pq, p)) for p in parts]
         if how == "count":
@@ -450,5 +485,6 @@ def describe(node: Node) -> str:
             words.append("top-n" if n.limit is not None else "sort")
         elif isinstance(n, (Window, Distinct, SetOp, Opaque, Values)):
             words.append(type(n).__name__.lower() if not isinstance(n, Opaque) else "whole query")
+
     walk(node)
     return " → ".join(words) or "read"

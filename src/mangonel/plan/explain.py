@@ -22,7 +22,9 @@ def _pretty(sql: str) -> str:
 
 def render(plan: DistributedPlan, with_sql: bool = True) -> str:
     """The stage graph: each stage, its inputs and exchange, and its SQL fragment."""
-    lines = [f"Distributed plan: {len(plan.stages)} stages; result columns: {', '.join(plan.columns)}"]
+    lines = [
+        f"Distributed plan: {len(plan.stages)} stages; result columns: {', '.join(plan.columns)}"
+    ]
     lines += [f"note: {n}" for n in plan.notes]
     for stage in plan.stages:
         final = " (final)" if stage is plan.final else ""
@@ -35,7 +37,11 @@ def render(plan: DistributedPlan, with_sql: bool = True) -> str:
                 f"{rows} rows in {len(stage.scan.task_splits)} split(s)"
             )
         for inp in stage.inputs:
-            how = "partition i of each map task" if inp.mode is InputMode.PARTITION else "all partitions (broadcast/gather)"
+            how = (
+                "partition i of each map task"
+                if inp.mode is InputMode.PARTITION
+                else "all partitions (broadcast/gather)"
+            )
             lines.append(f"  reads  stage {inp.stage} as {inp.name}: {how}")
         lines.append(f"  writes {_output(stage)}")
         if with_sql:

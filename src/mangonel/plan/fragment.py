@@ -40,14 +40,14 @@ def ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def sql(e: exp.Expression) -> str:
+def sql(e: exp.Expr) -> str:
     return e.sql(dialect=DIALECT)
 
 
-def rewrite(e: exp.Expression, mapping: Mapping[Ref, exp.Expression]) -> exp.Expression:
+def rewrite(e: exp.Expr, mapping: Mapping[Ref, exp.Expr]) -> exp.Expr:
     """Replace qualified column refs by their physical columns."""
 
-    def repl(node: exp.Expression) -> exp.Expression:
+    def repl(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Column) and node.table:
             target = mapping.get((node.table, node.name))
             if target is not None:
@@ -57,7 +57,7 @@ def rewrite(e: exp.Expression, mapping: Mapping[Ref, exp.Expression]) -> exp.Exp
     return e.copy().transform(repl, copy=False)
 
 
-def _refs_of(node: Node, table: str) -> dict[Ref, exp.Expression]:
+def _refs_of(node: Node, table: str) -> dict[Ref, exp.Expr]:
     return {r: exp.column(phys(r), table=table, quoted=True) for r in node.outputs()}
 
 
@@ -78,7 +78,7 @@ class Renderer:
         self._expand = expand_reads
         self._subqueries = subqueries or {}
 
-    def _x(self, e: exp.Expression, mapping: Mapping[Ref, exp.Expression]) -> str:
+    def _x(self, e: exp.Expr, mapping: Mapping[Ref, exp.Expr]) -> str:
         """An expression's SQL over a child's columns (subquery placeholders expanded
         in the type oracle's mode, where no stage input exists)."""
         out = rewrite(e, mapping)
@@ -145,7 +145,9 @@ class Renderer:
             return f"SELECT l.*, r.* FROM {left} CROSS JOIN {right}"
         if n.kind in (JoinKind.SEMI, JoinKind.ANTI):
             return f"SELECT l.* FROM {left} {n.kind.value.upper()} JOIN {right} ON {on}"
-        word = {JoinKind.INNER: "JOIN", JoinKind.LEFT: "LEFT JOIN", JoinKind.FULL: "FULL JOIN"}[n.kind]
+        word = {JoinKind.INNER: "JOIN", JoinKind.LEFT: "LEFT JOIN", JoinKind.FULL: "FULL JOIN"}[
+            n.kind
+        ]
         return f"SELECT l.*, r.* FROM {left} {word} {right} ON {on}"
 
     def _aggregate(self, n: Aggregate) -> str:

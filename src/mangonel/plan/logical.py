@@ -53,7 +53,7 @@ class Scan(Node):
     table: str
     alias: str
     columns: list[str]
-    filter: exp.Expression | None = None
+    filter: exp.Expr | None = None
 
     def outputs(self) -> list[Ref]:
         return [(self.alias, c) for c in self.columns]
@@ -65,7 +65,7 @@ class Values(Node):
 
     qualifier: str
     names: list[str]
-    query: exp.Expression
+    query: exp.Expr
 
     def outputs(self) -> list[Ref]:
         return [(self.qualifier, n) for n in self.names]
@@ -74,7 +74,7 @@ class Values(Node):
 @dataclass(eq=False)
 class Filter(Node):
     child: Node
-    condition: exp.Expression
+    condition: exp.Expr
 
     def outputs(self) -> list[Ref]:
         return self.child.outputs()
@@ -88,9 +88,9 @@ class Join(Node):
     left: Node
     right: Node
     kind: JoinKind
-    left_keys: list[exp.Expression] = field(default_factory=list)
-    right_keys: list[exp.Expression] = field(default_factory=list)
-    residual: exp.Expression | None = None
+    left_keys: list[exp.Expr] = field(default_factory=list)
+    right_keys: list[exp.Expr] = field(default_factory=list)
+    residual: exp.Expr | None = None
 
     def outputs(self) -> list[Ref]:
         if self.kind in (JoinKind.SEMI, JoinKind.ANTI):
@@ -107,9 +107,9 @@ class Aggregate(Node):
 
     child: Node
     qualifier: str
-    groups: list[tuple[str, exp.Expression]]
-    aggs: list[tuple[str, exp.Expression]]
-    grouping: exp.Expression | None = None
+    groups: list[tuple[str, exp.Expr]]
+    aggs: list[tuple[str, exp.Expr]]
+    grouping: exp.Expr | None = None
     """A GROUPING SETS / ROLLUP / CUBE clause over the group expressions, if any."""
 
     def outputs(self) -> list[Ref]:
@@ -123,7 +123,7 @@ class Aggregate(Node):
 class Window(Node):
     child: Node
     qualifier: str
-    funcs: list[tuple[str, exp.Expression]]
+    funcs: list[tuple[str, exp.Expr]]
 
     def outputs(self) -> list[Ref]:
         return self.child.outputs() + [(self.qualifier, n) for n, _ in self.funcs]
@@ -136,7 +136,7 @@ class Window(Node):
 class Project(Node):
     child: Node
     qualifier: str
-    items: list[tuple[str, exp.Expression]]
+    items: list[tuple[str, exp.Expr]]
 
     def outputs(self) -> list[Ref]:
         return [(self.qualifier, n) for n, _ in self.items]

@@ -64,7 +64,7 @@ def plan_query(
     try:
         duck_sql = to_duckdb(parsed.query)
         names = [n for n, _ in oracle.describe(duck_sql)]
-        schema = {
+        schema: dict[str, object] = {
             t: dict(oracle.describe(f'SELECT * FROM "{t}"')) for t in sorted(parsed.tables)
         }
         notes: list[str] = []
@@ -89,14 +89,19 @@ def plan_query(
 
 
 def _distributor(
-    catalog: Mapping[str, Table], oracle: TypeOracle, config: PlannerConfig, subqueries: Mapping[str, Node]
+    catalog: Mapping[str, Table],
+    oracle: TypeOracle,
+    config: PlannerConfig,
+    subqueries: Mapping[str, Node],
 ) -> Distributor:
     return Distributor(
         catalog, oracle, subqueries, config.partitions, config.broadcast_bytes, config.split_rows
     )
 
 
-def _opaque(duck_sql: str, names: list[str], tables: frozenset[str], catalog: Mapping[str, Table]) -> Opaque:
+def _opaque(
+    duck_sql: str, names: list[str], tables: frozenset[str], catalog: Mapping[str, Table]
+) -> Opaque:
     query = sqlglot.parse_one(duck_sql, read=DEFAULT_DIALECT)
     sources: dict[str, Node] = {t: Scan(t, t, list(catalog[t].columns)) for t in sorted(tables)}
     return Opaque(query, "_q", [f"c{i}" for i in range(len(names))], sources)  # type: ignore[arg-type]

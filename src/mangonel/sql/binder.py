@@ -43,7 +43,7 @@ class Unsupported(Exception):
     """A construct the binder does not split; the caller falls back."""
 
 
-def conjuncts(cond: exp.Expression | None) -> list[exp.Expression]:
+def conjuncts(cond: exp.Expr | None) -> list[exp.Expr]:
     if cond is None:
         return []
     if isinstance(cond, exp.And):
@@ -53,7 +53,7 @@ def conjuncts(cond: exp.Expression | None) -> list[exp.Expression]:
     return [cond]
 
 
-def and_all(conds: list[exp.Expression]) -> exp.Expression | None:
+def and_all(conds: list[exp.Expr]) -> exp.Expr | None:
     if not conds:
         return None
     out = conds[0]
@@ -62,7 +62,7 @@ def and_all(conds: list[exp.Expression]) -> exp.Expression | None:
     return out
 
 
-def iter_scope(node: exp.Expression) -> Iterator[exp.Expression]:
+def iter_scope(node: exp.Expr) -> Iterator[exp.Expr]:
     """Walk an expression without entering nested queries."""
     stack = [node]
     while stack:
@@ -74,28 +74,29 @@ def iter_scope(node: exp.Expression) -> Iterator[exp.Expression]:
             stack.append(child)
 
 
-def qualifiers(node: exp.Expression) -> set[str]:
+def qualifiers(node: exp.Expr) -> set[str]:
     return {c.table for c in iter_scope(node) if isinstance(c, exp.Column)}
 
 
-def col(ref: Ref) -> exp.Column:
+def col(ref: Ref) -> exp.Expr:
+    """A qualified column reference to ``ref``."""
     return exp.column(ref[1], table=ref[0], quoted=True)
 
 
-def substitute(expr: exp.Expression, fn: Callable[[exp.Expression], exp.Expression | None]) -> exp.Expression:
+def substitute(expr: exp.Expr, fn: Callable[[exp.Expr], exp.Expr | None]) -> exp.Expr:
     """Replace subtrees top-down: ``fn`` returns a replacement or None to descend."""
 
-    def visit(node: exp.Expression) -> exp.Expression:
+    def visit(node: exp.Expr) -> exp.Expr:
         repl = fn(node)
         if repl is not None:
             return repl
         if isinstance(node, exp.Query):
             return node
         for key, value in list(node.args.items()):
-            if isinstance(value, exp.Expression):
+            if isinstance(value, exp.Expr):
                 node.set(key, visit(value))
             elif isinstance(value, list):
-                node.set(key, [visit(v) if isinstance(v, exp.Expression) else v for v in value])
+                node.set(key, [visit(v) if isinstance(v, exp.Expr) else v for v in value])
         return node
 
     return visit(expr.copy())
@@ -160,15 +161,17 @@ class Binder:
             raise Unsupported("set operation sides differ in width")
         left = self._visible(left, len(lnames))
         right = self._visible(right, len(rnames))
-        kind = {exp.Union: SetKind.UNION, exp.Intersect: SetKind.INTERSECT, exp.Except: SetKind.EXCEPT}[
-            type(q)
-        ]
+        kind = {
+            exp.Union: SetKind.UNION,
+            exp.Intersect: SetKind.INTERSECT,
+            exp.Except: SetKind.EXCEPT,
+        }[type(q)]
         qual = self._qualifier("set")
         unique = [f"c{i}" for i in range(len(lnames))]
         node: Node = SetOp(kind, bool(q.args.get("distinct")), left, right, qual, unique)
         outputs = node.outputs()
 
-        def resolve(e: exp.Expression) -> exp.Expression:
+        def resolve(e: exp.Expr) -> exp.Expr:
             if isinstance(e, exp.Column) and not e.table and e.name in lnames:
                 return col(outputs[lnames.index(e.name)])
             if isinstance(e, exp.Literal) and e.is_int:
@@ -176,7 +179,9 @@ class Binder:
             raise Unsupported("ORDER BY of a set operation on an expression")
 
         keys = [
-            exp.Ordered(this=resolve(o.this), desc=o.args.get("desc"), nulls_first=o.args.get("nulls_first"))
+            exp.Ordered(
+                this=resolve(o.this), desc=o.args.get("desc"), nulls_first=o.args.get("nulls_first")
+            )
             for o in (q.args["order"].expressions if q.args.get("order") else [])
         ]
         limit, offset = _limit(q)
@@ -193,7 +198,7 @@ class Binder:
 
     # ------------------------------------------------------------------ select
 
-    def _source(self, item: exp.Expression, ctes: dict[str, exp.Query]) -> _Source:
+    def _source(self, item: exp.Expr, ctes: dict[str, exp.Query]) -> _Source:
         alias = item.alias_or_name
         if isinstance(item, exp.Table):
             if item.name in ctes:
@@ -212,7 +217,7 @@ class Binder:
 
     def _rename(self, node: Node, names: list[str], alias: str) -> Node:
         outs = node.outputs()
-        items: list[tuple[str, exp.Expression]] = []
+        items: list[tuple[str, exp.Expr]] = []
         seen: set[str] = set()
         for name, ref in zip(names, outs, strict=False):
             if name in seen:
@@ -234,7 +239,16 @@ class Binder:
         return max((self._guess(k) for k in kids), default=1.0)
 
     def _select(self, sel: exp.Select, ctes: dict[str, exp.Query]) -> tuple[Node, list[str]]:
-        for key in ("laterals", "pivots", "windows", "prewhere", "connect", "match", "sample", "into"):
+        for key in (
+            "laterals",
+            "pivots",
+            "windows",
+            "prewhere",
+            "connect",
+            "match",
+            "sample",
+            "into",
+        ):
             if sel.args.get(key):
                 raise Unsupported(f"SELECT with {key}")
         distinct = sel.args.get("distinct")
@@ -248,7 +262,7 @@ class Binder:
             return Values(self._qualifier("v"), names, sel.copy()), names
 
         sources = [self._source(from_.this, ctes)]
-        joins: list[tuple[JoinKind, exp.Expression | None]] = []
+        joins: list[tuple[JoinKind, exp.Expr | None]] = []
         for j in sel.args.get("joins") or []:
             if j.args.get("using"):
                 raise Unsupported("JOIN USING left after qualification")
@@ -277,7 +291,10 @@ class Binder:
                 used = [c for c in cols if c in mentioned[s.node.alias]]
                 s.node.columns = used or [cols[0]]
 
-        where = [self._lift_subqueries(c, ctes, aliases) for c in conjuncts(sel.args["where"].this if sel.args.get("where") else None)]
+        where = [
+            self._lift_subqueries(c, ctes, aliases)
+            for c in conjuncts(sel.args["where"].this if sel.args.get("where") else None)
+        ]
         tree = self._join_tree(sources, joins, where, ctes, aliases)
         return self._after_from(sel, tree, ctes, aliases)
 
@@ -286,8 +303,8 @@ class Binder:
     def _join_tree(
         self,
         sources: list[_Source],
-        joins: list[tuple[JoinKind, exp.Expression | None]],
-        where: list[exp.Expression],
+        joins: list[tuple[JoinKind, exp.Expr | None]],
+        where: list[exp.Expr],
         ctes: dict[str, exp.Query],
         aliases: set[str],
     ) -> Node:
@@ -301,7 +318,7 @@ class Binder:
                 nullable |= aliases - src.aliases
             elif kind is JoinKind.FULL:
                 nullable |= aliases
-        pending_conds: list[exp.Expression] = []
+        pending_conds: list[exp.Expr] = []
         for cond in where:
             if not self._push_into(sources, cond, nullable):
                 pending_conds.append(cond)
@@ -326,7 +343,7 @@ class Binder:
             node = Filter(node, and_all(pending_conds))  # type: ignore[arg-type]
         return node
 
-    def _push_into(self, sources: list[_Source], cond: exp.Expression, nullable: set[str]) -> bool:
+    def _push_into(self, sources: list[_Source], cond: exp.Expr, nullable: set[str]) -> bool:
         quals = qualifiers(cond)
         if len(quals) != 1 or _has_placeholder(cond):
             return False
@@ -343,7 +360,7 @@ class Binder:
                 return True
         return False
 
-    def _inner_join_all(self, group: list[_Source], conds: list[exp.Expression]) -> _Source:
+    def _inner_join_all(self, group: list[_Source], conds: list[exp.Expr]) -> _Source:
         """Join a group of sources by the pending conditions, avoiding cross products."""
         remaining = list(group[1:])
         current = group[0]
@@ -358,7 +375,9 @@ class Binder:
                 pick = remaining[0]
             remaining.remove(pick)
             both = current.aliases | pick.aliases
-            used = [c for c in conds if qualifiers(c) <= both and not qualifiers(c) <= current.aliases]
+            used = [
+                c for c in conds if qualifiers(c) <= both and not qualifiers(c) <= current.aliases
+            ]
             for c in used:
                 conds.remove(c)
             lk, rk, residual = _split_keys(used, current.aliases, pick.aliases)
@@ -368,14 +387,16 @@ class Binder:
             self._apply_ready(current, conds)
         return current
 
-    def _apply_ready(self, src: _Source, conds: list[exp.Expression]) -> None:
+    def _apply_ready(self, src: _Source, conds: list[exp.Expr]) -> None:
         ready = [c for c in conds if qualifiers(c) and qualifiers(c) <= src.aliases]
         if ready:
             for c in ready:
                 conds.remove(c)
             src.node = Filter(src.node, and_all(ready))  # type: ignore[arg-type]
 
-    def _outer_join(self, left: _Source, right: _Source, kind: JoinKind, on: exp.Expression | None) -> _Source:
+    def _outer_join(
+        self, left: _Source, right: _Source, kind: JoinKind, on: exp.Expr | None
+    ) -> _Source:
         conds = conjuncts(on)
         if kind is JoinKind.LEFT or kind in (JoinKind.SEMI, JoinKind.ANTI):
             # Conditions on the right side alone filter the right side first.
@@ -392,7 +413,9 @@ class Binder:
                 raise Unsupported("subquery in an outer join condition")
         lk, rk, residual = _split_keys(conds, left.aliases, right.aliases)
         node = Join(left.node, right.node, kind, lk, rk, and_all(residual))
-        aliases = left.aliases if kind in (JoinKind.SEMI, JoinKind.ANTI) else left.aliases | right.aliases
+        aliases = (
+            left.aliases if kind in (JoinKind.SEMI, JoinKind.ANTI) else left.aliases | right.aliases
+        )
         return _Source(node, aliases, max(left.estimate, right.estimate))
 
     # -------------------------------------------------- aggregates and the rest
@@ -400,18 +423,27 @@ class Binder:
     def _after_from(
         self, sel: exp.Select, node: Node, ctes: dict[str, exp.Query], aliases: set[str]
     ) -> tuple[Node, list[str]]:
-        items = [(e.alias_or_name, e.this if isinstance(e, exp.Alias) else e) for e in sel.expressions]
-        if any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star)) for _, e in items):
+        items = [
+            (e.alias_or_name, e.this if isinstance(e, exp.Alias) else e) for e in sel.expressions
+        ]
+        if any(
+            isinstance(e, exp.Star) or (isinstance(e, exp.Column) and isinstance(e.this, exp.Star))
+            for _, e in items
+        ):
             raise Unsupported("star left after qualification")
         items = [(n, self._lift_subqueries(e, ctes, aliases)) for n, e in items]
-        having = self._lift_subqueries(sel.args["having"].this, ctes, aliases) if sel.args.get("having") else None
+        having = (
+            self._lift_subqueries(sel.args["having"].this, ctes, aliases)
+            if sel.args.get("having")
+            else None
+        )
         qualify_ = sel.args["qualify"].this if sel.args.get("qualify") else None
         order = list(sel.args["order"].expressions) if sel.args.get("order") else []
         distinct = sel.args.get("distinct")
         names = [n for n, _ in items]
 
         # ORDER BY may name a select alias or a position; resolve those first.
-        order_exprs: list[exp.Expression | int] = []
+        order_exprs: list[exp.Expr | int] = []
         for o in order:
             e = o.this
             if isinstance(e, exp.Column) and not e.table and e.name in names:
@@ -422,8 +454,8 @@ class Binder:
                 order_exprs.append(e)
 
         group_clause = sel.args.get("group")
-        group_exprs: list[exp.Expression] = []
-        grouping: exp.Expression | None = None
+        group_exprs: list[exp.Expr] = []
+        grouping: exp.Expr | None = None
         if group_clause is not None:
             for key in ("rollup", "cube", "grouping_sets", "totals"):
                 if group_clause.args.get(key):
@@ -440,7 +472,7 @@ class Binder:
                     if m not in group_exprs:
                         group_exprs.append(m)
         parts = [e for _, e in items] + ([having] if having is not None else [])
-        parts += [e for e in order_exprs if isinstance(e, exp.Expression)]
+        parts += [e for e in order_exprs if isinstance(e, exp.Expr)]
         aggs = _find_aggs(parts)
         if group_exprs or aggs or having is not None:
             qual = self._qualifier("agg")
@@ -449,29 +481,33 @@ class Binder:
             agg_node = Aggregate(node, qual, groups, agg_items, grouping)
             node = agg_node
 
-            def lift(e: exp.Expression) -> exp.Expression:
+            def lift(e: exp.Expr) -> exp.Expr:
                 return _replace_aggs(e, agg_items, groups, qual)
 
             items = [(n, lift(e)) for n, e in items]
             having = lift(having) if having is not None else None
-            order_exprs = [lift(e) if isinstance(e, exp.Expression) else e for e in order_exprs]
+            order_exprs = [lift(e) if isinstance(e, exp.Expr) else e for e in order_exprs]
             qualify_ = lift(qualify_) if qualify_ is not None else None
             if having is not None:
                 node = Filter(node, having)
 
-        windows = _find_windows([e for _, e in items] + [e for e in order_exprs if isinstance(e, exp.Expression)] + ([qualify_] if qualify_ is not None else []))
+        windows = _find_windows(
+            [e for _, e in items]
+            + [e for e in order_exprs if isinstance(e, exp.Expr)]
+            + ([qualify_] if qualify_ is not None else [])
+        )
         if windows:
             wqual = self._qualifier("w")
             funcs = [(f"w{i}", w) for i, w in enumerate(windows)]
             node = Window(node, wqual, funcs)
 
-            def lift_w(e: exp.Expression) -> exp.Expression:
+            def lift_w(e: exp.Expr) -> exp.Expr:
                 return substitute(
                     e, lambda n: next((col((wqual, name)) for name, w in funcs if n == w), None)
                 )
 
             items = [(n, lift_w(e)) for n, e in items]
-            order_exprs = [lift_w(e) if isinstance(e, exp.Expression) else e for e in order_exprs]
+            order_exprs = [lift_w(e) if isinstance(e, exp.Expr) else e for e in order_exprs]
             qualify_ = lift_w(qualify_) if qualify_ is not None else None
         if qualify_ is not None:
             node = Filter(node, qualify_)
@@ -493,7 +529,11 @@ class Binder:
                     match = f"o{len(proj_items)}"
                     proj_items.append((match, e))
                 ref = (pqual, match)
-            keys.append(exp.Ordered(this=col(ref), desc=o.args.get("desc"), nulls_first=o.args.get("nulls_first")))
+            keys.append(
+                exp.Ordered(
+                    this=col(ref), desc=o.args.get("desc"), nulls_first=o.args.get("nulls_first")
+                )
+            )
         node = Project(node, pqual, proj_items)
         if distinct is not None:
             node = Distinct(node)
@@ -505,15 +545,13 @@ class Binder:
     # -------------------------------------------------------------- subqueries
 
     def _lift_subqueries(
-        self, expr: exp.Expression, ctes: dict[str, exp.Query], aliases: set[str]
-    ) -> exp.Expression:
+        self, expr: exp.Expr, ctes: dict[str, exp.Query], aliases: set[str]
+    ) -> exp.Expr:
         """Replace uncorrelated subqueries by placeholders ``(SELECT * FROM __sqN)``."""
 
-        def repl(node: exp.Expression) -> exp.Expression | None:
-            query: exp.Expression | None = None
-            if isinstance(node, exp.Subquery):
-                query = node.this
-            elif isinstance(node, exp.Exists):
+        def repl(node: exp.Expr) -> exp.Expr | None:
+            query: exp.Expr | None = None
+            if isinstance(node, (exp.Subquery, exp.Exists)):
                 query = node.this
             elif isinstance(node, exp.In) and node.args.get("query") is not None:
                 q = node.args["query"]
@@ -543,7 +581,7 @@ class Binder:
 # ------------------------------------------------------------------- helpers
 
 
-def _unwrap(e: exp.Expression) -> list[exp.Expression]:
+def _unwrap(e: exp.Expr) -> list[exp.Expr]:
     if isinstance(e, exp.Tuple):
         return [x for sub in e.expressions for x in _unwrap(sub)]
     if isinstance(e, exp.Paren):
@@ -551,13 +589,13 @@ def _unwrap(e: exp.Expression) -> list[exp.Expression]:
     return [e]
 
 
-def grouping_sets(g: exp.Expression) -> list[list[exp.Expression]]:
+def grouping_sets(g: exp.Expr) -> list[list[exp.Expr]]:
     """The grouping sets a ROLLUP / CUBE / GROUPING SETS clause stands for."""
     items = [_unwrap(e) for e in g.expressions]
     if isinstance(g, exp.Rollup):
         return [[x for part in items[:i] for x in part] for i in range(len(items), -1, -1)]
     if isinstance(g, exp.Cube):
-        sets: list[list[exp.Expression]] = [[]]
+        sets: list[list[exp.Expr]] = [[]]
         for part in items:
             sets = [s + part for s in sets] + sets
         return sets
@@ -584,8 +622,8 @@ def _join_kind(j: exp.Join) -> JoinKind:
     raise Unsupported(f"join kind {kind}")
 
 
-def _block_parts(sel: exp.Select) -> list[exp.Expression]:
-    parts: list[exp.Expression] = list(sel.expressions)
+def _block_parts(sel: exp.Select) -> list[exp.Expr]:
+    parts: list[exp.Expr] = list(sel.expressions)
     for key in ("where", "group", "having", "qualify", "order"):
         if sel.args.get(key) is not None:
             parts.append(sel.args[key])
@@ -595,11 +633,13 @@ def _block_parts(sel: exp.Select) -> list[exp.Expression]:
     return parts
 
 
-def _has_placeholder(e: exp.Expression) -> bool:
-    return any(isinstance(t, exp.Table) and t.name.startswith("__sq") for t in e.find_all(exp.Table))
+def _has_placeholder(e: exp.Expr) -> bool:
+    return any(
+        isinstance(t, exp.Table) and t.name.startswith("__sq") for t in e.find_all(exp.Table)
+    )
 
 
-def _has_subquery(e: exp.Expression) -> bool:
+def _has_subquery(e: exp.Expr) -> bool:
     return any(isinstance(n, exp.Query) for n in e.walk() if n is not e)
 
 
@@ -610,10 +650,12 @@ def _correlated(query: exp.Query) -> bool:
             defined.add(node.alias_or_name)
         if isinstance(node, exp.CTE):
             defined.add(node.alias_or_name)
-    return any(isinstance(c, exp.Column) and c.table and c.table not in defined for c in query.walk())
+    return any(
+        isinstance(c, exp.Column) and c.table and c.table not in defined for c in query.walk()
+    )
 
 
-def _is_equi(c: exp.Expression, left: set[str], right: set[str]) -> bool:
+def _is_equi(c: exp.Expr, left: set[str], right: set[str]) -> bool:
     if not isinstance(c, exp.EQ):
         return False
     a, b = qualifiers(c.left), qualifiers(c.right)
@@ -621,11 +663,11 @@ def _is_equi(c: exp.Expression, left: set[str], right: set[str]) -> bool:
 
 
 def _split_keys(
-    conds: list[exp.Expression], left: set[str], right: set[str]
-) -> tuple[list[exp.Expression], list[exp.Expression], list[exp.Expression]]:
-    lk: list[exp.Expression] = []
-    rk: list[exp.Expression] = []
-    residual: list[exp.Expression] = []
+    conds: list[exp.Expr], left: set[str], right: set[str]
+) -> tuple[list[exp.Expr], list[exp.Expr], list[exp.Expr]]:
+    lk: list[exp.Expr] = []
+    rk: list[exp.Expr] = []
+    residual: list[exp.Expr] = []
     for c in conds:
         if _is_equi(c, left, right) and not _has_placeholder(c):
             assert isinstance(c, exp.EQ)
@@ -640,8 +682,8 @@ def _split_keys(
     return lk, rk, residual
 
 
-def _find_aggs(parts: list[exp.Expression]) -> list[exp.Expression]:
-    found: list[exp.Expression] = []
+def _find_aggs(parts: list[exp.Expr]) -> list[exp.Expr]:
+    found: list[exp.Expr] = []
     for p in parts:
         for n in iter_scope(p):
             if isinstance(n, exp.AggFunc) and n.find_ancestor(exp.Window) is None:
@@ -654,8 +696,8 @@ def _find_aggs(parts: list[exp.Expression]) -> list[exp.Expression]:
     return found
 
 
-def _find_windows(parts: list[exp.Expression]) -> list[exp.Expression]:
-    found: list[exp.Expression] = []
+def _find_windows(parts: list[exp.Expr]) -> list[exp.Expr]:
+    found: list[exp.Expr] = []
     for p in parts:
         for n in iter_scope(p):
             if isinstance(n, exp.Window) and n not in found:
@@ -664,12 +706,12 @@ def _find_windows(parts: list[exp.Expression]) -> list[exp.Expression]:
 
 
 def _replace_aggs(
-    e: exp.Expression,
-    aggs: list[tuple[str, exp.Expression]],
-    groups: list[tuple[str, exp.Expression]],
+    e: exp.Expr,
+    aggs: list[tuple[str, exp.Expr]],
+    groups: list[tuple[str, exp.Expr]],
     qual: str,
-) -> exp.Expression:
-    def repl(n: exp.Expression) -> exp.Expression | None:
+) -> exp.Expr:
+    def repl(n: exp.Expr) -> exp.Expr | None:
         for name, a in aggs:
             if n == a:
                 return col((qual, name))

@@ -66,10 +66,47 @@ _EXPLAIN = re.compile(r"^\s*explain\b", re.IGNORECASE)
 _COMMENTS = re.compile(r"^(\s*(--[^\n]*\n?|/\*.*?\*/))*\s*", re.DOTALL)
 _FIRST_WORD = re.compile(r"[A-Za-z_]+")
 _STATEMENT_WORDS = frozenset(
-    "alter analyze attach begin call checkpoint comment commit copy create deallocate delete "
-    "describe detach drop execute export grant import insert install load merge pivot_wider "
-    "prepare pragma replace reset revoke rollback set show summarize truncate unpivot update "
-    "upsert use vacuum".split()
+    {
+        "alter",
+        "analyze",
+        "attach",
+        "begin",
+        "call",
+        "checkpoint",
+        "comment",
+        "commit",
+        "copy",
+        "create",
+        "deallocate",
+        "delete",
+        "describe",
+        "detach",
+        "drop",
+        "execute",
+        "export",
+        "grant",
+        "import",
+        "insert",
+        "install",
+        "load",
+        "merge",
+        "pivot_wider",
+        "prepare",
+        "pragma",
+        "replace",
+        "reset",
+        "revoke",
+        "rollback",
+        "set",
+        "show",
+        "summarize",
+        "truncate",
+        "unpivot",
+        "update",
+        "upsert",
+        "use",
+        "vacuum",
+    }
 )
 
 
@@ -176,9 +213,7 @@ def _check_sources(stmt: exp.Query, catalog: set[str]) -> set[str]:
     return used
 
 
-def optimize_query(
-    query: exp.Query, schema: dict[str, dict[str, str]], dialect: str
-) -> exp.Query:
+def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) -> exp.Query:
     """Qualify, decorrelate and push down with sqlglot's optimizer.
 
     ``schema`` maps table -> column -> DuckDB type. The result is DuckDB-ready.
@@ -187,12 +222,12 @@ def optimize_query(
     WHERE conjunct. The planner runs them as stages of their own instead, and
     DuckDB evaluates IN / EXISTS / scalar semantics over their gathered output.
     """
-    stash: dict[int, exp.Expression] = {}
+    stash: dict[int, exp.Expr] = {}
 
-    def hide(expression: exp.Expression) -> exp.Expression:
+    def hide(expression: exp.Expr) -> exp.Expr:
         return _hide_uncorrelated(expression, stash)
 
-    def restore(expression: exp.Expression) -> exp.Expression:
+    def restore(expression: exp.Expr) -> exp.Expr:
         return _restore_uncorrelated(expression, stash)
 
     rules = (_RULES[0], hide, *_RULES[1:], restore)
@@ -204,7 +239,7 @@ def optimize_query(
 _MARKER = "__mangonel_subquery"
 
 
-def _subquery_of(node: exp.Expression) -> exp.Query | None:
+def _subquery_of(node: exp.Expr) -> exp.Query | None:
     if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Query):
         if isinstance(node.parent, (exp.From, exp.Join)) or node.parent is None:
             return None  # a derived table, not an expression
@@ -228,7 +263,7 @@ def _is_correlated(query: exp.Query) -> bool:
     )
 
 
-def _hide_uncorrelated(expression: exp.Expression, stash: dict[int, exp.Expression]) -> exp.Expression:
+def _hide_uncorrelated(expression: exp.Expr, stash: dict[int, exp.Expr]) -> exp.Expr:
     for node in list(expression.walk()):
         query = _subquery_of(node)
         if query is None or _is_correlated(query) or node.find_ancestor(exp.Anonymous):
@@ -239,22 +274,22 @@ def _hide_uncorrelated(expression: exp.Expression, stash: dict[int, exp.Expressi
             continue  # sqlglot must see it to decorrelate what is inside
         key = len(stash)
         stash[key] = node.copy()
-        args: list[exp.Expression] = [exp.Literal.number(key)]
+        args: list[exp.Expr] = [exp.Literal.number(key)]
         if isinstance(node, exp.In):
             args.append(node.this.copy())
         node.replace(exp.Anonymous(this=_MARKER, expressions=args))
     return expression
 
 
-def _is_where_conjunct(node: exp.Expression) -> bool:
+def _is_where_conjunct(node: exp.Expr) -> bool:
     parent = node.parent
     while isinstance(parent, (exp.And, exp.Paren)):
         parent = parent.parent
     return isinstance(parent, exp.Where)
 
 
-def _restore_uncorrelated(expression: exp.Expression, stash: dict[int, exp.Expression]) -> exp.Expression:
-    def repl(node: exp.Expression) -> exp.Expression:
+def _restore_uncorrelated(expression: exp.Expr, stash: dict[int, exp.Expr]) -> exp.Expr:
+    def repl(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Anonymous) and str(node.this) == _MARKER:
             original = stash[int(node.expressions[0].this)].copy()
             if isinstance(original, exp.In):
@@ -265,5 +300,5 @@ def _restore_uncorrelated(expression: exp.Expression, stash: dict[int, exp.Expre
     return expression.transform(repl, copy=False)
 
 
-def to_duckdb(query: exp.Expression) -> str:
+def to_duckdb(query: exp.Expr) -> str:
     return query.sql(dialect=DEFAULT_DIALECT)
