@@ -175,3 +175,39 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_status_shows_lost_executors_and_cancel_stops_a_job(
+    tmp_path: Path, tpch_tables: dict[str, Path]
+) -> None:
+    from mangonel import JobCancelledError, LocalCluster
+    from mangonel.client.status import JobState
+
+    with (
+        LocalCluster(executors=2, work_dir=tmp_path / "c") as cluster,
+        cluster.connect() as session,
+    ):
+        session.register_parquet("lineitem", str(tpch_tables["lineitem"]))
+        cluster.kill_executor(1)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            status = mangonel("--scheduler", cluster.address, "status").stdout
+            if " lost " in status:
+                break
+            time.sleep(0.1)
+        assert _column(status, "state").count("lost") == 1, status
+        assert "connection lost" in status
+        job = session.submit(
+            "SELECT count(*) AS n FROM lineitem a "
+            "JOIN lineitem b ON a.l_returnflag = b.l_returnflag"
+        )
+        done = mangonel("--scheduler", cluster.address, "cancel", job)
+        assert done.returncode == 0 and f"job {job} cancelled" in done.stdout, done
+        with pytest.raises(JobCancelledError):
+            session.wait(job)
+        listed = session.status().job(job)
+        assert listed is not None and listed.state is JobState.CANCELLED
+        status = mangonel("--scheduler", cluster.address, "status").stdout
+        jobs_table = status.split("\n\n")[-1]  # after the executors' table
+        assert _column(jobs_table, "state") == ["cancelled"], status
+        assert _column(jobs_table, "re-run") == ["0"], status

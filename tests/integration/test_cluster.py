@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -192,3 +195,31 @@ def test_start_failure_raises_with_log_and_leaves_no_process(tmp_path: Path) -> 
         cluster.start()
     assert cluster.scheduler is not None
     assert all(_pid_gone(p.pid) for p in [cluster.scheduler, *cluster.executors])
+
+
+def test_children_die_with_the_process_that_started_them(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import time
+        import mangonel
+        cluster = mangonel.LocalCluster(executors=1, work_dir={str(tmp_path / "c")!r}).start()
+        print(cluster.scheduler.pid, cluster.executors[0].pid, flush=True)
+        time.sleep(120)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    pids = [int(p) for p in parent.stdout.readline().split()]
+    assert len(pids) == 2, "the cluster did not start"
+    parent.kill()  # no clean-up code runs: only the kernel's PDEATHSIG can help
+    parent.wait(10)
+
+    def exited(pid: int) -> bool:
+        # A zombie has exited too (whether init reaps orphans depends on the box).
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return _pid_gone(pid)
+        return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+    assert _wait_until(lambda: all(exited(p) for p in pids), timeout=20)

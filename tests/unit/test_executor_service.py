@@ -14,6 +14,7 @@ import pytest
 
 from mangonel.errors import ClusterError
 from mangonel.executor.config import ExecutorConfig
+from mangonel.executor.faults import write_rules
 from mangonel.executor.link import ExecutorCommand, Registered, Registration
 from mangonel.executor.main import start_executor, stop_executor
 from mangonel.executor.service import ExecutorService
@@ -21,6 +22,7 @@ from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan.physical import OutputKind, OutputSpec
 from mangonel.scheduler.events import (
     CancelTask,
+    ExecutionError,
     LaunchTask,
     PartitionOutput,
     QueryError,
@@ -63,6 +65,7 @@ class FakeLink:
             tuple[ExecutorId, TaskAttemptId, tuple[PartitionOutput, ...] | TaskFailure]
         ] = []
         self.known = True
+        self.drains: list[ExecutorId] = []
         self.failures_before_register = failures_before_register
         self.closed = False
 
@@ -101,6 +104,10 @@ class FakeLink:
     ) -> None:
         with self.lock:
             self.reports.append((executor, attempt, failure))
+
+    def drain(self, executor: ExecutorId) -> None:
+        with self.lock:
+            self.drains.append(executor)
 
     def close(self) -> None:
         self.closed = True
@@ -242,3 +249,133 @@ def test_waits_for_the_scheduler_to_come_up(tmp_path: Path) -> None:
     finally:
         stop_executor(service, thread)
     assert not os.path.exists(os.path.join(config.work_dir, "spill"))
+
+
+# ------------------------------------------------------------ lives and files
+
+
+def life_dirs(service: ExecutorService) -> list[str]:
+    """The executor-id directories under the work root (not the spill one)."""
+    return sorted(n for n in os.listdir(service.work.root) if not n.startswith("spill-"))
+
+
+def test_each_life_has_its_own_directory_deleted_when_the_life_ends(
+    cluster: tuple[ExecutorService, FakeLink],
+) -> None:
+    service, link = cluster
+    link.send(launch(attempt(0)))
+    wait_for(lambda: len(link.reports) == 1)
+    first = link.reports[0][2][0].path  # type: ignore[index]
+    assert first.startswith(os.path.join(service.work.root, "e1") + os.sep)
+    assert life_dirs(service) == ["e1"]
+    link.send(launch(attempt(1, stage=2), SLOW_SQL))
+    wait_for(lambda: service.running_tasks == 1)
+    link.send(ClusterError("connection reset"))  # the scheduler wrote e1 off
+    wait_for(lambda: service.executor_id == "e2")
+    # Nothing of the first life is trusted: its task stopped, its files went.
+    wait_for(lambda: life_dirs(service) == ["e2"])
+    assert not os.path.exists(first) and service.running_tasks == 0
+    client = flight.FlightClient(f"grpc://{service.flight_address}")
+    with pytest.raises(flight.FlightServerError, match="does not name an output"):
+        client.do_get(flight.Ticket(first.encode())).read_all()
+    client.close()
+
+
+def test_stop_leaves_nothing_in_the_work_root(tmp_path: Path) -> None:
+    link = FakeLink()
+    config = ExecutorConfig(host="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
+    service, thread = start_executor(config, link)
+    wait_for(lambda: bool(link.streams))
+    link.send(launch(attempt(0)))
+    wait_for(lambda: len(link.reports) == 1)
+    stop_executor(service, thread)
+    assert os.listdir(tmp_path / "w") == []
+
+
+def test_start_sweeps_directories_of_dead_executors(tmp_path: Path) -> None:
+    root = tmp_path / "w"
+    stale = root / "exec-9-dead"
+    (stale / "shuffle").mkdir(parents=True)
+    (stale / "owner.lock").write_text("pid 1")  # nobody holds its lock: its owner died
+    (stale / "shuffle" / "part-0.arrow").write_text("x")
+    link = FakeLink()
+    service, thread = start_executor(ExecutorConfig(host="h1", slots=1, work_dir=str(root)), link)
+    try:
+        assert not stale.exists()
+    finally:
+        stop_executor(service, thread)
+
+
+def test_output_of_a_released_job_is_deleted_when_its_task_ends(
+    cluster: tuple[ExecutorService, FakeLink],
+) -> None:
+    service, link = cluster
+    # The job ended (and was released) before this late attempt committed.
+    link.send(ReleaseOutputs(0, ExecutorId("e1"), JobId("job1")))
+    link.send(launch(attempt(0, n=3)))
+    wait_for(lambda: len(link.reports) == 1)
+    path = link.reports[0][2][0].path  # type: ignore[index]
+    wait_for(lambda: not os.path.exists(path))
+
+
+# --------------------------------------------------------------------- drain
+
+
+def test_drain_tells_the_scheduler_and_returns_once_let_go(
+    cluster: tuple[ExecutorService, FakeLink],
+) -> None:
+    service, link = cluster
+    link.send(launch(attempt(0), SLOW_SQL))
+    wait_for(lambda: service.running_tasks == 1)
+    service.drain()
+    assert link.drains == ["e1"] and service.draining
+    # A task launched before the scheduler saw the drain still runs.
+    link.send(launch(attempt(1)))
+    wait_for(lambda: any(r[1] == attempt(1) for r in link.reports))
+    assert not service.finished.is_set()
+    link.send(CancelTask(0, ExecutorId("e1"), attempt(0)))
+    wait_for(lambda: service.running_tasks == 0)
+    link.streams[-1].cancel()  # the scheduler closes the stream: nothing needs us
+    wait_for(service.finished.is_set)
+    assert len(link.registrations) == 1  # drained: no new life
+
+
+def test_drain_before_registering_stops_at_once(tmp_path: Path) -> None:
+    link = FakeLink(failures_before_register=1000)
+    service, thread = start_executor(
+        ExecutorConfig(host="h1", slots=1, work_dir=str(tmp_path)), link
+    )
+    service.drain()
+    wait_for(service.finished.is_set)
+    stop_executor(service, thread)
+    assert link.drains == []
+
+
+# ------------------------------------------------------------- fault hooks
+
+
+def test_fault_rules_reach_the_tasks(tmp_path: Path) -> None:
+    faults = tmp_path / "faults.json"
+    link = FakeLink()
+    config = ExecutorConfig(
+        host="h1",
+        slots=1,
+        threads=1,
+        work_dir=str(tmp_path / "w"),
+        faults_file=str(faults),
+        index=4,
+    )
+    service, thread = start_executor(config, link)
+    try:
+        wait_for(lambda: bool(link.streams))
+        write_rules(str(faults), [{"action": "fail", "stage": 1, "partition": 0}])
+        link.send(launch(attempt(0)))
+        wait_for(lambda: len(link.reports) == 1)
+        failure = link.reports[0][2]
+        assert isinstance(failure, ExecutionError)
+        assert "injected fault" in failure.message and "executor 4" in failure.message
+        link.send(launch(attempt(0, n=1)))  # the rule fired: the retry runs
+        wait_for(lambda: len(link.reports) == 2)
+        assert isinstance(link.reports[1][2], tuple)
+    finally:
+        stop_executor(service, thread)

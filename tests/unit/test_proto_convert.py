@@ -12,6 +12,7 @@ from mangonel.scheduler.events import (
     CancelTask,
     ExecutionError,
     FetchFailed,
+    FetchProblem,
     InputLocations,
     LaunchTask,
     PartitionLocation,
@@ -71,6 +72,7 @@ def test_task_spec_round_trip(spec: TaskSpec) -> None:
         QueryError("bad"),
         ExecutionError("oom"),
         FetchFailed(ExecutorId("e2"), StageId(1), 3, "refused"),
+        FetchFailed(ExecutorId("e2"), StageId(1), 3, "checksum", FetchProblem.OUTPUT_LOST),
     ],
 )
 def test_failure_round_trip(failure: QueryError | ExecutionError | FetchFailed) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from mangonel.executor.failures import FetchFailedError
 from mangonel.executor.flight import ShuffleFlightServer
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter, file_checksum
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.scheduler.events import PartitionLocation, PartitionOutput
+from mangonel.scheduler.events import FetchProblem, PartitionLocation, PartitionOutput
 
 HOST = "host-a"
 
@@ -108,6 +110,8 @@ def test_local_checksum_mismatch_is_a_fetch_failure(writer: ShuffleWriter) -> No
     failure = info.value.failure
     assert (failure.executor, failure.stage, failure.map_partition) == ("e1", 1, 0)
     assert "checksum mismatch" in failure.message
+    # The file is bad, its executor is not: only this output is to be made again.
+    assert failure.problem is FetchProblem.OUTPUT_LOST
 
 
 def test_flight_server_refuses_a_corrupt_file(
@@ -118,8 +122,21 @@ def test_flight_server_refuses_a_corrupt_file(
         f.seek(out.bytes // 2)
         f.write(b"\x00\x01\x02\x03")
     reader = ShuffleReader("host-b", retries=1)
-    with pytest.raises(FetchFailedError, match="corrupt"):
+    with pytest.raises(FetchFailedError, match="corrupt") as info:
         reader.read(location(out, f"127.0.0.1:{server.port}"))
+    assert info.value.failure.problem is FetchProblem.OUTPUT_LOST
+
+
+def test_a_deleted_file_is_an_output_lost_not_a_lost_executor(
+    writer: ShuffleWriter, server: ShuffleFlightServer
+) -> None:
+    out = writer.write_table(attempt(), 0, sample())
+    os.remove(out.path)
+    # Same host: the path is gone, so the reader asks the executor, which answers.
+    reader = ShuffleReader(HOST, retries=1)
+    with pytest.raises(FetchFailedError, match="no longer available") as info:
+        reader.read(location(out, f"127.0.0.1:{server.port}"))
+    assert info.value.failure.problem is FetchProblem.OUTPUT_LOST
 
 
 def test_unreachable_peer_fails_after_retries(writer: ShuffleWriter, tmp_path: Path) -> None:
@@ -131,6 +148,16 @@ def test_unreachable_peer_fails_after_retries(writer: ShuffleWriter, tmp_path: P
     with pytest.raises(FetchFailedError, match="failed 2 times") as info:
         reader.read(location(out, address))
     assert info.value.failure.executor == "e1"
+    assert info.value.failure.problem is FetchProblem.UNREACHABLE
+
+
+def test_release_is_remembered_for_late_attempts(writer: ShuffleWriter) -> None:
+    job = attempt().task.job
+    assert not writer.is_released(job, StageId(1))
+    writer.release(job, [StageId(1)])
+    assert writer.is_released(job, StageId(1)) and not writer.is_released(job, StageId(2))
+    writer.release(job)
+    assert writer.is_released(job, StageId(2))
 
 
 def test_files_appear_only_by_rename(writer: ShuffleWriter) -> None:
@@ -174,3 +201,21 @@ def test_release_stages_then_job(writer: ShuffleWriter) -> None:
 def test_release_refuses_a_job_id_that_walks_out(writer: ShuffleWriter) -> None:
     with pytest.raises(ValueError):
         writer.release(JobId(".."))
+
+
+def test_a_peer_that_never_answers_fails_after_one_timeout(writer: ShuffleWriter) -> None:
+    out = writer.write_table(attempt(), 0, sample(10))
+    # Listening but never answering: a frozen (SIGSTOPped) executor looks like this.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    try:
+        reader = ShuffleReader("host-b", retries=3, backoff_s=0.01, timeout_s=0.5)
+        started = time.monotonic()
+        with pytest.raises(FetchFailedError, match="timed out") as info:
+            reader.read(location(out, f"127.0.0.1:{silent.getsockname()[1]}"))
+        assert time.monotonic() - started < 1.4  # one timeout, not three
+        assert info.value.failure.problem is FetchProblem.UNREACHABLE
+        reader.close()
+    finally:
+        silent.close()

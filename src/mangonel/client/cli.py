@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from mangonel.client import render
 from mangonel.client.session import DEFAULT_ADDRESS, Result, Session
 from mangonel.client.shell import read_statements, strip_statement
+from mangonel.client.status import ExecutorState, ExecutorStatus
 from mangonel.errors import MangonelError
 
 log = logging.getLogger("mangonel.cli")
@@ -79,13 +80,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds of silence before an executor is lost (default 10)",
     )
     p.add_argument(
+        "--no-executor-grace",
         "--grace",
+        dest="grace",
         type=float,
         default=30.0,
         metavar="S",
-        help="seconds a job may wait with no executor before it fails (default 30)",
+        help="seconds a job may wait with no executor alive before it fails (default 30)",
     )
-    p.add_argument("--max-task-attempts", type=int, default=4)
+    p.add_argument(
+        "--max-task-attempts",
+        type=int,
+        default=4,
+        metavar="N",
+        help="failed attempts of one task before its job fails (default 4)",
+    )
+    p.add_argument(
+        "--max-stage-reruns",
+        type=int,
+        default=4,
+        metavar="N",
+        help="times one stage may lose outputs and run again before its job fails (default 4)",
+    )
     p.add_argument(
         "--result-ttl",
         type=float,
@@ -107,6 +123,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="DuckDB threads of each slot")
     p.add_argument("--host", default="127.0.0.1", help="interface of the Flight server")
     p.add_argument("--port", type=int, default=0, help="Flight server port; 0 picks one")
+    # The same flags as executor.main's (not imported: client commands should
+    # not pay for importing the executor).
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM, finish tasks and serve outputs for at most S seconds (default 30)",
+    )
+    p.add_argument(
+        "--cleanup-interval",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="sweep the work dir for dead executors' files every S seconds (default 10)",
+    )
+    p.add_argument("--faults-file", help="JSON fault-injection rules (tests only)")
+    p.add_argument("--index", type=int, help="number in a local cluster (names it in logs)")
 
     p = sub.add_parser(
         "standalone",
@@ -173,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
         "2 executors, run TPC-H q12 and show how it ran.",
     )
     p.add_argument(
+        "--kill",
+        action="store_true",
+        help="SIGKILL one executor half-way through q12 and show how the query recovers",
+    )
+    p.add_argument(
         "--cache-dir",
         default=os.path.expanduser("~/.cache/mangonel/tpch-sf0.1"),
         help="where the TPC-H data is generated (default: %(default)s)",
@@ -227,6 +266,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             heartbeat_timeout_s=args.heartbeat_timeout,
             no_executor_grace_s=args.grace,
             max_task_attempts=args.max_task_attempts,
+            max_stage_reruns=args.max_stage_reruns,
             result_ttl_s=args.result_ttl,
             address_file=args.address_file,
         )
@@ -246,6 +286,10 @@ def cmd_executor(args: argparse.Namespace) -> int:
         flight_port=args.port,
         memory_limit=args.memory_limit,
         threads=args.threads,
+        drain_timeout_s=args.drain_timeout,
+        cleanup_interval_s=args.cleanup_interval,
+        faults_file=args.faults_file,
+        index=args.index,
     )
     if args.slots is not None:
         config.slots = args.slots
@@ -414,7 +458,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     "executor": [e.id for e in ex],
                     "state": [e.state.value for e in ex],
                     "since": [f"{max(0.0, now - e.since):.0f} s ago" for e in ex],
-                    "why": [" - ".join(x for x in (e.reason, e.detail) if x) for e in ex],
+                    "why": [_why(e) for e in ex],
                     "flight": [e.flight_address for e in ex],
                     "pid": [e.pid for e in ex],
                     "slots": [e.slots for e in ex],
@@ -439,6 +483,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                             for j in jobs
                         ],
                         "time": [f"{j.elapsed_s:.2f} s" for j in jobs],
+                        "re-run": [j.tasks_rerun for j in jobs],
+                        "recomputed": [j.outputs_recomputed for j in jobs],
                         "query": [" ".join(j.sql.split())[:60] for j in jobs],
                     }
                 ),
@@ -446,6 +492,14 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+def _why(e: ExecutorStatus) -> str:
+    """Why an executor left (or, while it is alive, how long it has been silent)."""
+    if e.state in (ExecutorState.ALIVE, ExecutorState.DRAINING) and e.heartbeat_age_s >= 2:
+        silent = f"silent for {e.heartbeat_age_s:.0f} s"
+        return " - ".join(x for x in (silent, e.detail) if x)
+    return " - ".join(x for x in (e.reason, e.detail) if x)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -458,7 +512,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from mangonel.client.demo import run_demo
 
-    return run_demo(args.cache_dir, args.executors, args.log_level)
+    return run_demo(args.cache_dir, args.executors, args.log_level, kill=args.kill)
 
 
 COMMANDS = {
@@ -480,8 +534,31 @@ def _one_line(exc: BaseException) -> str:
     return f"error: {message}"
 
 
+def _die_with_parent() -> None:
+    """Get SIGTERM when the process that started this one dies, if it asked for it.
+
+    ``LocalCluster`` puts its pid in ``MANGONEL_DIE_WITH_PARENT`` (see
+    ``testing.cluster.DIE_WITH_PARENT_ENV``); Linux only. The variable is taken
+    out of the environment, so processes this one starts do not inherit it.
+    """
+    parent = os.environ.pop("MANGONEL_DIE_WITH_PARENT", "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(parent):
+        # The parent died before the request was in place: act on it now.
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``mangonel`` command; return its exit code."""
+    _die_with_parent()
     args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),

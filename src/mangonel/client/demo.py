@@ -1,16 +1,32 @@
-"""``mangonel demo``: TPC-H q12 on a fresh local cluster, with how it ran."""
+"""``mangonel demo``: TPC-H q12 on a fresh local cluster, with how it ran.
+
+``mangonel demo --kill`` runs q12 fault-free, then again while one executor is
+SIGKILLed half-way through its tasks (``run_with_kill``, by a fault rule, so at
+the same point on every run), and shows what the scheduler saw:
+which executor died, when, why, how fast it was written off, which tasks ran
+again, and that the answer is the fault-free one. ``benchmarks/seed_kill.py``
+measures the same at SF 1.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from mangonel.client import render
+from mangonel.client.session import Result, Session
 from mangonel.errors import ClusterError
+
+if TYPE_CHECKING:
+    from mangonel.testing.cluster import LocalCluster
 
 TABLES = ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier")
 
@@ -51,21 +67,206 @@ def q12_text() -> str:
     return resources.files("mangonel.tpch").joinpath("queries/q12.sql").read_text()
 
 
-def run_demo(cache_dir: str, executors: int = 2, log_level: str = "warning") -> int:
-    """Generate data if needed, start a cluster, run q12 and print its answer and stages."""
+def run_demo(
+    cache_dir: str, executors: int = 2, log_level: str = "warning", kill: bool = False
+) -> int:
+    """Generate data if needed, start a cluster, run q12 and print its answer and stages.
+
+    With ``kill``, see ``run_kill_demo``.
+    """
     from mangonel.testing.cluster import LocalCluster
 
+    if kill:
+        return run_kill_demo(cache_dir, executors, log_level)
     started = time.monotonic()
     data = ensure_tpch(cache_dir)
     print(f"starting a local cluster: 1 scheduler, {executors} executors ...", file=sys.stderr)
-    with LocalCluster(executors=executors, log_level=log_level) as cluster:
-        with cluster.connect() as session:
-            for t in TABLES:
-                session.register_parquet(t, os.path.join(data, f"{t}.parquet"))
-            print("running TPC-H q12 ...\n", file=sys.stderr, flush=True)
-            result = session.sql(q12_text())
+    with (
+        LocalCluster(executors=executors, log_level=log_level) as cluster,
+        cluster.connect() as session,
+    ):
+        for t in TABLES:
+            session.register_parquet(t, os.path.join(data, f"{t}.parquet"))
+        print("running TPC-H q12 ...\n", file=sys.stderr, flush=True)
+        result = session.sql(q12_text())
     print(render.format_table(result.to_arrow()))
     print(f"\n{result.num_rows} rows in {result.elapsed_s:.2f} s\n")
     print(render.format_stages(result.stages))
     print(f"\ntotal time (data, cluster start and stop, query): {time.monotonic() - started:.2f} s")
     return 0
+
+
+# ------------------------------------------------------------------ --kill
+
+
+@dataclass(frozen=True)
+class KillReport:
+    """One executor SIGKILLed in the middle of a query, and what the scheduler did.
+
+    Attributes:
+        executor_id: The killed executor's id at the scheduler.
+        pid: Its process id.
+        after_tasks: It was killed right after reporting this many finished tasks.
+        killed_after_s: Submission to the SIGKILL, seen from the client.
+        detected_after_s: The SIGKILL to the scheduler marking it lost (both wall
+            clocks of this machine); ``None`` if it was not marked lost.
+        reason: Why the scheduler says it was lost, e.g. ``connection lost``.
+        detail: The scheduler's detail on the loss.
+        result: The query's result.
+    """
+
+    executor_id: str
+    pid: int
+    after_tasks: int
+    killed_after_s: float
+    detected_after_s: float | None
+    reason: str
+    detail: str
+    result: Result
+
+    @property
+    def tasks_total(self) -> int:
+        return sum(s.tasks_total for s in self.result.stages)
+
+    @property
+    def tasks_rerun(self) -> int:
+        """Attempts cut off by the kill (or failing after it) that ran again."""
+        return self.result.tasks_rerun
+
+    @property
+    def outputs_recomputed(self) -> int:
+        """Finished outputs that died with the executor and were made again."""
+        return self.result.outputs_recomputed
+
+
+def halfway_tasks(fault_free: Result, executors: int) -> int:
+    """The task count at which one executor is half-way through its share of a query."""
+    total = sum(s.tasks_total for s in fault_free.stages)
+    return max(1, round(total / max(1, executors) / 2))
+
+
+def run_with_kill(
+    cluster: LocalCluster, session: Session, sql: str, after_tasks: int
+) -> KillReport:
+    """Run ``sql``; SIGKILL the first executor in line after its ``after_tasks``-th task.
+
+    The point is set by a fault rule (``LocalCluster.set_faults``), not a timer,
+    so the kill lands at the same point of the query on every run and machine:
+    the executor stops itself (SIGSTOP) right after reporting that task, and a
+    thread waiting on the process (``os.waitid``) sends the SIGKILL and notes the
+    time, which the detection latency is measured from.
+
+    Raises:
+        ClusterError: fewer than two executors, or the executor ran fewer tasks
+            of the query than ``after_tasks`` (so it was not killed).
+    """
+    alive = session.status().alive_executors()
+    if len(alive) < 2:
+        raise ClusterError("a kill demo needs at least two executors: one must finish")
+    victim = alive[0]
+    handle = next(h for h in cluster.executors if h.pid == victim.pid)
+    killed_at: list[float] = []
+
+    def kill_when_stopped() -> None:
+        # WNOWAIT: the process stays for Popen to reap, stopped or dead.
+        info = os.waitid(os.P_PID, handle.pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+        if info is not None and info.si_code == os.CLD_STOPPED:
+            killed_at.append(time.time())
+            os.kill(handle.pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_when_stopped, name="kill-demo", daemon=True)
+    killer.start()
+    rule = {"action": "freeze", "when": "task_finished", "nth": after_tasks}
+    cluster.set_faults(handle.index, [rule])
+    submitted = time.time()
+    try:
+        result = session.sql(sql)
+    finally:
+        if handle.alive():
+            cluster.set_faults(handle.index, [])
+    if not killed_at:
+        raise ClusterError(
+            f"executor {victim.id} ran fewer than {after_tasks} tasks of the query and "
+            f"was not killed; use a smaller task count"
+        )
+    entry = session.status().executor(victim.id)
+    lost = entry is not None and entry.reason != ""
+    return KillReport(
+        executor_id=victim.id,
+        pid=victim.pid,
+        after_tasks=after_tasks,
+        killed_after_s=killed_at[0] - submitted,
+        detected_after_s=entry.since - killed_at[0] if entry is not None and lost else None,
+        reason=entry.reason if entry is not None else "",
+        detail=entry.detail if entry is not None else "",
+        result=result,
+    )
+
+
+def same_answer(a: Result, b: Result) -> bool:
+    """Whether two results of one query hold the same rows in the same order."""
+    return bool(a.to_arrow().equals(b.to_arrow()))
+
+
+def describe_kill(report: KillReport, fault_free: Result) -> str:
+    """What happened, in a few lines for people."""
+    detected = (
+        f"{report.detected_after_s * 1000:.0f} ms later"
+        if report.detected_after_s is not None
+        else "never (it is not marked lost!)"
+    )
+    why = " - ".join(x for x in (report.reason, report.detail) if x) or "unknown"
+    return "\n".join(
+        [
+            f"executor {report.executor_id} (pid {report.pid}) was SIGKILLed "
+            f"{report.killed_after_s:.2f} s into the query,",
+            f"  right after it reported its task #{report.after_tasks} (of the query's "
+            f"{report.tasks_total})",
+            f"the scheduler marked it lost {detected}: {why}",
+            f"tasks run again: {report.tasks_rerun} cut off or failed, "
+            f"{report.outputs_recomputed} finished outputs lost and recomputed",
+            f"query time: {report.result.elapsed_s:.2f} s with the kill, "
+            f"{fault_free.elapsed_s:.2f} s fault-free",
+        ]
+    )
+
+
+def run_kill_demo(cache_dir: str, executors: int = 2, log_level: str = "warning") -> int:
+    """q12 fault-free, then with one executor killed half-way; print what happened.
+
+    Returns 0 when the answer with the kill is the fault-free one, else 1.
+    """
+    from mangonel.testing.cluster import LocalCluster
+
+    data = ensure_tpch(cache_dir)
+    print(f"starting a local cluster: 1 scheduler, {executors} executors ...", file=sys.stderr)
+    with (
+        LocalCluster(executors=executors, log_level=log_level) as cluster,
+        cluster.connect() as session,
+    ):
+        for t in TABLES:
+            session.register_parquet(t, os.path.join(data, f"{t}.parquet"))
+        print("running TPC-H q12 fault-free (twice: the first run warms up) ...", file=sys.stderr)
+        fault_free = min((session.sql(q12_text()) for _ in range(2)), key=lambda r: r.elapsed_s)
+        nth = halfway_tasks(fault_free, executors)
+        print(
+            f"running it again; one executor is killed right after its task #{nth} "
+            f"(half-way through its share) ...\n",
+            file=sys.stderr,
+            flush=True,
+        )
+        report = run_with_kill(cluster, session, q12_text(), nth)
+        status = session.status()
+    print(describe_kill(report, fault_free))
+    print()
+    print(render.format_table(report.result.to_arrow()))
+    print()
+    print(render.format_stages(report.result.stages))
+    print()
+    print("executors at the end:")
+    for e in status.executors:
+        why = f" ({e.reason}: {e.detail})" if e.reason else ""
+        print(f"  {e.id}  pid {e.pid}  {e.state.value}{why}")
+    matches = same_answer(report.result, fault_free)
+    print(f"\nthe answer matches the fault-free run: {'yes' if matches else 'NO'}")
+    return 0 if matches else 1

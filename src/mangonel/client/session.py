@@ -33,7 +33,6 @@ from mangonel.client.status import (
     table_from_proto,
 )
 from mangonel.errors import ClusterError, JobCancelledError, JobFailedError
-from mangonel.plan.planner import is_explain
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
@@ -60,6 +59,10 @@ class Result:
         stages: Per-stage progress at the end: tasks, rows and bytes out, time.
         elapsed_s: Submit to last byte read, seen from the client.
         scheduler_elapsed_s: Submit to job end, seen from the scheduler.
+        tasks_rerun: Task attempts that made no output (failed, lost with their
+            executor, could not fetch their input) and were run again.
+        outputs_recomputed: Finished outputs that were lost (with their
+            executor, or their file went missing or bad) and were made again.
     """
 
     job_id: str
@@ -68,6 +71,8 @@ class Result:
     stages: tuple[StageStatus, ...]
     elapsed_s: float
     scheduler_elapsed_s: float
+    tasks_rerun: int = 0
+    outputs_recomputed: int = 0
 
     def to_arrow(self) -> pa.Table:
         return self.table
@@ -177,6 +182,10 @@ class Session:
             ClusterError: the scheduler or the executors cannot be reached.
         """
         start = time.monotonic()
+        # Imported here: the planner pulls in sqlglot, and every process that
+        # imports ``mangonel`` (executors too) would pay for it at start.
+        from mangonel.plan.planner import is_explain
+
         if is_explain(text):
             # EXPLAIN SELECT ...: the plan as a one-column result, one row per line.
             lines = self.explain(text, dialect).splitlines()
@@ -227,6 +236,8 @@ class Session:
             stages=status.stages,
             elapsed_s=time.monotonic() - start,
             scheduler_elapsed_s=status.elapsed_s,
+            tasks_rerun=status.tasks_rerun,
+            outputs_recomputed=status.outputs_recomputed,
         )
 
     def _watch(self, job_id: str, on_progress: Callable[[JobStatus], None] | None) -> pb.JobStatus:

@@ -65,6 +65,11 @@ class StageStatus:
     bytes: int
     elapsed_s: float
     attempts: int
+    tasks_pending: int = 0
+    tasks_rerun: int = 0
+    """Attempts that made no output (failed, cut off, could not fetch) and ran again."""
+    outputs_recomputed: int = 0
+    """Finished outputs that were lost (with an executor, or a bad file) and made again."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,8 @@ class JobStatus:
     elapsed_s: float
     error: str
     error_type: str
+    tasks_rerun: int = 0
+    outputs_recomputed: int = 0
 
 
 @dataclass(frozen=True)
@@ -91,8 +98,12 @@ class ExecutorStatus:
     since: float
     """Unix time of the last state change."""
     reason: str
+    """Why it left (``"connection lost"``, ``"heartbeat timeout"``, ``"drained"``,
+    ...); empty while alive or draining."""
     detail: str
     running_tasks: int
+    heartbeat_age_s: float = 0.0
+    """Seconds since the scheduler last heard from it (alive or draining)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,14 @@ class ClusterStatus:
 
     def alive_executors(self) -> tuple[ExecutorStatus, ...]:
         return tuple(e for e in self.executors if e.state is ExecutorState.ALIVE)
+
+    def executor(self, executor_id: str) -> ExecutorStatus | None:
+        """The executor with this id, in any state, if the scheduler still lists it."""
+        return next((e for e in self.executors if e.id == executor_id), None)
+
+    def job(self, job_id: str) -> JobStatus | None:
+        """The job with this id, if the scheduler still lists it."""
+        return next((j for j in self.jobs if j.job_id == job_id), None)
 
 
 def table_from_proto(msg: pb.TableInfo) -> TableInfo:
@@ -127,6 +146,9 @@ def stage_from_proto(msg: pb.StageStatus) -> StageStatus:
         bytes=msg.bytes,
         elapsed_s=msg.elapsed_s,
         attempts=msg.attempts,
+        tasks_pending=msg.tasks_pending,
+        tasks_rerun=msg.tasks_rerun,
+        outputs_recomputed=msg.outputs_recomputed,
     )
 
 
@@ -141,6 +163,8 @@ def job_from_proto(msg: pb.JobStatus) -> JobStatus:
         elapsed_s=msg.elapsed_s,
         error=msg.error,
         error_type=msg.error_type,
+        tasks_rerun=msg.tasks_rerun,
+        outputs_recomputed=msg.outputs_recomputed,
     )
 
 
@@ -156,6 +180,7 @@ def executor_from_proto(msg: pb.ExecutorStatus) -> ExecutorStatus:
         reason=msg.reason,
         detail=msg.detail,
         running_tasks=msg.running_tasks,
+        heartbeat_age_s=msg.heartbeat_age_s,
     )
 
 

@@ -2,8 +2,8 @@
 
 One ``ExecutorConfig`` describes an executor: where the scheduler is, how the
 executor names its host, where its Flight server listens, how many task slots it
-runs and how much memory and how many DuckDB threads each slot may use, and where
-its shuffle files live.
+runs and how much memory and how many DuckDB threads each slot may use, where
+its files live, how long it drains, and where its fault-injection rules are.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ def _default_slots() -> int:
 
 
 def _default_work_dir() -> str:
-    return os.path.join(tempfile.gettempdir(), f"mangonel-executor-{os.getpid()}")
+    # One root for every executor of this user on this host: each keeps its own
+    # locked directories in it, and each sweeps up after the dead (``workdir``).
+    return os.path.join(tempfile.gettempdir(), f"mangonel-work-{os.getuid()}")
 
 
 @dataclass
@@ -46,11 +48,24 @@ class ExecutorConfig:
             when slots > 1).
         threads: DuckDB threads of each slot; ``None`` means
             ``max(1, cores // slots)`` so that full slots do not oversubscribe.
-        work_dir: Shuffle files and DuckDB spill files live under it.
-        heartbeat_interval_s: Seconds between heartbeats to the scheduler.
+        work_dir: The work root: shuffle and DuckDB spill files live in
+            directories of this executor under it (see ``executor.workdir``);
+            executors of one host may share it, and each deletes what dead
+            ones left behind.
+        heartbeat_interval_s: Seconds between heartbeats until the scheduler
+            says otherwise (it does, when the executor registers).
         fetch_timeout_s: Limit on one Flight ``do_get`` of a shuffle partition;
             a frozen peer then fails the fetch instead of hanging the task.
         fetch_retries: Tries of one Flight fetch before it is reported failed.
+        drain_timeout_s: On SIGTERM the executor drains: it finishes its tasks
+            and serves its outputs until the scheduler lets it go, for at most
+            this long; then it exits anyway.
+        cleanup_interval_s: How often the work root is swept for directories
+            of dead executors (also done at start).
+        faults_file: JSON fault-injection rules for tests (``executor.faults``);
+            ``None`` injects nothing.
+        index: The executor's number in a ``LocalCluster``; only names it in
+            logs and injected faults.
     """
 
     scheduler_address: str = "127.0.0.1:50050"
@@ -65,6 +80,10 @@ class ExecutorConfig:
     heartbeat_interval_s: float = 1.0
     fetch_timeout_s: float = 30.0
     fetch_retries: int = 3
+    drain_timeout_s: float = 30.0
+    cleanup_interval_s: float = 10.0
+    faults_file: str | None = None
+    index: int | None = None
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -73,6 +92,10 @@ class ExecutorConfig:
             raise ValueError(f"threads must be at least 1, got {self.threads}")
         if self.fetch_retries < 1:
             raise ValueError(f"fetch_retries must be at least 1, got {self.fetch_retries}")
+        if self.drain_timeout_s < 0:
+            raise ValueError(f"drain_timeout_s must be at least 0, got {self.drain_timeout_s}")
+        if self.cleanup_interval_s <= 0:
+            raise ValueError(f"cleanup_interval_s must be positive, got {self.cleanup_interval_s}")
 
     @property
     def threads_per_slot(self) -> int:
@@ -80,15 +103,6 @@ class ExecutorConfig:
         if self.threads is not None:
             return self.threads
         return max(1, (os.cpu_count() or 1) // self.slots)
-
-    @property
-    def shuffle_dir(self) -> str:
-        """Directory of the shuffle and result files."""
-        return os.path.join(self.work_dir, "shuffle")
-
-    def spill_dir(self, slot: int) -> str:
-        """DuckDB ``temp_directory`` of one slot."""
-        return os.path.join(self.work_dir, "spill", f"slot-{slot}")
 
     def flight_host(self) -> str:
         """The host part of the Flight address given to the scheduler."""

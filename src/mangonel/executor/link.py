@@ -10,7 +10,8 @@ The conversation (``mangonel.proto``'s ``ExecutorControl`` service):
 the scheduler pushes ``LaunchTask``/``CancelTask``/``ReleaseOutputs`` the moment
 it decides them (when the stream breaks, the scheduler counts the executor as
 lost, so it must register again under a new id); ``heartbeat`` runs on its own
-thread; ``report_*`` says how each task attempt ended.
+thread; ``report_*`` says how each task attempt ended; ``drain`` says the
+executor is leaving (the scheduler then closes the stream once nothing needs it).
 """
 
 from __future__ import annotations
@@ -98,6 +99,10 @@ class SchedulerLink(Protocol):
     def report_failed(
         self, executor: ExecutorId, attempt: TaskAttemptId, failure: TaskFailure, elapsed_s: float
     ) -> None: ...
+
+    def drain(self, executor: ExecutorId) -> None:
+        """Say that ``executor`` leaves: no new tasks; close its stream when done with it."""
+        ...
 
     def close(self) -> None: ...
 
@@ -190,6 +195,12 @@ class GrpcSchedulerLink:
                 elapsed_s=elapsed_s,
             )
         )
+
+    def drain(self, executor: ExecutorId) -> None:
+        try:
+            self._stub.Drain(pb.DrainRequest(executor_id=executor), timeout=self.rpc_timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error("drain with", exc) from exc
 
     def close(self) -> None:
         self._channel.close()

@@ -1,9 +1,13 @@
-"""Start an executor: ``run_executor(config)`` serves until SIGTERM or Ctrl-C.
+"""Start an executor: ``run_executor(config)`` serves until SIGTERM (drain) or SIGINT.
 
 ``start_executor(config)`` does the same on a background thread and returns the
 ``ExecutorService`` (tests, ``mangonel standalone``); ``stop_executor`` ends it.
 Once registered, ``run_executor`` prints
 ``mangonel executor EXECUTOR_ID registered with SCHEDULER, flight HOST:PORT``.
+
+Signals: SIGTERM drains (the executor finishes its tasks and serves its outputs
+until the scheduler lets it go, at most ``drain_timeout_s``, then exits 0); a
+second SIGTERM, or SIGINT (Ctrl-C), stops it at once.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import logging
 import signal
 import threading
+import time
 
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.link import GrpcSchedulerLink, SchedulerLink
@@ -51,20 +56,30 @@ def stop_executor(
 
 
 def run_executor(config: ExecutorConfig) -> None:
-    """Run an executor until SIGTERM or SIGINT, then stop cleanly."""
-    done = threading.Event()
+    """Run an executor until drained (SIGTERM) or stopped (SIGINT), then stop cleanly."""
+    stop_now = threading.Event()
+    drain = threading.Event()
 
-    def on_signal(signum: int, frame: object) -> None:
-        log.info("signal %d: stopping the executor", signum)
-        done.set()
+    def on_term(signum: int, frame: object) -> None:
+        if drain.is_set():
+            log.info("second SIGTERM: stopping the executor now")
+            stop_now.set()
+        else:
+            log.info("SIGTERM: draining (at most %g s)", config.drain_timeout_s)
+            drain.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    def on_int(signum: int, frame: object) -> None:
+        log.info("signal %d: stopping the executor now", signum)
+        stop_now.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_int)
     service, thread = start_executor(config)
     announced = False
+    deadline: float | None = None
     try:
         # The main thread only waits, so signals are handled at once.
-        while not done.wait(0.2):
+        while not stop_now.wait(0.1):
             if not announced and service.registered.is_set():
                 announced = True
                 print(
@@ -72,7 +87,17 @@ def run_executor(config: ExecutorConfig) -> None:
                     f"{config.scheduler_address}, flight {service.flight_address}",
                     flush=True,
                 )
-            if not thread.is_alive():
+            if drain.is_set() and deadline is None:
+                deadline = time.monotonic() + config.drain_timeout_s
+                service.drain()
+            if service.finished.is_set() or not thread.is_alive():
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                log.warning(
+                    "drain bound of %g s passed with %d tasks running: stopping",
+                    config.drain_timeout_s,
+                    service.running_tasks,
+                )
                 break
     finally:
         stop_executor(service, thread)
@@ -92,7 +117,8 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
     parser.add_argument("--slots", type=int, default=defaults.slots)
     parser.add_argument("--memory-limit", default=None, help="DuckDB memory_limit per slot")
     parser.add_argument("--threads", type=int, default=None, help="DuckDB threads per slot")
-    parser.add_argument("--work-dir", default=defaults.work_dir)
+    parser.add_argument("--work-dir", default=defaults.work_dir, help="work root (shareable)")
+    add_recovery_options(parser, defaults)
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -108,6 +134,35 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
         memory_limit=args.memory_limit,
         threads=args.threads,
         work_dir=args.work_dir,
+        drain_timeout_s=args.drain_timeout,
+        cleanup_interval_s=args.cleanup_interval,
+        faults_file=args.faults_file,
+        index=args.index,
+    )
+
+
+def add_recovery_options(parser: argparse.ArgumentParser, defaults: ExecutorConfig) -> None:
+    """The drain, cleanup and fault-injection flags (shared with ``mangonel executor``)."""
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=defaults.drain_timeout_s,
+        metavar="S",
+        help="on SIGTERM, finish tasks and serve outputs for at most S seconds "
+        "(default %(default)g)",
+    )
+    parser.add_argument(
+        "--cleanup-interval",
+        type=float,
+        default=defaults.cleanup_interval_s,
+        metavar="S",
+        help="sweep the work root for dead executors' files every S seconds (default %(default)g)",
+    )
+    parser.add_argument(
+        "--faults-file", default=None, help="JSON fault-injection rules (tests only)"
+    )
+    parser.add_argument(
+        "--index", type=int, default=None, help="number in a local cluster (names it in logs)"
     )
 
 

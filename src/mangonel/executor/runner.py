@@ -64,7 +64,7 @@ class TaskRunner:
     thread.
 
     Args:
-        writer: Writes the output partition files.
+        writer: Writes the output partition files, unless ``run`` is given one.
         reader: Reads upstream partitions.
         spill_dir: DuckDB ``temp_directory`` of this slot (created if missing).
         memory_limit: DuckDB ``memory_limit``, e.g. ``"1GB"``; ``None`` keeps
@@ -74,7 +74,7 @@ class TaskRunner:
 
     def __init__(
         self,
-        writer: ShuffleWriter,
+        writer: ShuffleWriter | None,
         reader: ShuffleReader,
         spill_dir: str,
         memory_limit: str | None = None,
@@ -90,8 +90,15 @@ class TaskRunner:
         os.makedirs(spill_dir, exist_ok=True)
         self._con = _locked_connection(spill_dir, memory_limit, threads)
 
-    def run(self, spec: TaskSpec) -> tuple[PartitionOutput, ...]:
+    def run(
+        self, spec: TaskSpec, writer: ShuffleWriter | None = None
+    ) -> tuple[PartitionOutput, ...]:
         """Run one task attempt and return its output partitions, in order.
+
+        Args:
+            spec: The attempt.
+            writer: Where its output goes; the slot's own writer when ``None``
+                (the executor passes the writer of the life the task belongs to).
 
         Raises:
             TaskFailedError: the task failed; ``failure`` says why.
@@ -108,7 +115,10 @@ class TaskRunner:
                 self._check_cancelled()
                 self._register(inp.name, self._read_input(inp), registered)
             self._check_cancelled()
-            return self._execute(spec)
+            target = writer or self.writer
+            if target is None:
+                raise TypeError("TaskRunner.run needs a writer: none given and none by default")
+            return self._execute(spec, target)
         except TaskCancelledError:
             raise
         except Exception as exc:
@@ -180,7 +190,7 @@ class TaskRunner:
 
     # ---------------------------------------------------------------- output
 
-    def _execute(self, spec: TaskSpec) -> tuple[PartitionOutput, ...]:
+    def _execute(self, spec: TaskSpec, writer: ShuffleWriter) -> tuple[PartitionOutput, ...]:
         output = spec.output
         if output.kind is OutputKind.HASH and output.partitions > 1:
             sql, partitions = _hash_sql(spec), output.partitions
@@ -196,7 +206,7 @@ class TaskRunner:
         with relation.to_arrow_reader(BATCH_ROWS) as stream:
             split = partitions > 1
             schema = _output_schema(stream.schema, spec, split)
-            with self.writer.open(spec.attempt, partitions, schema) as sink:
+            with writer.open(spec.attempt, partitions, schema) as sink:
                 for batch in self._batches(stream):
                     if split:
                         _write_split(sink, batch, schema)

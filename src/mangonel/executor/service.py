@@ -1,10 +1,19 @@
-"""The executor's control loop: register, take commands, run tasks, report.
+"""The executor's control loop: register, take commands, run tasks, report, drain.
 
-One ``ExecutorService`` is one executor process's life of work::
+One ``ExecutorService`` is one executor process. Each registration with the
+scheduler begins a *life*: an executor id, a locked directory
+``<work root>/<executor id>/`` for that life's shuffle files, and the tasks the
+scheduler gave it::
 
-    start ──> register ──> connect ──> commands ... ──> stream broke ──┐
-                 ^                                                      │
-                 └──────────── back off, cancel running tasks <────────┘
+    start: sweep dead executors' directories, claim the spill directory
+      │
+      ▼
+    register ──▶ claim <work root>/<id> ──▶ connect ──▶ commands ... ──▶ stream ended
+      ▲                                                                      │
+      │        end the life: cancel its tasks; once they stopped, delete     │
+      └─ back off ◀──── its directory (nothing of it is trusted any more) ◀──┘
+                                      │
+                        draining: exit instead of registering again
 
 * Commands arrive on the scheduler's stream and are handled at once:
   ``LaunchTask`` queues the task on a pool of ``slots`` threads, each task
@@ -12,11 +21,19 @@ One ``ExecutorService`` is one executor process's life of work::
   stops it; ``ReleaseOutputs`` deletes shuffle files.
 * Heartbeats go from a thread of their own, so a busy executor is never taken
   for a lost one. A heartbeat answered "unknown executor" ends the stream.
-* When the stream breaks, the scheduler has already counted this executor as
-  lost and is re-running its tasks elsewhere: the executor cancels what it
-  runs and registers again (a new id), backing off while the scheduler is away.
-  Its files stay (a client may still be reading a result from them) and are
-  served as before.
+* When the stream ends, the scheduler has counted this life as lost and is
+  re-running its tasks elsewhere (or, when draining, let it go): the executor
+  cancels what the life runs and deletes its files once those tasks stopped. A
+  life's late reports are ignored by the scheduler; its files must not outlive
+  it, or a frozen-then-thawed executor would leak every file of its first life.
+  The next life registers under a new id: nothing of the previous one is trusted.
+* ``drain()`` (on SIGTERM) tells the scheduler this executor leaves. The
+  scheduler gives it no new task and closes its stream once its tasks finished
+  and no job needs its outputs; ``serve()`` then returns instead of registering
+  again. ``run_executor`` bounds the whole drain (``drain_timeout_s``).
+* A cleanup thread sweeps the work root every ``cleanup_interval_s`` for the
+  directories of dead executors (``executor.workdir``).
+* A ``FaultInjector`` hooks into each task for chaos tests (``executor.faults``).
 """
 
 from __future__ import annotations
@@ -24,17 +41,19 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import shutil
+import secrets
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.failures import TaskCancelledError, TaskFailedError, classify
+from mangonel.executor.faults import FaultInjector
 from mangonel.executor.flight import ShuffleFlightServer
 from mangonel.executor.link import CommandStream, ExecutorCommand, Registration, SchedulerLink
 from mangonel.executor.runner import TaskRunner
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
+from mangonel.executor.workdir import OwnedDir, WorkRoot
 from mangonel.ids import ExecutorId, TaskAttemptId
 from mangonel.scheduler.events import (
     CancelTask,
@@ -51,6 +70,18 @@ _BACKOFF_START_S = 0.1
 _BACKOFF_MAX_S = 5.0
 
 
+class _Life:
+    """One registration: its id, its directory, its writer and its tasks."""
+
+    def __init__(self, executor: ExecutorId, home: OwnedDir, writer: ShuffleWriter) -> None:
+        self.executor = executor
+        self.home = home
+        self.writer = writer
+        self.tasks: set[TaskAttemptId] = set()
+        """Attempts queued or running (guarded by the service's lock)."""
+        self.ended = False
+
+
 class ExecutorService:
     """An executor: Flight server, task slots and the loop that drives them.
 
@@ -63,8 +94,11 @@ class ExecutorService:
         self.config = config
         self.link = link
         self.registry = OutputRegistry()
-        self.writer = ShuffleWriter(config.shuffle_dir, self.registry)
+        self.work = WorkRoot(config.work_dir)
+        label = str(config.index) if config.index is not None else ""
+        self.faults = FaultInjector(config.faults_file, label)
         self.flight: ShuffleFlightServer | None = None
+        self._spill: OwnedDir | None = None
         self._runners: queue.SimpleQueue[TaskRunner] = queue.SimpleQueue()
         self._all_runners: list[TaskRunner] = []
         self._pool = ThreadPoolExecutor(config.slots, thread_name_prefix="task")
@@ -72,14 +106,23 @@ class ExecutorService:
         self._running: dict[TaskAttemptId, TaskRunner] = {}
         self._queued: set[TaskAttemptId] = set()
         self._cancel_queued: set[TaskAttemptId] = set()
-        self._executor: ExecutorId | None = None
+        self._life: _Life | None = None
+        self._lives: list[_Life] = []
+        """Lives whose directory still exists (the current one and ended ones
+        waiting for their last task to stop)."""
         self._stream: CommandStream | None = None
         self._heartbeat_s = config.heartbeat_interval_s
         self._stop = threading.Event()
+        self._draining = threading.Event()
         self.registered = threading.Event()
         """Set once the first registration and stream are up."""
+        self.finished = threading.Event()
+        """Set when ``serve()`` returned (stopped, or drained)."""
         self._heartbeat_thread = threading.Thread(
             target=self._heartbeat_loop, name="heartbeat", daemon=True
+        )
+        self._cleanup_thread = threading.Thread(
+            target=self._cleanup_loop, name="cleanup", daemon=True
         )
 
     # ------------------------------------------------------------- life cycle
@@ -87,7 +130,8 @@ class ExecutorService:
     @property
     def executor_id(self) -> ExecutorId | None:
         """This life's id, while registered."""
-        return self._executor
+        life = self._life
+        return life.executor if life is not None else None
 
     @property
     def flight_address(self) -> str:
@@ -95,23 +139,26 @@ class ExecutorService:
             raise RuntimeError("the executor is not started")
         return f"{self.config.flight_host()}:{self.flight.port}"
 
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
     def start(self) -> None:
-        """Clear old files, start the Flight server and the task slots."""
-        # Files of an earlier process on this work dir belong to executor ids
-        # the scheduler has already given up on.
-        self.writer.release_all_except(())
+        """Sweep dead executors' files, start the Flight server and the task slots."""
+        self.work.sweep()
+        self._spill = self.work.claim(f"spill-{os.getpid()}-{secrets.token_hex(2)}")
         self.flight = ShuffleFlightServer(
-            self.writer.root, self.registry, self.config.bind_host, self.config.flight_port
+            self.work.root, self.registry, self.config.bind_host, self.config.flight_port
         )
         for slot in range(self.config.slots):
             runner = TaskRunner(
-                self.writer,
+                None,
                 ShuffleReader(
                     self.config.host,
                     timeout_s=self.config.fetch_timeout_s,
                     retries=self.config.fetch_retries,
                 ),
-                self.config.spill_dir(slot),
+                os.path.join(self._spill.path, f"slot-{slot}"),
                 self.config.memory_limit,
                 self.config.threads_per_slot,
             )
@@ -120,10 +167,17 @@ class ExecutorService:
         log.info("executor flight server on %s", self.flight_address)
 
     def serve(self) -> None:
-        """Register and take commands until ``stop()``; re-register when cut off."""
+        """Register and take commands until stopped or drained; re-register when cut off."""
         self._heartbeat_thread.start()
+        self._cleanup_thread.start()
+        try:
+            self._serve()
+        finally:
+            self.finished.set()
+
+    def _serve(self) -> None:
         backoff = _BACKOFF_START_S
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self._draining.is_set():
             try:
                 registered = self.link.register(
                     Registration(
@@ -131,17 +185,25 @@ class ExecutorService:
                         flight_address=self.flight_address,
                         slots=self.config.slots,
                         pid=os.getpid(),
-                        work_dir=self.config.work_dir,
+                        work_dir=self.work.root,
                     )
                 )
-                stream = self.link.connect(registered.executor)
+                life = self._begin_life(registered.executor)
             except Exception as exc:
                 log.warning("cannot register with the scheduler (retrying): %s", exc)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX_S)
                 continue
+            try:
+                stream = self.link.connect(registered.executor)
+            except Exception as exc:
+                log.warning("cannot connect to the scheduler (retrying): %s", exc)
+                self._end_life(life)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, _BACKOFF_MAX_S)
+                continue
             with self._lock:
-                self._executor, self._stream = registered.executor, stream
+                self._life, self._stream = life, stream
                 if registered.heartbeat_interval_s > 0:
                     self._heartbeat_s = registered.heartbeat_interval_s
             if self._stop.is_set():  # stop() ran before the stream was published
@@ -151,17 +213,41 @@ class ExecutorService:
             try:
                 for command in stream:
                     backoff = _BACKOFF_START_S
-                    self._handle(registered.executor, command)
+                    self._handle(life, command)
             except Exception as exc:
                 if not self._stop.is_set():
                     log.warning("lost the scheduler's command stream: %s", exc)
             with self._lock:
-                self._executor, self._stream = None, None
-            # The scheduler re-runs this life's tasks elsewhere: stop them here.
-            self._cancel_all()
+                self._life, self._stream = None, None
+            self._end_life(life)
+            if self._draining.is_set():
+                log.info("drained: the scheduler let executor %s go", life.executor)
+                return
             if not self._stop.is_set():
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    def drain(self) -> None:
+        """Leave the cluster gracefully; returns at once (watch ``finished``).
+
+        The scheduler gives this executor no new task, lets its running tasks
+        finish, and closes its stream once no job needs its outputs; ``serve()``
+        then returns. When there is no scheduler to tell (not registered, or it
+        cannot be reached), the executor stops at once: nobody counts on it.
+        """
+        self._draining.set()
+        with self._lock:
+            life = self._life
+        if life is None:
+            self.stop()
+            return
+        try:
+            self.link.drain(life.executor)
+        except Exception as exc:
+            log.warning("cannot tell the scheduler that executor %s drains: %s", life.executor, exc)
+            self.stop()
+            return
+        log.info("draining executor %s: %d tasks running", life.executor, self.running_tasks)
 
     def stop(self) -> None:
         """Ask ``serve()`` to return; safe from any thread."""
@@ -182,21 +268,59 @@ class ExecutorService:
             runner.reader.close()
             runner.close()
         self.link.close()
-        self.writer.release_all_except(())
-        shutil.rmtree(os.path.join(self.config.work_dir, "spill"), ignore_errors=True)
+        with self._lock:
+            lives, self._lives = self._lives, []
+        for life in lives:
+            self._retire(life)
+        if self._spill is not None:
+            self._spill.remove()
+
+    # ------------------------------------------------------------------ lives
+
+    def _begin_life(self, executor: ExecutorId) -> _Life:
+        home = self.work.claim(executor)
+        life = _Life(
+            executor, home, ShuffleWriter(os.path.join(home.path, "shuffle"), self.registry)
+        )
+        with self._lock:
+            self._lives.append(life)
+        return life
+
+    def _end_life(self, life: _Life) -> None:
+        """Cancel what the life runs; delete its files once nothing of it runs."""
+        with self._lock:
+            life.ended = True
+            for attempt in life.tasks:
+                runner = self._running.get(attempt)
+                if runner is not None:
+                    runner.cancel(attempt)
+                else:
+                    self._cancel_queued.add(attempt)
+            idle = not life.tasks
+        if idle:
+            self._retire(life)
+
+    def _retire(self, life: _Life) -> None:
+        with self._lock:
+            if life in self._lives:
+                self._lives.remove(life)
+        self.registry.remove_under(life.writer.root)
+        life.home.remove()
+        log.info("deleted the files of executor %s's life", life.executor)
 
     # --------------------------------------------------------------- commands
 
-    def _handle(self, executor: ExecutorId, command: ExecutorCommand) -> None:
+    def _handle(self, life: _Life, command: ExecutorCommand) -> None:
         if isinstance(command, LaunchTask):
             with self._lock:
                 self._queued.add(command.task.attempt)
-            self._pool.submit(self._run_task, executor, command.task)
+                life.tasks.add(command.task.attempt)
+            self._pool.submit(self._run_task, life, command.task)
         elif isinstance(command, CancelTask):
             self._cancel(command.attempt)
         elif isinstance(command, ReleaseOutputs):
             try:
-                self.writer.release(command.job, command.stages)
+                life.writer.release(command.job, command.stages)
             except Exception:
                 log.exception("releasing the files of job %s failed", command.job)
         else:
@@ -223,7 +347,7 @@ class ExecutorService:
 
     # ------------------------------------------------------------------ tasks
 
-    def _run_task(self, executor: ExecutorId, spec: TaskSpec) -> None:
+    def _run_task(self, life: _Life, spec: TaskSpec) -> None:
         attempt = spec.attempt
         runner = self._runners.get()
         try:
@@ -234,23 +358,44 @@ class ExecutorService:
                     log.info("task %s cancelled before it started", attempt)
                     return
                 self._running[attempt] = runner
-            started = time.monotonic()
-            try:
-                outputs = runner.run(spec)
-            except TaskCancelledError:
-                log.info("task %s cancelled", attempt)
-                return
-            except TaskFailedError as exc:
-                self._report(executor, attempt, exc.failure, time.monotonic() - started)
-            except Exception as exc:  # a bug of ours; the scheduler decides on a retry
-                log.exception("task %s failed unexpectedly", attempt)
-                self._report(executor, attempt, classify(exc), time.monotonic() - started)
-            else:
-                self._report(executor, attempt, outputs, time.monotonic() - started)
+            self._attempt(life, spec, runner)
         finally:
             with self._lock:
                 self._running.pop(attempt, None)
+                life.tasks.discard(attempt)
+                retire = life.ended and not life.tasks
             self._runners.put(runner)
+            task = attempt.task
+            if life.writer.is_released(task.job, task.stage):
+                # Released while this attempt ran (its job ended): whatever it
+                # wrote after the release is deleted here, or nobody would.
+                life.writer.release(task.job, (task.stage,))
+            if retire:
+                self._retire(life)
+
+    def _attempt(self, life: _Life, spec: TaskSpec, runner: TaskRunner) -> None:
+        attempt = spec.attempt
+        started = time.monotonic()
+        try:
+            self.faults.task_started(attempt)
+            outputs = runner.run(spec, life.writer)
+        except TaskCancelledError:
+            log.info("task %s cancelled", attempt)
+            return
+        except TaskFailedError as exc:
+            self._report(life.executor, attempt, exc.failure, time.monotonic() - started)
+            return
+        except Exception as exc:  # a bug of ours; the scheduler decides on a retry
+            log.exception("task %s failed unexpectedly", attempt)
+            self._report(life.executor, attempt, classify(exc), time.monotonic() - started)
+            return
+        try:
+            self.faults.outputs_written(attempt, outputs)
+        except OSError:
+            log.exception("injecting a file fault into task %s failed", attempt)
+        self.faults.task_finished(attempt, before_report=True)
+        self._report(life.executor, attempt, outputs, time.monotonic() - started)
+        self.faults.task_finished(attempt, before_report=False)
 
     def _report(
         self,
@@ -271,21 +416,30 @@ class ExecutorService:
         except Exception as exc:
             log.warning("cannot report task %s: %s", attempt, exc)
 
-    # -------------------------------------------------------------- heartbeat
+    # ------------------------------------------------------- background loops
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self._heartbeat_s):
             with self._lock:
-                executor, stream = self._executor, self._stream
-            if executor is None:
+                life, stream = self._life, self._stream
+            if life is None:
                 continue
             try:
-                known = self.link.heartbeat(executor, self.running_tasks)
+                known = self.link.heartbeat(life.executor, self.running_tasks)
             except Exception as exc:
                 log.debug("heartbeat failed: %s", exc)
                 continue
             if not known and stream is not None:
                 log.warning(
-                    "the scheduler no longer knows executor %s: registering again", executor
+                    "the scheduler no longer knows executor %s: registering again", life.executor
                 )
                 stream.cancel()
+
+    def _cleanup_loop(self) -> None:
+        # Its own thread: deleting a dead executor's files can take a while,
+        # and heartbeats must never wait for it.
+        while not self._stop.wait(self.config.cleanup_interval_s):
+            try:
+                self.work.sweep()
+            except Exception:  # the loop must survive one bad sweep
+                log.exception("sweeping the work root failed")

@@ -17,9 +17,16 @@ Reading (``ShuffleReader``): a file on this host is memory-mapped and its
 checksum verified over the mapped bytes; a file elsewhere is fetched with Arrow
 Flight ``do_get`` (the ticket is its path), and the serving executor verifies
 the checksum before it sends (see ``flight.py``) while the reader checks the
-row count. A fetch that still fails after a few tries raises
-``FetchFailedError`` naming the map output, so the scheduler recomputes exactly
-that.
+row count. A fetch that fails raises ``FetchFailedError`` naming the map
+output, so the scheduler recomputes exactly that, and saying which problem it
+was (``FetchProblem``): the file is missing or fails its checksum while its
+executor answers (``OUTPUT_LOST``: only that output is made again), or the
+executor did not answer after a few tries (``UNREACHABLE``: the scheduler takes
+it for lost, with every output it held).
+
+Releasing (``ShuffleWriter.release``) remembers what it released, so an attempt
+that commits its files after its job was released (a cancelled task that was
+already past its last check) can be told to delete them (``is_released``).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import threading
 import time
 import uuid
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 
@@ -39,9 +47,11 @@ import pyarrow.flight as flight
 
 from mangonel.executor.failures import FetchFailedError
 from mangonel.ids import JobId, StageId, TaskAttemptId
-from mangonel.scheduler.events import FetchFailed, PartitionLocation, PartitionOutput
+from mangonel.scheduler.events import FetchFailed, FetchProblem, PartitionLocation, PartitionOutput
 
 _SUFFIX = ".arrow"
+_REMEMBER_RELEASED_JOBS = 1000
+"""Released jobs remembered for late attempts; older ones are long finished."""
 
 
 def checksum_of(data: pa.Buffer | bytes | memoryview) -> str:
@@ -99,6 +109,9 @@ class ShuffleWriter:
         os.makedirs(root, exist_ok=True)
         self.root = os.path.realpath(root)
         self.registry = registry if registry is not None else OutputRegistry()
+        self._released_lock = threading.Lock()
+        self._released: OrderedDict[JobId, frozenset[StageId] | None] = OrderedDict()
+        """job -> its released stages (``None``: all of them)."""
 
     def attempt_dir(self, attempt: TaskAttemptId) -> str:
         """Directory of one task attempt's output files."""
@@ -130,6 +143,16 @@ class ShuffleWriter:
     def release(self, job: JobId, stages: Sequence[StageId] | None = None) -> None:
         """Delete a job's files: all of them, or those of the listed stages."""
         job_dir = self._job_dir(job)
+        # Remembered before deleting: an attempt committing while this runs
+        # either sees the mark afterwards or has its files deleted here.
+        with self._released_lock:
+            before = self._released.pop(job, frozenset())
+            if stages is None or before is None:
+                self._released[job] = None
+            else:
+                self._released[job] = before | frozenset(stages)
+            while len(self._released) > _REMEMBER_RELEASED_JOBS:
+                self._released.popitem(last=False)
         targets = [job_dir] if stages is None else [os.path.join(job_dir, f"s{s}") for s in stages]
         for target in targets:
             self.registry.remove_under(target)
@@ -138,6 +161,14 @@ class ShuffleWriter:
             # Drop the job directory once its last stage is gone.
             with contextlib.suppress(OSError):
                 os.rmdir(job_dir)
+
+    def is_released(self, job: JobId, stage: StageId) -> bool:
+        """Whether the files of ``stage`` of ``job`` were released already."""
+        with self._released_lock:
+            if job not in self._released:
+                return False
+            stages = self._released[job]
+            return stages is None or stage in stages
 
     def release_all_except(self, jobs: Iterable[JobId]) -> None:
         """Delete every job directory but those of ``jobs`` (cleanup at start)."""
@@ -305,13 +336,17 @@ class ShuffleReader:
                 raise _fail(
                     location,
                     f"checksum mismatch: expected {location.checksum}, file has {checksum}",
+                    FetchProblem.OUTPUT_LOST,
                 )
             # The table's buffers point into the map, which they keep alive.
             return pa.ipc.open_file(data).read_all()
         except FetchFailedError:
             raise
         except (OSError, pa.ArrowException) as exc:
-            raise _fail(location, f"cannot read local file: {exc}") from exc
+            # The file is on this host's disk: whatever is wrong is wrong with it,
+            # not with the executor that wrote it.
+            problem = FetchProblem.OUTPUT_LOST
+            raise _fail(location, f"cannot read local file: {exc}", problem) from exc
 
     def _read_flight(self, location: PartitionLocation) -> pa.Table:
         options = flight.FlightCallOptions(timeout=self.timeout_s)
@@ -322,20 +357,36 @@ class ShuffleReader:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
                 table = self._client(location.flight_address).do_get(ticket, options).read_all()
+            except flight.FlightTimedOutError as exc:
+                # It had the whole timeout to answer: a frozen or cut-off peer.
+                # Another try would only double the wait before the re-run.
+                raise _fail(
+                    location,
+                    f"Flight fetch from {location.flight_address} timed out after "
+                    f"{self.timeout_s:g} s: {exc}",
+                    FetchProblem.UNREACHABLE,
+                ) from exc
             except flight.FlightServerError as exc:
                 # The peer answered and refused (unknown ticket, bad checksum):
                 # another try gets the same answer.
-                raise _fail(location, f"executor refused the fetch: {exc}") from exc
+                raise _fail(
+                    location, f"executor refused the fetch: {exc}", FetchProblem.OUTPUT_LOST
+                ) from exc
             except (flight.FlightError, pa.ArrowException, OSError) as exc:
                 last = exc
                 self._drop_client(location.flight_address)
                 continue
             if table.num_rows != location.rows:
-                raise _fail(location, f"expected {location.rows} rows, received {table.num_rows}")
+                raise _fail(
+                    location,
+                    f"expected {location.rows} rows, received {table.num_rows}",
+                    FetchProblem.OUTPUT_LOST,
+                )
             return table
         raise _fail(
             location,
             f"Flight fetch from {location.flight_address} failed {self.retries} times: {last}",
+            FetchProblem.UNREACHABLE,
         )
 
     def _client(self, address: str) -> flight.FlightClient:
@@ -352,9 +403,10 @@ class ShuffleReader:
                 client.close()
 
 
-def _fail(location: PartitionLocation, why: str) -> FetchFailedError:
+def _fail(location: PartitionLocation, why: str, problem: FetchProblem) -> FetchFailedError:
     return FetchFailedError(
         FetchFailed(
+            problem=problem,
             executor=location.executor,
             stage=location.stage,
             map_partition=location.map_partition,

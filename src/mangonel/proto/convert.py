@@ -15,6 +15,7 @@ from mangonel.scheduler.events import (
     CancelTask,
     ExecutionError,
     FetchFailed,
+    FetchProblem,
     InputLocations,
     LaunchTask,
     PartitionLocation,
@@ -212,6 +213,7 @@ def failure_to_proto(failure: TaskFailure) -> pb.TaskFailure:
             stage=int(failure.stage),
             map_partition=failure.map_partition,
             message=failure.message,
+            output_lost=failure.problem is FetchProblem.OUTPUT_LOST,
         )
     )
 
@@ -224,7 +226,10 @@ def failure_from_proto(msg: pb.TaskFailure) -> TaskFailure:
         return ExecutionError(msg.execution.message)
     if kind == "fetch":
         f = msg.fetch
-        return FetchFailed(ExecutorId(f.executor), StageId(f.stage), f.map_partition, f.message)
+        problem = FetchProblem.OUTPUT_LOST if f.output_lost else FetchProblem.UNREACHABLE
+        return FetchFailed(
+            ExecutorId(f.executor), StageId(f.stage), f.map_partition, f.message, problem
+        )
     raise ProtocolError("TaskFailure without a kind")
 
 

@@ -182,16 +182,18 @@ class ExecutionFailure(_message.Message):
     def __init__(self, message: _Optional[str] = ...) -> None: ...
 
 class FetchFailure(_message.Message):
-    __slots__ = ("executor", "stage", "map_partition", "message")
+    __slots__ = ("executor", "stage", "map_partition", "message", "output_lost")
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     STAGE_FIELD_NUMBER: _ClassVar[int]
     MAP_PARTITION_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_LOST_FIELD_NUMBER: _ClassVar[int]
     executor: str
     stage: int
     map_partition: int
     message: str
-    def __init__(self, executor: _Optional[str] = ..., stage: _Optional[int] = ..., map_partition: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    output_lost: bool
+    def __init__(self, executor: _Optional[str] = ..., stage: _Optional[int] = ..., map_partition: _Optional[int] = ..., message: _Optional[str] = ..., output_lost: _Optional[bool] = ...) -> None: ...
 
 class RegisterExecutorRequest(_message.Message):
     __slots__ = ("host", "flight_address", "slots", "pid", "work_dir")
@@ -392,7 +394,7 @@ class WatchJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class StageStatus(_message.Message):
-    __slots__ = ("stage", "label", "tasks_total", "tasks_done", "tasks_running", "rows", "bytes", "elapsed_s", "attempts")
+    __slots__ = ("stage", "label", "tasks_total", "tasks_done", "tasks_running", "rows", "bytes", "elapsed_s", "attempts", "tasks_pending", "tasks_rerun", "outputs_recomputed")
     STAGE_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     TASKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -402,6 +404,9 @@ class StageStatus(_message.Message):
     BYTES_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_PENDING_FIELD_NUMBER: _ClassVar[int]
+    TASKS_RERUN_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_RECOMPUTED_FIELD_NUMBER: _ClassVar[int]
     stage: int
     label: str
     tasks_total: int
@@ -411,10 +416,13 @@ class StageStatus(_message.Message):
     bytes: int
     elapsed_s: float
     attempts: int
-    def __init__(self, stage: _Optional[int] = ..., label: _Optional[str] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_running: _Optional[int] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., elapsed_s: _Optional[float] = ..., attempts: _Optional[int] = ...) -> None: ...
+    tasks_pending: int
+    tasks_rerun: int
+    outputs_recomputed: int
+    def __init__(self, stage: _Optional[int] = ..., label: _Optional[str] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_running: _Optional[int] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., elapsed_s: _Optional[float] = ..., attempts: _Optional[int] = ..., tasks_pending: _Optional[int] = ..., tasks_rerun: _Optional[int] = ..., outputs_recomputed: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "state", "sql", "columns", "stages", "submitted_at", "elapsed_s", "error", "error_type", "result")
+    __slots__ = ("job_id", "state", "sql", "columns", "stages", "submitted_at", "elapsed_s", "error", "error_type", "result", "tasks_rerun", "outputs_recomputed")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SQL_FIELD_NUMBER: _ClassVar[int]
@@ -425,6 +433,8 @@ class JobStatus(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    TASKS_RERUN_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_RECOMPUTED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: JobState
     sql: str
@@ -435,7 +445,9 @@ class JobStatus(_message.Message):
     error: str
     error_type: str
     result: _containers.RepeatedCompositeFieldContainer[PartitionLocation]
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., sql: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., stages: _Optional[_Iterable[_Union[StageStatus, _Mapping]]] = ..., submitted_at: _Optional[float] = ..., elapsed_s: _Optional[float] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., result: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ...) -> None: ...
+    tasks_rerun: int
+    outputs_recomputed: int
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., sql: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., stages: _Optional[_Iterable[_Union[StageStatus, _Mapping]]] = ..., submitted_at: _Optional[float] = ..., elapsed_s: _Optional[float] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., result: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ..., tasks_rerun: _Optional[int] = ..., outputs_recomputed: _Optional[int] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -454,7 +466,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ExecutorStatus(_message.Message):
-    __slots__ = ("id", "host", "flight_address", "slots", "pid", "state", "since", "reason", "detail", "running_tasks")
+    __slots__ = ("id", "host", "flight_address", "slots", "pid", "state", "since", "reason", "detail", "running_tasks", "heartbeat_age_s")
     ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -465,6 +477,7 @@ class ExecutorStatus(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_AGE_S_FIELD_NUMBER: _ClassVar[int]
     id: str
     host: str
     flight_address: str
@@ -475,7 +488,8 @@ class ExecutorStatus(_message.Message):
     reason: str
     detail: str
     running_tasks: int
-    def __init__(self, id: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., since: _Optional[float] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., running_tasks: _Optional[int] = ...) -> None: ...
+    heartbeat_age_s: float
+    def __init__(self, id: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., since: _Optional[float] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., running_tasks: _Optional[int] = ..., heartbeat_age_s: _Optional[float] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("scheduler_address", "executors", "jobs")

@@ -10,7 +10,18 @@ queue in the order the state machine decided them:
 * ``LaunchTask`` / ``CancelTask`` / ``ReleaseOutputs``: onto the executor's
   command queue, which its Connect stream drains.
 * ``JobSucceeded`` / ``JobFailed``: finish the job record; its watchers wake.
-* ``DeclareExecutorLost``: mark the executor lost and close its stream.
+  Every live executor that ran a task of the job is told to release the job's
+  files, not only those holding current outputs: superseded and late attempts
+  leave files too, and nobody else would delete them.
+* ``DeclareExecutorLost``: mark the executor lost and close its stream, with the
+  state machine's reason and detail. A drained executor that still holds a
+  result the client has not read keeps its stream (and so its Flight server)
+  until the result is released; then it is let go.
+
+After every event the shell copies the state machine's view of each unfinished
+job (``JobView``) into its ``JobRecord``, so ``WatchJob`` and ``ClusterStatus``
+show the state machine's own numbers: tasks done, running, pending, re-run and
+recomputed, rows and bytes of the current outputs.
 
 The gRPC servicers (``scheduler.service``) call into this class and convert
 messages; this module never sees a protobuf message.
@@ -28,7 +39,7 @@ from typing import Protocol
 
 from mangonel.catalog import Table, load_table
 from mangonel.errors import JobCancelledError, JobFailedError, MangonelError
-from mangonel.ids import ExecutorId, JobId, TaskAttemptId
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.planner import PlannerConfig, plan_query
 from mangonel.scheduler.events import (
@@ -57,6 +68,7 @@ from mangonel.scheduler.events import (
 )
 from mangonel.scheduler.jobs import JobPhase, JobRecord
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorPhase
+from mangonel.scheduler.state_views import ExecutorView, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore
 
 log = logging.getLogger(__name__)
@@ -66,6 +78,10 @@ class StateMachine(Protocol):
     """What the shell needs of ``scheduler.state.SchedulerState``."""
 
     def handle(self, event: Event) -> list[Command]: ...
+
+    def job(self, job_id: JobId) -> JobView | None: ...
+
+    def executors(self) -> list[ExecutorView]: ...
 
 
 class JobNotFoundError(MangonelError):
@@ -86,6 +102,9 @@ class CoreConfig:
         tick_interval_s: How often time passes for the state machine.
         result_ttl_s: A result no client released is deleted after this long.
         keep_jobs: Finished jobs still listed by ``ClusterStatus``.
+        keep_lost_executors: Lost executors still listed by ``ClusterStatus``.
+        connect_timeout_s: An executor that registered but did not open its
+            command stream in this long is written off (it died in between).
     """
 
     planner: PlannerConfig = field(default_factory=PlannerConfig)
@@ -93,6 +112,8 @@ class CoreConfig:
     tick_interval_s: float = 0.25
     result_ttl_s: float = 600.0
     keep_jobs: int = 200
+    keep_lost_executors: int = 100
+    connect_timeout_s: float = 60.0
 
     @property
     def heartbeat_interval_s(self) -> float:
@@ -127,7 +148,6 @@ class SchedulerCore:
         self._executors: dict[ExecutorId, ExecutorEntry] = {}
         self._jobs: dict[JobId, JobRecord] = {}
         self._cancelled: set[JobId] = set()
-        self._running: dict[TaskAttemptId, ExecutorId] = {}
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
@@ -167,6 +187,10 @@ class SchedulerCore:
             for command in commands:
                 log.debug("command (cause %d): %s", command.cause, describe(command))
                 self._execute(command, event.time)
+            self._release_strays(commands, event.time)
+            for record in self._jobs.values():
+                if not record.phase.finished:
+                    record.update(self._state.job(record.id), event.time)
             return commands
 
     def _execute(self, command: Command, now: float) -> None:
@@ -182,20 +206,18 @@ class SchedulerCore:
             entry.commands.put(command)
             if isinstance(command, LaunchTask):
                 attempt = command.task.attempt
-                self._running[attempt] = command.executor
                 job = self._jobs.get(attempt.task.job)
                 if job is not None:
-                    job.task_launched(attempt, now)
-            elif isinstance(command, CancelTask):
-                self._task_ended(command.attempt)
+                    job.task_launched(command.executor, attempt, now)
         elif isinstance(command, JobSucceeded):
             job = self._jobs.get(command.job)
             if job is not None:
+                job.update(self._state.job(command.job), now)
                 job.finish(JobPhase.SUCCEEDED, now, result=command.result)
-            self._forget_running(command.job)
         elif isinstance(command, JobFailed):
             job = self._jobs.get(command.job)
             if job is not None:
+                job.update(self._state.job(command.job), now)
                 if command.job in self._cancelled:
                     job.finish(
                         JobPhase.CANCELLED,
@@ -210,29 +232,92 @@ class SchedulerCore:
                         error=command.message,
                         error_type=JobFailedError.__name__,
                     )
-            self._forget_running(command.job)
         elif isinstance(command, DeclareExecutorLost):
-            self._mark_lost(command.executor, command.reason, "declared by the scheduler")
+            detail = self._loss_detail(command.executor) or "declared lost by the scheduler"
+            entry = self._executors.get(command.executor)
+            if (
+                command.reason is LossReason.DRAINED
+                and entry is not None
+                and entry.phase is ExecutorPhase.DRAINING
+                and self._holds_unread_results(command.executor)
+            ):
+                # Closing the stream would end the process, and with it the
+                # result a client is about to read: wait for the release.
+                entry.awaiting_results = True
+                entry.detail = f"{detail}; serving results not read yet"
+                log.info("executor %s drained; it serves unread results first", entry.id)
+                return
+            self._mark_lost(command.executor, command.reason, detail)
         else:
             log.warning("unknown command %r", command)
 
-    def _task_ended(self, attempt: TaskAttemptId) -> None:
-        self._running.pop(attempt, None)
-        job = self._jobs.get(attempt.task.job)
-        if job is not None:
-            job.task_ended(attempt)
+    def _loss_detail(self, executor: ExecutorId) -> str:
+        """The state machine's words for why it let ``executor`` go."""
+        for view in self._state.executors():
+            if view.id == executor:
+                return view.detail
+        return ""
 
-    def _forget_running(self, job: JobId) -> None:
-        for attempt in [a for a in self._running if a.task.job == job]:
-            del self._running[attempt]
+    def _release_strays(self, commands: list[Command], now: float) -> None:
+        """Release ended jobs' files on executors the state machine did not name.
+
+        The state machine releases outputs where current attempts left them;
+        attempts that were superseded (re-run elsewhere, reported late, cut
+        off by a cancel) left files on other executors, which only the shell
+        knows of (it saw every launch).
+        """
+        for command in commands:
+            if not isinstance(command, JobSucceeded | JobFailed):
+                continue
+            job = self._jobs.get(command.job)
+            if job is None:
+                continue
+            covered = {
+                c.executor
+                for c in commands
+                if isinstance(c, ReleaseOutputs) and c.job == command.job
+            }
+            if isinstance(command, JobSucceeded):
+                # The final stage's files wait for the client (``_release``).
+                stages: tuple[StageId, ...] | None = tuple(s.id for s in job.plan.stages[:-1])
+                if not stages:
+                    continue
+            else:
+                stages = None
+            for executor in sorted(job.executors - covered):
+                entry = self._executors.get(executor)
+                if entry is not None and entry.usable:  # a lost one's files went with it
+                    self._execute(ReleaseOutputs(command.cause, executor, job.id, stages), now)
+
+    def _holds_unread_results(self, executor: ExecutorId) -> bool:
+        return any(
+            record.phase is JobPhase.SUCCEEDED
+            and not record.result_released
+            and any(loc.executor == executor for loc in record.result)
+            for record in self._jobs.values()
+        )
+
+    def _let_drained_go(self) -> None:
+        """Close the streams of drained executors whose results were all read."""
+        for entry in list(self._executors.values()):
+            if (
+                entry.awaiting_results
+                and entry.phase is ExecutorPhase.DRAINING
+                and not self._holds_unread_results(entry.id)
+            ):
+                detail = entry.detail.removesuffix("; serving results not read yet")
+                self._mark_lost(entry.id, LossReason.DRAINED, detail)
 
     def _mark_lost(self, executor: ExecutorId, reason: LossReason, detail: str) -> None:
         entry = self._executors.get(executor)
         if entry is None or entry.phase is ExecutorPhase.LOST:
             return
         entry.move(ExecutorPhase.LOST, reason, detail)
-        for attempt in [a for a, e in self._running.items() if e == executor]:
-            self._task_ended(attempt)
+        # Lost entries stay listed for the status page, but not forever: a
+        # forgotten id reads as unknown, which is handled as lost.
+        lost = [e for e in self._executors.values() if e.phase is ExecutorPhase.LOST]
+        for old in lost[: max(0, len(lost) - self.config.keep_lost_executors)]:
+            del self._executors[old.id]
 
     # -------------------------------------------------------------- executors
 
@@ -247,6 +332,7 @@ class SchedulerCore:
             # The random suffix keeps ids unique across scheduler restarts.
             eid = ExecutorId(f"exec-{self._executor_seq}-{secrets.token_hex(2)}")
             entry = ExecutorEntry(ExecutorInfo(eid, host, flight_address, slots), pid, work_dir)
+            entry.last_heard = self._clock()
             self._executors[eid] = entry
             log.info(
                 "executor %s registered (host %s, flight %s, %d slots, pid %d)",
@@ -288,11 +374,16 @@ class SchedulerCore:
             self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
 
     def heartbeat(self, executor: ExecutorId) -> bool:
-        """Record a heartbeat; return False when the executor must register again."""
+        """Record a heartbeat; return False when the executor must register again.
+
+        A thawed executor that was declared lost while frozen hears False here
+        (its stream was closed too): it registers anew, under a new id.
+        """
         with self._lock:
             entry = self._executors.get(executor)
             if entry is None or entry.phase is ExecutorPhase.LOST:
                 return False
+            entry.last_heard = self._clock()
             if entry.usable:
                 self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor))
             return True
@@ -303,10 +394,6 @@ class SchedulerCore:
         with self._lock:
             if not self._accepts_reports(executor, attempt):
                 return
-            self._running.pop(attempt, None)
-            job = self._jobs.get(attempt.task.job)
-            if job is not None:
-                job.task_completed(attempt, outputs, self._clock())
             self._emit(lambda eid, now: TaskCompleted(eid, now, attempt, executor, outputs))
 
     def report_failed(
@@ -315,7 +402,6 @@ class SchedulerCore:
         with self._lock:
             if not self._accepts_reports(executor, attempt):
                 return
-            self._task_ended(attempt)
             self._emit(lambda eid, now: TaskFailed(eid, now, attempt, executor, failure))
 
     def _accepts_reports(self, executor: ExecutorId, attempt: TaskAttemptId) -> bool:
@@ -325,6 +411,7 @@ class SchedulerCore:
             # must not bring them back.
             log.info("ignoring report of %s from executor %s that is not alive", attempt, executor)
             return False
+        entry.last_heard = self._clock()
         return True
 
     def drain(self, executor: ExecutorId) -> None:
@@ -342,11 +429,13 @@ class SchedulerCore:
             return list(self._executors.values())
 
     def running_tasks(self) -> dict[ExecutorId, int]:
+        """Attempts running on each executor, as the state machine counts them."""
         with self._lock:
-            counts: dict[ExecutorId, int] = {}
-            for executor in self._running.values():
-                counts[executor] = counts.get(executor, 0) + 1
-            return counts
+            return {v.id: v.running for v in self._state.executors()}
+
+    def now(self) -> float:
+        """The shell's clock (``time.monotonic()`` unless a test gave another)."""
+        return self._clock()
 
     # ---------------------------------------------------------------- catalog
 
@@ -420,7 +509,6 @@ class SchedulerCore:
                     error=reason,
                     error_type=JobCancelledError.__name__,
                 )
-                self._forget_running(job)
             return True
 
     def release_result(self, job: JobId) -> None:
@@ -442,21 +530,39 @@ class SchedulerCore:
             self._cancelled.discard(record.id)
 
     def _release(self, record: JobRecord, why: str) -> None:
+        """Delete what is left of a succeeded job: its result, and stray attempts' files."""
         if record.phase is not JobPhase.SUCCEEDED or record.result_released:
             return
         record.result_released = True
         self._last_event_id += 1
         cause = self._last_event_id
-        final = record.plan.final.id
-        for executor in sorted({loc.executor for loc in record.result}):
-            command = ReleaseOutputs(cause, executor, record.id, (final,))
+        holders = {loc.executor for loc in record.result} | record.executors
+        for executor in sorted(holders):
+            entry = self._executors.get(executor)
+            if entry is None or not entry.usable:
+                continue  # a lost executor's files are deleted with its life
+            # All stages: the intermediate ones went at success, so this is the
+            # result plus whatever superseded attempts of the final stage wrote.
+            command = ReleaseOutputs(cause, executor, record.id, None)
             log.debug("command (cause %d, result %s): %s", cause, why, describe(command))
             self._execute(command, self._clock())
+        self._let_drained_go()
 
     def _expire_results(self) -> None:
         with self._lock:
             now = self._clock()
             self._forget_old_jobs()
+            for entry in list(self._executors.values()):
+                if (
+                    entry.phase is ExecutorPhase.CONNECTING
+                    and now - entry.last_heard > self.config.connect_timeout_s
+                ):
+                    self._mark_lost(
+                        entry.id,
+                        LossReason.CONNECTION_LOST,
+                        f"registered but opened no command stream in "
+                        f"{self.config.connect_timeout_s:g} s",
+                    )
             for record in self._jobs.values():
                 if (
                     record.phase is JobPhase.SUCCEEDED

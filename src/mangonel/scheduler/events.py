@@ -115,6 +115,17 @@ class ExecutionError:
     message: str
 
 
+class FetchProblem(enum.Enum):
+    """What a failed fetch says about the executor that held the output."""
+
+    UNREACHABLE = "unreachable"
+    """The executor did not answer (refused, reset, timed out) after a few tries:
+    it is taken for lost, and with it every output it held."""
+    OUTPUT_LOST = "output lost"
+    """The executor answered, but this one output is missing or fails its
+    checksum: only that map output is made again; the executor stays."""
+
+
 @dataclass(frozen=True)
 class FetchFailed:
     """A task could not read an upstream output: exactly that output is lost."""
@@ -123,6 +134,7 @@ class FetchFailed:
     stage: StageId
     map_partition: int
     message: str
+    problem: FetchProblem = FetchProblem.UNREACHABLE
 
 
 TaskFailure = QueryError | ExecutionError | FetchFailed

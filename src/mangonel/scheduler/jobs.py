@@ -1,10 +1,13 @@
 """The shell's view of jobs: what watchers see (progress, result, error).
 
-The state machine decides; this module only records what the shell observed on
-the way in (reports) and out (commands), so that ``WatchJob`` and
-``ClusterStatus`` can show per-stage progress without the state machine having
-to expose its internals. Each ``JobRecord`` has a condition variable that the
-watchers of the job wait on.
+The state machine decides and counts; a ``JobRecord`` holds the latest copy
+of the state machine's ``JobView`` of its job (tasks done, running, pending,
+re-run, recomputed; rows and bytes of current outputs), which the shell
+refreshes after every event, plus what only the shell knows: the SQL text, wall
+and per-stage times, the result's locations and whether the client read it, and
+every executor that was given a task of the job (their files are released when
+the job ends). Each ``JobRecord`` has a condition variable that the watchers of
+the job wait on.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
-from mangonel.scheduler.events import PartitionLocation, PartitionOutput
+from mangonel.scheduler.events import PartitionLocation
+from mangonel.scheduler.state_views import JobView, StageView
 
 
 class JobPhase(enum.Enum):
@@ -31,32 +35,19 @@ class JobPhase(enum.Enum):
 
 
 @dataclass
-class StageProgress:
-    """Counters of one stage, from launches and reports seen by the shell."""
+class StageTiming:
+    """When a stage started and last finished a task (``time.monotonic()``)."""
 
-    stage: StageId
-    label: str
-    tasks_total: int
-    attempts: int = 0
-    running: set[TaskAttemptId] = field(default_factory=set)
-    done: dict[int, tuple[int, int]] = field(default_factory=dict)
-    """partition -> (rows, bytes) of its latest completed attempt."""
     first_launch: float | None = None
     last_completion: float | None = None
+    done: int = 0
+    """Tasks done at the last refresh (to notice completions)."""
 
-    @property
-    def rows(self) -> int:
-        return sum(r for r, _ in self.done.values())
-
-    @property
-    def bytes(self) -> int:
-        return sum(b for _, b in self.done.values())
-
-    def elapsed(self, now: float) -> float:
+    def elapsed(self, now: float, complete: bool) -> float:
         if self.first_launch is None:
             return 0.0
-        end = self.last_completion if len(self.done) >= self.tasks_total else now
-        return max(0.0, (end or now) - self.first_launch)
+        end = self.last_completion if complete and self.last_completion is not None else now
+        return max(0.0, end - self.first_launch)
 
 
 @dataclass
@@ -74,7 +65,11 @@ class JobRecord:
     error_type: str = ""
     result: tuple[PartitionLocation, ...] = ()
     result_released: bool = False
-    stages: dict[StageId, StageProgress] = field(default_factory=dict)
+    view: JobView | None = None
+    """The state machine's latest view of the job (``None`` before its first event)."""
+    timing: dict[StageId, StageTiming] = field(default_factory=dict)
+    executors: set[ExecutorId] = field(default_factory=set)
+    """Every executor given a task of this job: where its files may be."""
     version: int = 0
     """Bumped on every change, so watchers know when to send a new status."""
     changed: threading.Condition = field(default_factory=threading.Condition)
@@ -84,7 +79,7 @@ class JobRecord:
     def create(cls, job: JobId, sql: str, plan: DistributedPlan, now: float) -> JobRecord:
         rec = cls(job, sql, plan, submitted=now, submitted_wall=time.time())
         for s in plan.stages:
-            rec.stages[s.id] = StageProgress(s.id, s.label, s.num_tasks)
+            rec.timing[s.id] = StageTiming()
         return rec
 
     def elapsed(self, now: float) -> float:
@@ -97,44 +92,36 @@ class JobRecord:
 
     # -- observations ---------------------------------------------------------
 
-    def task_launched(self, attempt: TaskAttemptId, now: float) -> None:
+    def task_launched(self, executor: ExecutorId, attempt: TaskAttemptId, now: float) -> None:
         with self.changed:
-            progress = self.stages.get(attempt.task.stage)
-            if progress is None:
+            self.executors.add(executor)
+            timing = self.timing.get(attempt.task.stage)
+            if timing is not None and timing.first_launch is None:
+                timing.first_launch = now
+
+    def update(self, view: JobView | None, now: float) -> None:
+        """Take the state machine's latest view; wake watchers if it changed."""
+        with self.changed:
+            if view is None or view == self.view:
                 return
-            progress.attempts += 1
-            progress.running.add(attempt)
-            if progress.first_launch is None:
-                progress.first_launch = now
+            for stage in view.stages:
+                timing = self.timing.get(stage.id)
+                if timing is not None and stage.done > timing.done:
+                    timing.last_completion = now
+                if timing is not None:
+                    timing.done = stage.done
+            self.view = view
             self._bump()
 
-    def task_completed(
-        self, attempt: TaskAttemptId, outputs: tuple[PartitionOutput, ...], now: float
-    ) -> None:
+    def stage_views(self) -> tuple[StageView, ...]:
+        """Per-stage numbers; zeros (from the plan) before the first view."""
         with self.changed:
-            progress = self.stages.get(attempt.task.stage)
-            if progress is None:
-                return
-            progress.running.discard(attempt)
-            progress.done[attempt.task.partition] = (
-                sum(o.rows for o in outputs),
-                sum(o.bytes for o in outputs),
+            if self.view is not None:
+                return self.view.stages
+            return tuple(
+                StageView(s.id, s.label, s.num_tasks, 0, 0, s.num_tasks, 0, 0, 0)
+                for s in self.plan.stages
             )
-            progress.last_completion = now
-            self._bump()
-
-    def task_ended(self, attempt: TaskAttemptId) -> None:
-        """A failed or cancelled attempt: it no longer runs."""
-        with self.changed:
-            progress = self.stages.get(attempt.task.stage)
-            if progress is not None:
-                progress.running.discard(attempt)
-                self._bump()
-
-    def executor_lost(self, running_on: dict[TaskAttemptId, ExecutorId], lost: ExecutorId) -> None:
-        for attempt, executor in running_on.items():
-            if executor == lost and attempt.task.job == self.id:
-                self.task_ended(attempt)
 
     def finish(
         self,
@@ -149,8 +136,6 @@ class JobRecord:
                 return
             self.phase, self.finished = phase, now
             self.result, self.error, self.error_type = result, error, error_type
-            for progress in self.stages.values():
-                progress.running.clear()
             self._bump()
 
     def wait_change(self, seen: int, timeout: float) -> int:

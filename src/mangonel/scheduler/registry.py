@@ -9,7 +9,12 @@ Connect stream of that executor drains it. Closing the queue ends the stream.
     CONNECTING --Connect--> ALIVE --Drain--> DRAINING
         |                     |                 |
         +---------------------+-----------------+--> LOST (stream broke, heartbeat
-                                                          timeout, fetch failures)
+                                                          timeout, fetch failures,
+                                                          drained)
+
+A drained executor that still serves a result no client has read stays
+DRAINING here (``awaiting_results``) although the state machine has let it go;
+it moves to LOST, reason "drained", once the result is released.
 """
 
 from __future__ import annotations
@@ -46,7 +51,10 @@ class ExecutorEntry:
     """Unix time of the last phase change (for people, so wall-clock time)."""
     reason: LossReason | None = None
     detail: str = ""
-    running_tasks: int = 0
+    last_heard: float = 0.0
+    """Monotonic time of its last heartbeat or report (the shell's clock)."""
+    awaiting_results: bool = False
+    """Drained, but kept connected until the results it holds are read."""
     commands: queue.SimpleQueue[object] = field(default_factory=queue.SimpleQueue)
 
     @property

@@ -25,6 +25,7 @@ from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.scheduler.core import ExecutorNotFoundError, JobNotFoundError, SchedulerCore
 from mangonel.scheduler.jobs import JobPhase, JobRecord
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorPhase
+from mangonel.scheduler.state_views import StageView
 
 log = logging.getLogger(__name__)
 
@@ -111,21 +112,28 @@ def table_info(table: Table) -> pb.TableInfo:
 
 
 def job_status(record: JobRecord, now: float, with_result: bool) -> pb.JobStatus:
-    """A snapshot of a job (takes the record's lock so counters are consistent)."""
+    """A snapshot of a job: the state machine's counters, the shell's times.
+
+    Takes the record's lock so that the counters are of one moment.
+    """
     with record.changed:
+        views = record.stage_views()
         stages = [
             pb.StageStatus(
-                stage=int(p.stage),
-                label=p.label,
-                tasks_total=p.tasks_total,
-                tasks_done=len(p.done),
-                tasks_running=len(p.running),
-                rows=p.rows,
-                bytes=p.bytes,
-                elapsed_s=p.elapsed(now),
-                attempts=p.attempts,
+                stage=int(v.id),
+                label=v.label,
+                tasks_total=v.num_tasks,
+                tasks_done=v.done,
+                tasks_running=v.running,
+                tasks_pending=v.pending,
+                rows=v.rows,
+                bytes=v.bytes,
+                elapsed_s=_stage_elapsed(record, v, now),
+                attempts=v.attempts_launched,
+                tasks_rerun=v.tasks_rerun,
+                outputs_recomputed=v.outputs_recomputed,
             )
-            for p in record.stages.values()
+            for v in views
         ]
         msg = pb.JobStatus(
             job_id=record.id,
@@ -137,13 +145,24 @@ def job_status(record: JobRecord, now: float, with_result: bool) -> pb.JobStatus
             elapsed_s=record.elapsed(now),
             error=record.error,
             error_type=record.error_type,
+            tasks_rerun=sum(v.tasks_rerun for v in views),
+            outputs_recomputed=sum(v.outputs_recomputed for v in views),
         )
         if with_result:
             msg.result.extend(convert.partition_location_to_proto(loc) for loc in record.result)
         return msg
 
 
-def executor_status(entry: ExecutorEntry, running: int) -> pb.ExecutorStatus:
+def _stage_elapsed(record: JobRecord, view: StageView, now: float) -> float:
+    timing = record.timing.get(view.id)
+    if timing is None:
+        return 0.0
+    end = record.finished if record.finished is not None else now
+    return timing.elapsed(end, complete=view.done >= view.num_tasks)
+
+
+def executor_status(entry: ExecutorEntry, running: int, now: float) -> pb.ExecutorStatus:
+    """One executor; ``now`` is the shell's clock (for the heartbeat age)."""
     info = entry.info
     return pb.ExecutorStatus(
         id=info.id,
@@ -156,6 +175,7 @@ def executor_status(entry: ExecutorEntry, running: int) -> pb.ExecutorStatus:
         reason=entry.reason.value if entry.reason else "",
         detail=entry.detail,
         running_tasks=running,
+        heartbeat_age_s=max(0.0, now - entry.last_heard) if entry.usable else 0.0,
     )
 
 
@@ -288,7 +308,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             if version != seen:
                 seen = version
                 last_sent = time.monotonic()
-                yield job_status(record, time.monotonic(), with_result=finished)
+                yield job_status(record, self.core.now(), with_result=finished)
             if finished:
                 return
             record.wait_change(seen, timeout=1.0)
@@ -309,10 +329,12 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
         self, request: pb.ClusterStatusRequest, context: grpc.ServicerContext
     ) -> pb.ClusterStatusResponse:
         running = self.core.running_tasks()
-        now = time.monotonic()
+        now = self.core.now()
         return pb.ClusterStatusResponse(
             scheduler_address=self.address,
-            executors=[executor_status(e, running.get(e.id, 0)) for e in self.core.executors()],
+            executors=[
+                executor_status(e, running.get(e.id, 0), now) for e in self.core.executors()
+            ],
             jobs=[job_status(j, now, with_result=False) for j in self.core.jobs()],
         )
 

@@ -19,14 +19,19 @@ What each event does, in one place:
 * ``TaskCompleted`` records map outputs; a job whose final stage is done emits
   ``JobSucceeded`` and ``ReleaseOutputs`` for the intermediate files.
 * ``TaskFailed``: a ``QueryError`` fails the job; an ``ExecutionError`` is retried
-  up to ``Limits.max_task_attempts``; a ``FetchFailed`` loses the executor named
-  in it and re-queues the reader without charging it an attempt.
+  up to ``Limits.max_task_attempts``; a ``FetchFailed`` re-queues the reader without
+  charging it an attempt and, by its ``problem``, loses the executor named in it
+  (``UNREACHABLE``) or only the one map output it names (``OUTPUT_LOST``: a missing
+  or corrupt file on an executor that still answers; a re-run of its stage charged).
 * losing an executor, in one event: its running tasks go back to pending (an
   attempt charged), the outputs it held that an unfinished stage still needs go
   back to pending (a re-run of their stage charged, at most
   ``Limits.max_stage_reruns``), recursively when their own inputs went too.
 * with no executor alive for ``Limits.no_executor_grace_s``, a ``Tick`` fails the
   waiting jobs with a message that says so.
+* a draining executor that runs nothing and holds no output an unfinished job
+  still needs is done: ``DeclareExecutorLost`` with ``LossReason.DRAINED`` (its
+  loss recomputes nothing, by construction).
 * after every event, pending tasks of runnable stages go to free slots of alive
   executors, least loaded first, a stage's tasks together (``LaunchTask``).
 
@@ -51,6 +56,7 @@ from mangonel.scheduler.events import (
     ExecutorLost,
     ExecutorRegistered,
     FetchFailed,
+    FetchProblem,
     JobCancelled,
     JobFailed,
     JobSubmitted,
@@ -171,6 +177,7 @@ class SchedulerState:
             case _:
                 raise TypeError(f"not a scheduler event: {event!r}")
         self._assign(step)
+        self._complete_drains(step)
         return step.commands
 
     # ----------------------------------------------------------------------- views
@@ -320,14 +327,18 @@ class SchedulerState:
                     f"{failure.message}"
                 )
                 self._requeue(task, event.executor, error, charge=False)
-                if self._executors.is_live(failure.executor):
+                if not self._executors.is_live(failure.executor):
+                    self._fail_if_unrecoverable(job, step)
+                elif failure.problem is FetchProblem.OUTPUT_LOST:
+                    problem = self._output_lost(job, failure)
+                    if problem is not None:
+                        self._finish(job, JobState.FAILED, problem, step)
+                else:
                     step.commands.append(
                         DeclareExecutorLost(step.cause, failure.executor, LossReason.FETCH_FAILURES)
                     )
                     detail = f"task {event.attempt} on {event.executor} {error}"
                     self._lose([_Loss(failure.executor, LossReason.FETCH_FAILURES, detail)], step)
-                else:
-                    self._fail_if_unrecoverable(job, step)
 
     def _requeue(self, task: TaskRecord, executor: ExecutorId, error: str, *, charge: bool) -> bool:
         """Send a task whose attempt made no output back to pending.
@@ -375,6 +386,35 @@ class SchedulerState:
             problem = failing.get(job.id) or self._restore_lost_outputs(job)
             if problem is not None:
                 self._finish(job, JobState.FAILED, problem, step)
+
+    def _output_lost(self, job: JobRecord, failure: FetchFailed) -> str | None:
+        """One map output is gone from an executor that still answers: make it again.
+
+        Only that map task goes back to pending (its executor keeps everything
+        else); a re-run of its stage is charged, so a file that keeps going bad
+        ends the job instead of looping. A failure about an output that was
+        already made again elsewhere changes nothing.
+
+        Returns the job's error when the stage used up ``Limits.max_stage_reruns``.
+        """
+        rec = job.stages.get(failure.stage)
+        if rec is None or not 0 <= failure.map_partition < len(rec.tasks):
+            return None
+        task = rec.tasks[failure.map_partition]
+        if not isinstance(task.state, Done) or task.state.executor != failure.executor:
+            return None
+        task.state = PENDING
+        task.recomputes += 1
+        rec.reruns += 1
+        if rec.reruns <= self.limits.max_stage_reruns:
+            return None
+        label = f" ({rec.stage.label})" if rec.stage.label else ""
+        return (
+            f"stage {rec.stage.id}{label} of job {job.id} lost its outputs {rec.reruns} "
+            f"times (the limit is {self.limits.max_stage_reruns}; last: {failure.message}). "
+            f"Its files keep going missing or bad on executor {failure.executor}: check that "
+            f"executor's disk, or raise max_stage_reruns."
+        )
 
     def _fail_if_unrecoverable(self, job: JobRecord, step: _Step) -> None:
         problem = self._restore_lost_outputs(job)
@@ -450,6 +490,29 @@ class SchedulerState:
                     f"scheduler, or check the executors' logs for why they exited."
                 )
                 self._finish(job, JobState.FAILED, msg, step)
+
+    # --------------------------------------------------------------------- drain
+
+    def _complete_drains(self, step: _Step) -> None:
+        """Let go of draining executors that have nothing left to do.
+
+        Nothing left means no running attempt and no finished output that an
+        unfinished job still needs (see ``JobRecord.needs_outputs_of``). Losing
+        such an executor recomputes nothing; the shell then closes its stream and
+        the executor exits. Results of succeeded jobs are not the state machine's
+        business: the shell keeps the stream open until the client has read them.
+        """
+        done = [
+            rec.id
+            for rec in self._executors.draining()
+            if not rec.running
+            and not any(job.needs_outputs_of(rec.id) for job in self._jobs.values())
+        ]
+        for executor in done:
+            step.commands.append(DeclareExecutorLost(step.cause, executor, LossReason.DRAINED))
+        if done:
+            detail = "it finished its tasks and no job needs its outputs any more"
+            self._lose([_Loss(e, LossReason.DRAINED, detail) for e in done], step)
 
     # ------------------------------------------------------------------ assignment
 

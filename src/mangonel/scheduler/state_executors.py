@@ -107,6 +107,10 @@ class ExecutorRegistry:
                 best = rec
         return best
 
+    def draining(self) -> list[ExecutorRecord]:
+        """Draining executors, in registration order."""
+        return [r for r in self._live.values() if r.state is ExecutorState.DRAINING]
+
     def views(self) -> list[ExecutorView]:
         """Live executors in registration order, then lost ones in loss order."""
         return [r.view() for r in self._live.values()] + [r.view() for r in self._lost.values()]

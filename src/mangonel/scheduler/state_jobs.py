@@ -122,6 +122,8 @@ class StageRecord:
             attempts_launched=sum(t.attempts_launched for t in self.tasks),
             tasks_rerun=sum(t.reruns for t in self.tasks),
             outputs_recomputed=sum(t.recomputes for t in self.tasks),
+            rows=sum(o.rows for s in states if isinstance(s, Done) for o in s.outputs),
+            bytes=sum(o.bytes for s in states if isinstance(s, Done) for o in s.outputs),
         )
 
 
@@ -180,6 +182,22 @@ class JobRecord:
             for t in rec.tasks
             if isinstance(t.state, Done)
         }
+
+    def needs_outputs_of(self, executor: ExecutorId) -> bool:
+        """Whether a finished output on ``executor`` is still needed by this job.
+
+        The final stage's outputs are needed until the job succeeds; any other
+        stage's while a stage that reads it is not complete.
+        """
+        needed = {self.plan.final.id}
+        for rec in self.stages.values():
+            if not rec.complete:
+                needed.update(rec.stage.upstream)
+        return any(
+            isinstance(t.state, Done) and t.state.executor == executor
+            for sid in needed
+            for t in self.stages[sid].tasks
+        )
 
     def view(self, finished: float | None = None, error: str | None = None) -> JobView:
         return JobView(

@@ -74,8 +74,12 @@ class StageView:
     """Times one of its tasks went back to pending after an attempt that made no
     output: the attempt failed, its executor was lost, or it could not fetch."""
     outputs_recomputed: int
-    """Times a finished task's output was lost (with its executor) and had to be
-    made again."""
+    """Times a finished task's output was lost (with its executor, or its file went
+    missing or bad) and had to be made again."""
+    rows: int = 0
+    """Rows in the outputs of its finished tasks (current attempts only)."""
+    bytes: int = 0
+    """Bytes of those outputs' files."""
 
 
 @dataclass(frozen=True)

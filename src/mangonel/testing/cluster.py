@@ -7,21 +7,32 @@
 
 Every process is started with ``python -m mangonel ...`` on free ports, writes
 its stdout and stderr to a log file under ``log_dir`` (``work_dir/logs`` by
-default), and is stopped on exit: SIGTERM, then SIGKILL after a bound. A start
-that fails stops what it started and raises ``ClusterError`` with the tail of
-the failing process's log. On Linux the children also get SIGTERM when the
-process that started them dies (``PR_SET_PDEATHSIG``), so a killed test run
-leaves no orphans.
+default), and is stopped on exit: executors by SIGINT (an immediate stop, no
+drain), the scheduler by SIGTERM, then SIGKILL after a bound. A start that
+fails stops what it started and raises ``ClusterError`` with the tail of the
+failing process's log. On Linux the children also get SIGTERM when the process
+that started them dies (``PR_SET_PDEATHSIG``, which each child asks for itself at
+start, see ``DIE_WITH_PARENT_ENV``), so a killed test run leaves no orphans.
 
-Fault injection for chaos tests: ``kill_executor``, ``freeze_executor``,
-``thaw_executor``, ``add_executor``.
+Layout under ``work_dir``::
+
+    scheduler.address     the scheduler's bound host:port
+    executors/            the work root all executors share (``executor.workdir``:
+                          one locked directory per executor life, swept when dead)
+    faults/executor-<i>.json   fault rules of executor i (``set_faults``)
+    logs/                 scheduler.log, executor-<i>.log
+
+Fault injection for chaos tests: ``kill_executor`` (SIGKILL, or SIGTERM to
+drain), ``freeze_executor``, ``thaw_executor``, ``add_executor``, and the rules
+of ``mangonel.executor.faults`` through ``set_faults`` / ``set_faults_all``.
+Executor *i* (0-based, in start order; ``add_executor`` takes the next) reads
+``faults/executor-<i>.json``; its ``--index`` serves only that and its logs.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -31,24 +42,29 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from mangonel.client.session import Session
 from mangonel.client.status import ExecutorState
 from mangonel.errors import ClusterError, MangonelError
+from mangonel.executor.faults import write_rules
 
 _LOG_TAIL_BYTES = 4000
 _POLL_S = 0.02
 _live_clusters: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
 
 
-def _die_with_parent() -> None:
-    """``preexec_fn``: ask Linux to SIGTERM the child when its parent dies."""
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL("libc.so.6", use_errno=True)
-            libc.prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+DIE_WITH_PARENT_ENV = "MANGONEL_DIE_WITH_PARENT"
+"""Set to this process's pid in each child's environment: ``mangonel``'s entry
+point then asks Linux to SIGTERM it when this process dies (``cli.main``).
+
+Not a ``preexec_fn``: Python code between fork and exec is unsafe in a parent
+that runs gRPC threads (about one start in a hundred hung or aborted with
+"epoll_wait error: Bad file descriptor" in the child), while without one
+``subprocess`` forks and execs in C."""
 
 
 class ProcessHandle:
@@ -67,7 +83,6 @@ class ProcessHandle:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
             )
 
     @property
@@ -89,11 +104,12 @@ class ProcessHandle:
             return ""
         return data[-limit:].decode(errors="replace")
 
-    def stop(self, timeout_s: float) -> None:
-        """SIGTERM (and SIGCONT, in case it is frozen), then SIGKILL after ``timeout_s``."""
+    def stop(self, timeout_s: float, sig: int | None = None) -> None:
+        """``sig`` (SIGTERM by default; and SIGCONT, in case it is frozen), then
+        SIGKILL after ``timeout_s``."""
         if not self.alive():
             return
-        self.signal(signal.SIGTERM)
+        self.signal(signal.SIGTERM if sig is None else sig)
         self.signal(signal.SIGCONT)
         try:
             self.process.wait(timeout_s)
@@ -103,14 +119,26 @@ class ProcessHandle:
 
 
 class ExecutorHandle(ProcessHandle):
-    """An executor process; ``id`` is the id the scheduler gave it once registered."""
+    """An executor process; ``id`` is the id the scheduler gave it once registered.
+
+    ``id`` follows the process: after it re-registers (a thawed executor does,
+    under a new id), ``LocalCluster.wait_for_executors`` updates it.
+    """
 
     def __init__(
-        self, index: int, args: list[str], log_path: Path, env: dict[str, str], work_dir: Path
+        self,
+        index: int,
+        args: list[str],
+        log_path: Path,
+        env: dict[str, str],
+        work_dir: Path,
+        faults_file: Path,
     ) -> None:
         super().__init__(f"executor-{index}", args, log_path, env)
         self.index = index
         self.work_dir = work_dir
+        """The work root it shares with the other executors."""
+        self.faults_file = faults_file
         self.id: str | None = None
 
 
@@ -125,6 +153,12 @@ class LocalCluster:
         partitions: Output partitions of every hash exchange.
         broadcast_bytes: Broadcast threshold of the planner; its default when ``None``.
         heartbeat_timeout: Seconds of executor silence before it is declared lost.
+        no_executor_grace: Seconds a job may wait with no executor alive before it fails.
+        max_task_attempts: Failed attempts of one task before its job fails.
+        max_stage_reruns: Times one stage may lose outputs and run again.
+        drain_timeout: Bound of an executor's drain after SIGTERM (seconds).
+        cleanup_interval: How often executors sweep dead executors' files (seconds).
+        result_ttl: Seconds an unread result is kept; the scheduler's default when ``None``.
         log_dir: Where the process logs go; ``work_dir/logs`` when ``None``.
         start_timeout: Seconds to wait for the scheduler and every executor.
         stop_timeout: Seconds between SIGTERM and SIGKILL when stopping.
@@ -149,6 +183,12 @@ class LocalCluster:
         scheduler_args: tuple[str, ...] = (),
         executor_args: tuple[str, ...] = (),
         scheduler_port: int = 0,
+        no_executor_grace: float = 30.0,
+        max_task_attempts: int = 4,
+        max_stage_reruns: int = 4,
+        drain_timeout: float = 30.0,
+        cleanup_interval: float = 10.0,
+        result_ttl: float | None = None,
     ) -> None:
         if executors < 0:
             raise ValueError(f"executors must be at least 0, got {executors}")
@@ -166,6 +206,15 @@ class LocalCluster:
         self.scheduler_args = scheduler_args
         self.executor_args = executor_args
         self.scheduler_port = scheduler_port
+        self.no_executor_grace = no_executor_grace
+        self.max_task_attempts = max_task_attempts
+        self.max_stage_reruns = max_stage_reruns
+        self.drain_timeout = drain_timeout
+        self.cleanup_interval = cleanup_interval
+        self.result_ttl = result_ttl
+        self.executor_root = self.work_dir / "executors"
+        """The work root every executor of this cluster shares."""
+        self.faults_dir = self.work_dir / "faults"
         self.scheduler: ProcessHandle | None = None
         self.executors: list[ExecutorHandle] = []
         self._address: str | None = None
@@ -207,15 +256,19 @@ class LocalCluster:
         return self
 
     def stop(self) -> None:
-        """Stop every process (executors first), never leaving one behind."""
-        procs: list[ProcessHandle] = [*self.executors]
+        """Stop every process (executors first), never leaving one behind.
+
+        Executors get SIGINT, which stops them at once: a SIGTERM would make
+        them drain, which is for leaving a cluster that goes on, not for this.
+        """
+        stops: list[tuple[ProcessHandle, int]] = [(e, signal.SIGINT) for e in self.executors]
         if self.scheduler is not None:
-            procs.append(self.scheduler)
-        for proc in procs:
-            proc.signal(signal.SIGTERM)
+            stops.append((self.scheduler, signal.SIGTERM))
+        for proc, sig in stops:
+            proc.signal(sig)
             proc.signal(signal.SIGCONT)
-        for proc in procs:
-            proc.stop(self.stop_timeout)
+        for proc, sig in stops:
+            proc.stop(self.stop_timeout, sig)
         _live_clusters.discard(self)
         if self._own_work_dir and not self._failed:
             shutil.rmtree(self.work_dir, ignore_errors=True)
@@ -223,6 +276,7 @@ class LocalCluster:
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
+        env[DIE_WITH_PARENT_ENV] = str(os.getpid())
         return env
 
     def _start_scheduler(self) -> None:
@@ -235,7 +289,12 @@ class LocalCluster:
             "--address-file", str(address_file),
             "--partitions", str(self.partitions),
             "--heartbeat-timeout", str(self.heartbeat_timeout),
+            "--no-executor-grace", str(self.no_executor_grace),
+            "--max-task-attempts", str(self.max_task_attempts),
+            "--max-stage-reruns", str(self.max_stage_reruns),
         ]  # fmt: skip
+        if self.result_ttl is not None:
+            args += ["--result-ttl", str(self.result_ttl)]
         if self.broadcast_bytes is not None:
             args += ["--broadcast-bytes", str(self.broadcast_bytes)]
         args += list(self.scheduler_args)
@@ -253,17 +312,25 @@ class LocalCluster:
     def _spawn_executor(self) -> ExecutorHandle:
         with self._lock:
             index = len(self.executors)
-            work_dir = self.work_dir / f"executor-{index}"
+            faults = self.faults_path(index)
             args = [
                 sys.executable, "-m", "mangonel", "--log-level", self.log_level,
                 "executor", "--scheduler", self.address, "--port", "0",
-                "--work-dir", str(work_dir),
+                "--work-dir", str(self.executor_root),
+                "--index", str(index), "--faults-file", str(faults),
+                "--drain-timeout", str(self.drain_timeout),
+                "--cleanup-interval", str(self.cleanup_interval),
             ]  # fmt: skip
             if self.slots is not None:
                 args += ["--slots", str(self.slots)]
             args += list(self.executor_args)
             handle = ExecutorHandle(
-                index, args, self.log_dir / f"executor-{index}.log", self._env(), work_dir
+                index,
+                args,
+                self.log_dir / f"executor-{index}.log",
+                self._env(),
+                self.executor_root,
+                faults,
             )
             self.executors.append(handle)
             return handle
@@ -323,13 +390,34 @@ class LocalCluster:
 
     # ------------------------------------------------------------ fault injection
 
-    def kill_executor(self, index: int, sig: int = signal.SIGKILL) -> None:
-        """Send ``sig`` (SIGKILL by default) to executor ``index``; wait if it kills."""
+    def kill_executor(
+        self, index: int, sig: int = signal.SIGKILL, wait: bool | None = None
+    ) -> None:
+        """Send ``sig`` (SIGKILL by default) to executor ``index``.
+
+        Args:
+            index: The executor.
+            sig: SIGKILL kills it; SIGTERM makes it drain (finish its tasks, serve
+                its outputs until the scheduler lets it go, then exit 0); SIGINT
+                stops it at once.
+            wait: Wait (at most ``stop_timeout``) for the process to exit; by
+                default only after SIGKILL, since a drain takes as long as the
+                query needs the executor (see ``wait_for_exit``).
+        """
         handle = self.executors[index]
         handle.signal(sig)
-        if sig in (signal.SIGKILL, signal.SIGTERM):
+        if wait is None:
+            wait = sig == signal.SIGKILL
+        if wait:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 handle.process.wait(self.stop_timeout)
+
+    def wait_for_exit(self, index: int, timeout: float) -> int | None:
+        """Wait for executor ``index`` to exit; its exit code, or ``None`` if it still runs."""
+        try:
+            return self.executors[index].process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
 
     def freeze_executor(self, index: int) -> None:
         """SIGSTOP executor ``index``: it stays connected but answers nothing."""
@@ -338,6 +426,38 @@ class LocalCluster:
     def thaw_executor(self, index: int) -> None:
         """SIGCONT a frozen executor."""
         self.executors[index].signal(signal.SIGCONT)
+
+    def faults_path(self, index: int) -> Path:
+        """The fault-rules file executor ``index`` reads (it need not exist)."""
+        return self.faults_dir / f"executor-{index}.json"
+
+    def set_faults(self, index: int, rules: Sequence[Mapping[str, Any]]) -> None:
+        """Give executor ``index`` these fault rules (``[]`` clears them).
+
+        The file is written atomically; the executor reads it at its next task
+        start or end. Rules are checked here first, so a typo fails the test
+        instead of silently injecting nothing.
+
+        Raises:
+            mangonel.executor.faults.FaultFileError: a rule is not valid.
+        """
+        write_rules(str(self.faults_path(index)), rules)
+
+    def set_faults_all(self, rules: Sequence[Mapping[str, Any]]) -> None:
+        """``set_faults`` for every executor started so far (not for later ones)."""
+        for handle in self.executors:
+            self.set_faults(handle.index, rules)
+
+    def work_files(self) -> list[Path]:
+        """Every file under the executors' work root (for disk-use checks).
+
+        Executors delete files while this walks: what vanishes meanwhile is
+        left out rather than failing the walk.
+        """
+        found: list[Path] = []
+        for directory, _, files in os.walk(self.executor_root):  # ignores errors
+            found.extend(Path(directory, name) for name in files)
+        return sorted(found)
 
     def add_executor(self, wait: bool = True) -> ExecutorHandle:
         """Start one more executor; by default wait until it registered."""

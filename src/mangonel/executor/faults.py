@@ -1,0 +1,407 @@
+"""Fault injection: rules in a JSON file make this executor fail, die, freeze or lose files.
+
+Chaos tests need faults that hit the same point of a query on every run, so the
+rules name *what* to hit (a stage, a partition, the N-th task) rather than *when*.
+``LocalCluster.set_faults(index, rules)`` writes the file of executor ``index``
+(``--faults-file``); the executor re-reads it when it changes (one ``stat`` at
+each task start and end) and applies the rules at these points of a task::
+
+    task start ──▶ kill/freeze (when=task_started), then fail
+    task runs, writes and commits its output files
+    ──▶ corrupt/delete those files
+    ──▶ kill/freeze (when=task_finished, before_report=true)
+    ──▶ report to the scheduler
+    ──▶ kill/freeze (when=task_finished, before_report=false)
+
+The rules, one JSON object each (a file holds a list of them; ``[]`` clears):
+
+* ``{"action": "fail", "stage": S, "partition": P, "attempt": A}``: that attempt
+  fails with the retryable ``ExecutionError("injected fault: ...")``.
+  ``partition``: any when absent; ``attempt``: 0 when absent.
+* ``{"action": "kill" | "freeze", "when": "task_started" | "task_finished",
+  "stage": S, "nth": N, "before_report": B}``: SIGKILL / SIGSTOP this process at
+  that point of its N-th task (1-based, default 1) of stage S (any stage when
+  absent). ``when`` defaults to ``task_started``; ``before_report`` (only for
+  ``task_finished``) to false. Tasks are counted from when the rule was read; a
+  task counts as finished only when it wrote its output (failed and cancelled
+  attempts are not counted).
+* ``{"action": "corrupt" | "delete", "stage": S, "map_partition": M, "partition": P}``:
+  right after task M of stage S wrote its output, flip bytes in the middle of
+  output partition P's file / delete it, before the report. ``map_partition``
+  and ``partition``: any task / every partition of it when absent.
+
+Stage numbers are a job's own (1-based, as in EXPLAIN); a rule does not name a
+job and matches the first task that fits after it was read. Each rule fires at
+most once per executor process: a rule is known by its position in the list
+and its content, so rewriting the file with the same rules does not re-arm
+them, while a new rule (or the same one at a new position) is armed.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mangonel.executor.failures import TaskFailedError
+from mangonel.ids import TaskAttemptId
+from mangonel.scheduler.events import ExecutionError, PartitionOutput
+
+log = logging.getLogger(__name__)
+
+
+class FaultFileError(ValueError):
+    """The faults file is not a list of valid rules."""
+
+
+class Action(enum.Enum):
+    FAIL = "fail"
+    KILL = "kill"
+    FREEZE = "freeze"
+    CORRUPT = "corrupt"
+    DELETE = "delete"
+
+
+class When(enum.Enum):
+    TASK_STARTED = "task_started"
+    TASK_FINISHED = "task_finished"
+
+
+@dataclass(frozen=True)
+class FaultRule:
+    """One parsed rule; ``None`` fields match anything."""
+
+    action: Action
+    stage: int | None = None
+    partition: int | None = None
+    """``fail``: the task's partition. ``corrupt``/``delete``: the output partition."""
+    attempt: int = 0
+    """``fail`` only."""
+    when: When = When.TASK_STARTED
+    nth: int = 1
+    before_report: bool = False
+    map_partition: int | None = None
+    """``corrupt``/``delete`` only: the task (map partition) whose file is hit."""
+
+    def describe(self) -> str:
+        parts = [self.action.value]
+        if self.action in (Action.KILL, Action.FREEZE):
+            parts.append(f"at {self.when.value} #{self.nth}")
+            if self.when is When.TASK_FINISHED:
+                parts.append("before report" if self.before_report else "after report")
+        if self.stage is not None:
+            parts.append(f"stage {self.stage}")
+        if self.map_partition is not None:
+            parts.append(f"map partition {self.map_partition}")
+        if self.partition is not None:
+            parts.append(f"partition {self.partition}")
+        if self.action is Action.FAIL:
+            parts.append(f"attempt {self.attempt}")
+        return " ".join(parts)
+
+
+_ALLOWED = {
+    Action.FAIL: {"stage", "partition", "attempt"},
+    Action.KILL: {"when", "stage", "nth", "before_report"},
+    Action.FREEZE: {"when", "stage", "nth", "before_report"},
+    Action.CORRUPT: {"stage", "map_partition", "partition"},
+    Action.DELETE: {"stage", "map_partition", "partition"},
+}
+
+
+def parse_rule(raw: Mapping[str, Any]) -> FaultRule:
+    """One rule from its JSON object.
+
+    Raises:
+        FaultFileError: unknown action or field, or a value of the wrong type.
+
+    >>> rule = parse_rule({"action": "kill", "when": "task_finished", "stage": 2})
+    >>> (rule.action, rule.stage, rule.nth, rule.before_report)
+    (<Action.KILL: 'kill'>, 2, 1, False)
+    """
+    if not isinstance(raw, Mapping):
+        raise FaultFileError(f"a rule must be a JSON object, got {raw!r}")
+    try:
+        action = Action(raw.get("action"))
+    except ValueError:
+        names = ", ".join(a.value for a in Action)
+        raise FaultFileError(f"rule {dict(raw)}: action must be one of {names}") from None
+    unknown = set(raw) - _ALLOWED[action] - {"action"}
+    if unknown:
+        raise FaultFileError(
+            f"rule {dict(raw)}: {action.value} takes no {', '.join(sorted(unknown))}"
+        )
+
+    def number(key: str, default: int | None, least: int) -> int | None:
+        value = raw.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise FaultFileError(f"rule {dict(raw)}: {key} must be an integer >= {least}")
+        return value
+
+    when_raw = raw.get("when", When.TASK_STARTED.value)
+    try:
+        when = When(when_raw)
+    except ValueError:
+        raise FaultFileError(
+            f"rule {dict(raw)}: when must be task_started or task_finished"
+        ) from None
+    before_report = raw.get("before_report", False)
+    if not isinstance(before_report, bool):
+        raise FaultFileError(f"rule {dict(raw)}: before_report must be true or false")
+    if before_report and when is not When.TASK_FINISHED:
+        raise FaultFileError(f"rule {dict(raw)}: before_report needs when=task_finished")
+    stage = number("stage", None, 1)
+    if action is Action.FAIL and stage is None:
+        raise FaultFileError(f"rule {dict(raw)}: fail needs a stage")
+    return FaultRule(
+        action=action,
+        stage=stage,
+        partition=number("partition", None, 0),
+        attempt=number("attempt", 0, 0) or 0,
+        when=when,
+        nth=number("nth", 1, 1) or 1,
+        before_report=before_report,
+        map_partition=number("map_partition", None, 0),
+    )
+
+
+def parse_rules(data: object) -> list[FaultRule]:
+    """Every rule of a faults file's JSON value (a list of objects)."""
+    if not isinstance(data, list):
+        raise FaultFileError(f"a faults file holds a JSON list of rules, got {type(data).__name__}")
+    return [parse_rule(r) for r in data]
+
+
+def write_rules(path: str, rules: Sequence[Mapping[str, Any]]) -> None:
+    """Check ``rules`` and write them to ``path`` atomically (``[]`` clears).
+
+    Raises:
+        FaultFileError: a rule is not valid (nothing is written then).
+    """
+    parse_rules(list(rules))
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, exist_ok=True)
+    temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(temp, "w") as f:
+        json.dump(list(rules), f)
+    # A rename gives the file a new inode, so a reader that keys on
+    # (inode, mtime, size) sees every rewrite, even two in one mtime tick.
+    os.replace(temp, path)
+
+
+def _kill_self(sig: int) -> None:
+    os.kill(os.getpid(), sig)
+
+
+_Key = tuple[int, str]
+"""A rule's identity: its position in the file and its content."""
+
+
+@dataclass
+class _Armed:
+    key: _Key
+    rule: FaultRule
+    seen: int = 0
+    """Matching events counted so far (for ``nth``)."""
+
+
+class FaultInjector:
+    """Applies the rules of one faults file to this executor's tasks. Thread-safe.
+
+    Args:
+        path: The faults file; ``None`` injects nothing. A missing file means no rules.
+        label: Names this executor in log lines and injected errors (e.g. its index).
+        signal_self: Sends a signal to this process; replaced in unit tests.
+    """
+
+    def __init__(
+        self,
+        path: str | None,
+        label: str = "",
+        signal_self: Callable[[int], None] = _kill_self,
+    ) -> None:
+        self.path = path
+        self.label = label
+        self._signal_self = signal_self
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int] | None = None
+        self._armed: list[_Armed] = []
+        self._fired: set[_Key] = set()
+        self._counts: dict[_Key, int] = {}
+
+    # ------------------------------------------------------------- the file
+
+    def reload_if_changed(self) -> None:
+        """Re-read the file if it changed since the last read (one ``stat``)."""
+        if self.path is None:
+            return
+        try:
+            st = os.stat(self.path)
+            stamp: tuple[int, int, int] | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        with self._lock:
+            if stamp == self._stamp:
+                return
+            self._stamp = stamp
+            if stamp is None:
+                self._armed = []
+                return
+            try:
+                with open(self.path) as f:
+                    rules = parse_rules(json.load(f))
+            except (OSError, ValueError) as exc:
+                # A bad file must be loud, but must not take the executor down.
+                log.error("ignoring the faults file %s: %s", self.path, exc)
+                self._armed = []
+                return
+            armed = []
+            for i, rule in enumerate(rules):
+                key = (i, repr(rule))
+                if key not in self._fired:
+                    armed.append(_Armed(key, rule, self._counts.get(key, 0)))
+            self._armed = armed
+            log.info("faults file %s: %d rules armed", self.path, len(armed))
+
+    @property
+    def armed(self) -> list[FaultRule]:
+        with self._lock:
+            return [a.rule for a in self._armed]
+
+    # --------------------------------------------------------------- points
+
+    def task_started(self, attempt: TaskAttemptId) -> None:
+        """Kill or freeze at a task's start, or fail it.
+
+        Raises:
+            TaskFailedError: a ``fail`` rule matched (an ``ExecutionError``).
+        """
+        self.reload_if_changed()
+        self._signal_at(When.TASK_STARTED, attempt, before_report=False)
+        rule = self._take(
+            lambda r: (
+                r.action is Action.FAIL
+                and r.stage == attempt.task.stage
+                and r.partition in (None, attempt.task.partition)
+                and r.attempt == attempt.attempt
+            )
+        )
+        if rule is not None:
+            raise TaskFailedError(
+                ExecutionError(f"injected fault: {rule.describe()} on {self._who()} ({attempt})")
+            )
+
+    def outputs_written(self, attempt: TaskAttemptId, outputs: Sequence[PartitionOutput]) -> None:
+        """Corrupt or delete output files the rules name (before the report)."""
+        self.reload_if_changed()
+        for output in outputs:
+
+            def hits(r: FaultRule, partition: int = output.partition) -> bool:
+                return (
+                    r.action in (Action.CORRUPT, Action.DELETE)
+                    and r.stage in (None, attempt.task.stage)
+                    and r.map_partition in (None, attempt.task.partition)
+                    and r.partition in (None, partition)
+                )
+
+            # A rule without a partition hits every file of the task: it is
+            # spent once the task is done, not at its first file.
+            rule = self._take(hits, spend=False)
+            if rule is None:
+                continue
+            if rule.action is Action.DELETE:
+                os.remove(output.path)
+            else:
+                _flip_middle(output.path)
+            log.warning(
+                "injected fault: %s on %s: %s %s",
+                rule.describe(),
+                self._who(),
+                "deleted" if rule.action is Action.DELETE else "corrupted",
+                output.path,
+            )
+        self._spend_file_rules(attempt, outputs)
+
+    def task_finished(self, attempt: TaskAttemptId, *, before_report: bool) -> None:
+        """Kill or freeze after a task wrote its output, before or after its report."""
+        self.reload_if_changed()
+        self._signal_at(When.TASK_FINISHED, attempt, before_report=before_report)
+
+    # -------------------------------------------------------------- helpers
+
+    def _who(self) -> str:
+        return f"executor {self.label}" if self.label else "this executor"
+
+    def _signal_at(self, when: When, attempt: TaskAttemptId, *, before_report: bool) -> None:
+        fire: FaultRule | None = None
+        with self._lock:
+            for armed in self._armed:
+                r = armed.rule
+                if (
+                    r.action not in (Action.KILL, Action.FREEZE)
+                    or r.when is not when
+                    or r.before_report is not before_report
+                    or r.stage not in (None, attempt.task.stage)
+                ):
+                    continue
+                armed.seen += 1
+                self._counts[armed.key] = armed.seen
+                if fire is None and armed.seen >= r.nth:
+                    fire = r
+                    self._fired.add(armed.key)
+            self._armed = [a for a in self._armed if a.key not in self._fired]
+        if fire is None:
+            return
+        sig = signal.SIGKILL if fire.action is Action.KILL else signal.SIGSTOP
+        # Logged before the signal: after SIGKILL nothing more is written.
+        log.warning("injected fault: %s on %s at %s", fire.describe(), self._who(), attempt)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        self._signal_self(sig)
+        if fire.action is Action.FREEZE:
+            log.warning("thawed after injected freeze at %s", attempt)
+
+    def _take(self, match: Callable[[FaultRule], bool], spend: bool = True) -> FaultRule | None:
+        with self._lock:
+            for armed in self._armed:
+                if match(armed.rule):
+                    if spend:
+                        self._fired.add(armed.key)
+                        self._armed.remove(armed)
+                    return armed.rule
+        return None
+
+    def _spend_file_rules(self, attempt: TaskAttemptId, outputs: Sequence[PartitionOutput]) -> None:
+        partitions = {o.partition for o in outputs}
+        with self._lock:
+            for armed in self._armed:
+                r = armed.rule
+                if (
+                    r.action in (Action.CORRUPT, Action.DELETE)
+                    and r.stage in (None, attempt.task.stage)
+                    and r.map_partition in (None, attempt.task.partition)
+                    and (r.partition is None or r.partition in partitions)
+                ):
+                    self._fired.add(armed.key)
+            self._armed = [a for a in self._armed if a.key not in self._fired]
+
+
+def _flip_middle(path: str) -> None:
+    """Invert a few bytes in the middle of a file (its checksum then fails)."""
+    size = os.path.getsize(path)
+    if size == 0:
+        return
+    start = max(0, size // 2 - 4)
+    with open(path, "r+b") as f:
+        f.seek(start)
+        data = f.read(8)
+        f.seek(start)
+        f.write(bytes(b ^ 0xFF for b in data))
