@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,19 @@ def test_claim_takes_over_a_dead_owners_name(tmp_path: Path) -> None:
 def test_invalid_names_are_refused(tmp_path: Path, name: str) -> None:
     with pytest.raises(ValueError):
         WorkRoot(str(tmp_path)).claim(name)
+
+
+def test_a_claim_in_progress_is_not_swept_but_an_abandoned_one_is(tmp_path: Path) -> None:
+    # A claim creates ".name.xxxx/" and its lock file a moment before locking it;
+    # a sweep by another executor in that moment must leave it alone.
+    root = WorkRoot(str(tmp_path))
+    fresh = tmp_path / ".exec-1.abcd1234"
+    fresh.mkdir()
+    (fresh / LOCK_NAME).write_text("")
+    assert root.sweep() == []
+    assert fresh.exists()
+    # One left behind by a process that died mid-claim is old: it goes.
+    old = time.time() - 3600
+    os.utime(fresh, (old, old))
+    assert root.sweep() == [fresh.name]
+    assert not fresh.exists()

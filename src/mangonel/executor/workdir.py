@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 LOCK_NAME = "owner.lock"
 
 
+_CLAIM_GRACE_S = 60.0
+"""A temporary ``.name.xxxx`` directory younger than this is a claim in progress."""
+
+
 class OwnedDir:
     """A directory under the work root that this process holds locked.
 
@@ -140,6 +144,10 @@ class WorkRoot:
     def _remove_if_stale(self, name: str) -> bool:
         path = os.path.join(self.root, name)
         if os.path.islink(path) or not os.path.isdir(path):
+            return False
+        if name.startswith(".") and time.time() - os.path.getmtime(path) < _CLAIM_GRACE_S:
+            # A directory being claimed: its lock file exists a moment before it is
+            # locked, and taking the lock in that moment would delete a live claim.
             return False
         try:
             fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR)
