@@ -1,37 +1,71 @@
-"""TPC-H side by side: mangonel (a LocalCluster) against single-process DuckDB.
+"""TPC-H side by side: mangonel, single-process DuckDB, DataFusion and Ballista.
 
 Generates TPC-H at ``--scale`` with ``tpchgen-cli`` into a cache directory (reused
-by later runs), then runs each of the 22 queries on DuckDB and on mangonel, one
-after the other per query (so both see the same page cache), ``--repeat`` times,
-and reports the median of each. Every mangonel answer is checked against DuckDB's
-with the test suite's comparator. Not a test: timings belong here, not in asserts.
+by later runs), then runs each of the chosen queries on every engine, interleaved
+per query (query 1 on each engine, ``--repeat`` times, then query 2, ...), so all
+see the same page cache, and reports the median of each. Every answer is checked
+against DuckDB's with the test suite's comparator. Not a test: timings belong
+here, not in asserts.
+
+Engines (``--engines``, default all four):
+
+- ``duckdb``: one process, views over the Parquet files (``engine_worker.py``).
+- ``mangonel``: a ``LocalCluster`` (scheduler + ``--executors`` executors).
+- ``datafusion``: one process, ``register_parquet`` + ``ctx.sql(q).to_arrow_table()``.
+  The TPC-H text runs unchanged; its answers differ from DuckDB's in type only
+  (q1 ``avg`` and q8 ``mkt_share`` are decimals, q12's sums are integers, q18's
+  ``sum(l_quantity)`` column is named ``sum(lineitem.l_quantity)``), so numeric
+  columns are cast to DuckDB's types and columns take DuckDB's names before the
+  comparison; the ``ok`` column says ``ok*`` where that was needed.
+- ``ballista``: Apache Ballista standalone from PyPI, where ``import ballista``
+  works; otherwise the output says it was skipped and why.
+
+DuckDB, DataFusion and Ballista each run in a child process of their own, so the
+peak memory reported is that engine's own (``VmHWM``); for mangonel it is the sum
+over the scheduler and executor processes, read just before the cluster stops.
+
+``--latency`` adds the latency of trivial queries end to end; ``--shuffle`` the
+shuffle throughput against the raw Flight loopback rate (see ``micro.py``);
+``--no-tpch`` runs only those.
 
 Usage::
 
-    .venv/bin/python benchmarks/tpch.py --scale 1 --repeat 3 --json bench.json
+    .venv/bin/python benchmarks/tpch.py --scale 1 --latency --shuffle --json bench.json
 
-Prints a markdown table (query, duckdb s, mangonel s, ratio, rows, ok) with totals.
+Prints markdown tables and, with ``--json``, writes the same as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
+import micro  # noqa: E402  (a sibling module: benchmarks/ is not a package)
+from engines import (  # noqa: E402
+    Engine,
+    EngineError,
+    MangonelEngine,
+    WorkerEngine,
+    ballista_unavailable,
+)
 from helpers import (  # noqa: E402  (the test helpers live outside the package)
     CACHE_DIR,
     TPCH_ORDER_BY,
@@ -40,41 +74,71 @@ from helpers import (  # noqa: E402  (the test helpers live outside the package)
     duckdb_views_sql,
     ensure_tpch,
     tpch_query,
+    type_kind,
 )
+
+ALL_ENGINES = ("duckdb", "mangonel", "datafusion", "ballista")
+REFERENCE = "duckdb"
+NUMERIC_KINDS = {"integer", "decimal", "float"}
+
+
+@dataclass
+class Run:
+    """One engine's runs of one query."""
+
+    times: list[float] = field(default_factory=list)
+    ok: bool = False
+    adjusted: bool = False
+    """The answer matched only after casting numeric types / renaming columns."""
+    error: str | None = None
+    stages: int | None = None
+
+    @property
+    def median_s(self) -> float | None:
+        return statistics.median(self.times) if self.times and self.error is None else None
 
 
 @dataclass
 class Row:
     query: str
-    duckdb_s: float
-    mangonel_s: float | None
     rows: int
-    ok: bool
-    stages: int | None
-    error: str | None
+    runs: dict[str, Run]
 
-    @property
-    def ratio(self) -> float | None:
-        if self.mangonel_s is None or self.duckdb_s <= 0:
-            return None
-        return self.mangonel_s / self.duckdb_s
+    def ratio(self, engine: str) -> float | None:
+        mine, ref = self.runs[engine].median_s, self.runs[REFERENCE].median_s
+        return None if mine is None or not ref else mine / ref
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (default 1)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per query; the median counts")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per query; the median counts")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument(
+        "--engines", default=",".join(ALL_ENGINES), help=f"comma list of {', '.join(ALL_ENGINES)}"
+    )
     parser.add_argument("--executors", type=int, default=2, help="mangonel executor processes")
     parser.add_argument("--partitions", type=int, default=4, help="partitions per exchange")
+    parser.add_argument("--slots", type=int, help="task slots per executor (executor default)")
+    parser.add_argument("--split-rows", type=int, help="rows per scan task (scheduler default)")
+    parser.add_argument("--broadcast-bytes", type=int, help="broadcast threshold (default)")
     parser.add_argument(
         "--queries", default="1-22", help="which queries, e.g. '1,3,5' or '1-22' (default all)"
     )
+    parser.add_argument("--latency", action="store_true", help="trivial-query latency p50/p95")
+    parser.add_argument("--shuffle", action="store_true", help="shuffle vs Flight loopback")
+    parser.add_argument("--no-tpch", action="store_true", help="skip the 22 queries")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help="where data is cached")
     parser.add_argument("--work-dir", type=Path, help="cluster work dir (default: temp)")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    unknown = set(args.engines) - set(ALL_ENGINES)
+    if unknown:
+        parser.error(f"unknown engines {sorted(unknown)}; choose from {ALL_ENGINES}")
+    if REFERENCE not in args.engines:
+        args.engines.insert(0, REFERENCE)  # every answer is checked against it
     return args
 
 
@@ -89,141 +153,268 @@ def parse_queries(spec: str) -> list[int]:
     return numbers
 
 
-def run_duckdb(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[float, Any]:
-    start = time.perf_counter()
-    table = con.sql(sql).to_arrow_table()
-    return time.perf_counter() - start, table
+def align_types(actual: pa.Table, expected: pa.Table) -> tuple[pa.Table, pa.Table, bool]:
+    """(actual, expected) with DuckDB's column names and numeric types where they differ.
+
+    Only for engines whose dialect types results differently (DataFusion's
+    decimal ``avg``); values are still compared by ``compare_results``.
+    """
+    if actual.num_columns != expected.num_columns:
+        return actual, expected, False
+    changed = actual.column_names != expected.column_names
+    columns, wanted = [], []
+    for col, want, ref in zip(actual.columns, expected.schema, expected.columns, strict=True):
+        have = type_kind(col.type)
+        if have != type_kind(want.type) and {have, type_kind(want.type)} <= NUMERIC_KINDS:
+            if pa.types.is_decimal(col.type) and type_kind(want.type) == "float":
+                # DataFusion's decimal avg/division truncates to the decimal's
+                # scale (q1 avg_disc 0.049985, q8 0.01825027): compare DuckDB's
+                # double at that scale too.
+                factor = 10.0**col.type.scale
+                ref = pc.divide(pc.trunc(pc.multiply(ref, factor)), factor)
+            col = col.cast(want.type, safe=False)
+            changed = True
+        columns.append(col)
+        wanted.append(ref)
+    names = expected.column_names
+    return pa.table(columns, names=names), pa.table(wanted, names=names), changed
 
 
-def run_mangonel(session: Any, sql: str) -> tuple[float, Any]:
-    start = time.perf_counter()
-    result = session.sql(sql)
-    return time.perf_counter() - start, result
+def check(number: int, engine: str, actual: pa.Table, expected: pa.Table, run: Run) -> None:
+    order_by = TPCH_ORDER_BY[number]
+    mismatch = compare_results(actual, expected, ordered=bool(order_by), order_by=order_by)
+    if mismatch is not None and engine != "mangonel":
+        aligned, reference, run.adjusted = align_types(actual, expected)
+        if run.adjusted:
+            mismatch = compare_results(
+                aligned, reference, ordered=bool(order_by), order_by=order_by
+            )
+    run.ok = mismatch is None
+    if mismatch is not None:
+        run.error = "wrong answer: " + mismatch.splitlines()[0]
+        print(f"q{number:02d} {engine}: {mismatch}", file=sys.stderr)
 
 
-def bench_query(number: int, con: duckdb.DuckDBPyConnection, session: Any, repeat: int) -> Row:
+def bench_query(number: int, engines: dict[str, Engine], repeat: int) -> Row:
     sql = tpch_query(number)
-    duck_times: list[float] = []
-    mangonel_times: list[float] = []
-    expected = actual = result = None
-    error: str | None = None
+    runs = {name: Run() for name in engines}
+    answers: dict[str, pa.Table] = {}
     for _ in range(repeat):
-        elapsed, expected = run_duckdb(con, sql)
-        duck_times.append(elapsed)
-        try:
-            elapsed, result = run_mangonel(session, sql)
-            actual = result.to_arrow()
-            mangonel_times.append(elapsed)
-        except Exception as exc:  # a failed query is a row of the report, not the end of it
-            error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-            traceback.print_exc(file=sys.stderr)
-            break
-    ok = False
-    if error is None and actual is not None and expected is not None:
-        order_by = TPCH_ORDER_BY[number]
-        mismatch = compare_results(actual, expected, ordered=bool(order_by), order_by=order_by)
-        ok = mismatch is None
-        if mismatch is not None:
-            error = "wrong answer: " + mismatch.splitlines()[0]
-            print(f"q{number:02d}: {mismatch}", file=sys.stderr)
-    return Row(
-        query=f"q{number:02d}",
-        duckdb_s=statistics.median(duck_times),
-        mangonel_s=statistics.median(mangonel_times) if mangonel_times else None,
-        rows=expected.num_rows if expected is not None else 0,
-        ok=ok,
-        stages=len(result.stages) if result is not None else None,
-        error=error,
-    )
+        for name, engine in engines.items():
+            run = runs[name]
+            if run.error is not None:
+                continue
+            try:
+                elapsed, answers[name] = engine.run(sql)
+            except Exception as exc:  # a failed query is a row of the report, not the end
+                run.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                if not isinstance(exc, EngineError):
+                    traceback.print_exc(file=sys.stderr)
+                continue
+            run.times.append(elapsed)
+            if isinstance(engine, MangonelEngine) and engine.last is not None:
+                run.stages = len(engine.last.stages)
+    expected = answers.get(REFERENCE)
+    for name, run in runs.items():
+        if run.error is None and expected is not None and name in answers:
+            if name == REFERENCE:
+                run.ok = True
+            else:
+                check(number, name, answers[name], expected, run)
+    return Row(f"q{number:02d}", expected.num_rows if expected is not None else 0, runs)
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def markdown(rows: list[Row]) -> str:
-    lines = [
-        "| query | duckdb s | mangonel s | ratio | rows | ok |",
-        "|---|---:|---:|---:|---:|---|",
-    ]
+def totals(rows: list[Row], engine: str) -> float | None:
+    medians = [r.runs[engine].median_s for r in rows]
+    return None if any(m is None for m in medians) else sum(m for m in medians if m is not None)
+
+
+def markdown(rows: list[Row], engines: list[str]) -> str:
+    others = [e for e in engines if e != REFERENCE]
+    head = "| query | rows | duckdb s |" + "".join(f" {e} s | × |" for e in others) + " ok |"
+    lines = [head, "|---|---:|---:|" + "---:|---:|" * len(others) + "---|"]
+
+    def ok_cell(row: Row) -> str:
+        bad = [e for e in others if not row.runs[e].ok]
+        adjusted = any(row.runs[e].adjusted for e in others if row.runs[e].ok)
+        return ("NO: " + ", ".join(bad)) if bad else ("ok*" if adjusted else "ok")
+
     for r in rows:
-        lines.append(
-            f"| {r.query} | {fmt(r.duckdb_s)} | {fmt(r.mangonel_s)} | {fmt(r.ratio, 1)} "
-            f"| {r.rows} | {'yes' if r.ok else 'NO'} |"
-        )
-    duck_total = sum(r.duckdb_s for r in rows)
-    done = [r.mangonel_s for r in rows if r.mangonel_s is not None]
-    mangonel_total = sum(done) if len(done) == len(rows) else None
-    ratio = mangonel_total / duck_total if mangonel_total is not None and duck_total else None
-    passed = sum(r.ok for r in rows)
-    lines.append(
-        f"| **total** | {fmt(duck_total)} | {fmt(mangonel_total)} | {fmt(ratio, 1)} "
-        f"| {sum(r.rows for r in rows)} | {passed}/{len(rows)} |"
-    )
+        cells = "".join(f" {fmt(r.runs[e].median_s)} | {fmt(r.ratio(e), 2)} |" for e in others)
+        lines.append(f"| {r.query} | {r.rows} | {fmt(r.runs[REFERENCE].median_s)} |{cells} "
+                     f"{ok_cell(r)} |")  # fmt: skip
+    ref_total = totals(rows, REFERENCE)
+    cells = ""
+    for e in others:
+        total = totals(rows, e)
+        ratio = total / ref_total if total is not None and ref_total else None
+        cells += f" **{fmt(total)}** | **{fmt(ratio, 2)}** |"
+    passed = sum(all(r.runs[e].ok for e in engines) for r in rows)
+    lines.append(f"| **total** | | **{fmt(ref_total)}** |{cells} {passed}/{len(rows)} |")
     return "\n".join(lines)
+
+
+def memory_markdown(memory: dict[str, dict[str, Any]]) -> str:
+    lines = ["| engine | peak RSS MB | processes |", "|---|---:|---:|"]
+    for name, m in memory.items():
+        lines.append(f"| {name} | {m['peak_rss_kb'] / 1024:.0f} | {m['processes']} |")
+    return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def mangonel_cluster(
+    args: argparse.Namespace, tables: dict[str, Path], **overrides: Any
+) -> Iterator[tuple[Any, Any]]:
+    """A started ``LocalCluster`` with the tables registered: (session, cluster)."""
+    import mangonel
+
+    scheduler_args: tuple[str, ...] = ()
+    if args.split_rows is not None:
+        scheduler_args = ("--split-rows", str(args.split_rows))
+    kwargs: dict[str, Any] = {
+        "executors": args.executors,
+        "partitions": args.partitions,
+        "broadcast_bytes": args.broadcast_bytes,
+        "slots": args.slots,
+        "scheduler_args": scheduler_args,
+    } | overrides
+    work = Path(tempfile.mkdtemp(prefix="mangonel-bench-", dir=args.work_dir))
+    clean = False
+    try:
+        with (
+            mangonel.LocalCluster(work_dir=str(work), **kwargs) as cluster,
+            cluster.connect() as session,
+        ):
+            for name, path in tables.items():
+                session.register_parquet(name, str(path))
+            yield session, cluster
+        clean = True
+    finally:
+        if clean:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"cluster work directory (logs) kept at {work}", file=sys.stderr)
+
+
+def start_engines(
+    names: list[str], data: Path, args: argparse.Namespace, stack: contextlib.ExitStack,
+    tables: dict[str, Path], skipped: dict[str, str],
+) -> dict[str, Engine]:  # fmt: skip
+    engines: dict[str, Engine] = {}
+    for name in names:
+        if name == "ballista":
+            why = ballista_unavailable()
+            if why is not None:
+                skipped[name] = why
+                print(f"ballista: skipped: {why}", file=sys.stderr)
+                continue
+        if name == "mangonel":
+            session, cluster = stack.enter_context(mangonel_cluster(args, tables))
+            engines[name] = MangonelEngine(cluster, session)
+            continue
+        try:
+            worker = WorkerEngine(name, data)
+        except EngineError as exc:
+            skipped[name] = str(exc)
+            print(f"{name}: skipped: {exc}", file=sys.stderr)
+            continue
+        stack.callback(worker.close)
+        engines[name] = worker
+    return engines
+
+
+def run_tpch(
+    args: argparse.Namespace, data: Path, tables: dict[str, Path], skipped: dict[str, str]
+) -> tuple[list[Row], list[str], dict[str, dict[str, Any]]]:
+    numbers = parse_queries(args.queries)
+    rows: list[Row] = []
+    memory: dict[str, dict[str, Any]] = {}
+    with contextlib.ExitStack() as stack:
+        engines = start_engines(args.engines, data, args, stack, tables, skipped)
+        for number in numbers:
+            row = bench_query(number, engines, args.repeat)
+            rows.append(row)
+            parts = [f"{n} {fmt(r.median_s)} s{'' if r.ok else ' (' + str(r.error) + ')'}"
+                     for n, r in row.runs.items()]  # fmt: skip
+            print(f"{row.query}: " + ", ".join(parts), file=sys.stderr)
+        # Read before anything stops: VmHWM vanishes with the process.
+        for name, engine in engines.items():
+            kb, procs = engine.peak_rss_kb()
+            memory[name] = {"peak_rss_kb": kb, "processes": procs}
+    return rows, list(engines), memory
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    numbers = parse_queries(args.queries)
-    import mangonel
-
     print(f"generating or reusing TPC-H SF {args.scale:g} ...", file=sys.stderr)
     data = ensure_tpch(args.scale, args.cache_dir)
     tables = {name: data / f"{name}.parquet" for name in TPCH_TABLES}
-
-    con = duckdb.connect()
-    for statement in duckdb_views_sql(dict(tables)):
-        con.execute(statement)
-
-    own_work_dir = args.work_dir is None
-    work_root = args.work_dir or Path(tempfile.mkdtemp(prefix="mangonel-bench-"))
-    rows: list[Row] = []
-    with mangonel.LocalCluster(
-        executors=args.executors, work_dir=str(work_root), partitions=args.partitions
-    ) as cluster:
-        session = cluster.connect()
-        for name, path in tables.items():
-            session.register_parquet(name, str(path))
-        for number in numbers:
-            row = bench_query(number, con, session, args.repeat)
-            rows.append(row)
-            print(
-                f"{row.query}: duckdb {fmt(row.duckdb_s)} s, mangonel {fmt(row.mangonel_s)} s, "
-                f"{'ok' if row.ok else row.error}",
-                file=sys.stderr,
-            )
-        close = getattr(session, "close", None)
-        if close is not None:
-            close()
-
-    if own_work_dir and all(r.ok for r in rows):
-        shutil.rmtree(work_root, ignore_errors=True)
-    elif own_work_dir:
-        print(f"cluster work directory (logs) kept at {work_root}", file=sys.stderr)
-
+    load = os.getloadavg()
+    payload: dict[str, Any] = {
+        "scale": args.scale,
+        "executors": args.executors,
+        "partitions": args.partitions,
+        "split_rows": args.split_rows,
+        "slots": args.slots,
+        "repeat": args.repeat,
+        "cpus": os.cpu_count(),
+        "load_at_start": load,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "skipped": {},
+    }
+    ok = True
     print(
         f"TPC-H SF {args.scale:g}, mangonel with {args.executors} executors and "
-        f"{args.partitions} partitions per exchange, median of {args.repeat} run(s)\n"
+        f"{args.partitions} partitions per exchange, median of {args.repeat} run(s); "
+        f"{os.cpu_count()} CPUs, load {load[0]:.2f} at start\n"
     )
-    print(markdown(rows))
-    if args.json is not None:
-        payload = {
-            "scale": args.scale,
-            "executors": args.executors,
-            "partitions": args.partitions,
-            "repeat": args.repeat,
-            "queries": [asdict(r) | {"ratio": r.ratio} for r in rows],
-            "duckdb_total_s": sum(r.duckdb_s for r in rows),
-            "mangonel_total_s": (
-                sum(r.mangonel_s for r in rows if r.mangonel_s is not None)
-                if all(r.mangonel_s is not None for r in rows)
-                else None
-            ),
-            "all_ok": all(r.ok for r in rows),
+    if not args.no_tpch:
+        rows, engines, memory = run_tpch(args, data, tables, payload["skipped"])
+        for name, why in payload["skipped"].items():
+            print(f"- {name}: skipped: {why}")
+        print()
+        print(markdown(rows, engines))
+        print("\nPeak memory (RSS high-water mark of the engine's processes):\n")
+        print(memory_markdown(memory))
+        ok = all(r.runs[e].ok for r in rows for e in engines)
+        payload |= {
+            "engines": engines,
+            "queries": [
+                {"query": r.query, "rows": r.rows}
+                | {
+                    e: asdict(r.runs[e]) | {"median_s": r.runs[e].median_s, "ratio": r.ratio(e)}
+                    for e in engines
+                }
+                for r in rows
+            ],  # fmt: skip
+            "totals_s": {e: totals(rows, e) for e in engines},
+            "memory": memory,
+            "all_ok": ok,
         }
+    if args.latency:
+        import duckdb
+
+        con = duckdb.connect()
+        for statement in duckdb_views_sql(dict(tables)):
+            con.execute(statement)
+        with mangonel_cluster(args, tables) as (session, _cluster):
+            lat = micro.latency(session, con)
+        print(f"\nLatency, end to end, {micro.LATENCY_RUNS} runs after "
+              f"{micro.LATENCY_WARMUP} warm-up runs:\n")  # fmt: skip
+        print(micro.latency_markdown(lat))
+        payload["latency"] = lat
+    if args.shuffle:
+        shuffle = micro.shuffle(lambda: mangonel_cluster(args, tables, broadcast_bytes=0))
+        print("\nShuffle throughput:\n")
+        print(micro.shuffle_markdown(shuffle))
+        payload["shuffle"] = shuffle
+    if args.json is not None:
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
-    return 0 if all(r.ok for r in rows) else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -69,6 +69,9 @@ def start(
     def make(**kwargs: Any) -> tuple[LocalCluster, Session]:
         options: dict[str, Any] = {"executors": 2, "slots": 2, "partitions": 4}
         options.update(broadcast_bytes=0, heartbeat_timeout=2.0, log_level="debug")
+        # Six lineitem scan tasks (one per row group at SF 0.1): the tests name tasks
+        # by partition number, so the split size must not follow the planner's default.
+        options.update(scheduler_args=("--split-rows", "100000"))
         options.update(kwargs)
         cluster = LocalCluster(work_dir=work_dir / f"cluster{len(started)}", **options)
         cluster.start()

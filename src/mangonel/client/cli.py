@@ -245,8 +245,9 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--split-rows",
         type=int,
-        default=200_000,
-        help="rows read by one scan task, about (default 200000)",
+        default=None,
+        help="rows read by one scan task, about (default: sized from each table, "
+        "about two tasks per partition, 250000 to 2000000 rows)",
     )
 
 
@@ -315,7 +316,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         heartbeat_timeout=args.heartbeat_timeout,
         scheduler_port=args.port,
         log_level=args.log_level,
-        scheduler_args=("--split-rows", str(args.split_rows)),
+        scheduler_args=("--split-rows", str(args.split_rows)) if args.split_rows else (),
     )
     with cluster:
         with cluster.connect() as session:

@@ -94,7 +94,7 @@ class Distributor:
         subqueries: Mapping[str, Node],
         partitions: int,
         broadcast_bytes: int,
-        split_rows: int,
+        split_rows: Callable[[int], int],
     ) -> None:
         self._catalog = catalog
         self._oracle = oracle
@@ -206,7 +206,7 @@ class Distributor:
 
     def _scan(self, n: Scan) -> Frag:
         table = self._catalog[n.table]
-        splits = table.splits(self._split_rows)
+        splits = table.splits(self._split_rows(table.rows))
         est = float(table.column_bytes(n.columns)) * (0.33 if n.filter is not None else 1.0)
         return Frag(n, len(splits), est, scan=n, splits=splits, single=len(splits) == 1)
 

@@ -32,12 +32,34 @@ class PlannerConfig:
     Attributes:
         partitions: output partitions of every hash exchange.
         broadcast_bytes: a join side estimated below this many bytes is broadcast.
-        split_rows: a scan task reads row groups adding up to about this many rows.
+        split_rows: a scan task reads row groups adding up to about this many rows;
+            ``None`` sizes splits from the table (see ``split_rows_for``).
+        min_split_rows: adaptive splits are at least this big: a task has a fixed
+            cost (scheduling, a DuckDB query, one file per output partition) that
+            small splits pay again and again.
+        max_split_rows: ... and at most this big, so that one task's Arrow data
+            stays within a slot's memory.
     """
 
     partitions: int = 4
     broadcast_bytes: int = 8 * 1024 * 1024
-    split_rows: int = 100_000
+    split_rows: int | None = None
+    min_split_rows: int = 250_000
+    max_split_rows: int = 2_000_000
+
+    def split_rows_for(self, table_rows: int) -> int:
+        """Rows per scan task for a table: fixed when ``split_rows`` is set, else
+        about two tasks per exchange partition, within the min and max.
+
+        >>> PlannerConfig().split_rows_for(6_000_000)
+        750000
+        >>> PlannerConfig(split_rows=1000).split_rows_for(6_000_000)
+        1000
+        """
+        if self.split_rows is not None:
+            return self.split_rows
+        wanted = -(-table_rows // (2 * max(1, self.partitions)))
+        return max(self.min_split_rows, min(self.max_split_rows, wanted))
 
 
 def is_explain(sql: str) -> bool:
@@ -95,7 +117,7 @@ def _distributor(
     subqueries: Mapping[str, Node],
 ) -> Distributor:
     return Distributor(
-        catalog, oracle, subqueries, config.partitions, config.broadcast_bytes, config.split_rows
+        catalog, oracle, subqueries, config.partitions, config.broadcast_bytes, config.split_rows_for
     )
 
 

@@ -50,7 +50,7 @@ class SchedulerConfig:
         port: Port to listen on; 0 picks a free one.
         partitions: Output partitions of every hash exchange.
         broadcast_bytes: Join sides estimated below this size are broadcast.
-        split_rows: Rows (about) read by one scan task.
+        split_rows: Rows (about) read by one scan task; None sizes splits from each table.
         heartbeat_timeout_s: An executor silent this long is lost.
         no_executor_grace_s: A job with no executor for this long fails.
         max_task_attempts: Attempts of one task before its job fails.
@@ -64,7 +64,7 @@ class SchedulerConfig:
     port: int = 50050
     partitions: int = 4
     broadcast_bytes: int = 8 * 1024 * 1024
-    split_rows: int = 200_000
+    split_rows: int | None = None
     heartbeat_timeout_s: float = 10.0
     no_executor_grace_s: float = 30.0
     max_task_attempts: int = 4
