@@ -117,7 +117,12 @@ def _distributor(
     subqueries: Mapping[str, Node],
 ) -> Distributor:
     return Distributor(
-        catalog, oracle, subqueries, config.partitions, config.broadcast_bytes, config.split_rows_for
+        catalog,
+        oracle,
+        subqueries,
+        config.partitions,
+        config.broadcast_bytes,
+        config.split_rows_for,
     )
 
 
