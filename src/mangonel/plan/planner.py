@@ -20,7 +20,7 @@ from mangonel.catalog import Table
 from mangonel.plan.distribute import Distributor, describe
 from mangonel.plan.logical import Node, Opaque, Scan
 from mangonel.plan.physical import DistributedPlan, OutputKind, OutputSpec
-from mangonel.plan.types import TypeOracle
+from mangonel.plan.types import TypeOracle, oracle_for
 from mangonel.sql.binder import Binder, Unsupported
 from mangonel.sql.frontend import DEFAULT_DIALECT, optimize_query, parse, to_duckdb
 
@@ -82,32 +82,29 @@ def plan_query(
             error, forbidden statement, unknown table or column, type error.
     """
     parsed = parse(sql, set(catalog), dialect)
-    oracle = TypeOracle({name: catalog[name] for name in parsed.tables})
+    oracle = oracle_for({name: catalog[name] for name in parsed.tables})
+    duck_sql = to_duckdb(parsed.query)
+    names = [n for n, _ in oracle.describe(duck_sql)]
+    schema: dict[str, object] = {
+        t: dict(oracle.describe(f'SELECT * FROM "{t}"')) for t in sorted(parsed.tables)
+    }
+    notes: list[str] = []
+    distributor = _distributor(catalog, oracle, config, {})
     try:
-        duck_sql = to_duckdb(parsed.query)
-        names = [n for n, _ in oracle.describe(duck_sql)]
-        schema: dict[str, object] = {
-            t: dict(oracle.describe(f'SELECT * FROM "{t}"')) for t in sorted(parsed.tables)
-        }
-        notes: list[str] = []
+        optimized = optimize_query(parsed.query, schema, parsed.dialect)
+        binder = Binder(
+            {t: list(catalog[t].columns) for t in parsed.tables},
+            lambda t: float(catalog[t].bytes),
+        )
+        node, _ = binder.bind(optimized)
+        distributor = _distributor(catalog, oracle, config, binder.subqueries)
+        root = distributor.plan(node)
+    except (Unsupported, SqlglotError) as why:
+        notes.append(f"runs whole in one task over its gathered tables: {why}")
         distributor = _distributor(catalog, oracle, config, {})
-        try:
-            optimized = optimize_query(parsed.query, schema, parsed.dialect)
-            binder = Binder(
-                {t: list(catalog[t].columns) for t in parsed.tables},
-                lambda t: float(catalog[t].bytes),
-            )
-            node, _ = binder.bind(optimized)
-            distributor = _distributor(catalog, oracle, config, binder.subqueries)
-            root = distributor.plan(node)
-        except (Unsupported, SqlglotError) as why:
-            notes.append(f"runs whole in one task over its gathered tables: {why}")
-            distributor = _distributor(catalog, oracle, config, {})
-            root = distributor.plan(_opaque(duck_sql, names, parsed.tables, catalog))
-        distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
-        return DistributedPlan(tuple(distributor.stages), tuple(names), sql, tuple(notes))
-    finally:
-        oracle.close()
+        root = distributor.plan(_opaque(duck_sql, names, parsed.tables, catalog))
+    distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
+    return DistributedPlan(tuple(distributor.stages), tuple(names), sql, tuple(notes))
 
 
 def _distributor(

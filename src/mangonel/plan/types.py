@@ -9,6 +9,7 @@ to one type before hashing (DuckDB's ``hash()`` depends on the type).
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 
 import duckdb
@@ -56,3 +57,34 @@ class TypeOracle:
 def _clean(message: str) -> str:
     # DuckDB prefixes e.g. "Binder Error: "; keep its words, they name the problem.
     return message.strip()
+
+
+_CACHE_SIZE = 32
+_cache: OrderedDict[tuple[tuple[str, str, tuple[str, ...], str], ...], TypeOracle] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def oracle_for(tables: Mapping[str, Table]) -> TypeOracle:
+    """A shared oracle for these tables, made once and reused by later queries.
+
+    Opening DuckDB and registering the tables costs about 20 ms, most of a trivial
+    query's planning time. The key holds each table's files and schema, so a table
+    registered again with other files or columns gets a new oracle.
+    """
+    key = tuple(
+        (name, t.location, t.files, t.schema.to_string(show_schema_metadata=False))
+        for name, t in sorted(tables.items())
+    )
+    with _cache_lock:
+        oracle = _cache.get(key)
+        if oracle is not None:
+            _cache.move_to_end(key)
+            return oracle
+    oracle = TypeOracle(tables)
+    with _cache_lock:
+        _cache[key] = oracle
+        while len(_cache) > _CACHE_SIZE:
+            # Not closed here: a planner thread may still hold it; DuckDB closes
+            # the connection when the last reference goes.
+            _cache.popitem(last=False)
+    return oracle
