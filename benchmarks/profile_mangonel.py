@@ -8,8 +8,10 @@ DuckDB in a ``tpch.py --json`` file) it:
    record`` (``--nonblocking``, so the processes are not paused) attached to
    the scheduler and to every executor, and sorts the samples of active
    threads by the innermost mangonel function on their stack into: scan
-   (Parquet decode with pyarrow), DuckDB execution, shuffle write (split, IPC,
-   crc32 + rename), shuffle read (mmap + crc32, Flight, concat), DuckDB
+   (opening a scan database; Parquet decode with pyarrow where a scan does not
+   go through DuckDB's reader, whose decoding counts as DuckDB execution),
+   DuckDB execution, shuffle write (split, IPC, crc32 + file write, rename),
+   shuffle read (mmap + crc32, Flight, concat), DuckDB
    register, reporting, and on the scheduler planning (sqlglot, mangonel.plan),
    the state machine, the store and the gRPC service; samples / rate = CPU
    seconds (threads, not wall time: 2 executors x N slots share the cores);
@@ -54,6 +56,7 @@ FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^:()]*)(?::\d+)?\)$")
 EXECUTOR_RULES: tuple[tuple[str, str, str], ...] = (
     ("file_checksum", "shuffle", "shuffle write: crc32 + rename"),
     ("commit", "shuffle", "shuffle write: crc32 + rename"),
+    ("write", "shuffle", "shuffle write: crc32 + file write"),
     ("write_batch", "shuffle", "shuffle write: Arrow IPC"),
     ("write_table", "shuffle", "shuffle write: Arrow IPC"),
     ("_write_split", "runner", "shuffle write: split (sort + take)"),
@@ -61,8 +64,10 @@ EXECUTOR_RULES: tuple[tuple[str, str, str], ...] = (
     ("_read_local", "shuffle", "shuffle read: mmap + crc32"),
     ("_read_flight", "shuffle", "shuffle read: Flight"),
     ("read_many", "shuffle", "shuffle read: concat"),
-    ("_read_split", "runner", "scan: Parquet decode (pyarrow)"),
+    ("_split_batches", "runner", "scan: Parquet decode (pyarrow)"),
     ("_read_scan", "runner", "scan: Parquet decode (pyarrow)"),
+    ("_scan_connection", "runner", "scan: open a scan database"),
+    ("_scan_sql", "runner", "scan: plan the split's read"),
     ("_register", "runner", "DuckDB register/unregister"),
     ("run", "runner", "task setup/teardown (register, unregister)"),
     ("_batches", "runner", "DuckDB execution"),

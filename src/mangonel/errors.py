@@ -5,13 +5,15 @@
     MangonelError                  base of everything below
     ├── QueryError                 the query cannot run as written
     │   ├── SqlSyntaxError         the parser rejected it (with line and column)
-    │   ├── ForbiddenStatementError not a SELECT over catalog tables (COPY, ATTACH, read_csv, SET, ...)
+    │   ├── ForbiddenStatementError not a SELECT over catalog tables (COPY, ATTACH, SET, ...)
     │   ├── UnknownTableError      a table that the catalog does not hold
     │   └── BindError              unknown column, wrong types, ... (DuckDB's words)
     ├── CatalogError               registering a table failed (missing path, not Parquet)
     ├── JobFailedError             the job failed while running (which task, where, why)
     ├── JobCancelledError          the job was cancelled
-    └── ClusterError               the scheduler or executors cannot be reached
+    ├── ClusterError               the scheduler or executors cannot be reached
+    └── StateStoreError            the scheduler's state store cannot be opened or written
+        └── StoreFencedError       another scheduler took the store over (this one must stop)
 
 Each message says what happened and what to do about it.
 """
@@ -57,3 +59,11 @@ class JobCancelledError(JobFailedError):
 
 class ClusterError(MangonelError):
     """The scheduler or an executor could not be reached."""
+
+
+class StateStoreError(MangonelError):
+    """The scheduler's durable state (SQLite file, etcd) cannot be opened, read or written."""
+
+
+class StoreFencedError(StateStoreError):
+    """Another scheduler leads now: this one may not write, and must stop serving."""

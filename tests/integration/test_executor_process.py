@@ -66,10 +66,16 @@ def tables(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture()
-def scheduler() -> Iterator[SchedulerServer]:
+def scheduler(tmp_path: Path) -> Iterator[SchedulerServer]:
     # Small splits and no broadcast so the job really shuffles between executors.
     server = start_scheduler(
-        SchedulerConfig(port=0, partitions=3, split_rows=10_000, broadcast_bytes=0)
+        SchedulerConfig(
+            port=0,
+            partitions=3,
+            split_rows=10_000,
+            broadcast_bytes=0,
+            state=f"sqlite://{tmp_path / 'scheduler.db'}",
+        )
     )
     yield server
     server.stop()

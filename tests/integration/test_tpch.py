@@ -41,9 +41,12 @@ def hash_join_session(module_dir: Any, tpch_tables: dict[str, Any]) -> Any:
     of both sides, so rows cross between the two executors by Flight and memory map."""
     import mangonel
 
-    with mangonel.LocalCluster(
-        executors=2, work_dir=str(module_dir / "hash-cluster"), partitions=4, broadcast_bytes=0
-    ) as cluster, cluster.connect() as client:
+    with (
+        mangonel.LocalCluster(
+            executors=2, work_dir=str(module_dir / "hash-cluster"), partitions=4, broadcast_bytes=0
+        ) as cluster,
+        cluster.connect() as client,
+    ):
         for name, path in tpch_tables.items():
             client.register_parquet(name, str(path))
         yield client

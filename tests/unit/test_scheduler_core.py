@@ -36,6 +36,7 @@ from mangonel.scheduler.events import (
 )
 from mangonel.scheduler.jobs import JobPhase
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorPhase
+from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_views import ExecutorState as ExecutorStateView
 from mangonel.scheduler.state_views import ExecutorView, JobState, JobView, StageView
 
@@ -67,6 +68,26 @@ class ScriptedState:
 
     def executors(self) -> list[ExecutorView]:
         return list(self.executor_views)
+
+    # Persistence: the shell writes what these return to its (in-memory) store.
+    def awaits(self, executor: ExecutorId) -> bool:
+        return False
+
+    def unfinished_jobs(self) -> list[JobId]:
+        return [j for j, v in self.job_views.items() if not v.state.finished]
+
+    def export_job(self, job_id: JobId) -> None:
+        return None
+
+    def export_executors(self) -> RegistrySnapshot:
+        return RegistrySnapshot([], [], 0)
+
+    @property
+    def no_executor_since(self) -> float | None:
+        return None
+
+    def restore(self, *args: object) -> None:
+        raise NotImplementedError("a scripted state is never restored")
 
 
 @pytest.fixture

@@ -66,7 +66,7 @@ def server(writer: ShuffleWriter) -> Iterator[ShuffleFlightServer]:
 def test_local_round_trip_is_memory_mapped(writer: ShuffleWriter) -> None:
     table = sample()
     out = writer.write_table(attempt(), 0, table)
-    assert out.path == os.path.join(writer.root, "j1", "s1", "m0", "a0", "part-0.arrow")
+    assert out.path == os.path.join(writer.root, "j1", "s1", "m0-a0-p0.arrow")
     assert out.rows == table.num_rows
     assert out.bytes == os.path.getsize(out.path)
     assert out.checksum == file_checksum(out.path)
@@ -169,7 +169,7 @@ def test_files_appear_only_by_rename(writer: ShuffleWriter) -> None:
         assert not os.path.exists(final)
         assert [n.endswith(".tmp") for n in os.listdir(directory)] == [True]
         sink.commit()
-    assert os.listdir(directory) == ["part-0.arrow"]
+    assert os.listdir(directory) == ["m0-a0-p0.arrow"]
 
 
 def test_a_failed_write_leaves_nothing(writer: ShuffleWriter) -> None:
@@ -177,7 +177,8 @@ def test_a_failed_write_leaves_nothing(writer: ShuffleWriter) -> None:
     with pytest.raises(RuntimeError), writer.open(attempt(), 2, table.schema) as sink:
         sink.write_table(0, table)
         raise RuntimeError("task failed mid-write")
-    assert os.listdir(writer.attempt_dir(attempt())) == []
+    task = attempt().task
+    assert os.listdir(writer.stage_dir(task.job, task.stage)) == []
     assert len(writer.registry) == 0
 
 

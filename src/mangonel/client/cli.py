@@ -24,14 +24,23 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from mangonel.client import render
+from mangonel.client.progress import ProgressBar
 from mangonel.client.session import DEFAULT_ADDRESS, Result, Session
 from mangonel.client.shell import read_statements, strip_statement
-from mangonel.client.status import ExecutorState, ExecutorStatus
+from mangonel.client.status import ExecutorState, ExecutorStatus, JobStatus
 from mangonel.errors import MangonelError
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 log = logging.getLogger("mangonel.cli")
+
+DEFAULT_WEB_PORT = 50080
+"""The scheduler's web UI port (``mangonel.web.server.DEFAULT_WEB_PORT``, not imported:
+client commands should not pay for importing the web server)."""
 
 TPCH_TABLES = ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier")
 
@@ -110,6 +119,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds an unread result is kept (default 600)",
     )
     p.add_argument("--address-file", help="write the bound HOST:PORT to this file")
+    p.add_argument(
+        "--state",
+        metavar="URL",
+        default=os.environ.get("MANGONEL_STATE"),
+        help="where the scheduler keeps its state, so that it survives a crash or restart: "
+        "sqlite:///PATH.db (default: $MANGONEL_STATE or "
+        "sqlite://~/.local/state/mangonel/scheduler.db), etcd://HOST:PORT[,HOST:PORT][/PREFIX] "
+        "(two schedulers on one etcd make a highly available pair: the second waits as the "
+        "standby and takes over when the leader dies), or memory:// (nothing is kept)",
+    )
+    p.add_argument("--crash-file", help=argparse.SUPPRESS)  # crash tests (scheduler.crash)
+    p.add_argument(
+        "--standby-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="give up after S seconds when another scheduler leads the state store "
+        "(default: wait for ever with etcd, 0 with SQLite)",
+    )
+    _web_options(p)
+    p.add_argument("--web-address-file", help="write the web UI's URL to this file")
 
     p = sub.add_parser(
         "executor",
@@ -161,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="register a Parquet table once started (repeatable)",
     )
     p.add_argument("--tpch", metavar="DIR", help="register the 8 TPC-H tables of DIR")
+    _web_options(p)
 
     p = sub.add_parser(
         "sql",
@@ -173,6 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--file", help="read the query from this file")
     p.add_argument("--dialect", help="sqlglot dialect of the query (default: duckdb)")
     p.add_argument("--max-rows", type=int, default=render.MAX_ROWS, help="rows to print")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar on stderr (default: when stderr is a terminal)",
+    )
 
     p = sub.add_parser(
         "explain",
@@ -182,6 +219,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query", nargs="?", help="the SQL text")
     p.add_argument("-f", "--file", help="read the query from this file")
     p.add_argument("--dialect", help="sqlglot dialect of the query (default: duckdb)")
+    p.add_argument(
+        "--picture",
+        metavar="FILE",
+        help="also draw the stage graph into FILE (.svg; .png needs Graphviz's dot)",
+    )
+    p.add_argument(
+        "--web",
+        metavar="URL",
+        default=os.environ.get("MANGONEL_WEB"),
+        help="the scheduler's web API, for --picture (default: $MANGONEL_WEB or "
+        "http://<scheduler host>:50080)",
+    )
 
     p = sub.add_parser(
         "register",
@@ -196,6 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
         "status",
         help="show executors and jobs",
         description="Show the executors (alive, draining, lost: since when and why) and the jobs.",
+    )
+    p = sub.add_parser(
+        "jobs",
+        help="list the jobs",
+        description="List the jobs: state, progress, time, rows, re-runs and the query.",
     )
     p = sub.add_parser("cancel", help="cancel a job", description="Cancel a running job.")
     p.add_argument("job", help="job id (see `mangonel status`)")
@@ -229,6 +283,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _web_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--web-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="port of the web UI, REST API (/api) and Prometheus metrics (/metrics); "
+        f"0 picks a free one, -1 turns it off (default {DEFAULT_WEB_PORT}, or a free one "
+        "with --port 0)",
+    )
+
+
+def _web_port(args: argparse.Namespace) -> int | None:
+    """The web port to ask for; ``None`` for none. With ``--port 0`` (no fixed
+    port, as tests ask) the web UI takes a free port too, instead of the default."""
+    if args.web_port is None:
+        return 0 if args.port == 0 else DEFAULT_WEB_PORT
+    return None if args.web_port < 0 else int(args.web_port)
+
+
 def _planner_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--partitions",
@@ -257,7 +331,7 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
 def cmd_scheduler(args: argparse.Namespace) -> int:
     from mangonel.scheduler.main import SchedulerConfig, run_scheduler
 
-    run_scheduler(
+    return run_scheduler(
         SchedulerConfig(
             host=args.host,
             port=args.port,
@@ -270,9 +344,20 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             max_stage_reruns=args.max_stage_reruns,
             result_ttl_s=args.result_ttl,
             address_file=args.address_file,
+            web_port=_web_port(args),
+            web_address_file=args.web_address_file,
+            state=args.state,
+            crash_file=args.crash_file,
+            standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
         )
     )
-    return 0
+
+
+def _standby_timeout(state: str | None, given: float | None) -> float | None:
+    """Wait for the lead for ever on etcd (a standby); on a SQLite file, not at all."""
+    if given is not None:
+        return given
+    return None if state and state.startswith("etcd://") else 0.0
 
 
 def cmd_executor(args: argparse.Namespace) -> int:
@@ -317,6 +402,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         scheduler_port=args.port,
         log_level=args.log_level,
         scheduler_args=("--split-rows", str(args.split_rows)) if args.split_rows else (),
+        web_port=_web_port(args),
     )
     with cluster:
         with cluster.connect() as session:
@@ -328,6 +414,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
             f"executors (logs in {cluster.log_dir}); Ctrl-C to stop",
             flush=True,
         )
+        if cluster.web_port is not None:
+            print(f"mangonel web UI at {cluster.web_url}", flush=True)
         try:
             while not stop.wait(0.5):
                 if cluster.scheduler is not None and not cluster.scheduler.alive():
@@ -377,6 +465,17 @@ def _print_result(result: Result, max_rows: int) -> None:
     print(f"{result.num_rows} {noun} in {result.elapsed_s:.2f} s", file=sys.stderr)
 
 
+def _run_query(session: Session, query: str, args: argparse.Namespace) -> Result:
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    if not show:
+        return session.sql(query, args.dialect)
+    bar = ProgressBar(sys.stderr)
+    try:
+        return session.sql(query, args.dialect, on_progress=bar.update)
+    finally:
+        bar.clear()
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     text = _query_text(args)
     with Session(args.scheduler) as session:
@@ -384,7 +483,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
             query = strip_statement(text)
             if not query:
                 raise UsageError("the query is empty")
-            _print_result(session.sql(query, args.dialect), args.max_rows)
+            _print_result(_run_query(session, query, args), args.max_rows)
             return 0
         with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
@@ -394,7 +493,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         )
         for statement in read_statements():
             try:
-                _print_result(session.sql(statement, args.dialect), args.max_rows)
+                _print_result(_run_query(session, statement, args), args.max_rows)
             except MangonelError as exc:
                 print(_one_line(exc), file=sys.stderr)
     return 0
@@ -404,9 +503,50 @@ def cmd_explain(args: argparse.Namespace) -> int:
     text = _query_text(args)
     if text is None or not strip_statement(text):
         raise UsageError('give a query: mangonel explain "SELECT ..." or -f FILE')
+    query = strip_statement(text)
+    if args.picture:
+        _draw_plan(query, args)
+        print(f"stage graph written to {args.picture}", file=sys.stderr)
     with Session(args.scheduler) as session:
-        print(session.explain(strip_statement(text), args.dialect))
+        print(session.explain(query, args.dialect))
     return 0
+
+
+def _web_url(args: argparse.Namespace) -> str:
+    if args.web:
+        return str(args.web).rstrip("/")
+    host = str(args.scheduler).rsplit(":", 1)[0] or "127.0.0.1"
+    return f"http://{host}:{DEFAULT_WEB_PORT}"
+
+
+def _draw_plan(query: str, args: argparse.Namespace) -> None:
+    """Plan the query through the scheduler's REST API and draw its stages."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    from mangonel.web.models import ExplainModel
+    from mangonel.web.picture import render as draw
+
+    url = f"{_web_url(args)}/api/explain"
+    body = json.dumps({"sql": query, "dialect": args.dialect}).encode()
+    request = urllib.request.Request(
+        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            plan = ExplainModel.model_validate_json(response.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            detail = json.loads(detail)["detail"]
+        raise MangonelError(str(detail)) from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise MangonelError(
+            f"cannot reach the scheduler's web API at {url} ({exc}); --picture needs it: "
+            "give its URL with --web or $MANGONEL_WEB"
+        ) from None
+    draw(plan.stages, args.picture)
 
 
 def cmd_register(args: argparse.Namespace) -> int:
@@ -503,6 +643,40 @@ def _why(e: ExecutorStatus) -> str:
     return " - ".join(x for x in (e.reason, e.detail) if x)
 
 
+def cmd_jobs(args: argparse.Namespace) -> int:
+    with Session(args.scheduler) as session:
+        jobs = sorted(session.status().jobs, key=lambda j: j.submitted_at, reverse=True)
+    if not jobs:
+        print("no jobs; run one with `mangonel sql`")
+        return 0
+    print(render.format_table(jobs_table(jobs), max_rows=len(jobs)))
+    return 0
+
+
+def jobs_table(jobs: Sequence[JobStatus]) -> pa.Table:
+    """The jobs as a table: id, state, progress, time, rows, re-runs, query."""
+    import pyarrow as pa
+
+    def progress(j: JobStatus) -> str:
+        total = sum(s.tasks_total for s in j.stages)
+        done = sum(min(s.tasks_done, s.tasks_total) for s in j.stages)
+        return f"{done}/{total} tasks"
+
+    return pa.table(
+        {
+            "job": [j.job_id for j in jobs],
+            "state": [j.state.value for j in jobs],
+            "submitted": [time.strftime("%H:%M:%S", time.localtime(j.submitted_at)) for j in jobs],
+            "time": [f"{j.elapsed_s:.2f} s" for j in jobs],
+            "progress": [progress(j) for j in jobs],
+            "rows": [j.stages[-1].rows if j.stages else 0 for j in jobs],
+            "re-run": [j.tasks_rerun for j in jobs],
+            "recomputed": [j.outputs_recomputed for j in jobs],
+            "query": [" ".join(j.sql.split())[:60] for j in jobs],
+        }
+    )
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
     with Session(args.scheduler) as session:
         cancelled = session.cancel(args.job)
@@ -525,6 +699,7 @@ COMMANDS = {
     "register": cmd_register,
     "tables": cmd_tables,
     "status": cmd_status,
+    "jobs": cmd_jobs,
     "cancel": cmd_cancel,
     "demo": cmd_demo,
 }

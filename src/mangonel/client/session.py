@@ -11,6 +11,7 @@ straight from the executors' Flight servers, then released on the scheduler.
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,31 +87,83 @@ class Result:
 
 
 class Session:
-    """A connection to one scheduler. Use ``mangonel.connect`` to make one.
+    """A connection to a scheduler. Use ``mangonel.connect`` to make one.
 
     Args:
-        address: ``host:port`` of the scheduler.
+        address: ``host:port`` of the scheduler, or of every scheduler of a
+            highly available group, comma-separated (only the leader answers).
         timeout_s: Limit on each unary call (not on a query's run time).
+        reconnect_s: Once a scheduler answered, how long to keep trying when
+            none does (it restarts, or the standby takes over): a waiting
+            query watches its job again on the scheduler that answers. A
+            scheduler never reached at all is an error at once.
     """
 
-    def __init__(self, address: str = DEFAULT_ADDRESS, timeout_s: float = 60.0) -> None:
-        self.address = address
+    def __init__(
+        self, address: str = DEFAULT_ADDRESS, timeout_s: float = 60.0, reconnect_s: float = 60.0
+    ) -> None:
+        self.addresses = [a.strip() for a in address.split(",") if a.strip()] or [DEFAULT_ADDRESS]
         self._timeout_s = timeout_s
-        self._channel = open_channel(address)
-        self._stub = pb_grpc.QueryServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self._reconnect_s = reconnect_s
+        self._channels = [open_channel(a) for a in self.addresses]
+        self._stubs = [pb_grpc.QueryServiceStub(c) for c in self._channels]  # type: ignore[no-untyped-call]
+        self._current = 0
+        self._answered = False
         self._flight = FlightPool()
+
+    @property
+    def address(self) -> str:
+        """The scheduler this session talks to now."""
+        return self.addresses[self._current]
+
+    @property
+    def _stub(self) -> pb_grpc.QueryServiceStub:
+        return self._stubs[self._current]
 
     # ------------------------------------------------------------------ plumbing
 
     def _call(self, method: str, request: object) -> object:
-        try:
-            return getattr(self._stub, method)(request, timeout=self._timeout_s)
-        except grpc.RpcError as err:
+        deadline: float | None = None
+        while True:
+            try:
+                reply = getattr(self._stub, method)(request, timeout=self._timeout_s)
+                self._answered = True
+                return reply
+            except grpc.RpcError as err:
+                deadline = self._next_scheduler(err, deadline)
+
+    def _next_scheduler(
+        self, err: grpc.RpcError, deadline: float | None, gone: tuple[grpc.StatusCode, ...] = ()
+    ) -> float:
+        """After ``err``, move to the next scheduler and return the deadline to give up at.
+
+        Raises the error itself unless it says the scheduler is unreachable (or
+        its code is in ``gone``), and
+        ``ClusterError`` once no scheduler answered for ``reconnect_s`` (at once
+        when none ever answered this session).
+        """
+        code = err.code() if isinstance(err, grpc.Call) else None
+        if code is not grpc.StatusCode.UNAVAILABLE and code not in gone:
             raise translate(err, self.address) from None
+        now = time.monotonic()
+        if deadline is None:
+            deadline = now + (self._reconnect_s if self._answered else 0.0)
+        failed = self.address
+        self._current = (self._current + 1) % len(self.addresses)
+        if self._current == 0 and now >= deadline:
+            if len(self.addresses) == 1:
+                raise translate(err, failed) from None
+            raise ClusterError(
+                f"cannot reach any scheduler of {', '.join(self.addresses)}; are they running?"
+            ) from None
+        if self._current == 0:
+            time.sleep(0.2)  # a full round failed: the leader may be restarting
+        return deadline
 
     def close(self) -> None:
         self._flight.close()
-        self._channel.close()
+        for channel in self._channels:
+            channel.close()
 
     def __enter__(self) -> Session:
         return self
@@ -159,7 +212,10 @@ class Session:
         Raises:
             QueryError: (a subclass) the query cannot run as written.
         """
-        msg = self._call("Submit", pb.SubmitRequest(sql=text, dialect=dialect or ""))
+        # One id for every retry of this submission (``_call`` retries when the
+        # scheduler restarts or fails over): it never starts the query twice.
+        request = pb.SubmitRequest(sql=text, dialect=dialect or "", request_id=secrets.token_hex(8))
+        msg = self._call("Submit", request)
         assert isinstance(msg, pb.SubmitResponse)
         return str(msg.job_id)
 
@@ -241,18 +297,33 @@ class Session:
         )
 
     def _watch(self, job_id: str, on_progress: Callable[[JobStatus], None] | None) -> pb.JobStatus:
-        final: pb.JobStatus | None = None
-        try:
-            for msg in self._stub.WatchJob(pb.WatchJobRequest(job_id=job_id)):
-                if on_progress is not None:
-                    on_progress(job_from_proto(msg))
-                if msg.state not in (pb.JOB_STATE_RUNNING, pb.JOB_STATE_UNSPECIFIED):
-                    final = msg
-        except grpc.RpcError as err:
-            raise translate(err, self.address) from None
-        if final is None:
-            raise unreachable(self.address)
-        return final
+        """Follow the job to its end; across a scheduler restart or failover too."""
+        deadline: float | None = None
+        while True:
+            final: pb.JobStatus | None = None
+            try:
+                for msg in self._stub.WatchJob(pb.WatchJobRequest(job_id=job_id)):
+                    self._answered, deadline = True, None
+                    if on_progress is not None:
+                        on_progress(job_from_proto(msg))
+                    if msg.state not in (pb.JOB_STATE_RUNNING, pb.JOB_STATE_UNSPECIFIED):
+                        final = msg
+            except grpc.RpcError as err:
+                if final is not None:
+                    return final
+                # A scheduler that stops cancels its streams: it went away too.
+                deadline = self._next_scheduler(err, deadline, (grpc.StatusCode.CANCELLED,))
+                log.info("watching job %s again on the scheduler at %s", job_id, self.address)
+                continue
+            if final is None:
+                # The stream ended without an end state: the scheduler stopped.
+                if deadline is None:
+                    deadline = time.monotonic() + self._reconnect_s
+                if time.monotonic() >= deadline:
+                    raise unreachable(self.address)
+                time.sleep(0.2)
+                continue
+            return final
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a job; False when it had finished already."""
@@ -267,10 +338,13 @@ class Session:
         return cluster_from_proto(msg)
 
 
-def connect(address: str = DEFAULT_ADDRESS, timeout_s: float = 60.0) -> Session:
-    """A session with the scheduler at ``address`` (``host:port``).
+def connect(
+    address: str = DEFAULT_ADDRESS, timeout_s: float = 60.0, reconnect_s: float = 60.0
+) -> Session:
+    """A session with the scheduler at ``address`` (``host:port``, or several comma-separated).
 
     The connection opens on the first call; an unreachable scheduler raises
-    ``ClusterError`` there.
+    ``ClusterError`` there. Later, a scheduler that restarts or fails over is
+    waited for up to ``reconnect_s``: a running query just takes longer.
     """
-    return Session(address, timeout_s)
+    return Session(address, timeout_s, reconnect_s)

@@ -42,6 +42,10 @@ _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
+    # A restarted scheduler is found again within a second.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
 
@@ -54,6 +58,12 @@ class Registration:
     slots: int
     pid: int
     work_dir: str
+    resume: ExecutorId | None = None
+    """The life to go on with after the command stream broke (see ``Registered.resumed``)."""
+    held_paths: tuple[str, ...] = ()
+    """Output files that life still has."""
+    held_jobs: tuple[str, ...] = ()
+    """Jobs that life has files of."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,8 @@ class Registered:
 
     executor: ExecutorId
     heartbeat_interval_s: float
+    resumed: bool = False
+    """The scheduler (restarted) took the ``resume`` life back, files and all."""
 
 
 class CommandStream(Protocol):
@@ -129,15 +141,31 @@ class GrpcSchedulerLink:
     """``SchedulerLink`` over the scheduler's ``ExecutorControl`` gRPC service.
 
     Args:
-        address: ``host:port`` of the scheduler.
+        address: ``host:port`` of the scheduler, or several separated by commas
+            (a highly available pair: only the leader listens). Registering
+            tries each in turn until one answers; every other call goes to the
+            one that took the registration.
         rpc_timeout_s: Limit on each unary call (register, heartbeat, report).
     """
 
     def __init__(self, address: str, rpc_timeout_s: float = 10.0) -> None:
-        self.address = address
+        self.addresses = [a.strip() for a in address.split(",") if a.strip()]
+        if not self.addresses:
+            raise ClusterError(f"no scheduler address in {address!r}")
         self.rpc_timeout_s = rpc_timeout_s
-        self._channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
-        self._stub = pb_grpc.ExecutorControlStub(self._channel)  # type: ignore[no-untyped-call]
+        self._current = 0
+        self._channels = [
+            grpc.insecure_channel(a, options=_CHANNEL_OPTIONS) for a in self.addresses
+        ]
+        self._stubs = [pb_grpc.ExecutorControlStub(c) for c in self._channels]  # type: ignore[no-untyped-call]
+
+    @property
+    def address(self) -> str:
+        return self.addresses[self._current]
+
+    @property
+    def _stub(self) -> pb_grpc.ExecutorControlStub:
+        return self._stubs[self._current]
 
     def register(self, registration: Registration) -> Registered:
         request = pb.RegisterExecutorRequest(
@@ -146,12 +174,23 @@ class GrpcSchedulerLink:
             slots=registration.slots,
             pid=registration.pid,
             work_dir=registration.work_dir,
+            resume_executor_id=registration.resume or "",
+            held_paths=list(registration.held_paths),
+            held_jobs=list(registration.held_jobs),
         )
-        try:
-            reply = self._stub.RegisterExecutor(request, timeout=self.rpc_timeout_s)
-        except grpc.RpcError as exc:
-            raise self._error("register with", exc) from exc
-        return Registered(ExecutorId(reply.executor_id), reply.heartbeat_interval_s)
+        errors = []
+        for _ in self.addresses:
+            try:
+                reply = self._stub.RegisterExecutor(request, timeout=self.rpc_timeout_s)
+                return Registered(
+                    ExecutorId(reply.executor_id), reply.heartbeat_interval_s, reply.resumed
+                )
+            except grpc.RpcError as exc:
+                errors.append(f"{self.address}: {_describe(exc)}")
+                self._current = (self._current + 1) % len(self.addresses)
+        raise ClusterError(
+            f"cannot register with a scheduler ({'; '.join(errors)}); is a scheduler running there?"
+        )
 
     def connect(self, executor: ExecutorId) -> CommandStream:
         call = self._stub.Connect(pb.ConnectRequest(executor_id=executor))
@@ -203,7 +242,8 @@ class GrpcSchedulerLink:
             raise self._error("drain with", exc) from exc
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._channels:
+            channel.close()
 
     def _report(self, request: pb.ReportTaskRequest) -> None:
         try:

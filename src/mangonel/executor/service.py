@@ -9,11 +9,15 @@ scheduler gave it::
       │
       ▼
     register ──▶ claim <work root>/<id> ──▶ connect ──▶ commands ... ──▶ stream ended
-      ▲                                                                      │
-      │        end the life: cancel its tasks; once they stopped, delete     │
-      └─ back off ◀──── its directory (nothing of it is trusted any more) ◀──┘
-                                      │
-                        draining: exit instead of registering again
+      ▲   ▲                                    ▲                             │
+      │   │                                    │ resumed: same id, same      │
+      │   │                                    │ files, new stream           ▼
+      │   │                               register again asking to resume <id>,
+      │   │                               saying which outputs it still holds
+      │   │   refused (it was counted as lost):           │
+      │   └── end the old life: delete its directory ◀────┘
+      │       once its cancelled tasks stopped
+      └─ back off; draining: exit instead of registering again
 
 * Commands arrive on the scheduler's stream and are handled at once:
   ``LaunchTask`` queues the task on a pool of ``slots`` threads, each task
@@ -21,12 +25,15 @@ scheduler gave it::
   stops it; ``ReleaseOutputs`` deletes shuffle files.
 * Heartbeats go from a thread of their own, so a busy executor is never taken
   for a lost one. A heartbeat answered "unknown executor" ends the stream.
-* When the stream ends, the scheduler has counted this life as lost and is
-  re-running its tasks elsewhere (or, when draining, let it go): the executor
-  cancels what the life runs and deletes its files once those tasks stopped. A
-  life's late reports are ignored by the scheduler; its files must not outlive
-  it, or a frozen-then-thawed executor would leak every file of its first life.
-  The next life registers under a new id: nothing of the previous one is trusted.
+* When the stream ends, the scheduler either counted this life as lost or
+  went away (crashed, restarted, a new leader took over); either way it runs
+  the life's tasks again, so the executor cancels them. It then registers
+  again asking to resume the life, with the paths of the outputs it still
+  holds: a restarted scheduler that still counts on it takes it back (its
+  outputs stay in use; those it lost are made again); otherwise the life is
+  over and its files are deleted once its tasks stopped (a frozen-then-thawed
+  executor must not leak its first life's files), and a new life begins under
+  a new id. Late reports of an old life are ignored by the scheduler.
 * ``drain()`` (on SIGTERM) tells the scheduler this executor leaves. The
   scheduler gives it no new task and closes its stream once its tasks finished
   and no job needs its outputs; ``serve()`` then returns instead of registering
@@ -67,7 +74,8 @@ from mangonel.scheduler.events import (
 log = logging.getLogger(__name__)
 
 _BACKOFF_START_S = 0.1
-_BACKOFF_MAX_S = 5.0
+_BACKOFF_MAX_S = 1.0
+"""A restarted scheduler waits for its executors to reattach: try often."""
 
 
 class _Life:
@@ -177,18 +185,20 @@ class ExecutorService:
 
     def _serve(self) -> None:
         backoff = _BACKOFF_START_S
+        life: _Life | None = None
+        """The life to go on with: after the stream breaks, the scheduler may have
+        restarted and still count on it (then its files are kept)."""
         while not self._stop.is_set() and not self._draining.is_set():
             try:
-                registered = self.link.register(
-                    Registration(
-                        host=self.config.host,
-                        flight_address=self.flight_address,
-                        slots=self.config.slots,
-                        pid=os.getpid(),
-                        work_dir=self.work.root,
-                    )
-                )
-                life = self._begin_life(registered.executor)
+                registered = self.link.register(self._registration(life))
+                if life is None or not (
+                    registered.resumed and registered.executor == life.executor
+                ):
+                    if life is not None:
+                        log.info("the scheduler let executor %s go; starting anew", life.executor)
+                        self._end_life(life)
+                        life = None
+                    life = self._begin_life(registered.executor)
             except Exception as exc:
                 log.warning("cannot register with the scheduler (retrying): %s", exc)
                 self._stop.wait(backoff)
@@ -198,7 +208,6 @@ class ExecutorService:
                 stream = self.link.connect(registered.executor)
             except Exception as exc:
                 log.warning("cannot connect to the scheduler (retrying): %s", exc)
-                self._end_life(life)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX_S)
                 continue
@@ -208,7 +217,10 @@ class ExecutorService:
                     self._heartbeat_s = registered.heartbeat_interval_s
             if self._stop.is_set():  # stop() ran before the stream was published
                 stream.cancel()
-            log.info("registered as executor %s", registered.executor)
+            if registered.resumed:
+                log.info("reattached as executor %s after the scheduler restarted", life.executor)
+            else:
+                log.info("registered as executor %s", registered.executor)
             self.registered.set()
             try:
                 for command in stream:
@@ -219,13 +231,34 @@ class ExecutorService:
                     log.warning("lost the scheduler's command stream: %s", exc)
             with self._lock:
                 self._life, self._stream = None, None
-            self._end_life(life)
+            # Whatever happened (this executor was counted as lost, or the
+            # scheduler went away), the scheduler runs these tasks again.
+            self._cancel_tasks(life)
             if self._draining.is_set():
+                self._end_life(life)
                 log.info("drained: the scheduler let executor %s go", life.executor)
                 return
             if not self._stop.is_set():
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, _BACKOFF_MAX_S)
+
+    def _registration(self, life: _Life | None) -> Registration:
+        """Who this executor is; with ``life``, a request to go on with it."""
+        held_paths: tuple[str, ...] = ()
+        held_jobs: tuple[str, ...] = ()
+        if life is not None:
+            held_paths = tuple(self.registry.paths_under(life.writer.root))
+            held_jobs = tuple(life.writer.jobs())
+        return Registration(
+            host=self.config.host,
+            flight_address=self.flight_address,
+            slots=self.config.slots,
+            pid=os.getpid(),
+            work_dir=self.work.root,
+            resume=life.executor if life is not None else None,
+            held_paths=held_paths,
+            held_jobs=held_jobs,
+        )
 
     def drain(self) -> None:
         """Leave the cluster gracefully; returns at once (watch ``finished``).
@@ -286,16 +319,21 @@ class ExecutorService:
             self._lives.append(life)
         return life
 
-    def _end_life(self, life: _Life) -> None:
-        """Cancel what the life runs; delete its files once nothing of it runs."""
+    def _cancel_tasks(self, life: _Life) -> None:
+        """Cancel every task the life has queued or running."""
         with self._lock:
-            life.ended = True
             for attempt in life.tasks:
                 runner = self._running.get(attempt)
                 if runner is not None:
                     runner.cancel(attempt)
                 else:
                     self._cancel_queued.add(attempt)
+
+    def _end_life(self, life: _Life) -> None:
+        """Cancel what the life runs; delete its files once nothing of it runs."""
+        self._cancel_tasks(life)
+        with self._lock:
+            life.ended = True
             idle = not life.tasks
         if idle:
             self._retire(life)

@@ -6,7 +6,7 @@ Every directory an executor process writes lives directly under its *work root*
     <work root>/
       exec-3-9f2c/          one life of an executor (its id from the scheduler)
         owner.lock          flock()ed by the live process; pid and time inside
-        shuffle/<job>/s<stage>/m<map>/a<attempt>/part-<p>.arrow
+        shuffle/<job>/s<stage>/m<map>-a<attempt>-p<p>.arrow
       spill-4711-0b1e/      DuckDB spill files of one process (one per slot)
         owner.lock
         slot-0/ slot-1/

@@ -357,6 +357,14 @@ class Distributor:
         inner = kind in (JoinKind.INNER, JoinKind.CROSS)
         can_bcast_right = inner or kind in (JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
         no_keys = not n.left_keys
+        if not no_keys and left.hash_keys and right.hash_keys:
+            # Both sides already hash-partitioned on the join keys (an aggregate
+            # over a shuffle, joined back on its group keys, as in q21): join
+            # task i with task i. Cheaper than any broadcast, which would copy
+            # the whole side into every task and build its hash table N times.
+            lk, rk = self._cast_keys(left.node, n.left_keys, right.node, n.right_keys)
+            if self._hashed_on(left, lk) and self._hashed_on(right, rk):
+                return self._colocated_join(n, left, right, lk)
         # Broadcast the smaller side when it is small: for inner joins either side,
         # for LEFT/SEMI/ANTI only the right (the left's rows must each meet all of it).
         small_right = right.est <= self._broadcast and (not inner or right.est <= left.est)
@@ -381,23 +389,26 @@ class Distributor:
             lg.node = Join(lg.node, read, kind, n.left_keys, n.right_keys, n.residual)
             return lg
         lk, rk = self._cast_keys(left.node, n.left_keys, right.node, n.right_keys)
-        if not (
-            left.hash_keys is not None
-            and _same(left.hash_keys, lk)
-            and left.tasks == self._n
-            and left.scan is None
-        ):
+        if not self._hashed_on(left, lk):
             left = self.exchange(left, lk)
-        if not (
-            right.hash_keys is not None
-            and _same(right.hash_keys, rk)
-            and right.tasks == self._n
-            and right.scan is None
-        ):
+        if not self._hashed_on(right, rk):
             right = self.exchange(right, rk)
+        return self._colocated_join(n, left, right, lk)
+
+    def _hashed_on(self, f: Frag, keys: list[exp.Expr]) -> bool:
+        """True when task i of ``f`` holds exactly the rows whose ``keys`` hash to i."""
+        return (
+            f.hash_keys is not None
+            and _same(f.hash_keys, keys)
+            and f.tasks == self._n
+            and f.scan is None
+        )
+
+    def _colocated_join(self, n: Join, left: Frag, right: Frag, lk: list[exp.Expr]) -> Frag:
+        """Join two sides hash-partitioned alike on the join keys, task by task."""
         left.inputs.update(right.inputs)
-        left.node = Join(left.node, right.node, kind, n.left_keys, n.right_keys, n.residual)
-        left.hash_keys = lk if kind is not JoinKind.FULL else None
+        left.node = Join(left.node, right.node, n.kind, n.left_keys, n.right_keys, n.residual)
+        left.hash_keys = lk if n.kind is not JoinKind.FULL else None
         left.est = max(left.est, right.est)
         return left
 

@@ -196,26 +196,34 @@ class FetchFailure(_message.Message):
     def __init__(self, executor: _Optional[str] = ..., stage: _Optional[int] = ..., map_partition: _Optional[int] = ..., message: _Optional[str] = ..., output_lost: _Optional[bool] = ...) -> None: ...
 
 class RegisterExecutorRequest(_message.Message):
-    __slots__ = ("host", "flight_address", "slots", "pid", "work_dir")
+    __slots__ = ("host", "flight_address", "slots", "pid", "work_dir", "resume_executor_id", "held_paths", "held_jobs")
     HOST_FIELD_NUMBER: _ClassVar[int]
     FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     WORK_DIR_FIELD_NUMBER: _ClassVar[int]
+    RESUME_EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    HELD_PATHS_FIELD_NUMBER: _ClassVar[int]
+    HELD_JOBS_FIELD_NUMBER: _ClassVar[int]
     host: str
     flight_address: str
     slots: int
     pid: int
     work_dir: str
-    def __init__(self, host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., work_dir: _Optional[str] = ...) -> None: ...
+    resume_executor_id: str
+    held_paths: _containers.RepeatedScalarFieldContainer[str]
+    held_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., work_dir: _Optional[str] = ..., resume_executor_id: _Optional[str] = ..., held_paths: _Optional[_Iterable[str]] = ..., held_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegisterExecutorResponse(_message.Message):
-    __slots__ = ("executor_id", "heartbeat_interval_s")
+    __slots__ = ("executor_id", "heartbeat_interval_s", "resumed")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_S_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
     executor_id: str
     heartbeat_interval_s: float
-    def __init__(self, executor_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ...) -> None: ...
+    resumed: bool
+    def __init__(self, executor_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., resumed: _Optional[bool] = ...) -> None: ...
 
 class ConnectRequest(_message.Message):
     __slots__ = ("executor_id",)
@@ -372,12 +380,14 @@ class ExplainResponse(_message.Message):
     def __init__(self, text: _Optional[str] = ...) -> None: ...
 
 class SubmitRequest(_message.Message):
-    __slots__ = ("sql", "dialect")
+    __slots__ = ("sql", "dialect", "request_id")
     SQL_FIELD_NUMBER: _ClassVar[int]
     DIALECT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     sql: str
     dialect: str
-    def __init__(self, sql: _Optional[str] = ..., dialect: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, sql: _Optional[str] = ..., dialect: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class SubmitResponse(_message.Message):
     __slots__ = ("job_id", "columns")

@@ -18,6 +18,16 @@ queue in the order the state machine decided them:
   result the client has not read keeps its stream (and so its Flight server)
   until the result is released; then it is let go.
 
+Before any command of an event is carried out, what the event changed is
+committed to the state store (``scheduler.persist``: the jobs it touched, the
+executors, the catalog), so a scheduler killed at any moment restarts from a
+state it can go on from: ``recover()`` reads the store back, and
+``SchedulerRecovered`` gives up on the attempts that were running and makes
+the executors of the previous run reattach (``register_executor(resume=...)``
+then ``ExecutorReattached`` with the outputs they still hold). A write that
+fails (another scheduler took the store over, or it cannot be reached) is
+fatal: ``fatal`` is set, ``on_fatal`` runs, and the scheduler must stop.
+
 After every event the shell copies the state machine's view of each unfinished
 job (``JobView``) into its ``JobRecord``, so ``WatchJob`` and ``ClusterStatus``
 show the state machine's own numbers: tasks done, running, pending, re-run and
@@ -38,10 +48,16 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mangonel.catalog import Table, load_table
-from mangonel.errors import JobCancelledError, JobFailedError, MangonelError
+from mangonel.errors import (
+    JobCancelledError,
+    JobFailedError,
+    MangonelError,
+    StateStoreError,
+)
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.scheduler.crash import CrashPoints
 from mangonel.scheduler.events import (
     CancelTask,
     Command,
@@ -51,7 +67,9 @@ from mangonel.scheduler.events import (
     ExecutorHeartbeat,
     ExecutorInfo,
     ExecutorLost,
+    ExecutorReattached,
     ExecutorRegistered,
+    FetchFailed,
     JobCancelled,
     JobFailed,
     JobSubmitted,
@@ -61,15 +79,33 @@ from mangonel.scheduler.events import (
     LossReason,
     PartitionOutput,
     ReleaseOutputs,
+    SchedulerRecovered,
     TaskCompleted,
     TaskFailed,
     TaskFailure,
     Tick,
 )
 from mangonel.scheduler.jobs import JobPhase, JobRecord
+from mangonel.scheduler.persist import (
+    EXECUTORS_KEY,
+    META_KEY,
+    StateWriter,
+    StoredMeta,
+    StoredOutcome,
+    StoredPlan,
+    StoredTable,
+    job_key,
+    job_keys,
+    read_snapshot,
+    table_key,
+)
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorPhase
-from mangonel.scheduler.state_views import ExecutorView, JobView
-from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore
+from mangonel.scheduler.state_executors import RegistrySnapshot
+from mangonel.scheduler.state_jobs import JobProgress
+from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
+from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
+from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
+from mangonel.scheduler.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +118,25 @@ class StateMachine(Protocol):
     def job(self, job_id: JobId) -> JobView | None: ...
 
     def executors(self) -> list[ExecutorView]: ...
+
+    def awaits(self, executor: ExecutorId) -> bool: ...
+
+    def unfinished_jobs(self) -> list[JobId]: ...
+
+    def export_job(self, job_id: JobId) -> JobProgress | None: ...
+
+    def export_executors(self) -> RegistrySnapshot: ...
+
+    @property
+    def no_executor_since(self) -> float | None: ...
+
+    def restore(
+        self,
+        executors: RegistrySnapshot | None,
+        jobs: list[StateJobRecord],
+        finished: list[JobView],
+        no_executor_since: float | None,
+    ) -> None: ...
 
 
 class JobNotFoundError(MangonelError):
@@ -128,7 +183,10 @@ class SchedulerCore:
         state: The pure state machine.
         config: Planner settings, limits and timers.
         catalog: Where tables live; in memory by default.
-        clock: Monotonic seconds; injectable for tests.
+        clock: Seconds since the epoch (every time is persisted, and must mean
+            the same after a restart); injectable for tests.
+        store: Where the state is made durable, acquired by this scheduler
+            (``recover()`` reads it back); nothing durable by default.
     """
 
     def __init__(
@@ -136,10 +194,22 @@ class SchedulerCore:
         state: StateMachine,
         config: CoreConfig | None = None,
         catalog: CatalogStore | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
+        store: StateStore | None = None,
     ) -> None:
         self.config = config or CoreConfig()
         self.catalog: CatalogStore = catalog or MemoryCatalogStore()
+        if store is None:
+            store = MemoryStateStore()
+            store.acquire("scheduler")
+        self.store = store
+        self._writer = StateWriter(store, {})
+        self.fatal: StateStoreError | None = None
+        """Set when the store could not be written (or another scheduler took
+        it over): this scheduler's memory is ahead of its store, so it must stop."""
+        self.on_fatal: Callable[[StateStoreError], None] | None = None
+        self.crash_points: CrashPoints | None = None
+        """Crash tests' rules (``scheduler.crash``); ``None`` in production."""
         self._state = state
         self._clock = clock
         self._lock = threading.RLock()
@@ -150,6 +220,8 @@ class SchedulerCore:
         self._cancelled: set[JobId] = set()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
+        # Attempt history, counters and bytes held, for the web UI and /metrics.
+        self.telemetry = Telemetry(keep_jobs=self.config.keep_jobs)
 
     # ------------------------------------------------------------- life cycle
 
@@ -166,6 +238,93 @@ class SchedulerCore:
         with self._lock:
             for entry in self._executors.values():
                 entry.commands.put(CLOSE)
+
+    def recover(self) -> int:
+        """Read back what the store holds (after a restart); return the unfinished jobs.
+
+        Tables are registered again (their footers re-read), jobs and executors
+        restored, then ``SchedulerRecovered`` gives up on the attempts that
+        were running and makes every live executor wait to reattach. Call it
+        once, after acquiring the store and before serving.
+
+        Raises:
+            StateStoreError: the store cannot be read, or holds what this
+                mangonel cannot read.
+        """
+        data = self.store.load()
+        snap = read_snapshot(data, self.store.url)
+        with self._lock:
+            self._writer = StateWriter(self.store, data)
+            if snap.empty:
+                return 0
+            dropped = []
+            for name, table in snap.tables.items():
+                try:
+                    self.catalog.put(load_table(name, table.path))
+                except MangonelError as exc:
+                    log.error("table %s cannot be read any more, so it is dropped: %s", name, exc)
+                    dropped.append(table_key(name))
+            running: list[StateJobRecord] = []
+            finished: list[JobView] = []
+            for stored in snap.jobs:
+                record = JobRecord.create(
+                    stored.id, stored.plan.sql, stored.plan.plan, stored.plan.submitted
+                )
+                record.submitted_wall = stored.plan.submitted_wall
+                record.request_id = stored.plan.request_id
+                outcome = stored.outcome
+                if outcome is not None:
+                    record.view = outcome.view
+                    record.phase, record.finished = outcome.phase, outcome.finished
+                    record.error, record.error_type = outcome.error, outcome.error_type
+                    record.result, record.result_released = outcome.result, outcome.result_released
+                    if outcome.view is not None:
+                        finished.append(outcome.view)
+                    if outcome.phase is JobPhase.CANCELLED:
+                        self._cancelled.add(stored.id)
+                elif stored.progress is not None:
+                    running.append(StateJobRecord.restore(stored.plan.plan, stored.progress))
+                self._jobs[stored.id] = record
+            self._state.restore(snap.executors, running, finished, snap.meta.no_executor_since)
+            self._restore_executor_entries()
+            if dropped:
+                self._write({}, dropped)
+            self._emit(lambda eid, now: SchedulerRecovered(eid, now))
+            log.info(
+                "recovered from %s: %d tables, %d unfinished and %d finished jobs, %d executors "
+                "expected back",
+                self.store.url,
+                len(snap.tables) - len(dropped),
+                len(running),
+                len(snap.jobs) - len(running),
+                len(snap.executors.live) if snap.executors is not None else 0,
+            )
+            return len(running)
+
+    def crash_at(self, path: str) -> None:
+        """Die at the points the rules in ``path`` name (crash tests only)."""
+
+        def final_stage(job: str) -> StageId | None:
+            record = self._jobs.get(JobId(job))
+            return record.plan.final.id if record is not None else None
+
+        self.crash_points = CrashPoints(path, final_stage)
+
+    def _restore_executor_entries(self) -> None:
+        """List the executors of the previous run: lost ones as they were, live
+        ones as waiting to reconnect (until they reattach or are given up on)."""
+        now = self._clock()
+        for view in self._state.executors():
+            info = ExecutorInfo(view.id, view.host, view.flight_address, view.slots)
+            entry = ExecutorEntry(info, pid=0, work_dir="", restored=True, last_heard=now)
+            if view.state is ExecutorState.LOST:
+                entry.phase, entry.reason = ExecutorPhase.LOST, view.reason
+            elif view.state is ExecutorState.DRAINING:
+                entry.phase = ExecutorPhase.DRAINING
+            else:
+                entry.phase = ExecutorPhase.ALIVE
+            entry.since, entry.detail = view.since, view.detail
+            self._executors[view.id] = entry
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.config.tick_interval_s):
@@ -184,14 +343,95 @@ class SchedulerCore:
             if not isinstance(event, Tick):
                 log.debug("event %d: %s", event.event_id, describe(event))
             commands = self._state.handle(event)
+            # Durable before anything is carried out: a crash from here on
+            # recovers to the state after this event.
+            persisted = self._persist(event, commands)
+            if persisted and self.crash_points is not None:
+                self.crash_points.check(event, commands, "persisted")
             for command in commands:
                 log.debug("command (cause %d): %s", command.cause, describe(command))
                 self._execute(command, event.time)
             self._release_strays(commands, event.time)
+            if persisted and self.crash_points is not None:
+                self.crash_points.check(event, commands, "executed")
             for record in self._jobs.values():
                 if not record.phase.finished:
                     record.update(self._state.job(record.id), event.time)
             return commands
+
+    # ------------------------------------------------------------ persistence
+
+    def _persist(self, event: Event, commands: list[Command]) -> bool:
+        """Write what ``event`` changed to the store (see ``scheduler.persist``).
+
+        Returns False for an event that changes nothing the store keeps.
+        """
+        if isinstance(event, ExecutorHeartbeat | Tick) and not commands:
+            return False
+        state = self._state
+        puts: dict[str, object] = {}
+        deletes: list[str] = []
+        ended = {c.job: c for c in commands if isinstance(c, JobSucceeded | JobFailed)}
+        job = _job_of(event)
+        touched = [job] if job is not None else state.unfinished_jobs()
+        touched += [j for j in ended if j not in touched]
+        for jid in touched:
+            progress = state.export_job(jid)
+            if progress is not None:
+                puts[job_key(jid, "progress")] = progress
+            elif jid in ended:
+                puts[job_key(jid, "outcome")] = self._outcome(jid, ended[jid], event.time)
+                deletes.append(job_key(jid, "progress"))
+        if isinstance(event, JobSubmitted):
+            record = self._jobs[event.job]
+            puts[job_key(event.job, "plan")] = StoredPlan(
+                record.sql, record.submitted, record.submitted_wall, event.plan, record.request_id
+            )
+        puts[EXECUTORS_KEY] = state.export_executors()
+        puts[META_KEY] = StoredMeta(state.no_executor_since)
+        self._write(puts, deletes)
+        return True
+
+    def _outcome(self, job: JobId, command: JobSucceeded | JobFailed, now: float) -> StoredOutcome:
+        view = self._state.job(job)
+        if isinstance(command, JobSucceeded):
+            return StoredOutcome(JobPhase.SUCCEEDED, now, result=command.result, view=view)
+        if job in self._cancelled:
+            return StoredOutcome(
+                JobPhase.CANCELLED, now, command.message, JobCancelledError.__name__, view=view
+            )
+        return StoredOutcome(
+            JobPhase.FAILED, now, command.message, JobFailedError.__name__, view=view
+        )
+
+    def _save_outcome(self, record: JobRecord) -> None:
+        """Write a finished job's outcome as the shell holds it (e.g. once its result was read)."""
+        if record.finished is None:
+            return
+        outcome = StoredOutcome(
+            record.phase,
+            record.finished,
+            record.error,
+            record.error_type,
+            record.result,
+            record.result_released,
+            record.view,
+        )
+        self._write({job_key(record.id, "outcome"): outcome})
+
+    def _write(self, puts: dict[str, object], deletes: list[str] | None = None) -> None:
+        """Commit to the store; a failure is fatal (memory is now ahead of the store)."""
+        if self.fatal is not None:
+            raise self.fatal
+        try:
+            self._writer.commit(puts, deletes or [])
+        except StateStoreError as exc:
+            self.fatal = exc
+            self._stop.set()
+            log.critical("the scheduler stops: %s", exc)
+            if self.on_fatal is not None:
+                threading.Thread(target=self.on_fatal, args=(exc,), daemon=True).start()
+            raise
 
     def _execute(self, command: Command, now: float) -> None:
         if isinstance(command, LaunchTask | CancelTask | ReleaseOutputs):
@@ -204,6 +444,7 @@ class SchedulerCore:
                 )
                 return
             entry.commands.put(command)
+            self.telemetry.command_sent(command, now)
             if isinstance(command, LaunchTask):
                 attempt = command.task.attempt
                 job = self._jobs.get(attempt.task.job)
@@ -214,6 +455,7 @@ class SchedulerCore:
             if job is not None:
                 job.update(self._state.job(command.job), now)
                 job.finish(JobPhase.SUCCEEDED, now, result=command.result)
+                self.telemetry.job_finished(job.id, job.phase.value, job.elapsed(now), now)
         elif isinstance(command, JobFailed):
             job = self._jobs.get(command.job)
             if job is not None:
@@ -232,6 +474,7 @@ class SchedulerCore:
                         error=command.message,
                         error_type=JobFailedError.__name__,
                     )
+                self.telemetry.job_finished(job.id, job.phase.value, job.elapsed(now), now)
         elif isinstance(command, DeclareExecutorLost):
             detail = self._loss_detail(command.executor) or "declared lost by the scheduler"
             entry = self._executors.get(command.executor)
@@ -313,6 +556,7 @@ class SchedulerCore:
         if entry is None or entry.phase is ExecutorPhase.LOST:
             return
         entry.move(ExecutorPhase.LOST, reason, detail)
+        self.telemetry.executor_lost(executor, reason, detail, self._clock())
         # Lost entries stay listed for the status page, but not forever: a
         # forgotten id reads as unknown, which is handled as lost.
         lost = [e for e in self._executors.values() if e.phase is ExecutorPhase.LOST]
@@ -322,21 +566,49 @@ class SchedulerCore:
     # -------------------------------------------------------------- executors
 
     def register_executor(
-        self, host: str, flight_address: str, slots: int, pid: int = 0, work_dir: str = ""
+        self,
+        host: str,
+        flight_address: str,
+        slots: int,
+        pid: int = 0,
+        work_dir: str = "",
+        resume: ExecutorId | None = None,
+        held: frozenset[str] = frozenset(),
+        held_jobs: tuple[str, ...] = (),
     ) -> ExecutorEntry:
-        """Give a new executor its id; it takes tasks once its stream connects."""
+        """Give an executor its id; it takes tasks once its stream connects.
+
+        An executor whose stream broke asks to ``resume`` its id: after a
+        scheduler restart, an executor the restored state still counts on goes
+        on under that id with the outputs it ``held`` (``entry.resume_held``
+        is set); any other gets a new id, as a new executor.
+        """
         if slots < 1:
             raise MangonelError(f"an executor needs at least one slot, got {slots}")
         with self._lock:
-            self._executor_seq += 1
-            # The random suffix keeps ids unique across scheduler restarts.
-            eid = ExecutorId(f"exec-{self._executor_seq}-{secrets.token_hex(2)}")
-            entry = ExecutorEntry(ExecutorInfo(eid, host, flight_address, slots), pid, work_dir)
+            info: ExecutorInfo
+            old = self._executors.get(resume) if resume else None
+            if (
+                resume
+                and self._state.awaits(resume)
+                and (old is None or old.restored or old.phase is ExecutorPhase.CONNECTING)
+            ):
+                info = ExecutorInfo(resume, host, flight_address, slots)
+                entry = ExecutorEntry(info, pid, work_dir, resume_held=held, resume_jobs=held_jobs)
+                what = f"reattached after the scheduler restarted ({len(held)} outputs held)"
+            else:
+                self._executor_seq += 1
+                # The random suffix keeps ids unique across scheduler restarts.
+                eid = ExecutorId(f"exec-{self._executor_seq}-{secrets.token_hex(2)}")
+                info = ExecutorInfo(eid, host, flight_address, slots)
+                entry = ExecutorEntry(info, pid, work_dir)
+                what = "registered"
             entry.last_heard = self._clock()
-            self._executors[eid] = entry
+            self._executors[info.id] = entry
             log.info(
-                "executor %s registered (host %s, flight %s, %d slots, pid %d)",
-                eid,
+                "executor %s %s (host %s, flight %s, %d slots, pid %d)",
+                info.id,
+                what,
                 host,
                 flight_address,
                 slots,
@@ -352,9 +624,39 @@ class SchedulerCore:
                 raise ExecutorNotFoundError(
                     f"executor {executor} is not waiting to connect; register again"
                 )
-            entry.move(ExecutorPhase.ALIVE)
-            self._emit(lambda eid, now: ExecutorRegistered(eid, now, entry.info))
+            if entry.resume_held is None:
+                entry.move(ExecutorPhase.ALIVE)
+                self._emit(lambda eid, now: ExecutorRegistered(eid, now, entry.info))
+                return entry
+            held = entry.resume_held
+            draining = any(
+                v.id == executor and v.state is ExecutorState.DRAINING
+                for v in self._state.executors()
+            )
+            entry.move(ExecutorPhase.DRAINING if draining else ExecutorPhase.ALIVE)
+            commands = self._emit(lambda eid, now: ExecutorReattached(eid, now, entry.info, held))
+            self._release_unneeded(entry, commands[0].cause if commands else self._last_event_id)
             return entry
+
+    def _release_unneeded(self, entry: ExecutorEntry, cause: int) -> None:
+        """Delete a reattached executor's files of jobs that ended while it was away."""
+        now = self._clock()
+        for name in entry.resume_jobs:
+            record = self._jobs.get(JobId(name))
+            if record is not None and not record.phase.finished:
+                # Files of its attempts from before the restart: released with the job.
+                record.executors.add(entry.id)
+                continue
+            stages: tuple[StageId, ...] | None = None
+            if (
+                record is not None
+                and record.phase is JobPhase.SUCCEEDED
+                and not record.result_released
+            ):
+                stages = tuple(s.id for s in record.plan.stages[:-1])  # keep the result
+                if not stages:
+                    continue
+            self._execute(ReleaseOutputs(cause, entry.id, JobId(name), stages), now)
 
     def connection_closed(self, executor: ExecutorId, detail: str = "") -> None:
         """The executor's Connect stream ended: the executor is lost at once."""
@@ -389,19 +691,29 @@ class SchedulerCore:
             return True
 
     def report_completed(
-        self, attempt: TaskAttemptId, executor: ExecutorId, outputs: tuple[PartitionOutput, ...]
+        self,
+        attempt: TaskAttemptId,
+        executor: ExecutorId,
+        outputs: tuple[PartitionOutput, ...],
+        elapsed_s: float | None = None,
     ) -> None:
         with self._lock:
             if not self._accepts_reports(executor, attempt):
                 return
+            self.telemetry.task_completed(attempt, executor, outputs, elapsed_s, self._clock())
             self._emit(lambda eid, now: TaskCompleted(eid, now, attempt, executor, outputs))
 
     def report_failed(
-        self, attempt: TaskAttemptId, executor: ExecutorId, failure: TaskFailure
+        self,
+        attempt: TaskAttemptId,
+        executor: ExecutorId,
+        failure: TaskFailure,
+        elapsed_s: float | None = None,
     ) -> None:
         with self._lock:
             if not self._accepts_reports(executor, attempt):
                 return
+            self.telemetry.task_failed(attempt, executor, failure, elapsed_s, self._clock())
             self._emit(lambda eid, now: TaskFailed(eid, now, attempt, executor, failure))
 
     def _accepts_reports(self, executor: ExecutorId, attempt: TaskAttemptId) -> bool:
@@ -446,12 +758,16 @@ class SchedulerCore:
             CatalogError: the path is missing, not Parquet, or the name is invalid.
         """
         table = load_table(name, path)
-        self.catalog.put(table)
+        with self._lock:
+            self._write({table_key(name): StoredTable(table.location)})
+            self.catalog.put(table)
         log.info("table %s registered: %d files, %d rows", name, len(table.files), table.rows)
         return table
 
     def drop_table(self, name: str) -> bool:
-        return self.catalog.drop(name)
+        with self._lock:
+            self._write({}, [table_key(name)])
+            return self.catalog.drop(name)
 
     def tables(self) -> list[Table]:
         return sorted(self.catalog.snapshot().values(), key=lambda t: t.name)
@@ -462,18 +778,31 @@ class SchedulerCore:
         plan = plan_query(sql, self.catalog.snapshot(), self.config.planner, dialect)
         return render(plan)
 
-    def submit(self, sql: str, dialect: str | None = None) -> JobRecord:
+    def submit(self, sql: str, dialect: str | None = None, request_id: str = "") -> JobRecord:
         """Plan the query (outside the lock: it can take a while) and start the job.
+
+        A ``request_id`` the scheduler has seen (a client retrying a submission
+        whose answer it lost) gets the job it started then.
 
         Raises:
             QueryError: (a subclass) the query cannot run as written.
         """
+        if request_id:
+            with self._lock:
+                for existing in self._jobs.values():
+                    if existing.request_id == request_id:
+                        return existing
         plan = plan_query(sql, self.catalog.snapshot(), self.config.planner, dialect)
         with self._lock:
+            if request_id:
+                for existing in self._jobs.values():
+                    if existing.request_id == request_id:
+                        return existing
             job = JobId(secrets.token_hex(4))
             while job in self._jobs:
                 job = JobId(secrets.token_hex(4))
             record = JobRecord.create(job, sql, plan, self._clock())
+            record.request_id = request_id
             self._jobs[job] = record
             log.info("job %s submitted: %d stages", job, len(plan.stages))
             self._emit(lambda eid, now: JobSubmitted(eid, now, job, plan))
@@ -509,6 +838,8 @@ class SchedulerCore:
                     error=reason,
                     error_type=JobCancelledError.__name__,
                 )
+            now = self._clock()
+            self.telemetry.job_finished(job, record.phase.value, record.elapsed(now), now)
             return True
 
     def release_result(self, job: JobId) -> None:
@@ -525,15 +856,19 @@ class SchedulerCore:
             if r.phase.finished and (r.result_released or r.phase is not JobPhase.SUCCEEDED)
         ]
         excess = len(finished) - self.config.keep_jobs
-        for record in sorted(finished, key=lambda r: r.submitted)[: max(0, excess)]:
+        forgotten = sorted(finished, key=lambda r: r.submitted)[: max(0, excess)]
+        for record in forgotten:
             del self._jobs[record.id]
             self._cancelled.discard(record.id)
+        if forgotten:
+            self._write({}, [key for r in forgotten for key in job_keys(r.id)])
 
     def _release(self, record: JobRecord, why: str) -> None:
         """Delete what is left of a succeeded job: its result, and stray attempts' files."""
         if record.phase is not JobPhase.SUCCEEDED or record.result_released:
             return
         record.result_released = True
+        self._save_outcome(record)
         self._last_event_id += 1
         cause = self._last_event_id
         holders = {loc.executor for loc in record.result} | record.executors
@@ -571,6 +906,17 @@ class SchedulerCore:
                     and now - record.finished > self.config.result_ttl_s
                 ):
                     self._release(record, "time-to-live expired")
+
+
+def _job_of(event: Event) -> JobId | None:
+    """The one job an event is about, or ``None`` when it may touch any job."""
+    if isinstance(event, JobSubmitted | JobCancelled):
+        return event.job
+    if isinstance(event, TaskCompleted):
+        return event.attempt.task.job
+    if isinstance(event, TaskFailed) and not isinstance(event.failure, FetchFailed):
+        return event.attempt.task.job  # a fetch failure may lose an executor
+    return None
 
 
 def describe(item: Event | Command) -> str:

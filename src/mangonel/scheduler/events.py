@@ -201,6 +201,30 @@ class Tick(Event):
     """Time passed; lets timeouts fire (heartbeats, no-executor grace)."""
 
 
+@dataclass(frozen=True)
+class SchedulerRecovered(Event):
+    """The scheduler restarted and reloaded its state from its store.
+
+    Attempts that were running are given up on (their executors learn of the
+    restart when their command stream breaks, and stop them): their tasks go
+    back to pending without charging an attempt. Every live executor waits to
+    reattach, taking no task, for up to the heartbeat timeout; its outputs
+    count as held until then.
+    """
+
+
+@dataclass(frozen=True)
+class ExecutorReattached(Event):
+    """A live executor of the scheduler's previous run reconnected under its id.
+
+    ``held`` are the paths of the output files it still has; finished tasks
+    whose outputs it no longer has are made again.
+    """
+
+    executor: ExecutorInfo
+    held: frozenset[str]
+
+
 # ------------------------------------------------------------------------- commands
 
 

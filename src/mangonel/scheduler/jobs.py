@@ -70,6 +70,8 @@ class JobRecord:
     timing: dict[StageId, StageTiming] = field(default_factory=dict)
     executors: set[ExecutorId] = field(default_factory=set)
     """Every executor given a task of this job: where its files may be."""
+    request_id: str = ""
+    """The client's id of the submission (a retried submission finds this job)."""
     version: int = 0
     """Bumped on every change, so watchers know when to send a new status."""
     changed: threading.Condition = field(default_factory=threading.Condition)

@@ -15,15 +15,20 @@ import signal
 import threading
 from concurrent import futures
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 
-from mangonel.errors import ClusterError
+from mangonel.errors import ClusterError, StateStoreError
 from mangonel.plan.planner import PlannerConfig
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.scheduler.core import CoreConfig, SchedulerCore
 from mangonel.scheduler.events import Limits
 from mangonel.scheduler.service import ExecutorControlServicer, QueryServiceServicer
+from mangonel.scheduler.store import open_store
+
+if TYPE_CHECKING:
+    from mangonel.web.server import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +63,19 @@ class SchedulerConfig:
         result_ttl_s: Results no client released are deleted after this long.
         address_file: Where to write the bound ``host:port`` once serving.
         max_workers: gRPC threads; every executor stream and job watcher holds one.
+        web_port: Port of the web UI, REST API and /metrics (``mangonel.web``);
+            0 picks a free one, ``None`` serves none.
+        web_address_file: Where to write the web UI's URL once serving.
+        state: Where the scheduler's state is kept (``scheduler.store.open_store``):
+            ``sqlite:///path.db`` (the default: ``default_state_url()``),
+            ``etcd://host:port[/prefix]`` (a highly available pair: a second
+            scheduler on the same etcd waits as a standby and takes over when the
+            leader dies), or ``memory://`` (nothing survives a restart).
+        standby_timeout_s: How long to wait for the lead of a store another
+            scheduler holds; ``None`` waits forever (a standby). A SQLite store
+            held by another scheduler is an error after this long.
+        crash_file: Crash tests only: rules that make the scheduler kill itself
+            at chosen points (``scheduler.crash``).
     """
 
     host: str = "127.0.0.1"
@@ -72,6 +90,11 @@ class SchedulerConfig:
     result_ttl_s: float = 600.0
     address_file: str | None = None
     max_workers: int = 128
+    web_port: int | None = None
+    web_address_file: str | None = None
+    state: str | None = None
+    standby_timeout_s: float | None = None
+    crash_file: str | None = None
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
@@ -97,23 +120,68 @@ class SchedulerServer:
         self.server = server
         self.core = core
         self.address = address
+        self.web: WebServer | None = None
+        """The web UI's server (``web.url``), when one was asked for."""
+        self.stopping = threading.Event()
+        self.deposed = threading.Event()
+        """Set when it stopped because another scheduler took the lead."""
 
     def stop(self, grace: float = 1.0) -> None:
-        """Stop serving: end executor streams, then the server."""
+        """Stop serving: end executor streams, then the server; give up the lead."""
+        if self.stopping.is_set():
+            return
+        self.stopping.set()
+        if self.web is not None:
+            self.web.stop()
         self.core.stop()
         self.server.stop(grace).wait(grace + 1)
+        self.core.store.close()
+
+
+def default_state_url() -> str:
+    """``sqlite:///$XDG_STATE_HOME/mangonel/scheduler.db`` (``~/.local/state`` by default)."""
+    root = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return f"sqlite://{os.path.join(root, 'mangonel', 'scheduler.db')}"
 
 
 def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
-    """Bind, start serving and return at once.
+    """Take the lead of the state store, recover its jobs, bind, serve; return at once.
+
+    With a store another scheduler leads, this waits as a standby (up to
+    ``config.standby_timeout_s``) and starts serving only once it leads.
 
     Raises:
         ClusterError: the address cannot be bound (e.g. the port is taken).
+        StateStoreError: the store cannot be opened or read, or another
+            scheduler kept it for longer than ``standby_timeout_s``.
     """
     from mangonel.scheduler.state import SchedulerState  # the state machine's module
 
+    url = config.state or default_state_url()
+    store = open_store(url)
+    owner = f"{config.host}:{config.port} (pid {os.getpid()})"
+    leader = store.leader()
+    if leader is not None:
+        log.info("the state store %s is led by %s: waiting as the standby", url, leader)
+        print(f"mangonel scheduler waiting as the standby of {leader}", flush=True)
+    if not store.acquire(owner, config.standby_timeout_s):
+        leader = store.leader() or "another scheduler"
+        store.close()
+        raise StateStoreError(
+            f"the state store {url} is in use by {leader}; stop that scheduler first, or give "
+            "this one its own --state"
+        )
     core_config = config.core_config()
-    core = SchedulerCore(SchedulerState(core_config.limits), core_config)
+    core = SchedulerCore(SchedulerState(core_config.limits), core_config, store=store)
+    if config.crash_file:
+        core.crash_at(config.crash_file)
+    try:
+        unfinished = core.recover()
+    except BaseException:
+        store.close()
+        raise
+    if unfinished:
+        log.info("recovered %d unfinished jobs from %s", unfinished, url)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.max_workers, thread_name_prefix="rpc"),
         options=GRPC_OPTIONS,
@@ -122,6 +190,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     try:
         port = server.add_insecure_port(f"{config.host}:{config.port}")
     except RuntimeError as exc:
+        store.close()
         raise ClusterError(
             f"cannot listen on {config.host}:{config.port} ({exc}); is another scheduler "
             "running there? pick another port with --port"
@@ -142,23 +211,76 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         with open(tmp, "w") as f:
             f.write(address)
         os.replace(tmp, config.address_file)
-    return SchedulerServer(server, core, address)
+    running = SchedulerServer(server, core, address)
+    _stop_when_deposed(running)
+    if config.web_port is not None:
+        from mangonel.web.server import start_web_server  # only schedulers with a UI pay for it
+
+        try:
+            running.web = start_web_server(core, config.host, config.web_port, address)
+        except ClusterError:
+            running.stop()
+            raise
+        if config.web_address_file:
+            tmp = f"{config.web_address_file}.tmp"
+            with open(tmp, "w") as f:
+                f.write(running.web.url)
+            os.replace(tmp, config.web_address_file)
+    return running
 
 
-def run_scheduler(config: SchedulerConfig) -> None:
-    """Serve until SIGTERM or SIGINT, then stop cleanly."""
+def _stop_when_deposed(running: SchedulerServer) -> None:
+    """Stop serving as soon as this scheduler no longer leads its store.
+
+    Another scheduler took over (its lease ran out while this one was frozen or
+    cut off) or a write failed: this one's memory can no longer be trusted, so
+    it stops at once; clients and executors move to the leader.
+    """
+
+    def watch() -> None:
+        running.core.store.deposed.wait()
+        if running.stopping.is_set():
+            return
+        log.critical("this scheduler lost the lead of its state store: it stops serving")
+        running.deposed.set()
+        running.stop(grace=0)
+
+    def fatal(exc: Exception) -> None:
+        running.core.store.deposed.set()
+
+    running.core.on_fatal = fatal
+    threading.Thread(target=watch, name="deposed-watch", daemon=True).start()
+
+
+def run_scheduler(config: SchedulerConfig) -> int:
+    """Serve until SIGTERM or SIGINT, then stop cleanly; return the exit status.
+
+    Returns 0 after a signal, 3 when the scheduler stopped because another one
+    took the lead of its state store (a supervisor may start it again: it then
+    waits as the standby).
+    """
     done = threading.Event()
+    started = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
         log.info("signal %d: stopping the scheduler", signum)
         done.set()
+        if not started.is_set():
+            raise SystemExit(0)  # still waiting for the lead: nothing to clean up
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     running = start_scheduler(config)
+    started.set()
     print(f"mangonel scheduler listening on {running.address}", flush=True)
+    if running.web is not None:
+        print(f"mangonel web UI at {running.web.url}", flush=True)
     try:
-        while not done.wait(1.0):
+        while not done.wait(0.2) and not running.stopping.is_set():
             pass
     finally:
         running.stop()
+    if running.deposed.is_set():
+        print("mangonel scheduler stopped: another scheduler leads the state store now", flush=True)
+        return 3
+    return 0

@@ -55,6 +55,12 @@ class ExecutorEntry:
     """Monotonic time of its last heartbeat or report (the shell's clock)."""
     awaiting_results: bool = False
     """Drained, but kept connected until the results it holds are read."""
+    restored: bool = False
+    """Known from the state store after a scheduler restart, not reconnected yet."""
+    resume_held: frozenset[str] | None = None
+    """Set when it reattaches after a scheduler restart: the output files it still has."""
+    resume_jobs: tuple[str, ...] = ()
+    """The jobs it has files of, when it reattaches (those no job needs are released)."""
     commands: queue.SimpleQueue[object] = field(default_factory=queue.SimpleQueue)
 
     @property

@@ -192,11 +192,21 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
     def RegisterExecutor(
         self, request: pb.RegisterExecutorRequest, context: grpc.ServicerContext
     ) -> pb.RegisterExecutorResponse:
+        resume = ExecutorId(request.resume_executor_id) if request.resume_executor_id else None
         entry = self.core.register_executor(
-            request.host, request.flight_address, request.slots, request.pid, request.work_dir
+            request.host,
+            request.flight_address,
+            request.slots,
+            request.pid,
+            request.work_dir,
+            resume=resume,
+            held=frozenset(request.held_paths),
+            held_jobs=tuple(request.held_jobs),
         )
         return pb.RegisterExecutorResponse(
-            executor_id=entry.id, heartbeat_interval_s=self.core.config.heartbeat_interval_s
+            executor_id=entry.id,
+            heartbeat_interval_s=self.core.config.heartbeat_interval_s,
+            resumed=entry.resume_held is not None,
         )
 
     def Connect(
@@ -241,9 +251,10 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
             outputs = tuple(
                 convert.partition_output_from_proto(o) for o in request.completed.outputs
             )
-            self.core.report_completed(attempt, executor, outputs)
+            self.core.report_completed(attempt, executor, outputs, request.elapsed_s)
         elif kind == "failed":
-            self.core.report_failed(attempt, executor, convert.failure_from_proto(request.failed))
+            failure = convert.failure_from_proto(request.failed)
+            self.core.report_failed(attempt, executor, failure, request.elapsed_s)
         else:
             raise convert.ProtocolError("ReportTask without a result")
         return pb.ReportTaskResponse()
@@ -289,7 +300,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
 
     @rpc
     def Submit(self, request: pb.SubmitRequest, context: grpc.ServicerContext) -> pb.SubmitResponse:
-        record = self.core.submit(request.sql, request.dialect or None)
+        record = self.core.submit(request.sql, request.dialect or None, request.request_id)
         return pb.SubmitResponse(job_id=record.id, columns=list(record.plan.columns))
 
     def WatchJob(

@@ -16,6 +16,11 @@ What each event does, in one place:
 * executors: ``ExecutorRegistered`` / ``ExecutorHeartbeat`` / ``ExecutorDraining``
   / ``ExecutorLost``; a ``Tick`` declares lost (``DeclareExecutorLost``) any
   executor silent for longer than ``Limits.heartbeat_timeout_s``.
+* a scheduler restart: ``restore`` loads what the shell stored (``export_job``,
+  ``export_executors``); ``SchedulerRecovered`` sends the attempts that were
+  running back to pending (not charged) and makes every live executor wait,
+  taking no task, for its ``ExecutorReattached`` (which re-queues the finished
+  tasks whose files it no longer holds) or for the heartbeat timeout.
 * ``TaskCompleted`` records map outputs; a job whose final stage is done emits
   ``JobSucceeded`` and ``ReleaseOutputs`` for the intermediate files.
 * ``TaskFailed``: a ``QueryError`` fails the job; an ``ExecutionError`` is retried
@@ -54,6 +59,7 @@ from mangonel.scheduler.events import (
     ExecutorDraining,
     ExecutorHeartbeat,
     ExecutorLost,
+    ExecutorReattached,
     ExecutorRegistered,
     FetchFailed,
     FetchProblem,
@@ -67,14 +73,20 @@ from mangonel.scheduler.events import (
     PartitionLocation,
     QueryError,
     ReleaseOutputs,
+    SchedulerRecovered,
     TaskCompleted,
     TaskFailed,
     Tick,
 )
-from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry
+from mangonel.scheduler.state_executors import (
+    ExecutorRecord,
+    ExecutorRegistry,
+    RegistrySnapshot,
+)
 from mangonel.scheduler.state_jobs import (
     PENDING,
     Done,
+    JobProgress,
     JobRecord,
     Pending,
     Running,
@@ -174,6 +186,10 @@ class SchedulerState:
                 self._task_failed(event, step)
             case Tick():
                 self._tick(step)
+            case SchedulerRecovered():
+                self._recovered(step)
+            case ExecutorReattached():
+                self._reattached(event, step)
             case _:
                 raise TypeError(f"not a scheduler event: {event!r}")
         self._assign(step)
@@ -201,6 +217,48 @@ class SchedulerState:
     def running_attempts(self, executor: ExecutorId) -> list[TaskAttemptId]:
         """Attempts running on ``executor`` now (empty once it is lost)."""
         return self._executors.running_attempts(executor)
+
+    def awaits(self, executor: ExecutorId) -> bool:
+        """Whether ``executor`` is live but has not reattached since a restart."""
+        rec = self._executors.live(executor)
+        return rec is not None and rec.awaiting
+
+    # ---------------------------------------------------------------- persistence
+
+    def unfinished_jobs(self) -> list[JobId]:
+        return list(self._jobs)
+
+    def export_job(self, job_id: JobId) -> JobProgress | None:
+        """What the store keeps of an unfinished job (``None`` once it finished)."""
+        job = self._jobs.get(job_id)
+        return job.progress() if job is not None else None
+
+    def export_executors(self) -> RegistrySnapshot:
+        return self._executors.snapshot()
+
+    @property
+    def no_executor_since(self) -> float | None:
+        return self._no_executor_since
+
+    def restore(
+        self,
+        executors: RegistrySnapshot | None,
+        jobs: list[JobRecord],
+        finished: list[JobView],
+        no_executor_since: float | None,
+    ) -> None:
+        """Load what ``scheduler.persist`` stored; then handle ``SchedulerRecovered``.
+
+        Only for a fresh state machine, before its first event.
+        """
+        if self._jobs or self._finished or self._executors.any_live():
+            raise RuntimeError("restore() needs a fresh state machine")
+        if executors is not None:
+            self._executors.restore(executors)
+        self._jobs = {job.id: job for job in sorted(jobs, key=lambda j: j.submitted)}
+        for view in sorted(finished, key=lambda v: v.finished or 0.0)[-self._keep_finished :]:
+            self._finished[view.id] = view
+        self._no_executor_since = no_executor_since
 
     # ---------------------------------------------------------------------- jobs
 
@@ -460,6 +518,51 @@ class SchedulerState:
                 needed.update(rec.stage.upstream)
         return None
 
+    # ------------------------------------------------------------- restart
+
+    def _recovered(self, step: _Step) -> None:
+        """The scheduler restarted: nothing runs, every live executor must reattach."""
+        why = "the scheduler restarted while it ran"
+        for job in self._jobs.values():
+            for task in job.tasks():
+                if isinstance(task.state, Running):
+                    self._requeue(task, task.state.executor, why, charge=False)
+        self._executors.recovered(step.now)
+        if not self._executors.any_live() and self._no_executor_since is None:
+            self._no_executor_since = step.now
+
+    def _reattached(self, event: ExecutorReattached, step: _Step) -> None:
+        """An executor is back after a restart: outputs it no longer has are made again."""
+        rec = self._executors.reattached(event.executor, event.time)
+        if rec is None:
+            return
+        self._no_executor_since = None
+        for job in list(self._jobs.values()):
+            problem: str | None = None
+            for stage in job.stages.values():
+                gone = [
+                    t
+                    for t in stage.tasks
+                    if isinstance(t.state, Done)
+                    and t.state.executor == rec.id
+                    and any(o.path not in event.held for o in t.state.outputs)
+                ]
+                for task in gone:
+                    task.state = PENDING
+                    task.recomputes += 1
+                if gone:
+                    stage.reruns += 1
+                    if stage.reruns > self.limits.max_stage_reruns and problem is None:
+                        problem = (
+                            f"stage {stage.stage.id} of job {job.id} lost its outputs "
+                            f"{stage.reruns} times (the limit is {self.limits.max_stage_reruns}; "
+                            f"last: executor {rec.id} came back after a scheduler restart "
+                            f"without {len(gone)} of them). Check that executor's disk, or "
+                            f"raise max_stage_reruns."
+                        )
+            if problem is not None:
+                self._finish(job, JobState.FAILED, problem, step)
+
     # ---------------------------------------------------------------------- time
 
     def _tick(self, step: _Step) -> None:
@@ -471,7 +574,13 @@ class SchedulerState:
             step.commands.append(
                 DeclareExecutorLost(step.cause, executor, LossReason.HEARTBEAT_TIMEOUT)
             )
-            detail = f"no heartbeat for {silent:.1f} s (the timeout is {timeout:g} s)"
+            if rec is not None and rec.awaiting:
+                detail = (
+                    f"did not reconnect within {silent:.1f} s after the scheduler restarted "
+                    f"(the heartbeat timeout is {timeout:g} s)"
+                )
+            else:
+                detail = f"no heartbeat for {silent:.1f} s (the timeout is {timeout:g} s)"
             losses.append(_Loss(executor, LossReason.HEARTBEAT_TIMEOUT, detail))
         if losses:
             self._lose(losses, step)

@@ -16,6 +16,11 @@ An executor's life (an id is never reused: a restarted process registers anew)::
                         ▼                                  │
                       LOST ◀───────────────────────────────┘
 
+After a scheduler restart, every ALIVE or DRAINING executor of the stored
+state is *awaiting* (``ExecutorRecord.awaiting``): it keeps its state and its
+outputs count as held, but it takes no task until ``ExecutorReattached``; one
+that does not reattach times out like a silent executor.
+
 LOST is final. Lost executors are kept in a bounded history for the status
 views only; the registry forgets the oldest, and a forgotten id reads as unknown,
 which is treated the same way as lost (its reports are ignored).
@@ -24,7 +29,7 @@ which is treated the same way as lost (its reports are ignored).
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mangonel.ids import ExecutorId, TaskAttemptId
 from mangonel.scheduler.events import ExecutorInfo, LossReason
@@ -44,6 +49,9 @@ class ExecutorRecord:
     running: set[TaskAttemptId] = field(default_factory=set)
     reason: LossReason | None = None
     detail: str = ""
+    awaiting: bool = False
+    """Known from before a scheduler restart and not reattached yet: it takes
+    no task, but its outputs count as held until it is given up on."""
 
     @property
     def id(self) -> ExecutorId:
@@ -51,7 +59,7 @@ class ExecutorRecord:
 
     @property
     def free_slots(self) -> int:
-        if self.state is not ExecutorState.ALIVE:
+        if self.state is not ExecutorState.ALIVE or self.awaiting:
             return 0
         return max(0, self.info.slots - len(self.running))
 
@@ -74,6 +82,19 @@ class ExecutorRecord:
             running=len(self.running),
             last_heartbeat=self.last_heartbeat,
         )
+
+
+@dataclass
+class RegistrySnapshot:
+    """What the registry keeps across a scheduler restart (``scheduler.persist``).
+
+    Running attempts and heartbeat times are left out: after a restart nothing
+    runs, and every live executor gets a fresh heartbeat timeout to reattach.
+    """
+
+    live: list[ExecutorRecord]
+    lost: list[ExecutorRecord]
+    seq: int
 
 
 class ExecutorRegistry:
@@ -179,3 +200,40 @@ class ExecutorRegistry:
     def running_attempts(self, executor: ExecutorId) -> list[TaskAttemptId]:
         rec = self._live.get(executor)
         return sorted(rec.running) if rec is not None else []
+
+    # ------------------------------------------------------------ persistence
+
+    def snapshot(self) -> RegistrySnapshot:
+        def bare(rec: ExecutorRecord) -> ExecutorRecord:
+            return replace(rec, running=set(), last_heartbeat=0.0)
+
+        return RegistrySnapshot(
+            live=[bare(r) for r in self._live.values()],
+            lost=[bare(r) for r in self._lost.values()],
+            seq=self._seq,
+        )
+
+    def restore(self, snapshot: RegistrySnapshot) -> None:
+        self._live = {r.id: r for r in snapshot.live}
+        self._lost = OrderedDict((r.id, r) for r in snapshot.lost)
+        self._seq = snapshot.seq
+
+    def recovered(self, now: float) -> list[ExecutorRecord]:
+        """After a restart: every live executor waits to reattach, from ``now``."""
+        for rec in self._live.values():
+            rec.awaiting = True
+            rec.running.clear()
+            rec.last_heartbeat = now
+            rec.detail = "waiting for it to reconnect after the scheduler restarted"
+        return list(self._live.values())
+
+    def reattached(self, info: ExecutorInfo, now: float) -> ExecutorRecord | None:
+        """A waiting executor is back; ``None`` when it is not waiting (lost, unknown)."""
+        rec = self._live.get(info.id)
+        if rec is None or not rec.awaiting:
+            return None
+        rec.awaiting = False
+        rec.info = info
+        rec.last_heartbeat = now
+        rec.detail = ""
+        return rec

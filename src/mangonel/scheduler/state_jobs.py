@@ -127,6 +127,30 @@ class StageRecord:
         )
 
 
+# ------------------------------------------------------------------ persistence
+
+
+@dataclass
+class StageProgress:
+    """The changing part of a ``StageRecord`` (its ``Stage`` is in the plan)."""
+
+    reruns: int
+    tasks: list[TaskRecord]
+
+
+@dataclass
+class JobProgress:
+    """The changing part of an unfinished ``JobRecord``, as the store keeps it.
+
+    The plan is stored once, at submission; this is rewritten as tasks move.
+    """
+
+    id: JobId
+    submitted: float
+    state: JobState
+    stages: dict[StageId, StageProgress]
+
+
 # -------------------------------------------------------------------------- jobs
 
 
@@ -148,6 +172,29 @@ class JobRecord:
             for s in plan.stages
         }
         return cls(id=job, plan=plan, submitted=now, stages=stages)
+
+    @classmethod
+    def restore(cls, plan: DistributedPlan, progress: JobProgress) -> JobRecord:
+        """The record ``progress`` was taken from (``progress()``), given its plan."""
+        job = cls.create(progress.id, plan, progress.submitted)
+        job.state = progress.state
+        for sid, stored in progress.stages.items():
+            rec = job.stages.get(sid)
+            if rec is None or len(stored.tasks) != len(rec.tasks):
+                raise ValueError(
+                    f"stored progress of stage {sid} does not match job {job.id}'s plan"
+                )
+            rec.reruns, rec.tasks = stored.reruns, stored.tasks
+        return job
+
+    def progress(self) -> JobProgress:
+        """What the store keeps of this job besides its plan."""
+        return JobProgress(
+            id=self.id,
+            submitted=self.submitted,
+            state=self.state,
+            stages={sid: StageProgress(rec.reruns, rec.tasks) for sid, rec in self.stages.items()},
+        )
 
     def task(self, task: TaskId) -> TaskRecord | None:
         rec = self.stages.get(task.stage)

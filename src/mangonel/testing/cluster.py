@@ -16,11 +16,13 @@ start, see ``DIE_WITH_PARENT_ENV``), so a killed test run leaves no orphans.
 
 Layout under ``work_dir``::
 
-    scheduler.address     the scheduler's bound host:port
+    scheduler-<i>.address scheduler i's bound host:port (written once it leads)
+    scheduler-<i>.web     the URL of its web UI (with ``web_port``)
+    scheduler-state.db    the schedulers' SQLite state store (unless ``state`` is given)
     executors/            the work root all executors share (``executor.workdir``:
                           one locked directory per executor life, swept when dead)
     faults/executor-<i>.json   fault rules of executor i (``set_faults``)
-    logs/                 scheduler.log, executor-<i>.log
+    logs/                 scheduler.log (scheduler-<i>.log with several), executor-<i>.log
 
 Fault injection for chaos tests: ``kill_executor`` (SIGKILL, or SIGTERM to
 drain), ``freeze_executor``, ``thaw_executor``, ``add_executor``, and the rules
@@ -36,6 +38,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -166,6 +169,13 @@ class LocalCluster:
         scheduler_args: Extra command-line options of ``mangonel scheduler``.
         executor_args: Extra command-line options of each ``mangonel executor``.
         scheduler_port: Port of the scheduler; 0 picks a free one.
+        web_port: Port of the scheduler's web UI, REST API and metrics (``web_url``);
+            0 picks a free one, ``None`` (the default) serves none.
+        state: The schedulers' state store (``mangonel scheduler --state``); a
+            SQLite file in ``work_dir`` when ``None``.
+        schedulers: Scheduler processes; more than one makes a highly available
+            group on one etcd ``state``: the first leads, the others wait as
+            standbys; executors and clients are given every address.
     """
 
     def __init__(
@@ -189,7 +199,16 @@ class LocalCluster:
         drain_timeout: float = 30.0,
         cleanup_interval: float = 10.0,
         result_ttl: float | None = None,
+        web_port: int | None = None,
+        state: str | None = None,
+        schedulers: int = 1,
     ) -> None:
+        if schedulers < 1:
+            raise ValueError(f"schedulers must be at least 1, got {schedulers}")
+        if schedulers > 1 and not (state or "").startswith("etcd://"):
+            raise ValueError(
+                "several schedulers need a shared etcd state store (state='etcd://...')"
+            )
         if executors < 0:
             raise ValueError(f"executors must be at least 0, got {executors}")
         self._own_work_dir = work_dir is None
@@ -212,10 +231,16 @@ class LocalCluster:
         self.drain_timeout = drain_timeout
         self.cleanup_interval = cleanup_interval
         self.result_ttl = result_ttl
+        self.web_port = web_port
+        self._web_url: str | None = None
         self.executor_root = self.work_dir / "executors"
         """The work root every executor of this cluster shares."""
         self.faults_dir = self.work_dir / "faults"
-        self.scheduler: ProcessHandle | None = None
+        self.state = state or f"sqlite://{self.work_dir / 'scheduler-state.db'}"
+        self.num_schedulers = schedulers
+        self.schedulers: list[ProcessHandle | None] = [None] * schedulers
+        """Scheduler processes by index (restarted ones replace their handle)."""
+        self._scheduler_ports: list[int] = []
         self.executors: list[ExecutorHandle] = []
         self._address: str | None = None
         self._lock = threading.Lock()
@@ -225,10 +250,27 @@ class LocalCluster:
 
     @property
     def address(self) -> str:
-        """``host:port`` of the scheduler."""
+        """``host:port`` of the scheduler (of every scheduler, comma-separated, with several)."""
         if self._address is None:
             raise ClusterError("the cluster is not started; use it as a context manager")
         return self._address
+
+    @property
+    def scheduler(self) -> ProcessHandle | None:
+        """The first scheduler's process."""
+        return self.schedulers[0]
+
+    def scheduler_address(self, index: int) -> str:
+        return f"127.0.0.1:{self._scheduler_ports[index]}"
+
+    @property
+    def web_url(self) -> str:
+        """``http://host:port`` of the scheduler's web UI (``/api``, ``/metrics``)."""
+        if self.web_port is None:
+            raise ClusterError("this cluster serves no web UI; start it with web_port=0")
+        if self._web_url is None:
+            raise ClusterError("the cluster is not started; use it as a context manager")
+        return self._web_url
 
     def __enter__(self) -> LocalCluster:
         return self.start()
@@ -262,8 +304,7 @@ class LocalCluster:
         them drain, which is for leaving a cluster that goes on, not for this.
         """
         stops: list[tuple[ProcessHandle, int]] = [(e, signal.SIGINT) for e in self.executors]
-        if self.scheduler is not None:
-            stops.append((self.scheduler, signal.SIGTERM))
+        stops += [(s, signal.SIGTERM) for s in self.schedulers if s is not None]
         for proc, sig in stops:
             proc.signal(sig)
             proc.signal(signal.SIGCONT)
@@ -281,12 +322,59 @@ class LocalCluster:
 
     def _start_scheduler(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        address_file = self.work_dir / "scheduler.address"
+        if self.num_schedulers == 1:
+            self._scheduler_ports = [self.scheduler_port]
+        else:  # every address is known up front: executors and clients get them all
+            self._scheduler_ports = [_free_port() for _ in range(self.num_schedulers)]
+        self._launch_scheduler(0, wait=True)
+        if self.num_schedulers > 1:
+            self._address = ",".join(self.scheduler_address(i) for i in range(self.num_schedulers))
+            for index in range(1, self.num_schedulers):
+                self._launch_scheduler(index, wait=False)
+
+    def kill_scheduler(self, index: int = 0, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` (SIGKILL by default) to scheduler ``index`` and wait for it to exit."""
+        proc = self.schedulers[index]
+        if proc is None:
+            return
+        proc.signal(sig)
+        if sig != signal.SIGSTOP:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.process.wait(self.stop_timeout)
+
+    def restart_scheduler(self, index: int = 0, wait: bool = True) -> None:
+        """Start scheduler ``index`` again, on its port and state store.
+
+        With ``wait``, return once it serves (it leads); a standby of a group
+        never serves until the leader dies, so pass ``wait=False`` for one.
+        """
+        proc = self.schedulers[index]
+        if proc is not None and proc.alive():
+            raise ClusterError(f"scheduler {index} still runs; kill it first")
+        self._launch_scheduler(index, wait=wait)
+
+    def wait_for_leader(self, timeout: float = 30.0, exclude: int | None = None) -> int:
+        """Wait until a scheduler (other than ``exclude``) serves; return its index."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for index in range(self.num_schedulers):
+                if index == exclude:
+                    continue
+                if (self.work_dir / f"scheduler-{index}.address").exists():
+                    proc = self.schedulers[index]
+                    if proc is not None and proc.alive():
+                        return index
+            time.sleep(_POLL_S)
+        raise ClusterError(f"no scheduler took the lead within {timeout:g} s")
+
+    def _launch_scheduler(self, index: int, wait: bool) -> None:
+        address_file = self.work_dir / f"scheduler-{index}.address"
         address_file.unlink(missing_ok=True)
+        port = self._scheduler_ports[index]
         args = [
             sys.executable, "-m", "mangonel", "--log-level", self.log_level,
-            "scheduler", "--host", "127.0.0.1", "--port", str(self.scheduler_port),
-            "--address-file", str(address_file),
+            "scheduler", "--host", "127.0.0.1", "--port", str(port),
+            "--address-file", str(address_file), "--state", self.state,
             "--partitions", str(self.partitions),
             "--heartbeat-timeout", str(self.heartbeat_timeout),
             "--no-executor-grace", str(self.no_executor_grace),
@@ -297,17 +385,36 @@ class LocalCluster:
             args += ["--result-ttl", str(self.result_ttl)]
         if self.broadcast_bytes is not None:
             args += ["--broadcast-bytes", str(self.broadcast_bytes)]
+        web_file = self.work_dir / f"scheduler-{index}.web"
+        web_file.unlink(missing_ok=True)
+        if self.web_port is None:
+            args += ["--web-port", "-1"]
+        else:
+            args += ["--web-port", str(self.web_port), "--web-address-file", str(web_file)]
         args += list(self.scheduler_args)
-        self.scheduler = ProcessHandle(
-            "scheduler", args, self.log_dir / "scheduler.log", self._env()
-        )
+        name = "scheduler" if self.num_schedulers == 1 else f"scheduler-{index}"
+        proc = ProcessHandle(name, args, self.log_dir / f"{name}.log", self._env())
+        self.schedulers[index] = proc
+        if not wait:
+            return
         deadline = time.monotonic() + self.start_timeout
         while not address_file.exists():
-            self._check_alive(self.scheduler)
+            self._check_alive(proc)
             if time.monotonic() > deadline:
-                raise self._start_error(self.scheduler, "did not start listening in time")
+                raise self._start_error(proc, "did not start listening in time")
             time.sleep(_POLL_S)
-        self._address = address_file.read_text().strip()
+        address = address_file.read_text().strip()
+        # A restart binds the same port: executors and clients find it again.
+        self._scheduler_ports[index] = int(address.rsplit(":", 1)[1])
+        if self.num_schedulers == 1:
+            self._address = address
+        if self.web_port is not None:
+            while not web_file.exists():
+                self._check_alive(proc)
+                if time.monotonic() > deadline:
+                    raise self._start_error(proc, "did not start its web UI in time")
+                time.sleep(_POLL_S)
+            self._web_url = web_file.read_text().strip()
 
     def _spawn_executor(self) -> ExecutorHandle:
         with self._lock:
@@ -467,6 +574,12 @@ class LocalCluster:
         if wait:
             self.wait_for_executors(registered + 1)
         return handle
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @atexit.register

@@ -1,0 +1,114 @@
+"""A/B of two mangonel source trees on TPC-H, interleaved run by run.
+
+On a machine shared with other work, two benchmark runs minutes apart see
+different loads, and even the ratio to DuckDB moves with the load (mangonel's
+five processes get a bigger share of a busy machine than DuckDB's two threads).
+This runs two clusters side by side: ``A`` from this checkout and ``B`` from
+``--base-src`` (e.g. ``git archive HEAD`` unpacked, or a copy of ``src/`` with
+some files reverted), both started and warmed up before the first timing, then
+each query on A and B alternately (A first on odd runs, B first on even ones),
+so that both see the same load. Only the scheduler and executor processes run
+B's code; the client is this checkout's. Answers are not compared here
+(``tpch.py`` compares every answer with DuckDB).
+
+Usage::
+
+    .venv/bin/python benchmarks/ab.py --base-src /tmp/base/src --scale 1 [--queries 1-22]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "tests"))
+
+from helpers import CACHE_DIR, TPCH_TABLES, ensure_tpch, tpch_query  # noqa: E402
+
+
+def parse_queries(text: str) -> list[int]:
+    numbers: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        numbers.extend(range(int(lo), int(hi or lo) + 1))
+    return numbers
+
+
+@contextlib.contextmanager
+def started(data: Path, work: Path, src: str | None, partitions: int):  # type: ignore[no-untyped-def]
+    import mangonel
+
+    before = os.environ.get("PYTHONPATH")
+    if src is not None:
+        os.environ["PYTHONPATH"] = src
+    try:
+        cluster = mangonel.LocalCluster(executors=2, partitions=partitions, work_dir=str(work))
+        cluster.__enter__()
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+    try:
+        with cluster.connect() as session:
+            for t in TPCH_TABLES:
+                session.register_parquet(t, str(data / f"{t}.parquet"))
+            yield session
+    finally:
+        cluster.__exit__(None, None, None)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--base-src", required=True, help="B's src/ directory")
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--queries", default="1-22")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    data = ensure_tpch(args.scale, CACHE_DIR)
+    work = Path(tempfile.mkdtemp(prefix="mangonel-ab-"))
+    numbers = parse_queries(args.queries)
+    times: dict[str, dict[str, list[float]]] = {}
+    with (
+        started(data, work / "a", None, args.partitions) as a,
+        started(data, work / "b", args.base_src, args.partitions) as b,
+    ):
+        for n in numbers:  # warm-up: every query once on each
+            a.sql(tpch_query(n))
+            b.sql(tpch_query(n))
+        for n in numbers:
+            sql = tpch_query(n)
+            runs: dict[str, list[float]] = {"a": [], "b": []}
+            for r in range(args.repeat):
+                order = (("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))
+                for name, session in order:
+                    runs[name].append(session.sql(sql).elapsed_s)
+            times[f"q{n:02d}"] = runs
+            ma, mb = statistics.median(runs["a"]), statistics.median(runs["b"])
+            print(f"q{n:02d}: A {ma:.3f} s, B {mb:.3f} s, A/B {ma / mb:.2f}", file=sys.stderr)
+    total_a = sum(statistics.median(v["a"]) for v in times.values())
+    total_b = sum(statistics.median(v["b"]) for v in times.values())
+    print("| query | A s | B s | A/B |\n|---|---:|---:|---:|")
+    for q, v in times.items():
+        ma, mb = statistics.median(v["a"]), statistics.median(v["b"])
+        print(f"| {q} | {ma:.3f} | {mb:.3f} | {ma / mb:.2f} |")
+    print(f"| **total** | **{total_a:.3f}** | **{total_b:.3f}** | **{total_a / total_b:.2f}** |")
+    if args.json:
+        report: dict[str, Any] = {"base_src": args.base_src, "scale": args.scale, "runs": times}
+        report |= {"total_a_s": total_a, "total_b_s": total_b}
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

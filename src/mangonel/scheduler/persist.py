@@ -1,0 +1,204 @@
+"""What the scheduler keeps in its ``StateStore``, and how it reads it back.
+
+The layout, one JSON document per key (encoded with cattrs from the domain
+dataclasses, so the store holds the same types the state machine uses)::
+
+    tables/<name>          StoredTable: the table's path (footers are re-read at start)
+    jobs/<id>/plan         StoredPlan: SQL, submission time, the distributed plan (written once)
+    jobs/<id>/progress     JobProgress: every task's state, attempts, outputs' locations
+                           (while the job runs)
+    jobs/<id>/outcome      StoredOutcome: how it ended, its result's locations, whether
+                           the client read it, the final view (once it finished)
+    executors              RegistrySnapshot: live executors and the recent lost ones
+    meta                   StoredMeta: scheduler-wide state (since when no executor lives)
+
+The shell writes, after each event and before it carries out any of the
+event's commands, every key whose document changed (``StateWriter`` keeps what
+the store holds and writes only differences), in one atomic commit. A crash at
+any point therefore leaves the store at the state after some event whose
+commands may or may not have been carried out, which recovery handles: running
+attempts are given up on and executors reattach (``SchedulerRecovered``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cattrs.preconf.json import make_converter
+from cattrs.strategies import configure_tagged_union
+
+from mangonel.errors import StateStoreError
+from mangonel.ids import JobId
+from mangonel.plan.physical import DistributedPlan
+from mangonel.scheduler.events import PartitionLocation
+from mangonel.scheduler.jobs import JobPhase
+from mangonel.scheduler.state_executors import RegistrySnapshot
+from mangonel.scheduler.state_jobs import JobProgress, TaskState
+from mangonel.scheduler.state_views import JobView
+from mangonel.scheduler.store import StateStore
+
+log = logging.getLogger(__name__)
+
+_converter = make_converter()
+configure_tagged_union(TaskState, _converter, tag_name="kind")
+
+
+@dataclass(frozen=True)
+class StoredTable:
+    path: str
+
+
+@dataclass(frozen=True)
+class StoredPlan:
+    sql: str
+    submitted: float
+    submitted_wall: float
+    plan: DistributedPlan
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class StoredOutcome:
+    phase: JobPhase
+    finished: float
+    error: str = ""
+    error_type: str = ""
+    result: tuple[PartitionLocation, ...] = ()
+    result_released: bool = False
+    view: JobView | None = None
+
+
+@dataclass(frozen=True)
+class StoredMeta:
+    no_executor_since: float | None = None
+
+
+@dataclass
+class StoredJob:
+    id: JobId
+    plan: StoredPlan
+    progress: JobProgress | None = None
+    outcome: StoredOutcome | None = None
+
+
+@dataclass
+class Snapshot:
+    """Everything a restarted scheduler reads back."""
+
+    tables: dict[str, StoredTable] = field(default_factory=dict)
+    jobs: list[StoredJob] = field(default_factory=list)
+    executors: RegistrySnapshot | None = None
+    meta: StoredMeta = field(default_factory=StoredMeta)
+
+    @property
+    def empty(self) -> bool:
+        return not self.tables and not self.jobs and self.executors is None
+
+
+def table_key(name: str) -> str:
+    return f"tables/{name}"
+
+
+def job_key(job: JobId, part: str) -> str:
+    return f"jobs/{job}/{part}"
+
+
+def job_keys(job: JobId) -> list[str]:
+    return [job_key(job, part) for part in ("plan", "progress", "outcome")]
+
+
+EXECUTORS_KEY = "executors"
+META_KEY = "meta"
+
+
+def encode(value: object) -> str:
+    return json.dumps(_converter.unstructure(value), separators=(",", ":"))
+
+
+def decode(text: str, kind: type[Any]) -> Any:
+    return _converter.structure(json.loads(text), kind)
+
+
+def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
+    """Decode a store's keys.
+
+    Raises:
+        StateStoreError: a key holds something this mangonel cannot read; the
+            message names the store and the key.
+    """
+    snap = Snapshot()
+    plans: dict[JobId, StoredPlan] = {}
+    progress: dict[JobId, JobProgress] = {}
+    outcomes: dict[JobId, StoredOutcome] = {}
+    for key, text in sorted(data.items()):
+        try:
+            parts = key.split("/")
+            if parts[0] == "tables" and len(parts) == 2:
+                snap.tables[parts[1]] = decode(text, StoredTable)
+            elif parts[0] == "jobs" and len(parts) == 3:
+                job = JobId(parts[1])
+                if parts[2] == "plan":
+                    plans[job] = decode(text, StoredPlan)
+                elif parts[2] == "progress":
+                    progress[job] = decode(text, JobProgress)
+                elif parts[2] == "outcome":
+                    outcomes[job] = decode(text, StoredOutcome)
+                else:
+                    raise ValueError("unknown job part")
+            elif key == EXECUTORS_KEY:
+                snap.executors = decode(text, RegistrySnapshot)
+            elif key == META_KEY:
+                snap.meta = decode(text, StoredMeta)
+            else:
+                raise ValueError("unknown key")
+        except Exception as exc:
+            raise StateStoreError(
+                f"the state store {where} holds an entry this mangonel cannot read "
+                f"({key!r}: {exc}); it was written by another version or damaged. Move the "
+                "store aside (or use another --state) to start with an empty state."
+            ) from exc
+    for job, plan in plans.items():
+        stored = StoredJob(job, plan, progress.get(job), outcomes.get(job))
+        if stored.progress is None and stored.outcome is None:
+            log.warning("job %s has a plan but no progress in the store; it is dropped", job)
+            continue
+        snap.jobs.append(stored)
+    snap.jobs.sort(key=lambda j: j.plan.submitted)
+    return snap
+
+
+class StateWriter:
+    """Writes documents to the store, only those that changed, one commit per call.
+
+    Args:
+        store: The store, acquired by this scheduler.
+        held: What the store holds now (``store.load()``), so the first commit
+            after a restart writes only differences too.
+    """
+
+    def __init__(self, store: StateStore, held: Mapping[str, str]) -> None:
+        self.store = store
+        self._held = dict(held)
+
+    def commit(self, puts: Mapping[str, object], deletes: list[str] | tuple[str, ...] = ()) -> None:
+        """Encode ``puts`` and write those that differ from the store, with ``deletes``.
+
+        Raises:
+            StoreFencedError, StateStoreError: from the store; nothing was written.
+        """
+        changed: dict[str, str] = {}
+        for key, value in puts.items():
+            text = encode(value)
+            if self._held.get(key) != text:
+                changed[key] = text
+        gone = [k for k in deletes if k in self._held and k not in puts]
+        if not changed and not gone:
+            return
+        self.store.commit(changed, gone)
+        self._held.update(changed)
+        for key in gone:
+            del self._held[key]

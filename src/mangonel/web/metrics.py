@@ -1,0 +1,141 @@
+"""Prometheus metrics of a scheduler, served at ``/metrics``.
+
+Gauges (executors and tasks by state) are read from the scheduler at each
+scrape; counters and the job-duration histogram are the running totals of
+``scheduler.telemetry.Telemetry``. A registry of its own per app, so several
+schedulers in one process (tests) do not mix their numbers.
+
+Metrics (all prefixed ``mangonel_``):
+
+* ``executors{state}``: executors the scheduler lists, by state (lost ones
+  for a bounded history);
+* ``executors_lost_total{reason}``: executors lost since start, by reason;
+* ``tasks{state}``: tasks of unfinished jobs: pending, running, done;
+* ``task_attempts_launched_total``, ``task_attempts_ended_total{outcome}``;
+* ``task_retries_total``: attempts launched because an earlier attempt of the
+  task made no output (it failed, was lost or cancelled);
+* ``outputs_recomputed_total``: attempts launched to make again an output that
+  was lost (with its executor, or a missing or corrupt file);
+* ``shuffle_bytes_written_total``: bytes of shuffle files reported by tasks;
+* ``shuffle_bytes_fetched_total``: bytes of shuffle files given to tasks that
+  completed, as their inputs (broadcast inputs count once per reading task);
+* ``job_duration_seconds{outcome}``: histogram of job durations, submit to end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from mangonel.scheduler.core import SchedulerCore
+from mangonel.scheduler.registry import ExecutorPhase
+from mangonel.scheduler.telemetry import JOB_SECONDS_BUCKETS, AttemptOutcome
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class SchedulerCollector(Collector):
+    """Reads one scheduler's state and totals at every scrape."""
+
+    def __init__(self, core: SchedulerCore) -> None:
+        self.core = core
+
+    def collect(self) -> Iterator[Metric]:
+        core = self.core
+        executors = GaugeMetricFamily(
+            "mangonel_executors", "Executors the scheduler lists, by state", labels=["state"]
+        )
+        counts = {p.value: 0 for p in ExecutorPhase}
+        for entry in core.executors():
+            counts[entry.phase.value] += 1
+        for state, n in counts.items():
+            executors.add_metric([state], n)
+        yield executors
+
+        tasks = GaugeMetricFamily(
+            "mangonel_tasks", "Tasks of unfinished jobs, by state", labels=["state"]
+        )
+        pending = running = done = 0
+        for record in core.jobs():
+            with record.changed:
+                if record.phase.finished:
+                    continue
+                for v in record.stage_views():
+                    pending += v.pending
+                    running += v.running
+                    done += v.done
+        for state, n in (("pending", pending), ("running", running), ("done", done)):
+            tasks.add_metric([state], n)
+        yield tasks
+
+        totals = core.telemetry.counters()
+        lost = CounterMetricFamily(
+            "mangonel_executors_lost", "Executors lost since start, by reason", labels=["reason"]
+        )
+        for reason, n in sorted(totals.executors_lost.items()):
+            lost.add_metric([reason], n)
+        yield lost
+        yield CounterMetricFamily(
+            "mangonel_task_attempts_launched",
+            "Task attempts launched since start",
+            value=totals.attempts_launched,
+        )
+        ended = CounterMetricFamily(
+            "mangonel_task_attempts_ended", "Task attempts ended, by outcome", labels=["outcome"]
+        )
+        for outcome in AttemptOutcome:
+            if outcome is not AttemptOutcome.RUNNING:
+                ended.add_metric([outcome.value], totals.attempts_ended.get(outcome.value, 0))
+        yield ended
+        yield CounterMetricFamily(
+            "mangonel_task_retries",
+            "Attempts launched because an earlier attempt of the task made no output",
+            value=totals.task_retries,
+        )
+        yield CounterMetricFamily(
+            "mangonel_outputs_recomputed",
+            "Attempts launched to make again a finished task's lost output",
+            value=totals.outputs_recomputed,
+        )
+        yield CounterMetricFamily(
+            "mangonel_shuffle_bytes_written",
+            "Bytes of shuffle files written by task attempts",
+            value=totals.shuffle_bytes_written,
+        )
+        yield CounterMetricFamily(
+            "mangonel_shuffle_bytes_fetched",
+            "Bytes of shuffle files read as inputs by task attempts that completed",
+            value=totals.shuffle_bytes_fetched,
+        )
+        latency = HistogramMetricFamily(
+            "mangonel_job_duration_seconds",
+            "Job durations from submit to end, by outcome",
+            labels=["outcome"],
+        )
+        bounds = [f"{b:g}" for b in JOB_SECONDS_BUCKETS] + ["+Inf"]
+        for job_outcome, cumulative in sorted(totals.job_seconds_buckets.items()):
+            latency.add_metric(
+                [job_outcome],
+                [(bound, float(n)) for bound, n in zip(bounds, cumulative, strict=True)],
+                sum_value=totals.job_seconds_sum.get(job_outcome, 0.0),
+            )
+        yield latency
+
+
+def make_registry(core: SchedulerCore) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SchedulerCollector(core))
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The registry's metrics in Prometheus's text format."""
+    return generate_latest(registry)

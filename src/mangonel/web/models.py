@@ -1,0 +1,131 @@
+"""The REST API's documents: pydantic models, so that ``/api/openapi.json`` describes them.
+
+Times: ``*_at`` and ``since`` fields are Unix seconds (wall clock), ``*_s``
+fields are durations in seconds. Byte counts are bytes.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class ExecutorModel(BaseModel):
+    """One executor: alive, draining or lost (lost ones are kept for a bounded history)."""
+
+    id: str
+    state: str = Field(description="connecting, alive, draining or lost")
+    since: float = Field(description="Unix time of its last state change")
+    reason: str = Field(
+        description="why it left: connection lost, heartbeat timeout, fetch failures, "
+        "drained, process exited; empty while alive"
+    )
+    detail: str
+    host: str
+    flight_address: str
+    pid: int
+    slots: int
+    running_tasks: int
+    heartbeat_age_s: float = Field(description="seconds since it was last heard from")
+    shuffle_bytes_held: int = Field(description="bytes of shuffle files it wrote, not released")
+
+
+class JobSummary(BaseModel):
+    """One job as listed: state, SQL, duration, rows, progress, recovery counters."""
+
+    id: str
+    state: str = Field(description="queued, running, succeeded, failed or cancelled")
+    sql: str
+    submitted_at: float
+    elapsed_s: float
+    rows: int = Field(description="rows of the result (so far: of the final stage's done tasks)")
+    tasks_total: int
+    tasks_done: int
+    tasks_running: int
+    stages_total: int
+    stages_done: int
+    progress: float = Field(description="tasks done / tasks, 0 to 1")
+    tasks_rerun: int
+    outputs_recomputed: int
+    error: str
+    error_type: str
+
+
+class StageInputModel(BaseModel):
+    stage: int
+    name: str
+    mode: str = Field(description="partition (hash exchange) or all (broadcast / gather)")
+
+
+class StageModel(BaseModel):
+    """One stage: what it reads and writes, its SQL, and its tasks' progress."""
+
+    id: int
+    label: str
+    num_tasks: int
+    done: int
+    running: int
+    pending: int
+    failed: int = Field(description="attempts of its tasks that reported a failure")
+    lost: int = Field(description="attempts of its tasks lost with their executor")
+    attempts: int
+    tasks_rerun: int
+    outputs_recomputed: int
+    rows: int
+    bytes: int
+    elapsed_s: float
+    output: str = Field(description="hash(keys) into N partitions, or single")
+    inputs: list[StageInputModel]
+    scan_table: str | None
+    sql: str
+    final: bool
+
+
+class AttemptModel(BaseModel):
+    """One task attempt: where it ran, how long, how it ended and why."""
+
+    stage: int
+    partition: int
+    attempt: int
+    executor: str
+    kind: str = Field(description="first, re-run or recompute")
+    state: str = Field(description="running, succeeded, failed, lost or cancelled")
+    launched_at: float
+    elapsed_s: float | None
+    reason: str
+    rows: int
+    bytes: int
+    output_lost: bool
+
+
+class JobDetail(JobSummary):
+    """A job with its stage graph and its task attempts."""
+
+    stages: list[StageModel]
+    attempts: list[AttemptModel]
+    attempts_not_kept: int = Field(description="attempts beyond the kept history")
+
+
+class ClusterModel(BaseModel):
+    scheduler_address: str
+    executors: dict[str, int] = Field(description="executors by state")
+    jobs: dict[str, int] = Field(description="jobs by state")
+    slots: int = Field(description="task slots of alive executors")
+    running_tasks: int
+
+
+class CancelModel(BaseModel):
+    cancelled: bool = Field(description="false when the job had already finished")
+
+
+class ExplainRequest(BaseModel):
+    sql: str
+    dialect: str | None = None
+
+
+class ExplainModel(BaseModel):
+    text: str
+    stages: list[StageModel]
+
+
+class ErrorModel(BaseModel):
+    detail: str

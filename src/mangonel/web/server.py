@@ -1,0 +1,80 @@
+"""Serve the web app from a thread of the scheduler process.
+
+The scheduler is a threaded gRPC server; the web app runs beside it on its own
+port, in one thread with its own event loop (uvicorn), and reads the same
+``SchedulerCore``. Uvicorn installs no signal handlers outside the main
+thread, so the scheduler keeps its own SIGTERM handling.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+import uvicorn
+
+from mangonel.errors import ClusterError
+from mangonel.scheduler.core import SchedulerCore
+from mangonel.web.app import create_app
+
+log = logging.getLogger(__name__)
+
+DEFAULT_WEB_PORT = 50080
+"""The web UI's port for ``mangonel scheduler`` and ``standalone`` (next to gRPC's 50050)."""
+
+
+class WebServer:
+    """A running web server: its URL, and ``stop()``."""
+
+    def __init__(self, server: uvicorn.Server, thread: threading.Thread, url: str) -> None:
+        self._server = server
+        self._thread = thread
+        self.url = url
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout_s)
+
+
+def start_web_server(
+    core: SchedulerCore, host: str, port: int, scheduler_address: str = ""
+) -> WebServer:
+    """Bind ``host:port`` (0 picks a free port) and serve the app in a daemon thread.
+
+    Raises:
+        ClusterError: the port cannot be bound.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ClusterError(
+            f"the web UI cannot listen on {host}:{port} ({exc.strerror}); pick another "
+            "port with --web-port, or turn it off with --web-port -1"
+        ) from exc
+    sock.listen(128)
+    bound = sock.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(core, scheduler_address),
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name="web", daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise ClusterError(f"the web UI did not start on {host}:{bound}")
+        time.sleep(0.01)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    url = f"http://{shown}:{bound}"
+    log.info("web UI at %s", url)
+    return WebServer(server, thread, url)

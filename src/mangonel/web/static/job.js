@@ -1,0 +1,125 @@
+// The job page: facts, stage graph (SVG from the API), stages, task attempts, cancel.
+"use strict";
+
+const jobId = decodeURIComponent(location.pathname.split("/").filter(Boolean).pop());
+const FINISHED = new Set(["succeeded", "failed", "cancelled"]);
+let lastJob = null;
+
+function fact(n, label, cls) {
+  return `<div class="card ${cls || ""}"><div class="n">${esc(n)}</div>` +
+    `<div class="l">${esc(label)}</div></div>`;
+}
+
+function reads(s) {
+  const parts = [];
+  if (s.scan_table) parts.push(`table <code>${esc(s.scan_table)}</code>`);
+  for (const i of s.inputs) {
+    const how = i.mode === "partition" ? "hash exchange" : (s.num_tasks > 1 ? "broadcast" : "gather");
+    parts.push(`stage ${esc(i.stage)} (${esc(how)})`);
+  }
+  return parts.join("<br>");
+}
+
+function stageRow(s) {
+  const trouble = s.failed || s.lost || s.tasks_rerun || s.outputs_recomputed ? " problem" : "";
+  return `<tr class="stage${trouble}" data-stage="${esc(s.id)}">` +
+    `<td><b>${esc(s.id)}</b>${s.final ? " (result)" : ""}<div class="detail">${esc(s.label)}</div></td>` +
+    `<td>${progressBar(Math.min(s.done, s.num_tasks), s.running, s.num_tasks)}</td>` +
+    `<td class="num">${esc(s.failed)}</td>` +
+    `<td class="num">${esc(s.lost)}</td>` +
+    `<td class="num">${esc(s.tasks_rerun)}</td>` +
+    `<td class="num">${esc(s.outputs_recomputed)}</td>` +
+    `<td class="num">${esc(count(s.rows))}</td>` +
+    `<td class="num">${esc(bytes(s.bytes))}</td>` +
+    `<td class="num">${esc(duration(s.elapsed_s))}</td>` +
+    `<td>${reads(s)}</td>` +
+    `<td class="detail">${esc(s.output)}</td>` +
+    `<td><details><summary>SQL</summary><pre>${esc(s.sql)}</pre></details></td></tr>`;
+}
+
+function isProblem(a) {
+  return a.kind !== "first" || a.state === "failed" || a.state === "lost" || a.output_lost;
+}
+
+function attemptRow(a) {
+  const trouble = a.state === "failed" || a.state === "lost" ? " problem" : "";
+  const reason = a.reason || (a.output_lost ? "its output was lost; made again by a later attempt" : "");
+  return `<tr class="attempt${trouble}" data-kind="${esc(a.kind)}" data-state="${esc(a.state)}" ` +
+    `data-output-lost="${a.output_lost}">` +
+    `<td><code>s${esc(a.stage)}/p${esc(a.partition)}</code></td>` +
+    `<td class="num">${esc(a.attempt)}</td>` +
+    `<td>${pill(a.kind, "kind-" + a.kind)}</td>` +
+    `<td><code>${esc(a.executor)}</code></td>` +
+    `<td>${pill(a.state)}</td>` +
+    `<td>${esc(clock(a.launched_at))}</td>` +
+    `<td class="num">${a.state === "running"
+      ? `<span class="detail">${esc(duration(Math.max(0, Date.now() / 1000 - a.launched_at)))} so far</span>`
+      : esc(duration(a.elapsed_s))}</td>` +
+    `<td class="num">${a.state === "succeeded" ? esc(count(a.rows)) : ""}</td>` +
+    `<td class="num">${a.state === "succeeded" ? esc(bytes(a.bytes)) : ""}</td>` +
+    `<td class="why">${reason ? `<span class="detail">${esc(reason)}</span>` : ""}</td></tr>`;
+}
+
+function drawAttempts() {
+  if (!lastJob) return;
+  const only = document.getElementById("only-problems").checked;
+  const shown = lastJob.attempts.filter((a) => !only || isProblem(a));
+  const problems = lastJob.attempts.filter(isProblem).length;
+  document.getElementById("attempt-count").textContent =
+    `${lastJob.attempts.length} attempts, ${problems} of them failed, lost, re-run, ` +
+    `recomputed or with a lost output` +
+    (lastJob.attempts_not_kept ? `; ${lastJob.attempts_not_kept} more not kept` : "");
+  document.querySelector("#attempts tbody").innerHTML = shown.length
+    ? shown.map(attemptRow).join("")
+    : `<tr><td colspan="10" class="detail">no attempt ${only ? "with a problem" : "yet"}</td></tr>`;
+}
+
+async function refresh() {
+  let job;
+  try {
+    job = await api(`/api/jobs/${encodeURIComponent(jobId)}`).then((r) => r.json());
+  } catch (e) {
+    document.getElementById("error").innerHTML = `<div class="error">${esc(e.message)}</div>`;
+    return false;
+  }
+  const svg = await api(`/api/jobs/${encodeURIComponent(jobId)}/graph.svg`).then((r) => r.text());
+  lastJob = job;
+  document.title = `mangonel · job ${job.id} · ${job.state}`;
+  document.getElementById("job-id").textContent = job.id;
+  document.getElementById("job-state").innerHTML = pill(job.state);
+  document.getElementById("cancel").disabled = FINISHED.has(job.state);
+  document.getElementById("facts").innerHTML =
+    fact(`${(job.progress * 100).toFixed(0)}%`, "progress", "running") +
+    fact(`${job.stages_done}/${job.stages_total}`, "stages done") +
+    fact(`${job.tasks_done}/${job.tasks_total}`, "tasks done") +
+    fact(duration(job.elapsed_s), FINISHED.has(job.state) ? "duration" : "running for") +
+    fact(count(job.rows), "result rows") +
+    fact(job.tasks_rerun, "tasks re-run", job.tasks_rerun ? "draining" : "") +
+    fact(job.outputs_recomputed, "outputs recomputed", job.outputs_recomputed ? "draining" : "") +
+    fact(clock(job.submitted_at), "submitted");
+  const tone = job.state === "cancelled" ? " notice" : "";
+  document.getElementById("error").innerHTML = job.error
+    ? `<div class="error${tone}"><b>${esc(job.error_type || "error")}</b>: ${esc(job.error)}</div>`
+    : "";
+  document.getElementById("graph").innerHTML = svg;
+  document.querySelector("#stages tbody").innerHTML = job.stages.map(stageRow).join("");
+  document.getElementById("sql").textContent = job.sql;
+  drawAttempts();
+  stamp("updated");
+  return !FINISHED.has(job.state);
+}
+
+document.getElementById("only-problems").addEventListener("change", drawAttempts);
+document.getElementById("cancel").addEventListener("click", async () => {
+  if (!confirm(`Cancel job ${jobId}?`)) return;
+  const button = document.getElementById("cancel");
+  button.disabled = true;
+  try {
+    await api(`/api/jobs/${encodeURIComponent(jobId)}/cancel`, { method: "POST" });
+  } catch (e) {
+    document.getElementById("error").innerHTML = `<div class="error">${esc(e.message)}</div>`;
+  }
+  refresh();
+});
+
+poll(refresh, 1000);

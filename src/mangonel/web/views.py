@@ -1,0 +1,210 @@
+"""Snapshots of the scheduler's state as the REST API's documents.
+
+Everything reads ``SchedulerCore`` through its public methods and each job
+record under the record's own lock, so one document shows one moment of a job.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from mangonel.plan.physical import DistributedPlan, OutputKind, Stage
+from mangonel.scheduler.core import SchedulerCore
+from mangonel.scheduler.jobs import JobPhase, JobRecord
+from mangonel.scheduler.registry import ExecutorEntry
+from mangonel.scheduler.state_views import StageView
+from mangonel.scheduler.telemetry import AttemptOutcome, AttemptRecord
+from mangonel.web.models import (
+    AttemptModel,
+    ClusterModel,
+    ExecutorModel,
+    JobDetail,
+    JobSummary,
+    StageInputModel,
+    StageModel,
+)
+
+
+def executor_model(entry: ExecutorEntry, running: int, held: int, now: float) -> ExecutorModel:
+    info = entry.info
+    return ExecutorModel(
+        id=info.id,
+        state=entry.phase.value,
+        since=entry.since,
+        reason=entry.reason.value if entry.reason else "",
+        detail=entry.detail,
+        host=info.host,
+        flight_address=info.flight_address,
+        pid=entry.pid,
+        slots=info.slots,
+        running_tasks=running if entry.usable else 0,
+        heartbeat_age_s=max(0.0, now - entry.last_heard) if entry.usable else 0.0,
+        shuffle_bytes_held=held if entry.usable else 0,
+    )
+
+
+def executors(core: SchedulerCore) -> list[ExecutorModel]:
+    """Every executor the scheduler lists: alive and draining first, then lost, newest first."""
+    running = core.running_tasks()
+    held = core.telemetry.held_bytes()
+    now = core.now()
+    order = {"alive": 0, "draining": 1, "connecting": 2, "lost": 3}
+    models = [
+        executor_model(e, running.get(e.id, 0), held.get(e.id, 0), now) for e in core.executors()
+    ]
+    return sorted(models, key=lambda m: (order.get(m.state, 4), -m.since))
+
+
+def job_state(record: JobRecord) -> str:
+    if record.phase is not JobPhase.RUNNING:
+        return str(record.phase.value)
+    if record.view is not None:
+        return str(record.view.state.value)
+    return "queued"
+
+
+def output_text(stage: Stage) -> str:
+    if stage.output.kind is OutputKind.HASH:
+        return f"hash({', '.join(stage.output.keys)}) into {stage.output.partitions} partitions"
+    return "single partition"
+
+
+def _summary_fields(record: JobRecord, now: float) -> dict[str, object]:
+    views = record.stage_views()
+    total = sum(v.num_tasks for v in views)
+    done = sum(min(v.done, v.num_tasks) for v in views)
+    final = views[-1] if views else None
+    return {
+        "id": record.id,
+        "state": job_state(record),
+        "sql": record.sql,
+        "submitted_at": record.submitted_wall,
+        "elapsed_s": record.elapsed(now),
+        "rows": final.rows if final is not None else 0,
+        "tasks_total": total,
+        "tasks_done": done,
+        "tasks_running": sum(v.running for v in views),
+        "stages_total": len(views),
+        "stages_done": sum(v.done >= v.num_tasks for v in views),
+        "progress": (done / total) if total else 1.0,
+        "tasks_rerun": sum(v.tasks_rerun for v in views),
+        "outputs_recomputed": sum(v.outputs_recomputed for v in views),
+        "error": record.error,
+        "error_type": record.error_type,
+    }
+
+
+def job_summary(record: JobRecord, now: float) -> JobSummary:
+    with record.changed:
+        return JobSummary.model_validate(_summary_fields(record, now))
+
+
+def jobs(core: SchedulerCore) -> list[JobSummary]:
+    """Every job the scheduler lists, newest first."""
+    now = core.now()
+    records = sorted(core.jobs(), key=lambda r: r.submitted, reverse=True)
+    return [job_summary(r, now) for r in records]
+
+
+def stage_models(
+    plan: DistributedPlan,
+    views: tuple[StageView, ...] | None = None,
+    elapsed: dict[int, float] | None = None,
+    failed: Counter[int] | None = None,
+    lost: Counter[int] | None = None,
+) -> list[StageModel]:
+    """The plan's stages with their progress (zeros for a plan that did not run)."""
+    by_id = {v.id: v for v in views or ()}
+    models = []
+    for stage in plan.stages:
+        v = by_id.get(stage.id)
+        models.append(
+            StageModel(
+                id=int(stage.id),
+                label=stage.label,
+                num_tasks=stage.num_tasks,
+                done=v.done if v else 0,
+                running=v.running if v else 0,
+                pending=v.pending if v else stage.num_tasks,
+                failed=(failed or Counter())[int(stage.id)],
+                lost=(lost or Counter())[int(stage.id)],
+                attempts=v.attempts_launched if v else 0,
+                tasks_rerun=v.tasks_rerun if v else 0,
+                outputs_recomputed=v.outputs_recomputed if v else 0,
+                rows=v.rows if v else 0,
+                bytes=v.bytes if v else 0,
+                elapsed_s=(elapsed or {}).get(int(stage.id), 0.0),
+                output=output_text(stage),
+                inputs=[
+                    StageInputModel(stage=int(i.stage), name=i.name, mode=i.mode.value)
+                    for i in stage.inputs
+                ],
+                scan_table=stage.scan.table if stage.scan is not None else None,
+                sql=stage.sql,
+                final=stage is plan.final,
+            )
+        )
+    return models
+
+
+def attempt_model(record: AttemptRecord) -> AttemptModel:
+    task = record.attempt.task
+    return AttemptModel(
+        stage=int(task.stage),
+        partition=task.partition,
+        attempt=record.attempt.attempt,
+        executor=record.executor,
+        kind=record.kind.value,
+        state=record.outcome.value,
+        launched_at=record.launched_wall,
+        elapsed_s=record.elapsed_s,
+        reason=record.reason,
+        rows=record.rows,
+        bytes=record.bytes,
+        output_lost=record.output_lost,
+    )
+
+
+def job_detail(core: SchedulerCore, record: JobRecord) -> JobDetail:
+    now = core.now()
+    attempts, dropped = core.telemetry.attempts(record.id)
+    failed: Counter[int] = Counter(
+        int(a.attempt.task.stage) for a in attempts if a.outcome is AttemptOutcome.FAILED
+    )
+    lost: Counter[int] = Counter(
+        int(a.attempt.task.stage) for a in attempts if a.outcome is AttemptOutcome.LOST
+    )
+    with record.changed:
+        fields = _summary_fields(record, now)
+        views = record.stage_views()
+        end = record.finished if record.finished is not None else now
+        elapsed = {}
+        for v in views:
+            timing = record.timing.get(v.id)
+            if timing is not None:
+                elapsed[int(v.id)] = timing.elapsed(end, complete=v.done >= v.num_tasks)
+        stages = stage_models(record.plan, views, elapsed, failed, lost)
+    return JobDetail.model_validate(
+        {
+            **fields,
+            "stages": stages,
+            "attempts": [attempt_model(a) for a in attempts],
+            "attempts_not_kept": dropped,
+        }
+    )
+
+
+def cluster(core: SchedulerCore, scheduler_address: str) -> ClusterModel:
+    entries = core.executors()
+    running = core.running_tasks()
+    by_state = Counter({"alive": 0, "draining": 0, "lost": 0})
+    by_state.update(e.phase.value for e in entries)
+    jobs_by_state = Counter({"running": 0, "succeeded": 0, "failed": 0, "cancelled": 0})
+    jobs_by_state.update(job_state(r) for r in core.jobs())
+    return ClusterModel(
+        scheduler_address=scheduler_address,
+        executors=dict(by_state),
+        jobs=dict(jobs_by_state),
+        slots=sum(e.info.slots for e in entries if e.usable),
+        running_tasks=sum(running.get(e.id, 0) for e in entries if e.usable),
+    )

@@ -1,0 +1,160 @@
+"""A highly available pair of schedulers on a real etcd: the standby takes over.
+
+Two scheduler processes share one etcd state store; the first leads (it holds
+an etcd lease), the second waits as the standby. Executors and the client are
+given both addresses. The tests kill the leader in the middle of a TPC-H query
+(deterministically, with a crash rule: ``mangonel.scheduler.crash``) and check
+that the standby finishes the same job with DuckDB's answer; that a restarted
+old leader stays a standby; and that a leader frozen past its lease, once
+thawed, finds itself deposed and stops without writing.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
+
+from mangonel.client.session import Result
+from mangonel.client.status import ExecutorState, JobState
+from mangonel.testing.cluster import LocalCluster, ProcessHandle
+from mangonel.testing.etcd import EtcdServer
+
+pytestmark = pytest.mark.timeout(180)
+
+LEASE_TTL_S = 2
+MID_QUERY = {"event": "TaskCompleted", "nth": 3}
+
+
+@pytest.fixture(scope="module")
+def etcd(module_dir: Path) -> Iterator[EtcdServer]:
+    with EtcdServer(module_dir / "etcd") as server:
+        yield server
+
+
+@pytest.fixture
+def pair(work_dir: Path, etcd: EtcdServer, tpch_tables: dict[str, Path]) -> Iterator[LocalCluster]:
+    state = etcd.url(f"/mangonel/{work_dir.name}/") + f"?ttl_s={LEASE_TTL_S}"
+    with LocalCluster(
+        executors=2,
+        slots=2,
+        work_dir=work_dir / "cluster",
+        heartbeat_timeout=5.0,
+        state=state,
+        schedulers=2,
+        scheduler_args=("--crash-file", str(work_dir / "crash.json"), "--broadcast-bytes", "0"),
+    ) as cluster:
+        with cluster.connect() as session:
+            for name, path in tpch_tables.items():
+                session.register_parquet(name, str(path))
+        yield cluster
+
+
+def wait_for_log(proc: ProcessHandle, text: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in proc.log_tail():
+        assert proc.alive(), proc.log_tail()
+        assert time.monotonic() < deadline, f"no {text!r} in the log:\n{proc.log_tail()}"
+        time.sleep(0.1)
+
+
+def check(result: Result, number: int, reference: duckdb.DuckDBPyConnection) -> None:
+    expected = reference.sql(tpch_query(number)).to_arrow_table()
+    order_by = TPCH_ORDER_BY[number]
+    assert_same_result(result.to_arrow(), expected, ordered=bool(order_by), order_by=order_by)
+
+
+def in_background(fn: Any) -> tuple[threading.Thread, dict[str, Any]]:
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
+def finished(thread: threading.Thread, outcome: dict[str, Any]) -> Any:
+    thread.join(120)
+    assert not thread.is_alive(), "the query did not finish after the failover"
+    if "error" in outcome:
+        raise AssertionError(f"the query failed across the failover: {outcome['error']!r}")
+    return outcome["result"]
+
+
+def test_leader_killed_mid_query_the_standby_finishes_it_and_the_old_leader_stays_standby(
+    pair: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection, work_dir: Path
+) -> None:
+    leader = pair.schedulers[0]
+    standby = pair.schedulers[1]
+    assert leader is not None and standby is not None
+    wait_for_log(standby, "waiting as the standby")
+    with pair.connect() as session:
+        (work_dir / "crash.json").write_text(json.dumps([MID_QUERY]))
+        thread, outcome = in_background(lambda: session.sql(tpch_query(9)))
+        try:
+            code = leader.process.wait(60)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the crash rule never fired:\n{leader.log_tail()}")
+        died = time.monotonic()
+        assert code == -signal.SIGKILL
+        (work_dir / "crash.json").write_text("[]")
+        assert pair.wait_for_leader(timeout=30, exclude=0) == 1
+        took_over_s = time.monotonic() - died
+        result = finished(thread, outcome)
+        check(result, 9, duckdb_ref)
+        # Within a few seconds: the lease's TTL plus starting to serve.
+        assert took_over_s < LEASE_TTL_S + 10, f"the standby took {took_over_s:.1f} s"
+        # The same job, finished by the new leader, with both executors reattached.
+        status = session.status()
+        job = next(j for j in status.jobs if j.job_id == result.job_id)
+        assert job.state is JobState.SUCCEEDED
+        assert len([j for j in status.jobs if j.sql == tpch_query(9)]) == 1, status.jobs
+        alive = {e.id for e in status.executors if e.state is ExecutorState.ALIVE}
+        assert alive == {h.id for h in pair.executors}, status.executors
+
+        # The old leader comes back: it waits as the standby, it does not serve.
+        offset = leader.log_path.stat().st_size  # the restarted one appends to the same log
+        pair.restart_scheduler(0, wait=False)
+        restarted = pair.schedulers[0]
+        assert restarted is not None
+        wait_for_log(restarted, "waiting as the standby")
+        again = session.sql(tpch_query(3))
+        check(again, 3, duckdb_ref)
+        assert restarted.alive()
+        assert not (pair.work_dir / "scheduler-0.address").exists()
+        assert "listening" not in restarted.log_path.read_text()[offset:]
+
+
+def test_a_frozen_leader_is_deposed_and_stops_without_writing_when_thawed(
+    pair: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    leader = pair.schedulers[0]
+    assert leader is not None
+    with pair.connect() as session:
+        first = session.sql(tpch_query(12))
+        check(first, 12, duckdb_ref)
+        pair.kill_scheduler(0, signal.SIGSTOP)  # frozen: its lease runs out
+        assert pair.wait_for_leader(timeout=30, exclude=0) == 1
+        leader.signal(signal.SIGCONT)
+        # Thawed, it finds its lease gone: it stops with status 3, having written nothing.
+        assert leader.process.wait(30) == 3, leader.log_tail()
+        assert "lost the lead" in leader.log_tail(), leader.log_tail()
+        # The client follows the new leader, which knows the finished job.
+        jobs = {j.job_id: j.state for j in session.status().jobs}
+        assert jobs.get(first.job_id) is JobState.SUCCEEDED, jobs
+        result = session.sql(tpch_query(12))
+        check(result, 12, duckdb_ref)

@@ -1,0 +1,250 @@
+"""The scheduler survives its own crash: kill -9 at deterministic points, restart, right answer.
+
+One cluster (2 executors, SQLite state store) for the module. Each test makes
+the scheduler kill itself (SIGKILL, no cleanup) at a chosen point of a TPC-H
+query with a crash rule (``mangonel.scheduler.crash``), starts it again on the
+same port and state file, and checks that the client, which only called
+``session.sql``, gets the answer single-process DuckDB gives, from the same
+job: the client reconnected and watched it again, the executors reattached with
+the outputs they held, and what was lost was run again.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
+
+from mangonel.client.session import Result, Session
+from mangonel.client.status import ExecutorState, JobState
+from mangonel.scheduler.persist import read_snapshot
+from mangonel.scheduler.state_jobs import Done
+from mangonel.scheduler.store_sqlite import SqliteStateStore
+from mangonel.testing.cluster import LocalCluster
+
+pytestmark = pytest.mark.timeout(180)
+
+# Where the scheduler dies, by name (see mangonel.scheduler.crash for the rule format).
+CRASH_POINTS: dict[str, dict[str, Any]] = {
+    # The job is planned and durable; no task was sent.
+    "after_planning": {"event": "JobSubmitted"},
+    # The second task of the job has reported: stages are part done.
+    "mid_stage": {"event": "TaskCompleted", "nth": 2},
+    # The final stage's tasks were sent to the executors and run.
+    "final_stage_running": {
+        "event": "*",
+        "commands": "LaunchTask",
+        "stage": "final",
+        "point": "executed",
+    },
+    # The job succeeded and that is durable, but no client heard of it yet.
+    "finished_unread": {"event": "TaskCompleted", "commands": "JobSucceeded"},
+}
+QUERIES = (3, 9, 18)
+
+
+@pytest.fixture(scope="module")
+def cluster(module_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[LocalCluster]:
+    crash_file = module_dir / "crash.json"
+    with LocalCluster(
+        executors=2,
+        slots=2,
+        partitions=4,
+        work_dir=module_dir / "cluster",
+        heartbeat_timeout=3.0,
+        scheduler_args=("--crash-file", str(crash_file), "--broadcast-bytes", "0"),
+    ) as c:
+        with c.connect() as session:
+            for name, path in tpch_tables.items():
+                session.register_parquet(name, str(path))
+        yield c
+
+
+def crash_file(cluster: LocalCluster) -> Path:
+    return cluster.work_dir.parent / "crash.json"
+
+
+def run_through_crash(
+    cluster: LocalCluster, session: Session, sql: str, rule: dict[str, Any]
+) -> tuple[Result, float]:
+    """Run ``sql`` while the scheduler dies at ``rule``; restart it; the result and down time."""
+    crash_file(cluster).write_text(json.dumps([rule]))
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = session.sql(sql)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test below
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    scheduler = cluster.scheduler
+    assert scheduler is not None
+    try:
+        code = scheduler.process.wait(60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the crash rule {rule} never fired; scheduler log:\n{scheduler.log_tail()}")
+    assert code == -signal.SIGKILL, f"the scheduler exited with {code}, not by its crash rule"
+    assert "crash rule" in scheduler.log_tail(), scheduler.log_tail()
+    crash_file(cluster).write_text("[]")
+    down = time.monotonic()
+    cluster.restart_scheduler()
+    down_s = time.monotonic() - down
+    runner.join(120)
+    assert not runner.is_alive(), "the query did not finish after the scheduler came back"
+    if "error" in outcome:
+        raise AssertionError(f"the query failed across the restart: {outcome['error']!r}")
+    return outcome["result"], down_s
+
+
+def wait_for_reattach(cluster: LocalCluster, session: Session, timeout: float = 15.0) -> None:
+    expected = {h.id for h in cluster.executors if h.alive()}
+    deadline = time.monotonic() + timeout
+    while True:
+        status = session.status()
+        alive = {e.id for e in status.executors if e.state is ExecutorState.ALIVE}
+        if alive == expected:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"alive {alive}, expected {expected}: {status.executors}")
+        time.sleep(0.05)
+
+
+def check(result: Result, number: int, reference: duckdb.DuckDBPyConnection) -> None:
+    expected = reference.sql(tpch_query(number)).to_arrow_table()
+    order_by = TPCH_ORDER_BY[number]
+    assert_same_result(result.to_arrow(), expected, ordered=bool(order_by), order_by=order_by)
+
+
+@pytest.mark.parametrize("point", sorted(CRASH_POINTS))
+@pytest.mark.parametrize("number", QUERIES)
+def test_scheduler_killed_and_restarted_mid_query(
+    cluster: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection, point: str, number: int
+) -> None:
+    with cluster.connect() as session:
+        before = {j.job_id for j in session.status().jobs}
+        result, _ = run_through_crash(cluster, session, tpch_query(number), CRASH_POINTS[point])
+        check(result, number, duckdb_ref)
+        # The same job went on: the client did not submit the query again.
+        status = session.status()
+        new_jobs = [j for j in status.jobs if j.job_id not in before]
+        assert [j.job_id for j in new_jobs] == [result.job_id], new_jobs
+        assert new_jobs[0].state is JobState.SUCCEEDED
+        # Both executors come back under their ids (reattached, not new lives).
+        wait_for_reattach(cluster, session)
+        if point == "final_stage_running":
+            # The final stage's attempts died with the scheduler's view of them.
+            assert result.tasks_rerun >= 1, result.stages
+        if point == "finished_unread":
+            # Nothing ran again: the result was read where it was left.
+            assert result.tasks_rerun == 0 and result.outputs_recomputed == 0, result.stages
+
+
+def holders_of_final_inputs(cluster: LocalCluster) -> set[str]:
+    """Executors that hold, per the stopped scheduler's store, outputs its final stages read."""
+    store = SqliteStateStore(cluster.state.removeprefix("sqlite://"))
+    try:
+        snap = read_snapshot(store.load(), cluster.state)
+    finally:
+        store.close()
+    holders: set[str] = set()
+    for job in snap.jobs:
+        if job.progress is None:
+            continue
+        for upstream in job.plan.plan.final.upstream:
+            for task in job.progress.stages[upstream].tasks:
+                if isinstance(task.state, Done):
+                    holders.add(task.state.executor)
+    return holders
+
+
+def test_outputs_of_an_executor_that_died_while_the_scheduler_was_down_are_made_again(
+    cluster: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """An executor (and its disk) lost while the scheduler is down never reattaches:
+    the outputs it held are recomputed, and it is lost (when a reader fails to
+    reach it, or after the heartbeat timeout)."""
+    with cluster.connect() as session:
+        crash_file(cluster).write_text(json.dumps([CRASH_POINTS["final_stage_running"]]))
+        outcome: dict[str, Any] = {}
+        runner = threading.Thread(
+            target=lambda: outcome.setdefault("result", session.sql(tpch_query(9)))
+        )
+        runner.start()
+        assert cluster.scheduler is not None
+        assert cluster.scheduler.process.wait(60) == -signal.SIGKILL
+        # The victim: an executor holding input of the final stage, as the store says.
+        holders = holders_of_final_inputs(cluster)
+        index = next(i for i, h in enumerate(cluster.executors) if h.id in holders)
+        victim_id = cluster.executors[index].id
+        cluster.kill_executor(index)
+        # On one host its files would still be read by path: take them away too,
+        # as a lost machine would.
+        shutil.rmtree(cluster.executor_root / str(victim_id))
+        crash_file(cluster).write_text("[]")
+        cluster.restart_scheduler()
+        runner.join(120)
+        result = outcome["result"]
+        check(result, 9, duckdb_ref)
+        assert result.outputs_recomputed >= 1, result.stages
+        lost = session.status().executor(victim_id or "")
+        assert lost is not None and lost.state is ExecutorState.LOST, lost
+        assert lost.reason in ("heartbeat timeout", "fetch failures"), lost
+        cluster.add_executor()  # the module's other tests expect two
+
+
+def test_tables_and_finished_jobs_survive_a_restart(cluster: LocalCluster) -> None:
+    with cluster.connect() as session:
+        tables = {t.name: t.rows for t in session.tables()}
+        jobs = {j.job_id: j.state for j in session.status().jobs}
+        cluster.kill_scheduler()
+        cluster.restart_scheduler()
+        assert {t.name: t.rows for t in session.tables()} == tables
+        after = {j.job_id: j.state for j in session.status().jobs}
+        assert after == jobs
+
+
+def run_scheduler_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mangonel", "scheduler", "--port", "0", "--web-port", "-1", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_corrupt_state_file_stops_the_scheduler_at_start_with_a_clear_error(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state.db"
+    state.write_bytes(b"not a database" * 100)
+    done = run_scheduler_cli("--state", f"sqlite://{state}")
+    assert done.returncode != 0
+    assert "is not a readable SQLite database" in done.stderr, done.stderr
+    assert "move it aside" in done.stderr
+    assert "listening" not in done.stdout
+
+
+def test_a_state_file_in_use_by_another_scheduler_is_refused(cluster: LocalCluster) -> None:
+    done = run_scheduler_cli("--state", cluster.state)
+    assert done.returncode != 0
+    assert "is in use by" in done.stderr, done.stderr
+
+
+def test_an_unreachable_etcd_stops_the_scheduler_at_start_with_a_clear_error() -> None:
+    done = run_scheduler_cli("--state", "etcd://127.0.0.1:1")
+    assert done.returncode != 0
+    assert "127.0.0.1:1" in done.stderr and "etcd" in done.stderr, done.stderr
+    assert "listening" not in done.stdout

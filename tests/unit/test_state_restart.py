@@ -1,0 +1,157 @@
+"""The state machine across a scheduler restart: stored, restored, executors reattach.
+
+What the shell writes after an event (``export_*``) is encoded to JSON as the
+store keeps it (``scheduler.persist``), decoded into a fresh state machine
+(``restore``), and ``SchedulerRecovered`` / ``ExecutorReattached`` take it on.
+Commands are compared exactly, as in ``test_state_machine``.
+"""
+
+from __future__ import annotations
+
+from test_state_machine import (
+    E1,
+    E2,
+    J1,
+    Harness,
+    att,
+    finish_maps,
+    launches,
+    started,
+    three_stage_plan,
+)
+
+from mangonel.scheduler.events import (
+    DeclareExecutorLost,
+    ExecutorHeartbeat,
+    ExecutorInfo,
+    ExecutorReattached,
+    JobSucceeded,
+    LossReason,
+    ReleaseOutputs,
+    SchedulerRecovered,
+)
+from mangonel.scheduler.persist import decode, encode
+from mangonel.scheduler.state import ExecutorState, JobState, SchedulerState
+from mangonel.scheduler.state_executors import RegistrySnapshot
+from mangonel.scheduler.state_jobs import JobProgress, JobRecord
+from mangonel.scheduler.state_views import JobView
+
+
+def restarted(h: Harness) -> Harness:
+    """A new state machine from what ``h``'s state machine stored, JSON and all."""
+    old = h.state
+    jobs = [
+        JobRecord.restore(h.plans[j], decode(encode(old.export_job(j)), JobProgress))
+        for j in old.unfinished_jobs()
+    ]
+    finished = [decode(encode(v), JobView) for v in old.jobs() if v.state.finished]
+    new = Harness()
+    new.plans = h.plans
+    new.now, new.last_id = h.now, h.last_id
+    new.state = SchedulerState(old.limits)
+    executors = decode(encode(old.export_executors()), RegistrySnapshot)
+    new.state.restore(executors, jobs, finished, old.no_executor_since)
+    return new
+
+
+def info(executor: str) -> ExecutorInfo:
+    n = executor[1:]
+    return ExecutorInfo(executor, f"h{n}", f"h{n}:50{n}", 4)  # type: ignore[arg-type]
+
+
+def held(h: Harness, executor: str, *attempts: object) -> frozenset[str]:
+    return frozenset(
+        o.path
+        for a in attempts
+        for o in h.outputs(a, executor)  # type: ignore[arg-type]
+    )
+
+
+def test_a_restored_state_is_the_stored_one() -> None:
+    h = started()
+    finish_maps(h, {0: E1, 1: E2, 2: E1})
+    r = restarted(h)
+    assert r.state.job(J1) == h.state.job(J1)
+    assert r.state.executors() == [
+        v.__class__(**{**v.__dict__, "last_heartbeat": 0.0, "running": 0})
+        for v in h.state.executors()
+    ]
+
+
+def test_after_a_restart_running_attempts_are_pending_and_nothing_launches_until_reattach() -> None:
+    h = started()
+    finish_maps(h, {0: E1, 1: E2})
+    r = restarted(h)
+    r.now = 5.0
+    # p2 and p3 of stage 1 were running: given up on, but not charged as failures.
+    assert r.send(SchedulerRecovered) == []
+    view = r.state.job(J1)
+    assert view is not None
+    assert (view.stages[0].done, view.stages[0].running, view.stages[0].pending) == (2, 0, 2)
+    assert view.stages[0].tasks_rerun == 2
+    assert all(v.running == 0 for v in r.state.executors())
+    assert r.state.awaits(E1) and r.state.awaits(E2)
+    # e1 is back with all it held: p2 and p3 run on it under new attempt numbers.
+    cmds = r.send(ExecutorReattached, info(E1), held(h, E1, att(1, 0)))
+    assert launches(cmds) == [("e1", "j1/s1/p2/a1"), ("e1", "j1/s1/p3/a1")]
+    assert not r.state.awaits(E1)
+
+
+def test_a_reattached_executor_without_an_output_makes_it_again() -> None:
+    h = started()
+    finish_maps(h, {0: E1, 1: E2, 2: E1, 3: E2})
+    r = restarted(h)
+    r.send(SchedulerRecovered)
+    # e2 lost the file of map task 1 while the scheduler was down.
+    cmds = r.send(ExecutorReattached, info(E2), held(h, E2, att(1, 3)))
+    assert launches(cmds) == [("e2", "j1/s1/p1/a1")]
+    view = r.state.job(J1)
+    assert view is not None and view.stages[0].outputs_recomputed == 1
+
+
+def test_an_executor_that_does_not_come_back_is_lost_after_the_heartbeat_timeout() -> None:
+    h = started()
+    finish_maps(h, {0: E1, 1: E2, 2: E1, 3: E2})
+    r = restarted(h)
+    r.now = 100.0
+    r.send(SchedulerRecovered)
+    r.send(ExecutorReattached, info(E1), held(h, E1, att(1, 0), att(1, 2)))
+    timeout = r.state.limits.heartbeat_timeout_s
+    assert r.tick(100.0 + timeout - 0.5) == []
+    r.send(ExecutorHeartbeat, E1)  # e1 is back and beating; e2 stays silent
+    cmds = r.tick(100.0 + timeout + 0.5)
+    assert cmds[0] == DeclareExecutorLost(r.last_id, E2, LossReason.HEARTBEAT_TIMEOUT)
+    # e2's map outputs are made again on e1; then the reducers run.
+    assert launches(cmds) == [("e1", "j1/s1/p1/a1"), ("e1", "j1/s1/p3/a1")]
+    lost = next(v for v in r.state.executors() if v.id == E2)
+    assert lost.state is ExecutorState.LOST
+    assert "did not reconnect" in lost.detail
+
+
+def test_an_unknown_or_lost_executor_cannot_reattach() -> None:
+    h = started()
+    h.lose(E2)
+    r = restarted(h)
+    r.send(SchedulerRecovered)
+    assert not r.state.awaits(E2)
+    assert r.send(ExecutorReattached, info(E2), frozenset()) == []
+    assert next(v for v in r.state.executors() if v.id == E2).state is ExecutorState.LOST
+
+
+def test_finished_jobs_survive_and_a_job_finishes_after_the_restart() -> None:
+    h = Harness()
+    h.register(E1)
+    h.submit(three_stage_plan(maps=1, reducers=1))
+    h.complete(att(1, 0), E1)
+    h.complete(att(2, 0), E1)
+    r = restarted(h)
+    r.send(SchedulerRecovered)
+    paths = held(h, E1, att(1, 0), att(2, 0))
+    assert launches(r.send(ExecutorReattached, info(E1), paths)) == [("e1", "j1/s3/p0/a1")]
+    assert r.complete(att(3, 0, 1), E1) == [
+        JobSucceeded(r.last_id, J1, (r.loc(att(3, 0, 1), E1, 0),)),
+        ReleaseOutputs(r.last_id, E1, J1, (1, 2)),  # type: ignore[arg-type]
+    ]
+    again = restarted(r)
+    view = again.state.job(J1)
+    assert view is not None and view.state is JobState.SUCCEEDED
