@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import statistics
 import sys
@@ -58,6 +59,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--json", type=Path, help="also write the numbers as JSON here")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
+    parser.add_argument(
+        "--work-dir", type=Path, help="clusters' work dirs and logs (default: temp)"
+    )
     return parser.parse_args(argv)
 
 
@@ -192,54 +196,52 @@ def main(argv: list[str] | None = None) -> int:
     for statement in duckdb_views_sql(dict(tables)):
         con.execute(statement)
     payload: dict[str, Any] = {"scale": args.scale, "repeat": args.repeat}
-    with tempfile.TemporaryDirectory(prefix="mangonel-crash-bench-") as tmp:
-        work = Path(tmp)
-        rec = recovery(args, tables, con, work)
-        payload["recovery"] = rec
-        print(f"\nTPC-H q{rec['query']} at SF {args.scale:g}, 2 executors, SQLite state\n")
-        print("| measure | value |")
-        print("|---|---:|")
-        print(f"| fault-free (fastest of {args.repeat}) | {rec['fault_free_s']:.3f} s |")
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="mangonel-crash-bench-"))
+    print(f"cluster work directories and logs under {work}", file=sys.stderr)
+    rec = recovery(args, tables, con, work)
+    payload["recovery"] = rec
+    print(f"\nTPC-H q{rec['query']} at SF {args.scale:g}, 2 executors, SQLite state\n")
+    print("| measure | value |")
+    print("|---|---:|")
+    print(f"| fault-free (fastest of {args.repeat}) | {rec['fault_free_s']:.3f} s |")
+    print(
+        f"| with the scheduler killed after {rec['crash_after_task_reports']} of "
+        f"{rec['tasks']} task reports, restarted at once | {rec['with_crash_s']:.3f} s |"
+    )
+    print(f"| killed at | {rec['crash_after_s']:.3f} s after submission |")
+    serving = rec["restart_to_serving_s"]
+    print(f"| death to serving again (process start, recovery) | {serving:.3f} s |")
+    print(f"| death to every executor reattached | {rec['restart_to_executors_back_s']:.3f} s |")
+    rerun, recomputed = rec["tasks_rerun"], rec["outputs_recomputed"]
+    print(f"| tasks re-run / outputs recomputed | {rerun} / {recomputed} |")
+    print(
+        f"| answers match DuckDB (fault-free / with crash) | "
+        f"{'yes' if rec['fault_free_matches_duckdb'] else 'NO'} / "
+        f"{'yes' if rec['with_crash_matches_duckdb'] else 'NO'} |"
+    )
+    ok = rec["fault_free_matches_duckdb"] and rec["with_crash_matches_duckdb"]
+    if args.overhead:
+        over = overhead(args, tables, con, work)
+        payload["overhead"] = over
+        print(f"\n22 TPC-H queries at SF {args.scale:g}, median of {args.repeat}, interleaved\n")
+        print("| query | SQLite state (s) | in-memory state (s) | ratio |")
+        print("|---|---:|---:|---:|")
+        for number in range(1, 23):
+            a = over["per_query_s"]["sqlite"][number]
+            b = over["per_query_s"]["memory"][number]
+            print(f"| q{number} | {a:.3f} | {b:.3f} | {a / b:.2f} |")
+        t = over["total_s"]
         print(
-            f"| with the scheduler killed after {rec['crash_after_task_reports']} of "
-            f"{rec['tasks']} task reports, restarted at once | {rec['with_crash_s']:.3f} s |"
+            f"| **total** | **{t['sqlite']:.2f}** | **{t['memory']:.2f}** | "
+            f"**{over['ratio_sqlite_to_memory']:.3f}** |"
         )
-        print(f"| killed at | {rec['crash_after_s']:.3f} s after submission |")
-        serving = rec["restart_to_serving_s"]
-        print(f"| death to serving again (process start, recovery) | {serving:.3f} s |")
-        print(
-            f"| death to every executor reattached | {rec['restart_to_executors_back_s']:.3f} s |"
-        )
-        rerun, recomputed = rec["tasks_rerun"], rec["outputs_recomputed"]
-        print(f"| tasks re-run / outputs recomputed | {rerun} / {recomputed} |")
-        print(
-            f"| answers match DuckDB (fault-free / with crash) | "
-            f"{'yes' if rec['fault_free_matches_duckdb'] else 'NO'} / "
-            f"{'yes' if rec['with_crash_matches_duckdb'] else 'NO'} |"
-        )
-        ok = rec["fault_free_matches_duckdb"] and rec["with_crash_matches_duckdb"]
-        if args.overhead:
-            over = overhead(args, tables, con, work)
-            payload["overhead"] = over
-            print(
-                f"\n22 TPC-H queries at SF {args.scale:g}, median of {args.repeat}, interleaved\n"
-            )
-            print("| query | SQLite state (s) | in-memory state (s) | ratio |")
-            print("|---|---:|---:|---:|")
-            for number in range(1, 23):
-                a = over["per_query_s"]["sqlite"][number]
-                b = over["per_query_s"]["memory"][number]
-                print(f"| q{number} | {a:.3f} | {b:.3f} | {a / b:.2f} |")
-            t = over["total_s"]
-            print(
-                f"| **total** | **{t['sqlite']:.2f}** | **{t['memory']:.2f}** | "
-                f"**{over['ratio_sqlite_to_memory']:.3f}** |"
-            )
-            if over["wrong_answers"]:
-                print(f"wrong answers: {over['wrong_answers']}", file=sys.stderr)
-                ok = False
+        if over["wrong_answers"]:
+            print(f"wrong answers: {over['wrong_answers']}", file=sys.stderr)
+            ok = False
     if args.json is not None:
         args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    if args.work_dir is None and ok:
+        shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
 
 

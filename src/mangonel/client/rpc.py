@@ -24,6 +24,10 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
+    # A session's own connections: channels with equal options otherwise share
+    # one per target, and a new session would inherit another's backoff after
+    # a scheduler restart and fail at once instead of connecting.
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 
