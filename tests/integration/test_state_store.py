@@ -29,6 +29,7 @@ from etcd3gw.lease import Lease
 from helpers import safe_name
 
 from mangonel.errors import StateStoreError, StoreFencedError
+from mangonel.scheduler.persist import StateWriter, encode
 from mangonel.scheduler.store import StateStore, open_store
 from mangonel.scheduler.store_etcd import EtcdStateStore
 from mangonel.scheduler.store_sqlite import SqliteStateStore
@@ -462,3 +463,18 @@ def test_a_truncated_sqlite_file_is_a_clear_error(work_dir: Path) -> None:
 def test_a_bad_url_is_a_clear_error(url: str, says: str) -> None:
     with pytest.raises(StateStoreError, match=says):
         open_store(url)
+
+
+def test_the_scheduler_writes_a_change_over_etcds_limits_in_several_commits(
+    etcd_store: Backend,
+) -> None:
+    """The store refuses a commit over its limits (above); the scheduler's writer
+    splits such a change (every document whole) so that etcd takes all of it."""
+    store = _leading(etcd_store)
+    writer = StateWriter(store, {})
+    docs: dict[str, object] = {f"jobs/{i:03d}/progress": {"n": i} for i in range(300)}
+    docs |= {"jobs/big/plan": "p" * 900_000, "executors": [], "meta": {}}
+    writer.commit(docs)
+    assert store.load() == {k: encode(v) for k, v in docs.items()}
+    writer.commit({}, [f"jobs/{i:03d}/progress" for i in range(200)])
+    assert len(store.load()) == 103

@@ -8,6 +8,8 @@ Commands are compared exactly, as in ``test_state_machine``.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+
 from test_state_machine import (
     E1,
     E2,
@@ -30,11 +32,12 @@ from mangonel.scheduler.events import (
     ReleaseOutputs,
     SchedulerRecovered,
 )
-from mangonel.scheduler.persist import decode, encode
+from mangonel.scheduler.persist import StateWriter, decode, encode
 from mangonel.scheduler.state import ExecutorState, JobState, SchedulerState
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import JobProgress, JobRecord
 from mangonel.scheduler.state_views import JobView
+from mangonel.scheduler.store import MemoryStateStore
 
 
 def restarted(h: Harness) -> Harness:
@@ -155,3 +158,57 @@ def test_finished_jobs_survive_and_a_job_finishes_after_the_restart() -> None:
     again = restarted(r)
     view = again.state.job(J1)
     assert view is not None and view.state is JobState.SUCCEEDED
+
+
+def test_a_job_naming_outputs_of_an_executor_stored_as_lost_makes_them_again() -> None:
+    """A state change written in several commits can leave the executors' document
+    newer than a job's: recovery re-checks every job against the executors."""
+    h = started()
+    finish_maps(h, {0: E1, 1: E2, 2: E1, 3: E2})
+    stale = encode(h.state.export_job(J1))  # the job as stored before the loss was written
+    h.lose(E2)
+    r = restarted(h)
+    r.state = SchedulerState(h.state.limits)
+    executors = decode(encode(h.state.export_executors()), RegistrySnapshot)
+    job = JobRecord.restore(h.plans[J1], decode(stale, JobProgress))
+    r.state.restore(executors, [job], [], h.state.no_executor_since)
+    r.send(SchedulerRecovered)
+    view = r.state.job(J1)
+    assert view is not None
+    # e2's two map outputs are pending again, not trusted on a lost executor.
+    assert (view.stages[0].done, view.stages[0].pending) == (2, 2)
+    assert view.stages[0].outputs_recomputed == 2
+    cmds = r.send(ExecutorReattached, info(E1), held(h, E1, att(1, 0), att(1, 2)))
+    assert launches(cmds) == [("e1", "j1/s1/p1/a1"), ("e1", "j1/s1/p3/a1")]
+
+
+class LimitedStore(MemoryStateStore):
+    """The in-memory store with etcd-like limits, counting commits."""
+
+    max_ops = 3
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits: list[tuple[list[str], list[str]]] = []
+
+    def commit(self, puts: Mapping[str, str], deletes: Collection[str] = ()) -> None:
+        assert len(puts) + len(deletes) <= self.max_ops, (puts, deletes)
+        self.commits.append((sorted(puts), sorted(deletes)))
+        super().commit(puts, deletes)
+
+
+def test_a_change_larger_than_one_commit_is_written_in_several_scheduler_wide_last() -> None:
+    store = LimitedStore()
+    store.acquire("test")
+    writer = StateWriter(store, {})
+    writer.commit({"jobs/a/progress": 1, "jobs/b/progress": 2})
+    assert len(store.commits) == 1
+    puts: dict[str, object] = {f"jobs/{j}/progress": j for j in "cdefg"}
+    puts |= {"executors": "E", "meta": "M", "jobs/a/progress": 1}  # a: unchanged, not written
+    writer.commit(puts, ["jobs/b/progress"])
+    assert store.commits[1:] == [
+        (["jobs/c/progress", "jobs/d/progress"], ["jobs/b/progress"]),
+        (["jobs/e/progress", "jobs/f/progress", "jobs/g/progress"], []),
+        (["executors", "meta"], []),
+    ]
+    assert store.load() == {k: encode(v) for k, v in puts.items()}

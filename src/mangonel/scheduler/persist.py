@@ -174,6 +174,14 @@ def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
 class StateWriter:
     """Writes documents to the store, only those that changed, one commit per call.
 
+    Every document is written whole. A call that changes more documents than one
+    commit of the store may hold (etcd: 128 operations, 1.5 MiB) is written in
+    several commits, each fenced: the jobs' documents first, the ``executors``
+    and ``meta`` documents last. A crash between them leaves job documents
+    newer than the executors' (or, for deletes, older), which recovery handles:
+    ``SchedulerRecovered`` checks every job's finished tasks against the
+    executors it restored.
+
     Args:
         store: The store, acquired by this scheduler.
         held: What the store holds now (``store.load()``), so the first commit
@@ -198,7 +206,43 @@ class StateWriter:
         gone = [k for k in deletes if k in self._held and k not in puts]
         if not changed and not gone:
             return
-        self.store.commit(changed, gone)
-        self._held.update(changed)
-        for key in gone:
-            del self._held[key]
+        for chunk_puts, chunk_deletes in self._chunks(changed, gone):
+            self.store.commit(chunk_puts, chunk_deletes)
+            self._held.update(chunk_puts)
+            for key in chunk_deletes:
+                del self._held[key]
+
+    def _chunks(
+        self, puts: dict[str, str], deletes: list[str]
+    ) -> list[tuple[dict[str, str], list[str]]]:
+        """``puts`` and ``deletes`` in commits the store takes; one when they fit."""
+        max_ops, max_bytes = self.store.max_ops, self.store.max_bytes
+        size = sum(len(k) + len(v) for k, v in puts.items()) + sum(len(k) for k in deletes)
+        fits_ops = max_ops is None or len(puts) + len(deletes) <= max_ops
+        if fits_ops and (max_bytes is None or size <= max_bytes):
+            return [(puts, deletes)]
+        last = (EXECUTORS_KEY, META_KEY)  # scheduler-wide documents go last
+        ops: list[tuple[str, str | None]] = [(k, None) for k in deletes]
+        ops += [(k, v) for k, v in puts.items() if k not in last]
+        ops += [(k, puts[k]) for k in last if k in puts]
+        chunks: list[tuple[dict[str, str], list[str]]] = []
+        current: tuple[dict[str, str], list[str]] = ({}, [])
+        used = 0
+        for key, value in ops:
+            cost = len(key) + (len(value) if value is not None else 0)
+            count = len(current[0]) + len(current[1])
+            full = (max_ops is not None and count >= max_ops) or (
+                max_bytes is not None and count > 0 and used + cost > max_bytes
+            )
+            if full:
+                chunks.append(current)
+                current, used = ({}, []), 0
+            if value is None:
+                current[1].append(key)
+            else:
+                current[0][key] = value
+            used += cost
+        if current[0] or current[1]:
+            chunks.append(current)
+        log.info("writing one state change in %d commits (store limits)", len(chunks))
+        return chunks

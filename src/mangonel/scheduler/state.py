@@ -530,6 +530,10 @@ class SchedulerState:
         self._executors.recovered(step.now)
         if not self._executors.any_live() and self._no_executor_since is None:
             self._no_executor_since = step.now
+        # A state change written in several commits (store limits) may have
+        # left a job naming outputs of an executor already stored as lost.
+        for job in list(self._jobs.values()):
+            self._fail_if_unrecoverable(job, step)
 
     def _reattached(self, event: ExecutorReattached, step: _Step) -> None:
         """An executor is back after a restart: outputs it no longer has are made again."""

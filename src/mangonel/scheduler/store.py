@@ -41,6 +41,10 @@ class StateStore(abc.ABC):
 
     url: str
     """Where the store is, as given to ``open_store`` (for messages)."""
+    max_ops: int | None = None
+    """Most puts and deletes one commit may hold (``None``: no limit)."""
+    max_bytes: int | None = None
+    """Most bytes of keys and values one commit may hold, about (``None``: no limit)."""
 
     def __init__(self) -> None:
         self.deposed = threading.Event()

@@ -110,7 +110,10 @@ class EtcdStateStore(StateStore):
         self.url = url or f"etcd://{','.join(endpoints)}{self.prefix}"
         self.ttl_s = ttl_s
         self.max_txn_ops = max_txn_ops
+        self.max_ops = max_txn_ops
         self.max_request_bytes = max_request_bytes
+        # Base64 makes every key and value 4/3 as long on the wire, plus JSON framing.
+        self.max_bytes = max(1, (max_request_bytes - _TXN_OVERHEAD) * 3 // 4 - 64 * max_txn_ops)
         self._state_prefix = (self.prefix + "state/").encode()
         self._leader_key = (self.prefix + "leader").encode()
         self._lock = threading.RLock()
