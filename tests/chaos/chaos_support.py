@@ -277,7 +277,7 @@ class ChaosCluster:
         return [h for h in self.cluster.executors if h.alive()]
 
     def registered(self) -> list[ExecutorStatus]:
-        """ALIVE executors as the scheduler lists them (registration order)."""
+        """ALIVE executors as the scheduler lists them (in the order they connected)."""
         return list(self.session.status().alive_executors())
 
     def handle_of(self, pid: int) -> ExecutorHandle:

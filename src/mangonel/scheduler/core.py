@@ -624,6 +624,9 @@ class SchedulerCore:
                 raise ExecutorNotFoundError(
                     f"executor {executor} is not waiting to connect; register again"
                 )
+            # Listed in the order they connected, which is the state machine's
+            # order too (it breaks ties between idle executors by it).
+            self._executors[executor] = self._executors.pop(executor)
             if entry.resume_held is None:
                 entry.move(ExecutorPhase.ALIVE)
                 self._emit(lambda eid, now: ExecutorRegistered(eid, now, entry.info))
