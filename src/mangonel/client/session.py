@@ -138,9 +138,9 @@ class Session:
         """After ``err``, move to the next scheduler and return the deadline to give up at.
 
         Raises the error itself unless it says the scheduler is unreachable (or
-        its code is in ``gone``), and
-        ``ClusterError`` once no scheduler answered for ``reconnect_s`` (at once
-        when none ever answered this session).
+        its code is in ``gone``), and ``ClusterError`` once no scheduler
+        answered for ``reconnect_s`` (at once when none ever answered this
+        session).
         """
         code = err.code() if isinstance(err, grpc.Call) else None
         if code is not grpc.StatusCode.UNAVAILABLE and code not in gone:
