@@ -120,6 +120,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--executors", type=int, default=2, help="mangonel executor processes")
     parser.add_argument("--partitions", type=int, default=4, help="partitions per exchange")
     parser.add_argument("--slots", type=int, help="task slots per executor (executor default)")
+    parser.add_argument(
+        "--memory-limit",
+        help="DuckDB memory limit of each mangonel executor slot, e.g. 2GB (4 GiB per "
+        "executor of 2 slots); beyond it DuckDB spills to disk (default: DuckDB's)",
+    )
     parser.add_argument("--split-rows", type=int, help="rows per scan task (scheduler default)")
     parser.add_argument("--broadcast-bytes", type=int, help="broadcast threshold (default)")
     parser.add_argument(
@@ -281,6 +286,7 @@ def mangonel_cluster(
         "broadcast_bytes": args.broadcast_bytes,
         "slots": args.slots,
         "scheduler_args": scheduler_args,
+        "executor_args": ("--memory-limit", args.memory_limit) if args.memory_limit else (),
     } | overrides
     work = Path(tempfile.mkdtemp(prefix="mangonel-bench-", dir=args.work_dir))
     clean = False
