@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
@@ -425,3 +426,31 @@ def explain_stage_count(text: str) -> int:
     if headers and headers != stated:
         raise ValueError(f"explain states {stated} stages but describes {headers}:\n{text}")
     return stated
+
+
+# ------------------------------------------------------------------------ polling
+
+
+def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    """Poll ``predicate`` until it returns something true; return that.
+
+    Raises:
+        AssertionError: ``timeout`` seconds passed first; the message says ``what``.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting until {what}")
+        time.sleep(0.02)
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP): state ``T`` in ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] == "T"

@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
+from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
 
 import mangonel
 from mangonel.client.session import Result, Session
@@ -40,23 +40,6 @@ pytestmark = pytest.mark.timeout(120)
 
 
 # ----------------------------------------------------------------------- helpers
-
-
-def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting until {what}")
-        time.sleep(0.02)
-
-
-def is_stopped(pid: int) -> bool:
-    """Whether the process is stopped (SIGSTOP): state ``T`` in ``/proc``."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
 
 
 @pytest.fixture

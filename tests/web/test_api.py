@@ -11,9 +11,9 @@ import xml.etree.ElementTree as ET
 
 import duckdb
 import pytest
-from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
+from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query
 from prometheus_client.parser import text_string_to_metric_families
-from web_support import get, get_json, is_stopped, post_json, wait_until
+from web_support import get, get_json, post_json, wait_until
 
 import mangonel
 from mangonel.testing.cluster import LocalCluster

@@ -19,8 +19,8 @@ from typing import Any
 
 import duckdb
 import pytest
-from helpers import ARTIFACTS_DIR, TPCH_ORDER_BY, assert_same_result, tpch_query
-from web_support import get_json, is_stopped, wait_until
+from helpers import ARTIFACTS_DIR, TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query
+from web_support import get_json, wait_until
 
 import mangonel
 from mangonel.testing.cluster import ExecutorHandle, LocalCluster

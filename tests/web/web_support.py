@@ -11,13 +11,13 @@ import json
 import os
 import shutil
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import helpers
 import pyarrow.parquet as pq
 from helpers import CACHE_DIR, TPCH_TABLES, ensure_tpch, tpch_dir_name
 
@@ -100,21 +100,5 @@ def post_json(url: str, payload: Any = None) -> tuple[int, Any]:
 
 
 def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    """Poll ``predicate`` until it returns something true; return that."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting until {what}")
-        time.sleep(0.05)
-
-
-def is_stopped(pid: int) -> bool:
-    """Whether the process is stopped (SIGSTOP): state ``T`` in ``/proc``."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] == "T"
+    """``helpers.wait_until`` with the web tests' default timeout."""
+    return helpers.wait_until(predicate, what, timeout)
