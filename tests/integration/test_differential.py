@@ -344,6 +344,39 @@ CASES: list[Case] = [
         "in_select_list",
         "SELECT k, k IN (SELECT k FROM r) AS found, k NOT IN (SELECT k FROM r WHERE k > 2) AS absent FROM l",
     ),
+    # correlated [NOT] EXISTS bound as SEMI / ANTI joins (frontend.is_semi_join_exists)
+    Case(
+        "not_exists_non_equi_only",
+        "SELECT id FROM emp e WHERE NOT EXISTS (SELECT 1 FROM emp e2 WHERE e2.salary > e.salary)",
+    ),
+    Case(
+        "not_exists_residual_with_nulls",
+        "SELECT id, mgr FROM emp e WHERE NOT EXISTS (SELECT 1 FROM emp e2 WHERE e2.mgr = e.id AND e2.bonus <> e.bonus AND e2.dept IS NOT NULL)",
+    ),
+    Case(
+        "exists_outer_only_condition_inside",
+        "SELECT k, a FROM l WHERE NOT EXISTS (SELECT 1 FROM r WHERE r.k = l.k AND l.k > 2)",
+    ),
+    Case(
+        "exists_two_keys_and_residual",
+        "SELECT e.id FROM emp e WHERE EXISTS (SELECT 1 FROM emp e2 WHERE e2.dept = e.dept AND e2.mgr = e.mgr AND e2.id <> e.id)",
+    ),
+    Case(
+        "exists_two_keys_and_join_inside",
+        "SELECT e.id FROM emp e WHERE EXISTS (SELECT 1 FROM emp e2 JOIN dept d ON d.dept = e2.dept WHERE e2.dept = e.dept AND e2.mgr = e.mgr AND e2.id <> e.id)",
+    ),
+    Case(
+        "exists_after_left_join_and_group",
+        "SELECT l.k, COUNT(r.k) AS n FROM l LEFT JOIN r ON l.k = r.k WHERE EXISTS (SELECT 1 FROM r AS r2 WHERE r2.k = l.k) AND NOT EXISTS (SELECT 1 FROM emp WHERE emp.id = l.k * 1000) GROUP BY l.k",
+    ),
+    Case(
+        "exists_or_not_a_conjunct",
+        "SELECT k FROM l WHERE l.k = 1 OR EXISTS (SELECT 1 FROM r WHERE r.k = l.k)",
+    ),
+    Case(
+        "exists_with_aggregate_is_always_true",
+        "SELECT k FROM l WHERE EXISTS (SELECT COUNT(*) FROM r WHERE r.k = l.k)",
+    ),
     Case(
         "exists_tpch_anti",
         "SELECT COUNT(*) AS n FROM customer WHERE NOT EXISTS (SELECT 1 FROM orders WHERE o_custkey = c_custkey)",

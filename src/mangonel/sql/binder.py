@@ -44,7 +44,9 @@ class Unsupported(Exception):
 
 
 def conjuncts(cond: exp.Expr | None) -> list[exp.Expr]:
-    if cond is None:
+    """The AND-ed parts of a condition; literal TRUEs (sqlglot leaves them where it
+    moved a conjunct away) are dropped."""
+    if cond is None or (isinstance(cond, exp.Boolean) and cond.this is True):
         return []
     if isinstance(cond, exp.And):
         return conjuncts(cond.left) + conjuncts(cond.right)
@@ -76,6 +78,15 @@ def iter_scope(node: exp.Expr) -> Iterator[exp.Expr]:
 
 def qualifiers(node: exp.Expr) -> set[str]:
     return {c.table for c in iter_scope(node) if isinstance(c, exp.Column)}
+
+
+def source_aliases(select: exp.Select) -> set[str]:
+    """The aliases a SELECT's FROM clause and joins define."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    items = ([from_.this] if from_ is not None else []) + [
+        j.this for j in select.args.get("joins") or []
+    ]
+    return {i.alias_or_name for i in items}
 
 
 def col(ref: Ref) -> exp.Expr:
@@ -291,12 +302,72 @@ class Binder:
                 used = [c for c in cols if c in mentioned[s.node.alias]]
                 s.node.columns = used or [cols[0]]
 
-        where = [
-            self._lift_subqueries(c, ctes, aliases)
-            for c in conjuncts(sel.args["where"].this if sel.args.get("where") else None)
-        ]
+        where: list[exp.Expr] = []
+        semi_joins: list[tuple[exp.Select, bool]] = []
+        for c in conjuncts(sel.args["where"].this if sel.args.get("where") else None):
+            exists = _correlated_exists(c)
+            if exists is not None:
+                semi_joins.append(exists)
+            else:
+                where.append(self._lift_subqueries(c, ctes, aliases))
         tree = self._join_tree(sources, joins, where, ctes, aliases)
+        for query, negated in semi_joins:
+            tree = self._semi_join(tree, aliases, query, negated, ctes)
         return self._after_from(sel, tree, ctes, aliases)
+
+    def _semi_join(
+        self,
+        node: Node,
+        aliases: set[str],
+        query: exp.Select,
+        negated: bool,
+        ctes: dict[str, exp.Query],
+    ) -> Node:
+        """``node`` filtered by a correlated ``[NOT] EXISTS (query)``: a SEMI (ANTI) join.
+
+        The inner query's WHERE conjuncts that name the outer sources become the
+        join's condition (equalities its keys); the rest stay inside. The front end
+        (``frontend.is_semi_join_exists``) let only such plain subqueries through.
+        """
+        inner = source_aliases(query)
+        where = conjuncts(query.args["where"].this if query.args.get("where") else None)
+        correlation = [c for c in where if qualifiers(c) - inner]
+        local = [c for c in where if not qualifiers(c) - inner]
+        if not correlation or any(not qualifiers(c) <= inner | aliases for c in correlation):
+            raise Unsupported("EXISTS correlated with a query further out")
+        needed = sorted(
+            {
+                (c.table, c.name)
+                for cond in correlation
+                for c in iter_scope(cond)
+                if isinstance(c, exp.Column) and c.table in inner
+            }
+        )
+        names = [f"k{i}" for i in range(len(needed))]
+        sub = query.copy()
+        sub.set("where", exp.Where(this=and_all([c.copy() for c in local])) if local else None)
+        sub.set("order", None)
+        sub.set("distinct", None)
+        sub.set(
+            "expressions",
+            [
+                exp.alias_(col(ref), name, quoted=True)
+                for ref, name in zip(needed, names, strict=True)
+            ],
+        )
+        sub_node, sub_names = self._query(sub, ctes)
+        alias = self._qualifier("ex")
+        right = _Source(self._rename(sub_node, sub_names, alias), {alias}, self._guess(sub_node))
+        renamed = {ref: col((alias, name)) for ref, name in zip(needed, names, strict=True)}
+
+        def rename(n: exp.Expr) -> exp.Expr | None:
+            if isinstance(n, exp.Column) and (n.table, n.name) in renamed:
+                return renamed[(n.table, n.name)].copy()
+            return None
+
+        on = and_all([substitute(c, rename) for c in correlation])
+        kind = JoinKind.ANTI if negated else JoinKind.SEMI
+        return self._outer_join(_Source(node, set(aliases), 0.0), right, kind, on).node
 
     # ------------------------------------------------------------------- joins
 
@@ -641,6 +712,18 @@ def _has_placeholder(e: exp.Expr) -> bool:
 
 def _has_subquery(e: exp.Expr) -> bool:
     return any(isinstance(n, exp.Query) for n in e.walk() if n is not e)
+
+
+def _correlated_exists(cond: exp.Expr) -> tuple[exp.Select, bool] | None:
+    """``(query, negated)`` for a ``[NOT] EXISTS`` conjunct over a correlated SELECT."""
+    negated = isinstance(cond, exp.Not)
+    node = cond.this if negated else cond
+    if isinstance(node, exp.Paren):
+        node = node.this
+    query = node.this if isinstance(node, exp.Exists) else None
+    if isinstance(query, exp.Select) and _correlated(query):
+        return query, negated
+    return None
 
 
 def _correlated(query: exp.Query) -> bool:
