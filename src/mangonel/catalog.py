@@ -7,9 +7,12 @@ tasks by file and row group from this metadata, and estimates sizes from it.
 
 from __future__ import annotations
 
+import datetime as dt
 import glob
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -27,6 +30,42 @@ class RowGroup:
     """Uncompressed size in memory, from the Parquet footer."""
 
 
+Value = int | float | Decimal | dt.date | dt.datetime | str
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    """What the footers tell the planner about one column, for its estimates."""
+
+    width: float
+    """Estimated bytes per row in Arrow memory (strings: offsets + average length)."""
+    low: Value | None = None
+    high: Value | None = None
+    """Smallest and largest value over all row groups, when every one has statistics."""
+    nulls: int = 0
+    dictionary: float | None = None
+    """Values in the largest row group's dictionary, estimated from its page size."""
+
+    def distinct(self, rows: int) -> float | None:
+        """An estimate of the number of distinct values, where the footers give one:
+        integers and dates have at most ``high - low + 1``; dictionary-encoded
+        strings about as many as their largest dictionary page holds (compressed,
+        so it errs low); others are unknown.
+        """
+        if self.dictionary is not None:
+            return float(max(1, min(rows, self.dictionary)))
+        low, high = self.low, self.high
+        if isinstance(low, bool) or isinstance(high, bool):
+            return 2.0
+        if isinstance(low, int) and isinstance(high, int):
+            return float(max(1, min(rows, high - low + 1)))
+        if isinstance(low, dt.datetime) or isinstance(high, dt.datetime):
+            return None
+        if isinstance(low, dt.date) and isinstance(high, dt.date):
+            return float(max(1, min(rows, (high - low).days + 1)))
+        return None
+
+
 @dataclass(frozen=True)
 class Table:
     name: str
@@ -35,6 +74,8 @@ class Table:
     files: tuple[str, ...]
     schema: pa.Schema
     row_groups: tuple[RowGroup, ...]
+    stats: Mapping[str, ColumnStats] = field(default_factory=dict, hash=False, compare=False)
+    """Per column, from the footers (see ``ColumnStats``); empty for an unknown column."""
 
     @property
     def rows(self) -> int:
@@ -50,10 +91,12 @@ class Table:
 
     def column_bytes(self, columns: tuple[str, ...] | list[str]) -> int:
         """Estimated in-memory bytes of the given columns, whole table."""
-        total = max(1, len(self.schema.names))
-        # The footer gives per-column sizes, but row groups are summed already;
-        # a proportional estimate by column count is enough to pick broadcast sides.
-        return self.bytes * max(1, len(columns)) // total
+        return int(self.rows * self.row_width(columns))
+
+    def row_width(self, columns: tuple[str, ...] | list[str]) -> float:
+        """Estimated Arrow bytes per row of the given columns (at least 1)."""
+        fallback = self.bytes / max(1, self.rows) / max(1, len(self.schema.names))
+        return max(1.0, sum(self.stats[c].width if c in self.stats else fallback for c in columns))
 
     def splits(self, target_rows: int) -> tuple[tuple[FileSplit, ...], ...]:
         """Group row groups into task splits of at most about ``target_rows`` rows.
@@ -125,6 +168,7 @@ def load_table(name: str, location: str) -> Table:
     files = resolve_files(location)
     schema: pa.Schema | None = None
     groups: list[RowGroup] = []
+    stats: dict[str, _Gathered] = {}
     for path in files:
         try:
             meta = pq.ParquetFile(path)
@@ -142,5 +186,70 @@ def load_table(name: str, location: str) -> Table:
         for i in range(md.num_row_groups):
             rg = md.row_group(i)
             groups.append(RowGroup(path, i, rg.num_rows, rg.total_byte_size))
+            _collect(rg, stats)
     assert schema is not None  # resolve_files never returns an empty tuple
-    return Table(name, location, files, schema, tuple(groups))
+    rows = sum(g.rows for g in groups)
+    return Table(
+        name,
+        location,
+        files,
+        schema,
+        tuple(groups),
+        {f.name: _column_stats(f.type, stats.get(f.name), rows) for f in schema},
+    )
+
+
+@dataclass
+class _Gathered:
+    """One column's footer statistics, summed over the row groups seen so far."""
+
+    size: int = 0
+    low: Value | None = None
+    high: Value | None = None
+    ranged: bool = True
+    nulls: int = 0
+    dictionary_bytes: int = 0
+
+
+def _collect(rg: pq.RowGroupMetaData, into: dict[str, _Gathered]) -> None:
+    for i in range(rg.num_columns):
+        chunk = rg.column(i)
+        g = into.setdefault(chunk.path_in_schema, _Gathered())
+        g.size += chunk.total_uncompressed_size
+        start = chunk.dictionary_page_offset
+        if chunk.has_dictionary_page and start is not None and chunk.data_page_offset > start:
+            g.dictionary_bytes = max(g.dictionary_bytes, chunk.data_page_offset - start)
+        st = chunk.statistics
+        if st is None or not st.has_min_max or rg.num_rows == 0:
+            g.ranged = g.ranged and rg.num_rows == 0
+            continue
+        g.nulls += st.null_count or 0
+        try:
+            g.low = st.min if g.low is None else min(g.low, st.min)
+            g.high = st.max if g.high is None else max(g.high, st.max)
+        except TypeError:  # values of different kinds in different files
+            g.ranged = False
+
+
+def _column_stats(kind: pa.DataType, g: _Gathered | None, rows: int) -> ColumnStats:
+    if g is None:
+        return ColumnStats(8.0)
+    strings = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
+    binaries = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_binary_view)
+    if any(test(kind) for test in strings + binaries):
+        # Dictionary-encoded strings are small in the file: the min and max lengths
+        # say more about the average length in memory.
+        ends = [len(v) for v in (g.low, g.high) if isinstance(v, (str, bytes))]
+        width = 4.0 + max(g.size / max(1, rows), sum(ends) / max(1, len(ends)))
+        if g.dictionary_bytes:
+            # A page header of about 16 bytes, then each value with its 4-byte length.
+            dictionary = max(1.0, (g.dictionary_bytes - 16) / width)
+            return ColumnStats(width, g.low, g.high, g.nulls, dictionary)
+    else:
+        try:
+            width = float(max(1, kind.bit_width // 8))
+        except ValueError:  # not of fixed width (lists, structs, ...)
+            width = g.size / max(1, rows)
+    if not g.ranged:
+        return ColumnStats(width, nulls=g.nulls)
+    return ColumnStats(width, g.low, g.high, g.nulls)

@@ -313,8 +313,10 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--broadcast-bytes",
         type=int,
-        default=8 * 1024 * 1024,
-        help="broadcast join sides smaller than this (default 8 MiB)",
+        default=64 * 1024 * 1024,  # PlannerConfig.broadcast_bytes (kept light to import)
+        help="never broadcast a join side estimated above this many bytes; below it "
+        "a side is broadcast when that moves fewer bytes than hashing both sides "
+        "(default 64 MiB)",
     )
     p.add_argument(
         "--split-rows",

@@ -6,9 +6,12 @@ it and how its rows are partitioned. An operator that needs rows that other
 tasks hold closes the fragment into a stage and starts a new one over that
 stage's output:
 
-* join: broadcast the small side (or any side when there are no equi keys and
-  the kind allows it); otherwise hash both sides on the join keys, cast to one
-  type (DuckDB's ``hash()`` depends on the type);
+* join: whichever moves fewer bytes (sizes from ``plan.estimate``): broadcast a
+  side (at most ``broadcast_bytes``), which copies it into every task of the other
+  side, or hash both sides on the join keys, cast to one type (DuckDB's ``hash()``
+  depends on the type), which moves each side once but costs more per byte; a side
+  already partitioned on the keys does not move at all. Without equi keys, any side
+  the kind allows is broadcast;
 * aggregate: partial aggregate -> hash exchange on the group keys -> final;
   AVG as SUM/COUNT; aggregates that do not split (DISTINCT, ...) are computed
   whole after a hash exchange on the group keys;
@@ -31,6 +34,7 @@ from sqlglot import exp
 
 from mangonel.catalog import Table
 from mangonel.ids import StageId
+from mangonel.plan.estimate import Estimator
 from mangonel.plan.fragment import Renderer, rewrite, sql
 from mangonel.plan.logical import (
     Aggregate,
@@ -63,6 +67,13 @@ from mangonel.plan.types import TypeOracle
 from mangonel.sql.binder import col, grouping_sets
 
 SCAN_INPUT = "__scan"
+SHUFFLE_COST = 1.0
+"""Cost of a byte through a hash exchange (hashed, split, written, read back)
+relative to a byte of a broadcast side (built into a hash table in every task of
+the other side). About equal, measured on TPC-H SF1 in one slot
+(``benchmarks/inproc.py``): q5's 6 MB of filtered orders broadcast to 9 lineitem
+tasks beats shuffling 240 MB of lineitem (2.8 -> 0.55 s), while q21's 9.5 MB of
+orders broadcast to 9 tasks cost 0.5 s more than shuffling 7.6 + 9.5 MB."""
 
 
 @dataclass
@@ -95,8 +106,10 @@ class Distributor:
         partitions: int,
         broadcast_bytes: int,
         split_rows: Callable[[int], int],
+        estimator: Estimator | None = None,
     ) -> None:
         self._catalog = catalog
+        self._estimator = estimator or Estimator(catalog)
         self._oracle = oracle
         self._subqueries = subqueries
         self._n = max(1, partitions)
@@ -207,7 +220,7 @@ class Distributor:
     def _scan(self, n: Scan) -> Frag:
         table = self._catalog[n.table]
         splits = table.splits(self._split_rows(table.rows))
-        est = float(table.column_bytes(n.columns)) * (0.33 if n.filter is not None else 1.0)
+        est = self._estimator.size(n).rows * table.row_width(n.columns)
         return Frag(n, len(splits), est, scan=n, splits=splits, single=len(splits) == 1)
 
     def _values(self, n: Values) -> Frag:
@@ -353,47 +366,85 @@ class Distributor:
 
     def _place_join(self, n: Join) -> Frag:
         left, right = self.plan(n.left), self.plan(n.right)
+        out = self._join_estimate(n, left, right)
         kind = n.kind
         inner = kind in (JoinKind.INNER, JoinKind.CROSS)
         can_bcast_right = inner or kind in (JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
-        no_keys = not n.left_keys
-        if not no_keys and left.hash_keys and right.hash_keys:
-            # Both sides already hash-partitioned on the join keys (an aggregate
-            # over a shuffle, joined back on its group keys, as in q21): join
-            # task i with task i. Cheaper than any broadcast, which would copy
-            # the whole side into every task and build its hash table N times.
+        if not n.left_keys:
+            return self._join_without_keys(n, left, right, out)
+        lk: list[exp.Expr] | None = None
+        left_moves = right_moves = True
+        if left.hash_keys or right.hash_keys:
             lk, rk = self._cast_keys(left.node, n.left_keys, right.node, n.right_keys)
-            if self._hashed_on(left, lk) and self._hashed_on(right, rk):
-                return self._colocated_join(n, left, right, lk)
-        # Broadcast the smaller side when it is small: for inner joins either side,
-        # for LEFT/SEMI/ANTI only the right (the left's rows must each meet all of it).
-        small_right = right.est <= self._broadcast and (not inner or right.est <= left.est)
-        small_left = inner and left.est <= self._broadcast and left.est < right.est
-        if can_bcast_right and (small_right or (no_keys and not (inner and left.est < right.est))):
+            left_moves, right_moves = not self._hashed_on(left, lk), not self._hashed_on(right, rk)
+        # Bytes each choice moves; a side already hash-partitioned on the keys
+        # (an aggregate over a shuffle joined back on its group keys, as in q21)
+        # stays where it is, and two such sides join task by task.
+        shuffle = SHUFFLE_COST * (left.est * left_moves + right.est * right_moves)
+        # Only the smaller side is broadcast: the bigger one, copied into a few
+        # tasks of a small side (one, for a small table), would run the whole
+        # join in those few tasks.
+        options = [(shuffle, "shuffle")]
+        if can_bcast_right and right.est <= min(self._broadcast, left.est):
+            options.append((right.est * left.tasks, "right"))
+        if inner and left.est <= min(self._broadcast, right.est):
+            options.append((left.est * right.tasks, "left"))
+        choice = min(options, key=lambda o: o[0])[1]
+        if choice == "right":
             read, inp = self.broadcast(right)
             left.inputs[inp.name] = inp
             left.node = Join(left.node, read, kind, n.left_keys, n.right_keys, n.residual)
-            left.est = max(left.est, right.est)
+            left.est = out
             return left
-        if small_left or (inner and no_keys):
+        if choice == "left":
             read, inp = self.broadcast(left)
             right.inputs[inp.name] = inp
             right.node = Join(read, right.node, kind, n.left_keys, n.right_keys, n.residual)
-            right.est = max(left.est, right.est)
+            right.est = out
             return right
-        if no_keys:
-            # FULL join without equi keys: both sides in one task.
-            lg = self.gather(left)
-            read, inp = self.broadcast(right)
-            lg.inputs[inp.name] = inp
-            lg.node = Join(lg.node, read, kind, n.left_keys, n.right_keys, n.residual)
-            return lg
-        lk, rk = self._cast_keys(left.node, n.left_keys, right.node, n.right_keys)
-        if not self._hashed_on(left, lk):
+        if lk is None:
+            lk, rk = self._cast_keys(left.node, n.left_keys, right.node, n.right_keys)
+        if left_moves:
             left = self.exchange(left, lk)
-        if not self._hashed_on(right, rk):
+        if right_moves:
             right = self.exchange(right, rk)
-        return self._colocated_join(n, left, right, lk)
+        joined = self._colocated_join(n, left, right, lk)
+        joined.est = out
+        return joined
+
+    def _join_without_keys(self, n: Join, left: Frag, right: Frag, out: float) -> Frag:
+        """A join on no equality: some side must meet all of the other."""
+        kind = n.kind
+        inner = kind in (JoinKind.INNER, JoinKind.CROSS)
+        if kind in (JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI) or (
+            inner and left.est >= right.est
+        ):
+            read, inp = self.broadcast(right)
+            left.inputs[inp.name] = inp
+            left.node = Join(left.node, read, kind, n.left_keys, n.right_keys, n.residual)
+            left.est = out
+            return left
+        if inner:
+            read, inp = self.broadcast(left)
+            right.inputs[inp.name] = inp
+            right.node = Join(read, right.node, kind, n.left_keys, n.right_keys, n.residual)
+            right.est = out
+            return right
+        # FULL join without equi keys: both sides in one task.
+        lg = self.gather(left)
+        read, inp = self.broadcast(right)
+        lg.inputs[inp.name] = inp
+        lg.node = Join(lg.node, read, kind, n.left_keys, n.right_keys, n.residual)
+        lg.est = out
+        return lg
+
+    def _join_estimate(self, n: Join, left: Frag, right: Frag) -> float:
+        """Bytes of a join's output: its estimated rows times both sides' row widths."""
+        size = self._estimator.size
+        width = left.est / max(1.0, size(n.left).rows)
+        if n.kind not in (JoinKind.SEMI, JoinKind.ANTI):
+            width += right.est / max(1.0, size(n.right).rows)
+        return size(n).rows * width
 
     def _hashed_on(self, f: Frag, keys: list[exp.Expr]) -> bool:
         """True when task i of ``f`` holds exactly the rows whose ``keys`` hash to i."""
@@ -409,7 +460,6 @@ class Distributor:
         left.inputs.update(right.inputs)
         left.node = Join(left.node, right.node, n.kind, n.left_keys, n.right_keys, n.residual)
         left.hash_keys = lk if n.kind is not JoinKind.FULL else None
-        left.est = max(left.est, right.est)
         return left
 
 

@@ -18,6 +18,7 @@ from sqlglot.errors import SqlglotError
 
 from mangonel.catalog import Table
 from mangonel.plan.distribute import Distributor, describe
+from mangonel.plan.estimate import Estimator
 from mangonel.plan.logical import Node, Opaque, Scan
 from mangonel.plan.physical import DistributedPlan, OutputKind, OutputSpec
 from mangonel.plan.types import TypeOracle, oracle_for
@@ -31,7 +32,10 @@ class PlannerConfig:
 
     Attributes:
         partitions: output partitions of every hash exchange.
-        broadcast_bytes: a join side estimated below this many bytes is broadcast.
+        broadcast_bytes: a join side estimated above this many bytes is never
+            broadcast (each task of the other side holds all of it); below, the
+            distributor broadcasts it when that moves fewer bytes than hashing both
+            sides (``plan.distribute``).
         split_rows: a scan task reads row groups adding up to about this many rows;
             ``None`` sizes splits from the table (see ``split_rows_for``).
         min_split_rows: adaptive splits are at least this big: a task has a fixed
@@ -42,7 +46,7 @@ class PlannerConfig:
     """
 
     partitions: int = 4
-    broadcast_bytes: int = 8 * 1024 * 1024
+    broadcast_bytes: int = 64 * 1024 * 1024
     split_rows: int | None = None
     min_split_rows: int = 250_000
     max_split_rows: int = 2_000_000
@@ -92,12 +96,9 @@ def plan_query(
     distributor = _distributor(catalog, oracle, config, {})
     try:
         optimized = optimize_query(parsed.query, schema, parsed.dialect)
-        binder = Binder(
-            {t: list(catalog[t].columns) for t in parsed.tables},
-            lambda t: float(catalog[t].bytes),
-        )
+        binder = Binder({t: catalog[t] for t in parsed.tables})
         node, _ = binder.bind(optimized)
-        distributor = _distributor(catalog, oracle, config, binder.subqueries)
+        distributor = _distributor(catalog, oracle, config, binder.subqueries, binder.estimator)
         root = distributor.plan(node)
     except (Unsupported, SqlglotError) as why:
         notes.append(f"runs whole in one task over its gathered tables: {why}")
@@ -112,6 +113,7 @@ def _distributor(
     oracle: TypeOracle,
     config: PlannerConfig,
     subqueries: Mapping[str, Node],
+    estimator: Estimator | None = None,
 ) -> Distributor:
     return Distributor(
         catalog,
@@ -120,6 +122,7 @@ def _distributor(
         config.partitions,
         config.broadcast_bytes,
         config.split_rows_for,
+        estimator,
     )
 
 

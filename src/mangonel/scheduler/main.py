@@ -54,7 +54,8 @@ class SchedulerConfig:
         host: Interface to listen on.
         port: Port to listen on; 0 picks a free one.
         partitions: Output partitions of every hash exchange.
-        broadcast_bytes: Join sides estimated below this size are broadcast.
+        broadcast_bytes: Join sides estimated above this size are never broadcast;
+            below it, the planner broadcasts a side when that moves fewer bytes.
         split_rows: Rows (about) read by one scan task; None sizes splits from each table.
         heartbeat_timeout_s: An executor silent this long is lost.
         no_executor_grace_s: A job with no executor for this long fails.
@@ -81,7 +82,7 @@ class SchedulerConfig:
     host: str = "127.0.0.1"
     port: int = 50050
     partitions: int = 4
-    broadcast_bytes: int = 8 * 1024 * 1024
+    broadcast_bytes: int = PlannerConfig.broadcast_bytes
     split_rows: int | None = None
     heartbeat_timeout_s: float = 10.0
     no_executor_grace_s: float = 30.0

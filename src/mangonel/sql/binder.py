@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 
 from sqlglot import exp
 
+from mangonel.catalog import Table
+from mangonel.plan.estimate import Estimator, join_size
 from mangonel.plan.logical import (
     Aggregate,
     Distinct,
@@ -116,23 +118,22 @@ def substitute(expr: exp.Expr, fn: Callable[[exp.Expr], exp.Expr | None]) -> exp
 class _Source:
     """A FROM item while joins are planned: its node and the aliases it covers."""
 
-    def __init__(self, node: Node, aliases: set[str], estimate: float) -> None:
+    def __init__(self, node: Node, aliases: set[str]) -> None:
         self.node = node
         self.aliases = aliases
-        self.estimate = estimate
 
 
 class Binder:
     """Turns optimized sqlglot queries into logical plans.
 
     Args:
-        tables: catalog table -> column names.
-        estimate: bytes estimate of scanning ``table`` (for join ordering).
+        catalog: the tables a query may name (columns, and footers for the estimates
+            that order joins).
     """
 
-    def __init__(self, tables: Mapping[str, list[str]], estimate: Callable[[str], float]) -> None:
-        self._tables = tables
-        self._estimate = estimate
+    def __init__(self, catalog: Mapping[str, Table]) -> None:
+        self._tables = {name: list(t.columns) for name, t in catalog.items()}
+        self.estimator = Estimator(catalog)
         self._ids = itertools.count(1)
         self.subqueries: dict[str, Node] = {}
         """Uncorrelated subqueries used inside expressions, by placeholder name."""
@@ -214,16 +215,16 @@ class Binder:
         if isinstance(item, exp.Table):
             if item.name in ctes:
                 node, names = self._query(ctes[item.name], ctes)
-                return _Source(self._rename(node, names, alias), {alias}, self._guess(node))
+                return _Source(self._rename(node, names, alias), {alias})
             if item.name not in self._tables:
                 raise Unsupported(f"unknown source {item.name}")
             if item.args.get("joins") or item.args.get("pivots") or item.args.get("laterals"):
                 raise Unsupported("table with pivots/laterals")
             scan = Scan(item.name, alias, [])
-            return _Source(scan, {alias}, self._estimate(item.name))
+            return _Source(scan, {alias})
         if isinstance(item, exp.Subquery) and isinstance(item.this, exp.Query):
             node, names = self._query(item.this, ctes)
-            return _Source(self._rename(node, names, alias), {alias}, self._guess(node))
+            return _Source(self._rename(node, names, alias), {alias})
         raise Unsupported(f"FROM item {type(item).__name__}")
 
     def _rename(self, node: Node, names: list[str], alias: str) -> Node:
@@ -236,18 +237,6 @@ class Binder:
             seen.add(name)
             items.append((name, col(ref)))
         return Project(node, alias, items)
-
-    def _guess(self, node: Node) -> float:
-        if isinstance(node, Scan):
-            return self._estimate(node.table)
-        if isinstance(node, Aggregate):
-            if not node.groups:
-                return 1.0
-            return self._guess(node.child) / 4
-        if isinstance(node, Sort) and node.limit is not None:
-            return float(node.limit) * 64
-        kids = node.children()
-        return max((self._guess(k) for k in kids), default=1.0)
 
     def _select(self, sel: exp.Select, ctes: dict[str, exp.Query]) -> tuple[Node, list[str]]:
         for key in (
@@ -357,7 +346,7 @@ class Binder:
         )
         sub_node, sub_names = self._query(sub, ctes)
         alias = self._qualifier("ex")
-        right = _Source(self._rename(sub_node, sub_names, alias), {alias}, self._guess(sub_node))
+        right = _Source(self._rename(sub_node, sub_names, alias), {alias})
         renamed = {ref: col((alias, name)) for ref, name in zip(needed, names, strict=True)}
 
         def rename(n: exp.Expr) -> exp.Expr | None:
@@ -367,7 +356,7 @@ class Binder:
 
         on = and_all([substitute(c, rename) for c in correlation])
         kind = JoinKind.ANTI if negated else JoinKind.SEMI
-        return self._outer_join(_Source(node, set(aliases), 0.0), right, kind, on).node
+        return self._outer_join(_Source(node, set(aliases)), right, kind, on).node
 
     # ------------------------------------------------------------------- joins
 
@@ -424,7 +413,6 @@ class Binder:
         for s in sources:
             if alias in s.aliases and isinstance(s.node, Scan):
                 s.node.filter = and_all([f for f in [s.node.filter, cond] if f is not None])
-                s.estimate /= 3
                 return True
             if alias in s.aliases and s.aliases == {alias}:
                 s.node = Filter(s.node, cond)
@@ -432,31 +420,56 @@ class Binder:
         return False
 
     def _inner_join_all(self, group: list[_Source], conds: list[exp.Expr]) -> _Source:
-        """Join a group of sources by the pending conditions, avoiding cross products."""
-        remaining = list(group[1:])
-        current = group[0]
-        self._apply_ready(current, conds)
-        while remaining:
-            pick = None
-            for cand in remaining:
-                if any(_is_equi(c, current.aliases, cand.aliases) for c in conds):
-                    pick = cand
-                    break
-            if pick is None:
-                pick = remaining[0]
-            remaining.remove(pick)
-            both = current.aliases | pick.aliases
+        """Join a group of sources by the pending conditions, smallest result first.
+
+        Greedy operator ordering: of all pairs connected by an equality, join the
+        one whose result has the fewest estimated rows, and repeat with that join
+        as one source (the tree may be bushy: q21 joins supplier with its filtered
+        nation before either meets lineitem, so that only 1/25 of lineitem crosses
+        an exchange). The bigger input is the left one. Sources with no equality
+        to the rest are joined last, the smallest first (a cross product). See
+        ``plan.estimate`` for the sizes.
+        """
+        size = self.estimator.size
+        items = list(group)
+        for s in items:
+            self._apply_ready(s, conds)
+        while len(items) > 1:
+            best: tuple[float, float] | None = None
+            pair: tuple[_Source, _Source] | None = None
+            for i, a in enumerate(items):
+                for b in items[i + 1 :]:
+                    keys = [c for c in conds if _is_equi(c, a.aliases, b.aliases)]
+                    if not keys:
+                        continue
+                    lk, rk, _ = _split_keys(keys, a.aliases, b.aliases)
+                    rows = join_size(size(a.node), size(b.node), list(zip(lk, rk, strict=True)))
+                    score = (rows.rows, min(size(a.node).rows, size(b.node).rows))
+                    if best is None or score < best:
+                        best, pair = score, (a, b)
+            if pair is None:
+                by_size = sorted(items, key=lambda s: size(s.node).rows)
+                pair = (by_size[0], by_size[1])
+            a, b = pair
+            if size(b.node).rows > size(a.node).rows:
+                a, b = b, a
+            both = a.aliases | b.aliases
             used = [
-                c for c in conds if qualifiers(c) <= both and not qualifiers(c) <= current.aliases
+                c
+                for c in conds
+                if qualifiers(c) <= both
+                and not qualifiers(c) <= a.aliases
+                and not qualifiers(c) <= b.aliases
             ]
             for c in used:
                 conds.remove(c)
-            lk, rk, residual = _split_keys(used, current.aliases, pick.aliases)
+            lk, rk, residual = _split_keys(used, a.aliases, b.aliases)
             kind = JoinKind.INNER if (lk or residual) else JoinKind.CROSS
-            node = Join(current.node, pick.node, kind, lk, rk, and_all(residual))
-            current = _Source(node, both, max(current.estimate, pick.estimate))
-            self._apply_ready(current, conds)
-        return current
+            joined = _Source(Join(a.node, b.node, kind, lk, rk, and_all(residual)), both)
+            self._apply_ready(joined, conds)
+            items[items.index(a)] = joined
+            items.remove(b)
+        return items[0]
 
     def _apply_ready(self, src: _Source, conds: list[exp.Expr]) -> None:
         ready = [c for c in conds if qualifiers(c) and qualifiers(c) <= src.aliases]
@@ -487,7 +500,7 @@ class Binder:
         aliases = (
             left.aliases if kind in (JoinKind.SEMI, JoinKind.ANTI) else left.aliases | right.aliases
         )
-        return _Source(node, aliases, max(left.estimate, right.estimate))
+        return _Source(node, aliases)
 
     # -------------------------------------------------- aggregates and the rest
 

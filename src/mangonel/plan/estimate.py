@@ -1,0 +1,387 @@
+"""Row estimates from Parquet footers: filter selectivity and join sizes.
+
+The planner needs sizes for two choices: the order in which a block's inner joins
+run (``sql.binder``), and whether a join side is broadcast or both sides are
+hashed (``plan.distribute``). The footers give row counts, each column's range
+and width; from them:
+
+* a filter's selectivity is the product of its conjuncts' (independence assumed):
+  ``col = v`` keeps 1/distinct (distinct from an integer or date range when there
+  is one, else 1/10), a range keeps the part of ``[low, high]`` it covers, IN
+  keeps n/distinct, and what cannot be read keeps a third;
+* a join on a key that is unique on one side (its range has as many values as
+  the table has rows: ``o_orderkey``, ``n_nationkey``) keeps each row of the other
+  side at most once, times the fraction of the unique side that survived its
+  filters; a join on keys unique on neither side multiplies the rows and divides
+  by the larger number of distinct keys (``c_nationkey = s_nationkey``: 25).
+
+Crude, and meant to be: the estimates only have to rank choices correctly, and
+DuckDB plans each stage's own joins with its own statistics.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+
+from sqlglot import exp
+
+from mangonel.catalog import ColumnStats, Table
+from mangonel.plan.logical import (
+    Aggregate,
+    Distinct,
+    Filter,
+    Join,
+    JoinKind,
+    Node,
+    Project,
+    Ref,
+    Scan,
+    SetOp,
+    Sort,
+    StageRead,
+)
+
+UNKNOWN = 1 / 3
+"""Selectivity of a condition the estimator cannot read."""
+EQUAL_UNKNOWN = 0.1
+"""Selectivity of ``col = value`` when the column's distinct count is unknown."""
+FILTERED = 0.5
+"""Rows kept by a filter above a join or an aggregate, where columns have no footers."""
+
+
+@dataclass
+class Size:
+    """Estimated rows of a plan part, and the key columns unique in it.
+
+    ``unique`` maps a column that holds each value at most once to the fraction of
+    its table's rows still present (1.0 unfiltered): joining on it keeps the other
+    side's rows at most once each, and only that fraction of them finds a match.
+    """
+
+    rows: float
+    unique: dict[Ref, float] = field(default_factory=dict)
+    distinct: dict[Ref, float] = field(default_factory=dict)
+    """Upper bounds of distinct values per column, where known."""
+
+
+class Estimator:
+    """Sizes of logical plan nodes (see ``Size``), computed once per node."""
+
+    def __init__(self, catalog: Mapping[str, Table]) -> None:
+        self._catalog = catalog
+        self._memo: dict[int, Size] = {}
+
+    def size(self, node: Node) -> Size:
+        if isinstance(node, Scan):  # its filter grows while the binder pushes conditions
+            return scan_size(self._catalog[node.table], node.alias, node.filter)
+        known = self._memo.get(id(node))
+        if known is None:
+            known = self._memo[id(node)] = self._size(node)
+        return known
+
+    def _size(self, node: Node) -> Size:
+        if isinstance(node, Filter):
+            child = self.size(node.child)
+            return Size(
+                max(1.0, child.rows * FILTERED),
+                {k: f * FILTERED for k, f in child.unique.items()},
+                child.distinct,
+            )
+        if isinstance(node, Join):
+            return self._join(node)
+        if isinstance(node, Aggregate):
+            return self._aggregate(node)
+        if isinstance(node, Project):
+            child = self.size(node.child)
+            unique: dict[Ref, float] = {}
+            distinct: dict[Ref, float] = {}
+            for name, e in node.items:
+                ref = _ref(e) if isinstance(e, exp.Column) else None
+                if ref in child.unique:
+                    unique[(node.qualifier, name)] = child.unique[ref]
+                if ref in child.distinct:
+                    distinct[(node.qualifier, name)] = child.distinct[ref]
+            return Size(child.rows, unique, distinct)
+        if isinstance(node, Sort):
+            child = self.size(node.child)
+            if node.limit is None:
+                return child
+            return Size(min(child.rows, float(node.limit)), child.unique, child.distinct)
+        if isinstance(node, Distinct):
+            return Size(max(1.0, self.size(node.child).rows / 2))
+        if isinstance(node, SetOp):
+            return Size(self.size(node.left).rows + self.size(node.right).rows)
+        if isinstance(node, StageRead):
+            return self.size(node.source)
+        kids = node.children()
+        return Size(max((self.size(k).rows for k in kids), default=1.0))
+
+    def _join(self, node: Join) -> Size:
+        left, right = self.size(node.left), self.size(node.right)
+        keys = list(zip(node.left_keys, node.right_keys, strict=True))
+        if node.kind in (JoinKind.SEMI, JoinKind.ANTI):
+            return Size(
+                max(1.0, left.rows * FILTERED),
+                {k: f * FILTERED for k, f in left.unique.items()},
+                left.distinct,
+            )
+        if node.kind is JoinKind.FULL:
+            return Size(left.rows + right.rows)
+        inner = join_size(left, right, keys)
+        if node.residual is not None:
+            inner = Size(max(1.0, inner.rows * UNKNOWN), inner.unique, inner.distinct)
+        if node.kind is JoinKind.LEFT:
+            if inner.rows <= left.rows:
+                return Size(left.rows, left.unique, {**right.distinct, **left.distinct})
+            return Size(inner.rows, {}, inner.distinct)
+        return inner
+
+    def _aggregate(self, node: Aggregate) -> Size:
+        child = self.size(node.child)
+        if not node.groups:
+            return Size(1.0)
+        bound = 1.0
+        for _, e in node.groups:
+            ref = _ref(e)
+            bound *= child.distinct.get(ref, child.rows / 4) if ref is not None else child.rows / 4
+        rows = max(1.0, min(child.rows, bound))
+        outs = [(node.qualifier, name) for name, _ in node.groups]
+        unique = {outs[0]: 1.0} if len(outs) == 1 else {}
+        return Size(rows, unique, {r: rows for r in outs} if len(outs) == 1 else {})
+
+
+def scan_size(table: Table, alias: str, condition: exp.Expr | None) -> Size:
+    sel = selectivity(condition, table.stats, table.rows) if condition is not None else 1.0
+    rows = max(1.0, table.rows * sel)
+    unique: dict[Ref, float] = {}
+    distinct: dict[Ref, float] = {}
+    for name, st in table.stats.items():
+        d = st.distinct(table.rows)
+        if d is None:
+            continue
+        distinct[(alias, name)] = min(d, rows)
+        if table.rows > 1 and d >= table.rows and st.nulls == 0:
+            unique[(alias, name)] = sel
+    return Size(rows, unique, distinct)
+
+
+def join_size(left: Size, right: Size, keys: list[tuple[exp.Expr, exp.Expr]]) -> Size:
+    """The estimated size of an inner equi-join of ``left`` and ``right`` on ``keys``.
+
+    No keys: the cross product.
+    """
+    if not keys:
+        return Size(left.rows * right.rows)
+    left_refs = [_ref(a) for a, _ in keys]
+    right_refs = [_ref(b) for _, b in keys]
+    right_unique = [right.unique[r] for r in right_refs if r is not None and r in right.unique]
+    left_unique = [left.unique[r] for r in left_refs if r is not None and r in left.unique]
+    if right_unique and (not left_unique or left.rows >= right.rows):
+        frac = min(right_unique)
+        return Size(
+            max(1.0, left.rows * frac),
+            {k: f * frac for k, f in left.unique.items()},
+            {**right.distinct, **left.distinct},
+        )
+    if left_unique:
+        frac = min(left_unique)
+        return Size(
+            max(1.0, right.rows * frac),
+            {k: f * frac for k, f in right.unique.items()},
+            {**left.distinct, **right.distinct},
+        )
+    ndv = 1.0
+    for a, b in zip(left_refs, right_refs, strict=True):
+        da = left.distinct.get(a, left.rows) if a is not None else left.rows
+        db = right.distinct.get(b, right.rows) if b is not None else right.rows
+        ndv *= max(da, db, 1.0)
+    ndv = min(ndv, max(left.rows, right.rows))
+    return Size(max(1.0, left.rows * right.rows / ndv), {}, {**left.distinct, **right.distinct})
+
+
+def selectivity(cond: exp.Expr, stats: Mapping[str, ColumnStats], rows: int) -> float:
+    """The estimated fraction of rows that pass ``cond`` (columns looked up by name)."""
+    return max(1.0 / max(1, rows), min(1.0, _sel(cond, stats, rows)))
+
+
+def _sel(cond: exp.Expr, stats: Mapping[str, ColumnStats], rows: int) -> float:
+    if isinstance(cond, exp.Paren):
+        return _sel(cond.this, stats, rows)
+    if isinstance(cond, exp.And):
+        return _conjunction(cond, stats, rows)
+    if isinstance(cond, exp.Or):
+        a, b = _sel(cond.left, stats, rows), _sel(cond.right, stats, rows)
+        return a + b - a * b
+    if isinstance(cond, exp.Not):
+        return 1.0 - _sel(cond.this, stats, rows)
+    if isinstance(cond, exp.Between):
+        column, st = _column(cond.this, stats)
+        low, high = _value(cond.args.get("low")), _value(cond.args.get("high"))
+        if st is not None and low is not None and high is not None:
+            part = _fraction(st, low, high)
+            if part is not None:
+                return part
+        return 0.25
+    if isinstance(cond, exp.In) and not cond.args.get("query"):
+        _, st = _column(cond.this, stats)
+        n = len(cond.expressions)
+        distinct = st.distinct(rows) if st is not None else None
+        return min(1.0, n / distinct) if distinct else min(0.5, n * EQUAL_UNKNOWN)
+    if isinstance(cond, (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)):
+        return _compare(cond, stats, rows)
+    if isinstance(cond, exp.Like):
+        return EQUAL_UNKNOWN
+    if isinstance(cond, exp.Is):
+        _, st = _column(cond.this, stats)
+        if st is not None and isinstance(cond.expression, exp.Null):
+            return st.nulls / max(1, rows)
+    return UNKNOWN
+
+
+def _conjunction(cond: exp.And, stats: Mapping[str, ColumnStats], rows: int) -> float:
+    """Conjuncts multiply, except that bounds on one column make one interval
+    (``d >= '1993-07-01' AND d < '1993-10-01'`` keeps three months, not the
+    product of two halves)."""
+    bounds: dict[str, list[object | None]] = {}
+    total = 1.0
+    for c in _flatten(cond):
+        bound = _bound(c, stats)
+        if bound is None:
+            total *= _sel(c, stats, rows)
+            continue
+        name, low, high = bound
+        pair = bounds.setdefault(name, [None, None])
+        if low is not None:
+            pair[0] = low if pair[0] is None else max(pair[0], low)  # type: ignore[call-overload]
+        if high is not None:
+            pair[1] = high if pair[1] is None else min(pair[1], high)  # type: ignore[call-overload]
+    for name, (low, high) in bounds.items():
+        part = _fraction(stats[name], low, high)
+        total *= part if part is not None else UNKNOWN
+    return total
+
+
+def _flatten(cond: exp.Expr) -> list[exp.Expr]:
+    if isinstance(cond, exp.And):
+        return _flatten(cond.left) + _flatten(cond.right)
+    if isinstance(cond, exp.Paren) and isinstance(cond.this, exp.And):
+        return _flatten(cond.this)
+    return [cond]
+
+
+def _bound(
+    cond: exp.Expr, stats: Mapping[str, ColumnStats]
+) -> tuple[str, object | None, object | None] | None:
+    """``(column, low, high)`` for a range comparison of a column with stats and a
+    literal of a comparable kind, else None."""
+    if not isinstance(cond, (exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)):
+        return None
+    if isinstance(cond, exp.Between):
+        name, st = _column(cond.this, stats)
+        low, high = _value(cond.args.get("low")), _value(cond.args.get("high"))
+        ok = name is not None and st is not None and _number(st.low) is not None
+        if ok and _number(low) is not None and _number(high) is not None:
+            return name, low, high  # type: ignore[return-value]
+        return None
+    name, st = _column(cond.this, stats)
+    value = _value(cond.expression)
+    below = isinstance(cond, (exp.LT, exp.LTE))
+    if name is None or value is None:
+        name, st = _column(cond.expression, stats)
+        value = _value(cond.this)
+        below = not below
+    if name is None or st is None or _number(st.low) is None or _number(value) is None:
+        return None
+    return (name, None, value) if below else (name, value, None)
+
+
+def _compare(cond: exp.Expr, stats: Mapping[str, ColumnStats], rows: int) -> float:
+    left, right = cond.args["this"], cond.args["expression"]
+    column, st = _column(left, stats)
+    value = _value(right)
+    flipped = False
+    if st is None or value is None:
+        column, st = _column(right, stats)
+        value = _value(left)
+        flipped = True
+    if st is None or value is None:
+        return EQUAL_UNKNOWN if isinstance(cond, exp.EQ) and column is not None else UNKNOWN
+    if isinstance(cond, (exp.EQ, exp.NEQ)):
+        distinct = st.distinct(rows)
+        eq = 1.0 / distinct if distinct else EQUAL_UNKNOWN
+        return eq if isinstance(cond, exp.EQ) else 1.0 - eq
+    below = isinstance(cond, (exp.LT, exp.LTE)) != flipped
+    part = _fraction(st, None, value) if below else _fraction(st, value, None)
+    return part if part is not None else UNKNOWN
+
+
+def _column(e: exp.Expr, stats: Mapping[str, ColumnStats]) -> tuple[str | None, ColumnStats | None]:
+    while isinstance(e, (exp.Cast, exp.Paren)):
+        e = e.this
+    if isinstance(e, exp.Column):
+        return e.name, stats.get(e.name)
+    return None, None
+
+
+def _value(e: exp.Expr | None) -> object | None:
+    """A literal's value (numbers, strings, DATE casts), or None."""
+    if e is None:
+        return None
+    if isinstance(e, exp.Paren):
+        return _value(e.this)
+    if isinstance(e, exp.Cast) and isinstance(e.this, exp.Literal) and e.this.is_string:
+        kind = e.to.this
+        try:
+            if kind == exp.DataType.Type.DATE:
+                return dt.date.fromisoformat(e.this.this)
+            if kind in (exp.DataType.Type.TIMESTAMP, exp.DataType.Type.DATETIME):
+                return dt.datetime.fromisoformat(e.this.this)
+        except ValueError:
+            return None
+        return None
+    if isinstance(e, exp.Literal):
+        if e.is_string:
+            return str(e.this)
+        try:
+            return Decimal(e.this)
+        except InvalidOperation:
+            return None
+    if isinstance(e, exp.Neg):
+        inner = _value(e.this)
+        return -inner if isinstance(inner, Decimal) else None
+    return None
+
+
+def _fraction(st: ColumnStats, low: object | None, high: object | None) -> float | None:
+    """The part of ``[st.low, st.high]`` inside ``[low, high]`` (None: open end)."""
+    lo, hi = _number(st.low), _number(st.high)
+    a = lo if low is None else _number(low)
+    b = hi if high is None else _number(high)
+    if lo is None or hi is None or a is None or b is None:
+        return None
+    if hi <= lo:
+        return 1.0 if a <= lo <= b else 0.0
+    return max(0.0, min(b, hi) - max(a, lo)) / (hi - lo)
+
+
+def _number(v: object) -> float | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float, Decimal)):
+        return float(v)
+    if isinstance(v, dt.datetime):
+        return v.timestamp()
+    if isinstance(v, dt.date):
+        return float(v.toordinal())
+    return None
+
+
+def _ref(e: exp.Expr) -> Ref | None:
+    while isinstance(e, (exp.Cast, exp.Paren)):
+        e = e.this
+    if isinstance(e, exp.Column) and e.table:
+        return (e.table, e.name)
+    return None
