@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import platform
+import subprocess
+import sys
+import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from mangonel.executor import runner as runner_mod
 from mangonel.executor.failures import TaskCancelledError, TaskFailedError
 from mangonel.executor.runner import TaskRunner
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
@@ -196,6 +202,98 @@ def test_equal_keys_land_in_one_partition(runner: TaskRunner, data: list[str]) -
                 assert seen.setdefault(key, o.partition) == o.partition
     assert total == 6000
     assert len(set(seen.values())) == 4  # the keys really spread
+
+
+def test_hash_output_of_many_batches_puts_each_row_in_its_partition(
+    runner: TaskRunner, data: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Batches much smaller than the task's output: every batch is split on its
+    # own and its pieces appended, so each file holds rows of several batches.
+    monkeypatch.setattr(runner_mod, "BATCH_ROWS", 500)
+    spec = scan_spec(
+        1,
+        0,
+        "SELECT l_orderkey AS k, l_price AS price FROM lineitem",
+        (FileSplit(data[0]),),
+        OutputSpec(OutputKind.HASH, 4, ("k",)),
+        ("k", "price"),
+        ("l_orderkey", "l_price"),
+    )
+    outs = runner.run(spec)
+    expected = duckdb.sql(
+        "SELECT l_orderkey AS k, l_price AS price, hash(l_orderkey) % 4 AS p "
+        f"FROM read_parquet({data[0]!r})"
+    ).to_arrow_table()
+    for out in outs:
+        with pa.memory_map(out.path) as source:
+            file = pa.ipc.open_file(source)
+            assert file.num_record_batches > 1
+            got = file.read_all()
+        want = expected.filter(pc.equal(expected["p"], out.partition))
+        assert out.rows == got.num_rows == want.num_rows > 0
+        pairs = zip(got["k"].to_pylist(), got["price"].to_pylist(), strict=True)
+        assert sorted(pairs) == sorted(
+            zip(want["k"].to_pylist(), want["price"].to_pylist(), strict=True)
+        )
+
+
+_GROW_AND_FREE = textwrap.dedent(
+    """
+    import ctypes, json, resource, threading
+    from mangonel.executor.runner import keep_batch_memory
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = libc.realloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.realloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    took = keep_batch_memory() if USE else None
+    faults = []
+
+    def batches():
+        # Three columns grown by doubling to 4 MiB, then freed, as DuckDB
+        # builds and releases each Arrow batch, on a slot's own thread.
+        for _ in range(6):
+            before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+            buffers = []
+            for _ in range(3):
+                size = 64 * 1024
+                p = libc.malloc(size)
+                ctypes.memset(p, 1, size)
+                while size < 4 * 1024 * 1024:
+                    size *= 2
+                    p = libc.realloc(p, size)
+                    ctypes.memset(p, 1, size)
+                buffers.append(p)
+            for p in buffers:
+                libc.free(p)
+            faults.append(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before)
+
+    thread = threading.Thread(target=batches)
+    thread.start()
+    thread.join()
+    print(json.dumps([took, faults]))
+    """
+)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="tunes glibc's malloc")
+def test_keep_batch_memory_lets_later_batches_reuse_the_pages_of_earlier_ones() -> None:
+    # A fresh process each, so that no earlier allocation moved glibc's thresholds.
+    def run(use: bool) -> tuple[bool | None, list[int]]:
+        code = f"USE = {use}\n{_GROW_AND_FREE}"
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        )
+        took, faults = json.loads(done.stdout)
+        return took, faults
+
+    took, faults = run(True)
+    assert took is True
+    assert max(faults[1:]) < faults[0] // 10  # after the first batch: (almost) no fresh page
+    # glibc's defaults, for contrast: every batch faults its pages in again.
+    _, default = run(False)
+    assert min(default[1:]) > default[0] // 2
 
 
 def test_single_output_keeps_order_and_renames(runner: TaskRunner, data: list[str]) -> None:

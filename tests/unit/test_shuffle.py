@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,6 +76,20 @@ def test_local_round_trip_is_memory_mapped(writer: ShuffleWriter) -> None:
     # Zero copy: the table's buffers live in the memory map, not Arrow's pool.
     assert pa.total_allocated_bytes() - before < table.nbytes // 10
     assert got.equals(table)
+
+
+def test_checksum_is_zlibs_crc32_of_the_whole_file(writer: ShuffleWriter) -> None:
+    # The CRC is kept piece by piece as the IPC writer hands over headers,
+    # padding and column buffers; it must be zlib's CRC-32 of the file as a
+    # whole, which is what "crc32:" promises whatever library computes it.
+    table = sample(50_000)
+    with writer.open(attempt(), 1, table.schema) as sink:
+        for batch in table.to_batches(max_chunksize=7_000):
+            sink.write_batch(0, batch)
+        (out,) = sink.commit()
+    data = Path(out.path).read_bytes()
+    assert out.checksum == f"crc32:{zlib.crc32(data):08x}"
+    assert file_checksum(out.path) == out.checksum
 
 
 def test_flight_round_trip(writer: ShuffleWriter, server: ShuffleFlightServer) -> None:

@@ -20,6 +20,7 @@ import time
 
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.link import GrpcSchedulerLink, SchedulerLink
+from mangonel.executor.runner import keep_batch_memory
 from mangonel.executor.service import ExecutorService
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,9 @@ def start_executor(
 ) -> tuple[ExecutorService, threading.Thread]:
     """Start an executor in this process and return at once.
 
+    It also tunes this process's C allocator for the executor's Arrow batches
+    (``runner.keep_batch_memory``).
+
     Args:
         config: The executor's settings.
         link: The line to the scheduler; a gRPC one to ``config.scheduler_address``
@@ -39,6 +43,7 @@ def start_executor(
         The service and the thread running its control loop; pass both to
         ``stop_executor``.
     """
+    keep_batch_memory()
     service = ExecutorService(config, link or GrpcSchedulerLink(config.scheduler_address))
     service.start()
     thread = threading.Thread(target=service.serve, name="executor-control", daemon=True)

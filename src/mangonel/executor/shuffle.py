@@ -11,11 +11,15 @@ each, about 1 ms apiece on a busy ext4 disk, for every task). Every partition
 0..N-1 is written, even an empty one, so that a consumer always finds a file
 and a schema. Each file is written under a temporary name and renamed into
 place once complete: a reader never sees a partial file, and a crash leaves
-only ``.tmp`` files behind. The checksum is ``crc32:<8 hex>``, zlib's CRC-32
-over the file's bytes (about 3 GB/s; a SHA would cost 5x more and guards
-against no threat this check is for: torn or truncated files), computed over
-the bytes as the IPC writer hands them to the file (``_ChecksummedFile``), so
-a file is never read back to be checksummed.
+only ``.tmp`` files behind. The checksum is ``crc32:<8 hex>``, the CRC-32 of
+zlib over the file's bytes (a SHA would cost 5x more and guards against no
+threat this check is for: torn or truncated files), computed over the bytes as
+the IPC writer hands them to the file (``_ChecksummedFile``), so a file is
+never read back to be checksummed. The CRC is ISA-L's (``isal``): the same
+values as ``zlib.crc32``, computed with carry-less multiplication at about 15
+GB/s against zlib's 2.6 to 4 GB/s on this project's machines; with zlib it was
+about 10% of an executor's CPU time in a shuffle-heavy query, paid once when a
+file is written and once more each time it is read.
 
 Reading (``ShuffleReader``): a file on this host is memory-mapped and its
 checksum verified over the mapped bytes; a file elsewhere is fetched with Arrow
@@ -42,13 +46,13 @@ import shutil
 import threading
 import time
 import uuid
-import zlib
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 
 import pyarrow as pa
 import pyarrow.flight as flight
+from isal import isal_zlib
 
 from mangonel.executor.failures import FetchFailedError
 from mangonel.ids import JobId, StageId, TaskAttemptId
@@ -64,7 +68,7 @@ _REMEMBER_RELEASED_JOBS = 1000
 
 def checksum_of(data: pa.Buffer | bytes | memoryview) -> str:
     """The checksum of a shuffle file's bytes, as stored in ``PartitionOutput``."""
-    return f"crc32:{zlib.crc32(data) & 0xFFFFFFFF:08x}"
+    return f"crc32:{isal_zlib.crc32(data) & 0xFFFFFFFF:08x}"
 
 
 def file_checksum(path: str) -> str:
@@ -324,7 +328,7 @@ class _ChecksummedFile(io.RawIOBase):
         return True
 
     def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
-        self._crc = zlib.crc32(data, self._crc)
+        self._crc = isal_zlib.crc32(data, self._crc)
         self._file.write(data)
         size = len(memoryview(data).cast("B"))
         self.size += size
