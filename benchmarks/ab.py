@@ -43,7 +43,7 @@ def parse_queries(text: str) -> list[int]:
 
 
 @contextlib.contextmanager
-def started(data: Path, work: Path, src: str | None, partitions: int):  # type: ignore[no-untyped-def]
+def started(data: Path, work: Path, src: str | None, partitions: int | None):  # type: ignore[no-untyped-def]
     import mangonel
 
     before = os.environ.get("PYTHONPATH")
@@ -72,7 +72,7 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--queries", default="1-22")
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--partitions", type=int, help="fixed partitions per exchange")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     data = ensure_tpch(args.scale, CACHE_DIR)

@@ -118,7 +118,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--engines", default=",".join(ALL_ENGINES), help=f"comma list of {', '.join(ALL_ENGINES)}"
     )
     parser.add_argument("--executors", type=int, default=2, help="mangonel executor processes")
-    parser.add_argument("--partitions", type=int, default=4, help="partitions per exchange")
+    parser.add_argument(
+        "--partitions", type=int, help="the most partitions of an exchange (scheduler default)"
+    )
+    parser.add_argument(
+        "--partition-bytes",
+        type=int,
+        help="one exchange partition per this many bytes, 0: always --partitions "
+        "(scheduler default)",
+    )
     parser.add_argument("--slots", type=int, help="task slots per executor (executor default)")
     parser.add_argument(
         "--memory-limit",
@@ -126,6 +134,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "executor of 2 slots); beyond it DuckDB spills to disk (default: DuckDB's)",
     )
     parser.add_argument("--split-rows", type=int, help="rows per scan task (scheduler default)")
+    parser.add_argument(
+        "--split-bytes", type=int, help="scanned bytes per scan task (scheduler default)"
+    )
     parser.add_argument("--broadcast-bytes", type=int, help="broadcast threshold (default)")
     parser.add_argument(
         "--queries", default="1-22", help="which queries, e.g. '1,3,5' or '1-22' (default all)"
@@ -279,10 +290,13 @@ def mangonel_cluster(
 
     scheduler_args: tuple[str, ...] = ()
     if args.split_rows is not None:
-        scheduler_args = ("--split-rows", str(args.split_rows))
+        scheduler_args += ("--split-rows", str(args.split_rows))
+    if args.split_bytes is not None:
+        scheduler_args += ("--split-bytes", str(args.split_bytes))
     kwargs: dict[str, Any] = {
         "executors": args.executors,
         "partitions": args.partitions,
+        "partition_bytes": args.partition_bytes,
         "broadcast_bytes": args.broadcast_bytes,
         "slots": args.slots,
         "scheduler_args": scheduler_args,
@@ -364,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         "scale": args.scale,
         "executors": args.executors,
         "partitions": args.partitions,
+        "partition_bytes": args.partition_bytes,
         "split_rows": args.split_rows,
+        "split_bytes": args.split_bytes,
         "slots": args.slots,
         "repeat": args.repeat,
         "cpus": os.cpu_count(),
@@ -375,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     print(
         f"TPC-H SF {args.scale:g}, mangonel with {args.executors} executors and "
-        f"{args.partitions} partitions per exchange, median of {args.repeat} run(s); "
+        f"{args.partitions or 'the default'} partitions per exchange at most, "
+        f"median of {args.repeat} run(s); "
         f"{os.cpu_count()} CPUs, load {load[0]:.2f} at start\n"
     )
     if not args.no_tpch:

@@ -3,6 +3,8 @@
 * ``cluster``: ``mangonel.LocalCluster(executors=2, partitions=4)`` with its work
   directory under ``test-artifacts/<module>/_module/cluster``, started once per module
   (starting processes costs about a second; one per test would dominate the suite).
+  Every exchange has 4 partitions and a scan task reads at most 250 000 rows: the
+  defaults size both from the data, and SF 0.1 would mostly run in single tasks.
 * ``session``: a client session on that cluster with the eight TPC-H SF 0.1 tables
   registered under their own names.
 """
@@ -17,6 +19,7 @@ import pytest
 
 EXECUTORS = 2
 PARTITIONS = 4
+SPLIT_ROWS = 250_000
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +29,10 @@ def cluster(module_dir: Path) -> Iterator[Any]:
 
     work_dir = module_dir / "cluster"
     with mangonel.LocalCluster(
-        executors=EXECUTORS, work_dir=str(work_dir), partitions=PARTITIONS
+        executors=EXECUTORS,
+        work_dir=str(work_dir),
+        partitions=PARTITIONS,
+        scheduler_args=("--split-rows", str(SPLIT_ROWS)),
     ) as running:
         yield running
 

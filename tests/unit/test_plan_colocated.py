@@ -30,7 +30,9 @@ def test_partitioned_sides_join_task_by_task_without_broadcast(tmp_path: Path) -
     catalog = {t: load_table(t, str(tmp_path / f"{t}.parquet")) for t in ("t", "u")}
     # Both sides are far below the broadcast threshold: before, the right one
     # was copied whole into every task of the join stage.
-    config = PlannerConfig(partitions=3, broadcast_bytes=64 << 20, split_rows=1000)
+    config = PlannerConfig(
+        partitions=3, partition_bytes=0, broadcast_bytes=64 << 20, split_rows=1000
+    )
     plan = plan_query(SQL, catalog, config)
 
     join = plan.final

@@ -65,7 +65,11 @@ def test_exists_and_not_exists_plan_as_semi_and_anti_joins(tmp_path: Path) -> No
         "WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND u.w > t.v) "
         "AND NOT EXISTS (SELECT 1 FROM u AS u2 WHERE u2.k = t.k + 40) GROUP BY k"
     )
-    plan = plan_query(sql, catalog, PlannerConfig(partitions=3, broadcast_bytes=0, split_rows=500))
+    plan = plan_query(
+        sql,
+        catalog,
+        PlannerConfig(partitions=3, partition_bytes=0, broadcast_bytes=0, split_rows=500),
+    )
     text = "\n".join(s.sql for s in plan.stages)
     assert "SEMI JOIN" in text and "ANTI JOIN" in text
     assert "ARRAY_AGG" not in text.upper() and not plan.notes

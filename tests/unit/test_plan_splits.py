@@ -1,4 +1,5 @@
-"""How scans are cut into tasks: by row group, sized from the table."""
+"""How scans are cut into tasks (by row group, sized from the bytes read) and how many
+partitions an exchange gets (from its estimated bytes)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,38 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mangonel.catalog import load_table
-from mangonel.plan.planner import PlannerConfig
+from mangonel.plan.planner import PlannerConfig, plan_query
 
 
-def test_adaptive_split_size_stays_within_bounds() -> None:
-    config = PlannerConfig(partitions=4)
-    assert config.split_rows_for(6_000_000) == 750_000  # two tasks per partition
-    assert config.split_rows_for(10_000) == 250_000  # small tables: one task
-    assert config.split_rows_for(600_000_000) == 2_000_000  # big ones: bounded tasks
-    assert PlannerConfig(split_rows=7_500).split_rows_for(6_000_000) == 7_500
+def test_adaptive_split_size_follows_the_bytes_scanned_within_bounds() -> None:
+    config = PlannerConfig(split_bytes=64_000_000)
+    assert config.split_rows_for(64.0) == 1_000_000  # 64 MB of 64-byte rows
+    assert config.split_rows_for(32.0) == 2_000_000  # narrower rows: more per task
+    assert config.split_rows_for(1000.0) == 250_000  # wide ones: not below the minimum
+    assert config.split_rows_for(1.0) == 4_000_000  # nor above the maximum
+    assert PlannerConfig(split_rows=7_500).split_rows_for(64.0) == 7_500
+
+
+def test_exchanges_get_partitions_by_their_estimated_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    n = 400_000
+    pq.write_table(
+        pa.table({"k": list(range(n)), "v": [i % 7 for i in range(n)]}), path, row_group_size=50_000
+    )
+    catalog = {"t": load_table("t", str(path))}
+    # 8 scan tasks of k (3.2 MB); their partial aggregates are estimated at a quarter
+    sql = "SELECT k, count(*) AS c FROM t GROUP BY k"
+
+    def aggregate_tasks(partitions: int, partition_bytes: int) -> int:
+        config = PlannerConfig(partitions, partition_bytes, split_rows=50_000)
+        plan = plan_query(sql, catalog, config)
+        return next(s.num_tasks for s in plan.stages if s.label.startswith("aggregate"))
+
+    assert aggregate_tasks(4, 64 << 20) == 1
+    assert aggregate_tasks(4, 512 << 10) == 2
+    assert aggregate_tasks(4, 128 << 10) == 4
+    assert aggregate_tasks(3, 128 << 10) == 3  # never more than ``partitions``
+    assert aggregate_tasks(4, 0) == 4  # 0: always ``partitions``
 
 
 def test_splits_never_cut_a_row_group_and_cover_every_row(tmp_path: Path) -> None:

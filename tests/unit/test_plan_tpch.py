@@ -27,8 +27,12 @@ GOLDEN = Path(__file__).parent / "golden" / "tpch"
 QUERIES = range(1, 23)
 
 CONFIGS = {
-    "hash-joins": PlannerConfig(partitions=4, broadcast_bytes=0, split_rows=100_000),
-    "broadcast": PlannerConfig(partitions=3, broadcast_bytes=4 << 20, split_rows=100_000),
+    "hash-joins": PlannerConfig(
+        partitions=4, partition_bytes=0, broadcast_bytes=0, split_rows=100_000
+    ),
+    "broadcast": PlannerConfig(
+        partitions=3, partition_bytes=0, broadcast_bytes=4 << 20, split_rows=100_000
+    ),
 }
 
 

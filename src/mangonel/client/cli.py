@@ -308,7 +308,14 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
         "--partitions",
         type=int,
         default=4,
-        help="output partitions of every hash exchange (default 4)",
+        help="the most output partitions of a hash exchange (default 4)",
+    )
+    p.add_argument(
+        "--partition-bytes",
+        type=int,
+        default=64 * 1024 * 1024,  # PlannerConfig.partition_bytes
+        help="give an exchange one partition per this many estimated bytes, up to "
+        "--partitions (default 64 MiB); 0: every exchange gets --partitions",
     )
     p.add_argument(
         "--broadcast-bytes",
@@ -322,8 +329,14 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
         "--split-rows",
         type=int,
         default=None,
-        help="rows read by one scan task, about (default: sized from each table, "
-        "about two tasks per partition, 250000 to 2000000 rows)",
+        help="rows read by one scan task, about (default: sized by --split-bytes)",
+    )
+    p.add_argument(
+        "--split-bytes",
+        type=int,
+        default=96 * 1024 * 1024,  # PlannerConfig.split_bytes
+        help="bytes of the scanned columns (in memory) one scan task reads, about: "
+        "250000 to 4000000 rows (default 96 MiB)",
     )
 
 
@@ -338,8 +351,10 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             partitions=args.partitions,
+            partition_bytes=args.partition_bytes,
             broadcast_bytes=args.broadcast_bytes,
             split_rows=args.split_rows,
+            split_bytes=args.split_bytes,
             heartbeat_timeout_s=args.heartbeat_timeout,
             no_executor_grace_s=args.grace,
             max_task_attempts=args.max_task_attempts,
@@ -399,11 +414,13 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
         slots=args.slots,
         partitions=args.partitions,
+        partition_bytes=args.partition_bytes,
         broadcast_bytes=args.broadcast_bytes,
         heartbeat_timeout=args.heartbeat_timeout,
         scheduler_port=args.port,
         log_level=args.log_level,
-        scheduler_args=("--split-rows", str(args.split_rows)) if args.split_rows else (),
+        scheduler_args=("--split-bytes", str(args.split_bytes))
+        + (("--split-rows", str(args.split_rows)) if args.split_rows else ()),
         web_port=_web_port(args),
     )
     with cluster:

@@ -105,14 +105,16 @@ class Distributor:
         subqueries: Mapping[str, Node],
         partitions: int,
         broadcast_bytes: int,
-        split_rows: Callable[[int], int],
+        split_rows: Callable[[float], int],
         estimator: Estimator | None = None,
+        partition_bytes: float | None = None,
     ) -> None:
         self._catalog = catalog
         self._estimator = estimator or Estimator(catalog)
         self._oracle = oracle
         self._subqueries = subqueries
         self._n = max(1, partitions)
+        self._partition_bytes = partition_bytes
         self._broadcast = broadcast_bytes
         self._split_rows = split_rows
         self._ids = itertools.count(1)
@@ -154,17 +156,32 @@ class Distributor:
         read, inp = self._read(f, OutputSpec(OutputKind.SINGLE), InputMode.ALL)
         return Frag(read, 1, f.est, inputs={inp.name: inp}, single=True)
 
-    def exchange(self, f: Frag, keys: list[exp.Expr]) -> Frag:
-        """Hash-partition a fragment's rows by ``keys`` (expressions over its outputs)."""
+    def partitions_for(self, est: float) -> int:
+        """Partitions of an exchange carrying ``est`` bytes: one per ``partition_bytes``,
+        at most ``partitions`` (always ``partitions`` without ``partition_bytes``).
+        A task has a fixed cost (a DuckDB query, files, scheduling) and small
+        exchanges do not need many.
+        """
+        if not self._partition_bytes:
+            return self._n
+        return max(1, min(self._n, -int(-est // self._partition_bytes)))
+
+    def exchange(self, f: Frag, keys: list[exp.Expr], partitions: int | None = None) -> Frag:
+        """Hash-partition a fragment's rows by ``keys`` (expressions over its outputs)
+        into ``partitions`` (default: sized from the fragment's estimate)."""
         if not keys:
             return self.gather(f)
+        n = partitions or self.partitions_for(f.est)
         mapping = {r: exp.column(phys(r), quoted=True) for r in f.node.outputs()}
         key_sql = tuple(sql(rewrite(k, mapping)) for k in keys)
-        read, inp = self._read(
-            f, OutputSpec(OutputKind.HASH, self._n, key_sql), InputMode.PARTITION
-        )
+        read, inp = self._read(f, OutputSpec(OutputKind.HASH, n, key_sql), InputMode.PARTITION)
         return Frag(
-            read, self._n, f.est, inputs={inp.name: inp}, hash_keys=[k.copy() for k in keys]
+            read,
+            n,
+            f.est,
+            inputs={inp.name: inp},
+            hash_keys=[k.copy() for k in keys],
+            single=n == 1,
         )
 
     def broadcast(self, f: Frag) -> tuple[StageRead, StageInput]:
@@ -219,7 +236,7 @@ class Distributor:
 
     def _scan(self, n: Scan) -> Frag:
         table = self._catalog[n.table]
-        splits = table.splits(self._split_rows(table.rows))
+        splits = table.splits(self._split_rows(table.row_width(n.columns)))
         est = self._estimator.size(n).rows * table.row_width(n.columns)
         return Frag(n, len(splits), est, scan=n, splits=splits, single=len(splits) == 1)
 
@@ -355,9 +372,16 @@ class Distributor:
                 inputs={linp.name: linp, rinp.name: rinp},
                 single=True,
             )
-        lx, rx = self.exchange(left, lk), self.exchange(right, rk)
+        parts = self.partitions_for(left.est + right.est)
+        lx, rx = self.exchange(left, lk, parts), self.exchange(right, rk, parts)
         node = SetOp(n.kind, n.distinct, lx.node, rx.node, n.qualifier, n.names)
-        return Frag(node, self._n, left.est + right.est, inputs={**lx.inputs, **rx.inputs})
+        return Frag(
+            node,
+            parts,
+            left.est + right.est,
+            inputs={**lx.inputs, **rx.inputs},
+            single=parts == 1,
+        )
 
     def _join(self, n: Join) -> Frag:
         f = self._place_join(n)
@@ -404,10 +428,18 @@ class Distributor:
             return right
         if lk is None:
             lk, rk = self._cast_keys(left.node, n.left_keys, right.node, n.right_keys)
+        if not left_moves and not right_moves and left.tasks != right.tasks:
+            # Both partitioned on the keys, but into different counts: the
+            # smaller side follows the bigger one's partitioning.
+            left_moves, right_moves = left.est < right.est, left.est >= right.est
+        if left_moves and right_moves:
+            parts = self.partitions_for(left.est + right.est)
+        else:
+            parts = right.tasks if left_moves else left.tasks
         if left_moves:
-            left = self.exchange(left, lk)
+            left = self.exchange(left, lk, parts)
         if right_moves:
-            right = self.exchange(right, rk)
+            right = self.exchange(right, rk, parts)
         joined = self._colocated_join(n, left, right, lk)
         joined.est = out
         return joined
@@ -447,13 +479,9 @@ class Distributor:
         return size(n).rows * width
 
     def _hashed_on(self, f: Frag, keys: list[exp.Expr]) -> bool:
-        """True when task i of ``f`` holds exactly the rows whose ``keys`` hash to i."""
-        return (
-            f.hash_keys is not None
-            and _same(f.hash_keys, keys)
-            and f.tasks == self._n
-            and f.scan is None
-        )
+        """True when task i of ``f``'s tasks holds exactly the rows whose ``keys`` hash
+        to i (modulo its task count)."""
+        return f.hash_keys is not None and _same(f.hash_keys, keys) and f.scan is None
 
     def _colocated_join(self, n: Join, left: Frag, right: Frag, lk: list[exp.Expr]) -> Frag:
         """Join two sides hash-partitioned alike on the join keys, task by task."""

@@ -31,38 +31,49 @@ class PlannerConfig:
     """Knobs of the distributed planner.
 
     Attributes:
-        partitions: output partitions of every hash exchange.
+        partitions: the most output partitions of a hash exchange.
+        partition_bytes: an exchange gets one partition per this many estimated
+            bytes (at least one, at most ``partitions``): a task has a fixed cost
+            (a DuckDB query, a file per partition, scheduling) that small
+            exchanges need not pay many times over. 0: every exchange has
+            ``partitions`` partitions.
         broadcast_bytes: a join side estimated above this many bytes is never
             broadcast (each task of the other side holds all of it); below, the
             distributor broadcasts it when that moves fewer bytes than hashing both
             sides (``plan.distribute``).
         split_rows: a scan task reads row groups adding up to about this many rows;
-            ``None`` sizes splits from the table (see ``split_rows_for``).
-        min_split_rows: adaptive splits are at least this big: a task has a fixed
-            cost (scheduling, a DuckDB query, one file per output partition) that
-            small splits pay again and again.
-        max_split_rows: ... and at most this big, so that one task's Arrow data
-            stays within a slot's memory.
+            ``None`` sizes splits from the columns read (see ``split_rows_for``).
+        split_bytes: adaptive splits read about this many bytes of the scan's
+            columns (in memory) per task: the work of a scan task grows with
+            the bytes it decodes, its fixed cost does not.
+        min_split_rows: adaptive splits are at least this big ...
+        max_split_rows: ... and at most this big, so that a task's output stays
+            within a slot's memory.
     """
 
     partitions: int = 4
+    partition_bytes: int = 64 * 1024 * 1024
     broadcast_bytes: int = 64 * 1024 * 1024
     split_rows: int | None = None
+    split_bytes: int = 96 * 1024 * 1024
     min_split_rows: int = 250_000
-    max_split_rows: int = 2_000_000
+    max_split_rows: int = 4_000_000
 
-    def split_rows_for(self, table_rows: int) -> int:
-        """Rows per scan task for a table: fixed when ``split_rows`` is set, else
-        about two tasks per exchange partition, within the min and max.
+    def split_rows_for(self, row_width: float) -> int:
+        """Rows per scan task when the scanned columns take ``row_width`` bytes a
+        row: fixed when ``split_rows`` is set, else ``split_bytes`` worth, within
+        the min and max.
 
-        >>> PlannerConfig().split_rows_for(6_000_000)
-        750000
-        >>> PlannerConfig(split_rows=1000).split_rows_for(6_000_000)
+        >>> PlannerConfig().split_rows_for(48.0)  # 96 MiB of 48-byte rows
+        2097152
+        >>> PlannerConfig().split_rows_for(8.0)
+        4000000
+        >>> PlannerConfig(split_rows=1000).split_rows_for(48.0)
         1000
         """
         if self.split_rows is not None:
             return self.split_rows
-        wanted = -(-table_rows // (2 * max(1, self.partitions)))
+        wanted = int(self.split_bytes / max(1.0, row_width))
         return max(self.min_split_rows, min(self.max_split_rows, wanted))
 
 
@@ -123,6 +134,7 @@ def _distributor(
         config.broadcast_bytes,
         config.split_rows_for,
         estimator,
+        config.partition_bytes or None,
     )
 
 

@@ -53,10 +53,14 @@ class SchedulerConfig:
     Attributes:
         host: Interface to listen on.
         port: Port to listen on; 0 picks a free one.
-        partitions: Output partitions of every hash exchange.
+        partitions: The most output partitions of a hash exchange.
+        partition_bytes: One partition per this many estimated bytes of an
+            exchange; 0: always ``partitions``.
         broadcast_bytes: Join sides estimated above this size are never broadcast;
             below it, the planner broadcasts a side when that moves fewer bytes.
-        split_rows: Rows (about) read by one scan task; None sizes splits from each table.
+        split_rows: Rows (about) read by one scan task; None sizes splits from the
+            bytes of the columns a scan reads (``split_bytes`` a task).
+        split_bytes: Bytes of scanned columns (in memory) a scan task reads, about.
         heartbeat_timeout_s: An executor silent this long is lost.
         no_executor_grace_s: A job with no executor for this long fails.
         max_task_attempts: Attempts of one task before its job fails.
@@ -81,9 +85,11 @@ class SchedulerConfig:
 
     host: str = "127.0.0.1"
     port: int = 50050
-    partitions: int = 4
+    partitions: int = PlannerConfig.partitions
+    partition_bytes: int = PlannerConfig.partition_bytes
     broadcast_bytes: int = PlannerConfig.broadcast_bytes
     split_rows: int | None = None
+    split_bytes: int = PlannerConfig.split_bytes
     heartbeat_timeout_s: float = 10.0
     no_executor_grace_s: float = 30.0
     max_task_attempts: int = 4
@@ -101,8 +107,10 @@ class SchedulerConfig:
         return CoreConfig(
             planner=PlannerConfig(
                 partitions=self.partitions,
+                partition_bytes=self.partition_bytes,
                 broadcast_bytes=self.broadcast_bytes,
                 split_rows=self.split_rows,
+                split_bytes=self.split_bytes,
             ),
             limits=Limits(
                 max_task_attempts=self.max_task_attempts,

@@ -153,7 +153,13 @@ class LocalCluster:
         work_dir: Root of the executors' work directories and the logs; a new
             temporary directory (removed on a clean stop) when ``None``.
         slots: Task slots of each executor; the executor's default when ``None``.
-        partitions: Output partitions of every hash exchange.
+        partitions: The most partitions of a hash exchange; the scheduler's
+            default when ``None``. Given without ``partition_bytes``, every
+            exchange has exactly this many, as tests want: their data is small
+            enough for one partition, and must still cross executors.
+        partition_bytes: One partition per this many estimated bytes of an
+            exchange (``mangonel scheduler --partition-bytes``; 0: always
+            ``partitions``); see ``partitions`` for ``None``.
         broadcast_bytes: Broadcast threshold of the planner; its default when ``None``.
         heartbeat_timeout: Seconds of executor silence before it is declared lost.
         no_executor_grace: Seconds a job may wait with no executor alive before it fails.
@@ -183,7 +189,7 @@ class LocalCluster:
         executors: int = 2,
         work_dir: str | os.PathLike[str] | None = None,
         slots: int | None = None,
-        partitions: int = 4,
+        partitions: int | None = None,
         broadcast_bytes: int | None = None,
         heartbeat_timeout: float = 5.0,
         log_dir: str | os.PathLike[str] | None = None,
@@ -202,6 +208,7 @@ class LocalCluster:
         web_port: int | None = None,
         state: str | None = None,
         schedulers: int = 1,
+        partition_bytes: int | None = None,
     ) -> None:
         if schedulers < 1:
             raise ValueError(f"schedulers must be at least 1, got {schedulers}")
@@ -217,6 +224,9 @@ class LocalCluster:
         self.num_executors = executors
         self.slots = slots
         self.partitions = partitions
+        if partition_bytes is None and partitions is not None:
+            partition_bytes = 0
+        self.partition_bytes = partition_bytes
         self.broadcast_bytes = broadcast_bytes
         self.heartbeat_timeout = heartbeat_timeout
         self.start_timeout = start_timeout
@@ -375,7 +385,6 @@ class LocalCluster:
             sys.executable, "-m", "mangonel", "--log-level", self.log_level,
             "scheduler", "--host", "127.0.0.1", "--port", str(port),
             "--address-file", str(address_file), "--state", self.state,
-            "--partitions", str(self.partitions),
             "--heartbeat-timeout", str(self.heartbeat_timeout),
             "--no-executor-grace", str(self.no_executor_grace),
             "--max-task-attempts", str(self.max_task_attempts),
@@ -383,6 +392,10 @@ class LocalCluster:
         ]  # fmt: skip
         if self.result_ttl is not None:
             args += ["--result-ttl", str(self.result_ttl)]
+        if self.partitions is not None:
+            args += ["--partitions", str(self.partitions)]
+        if self.partition_bytes is not None:
+            args += ["--partition-bytes", str(self.partition_bytes)]
         if self.broadcast_bytes is not None:
             args += ["--broadcast-bytes", str(self.broadcast_bytes)]
         web_file = self.work_dir / f"scheduler-{index}.web"
