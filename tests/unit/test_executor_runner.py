@@ -10,6 +10,7 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -536,3 +537,46 @@ def test_a_scan_task_reads_its_own_files_and_no_other(
                    ("x",), ("l_quantity",))  # fmt: skip
     (out,) = runner.run(ok)
     assert read(runner, out).column("x").to_pylist() == [3000]
+
+
+# TPC-H q5's join stage at SF10 in miniature: lineitem x (orders x customer), then
+# the suppliers of one region on two keys, one of them the nation (25 values).
+_THREE_WAY = """
+SELECT count(*) FROM (
+  SELECT l.*, r.* FROM (
+    SELECT l.*, r.* FROM li AS l JOIN oc AS r ON l.orderkey = r.orderkey
+  ) AS l JOIN su AS r ON l.nationkey = r.nationkey AND l.suppkey = r.suppkey
+)
+"""
+
+
+def _join_conditions_bottom_up(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The conditions of each hash join in DuckDB's plan, the innermost first."""
+    con.register("li", pa.table({"orderkey": range(200_000), "suppkey": range(200_000)}))
+    nations = [i % 25 for i in range(20_000)]
+    con.register("oc", pa.table({"orderkey": range(20_000), "nationkey": nations}))
+    con.register("su", pa.table({"suppkey": range(400), "nationkey": nations[:400]}))
+    (node,) = json.loads(con.execute("EXPLAIN (FORMAT json) " + _THREE_WAY).fetchall()[0][1])
+    found: list[str] = []
+
+    def walk(n: dict[str, Any]) -> None:
+        for child in n.get("children", []):
+            walk(child)
+        if n["name"] == "HASH_JOIN":
+            found.append(json.dumps(n["extra_info"].get("Conditions")))
+
+    walk(node)
+    return found
+
+
+def test_task_databases_keep_the_planners_join_order(tmp_path: Path) -> None:
+    # Without statistics on its Arrow inputs, DuckDB's own reordering joins the
+    # 20 000 orders to the 400 suppliers on the nation first: 320 000 rows here,
+    # billions at SF10. The planner ordered the joins from the footers.
+    plain = duckdb.connect()
+    first = _join_conditions_bottom_up(plain)[0]
+    assert "nationkey" in first and "orderkey" not in first  # the trap is real
+    locked = runner_mod._locked_connection(str(tmp_path / "spill"), None, 1)
+    first, second = _join_conditions_bottom_up(locked)
+    assert "orderkey" in first and "nationkey" not in first
+    assert "nationkey" in second

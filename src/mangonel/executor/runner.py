@@ -415,10 +415,18 @@ def _locked_connection(
         # blocks (the OS page cache has them), each keeps the parsed footers.
         con.execute("SET enable_external_file_cache = false")
         con.execute("SET parquet_metadata_cache = true")
+    # The planner ordered the fragment's joins from the tables' footers (sizes,
+    # key ranges: ``plan.estimate``); DuckDB sees Arrow inputs without statistics
+    # and may reorder them into a many-to-many join (TPC-H q5 at SF10 joined
+    # customers to suppliers on their nation first: billions of rows, spilled
+    # until the disk was full). It still picks each join's build side.
+    disabled = ["join_order"]
+    if readable:
         # DuckDB 2.0.0's late materialization of a top-n (ORDER BY ... LIMIT
         # <= 50) over read_parquet fails on the scan's file_row_number filter
         # ("INTERNAL Error: Attempted to access index -9223372036854775807").
-        con.execute("SET disabled_optimizers = 'late_materialization'")
+        disabled.append("late_materialization")
+    con.execute("SET disabled_optimizers = ?", [",".join(disabled)])
     # Last: after these two, SQL can reach no file and change no setting.
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
