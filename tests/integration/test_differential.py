@@ -395,6 +395,11 @@ CASES: list[Case] = [
         "SELECT id FROM emp e WHERE EXISTS (SELECT 1 FROM emp e2 WHERE e2.mgr = e.id AND e2.salary > e.salary)",
     ),
     Case(
+        # the decorrelated aggregate's input is semi-joined with the filtered depts
+        "correlated_scalar_filtered_outer",
+        "SELECT d.dept, (SELECT MAX(salary) FROM emp e WHERE e.dept = d.dept) AS m, (SELECT COUNT(*) FROM emp e WHERE e.dept = d.dept) AS n FROM dept d WHERE d.dept <> 'ops' OR d.dept IS NULL",
+    ),
+    Case(
         "correlated_count_zero",
         "SELECT d.dept, (SELECT COUNT(*) FROM emp e WHERE e.dept = d.dept) AS n FROM dept d",
     ),

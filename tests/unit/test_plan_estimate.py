@@ -109,3 +109,18 @@ def test_q5_broadcasts_its_small_sides_instead_of_shuffling_lineitem(
     # every join runs where lineitem is read; only the partial aggregate is hashed
     assert lineitem.label.endswith("inner join → partial aggregate"), lineitem.label
     assert all(i.mode is InputMode.ALL for i in lineitem.inputs)
+
+
+def test_q17_aggregates_only_the_lineitems_of_the_parts_it_keeps(
+    catalog: dict[str, Table],
+) -> None:
+    plan = plan_query(tpch_query(17), catalog, PlannerConfig(split_rows=100_000))
+    by_id = {s.id: s for s in plan.stages}
+    aggregating = [
+        s for s in plan.stages if s.label == "scan lineitem → semi join → partial aggregate"
+    ]
+    assert len(aggregating) == 1, [s.label for s in plan.stages]
+    (source,) = [by_id[i.stage] for i in aggregating[0].inputs]
+    # the filtered parts (brand and container), broadcast into the lineitem scan
+    assert source.scan is not None and source.scan.table == "part"
+    assert "Brand#23" in source.sql and "MED BOX" in source.sql
