@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from sqlglot import exp
 
 from mangonel.catalog import Table
-from mangonel.plan.estimate import Estimator, join_size
+from mangonel.plan.estimate import Estimator, Size, join_size
 from mangonel.plan.logical import (
     Aggregate,
     Distinct,
@@ -430,7 +430,13 @@ class Binder:
         to the rest are joined last, the smallest first (a cross product). See
         ``plan.estimate`` for the sizes.
         """
-        size = self.estimator.size
+        sizes: dict[int, Size] = {}  # the sources do not change while they are ordered
+
+        def size(node: Node) -> Size:
+            if id(node) not in sizes:
+                sizes[id(node)] = self.estimator.size(node)
+            return sizes[id(node)]
+
         items = list(group)
         for s in items:
             self._apply_ready(s, conds)
