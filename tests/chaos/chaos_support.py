@@ -148,6 +148,18 @@ def freeze_rule(
     return {**kill_rule(when, stage, nth, before_report), "action": "freeze"}
 
 
+def lost_machine_rules(stage: int) -> list[dict[str, Any]]:
+    """The executor reports its first task of ``stage``, then dies with its disk.
+
+    Its output files of that task are deleted right before the report and it
+    SIGKILLs itself right after: the scheduler counted on an output that is gone.
+    Without the deletion, a consumer on this one host could still read the dead
+    executor's files by path before the loss was noticed (some 10 to 50 ms), and
+    whether stage ``stage`` had to be recomputed would depend on that race.
+    """
+    return [{"action": "delete", "stage": stage}, kill_rule("task_finished", stage=stage)]
+
+
 def corrupt_rule(stage: int, map_partition: int, partition: int) -> dict[str, Any]:
     """Flip bytes in that shuffle file right after it is written."""
     return {

@@ -3,7 +3,8 @@
 Three executors; the faults fire at points of the query, not after sleeps:
 
 * after a map task: the first executor in line kills itself right after it reported
-  its first stage-1 task, so an output the scheduler counted on is gone;
+  its first stage-1 task, whose files it deleted just before (a machine lost with its
+  disk: ``lost_machine_rules``), so an output the scheduler counted on is gone;
 * in a reduce stage: the first executor to start a task of the first stage that
   reads shuffle output is killed there;
 * two of three in turn: the first after its first stage-1 task, then whichever
@@ -20,7 +21,7 @@ from chaos_support import (
     FirstToReach,
     freeze_rule,
     kill,
-    kill_rule,
+    lost_machine_rules,
     outputs_recomputed,
     tasks_rerun,
     wait_exit,
@@ -45,7 +46,7 @@ def test_kill_after_first_map_task(number: int, healthy: ChaosCluster) -> None:
     chaos = healthy
     victim = chaos.first_in_line()
     victim_id = victim.id
-    chaos.set_faults(victim, [kill_rule("task_finished", stage=1)])
+    chaos.set_faults(victim, lost_machine_rules(stage=1))
 
     result = chaos.session.sql(tpch_query(number))
 
@@ -82,7 +83,7 @@ def test_kill_two_of_three_in_turn(number: int, healthy: ChaosCluster) -> None:
         chaos,
         freeze_rule("task_started", stage=final),
         kill,
-        extra={first.index: [kill_rule("task_finished", stage=1)]},
+        extra={first.index: lost_machine_rules(stage=1)},
     ) as point:
         result = chaos.session.sql(tpch_query(number))
 

@@ -414,6 +414,14 @@ class Distributor:
         agg, groups = _groups_under(side)
         if agg is None or agg.grouping is not None:
             return
+        reduced = (
+            isinstance(agg.child, Join)
+            and agg.child.kind is JoinKind.SEMI
+            and isinstance(agg.child.right, Scan)
+            and agg.child.right.alias.startswith("_sj")
+        )
+        if reduced:
+            return  # already (a subquery planned a second time)
         pairs = [
             (groups[ref], ok)
             for sk, ok in zip(side_keys, other_keys, strict=True)

@@ -72,15 +72,16 @@ class Estimator:
 
     def __init__(self, catalog: Mapping[str, Table]) -> None:
         self._catalog = catalog
-        self._memo: dict[int, Size] = {}
+        self._memo: dict[int, tuple[Node, Size]] = {}
+        """By ``id``, with the node itself: it stays alive, so its id is not reused."""
 
     def size(self, node: Node) -> Size:
         if isinstance(node, Scan):  # its filter grows while the binder pushes conditions
             return scan_size(self._catalog[node.table], node.alias, node.filter)
         known = self._memo.get(id(node))
-        if known is None:
-            known = self._memo[id(node)] = self._size(node)
-        return known
+        if known is None or known[0] is not node:
+            known = self._memo[id(node)] = (node, self._size(node))
+        return known[1]
 
     def _size(self, node: Node) -> Size:
         if isinstance(node, Filter):

@@ -91,6 +91,40 @@ def source_aliases(select: exp.Select) -> set[str]:
     return {i.alias_or_name for i in items}
 
 
+def is_plain_exists(query: exp.Select, outer_aliases: set[str]) -> bool:
+    """True when ``EXISTS (query)`` in a SELECT over ``outer_aliases`` is a semi join.
+
+    ``query`` is one SELECT without GROUP BY, HAVING, LIMIT, aggregates (an
+    aggregate without GROUP BY always has a row), windows or nested queries, its
+    sources' aliases are its own, and the columns of the outer query appear only
+    in top-level WHERE conjuncts that name nothing further out.
+    """
+    for key in ("group", "having", "limit", "offset", "qualify", "windows", "laterals"):
+        if query.args.get(key):
+            return False
+    if query.find(exp.AggFunc, exp.Window) is not None:
+        return False
+    if any(q is not query for q in query.find_all(exp.Query)):
+        return False
+    inner = source_aliases(query)
+    if not inner or inner & outer_aliases:
+        return False
+    where = query.args.get("where")
+    correlation = [
+        c
+        for c in conjuncts(where.this if where is not None else None)
+        if any(col.table not in inner for col in c.find_all(exp.Column))
+    ]
+    if any(
+        not {col.table for col in c.find_all(exp.Column)} <= inner | outer_aliases
+        for c in correlation
+    ):
+        return False  # it names a query further out
+    outside = [c for c in query.find_all(exp.Column) if c.table not in inner]
+    inside = [c for cond in correlation for c in cond.find_all(exp.Column) if c.table not in inner]
+    return bool(correlation) and len(outside) == len(inside)
+
+
 def col(ref: Ref) -> exp.Expr:
     """A qualified column reference to ``ref``."""
     return exp.column(ref[1], table=ref[0], quoted=True)
@@ -294,7 +328,7 @@ class Binder:
         where: list[exp.Expr] = []
         semi_joins: list[tuple[exp.Select, bool]] = []
         for c in conjuncts(sel.args["where"].this if sel.args.get("where") else None):
-            exists = _correlated_exists(c)
+            exists = _correlated_exists(c, aliases)
             if exists is not None:
                 semi_joins.append(exists)
             else:
@@ -733,14 +767,15 @@ def _has_subquery(e: exp.Expr) -> bool:
     return any(isinstance(n, exp.Query) for n in e.walk() if n is not e)
 
 
-def _correlated_exists(cond: exp.Expr) -> tuple[exp.Select, bool] | None:
-    """``(query, negated)`` for a ``[NOT] EXISTS`` conjunct over a correlated SELECT."""
+def _correlated_exists(cond: exp.Expr, aliases: set[str]) -> tuple[exp.Select, bool] | None:
+    """``(query, negated)`` for a ``[NOT] EXISTS`` conjunct over a correlated SELECT
+    that is a semi join (``is_plain_exists``); others are left to fail as before."""
     negated = isinstance(cond, exp.Not)
     node = cond.this if negated else cond
     if isinstance(node, exp.Paren):
         node = node.this
     query = node.this if isinstance(node, exp.Exists) else None
-    if isinstance(query, exp.Select) and _correlated(query):
+    if isinstance(query, exp.Select) and _correlated(query) and is_plain_exists(query, aliases):
         return query, negated
     return None
 

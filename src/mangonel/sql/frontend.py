@@ -30,7 +30,7 @@ from sqlglot.optimizer.qualify_columns import quote_identifiers
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 
 from mangonel.errors import ForbiddenStatementError, SqlSyntaxError, UnknownTableError
-from mangonel.sql.binder import conjuncts, source_aliases
+from mangonel.sql.binder import is_plain_exists, source_aliases
 
 DEFAULT_DIALECT = "duckdb"
 
@@ -306,35 +306,8 @@ def is_semi_join_exists(node: exp.Expr) -> bool:
     anchor = node.parent if isinstance(node.parent, exp.Not) else node
     if not _is_where_conjunct(anchor):
         return False
-    query = node.this
     outer = anchor.find_ancestor(exp.Select)
-    if outer is None:
-        return False
-    for key in ("group", "having", "limit", "offset", "qualify", "windows", "laterals"):
-        if query.args.get(key):
-            return False
-    if query.find(exp.AggFunc, exp.Window) is not None:
-        return False
-    if any(q is not query for q in query.find_all(exp.Query)):
-        return False
-    inner = source_aliases(query)
-    outer_aliases = source_aliases(outer)
-    if not inner or inner & outer_aliases:
-        return False
-    where = query.args.get("where")
-    correlation = [
-        c
-        for c in conjuncts(where.this if where is not None else None)
-        if any(col.table not in inner for col in c.find_all(exp.Column))
-    ]
-    if any(
-        not {col.table for col in c.find_all(exp.Column)} <= inner | outer_aliases
-        for c in correlation
-    ):
-        return False  # it names a query further out
-    outside = [c for c in query.find_all(exp.Column) if c.table not in inner]
-    inside = [c for cond in correlation for c in cond.find_all(exp.Column) if c.table not in inner]
-    return bool(correlation) and len(outside) == len(inside)
+    return outer is not None and is_plain_exists(node.this, source_aliases(outer))
 
 
 def _is_where_conjunct(node: exp.Expr) -> bool:

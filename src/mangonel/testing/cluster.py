@@ -160,7 +160,8 @@ class LocalCluster:
         partition_bytes: One partition per this many estimated bytes of an
             exchange (``mangonel scheduler --partition-bytes``; 0: always
             ``partitions``); see ``partitions`` for ``None``.
-        broadcast_bytes: Broadcast threshold of the planner; its default when ``None``.
+        broadcast_bytes: The largest join side the planner may broadcast; its default
+            when ``None``.
         heartbeat_timeout: Seconds of executor silence before it is declared lost.
         no_executor_grace: Seconds a job may wait with no executor alive before it fails.
         max_task_attempts: Failed attempts of one task before its job fails.
