@@ -14,6 +14,7 @@ B's code; the client is this checkout's. Answers are not compared here
 Usage::
 
     .venv/bin/python benchmarks/ab.py --base-src /tmp/base/src --scale 1 [--queries 1-22]
+    .venv/bin/python benchmarks/ab.py --a-executor-args "--threads 2" --queries 1-22
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import contextlib
 import json
 import os
+import shlex
 import statistics
 import sys
 import tempfile
@@ -43,14 +45,21 @@ def parse_queries(text: str) -> list[int]:
 
 
 @contextlib.contextmanager
-def started(data: Path, work: Path, src: str | None, partitions: int | None):  # type: ignore[no-untyped-def]
+def started(  # type: ignore[no-untyped-def]
+    data: Path, work: Path, src: str | None, partitions: int | None, executor_args: str = ""
+):
     import mangonel
 
     before = os.environ.get("PYTHONPATH")
     if src is not None:
         os.environ["PYTHONPATH"] = src
     try:
-        cluster = mangonel.LocalCluster(executors=2, partitions=partitions, work_dir=str(work))
+        cluster = mangonel.LocalCluster(
+            executors=2,
+            partitions=partitions,
+            work_dir=str(work),
+            executor_args=tuple(shlex.split(executor_args)),
+        )
         cluster.__enter__()
     finally:
         if before is None:
@@ -68,7 +77,9 @@ def started(data: Path, work: Path, src: str | None, partitions: int | None):  #
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base-src", required=True, help="B's src/ directory")
+    parser.add_argument("--base-src", help="B's src/ directory (default: this checkout's)")
+    parser.add_argument("--a-executor-args", default="", help='e.g. "--threads 2"')
+    parser.add_argument("--b-executor-args", default="")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--queries", default="1-22")
     parser.add_argument("--repeat", type=int, default=3)
@@ -80,8 +91,8 @@ def main() -> int:
     numbers = parse_queries(args.queries)
     times: dict[str, dict[str, list[float]]] = {}
     with (
-        started(data, work / "a", None, args.partitions) as a,
-        started(data, work / "b", args.base_src, args.partitions) as b,
+        started(data, work / "a", None, args.partitions, args.a_executor_args) as a,
+        started(data, work / "b", args.base_src, args.partitions, args.b_executor_args) as b,
     ):
         for n in numbers:  # warm-up: every query once on each
             a.sql(tpch_query(n))
@@ -104,7 +115,13 @@ def main() -> int:
         print(f"| {q} | {ma:.3f} | {mb:.3f} | {ma / mb:.2f} |")
     print(f"| **total** | **{total_a:.3f}** | **{total_b:.3f}** | **{total_a / total_b:.2f}** |")
     if args.json:
-        report: dict[str, Any] = {"base_src": args.base_src, "scale": args.scale, "runs": times}
+        report: dict[str, Any] = {
+            "base_src": args.base_src,
+            "a_executor_args": args.a_executor_args,
+            "b_executor_args": args.b_executor_args,
+            "scale": args.scale,
+            "runs": times,
+        }
         report |= {"total_a_s": total_a, "total_b_s": total_b}
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

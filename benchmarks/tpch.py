@@ -129,6 +129,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--slots", type=int, help="task slots per executor (executor default)")
     parser.add_argument(
+        "--threads", type=int, help="DuckDB threads of each mangonel slot (executor default)"
+    )
+    parser.add_argument(
         "--memory-limit",
         help="DuckDB memory limit of each mangonel executor slot, e.g. 2GB (4 GiB per "
         "executor of 2 slots); beyond it DuckDB spills to disk (default: DuckDB's)",
@@ -300,7 +303,10 @@ def mangonel_cluster(
         "broadcast_bytes": args.broadcast_bytes,
         "slots": args.slots,
         "scheduler_args": scheduler_args,
-        "executor_args": ("--memory-limit", args.memory_limit) if args.memory_limit else (),
+        "executor_args": (
+            (("--memory-limit", args.memory_limit) if args.memory_limit else ())
+            + (("--threads", str(args.threads)) if args.threads else ())
+        ),
     } | overrides
     work = Path(tempfile.mkdtemp(prefix="mangonel-bench-", dir=args.work_dir))
     clean = False

@@ -381,6 +381,31 @@ CASES: list[Case] = [
         "exists_tpch_anti",
         "SELECT COUNT(*) AS n FROM customer WHERE NOT EXISTS (SELECT 1 FROM orders WHERE o_custkey = c_custkey)",
     ),
+    # --- OR conditions: common factors taken out, implied one-table filters pushed down
+    Case(
+        "or_common_join_key",
+        "SELECT e.id, d.budget FROM emp e, dept d WHERE (e.dept = d.dept AND e.salary > 50000 AND d.floor < 3) OR (e.dept = d.dept AND e.bonus IS NULL AND d.floor >= 4)",
+    ),
+    Case(
+        "or_branch_of_common_factors_only",
+        "SELECT e.id FROM emp e JOIN dept d ON e.dept = d.dept WHERE (d.floor = 1 AND e.salary > 1000) OR (d.floor = 1)",
+    ),
+    Case(
+        "or_nulls_in_implied_filters",
+        "SELECT l.k, l.a, r.b FROM l, r WHERE (l.k = r.k AND l.a IS NULL) OR (l.k = r.k AND r.b IS NULL) OR (l.k = r.k AND l.a > 'a5' AND r.b < 'b5')",
+    ),
+    Case(
+        "or_pair_of_aliases",
+        "SELECT e1.id, e2.id AS id2 FROM emp e1 JOIN emp e2 ON e1.mgr = e2.id WHERE (e1.dept = 'eng' AND e2.dept = 'ops') OR (e1.dept = 'ops' AND e2.dept = 'eng')",
+    ),
+    Case(
+        "or_in_left_join_where",
+        "SELECT l.k, r.b FROM l LEFT JOIN r ON l.k = r.k WHERE (l.a = 'a2' AND r.b = 'b2') OR (l.a = 'a7' AND r.b IS NULL)",
+    ),
+    Case(
+        "or_volatile_left_alone",
+        "SELECT COUNT(*) AS n FROM emp e, dept d WHERE (e.dept = d.dept AND random() < 2) OR (e.dept = d.dept AND random() < 2)",
+    ),
     # --- correlated subqueries
     Case(
         "correlated_scalar_select",

@@ -31,3 +31,47 @@ def test_a_table_registered_again_with_other_columns_gets_a_new_oracle(tmp_path:
     after = oracle_for({"t": load_table("t", str(path))})
     assert after is not before
     assert after.describe("SELECT a FROM t") == [("a", "VARCHAR")]
+
+
+def test_join_keys_of_table_columns_take_the_catalog_types(tmp_path: Path) -> None:
+    """Key types of columns a scan passes up come from the catalog (no DuckDB binding
+    of the subtree); a key computed above the scans is bound by DuckDB."""
+    from sqlglot import exp
+
+    from mangonel.plan.distribute import Distributor
+    from mangonel.plan.logical import Filter, Join, JoinKind, Project, Scan
+
+    pq.write_table(
+        pa.table({"k": pa.array([1], pa.int32()), "v": pa.array(["x"])}), tmp_path / "t.parquet"
+    )
+    pq.write_table(pa.table({"k": pa.array([1], pa.int64())}), tmp_path / "u.parquet")
+    catalog = {
+        "t": load_table("t", str(tmp_path / "t.parquet")),
+        "u": load_table("u", str(tmp_path / "u.parquet")),
+    }
+    oracle = oracle_for(catalog)
+    calls: list[str] = []
+    describe = oracle.describe
+
+    def counting(sql: str) -> list[tuple[str, str]]:
+        calls.append(sql)
+        return describe(sql)
+
+    oracle.describe = counting  # type: ignore[method-assign]
+    try:
+        dist = Distributor(catalog, oracle, {}, 2, 1 << 20, lambda width: 1000)
+        t = Scan("t", "a", ["k", "v"], None)
+        u = Scan("u", "b", ["k"], None)
+        key_a = exp.column("k", table="a", quoted=True)
+        key_b = exp.column("k", table="b", quoted=True)
+        joined = Filter(Join(t, u, JoinKind.INNER, [key_a], [key_b]), exp.true())
+        oracle.table_types("t"), oracle.table_types("u")
+        calls.clear()
+        assert dist.expr_types(joined, [key_a, key_b]) == ["INTEGER", "BIGINT"]
+        assert calls == []
+        projected = Project(t, "p", [("k2", exp.column("k", table="a", quoted=True))])
+        key_p = exp.column("k2", table="p", quoted=True)
+        assert dist.expr_types(projected, [key_p]) == ["INTEGER"]
+        assert len(calls) == 1
+    finally:
+        oracle.describe = describe  # type: ignore[method-assign]

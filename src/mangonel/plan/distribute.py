@@ -76,6 +76,10 @@ tasks beats shuffling 240 MB of lineitem (2.8 -> 0.55 s), while q21's 9.5 MB of
 orders broadcast to 9 tasks cost 0.5 s more than shuffling 7.6 + 9.5 MB."""
 
 
+BROADCAST_COST = 2.0
+"""Cost of a broadcast byte in each task that receives it, relative to a shuffled byte."""
+
+
 @dataclass
 class Frag:
     """The part of the plan that runs in the stage being built."""
@@ -200,10 +204,25 @@ class Distributor:
         return self._types[id(node)]
 
     def expr_types(self, node: Node, exprs: list[exp.Expr]) -> list[str]:
+        """DuckDB types of expressions over ``node``'s outputs.
+
+        Join keys are mostly table columns passed up unchanged; their types are
+        the catalog's. Anything else is bound by DuckDB over the rendered subtree.
+        """
+        known = [self._scan_column_type(node, e) for e in exprs]
+        if all(t is not None for t in known):
+            return [t for t in known if t is not None]
         mapping = {r: exp.column(phys(r), table="t", quoted=True) for r in node.outputs()}
         cols = ", ".join(f"{sql(rewrite(e, mapping))} AS k{i}" for i, e in enumerate(exprs))
         inner = Renderer(expand_reads=True, subqueries=self._subqueries).render(node)
         return [t for _, t in self._oracle.describe(f"SELECT {cols} FROM ({inner}) AS t")]
+
+    def _scan_column_type(self, node: Node, e: exp.Expr) -> str | None:
+        ref = _column_ref(e)
+        scan = _providing_scan(node, ref) if ref is not None else None
+        if scan is None or ref is None:
+            return None
+        return self._oracle.table_types(scan.table).get(ref[1])
 
     def _cast_keys(
         self, left: Node, lk: list[exp.Expr], right: Node, rk: list[exp.Expr]
@@ -484,9 +503,9 @@ class Distributor:
         # join in those few tasks.
         options = [(shuffle, "shuffle")]
         if can_bcast_right and right.est <= min(self._broadcast, left.est):
-            options.append((right.est * left.tasks, "right"))
+            options.append((BROADCAST_COST * right.est * left.tasks, "right"))
         if inner and left.est <= min(self._broadcast, right.est):
-            options.append((left.est * right.tasks, "left"))
+            options.append((BROADCAST_COST * left.est * right.tasks, "left"))
         choice = min(options, key=lambda o: o[0])[1]
         if choice == "right":
             read, inp = self.broadcast(right)
@@ -587,6 +606,25 @@ def _groups_under(node: Node) -> tuple[Aggregate | None, dict[Ref, exp.Expr]]:
         }
         return agg, passed
     return None, {}
+
+
+def _providing_scan(node: Node, ref: Ref) -> Scan | None:
+    """The scan whose column ``ref`` reaches ``node``'s outputs unchanged (through
+    filters, sorts, joins and stage reads), if any."""
+    while True:
+        if isinstance(node, Scan):
+            return node if node.alias == ref[0] and ref[1] in node.columns else None
+        if isinstance(node, StageRead):
+            node = node.source
+        elif isinstance(node, (Filter, Sort)):
+            node = node.child
+        elif isinstance(node, Join):
+            sides = [c for c in (node.left, node.right) if ref in c.outputs()]
+            if len(sides) != 1 or ref not in node.outputs():
+                return None
+            node = sides[0]
+        else:
+            return None
 
 
 def _scan_of(node: Node, aliases: set[str]) -> Scan | None:

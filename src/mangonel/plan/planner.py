@@ -100,9 +100,7 @@ def plan_query(
     oracle = oracle_for({name: catalog[name] for name in parsed.tables})
     duck_sql = to_duckdb(parsed.query)
     names = [n for n, _ in oracle.describe(duck_sql)]
-    schema: dict[str, object] = {
-        t: dict(oracle.describe(f'SELECT * FROM "{t}"')) for t in sorted(parsed.tables)
-    }
+    schema: dict[str, object] = {t: oracle.table_types(t) for t in sorted(parsed.tables)}
     notes: list[str] = []
     distributor = _distributor(catalog, oracle, config, {})
     try:

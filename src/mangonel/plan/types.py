@@ -25,6 +25,7 @@ class TypeOracle:
         self._con = duckdb.connect(":memory:", config={"threads": 1})
         self._lock = threading.Lock()
         self._supertypes: dict[tuple[str, str], str] = {}
+        self._tables: dict[str, dict[str, str]] = {}
         for name, table in catalog.items():
             self._con.register(name, table.schema.empty_table())
 
@@ -36,6 +37,14 @@ class TypeOracle:
             except duckdb.Error as err:
                 raise BindError(_clean(str(err))) from None
         return [(str(r[0]), str(r[1])) for r in rows]
+
+    def table_types(self, table: str) -> dict[str, str]:
+        """Column -> DuckDB type of a catalog table (asked once per oracle)."""
+        types = self._tables.get(table)
+        if types is None:
+            types = dict(self.describe(f'SELECT * FROM "{table.replace(chr(34), chr(34) * 2)}"'))
+            self._tables[table] = types
+        return types
 
     def supertype(self, left: str, right: str) -> str:
         """The type DuckDB compares two types in (e.g. INTEGER, BIGINT -> BIGINT)."""

@@ -57,13 +57,64 @@ def conjuncts(cond: exp.Expr | None) -> list[exp.Expr]:
     return [cond]
 
 
+def disjuncts(cond: exp.Expr) -> list[exp.Expr]:
+    """The OR-ed parts of a condition (through parentheses)."""
+    if isinstance(cond, exp.Paren):
+        return disjuncts(cond.this)
+    if isinstance(cond, exp.Or):
+        return disjuncts(cond.left) + disjuncts(cond.right)
+    return [cond]
+
+
+_VOLATILE = (exp.Rand, exp.Randn, exp.Randstr, exp.Uuid, exp.Anonymous)
+"""Functions whose value may differ per call (``Anonymous``: any function sqlglot
+does not know, such as ``nextval``): a condition with one is never rewritten."""
+
+
+def factor_or(cond: exp.Expr) -> list[exp.Expr]:
+    """A WHERE / inner-join conjunct as conjuncts that filter sooner.
+
+    ``(a AND b) OR (a AND c)`` has the common factor ``a`` (TPC-H q19's join
+    equality and shipping filters sit in each of its three branches):
+    ``a AND (b OR c)``, and ``a`` alone where a branch is nothing but the common
+    factors. Then, for every alias that each remaining branch filters on its
+    own, the OR of those single-alias parts is implied and added (q19:
+    ``part`` matches one of three brand/container/size triples, ``lineitem``
+    one of three quantity ranges; q7: each nation is FRANCE or GERMANY), so
+    that the binder can push it into that alias's scan. The original OR stays
+    as a residual. Both rewrites hold in SQL's three-valued logic.
+    """
+    if _has_subquery(cond) or any(isinstance(n, _VOLATILE) for n in cond.walk()):
+        return [cond]
+    branches = [conjuncts(b) for b in disjuncts(cond)]
+    if len(branches) < 2:
+        return [cond]
+    common = [c for c in branches[0] if all(c in b for b in branches[1:])]
+    rest = [[c for c in b if c not in common] for b in branches]
+    if any(not r for r in rest):
+        return common  # a branch of common factors only: the others add nothing
+    residual: exp.Expr = cond
+    if common:
+        residual = exp.or_(*(exp.paren(exp.and_(*(c.copy() for c in r))) for r in rest))
+    out = [c.copy() for c in common] + [residual]
+    if len(qualifiers(residual)) > 1:
+        # Implied single-alias filters (a one-alias residual is pushed down whole).
+        per_alias = [
+            {a: [c for c in r if qualifiers(c) == {a}] for a in set().union(*map(qualifiers, r))}
+            for r in rest
+        ]
+        shared = set.intersection(*({a for a, cs in pa.items() if cs} for pa in per_alias))
+        for alias in sorted(shared):
+            out.append(
+                exp.or_(*(exp.paren(exp.and_(*(c.copy() for c in pa[alias]))) for pa in per_alias))
+            )
+    return out
+
+
 def and_all(conds: list[exp.Expr]) -> exp.Expr | None:
     if not conds:
         return None
-    out = conds[0]
-    for c in conds[1:]:
-        out = exp.and_(out, c, copy=False)
-    return out
+    return conds[0] if len(conds) == 1 else exp.and_(*conds, copy=False)
 
 
 def iter_scope(node: exp.Expr) -> Iterator[exp.Expr]:
@@ -332,7 +383,9 @@ class Binder:
             if exists is not None:
                 semi_joins.append(exists)
             else:
-                where.append(self._lift_subqueries(c, ctes, aliases))
+                for f in factor_or(c):
+                    if f not in where:
+                        where.append(self._lift_subqueries(f, ctes, aliases))
         tree = self._join_tree(sources, joins, where, ctes, aliases)
         for query, negated in semi_joins:
             tree = self._semi_join(tree, aliases, query, negated, ctes)
@@ -420,7 +473,9 @@ class Binder:
         group: list[_Source] = [sources[0]]
         for (kind, on), src in zip(joins, sources[1:], strict=True):
             if kind in (JoinKind.INNER, JoinKind.CROSS):
-                for c in conjuncts(on):
+                for c in (f for part in conjuncts(on) for f in factor_or(part)):
+                    if c in where:
+                        continue  # sqlglot copies a WHERE condition into ON as well
                     c = self._lift_subqueries(c, ctes, aliases)
                     if not self._push_into([src] + group, c, nullable):
                         pending_conds.append(c)
