@@ -425,6 +425,15 @@ CASES: list[Case] = [
         "SELECT d.dept, (SELECT MAX(salary) FROM emp e WHERE e.dept = d.dept) AS m, (SELECT COUNT(*) FROM emp e WHERE e.dept = d.dept) AS n FROM dept d WHERE d.dept <> 'ops' OR d.dept IS NULL",
     ),
     Case(
+        # the aggregate's input is semi-joined with the depts an IN subquery keeps
+        "correlated_scalar_outer_in_subquery",
+        "SELECT d.dept, d.floor FROM dept d WHERE d.floor < (SELECT COUNT(*) FROM emp e WHERE e.dept = d.dept) AND d.dept IN (SELECT dept FROM emp WHERE salary > 50000)",
+    ),
+    Case(
+        "correlated_scalar_outer_not_in_subquery",
+        "SELECT d.dept, (SELECT MAX(salary) FROM emp e WHERE e.dept = d.dept) AS m FROM dept d WHERE d.dept NOT IN (SELECT dept FROM emp WHERE salary > 90000 AND dept IS NOT NULL)",
+    ),
+    Case(
         "correlated_count_zero",
         "SELECT d.dept, (SELECT COUNT(*) FROM emp e WHERE e.dept = d.dept) AS n FROM dept d",
     ),

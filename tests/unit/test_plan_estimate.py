@@ -124,3 +124,41 @@ def test_q17_aggregates_only_the_lineitems_of_the_parts_it_keeps(
     # the filtered parts (brand and container), broadcast into the lineitem scan
     assert source.scan is not None and source.scan.table == "part"
     assert "Brand#23" in source.sql and "MED BOX" in source.sql
+
+
+def test_q20_aggregates_only_the_lineitems_of_the_filtered_partsupps(
+    catalog: dict[str, Table],
+) -> None:
+    # partsupp is filtered by ``ps_partkey IN (SELECT p_partkey ... 'forest%')``: the
+    # reduction reaches through that filter, and the subquery runs once for both.
+    plan = plan_query(tpch_query(20), catalog, PlannerConfig(split_rows=100_000))
+    by_id = {s.id: s for s in plan.stages}
+    (aggregating,) = [s for s in plan.stages if "semi join → partial aggregate" in s.label]
+    assert aggregating.scan is not None and aggregating.scan.table == "lineitem"
+    (source,) = [by_id[i.stage] for i in aggregating.inputs]
+    assert source.scan is not None and source.scan.table == "partsupp"
+    assert all(i.mode is InputMode.ALL for i in aggregating.inputs)  # broadcast
+    subqueries = [s for s in plan.stages if s.label == "subquery"]
+    assert len(subqueries) == 1
+    readers = [s for s in plan.stages if subqueries[0].id in s.upstream]
+    assert len(readers) == 2  # the reduction's partsupp and the query's own
+
+
+def test_in_subquery_keeps_as_many_keys_as_the_subquery_has_rows(
+    catalog: dict[str, Table],
+) -> None:
+    from mangonel.plan.estimate import FILTERED, Estimator
+    from mangonel.plan.logical import Filter, Scan
+
+    sub = Scan("part", "part", ["p_partkey"], None)
+    est = Estimator(catalog, {"__sq1": sub})
+    partsupp = Scan("partsupp", "ps", ["ps_partkey"], None)
+    cond = sqlglot.parse_one(
+        'SELECT 1 FROM ps WHERE "ps"."ps_partkey" IN (SELECT * FROM __sq1)', read="duckdb"
+    ).args["where"]
+    rows = est.size(partsupp).rows
+    # every part: every partsupp row may stay
+    assert est.size(Filter(partsupp, cond.this)).rows == rows
+    sub.filter = sqlglot.parse_one("p_partkey < 100", read="duckdb")
+    kept = est.size(Filter(partsupp, cond.this.copy())).rows
+    assert kept < rows * FILTERED / 10

@@ -64,7 +64,14 @@ from mangonel.plan.physical import (
     StageInput,
 )
 from mangonel.plan.types import TypeOracle
-from mangonel.sql.binder import col, grouping_sets
+from mangonel.sql.binder import (
+    has_placeholder,
+    and_all,
+    col,
+    conjuncts,
+    grouping_sets,
+    qualifiers,
+)
 
 SCAN_INPUT = "__scan"
 SHUFFLE_COST = 1.0
@@ -125,6 +132,7 @@ class Distributor:
         self._qual = itertools.count(1)
         self.stages: list[Stage] = []
         self._types: dict[int, dict[Ref, str]] = {}
+        self._subquery_stages: dict[str, StageId] = {}
 
     # ------------------------------------------------------------ stages
 
@@ -249,9 +257,12 @@ class Distributor:
             for t in e.find_all(exp.Table):
                 name = t.name
                 if name in self._subqueries and name not in f.inputs:
-                    sub = self.gather(self.plan(self._subqueries[name]))
-                    read, stage = self.finish(sub, OutputSpec(OutputKind.SINGLE), "subquery")
-                    f.inputs[name] = StageInput(name, stage.id, InputMode.ALL)
+                    if name not in self._subquery_stages:
+                        # Planned once: every stage that needs it reads that output.
+                        sub = self.gather(self.plan(self._subqueries[name]))
+                        _, stage = self.finish(sub, OutputSpec(OutputKind.SINGLE), "subquery")
+                        self._subquery_stages[name] = stage.id
+                    f.inputs[name] = StageInput(name, self._subquery_stages[name], InputMode.ALL)
 
     def _scan(self, n: Scan) -> Frag:
         table = self._catalog[n.table]
@@ -436,8 +447,9 @@ class Distributor:
         reduced = (
             isinstance(agg.child, Join)
             and agg.child.kind is JoinKind.SEMI
-            and isinstance(agg.child.right, Scan)
-            and agg.child.right.alias.startswith("_sj")
+            and any(
+                isinstance(x, Scan) and x.alias.startswith("_sj") for x in _walk(agg.child.right)
+            )
         )
         if reduced:
             return  # already (a subquery planned a second time)
@@ -449,18 +461,17 @@ class Distributor:
         if not pairs:
             return
         other_refs = [_column_ref(ok) for _, ok in pairs]
-        if any(r is None for r in other_refs):
+        aliases = {r[0] for r in other_refs if r is not None}
+        if any(r is None for r in other_refs) or len(aliases) != 1:
             return
-        scan = _scan_of(other, {r[0] for r in other_refs if r is not None})
-        if scan is None or scan.filter is None:
+        found = _filtered_scan(other, aliases.pop())
+        if found is None:
             return  # an unfiltered table has every key: the semi join would keep all
-        size = self._estimator.size
-        if size(scan).rows * 10 > size(agg.child).rows:
-            return
+        scan, conditions = found
         alias = f"_sj{next(self._qual)}"
 
         def rename(e: exp.Expr) -> exp.Expr:
-            return e.transform(
+            return e.copy().transform(
                 lambda c: (
                     exp.column(c.name, table=alias, quoted=True)
                     if isinstance(c, exp.Column) and c.table == scan.alias
@@ -469,16 +480,27 @@ class Distributor:
             )
 
         keys = [r[1] for r in other_refs if r is not None]
-        condition = rename(scan.filter) if scan.filter is not None else None
-        filtered = {c.name for c in (condition.find_all(exp.Column) if condition else [])}
+        renamed = [rename(c) for c in conditions]
+        filtered = {c.name for cond in renamed for c in cond.find_all(exp.Column)}
         columns = [c for c in scan.columns if c in set(keys) | filtered] or keys
-        source = Scan(scan.table, alias, columns, condition)
+        # Conditions with a subquery (``IN (SELECT ...)``) stay above the scan,
+        # where the planner attaches the subquery's stage.
+        later = [c for c in renamed if has_placeholder(c)]
+        source: Node = Scan(
+            scan.table, alias, columns, and_all([c for c in renamed if c not in later])
+        )
+        if later:
+            source = Filter(source, and_all(later))  # type: ignore[arg-type]
+        size = self._estimator.size
+        if size(source).rows * 10 > size(agg.child).rows:
+            return
         agg.child = Join(
             agg.child,
             source,
             JoinKind.SEMI,
             [g.copy() for g, _ in pairs],
             [exp.column(k, table=alias, quoted=True) for k in keys],
+            broadcast_right=True,
         )
 
     def _place_join(self, n: Join) -> Frag:
@@ -507,6 +529,8 @@ class Distributor:
         if inner and left.est <= min(self._broadcast, right.est):
             options.append((BROADCAST_COST * left.est * right.tasks, "left"))
         choice = min(options, key=lambda o: o[0])[1]
+        if n.broadcast_right and can_bcast_right and right.est <= self._broadcast:
+            choice = "right"
         if choice == "right":
             read, inp = self.broadcast(right)
             left.inputs[inp.name] = inp
@@ -627,18 +651,34 @@ def _providing_scan(node: Node, ref: Ref) -> Scan | None:
             return None
 
 
-def _scan_of(node: Node, aliases: set[str]) -> Scan | None:
-    """The scan of the only alias in ``aliases``, found through joins and filters."""
-    if len(aliases) != 1:
-        return None
-    if isinstance(node, Scan):
-        return node if node.alias in aliases else None
-    if isinstance(node, (Join, Filter)):
-        for child in node.children():
-            found = _scan_of(child, aliases)
-            if found is not None:
-                return found
-    return None
+def _filtered_scan(node: Node, alias: str) -> tuple[Scan, list[exp.Expr]] | None:
+    """The scan of ``alias`` under ``node`` (through joins and filters) and the
+    conditions on it alone that hold for ``node``'s rows: its own filter and those
+    of filters on the way (an ``IN (subquery)`` among them); None when there is
+    no such scan or nothing filters it."""
+    conditions: list[exp.Expr] = []
+    while True:
+        if isinstance(node, Scan):
+            if node.alias != alias:
+                return None
+            conditions = conjuncts(node.filter) + conditions
+            return (node, conditions) if conditions else None
+        if isinstance(node, Filter):
+            conditions += [c for c in conjuncts(node.condition) if qualifiers(c) == {alias}]
+            node = node.child
+        elif isinstance(node, Join) and node.kind in (JoinKind.INNER, JoinKind.CROSS):
+            sides = [c for c in node.children() if any(r[0] == alias for r in c.outputs())]
+            if len(sides) != 1:
+                return None
+            node = sides[0]
+        elif isinstance(node, Join) and node.kind in (JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI):
+            node = node.left  # the right side's rows do not all reach the output
+        else:
+            return None
+
+
+def _walk(node: Node) -> list[Node]:
+    return [node, *(n for c in node.children() for n in _walk(c))]
 
 
 def _same(a: list[exp.Expr], b: list[exp.Expr]) -> bool:

@@ -70,8 +70,12 @@ class Size:
 class Estimator:
     """Sizes of logical plan nodes (see ``Size``), computed once per node."""
 
-    def __init__(self, catalog: Mapping[str, Table]) -> None:
+    def __init__(
+        self, catalog: Mapping[str, Table], subqueries: Mapping[str, Node] | None = None
+    ) -> None:
         self._catalog = catalog
+        self._subqueries = subqueries if subqueries is not None else {}
+        """Uncorrelated subqueries by placeholder name (``binder.Binder.subqueries``)."""
         self._memo: dict[int, tuple[Node, Size]] = {}
         """By ``id``, with the node itself: it stays alive, so its id is not reused."""
 
@@ -86,9 +90,10 @@ class Estimator:
     def _size(self, node: Node) -> Size:
         if isinstance(node, Filter):
             child = self.size(node.child)
+            sel = self._filter_selectivity(node.condition, child)
             return Size(
-                max(1.0, child.rows * FILTERED),
-                {k: f * FILTERED for k, f in child.unique.items()},
+                max(1.0, child.rows * sel),
+                {k: f * sel for k, f in child.unique.items()},
                 child.distinct,
             )
         if isinstance(node, Join):
@@ -119,6 +124,22 @@ class Estimator:
             return self.size(node.source)
         kids = node.children()
         return Size(max((self.size(k).rows for k in kids), default=1.0))
+
+    def _filter_selectivity(self, condition: exp.Expr, child: Size) -> float:
+        """``FILTERED``, except that ``col IN (subquery)`` keeps at most as many of
+        ``col``'s distinct values as the subquery has rows."""
+        sel, other = 1.0, False
+        for c in _flatten(condition):
+            query = c.args.get("query") if isinstance(c, exp.In) else None
+            table = query.find(exp.Table) if query is not None else None
+            sub = self._subqueries.get(table.name) if table is not None else None
+            ref = _ref(c.this) if sub is not None else None
+            if sub is None or ref is None:
+                other = True
+                continue
+            distinct = child.distinct.get(ref, child.rows)
+            sel *= min(1.0, self.size(sub).rows / max(1.0, distinct))
+        return sel * FILTERED if other else sel
 
     def _join(self, node: Join) -> Size:
         left, right = self.size(node.left), self.size(node.right)

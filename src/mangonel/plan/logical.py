@@ -91,6 +91,9 @@ class Join(Node):
     left_keys: list[exp.Expr] = field(default_factory=list)
     right_keys: list[exp.Expr] = field(default_factory=list)
     residual: exp.Expr | None = None
+    broadcast_right: bool = False
+    """Broadcast the right side whenever it fits (a semi-join reduction: the point
+    is to filter the left side where it is, before it moves)."""
 
     def outputs(self) -> list[Ref]:
         if self.kind in (JoinKind.SEMI, JoinKind.ANTI):

@@ -218,10 +218,10 @@ class Binder:
 
     def __init__(self, catalog: Mapping[str, Table]) -> None:
         self._tables = {name: list(t.columns) for name, t in catalog.items()}
-        self.estimator = Estimator(catalog)
         self._ids = itertools.count(1)
         self.subqueries: dict[str, Node] = {}
         """Uncorrelated subqueries used inside expressions, by placeholder name."""
+        self.estimator = Estimator(catalog, self.subqueries)
 
     def _qualifier(self, prefix: str) -> str:
         return f"_{prefix}{next(self._ids)}"
@@ -494,7 +494,7 @@ class Binder:
 
     def _push_into(self, sources: list[_Source], cond: exp.Expr, nullable: set[str]) -> bool:
         quals = qualifiers(cond)
-        if len(quals) != 1 or _has_placeholder(cond):
+        if len(quals) != 1 or has_placeholder(cond):
             return False
         (alias,) = quals
         if alias in nullable:
@@ -582,7 +582,7 @@ class Binder:
             keep = []
             for c in conds:
                 q = qualifiers(c)
-                if q and q <= right.aliases and not _has_placeholder(c):
+                if q and q <= right.aliases and not has_placeholder(c):
                     right.node = Filter(right.node, c)
                 else:
                     keep.append(c)
@@ -812,7 +812,7 @@ def _block_parts(sel: exp.Select) -> list[exp.Expr]:
     return parts
 
 
-def _has_placeholder(e: exp.Expr) -> bool:
+def has_placeholder(e: exp.Expr) -> bool:
     return any(
         isinstance(t, exp.Table) and t.name.startswith("__sq") for t in e.find_all(exp.Table)
     )
@@ -861,7 +861,7 @@ def _split_keys(
     rk: list[exp.Expr] = []
     residual: list[exp.Expr] = []
     for c in conds:
-        if _is_equi(c, left, right) and not _has_placeholder(c):
+        if _is_equi(c, left, right) and not has_placeholder(c):
             assert isinstance(c, exp.EQ)
             if qualifiers(c.left) <= left:
                 lk.append(c.left)
