@@ -65,11 +65,11 @@ from mangonel.plan.physical import (
 )
 from mangonel.plan.types import TypeOracle
 from mangonel.sql.binder import (
-    has_placeholder,
     and_all,
     col,
     conjuncts,
     grouping_sets,
+    has_placeholder,
     qualifiers,
 )
 
