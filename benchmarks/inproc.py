@@ -38,6 +38,7 @@ from mangonel.scheduler.events import (  # noqa: E402
     InputLocations,
     PartitionLocation,
     PartitionOutput,
+    SideScan,
     TaskSpec,
 )
 
@@ -96,6 +97,9 @@ def run_query(number: int, runner: TaskRunner, writer: ShuffleWriter, catalog: d
                 scan.columns if scan else (),
                 scan.task_splits[partition] if scan else (),
                 inputs,
+                tuple(
+                    SideScan(s.name, s.table, s.columns, s.task_splits[0]) for s in stage.side_scans
+                ),
             )
             for out in runner.run(spec, writer):
                 locs.append(_location(stage.id, partition, out))

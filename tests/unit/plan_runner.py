@@ -12,16 +12,15 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mangonel.plan.physical import DistributedPlan, InputMode, OutputKind, Stage
+from mangonel.plan.physical import DistributedPlan, InputMode, OutputKind, ScanInput
 
 
-def _read_split(stage: Stage, task: int) -> pa.Table:
-    assert stage.scan is not None
+def _read_split(scan: ScanInput, task: int) -> pa.Table:
     parts = []
-    for split in stage.scan.task_splits[task]:
+    for split in scan.task_splits[task]:
         f = pq.ParquetFile(split.path)
         groups = list(split.row_groups) or list(range(f.metadata.num_row_groups))
-        parts.append(f.read_row_groups(groups, columns=list(stage.scan.columns)))
+        parts.append(f.read_row_groups(groups, columns=list(scan.columns)))
     return pa.concat_tables(parts)
 
 
@@ -33,8 +32,11 @@ def run_plan(plan: DistributedPlan) -> pa.Table:
         for task in range(stage.num_tasks):
             names = []
             if stage.scan is not None:
-                con.register(stage.scan.name, _read_split(stage, task))
+                con.register(stage.scan.name, _read_split(stage.scan, task))
                 names.append(stage.scan.name)
+            for side in stage.side_scans:  # read whole by every task
+                con.register(side.name, _read_split(side, 0))
+                names.append(side.name)
             for inp in stage.inputs:
                 up = outputs[inp.stage]
                 if inp.mode is InputMode.PARTITION:

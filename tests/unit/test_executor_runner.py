@@ -31,6 +31,7 @@ from mangonel.scheduler.events import (
     PartitionLocation,
     PartitionOutput,
     QueryError,
+    SideScan,
     TaskSpec,
 )
 
@@ -580,3 +581,63 @@ def test_task_databases_keep_the_planners_join_order(tmp_path: Path) -> None:
     first, second = _join_conditions_bottom_up(locked)
     assert "orderkey" in first and "nationkey" not in first
     assert "nationkey" in second
+
+
+def test_side_scans_are_read_whole_by_the_task_next_to_its_split(
+    runner: TaskRunner, data: list[str], tmp_path: Path
+) -> None:
+    """A task reads its split of one table and, whole, the small tables it joins:
+    each under its own name, files readable by its SQL, none other. A small file
+    with a ``file_row_number`` column is read through pyarrow instead."""
+    pq.write_table(
+        pa.table({"mode": pa.array(MODES[:3]), "rank": pa.array([1, 2, 3], pa.int32())}),
+        tmp_path / "modes.parquet",
+    )
+    pq.write_table(
+        pa.table({"file_row_number": pa.array([5, 6], pa.int64())}), tmp_path / "odd.parquet"
+    )
+    sql = (
+        "SELECT m.rank AS r, count(*) AS n FROM lineitem AS l JOIN modes AS m "
+        "ON l.l_shipmode = m.mode WHERE l.l_quantity IN (SELECT file_row_number FROM odd) "
+        "GROUP BY m.rank"
+    )
+    spec = TaskSpec(
+        attempt=attempt(1, 0),
+        sql=sql,
+        output=SINGLE,
+        columns=("r", "n"),
+        scan_name="lineitem",
+        scan_table="lineitem",
+        scan_columns=("l_shipmode", "l_quantity"),
+        scan_splits=(FileSplit(data[0], (1,)),),
+        side_scans=(
+            SideScan(
+                "modes", "modes", ("mode", "rank"), (FileSplit(str(tmp_path / "modes.parquet")),)
+            ),
+            SideScan(
+                "odd", "odd", ("file_row_number",), (FileSplit(str(tmp_path / "odd.parquet")),)
+            ),
+        ),
+    )
+    (out,) = runner.run(spec)
+    expected = duckdb.sql(
+        f"SELECT m.rank AS r, count(*) AS n FROM read_parquet('{data[0]}') AS l "
+        f"JOIN read_parquet('{tmp_path / 'modes.parquet'}') AS m ON l.l_shipmode = m.mode "
+        "WHERE l.l_quantity IN (5, 6) AND l.l_orderkey BETWEEN 250 AND 499 GROUP BY m.rank"
+    ).to_arrow_table()
+    got = read(runner, out)
+    assert sorted(got.to_pylist(), key=str) == sorted(expected.to_pylist(), key=str)
+    assert got.num_rows > 0
+    # a side scan without a split of its own: still only the files it names
+    other = TaskSpec(
+        attempt=attempt(2, 0),
+        sql=f"SELECT count(*) AS n FROM read_parquet('{data[1]}')",
+        output=SINGLE,
+        columns=("n",),
+        side_scans=(
+            SideScan("modes", "modes", ("mode",), (FileSplit(str(tmp_path / "modes.parquet")),)),
+        ),
+    )
+    with pytest.raises(TaskFailedError) as info:
+        runner.run(other)
+    assert isinstance(info.value.failure, QueryError)

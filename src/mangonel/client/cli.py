@@ -338,6 +338,14 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
         help="bytes of the scanned columns (in memory) one scan task reads, about: "
         "250000 to 4000000 rows (default 96 MiB)",
     )
+    p.add_argument(
+        "--inline-scan-bytes",
+        type=int,
+        default=32 * 1024 * 1024,  # PlannerConfig.inline_scan_bytes
+        help="scan a small table a join broadcasts in every task of the other side "
+        "instead of in a stage of its own, when its columns' bytes times those tasks "
+        "are at most this many (default 32 MiB); 0: never",
+    )
 
 
 # ---------------------------------------------------------------------- commands
@@ -355,6 +363,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             broadcast_bytes=args.broadcast_bytes,
             split_rows=args.split_rows,
             split_bytes=args.split_bytes,
+            inline_scan_bytes=args.inline_scan_bytes,
             heartbeat_timeout_s=args.heartbeat_timeout,
             no_executor_grace_s=args.grace,
             max_task_attempts=args.max_task_attempts,
@@ -420,6 +429,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         scheduler_port=args.port,
         log_level=args.log_level,
         scheduler_args=("--split-bytes", str(args.split_bytes))
+        + ("--inline-scan-bytes", str(args.inline_scan_bytes))
         + (("--split-rows", str(args.split_rows)) if args.split_rows else ()),
         web_port=_web_port(args),
     )

@@ -231,6 +231,12 @@ def describe_kill(report: KillReport, fault_free: Result) -> str:
     )
 
 
+KILL_DEMO_SPLIT_ROWS = 150_000
+"""Rows per scan task in the kill demo. At SF 0.1 the planner's own sizing reads
+q12's 600 000 lineitem rows in one task, which would leave no finished shuffle
+output to lose; four smaller tasks spread over both executors."""
+
+
 def run_kill_demo(cache_dir: str, executors: int = 2, log_level: str = "warning") -> int:
     """q12 fault-free, then with one executor killed half-way; print what happened.
 
@@ -239,9 +245,17 @@ def run_kill_demo(cache_dir: str, executors: int = 2, log_level: str = "warning"
     from mangonel.testing.cluster import LocalCluster
 
     data = ensure_tpch(cache_dir)
-    print(f"starting a local cluster: 1 scheduler, {executors} executors ...", file=sys.stderr)
+    print(
+        f"starting a local cluster: 1 scheduler, {executors} executors, scan tasks of "
+        f"{KILL_DEMO_SPLIT_ROWS} rows ...",
+        file=sys.stderr,
+    )
     with (
-        LocalCluster(executors=executors, log_level=log_level) as cluster,
+        LocalCluster(
+            executors=executors,
+            log_level=log_level,
+            scheduler_args=("--split-rows", str(KILL_DEMO_SPLIT_ROWS)),
+        ) as cluster,
         cluster.connect() as session,
     ):
         for t in TABLES:

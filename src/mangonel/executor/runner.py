@@ -4,9 +4,10 @@ A ``TaskRunner`` is one task slot of an executor. It owns one DuckDB database
 (so ``memory_limit`` and ``threads`` are per slot, and a slot spills into its
 own ``temp_directory``) and runs one ``TaskSpec`` at a time:
 
-1. register the inputs under their names: the scan's Parquet splits (a view
-   over DuckDB's own Parquet reader, only the needed columns and the split's
-   row groups, so the fragment's filters and projections reach the reader) and
+1. register the inputs under their names: the scan's Parquet splits and the
+   small tables the task reads whole (each a view over DuckDB's own Parquet
+   reader, only the needed columns and the split's row groups, so the
+   fragment's filters and projections reach the reader) and
    every upstream stage's partitions (read with the ``ShuffleReader``:
    memory-mapped or over Flight);
 2. run the fragment and stream its result as Arrow batches;
@@ -20,7 +21,7 @@ external access (no file, network or extension access from SQL; registered
 Arrow tables still work) and locks the configuration (no ``SET`` from SQL).
 A task that scans runs in a second database of the slot, locked the same way
 but allowed (``allowed_paths``) to read exactly the Parquet files of its
-table, kept for the next task over the same files (opening a database costs
+tables, kept for the next task over the same files (opening a database costs
 about 20 ms): its SQL can reach those files and no other, and those it may
 read anyway.
 
@@ -150,19 +151,23 @@ class TaskRunner:
         with self._lock:
             self._active = spec.attempt
         registered: list[str] = []
-        view: str | None = None
+        views: list[str] = []
         con = self._con
         try:
             self._check_cancelled()
-            scan_sql = self._scan_sql(spec) if spec.scan_name else None
-            if scan_sql is not None and spec.scan_name:
-                con = self._scan_connection(spec)
+            scans = _scans_of(spec)
+            sqls = {name: self._scan_sql(columns, splits) for name, columns, splits in scans}
+            native = [s for s in scans if sqls[s[0]] is not None]
+            if native:
+                con = self._scan_connection([split for _, _, splits in native for split in splits])
                 with self._lock:
                     self._running_con = con
-                view = spec.scan_name
-                con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(view)} AS {scan_sql}")
-            elif spec.scan_name:
-                self._register(con, spec.scan_name, _read_scan(spec), registered)
+            for name, columns, splits in scans:
+                if sqls[name] is not None:
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(name)} AS {sqls[name]}")
+                    views.append(name)
+                else:
+                    self._register(con, name, _read_scan(columns, splits), registered)
             for inp in spec.inputs:
                 self._check_cancelled()
                 self._register(con, inp.name, self._read_input(inp), registered)
@@ -185,11 +190,11 @@ class TaskRunner:
                     con.unregister(name)
                 except duckdb.Error:  # must not hide the task's own outcome
                     log.exception("unregistering %s failed", name)
-            if view is not None:
+            for view in views:
                 try:
                     con.execute(f"DROP VIEW IF EXISTS {_quote(view)}")
                 except duckdb.Error:
-                    log.exception("dropping the scan view failed")
+                    log.exception("dropping the scan view %s failed", view)
             with self._lock:
                 self._active = None
                 self._running_con = self._con
@@ -250,9 +255,9 @@ class TaskRunner:
 
     # ---------------------------------------------------------------- scan
 
-    def _scan_connection(self, spec: TaskSpec) -> duckdb.DuckDBPyConnection:
-        """A locked database of this slot that may read the split's files and no other."""
-        files = frozenset(os.path.realpath(split.path) for split in spec.scan_splits)
+    def _scan_connection(self, splits: Sequence[FileSplit]) -> duckdb.DuckDBPyConnection:
+        """A locked database of this slot that may read the splits' files and no other."""
+        files = frozenset(os.path.realpath(split.path) for split in splits)
         con = self._scan_cons.pop(files, None)
         if con is None:
             spill = os.path.join(self._spill_dir, f"scan-{len(self._scan_cons)}-{id(files):x}")
@@ -263,19 +268,18 @@ class TaskRunner:
         self._scan_cons[files] = con  # most recently used last
         return con
 
-    def _scan_sql(self, spec: TaskSpec) -> str | None:
-        """DuckDB SQL reading the task's split, or ``None`` to read it with pyarrow.
+    def _scan_sql(self, columns: Sequence[str], splits: Sequence[FileSplit]) -> str | None:
+        """DuckDB SQL reading some splits of a table, or ``None`` to read them with pyarrow.
 
         Each file's rows are chosen by ``file_row_number`` ranges, which DuckDB's
         reader turns into row-group pruning. Columns are cast to the types the
         planner saw (DuckDB over the file's Arrow schema) where DuckDB's own
         reading differs, since hash partitioning depends on the type.
         """
-        columns = list(spec.scan_columns)
-        if not columns or not spec.scan_splits:
+        if not columns or not splits:
             return None
         parts = []
-        for split in spec.scan_splits:
+        for split in splits:
             path = os.path.realpath(split.path)
             if "file_row_number" in _metadata(path).schema.names:
                 return None  # the reader's row-number column would be shadowed
@@ -433,8 +437,19 @@ def _locked_connection(
     return con
 
 
-def _read_scan(spec: TaskSpec) -> pa.Table | pa.RecordBatchReader:
-    """The task's split: a stream of its row groups' needed columns.
+def _scans_of(spec: TaskSpec) -> list[tuple[str, tuple[str, ...], tuple[FileSplit, ...]]]:
+    """(name, columns, splits) of each table the task reads: its split, then the
+    small tables it reads whole."""
+    scans = [(s.name, s.columns, s.splits) for s in spec.side_scans]
+    if spec.scan_name:
+        scans.insert(0, (spec.scan_name, spec.scan_columns, spec.scan_splits))
+    return scans
+
+
+def _read_scan(
+    columns: Sequence[str], splits: Sequence[FileSplit]
+) -> pa.Table | pa.RecordBatchReader:
+    """Some splits of a table: a stream of their row groups' needed columns.
 
     A stream, not a table: DuckDB consumes a ``RecordBatchReader`` batch by
     batch through the Arrow C stream (measured at SF1, 750k ``lineitem`` rows:
@@ -442,16 +457,15 @@ def _read_scan(spec: TaskSpec) -> pa.Table | pa.RecordBatchReader:
     and a task never holds its decoded split in memory. The fragment names the
     scan once, so the one pass a stream allows is enough.
     """
-    columns = list(spec.scan_columns)
     if not columns:
         # count(*) and the like read no column: the row count is in the footers.
-        rows = sum(_split_rows(split) for split in spec.scan_splits)
+        rows = sum(_split_rows(split) for split in splits)
         return pa.table({_ROWS_COLUMN: pa.nulls(rows)})
-    if not spec.scan_splits:
+    if not splits:
         return pa.table({c: pa.nulls(0) for c in columns})
-    files = [(pq.ParquetFile(split.path), split) for split in spec.scan_splits]
+    files = [(pq.ParquetFile(split.path), split) for split in splits]
     schema = pa.schema([files[0][0].schema_arrow.field(c) for c in columns])
-    return pa.RecordBatchReader.from_batches(schema, _split_batches(files, columns))
+    return pa.RecordBatchReader.from_batches(schema, _split_batches(files, list(columns)))
 
 
 def _split_batches(

@@ -105,6 +105,8 @@ class Frag:
     hash_keys: list[exp.Expr] | None = None
     """Rows are partitioned by hash of these (over ``node``'s outputs), if known."""
     single: bool = False
+    side_scans: list[tuple[Scan, tuple[FileSplit, ...]]] = field(default_factory=list)
+    """Small tables scanned whole by every task (see ``Distributor.join_in``)."""
 
 
 def _stripped(e: exp.Expr) -> exp.Expr:
@@ -124,6 +126,7 @@ class Distributor:
         split_rows: Callable[[float], int],
         estimator: Estimator | None = None,
         partition_bytes: float | None = None,
+        inline_scan_bytes: float = 0,
     ) -> None:
         self._catalog = catalog
         self._estimator = estimator or Estimator(catalog)
@@ -132,6 +135,7 @@ class Distributor:
         self._n = max(1, partitions)
         self._partition_bytes = partition_bytes
         self._broadcast = broadcast_bytes
+        self._inline_scan_bytes = inline_scan_bytes
         self._split_rows = split_rows
         self._ids = itertools.count(1)
         self._qual = itertools.count(1)
@@ -145,6 +149,11 @@ class Distributor:
         """Close a fragment into a stage; return the node that reads its output."""
         stage_id = StageId(next(self._ids))
         scan_names = {id(f.scan): SCAN_INPUT} if f.scan is not None else {}
+        side_scans = []
+        for i, (side, splits) in enumerate(f.side_scans, start=1):
+            name = f"{SCAN_INPUT}{i}"
+            scan_names[id(side)] = name
+            side_scans.append(ScanInput(name, side.table, tuple(side.columns), (splits,)))
         text = Renderer(scan_names).render(f.node)
         scan = None
         if f.scan is not None:
@@ -159,6 +168,7 @@ class Distributor:
             scan=scan,
             inputs=tuple(f.inputs.values()),
             label=label or describe(f.node),
+            side_scans=tuple(side_scans),
         )
         self.stages.append(stage)
         return StageRead(f"s{stage_id}", refs, f.node), stage
@@ -203,6 +213,32 @@ class Distributor:
 
     def broadcast(self, f: Frag) -> tuple[StageRead, StageInput]:
         return self._read(f, OutputSpec(OutputKind.SINGLE), InputMode.ALL)
+
+    def join_in(self, target: Frag, source: Frag) -> Node:
+        """The node by which every task of ``target`` reads all of ``source``.
+
+        A small table (filtered, joined with other small tables) is scanned by each
+        task of ``target`` itself when the bytes of its columns times those tasks
+        stay within ``inline_scan_bytes``: a stage less, and the scheduling round
+        trips between the two. Anything else is broadcast from a stage of its own.
+        """
+        if self._inlinable(source, target):
+            assert source.scan is not None and len(source.splits) == 1
+            target.side_scans += [(source.scan, source.splits[0]), *source.side_scans]
+            return source.node
+        read, inp = self.broadcast(source)
+        target.inputs[inp.name] = inp
+        return read
+
+    def _inlinable(self, source: Frag, target: Frag) -> bool:
+        if source.scan is None or source.inputs or source.tasks != 1 or len(source.splits) != 1:
+            return False
+        scans = [source.scan, *(s for s, _ in source.side_scans)]
+        read = sum(
+            self._catalog[s.table].row_width(s.columns) * self._catalog[s.table].rows
+            for s in scans
+        )
+        return read * max(1, target.tasks) <= self._inline_scan_bytes
 
     # ------------------------------------------------------------ types
 
@@ -537,14 +573,12 @@ class Distributor:
         if n.broadcast_right and can_bcast_right and right.est <= self._broadcast:
             choice = "right"
         if choice == "right":
-            read, inp = self.broadcast(right)
-            left.inputs[inp.name] = inp
+            read = self.join_in(left, right)
             left.node = Join(left.node, read, kind, n.left_keys, n.right_keys, n.residual)
             left.est = out
             return left
         if choice == "left":
-            read, inp = self.broadcast(left)
-            right.inputs[inp.name] = inp
+            read = self.join_in(right, left)
             right.node = Join(read, right.node, kind, n.left_keys, n.right_keys, n.residual)
             right.est = out
             return right
@@ -573,14 +607,12 @@ class Distributor:
         if kind in (JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI) or (
             inner and left.est >= right.est
         ):
-            read, inp = self.broadcast(right)
-            left.inputs[inp.name] = inp
+            read = self.join_in(left, right)
             left.node = Join(left.node, read, kind, n.left_keys, n.right_keys, n.residual)
             left.est = out
             return left
         if inner:
-            read, inp = self.broadcast(left)
-            right.inputs[inp.name] = inp
+            read = self.join_in(right, left)
             right.node = Join(read, right.node, kind, n.left_keys, n.right_keys, n.residual)
             right.est = out
             return right
@@ -608,6 +640,7 @@ class Distributor:
     def _colocated_join(self, n: Join, left: Frag, right: Frag, lk: list[exp.Expr]) -> Frag:
         """Join two sides hash-partitioned alike on the join keys, task by task."""
         left.inputs.update(right.inputs)
+        left.side_scans += right.side_scans
         left.node = Join(left.node, right.node, n.kind, n.left_keys, n.right_keys, n.residual)
         left.hash_keys = lk if n.kind is not JoinKind.FULL else None
         return left

@@ -36,6 +36,12 @@ def render(plan: DistributedPlan, with_sql: bool = True) -> str:
                 f"  reads  table {stage.scan.table} ({', '.join(stage.scan.columns)}), "
                 f"{rows} rows in {len(stage.scan.task_splits)} split(s)"
             )
+        for side in stage.side_scans:
+            rows = sum(s.rows for s in side.task_splits[0])
+            lines.append(
+                f"  reads  table {side.table} ({', '.join(side.columns)}) as {side.name}: "
+                f"{rows} rows, whole, in every task"
+            )
         for inp in stage.inputs:
             how = (
                 "partition i of each map task"

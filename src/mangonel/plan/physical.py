@@ -10,6 +10,9 @@ that task:
 
 * ``scan``: task *i* reads ``scan.task_splits[i]`` (Parquet files and row groups)
   of ``scan.table``, only ``scan.columns``.
+* ``side_scans``: small tables every task reads whole (their one group of splits),
+  each under its own name: a small dimension table is scanned where it is joined
+  instead of in a stage of its own that is then broadcast.
 * ``StageInput`` with ``InputMode.PARTITION``: task *i* reads output partition *i*
   of every map task of the upstream stage (hash-partitioned exchange).
 * ``StageInput`` with ``InputMode.ALL``: every task reads every output partition
@@ -102,6 +105,8 @@ class Stage:
     inputs: tuple[StageInput, ...] = ()
     label: str = ""
     """A short human description, e.g. ``scan lineitem`` or ``join + partial agg``."""
+    side_scans: tuple[ScanInput, ...] = ()
+    """Tables every task reads whole, each with one group of splits."""
 
     @property
     def upstream(self) -> tuple[StageId, ...]:

@@ -46,6 +46,10 @@ class PlannerConfig:
         split_bytes: adaptive splits read about this many bytes of the scan's
             columns (in memory) per task: the work of a scan task grows with
             the bytes it decodes, its fixed cost does not.
+        inline_scan_bytes: a small table a join broadcasts is scanned by every task
+            of the other side, instead of in a stage of its own whose output is
+            then broadcast, when the bytes of its columns times those tasks are at
+            most this many (a stage and its scheduling round trip less). 0: never.
         min_split_rows: adaptive splits are at least this big ...
         max_split_rows: ... and at most this big, so that a task's output stays
             within a slot's memory.
@@ -56,6 +60,7 @@ class PlannerConfig:
     broadcast_bytes: int = 64 * 1024 * 1024
     split_rows: int | None = None
     split_bytes: int = 96 * 1024 * 1024
+    inline_scan_bytes: int = 32 * 1024 * 1024
     min_split_rows: int = 250_000
     max_split_rows: int = 4_000_000
 
@@ -133,6 +138,7 @@ def _distributor(
         config.split_rows_for,
         estimator,
         config.partition_bytes or None,
+        config.inline_scan_bytes,
     )
 
 

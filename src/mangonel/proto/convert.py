@@ -22,6 +22,7 @@ from mangonel.scheduler.events import (
     PartitionOutput,
     QueryError,
     ReleaseOutputs,
+    SideScan,
     TaskFailure,
     TaskSpec,
 )
@@ -177,6 +178,15 @@ def task_spec_to_proto(spec: TaskSpec) -> pb.TaskSpec:
         scan_columns=list(spec.scan_columns),
         scan_splits=[file_split_to_proto(s) for s in spec.scan_splits],
         inputs=[input_locations_to_proto(i) for i in spec.inputs],
+        side_scans=[
+            pb.SideScan(
+                name=s.name,
+                table=s.table,
+                columns=list(s.columns),
+                splits=[file_split_to_proto(f) for f in s.splits],
+            )
+            for s in spec.side_scans
+        ],
     )
     # `optional` fields: unset means None, which differs from "".
     if spec.scan_name is not None:
@@ -199,6 +209,15 @@ def task_spec_from_proto(msg: pb.TaskSpec) -> TaskSpec:
         scan_columns=tuple(msg.scan_columns),
         scan_splits=tuple(file_split_from_proto(s) for s in msg.scan_splits),
         inputs=tuple(input_locations_from_proto(i) for i in msg.inputs),
+        side_scans=tuple(
+            SideScan(
+                s.name,
+                s.table,
+                tuple(s.columns),
+                tuple(file_split_from_proto(f) for f in s.splits),
+            )
+            for s in msg.side_scans
+        ),
     )
 
 

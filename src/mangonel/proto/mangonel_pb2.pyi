@@ -124,7 +124,7 @@ class InputLocations(_message.Message):
     def __init__(self, name: _Optional[str] = ..., stage: _Optional[int] = ..., mode: _Optional[_Union[InputMode, str]] = ..., locations: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("attempt", "sql", "output", "columns", "scan_name", "scan_table", "scan_columns", "scan_splits", "inputs")
+    __slots__ = ("attempt", "sql", "output", "columns", "scan_name", "scan_table", "scan_columns", "scan_splits", "inputs", "side_scans")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SQL_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,7 @@ class TaskSpec(_message.Message):
     SCAN_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     SCAN_SPLITS_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
+    SIDE_SCANS_FIELD_NUMBER: _ClassVar[int]
     attempt: TaskAttemptId
     sql: str
     output: OutputSpec
@@ -143,7 +144,20 @@ class TaskSpec(_message.Message):
     scan_columns: _containers.RepeatedScalarFieldContainer[str]
     scan_splits: _containers.RepeatedCompositeFieldContainer[FileSplit]
     inputs: _containers.RepeatedCompositeFieldContainer[InputLocations]
-    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., scan_name: _Optional[str] = ..., scan_table: _Optional[str] = ..., scan_columns: _Optional[_Iterable[str]] = ..., scan_splits: _Optional[_Iterable[_Union[FileSplit, _Mapping]]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ...) -> None: ...
+    side_scans: _containers.RepeatedCompositeFieldContainer[SideScan]
+    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., scan_name: _Optional[str] = ..., scan_table: _Optional[str] = ..., scan_columns: _Optional[_Iterable[str]] = ..., scan_splits: _Optional[_Iterable[_Union[FileSplit, _Mapping]]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ..., side_scans: _Optional[_Iterable[_Union[SideScan, _Mapping]]] = ...) -> None: ...
+
+class SideScan(_message.Message):
+    __slots__ = ("name", "table", "columns", "splits")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    SPLITS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    table: str
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    splits: _containers.RepeatedCompositeFieldContainer[FileSplit]
+    def __init__(self, name: _Optional[str] = ..., table: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., splits: _Optional[_Iterable[_Union[FileSplit, _Mapping]]] = ...) -> None: ...
 
 class PartitionOutput(_message.Message):
     __slots__ = ("partition", "path", "rows", "bytes", "checksum")

@@ -74,6 +74,16 @@ class InputLocations:
 
 
 @dataclass(frozen=True)
+class SideScan:
+    """A small table a task reads whole under ``name`` (see ``Stage.side_scans``)."""
+
+    name: str
+    table: str
+    columns: tuple[str, ...]
+    splits: tuple[FileSplit, ...]
+
+
+@dataclass(frozen=True)
 class TaskSpec:
     """Everything an executor needs to run one task attempt."""
 
@@ -86,6 +96,7 @@ class TaskSpec:
     scan_columns: tuple[str, ...] = ()
     scan_splits: tuple[FileSplit, ...] = ()
     inputs: tuple[InputLocations, ...] = ()
+    side_scans: tuple[SideScan, ...] = ()
 
 
 # ------------------------------------------------------------------ failure reasons

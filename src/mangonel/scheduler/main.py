@@ -61,6 +61,8 @@ class SchedulerConfig:
         split_rows: Rows (about) read by one scan task; None sizes splits from the
             bytes of the columns a scan reads (``split_bytes`` a task).
         split_bytes: Bytes of scanned columns (in memory) a scan task reads, about.
+        inline_scan_bytes: A small broadcast table is scanned by each task that
+            joins it when its columns' bytes times those tasks are at most this.
         heartbeat_timeout_s: An executor silent this long is lost.
         no_executor_grace_s: A job with no executor for this long fails.
         max_task_attempts: Attempts of one task before its job fails.
@@ -90,6 +92,7 @@ class SchedulerConfig:
     broadcast_bytes: int = PlannerConfig.broadcast_bytes
     split_rows: int | None = None
     split_bytes: int = PlannerConfig.split_bytes
+    inline_scan_bytes: int = PlannerConfig.inline_scan_bytes
     heartbeat_timeout_s: float = 10.0
     no_executor_grace_s: float = 30.0
     max_task_attempts: int = 4
@@ -111,6 +114,7 @@ class SchedulerConfig:
                 broadcast_bytes=self.broadcast_bytes,
                 split_rows=self.split_rows,
                 split_bytes=self.split_bytes,
+                inline_scan_bytes=self.inline_scan_bytes,
             ),
             limits=Limits(
                 max_task_attempts=self.max_task_attempts,

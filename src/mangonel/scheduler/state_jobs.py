@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan.physical import DistributedPlan, InputMode, Stage
-from mangonel.scheduler.events import InputLocations, PartitionLocation, TaskSpec
+from mangonel.scheduler.events import InputLocations, PartitionLocation, SideScan, TaskSpec
 from mangonel.scheduler.state_views import JobState, JobView, StageView
 
 # ------------------------------------------------------------------- task states
@@ -281,6 +281,9 @@ class JobRecord:
             scan_columns=scan.columns if scan else (),
             scan_splits=scan.task_splits[partition] if scan else (),
             inputs=inputs,
+            side_scans=tuple(
+                SideScan(s.name, s.table, s.columns, s.task_splits[0]) for s in stage.side_scans
+            ),
         )
 
     def _input_locations(
@@ -320,6 +323,8 @@ def invalid_plan_reason(plan: DistributedPlan) -> str | None:
         for u in s.upstream:
             if u not in seen:
                 return f"stage {s.id} reads stage {u}, which does not come before it"
+        if any(len(side.task_splits) != 1 for side in s.side_scans):
+            return f"stage {s.id} has a side scan without exactly one group of splits"
         if s.scan is not None and len(s.scan.task_splits) != s.num_tasks:
             return (
                 f"stage {s.id} has {s.num_tasks} tasks but "
