@@ -341,10 +341,10 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--inline-scan-bytes",
         type=int,
-        default=32 * 1024 * 1024,  # PlannerConfig.inline_scan_bytes
+        default=8 * 1024 * 1024,  # PlannerConfig.inline_scan_bytes
         help="scan a small table a join broadcasts in every task of the other side "
         "instead of in a stage of its own, when its columns' bytes times those tasks "
-        "are at most this many (default 32 MiB); 0: never",
+        "are at most this many (default 8 MiB); 0: never",
     )
 
 
