@@ -46,7 +46,12 @@ def parse_queries(text: str) -> list[int]:
 
 @contextlib.contextmanager
 def started(  # type: ignore[no-untyped-def]
-    data: Path, work: Path, src: str | None, partitions: int | None, executor_args: str = ""
+    data: Path,
+    work: Path,
+    src: str | None,
+    partitions: int | None,
+    executor_args: str = "",
+    scheduler_args: str = "",
 ):
     import mangonel
 
@@ -59,6 +64,7 @@ def started(  # type: ignore[no-untyped-def]
             partitions=partitions,
             work_dir=str(work),
             executor_args=tuple(shlex.split(executor_args)),
+            scheduler_args=tuple(shlex.split(scheduler_args)),
         )
         cluster.__enter__()
     finally:
@@ -80,6 +86,8 @@ def main() -> int:
     parser.add_argument("--base-src", help="B's src/ directory (default: this checkout's)")
     parser.add_argument("--a-executor-args", default="", help='e.g. "--threads 2"')
     parser.add_argument("--b-executor-args", default="")
+    parser.add_argument("--a-scheduler-args", default="", help='e.g. "--partition-bytes 16777216"')
+    parser.add_argument("--b-scheduler-args", default="")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--queries", default="1-22")
     parser.add_argument("--repeat", type=int, default=3)
@@ -91,8 +99,17 @@ def main() -> int:
     numbers = parse_queries(args.queries)
     times: dict[str, dict[str, list[float]]] = {}
     with (
-        started(data, work / "a", None, args.partitions, args.a_executor_args) as a,
-        started(data, work / "b", args.base_src, args.partitions, args.b_executor_args) as b,
+        started(
+            data, work / "a", None, args.partitions, args.a_executor_args, args.a_scheduler_args
+        ) as a,
+        started(
+            data,
+            work / "b",
+            args.base_src,
+            args.partitions,
+            args.b_executor_args,
+            args.b_scheduler_args,
+        ) as b,
     ):
         for n in numbers:  # warm-up: every query once on each
             a.sql(tpch_query(n))
@@ -119,6 +136,8 @@ def main() -> int:
             "base_src": args.base_src,
             "a_executor_args": args.a_executor_args,
             "b_executor_args": args.b_executor_args,
+            "a_scheduler_args": args.a_scheduler_args,
+            "b_scheduler_args": args.b_scheduler_args,
             "scale": args.scale,
             "runs": times,
         }
