@@ -35,6 +35,7 @@ from mangonel.plan.logical import (
     Filter,
     Join,
     JoinKind,
+    Keep,
     Node,
     Project,
     Ref,
@@ -122,6 +123,8 @@ class Estimator:
             return Size(self.size(node.left).rows + self.size(node.right).rows)
         if isinstance(node, StageRead):
             return self.size(node.source)
+        if isinstance(node, Keep):
+            return self.size(node.child)
         kids = node.children()
         return Size(max((self.size(k).rows for k in kids), default=1.0))
 

@@ -20,6 +20,7 @@ from mangonel.plan.logical import (
     Filter,
     Join,
     JoinKind,
+    Keep,
     Node,
     Opaque,
     Project,
@@ -115,6 +116,10 @@ class Renderer:
         if self._expand:
             return self.render(n.source)
         return f"SELECT * FROM {ident(n.name)}"
+
+    def _keep(self, n: Keep) -> str:
+        cols = ", ".join(f"t.{ident(phys(r))}" for r in n.refs)
+        return f"SELECT {cols} FROM {self._sub(n.child, 't')}"
 
     def _values(self, n: Values) -> str:
         cols = ", ".join(ident(phys(r)) for r in n.outputs())

@@ -211,6 +211,67 @@ class StageRead(Node):
 
 
 @dataclass(eq=False)
+class Keep(Node):
+    """Only some of the child's columns: those the rest of the plan reads, kept
+    where a stage ends so that no other column crosses the exchange."""
+
+    child: Node
+    refs: list[Ref]
+
+    def outputs(self) -> list[Ref]:
+        return list(self.refs)
+
+    def children(self) -> list[Node]:
+        return [self.child]
+
+
+def required_columns(root: Node) -> dict[int, set[Ref]]:
+    """For each node under ``root`` (by ``id``), the columns of it that the nodes
+    above read: all of the root's, and for every other node what its parent's
+    expressions name or pass on."""
+    needs: dict[int, set[Ref]] = {}
+
+    def refs(*exprs: exp.Expr | None) -> set[Ref]:
+        return {
+            (c.table, c.name)
+            for e in exprs
+            if e is not None
+            for c in e.find_all(exp.Column)
+            if c.table
+        }
+
+    def visit(node: Node, need: set[Ref]) -> None:
+        need = needs.get(id(node), set()) | need  # a node read twice: what both read
+        needs[id(node)] = need
+        if isinstance(node, Filter):
+            visit(node.child, need | refs(node.condition))
+        elif isinstance(node, Join):
+            used = need | refs(*node.left_keys, *node.right_keys, node.residual)
+            for side in (node.left, node.right):
+                mine = set(side.outputs())
+                visit(side, {r for r in used if r in mine})
+        elif isinstance(node, Aggregate):
+            visit(node.child, refs(*(e for _, e in node.groups + node.aggs), node.grouping))
+        elif isinstance(node, Project):
+            visit(
+                node.child, refs(*(e for n, e in node.items if (node.qualifier, n) in need))
+            )
+        elif isinstance(node, Window):
+            mine = set(node.child.outputs())
+            visit(node.child, {r for r in need if r in mine} | refs(*(e for _, e in node.funcs)))
+        elif isinstance(node, Sort):
+            visit(node.child, need | refs(*node.keys))
+        elif isinstance(node, Keep):
+            visit(node.child, set(node.refs))
+        else:  # Distinct and set operations compare whole rows; Opaque runs whole
+            for child in node.children():
+                visit(child, set(child.outputs()))
+
+    visit(root, set(root.outputs()))
+    return needs
+
+
+@dataclass(eq=False)
 class Opaque(Node):
     """A query the planner does not split: its SQL runs whole over gathered tables.
 

@@ -116,11 +116,11 @@ def plan_query(
         binder = Binder({t: catalog[t] for t in parsed.tables})
         node, _ = binder.bind(optimized)
         distributor = _distributor(catalog, oracle, config, binder.subqueries, binder.estimator)
-        root = distributor.plan(node)
+        root = distributor.plan_tree(node)
     except (Unsupported, SqlglotError) as why:
         notes.append(f"runs whole in one task over its gathered tables: {why}")
         distributor = _distributor(catalog, oracle, config, {})
-        root = distributor.plan(_opaque(duck_sql, names, parsed.tables, catalog))
+        root = distributor.plan_tree(_opaque(duck_sql, names, parsed.tables, catalog))
     distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
     return DistributedPlan(tuple(distributor.stages), tuple(names), sql, tuple(notes))
 

@@ -1,0 +1,56 @@
+"""Only the columns the plan above reads cross an exchange (``logical.required_columns``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import TPCH_TABLES, tpch_query
+from sqlglot import exp
+
+from mangonel.catalog import Table, load_table
+from mangonel.plan.logical import (
+    Aggregate,
+    Filter,
+    Join,
+    JoinKind,
+    Project,
+    Scan,
+    Sort,
+    required_columns,
+)
+from mangonel.plan.planner import PlannerConfig, plan_query
+
+
+@pytest.fixture(scope="module")
+def catalog(tpch_dir: Path) -> dict[str, Table]:
+    return {t: load_table(t, str(tpch_dir / f"{t}.parquet")) for t in TPCH_TABLES}
+
+
+def _c(table: str, name: str) -> exp.Column:
+    return exp.column(name, table=table, quoted=True)
+
+
+def test_each_node_needs_what_its_parents_read() -> None:
+    t = Scan("t", "t", ["k", "a", "b", "f"], None)
+    u = Scan("u", "u", ["k", "c", "d"], None)
+    filtered = Filter(t, exp.GT(this=_c("t", "f"), expression=exp.Literal.number(1)))
+    joined = Join(filtered, u, JoinKind.INNER, [_c("t", "k")], [_c("u", "k")])
+    agg = Aggregate(joined, "g", [("a", _c("t", "a"))], [("s", exp.Sum(this=_c("u", "c")))])
+    top = Sort(Project(agg, "p", [("x", _c("g", "s"))]), [exp.Ordered(this=_c("p", "x"))], 5)
+    needs = required_columns(top)
+    assert needs[id(top)] == {("p", "x")}
+    assert needs[id(agg)] == {("g", "s")}  # the group key is not read above
+    assert needs[id(joined)] == {("t", "a"), ("u", "c")}
+    assert needs[id(filtered)] == {("t", "a"), ("t", "k")}
+    assert needs[id(t)] == {("t", "a"), ("t", "k"), ("t", "f")}
+    assert needs[id(u)] == {("u", "c"), ("u", "k")}
+
+
+def test_a_column_only_a_filter_reads_stays_in_its_stage(catalog: dict[str, Table]) -> None:
+    # q13: orders LEFT JOIN ... ON o_comment NOT LIKE ...: o_comment is read by the
+    # filter in the orders scan, and must not be shuffled to the join.
+    plan = plan_query(tpch_query(13), catalog, PlannerConfig(partitions=2, partition_bytes=0))
+    (orders,) = [s for s in plan.stages if s.scan is not None and s.scan.table == "orders"]
+    assert "o_comment" in orders.scan.columns
+    assert orders.columns == ("orders.o_orderkey", "orders.o_custkey")
