@@ -641,3 +641,21 @@ def test_side_scans_are_read_whole_by_the_task_next_to_its_split(
     with pytest.raises(TaskFailedError) as info:
         runner.run(other)
     assert isinstance(info.value.failure, QueryError)
+
+
+def test_a_fragment_with_its_own_with_clause_reads_its_scan(
+    runner: TaskRunner, data: list[str]
+) -> None:
+    # The scan is put in front of the fragment as a CTE, or as a view for a
+    # fragment that starts with WITH itself.
+    for sql in (
+        "SELECT count(*) AS n FROM lineitem WHERE l_quantity > 10",
+        "WITH big AS (SELECT * FROM lineitem WHERE l_quantity > 10) SELECT count(*) AS n FROM big",
+    ):
+        spec = scan_spec(1, 0, sql, (FileSplit(data[0], (0,)),), SINGLE, ("n",), ("l_quantity",))
+        (out,) = runner.run(spec)
+        expected = duckdb.sql(
+            f"SELECT count(*) FROM read_parquet('{data[0]}') "
+            "WHERE l_quantity > 10 AND l_orderkey < 250"
+        ).fetchall()
+        assert read(runner, out).column("n").to_pylist() == [expected[0][0]]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -62,6 +63,9 @@ _ROWS_COLUMN = "__mangonel_rows"
 """Stand-in column for a scan of no columns: DuckDB cannot register a table without any."""
 
 _INTERRUPT_REPEAT_S = 0.05
+
+_WITH = re.compile(r"\s*with\b", re.IGNORECASE)
+"""A fragment that starts with its own WITH clause."""
 
 _SCAN_DATABASES = 16
 """Scan databases a slot keeps (one per set of files: a TPC-H table each)."""
@@ -162,12 +166,20 @@ class TaskRunner:
                 con = self._scan_connection([split for _, _, splits in native for split in splits])
                 with self._lock:
                     self._running_con = con
+            # The reads go in front of the fragment as CTEs (one statement, where two
+            # views per table would add two more per task); a fragment with a WITH
+            # of its own gets views.
+            as_views = _WITH.match(spec.sql) is not None
+            ctes: list[tuple[str, str]] = []
             for name, columns, splits in scans:
-                if sqls[name] is not None:
-                    con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(name)} AS {sqls[name]}")
+                read = sqls[name]
+                if read is None:
+                    self._register(con, name, _read_scan(columns, splits), registered)
+                elif as_views:
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(name)} AS {read}")
                     views.append(name)
                 else:
-                    self._register(con, name, _read_scan(columns, splits), registered)
+                    ctes.append((name, read))
             for inp in spec.inputs:
                 self._check_cancelled()
                 self._register(con, inp.name, self._read_input(inp), registered)
@@ -175,7 +187,7 @@ class TaskRunner:
             target = writer or self.writer
             if target is None:
                 raise TypeError("TaskRunner.run needs a writer: none given and none by default")
-            return self._execute(con, spec, target)
+            return self._execute(con, spec, target, ctes)
         except TaskCancelledError:
             raise
         except Exception as exc:
@@ -330,7 +342,11 @@ class TaskRunner:
     # ---------------------------------------------------------------- output
 
     def _execute(
-        self, con: duckdb.DuckDBPyConnection, spec: TaskSpec, writer: ShuffleWriter
+        self,
+        con: duckdb.DuckDBPyConnection,
+        spec: TaskSpec,
+        writer: ShuffleWriter,
+        ctes: Sequence[tuple[str, str]] = (),
     ) -> tuple[PartitionOutput, ...]:
         output = spec.output
         if output.kind is OutputKind.HASH and output.partitions > 1:
@@ -339,6 +355,8 @@ class TaskRunner:
             # SINGLE runs the fragment untouched: wrapping it in a subquery
             # could lose its ORDER BY.
             sql, partitions = spec.sql, 1
+        if ctes:
+            sql = "WITH " + ", ".join(f"{_quote(n)} AS ({s})" for n, s in ctes) + "\n" + sql
         relation = con.sql(sql)
         if relation is None:
             raise TaskFailedError(QueryError(f"the fragment is not a query: {spec.sql!r}"))
