@@ -377,6 +377,15 @@ CASES: list[Case] = [
         "exists_with_aggregate_is_always_true",
         "SELECT k FROM l WHERE EXISTS (SELECT COUNT(*) FROM r WHERE r.k = l.k)",
     ),
+    # the far side of a semi / anti join first reduced by the kept side's keys
+    Case(
+        "exists_reduced_far_side",
+        "SELECT d.dept, d.floor FROM dept d WHERE EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.dept AND e.id <> d.floor AND e.salary > 1000)",
+    ),
+    Case(
+        "not_exists_reduced_far_side",
+        "SELECT d.dept, d.floor FROM dept d WHERE NOT EXISTS (SELECT 1 FROM emp e WHERE e.dept = d.dept AND e.bonus IS NOT NULL)",
+    ),
     Case(
         "exists_tpch_anti",
         "SELECT COUNT(*) AS n FROM customer WHERE NOT EXISTS (SELECT 1 FROM orders WHERE o_custkey = c_custkey)",

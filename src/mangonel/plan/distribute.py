@@ -94,6 +94,10 @@ A/B, ``benchmarks/ab.py``); at 1.5 it shuffles the filtered lineitem to meet ord
 750k) orders are better broadcast (0.65 -> 0.75 s)."""
 
 
+REDUCE_RATIO = 4.0
+"""The far side of a semi / anti join is first reduced by the kept side's keys when it
+is estimated this many times bigger (``Distributor._reduce_by_keys``)."""
+
 TINY_SCAN_BYTES = 2 * 1024 * 1024
 """A table this small is scanned by the tasks that join it even where they wait for
 other stages: its scan costs less than a stage's round trip."""
@@ -253,8 +257,7 @@ class Distributor:
             return False
         scans = [source.scan, *(s for s, _ in source.side_scans)]
         read = sum(
-            self._catalog[s.table].row_width(s.columns) * self._catalog[s.table].rows
-            for s in scans
+            self._catalog[s.table].row_width(s.columns) * self._catalog[s.table].rows for s in scans
         )
         if target.inputs and read > TINY_SCAN_BYTES:
             # The target waits for other stages anyway; a stage of its own scans
@@ -582,6 +585,9 @@ class Distributor:
         can_bcast_right = inner or kind in (JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
         if not n.left_keys:
             return self._join_without_keys(n, left, right, out)
+        reduced = kind in (JoinKind.SEMI, JoinKind.ANTI) and self._reducible(n, left, right)
+        if reduced:
+            left, right = self._reduce_by_keys(n, left, right)
         lk: list[exp.Expr] | None = None
         left_moves = right_moves = True
         if left.hash_keys or right.hash_keys:
@@ -600,7 +606,8 @@ class Distributor:
         if inner and left.est <= min(self._broadcast, right.est):
             options.append((BROADCAST_COST * left.est * right.tasks, "left"))
         choice = min(options, key=lambda o: o[0])[1]
-        if n.broadcast_right and can_bcast_right and right.est <= self._broadcast:
+        if (n.broadcast_right or reduced) and can_bcast_right and right.est <= self._broadcast:
+            # A reduced far side meets the kept side, read whole by one task, there.
             choice = "right"
         if choice == "right":
             read = self.join_in(left, right)
@@ -629,6 +636,39 @@ class Distributor:
         joined = self._colocated_join(n, left, right, lk)
         joined.est = out
         return joined
+
+    def _reducible(self, n: Join, left: Frag, right: Frag) -> bool:
+        """A semi / anti join whose kept side is small next to the other one."""
+        return (
+            not n.broadcast_right
+            and left.est <= self._broadcast
+            and left.est * REDUCE_RATIO <= right.est
+        )
+
+    def _reduce_by_keys(self, n: Join, left: Frag, right: Frag) -> tuple[Frag, Frag]:
+        """Semi-join reduction of the far side of a semi / anti join.
+
+        Which rows of ``left`` have a match is all a semi (anti) join asks, so
+        ``left`` cannot be broadcast into ``right``'s tasks; but rows of ``right``
+        whose keys no row of ``left`` has can match nothing. ``left`` becomes a
+        stage of its own, broadcast into ``right``'s tasks, which keep only the
+        rows that may match before anything moves (TPC-H q21: the line items of
+        the orders of one nation's suppliers, not all of ``lineitem``), and read
+        whole by the join itself.
+        """
+        read, stage = self.finish(left, OutputSpec(OutputKind.SINGLE), "")
+        inp = StageInput(read.name, stage.id, InputMode.ALL)
+        right.inputs[inp.name] = inp
+        right.node = Join(
+            right.node,
+            read,
+            JoinKind.SEMI,
+            [k.copy() for k in n.right_keys],
+            [k.copy() for k in n.left_keys],
+        )
+        size = self._estimator.size
+        right.est *= min(1.0, size(n.left).rows / max(1.0, size(n.right).rows))
+        return Frag(read, 1, left.est, inputs={inp.name: inp}, single=True), right
 
     def _join_without_keys(self, n: Join, left: Frag, right: Frag, out: float) -> Frag:
         """A join on no equality: some side must meet all of the other."""

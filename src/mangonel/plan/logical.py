@@ -253,9 +253,7 @@ def required_columns(root: Node) -> dict[int, set[Ref]]:
         elif isinstance(node, Aggregate):
             visit(node.child, refs(*(e for _, e in node.groups + node.aggs), node.grouping))
         elif isinstance(node, Project):
-            visit(
-                node.child, refs(*(e for n, e in node.items if (node.qualifier, n) in need))
-            )
+            visit(node.child, refs(*(e for n, e in node.items if (node.qualifier, n) in need)))
         elif isinstance(node, Window):
             mine = set(node.child.outputs())
             visit(node.child, {r for r in need if r in mine} | refs(*(e for _, e in node.funcs)))
