@@ -415,6 +415,25 @@ CASES: list[Case] = [
         "or_volatile_left_alone",
         "SELECT COUNT(*) AS n FROM emp e, dept d WHERE (e.dept = d.dept AND random() < 2) OR (e.dept = d.dept AND random() < 2)",
     ),
+    # --- a CTE read more than once is computed once (one stage, several readers)
+    Case(
+        "cte_twice_with_other_filters",
+        "WITH d AS (SELECT dept, SUM(salary) AS total, COUNT(*) AS n FROM emp GROUP BY dept) SELECT a.dept, a.total, b.n FROM d AS a JOIN d AS b ON a.dept = b.dept WHERE a.total > 100000 AND b.n > 1",
+    ),
+    Case(
+        "cte_in_query_and_scalar_subquery",
+        "WITH d AS (SELECT dept, SUM(salary) AS total FROM emp GROUP BY dept) SELECT dept, total FROM d WHERE total = (SELECT MAX(total) FROM d)",
+    ),
+    Case(
+        # the shared aggregate is joined to a filtered table: no reduction may
+        # drop the groups its other reader needs
+        "cte_shared_aggregate_not_reduced",
+        "WITH d AS (SELECT dept, MAX(salary) AS top FROM emp GROUP BY dept) SELECT x.dept, x.top, (SELECT COUNT(*) FROM d) AS groups FROM d AS x JOIN dept ON dept.dept = x.dept WHERE dept.floor = 3",
+    ),
+    Case(
+        "cte_of_a_join_read_twice",
+        "WITH p AS (SELECT e.id, e.dept, d.floor FROM emp e JOIN dept d ON e.dept = d.dept) SELECT p1.id, p2.id AS other FROM p AS p1 JOIN p AS p2 ON p1.floor = p2.floor AND p1.id < p2.id WHERE p1.id < 20",
+    ),
     # --- correlated subqueries
     Case(
         "correlated_scalar_select",

@@ -54,3 +54,14 @@ def test_a_column_only_a_filter_reads_stays_in_its_stage(catalog: dict[str, Tabl
     (orders,) = [s for s in plan.stages if s.scan is not None and s.scan.table == "orders"]
     assert "o_comment" in orders.scan.columns
     assert orders.columns == ("orders.o_orderkey", "orders.o_custkey")
+
+
+def test_q15_computes_its_revenue_view_once(catalog: dict[str, Table]) -> None:
+    # revenue0 (a CTE that aggregates lineitem) is read by the query and by its
+    # MAX subquery: one stage computes it, both read its output.
+    plan = plan_query(tpch_query(15), catalog, PlannerConfig(split_rows=100_000))
+    lineitem = [s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem"]
+    assert len(lineitem) == 1
+    (aggregate,) = [s for s in plan.stages if lineitem[0].id in s.upstream]
+    readers = [s for s in plan.stages if aggregate.id in s.upstream]
+    assert len(readers) == 2, [s.label for s in plan.stages]

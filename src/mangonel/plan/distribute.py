@@ -157,6 +157,13 @@ class Distributor:
         self._types: dict[int, dict[Ref, str]] = {}
         self._subquery_stages: dict[str, StageId] = {}
         self._needed: dict[int, set[Ref]] = {}
+        self._analyzed = False
+        self._shared: set[int] = set()
+        """Nodes with more than one parent (a CTE read twice), by ``id``."""
+        self._under_shared: set[int] = set()
+        """Shared nodes and every node under them: planned once, never changed."""
+        self._materialized: dict[int, tuple[Frag, StageRead, StageInput]] = {}
+        """Shared nodes closed into a stage: the fragment as it was, and how to read it."""
 
     # ------------------------------------------------------------ stages
 
@@ -314,14 +321,60 @@ class Distributor:
 
     def plan_tree(self, root: Node) -> Frag:
         """Plan a tree: the query, or a subquery of it."""
-        self._needed.update(required_columns(root))
+        if not self._analyzed:
+            # The query and its subqueries at once: a node they share (a CTE read
+            # in both) is computed once, with the columns all its readers need.
+            self._analyzed = True
+            parents: dict[int, int] = {}
+            for tree in [root, *self._subqueries.values()]:
+                for ref, cols in required_columns(tree).items():
+                    self._needed[ref] = self._needed.get(ref, set()) | cols
+                _count_parents(tree, parents)
+            self._shared = {k for k, n in parents.items() if n > 1}
+            for tree in [root, *self._subqueries.values()]:
+                for node in _walk(tree):
+                    if id(node) in self._shared:
+                        self._under_shared.update(id(n) for n in _walk(node))
         return self.plan(root)
 
     def plan(self, node: Node) -> Frag:
+        if id(node) in self._materialized:
+            return self._read_materialized(node)
         method = getattr(self, f"_{type(node).__name__.lower()}")
         frag: Frag = method(node)
         frag.needed = self._needed.get(id(node))
+        if id(node) in self._shared:
+            return self._materialize(node, frag)
         return frag
+
+    def _materialize(self, node: Node, f: Frag) -> Frag:
+        """Close a node several parents read (a CTE that aggregates, read twice) into a
+        stage of its own, which each of them reads: partitioned as the node was (task
+        i of a reader reads partition i), else whole, in one task.
+        """
+        if f.hash_keys is not None and not f.single:
+            mapping = {r: exp.column(phys(r), quoted=True) for r in f.node.outputs()}
+            keys = tuple(sql(rewrite(k, mapping)) for k in f.hash_keys)
+            out = OutputSpec(OutputKind.HASH, f.tasks, keys)
+            read, inp = self._read(f, out, InputMode.PARTITION)
+            kept = Frag(read, f.tasks, f.est, hash_keys=f.hash_keys, needed=f.needed)
+        else:
+            read, inp = self._read(f, OutputSpec(OutputKind.SINGLE), InputMode.ALL)
+            kept = Frag(read, 1, f.est, single=True, needed=f.needed)
+        self._materialized[id(node)] = (kept, read, inp)
+        return self._read_materialized(node)
+
+    def _read_materialized(self, node: Node) -> Frag:
+        f, read, inp = self._materialized[id(node)]
+        return Frag(
+            read,
+            f.tasks,
+            f.est,
+            inputs={inp.name: inp},
+            hash_keys=[k.copy() for k in f.hash_keys] if f.hash_keys is not None else None,
+            single=f.single,
+            needed=f.needed,
+        )
 
     def _attach_subqueries(self, f: Frag, exprs: list[exp.Expr | None]) -> None:
         for e in exprs:
@@ -516,8 +569,8 @@ class Distributor:
         small side is then broadcast into the aggregate's scan.
         """
         agg, groups = _groups_under(side)
-        if agg is None or agg.grouping is not None:
-            return
+        if agg is None or agg.grouping is not None or id(agg) in self._under_shared:
+            return  # a shared aggregate: its other readers need all of its groups
         reduced = (
             isinstance(agg.child, Join)
             and agg.child.kind is JoinKind.SEMI
@@ -783,6 +836,14 @@ def _filtered_scan(node: Node, alias: str) -> tuple[Scan, list[exp.Expr]] | None
             node = node.left  # the right side's rows do not all reach the output
         else:
             return None
+
+
+def _count_parents(node: Node, parents: dict[int, int]) -> None:
+    """Add how many parents each node under ``node`` has (each subtree walked once)."""
+    for child in node.children():
+        parents[id(child)] = parents.get(id(child), 0) + 1
+        if parents[id(child)] == 1:
+            _count_parents(child, parents)
 
 
 def _walk(node: Node) -> list[Node]:

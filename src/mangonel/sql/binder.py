@@ -222,6 +222,10 @@ class Binder:
         self.subqueries: dict[str, Node] = {}
         """Uncorrelated subqueries used inside expressions, by placeholder name."""
         self.estimator = Estimator(catalog, self.subqueries)
+        self._ctes: dict[int, tuple[Node, list[str]]] = {}
+        """Bound CTEs that aggregate, by their query's id: read twice, such a CTE is
+        one node under two names, which the distributor computes once. Others are
+        bound again for each reader, so that each reader's filters reach its scans."""
 
     def _qualifier(self, prefix: str) -> str:
         return f"_{prefix}{next(self._ids)}"
@@ -299,7 +303,13 @@ class Binder:
         alias = item.alias_or_name
         if isinstance(item, exp.Table):
             if item.name in ctes:
-                node, names = self._query(ctes[item.name], ctes)
+                query = ctes[item.name]
+                if id(query) in self._ctes:
+                    node, names = self._ctes[id(query)]
+                else:
+                    node, names = self._query(query, ctes)
+                    if any(isinstance(n, _COMPUTED) for n in _nodes(node)):
+                        self._ctes[id(query)] = (node, names)
                 return _Source(self._rename(node, names, alias), {alias})
             if item.name not in self._tables:
                 raise Unsupported(f"unknown source {item.name}")
@@ -758,6 +768,15 @@ class Binder:
 
 
 # ------------------------------------------------------------------- helpers
+
+_COMPUTED = (Aggregate, Distinct, Window, SetOp)
+"""Operators whose result a CTE read twice is worth computing once."""
+
+
+def _nodes(node: Node) -> Iterator[Node]:
+    yield node
+    for child in node.children():
+        yield from _nodes(child)
 
 
 def _unwrap(e: exp.Expr) -> list[exp.Expr]:
