@@ -48,7 +48,10 @@ def test_splits_never_cut_a_row_group_and_cover_every_row(tmp_path: Path) -> Non
     pq.write_table(pa.table({"x": list(range(1000))}), path, row_group_size=100)
     table = load_table("t", str(path))
     splits = table.splits(250)
-    assert [sum(s.rows for s in task) for task in splits] == [200, 200, 200, 200, 200]
+    # ceil(1000 / 250) = 4 tasks, as even as whole row groups allow
+    assert [sum(s.rows for s in task) for task in splits] == [200, 300, 200, 300]
     groups = [rg for task in splits for s in task for rg in s.row_groups]
     assert groups == list(range(10))
     assert len(table.splits(10_000)) == 1
+    assert [sum(s.rows for s in task) for task in table.splits(500)] == [500, 500]
+    assert len(table.splits(1)) == 10  # never more tasks than row groups
