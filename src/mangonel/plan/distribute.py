@@ -173,7 +173,7 @@ class Distributor:
         outputs = f.node.outputs()
         if f.needed is not None and f.needed <= set(outputs):
             # Only what the plan above reads crosses the exchange (TPC-H q13 shipped
-            # o_comment, which only its scan's filter reads: 101 MB -> 19 MB).
+            # o_comment, which only its scan's filter reads: 101 MB -> 25 MB).
             keep = [r for r in outputs if r in f.needed] or outputs[:1]
             if len(keep) < len(outputs):
                 f.node = Keep(f.node, keep)

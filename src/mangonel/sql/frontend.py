@@ -38,7 +38,8 @@ DEFAULT_DIALECT = "duckdb"
 # The optimizer rules we rely on are listed in ``optimize_query``, in sqlglot's
 # order. Left out on purpose: canonicalize/annotate_types/simplify rewrite
 # expressions in ways that do not change what a stage must compute, and they
-# cost planning time.
+# cost planning time (``simplify`` runs only where ``pushdown_predicates`` calls
+# it, and on constant arithmetic in the conditions of a one-SELECT query).
 
 # Function names that read files, the environment or DuckDB's own state.
 _FORBIDDEN_FUNCTION = re.compile(
