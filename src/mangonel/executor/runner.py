@@ -4,10 +4,10 @@ A ``TaskRunner`` is one task slot of an executor. It owns one DuckDB database
 (so ``memory_limit`` and ``threads`` are per slot, and a slot spills into its
 own ``temp_directory``) and runs one ``TaskSpec`` at a time:
 
-1. register the inputs under their names: the scan's Parquet splits and the
-   small tables the task reads whole (each a view over DuckDB's own Parquet
-   reader, only the needed columns and the split's row groups, so the
-   fragment's filters and projections reach the reader) and
+1. make the inputs readable under their names: the scan's Parquet splits and
+   the small tables the task reads whole (each a CTE in front of the fragment
+   over DuckDB's own Parquet reader, only the needed columns and the split's
+   row groups, so the fragment's filters and projections reach the reader) and
    every upstream stage's partitions (read with the ``ShuffleReader``:
    memory-mapped or over Flight);
 2. run the fragment and stream its result as Arrow batches;
@@ -21,7 +21,7 @@ external access (no file, network or extension access from SQL; registered
 Arrow tables still work) and locks the configuration (no ``SET`` from SQL).
 A task that scans runs in a second database of the slot, locked the same way
 but allowed (``allowed_paths``) to read exactly the Parquet files of its
-tables, kept for the next task over the same files (opening a database costs
+tables, kept for the next task over the same set of files (opening a database costs
 about 20 ms): its SQL can reach those files and no other, and those it may
 read anyway.
 
