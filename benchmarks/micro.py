@@ -13,7 +13,8 @@ is those bytes over the job's time on the scheduler, an end-to-end figure that
 includes the Parquet scan and the join. Next to it:
 
 - the shuffle machinery alone, in this process: the same volume written through
-  ``ShuffleWriter`` (Arrow IPC + crc32, 4 partitions) and read back through
+  ``ShuffleWriter`` (Arrow IPC + crc32, 4 partitions, in the runner's
+  ``BATCH_ROWS`` batches) and read back through
   ``ShuffleReader`` (memory-mapped, checksum verified), which is what the
   executors do on one host;
 - raw Flight loopback: a ``pyarrow.flight`` server in a child process serving an
@@ -144,6 +145,7 @@ def flight_loopback(nbytes: int, repeat: int = SHUFFLE_REPEAT) -> dict[str, Any]
 
 def shuffle_machinery(table: pa.Table, partitions: int = 4) -> dict[str, Any]:
     """Write ``table`` through ``ShuffleWriter`` as ``partitions`` files, read them back."""
+    from mangonel.executor.runner import BATCH_ROWS
     from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter
     from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
     from mangonel.scheduler.events import PartitionLocation
@@ -159,7 +161,10 @@ def shuffle_machinery(table: pa.Table, partitions: int = 4) -> dict[str, Any]:
             with writer.open(attempt, partitions, table.schema) as sink:
                 step = -(-rows // partitions)
                 for p in range(partitions):
-                    sink.write_table(p, table.slice(p * step, step))
+                    # in the batches a task writes (one 70 MB batch per file
+                    # measured Python's buffer copies and page faults instead)
+                    for batch in table.slice(p * step, step).to_batches(BATCH_ROWS):
+                        sink.write_batch(p, batch)
                 outputs = sink.commit()
             write_times.append(time.perf_counter() - start)
             locations = [
