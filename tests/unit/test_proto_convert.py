@@ -19,6 +19,7 @@ from mangonel.scheduler.events import (
     PartitionOutput,
     QueryError,
     ReleaseOutputs,
+    SideScan,
     TaskSpec,
 )
 
@@ -59,6 +60,25 @@ def _spec(**overrides: object) -> TaskSpec:
         _spec(),
         _spec(scan_name=None, scan_table=None, scan_columns=(), scan_splits=()),
         _spec(scan_name="", output=OutputSpec(OutputKind.SINGLE), inputs=()),
+        _spec(
+            side_scans=(
+                SideScan(
+                    "__scan1", "nation", ("n_nationkey", "n_name"), (FileSplit("/d/n.parquet"),)
+                ),
+                SideScan(
+                    "__scan2", "region", ("r_regionkey",), (FileSplit("/d/r.parquet", (1,), 5, 9),)
+                ),
+            )
+        ),
+        _spec(
+            scan_name=None,
+            scan_table=None,
+            scan_columns=(),
+            scan_splits=(),
+            side_scans=(
+                SideScan("__scan1", "supplier", ("s_suppkey",), (FileSplit("/d/s.parquet"),)),
+            ),
+        ),
     ],
 )
 def test_task_spec_round_trip(spec: TaskSpec) -> None:

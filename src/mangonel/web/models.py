@@ -76,6 +76,9 @@ class StageModel(BaseModel):
     output: str = Field(description="hash(keys) into N partitions, or single")
     inputs: list[StageInputModel]
     scan_table: str | None
+    side_tables: list[str] = Field(
+        default_factory=list, description="small tables every task reads whole"
+    )
     sql: str
     final: bool
 

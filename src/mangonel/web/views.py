@@ -140,6 +140,7 @@ def stage_models(
                     for i in stage.inputs
                 ],
                 scan_table=stage.scan.table if stage.scan is not None else None,
+                side_tables=[s.table for s in stage.side_scans],
                 sql=stage.sql,
                 final=stage is plan.final,
             )

@@ -13,6 +13,7 @@ function fact(n, label, cls) {
 function reads(s) {
   const parts = [];
   if (s.scan_table) parts.push(`table <code>${esc(s.scan_table)}</code>`);
+  for (const t of s.side_tables || []) parts.push(`table <code>${esc(t)}</code> (whole)`);
   for (const i of s.inputs) {
     const how = i.mode === "partition" ? "hash exchange" : (s.num_tasks > 1 ? "broadcast" : "gather");
     parts.push(`stage ${esc(i.stage)} (${esc(how)})`);
