@@ -55,6 +55,7 @@ from mangonel.plan.logical import (
     Window,
     phys,
     required_columns,
+    walk,
 )
 from mangonel.plan.physical import (
     FileSplit,
@@ -154,7 +155,6 @@ class Distributor:
         self._ids = itertools.count(1)
         self._qual = itertools.count(1)
         self.stages: list[Stage] = []
-        self._types: dict[int, dict[Ref, str]] = {}
         self._subquery_stages: dict[str, StageId] = {}
         self._needed: dict[int, set[Ref]] = {}
         self._analyzed = False
@@ -275,16 +275,6 @@ class Distributor:
 
     # ------------------------------------------------------------ types
 
-    def types(self, node: Node) -> dict[Ref, str]:
-        if id(node) not in self._types:
-            described = self._oracle.describe(
-                Renderer(expand_reads=True, subqueries=self._subqueries).render(node)
-            )
-            self._types[id(node)] = {
-                r: t for r, (_, t) in zip(node.outputs(), described, strict=True)
-            }
-        return self._types[id(node)]
-
     def expr_types(self, node: Node, exprs: list[exp.Expr]) -> list[str]:
         """DuckDB types of expressions over ``node``'s outputs.
 
@@ -332,9 +322,9 @@ class Distributor:
                 _count_parents(tree, parents)
             self._shared = {k for k, n in parents.items() if n > 1}
             for tree in [root, *self._subqueries.values()]:
-                for node in _walk(tree):
+                for node in walk(tree):
                     if id(node) in self._shared:
-                        self._under_shared.update(id(n) for n in _walk(node))
+                        self._under_shared.update(id(n) for n in walk(node))
         return self.plan(root)
 
     def plan(self, node: Node) -> Frag:
@@ -575,7 +565,7 @@ class Distributor:
             isinstance(agg.child, Join)
             and agg.child.kind is JoinKind.SEMI
             and any(
-                isinstance(x, Scan) and x.alias.startswith("_sj") for x in _walk(agg.child.right)
+                isinstance(x, Scan) and x.alias.startswith("_sj") for x in walk(agg.child.right)
             )
         )
         if reduced:
@@ -846,10 +836,6 @@ def _count_parents(node: Node, parents: dict[int, int]) -> None:
             _count_parents(child, parents)
 
 
-def _walk(node: Node) -> list[Node]:
-    return [node, *(n for c in node.children() for n in _walk(c))]
-
-
 def _same(a: list[exp.Expr], b: list[exp.Expr]) -> bool:
     return len(a) == len(b) and all(x == y for x, y in zip(a, b, strict=True))
 
@@ -918,11 +904,11 @@ def describe(node: Node) -> str:
     """A short label of what a stage does, e.g. ``scan lineitem → join → partial aggregate``."""
     words: list[str] = []
 
-    def walk(n: Node) -> None:
+    def visit(n: Node) -> None:
         if isinstance(n, StageRead):
             return
         for c in n.children():
-            walk(c)
+            visit(c)
         if isinstance(n, Scan):
             words.append(f"scan {n.table}" + (" (filtered)" if n.filter is not None else ""))
         elif isinstance(n, Join):
@@ -934,5 +920,5 @@ def describe(node: Node) -> str:
         elif isinstance(n, (Window, Distinct, SetOp, Opaque, Values)):
             words.append(type(n).__name__.lower() if not isinstance(n, Opaque) else "whole query")
 
-    walk(node)
+    visit(node)
     return " → ".join(words) or "read"

@@ -15,6 +15,7 @@ In a stage's SQL each Ref becomes one column named ``"qualifier.name"``.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -223,6 +224,13 @@ class Keep(Node):
 
     def children(self) -> list[Node]:
         return [self.child]
+
+
+def walk(node: Node) -> Iterator[Node]:
+    """``node`` and every node under it, parents first."""
+    yield node
+    for child in node.children():
+        yield from walk(child)
 
 
 def required_columns(root: Node) -> dict[int, set[Ref]]:

@@ -38,6 +38,7 @@ from mangonel.plan.logical import (
     Sort,
     Values,
     Window,
+    walk,
 )
 
 
@@ -308,7 +309,7 @@ class Binder:
                     node, names = self._ctes[id(query)]
                 else:
                     node, names = self._query(query, ctes)
-                    if any(isinstance(n, _COMPUTED) for n in _nodes(node)):
+                    if any(isinstance(n, _COMPUTED) for n in walk(node)):
                         self._ctes[id(query)] = (node, names)
                 return _Source(self._rename(node, names, alias), {alias})
             if item.name not in self._tables:
@@ -771,12 +772,6 @@ class Binder:
 
 _COMPUTED = (Aggregate, Distinct, Window, SetOp)
 """Operators whose result a CTE read twice is worth computing once."""
-
-
-def _nodes(node: Node) -> Iterator[Node]:
-    yield node
-    for child in node.children():
-        yield from _nodes(child)
 
 
 def _unwrap(e: exp.Expr) -> list[exp.Expr]:
