@@ -583,6 +583,47 @@ def test_task_databases_keep_the_planners_join_order(tmp_path: Path) -> None:
     assert "nationkey" in second
 
 
+def _operators(con: duckdb.DuckDBPyConnection, sql: str) -> list[tuple[int, str]]:
+    """(depth, operator) of DuckDB's plan of ``sql``, root first."""
+    (node,) = json.loads(con.execute("EXPLAIN (FORMAT json) " + sql).fetchall()[0][1])
+    found: list[tuple[int, str]] = []
+
+    def walk(n: dict[str, Any], depth: int) -> None:
+        found.append((depth, n["name"]))
+        for child in n.get("children", []):
+            walk(child, depth + 1)
+
+    walk(node, 0)
+    return found
+
+
+def test_task_databases_aggregate_after_the_join(tmp_path: Path) -> None:
+    # TPC-H q18's lineitem task in miniature: many rows joined to a few broadcast
+    # keys, then grouped. DuckDB's partial aggregate pushdown groups all the rows
+    # before the join; a task's database joins first (the join keeps few rows).
+    sql = (
+        "SELECT t.k, t.price, sum(t.qty) FROM (SELECT l.*, r.* FROM li AS l "
+        "JOIN o AS r ON l.orderkey = r.k) AS t GROUP BY t.k, t.price"
+    )
+
+    def plan(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str]]:
+        con.register(
+            "li", pa.table({"orderkey": [i // 4 for i in range(200_000)], "qty": range(200_000)})
+        )
+        con.register("o", pa.table({"k": list(range(0, 50_000, 1000)), "price": range(50)}))
+        return _operators(con, sql)
+
+    def groups_below_join(ops: list[tuple[int, str]]) -> bool:
+        join = min(depth for depth, name in ops if name == "HASH_JOIN")
+        return any(name == "HASH_GROUP_BY" and depth > join for depth, name in ops)
+
+    assert groups_below_join(plan(duckdb.connect()))  # the trap is real
+    locked = runner_mod._locked_connection(str(tmp_path / "spill"), None, 1)
+    ops = plan(locked)
+    assert not groups_below_join(ops)
+    assert [name for _, name in ops].count("HASH_GROUP_BY") == 1
+
+
 def test_side_scans_are_read_whole_by_the_task_next_to_its_split(
     runner: TaskRunner, data: list[str], tmp_path: Path
 ) -> None:

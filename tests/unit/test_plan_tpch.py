@@ -50,7 +50,7 @@ def test_plan_answers_like_duckdb(
     plan = plan_query(sql, catalog, CONFIGS[config])
     assert not plan.notes, f"q{number} fell back: {plan.notes}"
     actual = run_plan(plan)
-    expected = duckdb_ref.execute(sql).to_arrow_table()
+    expected = duckdb_ref.sql(sql).to_arrow_table()
     order_by = TPCH_ORDER_BY[number]
     assert_same_result(actual, expected, ordered=bool(order_by), order_by=order_by)
 

@@ -540,12 +540,20 @@ class Binder:
         items = list(group)
         for s in items:
             self._apply_ready(s, conds)
+        # Each equality's two sides' aliases, once (the pair loop asks often: q8).
+        sides = {
+            id(c): (qualifiers(c.left), qualifiers(c.right)) for c in conds if isinstance(c, exp.EQ)
+        }
         while len(items) > 1:
             best: tuple[float, float] | None = None
             pair: tuple[_Source, _Source] | None = None
             for i, a in enumerate(items):
                 for b in items[i + 1 :]:
-                    keys = [c for c in conds if _is_equi(c, a.aliases, b.aliases)]
+                    keys = [
+                        c
+                        for c in conds
+                        if id(c) in sides and _sides_join(*sides[id(c)], a.aliases, b.aliases)
+                    ]
                     if not keys:
                         continue
                     lk, rk, _ = _split_keys(keys, a.aliases, b.aliases)
@@ -864,7 +872,11 @@ def _correlated(query: exp.Query) -> bool:
 def _is_equi(c: exp.Expr, left: set[str], right: set[str]) -> bool:
     if not isinstance(c, exp.EQ):
         return False
-    a, b = qualifiers(c.left), qualifiers(c.right)
+    return _sides_join(qualifiers(c.left), qualifiers(c.right), left, right)
+
+
+def _sides_join(a: set[str], b: set[str], left: set[str], right: set[str]) -> bool:
+    """Whether an equality whose sides use aliases ``a`` and ``b`` joins ``left`` to ``right``."""
     return bool(a and b) and ((a <= left and b <= right) or (a <= right and b <= left))
 
 
