@@ -127,7 +127,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="one exchange partition per this many bytes, 0: always --partitions "
         "(scheduler default)",
     )
-    parser.add_argument("--slots", type=int, help="task slots per executor (executor default)")
+    parser.add_argument(
+        "--slots",
+        type=int,
+        help="task slots per executor (default: the cores shared out among them)",
+    )
     parser.add_argument(
         "--threads", type=int, help="DuckDB threads of each mangonel slot (executor default)"
     )

@@ -179,7 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--executors", type=int, default=2, help="executor processes (default 2)")
     p.add_argument("--port", type=int, default=50050, help="scheduler port (default 50050)")
-    p.add_argument("--slots", type=int, help="task slots of each executor")
+    p.add_argument(
+        "--slots",
+        type=int,
+        help="task slots of each executor (default: the host's cores shared out among them)",
+    )
     p.add_argument("--work-dir", help="work directory of the executors and the logs")
     p.add_argument("--heartbeat-timeout", type=float, default=5.0, metavar="S")
     _planner_options(p)
