@@ -338,9 +338,9 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--split-bytes",
         type=int,
-        default=96 * 1024 * 1024,  # PlannerConfig.split_bytes
+        default=192 * 1024 * 1024,  # PlannerConfig.split_bytes
         help="bytes of the scanned columns (in memory) one scan task reads, about: "
-        "250000 to 4000000 rows (default 96 MiB)",
+        "250000 to 4000000 rows (default 192 MiB)",
     )
     p.add_argument(
         "--inline-scan-bytes",
