@@ -154,8 +154,9 @@ class LocalCluster:
             temporary directory (removed on a clean stop) when ``None``.
         slots: Task slots of each executor. ``None``: the host's cores shared out
             among the executors (at least one each), since they all run here; an
-            executor alone on its host takes one per core. Two executors of two
-            slots on two cores ran TPC-H SF1 4 % slower than of one (``ab.py``).
+            executor alone on its host takes one per core. On two cores, two
+            executors of two slots each ran TPC-H SF1 4 % slower than two of one
+            (``benchmarks/ab.py``).
         partitions: The most partitions of a hash exchange; the scheduler's
             default when ``None``. Given without ``partition_bytes``, every
             exchange has exactly this many, as tests want: their data is small
