@@ -200,3 +200,37 @@ def test_q21_reads_only_the_line_items_its_kept_orders_can_match(
         assert any(
             kept.id in s.upstream and "join" in s.label for s in plan.stages if s is not stage
         )
+
+
+def test_a_small_side_that_cuts_a_big_one_is_joined_first(
+    catalog: dict[str, Table], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # q5: lineitem can first meet the suppliers of one region (a fifth of them) or
+    # the year's orders (whose join keeps fewer rows). Both sides are small at
+    # SF 0.1, and the orders go first; at SF10 the orders are 2.3M rows, above
+    # REDUCER_ROWS (too many to broadcast), and lineitem must first be cut by the
+    # suppliers where it is read: here with the threshold scaled down to match.
+    from mangonel.plan.logical import Join, Node, Scan, walk
+    from mangonel.plan.types import oracle_for
+    from mangonel.sql import binder
+    from mangonel.sql.frontend import optimize_query, parse
+
+    def first_partner_of_lineitem() -> set[str]:
+        parsed = parse(tpch_query(5), set(catalog), None)
+        oracle = oracle_for({t: catalog[t] for t in parsed.tables})
+        schema: dict[str, object] = {t: oracle.table_types(t) for t in sorted(parsed.tables)}
+        node, _ = binder.Binder({t: catalog[t] for t in parsed.tables}).bind(
+            optimize_query(parsed.query, schema, parsed.dialect)
+        )
+
+        def tables(n: Node) -> set[str]:
+            return {s.table for s in walk(n) if isinstance(s, Scan)}
+
+        joins = [j for j in walk(node) if isinstance(j, Join)]
+        first = min((j for j in joins if "lineitem" in tables(j)), key=lambda j: len(tables(j)))
+        return tables(first.right) if "lineitem" in tables(first.left) else tables(first.left)
+
+    assert "orders" in first_partner_of_lineitem()
+    monkeypatch.setattr(binder, "REDUCER_ROWS", 5_000)
+    partner = first_partner_of_lineitem()
+    assert "supplier" in partner and "orders" not in partner, partner

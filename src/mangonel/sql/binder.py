@@ -67,6 +67,10 @@ def disjuncts(cond: exp.Expr) -> list[exp.Expr]:
     return [cond]
 
 
+REDUCER_ROWS = 1_000_000
+"""A join side of at most this many estimated rows, a tenth of the other's or less,
+whose join keeps half of the other side or less, is joined before anything else."""
+
 _VOLATILE = (exp.Rand, exp.Randn, exp.Randstr, exp.Uuid, exp.Anonymous)
 """Functions whose value may differ per call (``Anonymous``: any function sqlglot
 does not know, such as ``nextval``): a condition with one is never rewritten."""
@@ -545,7 +549,7 @@ class Binder:
             id(c): (qualifiers(c.left), qualifiers(c.right)) for c in conds if isinstance(c, exp.EQ)
         }
         while len(items) > 1:
-            best: tuple[float, float] | None = None
+            best: tuple[float, float, float] | None = None
             pair: tuple[_Source, _Source] | None = None
             for i, a in enumerate(items):
                 for b in items[i + 1 :]:
@@ -558,7 +562,11 @@ class Binder:
                         continue
                     lk, rk, _ = _split_keys(keys, a.aliases, b.aliases)
                     rows = join_size(size(a.node), size(b.node), list(zip(lk, rk, strict=True)))
-                    score = (rows.rows, min(size(a.node).rows, size(b.node).rows))
+                    small, big = sorted((size(a.node).rows, size(b.node).rows))
+                    # A join that cuts a big side by a small one runs where the big
+                    # side is read (the small side is broadcast): it goes first.
+                    reducing = small <= min(big / 10, REDUCER_ROWS) and rows.rows <= big / 2
+                    score = (0.0 if reducing else 1.0, rows.rows, small)
                     if best is None or score < best:
                         best, pair = score, (a, b)
             if pair is None:
