@@ -497,6 +497,8 @@ class FirstToReach:
         self.extra = extra or {}
         """Handle index -> rules that executor gets besides the freeze rule."""
         self.hit: Hit | None = None
+        self.actions: list[str] = []
+        """What this breakpoint did, in order (the hit, each thaw), for failure messages."""
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="first-to-reach", daemon=True)
@@ -535,15 +537,22 @@ class FirstToReach:
                     self.chaos.spent.add(handle.pid)
                     if self.hit is None:
                         self.hit = Hit(handle, time.monotonic(), handle.id)
+                        self._note(f"hit pid {handle.pid} ({handle.id})")
                         self._arm(with_freeze=False)
                         self.action(handle)
                     elif handle.pid != self.hit.handle.pid:
                         # Reached the point too, or had loaded the rule before it
                         # was cleared: it is not the victim.
+                        self._note(f"thawed pid {handle.pid} ({handle.id})")
                         handle.signal(signal.SIGCONT)
                 time.sleep(_POLL_S)
         except BaseException as exc:  # reported by stop() in the test's thread
             self.error = exc
+
+    def _note(self, what: str) -> None:
+        self.actions.append(
+            f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {what}"
+        )
 
     def require_hit(self) -> Hit:
         """The hit; fails the test when no executor reached the point."""

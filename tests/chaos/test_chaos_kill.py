@@ -93,5 +93,8 @@ def test_kill_two_of_three_in_turn(number: int, healthy: ChaosCluster) -> None:
     assert second.handle.pid != first.pid
     _assert_killed(chaos, second.handle.pid, second.executor_id)
     assert len(chaos.registered()) == 1
-    assert outputs_recomputed(result, stage=1) > 0, result.stages
-    assert tasks_rerun(result, stage=final) > 0, result.stages
+    # The breakpoint's own actions, should a victim have run on (a rare failure
+    # once: the second victim was thawed 1 ms after it stopped, finished the final
+    # task, and the client re-ran the query when the result died with it).
+    assert outputs_recomputed(result, stage=1) > 0, (result.stages, point.actions)
+    assert tasks_rerun(result, stage=final) > 0, (result.stages, point.actions)
