@@ -550,9 +550,9 @@ class FirstToReach:
             self.error = exc
 
     def _note(self, what: str) -> None:
-        self.actions.append(
-            f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {what}"
-        )
+        now = time.time()
+        stamp = time.strftime("%H:%M:%S", time.localtime(now))
+        self.actions.append(f"{stamp}.{int(now * 1000) % 1000:03d} {what}")
 
     def require_hit(self) -> Hit:
         """The hit; fails the test when no executor reached the point."""
