@@ -21,6 +21,11 @@ import pyarrow.parquet as pq
 from mangonel.errors import CatalogError
 from mangonel.plan.physical import FileSplit
 
+Value = int | float | Decimal | dt.date | dt.datetime | str
+
+Range = tuple[int | dt.date, int | dt.date, bool]
+"""A row group's smallest and largest value of a column, and whether it holds NULLs."""
+
 
 @dataclass(frozen=True)
 class RowGroup:
@@ -29,9 +34,10 @@ class RowGroup:
     rows: int
     bytes: int
     """Uncompressed size in memory, from the Parquet footer."""
-
-
-Value = int | float | Decimal | dt.date | dt.datetime | str
+    ranges: Mapping[str, Range] = field(default_factory=dict, hash=False, compare=False)
+    """Per integer or date column whose footer statistics are exact: its range here
+    (the planner joins a table's row groups only with the rows their keys may meet,
+    and aggregates in place where tasks' ranges do not overlap; ``plan.distribute``)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,26 @@ class Table:
         """Estimated Arrow bytes per row of the given columns (at least 1)."""
         fallback = self.bytes / max(1, self.rows) / max(1, len(self.schema.names))
         return max(1.0, sum(self.stats[c].width if c in self.stats else fallback for c in columns))
+
+    @functools.cached_property
+    def _groups_by_file(self) -> dict[str, list[RowGroup]]:
+        by_file: dict[str, list[RowGroup]] = {}
+        for rg in self.row_groups:
+            by_file.setdefault(rg.path, []).append(rg)
+        return by_file
+
+    def groups_of(self, splits: tuple[FileSplit, ...]) -> list[RowGroup]:
+        """The row groups some splits read (a split of no row groups reads its whole file)."""
+        out: list[RowGroup] = []
+        for split in splits:
+            groups = self._groups_by_file.get(split.path, [])
+            wanted = set(split.row_groups)
+            out += [rg for rg in groups if not wanted or rg.index in wanted]
+        return out
+
+    def split_of(self, groups: list[RowGroup]) -> tuple[FileSplit, ...]:
+        """The splits that read exactly ``groups``."""
+        return _merge(groups)
 
     def splits(self, target_rows: int) -> tuple[tuple[FileSplit, ...], ...]:
         """Group row groups into task splits of about ``target_rows`` rows, evenly.
@@ -187,7 +213,7 @@ def load_table(name: str, location: str) -> Table:
         md = meta.metadata
         for i in range(md.num_row_groups):
             rg = md.row_group(i)
-            groups.append(RowGroup(path, i, rg.num_rows, rg.total_byte_size))
+            groups.append(RowGroup(path, i, rg.num_rows, rg.total_byte_size, _ranges(rg)))
             _collect(rg, stats)
     assert schema is not None  # resolve_files never returns an empty tuple
     rows = sum(g.rows for g in groups)
@@ -231,6 +257,23 @@ def _collect(rg: pq.RowGroupMetaData, into: dict[str, _Gathered]) -> None:
             g.high = st.max if g.high is None else max(g.high, st.max)
         except TypeError:  # values of different kinds in different files
             g.ranged = False
+
+
+def _ranges(rg: pq.RowGroupMetaData) -> dict[str, Range]:
+    """Exact ranges of the row group's integer and date columns (see ``RowGroup.ranges``)."""
+    out: dict[str, Range] = {}
+    for i in range(rg.num_columns):
+        chunk = rg.column(i)
+        st = chunk.statistics
+        if st is None or not st.has_min_max or st.null_count is None or rg.num_rows == 0:
+            continue
+        low, high = st.min, st.max
+        if type(low) is not type(high) or not isinstance(low, (int, dt.date)):
+            continue
+        if isinstance(low, (bool, dt.datetime)):
+            continue
+        out[chunk.path_in_schema] = (low, high, st.null_count > 0)
+    return out
 
 
 def _column_stats(kind: pa.DataType, g: _Gathered | None, rows: int) -> ColumnStats:

@@ -35,6 +35,15 @@ def test_tpch_plan_has_several_stages(number: int, session: Any) -> None:
     assert stages > 1, f"q{number:02d} planned as {stages} stage(s):\n{text}"
 
 
+@pytest.mark.parametrize("number", [3, 18])
+def test_tpch_lineitem_tasks_read_their_orders_by_key_range(number: int, session: Any) -> None:
+    """``lineitem`` and ``orders`` are written in order-key order: each lineitem task
+    scans the row groups of orders its keys may meet, and joins and aggregates by
+    order where it reads (the answers are checked above)."""
+    text = session.explain(tpch_query(number))
+    assert "orders" in text and "by join key range: each task its row groups" in text, text
+
+
 @pytest.fixture(scope="module")
 def hash_join_session(module_dir: Any, tpch_tables: dict[str, Any]) -> Any:
     """A second cluster whose planner never broadcasts: every join is a hash shuffle

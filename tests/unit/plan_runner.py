@@ -34,8 +34,8 @@ def run_plan(plan: DistributedPlan) -> pa.Table:
             if stage.scan is not None:
                 con.register(stage.scan.name, _read_split(stage.scan, task))
                 names.append(stage.scan.name)
-            for side in stage.side_scans:  # read whole by every task
-                con.register(side.name, _read_split(side, 0))
+            for side in stage.side_scans:  # one group for every task, or one a task
+                con.register(side.name, _read_split(side, task if len(side.task_splits) > 1 else 0))
                 names.append(side.name)
             for inp in stage.inputs:
                 up = outputs[inp.stage]

@@ -37,10 +37,13 @@ def render(plan: DistributedPlan, with_sql: bool = True) -> str:
                 f"{rows} rows in {len(stage.scan.task_splits)} split(s)"
             )
         for side in stage.side_scans:
-            rows = sum(s.rows for s in side.task_splits[0])
+            rows = sum(s.rows for split in side.task_splits for s in split)
+            how = "whole, in every task"
+            if len(side.task_splits) > 1:
+                how = "by join key range: each task its row groups"
             lines.append(
                 f"  reads  table {side.table} ({', '.join(side.columns)}) as {side.name}: "
-                f"{rows} rows, whole, in every task"
+                f"{rows} rows, {how}"
             )
         for inp in stage.inputs:
             how = (

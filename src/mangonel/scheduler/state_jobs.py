@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.plan.physical import DistributedPlan, InputMode, Stage
+from mangonel.plan.physical import DistributedPlan, FileSplit, InputMode, ScanInput, Stage
 from mangonel.scheduler.events import InputLocations, PartitionLocation, SideScan, TaskSpec
 from mangonel.scheduler.state_views import JobState, JobView, StageView
 
@@ -282,7 +282,8 @@ class JobRecord:
             scan_splits=scan.task_splits[partition] if scan else (),
             inputs=inputs,
             side_scans=tuple(
-                SideScan(s.name, s.table, s.columns, s.task_splits[0]) for s in stage.side_scans
+                SideScan(s.name, s.table, s.columns, _task_splits(s, partition))
+                for s in stage.side_scans
             ),
         )
 
@@ -306,6 +307,11 @@ class JobRecord:
         return self._input_locations(final.id, InputMode.ALL, 0)
 
 
+def _task_splits(scan: ScanInput, partition: int) -> tuple[FileSplit, ...]:
+    """What task ``partition`` reads of a side scan: its own group, or the one of all."""
+    return scan.task_splits[partition if len(scan.task_splits) > 1 else 0]
+
+
 def invalid_plan_reason(plan: DistributedPlan) -> str | None:
     """Why the runtime cannot schedule ``plan``, or ``None`` when it can.
 
@@ -323,8 +329,8 @@ def invalid_plan_reason(plan: DistributedPlan) -> str | None:
         for u in s.upstream:
             if u not in seen:
                 return f"stage {s.id} reads stage {u}, which does not come before it"
-        if any(len(side.task_splits) != 1 for side in s.side_scans):
-            return f"stage {s.id} has a side scan without exactly one group of splits"
+        if any(len(side.task_splits) not in (1, s.num_tasks) for side in s.side_scans):
+            return f"stage {s.id} has a side scan with neither one group of splits nor one a task"
         if s.scan is not None and len(s.scan.task_splits) != s.num_tasks:
             return (
                 f"stage {s.id} has {s.num_tasks} tasks but "
