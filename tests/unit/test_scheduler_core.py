@@ -12,8 +12,8 @@ import pytest
 
 from mangonel.errors import JobCancelledError, MangonelError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
+from mangonel.plan import planner as planner_module
 from mangonel.plan.physical import DistributedPlan, OutputKind, OutputSpec, Stage
-from mangonel.scheduler import core as core_module
 from mangonel.scheduler import service as service_module
 from mangonel.scheduler.core import CoreConfig, SchedulerCore
 from mangonel.scheduler.events import (
@@ -92,7 +92,7 @@ class ScriptedState:
 
 @pytest.fixture
 def shell(monkeypatch: pytest.MonkeyPatch) -> tuple[SchedulerCore, ScriptedState]:
-    monkeypatch.setattr(core_module, "plan_query", lambda *args: PLAN)
+    monkeypatch.setattr(planner_module, "plan_query", lambda *args: PLAN)
     state = ScriptedState()
     return SchedulerCore(state), state
 

@@ -189,6 +189,29 @@ def test_metrics_count_what_a_query_did(
         assert ("mangonel_executors_lost_total", (("reason", reason),)) in after
 
 
+def test_the_same_query_again_reuses_its_plan_until_a_table_changes(
+    cluster: LocalCluster, web_data: Path, reference: duckdb.DuckDBPyConnection
+) -> None:
+    url = cluster.web_url
+    sql = "SELECT l_returnflag, count(*) AS n FROM lineitem WHERE l_quantity < 17 GROUP BY 1"
+    expected = reference.sql(sql).to_arrow_table()
+
+    def planned(how: str) -> float:
+        return metrics(url)[("mangonel_plans_total", (("cache", how),))]
+
+    with cluster.connect() as session:
+        counts = []
+        for again in (False, True, False):
+            if not again:
+                # The same file registered again is a new table: its plans are stale.
+                session.register_parquet("lineitem", str(web_data / "lineitem.parquet"))
+            before = planned("hit"), planned("miss")
+            result = session.sql(sql)
+            assert_same_result(result.to_arrow(), expected, ordered=False)
+            counts.append((planned("hit") - before[0], planned("miss") - before[1]))
+    assert counts == [(0, 1), (1, 0), (0, 1)]
+
+
 def test_unknown_job_is_404(cluster: LocalCluster) -> None:
     status, content_type, body = get(f"{cluster.web_url}/api/jobs/nosuchjob")
     assert status == 404 and "nosuchjob" in body.decode()
@@ -239,6 +262,19 @@ def test_stages_name_the_small_tables_they_read_whole(work_dir: Path, web_data: 
     assert {"region", "nation"} <= sides, plan["stages"]
     for table in sides:
         assert f"reads  table {table} (" in text
+
+
+def test_stages_name_the_tables_their_tasks_read_by_key_range(cluster: LocalCluster) -> None:
+    # q5's lineitem tasks (9 of them here) each scan the orders row groups their
+    # order keys may meet; the API lists orders apart from the tables read whole.
+    status, plan = post_json(f"{cluster.web_url}/api/explain", {"sql": tpch_query(5)})
+    assert status == 200, plan
+    (stage,) = [s for s in plan["stages"] if s["ranged_tables"]]
+    assert stage["scan_table"] == "lineitem" and stage["ranged_tables"] == ["orders"]
+    assert "orders" not in stage["side_tables"]
+    with cluster.connect() as session:
+        text = session.explain(tpch_query(5))
+    assert "reads  table orders (" in text and "by join key range" in text
 
 
 def test_every_tpch_plan_is_drawn(cluster: LocalCluster) -> None:

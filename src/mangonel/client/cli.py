@@ -350,6 +350,13 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
         "instead of in a stage of its own, when its columns' bytes times those tasks "
         "are at most this many (default 8 MiB); 0: never",
     )
+    p.add_argument(
+        "--plan-cache",
+        type=int,
+        default=256,  # CoreConfig.plan_cache
+        help="plans of recent queries kept, so the same SQL sent again is not planned "
+        "again until a table is registered or dropped (default 256); 0: plan every query",
+    )
 
 
 # ---------------------------------------------------------------------- commands
@@ -368,6 +375,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             split_rows=args.split_rows,
             split_bytes=args.split_bytes,
             inline_scan_bytes=args.inline_scan_bytes,
+            plan_cache=args.plan_cache,
             heartbeat_timeout_s=args.heartbeat_timeout,
             no_executor_grace_s=args.grace,
             max_task_attempts=args.max_task_attempts,
@@ -434,6 +442,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         scheduler_args=("--split-bytes", str(args.split_bytes))
         + ("--inline-scan-bytes", str(args.inline_scan_bytes))
+        + ("--plan-cache", str(args.plan_cache))
         + (("--split-rows", str(args.split_rows)) if args.split_rows else ()),
         web_port=_web_port(args),
     )

@@ -56,7 +56,7 @@ from mangonel.errors import (
 )
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
-from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.plan.planner import PlanCache, PlannerConfig
 from mangonel.scheduler.crash import CrashPoints
 from mangonel.scheduler.events import (
     CancelTask,
@@ -153,6 +153,8 @@ class CoreConfig:
 
     Attributes:
         planner: Passed to ``plan_query`` for every job.
+        plan_cache: Plans of recent queries kept for the same SQL sent again
+            (``plan.planner.PlanCache``); 0 plans every query afresh.
         limits: Given to the state machine; the shell reads the heartbeat timeout.
         tick_interval_s: How often time passes for the state machine.
         result_ttl_s: A result no client released is deleted after this long.
@@ -163,6 +165,7 @@ class CoreConfig:
     """
 
     planner: PlannerConfig = field(default_factory=PlannerConfig)
+    plan_cache: int = 256
     limits: Limits = field(default_factory=Limits)
     tick_interval_s: float = 0.25
     result_ttl_s: float = 600.0
@@ -222,6 +225,7 @@ class SchedulerCore:
         self._ticker: threading.Thread | None = None
         # Attempt history, counters and bytes held, for the web UI and /metrics.
         self.telemetry = Telemetry(keep_jobs=self.config.keep_jobs)
+        self.plans = PlanCache(self.config.plan_cache)
 
     # ------------------------------------------------------------- life cycle
 
@@ -778,7 +782,7 @@ class SchedulerCore:
     # ------------------------------------------------------------------- jobs
 
     def explain(self, sql: str, dialect: str | None = None) -> str:
-        plan = plan_query(sql, self.catalog.snapshot(), self.config.planner, dialect)
+        plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
         return render(plan)
 
     def submit(self, sql: str, dialect: str | None = None, request_id: str = "") -> JobRecord:
@@ -795,7 +799,7 @@ class SchedulerCore:
                 for existing in self._jobs.values():
                     if existing.request_id == request_id:
                         return existing
-        plan = plan_query(sql, self.catalog.snapshot(), self.config.planner, dialect)
+        plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
         with self._lock:
             if request_id:
                 for existing in self._jobs.values():

@@ -63,6 +63,7 @@ class SchedulerConfig:
         split_bytes: Bytes of scanned columns (in memory) a scan task reads, about.
         inline_scan_bytes: A small broadcast table is scanned by each task that
             joins it when its columns' bytes times those tasks are at most this.
+        plan_cache: Plans of recent queries kept for the same SQL sent again; 0: none.
         heartbeat_timeout_s: An executor silent this long is lost.
         no_executor_grace_s: A job with no executor for this long fails.
         max_task_attempts: Attempts of one task before its job fails.
@@ -93,6 +94,7 @@ class SchedulerConfig:
     split_rows: int | None = None
     split_bytes: int = PlannerConfig.split_bytes
     inline_scan_bytes: int = PlannerConfig.inline_scan_bytes
+    plan_cache: int = CoreConfig.plan_cache
     heartbeat_timeout_s: float = 10.0
     no_executor_grace_s: float = 30.0
     max_task_attempts: int = 4
@@ -116,6 +118,7 @@ class SchedulerConfig:
                 split_bytes=self.split_bytes,
                 inline_scan_bytes=self.inline_scan_bytes,
             ),
+            plan_cache=self.plan_cache,
             limits=Limits(
                 max_task_attempts=self.max_task_attempts,
                 max_stage_reruns=self.max_stage_reruns,

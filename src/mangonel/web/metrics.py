@@ -19,7 +19,9 @@ Metrics (all prefixed ``mangonel_``):
 * ``shuffle_bytes_written_total``: bytes of shuffle files reported by tasks;
 * ``shuffle_bytes_fetched_total``: bytes of shuffle files given to tasks that
   completed, as their inputs (broadcast inputs count once per reading task);
-* ``job_duration_seconds{outcome}``: histogram of job durations, submit to end.
+* ``job_duration_seconds{outcome}``: histogram of job durations, submit to end;
+* ``plans_total{cache}``: queries planned (``miss``) or whose plan was reused
+  (``hit``: the same SQL against the same tables).
 """
 
 from __future__ import annotations
@@ -128,6 +130,14 @@ class SchedulerCollector(Collector):
                 sum_value=totals.job_seconds_sum.get(job_outcome, 0.0),
             )
         yield latency
+        plans = CounterMetricFamily(
+            "mangonel_plans",
+            "Queries planned (miss) or whose plan was reused (hit), since start",
+            labels=["cache"],
+        )
+        plans.add_metric(["hit"], core.plans.hits)
+        plans.add_metric(["miss"], core.plans.misses)
+        yield plans
 
 
 def make_registry(core: SchedulerCore) -> CollectorRegistry:

@@ -79,6 +79,11 @@ class StageModel(BaseModel):
     side_tables: list[str] = Field(
         default_factory=list, description="small tables every task reads whole"
     )
+    ranged_tables: list[str] = Field(
+        default_factory=list,
+        description="tables each task reads only the row groups of that its join keys "
+        "may meet (by the ranges in the Parquet footers)",
+    )
     sql: str
     final: bool
 

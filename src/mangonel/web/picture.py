@@ -201,7 +201,8 @@ def _box(stage: StageModel, x: float, y: float, live: bool) -> list[str]:
         stats = f"{human_count(stage.rows)} rows · {human_bytes(stage.bytes)}"
     else:
         tasks = f"{stage.num_tasks} task{'s' if stage.num_tasks != 1 else ''}"
-        tables = ([stage.scan_table] if stage.scan_table else []) + list(stage.side_tables)
+        tables = [stage.scan_table] if stage.scan_table else []
+        tables += [*stage.side_tables, *stage.ranged_tables]
         stats = f"reads {', '.join(tables)}" if tables else ""
     parts.append(
         f'<text x="{x + 10:.1f}" y="{bar_y + 24:.1f}" fill="{COLORS["text"]}">'

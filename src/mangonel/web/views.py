@@ -140,7 +140,8 @@ def stage_models(
                     for i in stage.inputs
                 ],
                 scan_table=stage.scan.table if stage.scan is not None else None,
-                side_tables=[s.table for s in stage.side_scans],
+                side_tables=[s.table for s in stage.side_scans if len(s.task_splits) == 1],
+                ranged_tables=[s.table for s in stage.side_scans if len(s.task_splits) > 1],
                 sql=stage.sql,
                 final=stage is plan.final,
             )

@@ -14,6 +14,9 @@ function reads(s) {
   const parts = [];
   if (s.scan_table) parts.push(`table <code>${esc(s.scan_table)}</code>`);
   for (const t of s.side_tables || []) parts.push(`table <code>${esc(t)}</code> (whole)`);
+  for (const t of s.ranged_tables || []) {
+    parts.push(`table <code>${esc(t)}</code> (by key range)`);
+  }
   for (const i of s.inputs) {
     const how = i.mode === "partition" ? "hash exchange" : (s.num_tasks > 1 ? "broadcast" : "gather");
     parts.push(`stage ${esc(i.stage)} (${esc(how)})`);
