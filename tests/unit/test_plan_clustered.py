@@ -146,3 +146,25 @@ def test_a_table_in_no_order_is_not_read_by_key_ranges(tmp_path: Path) -> None:
     plan = plan_query(sql, catalog, CONFIG)
     assert not _sliced(plan)
     _check(plan, tmp_path, sql)
+
+
+def test_a_table_of_several_files_is_read_by_the_row_groups_of_each(tmp_path: Path) -> None:
+    _catalog(tmp_path, list(range(KEYS)))
+    # d again as a directory of two files, each in key order
+    (tmp_path / "d.parquet").unlink()
+    folder = tmp_path / "dparts"
+    folder.mkdir()
+    half = KEYS // 2
+    for i, keys in enumerate((list(range(half)), list(range(half, KEYS)))):
+        _write(folder / f"part-{i}.parquet", {"k": keys, "w": [k % 13 for k in keys]}, 1_000)
+    catalog = {"f": load_table("f", str(tmp_path / "f.parquet")), "d": load_table("d", str(folder))}
+    sql = JOINS["inner"]
+    plan = plan_query(sql, catalog, CONFIG)
+    (stage,) = _sliced(plan)
+    (side,) = stage.side_scans
+    files = {s.path for task in side.task_splits for s in task}
+    assert len(files) == 2 and all(len(task) == 1 for task in side.task_splits)
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW f AS SELECT * FROM read_parquet('{tmp_path / 'f.parquet'}')")
+    con.execute(f"CREATE VIEW d AS SELECT * FROM read_parquet('{folder}/*.parquet')")
+    assert_same_result(run_plan(plan), con.sql(sql).to_arrow_table(), ordered=False)
