@@ -280,21 +280,16 @@ def markdown(rows: list[Row], engines: list[str]) -> str:
         cells = "".join(f" {fmt(r.runs[e].median_s)} | {fmt(r.ratio(e), 2)} |" for e in others)
         lines.append(f"| {r.query} | {r.rows} | {fmt(r.runs[REFERENCE].median_s)} |{cells} "
                      f"{ok_cell(r)} |")  # fmt: skip
-    ref_total = totals(rows, REFERENCE)
-    cells = ""
-    for e in others:
-        total = totals(rows, e)
-        ratio = total / ref_total if total is not None and ref_total else None
-        cells += f" **{fmt(total)}** | **{fmt(ratio, 2)}** |"
     passed = sum(all(r.runs[e].ok for e in engines) for r in rows)
-    lines.append(f"| **total** | | **{fmt(ref_total)}** |{cells} {passed}/{len(rows)} |")
-    ref_first = first_totals(rows, REFERENCE)
-    cells = ""
-    for e in others:
-        first = first_totals(rows, e)
-        ratio = first / ref_first if first is not None and ref_first else None
-        cells += f" {fmt(first)} | {fmt(ratio, 2)} |"
-    lines.append(f"| first runs | | {fmt(ref_first)} |{cells} |")
+    for label, total_of, bold in (("total", totals, "**"), ("first runs", first_totals, "")):
+        ref = total_of(rows, REFERENCE)
+        cells = ""
+        for e in others:
+            total = total_of(rows, e)
+            ratio = total / ref if total is not None and ref else None
+            cells += f" {bold}{fmt(total)}{bold} | {bold}{fmt(ratio, 2)}{bold} |"
+        done = f"{passed}/{len(rows)}" if bold else ""
+        lines.append(f"| {bold}{label}{bold} | | {bold}{fmt(ref)}{bold} |{cells} {done} |")
     return "\n".join(lines)
 
 
