@@ -146,6 +146,76 @@ def flight_loopback(nbytes: int, repeat: int = SHUFFLE_REPEAT) -> dict[str, Any]
     return {"bytes": size, "seconds": seconds, "mb_per_s": size / seconds / 1e6}
 
 
+def serve_shuffle(nbytes: int, partitions: int = 4) -> None:
+    """Child process: write ``synthetic_table(nbytes)`` as a map task's ``partitions``
+    shuffle files and serve them with the executor's Flight server; print its port and
+    the outputs as one JSON line."""
+    import json
+
+    from mangonel.executor.flight import ShuffleFlightServer
+    from mangonel.executor.runner import BATCH_ROWS
+    from mangonel.executor.shuffle import ShuffleWriter
+    from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
+
+    table = synthetic_table(nbytes)
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
+        writer = ShuffleWriter(root)
+        attempt = TaskAttemptId(TaskId(JobId("j"), StageId(1), 0), 0)
+        step = -(-table.num_rows // partitions)
+        with writer.open(attempt, partitions, table.schema) as sink:
+            for p in range(partitions):
+                for batch in table.slice(p * step, step).to_batches(BATCH_ROWS):
+                    sink.write_batch(p, batch)
+            outputs = sink.commit()
+        server = ShuffleFlightServer(root, writer.registry)
+        described = [
+            {"partition": o.partition, "path": o.path, "rows": o.rows, "bytes": o.bytes,
+             "checksum": o.checksum}
+            for o in outputs
+        ]  # fmt: skip
+        print(json.dumps({"port": server.port, "outputs": described}), flush=True)
+        sys.stdin.read()  # until the parent closes the pipe
+        server.shutdown()
+
+
+def shuffle_remote_read(nbytes: int) -> dict[str, Any]:
+    """Median time for a task on another host to read a map task's shuffle files:
+    ``ShuffleReader`` fetching them from the executor's Flight server (the server
+    checks each file's checksum before it streams it) in a child process."""
+    import json
+
+    from mangonel.executor.shuffle import ShuffleReader
+    from mangonel.ids import ExecutorId, StageId
+    from mangonel.scheduler.events import PartitionLocation
+
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve-shuffle", str(nbytes)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        served = json.loads(proc.stdout.readline())
+        address = f"127.0.0.1:{served['port']}"
+        locations = [
+            PartitionLocation(ExecutorId("e"), "serving-host", address, StageId(1), 0,
+                              o["partition"], o["path"], o["rows"], o["bytes"], o["checksum"])
+            for o in served["outputs"]
+        ]  # fmt: skip
+        reader = ShuffleReader("reading-host")
+        reader.read_many(locations)  # warm-up: the connection
+        times = time_runs(lambda: reader.read_many(locations), SHUFFLE_REPEAT, 0)
+        reader.close()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(10)
+    size = sum(o["bytes"] for o in served["outputs"])
+    seconds = statistics.median(times)
+    return {"bytes": size, "seconds": seconds, "mb_per_s": size / seconds / 1e6}
+
+
 def shuffle_machinery(table: pa.Table, partitions: int = 4) -> dict[str, Any]:
     """Write ``table`` through ``ShuffleWriter`` as ``partitions`` files, read them back."""
     from mangonel.executor.runner import BATCH_ROWS
@@ -242,13 +312,16 @@ def shuffle(cluster_factory: Any) -> dict[str, Any]:
         query = shuffle_query(session)
     nbytes = query["bytes_shuffled"]
     machinery = shuffle_machinery(synthetic_table(nbytes))
+    remote = shuffle_remote_read(nbytes)
     loopback = flight_loopback(nbytes)
     return {
         "query": query,
         "machinery": machinery,
+        "remote_read": remote,
         "flight_loopback": loopback,
         "query_vs_flight": query["mb_per_s"] / loopback["mb_per_s"],
         "machinery_vs_flight": machinery["write_read_mb_per_s"] / loopback["mb_per_s"],
+        "remote_read_vs_flight": remote["mb_per_s"] / loopback["mb_per_s"],
     }
 
 
@@ -263,7 +336,7 @@ def latency_markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def shuffle_markdown(s: dict[str, Any]) -> str:
-    q, m, f = s["query"], s["machinery"], s["flight_loopback"]
+    q, m, f, r = s["query"], s["machinery"], s["flight_loopback"], s["remote_read"]
     mb = q["bytes_shuffled"] / 1e6
     lines = [
         "| measure | MB | seconds | MB/s | vs Flight loopback |",
@@ -277,6 +350,9 @@ def shuffle_markdown(s: dict[str, Any]) -> str:
         f"| shuffle files: write + read | {m['bytes'] / 1e6:.1f} "
         f"| {m['write_s'] + m['read_s']:.3f} | {m['write_read_mb_per_s']:.0f} "
         f"| {s['machinery_vs_flight']:.0%} |",
+        f"| shuffle files: read from another executor (its Flight server) "
+        f"| {r['bytes'] / 1e6:.1f} | {r['seconds']:.3f} | {r['mb_per_s']:.0f} "
+        f"| {s['remote_read_vs_flight']:.0%} |",
         f"| raw Flight loopback do_get | {f['bytes'] / 1e6:.1f} | {f['seconds']:.3f} "
         f"| {f['mb_per_s']:.0f} | 100% |",
         "",
@@ -296,5 +372,8 @@ def shuffle_markdown(s: dict[str, Any]) -> str:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--serve-flight":
         serve_flight(int(sys.argv[2]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "--serve-shuffle":
+        serve_shuffle(int(sys.argv[2]))
     else:
-        raise SystemExit(f"usage: {os.path.basename(__file__)} --serve-flight BYTES")
+        name = os.path.basename(__file__)
+        raise SystemExit(f"usage: {name} --serve-flight BYTES | --serve-shuffle BYTES")

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.flight as flight
 import pytest
 
 from mangonel.executor.failures import FetchFailedError
@@ -136,6 +137,32 @@ def test_flight_server_refuses_a_corrupt_file(
     with open(out.path, "r+b") as f:
         f.seek(out.bytes // 2)
         f.write(b"\x00\x01\x02\x03")
+    reader = ShuffleReader("host-b", retries=1)
+    with pytest.raises(FetchFailedError, match="corrupt") as info:
+        reader.read(location(out, f"127.0.0.1:{server.port}"))
+    assert info.value.failure.problem is FetchProblem.OUTPUT_LOST
+
+
+def test_a_file_corrupt_past_its_first_batch_fails_the_fetch_after_streaming_begins(
+    writer: ShuffleWriter, server: ShuffleFlightServer
+) -> None:
+    # The server streams each batch as it checks the next slice of the file: the
+    # first batches are sent before the damage is found, and the stream then ends
+    # in an error, so the reader never takes the rows it got as the partition.
+    table = sample(30_000)
+    with writer.open(attempt(), 1, table.schema) as sink:
+        for batch in table.to_batches(max_chunksize=10_000):
+            sink.write_batch(0, batch)
+        (out,) = sink.commit()
+    with open(out.path, "r+b") as f:
+        f.seek(out.bytes * 3 // 4)  # in the last batch's values
+        f.write(b"\x00\x01\x02\x03")
+    client = flight.FlightClient(f"grpc://127.0.0.1:{server.port}")
+    stream = client.do_get(flight.Ticket(out.path.encode()))
+    assert stream.read_chunk().data.num_rows == 10_000  # sent before the check failed
+    with pytest.raises(flight.FlightServerError, match="corrupt"):
+        stream.read_all()
+    client.close()
     reader = ShuffleReader("host-b", retries=1)
     with pytest.raises(FetchFailedError, match="corrupt") as info:
         reader.read(location(out, f"127.0.0.1:{server.port}"))

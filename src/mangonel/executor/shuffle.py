@@ -24,13 +24,14 @@ file is written and once more each time it is read.
 Reading (``ShuffleReader``): a file on this host is memory-mapped and its
 checksum verified over the mapped bytes; a file elsewhere is fetched with Arrow
 Flight ``do_get`` (the ticket is its path), and the serving executor verifies
-the checksum before it sends (see ``flight.py``) while the reader checks the
-row count. A fetch that fails raises ``FetchFailedError`` naming the map
-output, so the scheduler recomputes exactly that, and saying which problem it
-was (``FetchProblem``): the file is missing or fails its checksum while its
-executor answers (``OUTPUT_LOST``: only that output is made again), or the
-executor did not answer after a few tries (``UNREACHABLE``: the scheduler takes
-it for lost, with every output it held).
+the checksum while it sends, ending the stream in an error before its end when
+the file is bad (see ``flight.py``), while the reader checks the row count. A
+fetch that fails raises ``FetchFailedError`` naming the map output, so the
+scheduler recomputes exactly that, and saying which problem it was
+(``FetchProblem``): the file is missing or fails its checksum while its executor
+answers (``OUTPUT_LOST``: only that output is made again), or the executor did
+not answer after a few tries (``UNREACHABLE``: the scheduler takes it for lost,
+with every output it held).
 
 Releasing (``ShuffleWriter.release``) remembers what it released, so an attempt
 that commits its files after its job was released (a cancelled task that was
@@ -68,7 +69,12 @@ _REMEMBER_RELEASED_JOBS = 1000
 
 def checksum_of(data: pa.Buffer | bytes | memoryview) -> str:
     """The checksum of a shuffle file's bytes, as stored in ``PartitionOutput``."""
-    return f"crc32:{isal_zlib.crc32(data) & 0xFFFFFFFF:08x}"
+    return checksum_text(isal_zlib.crc32(data))
+
+
+def checksum_text(crc: int) -> str:
+    """A CRC-32 (``isal_zlib.crc32``, whole or accumulated) as ``PartitionOutput`` stores it."""
+    return f"crc32:{crc & 0xFFFFFFFF:08x}"
 
 
 def file_checksum(path: str) -> str:
