@@ -702,7 +702,6 @@ class Distributor:
         )
         if reduced:
             ranged = []
-        if reduced:
             left, right = self._reduce_by_keys(n, left, right)
         lk: list[exp.Expr] | None = None
         left_moves = right_moves = True
@@ -1080,7 +1079,10 @@ def _scan_column(node: Node, ref: Ref) -> tuple[Scan, str] | None:
             sides = [c for c in (node.left, node.right) if ref in c.outputs()]
             if len(sides) != 1 or ref not in node.outputs():
                 return None
-            if sides[0] is node.right and node.kind not in (JoinKind.INNER, JoinKind.CROSS):
+            kept = {JoinKind.INNER, JoinKind.CROSS}
+            if sides[0] is node.left:
+                kept |= {JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI}
+            if node.kind not in kept:
                 return None  # NULLs where no row matched
             node = sides[0]
         else:
