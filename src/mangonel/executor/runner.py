@@ -5,7 +5,8 @@ A ``TaskRunner`` is one task slot of an executor. It owns one DuckDB database
 own ``temp_directory``) and runs one ``TaskSpec`` at a time:
 
 1. make the inputs readable under their names: the scan's Parquet splits and
-   the small tables the task reads whole (each a CTE in front of the fragment
+   the other tables the task scans (small ones whole, or the row groups of a
+   join by key range; each a CTE in front of the fragment
    over DuckDB's own Parquet reader, only the needed columns and the split's
    row groups, so the fragment's filters and projections reach the reader) and
    every upstream stage's partitions (read with the ``ShuffleReader``:
@@ -462,7 +463,7 @@ def _locked_connection(
 
 def _scans_of(spec: TaskSpec) -> list[tuple[str, tuple[str, ...], tuple[FileSplit, ...]]]:
     """(name, columns, splits) of each table the task reads: its split, then the
-    small tables it reads whole."""
+    other tables it scans (small ones whole, or its row groups of them)."""
     scans = [(s.name, s.columns, s.splits) for s in spec.side_scans]
     if spec.scan_name:
         scans.insert(0, (spec.scan_name, spec.scan_columns, spec.scan_splits))

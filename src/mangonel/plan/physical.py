@@ -10,9 +10,11 @@ that task:
 
 * ``scan``: task *i* reads ``scan.task_splits[i]`` (Parquet files and row groups)
   of ``scan.table``, only ``scan.columns``.
-* ``side_scans``: small tables every task reads whole (their one group of splits),
-  each under its own name: a small dimension table is scanned where it is joined
-  instead of in a stage of its own that is then broadcast.
+* ``side_scans``: other tables the tasks scan themselves, each under its own name:
+  with one group of splits, every task reads it (a small dimension table scanned
+  where it is joined instead of in a stage of its own that is then broadcast);
+  with one group per task, task *i* reads ``task_splits[i]`` (the row groups whose
+  key range meets the range of task *i*'s own scan: a join by key range).
 * ``StageInput`` with ``InputMode.PARTITION``: task *i* reads output partition *i*
   of every map task of the upstream stage (hash-partitioned exchange).
 * ``StageInput`` with ``InputMode.ALL``: every task reads every output partition
@@ -106,7 +108,7 @@ class Stage:
     label: str = ""
     """A short human description, e.g. ``scan lineitem`` or ``join + partial agg``."""
     side_scans: tuple[ScanInput, ...] = ()
-    """Tables every task reads whole, each with one group of splits."""
+    """Other tables the tasks scan: one group of splits for all, or one per task."""
 
     @property
     def upstream(self) -> tuple[StageId, ...]:

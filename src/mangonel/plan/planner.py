@@ -133,8 +133,8 @@ class PlanCache:
     """The plans of recent queries, reused while the catalog is the one they were
     planned against.
 
-    Planning in Python costs milliseconds (TPC-H SF1: 5 to 35 ms a query, 315 ms
-    for the 22), where running a small query costs tens: a dashboard or a
+    Planning in Python costs milliseconds (TPC-H SF1: 5 to 35 ms a query, about
+    300 ms for the 22), where running a small query costs tens: a dashboard or a
     benchmark sending the same SQL again pays it once. A plan depends on the SQL,
     the dialect, the planner's settings and the tables (their files, row groups
     and statistics, read when they were registered); registering or dropping any

@@ -75,7 +75,8 @@ class InputLocations:
 
 @dataclass(frozen=True)
 class SideScan:
-    """A small table a task reads whole under ``name`` (see ``Stage.side_scans``)."""
+    """A table (a small one whole, or the row groups of a join by key range) a task
+    reads under ``name`` (see ``Stage.side_scans``)."""
 
     name: str
     table: str
