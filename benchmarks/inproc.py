@@ -98,7 +98,8 @@ def run_query(number: int, runner: TaskRunner, writer: ShuffleWriter, catalog: d
                 scan.task_splits[partition] if scan else (),
                 inputs,
                 tuple(
-                    SideScan(s.name, s.table, s.columns, s.task_splits[0]) for s in stage.side_scans
+                    SideScan(s.name, s.table, s.columns, s.splits_of(partition))
+                    for s in stage.side_scans
                 ),
             )
             for out in runner.run(spec, writer):

@@ -17,7 +17,7 @@ from mangonel.plan.physical import DistributedPlan, InputMode, OutputKind, ScanI
 
 def _read_split(scan: ScanInput, task: int) -> pa.Table:
     parts = []
-    for split in scan.task_splits[task]:
+    for split in scan.splits_of(task):
         f = pq.ParquetFile(split.path)
         groups = list(split.row_groups) or list(range(f.metadata.num_row_groups))
         parts.append(f.read_row_groups(groups, columns=list(scan.columns)))
@@ -35,7 +35,7 @@ def run_plan(plan: DistributedPlan) -> pa.Table:
                 con.register(stage.scan.name, _read_split(stage.scan, task))
                 names.append(stage.scan.name)
             for side in stage.side_scans:  # one group for every task, or one a task
-                con.register(side.name, _read_split(side, task if len(side.task_splits) > 1 else 0))
+                con.register(side.name, _read_split(side, task))
                 names.append(side.name)
             for inp in stage.inputs:
                 up = outputs[inp.stage]

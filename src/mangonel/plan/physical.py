@@ -69,6 +69,10 @@ class ScanInput:
     columns: tuple[str, ...]
     task_splits: tuple[tuple[FileSplit, ...], ...]
 
+    def splits_of(self, task: int) -> tuple[FileSplit, ...]:
+        """What task ``task`` reads: its own group of splits, or the one group of all."""
+        return self.task_splits[task if len(self.task_splits) > 1 else 0]
+
 
 @dataclass(frozen=True)
 class StageInput:

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.plan.physical import DistributedPlan, FileSplit, InputMode, ScanInput, Stage
+from mangonel.plan.physical import DistributedPlan, InputMode, Stage
 from mangonel.scheduler.events import InputLocations, PartitionLocation, SideScan, TaskSpec
 from mangonel.scheduler.state_views import JobState, JobView, StageView
 
@@ -282,7 +282,7 @@ class JobRecord:
             scan_splits=scan.task_splits[partition] if scan else (),
             inputs=inputs,
             side_scans=tuple(
-                SideScan(s.name, s.table, s.columns, _task_splits(s, partition))
+                SideScan(s.name, s.table, s.columns, s.splits_of(partition))
                 for s in stage.side_scans
             ),
         )
@@ -305,11 +305,6 @@ class JobRecord:
         """The final stage's outputs, in partition order."""
         final = self.plan.final
         return self._input_locations(final.id, InputMode.ALL, 0)
-
-
-def _task_splits(scan: ScanInput, partition: int) -> tuple[FileSplit, ...]:
-    """What task ``partition`` reads of a side scan: its own group, or the one of all."""
-    return scan.task_splits[partition if len(scan.task_splits) > 1 else 0]
 
 
 def invalid_plan_reason(plan: DistributedPlan) -> str | None:
