@@ -12,6 +12,7 @@ The usual plan (``three_stage_plan``)::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
@@ -94,6 +95,26 @@ def three_stage_plan(maps: int = 4, reducers: int = 2) -> DistributedPlan:
         label="sort",
     )
     return DistributedPlan((scan, agg, sort), columns=("k", "s"), sql="SELECT ...")
+
+
+def test_each_task_gets_its_own_row_groups_of_a_join_by_key_range() -> None:
+    # A side scan with one group of splits per task (a join by key range) gives task
+    # i its group i; one with a single group gives every task that group.
+    h = Harness()
+    h.register(E1, 4)
+    plan = three_stage_plan(maps=3, reducers=1)
+    ranged = tuple((FileSplit("/data/u.parquet", (i,), rows=10),) for i in range(3))
+    whole = ((FileSplit("/data/small.parquet", (), rows=5),),)
+    sides = (ScanInput("__scan1", "u", ("k",), ranged), ScanInput("__scan2", "w", ("x",), whole))
+    stages = (dataclasses.replace(plan.stages[0], side_scans=sides), *plan.stages[1:])
+    cmds = h.submit(dataclasses.replace(plan, stages=stages))
+    specs = [c.task for c in cmds if isinstance(c, LaunchTask)]
+    assert [s.attempt.task.partition for s in specs] == [0, 1, 2]
+    for i, spec in enumerate(specs):
+        assert [(side.name, side.splits) for side in spec.side_scans] == [
+            ("__scan1", ranged[i]),
+            ("__scan2", whole[0]),
+        ]
 
 
 def two_stage_plan(maps: int, finals: int, mode: InputMode) -> DistributedPlan:
