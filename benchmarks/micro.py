@@ -25,12 +25,14 @@ includes the Parquet scan and the join. Next to it:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -122,26 +124,33 @@ def serve_flight(nbytes: int) -> None:
     server.shutdown()
 
 
-def flight_loopback(nbytes: int, repeat: int = SHUFFLE_REPEAT) -> dict[str, Any]:
-    """Median rate of ``do_get`` of ``nbytes`` over loopback, from a child server."""
+@contextlib.contextmanager
+def child_server(option: str, nbytes: int) -> Iterator[str]:
+    """Run this file with ``option BYTES`` (a server) in a child process; yield the
+    first line it prints (where it listens), stop it after."""
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve-flight", str(nbytes)],
+        [sys.executable, __file__, option, str(nbytes)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert proc.stdout is not None
-        port = int(proc.stdout.readline())
-        client = flight.FlightClient(f"grpc://127.0.0.1:{port}")
+        yield proc.stdout.readline()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()  # the child serves until its stdin closes
+        proc.wait(10)
+
+
+def flight_loopback(nbytes: int, repeat: int = SHUFFLE_REPEAT) -> dict[str, Any]:
+    """Median rate of ``do_get`` of ``nbytes`` over loopback, from a child server."""
+    with child_server("--serve-flight", nbytes) as line:
+        client = flight.FlightClient(f"grpc://127.0.0.1:{int(line)}")
         served = client.do_get(flight.Ticket(b"t")).read_all()  # warm-up; size check
         size = served.nbytes
         times = time_runs(lambda: client.do_get(flight.Ticket(b"t")).read_all(), repeat, 0)
         client.close()
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(10)
     seconds = statistics.median(times)
     return {"bytes": size, "seconds": seconds, "mb_per_s": size / seconds / 1e6}
 
@@ -180,23 +189,16 @@ def serve_shuffle(nbytes: int, partitions: int = 4) -> None:
 
 def shuffle_remote_read(nbytes: int) -> dict[str, Any]:
     """Median time for a task on another host to read a map task's shuffle files:
-    ``ShuffleReader`` fetching them from the executor's Flight server (the server
-    checks each file's checksum before it streams it) in a child process."""
+    ``ShuffleReader`` fetching them from the executor's Flight server (which checks
+    each file's checksum as it streams it) in a child process."""
     import json
 
     from mangonel.executor.shuffle import ShuffleReader
     from mangonel.ids import ExecutorId, StageId
     from mangonel.scheduler.events import PartitionLocation
 
-    proc = subprocess.Popen(
-        [sys.executable, __file__, "--serve-shuffle", str(nbytes)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        served = json.loads(proc.stdout.readline())
+    with child_server("--serve-shuffle", nbytes) as line:
+        served = json.loads(line)
         address = f"127.0.0.1:{served['port']}"
         locations = [
             PartitionLocation(ExecutorId("e"), "serving-host", address, StageId(1), 0,
@@ -207,10 +209,6 @@ def shuffle_remote_read(nbytes: int) -> dict[str, Any]:
         reader.read_many(locations)  # warm-up: the connection
         times = time_runs(lambda: reader.read_many(locations), SHUFFLE_REPEAT, 0)
         reader.close()
-    finally:
-        assert proc.stdin is not None
-        proc.stdin.close()
-        proc.wait(10)
     size = sum(o["bytes"] for o in served["outputs"])
     seconds = statistics.median(times)
     return {"bytes": size, "seconds": seconds, "mb_per_s": size / seconds / 1e6}
