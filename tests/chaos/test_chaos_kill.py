@@ -93,8 +93,10 @@ def test_kill_two_of_three_in_turn(number: int, healthy: ChaosCluster) -> None:
     assert second.handle.pid != first.pid
     _assert_killed(chaos, second.handle.pid, second.executor_id)
     assert len(chaos.registered()) == 1
-    # The breakpoint's own actions, should a victim have run on (a rare failure
-    # once: the second victim was thawed 1 ms after it stopped, finished the final
-    # task, and the client re-ran the query when the result died with it).
+    # The breakpoint's own actions, should a victim have run on (a rare failure,
+    # twice: the second victim's freeze, sent to its process, was taken by its main
+    # thread only after the task thread had finished the final task; the kill then
+    # took the result with it and the client re-ran the query. ``faults._kill_self``
+    # now signals the calling thread).
     assert outputs_recomputed(result, stage=1) > 0, (result.stages, point.actions)
     assert tasks_rerun(result, stage=final) > 0, (result.stages, point.actions)

@@ -198,7 +198,17 @@ def write_rules(path: str, rules: Sequence[Mapping[str, Any]]) -> None:
 
 
 def _kill_self(sig: int) -> None:
-    os.kill(os.getpid(), sig)
+    """Send ``sig`` to this process through the calling thread.
+
+    SIGSTOP and SIGKILL act on the whole process either way, but a stop sent to
+    the process is taken by a thread the kernel chooses (the main thread first),
+    which may get a core only milliseconds later, while the calling thread goes
+    on with its task: a chaos test saw an executor "freeze" at the start of the
+    final task, finish it and report, and only then stop (the breakpoint then
+    killed it, and the result with it). Sent to the calling thread, the signal is
+    acted on before the call returns.
+    """
+    signal.pthread_kill(threading.get_ident(), sig)
 
 
 _Key = tuple[int, str]
