@@ -20,6 +20,8 @@ import duckdb
 import pytest
 from helpers import ARTIFACTS_DIR, TPCH_TABLES, duckdb_views_sql, ensure_tpch, safe_name
 
+from mangonel.catalog import Table, load_table
+
 TPCH_TEST_SCALE = 0.1
 
 
@@ -33,6 +35,12 @@ def tpch_dir() -> Path:
 def tpch_tables(tpch_dir: Path) -> dict[str, Path]:
     """TPC-H table name -> its Parquet file."""
     return {name: tpch_dir / f"{name}.parquet" for name in TPCH_TABLES}
+
+
+@pytest.fixture(scope="session")
+def catalog(tpch_dir: Path) -> dict[str, Table]:
+    """The TPC-H tables as the planner's catalog (their footers read once)."""
+    return {t: load_table(t, str(tpch_dir / f"{t}.parquet")) for t in TPCH_TABLES}
 
 
 @pytest.fixture(scope="session")

@@ -6,16 +6,11 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from helpers import TPCH_TABLES, tpch_query
+from helpers import tpch_query
 
 from mangonel.catalog import Table, load_table
 from mangonel.errors import QueryError
 from mangonel.plan.planner import PlanCache, PlannerConfig
-
-
-@pytest.fixture(scope="module")
-def catalog(tpch_dir: Path) -> dict[str, Table]:
-    return {t: load_table(t, str(tpch_dir / f"{t}.parquet")) for t in TPCH_TABLES}
 
 
 def test_the_same_query_against_the_same_tables_is_planned_once(

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
-from helpers import TPCH_TABLES, tpch_query
+from helpers import tpch_query
 from sqlglot import exp
 
-from mangonel.catalog import Table, load_table
+from mangonel.catalog import Table
 from mangonel.plan.logical import (
     Aggregate,
     Filter,
@@ -20,11 +17,6 @@ from mangonel.plan.logical import (
     required_columns,
 )
 from mangonel.plan.planner import PlannerConfig, plan_query
-
-
-@pytest.fixture(scope="module")
-def catalog(tpch_dir: Path) -> dict[str, Table]:
-    return {t: load_table(t, str(tpch_dir / f"{t}.parquet")) for t in TPCH_TABLES}
 
 
 def _c(table: str, name: str) -> exp.Column:

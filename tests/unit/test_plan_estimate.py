@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sqlglot
-from helpers import TPCH_TABLES, tpch_query
+from helpers import tpch_query
 
 from mangonel.catalog import Table, load_table
 from mangonel.plan.estimate import Size, join_size, scan_size, selectivity
@@ -79,11 +78,6 @@ def test_a_key_unique_on_one_side_keeps_the_other_sides_rows(table: Table) -> No
     b = Size(400.0, {}, {("b", "k"): 25.0})
     ab = [(sqlglot.parse_one("a.k"), sqlglot.parse_one("b.k"))]
     assert join_size(a, b, ab).rows == pytest.approx(1000 * 400 / 25)
-
-
-@pytest.fixture(scope="module")
-def catalog(tpch_dir: Path) -> dict[str, Table]:
-    return {t: load_table(t, str(tpch_dir / f"{t}.parquet")) for t in TPCH_TABLES}
 
 
 def test_q21_meets_the_filtered_nation_before_lineitem_is_shuffled(

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from helpers import TPCH_ORDER_BY, TPCH_TABLES, assert_same_result, tpch_query
+from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
 from plan_runner import run_plan
 
-from mangonel.catalog import Table, load_table
+from mangonel.catalog import Table
 from mangonel.plan.explain import render
 from mangonel.plan.physical import InputMode, OutputKind
 from mangonel.plan.planner import PlannerConfig, plan_query
@@ -34,11 +34,6 @@ CONFIGS = {
         partitions=3, partition_bytes=0, broadcast_bytes=4 << 20, split_rows=100_000
     ),
 }
-
-
-@pytest.fixture(scope="module")
-def catalog(tpch_dir: Path) -> dict[str, Table]:
-    return {t: load_table(t, str(tpch_dir / f"{t}.parquet")) for t in TPCH_TABLES}
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
