@@ -32,13 +32,13 @@ from mangonel.executor import runner as runner_mod  # noqa: E402
 from mangonel.executor.runner import TaskRunner  # noqa: E402
 from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter  # noqa: E402
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId  # noqa: E402
-from mangonel.plan.physical import InputMode  # noqa: E402
 from mangonel.plan.planner import plan_query  # noqa: E402
-from mangonel.scheduler.events import (  # noqa: E402
+from mangonel.task import (  # noqa: E402
     InputLocations,
+    InputMode,
     PartitionLocation,
     PartitionOutput,
-    SideScan,
+    ScanSpec,
     TaskSpec,
 )
 
@@ -86,21 +86,17 @@ def run_query(number: int, runner: TaskRunner, writer: ShuffleWriter, catalog: d
                 )
                 for i in stage.inputs
             )
-            scan = stage.scan
+            scans = (stage.scan,) if stage.scan is not None else ()
             spec = TaskSpec(
                 TaskAttemptId(TaskId(job, stage.id, partition), 0),
                 stage.sql,
                 stage.output,
                 stage.columns,
-                scan.name if scan else None,
-                scan.table if scan else None,
-                scan.columns if scan else (),
-                scan.task_splits[partition] if scan else (),
-                inputs,
                 tuple(
-                    SideScan(s.name, s.table, s.columns, s.splits_of(partition))
-                    for s in stage.side_scans
+                    ScanSpec(s.name, s.table, s.columns, s.splits_of(partition))
+                    for s in scans + stage.side_scans
                 ),
+                inputs,
             )
             for out in runner.run(spec, writer):
                 locs.append(_location(stage.id, partition, out))

@@ -195,7 +195,7 @@ def shuffle_remote_read(nbytes: int) -> dict[str, Any]:
 
     from mangonel.executor.shuffle import ShuffleReader
     from mangonel.ids import ExecutorId, StageId
-    from mangonel.scheduler.events import PartitionLocation
+    from mangonel.task import PartitionLocation
 
     with child_server("--serve-shuffle", nbytes) as line:
         served = json.loads(line)
@@ -219,7 +219,7 @@ def shuffle_machinery(table: pa.Table, partitions: int = 4) -> dict[str, Any]:
     from mangonel.executor.runner import BATCH_ROWS
     from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter
     from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-    from mangonel.scheduler.events import PartitionLocation
+    from mangonel.task import PartitionLocation
 
     with tempfile.TemporaryDirectory(prefix="bench-shuffle-") as root:
         writer = ShuffleWriter(root)

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mangonel.errors import CatalogError
-from mangonel.plan.physical import FileSplit
+from mangonel.task import FileSplit
 
 Value = int | float | Decimal | dt.date | dt.datetime | str
 

@@ -12,7 +12,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mangonel.plan.physical import DistributedPlan, InputMode, OutputKind, ScanInput
+from mangonel.plan.physical import DistributedPlan, ScanInput
+from mangonel.task import InputMode, OutputKind
 
 
 def _read_split(scan: ScanInput, task: int) -> pa.Table:

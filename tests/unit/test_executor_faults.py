@@ -19,12 +19,7 @@ from mangonel.executor.failures import TaskFailedError
 from mangonel.executor.faults import FaultFileError, FaultInjector, parse_rules, write_rules
 from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter, file_checksum
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.scheduler.events import (
-    ExecutionError,
-    FetchProblem,
-    PartitionLocation,
-    PartitionOutput,
-)
+from mangonel.task import ExecutionError, FetchProblem, PartitionLocation, PartitionOutput
 
 
 def att(stage: int, partition: int = 0, attempt: int = 0, job: str = "j1") -> TaskAttemptId:

@@ -23,15 +23,18 @@ from mangonel.executor.failures import TaskCancelledError, TaskFailedError
 from mangonel.executor.runner import TaskRunner
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.plan.physical import FileSplit, InputMode, OutputKind, OutputSpec
-from mangonel.scheduler.events import (
+from mangonel.task import (
     ExecutionError,
     FetchFailed,
+    FileSplit,
     InputLocations,
+    InputMode,
+    OutputKind,
+    OutputSpec,
     PartitionLocation,
     PartitionOutput,
     QueryError,
-    SideScan,
+    ScanSpec,
     TaskSpec,
 )
 
@@ -87,10 +90,7 @@ def scan_spec(
         sql=sql,
         output=output,
         columns=columns,
-        scan_name="lineitem",
-        scan_table="lineitem",
-        scan_columns=scan_columns,
-        scan_splits=splits,
+        scans=(ScanSpec("lineitem", "lineitem", scan_columns, splits),),
     )
 
 
@@ -647,15 +647,14 @@ def test_side_scans_are_read_whole_by_the_task_next_to_its_split(
         sql=sql,
         output=SINGLE,
         columns=("r", "n"),
-        scan_name="lineitem",
-        scan_table="lineitem",
-        scan_columns=("l_shipmode", "l_quantity"),
-        scan_splits=(FileSplit(data[0], (1,)),),
-        side_scans=(
-            SideScan(
+        scans=(
+            ScanSpec(
+                "lineitem", "lineitem", ("l_shipmode", "l_quantity"), (FileSplit(data[0], (1,)),)
+            ),
+            ScanSpec(
                 "modes", "modes", ("mode", "rank"), (FileSplit(str(tmp_path / "modes.parquet")),)
             ),
-            SideScan(
+            ScanSpec(
                 "odd", "odd", ("file_row_number",), (FileSplit(str(tmp_path / "odd.parquet")),)
             ),
         ),
@@ -675,8 +674,8 @@ def test_side_scans_are_read_whole_by_the_task_next_to_its_split(
         sql=f"SELECT count(*) AS n FROM read_parquet('{data[1]}')",
         output=SINGLE,
         columns=("n",),
-        side_scans=(
-            SideScan("modes", "modes", ("mode",), (FileSplit(str(tmp_path / "modes.parquet")),)),
+        scans=(
+            ScanSpec("modes", "modes", ("mode",), (FileSplit(str(tmp_path / "modes.parquet")),)),
         ),
     )
     with pytest.raises(TaskFailedError) as info:

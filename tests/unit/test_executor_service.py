@@ -19,11 +19,12 @@ from mangonel.executor.link import ExecutorCommand, Registered, Registration
 from mangonel.executor.main import start_executor, stop_executor
 from mangonel.executor.service import ExecutorService
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.plan.physical import OutputKind, OutputSpec
-from mangonel.scheduler.events import (
+from mangonel.task import (
     CancelTask,
     ExecutionError,
     LaunchTask,
+    OutputKind,
+    OutputSpec,
     PartitionOutput,
     QueryError,
     ReleaseOutputs,

@@ -15,8 +15,9 @@ from helpers import assert_same_result
 from plan_runner import run_plan
 
 from mangonel.catalog import Table, load_table
-from mangonel.plan.physical import DistributedPlan, OutputKind, Stage
+from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.task import OutputKind
 
 # 8 scan tasks of f (one row group each), 2 of d
 CONFIG = PlannerConfig(split_rows=5_000)

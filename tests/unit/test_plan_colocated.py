@@ -11,8 +11,8 @@ from helpers import assert_same_result
 from plan_runner import run_plan
 
 from mangonel.catalog import load_table
-from mangonel.plan.physical import InputMode
 from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.task import InputMode
 
 # Two aggregates joined back on their group keys (the shape of TPC-H q21's
 # decorrelated EXISTS): each aggregate ends hash-partitioned on k.

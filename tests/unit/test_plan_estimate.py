@@ -12,8 +12,8 @@ from helpers import tpch_query
 
 from mangonel.catalog import Table, load_table
 from mangonel.plan.estimate import Size, join_size, scan_size, selectivity
-from mangonel.plan.physical import InputMode
 from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.task import InputMode
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,8 @@ from plan_runner import run_plan
 
 from mangonel.catalog import Table
 from mangonel.plan.explain import render
-from mangonel.plan.physical import InputMode, OutputKind
 from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.task import InputMode, OutputKind
 
 GOLDEN = Path(__file__).parent / "golden" / "tpch"
 QUERIES = range(1, 23)

@@ -5,21 +5,24 @@ from __future__ import annotations
 import pytest
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.plan.physical import FileSplit, InputMode, OutputKind, OutputSpec
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
-from mangonel.scheduler.events import (
+from mangonel.task import (
     CancelTask,
     ExecutionError,
     FetchFailed,
     FetchProblem,
+    FileSplit,
     InputLocations,
+    InputMode,
     LaunchTask,
+    OutputKind,
+    OutputSpec,
     PartitionLocation,
     PartitionOutput,
     QueryError,
     ReleaseOutputs,
-    SideScan,
+    ScanSpec,
     TaskSpec,
 )
 
@@ -44,10 +47,14 @@ def _spec(**overrides: object) -> TaskSpec:
         sql="SELECT * FROM t",
         output=OutputSpec(OutputKind.HASH, 4, ("k",)),
         columns=("a", "b"),
-        scan_name="t",
-        scan_table="lineitem",
-        scan_columns=("a", "b"),
-        scan_splits=(FileSplit("/d/x.parquet", (0, 2), 5, 50), FileSplit("/d/y.parquet")),
+        scans=(
+            ScanSpec(
+                "t",
+                "lineitem",
+                ("a", "b"),
+                (FileSplit("/d/x.parquet", (0, 2), 5, 50), FileSplit("/d/y.parquet")),
+            ),
+        ),
         inputs=(InputLocations("s1", StageId(1), InputMode.ALL, (LOC,), ("k", "v")),),
     )
     base.update(overrides)
@@ -58,26 +65,21 @@ def _spec(**overrides: object) -> TaskSpec:
     "spec",
     [
         _spec(),
-        _spec(scan_name=None, scan_table=None, scan_columns=(), scan_splits=()),
-        _spec(scan_name="", output=OutputSpec(OutputKind.SINGLE), inputs=()),
+        _spec(scans=()),
+        _spec(scans=(ScanSpec("", "", (), ()),), output=OutputSpec(OutputKind.SINGLE), inputs=()),
         _spec(
-            side_scans=(
-                SideScan(
+            scans=(
+                ScanSpec("t", "lineitem", ("a",), (FileSplit("/d/x.parquet", (0,), 5, 50),)),
+                ScanSpec(
                     "__scan1", "nation", ("n_nationkey", "n_name"), (FileSplit("/d/n.parquet"),)
                 ),
-                SideScan(
+                ScanSpec(
                     "__scan2", "region", ("r_regionkey",), (FileSplit("/d/r.parquet", (1,), 5, 9),)
                 ),
             )
         ),
         _spec(
-            scan_name=None,
-            scan_table=None,
-            scan_columns=(),
-            scan_splits=(),
-            side_scans=(
-                SideScan("__scan1", "supplier", ("s_suppkey",), (FileSplit("/d/s.parquet"),)),
-            ),
+            scans=(ScanSpec("__scan1", "supplier", ("s_suppkey",), (FileSplit("/d/s.parquet"),)),),
         ),
     ],
 )

@@ -13,7 +13,7 @@ import pytest
 from mangonel.errors import JobCancelledError, MangonelError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan import planner as planner_module
-from mangonel.plan.physical import DistributedPlan, OutputKind, OutputSpec, Stage
+from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.scheduler import service as service_module
 from mangonel.scheduler.core import CoreConfig, SchedulerCore
 from mangonel.scheduler.events import (
@@ -26,19 +26,23 @@ from mangonel.scheduler.events import (
     JobFailed,
     JobSubmitted,
     JobSucceeded,
-    LaunchTask,
     LossReason,
-    PartitionLocation,
-    PartitionOutput,
-    ReleaseOutputs,
     TaskCompleted,
-    TaskSpec,
 )
 from mangonel.scheduler.jobs import JobPhase
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorPhase
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_views import ExecutorState as ExecutorStateView
 from mangonel.scheduler.state_views import ExecutorView, JobState, JobView, StageView
+from mangonel.task import (
+    LaunchTask,
+    OutputKind,
+    OutputSpec,
+    PartitionLocation,
+    PartitionOutput,
+    ReleaseOutputs,
+    TaskSpec,
+)
 
 PLAN = DistributedPlan(
     stages=(Stage(StageId(1), "SELECT 1 AS x", OutputSpec(OutputKind.SINGLE), 1, ("x",)),),

@@ -17,7 +17,7 @@ from mangonel.executor.failures import FetchFailedError
 from mangonel.executor.flight import ShuffleFlightServer
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter, file_checksum
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.scheduler.events import FetchProblem, PartitionLocation, PartitionOutput
+from mangonel.task import FetchProblem, PartitionLocation, PartitionOutput
 
 HOST = "host-a"
 

@@ -16,46 +16,44 @@ import dataclasses
 from collections.abc import Sequence
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.plan.physical import (
-    DistributedPlan,
-    FileSplit,
-    InputMode,
-    OutputKind,
-    OutputSpec,
-    ScanInput,
-    Stage,
-    StageInput,
-)
+from mangonel.plan.physical import DistributedPlan, ScanInput, Stage, StageInput
 from mangonel.scheduler.events import (
-    CancelTask,
     Command,
     DeclareExecutorLost,
     Event,
-    ExecutionError,
     ExecutorDraining,
     ExecutorHeartbeat,
-    ExecutorInfo,
     ExecutorLost,
     ExecutorRegistered,
-    FetchFailed,
-    InputLocations,
     JobCancelled,
     JobFailed,
     JobSubmitted,
     JobSucceeded,
-    LaunchTask,
     Limits,
     LossReason,
+    TaskCompleted,
+    TaskFailed,
+    Tick,
+)
+from mangonel.scheduler.state import ExecutorState, JobState, SchedulerState
+from mangonel.task import (
+    CancelTask,
+    ExecutionError,
+    ExecutorInfo,
+    FetchFailed,
+    FileSplit,
+    InputLocations,
+    InputMode,
+    LaunchTask,
+    OutputKind,
+    OutputSpec,
     PartitionLocation,
     PartitionOutput,
     QueryError,
     ReleaseOutputs,
-    TaskCompleted,
-    TaskFailed,
+    ScanSpec,
     TaskFailure,
-    Tick,
 )
-from mangonel.scheduler.state import ExecutorState, JobState, SchedulerState
 
 E1, E2, E3 = ExecutorId("e1"), ExecutorId("e2"), ExecutorId("e3")
 J1, J2 = JobId("j1"), JobId("j2")
@@ -111,7 +109,7 @@ def test_each_task_gets_its_own_row_groups_of_a_join_by_key_range() -> None:
     specs = [c.task for c in cmds if isinstance(c, LaunchTask)]
     assert [s.attempt.task.partition for s in specs] == [0, 1, 2]
     for i, spec in enumerate(specs):
-        assert [(side.name, side.splits) for side in spec.side_scans] == [
+        assert [(scan.name, scan.splits) for scan in spec.scans[1:]] == [
             ("__scan1", ranged[i]),
             ("__scan2", whole[0]),
         ]
@@ -247,9 +245,7 @@ def test_happy_path_launches_spreads_and_succeeds() -> None:
     assert spec.task.sql == "SELECT k, v FROM t"
     assert spec.task.output == plan.stages[0].output
     assert spec.task.columns == ("k", "v")
-    assert (spec.task.scan_name, spec.task.scan_table) == ("t", "t")
-    assert spec.task.scan_columns == ("k", "v")
-    assert spec.task.scan_splits == scan.task_splits[2]
+    assert spec.task.scans == (ScanSpec("t", "t", ("k", "v"), scan.task_splits[2]),)
     assert spec.task.inputs == ()
     view = h.state.job(J1)
     assert view is not None and view.state is JobState.RUNNING
@@ -271,7 +267,7 @@ def test_happy_path_launches_spreads_and_succeeds() -> None:
             columns=("k", "v"),
         ),
     )
-    assert reducer.task.scan_name is None and reducer.task.scan_splits == ()
+    assert reducer.task.scans == ()
 
     assert h.complete(att(2, 1), E2) == []
     cmds = h.complete(att(2, 0), E1)

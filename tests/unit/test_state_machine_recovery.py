@@ -23,15 +23,13 @@ from test_state_machine import (
 from mangonel.scheduler.events import (
     DeclareExecutorLost,
     ExecutorDraining,
-    FetchFailed,
-    FetchProblem,
     JobFailed,
     JobSucceeded,
     Limits,
     LossReason,
-    ReleaseOutputs,
 )
 from mangonel.scheduler.state import ExecutorState
+from mangonel.task import FetchFailed, FetchProblem, ReleaseOutputs
 
 # ------------------------------------------------------------- one lost output
 

@@ -25,11 +25,9 @@ from test_state_machine import (
 from mangonel.scheduler.events import (
     DeclareExecutorLost,
     ExecutorHeartbeat,
-    ExecutorInfo,
     ExecutorReattached,
     JobSucceeded,
     LossReason,
-    ReleaseOutputs,
     SchedulerRecovered,
 )
 from mangonel.scheduler.persist import StateWriter, decode, encode
@@ -38,6 +36,7 @@ from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import JobProgress, JobRecord
 from mangonel.scheduler.state_views import JobView
 from mangonel.scheduler.store import MemoryStateStore
+from mangonel.task import ExecutorInfo, ReleaseOutputs
 
 
 def restarted(h: Harness) -> Harness:

@@ -8,24 +8,26 @@ running attempts become, what an executor holds, the duration histogram.
 from __future__ import annotations
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.plan.physical import InputMode, OutputKind, OutputSpec
-from mangonel.scheduler.events import (
-    CancelTask,
-    ExecutionError,
-    FetchFailed,
-    InputLocations,
-    LaunchTask,
-    LossReason,
-    PartitionLocation,
-    PartitionOutput,
-    ReleaseOutputs,
-    TaskSpec,
-)
+from mangonel.scheduler.events import LossReason
 from mangonel.scheduler.telemetry import (
     JOB_SECONDS_BUCKETS,
     AttemptKind,
     AttemptOutcome,
     Telemetry,
+)
+from mangonel.task import (
+    CancelTask,
+    ExecutionError,
+    FetchFailed,
+    InputLocations,
+    InputMode,
+    LaunchTask,
+    OutputKind,
+    OutputSpec,
+    PartitionLocation,
+    PartitionOutput,
+    ReleaseOutputs,
+    TaskSpec,
 )
 
 JOB = JobId("j1")

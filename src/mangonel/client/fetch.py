@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from mangonel.errors import MangonelError
-from mangonel.scheduler.events import PartitionLocation
+from mangonel.task import PartitionLocation
 
 
 class ResultUnavailableError(Exception):

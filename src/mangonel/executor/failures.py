@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import duckdb
 
-from mangonel.scheduler.events import ExecutionError, FetchFailed, QueryError, TaskFailure
+from mangonel.task import ExecutionError, FetchFailed, QueryError, TaskFailure
 
 # DuckDB's exception classes whose cause lies in the statement itself. Everything
 # else DuckDB raises (OutOfMemoryException, IOException, InternalException,

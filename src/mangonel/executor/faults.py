@@ -51,7 +51,7 @@ from typing import Any
 
 from mangonel.executor.failures import TaskFailedError
 from mangonel.ids import TaskAttemptId
-from mangonel.scheduler.events import ExecutionError, PartitionOutput
+from mangonel.task import ExecutionError, PartitionOutput
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ import pyarrow.flight as flight
 from isal import isal_zlib
 
 from mangonel.executor.shuffle import OutputRegistry, checksum_text
-from mangonel.scheduler.events import PartitionOutput
+from mangonel.task import PartitionOutput
 
 
 class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]

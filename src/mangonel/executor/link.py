@@ -27,7 +27,7 @@ from mangonel.ids import ExecutorId, TaskAttemptId
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
-from mangonel.scheduler.events import PartitionOutput, TaskFailure
+from mangonel.task import PartitionOutput, TaskFailure
 
 ExecutorCommand = convert.ExecutorCommandKind
 """``LaunchTask | CancelTask | ReleaseOutputs``."""

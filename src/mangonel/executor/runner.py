@@ -54,8 +54,14 @@ from mangonel.executor.failures import (
 )
 from mangonel.executor.shuffle import PartitionSink, ShuffleReader, ShuffleWriter
 from mangonel.ids import TaskAttemptId
-from mangonel.plan.physical import FileSplit, OutputKind
-from mangonel.scheduler.events import InputLocations, PartitionOutput, QueryError, TaskSpec
+from mangonel.task import (
+    FileSplit,
+    InputLocations,
+    OutputKind,
+    PartitionOutput,
+    QueryError,
+    TaskSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -160,11 +166,10 @@ class TaskRunner:
         con = self._con
         try:
             self._check_cancelled()
-            scans = _scans_of(spec)
-            sqls = {name: self._scan_sql(columns, splits) for name, columns, splits in scans}
-            native = [s for s in scans if sqls[s[0]] is not None]
+            sqls = {s.name: self._scan_sql(s.columns, s.splits) for s in spec.scans}
+            native = [s for s in spec.scans if sqls[s.name] is not None]
             if native:
-                con = self._scan_connection([split for _, _, splits in native for split in splits])
+                con = self._scan_connection([split for s in native for split in s.splits])
                 with self._lock:
                     self._running_con = con
             # The reads go in front of the fragment as CTEs (one statement, where two
@@ -172,15 +177,16 @@ class TaskRunner:
             # of its own gets views.
             as_views = _WITH.match(spec.sql) is not None
             ctes: list[tuple[str, str]] = []
-            for name, columns, splits in scans:
-                read = sqls[name]
+            for scan in spec.scans:
+                read = sqls[scan.name]
                 if read is None:
-                    self._register(con, name, _read_scan(columns, splits), registered)
+                    reader = _read_scan(scan.columns, scan.splits)
+                    self._register(con, scan.name, reader, registered)
                 elif as_views:
-                    con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(name)} AS {read}")
-                    views.append(name)
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(scan.name)} AS {read}")
+                    views.append(scan.name)
                 else:
-                    ctes.append((name, read))
+                    ctes.append((scan.name, read))
             for inp in spec.inputs:
                 self._check_cancelled()
                 self._register(con, inp.name, self._read_input(inp), registered)
@@ -459,15 +465,6 @@ def _locked_connection(
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
-
-
-def _scans_of(spec: TaskSpec) -> list[tuple[str, tuple[str, ...], tuple[FileSplit, ...]]]:
-    """(name, columns, splits) of each table the task reads: its split, then the
-    other tables it scans (small ones whole, or its row groups of them)."""
-    scans = [(s.name, s.columns, s.splits) for s in spec.side_scans]
-    if spec.scan_name:
-        scans.insert(0, (spec.scan_name, spec.scan_columns, spec.scan_splits))
-    return scans
 
 
 def _read_scan(

@@ -62,7 +62,7 @@ from mangonel.executor.runner import TaskRunner
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
 from mangonel.executor.workdir import OwnedDir, WorkRoot
 from mangonel.ids import ExecutorId, TaskAttemptId
-from mangonel.scheduler.events import (
+from mangonel.task import (
     CancelTask,
     LaunchTask,
     PartitionOutput,

@@ -57,7 +57,7 @@ from isal import isal_zlib
 
 from mangonel.executor.failures import FetchFailedError
 from mangonel.ids import JobId, StageId, TaskAttemptId
-from mangonel.scheduler.events import FetchFailed, FetchProblem, PartitionLocation, PartitionOutput
+from mangonel.task import FetchFailed, FetchProblem, PartitionLocation, PartitionOutput
 
 _SUFFIX = ".arrow"
 _WRITE_BUFFER = 256 * 1024

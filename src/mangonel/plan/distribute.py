@@ -58,15 +58,7 @@ from mangonel.plan.logical import (
     required_columns,
     walk,
 )
-from mangonel.plan.physical import (
-    FileSplit,
-    InputMode,
-    OutputKind,
-    OutputSpec,
-    ScanInput,
-    Stage,
-    StageInput,
-)
+from mangonel.plan.physical import ScanInput, Stage, StageInput
 from mangonel.plan.types import TypeOracle
 from mangonel.sql.binder import (
     and_all,
@@ -76,6 +68,7 @@ from mangonel.sql.binder import (
     has_placeholder,
     qualifiers,
 )
+from mangonel.task import FileSplit, InputMode, OutputKind, OutputSpec
 
 SCAN_INPUT = "__scan"
 SHUFFLE_COST = 1.0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sqlglot
 
-from mangonel.plan.physical import DistributedPlan, InputMode, OutputKind, Stage
+from mangonel.plan.physical import DistributedPlan, Stage
+from mangonel.task import InputMode, OutputKind
 
 
 def _output(stage: Stage) -> str:

@@ -28,36 +28,10 @@ join), or ``SINGLE`` into partition 0. Partitions are numbered from 0.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
 from mangonel.ids import StageId
-
-
-class InputMode(enum.Enum):
-    """How a stage's tasks read an upstream stage's output."""
-
-    PARTITION = "partition"
-    """Task *i* reads partition *i* of every upstream map task."""
-    ALL = "all"
-    """Every task reads every partition of every upstream map task."""
-
-
-class OutputKind(enum.Enum):
-    """How a task splits its result into output partitions."""
-
-    HASH = "hash"
-    SINGLE = "single"
-
-
-@dataclass(frozen=True)
-class FileSplit:
-    """Part of one Parquet file: some of its row groups (all when empty)."""
-
-    path: str
-    row_groups: tuple[int, ...] = ()
-    rows: int = 0
-    bytes: int = 0
+from mangonel.task import FileSplit, InputMode, OutputSpec
 
 
 @dataclass(frozen=True)
@@ -81,21 +55,6 @@ class StageInput:
     name: str
     stage: StageId
     mode: InputMode
-
-
-@dataclass(frozen=True)
-class OutputSpec:
-    """How each task of a stage partitions what it produces."""
-
-    kind: OutputKind
-    partitions: int = 1
-    keys: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.kind is OutputKind.SINGLE and (self.partitions != 1 or self.keys):
-            raise ValueError("a SINGLE output has one partition and no keys")
-        if self.kind is OutputKind.HASH and (self.partitions < 1 or not self.keys):
-            raise ValueError("a HASH output needs keys and at least one partition")
 
 
 @dataclass(frozen=True)

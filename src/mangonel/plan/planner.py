@@ -22,10 +22,11 @@ from mangonel.catalog import Table
 from mangonel.plan.distribute import Distributor, describe
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.logical import Node, Opaque, Scan
-from mangonel.plan.physical import DistributedPlan, OutputKind, OutputSpec
+from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.types import TypeOracle, oracle_for
 from mangonel.sql.binder import Binder, Unsupported
 from mangonel.sql.frontend import DEFAULT_DIALECT, optimize_query, parse, to_duckdb
+from mangonel.task import OutputKind, OutputSpec
 
 
 @dataclass(frozen=True)

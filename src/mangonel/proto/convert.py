@@ -9,20 +9,23 @@ Each ``*_to_proto`` has a matching ``*_from_proto``; a round trip is the identit
 from __future__ import annotations
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.plan.physical import FileSplit, InputMode, OutputKind, OutputSpec
 from mangonel.proto import mangonel_pb2 as pb
-from mangonel.scheduler.events import (
+from mangonel.task import (
     CancelTask,
     ExecutionError,
     FetchFailed,
     FetchProblem,
+    FileSplit,
     InputLocations,
+    InputMode,
     LaunchTask,
+    OutputKind,
+    OutputSpec,
     PartitionLocation,
     PartitionOutput,
     QueryError,
     ReleaseOutputs,
-    SideScan,
+    ScanSpec,
     TaskFailure,
     TaskSpec,
 )
@@ -170,30 +173,22 @@ def input_locations_from_proto(msg: pb.InputLocations) -> InputLocations:
 
 
 def task_spec_to_proto(spec: TaskSpec) -> pb.TaskSpec:
-    msg = pb.TaskSpec(
+    return pb.TaskSpec(
         attempt=attempt_to_proto(spec.attempt),
         sql=spec.sql,
         output=output_spec_to_proto(spec.output),
         columns=list(spec.columns),
-        scan_columns=list(spec.scan_columns),
-        scan_splits=[file_split_to_proto(s) for s in spec.scan_splits],
         inputs=[input_locations_to_proto(i) for i in spec.inputs],
-        side_scans=[
-            pb.SideScan(
+        scans=[
+            pb.ScanSpec(
                 name=s.name,
                 table=s.table,
                 columns=list(s.columns),
                 splits=[file_split_to_proto(f) for f in s.splits],
             )
-            for s in spec.side_scans
+            for s in spec.scans
         ],
     )
-    # `optional` fields: unset means None, which differs from "".
-    if spec.scan_name is not None:
-        msg.scan_name = spec.scan_name
-    if spec.scan_table is not None:
-        msg.scan_table = spec.scan_table
-    return msg
 
 
 def task_spec_from_proto(msg: pb.TaskSpec) -> TaskSpec:
@@ -204,20 +199,16 @@ def task_spec_from_proto(msg: pb.TaskSpec) -> TaskSpec:
         sql=msg.sql,
         output=output_spec_from_proto(msg.output),
         columns=tuple(msg.columns),
-        scan_name=msg.scan_name if msg.HasField("scan_name") else None,
-        scan_table=msg.scan_table if msg.HasField("scan_table") else None,
-        scan_columns=tuple(msg.scan_columns),
-        scan_splits=tuple(file_split_from_proto(s) for s in msg.scan_splits),
-        inputs=tuple(input_locations_from_proto(i) for i in msg.inputs),
-        side_scans=tuple(
-            SideScan(
+        scans=tuple(
+            ScanSpec(
                 s.name,
                 s.table,
                 tuple(s.columns),
                 tuple(file_split_from_proto(f) for f in s.splits),
             )
-            for s in msg.side_scans
+            for s in msg.scans
         ),
+        inputs=tuple(input_locations_from_proto(i) for i in msg.inputs),
     )
 
 

@@ -124,30 +124,22 @@ class InputLocations(_message.Message):
     def __init__(self, name: _Optional[str] = ..., stage: _Optional[int] = ..., mode: _Optional[_Union[InputMode, str]] = ..., locations: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("attempt", "sql", "output", "columns", "scan_name", "scan_table", "scan_columns", "scan_splits", "inputs", "side_scans")
+    __slots__ = ("attempt", "sql", "output", "columns", "inputs", "scans")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SQL_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
-    SCAN_NAME_FIELD_NUMBER: _ClassVar[int]
-    SCAN_TABLE_FIELD_NUMBER: _ClassVar[int]
-    SCAN_COLUMNS_FIELD_NUMBER: _ClassVar[int]
-    SCAN_SPLITS_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
-    SIDE_SCANS_FIELD_NUMBER: _ClassVar[int]
+    SCANS_FIELD_NUMBER: _ClassVar[int]
     attempt: TaskAttemptId
     sql: str
     output: OutputSpec
     columns: _containers.RepeatedScalarFieldContainer[str]
-    scan_name: str
-    scan_table: str
-    scan_columns: _containers.RepeatedScalarFieldContainer[str]
-    scan_splits: _containers.RepeatedCompositeFieldContainer[FileSplit]
     inputs: _containers.RepeatedCompositeFieldContainer[InputLocations]
-    side_scans: _containers.RepeatedCompositeFieldContainer[SideScan]
-    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., scan_name: _Optional[str] = ..., scan_table: _Optional[str] = ..., scan_columns: _Optional[_Iterable[str]] = ..., scan_splits: _Optional[_Iterable[_Union[FileSplit, _Mapping]]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ..., side_scans: _Optional[_Iterable[_Union[SideScan, _Mapping]]] = ...) -> None: ...
+    scans: _containers.RepeatedCompositeFieldContainer[ScanSpec]
+    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ..., scans: _Optional[_Iterable[_Union[ScanSpec, _Mapping]]] = ...) -> None: ...
 
-class SideScan(_message.Message):
+class ScanSpec(_message.Message):
     __slots__ = ("name", "table", "columns", "splits")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TABLE_FIELD_NUMBER: _ClassVar[int]

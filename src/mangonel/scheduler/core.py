@@ -59,30 +59,23 @@ from mangonel.plan.explain import render
 from mangonel.plan.planner import PlanCache, PlannerConfig
 from mangonel.scheduler.crash import CrashPoints
 from mangonel.scheduler.events import (
-    CancelTask,
     Command,
     DeclareExecutorLost,
     Event,
     ExecutorDraining,
     ExecutorHeartbeat,
-    ExecutorInfo,
     ExecutorLost,
     ExecutorReattached,
     ExecutorRegistered,
-    FetchFailed,
     JobCancelled,
     JobFailed,
     JobSubmitted,
     JobSucceeded,
-    LaunchTask,
     Limits,
     LossReason,
-    PartitionOutput,
-    ReleaseOutputs,
     SchedulerRecovered,
     TaskCompleted,
     TaskFailed,
-    TaskFailure,
     Tick,
 )
 from mangonel.scheduler.jobs import JobPhase, JobRecord
@@ -106,6 +99,15 @@ from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
 from mangonel.scheduler.telemetry import Telemetry
+from mangonel.task import (
+    CancelTask,
+    ExecutorInfo,
+    FetchFailed,
+    LaunchTask,
+    PartitionOutput,
+    ReleaseOutputs,
+    TaskFailure,
+)
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from mangonel.ids import StageId
-from mangonel.scheduler.events import Command, Event, LaunchTask, TaskCompleted
+from mangonel.scheduler.events import Command, Event, TaskCompleted
+from mangonel.task import LaunchTask
 
 log = logging.getLogger(__name__)
 

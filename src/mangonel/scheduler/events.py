@@ -15,90 +15,15 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
-from mangonel.plan.physical import DistributedPlan, FileSplit, InputMode, OutputSpec
-
-# --------------------------------------------------------------------------- data
-
-
-@dataclass(frozen=True)
-class ExecutorInfo:
-    """What an executor says about itself when it registers."""
-
-    id: ExecutorId
-    host: str
-    """Host identity: two executors on one host read each other's files by path."""
-    flight_address: str
-    """``host:port`` of its Arrow Flight server."""
-    slots: int
-
-
-@dataclass(frozen=True)
-class PartitionOutput:
-    """One output partition file written by a finished task attempt."""
-
-    partition: int
-    path: str
-    """Path on the executor's host; also the Flight ticket (the executor validates it)."""
-    rows: int
-    bytes: int
-    checksum: str
-
-
-@dataclass(frozen=True)
-class PartitionLocation:
-    """Where a consumer finds one map output partition."""
-
-    executor: ExecutorId
-    host: str
-    flight_address: str
-    stage: StageId
-    map_partition: int
-    partition: int
-    path: str
-    rows: int
-    bytes: int
-    checksum: str
-
-
-@dataclass(frozen=True)
-class InputLocations:
-    """A stage input as resolved for one task: the files it must read."""
-
-    name: str
-    stage: StageId
-    mode: InputMode
-    locations: tuple[PartitionLocation, ...]
-    columns: tuple[str, ...]
-    """The upstream stage's column names (for an empty input: its schema)."""
-
-
-@dataclass(frozen=True)
-class SideScan:
-    """A table (a small one whole, or the row groups of a join by key range) a task
-    reads under ``name`` (see ``Stage.side_scans``)."""
-
-    name: str
-    table: str
-    columns: tuple[str, ...]
-    splits: tuple[FileSplit, ...]
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """Everything an executor needs to run one task attempt."""
-
-    attempt: TaskAttemptId
-    sql: str
-    output: OutputSpec
-    columns: tuple[str, ...]
-    scan_name: str | None = None
-    scan_table: str | None = None
-    scan_columns: tuple[str, ...] = ()
-    scan_splits: tuple[FileSplit, ...] = ()
-    inputs: tuple[InputLocations, ...] = ()
-    side_scans: tuple[SideScan, ...] = ()
-
+from mangonel.ids import ExecutorId, JobId, TaskAttemptId
+from mangonel.plan.physical import DistributedPlan
+from mangonel.task import (
+    ExecutorCommand,
+    ExecutorInfo,
+    PartitionLocation,
+    PartitionOutput,
+    TaskFailure,
+)
 
 # ------------------------------------------------------------------ failure reasons
 
@@ -112,44 +37,6 @@ class LossReason(enum.Enum):
     DRAINED = "drained"
     PROCESS_EXITED = "process exited"
 
-
-@dataclass(frozen=True)
-class QueryError:
-    """The task's SQL failed in a way a retry cannot fix (bad query, type error)."""
-
-    message: str
-
-
-@dataclass(frozen=True)
-class ExecutionError:
-    """The task failed for a reason a retry may fix (out of memory, I/O)."""
-
-    message: str
-
-
-class FetchProblem(enum.Enum):
-    """What a failed fetch says about the executor that held the output."""
-
-    UNREACHABLE = "unreachable"
-    """The executor did not answer (refused, reset, timed out) after a few tries:
-    it is taken for lost, and with it every output it held."""
-    OUTPUT_LOST = "output lost"
-    """The executor answered, but this one output is missing or fails its
-    checksum: only that map output is made again; the executor stays."""
-
-
-@dataclass(frozen=True)
-class FetchFailed:
-    """A task could not read an upstream output: exactly that output is lost."""
-
-    executor: ExecutorId
-    stage: StageId
-    map_partition: int
-    message: str
-    problem: FetchProblem = FetchProblem.UNREACHABLE
-
-
-TaskFailure = QueryError | ExecutionError | FetchFailed
 
 # --------------------------------------------------------------------------- events
 
@@ -241,57 +128,38 @@ class ExecutorReattached(Event):
 
 
 @dataclass(frozen=True)
-class Command:
+class SchedulerCommand:
+    """A command the shell carries out itself (the orders it sends executors are
+    ``task.ExecutorCommand``s: ``LaunchTask``, ``CancelTask``, ``ReleaseOutputs``)."""
+
     cause: int
     """``event_id`` of the event that produced this command."""
 
 
 @dataclass(frozen=True)
-class LaunchTask(Command):
-    executor: ExecutorId
-    task: TaskSpec
-
-
-@dataclass(frozen=True)
-class CancelTask(Command):
-    executor: ExecutorId
-    attempt: TaskAttemptId
-
-
-@dataclass(frozen=True)
-class JobSucceeded(Command):
+class JobSucceeded(SchedulerCommand):
     job: JobId
     result: tuple[PartitionLocation, ...]
     """The final stage's output partitions, in partition order."""
 
 
 @dataclass(frozen=True)
-class JobFailed(Command):
+class JobFailed(SchedulerCommand):
     job: JobId
     message: str
     """Says what failed (which task, executor, why, how many attempts) and what to do."""
 
 
 @dataclass(frozen=True)
-class DeclareExecutorLost(Command):
+class DeclareExecutorLost(SchedulerCommand):
     """The state machine decided an executor is lost (e.g. heartbeat timeout)."""
 
     executor: ExecutorId
     reason: LossReason
 
 
-@dataclass(frozen=True)
-class ReleaseOutputs(Command):
-    """Shuffle files of a job on this executor are no longer needed.
-
-    ``stages`` names the stages whose files may go; ``None`` means all of the job's.
-    On success the final stage's files are kept until the client has read them
-    (the shell releases them then, or after a time-to-live).
-    """
-
-    executor: ExecutorId
-    job: JobId
-    stages: tuple[StageId, ...] | None = None
+Command = ExecutorCommand | SchedulerCommand
+"""Everything ``SchedulerState.handle`` returns; every command has a ``cause``."""
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
-from mangonel.scheduler.events import PartitionLocation
 from mangonel.scheduler.state_views import JobView, StageView
+from mangonel.task import PartitionLocation
 
 
 class JobPhase(enum.Enum):

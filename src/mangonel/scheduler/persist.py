@@ -34,12 +34,12 @@ from cattrs.strategies import configure_tagged_union
 from mangonel.errors import StateStoreError
 from mangonel.ids import JobId
 from mangonel.plan.physical import DistributedPlan
-from mangonel.scheduler.events import PartitionLocation
 from mangonel.scheduler.jobs import JobPhase
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import JobProgress, TaskState
 from mangonel.scheduler.state_views import JobView
 from mangonel.scheduler.store import StateStore
+from mangonel.task import PartitionLocation
 
 log = logging.getLogger(__name__)
 

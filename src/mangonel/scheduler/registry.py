@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId
-from mangonel.scheduler.events import ExecutorInfo, LossReason
+from mangonel.scheduler.events import LossReason
+from mangonel.task import ExecutorInfo
 
 
 class ExecutorPhase(enum.Enum):

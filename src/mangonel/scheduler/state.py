@@ -51,28 +51,20 @@ from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.scheduler.events import (
-    CancelTask,
     Command,
     DeclareExecutorLost,
     Event,
-    ExecutionError,
     ExecutorDraining,
     ExecutorHeartbeat,
     ExecutorLost,
     ExecutorReattached,
     ExecutorRegistered,
-    FetchFailed,
-    FetchProblem,
     JobCancelled,
     JobFailed,
     JobSubmitted,
     JobSucceeded,
-    LaunchTask,
     Limits,
     LossReason,
-    PartitionLocation,
-    QueryError,
-    ReleaseOutputs,
     SchedulerRecovered,
     TaskCompleted,
     TaskFailed,
@@ -100,6 +92,16 @@ from mangonel.scheduler.state_views import (
     JobState,
     JobView,
     StageView,
+)
+from mangonel.task import (
+    CancelTask,
+    ExecutionError,
+    FetchFailed,
+    FetchProblem,
+    LaunchTask,
+    PartitionLocation,
+    QueryError,
+    ReleaseOutputs,
 )
 
 __all__ = [

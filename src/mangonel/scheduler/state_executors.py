@@ -32,8 +32,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 from mangonel.ids import ExecutorId, TaskAttemptId
-from mangonel.scheduler.events import ExecutorInfo, LossReason
+from mangonel.scheduler.events import LossReason
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView
+from mangonel.task import ExecutorInfo
 
 
 @dataclass

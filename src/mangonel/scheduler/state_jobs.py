@@ -39,9 +39,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.plan.physical import DistributedPlan, InputMode, Stage
-from mangonel.scheduler.events import InputLocations, PartitionLocation, SideScan, TaskSpec
+from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.scheduler.state_views import JobState, JobView, StageView
+from mangonel.task import InputLocations, InputMode, PartitionLocation, ScanSpec, TaskSpec
 
 # ------------------------------------------------------------------- task states
 
@@ -270,21 +270,17 @@ class JobRecord:
             )
             for i in stage.inputs
         )
-        scan = stage.scan
+        scans = (stage.scan,) if stage.scan is not None else ()
         return TaskSpec(
             attempt=attempt,
             sql=stage.sql,
             output=stage.output,
             columns=stage.columns,
-            scan_name=scan.name if scan else None,
-            scan_table=scan.table if scan else None,
-            scan_columns=scan.columns if scan else (),
-            scan_splits=scan.task_splits[partition] if scan else (),
-            inputs=inputs,
-            side_scans=tuple(
-                SideScan(s.name, s.table, s.columns, s.splits_of(partition))
-                for s in stage.side_scans
+            scans=tuple(
+                ScanSpec(s.name, s.table, s.columns, s.splits_of(partition))
+                for s in scans + stage.side_scans
             ),
+            inputs=inputs,
         )
 
     def _input_locations(

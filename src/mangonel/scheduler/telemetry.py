@@ -30,13 +30,12 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.scheduler.events import (
+from mangonel.scheduler.events import Command, LossReason
+from mangonel.task import (
     CancelTask,
-    Command,
     ExecutionError,
     FetchFailed,
     LaunchTask,
-    LossReason,
     PartitionOutput,
     QueryError,
     ReleaseOutputs,

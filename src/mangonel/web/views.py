@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from mangonel.plan.physical import DistributedPlan, OutputKind, Stage
+from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.scheduler.core import SchedulerCore
 from mangonel.scheduler.jobs import JobPhase, JobRecord
 from mangonel.scheduler.registry import ExecutorEntry
 from mangonel.scheduler.state_views import StageView
 from mangonel.scheduler.telemetry import AttemptOutcome, AttemptRecord
+from mangonel.task import OutputKind
 from mangonel.web.models import (
     AttemptModel,
     ClusterModel,

@@ -1,0 +1,231 @@
+"""The task vocabulary: what the scheduler, the executors, the client and the wire share.
+
+A bottom-layer module (it imports only ``mangonel.ids``): the scheduler and the
+executor never import each other, and meet here, in ``proto`` and in ``plan``.
+
+* What a task reads and writes: ``FileSplit`` (part of a Parquet file),
+  ``ScanSpec`` (a table read under a name), ``InputMode`` and ``InputLocations``
+  (another stage's output files), ``OutputKind`` / ``OutputSpec`` (how a task
+  splits its result), ``TaskSpec`` (one attempt, everything an executor needs).
+* What a task leaves: ``PartitionOutput`` (a file it wrote) and, once the
+  scheduler knows where, ``PartitionLocation``.
+* Why an attempt failed, typed: ``QueryError`` (the SQL itself), ``ExecutionError``
+  (a retry may help), ``FetchFailed`` (an upstream output could not be read;
+  ``FetchProblem`` says whether its executor or only that file is gone).
+* What an executor is: ``ExecutorInfo``; and the orders the scheduler sends it over
+  its command stream: ``LaunchTask``, ``CancelTask``, ``ReleaseOutputs``
+  (``ExecutorCommand``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
+
+# ----------------------------------------------------------------- what a task reads
+
+
+class InputMode(enum.Enum):
+    """How a stage's tasks read an upstream stage's output."""
+
+    PARTITION = "partition"
+    """Task *i* reads partition *i* of every upstream map task."""
+    ALL = "all"
+    """Every task reads every partition of every upstream map task."""
+
+
+class OutputKind(enum.Enum):
+    """How a task splits its result into output partitions."""
+
+    HASH = "hash"
+    SINGLE = "single"
+
+
+@dataclass(frozen=True)
+class FileSplit:
+    """Part of one Parquet file: some of its row groups (all when empty)."""
+
+    path: str
+    row_groups: tuple[int, ...] = ()
+    rows: int = 0
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """How each task of a stage partitions what it produces."""
+
+    kind: OutputKind
+    partitions: int = 1
+    keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind is OutputKind.SINGLE and (self.partitions != 1 or self.keys):
+            raise ValueError("a SINGLE output has one partition and no keys")
+        if self.kind is OutputKind.HASH and (self.partitions < 1 or not self.keys):
+            raise ValueError("a HASH output needs keys and at least one partition")
+
+
+@dataclass(frozen=True)
+class ScanSpec:
+    """A Parquet table a task reads under ``name``: its ``splits``, only ``columns``.
+
+    A task's first scan is its stage's own (its share of the table's row groups);
+    the others are tables it scans beside it: a small one whole, or the row groups
+    of a join by key range that its own rows may meet (``plan.physical.Stage``).
+    """
+
+    name: str
+    table: str
+    columns: tuple[str, ...]
+    splits: tuple[FileSplit, ...]
+
+
+# ------------------------------------------------------------- what a task leaves
+
+
+@dataclass(frozen=True)
+class ExecutorInfo:
+    """What an executor says about itself when it registers."""
+
+    id: ExecutorId
+    host: str
+    """Host identity: two executors on one host read each other's files by path."""
+    flight_address: str
+    """``host:port`` of its Arrow Flight server."""
+    slots: int
+
+
+@dataclass(frozen=True)
+class PartitionOutput:
+    """One output partition file written by a finished task attempt."""
+
+    partition: int
+    path: str
+    """Path on the executor's host; also the Flight ticket (the executor validates it)."""
+    rows: int
+    bytes: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class PartitionLocation:
+    """Where a consumer finds one map output partition."""
+
+    executor: ExecutorId
+    host: str
+    flight_address: str
+    stage: StageId
+    map_partition: int
+    partition: int
+    path: str
+    rows: int
+    bytes: int
+    checksum: str
+
+
+@dataclass(frozen=True)
+class InputLocations:
+    """A stage input as resolved for one task: the files it must read."""
+
+    name: str
+    stage: StageId
+    mode: InputMode
+    locations: tuple[PartitionLocation, ...]
+    columns: tuple[str, ...]
+    """The upstream stage's column names (for an empty input: its schema)."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Everything an executor needs to run one task attempt.
+
+    ``scans`` are the Parquet tables it reads (its stage's own scan first, when
+    the stage has one), ``inputs`` the upstream stages' files; ``sql`` names both.
+    """
+
+    attempt: TaskAttemptId
+    sql: str
+    output: OutputSpec
+    columns: tuple[str, ...]
+    scans: tuple[ScanSpec, ...] = ()
+    inputs: tuple[InputLocations, ...] = ()
+
+
+# ------------------------------------------------------------------ failure reasons
+
+
+@dataclass(frozen=True)
+class QueryError:
+    """The task's SQL failed in a way a retry cannot fix (bad query, type error)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class ExecutionError:
+    """The task failed for a reason a retry may fix (out of memory, I/O)."""
+
+    message: str
+
+
+class FetchProblem(enum.Enum):
+    """What a failed fetch says about the executor that held the output."""
+
+    UNREACHABLE = "unreachable"
+    """The executor did not answer (refused, reset, timed out) after a few tries:
+    it is taken for lost, and with it every output it held."""
+    OUTPUT_LOST = "output lost"
+    """The executor answered, but this one output is missing or fails its
+    checksum: only that map output is made again; the executor stays."""
+
+
+@dataclass(frozen=True)
+class FetchFailed:
+    """A task could not read an upstream output: exactly that output is lost."""
+
+    executor: ExecutorId
+    stage: StageId
+    map_partition: int
+    message: str
+    problem: FetchProblem = FetchProblem.UNREACHABLE
+
+
+TaskFailure = QueryError | ExecutionError | FetchFailed
+
+
+# ------------------------------------------------------ orders to one executor
+
+
+@dataclass(frozen=True)
+class ExecutorCommand:
+    """An order the scheduler sends one executor over its command stream."""
+
+    cause: int
+    """``event_id`` of the scheduler event that produced this order."""
+    executor: ExecutorId
+
+
+@dataclass(frozen=True)
+class LaunchTask(ExecutorCommand):
+    task: TaskSpec
+
+
+@dataclass(frozen=True)
+class CancelTask(ExecutorCommand):
+    attempt: TaskAttemptId
+
+
+@dataclass(frozen=True)
+class ReleaseOutputs(ExecutorCommand):
+    """Shuffle files of a job on this executor are no longer needed.
+
+    ``stages`` names the stages whose files may go; ``None`` means all of the job's.
+    On success the final stage's files are kept until the client has read them
+    (the shell releases them then, or after a time-to-live).
+    """
+
+    job: JobId
+    stages: tuple[StageId, ...] | None = None
