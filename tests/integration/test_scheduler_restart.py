@@ -30,7 +30,7 @@ from mangonel.client.session import Result, Session
 from mangonel.client.status import ExecutorState, JobState
 from mangonel.scheduler.persist import read_snapshot
 from mangonel.scheduler.state_jobs import Done
-from mangonel.scheduler.store_sqlite import SqliteStateStore
+from mangonel.scheduler.store.sqlite import SqliteStateStore
 from mangonel.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)

@@ -31,8 +31,8 @@ from helpers import safe_name
 from mangonel.errors import StateStoreError, StoreFencedError
 from mangonel.scheduler.persist import StateWriter, encode
 from mangonel.scheduler.store import StateStore, open_store
-from mangonel.scheduler.store_etcd import EtcdStateStore
-from mangonel.scheduler.store_sqlite import SqliteStateStore
+from mangonel.scheduler.store.etcd import EtcdStateStore
+from mangonel.scheduler.store.sqlite import SqliteStateStore
 from mangonel.testing.etcd import EtcdServer
 
 # The shortest lease etcd grants with its default election timeout (it raises 1 s to 2 s):
@@ -369,7 +369,7 @@ def test_etcd_size_check_is_not_laxer_than_etcd(etcd_store: Backend) -> None:
     assert isinstance(store, EtcdStateStore)
     # The largest single value the store's own check lets through: etcd must take it.
     # (If the check's overhead estimate were too small, etcd would refuse this.)
-    from mangonel.scheduler import store_etcd
+    from mangonel.scheduler.store import etcd as store_etcd
 
     key = "blob"
     room = store.max_request_bytes - store_etcd._TXN_OVERHEAD - store_etcd._OP_OVERHEAD

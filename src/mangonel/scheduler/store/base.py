@@ -1,12 +1,12 @@
-"""Where the scheduler keeps its state: the ``StateStore`` contract and its openers.
+"""The ``StateStore`` contract, and the stores that keep nothing durable.
 
 The scheduler's state is a set of keys holding JSON text (the layout is
 ``scheduler.persist``'s business); a store keeps them durably and writes a
 batch of changes atomically. Implementations:
 
-* ``SqliteStateStore`` (``scheduler.store_sqlite``): a SQLite file in WAL mode,
+* ``SqliteStateStore`` (``scheduler.store.sqlite``): a SQLite file in WAL mode,
   the embedded default (``sqlite:///path/to/state.db``);
-* ``EtcdStateStore`` (``scheduler.store_etcd``): etcd v3, for a highly
+* ``EtcdStateStore`` (``scheduler.store.etcd``): etcd v3, for a highly
   available pair of schedulers (``etcd://host:port[,host:port...][/prefix]``);
 * ``MemoryStateStore``: nothing durable (``memory://``), for tests and
   throw-away clusters.
@@ -28,7 +28,7 @@ from collections.abc import Collection, Mapping
 from typing import Protocol
 
 from mangonel.catalog import Table
-from mangonel.errors import StateStoreError, StoreFencedError
+from mangonel.errors import StoreFencedError
 
 
 class StateStore(abc.ABC):
@@ -132,35 +132,6 @@ class MemoryStateStore(StateStore):
 
     def close(self) -> None:
         self.resign()
-
-
-def open_store(url: str) -> StateStore:
-    """Open the state store named by ``url``.
-
-    ``sqlite:///abs/path.db`` or ``sqlite://relative/path.db`` (or a bare path),
-    ``etcd://host:port[,host:port...][/prefix]``, ``memory://``.
-
-    Raises:
-        StateStoreError: unknown scheme, or the store cannot be opened or is corrupt.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "sqlite", url
-    if scheme == "memory":
-        return MemoryStateStore(url)
-    if scheme == "sqlite":
-        from mangonel.scheduler.store_sqlite import SqliteStateStore
-
-        if not rest:
-            raise StateStoreError(f"state store {url!r} names no file: use sqlite:///path/state.db")
-        return SqliteStateStore(rest, url=url)
-    if scheme == "etcd":
-        from mangonel.scheduler.store_etcd import EtcdStateStore
-
-        return EtcdStateStore.from_url(url)
-    raise StateStoreError(
-        f"unknown state store {url!r}: use sqlite:///path/state.db, etcd://host:2379 or memory://"
-    )
 
 
 class CatalogStore(Protocol):

@@ -26,7 +26,7 @@ import time
 from collections.abc import Collection, Mapping
 
 from mangonel.errors import StateStoreError
-from mangonel.scheduler.store import StateStore
+from mangonel.scheduler.store.base import StateStore
 
 SCHEMA_VERSION = "1"
 _POLL_S = 0.1

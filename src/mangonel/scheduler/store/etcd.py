@@ -55,7 +55,7 @@ from etcd3gw.exceptions import (
 )
 
 from mangonel.errors import StateStoreError
-from mangonel.scheduler.store import StateStore
+from mangonel.scheduler.store.base import StateStore
 
 DEFAULT_PREFIX = "/mangonel/default/"
 DEFAULT_PORT = 2379
