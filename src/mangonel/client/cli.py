@@ -425,7 +425,7 @@ def cmd_executor(args: argparse.Namespace) -> int:
 
 
 def cmd_standalone(args: argparse.Namespace) -> int:
-    from mangonel.testing.cluster import LocalCluster
+    from mangonel.client.cluster import LocalCluster
 
     tables = _parse_registrations(args.register, args.tpch)
     stop = threading.Event()
@@ -756,7 +756,7 @@ def _die_with_parent() -> None:
     """Get SIGTERM when the process that started this one dies, if it asked for it.
 
     ``LocalCluster`` puts its pid in ``MANGONEL_DIE_WITH_PARENT`` (see
-    ``testing.cluster.DIE_WITH_PARENT_ENV``); Linux only. The variable is taken
+    ``client.cluster.DIE_WITH_PARENT_ENV``); Linux only. The variable is taken
     out of the environment, so processes this one starts do not inherit it.
     """
     parent = os.environ.pop("MANGONEL_DIE_WITH_PARENT", "")
