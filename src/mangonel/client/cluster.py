@@ -51,6 +51,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from mangonel import defaults
 from mangonel.client.session import Session
 from mangonel.client.status import ExecutorState
 from mangonel.errors import ClusterError, MangonelError
@@ -191,12 +192,12 @@ class LocalCluster:
 
     def __init__(
         self,
-        executors: int = 2,
+        executors: int = defaults.LOCAL_EXECUTORS,
         work_dir: str | os.PathLike[str] | None = None,
         slots: int | None = None,
         partitions: int | None = None,
         broadcast_bytes: int | None = None,
-        heartbeat_timeout: float = 5.0,
+        heartbeat_timeout: float = defaults.LOCAL_HEARTBEAT_TIMEOUT_S,
         log_dir: str | os.PathLike[str] | None = None,
         start_timeout: float = 60.0,
         stop_timeout: float = 5.0,
@@ -204,11 +205,11 @@ class LocalCluster:
         scheduler_args: tuple[str, ...] = (),
         executor_args: tuple[str, ...] = (),
         scheduler_port: int = 0,
-        no_executor_grace: float = 30.0,
-        max_task_attempts: int = 4,
-        max_stage_reruns: int = 4,
-        drain_timeout: float = 30.0,
-        cleanup_interval: float = 10.0,
+        no_executor_grace: float = defaults.NO_EXECUTOR_GRACE_S,
+        max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS,
+        max_stage_reruns: int = defaults.MAX_STAGE_RERUNS,
+        drain_timeout: float = defaults.DRAIN_TIMEOUT_S,
+        cleanup_interval: float = defaults.CLEANUP_INTERVAL_S,
         result_ttl: float | None = None,
         web_port: int | None = None,
         state: str | None = None,

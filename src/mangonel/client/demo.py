@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Protocol
 
+from mangonel import defaults
 from mangonel.client import render
 from mangonel.client.cluster import ExecutorHandle, LocalCluster
 from mangonel.client.session import Result, Session
@@ -67,7 +68,10 @@ def q12_text() -> str:
 
 
 def run_demo(
-    cache_dir: str, executors: int = 2, log_level: str = "warning", kill: bool = False
+    cache_dir: str,
+    executors: int = defaults.LOCAL_EXECUTORS,
+    log_level: str = "warning",
+    kill: bool = False,
 ) -> int:
     """Generate data if needed, start a cluster, run q12 and print its answer and stages.
 
@@ -243,7 +247,9 @@ q12's 600 000 lineitem rows in one task, which would leave no finished shuffle
 output to lose; four smaller tasks spread over both executors."""
 
 
-def run_kill_demo(cache_dir: str, executors: int = 2, log_level: str = "warning") -> int:
+def run_kill_demo(
+    cache_dir: str, executors: int = defaults.LOCAL_EXECUTORS, log_level: str = "warning"
+) -> int:
     """q12 fault-free, then with one executor killed half-way; print what happened.
 
     Returns 0 when the answer with the kill is the fault-free one, else 1.

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mangonel import defaults
 from mangonel.catalog import Table, load_table
 from mangonel.errors import (
     JobCancelledError,
@@ -165,10 +166,10 @@ class CoreConfig:
     """
 
     planner: PlannerConfig = field(default_factory=PlannerConfig)
-    plan_cache: int = 256
+    plan_cache: int = defaults.PLAN_CACHE
     limits: Limits = field(default_factory=Limits)
     tick_interval_s: float = 0.25
-    result_ttl_s: float = 600.0
+    result_ttl_s: float = defaults.RESULT_TTL_S
     keep_jobs: int = 200
     keep_lost_executors: int = 100
     connect_timeout_s: float = 60.0
