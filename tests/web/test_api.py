@@ -236,6 +236,37 @@ def test_explain_plans_without_running(cluster: TestCluster) -> None:
     assert status == 400 and "nosuchtable" in error["detail"], error
 
 
+def test_explain_plans_through_the_schedulers_plan_cache(cluster: TestCluster) -> None:
+    """The web API's EXPLAIN shares the plan cache of ``mangonel explain`` and of queries."""
+    url = cluster.web_url
+    sql = "SELECT o_orderstatus, max(o_totalprice) AS top FROM orders GROUP BY 1"  # only here
+
+    def planned() -> tuple[float, float]:
+        samples = metrics(url)
+        return (
+            samples[("mangonel_plans_total", (("cache", "hit"),))],
+            samples[("mangonel_plans_total", (("cache", "miss"),))],
+        )
+
+    texts = []
+    counts = []
+    with cluster.connect() as session:
+        for ask in ("web", "web", "grpc"):
+            before = planned()
+            if ask == "web":
+                status, plan = post_json(f"{url}/api/explain", {"sql": sql})
+                assert status == 200, plan
+                assert len(plan["stages"]) > 1, plan  # a distributed plan, not one task
+                texts.append(plan["text"])
+            else:
+                texts.append(session.explain(sql))
+            after = planned()
+            counts.append((after[0] - before[0], after[1] - before[1]))
+    # Planned once by the first web request; the second and the client's reuse it.
+    assert counts == [(0, 1), (1, 0), (1, 0)]
+    assert texts[0] == texts[1] == texts[2]
+
+
 def test_pages_and_static_files_are_served(cluster: TestCluster) -> None:
     for path, kind in [
         ("/", "text/html"),

@@ -57,6 +57,7 @@ from mangonel.errors import (
 )
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
+from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlanCache, PlannerConfig
 from mangonel.scheduler.crash import CrashPoints
 from mangonel.scheduler.events import (
@@ -782,9 +783,12 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------- jobs
 
+    def plan(self, sql: str, dialect: str | None = None) -> DistributedPlan:
+        """The query's plan, from the plan cache when it holds one; nothing runs."""
+        return self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
+
     def explain(self, sql: str, dialect: str | None = None) -> str:
-        plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
-        return render(plan)
+        return render(self.plan(sql, dialect))
 
     def submit(self, sql: str, dialect: str | None = None, request_id: str = "") -> JobRecord:
         """Plan the query (outside the lock: it can take a while) and start the job.
