@@ -73,8 +73,8 @@ def wrong(number: int, actual: Any, expected: Any) -> str | None:
 def recovery(
     args: argparse.Namespace, tables: dict[str, Path], con: Any, work: Path
 ) -> dict[str, Any]:
+    from mangonel.client.cluster import LocalCluster
     from mangonel.client.status import ExecutorState
-    from mangonel.testing.cluster import LocalCluster
 
     sql = tpch_query(args.query)
     expected = con.sql(sql).to_arrow_table()
@@ -139,7 +139,7 @@ def recovery(
 def overhead(
     args: argparse.Namespace, tables: dict[str, Path], con: Any, work: Path
 ) -> dict[str, Any]:
-    from mangonel.testing.cluster import LocalCluster
+    from mangonel.client.cluster import LocalCluster
 
     clusters = {
         "sqlite": LocalCluster(executors=2, work_dir=work / "sqlite"),

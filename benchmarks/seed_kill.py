@@ -81,8 +81,8 @@ def mismatch(actual: Any, expected: Any) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    import mangonel
     from mangonel.client.demo import describe_kill, halfway_tasks, run_with_kill
+    from mangonel.testing.cluster import TestCluster
 
     print(f"generating or reusing TPC-H SF {args.scale:g} ...", file=sys.stderr)
     data = ensure_tpch(args.scale, args.cache_dir)
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     own_work_dir = args.work_dir is None
     work_root = args.work_dir or Path(tempfile.mkdtemp(prefix="mangonel-seed-kill-"))
     with (
-        mangonel.LocalCluster(
+        TestCluster(
             executors=args.executors, work_dir=str(work_root), partitions=args.partitions
         ) as cluster,
         cluster.connect() as session,

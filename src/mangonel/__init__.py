@@ -25,7 +25,7 @@ from mangonel.errors import (
 )
 
 if TYPE_CHECKING:
-    from mangonel.testing.cluster import LocalCluster
+    from mangonel.client.cluster import LocalCluster
 
 __all__ = [
     "connect",
@@ -48,7 +48,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # LocalCluster pulls in subprocess management; load it only when asked for.
     if name == "LocalCluster":
-        from mangonel.testing.cluster import LocalCluster
+        from mangonel.client.cluster import LocalCluster
 
         return LocalCluster
     raise AttributeError(f"module 'mangonel' has no attribute {name!r}")

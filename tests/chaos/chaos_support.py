@@ -1,6 +1,6 @@
 """The chaos suite's machinery: its data, its cluster, fault rules and breakpoints.
 
-Every chaos test runs one TPC-H query on a real 3-executor ``LocalCluster`` while
+Every chaos test runs one TPC-H query on a real 3-executor ``TestCluster`` while
 a fault hits an executor at a deterministic point, then checks the answer against
 single-process DuckDB and that the fault really happened.
 
@@ -12,7 +12,7 @@ single-process DuckDB and that the fault really happened.
   brings it back to exactly ``EXECUTORS`` registered, unfrozen, fault-free
   executors after each test (replacing the dead, thawing the frozen).
 * Fault rules (``kill_rule``, ``freeze_rule``, ``corrupt_rule``) in the format of
-  the executor's ``--faults-file`` (see ``LocalCluster.set_faults``).
+  the executor's ``--faults-file`` (see ``TestCluster.set_faults``).
 * ``Breakpoints``: "the first executor to reach point P" as a deterministic trigger
   when which executor gets a task is up to the scheduler. Every candidate gets a
   freeze rule for P; the first one that stops is the victim, the rules are cleared,
@@ -52,9 +52,10 @@ from helpers import (
     tpch_query,
 )
 
+from mangonel.client.cluster import ExecutorHandle
 from mangonel.client.session import Result, Session
 from mangonel.client.status import ExecutorState, ExecutorStatus, JobState
-from mangonel.testing.cluster import ExecutorHandle, LocalCluster
+from mangonel.testing.cluster import TestCluster
 
 # ----------------------------------------------------------------------- settings
 
@@ -111,9 +112,9 @@ def chaos_tpch(cache_dir: Path = CACHE_DIR) -> Path:
     return target
 
 
-def start_chaos_cluster(work_dir: Path) -> LocalCluster:
+def start_chaos_cluster(work_dir: Path) -> TestCluster:
     """A started 3-executor cluster with the chaos settings (the caller stops it)."""
-    cluster = LocalCluster(
+    cluster = TestCluster(
         executors=EXECUTORS,
         work_dir=work_dir,
         slots=SLOTS,
@@ -253,7 +254,7 @@ class ChaosCluster:
     """A started chaos cluster, a session with the tables, and the DuckDB reference."""
 
     def __init__(
-        self, cluster: LocalCluster, session: Session, reference: duckdb.DuckDBPyConnection
+        self, cluster: TestCluster, session: Session, reference: duckdb.DuckDBPyConnection
     ) -> None:
         self.cluster = cluster
         self.session = session

@@ -30,8 +30,8 @@ from chaos_support import (
 from helpers import tpch_query
 
 import mangonel
+from mangonel.client.cluster import ExecutorHandle
 from mangonel.client.status import ExecutorState
-from mangonel.testing.cluster import ExecutorHandle
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -24,9 +24,9 @@ import duckdb
 import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
 
+from mangonel.client.cluster import LocalCluster, ProcessHandle
 from mangonel.client.session import Result
 from mangonel.client.status import ExecutorState, JobState
-from mangonel.testing.cluster import LocalCluster, ProcessHandle
 from mangonel.testing.etcd import EtcdServer
 
 pytestmark = pytest.mark.timeout(180)

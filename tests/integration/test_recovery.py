@@ -1,6 +1,6 @@
 """Lost executors never lose a query: one test per recovery mechanism, real processes.
 
-Each test starts its own small ``LocalCluster`` (faults change processes, so
+Each test starts its own small ``TestCluster`` (faults change processes, so
 clusters are not shared), hits it with a deterministic fault from the
 executors' fault rules (``mangonel.executor.faults``) or a signal, and checks
 the answer against single-process DuckDB plus what the scheduler says about
@@ -29,9 +29,10 @@ import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
 
 import mangonel
+from mangonel.client.cluster import ExecutorHandle
 from mangonel.client.session import Result, Session
 from mangonel.client.status import ExecutorState, ExecutorStatus, JobState
-from mangonel.testing.cluster import ExecutorHandle, LocalCluster
+from mangonel.testing.cluster import TestCluster
 
 Q12 = tpch_query(12)
 SCAN_LINEITEM = 2
@@ -45,18 +46,18 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 def start(
     work_dir: Path, tpch_tables: dict[str, Path]
-) -> Iterator[Callable[..., tuple[LocalCluster, Session]]]:
+) -> Iterator[Callable[..., tuple[TestCluster, Session]]]:
     """Start a cluster with the TPC-H tables registered (stopped after the test)."""
-    started: list[tuple[LocalCluster, Session]] = []
+    started: list[tuple[TestCluster, Session]] = []
 
-    def make(**kwargs: Any) -> tuple[LocalCluster, Session]:
+    def make(**kwargs: Any) -> tuple[TestCluster, Session]:
         options: dict[str, Any] = {"executors": 2, "slots": 2, "partitions": 4}
         options.update(broadcast_bytes=0, heartbeat_timeout=2.0, log_level="debug")
         # Six lineitem scan tasks (one per row group at SF 0.1): the tests name tasks
         # by partition number, so the split size must not follow the planner's default.
         options.update(scheduler_args=("--split-rows", "100000"))
         options.update(kwargs)
-        cluster = LocalCluster(work_dir=work_dir / f"cluster{len(started)}", **options)
+        cluster = TestCluster(work_dir=work_dir / f"cluster{len(started)}", **options)
         cluster.start()
         session = cluster.connect()
         started.append((cluster, session))
@@ -87,7 +88,7 @@ def per_stage(result: Result) -> dict[int, tuple[int, int]]:
     return {s.stage: (s.tasks_rerun, s.outputs_recomputed) for s in result.stages}
 
 
-def shuffle_files(cluster: LocalCluster) -> list[Path]:
+def shuffle_files(cluster: TestCluster) -> list[Path]:
     """Every file under the executors' work root but the owners' lock files."""
     return [p for p in cluster.work_files() if p.name != "owner.lock"]
 
@@ -96,7 +97,7 @@ def shuffle_files(cluster: LocalCluster) -> list[Path]:
 
 
 def test_killed_mid_query_is_lost_at_once_and_its_outputs_made_again(
-    start: Callable[..., tuple[LocalCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
+    start: Callable[..., tuple[TestCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     cluster, session = start()
     victim = cluster.executors[1]
@@ -124,7 +125,7 @@ def test_killed_mid_query_is_lost_at_once_and_its_outputs_made_again(
 
 
 def test_frozen_executor_is_lost_by_heartbeat_timeout_and_thawed_comes_back_as_new(
-    start: Callable[..., tuple[LocalCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
+    start: Callable[..., tuple[TestCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     cluster, session = start(heartbeat_timeout=2.0)
     frozen = cluster.executors[1]
@@ -158,7 +159,7 @@ def test_frozen_executor_is_lost_by_heartbeat_timeout_and_thawed_comes_back_as_n
 
 
 def test_busy_executor_is_never_lost(
-    start: Callable[..., tuple[LocalCluster, Session]],
+    start: Callable[..., tuple[TestCluster, Session]],
 ) -> None:
     cluster, session = start(executors=1, heartbeat_timeout=1.5)
     only = cluster.executors[0].id
@@ -189,7 +190,7 @@ def test_busy_executor_is_never_lost(
 @pytest.mark.parametrize("action", ["corrupt", "delete"])
 def test_a_bad_shuffle_file_recomputes_exactly_that_map_output(
     action: str,
-    start: Callable[..., tuple[LocalCluster, Session]],
+    start: Callable[..., tuple[TestCluster, Session]],
     duckdb_ref: duckdb.DuckDBPyConnection,
 ) -> None:
     # One executor: the rule fires once per process, so the recomputed output
@@ -210,7 +211,7 @@ def test_a_bad_shuffle_file_recomputes_exactly_that_map_output(
 
 
 def test_a_failed_task_is_retried(
-    start: Callable[..., tuple[LocalCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
+    start: Callable[..., tuple[TestCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     cluster, session = start()
     cluster.set_faults_all([{"action": "fail", "stage": SCAN_LINEITEM, "partition": 3}])
@@ -221,7 +222,7 @@ def test_a_failed_task_is_retried(
 
 
 def test_a_task_failing_every_attempt_fails_the_job_saying_where_and_why(
-    start: Callable[..., tuple[LocalCluster, Session]],
+    start: Callable[..., tuple[TestCluster, Session]],
 ) -> None:
     cluster, session = start(max_task_attempts=2)
     cluster.set_faults_all(
@@ -245,7 +246,7 @@ def test_a_task_failing_every_attempt_fails_the_job_saying_where_and_why(
 
 
 def test_all_executors_lost_fails_the_job_after_the_grace(
-    start: Callable[..., tuple[LocalCluster, Session]],
+    start: Callable[..., tuple[TestCluster, Session]],
 ) -> None:
     grace = 3.0
     cluster, session = start(no_executor_grace=grace, heartbeat_timeout=2.0)
@@ -260,7 +261,7 @@ def test_all_executors_lost_fails_the_job_after_the_grace(
 
 
 def test_all_executors_lost_then_one_added_within_the_grace(
-    start: Callable[..., tuple[LocalCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
+    start: Callable[..., tuple[TestCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     cluster, session = start(no_executor_grace=30.0)
     old = list(cluster.executors)
@@ -281,7 +282,7 @@ def test_all_executors_lost_then_one_added_within_the_grace(
 
 
 def test_sigterm_drains_an_executor_mid_query(
-    start: Callable[..., tuple[LocalCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
+    start: Callable[..., tuple[TestCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     cluster, session = start(drain_timeout=30.0, heartbeat_timeout=5.0)
     leaving: ExecutorHandle = cluster.executors[1]
@@ -313,7 +314,7 @@ def test_sigterm_drains_an_executor_mid_query(
 
 
 def test_disk_use_returns_to_baseline_after_queries_and_a_dead_executor(
-    start: Callable[..., tuple[LocalCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
+    start: Callable[..., tuple[TestCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     cluster, session = start(cleanup_interval=0.5)
     assert shuffle_files(cluster) == []

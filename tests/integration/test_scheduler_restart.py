@@ -26,12 +26,12 @@ import duckdb
 import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
 
+from mangonel.client.cluster import LocalCluster
 from mangonel.client.session import Result, Session
 from mangonel.client.status import ExecutorState, JobState
 from mangonel.scheduler.persist import read_snapshot
 from mangonel.scheduler.state_jobs import Done
 from mangonel.scheduler.store.sqlite import SqliteStateStore
-from mangonel.testing.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -2,7 +2,7 @@
 
 * ``web_data``: TPC-H SF 0.01 with small row groups (``web_support``).
 * ``reference``: single-process DuckDB over the same files.
-* ``cluster``: a 2-executor ``LocalCluster`` with its web UI on a free port
+* ``cluster``: a 2-executor ``TestCluster`` with its web UI on a free port
   (``cluster.web_url``), started once per module under
   ``test-artifacts/<module>/_module/cluster``, with the TPC-H tables registered.
 * ``own_cluster``: the same, started for one test under its ``work_dir``: for
@@ -21,7 +21,7 @@ import pytest
 from helpers import TPCH_TABLES, duckdb_views_sql
 from web_support import small_row_groups_tpch, web_cluster
 
-from mangonel.testing.cluster import LocalCluster
+from mangonel.testing.cluster import TestCluster
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +38,7 @@ def reference(web_data: Path) -> Iterator[duckdb.DuckDBPyConnection]:
     con.close()
 
 
-def _started(work_dir: Path, data: Path) -> Iterator[LocalCluster]:
+def _started(work_dir: Path, data: Path) -> Iterator[TestCluster]:
     with web_cluster(work_dir) as running:
         with running.connect() as session:
             for table in TPCH_TABLES:
@@ -47,10 +47,10 @@ def _started(work_dir: Path, data: Path) -> Iterator[LocalCluster]:
 
 
 @pytest.fixture(scope="module")
-def cluster(module_dir: Path, web_data: Path) -> Iterator[LocalCluster]:
+def cluster(module_dir: Path, web_data: Path) -> Iterator[TestCluster]:
     yield from _started(module_dir / "cluster", web_data)
 
 
 @pytest.fixture
-def own_cluster(work_dir: Path, web_data: Path) -> Iterator[LocalCluster]:
+def own_cluster(work_dir: Path, web_data: Path) -> Iterator[TestCluster]:
     yield from _started(work_dir / "cluster", web_data)

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from web_support import get, get_json, post_json, wait_until, web_cluster
 
 import mangonel
-from mangonel.testing.cluster import LocalCluster
+from mangonel.testing.cluster import TestCluster
 
 Q12 = tpch_query(12)
 JOIN_STAGE = 3
@@ -42,7 +42,7 @@ def metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return samples
 
 
-def test_openapi_describes_every_endpoint(cluster: LocalCluster) -> None:
+def test_openapi_describes_every_endpoint(cluster: TestCluster) -> None:
     spec = get_json(f"{cluster.web_url}/api/openapi.json")
     assert spec["openapi"].startswith("3.")
     paths = spec["paths"]
@@ -65,7 +65,7 @@ def test_openapi_describes_every_endpoint(cluster: LocalCluster) -> None:
 
 
 def test_finished_query_is_described_by_the_api(
-    cluster: LocalCluster, reference: duckdb.DuckDBPyConnection
+    cluster: TestCluster, reference: duckdb.DuckDBPyConnection
 ) -> None:
     with cluster.connect() as session:
         result = session.sql(Q12)
@@ -118,7 +118,7 @@ def test_finished_query_is_described_by_the_api(
 
 
 def test_running_query_shows_progress_and_cancels_through_the_api(
-    own_cluster: LocalCluster,
+    own_cluster: TestCluster,
 ) -> None:
     cluster = own_cluster
     # Each executor stops itself (SIGSTOP) as it starts its first join task: the
@@ -159,7 +159,7 @@ def test_running_query_shows_progress_and_cancels_through_the_api(
 
 
 def test_metrics_count_what_a_query_did(
-    cluster: LocalCluster, reference: duckdb.DuckDBPyConnection
+    cluster: TestCluster, reference: duckdb.DuckDBPyConnection
 ) -> None:
     url = cluster.web_url
     before = metrics(url)
@@ -190,7 +190,7 @@ def test_metrics_count_what_a_query_did(
 
 
 def test_the_same_query_again_reuses_its_plan_until_a_table_changes(
-    cluster: LocalCluster, web_data: Path, reference: duckdb.DuckDBPyConnection
+    cluster: TestCluster, web_data: Path, reference: duckdb.DuckDBPyConnection
 ) -> None:
     url = cluster.web_url
     sql = "SELECT l_returnflag, count(*) AS n FROM lineitem WHERE l_quantity < 17 GROUP BY 1"
@@ -212,14 +212,14 @@ def test_the_same_query_again_reuses_its_plan_until_a_table_changes(
     assert counts == [(0, 1), (1, 0), (0, 1)]
 
 
-def test_unknown_job_is_404(cluster: LocalCluster) -> None:
+def test_unknown_job_is_404(cluster: TestCluster) -> None:
     status, content_type, body = get(f"{cluster.web_url}/api/jobs/nosuchjob")
     assert status == 404 and "nosuchjob" in body.decode()
     status, answer = post_json(f"{cluster.web_url}/api/jobs/nosuchjob/cancel")
     assert status == 404, answer
 
 
-def test_explain_plans_without_running(cluster: LocalCluster) -> None:
+def test_explain_plans_without_running(cluster: TestCluster) -> None:
     url = cluster.web_url
     jobs_before = len(get_json(f"{url}/api/jobs"))
     status, plan = post_json(f"{url}/api/explain", {"sql": Q12})
@@ -236,7 +236,38 @@ def test_explain_plans_without_running(cluster: LocalCluster) -> None:
     assert status == 400 and "nosuchtable" in error["detail"], error
 
 
-def test_pages_and_static_files_are_served(cluster: LocalCluster) -> None:
+def test_explain_plans_through_the_schedulers_plan_cache(cluster: TestCluster) -> None:
+    """The web API's EXPLAIN shares the plan cache of ``mangonel explain`` and of queries."""
+    url = cluster.web_url
+    sql = "SELECT o_orderstatus, max(o_totalprice) AS top FROM orders GROUP BY 1"  # only here
+
+    def planned() -> tuple[float, float]:
+        samples = metrics(url)
+        return (
+            samples[("mangonel_plans_total", (("cache", "hit"),))],
+            samples[("mangonel_plans_total", (("cache", "miss"),))],
+        )
+
+    texts = []
+    counts = []
+    with cluster.connect() as session:
+        for ask in ("web", "web", "grpc"):
+            before = planned()
+            if ask == "web":
+                status, plan = post_json(f"{url}/api/explain", {"sql": sql})
+                assert status == 200, plan
+                assert len(plan["stages"]) > 1, plan  # a distributed plan, not one task
+                texts.append(plan["text"])
+            else:
+                texts.append(session.explain(sql))
+            after = planned()
+            counts.append((after[0] - before[0], after[1] - before[1]))
+    # Planned once by the first web request; the second and the client's reuse it.
+    assert counts == [(0, 1), (1, 0), (1, 0)]
+    assert texts[0] == texts[1] == texts[2]
+
+
+def test_pages_and_static_files_are_served(cluster: TestCluster) -> None:
     for path, kind in [
         ("/", "text/html"),
         ("/jobs/anything", "text/html"),
@@ -264,7 +295,7 @@ def test_stages_name_the_small_tables_they_read_whole(work_dir: Path, web_data: 
         assert f"reads  table {table} (" in text
 
 
-def test_stages_name_the_tables_their_tasks_read_by_key_range(cluster: LocalCluster) -> None:
+def test_stages_name_the_tables_their_tasks_read_by_key_range(cluster: TestCluster) -> None:
     # q5's lineitem tasks (9 of them here) each scan the orders row groups their
     # order keys may meet; the API lists orders apart from the tables read whole.
     status, plan = post_json(f"{cluster.web_url}/api/explain", {"sql": tpch_query(5)})
@@ -277,7 +308,7 @@ def test_stages_name_the_tables_their_tasks_read_by_key_range(cluster: LocalClus
     assert "reads  table orders (" in text and "by join key range" in text
 
 
-def test_every_tpch_plan_is_drawn(cluster: LocalCluster) -> None:
+def test_every_tpch_plan_is_drawn(cluster: TestCluster) -> None:
     """Each of the 22 plans as SVG: well-formed, one box per stage, no two boxes overlap."""
     from mangonel.web.models import StageModel
     from mangonel.web.picture import svg

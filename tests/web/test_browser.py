@@ -23,7 +23,8 @@ from helpers import ARTIFACTS_DIR, TPCH_ORDER_BY, assert_same_result, is_stopped
 from web_support import get_json, wait_until
 
 import mangonel
-from mangonel.testing.cluster import ExecutorHandle, LocalCluster
+from mangonel.client.cluster import ExecutorHandle
+from mangonel.testing.cluster import TestCluster
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -91,12 +92,12 @@ def css(driver: Any, selector: str) -> list[Any]:
     return list(driver.find_elements(By.CSS_SELECTOR, selector))
 
 
-def hold_at_join(cluster: LocalCluster) -> None:
+def hold_at_join(cluster: TestCluster) -> None:
     """Every executor stops itself (SIGSTOP) as it starts its first join task."""
     cluster.set_faults_all([{"action": "freeze", "when": "task_started", "stage": JOIN_STAGE}])
 
 
-def frozen_mid_join(cluster: LocalCluster, job_id: str) -> list[ExecutorHandle]:
+def frozen_mid_join(cluster: TestCluster, job_id: str) -> list[ExecutorHandle]:
     def check() -> list[ExecutorHandle] | None:
         frozen = [e for e in cluster.executors if e.alive() and is_stopped(e.pid)]
         join = get_json(f"{cluster.web_url}/api/jobs/{job_id}")["stages"][JOIN_STAGE - 1]
@@ -106,14 +107,14 @@ def frozen_mid_join(cluster: LocalCluster, job_id: str) -> list[ExecutorHandle]:
     return frozen
 
 
-def release(cluster: LocalCluster) -> None:
+def release(cluster: TestCluster) -> None:
     cluster.set_faults_all([])
     for handle in cluster.executors:
         if handle.alive():
             cluster.thaw_executor(handle.index)
 
 
-def test_cancel_button_cancels_a_running_job(browser: Any, own_cluster: LocalCluster) -> None:
+def test_cancel_button_cancels_a_running_job(browser: Any, own_cluster: TestCluster) -> None:
     cluster = own_cluster
     hold_at_join(cluster)
     try:
@@ -143,7 +144,7 @@ def test_cancel_button_cancels_a_running_job(browser: Any, own_cluster: LocalClu
 
 
 def test_running_graph_then_lost_executor_and_reruns(
-    browser: Any, own_cluster: LocalCluster, reference: duckdb.DuckDBPyConnection
+    browser: Any, own_cluster: TestCluster, reference: duckdb.DuckDBPyConnection
 ) -> None:
     cluster = own_cluster
     url = cluster.web_url

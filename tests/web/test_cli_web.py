@@ -14,7 +14,7 @@ import duckdb
 import pytest
 from helpers import tpch_query
 
-from mangonel.testing.cluster import LocalCluster
+from mangonel.client.cluster import LocalCluster
 
 pytestmark = pytest.mark.timeout(120)
 

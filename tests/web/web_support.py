@@ -21,7 +21,7 @@ import helpers
 import pyarrow.parquet as pq
 from helpers import CACHE_DIR, TPCH_TABLES, ensure_tpch, tpch_dir_name
 
-from mangonel.testing.cluster import LocalCluster
+from mangonel.testing.cluster import TestCluster
 
 SCALE = 0.01
 ROW_GROUP_ROWS = 2500
@@ -52,7 +52,7 @@ def small_row_groups_tpch(cache_dir: Path = CACHE_DIR) -> Path:
     return target
 
 
-def web_cluster(work_dir: Path, executors: int = 2, **options: Any) -> LocalCluster:
+def web_cluster(work_dir: Path, executors: int = 2, **options: Any) -> TestCluster:
     """A cluster with a web UI on a free port, hash joins only, small scan splits.
 
     The heartbeat timeout is long (60 s): tests freeze executors to hold a query
@@ -69,7 +69,7 @@ def web_cluster(work_dir: Path, executors: int = 2, **options: Any) -> LocalClus
         "scheduler_args": ("--split-rows", str(SPLIT_ROWS)),
     }
     settings.update(options)
-    return LocalCluster(work_dir=work_dir, **settings)
+    return TestCluster(work_dir=work_dir, **settings)
 
 
 def get(url: str) -> tuple[int, str, bytes]:

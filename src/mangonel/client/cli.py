@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from mangonel import defaults
 from mangonel.client import render
 from mangonel.client.progress import ProgressBar
 from mangonel.client.session import DEFAULT_ADDRESS, Result, Session
@@ -37,10 +38,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 log = logging.getLogger("mangonel.cli")
-
-DEFAULT_WEB_PORT = 50080
-"""The scheduler's web UI port (``mangonel.web.server.DEFAULT_WEB_PORT``, not imported:
-client commands should not pay for importing the web server)."""
 
 TPCH_TABLES = ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier")
 
@@ -79,44 +76,47 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a scheduler in the foreground until SIGTERM or Ctrl-C.",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on")
-    p.add_argument("--port", type=int, default=50050, help="port to listen on; 0 picks one")
+    p.add_argument(
+        "--port", type=int, default=defaults.SCHEDULER_PORT, help="port to listen on; 0 picks one"
+    )
     _planner_options(p)
     p.add_argument(
         "--heartbeat-timeout",
         type=float,
-        default=10.0,
+        default=defaults.HEARTBEAT_TIMEOUT_S,
         metavar="S",
-        help="seconds of silence before an executor is lost (default 10)",
+        help="seconds of silence before an executor is lost (default %(default)g)",
     )
     p.add_argument(
         "--no-executor-grace",
         "--grace",
         dest="grace",
         type=float,
-        default=30.0,
+        default=defaults.NO_EXECUTOR_GRACE_S,
         metavar="S",
-        help="seconds a job may wait with no executor alive before it fails (default 30)",
+        help="seconds a job may wait with no executor alive before it fails (default %(default)g)",
     )
     p.add_argument(
         "--max-task-attempts",
         type=int,
-        default=4,
+        default=defaults.MAX_TASK_ATTEMPTS,
         metavar="N",
-        help="failed attempts of one task before its job fails (default 4)",
+        help="failed attempts of one task before its job fails (default %(default)s)",
     )
     p.add_argument(
         "--max-stage-reruns",
         type=int,
-        default=4,
+        default=defaults.MAX_STAGE_RERUNS,
         metavar="N",
-        help="times one stage may lose outputs and run again before its job fails (default 4)",
+        help="times one stage may lose outputs and run again before its job fails "
+        "(default %(default)s)",
     )
     p.add_argument(
         "--result-ttl",
         type=float,
-        default=600.0,
+        default=defaults.RESULT_TTL_S,
         metavar="S",
-        help="seconds an unread result is kept (default 600)",
+        help="seconds an unread result is kept (default %(default)g)",
     )
     p.add_argument("--address-file", help="write the bound HOST:PORT to this file")
     p.add_argument(
@@ -158,16 +158,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--drain-timeout",
         type=float,
-        default=30.0,
+        default=defaults.DRAIN_TIMEOUT_S,
         metavar="S",
-        help="on SIGTERM, finish tasks and serve outputs for at most S seconds (default 30)",
+        help="on SIGTERM, finish tasks and serve outputs for at most S seconds "
+        "(default %(default)g)",
     )
     p.add_argument(
         "--cleanup-interval",
         type=float,
-        default=10.0,
+        default=defaults.CLEANUP_INTERVAL_S,
         metavar="S",
-        help="sweep the work dir for dead executors' files every S seconds (default 10)",
+        help="sweep the work dir for dead executors' files every S seconds (default %(default)g)",
     )
     p.add_argument("--faults-file", help="JSON fault-injection rules (tests only)")
     p.add_argument("--index", type=int, help="number in a local cluster (names it in logs)")
@@ -177,15 +178,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="run a scheduler and executors in one command",
         description="Run a scheduler and N executor processes on this host until Ctrl-C.",
     )
-    p.add_argument("--executors", type=int, default=2, help="executor processes (default 2)")
-    p.add_argument("--port", type=int, default=50050, help="scheduler port (default 50050)")
+    p.add_argument(
+        "--executors",
+        type=int,
+        default=defaults.LOCAL_EXECUTORS,
+        help="executor processes (default %(default)s)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=defaults.SCHEDULER_PORT,
+        help="scheduler port (default %(default)s)",
+    )
     p.add_argument(
         "--slots",
         type=int,
         help="task slots of each executor (default: the host's cores shared out among them)",
     )
     p.add_argument("--work-dir", help="work directory of the executors and the logs")
-    p.add_argument("--heartbeat-timeout", type=float, default=5.0, metavar="S")
+    p.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=defaults.LOCAL_HEARTBEAT_TIMEOUT_S,
+        metavar="S",
+        help="seconds of silence before an executor is lost (default %(default)g)",
+    )
     _planner_options(p)
     p.add_argument(
         "--register",
@@ -233,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         default=os.environ.get("MANGONEL_WEB"),
         help="the scheduler's web API, for --picture (default: $MANGONEL_WEB or "
-        "http://<scheduler host>:50080)",
+        f"http://<scheduler host>:{defaults.WEB_PORT})",
     )
 
     p = sub.add_parser(
@@ -262,7 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="run TPC-H q12 on a fresh local cluster",
         description="Generate TPC-H SF 0.1 (cached), start a local cluster of "
-        "2 executors, run TPC-H q12 and show how it ran.",
+        f"{defaults.LOCAL_EXECUTORS} executors, run TPC-H q12 and show how it ran.",
     )
     p.add_argument(
         "--kill",
@@ -274,7 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.path.expanduser("~/.cache/mangonel/tpch-sf0.1"),
         help="where the TPC-H data is generated (default: %(default)s)",
     )
-    p.add_argument("--executors", type=int, default=2)
+    p.add_argument("--executors", type=int, default=defaults.LOCAL_EXECUTORS)
     for name, command in sub.choices.items():
         if name not in ("scheduler", "standalone", "demo"):
             # Also accepted after the command (`mangonel executor --scheduler ...`).
@@ -294,7 +311,7 @@ def _web_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PORT",
         help="port of the web UI, REST API (/api) and Prometheus metrics (/metrics); "
-        f"0 picks a free one, -1 turns it off (default {DEFAULT_WEB_PORT}, or a free one "
+        f"0 picks a free one, -1 turns it off (default {defaults.WEB_PORT}, or a free one "
         "with --port 0)",
     )
 
@@ -303,7 +320,7 @@ def _web_port(args: argparse.Namespace) -> int | None:
     """The web port to ask for; ``None`` for none. With ``--port 0`` (no fixed
     port, as tests ask) the web UI takes a free port too, instead of the default."""
     if args.web_port is None:
-        return 0 if args.port == 0 else DEFAULT_WEB_PORT
+        return 0 if args.port == 0 else defaults.WEB_PORT
     return None if args.web_port < 0 else int(args.web_port)
 
 
@@ -311,23 +328,24 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--partitions",
         type=int,
-        default=4,
-        help="the most output partitions of a hash exchange (default 4)",
+        default=defaults.PARTITIONS,
+        help="the most output partitions of a hash exchange (default %(default)s)",
     )
     p.add_argument(
         "--partition-bytes",
         type=int,
-        default=64 * 1024 * 1024,  # PlannerConfig.partition_bytes
+        default=defaults.PARTITION_BYTES,
         help="give an exchange one partition per this many estimated bytes, up to "
-        "--partitions (default 64 MiB); 0: every exchange gets --partitions",
+        f"--partitions (default {_mib(defaults.PARTITION_BYTES)}); 0: every exchange gets "
+        "--partitions",
     )
     p.add_argument(
         "--broadcast-bytes",
         type=int,
-        default=64 * 1024 * 1024,  # PlannerConfig.broadcast_bytes (kept light to import)
+        default=defaults.BROADCAST_BYTES,
         help="never broadcast a join side estimated above this many bytes; below it "
         "a side is broadcast when that moves fewer bytes than hashing both sides "
-        "(default 64 MiB)",
+        f"(default {_mib(defaults.BROADCAST_BYTES)})",
     )
     p.add_argument(
         "--split-rows",
@@ -338,25 +356,32 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--split-bytes",
         type=int,
-        default=192 * 1024 * 1024,  # PlannerConfig.split_bytes
+        default=defaults.SPLIT_BYTES,
         help="bytes of the scanned columns (in memory) one scan task reads, about: "
-        "250000 to 4000000 rows (default 192 MiB)",
+        f"{defaults.MIN_SPLIT_ROWS} to {defaults.MAX_SPLIT_ROWS} rows "
+        f"(default {_mib(defaults.SPLIT_BYTES)})",
     )
     p.add_argument(
         "--inline-scan-bytes",
         type=int,
-        default=8 * 1024 * 1024,  # PlannerConfig.inline_scan_bytes
+        default=defaults.INLINE_SCAN_BYTES,
         help="scan a small table a join broadcasts in every task of the other side "
         "instead of in a stage of its own, when its columns' bytes times those tasks "
-        "are at most this many (default 8 MiB); 0: never",
+        f"are at most this many (default {_mib(defaults.INLINE_SCAN_BYTES)}); 0: never",
     )
     p.add_argument(
         "--plan-cache",
         type=int,
-        default=256,  # CoreConfig.plan_cache
+        default=defaults.PLAN_CACHE,
         help="plans of recent queries kept, so the same SQL sent again is not planned "
-        "again until a table is registered or dropped (default 256); 0: plan every query",
+        "again until a table is registered or dropped (default %(default)s); 0: plan every "
+        "query",
     )
+
+
+def _mib(size: int) -> str:
+    """``64 MiB`` for 64 * 1024 * 1024: byte defaults read better in help than ``%(default)s``."""
+    return f"{size / (1024 * 1024):g} MiB"
 
 
 # ---------------------------------------------------------------------- commands
@@ -425,7 +450,7 @@ def cmd_executor(args: argparse.Namespace) -> int:
 
 
 def cmd_standalone(args: argparse.Namespace) -> int:
-    from mangonel.testing.cluster import LocalCluster
+    from mangonel.client.cluster import LocalCluster
 
     tables = _parse_registrations(args.register, args.tpch)
     stop = threading.Event()
@@ -558,7 +583,7 @@ def _web_url(args: argparse.Namespace) -> str:
     if args.web:
         return str(args.web).rstrip("/")
     host = str(args.scheduler).rsplit(":", 1)[0] or "127.0.0.1"
-    return f"http://{host}:{DEFAULT_WEB_PORT}"
+    return f"http://{host}:{defaults.WEB_PORT}"
 
 
 def _draw_plan(query: str, args: argparse.Namespace) -> None:
@@ -756,7 +781,7 @@ def _die_with_parent() -> None:
     """Get SIGTERM when the process that started this one dies, if it asked for it.
 
     ``LocalCluster`` puts its pid in ``MANGONEL_DIE_WITH_PARENT`` (see
-    ``testing.cluster.DIE_WITH_PARENT_ENV``); Linux only. The variable is taken
+    ``client.cluster.DIE_WITH_PARENT_ENV``); Linux only. The variable is taken
     out of the environment, so processes this one starts do not inherit it.
     """
     parent = os.environ.pop("MANGONEL_DIE_WITH_PARENT", "")

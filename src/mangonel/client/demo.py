@@ -17,16 +17,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from mangonel import defaults
 from mangonel.client import render
+from mangonel.client.cluster import ExecutorHandle, LocalCluster
 from mangonel.client.session import Result, Session
 from mangonel.errors import ClusterError
-
-if TYPE_CHECKING:
-    from mangonel.testing.cluster import LocalCluster
 
 TABLES = ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier")
 
@@ -68,14 +68,15 @@ def q12_text() -> str:
 
 
 def run_demo(
-    cache_dir: str, executors: int = 2, log_level: str = "warning", kill: bool = False
+    cache_dir: str,
+    executors: int = defaults.LOCAL_EXECUTORS,
+    log_level: str = "warning",
+    kill: bool = False,
 ) -> int:
     """Generate data if needed, start a cluster, run q12 and print its answer and stages.
 
     With ``kill``, see ``run_kill_demo``.
     """
-    from mangonel.testing.cluster import LocalCluster
-
     if kill:
         return run_kill_demo(cache_dir, executors, log_level)
     started = time.monotonic()
@@ -145,12 +146,21 @@ def halfway_tasks(fault_free: Result, executors: int) -> int:
     return max(1, round(total / max(1, executors) / 2))
 
 
+class FaultableCluster(Protocol):
+    """A local cluster whose executors take fault rules (the test cluster of ``testing/``)."""
+
+    @property
+    def executors(self) -> Sequence[ExecutorHandle]: ...
+
+    def set_faults(self, index: int, rules: Sequence[Mapping[str, Any]]) -> None: ...
+
+
 def run_with_kill(
-    cluster: LocalCluster, session: Session, sql: str, after_tasks: int
+    cluster: FaultableCluster, session: Session, sql: str, after_tasks: int
 ) -> KillReport:
     """Run ``sql``; SIGKILL the first executor in line after its ``after_tasks``-th task.
 
-    The point is set by a fault rule (``LocalCluster.set_faults``), not a timer,
+    The point is set by a fault rule (``cluster.set_faults``), not a timer,
     so the kill lands at the same point of the query on every run and machine:
     the executor stops itself (SIGSTOP) right after reporting that task, and a
     thread waiting on the process (``os.waitid``) sends the SIGKILL and notes the
@@ -237,12 +247,17 @@ q12's 600 000 lineitem rows in one task, which would leave no finished shuffle
 output to lose; four smaller tasks spread over both executors."""
 
 
-def run_kill_demo(cache_dir: str, executors: int = 2, log_level: str = "warning") -> int:
+def run_kill_demo(
+    cache_dir: str, executors: int = defaults.LOCAL_EXECUTORS, log_level: str = "warning"
+) -> int:
     """q12 fault-free, then with one executor killed half-way; print what happened.
 
     Returns 0 when the answer with the kill is the fault-free one, else 1.
     """
-    from mangonel.testing.cluster import LocalCluster
+    # The one use of testing/ outside it: the kill is a fault rule, which only the
+    # test cluster's executors read (a fault-rules file each); the plain
+    # LocalCluster of `mangonel demo` and `standalone` carries no such plumbing.
+    from mangonel.testing.cluster import TestCluster
 
     data = ensure_tpch(cache_dir)
     print(
@@ -251,7 +266,7 @@ def run_kill_demo(cache_dir: str, executors: int = 2, log_level: str = "warning"
         file=sys.stderr,
     )
     with (
-        LocalCluster(
+        TestCluster(
             executors=executors,
             log_level=log_level,
             scheduler_args=("--split-rows", str(KILL_DEMO_SPLIT_ROWS)),

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import grpc
 import pyarrow as pa
 
+from mangonel import defaults
 from mangonel.client.fetch import FlightPool, ResultUnavailableError, read_result
 from mangonel.client.rpc import open_channel, translate, unreachable
 from mangonel.client.status import (
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ADDRESS = "127.0.0.1:50050"
+DEFAULT_ADDRESS = defaults.SCHEDULER_ADDRESS
 
 # When the executor holding a finished result dies before the client reads it,
 # the query runs again; this bounds how often.

@@ -13,6 +13,8 @@ import socket
 import tempfile
 from dataclasses import dataclass, field
 
+from mangonel import defaults
+
 
 def _default_host() -> str:
     return socket.gethostname()
@@ -68,7 +70,7 @@ class ExecutorConfig:
             logs and injected faults.
     """
 
-    scheduler_address: str = "127.0.0.1:50050"
+    scheduler_address: str = defaults.SCHEDULER_ADDRESS
     host: str = field(default_factory=_default_host)
     bind_host: str = "127.0.0.1"
     advertise_host: str | None = None
@@ -80,8 +82,8 @@ class ExecutorConfig:
     heartbeat_interval_s: float = 1.0
     fetch_timeout_s: float = 30.0
     fetch_retries: int = 3
-    drain_timeout_s: float = 30.0
-    cleanup_interval_s: float = 10.0
+    drain_timeout_s: float = defaults.DRAIN_TIMEOUT_S
+    cleanup_interval_s: float = defaults.CLEANUP_INTERVAL_S
     faults_file: str | None = None
     index: int | None = None
 

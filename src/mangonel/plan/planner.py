@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot.errors import SqlglotError
 
+from mangonel import defaults
 from mangonel.catalog import Table
 from mangonel.plan.distribute import Distributor, describe
 from mangonel.plan.estimate import Estimator
@@ -63,14 +64,14 @@ class PlannerConfig:
             within a slot's memory.
     """
 
-    partitions: int = 4
-    partition_bytes: int = 64 * 1024 * 1024
-    broadcast_bytes: int = 64 * 1024 * 1024
+    partitions: int = defaults.PARTITIONS
+    partition_bytes: int = defaults.PARTITION_BYTES
+    broadcast_bytes: int = defaults.BROADCAST_BYTES
     split_rows: int | None = None
-    split_bytes: int = 192 * 1024 * 1024
-    inline_scan_bytes: int = 8 * 1024 * 1024
-    min_split_rows: int = 250_000
-    max_split_rows: int = 4_000_000
+    split_bytes: int = defaults.SPLIT_BYTES
+    inline_scan_bytes: int = defaults.INLINE_SCAN_BYTES
+    min_split_rows: int = defaults.MIN_SPLIT_ROWS
+    max_split_rows: int = defaults.MAX_SPLIT_ROWS
 
     def split_rows_for(self, row_width: float) -> int:
         """Rows per scan task when the scanned columns take ``row_width`` bytes a
@@ -145,7 +146,7 @@ class PlanCache:
         size: Plans kept, the least recently used dropped first; 0 keeps none.
     """
 
-    def __init__(self, size: int = 256) -> None:
+    def __init__(self, size: int = defaults.PLAN_CACHE) -> None:
         self.size = size
         self._lock = threading.Lock()
         self._plans: OrderedDict[

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from mangonel import defaults
 from mangonel.catalog import Table, load_table
 from mangonel.errors import (
     JobCancelledError,
@@ -56,6 +57,7 @@ from mangonel.errors import (
 )
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
+from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlanCache, PlannerConfig
 from mangonel.scheduler.crash import CrashPoints
 from mangonel.scheduler.events import (
@@ -167,10 +169,10 @@ class CoreConfig:
     """
 
     planner: PlannerConfig = field(default_factory=PlannerConfig)
-    plan_cache: int = 256
+    plan_cache: int = defaults.PLAN_CACHE
     limits: Limits = field(default_factory=Limits)
     tick_interval_s: float = 0.25
-    result_ttl_s: float = 600.0
+    result_ttl_s: float = defaults.RESULT_TTL_S
     keep_jobs: int = 200
     keep_lost_executors: int = 100
     connect_timeout_s: float = 60.0
@@ -783,9 +785,12 @@ class SchedulerCore:
 
     # ------------------------------------------------------------------- jobs
 
+    def plan(self, sql: str, dialect: str | None = None) -> DistributedPlan:
+        """The query's plan, from the plan cache when it holds one; nothing runs."""
+        return self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
+
     def explain(self, sql: str, dialect: str | None = None) -> str:
-        plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
-        return render(plan)
+        return render(self.plan(sql, dialect))
 
     def submit(self, sql: str, dialect: str | None = None, request_id: str = "") -> JobRecord:
         """Plan the query (outside the lock: it can take a while) and start the job.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from mangonel import defaults
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.task import (
@@ -166,7 +167,7 @@ Command = ExecutorCommand | SchedulerCommand
 class Limits:
     """Bounds that keep recovery from looping."""
 
-    max_task_attempts: int = 4
-    max_stage_reruns: int = 4
-    heartbeat_timeout_s: float = 10.0
-    no_executor_grace_s: float = 30.0
+    max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS
+    max_stage_reruns: int = defaults.MAX_STAGE_RERUNS
+    heartbeat_timeout_s: float = defaults.HEARTBEAT_TIMEOUT_S
+    no_executor_grace_s: float = defaults.NO_EXECUTOR_GRACE_S

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
+from mangonel import defaults
 from mangonel.errors import ClusterError, StateStoreError
 from mangonel.plan.planner import PlannerConfig
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
@@ -87,19 +88,19 @@ class SchedulerConfig:
     """
 
     host: str = "127.0.0.1"
-    port: int = 50050
-    partitions: int = PlannerConfig.partitions
-    partition_bytes: int = PlannerConfig.partition_bytes
-    broadcast_bytes: int = PlannerConfig.broadcast_bytes
+    port: int = defaults.SCHEDULER_PORT
+    partitions: int = defaults.PARTITIONS
+    partition_bytes: int = defaults.PARTITION_BYTES
+    broadcast_bytes: int = defaults.BROADCAST_BYTES
     split_rows: int | None = None
-    split_bytes: int = PlannerConfig.split_bytes
-    inline_scan_bytes: int = PlannerConfig.inline_scan_bytes
-    plan_cache: int = CoreConfig.plan_cache
-    heartbeat_timeout_s: float = 10.0
-    no_executor_grace_s: float = 30.0
-    max_task_attempts: int = 4
-    max_stage_reruns: int = 4
-    result_ttl_s: float = 600.0
+    split_bytes: int = defaults.SPLIT_BYTES
+    inline_scan_bytes: int = defaults.INLINE_SCAN_BYTES
+    plan_cache: int = defaults.PLAN_CACHE
+    heartbeat_timeout_s: float = defaults.HEARTBEAT_TIMEOUT_S
+    no_executor_grace_s: float = defaults.NO_EXECUTOR_GRACE_S
+    max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS
+    max_stage_reruns: int = defaults.MAX_STAGE_RERUNS
+    result_ttl_s: float = defaults.RESULT_TTL_S
     address_file: str | None = None
     max_workers: int = 128
     web_port: int | None = None

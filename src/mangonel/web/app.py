@@ -30,7 +30,6 @@ from fastapi.staticfiles import StaticFiles
 from mangonel.errors import MangonelError
 from mangonel.ids import JobId
 from mangonel.plan.explain import render
-from mangonel.plan.planner import plan_query
 from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
 from mangonel.scheduler.jobs import JobRecord
 from mangonel.web import picture, views
@@ -132,9 +131,9 @@ def create_app(core: SchedulerCore, scheduler_address: str = "") -> FastAPI:
     def explain(request: ExplainRequest) -> ExplainModel:
         """Plan a query without running it: the EXPLAIN text and the stages."""
         try:
-            plan = plan_query(
-                request.sql, core.catalog.snapshot(), core.config.planner, request.dialect
-            )
+            # Through the scheduler's plan cache, as `mangonel explain` and a
+            # submission go: each reuses the plan the others made of the same SQL.
+            plan = core.plan(request.sql, request.dialect)
         except MangonelError as exc:
             raise HTTPException(status_code=400, detail=str(exc)) from None
         return ExplainModel(text=render(plan), stages=views.stage_models(plan))

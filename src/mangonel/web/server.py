@@ -15,14 +15,15 @@ import time
 
 import uvicorn
 
+from mangonel import defaults
 from mangonel.errors import ClusterError
 from mangonel.scheduler.core import SchedulerCore
 from mangonel.web.app import create_app
 
 log = logging.getLogger(__name__)
 
-DEFAULT_WEB_PORT = 50080
-"""The web UI's port for ``mangonel scheduler`` and ``standalone`` (next to gRPC's 50050)."""
+DEFAULT_WEB_PORT = defaults.WEB_PORT
+"""The web UI's port for ``mangonel scheduler`` and ``standalone`` (``defaults.WEB_PORT``)."""
 
 
 class WebServer:

@@ -1,0 +1,599 @@
+"""``LocalCluster``: a real scheduler and real executor processes on localhost.
+
+>>> with LocalCluster(executors=2) as cluster:                      # doctest: +SKIP
+...     with cluster.connect() as session:
+...         session.register_parquet("t", "/data/t.parquet")
+...         session.sql("SELECT count(*) FROM t").to_pandas()
+
+Every process is started with ``python -m mangonel ...`` on free ports, writes
+its stdout and stderr to a log file under ``log_dir`` (``work_dir/logs`` by
+default), and is stopped on exit: executors by SIGINT (an immediate stop, no
+drain), the scheduler by SIGTERM, then SIGKILL after a bound. A start that
+fails stops what it started and raises ``ClusterError`` with the tail of the
+failing process's log. On Linux the children also get SIGTERM when the process
+that started them dies (``PR_SET_PDEATHSIG``, which each child asks for itself at
+start, see ``DIE_WITH_PARENT_ENV``), so a killed test run leaves no orphans.
+
+Layout under ``work_dir``::
+
+    scheduler-<i>.address scheduler i's bound host:port (written once it leads)
+    scheduler-<i>.web     the URL of its web UI (with ``web_port``)
+    scheduler-state.db    the schedulers' SQLite state store (unless ``state`` is given)
+    executors/            the work root all executors share (``executor.workdir``:
+                          one locked directory per executor life, swept when dead)
+    logs/                 scheduler.log (scheduler-<i>.log with several), executor-<i>.log
+
+Processes can be taken away and added while queries run: ``kill_executor``
+(SIGKILL, or SIGTERM to drain), ``freeze_executor``, ``thaw_executor``,
+``add_executor``, ``kill_scheduler``, ``restart_scheduler``. Executor *i* is
+numbered 0-based in start order (``add_executor`` takes the next) and gets
+``--index i``, which names it in its logs; ``executor_args_for(i)`` gives it
+options of its own. Fault rules (``set_faults``) are for tests only: the
+``TestCluster`` of ``testing/`` adds them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from mangonel import defaults
+from mangonel.client.session import Session
+from mangonel.client.status import ExecutorState
+from mangonel.errors import ClusterError, MangonelError
+
+_LOG_TAIL_BYTES = 4000
+_POLL_S = 0.02
+_live_clusters: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
+
+
+DIE_WITH_PARENT_ENV = "MANGONEL_DIE_WITH_PARENT"
+"""Set to this process's pid in each child's environment: ``mangonel``'s entry
+point then asks Linux to SIGTERM it when this process dies (``cli.main``).
+
+Not a ``preexec_fn``: Python code between fork and exec is unsafe in a parent
+that runs gRPC threads (about one start in a hundred hung or aborted with
+"epoll_wait error: Bad file descriptor" in the child), while without one
+``subprocess`` forks and execs in C."""
+
+
+class ProcessHandle:
+    """One child process and its log file."""
+
+    def __init__(self, name: str, args: list[str], log_path: Path, env: dict[str, str]) -> None:
+        self.name = name
+        self.args = args
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def log_tail(self, limit: int = _LOG_TAIL_BYTES) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-limit:].decode(errors="replace")
+
+    def stop(self, timeout_s: float, sig: int | None = None) -> None:
+        """``sig`` (SIGTERM by default; and SIGCONT, in case it is frozen), then
+        SIGKILL after ``timeout_s``."""
+        if not self.alive():
+            return
+        self.signal(signal.SIGTERM if sig is None else sig)
+        self.signal(signal.SIGCONT)
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.signal(signal.SIGKILL)
+            self.process.wait(5)
+
+
+class ExecutorHandle(ProcessHandle):
+    """An executor process; ``id`` is the id the scheduler gave it once registered.
+
+    ``id`` follows the process: after it re-registers (a thawed executor does,
+    under a new id), ``LocalCluster.wait_for_executors`` updates it.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        args: list[str],
+        log_path: Path,
+        env: dict[str, str],
+        work_dir: Path,
+    ) -> None:
+        super().__init__(f"executor-{index}", args, log_path, env)
+        self.index = index
+        self.work_dir = work_dir
+        """The work root it shares with the other executors."""
+        self.id: str | None = None
+
+
+class LocalCluster:
+    """A scheduler and ``executors`` executor processes on localhost.
+
+    Args:
+        executors: Executor processes to start.
+        work_dir: Root of the executors' work directories and the logs; a new
+            temporary directory (removed on a clean stop) when ``None``.
+        slots: Task slots of each executor. ``None``: the host's cores shared out
+            among the executors (at least one each), since they all run here; an
+            executor alone on its host takes one per core. On two cores, two
+            executors of two slots each ran TPC-H SF1 4 % slower than two of one
+            (``benchmarks/ab.py``).
+        partitions: The most partitions of a hash exchange; the scheduler's
+            default when ``None``. Given without ``partition_bytes``, every
+            exchange has exactly this many, as tests want: their data is small
+            enough for one partition, and must still cross executors.
+        partition_bytes: One partition per this many estimated bytes of an
+            exchange (``mangonel scheduler --partition-bytes``; 0: always
+            ``partitions``); see ``partitions`` for ``None``.
+        broadcast_bytes: The largest join side the planner may broadcast; its default
+            when ``None``.
+        heartbeat_timeout: Seconds of executor silence before it is declared lost.
+        no_executor_grace: Seconds a job may wait with no executor alive before it fails.
+        max_task_attempts: Failed attempts of one task before its job fails.
+        max_stage_reruns: Times one stage may lose outputs and run again.
+        drain_timeout: Bound of an executor's drain after SIGTERM (seconds).
+        cleanup_interval: How often executors sweep dead executors' files (seconds).
+        result_ttl: Seconds an unread result is kept; the scheduler's default when ``None``.
+        log_dir: Where the process logs go; ``work_dir/logs`` when ``None``.
+        start_timeout: Seconds to wait for the scheduler and every executor.
+        stop_timeout: Seconds between SIGTERM and SIGKILL when stopping.
+        log_level: Log level of the child processes.
+        scheduler_args: Extra command-line options of ``mangonel scheduler``.
+        executor_args: Extra command-line options of each ``mangonel executor``.
+        executor_args_for: Extra command-line options of executor *i* alone (after
+            ``executor_args``), e.g. a file of its own; see ``executor_options``.
+        scheduler_port: Port of the scheduler; 0 picks a free one.
+        web_port: Port of the scheduler's web UI, REST API and metrics (``web_url``);
+            0 picks a free one, ``None`` (the default) serves none.
+        state: The schedulers' state store (``mangonel scheduler --state``); a
+            SQLite file in ``work_dir`` when ``None``.
+        schedulers: Scheduler processes; more than one makes a highly available
+            group on one etcd ``state``: the first leads, the others wait as
+            standbys; executors and clients are given every address.
+    """
+
+    def __init__(
+        self,
+        executors: int = defaults.LOCAL_EXECUTORS,
+        work_dir: str | os.PathLike[str] | None = None,
+        slots: int | None = None,
+        partitions: int | None = None,
+        broadcast_bytes: int | None = None,
+        heartbeat_timeout: float = defaults.LOCAL_HEARTBEAT_TIMEOUT_S,
+        log_dir: str | os.PathLike[str] | None = None,
+        start_timeout: float = 60.0,
+        stop_timeout: float = 5.0,
+        log_level: str = "info",
+        scheduler_args: tuple[str, ...] = (),
+        executor_args: tuple[str, ...] = (),
+        scheduler_port: int = 0,
+        no_executor_grace: float = defaults.NO_EXECUTOR_GRACE_S,
+        max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS,
+        max_stage_reruns: int = defaults.MAX_STAGE_RERUNS,
+        drain_timeout: float = defaults.DRAIN_TIMEOUT_S,
+        cleanup_interval: float = defaults.CLEANUP_INTERVAL_S,
+        result_ttl: float | None = None,
+        web_port: int | None = None,
+        state: str | None = None,
+        schedulers: int = 1,
+        partition_bytes: int | None = None,
+        executor_args_for: Callable[[int], Sequence[str]] | None = None,
+    ) -> None:
+        if schedulers < 1:
+            raise ValueError(f"schedulers must be at least 1, got {schedulers}")
+        if schedulers > 1 and not (state or "").startswith("etcd://"):
+            raise ValueError(
+                "several schedulers need a shared etcd state store (state='etcd://...')"
+            )
+        if executors < 0:
+            raise ValueError(f"executors must be at least 0, got {executors}")
+        self._own_work_dir = work_dir is None
+        self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="mangonel-cluster-")).resolve()
+        self.log_dir = Path(log_dir).resolve() if log_dir else self.work_dir / "logs"
+        self.num_executors = executors
+        self.slots = slots
+        self.partitions = partitions
+        if partition_bytes is None and partitions is not None:
+            partition_bytes = 0
+        self.partition_bytes = partition_bytes
+        self.broadcast_bytes = broadcast_bytes
+        self.heartbeat_timeout = heartbeat_timeout
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.log_level = log_level
+        self.scheduler_args = scheduler_args
+        self.executor_args = executor_args
+        self.executor_args_for = executor_args_for
+        self.scheduler_port = scheduler_port
+        self.no_executor_grace = no_executor_grace
+        self.max_task_attempts = max_task_attempts
+        self.max_stage_reruns = max_stage_reruns
+        self.drain_timeout = drain_timeout
+        self.cleanup_interval = cleanup_interval
+        self.result_ttl = result_ttl
+        self.web_port = web_port
+        self._web_url: str | None = None
+        self.executor_root = self.work_dir / "executors"
+        """The work root every executor of this cluster shares."""
+        self.state = state or f"sqlite://{self.work_dir / 'scheduler-state.db'}"
+        self.num_schedulers = schedulers
+        self.schedulers: list[ProcessHandle | None] = [None] * schedulers
+        """Scheduler processes by index (restarted ones replace their handle)."""
+        self._scheduler_ports: list[int] = []
+        self.executors: list[ExecutorHandle] = []
+        self._address: str | None = None
+        self._lock = threading.Lock()
+        self._failed = False
+
+    @property
+    def executor_slots(self) -> int:
+        """Task slots each executor of this cluster gets (see ``slots``)."""
+        if self.slots is not None:
+            return self.slots
+        return max(1, (os.cpu_count() or 1) // max(1, self.num_executors))
+
+    # ------------------------------------------------------------------ life cycle
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the scheduler (of every scheduler, comma-separated, with several)."""
+        if self._address is None:
+            raise ClusterError("the cluster is not started; use it as a context manager")
+        return self._address
+
+    @property
+    def scheduler(self) -> ProcessHandle | None:
+        """The first scheduler's process."""
+        return self.schedulers[0]
+
+    def scheduler_address(self, index: int) -> str:
+        return f"127.0.0.1:{self._scheduler_ports[index]}"
+
+    @property
+    def web_url(self) -> str:
+        """``http://host:port`` of the scheduler's web UI (``/api``, ``/metrics``)."""
+        if self.web_port is None:
+            raise ClusterError("this cluster serves no web UI; start it with web_port=0")
+        if self._web_url is None:
+            raise ClusterError("the cluster is not started; use it as a context manager")
+        return self._web_url
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def start(self) -> Self:
+        """Start the scheduler and the executors; wait until all registered."""
+        _live_clusters.add(self)
+        try:
+            self._start_scheduler()
+            for _ in range(self.num_executors):
+                self._spawn_executor()
+            self.wait_for_executors(self.num_executors, self.start_timeout)
+        except BaseException:
+            self._failed = True
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every process (executors first), never leaving one behind.
+
+        Executors get SIGINT, which stops them at once: a SIGTERM would make
+        them drain, which is for leaving a cluster that goes on, not for this.
+        """
+        stops: list[tuple[ProcessHandle, int]] = [(e, signal.SIGINT) for e in self.executors]
+        stops += [(s, signal.SIGTERM) for s in self.schedulers if s is not None]
+        for proc, sig in stops:
+            proc.signal(sig)
+            proc.signal(signal.SIGCONT)
+        for proc, sig in stops:
+            proc.stop(self.stop_timeout, sig)
+        _live_clusters.discard(self)
+        if self._own_work_dir and not self._failed:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        env[DIE_WITH_PARENT_ENV] = str(os.getpid())
+        return env
+
+    def _start_scheduler(self) -> None:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        if self.num_schedulers == 1:
+            self._scheduler_ports = [self.scheduler_port]
+        else:  # every address is known up front: executors and clients get them all
+            self._scheduler_ports = [_free_port() for _ in range(self.num_schedulers)]
+        self._launch_scheduler(0, wait=True)
+        if self.num_schedulers > 1:
+            self._address = ",".join(self.scheduler_address(i) for i in range(self.num_schedulers))
+            for index in range(1, self.num_schedulers):
+                self._launch_scheduler(index, wait=False)
+
+    def kill_scheduler(self, index: int = 0, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` (SIGKILL by default) to scheduler ``index`` and wait for it to exit."""
+        proc = self.schedulers[index]
+        if proc is None:
+            return
+        proc.signal(sig)
+        if sig != signal.SIGSTOP:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.process.wait(self.stop_timeout)
+
+    def restart_scheduler(self, index: int = 0, wait: bool = True) -> None:
+        """Start scheduler ``index`` again, on its port and state store.
+
+        With ``wait``, return once it serves (it leads); a standby of a group
+        never serves until the leader dies, so pass ``wait=False`` for one.
+        """
+        proc = self.schedulers[index]
+        if proc is not None and proc.alive():
+            raise ClusterError(f"scheduler {index} still runs; kill it first")
+        self._launch_scheduler(index, wait=wait)
+
+    def wait_for_leader(self, timeout: float = 30.0, exclude: int | None = None) -> int:
+        """Wait until a scheduler (other than ``exclude``) serves; return its index."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for index in range(self.num_schedulers):
+                if index == exclude:
+                    continue
+                if (self.work_dir / f"scheduler-{index}.address").exists():
+                    proc = self.schedulers[index]
+                    if proc is not None and proc.alive():
+                        return index
+            time.sleep(_POLL_S)
+        raise ClusterError(f"no scheduler took the lead within {timeout:g} s")
+
+    def _launch_scheduler(self, index: int, wait: bool) -> None:
+        address_file = self.work_dir / f"scheduler-{index}.address"
+        address_file.unlink(missing_ok=True)
+        port = self._scheduler_ports[index]
+        args = [
+            sys.executable, "-m", "mangonel", "--log-level", self.log_level,
+            "scheduler", "--host", "127.0.0.1", "--port", str(port),
+            "--address-file", str(address_file), "--state", self.state,
+            "--heartbeat-timeout", str(self.heartbeat_timeout),
+            "--no-executor-grace", str(self.no_executor_grace),
+            "--max-task-attempts", str(self.max_task_attempts),
+            "--max-stage-reruns", str(self.max_stage_reruns),
+        ]  # fmt: skip
+        if self.result_ttl is not None:
+            args += ["--result-ttl", str(self.result_ttl)]
+        if self.partitions is not None:
+            args += ["--partitions", str(self.partitions)]
+        if self.partition_bytes is not None:
+            args += ["--partition-bytes", str(self.partition_bytes)]
+        if self.broadcast_bytes is not None:
+            args += ["--broadcast-bytes", str(self.broadcast_bytes)]
+        web_file = self.work_dir / f"scheduler-{index}.web"
+        web_file.unlink(missing_ok=True)
+        if self.web_port is None:
+            args += ["--web-port", "-1"]
+        else:
+            args += ["--web-port", str(self.web_port), "--web-address-file", str(web_file)]
+        args += list(self.scheduler_args)
+        name = "scheduler" if self.num_schedulers == 1 else f"scheduler-{index}"
+        proc = ProcessHandle(name, args, self.log_dir / f"{name}.log", self._env())
+        self.schedulers[index] = proc
+        if not wait:
+            return
+        deadline = time.monotonic() + self.start_timeout
+        while not address_file.exists():
+            self._check_alive(proc)
+            if time.monotonic() > deadline:
+                raise self._start_error(proc, "did not start listening in time")
+            time.sleep(_POLL_S)
+        address = address_file.read_text().strip()
+        # A restart binds the same port: executors and clients find it again.
+        self._scheduler_ports[index] = int(address.rsplit(":", 1)[1])
+        if self.num_schedulers == 1:
+            self._address = address
+        if self.web_port is not None:
+            while not web_file.exists():
+                self._check_alive(proc)
+                if time.monotonic() > deadline:
+                    raise self._start_error(proc, "did not start its web UI in time")
+                time.sleep(_POLL_S)
+            self._web_url = web_file.read_text().strip()
+
+    def _spawn_executor(self) -> ExecutorHandle:
+        with self._lock:
+            index = len(self.executors)
+            args = [
+                sys.executable, "-m", "mangonel", "--log-level", self.log_level,
+                "executor", "--scheduler", self.address, "--port", "0",
+                "--work-dir", str(self.executor_root), "--index", str(index),
+                "--drain-timeout", str(self.drain_timeout),
+                "--cleanup-interval", str(self.cleanup_interval),
+            ]  # fmt: skip
+            args += ["--slots", str(self.executor_slots)]
+            args += self.executor_options(index)
+            handle = ExecutorHandle(
+                index,
+                args,
+                self.log_dir / f"executor-{index}.log",
+                self._env(),
+                self.executor_root,
+            )
+            self.executors.append(handle)
+            return handle
+
+    def executor_options(self, index: int) -> list[str]:
+        """The extra command-line options of executor ``index``: ``executor_args``,
+        then ``executor_args_for(index)``. A subclass may add its own (the test
+        cluster adds each executor's fault-rules file)."""
+        options = list(self.executor_args)
+        if self.executor_args_for is not None:
+            options += self.executor_args_for(index)
+        return options
+
+    def _check_alive(self, proc: ProcessHandle) -> None:
+        if not proc.alive():
+            raise self._start_error(proc, f"exited with code {proc.process.returncode}")
+
+    def _start_error(self, proc: ProcessHandle, what: str) -> ClusterError:
+        tail = proc.log_tail()
+        return ClusterError(
+            f"{proc.name} (pid {proc.pid}) {what}; its log {proc.log_path} ends with:\n{tail}"
+        )
+
+    def wait_for_executors(self, count: int | None = None, timeout: float | None = None) -> None:
+        """Wait until ``count`` of our executor processes are registered and alive.
+
+        Raises:
+            ClusterError: an executor process exited, or the wait timed out.
+        """
+        count = len(self.executors) if count is None else count
+        deadline = time.monotonic() + (self.start_timeout if timeout is None else timeout)
+        with self.connect() as session:
+            while True:
+                if self.scheduler is not None:
+                    self._check_alive(self.scheduler)
+                registered = self._match_ids(session)
+                if registered >= count:
+                    return
+                for handle in self.executors:
+                    if handle.id is None:
+                        self._check_alive(handle)
+                if time.monotonic() > deadline:
+                    waiting = [h for h in self.executors if h.id is None] or self.executors
+                    raise self._start_error(
+                        waiting[0], f"did not register with the scheduler in {timeout} s"
+                    )
+                time.sleep(_POLL_S * 5)
+
+    def _match_ids(self, session: Session) -> int:
+        """Give our handles the ids of the alive executors with their pids."""
+        try:
+            status = session.status()
+        except MangonelError:
+            return 0
+        alive = {e.pid: e.id for e in status.executors if e.state is ExecutorState.ALIVE}
+        for handle in self.executors:
+            if handle.pid in alive:
+                handle.id = alive[handle.pid]
+        return sum(1 for h in self.executors if h.id is not None and h.pid in alive)
+
+    # ------------------------------------------------------------------- clients
+
+    def connect(self) -> Session:
+        """A client session with this cluster's scheduler."""
+        return Session(self.address)
+
+    # ------------------------------------------------------------------ processes
+
+    def kill_executor(
+        self, index: int, sig: int = signal.SIGKILL, wait: bool | None = None
+    ) -> None:
+        """Send ``sig`` (SIGKILL by default) to executor ``index``.
+
+        Args:
+            index: The executor.
+            sig: SIGKILL kills it; SIGTERM makes it drain (finish its tasks, serve
+                its outputs until the scheduler lets it go, then exit 0); SIGINT
+                stops it at once.
+            wait: Wait (at most ``stop_timeout``) for the process to exit; by
+                default only after SIGKILL, since a drain takes as long as the
+                query needs the executor (see ``wait_for_exit``).
+        """
+        handle = self.executors[index]
+        handle.signal(sig)
+        if wait is None:
+            wait = sig == signal.SIGKILL
+        if wait:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                handle.process.wait(self.stop_timeout)
+
+    def wait_for_exit(self, index: int, timeout: float) -> int | None:
+        """Wait for executor ``index`` to exit; its exit code, or ``None`` if it still runs."""
+        try:
+            return self.executors[index].process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def freeze_executor(self, index: int) -> None:
+        """SIGSTOP executor ``index``: it stays connected but answers nothing."""
+        self.executors[index].signal(signal.SIGSTOP)
+
+    def thaw_executor(self, index: int) -> None:
+        """SIGCONT a frozen executor."""
+        self.executors[index].signal(signal.SIGCONT)
+
+    def work_files(self) -> list[Path]:
+        """Every file under the executors' work root (for disk-use checks).
+
+        Executors delete files while this walks: what vanishes meanwhile is
+        left out rather than failing the walk.
+        """
+        found: list[Path] = []
+        for directory, _, files in os.walk(self.executor_root):  # ignores errors
+            found.extend(Path(directory, name) for name in files)
+        return sorted(found)
+
+    def add_executor(self, wait: bool = True) -> ExecutorHandle:
+        """Start one more executor; by default wait until it registered."""
+        with self.connect() as session:
+            registered = self._match_ids(session)
+        handle = self._spawn_executor()
+        if wait:
+            self.wait_for_executors(registered + 1)
+        return handle
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@atexit.register
+def _stop_all() -> None:
+    for cluster in list(_live_clusters):
+        cluster.stop()

@@ -1,0 +1,85 @@
+"""Default settings, each defined once: the configs, the command line and ``LocalCluster``.
+
+``PlannerConfig``, ``Limits``, ``CoreConfig``, ``SchedulerConfig``,
+``ExecutorConfig``, the ``mangonel`` command line and ``LocalCluster`` read their
+defaults from here, so that a default changed here changes everywhere. Plain
+constants that import nothing: ``mangonel --help`` reads them without loading
+the planner, the scheduler or the executor.
+"""
+
+from __future__ import annotations
+
+_MIB = 1024 * 1024
+
+# ------------------------------------------------------------------ addresses
+
+SCHEDULER_PORT = 50050
+"""The scheduler's gRPC port (``mangonel scheduler --port``)."""
+
+SCHEDULER_ADDRESS = f"127.0.0.1:{SCHEDULER_PORT}"
+"""Where clients and executors look for the scheduler unless told."""
+
+WEB_PORT = 50080
+"""The scheduler's web UI, REST API and metrics port (next to gRPC's)."""
+
+# -------------------------------------------------------------------- planner
+
+PARTITIONS = 4
+"""The most output partitions of a hash exchange."""
+
+PARTITION_BYTES = 64 * _MIB
+"""An exchange gets one partition per this many estimated bytes (up to ``PARTITIONS``)."""
+
+BROADCAST_BYTES = 64 * _MIB
+"""A join side estimated above this many bytes is never broadcast."""
+
+SPLIT_BYTES = 192 * _MIB
+"""Bytes of the scanned columns (in memory) one scan task reads, about (the
+number's origin: ``PlannerConfig.split_bytes``)."""
+
+MIN_SPLIT_ROWS = 250_000
+"""Scan tasks sized by ``SPLIT_BYTES`` read at least this many rows ..."""
+
+MAX_SPLIT_ROWS = 4_000_000
+"""... and at most this many, so that a task's output stays within a slot's memory."""
+
+INLINE_SCAN_BYTES = 8 * _MIB
+"""A small table a join broadcasts is scanned in each task of the other side
+when its columns' bytes times those tasks are at most this many."""
+
+PLAN_CACHE = 256
+"""Plans of recent queries the scheduler keeps for the same SQL sent again."""
+
+# ------------------------------------------------------------------ scheduler
+
+HEARTBEAT_TIMEOUT_S = 10.0
+"""Seconds of silence after which the scheduler declares an executor lost."""
+
+NO_EXECUTOR_GRACE_S = 30.0
+"""Seconds a job may wait with no executor alive before it fails."""
+
+MAX_TASK_ATTEMPTS = 4
+"""Failed attempts of one task before its job fails."""
+
+MAX_STAGE_RERUNS = 4
+"""Times one stage may lose outputs and run again before its job fails."""
+
+RESULT_TTL_S = 600.0
+"""Seconds a result no client released is kept before it is deleted."""
+
+# ------------------------------------------------------------------- executor
+
+DRAIN_TIMEOUT_S = 30.0
+"""On SIGTERM an executor finishes its tasks and serves its outputs for at most this long."""
+
+CLEANUP_INTERVAL_S = 10.0
+"""Seconds between an executor's sweeps of the work root for dead executors' files."""
+
+# -------------------------------------------------------------- local cluster
+
+LOCAL_EXECUTORS = 2
+"""Executor processes of a ``LocalCluster`` (``mangonel standalone``, ``demo``)."""
+
+LOCAL_HEARTBEAT_TIMEOUT_S = 5.0
+"""The heartbeat timeout of a ``LocalCluster`` and of ``mangonel standalone``
+(shorter than a lone scheduler's ``HEARTBEAT_TIMEOUT_S``)."""

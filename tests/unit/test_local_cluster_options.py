@@ -1,0 +1,33 @@
+"""The command-line options ``LocalCluster`` and ``TestCluster`` give each executor.
+
+No processes: only the options are built (the clusters' behaviour with real
+processes is in ``tests/integration``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mangonel.client.cluster import LocalCluster
+from mangonel.testing.cluster import TestCluster
+
+
+def test_each_executor_gets_the_shared_options_then_its_own(tmp_path: Path) -> None:
+    cluster = LocalCluster(
+        work_dir=tmp_path,
+        executor_args=("--threads", "1"),
+        executor_args_for=lambda i: ("--memory-limit", f"{i + 1}GB"),
+    )
+    assert cluster.executor_options(0) == ["--threads", "1", "--memory-limit", "1GB"]
+    assert cluster.executor_options(2) == ["--threads", "1", "--memory-limit", "3GB"]
+    assert LocalCluster(work_dir=tmp_path).executor_options(0) == []
+
+
+def test_the_test_cluster_adds_each_executors_fault_file(tmp_path: Path) -> None:
+    cluster = TestCluster(
+        work_dir=tmp_path, executor_args_for=lambda i: ("--memory-limit", f"{i + 1}GB")
+    )
+    faults = tmp_path.resolve() / "faults" / "executor-1.json"
+    assert cluster.faults_path(1) == faults
+    assert cluster.executor_options(1) == ["--memory-limit", "2GB", "--faults-file", str(faults)]
+    assert not hasattr(LocalCluster(work_dir=tmp_path), "set_faults")
