@@ -206,7 +206,7 @@ def test_a_small_side_that_cuts_a_big_one_is_joined_first(
     # suppliers where it is read: here with the threshold scaled down to match.
     from mangonel.plan.logical import Join, Node, Scan, walk
     from mangonel.plan.types import oracle_for
-    from mangonel.sql import binder
+    from mangonel.plan import bind as binder
     from mangonel.sql.frontend import optimize_query, parse
 
     def first_partner_of_lineitem() -> set[str]:

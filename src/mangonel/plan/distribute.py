@@ -68,7 +68,7 @@ from mangonel.plan.physical import (
     StageInput,
 )
 from mangonel.plan.types import TypeOracle
-from mangonel.sql.binder import (
+from mangonel.sql.exprs import (
     and_all,
     col,
     conjuncts,

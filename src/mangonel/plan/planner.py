@@ -24,8 +24,11 @@ from mangonel.plan.estimate import Estimator
 from mangonel.plan.logical import Node, Opaque, Scan
 from mangonel.plan.physical import DistributedPlan, OutputKind, OutputSpec
 from mangonel.plan.types import TypeOracle, oracle_for
-from mangonel.sql.binder import Binder, Unsupported
-from mangonel.sql.frontend import DEFAULT_DIALECT, optimize_query, parse, to_duckdb
+from mangonel.plan.bind import Binder, Unsupported
+from mangonel.sql.frontend import DEFAULT_DIALECT, is_explain, optimize_query, parse, to_duckdb
+
+__all__ = ["PlanCache", "PlannerConfig", "is_explain", "plan_query"]
+"""``is_explain`` is the front end's, offered here too: the client asks the planner."""
 
 
 @dataclass(frozen=True)
@@ -87,13 +90,6 @@ class PlannerConfig:
             return self.split_rows
         wanted = int(self.split_bytes / max(1.0, row_width))
         return max(self.min_split_rows, min(self.max_split_rows, wanted))
-
-
-def is_explain(sql: str) -> bool:
-    """True for ``EXPLAIN SELECT ...``: the caller shows the plan instead of running it."""
-    from mangonel.sql.frontend import _EXPLAIN
-
-    return bool(_EXPLAIN.match(sql))
 
 
 def plan_query(

@@ -17,7 +17,7 @@ the whole query as one gathered stage, so an unusual query is slower, never wron
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 
 from sqlglot import exp
 
@@ -40,31 +40,26 @@ from mangonel.plan.logical import (
     Window,
     walk,
 )
+from mangonel.sql.exprs import (
+    PLACEHOLDER_PREFIX,
+    and_all,
+    col,
+    conjuncts,
+    disjuncts,
+    grouping_sets,
+    has_placeholder,
+    has_subquery,
+    is_correlated,
+    iter_scope,
+    qualifiers,
+    source_aliases,
+    substitute,
+)
+from mangonel.sql.frontend import is_plain_exists
 
 
 class Unsupported(Exception):
     """A construct the binder does not split; the caller falls back."""
-
-
-def conjuncts(cond: exp.Expr | None) -> list[exp.Expr]:
-    """The AND-ed parts of a condition; literal TRUEs (sqlglot leaves them where it
-    moved a conjunct away) are dropped."""
-    if cond is None or (isinstance(cond, exp.Boolean) and cond.this is True):
-        return []
-    if isinstance(cond, exp.And):
-        return conjuncts(cond.left) + conjuncts(cond.right)
-    if isinstance(cond, exp.Paren):
-        return conjuncts(cond.this) if isinstance(cond.this, exp.And) else [cond]
-    return [cond]
-
-
-def disjuncts(cond: exp.Expr) -> list[exp.Expr]:
-    """The OR-ed parts of a condition (through parentheses)."""
-    if isinstance(cond, exp.Paren):
-        return disjuncts(cond.this)
-    if isinstance(cond, exp.Or):
-        return disjuncts(cond.left) + disjuncts(cond.right)
-    return [cond]
 
 
 REDUCER_ROWS = 1_000_000
@@ -89,7 +84,7 @@ def factor_or(cond: exp.Expr) -> list[exp.Expr]:
     that the binder can push it into that alias's scan. The original OR stays
     as a residual. Both rewrites hold in SQL's three-valued logic.
     """
-    if _has_subquery(cond) or any(isinstance(n, _VOLATILE) for n in cond.walk()):
+    if has_subquery(cond) or any(isinstance(n, _VOLATILE) for n in cond.walk()):
         return [cond]
     branches = [conjuncts(b) for b in disjuncts(cond)]
     if len(branches) < 2:
@@ -114,95 +109,6 @@ def factor_or(cond: exp.Expr) -> list[exp.Expr]:
                 exp.or_(*(exp.paren(exp.and_(*(c.copy() for c in pa[alias]))) for pa in per_alias))
             )
     return out
-
-
-def and_all(conds: list[exp.Expr]) -> exp.Expr | None:
-    if not conds:
-        return None
-    return conds[0] if len(conds) == 1 else exp.and_(*conds, copy=False)
-
-
-def iter_scope(node: exp.Expr) -> Iterator[exp.Expr]:
-    """Walk an expression without entering nested queries."""
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        for child in cur.iter_expressions():
-            if isinstance(child, exp.Query):
-                continue
-            stack.append(child)
-
-
-def qualifiers(node: exp.Expr) -> set[str]:
-    return {c.table for c in iter_scope(node) if isinstance(c, exp.Column)}
-
-
-def source_aliases(select: exp.Select) -> set[str]:
-    """The aliases a SELECT's FROM clause and joins define."""
-    from_ = select.args.get("from_") or select.args.get("from")
-    items = ([from_.this] if from_ is not None else []) + [
-        j.this for j in select.args.get("joins") or []
-    ]
-    return {i.alias_or_name for i in items}
-
-
-def is_plain_exists(query: exp.Select, outer_aliases: set[str]) -> bool:
-    """True when ``EXISTS (query)`` in a SELECT over ``outer_aliases`` is a semi join.
-
-    ``query`` is one SELECT without GROUP BY, HAVING, LIMIT, aggregates (an
-    aggregate without GROUP BY always has a row), windows or nested queries, its
-    sources' aliases are its own, and the columns of the outer query appear only
-    in top-level WHERE conjuncts that name nothing further out.
-    """
-    for key in ("group", "having", "limit", "offset", "qualify", "windows", "laterals"):
-        if query.args.get(key):
-            return False
-    if query.find(exp.AggFunc, exp.Window) is not None:
-        return False
-    if any(q is not query for q in query.find_all(exp.Query)):
-        return False
-    inner = source_aliases(query)
-    if not inner or inner & outer_aliases:
-        return False
-    where = query.args.get("where")
-    correlation = [
-        c
-        for c in conjuncts(where.this if where is not None else None)
-        if any(col.table not in inner for col in c.find_all(exp.Column))
-    ]
-    if any(
-        not {col.table for col in c.find_all(exp.Column)} <= inner | outer_aliases
-        for c in correlation
-    ):
-        return False  # it names a query further out
-    outside = [c for c in query.find_all(exp.Column) if c.table not in inner]
-    inside = [c for cond in correlation for c in cond.find_all(exp.Column) if c.table not in inner]
-    return bool(correlation) and len(outside) == len(inside)
-
-
-def col(ref: Ref) -> exp.Expr:
-    """A qualified column reference to ``ref``."""
-    return exp.column(ref[1], table=ref[0], quoted=True)
-
-
-def substitute(expr: exp.Expr, fn: Callable[[exp.Expr], exp.Expr | None]) -> exp.Expr:
-    """Replace subtrees top-down: ``fn`` returns a replacement or None to descend."""
-
-    def visit(node: exp.Expr) -> exp.Expr:
-        repl = fn(node)
-        if repl is not None:
-            return repl
-        if isinstance(node, exp.Query):
-            return node
-        for key, value in list(node.args.items()):
-            if isinstance(value, exp.Expr):
-                node.set(key, visit(value))
-            elif isinstance(value, list):
-                node.set(key, [visit(v) if isinstance(v, exp.Expr) else v for v in value])
-        return node
-
-    return visit(expr.copy())
 
 
 class _Source:
@@ -618,7 +524,7 @@ class Binder:
                     keep.append(c)
             conds = keep
         for c in conds:
-            if _has_subquery(c):
+            if has_subquery(c):
                 raise Unsupported("subquery in an outer join condition")
         lk, rk, residual = _split_keys(conds, left.aliases, right.aliases)
         node = Join(left.node, right.node, kind, lk, rk, and_all(residual))
@@ -769,11 +675,11 @@ class Binder:
                 return None
             if not isinstance(query, exp.Query):
                 raise Unsupported("subquery form")
-            if _correlated(query):
+            if is_correlated(query):
                 raise Unsupported("correlated subquery")
             sub, names = self._query(query, ctes)
             sub = self._visible(sub, len(names))
-            name = f"__sq{next(self._ids)}"
+            name = f"{PLACEHOLDER_PREFIX}{next(self._ids)}"
             self.subqueries[name] = sub
             placeholder = exp.select(exp.Star()).from_(exp.to_table(name))
             if isinstance(node, exp.Subquery):
@@ -791,27 +697,6 @@ class Binder:
 
 _COMPUTED = (Aggregate, Distinct, Window, SetOp)
 """Operators whose result a CTE read twice is worth computing once."""
-
-
-def _unwrap(e: exp.Expr) -> list[exp.Expr]:
-    if isinstance(e, exp.Tuple):
-        return [x for sub in e.expressions for x in _unwrap(sub)]
-    if isinstance(e, exp.Paren):
-        return _unwrap(e.this)
-    return [e]
-
-
-def grouping_sets(g: exp.Expr) -> list[list[exp.Expr]]:
-    """The grouping sets a ROLLUP / CUBE / GROUPING SETS clause stands for."""
-    items = [_unwrap(e) for e in g.expressions]
-    if isinstance(g, exp.Rollup):
-        return [[x for part in items[:i] for x in part] for i in range(len(items), -1, -1)]
-    if isinstance(g, exp.Cube):
-        sets: list[list[exp.Expr]] = [[]]
-        for part in items:
-            sets = [s + part for s in sets] + sets
-        return sets
-    return items
 
 
 def _join_kind(j: exp.Join) -> JoinKind:
@@ -845,16 +730,6 @@ def _block_parts(sel: exp.Select) -> list[exp.Expr]:
     return parts
 
 
-def has_placeholder(e: exp.Expr) -> bool:
-    return any(
-        isinstance(t, exp.Table) and t.name.startswith("__sq") for t in e.find_all(exp.Table)
-    )
-
-
-def _has_subquery(e: exp.Expr) -> bool:
-    return any(isinstance(n, exp.Query) for n in e.walk() if n is not e)
-
-
 def _correlated_exists(cond: exp.Expr, aliases: set[str]) -> tuple[exp.Select, bool] | None:
     """``(query, negated)`` for a ``[NOT] EXISTS`` conjunct over a correlated SELECT
     that is a semi join (``is_plain_exists``); others are left to fail as before."""
@@ -863,21 +738,9 @@ def _correlated_exists(cond: exp.Expr, aliases: set[str]) -> tuple[exp.Select, b
     if isinstance(node, exp.Paren):
         node = node.this
     query = node.this if isinstance(node, exp.Exists) else None
-    if isinstance(query, exp.Select) and _correlated(query) and is_plain_exists(query, aliases):
+    if isinstance(query, exp.Select) and is_correlated(query) and is_plain_exists(query, aliases):
         return query, negated
     return None
-
-
-def _correlated(query: exp.Query) -> bool:
-    defined: set[str] = set()
-    for node in query.walk():
-        if isinstance(node, (exp.Table, exp.Subquery)) and node.alias_or_name:
-            defined.add(node.alias_or_name)
-        if isinstance(node, exp.CTE):
-            defined.add(node.alias_or_name)
-    return any(
-        isinstance(c, exp.Column) and c.table and c.table not in defined for c in query.walk()
-    )
 
 
 def _is_equi(c: exp.Expr, left: set[str], right: set[str]) -> bool:
