@@ -22,12 +22,12 @@ from collections.abc import Mapping
 from sqlglot import exp
 
 from mangonel.catalog import Table
-from mangonel.plan.estimate import Estimator, Size, join_size
 from mangonel.plan.logical import (
     Aggregate,
     Distinct,
     Filter,
     Join,
+    JoinGroup,
     JoinKind,
     Node,
     Project,
@@ -53,6 +53,7 @@ from mangonel.sql.exprs import (
     iter_scope,
     qualifiers,
     source_aliases,
+    split_keys,
     substitute,
 )
 from mangonel.sql.frontend import is_plain_exists
@@ -61,10 +62,6 @@ from mangonel.sql.frontend import is_plain_exists
 class Unsupported(Exception):
     """A construct the binder does not split; the caller falls back."""
 
-
-REDUCER_ROWS = 1_000_000
-"""A join side of at most this many estimated rows, a tenth of the other's or less,
-whose join keeps half of the other side or less, is joined before anything else."""
 
 _VOLATILE = (exp.Rand, exp.Randn, exp.Randstr, exp.Uuid, exp.Anonymous)
 """Functions whose value may differ per call (``Anonymous``: any function sqlglot
@@ -132,7 +129,6 @@ class Binder:
         self._ids = itertools.count(1)
         self.subqueries: dict[str, Node] = {}
         """Uncorrelated subqueries used inside expressions, by placeholder name."""
-        self.estimator = Estimator(catalog, self.subqueries)
         self._ctes: dict[int, tuple[Node, list[str]]] = {}
         """Bound CTEs that aggregate, by their query's id: read twice, such a CTE is
         one node under two names, which the distributor computes once. Others are
@@ -402,13 +398,12 @@ class Binder:
                         pending_conds.append(c)
                 group.append(src)
                 continue
-            left = self._inner_join_all(group, pending_conds)
+            left = _inner_joins(group, pending_conds)
             if kind is JoinKind.RIGHT:
                 group = [self._outer_join(src, left, JoinKind.LEFT, on)]
             else:
                 group = [self._outer_join(left, src, kind, on)]
-        final = self._inner_join_all(group, pending_conds)
-        node = final.node
+        node = _inner_joins(group, pending_conds).node
         if pending_conds:
             node = Filter(node, and_all(pending_conds))  # type: ignore[arg-type]
         return node
@@ -429,86 +424,6 @@ class Binder:
                 return True
         return False
 
-    def _inner_join_all(self, group: list[_Source], conds: list[exp.Expr]) -> _Source:
-        """Join a group of sources by the pending conditions, smallest result first.
-
-        Greedy operator ordering: of all pairs connected by an equality, join the
-        one whose result has the fewest estimated rows, and repeat with that join
-        as one source (the tree may be bushy: q21 joins supplier with its filtered
-        nation before either meets lineitem, so that only 1/25 of lineitem crosses
-        an exchange). A pair where a small side cuts a big one (``REDUCER_ROWS``)
-        goes before any other: q5 at SF10 cut lineitem by one region's suppliers
-        where it is read instead of shuffling all of it to meet the year's orders.
-        The bigger input is the left one. Sources with no equality to the rest
-        are joined last, the smallest first (a cross product). See
-        ``plan.estimate`` for the sizes.
-        """
-        sizes: dict[int, Size] = {}  # the sources do not change while they are ordered
-
-        def size(node: Node) -> Size:
-            if id(node) not in sizes:
-                sizes[id(node)] = self.estimator.size(node)
-            return sizes[id(node)]
-
-        items = list(group)
-        for s in items:
-            self._apply_ready(s, conds)
-        # Each equality's two sides' aliases, once (the pair loop asks often: q8).
-        sides = {
-            id(c): (qualifiers(c.left), qualifiers(c.right)) for c in conds if isinstance(c, exp.EQ)
-        }
-        while len(items) > 1:
-            best: tuple[float, float, float] | None = None
-            pair: tuple[_Source, _Source] | None = None
-            for i, a in enumerate(items):
-                for b in items[i + 1 :]:
-                    keys = [
-                        c
-                        for c in conds
-                        if id(c) in sides and _sides_join(*sides[id(c)], a.aliases, b.aliases)
-                    ]
-                    if not keys:
-                        continue
-                    lk, rk, _ = _split_keys(keys, a.aliases, b.aliases)
-                    rows = join_size(size(a.node), size(b.node), list(zip(lk, rk, strict=True)))
-                    small, big = sorted((size(a.node).rows, size(b.node).rows))
-                    # A join that cuts a big side by a small one runs where the big
-                    # side is read (the small side is broadcast): it goes first.
-                    reducing = small <= min(big / 10, REDUCER_ROWS) and rows.rows <= big / 2
-                    score = (0.0 if reducing else 1.0, rows.rows, small)
-                    if best is None or score < best:
-                        best, pair = score, (a, b)
-            if pair is None:
-                by_size = sorted(items, key=lambda s: size(s.node).rows)
-                pair = (by_size[0], by_size[1])
-            a, b = pair
-            if size(b.node).rows > size(a.node).rows:
-                a, b = b, a
-            both = a.aliases | b.aliases
-            used = [
-                c
-                for c in conds
-                if qualifiers(c) <= both
-                and not qualifiers(c) <= a.aliases
-                and not qualifiers(c) <= b.aliases
-            ]
-            for c in used:
-                conds.remove(c)
-            lk, rk, residual = _split_keys(used, a.aliases, b.aliases)
-            kind = JoinKind.INNER if (lk or residual) else JoinKind.CROSS
-            joined = _Source(Join(a.node, b.node, kind, lk, rk, and_all(residual)), both)
-            self._apply_ready(joined, conds)
-            items[items.index(a)] = joined
-            items.remove(b)
-        return items[0]
-
-    def _apply_ready(self, src: _Source, conds: list[exp.Expr]) -> None:
-        ready = [c for c in conds if qualifiers(c) and qualifiers(c) <= src.aliases]
-        if ready:
-            for c in ready:
-                conds.remove(c)
-            src.node = Filter(src.node, and_all(ready))  # type: ignore[arg-type]
-
     def _outer_join(
         self, left: _Source, right: _Source, kind: JoinKind, on: exp.Expr | None
     ) -> _Source:
@@ -526,7 +441,7 @@ class Binder:
         for c in conds:
             if has_subquery(c):
                 raise Unsupported("subquery in an outer join condition")
-        lk, rk, residual = _split_keys(conds, left.aliases, right.aliases)
+        lk, rk, residual = split_keys(conds, left.aliases, right.aliases)
         node = Join(left.node, right.node, kind, lk, rk, and_all(residual))
         aliases = (
             left.aliases if kind in (JoinKind.SEMI, JoinKind.ANTI) else left.aliases | right.aliases
@@ -743,35 +658,21 @@ def _correlated_exists(cond: exp.Expr, aliases: set[str]) -> tuple[exp.Select, b
     return None
 
 
-def _is_equi(c: exp.Expr, left: set[str], right: set[str]) -> bool:
-    if not isinstance(c, exp.EQ):
-        return False
-    return _sides_join(qualifiers(c.left), qualifiers(c.right), left, right)
-
-
-def _sides_join(a: set[str], b: set[str], left: set[str], right: set[str]) -> bool:
-    """Whether an equality whose sides use aliases ``a`` and ``b`` joins ``left`` to ``right``."""
-    return bool(a and b) and ((a <= left and b <= right) or (a <= right and b <= left))
-
-
-def _split_keys(
-    conds: list[exp.Expr], left: set[str], right: set[str]
-) -> tuple[list[exp.Expr], list[exp.Expr], list[exp.Expr]]:
-    lk: list[exp.Expr] = []
-    rk: list[exp.Expr] = []
-    residual: list[exp.Expr] = []
-    for c in conds:
-        if _is_equi(c, left, right) and not has_placeholder(c):
-            assert isinstance(c, exp.EQ)
-            if qualifiers(c.left) <= left:
-                lk.append(c.left)
-                rk.append(c.right)
-            else:
-                lk.append(c.right)
-                rk.append(c.left)
-        else:
-            residual.append(c)
-    return lk, rk, residual
+def _inner_joins(group: list[_Source], pending: list[exp.Expr]) -> _Source:
+    """The sources of a run of inner (and cross) joins as one source, in the order
+    written, with the pending conditions that name only their aliases (taken out
+    of ``pending``; the others wait for sources joined later). A single source is
+    filtered by them; several become a ``JoinGroup``, which ``plan.join_order``
+    orders by the estimates."""
+    aliases = {a for s in group for a in s.aliases}
+    taken = [c for c in pending if qualifiers(c) and qualifiers(c) <= aliases]
+    pending[:] = [c for c in pending if not any(c is t for t in taken)]
+    if len(group) == 1:
+        node = group[0].node
+        if taken:
+            node = Filter(node, and_all(taken))  # type: ignore[arg-type]
+        return _Source(node, aliases)
+    return _Source(JoinGroup([s.node for s in group], taken), aliases)
 
 
 def _find_aggs(parts: list[exp.Expr]) -> list[exp.Expr]:

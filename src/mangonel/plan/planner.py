@@ -3,7 +3,8 @@
 Steps: the front end parses and refuses what may not run; DuckDB (over empty
 tables) binds the query, so unknown columns and type errors get DuckDB's own
 words; sqlglot's optimizer qualifies and decorrelates; the binder builds the
-logical plan; the distributor cuts it into stages. A query the binder does not
+logical plan, whose inner joins the join-order rule then orders by the estimates;
+the distributor cuts it into stages. A query the binder does not
 split runs whole, as one task over its gathered tables — slower, never wrong —
 and EXPLAIN says why.
 """
@@ -21,6 +22,7 @@ from sqlglot.errors import SqlglotError
 from mangonel.catalog import Table
 from mangonel.plan.distribute import Distributor, describe
 from mangonel.plan.estimate import Estimator
+from mangonel.plan.join_order import order_joins
 from mangonel.plan.logical import Node, Opaque, Scan
 from mangonel.plan.physical import DistributedPlan, OutputKind, OutputSpec
 from mangonel.plan.types import TypeOracle, oracle_for
@@ -113,9 +115,12 @@ def plan_query(
     distributor = _distributor(catalog, oracle, config, {})
     try:
         optimized = optimize_query(parsed.query, schema, parsed.dialect)
-        binder = Binder({t: catalog[t] for t in parsed.tables})
+        tables = {t: catalog[t] for t in parsed.tables}
+        binder = Binder(tables)
         node, _ = binder.bind(optimized)
-        distributor = _distributor(catalog, oracle, config, binder.subqueries, binder.estimator)
+        estimator = Estimator(tables, binder.subqueries)
+        node = order_joins(node, binder.subqueries, estimator)
+        distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
         root = distributor.plan_tree(node)
     except (Unsupported, SqlglotError) as why:
         notes.append(f"runs whole in one task over its gathered tables: {why}")

@@ -77,6 +77,37 @@ def source_aliases(select: exp.Select) -> set[str]:
     return {i.alias_or_name for i in items}
 
 
+def sides_join(a: set[str], b: set[str], left: set[str], right: set[str]) -> bool:
+    """Whether an equality whose sides use aliases ``a`` and ``b`` joins ``left`` to ``right``."""
+    return bool(a and b) and ((a <= left and b <= right) or (a <= right and b <= left))
+
+
+def split_keys(
+    conds: list[exp.Expr], left: set[str], right: set[str]
+) -> tuple[list[exp.Expr], list[exp.Expr], list[exp.Expr]]:
+    """A join's conditions as its keys and the rest: ``(left keys, right keys,
+    residual)``, where each equality of a column set of ``left`` to one of
+    ``right`` (without a subquery placeholder) gives a key pair."""
+    lk: list[exp.Expr] = []
+    rk: list[exp.Expr] = []
+    residual: list[exp.Expr] = []
+    for c in conds:
+        if (
+            isinstance(c, exp.EQ)
+            and sides_join(qualifiers(c.left), qualifiers(c.right), left, right)
+            and not has_placeholder(c)
+        ):
+            if qualifiers(c.left) <= left:
+                lk.append(c.left)
+                rk.append(c.right)
+            else:
+                lk.append(c.right)
+                rk.append(c.left)
+        else:
+            residual.append(c)
+    return lk, rk, residual
+
+
 def col(ref: tuple[str, str]) -> exp.Expr:
     """A quoted column reference to ``(qualifier, name)``."""
     return exp.column(ref[1], table=ref[0], quoted=True)
