@@ -256,11 +256,11 @@ def walk(node: Node) -> Iterator[Node]:
         yield from walk(child)
 
 
-def required_columns(root: Node) -> dict[int, set[Ref]]:
-    """For each node under ``root`` (by ``id``), the columns of it that the nodes
+def required_columns(root: Node) -> dict[Node, set[Ref]]:
+    """For each node under ``root``, the columns of it that the nodes
     above read: all of the root's, and for every other node what its parent's
     expressions name or pass on."""
-    needs: dict[int, set[Ref]] = {}
+    needs: dict[Node, set[Ref]] = {}
 
     def refs(*exprs: exp.Expr | None) -> set[Ref]:
         return {
@@ -272,8 +272,8 @@ def required_columns(root: Node) -> dict[int, set[Ref]]:
         }
 
     def visit(node: Node, need: set[Ref]) -> None:
-        need = needs.get(id(node), set()) | need  # a node read twice: what both read
-        needs[id(node)] = need
+        need = needs.get(node, set()) | need  # a node read twice: what both read
+        needs[node] = need
         if isinstance(node, Filter):
             visit(node.child, need | refs(node.condition))
         elif isinstance(node, Join):
