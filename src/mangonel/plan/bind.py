@@ -31,7 +31,6 @@ from mangonel.plan.logical import (
     JoinKind,
     Node,
     Project,
-    Ref,
     Scan,
     SetKind,
     SetOp,
