@@ -1,7 +1,7 @@
 """How long the scheduler takes to plan each TPC-H query, in this process.
 
-Planning (parse, DuckDB binding over empty tables, sqlglot's optimizer, the binder's
-join ordering, the distributor) happens before a job's first task, so
+Planning (parse, DuckDB binding over empty tables, sqlglot's optimizer, the binder, the
+join-order rule, the distributor) happens before a job's first task, so
 ``profile_mangonel.py``, which looks at jobs, does not see it. Each query is planned
 once to warm up, then ``--repeat`` times; the mean is printed in milliseconds.
 

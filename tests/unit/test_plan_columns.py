@@ -31,12 +31,12 @@ def test_each_node_needs_what_its_parents_read() -> None:
     agg = Aggregate(joined, "g", [("a", _c("t", "a"))], [("s", exp.Sum(this=_c("u", "c")))])
     top = Sort(Project(agg, "p", [("x", _c("g", "s"))]), [exp.Ordered(this=_c("p", "x"))], 5)
     needs = required_columns(top)
-    assert needs[id(top)] == {("p", "x")}
-    assert needs[id(agg)] == {("g", "s")}  # the group key is not read above
-    assert needs[id(joined)] == {("t", "a"), ("u", "c")}
-    assert needs[id(filtered)] == {("t", "a"), ("t", "k")}
-    assert needs[id(t)] == {("t", "a"), ("t", "k"), ("t", "f")}
-    assert needs[id(u)] == {("u", "c"), ("u", "k")}
+    assert needs[top] == {("p", "x")}
+    assert needs[agg] == {("g", "s")}  # the group key is not read above
+    assert needs[joined] == {("t", "a"), ("u", "c")}
+    assert needs[filtered] == {("t", "a"), ("t", "k")}
+    assert needs[t] == {("t", "a"), ("t", "k"), ("t", "f")}
+    assert needs[u] == {("u", "c"), ("u", "k")}
 
 
 def test_a_column_only_a_filter_reads_stays_in_its_stage(catalog: dict[str, Table]) -> None:

@@ -204,18 +204,22 @@ def test_a_small_side_that_cuts_a_big_one_is_joined_first(
     # SF 0.1, and the orders go first; at SF10 the orders are 2.3M rows, above
     # REDUCER_ROWS (too many to broadcast), and lineitem must first be cut by the
     # suppliers where it is read: here with the threshold scaled down to match.
+    from mangonel.plan import join_order
+    from mangonel.plan.bind import Binder
+    from mangonel.plan.estimate import Estimator
     from mangonel.plan.logical import Join, Node, Scan, walk
     from mangonel.plan.types import oracle_for
-    from mangonel.sql import binder
     from mangonel.sql.frontend import optimize_query, parse
 
     def first_partner_of_lineitem() -> set[str]:
         parsed = parse(tpch_query(5), set(catalog), None)
         oracle = oracle_for({t: catalog[t] for t in parsed.tables})
         schema: dict[str, object] = {t: oracle.table_types(t) for t in sorted(parsed.tables)}
-        node, _ = binder.Binder({t: catalog[t] for t in parsed.tables}).bind(
-            optimize_query(parsed.query, schema, parsed.dialect)
-        )
+        read = {t: catalog[t] for t in parsed.tables}
+        binder = Binder(read)
+        node, _ = binder.bind(optimize_query(parsed.query, schema, parsed.dialect))
+        estimator = Estimator(read, binder.subqueries)
+        node = join_order.order_joins(node, binder.subqueries, estimator)
 
         def tables(n: Node) -> set[str]:
             return {s.table for s in walk(n) if isinstance(s, Scan)}
@@ -225,6 +229,6 @@ def test_a_small_side_that_cuts_a_big_one_is_joined_first(
         return tables(first.right) if "lineitem" in tables(first.left) else tables(first.left)
 
     assert "orders" in first_partner_of_lineitem()
-    monkeypatch.setattr(binder, "REDUCER_ROWS", 5_000)
+    monkeypatch.setattr(join_order, "REDUCER_ROWS", 5_000)
     partner = first_partner_of_lineitem()
     assert "supplier" in partner and "orders" not in partner, partner

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlglot
 from sqlglot import exp
 
-from mangonel.sql.binder import factor_or
+from mangonel.plan.bind import factor_or
 
 
 def _factored(where: str) -> list[str]:

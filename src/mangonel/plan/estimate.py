@@ -1,7 +1,7 @@
 """Row estimates from Parquet footers: filter selectivity and join sizes.
 
 The planner needs sizes for two choices: the order in which a block's inner joins
-run (``sql.binder``), and whether a join side is broadcast or both sides are
+run (``plan.join_order``), and whether a join side is broadcast or both sides are
 hashed (``plan.distribute``). The footers give row counts, each column's range
 and width; from them:
 
@@ -76,7 +76,7 @@ class Estimator:
     ) -> None:
         self._catalog = catalog
         self._subqueries = subqueries if subqueries is not None else {}
-        """Uncorrelated subqueries by placeholder name (``binder.Binder.subqueries``)."""
+        """Uncorrelated subqueries by placeholder name (``bind.Binder.subqueries``)."""
         self._memo: dict[int, tuple[Node, Size]] = {}
         """By ``id``, with the node itself: it stays alive, so its id is not reused."""
 

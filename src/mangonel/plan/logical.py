@@ -10,6 +10,9 @@ In a stage's SQL each Ref becomes one column named ``"qualifier.name"``.
 
     Scan ── Filter ── Join ── Aggregate ── Window ── Project ── Distinct ── Sort
                                    SetOp, Values, StageRead (an exchange's far side)
+
+``JoinGroup`` (inner joins not yet ordered) exists only between ``plan.bind`` and
+``plan.join_order``.
 """
 
 from __future__ import annotations
@@ -103,6 +106,26 @@ class Join(Node):
 
     def children(self) -> list[Node]:
         return [self.left, self.right]
+
+
+@dataclass(eq=False)
+class JoinGroup(Node):
+    """Sources inner-joined in the order the query wrote them, and the conditions
+    that name only their aliases (in the query's order).
+
+    Only between binding and join ordering: the binder emits one for each run of
+    inner joins, and ``plan.join_order`` replaces it by a tree of ``Join`` nodes
+    chosen by the estimates. Nothing after that sees one.
+    """
+
+    inputs: list[Node]
+    conditions: list[exp.Expr]
+
+    def outputs(self) -> list[Ref]:
+        return [r for n in self.inputs for r in n.outputs()]
+
+    def children(self) -> list[Node]:
+        return list(self.inputs)
 
 
 @dataclass(eq=False)
@@ -233,11 +256,11 @@ def walk(node: Node) -> Iterator[Node]:
         yield from walk(child)
 
 
-def required_columns(root: Node) -> dict[int, set[Ref]]:
-    """For each node under ``root`` (by ``id``), the columns of it that the nodes
+def required_columns(root: Node) -> dict[Node, set[Ref]]:
+    """For each node under ``root``, the columns of it that the nodes
     above read: all of the root's, and for every other node what its parent's
     expressions name or pass on."""
-    needs: dict[int, set[Ref]] = {}
+    needs: dict[Node, set[Ref]] = {}
 
     def refs(*exprs: exp.Expr | None) -> set[Ref]:
         return {
@@ -249,8 +272,8 @@ def required_columns(root: Node) -> dict[int, set[Ref]]:
         }
 
     def visit(node: Node, need: set[Ref]) -> None:
-        need = needs.get(id(node), set()) | need  # a node read twice: what both read
-        needs[id(node)] = need
+        need = needs.get(node, set()) | need  # a node read twice: what both read
+        needs[node] = need
         if isinstance(node, Filter):
             visit(node.child, need | refs(node.condition))
         elif isinstance(node, Join):

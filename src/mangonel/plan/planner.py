@@ -3,7 +3,8 @@
 Steps: the front end parses and refuses what may not run; DuckDB (over empty
 tables) binds the query, so unknown columns and type errors get DuckDB's own
 words; sqlglot's optimizer qualifies and decorrelates; the binder builds the
-logical plan; the distributor cuts it into stages. A query the binder does not
+logical plan, whose inner joins the join-order rule then orders by the estimates;
+the distributor cuts it into stages. A query the binder does not
 split runs whole, as one task over its gathered tables — slower, never wrong —
 and EXPLAIN says why.
 """
@@ -20,14 +21,18 @@ from sqlglot.errors import SqlglotError
 
 from mangonel import defaults
 from mangonel.catalog import Table
+from mangonel.plan.bind import Binder, Unsupported
 from mangonel.plan.distribute import Distributor, describe
 from mangonel.plan.estimate import Estimator
+from mangonel.plan.join_order import order_joins
 from mangonel.plan.logical import Node, Opaque, Scan
 from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.types import TypeOracle, oracle_for
-from mangonel.sql.binder import Binder, Unsupported
-from mangonel.sql.frontend import DEFAULT_DIALECT, optimize_query, parse, to_duckdb
+from mangonel.sql.frontend import DEFAULT_DIALECT, is_explain, optimize_query, parse, to_duckdb
 from mangonel.task import OutputKind, OutputSpec
+
+__all__ = ["PlanCache", "PlannerConfig", "is_explain", "plan_query"]
+"""``is_explain`` is the front end's, offered here too: the client asks the planner."""
 
 
 @dataclass(frozen=True)
@@ -91,13 +96,6 @@ class PlannerConfig:
         return max(self.min_split_rows, min(self.max_split_rows, wanted))
 
 
-def is_explain(sql: str) -> bool:
-    """True for ``EXPLAIN SELECT ...``: the caller shows the plan instead of running it."""
-    from mangonel.sql.frontend import _EXPLAIN
-
-    return bool(_EXPLAIN.match(sql))
-
-
 def plan_query(
     sql: str,
     catalog: Mapping[str, Table],
@@ -119,9 +117,12 @@ def plan_query(
     distributor = _distributor(catalog, oracle, config, {})
     try:
         optimized = optimize_query(parsed.query, schema, parsed.dialect)
-        binder = Binder({t: catalog[t] for t in parsed.tables})
+        tables = {t: catalog[t] for t in parsed.tables}
+        binder = Binder(tables)
         node, _ = binder.bind(optimized)
-        distributor = _distributor(catalog, oracle, config, binder.subqueries, binder.estimator)
+        estimator = Estimator(tables, binder.subqueries)
+        node = order_joins(node, binder.subqueries, estimator)
+        distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
         root = distributor.plan_tree(node)
     except (Unsupported, SqlglotError) as why:
         notes.append(f"runs whole in one task over its gathered tables: {why}")

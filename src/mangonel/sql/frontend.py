@@ -6,6 +6,9 @@ DML, table functions that read files (``read_csv``, ``read_parquet``, ``glob``),
 quoted file paths used as tables — is refused here, before anything is planned.
 The executors also run DuckDB with external access disabled, so this is the first
 of two walls, not the only one.
+
+The output is a sqlglot AST (``optimize_query``); ``plan.bind`` turns it into the
+logical plan. This package knows nothing of the plan.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import ensure_schema
 
 from mangonel.errors import ForbiddenStatementError, SqlSyntaxError, UnknownTableError
-from mangonel.sql.binder import is_plain_exists, source_aliases
+from mangonel.sql.exprs import conjuncts, is_correlated, source_aliases
 
 DEFAULT_DIALECT = "duckdb"
 
@@ -114,6 +117,11 @@ class ParsedQuery:
     """Catalog tables the query reads."""
 
 
+def is_explain(sql: str) -> bool:
+    """True for ``EXPLAIN SELECT ...``: the caller shows the plan instead of running it."""
+    return bool(_EXPLAIN.match(sql))
+
+
 def parse(sql: str, tables: frozenset[str] | set[str], dialect: str | None = None) -> ParsedQuery:
     """Parse one statement and check that it may run.
 
@@ -123,7 +131,7 @@ def parse(sql: str, tables: frozenset[str] | set[str], dialect: str | None = Non
         UnknownTableError: it names a table the catalog does not hold.
     """
     dialect = (dialect or DEFAULT_DIALECT).lower()
-    explain = bool(_EXPLAIN.match(sql))
+    explain = is_explain(sql)
     text = _EXPLAIN.sub("", sql, count=1) if explain else sql
     first = _FIRST_WORD.match(text[_COMMENTS.match(text).end() :])  # type: ignore[union-attr]
     if first and first.group(0).lower() in _STATEMENT_WORDS:
@@ -215,7 +223,7 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
     WHERE conjunct. The planner runs them as stages of their own instead, and
     DuckDB evaluates IN / EXISTS / scalar semantics over their gathered output.
     A correlated ``[NOT] EXISTS`` of the plain form is kept out too and becomes a
-    SEMI (ANTI) join in the binder (see ``is_semi_join_exists``).
+    SEMI (ANTI) join in the binder (``plan.bind``; see ``is_semi_join_exists``).
     """
     schema_ = ensure_schema(schema, dialect=dialect)
     qualified = partial(qualify, schema=schema_, dialect=dialect, quote_identifiers=False)
@@ -326,26 +334,16 @@ def _subquery_of(node: exp.Expr) -> exp.Query | None:
     return None
 
 
-def _is_correlated(query: exp.Query) -> bool:
-    defined: set[str] = set()
-    for node in query.walk():
-        if isinstance(node, (exp.Table, exp.Subquery, exp.CTE)) and node.alias_or_name:
-            defined.add(node.alias_or_name)
-    return any(
-        isinstance(c, exp.Column) and c.table and c.table not in defined for c in query.walk()
-    )
-
-
 def _hide_uncorrelated(expression: exp.Expr, stash: dict[int, exp.Expr]) -> exp.Expr:
     for node in list(expression.walk()):
         query = _subquery_of(node)
         if query is None or node.find_ancestor(exp.Anonymous):
             continue
-        if _is_correlated(query) and not is_semi_join_exists(node):
+        if is_correlated(query) and not is_semi_join_exists(node):
             continue
         if isinstance(node, exp.In) and _is_where_conjunct(node):
             continue  # sqlglot's semi-join rewrite is right here, and distributes better
-        if any(_is_correlated(q) for q in query.find_all(exp.Select) if q is not query):
+        if any(is_correlated(q) for q in query.find_all(exp.Select) if q is not query):
             continue  # sqlglot must see it to decorrelate what is inside
         key = len(stash)
         stash[key] = node.copy()
@@ -376,6 +374,40 @@ def is_semi_join_exists(node: exp.Expr) -> bool:
         return False
     outer = anchor.find_ancestor(exp.Select)
     return outer is not None and is_plain_exists(node.this, source_aliases(outer))
+
+
+def is_plain_exists(query: exp.Select, outer_aliases: set[str]) -> bool:
+    """True when ``EXISTS (query)`` in a SELECT over ``outer_aliases`` is a semi join.
+
+    ``query`` is one SELECT without GROUP BY, HAVING, LIMIT, aggregates (an
+    aggregate without GROUP BY always has a row), windows or nested queries, its
+    sources' aliases are its own, and the columns of the outer query appear only
+    in top-level WHERE conjuncts that name nothing further out.
+    """
+    for key in ("group", "having", "limit", "offset", "qualify", "windows", "laterals"):
+        if query.args.get(key):
+            return False
+    if query.find(exp.AggFunc, exp.Window) is not None:
+        return False
+    if any(q is not query for q in query.find_all(exp.Query)):
+        return False
+    inner = source_aliases(query)
+    if not inner or inner & outer_aliases:
+        return False
+    where = query.args.get("where")
+    correlation = [
+        c
+        for c in conjuncts(where.this if where is not None else None)
+        if any(col.table not in inner for col in c.find_all(exp.Column))
+    ]
+    if any(
+        not {col.table for col in c.find_all(exp.Column)} <= inner | outer_aliases
+        for c in correlation
+    ):
+        return False  # it names a query further out
+    outside = [c for c in query.find_all(exp.Column) if c.table not in inner]
+    inside = [c for cond in correlation for c in cond.find_all(exp.Column) if c.table not in inner]
+    return bool(correlation) and len(outside) == len(inside)
 
 
 def _is_where_conjunct(node: exp.Expr) -> bool:

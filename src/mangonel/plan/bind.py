@@ -17,21 +17,20 @@ the whole query as one gathered stage, so an unusual query is slower, never wron
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 
 from sqlglot import exp
 
 from mangonel.catalog import Table
-from mangonel.plan.estimate import Estimator, Size, join_size
 from mangonel.plan.logical import (
     Aggregate,
     Distinct,
     Filter,
     Join,
+    JoinGroup,
     JoinKind,
     Node,
     Project,
-    Ref,
     Scan,
     SetKind,
     SetOp,
@@ -40,36 +39,28 @@ from mangonel.plan.logical import (
     Window,
     walk,
 )
+from mangonel.sql.exprs import (
+    PLACEHOLDER_PREFIX,
+    and_all,
+    col,
+    conjuncts,
+    disjuncts,
+    grouping_sets,
+    has_placeholder,
+    has_subquery,
+    is_correlated,
+    iter_scope,
+    qualifiers,
+    source_aliases,
+    split_keys,
+    substitute,
+)
+from mangonel.sql.frontend import is_plain_exists
 
 
 class Unsupported(Exception):
     """A construct the binder does not split; the caller falls back."""
 
-
-def conjuncts(cond: exp.Expr | None) -> list[exp.Expr]:
-    """The AND-ed parts of a condition; literal TRUEs (sqlglot leaves them where it
-    moved a conjunct away) are dropped."""
-    if cond is None or (isinstance(cond, exp.Boolean) and cond.this is True):
-        return []
-    if isinstance(cond, exp.And):
-        return conjuncts(cond.left) + conjuncts(cond.right)
-    if isinstance(cond, exp.Paren):
-        return conjuncts(cond.this) if isinstance(cond.this, exp.And) else [cond]
-    return [cond]
-
-
-def disjuncts(cond: exp.Expr) -> list[exp.Expr]:
-    """The OR-ed parts of a condition (through parentheses)."""
-    if isinstance(cond, exp.Paren):
-        return disjuncts(cond.this)
-    if isinstance(cond, exp.Or):
-        return disjuncts(cond.left) + disjuncts(cond.right)
-    return [cond]
-
-
-REDUCER_ROWS = 1_000_000
-"""A join side of at most this many estimated rows, a tenth of the other's or less,
-whose join keeps half of the other side or less, is joined before anything else."""
 
 _VOLATILE = (exp.Rand, exp.Randn, exp.Randstr, exp.Uuid, exp.Anonymous)
 """Functions whose value may differ per call (``Anonymous``: any function sqlglot
@@ -89,7 +80,7 @@ def factor_or(cond: exp.Expr) -> list[exp.Expr]:
     that the binder can push it into that alias's scan. The original OR stays
     as a residual. Both rewrites hold in SQL's three-valued logic.
     """
-    if _has_subquery(cond) or any(isinstance(n, _VOLATILE) for n in cond.walk()):
+    if has_subquery(cond) or any(isinstance(n, _VOLATILE) for n in cond.walk()):
         return [cond]
     branches = [conjuncts(b) for b in disjuncts(cond)]
     if len(branches) < 2:
@@ -116,95 +107,6 @@ def factor_or(cond: exp.Expr) -> list[exp.Expr]:
     return out
 
 
-def and_all(conds: list[exp.Expr]) -> exp.Expr | None:
-    if not conds:
-        return None
-    return conds[0] if len(conds) == 1 else exp.and_(*conds, copy=False)
-
-
-def iter_scope(node: exp.Expr) -> Iterator[exp.Expr]:
-    """Walk an expression without entering nested queries."""
-    stack = [node]
-    while stack:
-        cur = stack.pop()
-        yield cur
-        for child in cur.iter_expressions():
-            if isinstance(child, exp.Query):
-                continue
-            stack.append(child)
-
-
-def qualifiers(node: exp.Expr) -> set[str]:
-    return {c.table for c in iter_scope(node) if isinstance(c, exp.Column)}
-
-
-def source_aliases(select: exp.Select) -> set[str]:
-    """The aliases a SELECT's FROM clause and joins define."""
-    from_ = select.args.get("from_") or select.args.get("from")
-    items = ([from_.this] if from_ is not None else []) + [
-        j.this for j in select.args.get("joins") or []
-    ]
-    return {i.alias_or_name for i in items}
-
-
-def is_plain_exists(query: exp.Select, outer_aliases: set[str]) -> bool:
-    """True when ``EXISTS (query)`` in a SELECT over ``outer_aliases`` is a semi join.
-
-    ``query`` is one SELECT without GROUP BY, HAVING, LIMIT, aggregates (an
-    aggregate without GROUP BY always has a row), windows or nested queries, its
-    sources' aliases are its own, and the columns of the outer query appear only
-    in top-level WHERE conjuncts that name nothing further out.
-    """
-    for key in ("group", "having", "limit", "offset", "qualify", "windows", "laterals"):
-        if query.args.get(key):
-            return False
-    if query.find(exp.AggFunc, exp.Window) is not None:
-        return False
-    if any(q is not query for q in query.find_all(exp.Query)):
-        return False
-    inner = source_aliases(query)
-    if not inner or inner & outer_aliases:
-        return False
-    where = query.args.get("where")
-    correlation = [
-        c
-        for c in conjuncts(where.this if where is not None else None)
-        if any(col.table not in inner for col in c.find_all(exp.Column))
-    ]
-    if any(
-        not {col.table for col in c.find_all(exp.Column)} <= inner | outer_aliases
-        for c in correlation
-    ):
-        return False  # it names a query further out
-    outside = [c for c in query.find_all(exp.Column) if c.table not in inner]
-    inside = [c for cond in correlation for c in cond.find_all(exp.Column) if c.table not in inner]
-    return bool(correlation) and len(outside) == len(inside)
-
-
-def col(ref: Ref) -> exp.Expr:
-    """A qualified column reference to ``ref``."""
-    return exp.column(ref[1], table=ref[0], quoted=True)
-
-
-def substitute(expr: exp.Expr, fn: Callable[[exp.Expr], exp.Expr | None]) -> exp.Expr:
-    """Replace subtrees top-down: ``fn`` returns a replacement or None to descend."""
-
-    def visit(node: exp.Expr) -> exp.Expr:
-        repl = fn(node)
-        if repl is not None:
-            return repl
-        if isinstance(node, exp.Query):
-            return node
-        for key, value in list(node.args.items()):
-            if isinstance(value, exp.Expr):
-                node.set(key, visit(value))
-            elif isinstance(value, list):
-                node.set(key, [visit(v) if isinstance(v, exp.Expr) else v for v in value])
-        return node
-
-    return visit(expr.copy())
-
-
 class _Source:
     """A FROM item while joins are planned: its node and the aliases it covers."""
 
@@ -226,7 +128,6 @@ class Binder:
         self._ids = itertools.count(1)
         self.subqueries: dict[str, Node] = {}
         """Uncorrelated subqueries used inside expressions, by placeholder name."""
-        self.estimator = Estimator(catalog, self.subqueries)
         self._ctes: dict[int, tuple[Node, list[str]]] = {}
         """Bound CTEs that aggregate, by their query's id: read twice, such a CTE is
         one node under two names, which the distributor computes once. Others are
@@ -496,13 +397,12 @@ class Binder:
                         pending_conds.append(c)
                 group.append(src)
                 continue
-            left = self._inner_join_all(group, pending_conds)
+            left = _inner_joins(group, pending_conds)
             if kind is JoinKind.RIGHT:
                 group = [self._outer_join(src, left, JoinKind.LEFT, on)]
             else:
                 group = [self._outer_join(left, src, kind, on)]
-        final = self._inner_join_all(group, pending_conds)
-        node = final.node
+        node = _inner_joins(group, pending_conds).node
         if pending_conds:
             node = Filter(node, and_all(pending_conds))  # type: ignore[arg-type]
         return node
@@ -523,86 +423,6 @@ class Binder:
                 return True
         return False
 
-    def _inner_join_all(self, group: list[_Source], conds: list[exp.Expr]) -> _Source:
-        """Join a group of sources by the pending conditions, smallest result first.
-
-        Greedy operator ordering: of all pairs connected by an equality, join the
-        one whose result has the fewest estimated rows, and repeat with that join
-        as one source (the tree may be bushy: q21 joins supplier with its filtered
-        nation before either meets lineitem, so that only 1/25 of lineitem crosses
-        an exchange). A pair where a small side cuts a big one (``REDUCER_ROWS``)
-        goes before any other: q5 at SF10 cut lineitem by one region's suppliers
-        where it is read instead of shuffling all of it to meet the year's orders.
-        The bigger input is the left one. Sources with no equality to the rest
-        are joined last, the smallest first (a cross product). See
-        ``plan.estimate`` for the sizes.
-        """
-        sizes: dict[int, Size] = {}  # the sources do not change while they are ordered
-
-        def size(node: Node) -> Size:
-            if id(node) not in sizes:
-                sizes[id(node)] = self.estimator.size(node)
-            return sizes[id(node)]
-
-        items = list(group)
-        for s in items:
-            self._apply_ready(s, conds)
-        # Each equality's two sides' aliases, once (the pair loop asks often: q8).
-        sides = {
-            id(c): (qualifiers(c.left), qualifiers(c.right)) for c in conds if isinstance(c, exp.EQ)
-        }
-        while len(items) > 1:
-            best: tuple[float, float, float] | None = None
-            pair: tuple[_Source, _Source] | None = None
-            for i, a in enumerate(items):
-                for b in items[i + 1 :]:
-                    keys = [
-                        c
-                        for c in conds
-                        if id(c) in sides and _sides_join(*sides[id(c)], a.aliases, b.aliases)
-                    ]
-                    if not keys:
-                        continue
-                    lk, rk, _ = _split_keys(keys, a.aliases, b.aliases)
-                    rows = join_size(size(a.node), size(b.node), list(zip(lk, rk, strict=True)))
-                    small, big = sorted((size(a.node).rows, size(b.node).rows))
-                    # A join that cuts a big side by a small one runs where the big
-                    # side is read (the small side is broadcast): it goes first.
-                    reducing = small <= min(big / 10, REDUCER_ROWS) and rows.rows <= big / 2
-                    score = (0.0 if reducing else 1.0, rows.rows, small)
-                    if best is None or score < best:
-                        best, pair = score, (a, b)
-            if pair is None:
-                by_size = sorted(items, key=lambda s: size(s.node).rows)
-                pair = (by_size[0], by_size[1])
-            a, b = pair
-            if size(b.node).rows > size(a.node).rows:
-                a, b = b, a
-            both = a.aliases | b.aliases
-            used = [
-                c
-                for c in conds
-                if qualifiers(c) <= both
-                and not qualifiers(c) <= a.aliases
-                and not qualifiers(c) <= b.aliases
-            ]
-            for c in used:
-                conds.remove(c)
-            lk, rk, residual = _split_keys(used, a.aliases, b.aliases)
-            kind = JoinKind.INNER if (lk or residual) else JoinKind.CROSS
-            joined = _Source(Join(a.node, b.node, kind, lk, rk, and_all(residual)), both)
-            self._apply_ready(joined, conds)
-            items[items.index(a)] = joined
-            items.remove(b)
-        return items[0]
-
-    def _apply_ready(self, src: _Source, conds: list[exp.Expr]) -> None:
-        ready = [c for c in conds if qualifiers(c) and qualifiers(c) <= src.aliases]
-        if ready:
-            for c in ready:
-                conds.remove(c)
-            src.node = Filter(src.node, and_all(ready))  # type: ignore[arg-type]
-
     def _outer_join(
         self, left: _Source, right: _Source, kind: JoinKind, on: exp.Expr | None
     ) -> _Source:
@@ -618,9 +438,9 @@ class Binder:
                     keep.append(c)
             conds = keep
         for c in conds:
-            if _has_subquery(c):
+            if has_subquery(c):
                 raise Unsupported("subquery in an outer join condition")
-        lk, rk, residual = _split_keys(conds, left.aliases, right.aliases)
+        lk, rk, residual = split_keys(conds, left.aliases, right.aliases)
         node = Join(left.node, right.node, kind, lk, rk, and_all(residual))
         aliases = (
             left.aliases if kind in (JoinKind.SEMI, JoinKind.ANTI) else left.aliases | right.aliases
@@ -769,11 +589,11 @@ class Binder:
                 return None
             if not isinstance(query, exp.Query):
                 raise Unsupported("subquery form")
-            if _correlated(query):
+            if is_correlated(query):
                 raise Unsupported("correlated subquery")
             sub, names = self._query(query, ctes)
             sub = self._visible(sub, len(names))
-            name = f"__sq{next(self._ids)}"
+            name = f"{PLACEHOLDER_PREFIX}{next(self._ids)}"
             self.subqueries[name] = sub
             placeholder = exp.select(exp.Star()).from_(exp.to_table(name))
             if isinstance(node, exp.Subquery):
@@ -791,27 +611,6 @@ class Binder:
 
 _COMPUTED = (Aggregate, Distinct, Window, SetOp)
 """Operators whose result a CTE read twice is worth computing once."""
-
-
-def _unwrap(e: exp.Expr) -> list[exp.Expr]:
-    if isinstance(e, exp.Tuple):
-        return [x for sub in e.expressions for x in _unwrap(sub)]
-    if isinstance(e, exp.Paren):
-        return _unwrap(e.this)
-    return [e]
-
-
-def grouping_sets(g: exp.Expr) -> list[list[exp.Expr]]:
-    """The grouping sets a ROLLUP / CUBE / GROUPING SETS clause stands for."""
-    items = [_unwrap(e) for e in g.expressions]
-    if isinstance(g, exp.Rollup):
-        return [[x for part in items[:i] for x in part] for i in range(len(items), -1, -1)]
-    if isinstance(g, exp.Cube):
-        sets: list[list[exp.Expr]] = [[]]
-        for part in items:
-            sets = [s + part for s in sets] + sets
-        return sets
-    return items
 
 
 def _join_kind(j: exp.Join) -> JoinKind:
@@ -845,16 +644,6 @@ def _block_parts(sel: exp.Select) -> list[exp.Expr]:
     return parts
 
 
-def has_placeholder(e: exp.Expr) -> bool:
-    return any(
-        isinstance(t, exp.Table) and t.name.startswith("__sq") for t in e.find_all(exp.Table)
-    )
-
-
-def _has_subquery(e: exp.Expr) -> bool:
-    return any(isinstance(n, exp.Query) for n in e.walk() if n is not e)
-
-
 def _correlated_exists(cond: exp.Expr, aliases: set[str]) -> tuple[exp.Select, bool] | None:
     """``(query, negated)`` for a ``[NOT] EXISTS`` conjunct over a correlated SELECT
     that is a semi join (``is_plain_exists``); others are left to fail as before."""
@@ -863,52 +652,26 @@ def _correlated_exists(cond: exp.Expr, aliases: set[str]) -> tuple[exp.Select, b
     if isinstance(node, exp.Paren):
         node = node.this
     query = node.this if isinstance(node, exp.Exists) else None
-    if isinstance(query, exp.Select) and _correlated(query) and is_plain_exists(query, aliases):
+    if isinstance(query, exp.Select) and is_correlated(query) and is_plain_exists(query, aliases):
         return query, negated
     return None
 
 
-def _correlated(query: exp.Query) -> bool:
-    defined: set[str] = set()
-    for node in query.walk():
-        if isinstance(node, (exp.Table, exp.Subquery)) and node.alias_or_name:
-            defined.add(node.alias_or_name)
-        if isinstance(node, exp.CTE):
-            defined.add(node.alias_or_name)
-    return any(
-        isinstance(c, exp.Column) and c.table and c.table not in defined for c in query.walk()
-    )
-
-
-def _is_equi(c: exp.Expr, left: set[str], right: set[str]) -> bool:
-    if not isinstance(c, exp.EQ):
-        return False
-    return _sides_join(qualifiers(c.left), qualifiers(c.right), left, right)
-
-
-def _sides_join(a: set[str], b: set[str], left: set[str], right: set[str]) -> bool:
-    """Whether an equality whose sides use aliases ``a`` and ``b`` joins ``left`` to ``right``."""
-    return bool(a and b) and ((a <= left and b <= right) or (a <= right and b <= left))
-
-
-def _split_keys(
-    conds: list[exp.Expr], left: set[str], right: set[str]
-) -> tuple[list[exp.Expr], list[exp.Expr], list[exp.Expr]]:
-    lk: list[exp.Expr] = []
-    rk: list[exp.Expr] = []
-    residual: list[exp.Expr] = []
-    for c in conds:
-        if _is_equi(c, left, right) and not has_placeholder(c):
-            assert isinstance(c, exp.EQ)
-            if qualifiers(c.left) <= left:
-                lk.append(c.left)
-                rk.append(c.right)
-            else:
-                lk.append(c.right)
-                rk.append(c.left)
-        else:
-            residual.append(c)
-    return lk, rk, residual
+def _inner_joins(group: list[_Source], pending: list[exp.Expr]) -> _Source:
+    """The sources of a run of inner (and cross) joins as one source, in the order
+    written, with the pending conditions that name only their aliases (taken out
+    of ``pending``; the others wait for sources joined later). A single source is
+    filtered by them; several become a ``JoinGroup``, which ``plan.join_order``
+    orders by the estimates."""
+    aliases = {a for s in group for a in s.aliases}
+    taken = [c for c in pending if qualifiers(c) and qualifiers(c) <= aliases]
+    pending[:] = [c for c in pending if not any(c is t for t in taken)]
+    if len(group) == 1:
+        node = group[0].node
+        if taken:
+            node = Filter(node, and_all(taken))  # type: ignore[arg-type]
+        return _Source(node, aliases)
+    return _Source(JoinGroup([s.node for s in group], taken), aliases)
 
 
 def _find_aggs(parts: list[exp.Expr]) -> list[exp.Expr]:

@@ -1,0 +1,309 @@
+"""The walk: each logical operator planned over its planned inputs.
+
+``Distributor`` plans a tree bottom-up, growing a fragment (``stages.Frag``) and
+closing it where an operator needs rows other tasks hold: an aggregate in two
+phases around a hash exchange on its group keys, a window on its common
+PARTITION BY keys, set operations on all columns, a top-n per task before the
+merge, and each join where ``joins`` places it. Subqueries used in expressions
+are planned once, as stages every reader reads whole.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+
+from sqlglot import exp
+
+from mangonel.catalog import Table
+from mangonel.ids import StageId
+from mangonel.plan.distribute.aggregates import common_grouping_keys, split_aggs
+from mangonel.plan.distribute.joins import JoinPlacer
+from mangonel.plan.distribute.keys import KeyTypes, stripped
+from mangonel.plan.distribute.ranges import KeyRanges
+from mangonel.plan.distribute.reductions import Reductions
+from mangonel.plan.distribute.shared import SharedNodes
+from mangonel.plan.distribute.stages import Frag, StageBuilder
+from mangonel.plan.estimate import Estimator
+from mangonel.plan.fragment import rewrite
+from mangonel.plan.logical import (
+    Aggregate,
+    Distinct,
+    Filter,
+    Join,
+    JoinKind,
+    Node,
+    Opaque,
+    Project,
+    Ref,
+    Scan,
+    SetOp,
+    Sort,
+    StageRead,
+    Values,
+    Window,
+)
+from mangonel.plan.physical import Stage, StageInput
+from mangonel.plan.types import TypeOracle
+from mangonel.sql.exprs import col
+from mangonel.task import InputMode, OutputKind, OutputSpec
+
+
+class Distributor:
+    """Builds the stages of one query.
+
+    Args:
+        catalog: the tables the query may read.
+        oracle: DuckDB over empty tables, for the types of keys.
+        subqueries: uncorrelated subqueries by placeholder name.
+        partitions: the most output partitions of a hash exchange.
+        broadcast_bytes: the biggest join side broadcast.
+        split_rows: rows per scan task for a row width (``PlannerConfig.split_rows_for``).
+        estimator: sizes of logical nodes (a new one over ``catalog`` if None).
+        partition_bytes: an exchange gets one partition per this many bytes.
+        inline_scan_bytes: see ``PlannerConfig.inline_scan_bytes``.
+    """
+
+    def __init__(
+        self,
+        catalog: Mapping[str, Table],
+        oracle: TypeOracle,
+        subqueries: Mapping[str, Node],
+        partitions: int,
+        broadcast_bytes: int,
+        split_rows: Callable[[float], int],
+        estimator: Estimator | None = None,
+        partition_bytes: float | None = None,
+        inline_scan_bytes: float = 0,
+    ) -> None:
+        self._catalog = catalog
+        self._estimator = estimator or Estimator(catalog)
+        self._subqueries = subqueries
+        self._split_rows = split_rows
+        self._names = itertools.count(1)
+        """Generated qualifiers: partial aggregates (``_paN``), reductions (``_sjN``)."""
+        self._subquery_stages: dict[str, StageId] = {}
+        self._stages = StageBuilder(catalog, partitions, partition_bytes, inline_scan_bytes)
+        self._keys = KeyTypes(oracle, subqueries)
+        self._ranges = KeyRanges(catalog)
+        self._shared = SharedNodes(self._stages)
+        self._reductions = Reductions(
+            self._estimator, self._stages, self._shared, self._names, broadcast_bytes
+        )
+        self._joins = JoinPlacer(
+            self._estimator,
+            self._stages,
+            self._keys,
+            self._ranges,
+            self._reductions,
+            broadcast_bytes,
+        )
+
+    @property
+    def stages(self) -> list[Stage]:
+        """The stages built so far, each after the stages it reads."""
+        return self._stages.stages
+
+    def finish(self, f: Frag, output: OutputSpec, label: str) -> tuple[StageRead, Stage]:
+        """Close a fragment into a stage (see ``StageBuilder.finish``)."""
+        return self._stages.finish(f, output, label)
+
+    def expr_types(self, node: Node, exprs: list[exp.Expr]) -> list[str]:
+        """DuckDB types of expressions over ``node``'s outputs (``KeyTypes.expr_types``)."""
+        return self._keys.expr_types(node, exprs)
+
+    # ------------------------------------------------------------ walk
+
+    def plan_tree(self, root: Node) -> Frag:
+        """Plan a tree: the query, or a subquery of it."""
+        if not self._shared.analyzed:
+            # The query and its subqueries at once: a node they share (a CTE read
+            # in both) is computed once, with the columns all its readers need.
+            self._shared.analyze([root, *self._subqueries.values()])
+        return self.plan(root)
+
+    def plan(self, node: Node) -> Frag:
+        materialized = self._shared.materialized(node)
+        if materialized is not None:
+            return materialized
+        method = getattr(self, f"_{type(node).__name__.lower()}")
+        frag: Frag = method(node)
+        frag.needed = self._shared.needed(node)
+        if self._shared.is_shared(node):
+            return self._shared.materialize(node, frag)
+        return frag
+
+    def _attach_subqueries(self, f: Frag, exprs: list[exp.Expr | None]) -> None:
+        for e in exprs:
+            if e is None:
+                continue
+            for t in e.find_all(exp.Table):
+                name = t.name
+                if name in self._subqueries and name not in f.inputs:
+                    if name not in self._subquery_stages:
+                        # Planned once: every stage that needs it reads that output,
+                        # all of its tasks' (no stage of its own to gather them).
+                        sub = self.plan_tree(self._subqueries[name])
+                        _, stage = self.finish(sub, OutputSpec(OutputKind.SINGLE), "subquery")
+                        self._subquery_stages[name] = stage.id
+                    f.inputs[name] = StageInput(name, self._subquery_stages[name], InputMode.ALL)
+
+    def _scan(self, n: Scan) -> Frag:
+        table = self._catalog[n.table]
+        splits = table.splits(self._split_rows(table.row_width(n.columns)))
+        est = self._estimator.size(n).rows * table.row_width(n.columns)
+        return Frag(n, len(splits), est, scan=n, splits=splits, single=len(splits) == 1)
+
+    def _values(self, n: Values) -> Frag:
+        return Frag(n, 1, 64.0, single=True)
+
+    def _opaque(self, n: Opaque) -> Frag:
+        inputs: dict[str, StageInput] = {}
+        tables: dict[str, Node] = {}
+        for name, source in n.tables.items():
+            read, inp = self._stages.broadcast(self.plan(source))
+            inputs[inp.name] = inp
+            tables[name] = read
+        node = Opaque(n.query, n.qualifier, n.names, tables)
+        return Frag(node, 1, 1e9, inputs=inputs, single=True)
+
+    def _filter(self, n: Filter) -> Frag:
+        f = self.plan(n.child)
+        self._attach_subqueries(f, [n.condition])
+        f.node = Filter(f.node, n.condition)
+        f.est *= 0.5
+        return f
+
+    def _project(self, n: Project) -> Frag:
+        f = self.plan(n.child)
+        self._attach_subqueries(f, [e for _, e in n.items])
+        if f.hash_keys is not None:
+            renamed: dict[Ref, Ref] = {}
+            for name, e in n.items:
+                if isinstance(e, exp.Column) and e.table:
+                    renamed.setdefault((e.table, e.name), (n.qualifier, name))
+            # The partitioning survives only if every key column is passed through.
+            mapping = {r: col(renamed[r]) for r in renamed}
+            survives = all(
+                (c.table, c.name) in renamed for k in f.hash_keys for c in k.find_all(exp.Column)
+            )
+            f.hash_keys = [rewrite(k, mapping) for k in f.hash_keys] if survives else None
+        f.node = Project(f.node, n.qualifier, n.items)
+        return f
+
+    def _window(self, n: Window) -> Frag:
+        f = self.plan(n.child)
+        common: list[exp.Expr] | None = None
+        for _, w in n.funcs:
+            parts = list(w.args.get("partition_by") or [])
+            common = parts if common is None else [p for p in common if p in parts]
+        keys = common or []
+        if not f.single and not self._partitioned_within(f, keys):
+            f = self._stages.exchange(f, keys) if keys else self._stages.gather(f)
+        f.node = Window(f.node, n.qualifier, n.funcs)
+        return f
+
+    def _partitioned_within(self, f: Frag, keys: list[exp.Expr]) -> bool:
+        """True when rows equal on ``keys`` already share a task: hashed on some of
+        them, or scanned in tasks whose ranges of one of them do not overlap."""
+        if f.hash_keys and keys and all(stripped(k) in keys for k in f.hash_keys):
+            return True
+        return self._ranges.clustered_on(f, keys)
+
+    def _aggregate(self, n: Aggregate) -> Frag:
+        f = self.plan(n.child)
+        self._attach_subqueries(f, [e for _, e in n.aggs])
+        group_exprs = [e for _, e in n.groups]
+        if n.grouping is not None:
+            keys = common_grouping_keys(n.grouping)
+            if not f.single and not self._partitioned_within(f, keys):
+                f = self._stages.exchange(f, keys) if keys else self._stages.gather(f)
+            f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs, n.grouping)
+            f.hash_keys = None
+            return f
+        if f.single or self._partitioned_within(f, group_exprs):
+            f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs)
+            f.hash_keys = (
+                [col((n.qualifier, name)) for name, _ in n.groups] if f.hash_keys else None
+            )
+            f.est = f.est / 4 if n.groups else 64.0
+            return f
+        split = split_aggs(n.aggs)
+        if split is None:
+            f = self._stages.exchange(f, group_exprs) if group_exprs else self._stages.gather(f)
+            f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs)
+            f.hash_keys = [col((n.qualifier, name)) for name, _ in n.groups] or None
+            f.est = f.est / 4 if n.groups else 64.0
+            return f
+        partial_items, final_of = split
+        pq = f"_pa{next(self._names)}"
+        f.node = Aggregate(f.node, pq, n.groups, partial_items)
+        f.needed = None  # all of the partial aggregate's columns
+        f.est = f.est / 4 if n.groups else 64.0
+        group_refs = [col((pq, name)) for name, _ in n.groups]
+        f = self._stages.exchange(f, group_refs) if n.groups else self._stages.gather(f)
+        final_groups = [(name, col((pq, name))) for name, _ in n.groups]
+        final_aggs = [(name, final_of(name, pq)) for name, _ in n.aggs]
+        f.node = Aggregate(f.node, n.qualifier, final_groups, final_aggs)
+        f.hash_keys = [col((n.qualifier, name)) for name, _ in n.groups] or None
+        return f
+
+    def _distinct(self, n: Distinct) -> Frag:
+        f = self.plan(n.child)
+        outs = [col(r) for r in f.node.outputs()]
+        if not f.single and not self._partitioned_within(f, outs):
+            f.node = Distinct(f.node)
+            f = self._stages.exchange(f, outs)
+        f.node = Distinct(f.node)
+        return f
+
+    def _sort(self, n: Sort) -> Frag:
+        f = self.plan(n.child)
+        if not f.single:
+            if n.limit is not None:
+                f.node = Sort(f.node, n.keys, n.limit + n.offset, 0)
+                f.est = min(f.est, float(n.limit + n.offset) * 64)
+            f = self._stages.gather(f)
+        f.node = Sort(f.node, n.keys, n.limit, n.offset)
+        return f
+
+    def _setop(self, n: SetOp) -> Frag:
+        left, right = self.plan(n.left), self.plan(n.right)
+        lk, rk = self._keys.cast_keys(
+            left.node,
+            [col(r) for r in left.node.outputs()],
+            right.node,
+            [col(r) for r in right.node.outputs()],
+        )
+        if left.single and right.single and not left.inputs.keys() & right.inputs.keys():
+            lread, linp = self._stages.broadcast(left)
+            rread, rinp = self._stages.broadcast(right)
+            node = SetOp(n.kind, n.distinct, lread, rread, n.qualifier, n.names)
+            return Frag(
+                node,
+                1,
+                left.est + right.est,
+                inputs={linp.name: linp, rinp.name: rinp},
+                single=True,
+            )
+        parts = self._stages.partitions_for(left.est + right.est)
+        lx = self._stages.exchange(left, lk, parts)
+        rx = self._stages.exchange(right, rk, parts)
+        node = SetOp(n.kind, n.distinct, lx.node, rx.node, n.qualifier, n.names)
+        return Frag(
+            node,
+            parts,
+            left.est + right.est,
+            inputs={**lx.inputs, **rx.inputs},
+            single=parts == 1,
+        )
+
+    def _join(self, n: Join) -> Frag:
+        if n.kind in (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI):
+            self._reductions.reduce_aggregate_input(n.right, n.right_keys, n.left, n.left_keys)
+        if n.kind is JoinKind.INNER:
+            self._reductions.reduce_aggregate_input(n.left, n.left_keys, n.right, n.right_keys)
+        left, right = self.plan(n.left), self.plan(n.right)
+        f = self._joins.place(n, left, right)
+        self._attach_subqueries(f, [n.residual])
+        return f

@@ -1,0 +1,249 @@
+"""Where a join runs: the strategy that moves the fewest (weighted) bytes.
+
+Each strategy is a typed choice (``JoinChoice``), costed with ``costs``:
+
+* ``Shuffle``: hash both sides on the join keys, cast to one type (DuckDB's
+  ``hash()`` depends on the type); a side already partitioned on the keys does
+  not move, and two such sides join task by task (colocated);
+* ``Broadcast``: copy the smaller side (at most ``broadcast_bytes``) into every
+  task of the other; a small table is then scanned by those tasks themselves
+  instead of in a stage of its own (``StageBuilder.join_in``);
+* ``ByRange``: each task of a scan reads only the row groups of the other side's
+  table whose key range meets its own (``ranges.KeyRanges.range_join``).
+
+A join without equi keys broadcasts a side the kind allows, or runs in one task.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from mangonel.plan.distribute.costs import BROADCAST_COST, RANGE_REDUCES, SHUFFLE_COST
+from mangonel.plan.distribute.keys import KeyTypes, same_keys
+from mangonel.plan.distribute.ranges import KeyRanges, Sliced, join_sliced, note_equal
+from mangonel.plan.distribute.reductions import Reductions
+from mangonel.plan.distribute.stages import Frag, StageBuilder
+from mangonel.plan.estimate import Estimator
+from mangonel.plan.logical import Join, JoinKind
+
+
+class Side(enum.Enum):
+    """The side of a join that is brought into the other side's tasks."""
+
+    LEFT = "left"
+    RIGHT = "right"
+
+
+@dataclass(frozen=True)
+class Shuffle:
+    """Hash-partition the sides that are not yet partitioned on the keys."""
+
+    cost: float
+    left_moves: bool
+    right_moves: bool
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """Every task of the other side reads all of ``side``."""
+
+    cost: float
+    side: Side
+
+
+@dataclass(frozen=True)
+class ByRange:
+    """Every task of the other side scans the row groups of ``side`` its keys may meet."""
+
+    cost: float
+    side: Side
+    sliced: Sliced
+
+
+JoinChoice = Shuffle | Broadcast | ByRange
+
+
+class JoinPlacer:
+    """Chooses and builds each join's strategy.
+
+    Args:
+        estimator: sizes of logical nodes.
+        stages: closes the sides that move into stages.
+        keys: key types, for the casts of hashed keys.
+        ranges: key ranges of scan tasks.
+        reductions: the semi-join reduction of a semi / anti join's far side.
+        broadcast_bytes: the biggest side broadcast.
+    """
+
+    def __init__(
+        self,
+        estimator: Estimator,
+        stages: StageBuilder,
+        keys: KeyTypes,
+        ranges: KeyRanges,
+        reductions: Reductions,
+        broadcast_bytes: int,
+    ) -> None:
+        self._estimator = estimator
+        self._stages = stages
+        self._keys = keys
+        self._ranges = ranges
+        self._reductions = reductions
+        self._broadcast = broadcast_bytes
+
+    def place(self, n: Join, left: Frag, right: Frag) -> Frag:
+        """The fragment that joins ``left`` and ``right`` (the planned sides of ``n``)."""
+        out = self._join_estimate(n, left, right)
+        kind = n.kind
+        inner = kind in (JoinKind.INNER, JoinKind.CROSS)
+        can_bcast_right = inner or kind in (JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI)
+        if not n.left_keys:
+            return self._join_without_keys(n, left, right, out)
+        ranged: list[ByRange] = []
+        if can_bcast_right and (
+            r := self._ranges.range_join(left, right, n.left_keys, n.right_keys)
+        ):
+            ranged.append(ByRange(r[0], Side.RIGHT, r[1]))
+        if inner and (r := self._ranges.range_join(right, left, n.right_keys, n.left_keys)):
+            ranged.append(ByRange(r[0], Side.LEFT, r[1]))
+        # A side whose key ranges already keep it to the rows it may meet needs no
+        # reduction by keys.
+        ranged_cheap = any(c.cost <= RANGE_REDUCES * min(left.est, right.est) for c in ranged)
+        reduced = (
+            kind in (JoinKind.SEMI, JoinKind.ANTI)
+            and not ranged_cheap
+            and self._reductions.reducible(n, left, right)
+        )
+        if reduced:
+            ranged = []
+            left, right = self._reductions.reduce_by_keys(n, left, right)
+        lk: list[exp.Expr] | None = None
+        left_moves = right_moves = True
+        if left.hash_keys or right.hash_keys:
+            lk, rk = self._keys.cast_keys(left.node, n.left_keys, right.node, n.right_keys)
+            left_moves, right_moves = not _hashed_on(left, lk), not _hashed_on(right, rk)
+        # Bytes each choice moves; a side already hash-partitioned on the keys
+        # (an aggregate over a shuffle joined back on its group keys, as in q21)
+        # stays where it is, and two such sides join task by task.
+        shuffle = SHUFFLE_COST * (left.est * left_moves + right.est * right_moves)
+        # Only the smaller side is broadcast: the bigger one, copied into a few
+        # tasks of a small side (one, for a small table), would run the whole
+        # join in those few tasks. The first of equal costs wins, in this order.
+        options: list[JoinChoice] = [Shuffle(shuffle, left_moves, right_moves)]
+        if can_bcast_right and right.est <= min(self._broadcast, left.est):
+            options.append(Broadcast(BROADCAST_COST * right.est * left.tasks, Side.RIGHT))
+        if inner and left.est <= min(self._broadcast, right.est):
+            options.append(Broadcast(BROADCAST_COST * left.est * right.tasks, Side.LEFT))
+        options += ranged
+        choice = min(options, key=lambda o: o.cost)
+        if (
+            (n.broadcast_right or reduced)
+            and can_bcast_right
+            and right.est <= self._broadcast
+            and not isinstance(choice, ByRange)
+        ):
+            # A reduced far side meets the kept side, read whole by one task, there.
+            choice = Broadcast(BROADCAST_COST * right.est * left.tasks, Side.RIGHT)
+        if isinstance(choice, ByRange):
+            if choice.side is Side.RIGHT:
+                target, pair = left, (left.node, choice.sliced.node)
+            else:
+                target, pair = right, (choice.sliced.node, right.node)
+            join_sliced(target, choice.sliced)
+            target.node = Join(*pair, kind, n.left_keys, n.right_keys, n.residual)
+            target.est = out
+            return target
+        if isinstance(choice, Broadcast) and choice.side is Side.RIGHT:
+            read = self._stages.join_in(left, right)
+            left.node = Join(left.node, read, kind, n.left_keys, n.right_keys, n.residual)
+            left.est = out
+            if inner:
+                note_equal(left, n.left_keys, n.right_keys)
+            return left
+        if isinstance(choice, Broadcast):
+            read = self._stages.join_in(right, left)
+            right.node = Join(read, right.node, kind, n.left_keys, n.right_keys, n.residual)
+            right.est = out
+            note_equal(right, n.right_keys, n.left_keys)
+            return right
+        if lk is None:
+            lk, rk = self._keys.cast_keys(left.node, n.left_keys, right.node, n.right_keys)
+        return self._shuffle(n, left, right, lk, rk, choice, out)
+
+    def _shuffle(
+        self,
+        n: Join,
+        left: Frag,
+        right: Frag,
+        lk: list[exp.Expr],
+        rk: list[exp.Expr],
+        choice: Shuffle,
+        out: float,
+    ) -> Frag:
+        """Hash the sides that move into the partitions of the join, then join task by task."""
+        left_moves, right_moves = choice.left_moves, choice.right_moves
+        if not left_moves and not right_moves and left.tasks != right.tasks:
+            # Both partitioned on the keys, but into different counts: the
+            # smaller side follows the bigger one's partitioning.
+            left_moves, right_moves = left.est < right.est, left.est >= right.est
+        if left_moves and right_moves:
+            parts = self._stages.partitions_for(left.est + right.est)
+        else:
+            parts = right.tasks if left_moves else left.tasks
+        if left_moves:
+            left = self._stages.exchange(left, lk, parts)
+        if right_moves:
+            right = self._stages.exchange(right, rk, parts)
+        joined = _colocated_join(n, left, right, lk)
+        joined.est = out
+        return joined
+
+    def _join_without_keys(self, n: Join, left: Frag, right: Frag, out: float) -> Frag:
+        """A join on no equality: some side must meet all of the other."""
+        kind = n.kind
+        inner = kind in (JoinKind.INNER, JoinKind.CROSS)
+        if kind in (JoinKind.LEFT, JoinKind.SEMI, JoinKind.ANTI) or (
+            inner and left.est >= right.est
+        ):
+            read = self._stages.join_in(left, right)
+            left.node = Join(left.node, read, kind, n.left_keys, n.right_keys, n.residual)
+            left.est = out
+            return left
+        if inner:
+            read = self._stages.join_in(right, left)
+            right.node = Join(read, right.node, kind, n.left_keys, n.right_keys, n.residual)
+            right.est = out
+            return right
+        # FULL join without equi keys: both sides in one task.
+        lg = self._stages.gather(left)
+        read, inp = self._stages.broadcast(right)
+        lg.inputs[inp.name] = inp
+        lg.node = Join(lg.node, read, kind, n.left_keys, n.right_keys, n.residual)
+        lg.est = out
+        return lg
+
+    def _join_estimate(self, n: Join, left: Frag, right: Frag) -> float:
+        """Bytes of a join's output: its estimated rows times both sides' row widths."""
+        size = self._estimator.size
+        width = left.est / max(1.0, size(n.left).rows)
+        if n.kind not in (JoinKind.SEMI, JoinKind.ANTI):
+            width += right.est / max(1.0, size(n.right).rows)
+        return size(n).rows * width
+
+
+def _hashed_on(f: Frag, keys: list[exp.Expr]) -> bool:
+    """True when task i of ``f``'s tasks holds exactly the rows whose ``keys`` hash
+    to i (modulo its task count)."""
+    return f.hash_keys is not None and same_keys(f.hash_keys, keys) and f.scan is None
+
+
+def _colocated_join(n: Join, left: Frag, right: Frag, lk: list[exp.Expr]) -> Frag:
+    """Join two sides hash-partitioned alike on the join keys, task by task."""
+    left.inputs.update(right.inputs)
+    left.side_scans += right.side_scans
+    left.node = Join(left.node, right.node, n.kind, n.left_keys, n.right_keys, n.residual)
+    left.hash_keys = lk if n.kind is not JoinKind.FULL else None
+    return left
