@@ -57,7 +57,6 @@ from mangonel.errors import (
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.planner import PlanCache, PlannerConfig
-from mangonel.scheduler.crash import CrashPoints
 from mangonel.scheduler.events import (
     Command,
     DeclareExecutorLost,
@@ -78,6 +77,7 @@ from mangonel.scheduler.events import (
     TaskFailed,
     Tick,
 )
+from mangonel.scheduler.hooks import NO_HOOK, EventHook
 from mangonel.scheduler.jobs import JobPhase, JobRecord
 from mangonel.scheduler.persist import (
     EXECUTORS_KEY,
@@ -213,8 +213,9 @@ class SchedulerCore:
         """Set when the store could not be written (or another scheduler took
         it over): this scheduler's memory is ahead of its store, so it must stop."""
         self.on_fatal: Callable[[StateStoreError], None] | None = None
-        self.crash_points: CrashPoints | None = None
-        """Crash tests' rules (``scheduler.crash``); ``None`` in production."""
+        self.hook: EventHook = NO_HOOK
+        """Called at fixed points of each persisted event (``scheduler.hooks``):
+        crash tests wire theirs in; production does nothing."""
         self._state = state
         self._clock = clock
         self._lock = threading.RLock()
@@ -307,14 +308,10 @@ class SchedulerCore:
             )
             return len(running)
 
-    def crash_at(self, path: str) -> None:
-        """Die at the points the rules in ``path`` name (crash tests only)."""
-
-        def final_stage(job: str) -> StageId | None:
-            record = self._jobs.get(JobId(job))
-            return record.plan.final.id if record is not None else None
-
-        self.crash_points = CrashPoints(path, final_stage)
+    def final_stage(self, job: str) -> StageId | None:
+        """The last stage of ``job``'s plan (``None`` once the job is forgotten)."""
+        record = self._jobs.get(JobId(job))
+        return record.plan.final.id if record is not None else None
 
     def _restore_executor_entries(self) -> None:
         """List the executors of the previous run: lost ones as they were, live
@@ -352,14 +349,14 @@ class SchedulerCore:
             # Durable before anything is carried out: a crash from here on
             # recovers to the state after this event.
             persisted = self._persist(event, commands)
-            if persisted and self.crash_points is not None:
-                self.crash_points.check(event, commands, "persisted")
+            if persisted:
+                self.hook.check(event, commands, "persisted")
             for command in commands:
                 log.debug("command (cause %d): %s", command.cause, describe(command))
                 self._execute(command, event.time)
             self._release_strays(commands, event.time)
-            if persisted and self.crash_points is not None:
-                self.crash_points.check(event, commands, "executed")
+            if persisted:
+                self.hook.check(event, commands, "executed")
             for record in self._jobs.values():
                 if not record.phase.finished:
                     record.update(self._state.job(record.id), event.time)

@@ -83,7 +83,7 @@ class SchedulerConfig:
             scheduler holds; ``None`` waits forever (a standby). A SQLite store
             held by another scheduler is an error after this long.
         crash_file: Crash tests only: rules that make the scheduler kill itself
-            at chosen points (``scheduler.crash``).
+            at chosen points (``mangonel.testing.crash``).
     """
 
     host: str = "127.0.0.1"
@@ -190,7 +190,11 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     core_config = config.core_config()
     core = SchedulerCore(SchedulerState(core_config.limits), core_config, store=store)
     if config.crash_file:
-        core.crash_at(config.crash_file)
+        # This is the composition root: test hooks are wired in here, and the
+        # test code imported only when a crash-rules file was asked for.
+        from mangonel.testing.crash import CrashPoints
+
+        core.hook = CrashPoints(config.crash_file, core.final_stage)
     try:
         unfinished = core.recover()
     except BaseException:
