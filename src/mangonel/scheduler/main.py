@@ -124,8 +124,8 @@ class SchedulerConfig:
                 max_stage_reruns=self.max_stage_reruns,
                 heartbeat_timeout_s=self.heartbeat_timeout_s,
                 no_executor_grace_s=self.no_executor_grace_s,
+                result_ttl_s=self.result_ttl_s,
             ),
-            result_ttl_s=self.result_ttl_s,
         )
 
 
@@ -188,7 +188,8 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
             "this one its own --state"
         )
     core_config = config.core_config()
-    core = SchedulerCore(SchedulerState(core_config.limits), core_config, store=store)
+    state = SchedulerState(core_config.limits, keep_finished_jobs=core_config.keep_jobs)
+    core = SchedulerCore(state, core_config, store=store)
     if config.crash_file:
         # This is the composition root: test hooks are wired in here, and the
         # test code imported only when a crash-rules file was asked for.
