@@ -63,7 +63,7 @@ What each event does, in one place:
 * after every event, pending tasks of runnable stages go to free slots of alive
   executors, least loaded first, a stage's tasks together (``LaunchTask``).
 
-The life cycles of executors, tasks and stages are drawn in
+The life cycles of executors, jobs, tasks and stages are drawn in
 ``state_executors`` and ``state_jobs``.
 """
 
