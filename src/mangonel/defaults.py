@@ -67,6 +67,10 @@ MAX_STAGE_RERUNS = 4
 RESULT_TTL_S = 600.0
 """Seconds a result no client released is kept before it is deleted."""
 
+CONNECT_TIMEOUT_S = 60.0
+"""Seconds a registered executor may take to open its command stream before it is
+taken for dead (it died between the two calls)."""
+
 # ------------------------------------------------------------------- executor
 
 DRAIN_TIMEOUT_S = 30.0

@@ -20,9 +20,9 @@ import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import pytest
 
-from mangonel.scheduler.jobs import JobPhase, JobRecord
+from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.main import SchedulerConfig, SchedulerServer, start_scheduler
-from mangonel.scheduler.registry import ExecutorPhase
+from mangonel.scheduler.state_views import ExecutorState, JobState
 
 QUERY = """
 SELECT c.c_segment, count(*) AS orders, sum(o.o_total) AS total
@@ -108,11 +108,11 @@ def executors(scheduler: SchedulerServer, tmp_path: Path) -> Iterator[list[subpr
 
 
 def alive(scheduler: SchedulerServer) -> int:
-    return sum(e.phase is ExecutorPhase.ALIVE for e in scheduler.core.executors())
+    return sum(e.view.state is ExecutorState.ALIVE for e in scheduler.core.executors())
 
 
 def finished(record: JobRecord) -> bool:
-    return record.phase is not JobPhase.RUNNING
+    return record.state.finished
 
 
 def fetch(record: JobRecord) -> pa.Table:
@@ -135,7 +135,7 @@ def test_a_job_runs_on_two_executor_processes(
         scheduler.core.register_table(name, path)
     record = scheduler.core.submit(QUERY)
     wait_for(lambda: finished(record), what="job finished")
-    assert record.phase is JobPhase.SUCCEEDED, record.error
+    assert record.state is JobState.SUCCEEDED, record.error
     got = fetch(record)
     con = duckdb.connect()
     for name, path in tables.items():
@@ -157,6 +157,6 @@ def test_sigterm_stops_an_executor_cleanly(
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(15) == 0
     wait_for(lambda: alive(scheduler) == 1, what="the scheduler noticed")
-    lost = [e for e in scheduler.core.executors() if e.phase is ExecutorPhase.LOST]
+    lost = [e for e in scheduler.core.executors() if e.view.state is ExecutorState.LOST]
     assert len(lost) == 1 and lost[0].pid == proc.pid
     assert not os.path.exists(tmp_path / "exec0" / "spill")

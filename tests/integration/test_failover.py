@@ -3,7 +3,7 @@
 Two scheduler processes share one etcd state store; the first leads (it holds
 an etcd lease), the second waits as the standby. Executors and the client are
 given both addresses. The tests kill the leader in the middle of a TPC-H query
-(deterministically, with a crash rule: ``mangonel.scheduler.crash``) and check
+(deterministically, with a crash rule: ``mangonel.testing.crash``) and check
 that the standby finishes the same job with DuckDB's answer; that a restarted
 old leader stays a standby; and that a leader frozen past its lease, once
 thawed, finds itself deposed and stops without writing.

@@ -2,7 +2,7 @@
 
 One cluster (2 executors, SQLite state store) for the module. Each test makes
 the scheduler kill itself (SIGKILL, no cleanup) at a chosen point of a TPC-H
-query with a crash rule (``mangonel.scheduler.crash``), starts it again on the
+query with a crash rule (``mangonel.testing.crash``), starts it again on the
 same port and state file, and checks that the client, which only called
 ``session.sql``, gets the answer single-process DuckDB gives, from the same
 job: the client reconnected and watched it again, the executors reattached with
@@ -35,7 +35,7 @@ from mangonel.scheduler.store.sqlite import SqliteStateStore
 
 pytestmark = pytest.mark.timeout(180)
 
-# Where the scheduler dies, by name (see mangonel.scheduler.crash for the rule format).
+# Where the scheduler dies, by name (see mangonel.testing.crash for the rule format).
 CRASH_POINTS: dict[str, dict[str, Any]] = {
     # The job is planned and durable; no task was sent.
     "after_planning": {"event": "JobSubmitted"},

@@ -1,7 +1,11 @@
 """The scheduler's I/O shell (``SchedulerCore``) around a scripted state machine.
 
 No processes and no network: the fake state machine records the events it gets
-and answers with the commands a test queues, so each shell duty is checked alone.
+and answers with the commands a test queues, so each shell duty is checked alone:
+events get increasing ids, commands reach the right queue, answers reach the
+RPC, watchers see the state machine's views. The decisions (resume, drains,
+results, cancel, timeouts) are the state machine's and tested there
+(``test_state_machine*``, ``test_state_restart``, ``test_state_results``).
 """
 
 from __future__ import annotations
@@ -10,30 +14,35 @@ from pathlib import Path
 
 import pytest
 
-from mangonel.errors import JobCancelledError, MangonelError
+from mangonel.errors import JobCancelledError, JobFailedError, MangonelError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan import planner as planner_module
 from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.scheduler import service as service_module
 from mangonel.scheduler.core import CoreConfig, SchedulerCore
 from mangonel.scheduler.events import (
+    CancelRequested,
     Command,
     DeclareExecutorLost,
     Event,
+    ExecutorConnected,
     ExecutorLost,
     ExecutorRegistered,
+    ForgetJob,
     JobCancelled,
     JobFailed,
     JobSubmitted,
     JobSucceeded,
     LossReason,
+    RefuseStream,
+    ResultRead,
+    ResumeExecutor,
     TaskCompleted,
 )
-from mangonel.scheduler.jobs import JobPhase
-from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorPhase
+from mangonel.scheduler.registry import CLOSE, ExecutorEntry
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_views import ExecutorState as ExecutorStateView
-from mangonel.scheduler.state_views import ExecutorView, JobState, JobView, StageView
+from mangonel.scheduler.state_jobs import FinishedJob
+from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView, StageView
 from mangonel.task import (
     LaunchTask,
     OutputKind,
@@ -53,29 +62,43 @@ PLAN = DistributedPlan(
 class ScriptedState:
     """Records events; answers each with the commands queued in ``next``.
 
-    Its views are whatever a test puts in ``job_views`` / ``executor_views``.
+    Its views are whatever a test puts in ``job_views`` / ``executor_views``
+    (an executor that registered is listed as alive unless a test says otherwise).
     """
 
     def __init__(self) -> None:
         self.events: list[Event] = []
         self.next: list[Command] = []
         self.job_views: dict[JobId, JobView] = {}
-        self.executor_views: list[ExecutorView] = []
+        self.executor_views: dict[ExecutorId, ExecutorView] = {}
 
     def handle(self, event: Event) -> list[Command]:
         self.events.append(event)
+        if isinstance(event, ExecutorRegistered):
+            self.set_executor(event.executor.id, ExecutorState.ALIVE)
         out, self.next = self.next, []
         return out
+
+    def set_executor(
+        self, executor: ExecutorId, state: ExecutorState, reason: LossReason | None = None
+    ) -> None:
+        self.executor_views[executor] = ExecutorView(
+            executor, "h", "h:1", 2, state, 1.0, reason, f"{state.value} detail", 0, 1.0
+        )
 
     def job(self, job_id: JobId) -> JobView | None:
         return self.job_views.get(job_id)
 
     def executors(self) -> list[ExecutorView]:
-        return list(self.executor_views)
+        return list(self.executor_views.values())
+
+    def executor(self, executor: ExecutorId) -> ExecutorView | None:
+        return self.executor_views.get(executor)
 
     # Persistence: the shell writes what these return to its (in-memory) store.
-    def awaits(self, executor: ExecutorId) -> bool:
-        return False
+    def export_finished(self, job_id: JobId) -> FinishedJob | None:
+        view = self.job_views.get(job_id)
+        return FinishedJob(view) if view is not None and view.state.finished else None
 
     def unfinished_jobs(self) -> list[JobId]:
         return [j for j, v in self.job_views.items() if not v.state.finished]
@@ -112,19 +135,38 @@ def _attempt(job: str) -> TaskAttemptId:
     return TaskAttemptId(TaskId(JobId(job), StageId(1), 0), 0)
 
 
-def test_event_ids_increase_and_registration_waits_for_the_stream(
+def _attempt(job: str) -> TaskAttemptId:
+    return TaskAttemptId(TaskId(JobId(job), StageId(1), 0), 0)
+
+
+def _finished(job: JobId, state: JobState, error: str | None = None) -> JobView:
+    return JobView(job, state, 0.0, 5.0, error, ())
+
+
+def test_event_ids_increase_and_the_state_machine_answers_the_rpcs(
     shell: tuple[SchedulerCore, ScriptedState],
 ) -> None:
     core, state = shell
     entry = core.register_executor("h", "127.0.0.1:1", 2, pid=42)
-    assert entry.phase is ExecutorPhase.CONNECTING
-    assert state.events == []  # not schedulable before its Connect stream opens
+    (registered,) = state.events
+    assert isinstance(registered, ExecutorRegistered) and registered.executor.id == entry.id
+    assert (registered.resume, entry.resumed, entry.pid) == (None, False, 42)
     core.executor_connected(entry.id)
+    assert state.events[-1] == ExecutorConnected(2, state.events[-1].time, entry.id)
     core.heartbeat(entry.id)
-    assert isinstance(state.events[0], ExecutorRegistered)
-    assert [e.event_id for e in state.events] == sorted({e.event_id for e in state.events})
-    with pytest.raises(MangonelError):
-        core.executor_connected(entry.id)  # a second stream is refused
+    assert [e.event_id for e in state.events] == [1, 2, 3]
+    state.next = [RefuseStream(4, entry.id)]
+    with pytest.raises(MangonelError, match="register again"):
+        core.executor_connected(entry.id)  # refused by the state machine
+
+    # A resume the state machine accepts: the entry has the old id.
+    old = ExecutorId("exec-old")
+    state.next = [ResumeExecutor(5, old)]
+    again = core.register_executor("h", "h:1", 2, resume=old, held=frozenset({"/p"}))
+    assert (again.id, again.resumed) == (old, True)
+    event = state.events[-1]
+    assert isinstance(event, ExecutorRegistered)
+    assert (event.resume, event.held) == (old, frozenset({"/p"}))
 
 
 def test_launch_goes_to_the_executor_queue_and_completion_finishes_the_job(
@@ -143,46 +185,58 @@ def test_launch_goes_to_the_executor_queue_and_completion_finishes_the_job(
 
     out = PartitionOutput(0, "/w/p0", 1, 10, "c")
     loc = PartitionLocation(entry.id, "h", "127.0.0.1:1", StageId(1), 0, 0, "/w/p0", 1, 10, "c")
+    state.job_views[record.id] = _finished(record.id, JobState.SUCCEEDED)
     state.next = [JobSucceeded(100, record.id, (loc,))]
     core.report_completed(attempt, entry.id, (out,))
     assert isinstance(state.events[-1], TaskCompleted)
-    assert record.phase is JobPhase.SUCCEEDED and record.result == (loc,)
-    assert record.executors == {entry.id}
+    assert record.state is JobState.SUCCEEDED and record.result == (loc,)
+    assert (record.finished, record.error_type) == (5.0, "")
 
+    # Reading the result is an event; what it releases is the state machine's answer.
+    state.next = [ReleaseOutputs(101, entry.id, record.id, None)]
     core.release_result(record.id)
-    released = _drain(entry.commands)
-    # Everything left of the job goes: the result and any stray attempt's files.
-    assert released == [ReleaseOutputs(released[0].cause, entry.id, record.id, None)]  # type: ignore[attr-defined]
-    core.release_result(record.id)  # twice is harmless
-    assert _drain(entry.commands) == []
+    assert state.events[-1] == ResultRead(
+        state.events[-1].event_id, state.events[-1].time, record.id
+    )
+    assert _drain(entry.commands) == [ReleaseOutputs(101, entry.id, record.id, None)]
 
 
-def test_broken_stream_loses_the_executor_once(
+def test_a_broken_stream_is_reported_once_and_a_lost_executor_is_told_to_register(
     shell: tuple[SchedulerCore, ScriptedState],
 ) -> None:
     core, state = shell
     entry = core.register_executor("h", "127.0.0.1:1", 1)
     core.executor_connected(entry.id)
     core.connection_closed(entry.id)
-    core.connection_closed(entry.id)
+    assert CLOSE in _drain(entry.commands)
+    state.set_executor(entry.id, ExecutorState.LOST, LossReason.CONNECTION_LOST)
+    core.connection_closed(entry.id)  # the state machine already knows: no event
     lost = [e for e in state.events if isinstance(e, ExecutorLost)]
     assert len(lost) == 1 and lost[0].reason is LossReason.CONNECTION_LOST
-    assert entry.phase is ExecutorPhase.LOST and CLOSE in _drain(entry.commands)
     assert core.heartbeat(entry.id) is False  # told to register again
+    assert core.heartbeat(ExecutorId("nobody")) is False
 
 
-def test_declared_lost_closes_the_stream_and_late_reports_are_dropped(
+def test_declared_lost_closes_the_stream_with_the_state_machines_words(
     shell: tuple[SchedulerCore, ScriptedState],
 ) -> None:
     core, state = shell
     entry = core.register_executor("h", "127.0.0.1:1", 1)
     core.executor_connected(entry.id)
+
+    state.set_executor(entry.id, ExecutorState.LOST, LossReason.HEARTBEAT_TIMEOUT)
     state.next = [DeclareExecutorLost(5, entry.id, LossReason.HEARTBEAT_TIMEOUT)]
-    core.heartbeat(entry.id)
-    assert entry.phase is ExecutorPhase.LOST and entry.reason is LossReason.HEARTBEAT_TIMEOUT
+    core.report_completed(_attempt("j"), entry.id, ())  # reports always reach the state
     assert _drain(entry.commands) == [CLOSE]
+    (listing,) = core.executors()
+    assert (listing.view.state, listing.view.reason, listing.view.detail) == (
+        ExecutorState.LOST,
+        LossReason.HEARTBEAT_TIMEOUT,
+        "lost detail",
+    )
+    assert core.telemetry.counters().executors_lost["heartbeat timeout"] == 1
+    assert core.heartbeat(entry.id) is False  # a thawed executor is told to register again
     before = len(state.events)
-    core.report_completed(_attempt("j"), entry.id, ())
     core.connection_closed(entry.id)  # the closed stream must not count as a second loss
     assert len(state.events) == before
 
@@ -192,20 +246,44 @@ def test_cancel_and_failure_reach_watchers_with_their_error_type(
 ) -> None:
     core, state = shell
     record = core.submit("SELECT 1")
+    state.job_views[record.id] = _finished(record.id, JobState.CANCELLED, "cancelled by the user")
+    state.next = [JobCancelled(2, record.id, "cancelled by the user")]
     assert core.cancel(record.id) is True
-    assert isinstance(state.events[-1], JobCancelled)
-    assert record.phase is JobPhase.CANCELLED
-    assert record.error_type == JobCancelledError.__name__
-    assert core.cancel(record.id) is False
+    assert isinstance(state.events[-1], CancelRequested)
+    assert record.state is JobState.CANCELLED
+    assert (record.error, record.error_type) == ("cancelled by the user", "JobCancelledError")
+    assert JobCancelledError.__name__ == record.error_type
+    assert core.cancel(record.id) is False  # no JobCancelled in the answer
 
     other = core.submit("SELECT 1")
+    state.job_views[other.id] = _finished(other.id, JobState.FAILED, "task failed 4 times")
     state.next = [JobFailed(7, other.id, "task failed 4 times")]
-    assert core.heartbeat(ExecutorId("nobody")) is False  # unknown: no event
-    entry = core.register_executor("h", "a:1", 1)
-    core.executor_connected(entry.id)  # any event lets the scripted state answer
-    assert other.phase is JobPhase.FAILED and other.error == "task failed 4 times"
+    entry = core.register_executor("h", "a:1", 1)  # any event lets the scripted state answer
+    assert other.state is JobState.FAILED and other.error == "task failed 4 times"
+    assert other.error_type == JobFailedError.__name__
+    assert not _drain(entry.commands)
     with pytest.raises(MangonelError, match="no job"):
         core.job(JobId("missing"))
+    with pytest.raises(MangonelError, match="no job"):
+        core.cancel(JobId("missing"))
+
+
+def test_a_forgotten_job_leaves_the_shell_and_the_store(
+    shell: tuple[SchedulerCore, ScriptedState],
+) -> None:
+    core, state = shell
+    record = core.submit("SELECT 1")
+    state.job_views[record.id] = _finished(record.id, JobState.FAILED, "boom")
+    state.next = [JobFailed(2, record.id, "boom")]
+    core.heartbeat(ExecutorId("x"))  # unknown: no event
+    core.register_executor("h", "a:1", 1)
+    assert any(k.startswith(f"jobs/{record.id}/") for k in core.store.load())
+    del state.job_views[record.id]
+    state.next = [ForgetJob(3, record.id)]
+    core.register_executor("h", "a:1", 1)
+    with pytest.raises(MangonelError, match="no job"):
+        core.job(record.id)
+    assert not any(k.startswith(f"jobs/{record.id}/") for k in core.store.load())
 
 
 def test_catalog_errors_leave_the_catalog_unchanged(
@@ -218,20 +296,10 @@ def test_catalog_errors_leave_the_catalog_unchanged(
     assert core.tables() == []
 
 
-# ----------------------------------------------------------- recovery duties
-
-
 def _connected(core: SchedulerCore, host: str = "h") -> ExecutorEntry:
     entry = core.register_executor(host, f"{host}:1", 2)
     core.executor_connected(entry.id)
     return entry
-
-
-def _launch(state: ScriptedState, core: SchedulerCore, executor: ExecutorId, job: JobId) -> None:
-    attempt = TaskAttemptId(TaskId(job, StageId(1), 0), 0)
-    spec = TaskSpec(attempt, "SELECT 1 AS x", OutputSpec(OutputKind.SINGLE), ("x",))
-    state.next = [LaunchTask(50, executor, spec)]
-    core.heartbeat(executor)
 
 
 def test_watchers_see_the_state_machines_numbers(
@@ -255,89 +323,14 @@ def test_watchers_see_the_state_machines_numbers(
     assert record.version == version
 
 
-def test_a_failed_job_is_released_on_every_executor_that_ran_its_tasks(
-    shell: tuple[SchedulerCore, ScriptedState],
-) -> None:
-    core, state = shell
-    e1, e2 = _connected(core, "h1"), _connected(core, "h2")
-    record = core.submit("SELECT 1")
-    _launch(state, core, e1.id, record.id)
-    _launch(state, core, e2.id, record.id)
-    _drain(e1.commands), _drain(e2.commands)
-    # The state machine releases where current outputs are (e1); e2 ran a
-    # superseded attempt whose files only the shell knows of.
-    state.next = [JobFailed(60, record.id, "boom"), ReleaseOutputs(60, e1.id, record.id, None)]
-    core.heartbeat(e1.id)
-    assert _drain(e1.commands) == [ReleaseOutputs(60, e1.id, record.id, None)]
-    assert _drain(e2.commands) == [ReleaseOutputs(60, e2.id, record.id, None)]
-
-
-def test_a_drained_executor_serves_its_unread_result_before_it_is_let_go(
-    shell: tuple[SchedulerCore, ScriptedState],
-) -> None:
-    core, state = shell
-    entry = _connected(core)
-    record = core.submit("SELECT 1")
-    core.drain(entry.id)
-    loc = PartitionLocation(entry.id, "h", "h:1", StageId(1), 0, 0, "/w/p0", 1, 10, "c")
-    detail = "it finished its tasks and no job needs its outputs any more"
-    state.executor_views = [
-        ExecutorView(
-            entry.id, "h", "h:1", 2, ExecutorStateView.LOST, 1.0, LossReason.DRAINED, detail, 0, 1.0
-        )
-    ]
-    state.next = [
-        JobSucceeded(70, record.id, (loc,)),
-        DeclareExecutorLost(70, entry.id, LossReason.DRAINED),
-    ]
-    core.heartbeat(entry.id)
-    assert entry.phase is ExecutorPhase.DRAINING and entry.awaiting_results
-    assert CLOSE not in _drain(entry.commands)
-    core.release_result(record.id)
-    assert entry.phase is ExecutorPhase.LOST and entry.reason is LossReason.DRAINED
-    assert entry.detail == detail
-    assert CLOSE in _drain(entry.commands)
-
-
-def test_a_loss_carries_the_state_machines_detail(
-    shell: tuple[SchedulerCore, ScriptedState],
-) -> None:
-    core, state = shell
-    entry = _connected(core)
-    detail = "no heartbeat for 2.3 s (the timeout is 2 s)"
-    state.executor_views = [
-        ExecutorView(
-            entry.id,
-            "h",
-            "h:1",
-            2,
-            ExecutorStateView.LOST,
-            1.0,
-            LossReason.HEARTBEAT_TIMEOUT,
-            detail,
-            0,
-            1.0,
-        )
-    ]
-    state.next = [DeclareExecutorLost(80, entry.id, LossReason.HEARTBEAT_TIMEOUT)]
-    core.heartbeat(entry.id)
-    assert (entry.phase, entry.reason, entry.detail) == (
-        ExecutorPhase.LOST,
-        LossReason.HEARTBEAT_TIMEOUT,
-        detail,
-    )
-    assert core.heartbeat(entry.id) is False  # a thawed executor is told to register again
-
-
-def test_lost_executors_are_listed_for_a_while_and_silent_registrations_written_off() -> None:
-    now = [0.0]
+def test_lost_executors_are_listed_as_long_as_the_state_machine_lists_them() -> None:
     state = ScriptedState()
-    core = SchedulerCore(state, CoreConfig(keep_lost_executors=2), clock=lambda: now[0])
+    core = SchedulerCore(state, CoreConfig())
     entries = [_connected(core, f"h{i}") for i in range(3)]
-    for entry in entries:
-        core.connection_closed(entry.id)
+    del state.executor_views[entries[0].id]  # forgotten by the state machine
+    state.set_executor(entries[1].id, ExecutorState.LOST, LossReason.DRAINED)
+    state.next = [DeclareExecutorLost(9, entries[1].id, LossReason.DRAINED)]
+    core.heartbeat(entries[2].id)
     assert [e.id for e in core.executors()] == [e.id for e in entries[1:]]
-    silent = core.register_executor("h9", "h9:1", 1)  # registered, then died
-    now[0] = 61.0
-    core._expire_results()
-    assert silent.phase is ExecutorPhase.LOST and "opened no command stream" in silent.detail
+    assert [e.usable for e in core.executors()] == [False, True]
+    assert not core._executors.get(entries[0].id)  # its queue went with it

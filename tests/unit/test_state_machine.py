@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan.physical import DistributedPlan, ScanInput, Stage, StageInput
 from mangonel.scheduler.events import (
+    CancelRequested,
     Command,
     DeclareExecutorLost,
     Event,
+    ExecutorConnected,
     ExecutorDraining,
     ExecutorHeartbeat,
     ExecutorLost,
@@ -31,6 +33,7 @@ from mangonel.scheduler.events import (
     JobSucceeded,
     Limits,
     LossReason,
+    RefuseStream,
     TaskCompleted,
     TaskFailed,
     Tick,
@@ -155,9 +158,10 @@ class Harness:
         return commands
 
     def register(self, executor: ExecutorId, slots: int = 4) -> list[Command]:
+        """Register ``executor`` and open its stream: the commands of both."""
         n = executor[1:]
         info = ExecutorInfo(executor, f"h{n}", f"h{n}:50{n}", slots)
-        return self.send(ExecutorRegistered, info)
+        return self.send(ExecutorRegistered, info) + self.send(ExecutorConnected, executor)
 
     def submit(self, plan: DistributedPlan, job: JobId = J1) -> list[Command]:
         self.plans[job] = plan
@@ -353,13 +357,17 @@ def test_query_error_fails_job_at_once() -> None:
     h.submit(three_stage_plan(maps=3))
     h.complete(att(1, 1), E2)
     cmds = h.fail(att(1, 0), E1, QueryError("Binder Error: column x not found"))
-    assert len(cmds) == 3
+    assert len(cmds) == 4
     assert cmds[0] == CancelTask(h.last_id, E1, att(1, 2))
     failed = cmds[1]
     assert isinstance(failed, JobFailed) and failed.job == J1
     assert "j1/s1/p0/a0" in failed.message and "e1" in failed.message
     assert "column x not found" in failed.message
-    assert cmds[2] == ReleaseOutputs(h.last_id, E2, J1, None)
+    # Wherever an attempt ran: e1 ran p0 and the cancelled p2, e2 holds p1.
+    assert cmds[2:] == [
+        ReleaseOutputs(h.last_id, E1, J1, None),
+        ReleaseOutputs(h.last_id, E2, J1, None),
+    ]
     assert h.state.running_attempts(E1) == []
     view = h.state.job(J1)
     assert view is not None and view.state is JobState.FAILED
@@ -393,7 +401,8 @@ def test_execution_error_exhausted_names_task_executors_reason_attempts() -> Non
         ("e2", "j1/s1/p0/a2")
     ]
     cmds = h.fail(att(1, 0, 2), E2, ExecutionError("disk full"))
-    assert len(cmds) == 1 and isinstance(cmds[0], JobFailed)
+    assert len(cmds) == 2 and isinstance(cmds[0], JobFailed)
+    assert cmds[1] == ReleaseOutputs(h.last_id, E2, J1, None)  # its failed attempts' files
     msg = cmds[0].message
     assert "task j1/s1/p0 failed 3 attempts" in msg
     assert "on executor(s) e1, e2; last error: disk full" in msg
@@ -601,6 +610,7 @@ def test_recovery_is_recursive_in_one_event_and_a_finished_consumer_cancels_it()
         CancelTask(h.last_id, E3, att(1, 0, 1)),
         JobSucceeded(h.last_id, J1, (h.loc(att(3, 0), E2, 0),)),
         ReleaseOutputs(h.last_id, E2, J1, (S1, S2)),
+        ReleaseOutputs(h.last_id, E3, J1, (S1, S2)),  # the cancelled recompute ran there
     ]
     assert h.state.running_attempts(E3) == []
 
@@ -762,24 +772,25 @@ def test_cancel_stops_tasks_releases_outputs_and_frees_slots() -> None:
     h.submit(three_stage_plan(maps=2), J2)  # queued behind j1: no free slot
     h.complete(att(1, 1), E2)  # j2 gets that slot
     assert h.state.running_attempts(E2) == [att(1, 3), att(1, 0, job=J2)]
-    cmds = h.send(JobCancelled, J1)
+    cmds = h.send(CancelRequested, J1)
     assert cmds == [
         CancelTask(h.last_id, E1, att(1, 0)),
         CancelTask(h.last_id, E1, att(1, 2)),
         CancelTask(h.last_id, E2, att(1, 3)),
-        JobFailed(h.last_id, J1, "cancelled by the user"),
+        JobCancelled(h.last_id, J1, "cancelled by the user"),
+        ReleaseOutputs(h.last_id, E1, J1, None),  # the cancelled attempts' files
         ReleaseOutputs(h.last_id, E2, J1, None),
-        cmds[5],
+        cmds[6],
     ]
-    assert launches(cmds[5:]) == [("e1", "j2/s1/p1/a0")]
+    assert launches(cmds[6:]) == [("e1", "j2/s1/p1/a0")]
     assert h.complete(att(1, 0), E1) == []
-    assert h.send(JobCancelled, J1) == []
+    assert h.send(CancelRequested, J1) == []
     view = h.state.job(J1)
     assert view is not None
     assert (view.state, view.error) == (JobState.CANCELLED, "cancelled by the user")
-    other = h.send(JobCancelled, J2, "scheduler shutting down")
-    assert isinstance(other[-1], JobFailed)
-    assert other[-1].message == "cancelled: scheduler shutting down"
+    other = h.send(CancelRequested, J2, "scheduler shutting down")
+    (ended,) = [c for c in other if isinstance(c, JobCancelled)]  # then its releases
+    assert ended.message == "cancelled: scheduler shutting down"
 
 
 def test_draining_executor_gets_no_new_tasks_but_finishes_its_own() -> None:
@@ -809,7 +820,7 @@ def test_unknown_executor_events_are_ignored() -> None:
     assert h.state.executors() == []
     h.register(E1)
     h.lose(E1)
-    assert h.register(E1) == []  # a lost id stays lost
+    assert h.register(E1) == [RefuseStream(h.last_id, E1)]  # a lost id stays lost
     assert [v.state for v in h.state.executors()] == [ExecutorState.LOST]
 
 
@@ -847,7 +858,7 @@ def test_histories_are_bounded() -> None:
         job = JobId(f"j{i}")
         h.now = float(i)
         h.submit(three_stage_plan(maps=1), job)
-        h.send(JobCancelled, job)
+        h.send(CancelRequested, job)
     assert [v.id for v in h.state.jobs()] == ["j1", "j2"]
     assert h.state.job(JobId("j0")) is None
     for e in (E1, E2, E3):

@@ -27,6 +27,7 @@ from mangonel.scheduler.events import (
     JobSucceeded,
     Limits,
     LossReason,
+    ResultRead,
 )
 from mangonel.scheduler.state import ExecutorState
 from mangonel.task import FetchFailed, FetchProblem, ReleaseOutputs
@@ -117,7 +118,7 @@ def test_a_draining_executor_is_let_go_once_nobody_needs_its_outputs() -> None:
     ]
 
 
-def test_a_draining_executor_holding_the_final_output_stays_until_success() -> None:
+def test_a_draining_executor_holding_the_final_output_stays_until_it_is_read() -> None:
     h = Harness()
     h.register(E1, 1)
     h.submit(three_stage_plan(maps=1, reducers=1))
@@ -125,6 +126,10 @@ def test_a_draining_executor_holding_the_final_output_stays_until_success() -> N
     h.complete(att(2, 0), E1)
     assert h.send(ExecutorDraining, E1) == []  # it runs the final task
     cmds = h.complete(att(3, 0), E1)
-    # Success first (the shell keeps the stream for the unread result), then drained.
+    # It serves the result: its stream stays open until the client read it.
     assert isinstance(cmds[0], JobSucceeded)
-    assert cmds[-1] == DeclareExecutorLost(h.last_id, E1, LossReason.DRAINED)
+    assert not any(isinstance(c, DeclareExecutorLost) for c in cmds)
+    assert h.send(ResultRead, J1) == [
+        ReleaseOutputs(h.last_id, E1, J1, None),
+        DeclareExecutorLost(h.last_id, E1, LossReason.DRAINED),
+    ]

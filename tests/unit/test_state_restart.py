@@ -2,7 +2,8 @@
 
 What the shell writes after an event (``export_*``) is encoded to JSON as the
 store keeps it (``scheduler.persist``), decoded into a fresh state machine
-(``restore``), and ``SchedulerRecovered`` / ``ExecutorReattached`` take it on.
+(``restore``), and ``SchedulerRecovered`` / ``reattach`` (``ExecutorRegistered``
+with ``resume``, then ``ExecutorConnected``) take it on.
 Commands are compared exactly, as in ``test_state_machine``.
 """
 
@@ -23,18 +24,20 @@ from test_state_machine import (
 )
 
 from mangonel.scheduler.events import (
+    Command,
     DeclareExecutorLost,
+    ExecutorConnected,
     ExecutorHeartbeat,
-    ExecutorReattached,
+    ExecutorRegistered,
     JobSucceeded,
     LossReason,
+    ResumeExecutor,
     SchedulerRecovered,
 )
 from mangonel.scheduler.persist import StateWriter, decode, encode
 from mangonel.scheduler.state import ExecutorState, JobState, SchedulerState
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import JobProgress, JobRecord
-from mangonel.scheduler.state_views import JobView
+from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, JobRecord
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import ExecutorInfo, ReleaseOutputs
 
@@ -46,7 +49,11 @@ def restarted(h: Harness) -> Harness:
         JobRecord.restore(h.plans[j], decode(encode(old.export_job(j)), JobProgress))
         for j in old.unfinished_jobs()
     ]
-    finished = [decode(encode(v), JobView) for v in old.jobs() if v.state.finished]
+    finished = [
+        decode(encode(old.export_finished(v.id)), FinishedJob)
+        for v in old.jobs()
+        if v.state.finished
+    ]
     new = Harness()
     new.plans = h.plans
     new.now, new.last_id = h.now, h.last_id
@@ -59,6 +66,19 @@ def restarted(h: Harness) -> Harness:
 def info(executor: str) -> ExecutorInfo:
     n = executor[1:]
     return ExecutorInfo(executor, f"h{n}", f"h{n}:50{n}", 4)  # type: ignore[arg-type]
+
+
+def reattach(
+    h: Harness, executor: str, held: frozenset[str], held_jobs: tuple[str, ...] = ()
+) -> list[Command]:
+    """``executor`` asks to resume its id under a fresh one; when that is accepted,
+    its stream opens: the commands of that connection (else of the registration)."""
+    same = info(executor)
+    fresh = ExecutorInfo(f"fresh-{executor}", same.host, same.flight_address, same.slots)  # type: ignore[arg-type]
+    cmds = h.send(ExecutorRegistered, fresh, executor, held, held_jobs)
+    if cmds != [ResumeExecutor(h.last_id, executor)]:  # type: ignore[arg-type]
+        return cmds
+    return h.send(ExecutorConnected, executor)
 
 
 def held(h: Harness, executor: str, *attempts: object) -> frozenset[str]:
@@ -94,7 +114,7 @@ def test_after_a_restart_running_attempts_are_pending_and_nothing_launches_until
     assert all(v.running == 0 for v in r.state.executors())
     assert r.state.awaits(E1) and r.state.awaits(E2)
     # e1 is back with all it held: p2 and p3 run on it under new attempt numbers.
-    cmds = r.send(ExecutorReattached, info(E1), held(h, E1, att(1, 0)))
+    cmds = reattach(r, E1, held(h, E1, att(1, 0)))
     assert launches(cmds) == [("e1", "j1/s1/p2/a1"), ("e1", "j1/s1/p3/a1")]
     assert not r.state.awaits(E1)
 
@@ -105,7 +125,7 @@ def test_a_reattached_executor_without_an_output_makes_it_again() -> None:
     r = restarted(h)
     r.send(SchedulerRecovered)
     # e2 lost the file of map task 1 while the scheduler was down.
-    cmds = r.send(ExecutorReattached, info(E2), held(h, E2, att(1, 3)))
+    cmds = reattach(r, E2, held(h, E2, att(1, 3)))
     assert launches(cmds) == [("e2", "j1/s1/p1/a1")]
     view = r.state.job(J1)
     assert view is not None and view.stages[0].outputs_recomputed == 1
@@ -117,7 +137,7 @@ def test_an_executor_that_does_not_come_back_is_lost_after_the_heartbeat_timeout
     r = restarted(h)
     r.now = 100.0
     r.send(SchedulerRecovered)
-    r.send(ExecutorReattached, info(E1), held(h, E1, att(1, 0), att(1, 2)))
+    reattach(r, E1, held(h, E1, att(1, 0), att(1, 2)))
     timeout = r.state.limits.heartbeat_timeout_s
     assert r.tick(100.0 + timeout - 0.5) == []
     r.send(ExecutorHeartbeat, E1)  # e1 is back and beating; e2 stays silent
@@ -136,7 +156,7 @@ def test_an_unknown_or_lost_executor_cannot_reattach() -> None:
     r = restarted(h)
     r.send(SchedulerRecovered)
     assert not r.state.awaits(E2)
-    assert r.send(ExecutorReattached, info(E2), frozenset()) == []
+    assert reattach(r, E2, frozenset()) == []
     assert next(v for v in r.state.executors() if v.id == E2).state is ExecutorState.LOST
 
 
@@ -149,7 +169,7 @@ def test_finished_jobs_survive_and_a_job_finishes_after_the_restart() -> None:
     r = restarted(h)
     r.send(SchedulerRecovered)
     paths = held(h, E1, att(1, 0), att(2, 0))
-    assert launches(r.send(ExecutorReattached, info(E1), paths)) == [("e1", "j1/s3/p0/a1")]
+    assert launches(reattach(r, E1, paths)) == [("e1", "j1/s3/p0/a1")]
     assert r.complete(att(3, 0, 1), E1) == [
         JobSucceeded(r.last_id, J1, (r.loc(att(3, 0, 1), E1, 0),)),
         ReleaseOutputs(r.last_id, E1, J1, (1, 2)),  # type: ignore[arg-type]
@@ -177,7 +197,7 @@ def test_a_job_naming_outputs_of_an_executor_stored_as_lost_makes_them_again() -
     # e2's two map outputs are pending again, not trusted on a lost executor.
     assert (view.stages[0].done, view.stages[0].pending) == (2, 2)
     assert view.stages[0].outputs_recomputed == 2
-    cmds = r.send(ExecutorReattached, info(E1), held(h, E1, att(1, 0), att(1, 2)))
+    cmds = reattach(r, E1, held(h, E1, att(1, 0), att(1, 2)))
     assert launches(cmds) == [("e1", "j1/s1/p1/a1"), ("e1", "j1/s1/p3/a1")]
 
 

@@ -1,37 +1,43 @@
 """The scheduler's I/O shell, without the network: events in, commands carried out.
 
-``SchedulerCore`` wraps the pure state machine. It turns what happens outside
-(an executor registers, a task reports, a client submits SQL, time passes) into
-events with increasing ``event_id``s and ``time.monotonic()`` times, feeds them
-to ``StateMachine.handle`` under one lock, and carries out the commands it gets
-back while still holding the lock, so that commands reach each executor's
-queue in the order the state machine decided them:
+``SchedulerCore`` wraps the pure state machine (``scheduler.state``), which
+makes every decision. The shell turns what happens outside (an executor
+registers or opens its stream, a task reports, a client submits SQL, cancels
+or reads a result, time passes) into events with increasing ``event_id``s and
+its clock's time, feeds them to ``StateMachine.handle`` under one lock, and
+carries out the commands it gets back while still holding the lock, so that
+commands reach each executor's queue in the order the state machine decided
+them:
 
 * ``LaunchTask`` / ``CancelTask`` / ``ReleaseOutputs``: onto the executor's
   command queue, which its Connect stream drains.
-* ``JobSucceeded`` / ``JobFailed``: finish the job record; its watchers wake.
-  Every live executor that ran a task of the job is told to release the job's
-  files, not only those holding current outputs: superseded and late attempts
-  leave files too, and nobody else would delete them.
-* ``DeclareExecutorLost``: mark the executor lost and close its stream, with the
-  state machine's reason and detail. A drained executor that still holds a
-  result the client has not read keeps its stream (and so its Flight server)
-  until the result is released; then it is let go.
+* ``DeclareExecutorLost``: close the executor's stream (the process exits).
+* ``ResumeExecutor`` / ``RefuseStream``: the answer to the registration or
+  Connect RPC that sent the event.
+* ``JobSucceeded`` / ``JobFailed`` / ``JobCancelled``: copy the job's final
+  view (and result) into its watchers' record; its watchers wake.
+* ``ForgetJob``: drop the job's watchers' record (its stored keys went with
+  the event's commit).
+
+What else the shell keeps is I/O: the lock, each executor's command queue
+(``registry.ExecutorEntry``), each job's watchers' record (``jobs.JobRecord``:
+a condition variable, a copy of the state machine's view, SQL text, timing),
+the store writer, the ticker thread (a ``Tick`` every ``tick_interval_s``), and
+``telemetry``, which observes the events and commands for the web UI and
+/metrics. RPC answers that only read the state (is this executor known, may it
+drain) read the state machine's views.
 
 Before any command of an event is carried out, what the event changed is
-committed to the state store (``scheduler.persist``: the jobs it touched, the
-executors, the catalog), so a scheduler killed at any moment restarts from a
-state it can go on from: ``recover()`` reads the store back, and
-``SchedulerRecovered`` gives up on the attempts that were running and makes
-the executors of the previous run reattach (``register_executor(resume=...)``
-then ``ExecutorReattached`` with the outputs they still hold). A write that
-fails (another scheduler took the store over, or it cannot be reached) is
+committed to the state store (``scheduler.persist``: the jobs it or its
+commands touched, the executors, the scheduler-wide meta), so a scheduler
+killed at any moment restarts from a state it can go on from: ``recover()``
+reads the store back, and ``SchedulerRecovered`` gives up on the attempts that
+were running and makes the executors of the previous run reattach. A write
+that fails (another scheduler took the store over, or it cannot be reached) is
 fatal: ``fatal`` is set, ``on_fatal`` runs, and the scheduler must stop.
 
-After every event the shell copies the state machine's view of each unfinished
-job (``JobView``) into its ``JobRecord``, so ``WatchJob`` and ``ClusterStatus``
-show the state machine's own numbers: tasks done, running, pending, re-run and
-recomputed, rows and bytes of the current outputs.
+Test hooks (crash points) are called at fixed points of each persisted event
+through ``hook`` (``scheduler.hooks``), a no-op unless a test wired one in.
 
 The gRPC servicers (``scheduler.service``) call into this class and convert
 messages; this module never sees a protobuf message.
@@ -49,44 +55,43 @@ from typing import Protocol
 
 from mangonel import defaults
 from mangonel.catalog import Table, load_table
-from mangonel.errors import (
-    JobCancelledError,
-    JobFailedError,
-    MangonelError,
-    StateStoreError,
-)
+from mangonel.errors import MangonelError, StateStoreError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlanCache, PlannerConfig
-from mangonel.scheduler.crash import CrashPoints
 from mangonel.scheduler.events import (
+    CancelRequested,
     Command,
     DeclareExecutorLost,
     Event,
+    ExecutorConnected,
     ExecutorDraining,
     ExecutorHeartbeat,
     ExecutorLost,
-    ExecutorReattached,
     ExecutorRegistered,
+    ForgetJob,
     JobCancelled,
     JobFailed,
     JobSubmitted,
     JobSucceeded,
     Limits,
     LossReason,
+    RefuseStream,
+    ResultRead,
+    ResumeExecutor,
     SchedulerRecovered,
     TaskCompleted,
     TaskFailed,
     Tick,
 )
-from mangonel.scheduler.jobs import JobPhase, JobRecord
+from mangonel.scheduler.hooks import NO_HOOK, EventHook
+from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.persist import (
     EXECUTORS_KEY,
     META_KEY,
     StateWriter,
     StoredMeta,
-    StoredOutcome,
     StoredPlan,
     StoredTable,
     job_key,
@@ -94,9 +99,9 @@ from mangonel.scheduler.persist import (
     read_snapshot,
     table_key,
 )
-from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorPhase
+from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorListing
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import JobProgress
+from mangonel.scheduler.state_jobs import FinishedJob, JobProgress
 from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
@@ -113,6 +118,8 @@ from mangonel.task import (
 
 log = logging.getLogger(__name__)
 
+_LIVE = (ExecutorState.ALIVE, ExecutorState.DRAINING)
+
 
 class StateMachine(Protocol):
     """What the shell needs of ``scheduler.state.SchedulerState``."""
@@ -123,11 +130,13 @@ class StateMachine(Protocol):
 
     def executors(self) -> list[ExecutorView]: ...
 
-    def awaits(self, executor: ExecutorId) -> bool: ...
+    def executor(self, executor: ExecutorId) -> ExecutorView | None: ...
 
     def unfinished_jobs(self) -> list[JobId]: ...
 
     def export_job(self, job_id: JobId) -> JobProgress | None: ...
+
+    def export_finished(self, job_id: JobId) -> FinishedJob | None: ...
 
     def export_executors(self) -> RegistrySnapshot: ...
 
@@ -138,13 +147,13 @@ class StateMachine(Protocol):
         self,
         executors: RegistrySnapshot | None,
         jobs: list[StateJobRecord],
-        finished: list[JobView],
+        finished: list[FinishedJob],
         no_executor_since: float | None,
     ) -> None: ...
 
 
 class JobNotFoundError(MangonelError):
-    """No job with this id (finished jobs are forgotten when the scheduler restarts)."""
+    """No job with this id (finished jobs are forgotten after a while)."""
 
 
 class ExecutorNotFoundError(MangonelError):
@@ -159,23 +168,18 @@ class CoreConfig:
         planner: Passed to ``plan_query`` for every job.
         plan_cache: Plans of recent queries kept for the same SQL sent again
             (``plan.planner.PlanCache``); 0 plans every query afresh.
-        limits: Given to the state machine; the shell reads the heartbeat timeout.
+        limits: Given to the state machine (timeouts, retries, results'
+            time-to-live); the shell reads the heartbeat timeout.
         tick_interval_s: How often time passes for the state machine.
-        result_ttl_s: A result no client released is deleted after this long.
-        keep_jobs: Finished jobs still listed by ``ClusterStatus``.
-        keep_lost_executors: Lost executors still listed by ``ClusterStatus``.
-        connect_timeout_s: An executor that registered but did not open its
-            command stream in this long is written off (it died in between).
+        keep_jobs: Finished jobs kept for the status views (by the state
+            machine) and in the attempt history (by telemetry).
     """
 
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     plan_cache: int = defaults.PLAN_CACHE
     limits: Limits = field(default_factory=Limits)
     tick_interval_s: float = 0.25
-    result_ttl_s: float = defaults.RESULT_TTL_S
     keep_jobs: int = 200
-    keep_lost_executors: int = 100
-    connect_timeout_s: float = 60.0
 
     @property
     def heartbeat_interval_s(self) -> float:
@@ -215,8 +219,9 @@ class SchedulerCore:
         """Set when the store could not be written (or another scheduler took
         it over): this scheduler's memory is ahead of its store, so it must stop."""
         self.on_fatal: Callable[[StateStoreError], None] | None = None
-        self.crash_points: CrashPoints | None = None
-        """Crash tests' rules (``scheduler.crash``); ``None`` in production."""
+        self.hook: EventHook = NO_HOOK
+        """Called at fixed points of each persisted event (``scheduler.hooks``):
+        crash tests wire theirs in; production does nothing."""
         self._state = state
         self._clock = clock
         self._lock = threading.RLock()
@@ -224,7 +229,6 @@ class SchedulerCore:
         self._executor_seq = 0
         self._executors: dict[ExecutorId, ExecutorEntry] = {}
         self._jobs: dict[JobId, JobRecord] = {}
-        self._cancelled: set[JobId] = set()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         # Attempt history, counters and bytes held, for the web UI and /metrics.
@@ -234,7 +238,7 @@ class SchedulerCore:
     # ------------------------------------------------------------- life cycle
 
     def start(self) -> None:
-        """Start the ticker thread (``Tick`` events, result time-to-live)."""
+        """Start the ticker thread (``Tick`` events: every timeout is the state's)."""
         self._ticker = threading.Thread(target=self._tick_loop, name="scheduler-tick", daemon=True)
         self._ticker.start()
 
@@ -273,28 +277,20 @@ class SchedulerCore:
                     log.error("table %s cannot be read any more, so it is dropped: %s", name, exc)
                     dropped.append(table_key(name))
             running: list[StateJobRecord] = []
-            finished: list[JobView] = []
+            finished: list[FinishedJob] = []
             for stored in snap.jobs:
                 record = JobRecord.create(
                     stored.id, stored.plan.sql, stored.plan.plan, stored.plan.submitted
                 )
                 record.submitted_wall = stored.plan.submitted_wall
                 record.request_id = stored.plan.request_id
-                outcome = stored.outcome
-                if outcome is not None:
-                    record.view = outcome.view
-                    record.phase, record.finished = outcome.phase, outcome.finished
-                    record.error, record.error_type = outcome.error, outcome.error_type
-                    record.result, record.result_released = outcome.result, outcome.result_released
-                    if outcome.view is not None:
-                        finished.append(outcome.view)
-                    if outcome.phase is JobPhase.CANCELLED:
-                        self._cancelled.add(stored.id)
+                if stored.outcome is not None:
+                    finished.append(stored.outcome)
+                    record.update(stored.outcome.view, stored.plan.submitted, stored.outcome.result)
                 elif stored.progress is not None:
                     running.append(StateJobRecord.restore(stored.plan.plan, stored.progress))
                 self._jobs[stored.id] = record
             self._state.restore(snap.executors, running, finished, snap.meta.no_executor_since)
-            self._restore_executor_entries()
             if dropped:
                 self._write({}, dropped)
             self._emit(lambda eid, now: SchedulerRecovered(eid, now))
@@ -309,36 +305,15 @@ class SchedulerCore:
             )
             return len(running)
 
-    def crash_at(self, path: str) -> None:
-        """Die at the points the rules in ``path`` name (crash tests only)."""
-
-        def final_stage(job: str) -> StageId | None:
-            record = self._jobs.get(JobId(job))
-            return record.plan.final.id if record is not None else None
-
-        self.crash_points = CrashPoints(path, final_stage)
-
-    def _restore_executor_entries(self) -> None:
-        """List the executors of the previous run: lost ones as they were, live
-        ones as waiting to reconnect (until they reattach or are given up on)."""
-        now = self._clock()
-        for view in self._state.executors():
-            info = ExecutorInfo(view.id, view.host, view.flight_address, view.slots)
-            entry = ExecutorEntry(info, pid=0, work_dir="", restored=True, last_heard=now)
-            if view.state is ExecutorState.LOST:
-                entry.phase, entry.reason = ExecutorPhase.LOST, view.reason
-            elif view.state is ExecutorState.DRAINING:
-                entry.phase = ExecutorPhase.DRAINING
-            else:
-                entry.phase = ExecutorPhase.ALIVE
-            entry.since, entry.detail = view.since, view.detail
-            self._executors[view.id] = entry
+    def final_stage(self, job: str) -> StageId | None:
+        """The last stage of ``job``'s plan (``None`` once the job is forgotten)."""
+        record = self._jobs.get(JobId(job))
+        return record.plan.final.id if record is not None else None
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.config.tick_interval_s):
             try:
                 self._emit(lambda eid, now: Tick(eid, now))
-                self._expire_results()
             except Exception:  # the ticker must survive a bug in one tick
                 log.exception("tick failed")
 
@@ -354,16 +329,15 @@ class SchedulerCore:
             # Durable before anything is carried out: a crash from here on
             # recovers to the state after this event.
             persisted = self._persist(event, commands)
-            if persisted and self.crash_points is not None:
-                self.crash_points.check(event, commands, "persisted")
+            if persisted:
+                self.hook.check(event, commands, "persisted")
             for command in commands:
                 log.debug("command (cause %d): %s", command.cause, describe(command))
                 self._execute(command, event.time)
-            self._release_strays(commands, event.time)
-            if persisted and self.crash_points is not None:
-                self.crash_points.check(event, commands, "executed")
+            if persisted:
+                self.hook.check(event, commands, "executed")
             for record in self._jobs.values():
-                if not record.phase.finished:
+                if not record.state.finished:
                     record.update(self._state.job(record.id), event.time)
             return commands
 
@@ -379,17 +353,19 @@ class SchedulerCore:
         state = self._state
         puts: dict[str, object] = {}
         deletes: list[str] = []
-        ended = {c.job: c for c in commands if isinstance(c, JobSucceeded | JobFailed)}
         job = _job_of(event)
         touched = [job] if job is not None else state.unfinished_jobs()
-        touched += [j for j in ended if j not in touched]
-        for jid in touched:
+        touched += [j for j in (_job_of(c) for c in commands) if j is not None]
+        for jid in dict.fromkeys(touched):
             progress = state.export_job(jid)
+            finished = state.export_finished(jid) if progress is None else None
             if progress is not None:
                 puts[job_key(jid, "progress")] = progress
-            elif jid in ended:
-                puts[job_key(jid, "outcome")] = self._outcome(jid, ended[jid], event.time)
+            elif finished is not None:
+                puts[job_key(jid, "outcome")] = finished
                 deletes.append(job_key(jid, "progress"))
+            elif jid in self._jobs:  # forgotten (``ForgetJob``)
+                deletes.extend(job_keys(jid))
         if isinstance(event, JobSubmitted):
             record = self._jobs[event.job]
             puts[job_key(event.job, "plan")] = StoredPlan(
@@ -399,33 +375,6 @@ class SchedulerCore:
         puts[META_KEY] = StoredMeta(state.no_executor_since)
         self._write(puts, deletes)
         return True
-
-    def _outcome(self, job: JobId, command: JobSucceeded | JobFailed, now: float) -> StoredOutcome:
-        view = self._state.job(job)
-        if isinstance(command, JobSucceeded):
-            return StoredOutcome(JobPhase.SUCCEEDED, now, result=command.result, view=view)
-        if job in self._cancelled:
-            return StoredOutcome(
-                JobPhase.CANCELLED, now, command.message, JobCancelledError.__name__, view=view
-            )
-        return StoredOutcome(
-            JobPhase.FAILED, now, command.message, JobFailedError.__name__, view=view
-        )
-
-    def _save_outcome(self, record: JobRecord) -> None:
-        """Write a finished job's outcome as the shell holds it (e.g. once its result was read)."""
-        if record.finished is None:
-            return
-        outcome = StoredOutcome(
-            record.phase,
-            record.finished,
-            record.error,
-            record.error_type,
-            record.result,
-            record.result_released,
-            record.view,
-        )
-        self._write({job_key(record.id, "outcome"): outcome})
 
     def _write(self, puts: dict[str, object], deletes: list[str] | None = None) -> None:
         """Commit to the store; a failure is fatal (memory is now ahead of the store)."""
@@ -444,9 +393,9 @@ class SchedulerCore:
     def _execute(self, command: Command, now: float) -> None:
         if isinstance(command, LaunchTask | CancelTask | ReleaseOutputs):
             entry = self._executors.get(command.executor)
-            if entry is None or entry.phase is ExecutorPhase.LOST:
+            if entry is None:
                 log.warning(
-                    "dropping %s for executor %s that is gone",
+                    "dropping %s for executor %s that has no stream",
                     type(command).__name__,
                     command.executor,
                 )
@@ -457,119 +406,34 @@ class SchedulerCore:
                 attempt = command.task.attempt
                 job = self._jobs.get(attempt.task.job)
                 if job is not None:
-                    job.task_launched(command.executor, attempt, now)
-        elif isinstance(command, JobSucceeded):
+                    job.task_launched(attempt, now)
+        elif isinstance(command, JobSucceeded | JobFailed | JobCancelled):
             job = self._jobs.get(command.job)
             if job is not None:
-                job.update(self._state.job(command.job), now)
-                job.finish(JobPhase.SUCCEEDED, now, result=command.result)
-                self.telemetry.job_finished(job.id, job.phase.value, job.elapsed(now), now)
-        elif isinstance(command, JobFailed):
-            job = self._jobs.get(command.job)
-            if job is not None:
-                job.update(self._state.job(command.job), now)
-                if command.job in self._cancelled:
-                    job.finish(
-                        JobPhase.CANCELLED,
-                        now,
-                        error=command.message,
-                        error_type=JobCancelledError.__name__,
-                    )
-                else:
-                    job.finish(
-                        JobPhase.FAILED,
-                        now,
-                        error=command.message,
-                        error_type=JobFailedError.__name__,
-                    )
-                self.telemetry.job_finished(job.id, job.phase.value, job.elapsed(now), now)
+                result = command.result if isinstance(command, JobSucceeded) else None
+                job.update(self._state.job(command.job), now, result)
+                self.telemetry.job_finished(job.id, job.state.value, job.elapsed(now), now)
         elif isinstance(command, DeclareExecutorLost):
-            detail = self._loss_detail(command.executor) or "declared lost by the scheduler"
-            entry = self._executors.get(command.executor)
-            if (
-                command.reason is LossReason.DRAINED
-                and entry is not None
-                and entry.phase is ExecutorPhase.DRAINING
-                and self._holds_unread_results(command.executor)
-            ):
-                # Closing the stream would end the process, and with it the
-                # result a client is about to read: wait for the release.
-                entry.awaiting_results = True
-                entry.detail = f"{detail}; serving results not read yet"
-                log.info("executor %s drained; it serves unread results first", entry.id)
-                return
-            self._mark_lost(command.executor, command.reason, detail)
+            self._closed(command.executor)
+        elif isinstance(command, ForgetJob):
+            self._jobs.pop(command.job, None)
+        elif isinstance(command, ResumeExecutor | RefuseStream):
+            pass  # answers to the RPC that sent the event: read by its caller
         else:
             log.warning("unknown command %r", command)
 
-    def _loss_detail(self, executor: ExecutorId) -> str:
-        """The state machine's words for why it let ``executor`` go."""
-        for view in self._state.executors():
-            if view.id == executor:
-                return view.detail
-        return ""
-
-    def _release_strays(self, commands: list[Command], now: float) -> None:
-        """Release ended jobs' files on executors the state machine did not name.
-
-        The state machine releases outputs where current attempts left them;
-        attempts that were superseded (re-run elsewhere, reported late, cut
-        off by a cancel) left files on other executors, which only the shell
-        knows of (it saw every launch).
-        """
-        for command in commands:
-            if not isinstance(command, JobSucceeded | JobFailed):
-                continue
-            job = self._jobs.get(command.job)
-            if job is None:
-                continue
-            covered = {
-                c.executor
-                for c in commands
-                if isinstance(c, ReleaseOutputs) and c.job == command.job
-            }
-            if isinstance(command, JobSucceeded):
-                # The final stage's files wait for the client (``_release``).
-                stages: tuple[StageId, ...] | None = tuple(s.id for s in job.plan.stages[:-1])
-                if not stages:
-                    continue
-            else:
-                stages = None
-            for executor in sorted(job.executors - covered):
-                entry = self._executors.get(executor)
-                if entry is not None and entry.usable:  # a lost one's files went with it
-                    self._execute(ReleaseOutputs(command.cause, executor, job.id, stages), now)
-
-    def _holds_unread_results(self, executor: ExecutorId) -> bool:
-        return any(
-            record.phase is JobPhase.SUCCEEDED
-            and not record.result_released
-            and any(loc.executor == executor for loc in record.result)
-            for record in self._jobs.values()
-        )
-
-    def _let_drained_go(self) -> None:
-        """Close the streams of drained executors whose results were all read."""
-        for entry in list(self._executors.values()):
-            if (
-                entry.awaiting_results
-                and entry.phase is ExecutorPhase.DRAINING
-                and not self._holds_unread_results(entry.id)
-            ):
-                detail = entry.detail.removesuffix("; serving results not read yet")
-                self._mark_lost(entry.id, LossReason.DRAINED, detail)
-
-    def _mark_lost(self, executor: ExecutorId, reason: LossReason, detail: str) -> None:
+    def _closed(self, executor: ExecutorId) -> None:
+        """The state machine lost ``executor``: end its stream, note why."""
         entry = self._executors.get(executor)
-        if entry is None or entry.phase is ExecutorPhase.LOST:
-            return
-        entry.move(ExecutorPhase.LOST, reason, detail)
-        self.telemetry.executor_lost(executor, reason, detail, self._clock())
-        # Lost entries stay listed for the status page, but not forever: a
-        # forgotten id reads as unknown, which is handled as lost.
-        lost = [e for e in self._executors.values() if e.phase is ExecutorPhase.LOST]
-        for old in lost[: max(0, len(lost) - self.config.keep_lost_executors)]:
-            del self._executors[old.id]
+        if entry is not None:
+            entry.commands.put(CLOSE)
+        view = self._state.executor(executor)
+        if view is not None and view.reason is not None:
+            self.telemetry.executor_lost(executor, view.reason, view.detail, self._clock())
+        # Entries go with the state machine's bounded history of lost executors.
+        listed = {v.id for v in self._state.executors()}
+        for gone in [e for e in self._executors if e not in listed]:
+            del self._executors[gone]
 
     # -------------------------------------------------------------- executors
 
@@ -586,36 +450,32 @@ class SchedulerCore:
     ) -> ExecutorEntry:
         """Give an executor its id; it takes tasks once its stream connects.
 
-        An executor whose stream broke asks to ``resume`` its id: after a
-        scheduler restart, an executor the restored state still counts on goes
-        on under that id with the outputs it ``held`` (``entry.resume_held``
-        is set); any other gets a new id, as a new executor.
+        An executor whose stream broke asks to ``resume`` its id with the
+        outputs it ``held``; the state machine decides whether it goes on under
+        that id (``entry.resumed``) or under a fresh one, as a new executor.
         """
         if slots < 1:
             raise MangonelError(f"an executor needs at least one slot, got {slots}")
         with self._lock:
-            info: ExecutorInfo
-            old = self._executors.get(resume) if resume else None
-            if (
-                resume
-                and self._state.awaits(resume)
-                and (old is None or old.restored or old.phase is ExecutorPhase.CONNECTING)
-            ):
-                info = ExecutorInfo(resume, host, flight_address, slots)
-                entry = ExecutorEntry(info, pid, work_dir, resume_held=held, resume_jobs=held_jobs)
-                what = f"reattached after the scheduler restarted ({len(held)} outputs held)"
-            else:
-                self._executor_seq += 1
-                # The random suffix keeps ids unique across scheduler restarts.
-                eid = ExecutorId(f"exec-{self._executor_seq}-{secrets.token_hex(2)}")
-                info = ExecutorInfo(eid, host, flight_address, slots)
-                entry = ExecutorEntry(info, pid, work_dir)
-                what = "registered"
-            entry.last_heard = self._clock()
-            self._executors[info.id] = entry
+            self._executor_seq += 1
+            # The random suffix keeps ids unique across scheduler restarts.
+            fresh = ExecutorId(f"exec-{self._executor_seq}-{secrets.token_hex(2)}")
+            info = ExecutorInfo(fresh, host, flight_address, slots)
+            jobs = tuple(JobId(j) for j in held_jobs)
+            commands = self._emit(
+                lambda eid, now: ExecutorRegistered(eid, now, info, resume, held, jobs)
+            )
+            resumed = next((c.executor for c in commands if isinstance(c, ResumeExecutor)), None)
+            entry = ExecutorEntry(resumed or fresh, pid, work_dir, resumed=resumed is not None)
+            self._executors[entry.id] = entry
+            what = (
+                f"reattached after the scheduler restarted ({len(held)} outputs held)"
+                if resumed
+                else "registered"
+            )
             log.info(
                 "executor %s %s (host %s, flight %s, %d slots, pid %d)",
-                info.id,
+                entry.id,
                 what,
                 host,
                 flight_address,
@@ -625,66 +485,33 @@ class SchedulerCore:
             return entry
 
     def executor_connected(self, executor: ExecutorId) -> ExecutorEntry:
-        """The executor's Connect stream opened: from now on it takes tasks."""
+        """The executor's Connect stream opened: from now on it takes tasks.
+
+        Raises:
+            ExecutorNotFoundError: the state machine refused the stream (the
+                executor was not waiting to connect); it must register again.
+        """
         with self._lock:
+            commands = self._emit(lambda eid, now: ExecutorConnected(eid, now, executor))
             entry = self._executors.get(executor)
-            if entry is None or entry.phase is not ExecutorPhase.CONNECTING:
+            if entry is None or any(isinstance(c, RefuseStream) for c in commands):
                 raise ExecutorNotFoundError(
                     f"executor {executor} is not waiting to connect; register again"
                 )
-            # Listed in the order they connected, which is the state machine's
-            # order too (it breaks ties between idle executors by it).
-            self._executors[executor] = self._executors.pop(executor)
-            if entry.resume_held is None:
-                entry.move(ExecutorPhase.ALIVE)
-                self._emit(lambda eid, now: ExecutorRegistered(eid, now, entry.info))
-                return entry
-            held = entry.resume_held
-            draining = any(
-                v.id == executor and v.state is ExecutorState.DRAINING
-                for v in self._state.executors()
-            )
-            entry.move(ExecutorPhase.DRAINING if draining else ExecutorPhase.ALIVE)
-            commands = self._emit(lambda eid, now: ExecutorReattached(eid, now, entry.info, held))
-            self._release_unneeded(entry, commands[0].cause if commands else self._last_event_id)
             return entry
-
-    def _release_unneeded(self, entry: ExecutorEntry, cause: int) -> None:
-        """Delete a reattached executor's files of jobs that ended while it was away."""
-        now = self._clock()
-        for name in entry.resume_jobs:
-            record = self._jobs.get(JobId(name))
-            if record is not None and not record.phase.finished:
-                # Files of its attempts from before the restart: released with the job.
-                record.executors.add(entry.id)
-                continue
-            stages: tuple[StageId, ...] | None = None
-            if (
-                record is not None
-                and record.phase is JobPhase.SUCCEEDED
-                and not record.result_released
-            ):
-                stages = tuple(s.id for s in record.plan.stages[:-1])  # keep the result
-                if not stages:
-                    continue
-            self._execute(ReleaseOutputs(cause, entry.id, JobId(name), stages), now)
 
     def connection_closed(self, executor: ExecutorId, detail: str = "") -> None:
         """The executor's Connect stream ended: the executor is lost at once."""
         if self._stop.is_set():
             return
         with self._lock:
-            entry = self._executors.get(executor)
-            if entry is None or entry.phase in (ExecutorPhase.LOST, ExecutorPhase.CONNECTING):
-                return
-            reason = (
-                LossReason.DRAINED
-                if entry.phase is ExecutorPhase.DRAINING
-                else LossReason.CONNECTION_LOST
-            )
+            view = self._state.executor(executor)
+            if view is None or view.state not in _LIVE:
+                return  # the state machine let it go already (and closed the stream)
             detail = detail or "its command stream closed"
-            self._mark_lost(executor, reason, detail)
+            reason = LossReason.CONNECTION_LOST
             self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
+            self._closed(executor)
 
     def heartbeat(self, executor: ExecutorId) -> bool:
         """Record a heartbeat; return False when the executor must register again.
@@ -693,12 +520,10 @@ class SchedulerCore:
         (its stream was closed too): it registers anew, under a new id.
         """
         with self._lock:
-            entry = self._executors.get(executor)
-            if entry is None or entry.phase is ExecutorPhase.LOST:
+            view = self._state.executor(executor)
+            if view is None or view.state is ExecutorState.LOST:
                 return False
-            entry.last_heard = self._clock()
-            if entry.usable:
-                self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor))
+            self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor))
             return True
 
     def report_completed(
@@ -709,9 +534,8 @@ class SchedulerCore:
         elapsed_s: float | None = None,
     ) -> None:
         with self._lock:
-            if not self._accepts_reports(executor, attempt):
-                return
-            self.telemetry.task_completed(attempt, executor, outputs, elapsed_s, self._clock())
+            if self._is_live(executor):
+                self.telemetry.task_completed(attempt, executor, outputs, elapsed_s, self._clock())
             self._emit(lambda eid, now: TaskCompleted(eid, now, attempt, executor, outputs))
 
     def report_failed(
@@ -722,34 +546,29 @@ class SchedulerCore:
         elapsed_s: float | None = None,
     ) -> None:
         with self._lock:
-            if not self._accepts_reports(executor, attempt):
-                return
-            self.telemetry.task_failed(attempt, executor, failure, elapsed_s, self._clock())
+            if self._is_live(executor):
+                self.telemetry.task_failed(attempt, executor, failure, elapsed_s, self._clock())
             self._emit(lambda eid, now: TaskFailed(eid, now, attempt, executor, failure))
 
-    def _accepts_reports(self, executor: ExecutorId, attempt: TaskAttemptId) -> bool:
-        entry = self._executors.get(executor)
-        if entry is None or not entry.usable:
-            # Its outputs were already written off when it was lost; a late report
-            # must not bring them back.
-            log.info("ignoring report of %s from executor %s that is not alive", attempt, executor)
-            return False
-        entry.last_heard = self._clock()
-        return True
+    def _is_live(self, executor: ExecutorId) -> bool:
+        # Reports of a lost executor are stale (the state machine ignores them);
+        # telemetry must not count them either.
+        view = self._state.executor(executor)
+        return view is not None and view.state in _LIVE
 
     def drain(self, executor: ExecutorId) -> None:
         with self._lock:
-            entry = self._executors.get(executor)
-            if entry is None or not entry.usable:
+            if not self._is_live(executor):
                 raise ExecutorNotFoundError(f"executor {executor} is not alive")
-            if entry.phase is ExecutorPhase.DRAINING:
-                return
-            entry.move(ExecutorPhase.DRAINING)
             self._emit(lambda eid, now: ExecutorDraining(eid, now, executor))
 
-    def executors(self) -> list[ExecutorEntry]:
+    def executors(self) -> list[ExecutorListing]:
+        """Every executor the state machine lists, with the pid it registered with."""
         with self._lock:
-            return list(self._executors.values())
+            return [
+                ExecutorListing(v, e.pid if (e := self._executors.get(v.id)) else 0)
+                for v in self._state.executors()
+            ]
 
     def running_tasks(self) -> dict[ExecutorId, int]:
         """Attempts running on each executor, as the state machine counts them."""
@@ -757,7 +576,7 @@ class SchedulerCore:
             return {v.id: v.running for v in self._state.executors()}
 
     def now(self) -> float:
-        """The shell's clock (``time.monotonic()`` unless a test gave another)."""
+        """The shell's clock (``time.time()`` unless a test gave another)."""
         return self._clock()
 
     # ---------------------------------------------------------------- catalog
@@ -836,100 +655,31 @@ class SchedulerCore:
             return list(self._jobs.values())
 
     def cancel(self, job: JobId, reason: str = "cancelled by the user") -> bool:
-        """Cancel a running job; return False when it had finished already."""
-        record = self.job(job)
-        with self._lock:
-            if record.phase.finished:
-                return False
-            self._cancelled.add(job)
-            self._emit(lambda eid, now: JobCancelled(eid, now, job, reason))
-            if not record.phase.finished:
-                # The state machine may answer a cancel with CancelTask commands only;
-                # the job is over for its watchers either way.
-                record.finish(
-                    JobPhase.CANCELLED,
-                    self._clock(),
-                    error=reason,
-                    error_type=JobCancelledError.__name__,
-                )
-            now = self._clock()
-            self.telemetry.job_finished(job, record.phase.value, record.elapsed(now), now)
-            return True
+        """Cancel a job; return False when it had finished already."""
+        self.job(job)
+        commands = self._emit(lambda eid, now: CancelRequested(eid, now, job, reason))
+        return any(isinstance(c, JobCancelled) and c.job == job for c in commands)
 
     def release_result(self, job: JobId) -> None:
-        """The client read the result: its files may go."""
-        record = self.job(job)
-        with self._lock:
-            self._release(record, "released by the client")
-
-    def _forget_old_jobs(self) -> None:
-        # Finished jobs stay listed for `mangonel status`, but not forever.
-        finished = [
-            r
-            for r in self._jobs.values()
-            if r.phase.finished and (r.result_released or r.phase is not JobPhase.SUCCEEDED)
-        ]
-        excess = len(finished) - self.config.keep_jobs
-        forgotten = sorted(finished, key=lambda r: r.submitted)[: max(0, excess)]
-        for record in forgotten:
-            del self._jobs[record.id]
-            self._cancelled.discard(record.id)
-        if forgotten:
-            self._write({}, [key for r in forgotten for key in job_keys(r.id)])
-
-    def _release(self, record: JobRecord, why: str) -> None:
-        """Delete what is left of a succeeded job: its result, and stray attempts' files."""
-        if record.phase is not JobPhase.SUCCEEDED or record.result_released:
-            return
-        record.result_released = True
-        self._save_outcome(record)
-        self._last_event_id += 1
-        cause = self._last_event_id
-        holders = {loc.executor for loc in record.result} | record.executors
-        for executor in sorted(holders):
-            entry = self._executors.get(executor)
-            if entry is None or not entry.usable:
-                continue  # a lost executor's files are deleted with its life
-            # All stages: the intermediate ones went at success, so this is the
-            # result plus whatever superseded attempts of the final stage wrote.
-            command = ReleaseOutputs(cause, executor, record.id, None)
-            log.debug("command (cause %d, result %s): %s", cause, why, describe(command))
-            self._execute(command, self._clock())
-        self._let_drained_go()
-
-    def _expire_results(self) -> None:
-        with self._lock:
-            now = self._clock()
-            self._forget_old_jobs()
-            for entry in list(self._executors.values()):
-                if (
-                    entry.phase is ExecutorPhase.CONNECTING
-                    and now - entry.last_heard > self.config.connect_timeout_s
-                ):
-                    self._mark_lost(
-                        entry.id,
-                        LossReason.CONNECTION_LOST,
-                        f"registered but opened no command stream in "
-                        f"{self.config.connect_timeout_s:g} s",
-                    )
-            for record in self._jobs.values():
-                if (
-                    record.phase is JobPhase.SUCCEEDED
-                    and not record.result_released
-                    and record.finished is not None
-                    and now - record.finished > self.config.result_ttl_s
-                ):
-                    self._release(record, "time-to-live expired")
+        """The client read the result: its files may go (reading twice is harmless)."""
+        self.job(job)
+        self._emit(lambda eid, now: ResultRead(eid, now, job))
 
 
-def _job_of(event: Event) -> JobId | None:
-    """The one job an event is about, or ``None`` when it may touch any job."""
-    if isinstance(event, JobSubmitted | JobCancelled):
-        return event.job
-    if isinstance(event, TaskCompleted):
-        return event.attempt.task.job
-    if isinstance(event, TaskFailed) and not isinstance(event.failure, FetchFailed):
-        return event.attempt.task.job  # a fetch failure may lose an executor
+def _job_of(item: Event | Command) -> JobId | None:
+    """The one job an event or command is about, or ``None`` when it may touch any job."""
+    if isinstance(item, JobSubmitted | CancelRequested | ResultRead):
+        return item.job
+    if isinstance(item, JobSucceeded | JobFailed | JobCancelled | ForgetJob | ReleaseOutputs):
+        return item.job
+    if isinstance(item, LaunchTask):
+        return item.task.attempt.task.job
+    if isinstance(item, CancelTask):
+        return item.attempt.task.job
+    if isinstance(item, TaskCompleted):
+        return item.attempt.task.job
+    if isinstance(item, TaskFailed) and not isinstance(item.failure, FetchFailed):
+        return item.attempt.task.job  # a fetch failure may lose an executor
     return None
 
 

@@ -55,14 +55,45 @@ class JobSubmitted(Event):
 
 
 @dataclass(frozen=True)
-class JobCancelled(Event):
+class CancelRequested(Event):
+    """A client asked to cancel the job; an unfinished job ends as cancelled
+    (``JobCancelled``), a finished one is left as it is."""
+
     job: JobId
     reason: str = "cancelled by the user"
 
 
 @dataclass(frozen=True)
+class ResultRead(Event):
+    """The client read the result of a succeeded job: its files may go."""
+
+    job: JobId
+
+
+@dataclass(frozen=True)
 class ExecutorRegistered(Event):
+    """An executor asked for an id; it takes tasks once its stream connects.
+
+    ``executor.id`` is a fresh id the shell proposes. An executor whose stream
+    broke asks to ``resume`` its old id, with the output files it still has
+    (``held``) and the jobs it has files of (``held_jobs``): after a scheduler
+    restart, an executor the restored state waits for goes on under the old id
+    (answered with ``ResumeExecutor``); any other is a new executor under the
+    proposed id.
+    """
+
     executor: ExecutorInfo
+    resume: ExecutorId | None = None
+    held: frozenset[str] = frozenset()
+    held_jobs: tuple[JobId, ...] = ()
+
+
+@dataclass(frozen=True)
+class ExecutorConnected(Event):
+    """The executor's command stream opened (answered with ``RefuseStream`` when
+    it was not waiting to connect)."""
+
+    executor: ExecutorId
 
 
 @dataclass(frozen=True)
@@ -77,6 +108,9 @@ class ExecutorDraining(Event):
 
 @dataclass(frozen=True)
 class ExecutorLost(Event):
+    """The executor's stream broke (or its process exited). A draining executor
+    whose stream closes is lost as ``DRAINED``: it was on its way out."""
+
     executor: ExecutorId
     reason: LossReason
     detail: str = ""
@@ -98,7 +132,8 @@ class TaskFailed(Event):
 
 @dataclass(frozen=True)
 class Tick(Event):
-    """Time passed; lets timeouts fire (heartbeats, no-executor grace)."""
+    """Time passed; lets timeouts fire (heartbeats, connecting executors, results'
+    time-to-live, no-executor grace)."""
 
 
 @dataclass(frozen=True)
@@ -108,21 +143,10 @@ class SchedulerRecovered(Event):
     Attempts that were running are given up on (their executors learn of the
     restart when their command stream breaks, and stop them): their tasks go
     back to pending without charging an attempt. Every live executor waits to
-    reattach, taking no task, for up to the heartbeat timeout; its outputs
-    count as held until then.
+    reattach (``ExecutorRegistered`` with ``resume``, then ``ExecutorConnected``),
+    taking no task, for up to the heartbeat timeout; its outputs count as held
+    until then.
     """
-
-
-@dataclass(frozen=True)
-class ExecutorReattached(Event):
-    """A live executor of the scheduler's previous run reconnected under its id.
-
-    ``held`` are the paths of the output files it still has; finished tasks
-    whose outputs it no longer has are made again.
-    """
-
-    executor: ExecutorInfo
-    held: frozenset[str]
 
 
 # ------------------------------------------------------------------------- commands
@@ -152,11 +176,42 @@ class JobFailed(SchedulerCommand):
 
 
 @dataclass(frozen=True)
+class JobCancelled(SchedulerCommand):
+    job: JobId
+    message: str
+    """``cancelled by the user``, or ``cancelled: <reason>``."""
+
+
+@dataclass(frozen=True)
+class ForgetJob(SchedulerCommand):
+    """A finished job leaves the bounded history: drop its record and stored keys."""
+
+    job: JobId
+
+
+@dataclass(frozen=True)
 class DeclareExecutorLost(SchedulerCommand):
-    """The state machine decided an executor is lost (e.g. heartbeat timeout)."""
+    """The state machine decided an executor is lost (heartbeat or connect timeout,
+    drained, fetch failures): close its command stream, which ends the process."""
 
     executor: ExecutorId
     reason: LossReason
+
+
+@dataclass(frozen=True)
+class ResumeExecutor(SchedulerCommand):
+    """Answer the registration: the executor goes on under its old id ``executor``
+    (the proposed fresh id is not used)."""
+
+    executor: ExecutorId
+
+
+@dataclass(frozen=True)
+class RefuseStream(SchedulerCommand):
+    """The executor was not waiting to connect (a second stream, lost, unknown):
+    refuse its stream; it registers again."""
+
+    executor: ExecutorId
 
 
 Command = ExecutorCommand | SchedulerCommand
@@ -171,3 +226,7 @@ class Limits:
     max_stage_reruns: int = defaults.MAX_STAGE_RERUNS
     heartbeat_timeout_s: float = defaults.HEARTBEAT_TIMEOUT_S
     no_executor_grace_s: float = defaults.NO_EXECUTOR_GRACE_S
+    connect_timeout_s: float = defaults.CONNECT_TIMEOUT_S
+    """An executor that registered but opened no stream in this long died in between."""
+    result_ttl_s: float = defaults.RESULT_TTL_S
+    """A result no client read is deleted this long after its job succeeded."""

@@ -1,42 +1,31 @@
-"""The shell's view of jobs: what watchers see (progress, result, error).
+"""The shell's side of each job: what its watchers wait on.
 
-The state machine decides and counts; a ``JobRecord`` holds the latest copy
-of the state machine's ``JobView`` of its job (tasks done, running, pending,
-re-run, recomputed; rows and bytes of current outputs), which the shell
-refreshes after every event, plus what only the shell knows: the SQL text, wall
-and per-stage times, the result's locations and whether the client read it, and
-every executor that was given a task of the job (their files are released when
-the job ends). Each ``JobRecord`` has a condition variable that the watchers of
-the job wait on.
+The job's life (queued, running, succeeded, failed, cancelled; its result and
+whether it was read) is the state machine's alone (``state_jobs`` draws it).
+A ``JobRecord`` holds a copy of the state machine's latest ``JobView`` of its
+job, refreshed by the shell after every event, with the result a
+``JobSucceeded`` carried; and what only the shell knows: the SQL text, the
+client's request id, wall-clock and per-stage times. Each record has a
+condition variable that the watchers of the job wait on, and a version bumped
+on every change.
 """
 
 from __future__ import annotations
 
-import enum
 import threading
 import time
 from dataclasses import dataclass, field
 
-from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
+from mangonel.errors import JobCancelledError, JobFailedError
+from mangonel.ids import JobId, StageId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
-from mangonel.scheduler.state_views import JobView, StageView
+from mangonel.scheduler.state_views import JobState, JobView, StageView
 from mangonel.task import PartitionLocation
-
-
-class JobPhase(enum.Enum):
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def finished(self) -> bool:
-        return self is not JobPhase.RUNNING
 
 
 @dataclass
 class StageTiming:
-    """When a stage started and last finished a task (``time.monotonic()``)."""
+    """When a stage started and last finished a task (the shell's clock)."""
 
     first_launch: float | None = None
     last_completion: float | None = None
@@ -52,24 +41,18 @@ class StageTiming:
 
 @dataclass
 class JobRecord:
-    """One submitted job as the shell tracks it (times are ``time.monotonic()``)."""
+    """One submitted job as its watchers see it."""
 
     id: JobId
     sql: str
     plan: DistributedPlan
     submitted: float
     submitted_wall: float
-    phase: JobPhase = JobPhase.RUNNING
-    finished: float | None = None
-    error: str = ""
-    error_type: str = ""
-    result: tuple[PartitionLocation, ...] = ()
-    result_released: bool = False
     view: JobView | None = None
     """The state machine's latest view of the job (``None`` before its first event)."""
+    result: tuple[PartitionLocation, ...] = ()
+    """Where the result is, once it succeeded."""
     timing: dict[StageId, StageTiming] = field(default_factory=dict)
-    executors: set[ExecutorId] = field(default_factory=set)
-    """Every executor given a task of this job: where its files may be."""
     request_id: str = ""
     """The client's id of the submission (a retried submission finds this job)."""
     version: int = 0
@@ -84,36 +67,63 @@ class JobRecord:
             rec.timing[s.id] = StageTiming()
         return rec
 
-    def elapsed(self, now: float) -> float:
-        return (self.finished if self.finished is not None else now) - self.submitted
+    # -- what the state machine said, as watchers read it ----------------------
 
-    def _bump(self) -> None:
-        with self.changed:
-            self.version += 1
-            self.changed.notify_all()
+    @property
+    def state(self) -> JobState:
+        return self.view.state if self.view is not None else JobState.QUEUED
+
+    @property
+    def finished(self) -> float | None:
+        return self.view.finished if self.view is not None else None
+
+    @property
+    def error(self) -> str:
+        return (self.view.error or "") if self.view is not None else ""
+
+    @property
+    def error_type(self) -> str:
+        """The ``mangonel.errors`` class a client raises for this job's end."""
+        if self.state is JobState.CANCELLED:
+            return JobCancelledError.__name__
+        if self.state is JobState.FAILED:
+            return JobFailedError.__name__
+        return ""
+
+    def elapsed(self, now: float) -> float:
+        finished = self.finished
+        return (finished if finished is not None else now) - self.submitted
 
     # -- observations ---------------------------------------------------------
 
-    def task_launched(self, executor: ExecutorId, attempt: TaskAttemptId, now: float) -> None:
+    def task_launched(self, attempt: TaskAttemptId, now: float) -> None:
         with self.changed:
-            self.executors.add(executor)
             timing = self.timing.get(attempt.task.stage)
             if timing is not None and timing.first_launch is None:
                 timing.first_launch = now
 
-    def update(self, view: JobView | None, now: float) -> None:
-        """Take the state machine's latest view; wake watchers if it changed."""
+    def update(
+        self,
+        view: JobView | None,
+        now: float,
+        result: tuple[PartitionLocation, ...] | None = None,
+    ) -> None:
+        """Take the state machine's latest view (and result); wake watchers if it changed."""
         with self.changed:
-            if view is None or view == self.view:
+            if result is not None and result != self.result:
+                self.result = result
+            elif view is None or view == self.view:
                 return
-            for stage in view.stages:
-                timing = self.timing.get(stage.id)
-                if timing is not None and stage.done > timing.done:
-                    timing.last_completion = now
-                if timing is not None:
-                    timing.done = stage.done
-            self.view = view
-            self._bump()
+            if view is not None:
+                for stage in view.stages:
+                    timing = self.timing.get(stage.id)
+                    if timing is not None and stage.done > timing.done:
+                        timing.last_completion = now
+                    if timing is not None:
+                        timing.done = stage.done
+                self.view = view
+            self.version += 1
+            self.changed.notify_all()
 
     def stage_views(self) -> tuple[StageView, ...]:
         """Per-stage numbers; zeros (from the plan) before the first view."""
@@ -124,21 +134,6 @@ class JobRecord:
                 StageView(s.id, s.label, s.num_tasks, 0, 0, s.num_tasks, 0, 0, 0)
                 for s in self.plan.stages
             )
-
-    def finish(
-        self,
-        phase: JobPhase,
-        now: float,
-        result: tuple[PartitionLocation, ...] = (),
-        error: str = "",
-        error_type: str = "",
-    ) -> None:
-        with self.changed:
-            if self.phase.finished:
-                return
-            self.phase, self.finished = phase, now
-            self.result, self.error, self.error_type = result, error, error_type
-            self._bump()
 
     def wait_change(self, seen: int, timeout: float) -> int:
         """Block until ``version`` differs from ``seen`` (or timeout); return it."""

@@ -84,7 +84,7 @@ class SchedulerConfig:
             scheduler holds; ``None`` waits forever (a standby). A SQLite store
             held by another scheduler is an error after this long.
         crash_file: Crash tests only: rules that make the scheduler kill itself
-            at chosen points (``scheduler.crash``).
+            at chosen points (``mangonel.testing.crash``).
     """
 
     host: str = "127.0.0.1"
@@ -125,8 +125,8 @@ class SchedulerConfig:
                 max_stage_reruns=self.max_stage_reruns,
                 heartbeat_timeout_s=self.heartbeat_timeout_s,
                 no_executor_grace_s=self.no_executor_grace_s,
+                result_ttl_s=self.result_ttl_s,
             ),
-            result_ttl_s=self.result_ttl_s,
         )
 
 
@@ -189,9 +189,14 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
             "this one its own --state"
         )
     core_config = config.core_config()
-    core = SchedulerCore(SchedulerState(core_config.limits), core_config, store=store)
+    state = SchedulerState(core_config.limits, keep_finished_jobs=core_config.keep_jobs)
+    core = SchedulerCore(state, core_config, store=store)
     if config.crash_file:
-        core.crash_at(config.crash_file)
+        # This is the composition root: test hooks are wired in here, and the
+        # test code imported only when a crash-rules file was asked for.
+        from mangonel.testing.crash import CrashPoints
+
+        core.hook = CrashPoints(config.crash_file, core.final_stage)
     try:
         unfinished = core.recover()
     except BaseException:

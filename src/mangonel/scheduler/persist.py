@@ -7,8 +7,10 @@ dataclasses, so the store holds the same types the state machine uses)::
     jobs/<id>/plan         StoredPlan: SQL, submission time, the distributed plan (written once)
     jobs/<id>/progress     JobProgress: every task's state, attempts, outputs' locations
                            (while the job runs)
-    jobs/<id>/outcome      StoredOutcome: how it ended, its result's locations, whether
-                           the client read it, the final view (once it finished)
+    jobs/<id>/outcome      FinishedJob: the state machine's record of a finished job:
+                           its final view (how it ended, when, its error), its
+                           result's locations, whether the client read it, where
+                           it ran (once it finished)
     executors              RegistrySnapshot: live executors and the recent lost ones
     meta                   StoredMeta: scheduler-wide state (since when no executor lives)
 
@@ -34,12 +36,9 @@ from cattrs.strategies import configure_tagged_union
 from mangonel.errors import StateStoreError
 from mangonel.ids import JobId
 from mangonel.plan.physical import DistributedPlan
-from mangonel.scheduler.jobs import JobPhase
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import JobProgress, TaskState
-from mangonel.scheduler.state_views import JobView
+from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, TaskState
 from mangonel.scheduler.store import StateStore
-from mangonel.task import PartitionLocation
 
 log = logging.getLogger(__name__)
 
@@ -62,17 +61,6 @@ class StoredPlan:
 
 
 @dataclass(frozen=True)
-class StoredOutcome:
-    phase: JobPhase
-    finished: float
-    error: str = ""
-    error_type: str = ""
-    result: tuple[PartitionLocation, ...] = ()
-    result_released: bool = False
-    view: JobView | None = None
-
-
-@dataclass(frozen=True)
 class StoredMeta:
     no_executor_since: float | None = None
 
@@ -82,7 +70,7 @@ class StoredJob:
     id: JobId
     plan: StoredPlan
     progress: JobProgress | None = None
-    outcome: StoredOutcome | None = None
+    outcome: FinishedJob | None = None
 
 
 @dataclass
@@ -133,7 +121,7 @@ def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
     snap = Snapshot()
     plans: dict[JobId, StoredPlan] = {}
     progress: dict[JobId, JobProgress] = {}
-    outcomes: dict[JobId, StoredOutcome] = {}
+    outcomes: dict[JobId, FinishedJob] = {}
     for key, text in sorted(data.items()):
         try:
             parts = key.split("/")
@@ -146,7 +134,7 @@ def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
                 elif parts[2] == "progress":
                     progress[job] = decode(text, JobProgress)
                 elif parts[2] == "outcome":
-                    outcomes[job] = decode(text, StoredOutcome)
+                    outcomes[job] = decode(text, FinishedJob)
                 else:
                     raise ValueError("unknown job part")
             elif key == EXECUTORS_KEY:

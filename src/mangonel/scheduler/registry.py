@@ -1,40 +1,19 @@
-"""The shell's registry of executors: their info, life-cycle state and command queue.
+"""The shell's side of each executor: its command queue, and what only the RPCs know.
 
-The state machine decides when an executor is lost; the registry remembers it
-for status pages (when and why), and owns each executor's outbound queue: the
-Connect stream of that executor drains it. Closing the queue ends the stream.
-
-::
-
-    CONNECTING --Connect--> ALIVE --Drain--> DRAINING
-        |                     |                 |
-        +---------------------+-----------------+--> LOST (stream broke, heartbeat
-                                                          timeout, fetch failures,
-                                                          drained)
-
-A drained executor that still serves a result no client has read stays
-DRAINING here (``awaiting_results``) although the state machine has let it go;
-it moves to LOST, reason "drained", once the result is released.
+The executor's life (connecting, alive, draining, lost, and why) is the state
+machine's alone (``state_executors`` draws it); the shell reads it from the
+state machine's ``ExecutorView``. What is here is I/O: the outbound queue that
+the executor's Connect stream drains (``CLOSE`` ends the stream), and the
+process id and work directory it registered with, for people.
 """
 
 from __future__ import annotations
 
-import enum
 import queue
-import time
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId
-from mangonel.scheduler.events import LossReason
-from mangonel.task import ExecutorInfo
-
-
-class ExecutorPhase(enum.Enum):
-    CONNECTING = "connecting"
-    ALIVE = "alive"
-    DRAINING = "draining"
-    LOST = "lost"
-
+from mangonel.scheduler.state_views import ExecutorState, ExecutorView
 
 CLOSE = object()
 """Put on a command queue to end the executor's Connect stream."""
@@ -42,39 +21,28 @@ CLOSE = object()
 
 @dataclass
 class ExecutorEntry:
-    """One executor as the shell knows it."""
+    """One executor's stream queue, from its registration until it is forgotten."""
 
-    info: ExecutorInfo
-    pid: int
-    work_dir: str
-    phase: ExecutorPhase = ExecutorPhase.CONNECTING
-    since: float = field(default_factory=time.time)
-    """Unix time of the last phase change (for people, so wall-clock time)."""
-    reason: LossReason | None = None
-    detail: str = ""
-    last_heard: float = 0.0
-    """Monotonic time of its last heartbeat or report (the shell's clock)."""
-    awaiting_results: bool = False
-    """Drained, but kept connected until the results it holds are read."""
-    restored: bool = False
-    """Known from the state store after a scheduler restart, not reconnected yet."""
-    resume_held: frozenset[str] | None = None
-    """Set when it reattaches after a scheduler restart: the output files it still has."""
-    resume_jobs: tuple[str, ...] = ()
-    """The jobs it has files of, when it reattaches (those no job needs are released)."""
+    id: ExecutorId
+    pid: int = 0
+    work_dir: str = ""
+    resumed: bool = False
+    """Its registration was answered with its old id (``ResumeExecutor``)."""
     commands: queue.SimpleQueue[object] = field(default_factory=queue.SimpleQueue)
+
+
+@dataclass(frozen=True)
+class ExecutorListing:
+    """An executor as status pages show it: the state machine's view, and its pid
+    (0 for one known only from the store, after a scheduler restart)."""
+
+    view: ExecutorView
+    pid: int = 0
 
     @property
     def id(self) -> ExecutorId:
-        return self.info.id
+        return self.view.id
 
     @property
     def usable(self) -> bool:
-        return self.phase in (ExecutorPhase.ALIVE, ExecutorPhase.DRAINING)
-
-    def move(
-        self, phase: ExecutorPhase, reason: LossReason | None = None, detail: str = ""
-    ) -> None:
-        self.phase, self.since, self.reason, self.detail = phase, time.time(), reason, detail
-        if phase is ExecutorPhase.LOST:
-            self.commands.put(CLOSE)
+        return self.view.state in (ExecutorState.ALIVE, ExecutorState.DRAINING)

@@ -23,9 +23,9 @@ from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.scheduler.core import ExecutorNotFoundError, JobNotFoundError, SchedulerCore
-from mangonel.scheduler.jobs import JobPhase, JobRecord
-from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorPhase
-from mangonel.scheduler.state_views import StageView
+from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.registry import CLOSE, ExecutorListing
+from mangonel.scheduler.state_views import ExecutorState, JobState, StageView
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +36,17 @@ ERROR_METADATA_KEY = "mangonel-error"
 _WATCH_MIN_INTERVAL_S = 0.1
 
 _JOB_STATE = {
-    JobPhase.RUNNING: pb.JOB_STATE_RUNNING,
-    JobPhase.SUCCEEDED: pb.JOB_STATE_SUCCEEDED,
-    JobPhase.FAILED: pb.JOB_STATE_FAILED,
-    JobPhase.CANCELLED: pb.JOB_STATE_CANCELLED,
+    JobState.QUEUED: pb.JOB_STATE_RUNNING,  # the wire has no queued state
+    JobState.RUNNING: pb.JOB_STATE_RUNNING,
+    JobState.SUCCEEDED: pb.JOB_STATE_SUCCEEDED,
+    JobState.FAILED: pb.JOB_STATE_FAILED,
+    JobState.CANCELLED: pb.JOB_STATE_CANCELLED,
 }
 _EXECUTOR_STATE = {
-    ExecutorPhase.CONNECTING: pb.EXECUTOR_STATE_CONNECTING,
-    ExecutorPhase.ALIVE: pb.EXECUTOR_STATE_ALIVE,
-    ExecutorPhase.DRAINING: pb.EXECUTOR_STATE_DRAINING,
-    ExecutorPhase.LOST: pb.EXECUTOR_STATE_LOST,
+    ExecutorState.CONNECTING: pb.EXECUTOR_STATE_CONNECTING,
+    ExecutorState.ALIVE: pb.EXECUTOR_STATE_ALIVE,
+    ExecutorState.DRAINING: pb.EXECUTOR_STATE_DRAINING,
+    ExecutorState.LOST: pb.EXECUTOR_STATE_LOST,
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -137,7 +138,7 @@ def job_status(record: JobRecord, now: float, with_result: bool) -> pb.JobStatus
         ]
         msg = pb.JobStatus(
             job_id=record.id,
-            state=_JOB_STATE[record.phase],
+            state=_JOB_STATE[record.state],
             sql=record.sql,
             columns=list(record.plan.columns),
             stages=stages,
@@ -161,21 +162,21 @@ def _stage_elapsed(record: JobRecord, view: StageView, now: float) -> float:
     return timing.elapsed(end, complete=view.done >= view.num_tasks)
 
 
-def executor_status(entry: ExecutorEntry, running: int, now: float) -> pb.ExecutorStatus:
+def executor_status(entry: ExecutorListing, now: float) -> pb.ExecutorStatus:
     """One executor; ``now`` is the shell's clock (for the heartbeat age)."""
-    info = entry.info
+    view = entry.view
     return pb.ExecutorStatus(
-        id=info.id,
-        host=info.host,
-        flight_address=info.flight_address,
-        slots=info.slots,
+        id=view.id,
+        host=view.host,
+        flight_address=view.flight_address,
+        slots=view.slots,
         pid=entry.pid,
-        state=_EXECUTOR_STATE[entry.phase],
-        since=entry.since,
-        reason=entry.reason.value if entry.reason else "",
-        detail=entry.detail,
-        running_tasks=running,
-        heartbeat_age_s=max(0.0, now - entry.last_heard) if entry.usable else 0.0,
+        state=_EXECUTOR_STATE[view.state],
+        since=view.since,
+        reason=view.reason.value if view.reason else "",
+        detail=view.detail,
+        running_tasks=view.running,
+        heartbeat_age_s=max(0.0, now - view.last_heartbeat) if entry.usable else 0.0,
     )
 
 
@@ -206,7 +207,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
         return pb.RegisterExecutorResponse(
             executor_id=entry.id,
             heartbeat_interval_s=self.core.config.heartbeat_interval_s,
-            resumed=entry.resume_held is not None,
+            resumed=entry.resumed,
         )
 
     def Connect(
@@ -315,7 +316,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
         while context.is_active():
             with record.changed:
                 version = record.version
-                finished = record.phase.finished
+                finished = record.state.finished
             if version != seen:
                 seen = version
                 last_sent = time.monotonic()
@@ -327,7 +328,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             pause = _WATCH_MIN_INTERVAL_S - (time.monotonic() - last_sent)
             if pause > 0:
                 with record.changed:
-                    record.changed.wait_for(lambda: record.phase.finished, timeout=pause)
+                    record.changed.wait_for(lambda: record.state.finished, timeout=pause)
 
     @rpc
     def CancelJob(
@@ -339,13 +340,10 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
     def ClusterStatus(
         self, request: pb.ClusterStatusRequest, context: grpc.ServicerContext
     ) -> pb.ClusterStatusResponse:
-        running = self.core.running_tasks()
         now = self.core.now()
         return pb.ClusterStatusResponse(
             scheduler_address=self.address,
-            executors=[
-                executor_status(e, running.get(e.id, 0), now) for e in self.core.executors()
-            ],
+            executors=[executor_status(e, now) for e in self.core.executors()],
             jobs=[job_status(j, now, with_result=False) for j in self.core.jobs()],
         )
 

@@ -6,23 +6,42 @@ No sockets, threads, clock or database: time arrives on the events, and the I/O
 shell (``scheduler.service``) carries the commands out. Every command carries
 ``cause=event.event_id``.
 
->>> from mangonel.scheduler.events import ExecutorInfo, ExecutorRegistered
+>>> from mangonel.scheduler.events import ExecutorConnected, ExecutorInfo, ExecutorRegistered
 >>> state = SchedulerState()
 >>> state.handle(ExecutorRegistered(1, 0.0, ExecutorInfo("e1", "h", "h:1", 2)))
 []
+>>> state.handle(ExecutorConnected(2, 0.0, "e1"))
+[]
+>>> state.handle(ExecutorConnected(3, 0.0, "e1"))  # a second stream
+[RefuseStream(cause=3, executor='e1')]
 
 What each event does, in one place:
 
-* executors: ``ExecutorRegistered`` / ``ExecutorHeartbeat`` / ``ExecutorDraining``
-  / ``ExecutorLost``; a ``Tick`` declares lost (``DeclareExecutorLost``) any
-  executor silent for longer than ``Limits.heartbeat_timeout_s``.
+* executors: ``ExecutorRegistered`` makes a CONNECTING executor under the
+  proposed id, ``ExecutorConnected`` makes it ALIVE (any other stream gets
+  ``RefuseStream``); ``ExecutorHeartbeat`` / ``ExecutorDraining`` /
+  ``ExecutorLost`` (a draining executor's closed stream is a ``DRAINED`` loss).
+  A ``Tick`` declares lost (``DeclareExecutorLost``) any live executor silent
+  for longer than ``Limits.heartbeat_timeout_s`` and any connecting one that
+  opened no stream in ``Limits.connect_timeout_s``.
 * a scheduler restart: ``restore`` loads what the shell stored (``export_job``,
-  ``export_executors``); ``SchedulerRecovered`` sends the attempts that were
-  running back to pending (not charged) and makes every live executor wait,
-  taking no task, for its ``ExecutorReattached`` (which re-queues the finished
-  tasks whose files it no longer holds) or for the heartbeat timeout.
+  ``export_finished``, ``export_executors``); ``SchedulerRecovered`` sends the
+  attempts that were running back to pending (not charged) and makes every
+  live executor wait, taking no task, to reattach or for the heartbeat timeout.
+  An ``ExecutorRegistered`` asking to ``resume`` an awaited id is answered with
+  ``ResumeExecutor`` (else it is a new executor); the ``ExecutorConnected`` that
+  follows reattaches it: finished tasks whose files it no longer ``held`` are
+  made again, and files of its ``held_jobs`` that ended while it was away are
+  released (``ReleaseOutputs``; a result still unread is kept).
 * ``TaskCompleted`` records map outputs; a job whose final stage is done emits
-  ``JobSucceeded`` and ``ReleaseOutputs`` for the intermediate files.
+  ``JobSucceeded`` and ``ReleaseOutputs`` for the intermediate files, on every
+  live executor that ran an attempt of the job (superseded attempts leave files
+  too). The result's files stay until ``ResultRead``, or until a ``Tick`` finds
+  it unread for longer than ``Limits.result_ttl_s``; then ``ReleaseOutputs`` of
+  the whole job goes to every live executor that ran it.
+* ``CancelRequested`` ends an unfinished job: ``CancelTask`` for its running
+  attempts, ``JobCancelled``, ``ReleaseOutputs`` wherever it ran. A finished
+  job is left as it is (no command).
 * ``TaskFailed``: a ``QueryError`` fails the job; an ``ExecutionError`` is retried
   up to ``Limits.max_task_attempts``; a ``FetchFailed`` re-queues the reader without
   charging it an attempt and, by its ``problem``, loses the executor named in it
@@ -34,13 +53,17 @@ What each event does, in one place:
   ``Limits.max_stage_reruns``), recursively when their own inputs went too.
 * with no executor alive for ``Limits.no_executor_grace_s``, a ``Tick`` fails the
   waiting jobs with a message that says so.
-* a draining executor that runs nothing and holds no output an unfinished job
-  still needs is done: ``DeclareExecutorLost`` with ``LossReason.DRAINED`` (its
-  loss recomputes nothing, by construction).
+* a job that fails (``JobFailed``) releases its files wherever it ran, like a
+  cancelled one.
+* a draining executor that runs nothing, holds no output an unfinished job
+  still needs and serves no unread result is done: ``DeclareExecutorLost`` with
+  ``LossReason.DRAINED`` (its loss recomputes nothing, by construction).
+* beyond ``keep_finished_jobs`` settled finished jobs (failed, cancelled, or
+  their result read), the oldest are forgotten: ``ForgetJob``.
 * after every event, pending tasks of runnable stages go to free slots of alive
   executors, least loaded first, a stage's tasks together (``LaunchTask``).
 
-The life cycles of executors, tasks and stages are drawn in
+The life cycles of executors, jobs, tasks and stages are drawn in
 ``state_executors`` and ``state_jobs``.
 """
 
@@ -51,20 +74,25 @@ from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.scheduler.events import (
+    CancelRequested,
     Command,
     DeclareExecutorLost,
     Event,
+    ExecutorConnected,
     ExecutorDraining,
     ExecutorHeartbeat,
     ExecutorLost,
-    ExecutorReattached,
     ExecutorRegistered,
+    ForgetJob,
     JobCancelled,
     JobFailed,
     JobSubmitted,
     JobSucceeded,
     Limits,
     LossReason,
+    RefuseStream,
+    ResultRead,
+    ResumeExecutor,
     SchedulerRecovered,
     TaskCompleted,
     TaskFailed,
@@ -74,10 +102,12 @@ from mangonel.scheduler.state_executors import (
     ExecutorRecord,
     ExecutorRegistry,
     RegistrySnapshot,
+    Resume,
 )
 from mangonel.scheduler.state_jobs import (
     PENDING,
     Done,
+    FinishedJob,
     JobProgress,
     JobRecord,
     Pending,
@@ -96,6 +126,7 @@ from mangonel.scheduler.state_views import (
 from mangonel.task import (
     CancelTask,
     ExecutionError,
+    ExecutorInfo,
     FetchFailed,
     FetchProblem,
     LaunchTask,
@@ -152,7 +183,8 @@ class SchedulerState:
         self.limits = limits
         self._executors = ExecutorRegistry(keep_lost=keep_lost_executors)
         self._jobs: dict[JobId, JobRecord] = {}
-        self._finished: OrderedDict[JobId, JobView] = OrderedDict()
+        self._finished: OrderedDict[JobId, FinishedJob] = OrderedDict()
+        """In the order they finished."""
         self._keep_finished = keep_finished_jobs
         self._no_executor_since: float | None = None
         """When the last live executor went away; ``None`` while one is live, or
@@ -166,22 +198,29 @@ class SchedulerState:
         match event:
             case JobSubmitted():
                 self._job_submitted(event, step)
-            case JobCancelled():
+            case CancelRequested():
                 job = self._jobs.get(event.job)
                 if job is not None:
                     reason = event.reason
                     msg = reason if reason.startswith("cancelled") else f"cancelled: {reason}"
                     self._finish(job, JobState.CANCELLED, msg, step)
+            case ResultRead():
+                self._release_result(event.job, step)
             case ExecutorRegistered():
-                if self._executors.register(event.executor, event.time):
-                    self._no_executor_since = None
+                self._registered(event, step)
+            case ExecutorConnected():
+                self._connected(event, step)
             case ExecutorHeartbeat():
                 self._executors.heard_from(event.executor, event.time)
             case ExecutorDraining():
                 self._executors.drain(event.executor, event.time)
             case ExecutorLost():
-                if self._executors.is_live(event.executor):
-                    self._lose([_Loss(event.executor, event.reason, event.detail)], step)
+                rec = self._executors.live(event.executor)
+                if rec is not None:
+                    why = event.reason
+                    if rec.state is ExecutorState.DRAINING and why is LossReason.CONNECTION_LOST:
+                        why = LossReason.DRAINED  # it was on its way out
+                    self._lose([_Loss(event.executor, why, event.detail)], step)
             case TaskCompleted():
                 self._task_completed(event, step)
             case TaskFailed():
@@ -190,30 +229,34 @@ class SchedulerState:
                 self._tick(step)
             case SchedulerRecovered():
                 self._recovered(step)
-            case ExecutorReattached():
-                self._reattached(event, step)
             case _:
                 raise TypeError(f"not a scheduler event: {event!r}")
         self._assign(step)
         self._complete_drains(step)
+        self._forget_settled(step)
         return step.commands
 
     # ----------------------------------------------------------------------- views
 
     def executors(self) -> list[ExecutorView]:
-        """Live executors in registration order, then recently lost ones."""
+        """Live executors in connection order, then connecting, then recently lost ones."""
         return self._executors.views()
+
+    def executor(self, executor: ExecutorId) -> ExecutorView | None:
+        """One executor, connecting, live or recently lost; ``None`` if unknown."""
+        return self._executors.view(executor)
 
     def job(self, job_id: JobId) -> JobView | None:
         """A job's progress, while it runs and for a while after it finishes."""
         job = self._jobs.get(job_id)
         if job is not None:
             return job.view()
-        return self._finished.get(job_id)
+        finished = self._finished.get(job_id)
+        return finished.view if finished is not None else None
 
     def jobs(self) -> list[JobView]:
         """Unfinished and recently finished jobs, oldest submission first."""
-        views = list(self._finished.values()) + [j.view() for j in self._jobs.values()]
+        views = [f.view for f in self._finished.values()] + [j.view() for j in self._jobs.values()]
         return sorted(views, key=lambda v: v.submitted)
 
     def running_attempts(self, executor: ExecutorId) -> list[TaskAttemptId]:
@@ -235,6 +278,11 @@ class SchedulerState:
         job = self._jobs.get(job_id)
         return job.progress() if job is not None else None
 
+    def export_finished(self, job_id: JobId) -> FinishedJob | None:
+        """What the store keeps of a finished job (``None`` while it runs or once
+        it is forgotten)."""
+        return self._finished.get(job_id)
+
     def export_executors(self) -> RegistrySnapshot:
         return self._executors.snapshot()
 
@@ -246,7 +294,7 @@ class SchedulerState:
         self,
         executors: RegistrySnapshot | None,
         jobs: list[JobRecord],
-        finished: list[JobView],
+        finished: list[FinishedJob],
         no_executor_since: float | None,
     ) -> None:
         """Load what ``scheduler.persist`` stored; then handle ``SchedulerRecovered``.
@@ -258,8 +306,10 @@ class SchedulerState:
         if executors is not None:
             self._executors.restore(executors)
         self._jobs = {job.id: job for job in sorted(jobs, key=lambda j: j.submitted)}
-        for view in sorted(finished, key=lambda v: v.finished or 0.0)[-self._keep_finished :]:
-            self._finished[view.id] = view
+        # All of them: those beyond the bound are forgotten (``ForgetJob``) by
+        # the first event, so that the shell drops them from the store too.
+        for done in sorted(finished, key=lambda f: f.view.finished or 0.0):
+            self._finished[done.view.id] = done
         self._no_executor_since = no_executor_since
 
     # ---------------------------------------------------------------------- jobs
@@ -288,26 +338,57 @@ class SchedulerState:
                 )
                 self._executors.stop(task.state.executor, task.state.attempt)
                 task.state = PENDING
+        intermediate = tuple(s.id for s in job.plan.stages[:-1])
+        result: tuple[PartitionLocation, ...] = ()
+        # Files may be wherever an attempt ran, current or superseded.
+        holders = job.holders(None) | job.ran_on
+        release: tuple[StageId, ...] | None = None
         if state is JobState.SUCCEEDED:
-            step.commands.append(JobSucceeded(step.cause, job.id, job.result()))
+            result = job.result()
+            step.commands.append(JobSucceeded(step.cause, job.id, result))
             # The final stage's files stay until the client has read them.
-            intermediate = tuple(s.id for s in job.plan.stages[:-1])
-            release: tuple[StageId, ...] | None = intermediate
-            holders = job.holders(intermediate) if intermediate else set()
+            release = intermediate
+            if not intermediate:
+                holders = set()
+        elif state is JobState.CANCELLED:
+            step.commands.append(JobCancelled(step.cause, job.id, error))
         else:
             step.commands.append(JobFailed(step.cause, job.id, error))
-            release = None
-            holders = job.holders(None)
         for executor in sorted(holders):
             if self._executors.is_live(executor):
                 step.commands.append(ReleaseOutputs(step.cause, executor, job.id, release))
         job.state = state
         del self._jobs[job.id]
-        self._finished[job.id] = job.view(
-            finished=step.now, error=None if state is JobState.SUCCEEDED else error
+        self._finished[job.id] = FinishedJob(
+            view=job.view(finished=step.now, error=None if state is JobState.SUCCEEDED else error),
+            result=result,
+            intermediate=intermediate,
+            ran_on=tuple(sorted(job.ran_on)),
         )
-        while len(self._finished) > self._keep_finished:
-            self._finished.popitem(last=False)
+
+    def _release_result(self, job_id: JobId, step: _Step) -> None:
+        """The result was read (or expired): delete what is left of the job."""
+        done = self._finished.get(job_id)
+        if done is None or not done.unread:
+            return
+        done.result_read = True
+        holders = {loc.executor for loc in done.result} | set(done.ran_on)
+        for executor in sorted(holders):
+            # A lost executor's files went with it.
+            if self._executors.is_live(executor):
+                # All stages: the intermediate ones went at success, so this is the
+                # result plus whatever superseded attempts of the final stage wrote.
+                step.commands.append(ReleaseOutputs(step.cause, executor, job_id, None))
+
+    def _forget_settled(self, step: _Step) -> None:
+        """Keep at most ``keep_finished_jobs`` settled finished jobs; an unread
+        result keeps its job until it is read or expires."""
+        if len(self._finished) <= self._keep_finished:
+            return
+        settled = [j for j, f in self._finished.items() if not f.unread]
+        for job_id in settled[: max(0, len(settled) - self._keep_finished)]:
+            del self._finished[job_id]
+            step.commands.append(ForgetJob(step.cause, job_id))
 
     # ---------------------------------------------------------------------- tasks
 
@@ -537,11 +618,57 @@ class SchedulerState:
         for job in list(self._jobs.values()):
             self._fail_if_unrecoverable(job, step)
 
-    def _reattached(self, event: ExecutorReattached, step: _Step) -> None:
-        """An executor is back after a restart: outputs it no longer has are made again."""
-        rec = self._executors.reattached(event.executor, event.time)
-        if rec is None:
+    def _registered(self, event: ExecutorRegistered, step: _Step) -> None:
+        """A new executor, or one the restored state awaits asking to resume its id."""
+        if event.resume is not None:
+            info = ExecutorInfo(
+                event.resume,
+                event.executor.host,
+                event.executor.flight_address,
+                event.executor.slots,
+            )
+            offer = Resume(info, event.held, event.held_jobs)
+            if self._executors.resume(event.resume, offer):
+                step.commands.append(ResumeExecutor(step.cause, event.resume))
+                return
+        self._executors.register(event.executor, event.time)
+
+    def _connected(self, event: ExecutorConnected, step: _Step) -> None:
+        if self._executors.connected(event.executor, event.time) is not None:
+            self._no_executor_since = None
             return
+        back = self._executors.reattached(event.executor, event.time)
+        if back is None:
+            step.commands.append(RefuseStream(step.cause, event.executor))
+            return
+        rec, offer = back
+        self._reattached(rec, offer.held, step)
+        self._release_ended(rec.id, offer.held_jobs, step)
+
+    def _release_ended(self, executor: ExecutorId, jobs: tuple[JobId, ...], step: _Step) -> None:
+        """Delete a reattached executor's files of jobs that ended while it was away.
+
+        Files of an unfinished job are released with the job; of a succeeded job
+        whose result is unread, all but the final stage's (which may hold the
+        result or stray attempts' files, released when the result is read).
+        """
+        for job_id in jobs:
+            job = self._jobs.get(job_id)
+            if job is not None:
+                job.ran_on.add(executor)
+                continue
+            done = self._finished.get(job_id)
+            release: tuple[StageId, ...] | None = None
+            if done is not None and done.unread:
+                if executor not in done.ran_on:
+                    done.ran_on = (*done.ran_on, executor)
+                if not done.intermediate:
+                    continue
+                release = done.intermediate
+            step.commands.append(ReleaseOutputs(step.cause, executor, job_id, release))
+
+    def _reattached(self, rec: ExecutorRecord, held: frozenset[str], step: _Step) -> None:
+        """An executor is back after a restart: outputs it no longer has are made again."""
         self._no_executor_since = None
         for job in list(self._jobs.values()):
             problem: str | None = None
@@ -551,7 +678,7 @@ class SchedulerState:
                     for t in stage.tasks
                     if isinstance(t.state, Done)
                     and t.state.executor == rec.id
-                    and any(o.path not in event.held for o in t.state.outputs)
+                    and any(o.path not in held for o in t.state.outputs)
                 ]
                 for task in gone:
                     task.state = PENDING
@@ -588,8 +715,23 @@ class SchedulerState:
             else:
                 detail = f"no heartbeat for {silent:.1f} s (the timeout is {timeout:g} s)"
             losses.append(_Loss(executor, LossReason.HEARTBEAT_TIMEOUT, detail))
+        connect = self.limits.connect_timeout_s
+        for executor in self._executors.connect_timed_out(step.now, connect):
+            step.commands.append(
+                DeclareExecutorLost(step.cause, executor, LossReason.CONNECTION_LOST)
+            )
+            detail = f"registered but opened no command stream in {connect:g} s"
+            self._executors.mark_lost(executor, LossReason.CONNECTION_LOST, detail, step.now)
         if losses:
             self._lose(losses, step)
+        ttl = self.limits.result_ttl_s
+        expired = [
+            j
+            for j, f in self._finished.items()
+            if f.unread and f.view.finished is not None and step.now - f.view.finished > ttl
+        ]
+        for job_id in expired:
+            self._release_result(job_id, step)
         if self._executors.any_live():
             return
         grace = self.limits.no_executor_grace_s
@@ -611,18 +753,20 @@ class SchedulerState:
     def _complete_drains(self, step: _Step) -> None:
         """Let go of draining executors that have nothing left to do.
 
-        Nothing left means no running attempt and no finished output that an
-        unfinished job still needs (see ``JobRecord.needs_outputs_of``). Losing
-        such an executor recomputes nothing; the shell then closes its stream and
-        the executor exits. Results of succeeded jobs are not the state machine's
-        business: the shell keeps the stream open until the client has read them.
+        Nothing left means no running attempt, no finished output that an
+        unfinished job still needs (see ``JobRecord.needs_outputs_of``) and no
+        result a client has not read yet (closing its stream would end the
+        process, and with it the result). Losing such an executor recomputes
+        nothing; the shell then closes its stream and the executor exits.
         """
-        done = [
-            rec.id
-            for rec in self._executors.draining()
-            if not rec.running
-            and not any(job.needs_outputs_of(rec.id) for job in self._jobs.values())
-        ]
+        done = []
+        for rec in self._executors.draining():
+            if rec.running or any(job.needs_outputs_of(rec.id) for job in self._jobs.values()):
+                continue
+            if any(f.holds_result(rec.id) for f in self._finished.values()):
+                rec.detail = "drained; it serves results not read yet"
+                continue
+            done.append(rec.id)
         for executor in done:
             step.commands.append(DeclareExecutorLost(step.cause, executor, LossReason.DRAINED))
         if done:
@@ -651,6 +795,7 @@ class SchedulerState:
                         return
                     attempt = task.next_attempt()
                     task.state = Running(attempt, executor.id)
+                    job.ran_on.add(executor.id)
                     self._executors.start(executor.id, attempt)
                     job.state = JobState.RUNNING
                     step.commands.append(

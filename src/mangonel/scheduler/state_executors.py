@@ -4,22 +4,29 @@ Owns which executors exist, their liveness and their slots. It makes no
 decisions about tasks: ``SchedulerState`` asks it who is free and tells it what
 runs where. Pure data, no clock: every time arrives as an argument.
 
-An executor's life (an id is never reused: a restarted process registers anew)::
+An executor's life, the only one the scheduler keeps (an id is never reused:
+a restarted process registers anew, under a fresh id)::
 
-                 ExecutorRegistered
-                        │
-                        ▼
-                     ALIVE ──── ExecutorDraining ────▶ DRAINING
-                        │                                  │
-                        │ ExecutorLost, heartbeat timeout, │
-                        │ FetchFailed naming it            │
-                        ▼                                  │
-                      LOST ◀───────────────────────────────┘
+      ExecutorRegistered
+              │
+              ▼
+         CONNECTING ── no stream within Limits.connect_timeout_s (Tick) ──┐
+              │                                                           │
+              │ ExecutorConnected                                         │
+              ▼                                                           ▼
+            ALIVE ──── ExecutorDraining ────▶ DRAINING ─── nothing to ──▶ LOST
+              │                                  │         run, hold or
+              │ ExecutorLost, heartbeat timeout, │         serve (unread
+              │ FetchFailed naming it            │         results read)
+              ▼                                  ▼
+            LOST ◀───────────────────────────────┘ (its stream closed: DRAINED)
 
 After a scheduler restart, every ALIVE or DRAINING executor of the stored
 state is *awaiting* (``ExecutorRecord.awaiting``): it keeps its state and its
-outputs count as held, but it takes no task until ``ExecutorReattached``; one
-that does not reattach times out like a silent executor.
+outputs count as held, but it takes no task until it reattaches: an
+``ExecutorRegistered`` asking to ``resume`` its id is accepted (``resuming``
+holds what it offered) and the ``ExecutorConnected`` that follows reattaches
+it. One that does not reattach times out like a silent executor.
 
 LOST is final. Lost executors are kept in a bounded history for the status
 views only; the registry forgets the oldest, and a forgotten id reads as unknown,
@@ -31,10 +38,21 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
-from mangonel.ids import ExecutorId, TaskAttemptId
+from mangonel.ids import ExecutorId, JobId, TaskAttemptId
 from mangonel.scheduler.events import LossReason
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView
 from mangonel.task import ExecutorInfo
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What an awaiting executor offered when it asked to resume its id."""
+
+    info: ExecutorInfo
+    held: frozenset[str]
+    """Paths of the output files it still has."""
+    held_jobs: tuple[JobId, ...]
+    """Jobs it has files of (those of jobs that ended meanwhile are released)."""
 
 
 @dataclass
@@ -53,6 +71,8 @@ class ExecutorRecord:
     awaiting: bool = False
     """Known from before a scheduler restart and not reattached yet: it takes
     no task, but its outputs count as held until it is given up on."""
+    resuming: Resume | None = None
+    """Set while awaiting, once its resume was accepted and until its stream opens."""
 
     @property
     def id(self) -> ExecutorId:
@@ -99,9 +119,10 @@ class RegistrySnapshot:
 
 
 class ExecutorRegistry:
-    """Alive and draining executors, plus a bounded history of lost ones."""
+    """Connecting, alive and draining executors, plus a bounded history of lost ones."""
 
     def __init__(self, keep_lost: int = 100) -> None:
+        self._connecting: dict[ExecutorId, ExecutorRecord] = {}
         self._live: dict[ExecutorId, ExecutorRecord] = {}
         self._lost: OrderedDict[ExecutorId, ExecutorRecord] = OrderedDict()
         self._keep_lost = keep_lost
@@ -134,34 +155,59 @@ class ExecutorRegistry:
         return [r for r in self._live.values() if r.state is ExecutorState.DRAINING]
 
     def views(self) -> list[ExecutorView]:
-        """Live executors in registration order, then lost ones in loss order."""
-        return [r.view() for r in self._live.values()] + [r.view() for r in self._lost.values()]
+        """Live executors in connection order, then connecting ones, then lost ones
+        in loss order."""
+        records = [*self._live.values(), *self._connecting.values(), *self._lost.values()]
+        return [r.view() for r in records]
+
+    def view(self, executor: ExecutorId) -> ExecutorView | None:
+        rec = self._live.get(executor) or self._connecting.get(executor)
+        rec = rec or self._lost.get(executor)
+        return rec.view() if rec is not None else None
 
     def timed_out(self, now: float, timeout_s: float) -> list[ExecutorId]:
         """Live executors not heard from for more than ``timeout_s``."""
         return [e for e, r in self._live.items() if now - r.last_heartbeat > timeout_s]
 
+    def connect_timed_out(self, now: float, timeout_s: float) -> list[ExecutorId]:
+        """Connecting executors registered (or heard from) more than ``timeout_s`` ago."""
+        return [e for e, r in self._connecting.items() if now - r.last_heartbeat > timeout_s]
+
     # ---------------------------------------------------------------- transitions
 
     def register(self, info: ExecutorInfo, now: float) -> bool:
-        """Add a new alive executor; ``False`` when the id is already known.
-
-        A known live id re-registering (a reconnect) only counts as a heartbeat;
-        a lost id stays lost, since a restarted process must use a fresh id.
-        """
-        if info.id in self._live:
-            self._live[info.id].last_heartbeat = now
+        """Add a new connecting executor; ``False`` when the id is already known
+        (a lost id stays lost: a restarted process must use a fresh id)."""
+        if info.id in self._live or info.id in self._connecting or info.id in self._lost:
             return False
-        if info.id in self._lost:
-            return False
-        self._seq += 1
-        self._live[info.id] = ExecutorRecord(
-            info=info, seq=self._seq, state=ExecutorState.ALIVE, since=now, last_heartbeat=now
+        self._connecting[info.id] = ExecutorRecord(
+            info=info, seq=0, state=ExecutorState.CONNECTING, since=now, last_heartbeat=now
         )
         return True
 
-    def heard_from(self, executor: ExecutorId, now: float) -> None:
+    def connected(self, executor: ExecutorId, now: float) -> ExecutorRecord | None:
+        """A connecting executor's stream opened: it is alive; ``None`` if it was
+        not connecting."""
+        rec = self._connecting.pop(executor, None)
+        if rec is None:
+            return None
+        # Ordered by connection: ties between idle executors are broken by it.
+        self._seq += 1
+        rec.seq, rec.state, rec.since, rec.last_heartbeat = self._seq, ExecutorState.ALIVE, now, now
+        self._live[executor] = rec
+        return rec
+
+    def resume(self, executor: ExecutorId, offer: Resume) -> bool:
+        """Accept an awaiting executor's resume (until its stream opens); ``False``
+        when it is not awaiting (lost, unknown, or reattached already)."""
         rec = self._live.get(executor)
+        if rec is None or not rec.awaiting:
+            return False
+        rec.resuming = offer
+        return True
+
+    def heard_from(self, executor: ExecutorId, now: float) -> None:
+        rec = self._live.get(executor) or self._connecting.get(executor)
         if rec is not None:
             rec.last_heartbeat = max(rec.last_heartbeat, now)
 
@@ -174,8 +220,9 @@ class ExecutorRegistry:
     def mark_lost(
         self, executor: ExecutorId, reason: LossReason, detail: str, now: float
     ) -> list[TaskAttemptId]:
-        """Move a live executor to the lost history; return what it was running."""
-        rec = self._live.pop(executor, None)
+        """Move a live or connecting executor to the lost history; return what it
+        was running."""
+        rec = self._live.pop(executor, None) or self._connecting.pop(executor, None)
         if rec is None:
             return []
         running = sorted(rec.running)
@@ -184,6 +231,7 @@ class ExecutorRegistry:
         rec.since = now
         rec.reason = reason
         rec.detail = detail
+        rec.awaiting, rec.resuming = False, None
         self._lost[executor] = rec
         while len(self._lost) > self._keep_lost:
             self._lost.popitem(last=False)
@@ -206,7 +254,9 @@ class ExecutorRegistry:
 
     def snapshot(self) -> RegistrySnapshot:
         def bare(rec: ExecutorRecord) -> ExecutorRecord:
-            return replace(rec, running=set(), last_heartbeat=0.0)
+            # A resume accepted but not connected is void after a restart: the
+            # executor's stream is refused and it asks to resume again.
+            return replace(rec, running=set(), last_heartbeat=0.0, resuming=None)
 
         return RegistrySnapshot(
             live=[bare(r) for r in self._live.values()],
@@ -228,13 +278,15 @@ class ExecutorRegistry:
             rec.detail = "waiting for it to reconnect after the scheduler restarted"
         return list(self._live.values())
 
-    def reattached(self, info: ExecutorInfo, now: float) -> ExecutorRecord | None:
-        """A waiting executor is back; ``None`` when it is not waiting (lost, unknown)."""
-        rec = self._live.get(info.id)
-        if rec is None or not rec.awaiting:
+    def reattached(self, executor: ExecutorId, now: float) -> tuple[ExecutorRecord, Resume] | None:
+        """A waiting executor whose resume was accepted opened its stream: it is
+        back; ``None`` when it was not waiting so."""
+        rec = self._live.get(executor)
+        if rec is None or not rec.awaiting or rec.resuming is None:
             return None
-        rec.awaiting = False
-        rec.info = info
+        offer = rec.resuming
+        rec.awaiting, rec.resuming = False, None
+        rec.info = offer.info
         rec.last_heartbeat = now
         rec.detail = ""
-        return rec
+        return rec, offer

@@ -5,6 +5,26 @@ which files a task reads (its ``TaskSpec``), which finished outputs were lost
 with an executor and must be made again. ``SchedulerState`` drives the
 transitions; nothing here emits commands.
 
+A job's life, the only one the scheduler keeps; an unfinished job is a
+``JobRecord``, a finished one a ``FinishedJob``, until it is forgotten::
+
+                       first LaunchTask
+      JobSubmitted ──▶ QUEUED ─────────▶ RUNNING
+                         │                 │ final stage complete
+                         │                 ├───────────────────────▶ SUCCEEDED, result unread
+                         │ CancelRequested │                              │ ResultRead, or
+                         ├──────────────▶ CANCELLED                       │ Limits.result_ttl_s
+                         │ query error,    │                              ▼ passed (Tick)
+                         │ attempts or     │                         SUCCEEDED, result read
+                         │ re-runs used up,│
+                         └ no executor ──▶ FAILED
+                           (invalid plan: at once)
+
+A finished job whose files are all released (failed, cancelled, or its result
+read) is *settled*: beyond ``keep_finished_jobs`` of them, the oldest are
+forgotten (``ForgetJob``). A result not read yet keeps its job, and keeps a
+draining executor that serves it.
+
 A task's life; each state is its own type holding only that state's data, so a
 running task always knows its executor and a done task always has outputs::
 
@@ -149,6 +169,30 @@ class JobProgress:
     submitted: float
     state: JobState
     stages: dict[StageId, StageProgress]
+    ran_on: tuple[ExecutorId, ...] = ()
+
+
+@dataclass
+class FinishedJob:
+    """A job after it finished, as long as it is listed (and as the store keeps it)."""
+
+    view: JobView
+    """Its last view, with the time it finished and its error."""
+    result: tuple[PartitionLocation, ...] = ()
+    """The final stage's outputs (succeeded jobs), in partition order."""
+    intermediate: tuple[StageId, ...] = ()
+    """Its stages but the final one (released when it succeeded)."""
+    ran_on: tuple[ExecutorId, ...] = ()
+    """Every executor given one of its attempts: where files of it may be."""
+    result_read: bool = False
+
+    @property
+    def unread(self) -> bool:
+        """It succeeded and its result files are still kept for the client."""
+        return self.view.state is JobState.SUCCEEDED and not self.result_read
+
+    def holds_result(self, executor: ExecutorId) -> bool:
+        return self.unread and any(loc.executor == executor for loc in self.result)
 
 
 # -------------------------------------------------------------------------- jobs
@@ -164,6 +208,8 @@ class JobRecord:
     stages: dict[StageId, StageRecord]
     """In the plan's (topological) order."""
     state: JobState = JobState.QUEUED
+    ran_on: set[ExecutorId] = field(default_factory=set)
+    """Every executor given an attempt of it (superseded ones leave files too)."""
 
     @classmethod
     def create(cls, job: JobId, plan: DistributedPlan, now: float) -> JobRecord:
@@ -178,6 +224,7 @@ class JobRecord:
         """The record ``progress`` was taken from (``progress()``), given its plan."""
         job = cls.create(progress.id, plan, progress.submitted)
         job.state = progress.state
+        job.ran_on = set(progress.ran_on)
         for sid, stored in progress.stages.items():
             rec = job.stages.get(sid)
             if rec is None or len(stored.tasks) != len(rec.tasks):
@@ -194,6 +241,7 @@ class JobRecord:
             submitted=self.submitted,
             state=self.state,
             stages={sid: StageProgress(rec.reruns, rec.tasks) for sid, rec in self.stages.items()},
+            ran_on=tuple(sorted(self.ran_on)),
         )
 
     def task(self, task: TaskId) -> TaskRecord | None:

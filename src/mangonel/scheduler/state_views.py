@@ -15,18 +15,21 @@ from mangonel.scheduler.events import LossReason
 
 
 class ExecutorState(enum.Enum):
-    """Where an executor is in its life, as the scheduler sees it."""
+    """Where an executor is in its life (drawn in ``state_executors``)."""
 
+    CONNECTING = "connecting"
+    """Registered; its command stream is not open yet, so it takes no task."""
     ALIVE = "alive"
     """Registered, heartbeating and taking tasks."""
     DRAINING = "draining"
-    """Still serving its outputs and finishing its tasks, but given no new ones."""
+    """Still serving its outputs (and unread results) and finishing its tasks,
+    but given no new ones."""
     LOST = "lost"
     """Gone: its tasks were re-queued and the outputs still needed recomputed."""
 
 
 class JobState(enum.Enum):
-    """Where a job is in its life."""
+    """Where a job is in its life (drawn in ``state_jobs``)."""
 
     QUEUED = "queued"
     """Submitted; no task launched yet (no free slot, or no executor)."""

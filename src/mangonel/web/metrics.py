@@ -38,7 +38,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from mangonel.scheduler.core import SchedulerCore
-from mangonel.scheduler.registry import ExecutorPhase
+from mangonel.scheduler.state_views import ExecutorState
 from mangonel.scheduler.telemetry import JOB_SECONDS_BUCKETS, AttemptOutcome
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -55,9 +55,9 @@ class SchedulerCollector(Collector):
         executors = GaugeMetricFamily(
             "mangonel_executors", "Executors the scheduler lists, by state", labels=["state"]
         )
-        counts = {p.value: 0 for p in ExecutorPhase}
+        counts = {p.value: 0 for p in ExecutorState}
         for entry in core.executors():
-            counts[entry.phase.value] += 1
+            counts[entry.view.state.value] += 1
         for state, n in counts.items():
             executors.add_metric([state], n)
         yield executors
@@ -68,7 +68,7 @@ class SchedulerCollector(Collector):
         pending = running = done = 0
         for record in core.jobs():
             with record.changed:
-                if record.phase.finished:
+                if record.state.finished:
                     continue
                 for v in record.stage_views():
                     pending += v.pending

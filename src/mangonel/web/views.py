@@ -10,8 +10,8 @@ from collections import Counter
 
 from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.scheduler.core import SchedulerCore
-from mangonel.scheduler.jobs import JobPhase, JobRecord
-from mangonel.scheduler.registry import ExecutorEntry
+from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.registry import ExecutorListing
 from mangonel.scheduler.state_views import StageView
 from mangonel.scheduler.telemetry import AttemptOutcome, AttemptRecord
 from mangonel.task import OutputKind
@@ -26,42 +26,35 @@ from mangonel.web.models import (
 )
 
 
-def executor_model(entry: ExecutorEntry, running: int, held: int, now: float) -> ExecutorModel:
-    info = entry.info
+def executor_model(entry: ExecutorListing, held: int, now: float) -> ExecutorModel:
+    view = entry.view
     return ExecutorModel(
-        id=info.id,
-        state=entry.phase.value,
-        since=entry.since,
-        reason=entry.reason.value if entry.reason else "",
-        detail=entry.detail,
-        host=info.host,
-        flight_address=info.flight_address,
+        id=view.id,
+        state=view.state.value,
+        since=view.since,
+        reason=view.reason.value if view.reason else "",
+        detail=view.detail,
+        host=view.host,
+        flight_address=view.flight_address,
         pid=entry.pid,
-        slots=info.slots,
-        running_tasks=running if entry.usable else 0,
-        heartbeat_age_s=max(0.0, now - entry.last_heard) if entry.usable else 0.0,
+        slots=view.slots,
+        running_tasks=view.running if entry.usable else 0,
+        heartbeat_age_s=max(0.0, now - view.last_heartbeat) if entry.usable else 0.0,
         shuffle_bytes_held=held if entry.usable else 0,
     )
 
 
 def executors(core: SchedulerCore) -> list[ExecutorModel]:
     """Every executor the scheduler lists: alive and draining first, then lost, newest first."""
-    running = core.running_tasks()
     held = core.telemetry.held_bytes()
     now = core.now()
     order = {"alive": 0, "draining": 1, "connecting": 2, "lost": 3}
-    models = [
-        executor_model(e, running.get(e.id, 0), held.get(e.id, 0), now) for e in core.executors()
-    ]
+    models = [executor_model(e, held.get(e.id, 0), now) for e in core.executors()]
     return sorted(models, key=lambda m: (order.get(m.state, 4), -m.since))
 
 
 def job_state(record: JobRecord) -> str:
-    if record.phase is not JobPhase.RUNNING:
-        return str(record.phase.value)
-    if record.view is not None:
-        return str(record.view.state.value)
-    return "queued"
+    return str(record.state.value)
 
 
 def output_text(stage: Stage) -> str:
@@ -199,15 +192,14 @@ def job_detail(core: SchedulerCore, record: JobRecord) -> JobDetail:
 
 def cluster(core: SchedulerCore, scheduler_address: str) -> ClusterModel:
     entries = core.executors()
-    running = core.running_tasks()
     by_state = Counter({"alive": 0, "draining": 0, "lost": 0})
-    by_state.update(e.phase.value for e in entries)
+    by_state.update(e.view.state.value for e in entries)
     jobs_by_state = Counter({"running": 0, "succeeded": 0, "failed": 0, "cancelled": 0})
     jobs_by_state.update(job_state(r) for r in core.jobs())
     return ClusterModel(
         scheduler_address=scheduler_address,
         executors=dict(by_state),
         jobs=dict(jobs_by_state),
-        slots=sum(e.info.slots for e in entries if e.usable),
-        running_tasks=sum(running.get(e.id, 0) for e in entries if e.usable),
+        slots=sum(e.view.slots for e in entries if e.usable),
+        running_tasks=sum(e.view.running for e in entries if e.usable),
     )

@@ -1,8 +1,11 @@
 """Crash points: rules in a JSON file make the scheduler kill itself at a chosen moment.
 
 For crash tests only (``mangonel scheduler --crash-file PATH``, a hidden
-option). A test needs the scheduler to die at the same point of a query on
-every run, so a rule names *what* to die after, and *when* relative to the
+option). ``CrashPoints`` implements the shell's ``scheduler.hooks.EventHook``;
+``scheduler.main`` wires it in only when that option is given.
+
+A test needs the scheduler to die at the same point of a query on every run,
+so a rule names *what* to die after, and *when* relative to the
 store::
 
     event handled by the state machine
@@ -77,7 +80,7 @@ def parse_rules(data: object) -> list[CrashRule]:
 
 
 class CrashPoints:
-    """Checks each persisted event against the rules of one file.
+    """Checks each persisted event against the rules of one file (an ``EventHook``).
 
     Args:
         path: The rules file (it need not exist).
