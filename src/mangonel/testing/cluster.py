@@ -53,7 +53,7 @@ from typing import Any
 from mangonel.client.session import Session
 from mangonel.client.status import ExecutorState
 from mangonel.errors import ClusterError, MangonelError
-from mangonel.executor.faults import write_rules
+from mangonel.testing.faults import write_rules
 
 _LOG_TAIL_BYTES = 4000
 _POLL_S = 0.02
