@@ -6,11 +6,7 @@ tasks and compares the actions with what the shell must do.
 
 from __future__ import annotations
 
-from mangonel.executor.state import (
-    BACKOFF_MAX_S,
-    BACKOFF_START_S,
-    CancelledQueued,
-    CancelledRunning,
+from mangonel.executor.events import (
     CancelRequested,
     CancelStream,
     ClaimHome,
@@ -22,23 +18,19 @@ from mangonel.executor.state import (
     DeleteOutputs,
     DrainRequested,
     DrainUndelivered,
-    ExecutorState,
     Exit,
     Failed,
     HeartbeatRefused,
     HomeClaimed,
     HomeClaimFailed,
     InterruptTask,
-    LifeState,
     OutputsReleased,
-    Queued,
     QueueTask,
     Register,
     Registered,
     RegistrationFailed,
     ReportCompleted,
     ReportFailed,
-    Running,
     ServiceStarted,
     SlotsClosed,
     SlotTaken,
@@ -52,6 +44,16 @@ from mangonel.executor.state import (
     TellDrain,
     Wait,
     WaitEnded,
+)
+from mangonel.executor.state import (
+    BACKOFF_MAX_S,
+    BACKOFF_START_S,
+    CancelledQueued,
+    CancelledRunning,
+    ExecutorState,
+    LifeState,
+    Queued,
+    Running,
 )
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import (

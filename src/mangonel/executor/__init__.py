@@ -10,7 +10,7 @@ Modules, from the data path outwards:
 * ``workdir``: ``WorkRoot``, the executor's locked directories and the sweep of
   directories whose owner died.
 * ``hooks``: ``TaskHooks``, the test hooks on a task's path, and the no-op default
-  (chaos tests plug in ``mangonel.testing.faults.FaultInjector``).
+  (chaos tests plug in ``testing.faults.FaultInjector``).
 * ``link``: ``SchedulerLink`` protocol and its gRPC implementation.
 * ``state``: ``ExecutorState``, the pure state machine of lives and tasks
   (``handle(event) -> actions``): every decision of the control loop.

@@ -8,10 +8,10 @@
 
 ``outputs_written`` and both ``task_finished`` calls happen only for an attempt
 that completed. In production the hooks do nothing (``NoHooks``); chaos tests
-give the executor ``mangonel.testing.faults.FaultInjector``, which kills,
-freezes or fails the task, or damages its files, at these points. Only the
-composition root (``executor.main``) builds that one; no executor module
-imports ``mangonel.testing``.
+give the executor ``testing.faults.FaultInjector``, which kills, freezes or
+fails the task, or damages its files, at these points. Only the composition
+root (``executor.main``) builds that one; no other executor module imports
+the testing package.
 """
 
 from __future__ import annotations

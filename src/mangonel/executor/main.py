@@ -58,7 +58,7 @@ def task_hooks(config: ExecutorConfig) -> TaskHooks:
     if config.faults_file is None:
         return NO_HOOKS
     # The composition root: the one place production code reaches into
-    # ``mangonel.testing``, and only for an executor started with --faults-file.
+    # the testing package, and only for an executor started with --faults-file.
     from mangonel.testing.faults import FaultInjector
 
     label = str(config.index) if config.index is not None else ""

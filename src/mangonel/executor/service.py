@@ -38,13 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from mangonel.executor.config import ExecutorConfig
-from mangonel.executor.failures import TaskCancelledError, TaskFailedError, classify
-from mangonel.executor.flight import ShuffleFlightServer
-from mangonel.executor.hooks import NO_HOOKS, TaskHooks
-from mangonel.executor.link import CommandStream, ExecutorCommand, Registration, SchedulerLink
-from mangonel.executor.runner import TaskRunner
-from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
-from mangonel.executor.state import (
+from mangonel.executor.events import (
     Action,
     CancelRequested,
     CancelStream,
@@ -58,7 +52,6 @@ from mangonel.executor.state import (
     DrainRequested,
     DrainUndelivered,
     Event,
-    ExecutorState,
     Exit,
     Failed,
     HeartbeatRefused,
@@ -86,6 +79,15 @@ from mangonel.executor.state import (
     TellDrain,
     Wait,
     WaitEnded,
+)
+from mangonel.executor.failures import TaskCancelledError, TaskFailedError, classify
+from mangonel.executor.flight import ShuffleFlightServer
+from mangonel.executor.hooks import NO_HOOKS, TaskHooks
+from mangonel.executor.link import CommandStream, ExecutorCommand, Registration, SchedulerLink
+from mangonel.executor.runner import TaskRunner
+from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
+from mangonel.executor.state import (
+    ExecutorState,
 )
 from mangonel.executor.workdir import OwnedDir, WorkRoot
 from mangonel.ids import ExecutorId

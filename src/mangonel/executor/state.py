@@ -4,8 +4,9 @@
 through ``handle(event) -> list[Action]``, like the scheduler's
 ``SchedulerState``. No threads, sockets, files, DuckDB or clock: the I/O shell
 (``executor.service``) feeds it events under its lock and carries out the
-actions, in order. Events are named in the past tense, actions in the
-imperative; both name the life (``executor``) and, for a task, the attempt.
+actions, in order. Events (past tense) and actions (imperative) are defined in
+``executor.events``; both name the life (``executor``) and, for a task, the
+attempt.
 
 >>> from mangonel.ids import ExecutorId
 >>> state = ExecutorState()
@@ -18,24 +19,26 @@ imperative; both name the life (``executor``) and, for a task, the attempt.
 id, a locked directory ``<work root>/<id>/`` for its shuffle files (its
 *home*), and the tasks the scheduler gave it::
 
-    ServiceStarted / WaitEnded: Register(resume=the DETACHED life, if any)
-      │
-      │ Registered(new id)           HomeClaimFailed: forgotten, Wait, Register anew
-      ▼                                ▲
-    CLAIMING ──ClaimHome──────────────┤
-      │ HomeClaimed                      Registered(resumed, same id): same id,
-      ▼                                  same files, a new stream
-    CONNECTING ◀───────────────────────────────────────────────┐
-      │ Connected            ConnectFailed                   │
-      ▼                          │                           │
-    SERVING ──StreamEnded─▶ DETACHED ──Wait, Register(resume)─┘
-      │      (its tasks         │
-      │       cancelled)        │ Registered(other id): the scheduler counted
-      │                         │ it as lost (a restarted one would take it back)
-      │ StreamEnded             ▼
-      │ while draining ──────▶ ENDING ──its last task stopped──▶ DeleteLifeDir
-      ▼                      (no task left: at once)
-    Exit (the service returns; drained executors never register again)
+    Register(resume=None)
+      │ Registered(new id)
+      ▼
+    CLAIMING ──HomeClaimFailed──▶ forgotten (it has no files); Wait, Register(resume=None)
+      │ HomeClaimed
+      ▼
+    CONNECTING ◀──── Registered(resumed, same id): same id, same files, new stream ◀─┐
+      │ Connected                   ConnectFailed                                     │
+      ▼                                  │                                            │
+    SERVING ──StreamEnded────────────▶ DETACHED ──Wait, Register(resume=its id)───────┘
+      │       (its tasks cancelled)      │
+      │                                  │ Registered(another id): it was counted as
+      │                                  │ lost; the new id begins a life at CLAIMING
+      │ StreamEnded while draining       ▼
+      └────────────────────────────▶ ENDING ──its last task stopped (or none)──▶ DeleteLifeDir
+         Exit: a drained executor
+         never registers again
+
+A stop (``StopRequested``) cancels every task and ends the stream; the life
+stays DETACHED, the service exits, and ``SlotsClosed`` deletes every life left.
 
 **Tasks.** Each task attempt has one state, held by its life::
 
@@ -81,8 +84,48 @@ import enum
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from mangonel.executor.events import (
+    Action,
+    CancelRequested,
+    CancelStream,
+    ClaimHome,
+    Completed,
+    Connect,
+    Connected,
+    ConnectFailed,
+    DeleteLifeDir,
+    DeleteOutputs,
+    DrainRequested,
+    DrainUndelivered,
+    Event,
+    Exit,
+    Failed,
+    HeartbeatRefused,
+    HomeClaimed,
+    HomeClaimFailed,
+    InterruptTask,
+    OutputsReleased,
+    QueueTask,
+    Register,
+    Registered,
+    RegistrationFailed,
+    ReportCompleted,
+    ReportFailed,
+    ServiceStarted,
+    SlotsClosed,
+    SlotTaken,
+    StartTask,
+    Stop,
+    Stopped,
+    StopRequested,
+    StreamEnded,
+    TaskFinished,
+    TaskLaunched,
+    TellDrain,
+    Wait,
+    WaitEnded,
+)
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
-from mangonel.task import PartitionOutput, TaskFailure, TaskSpec
 
 BACKOFF_START_S = 0.1
 BACKOFF_MAX_S = 1.0
@@ -90,321 +133,6 @@ BACKOFF_MAX_S = 1.0
 
 _REMEMBER_RELEASED_JOBS = 1000
 """Released jobs remembered per life, for attempts that end after the release."""
-
-
-# ---------------------------------------------------------------------- events
-
-
-@dataclass(frozen=True)
-class ServiceStarted:
-    """The service is up (Flight server, slots): time to register."""
-
-
-@dataclass(frozen=True)
-class Registered:
-    """The scheduler answered a ``Register``: this life's id."""
-
-    executor: ExecutorId
-    resumed: bool
-    """It took back the life that asked to resume, files and all."""
-
-
-@dataclass(frozen=True)
-class RegistrationFailed:
-    """The scheduler could not be reached (or refused); ``Register`` failed."""
-
-
-@dataclass(frozen=True)
-class HomeClaimed:
-    """The new life's directory is ours (``ClaimHome`` done)."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class HomeClaimFailed:
-    """``ClaimHome`` failed: the life cannot keep files, so it is given up."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class Connected:
-    """The life's command stream is open."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class ConnectFailed:
-    """``Connect`` could not open the stream."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class StreamEnded:
-    """The life's command stream ended: broken, cancelled here, or closed by the scheduler."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class WaitEnded:
-    """A ``Wait`` is over (or was cut short by a stop)."""
-
-
-@dataclass(frozen=True)
-class TaskLaunched:
-    """Order ``LaunchTask`` arrived on the stream of life ``executor``."""
-
-    executor: ExecutorId
-    spec: TaskSpec
-
-
-@dataclass(frozen=True)
-class CancelRequested:
-    """Order ``CancelTask`` arrived on the stream of life ``executor``."""
-
-    executor: ExecutorId
-    attempt: TaskAttemptId
-
-
-@dataclass(frozen=True)
-class OutputsReleased:
-    """Order ``ReleaseOutputs`` arrived: ``stages`` of ``job`` (all when ``None``)."""
-
-    executor: ExecutorId
-    job: JobId
-    stages: tuple[StageId, ...] | None
-
-
-@dataclass(frozen=True)
-class SlotTaken:
-    """A task thread holding slot ``slot`` picked up a queued attempt."""
-
-    attempt: TaskAttemptId
-    slot: int
-
-
-@dataclass(frozen=True)
-class Completed:
-    """The attempt wrote and committed these output files."""
-
-    outputs: tuple[PartitionOutput, ...]
-
-
-@dataclass(frozen=True)
-class Failed:
-    """The attempt failed; ``failure`` says why (typed)."""
-
-    failure: TaskFailure
-
-
-@dataclass(frozen=True)
-class Stopped:
-    """The attempt stopped because it was cancelled."""
-
-
-TaskOutcome = Completed | Failed | Stopped
-
-
-@dataclass(frozen=True)
-class TaskFinished:
-    """A started attempt ended on its slot; ``elapsed_s`` measured by the shell."""
-
-    attempt: TaskAttemptId
-    outcome: TaskOutcome
-    elapsed_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class DrainRequested:
-    """This executor is to leave the cluster gracefully (SIGTERM)."""
-
-
-@dataclass(frozen=True)
-class DrainUndelivered:
-    """``TellDrain`` failed: the scheduler cannot be told."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class StopRequested:
-    """Stop now: end the stream, cancel every task, do not register again."""
-
-
-@dataclass(frozen=True)
-class HeartbeatRefused:
-    """The scheduler answered a heartbeat of ``executor``: unknown executor."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class SlotsClosed:
-    """The task threads are shut down: nothing runs, nothing queued will start."""
-
-
-Event = (
-    ServiceStarted
-    | Registered
-    | RegistrationFailed
-    | HomeClaimed
-    | HomeClaimFailed
-    | Connected
-    | ConnectFailed
-    | StreamEnded
-    | WaitEnded
-    | TaskLaunched
-    | CancelRequested
-    | OutputsReleased
-    | SlotTaken
-    | TaskFinished
-    | DrainRequested
-    | DrainUndelivered
-    | StopRequested
-    | HeartbeatRefused
-    | SlotsClosed
-)
-
-
-# --------------------------------------------------------------------- actions
-
-
-@dataclass(frozen=True)
-class Register:
-    """Register with the scheduler; with ``resume``, ask to go on with that life.
-
-    The shell adds the outputs that life still holds (read from its home).
-    Answer with ``Registered`` or ``RegistrationFailed``.
-    """
-
-    resume: ExecutorId | None
-
-
-@dataclass(frozen=True)
-class ClaimHome:
-    """Claim ``<work root>/<executor>``; answer ``HomeClaimed`` / ``HomeClaimFailed``."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class Connect:
-    """Open the life's stream: ``Connected`` or ``ConnectFailed``, then its orders
-    (``TaskLaunched``, ``CancelRequested``, ``OutputsReleased``), then ``StreamEnded``."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Back off for ``delay_s`` (cut short by a stop), then ``WaitEnded``."""
-
-    delay_s: float
-
-
-@dataclass(frozen=True)
-class Exit:
-    """The control loop returns: stopped, or drained."""
-
-
-@dataclass(frozen=True)
-class CancelStream:
-    """End the stream of ``executor`` from this side (``StreamEnded`` follows)."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class QueueTask:
-    """Hand the attempt to the task threads; one sends ``SlotTaken`` when it has a slot."""
-
-    executor: ExecutorId
-    spec: TaskSpec
-
-
-@dataclass(frozen=True)
-class StartTask:
-    """Run the attempt on ``slot`` (the thread that sent ``SlotTaken``), then ``TaskFinished``."""
-
-    executor: ExecutorId
-    attempt: TaskAttemptId
-    slot: int
-
-
-@dataclass(frozen=True)
-class InterruptTask:
-    """Cancel the attempt running on ``slot`` (its runner raises ``TaskCancelledError``)."""
-
-    executor: ExecutorId
-    attempt: TaskAttemptId
-    slot: int
-
-
-@dataclass(frozen=True)
-class ReportCompleted:
-    executor: ExecutorId
-    attempt: TaskAttemptId
-    outputs: tuple[PartitionOutput, ...]
-    elapsed_s: float
-
-
-@dataclass(frozen=True)
-class ReportFailed:
-    executor: ExecutorId
-    attempt: TaskAttemptId
-    failure: TaskFailure
-    elapsed_s: float
-
-
-@dataclass(frozen=True)
-class DeleteOutputs:
-    """Delete the life's files of ``stages`` of ``job`` (all its stages when ``None``)."""
-
-    executor: ExecutorId
-    job: JobId
-    stages: tuple[StageId, ...] | None
-
-
-@dataclass(frozen=True)
-class DeleteLifeDir:
-    """Delete the life's home and forget its outputs: the life is over."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class TellDrain:
-    """Tell the scheduler that ``executor`` leaves; ``DrainUndelivered`` if it cannot."""
-
-    executor: ExecutorId
-
-
-@dataclass(frozen=True)
-class Stop:
-    """Stop the service now (the shell's ``stop()``, which sends ``StopRequested``)."""
-
-
-Action = (
-    Register
-    | ClaimHome
-    | Connect
-    | Wait
-    | Exit
-    | CancelStream
-    | QueueTask
-    | StartTask
-    | InterruptTask
-    | ReportCompleted
-    | ReportFailed
-    | DeleteOutputs
-    | DeleteLifeDir
-    | TellDrain
-    | Stop
-)
 
 
 # ---------------------------------------------------------------------- states
@@ -731,54 +459,4 @@ class ExecutorState:
         return None
 
 
-__all__ = [
-    "BACKOFF_MAX_S",
-    "BACKOFF_START_S",
-    "Action",
-    "CancelRequested",
-    "CancelStream",
-    "CancelledQueued",
-    "CancelledRunning",
-    "ClaimHome",
-    "Completed",
-    "Connect",
-    "ConnectFailed",
-    "Connected",
-    "DeleteLifeDir",
-    "DeleteOutputs",
-    "DrainRequested",
-    "DrainUndelivered",
-    "Event",
-    "ExecutorState",
-    "Exit",
-    "Failed",
-    "HeartbeatRefused",
-    "HomeClaimFailed",
-    "HomeClaimed",
-    "InterruptTask",
-    "LifeState",
-    "OutputsReleased",
-    "QueueTask",
-    "Queued",
-    "Register",
-    "Registered",
-    "RegistrationFailed",
-    "ReportCompleted",
-    "ReportFailed",
-    "Running",
-    "ServiceStarted",
-    "SlotTaken",
-    "SlotsClosed",
-    "StartTask",
-    "Stop",
-    "StopRequested",
-    "Stopped",
-    "StreamEnded",
-    "TaskFinished",
-    "TaskLaunched",
-    "TaskOutcome",
-    "TaskState",
-    "TellDrain",
-    "Wait",
-    "WaitEnded",
-]
+__all__ = ["BACKOFF_MAX_S", "BACKOFF_START_S", "ExecutorState", "LifeState", "TaskState"]
