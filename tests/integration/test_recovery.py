@@ -2,7 +2,7 @@
 
 Each test starts its own small ``TestCluster`` (faults change processes, so
 clusters are not shared), hits it with a deterministic fault from the
-executors' fault rules (``mangonel.executor.faults``) or a signal, and checks
+executors' fault rules (``mangonel.testing.faults``) or a signal, and checks
 the answer against single-process DuckDB plus what the scheduler says about
 what happened (who was lost, why, what ran again).
 

@@ -1,4 +1,4 @@
-"""The fault-injection rules (``executor.faults``): parsing, matching, firing once.
+"""The fault-injection rules (``testing.faults``): parsing, matching, firing once.
 
 Signals are recorded by a fake ``signal_self`` instead of being sent, so a kill
 rule can be tested without killing pytest. Files are real.
@@ -16,10 +16,10 @@ import pyarrow as pa
 import pytest
 
 from mangonel.executor.failures import TaskFailedError
-from mangonel.executor.faults import FaultFileError, FaultInjector, parse_rules, write_rules
 from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter, file_checksum
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import ExecutionError, FetchProblem, PartitionLocation, PartitionOutput
+from mangonel.testing.faults import FaultFileError, FaultInjector, parse_rules, write_rules
 
 
 def att(stage: int, partition: int = 0, attempt: int = 0, job: str = "j1") -> TaskAttemptId:

@@ -14,7 +14,6 @@ import pytest
 
 from mangonel.errors import ClusterError
 from mangonel.executor.config import ExecutorConfig
-from mangonel.executor.faults import write_rules
 from mangonel.executor.link import ExecutorCommand, Registered, Registration
 from mangonel.executor.main import start_executor, stop_executor
 from mangonel.executor.service import ExecutorService
@@ -31,6 +30,7 @@ from mangonel.task import (
     TaskFailure,
     TaskSpec,
 )
+from mangonel.testing.faults import write_rules
 
 SINGLE = OutputSpec(OutputKind.SINGLE)
 SLOW_SQL = "SELECT count(*) AS n FROM range(100000000000)"

@@ -9,9 +9,12 @@ Modules, from the data path outwards:
 * ``failures``: ``TaskFailedError`` carrying the typed ``TaskFailure``.
 * ``workdir``: ``WorkRoot``, the executor's locked directories and the sweep of
   directories whose owner died.
-* ``faults``: ``FaultInjector``, the fault-injection rules of chaos tests.
+* ``hooks``: ``TaskHooks``, the test hooks on a task's path, and the no-op default
+  (chaos tests plug in ``testing.faults.FaultInjector``).
 * ``link``: ``SchedulerLink`` protocol and its gRPC implementation.
-* ``service``: ``ExecutorService``, the control loop (register, commands,
-  heartbeats, lives, drain).
+* ``state``: ``ExecutorState``, the pure state machine of lives and tasks
+  (``handle(event) -> actions``): every decision of the control loop.
+* ``service``: ``ExecutorService``, the I/O shell that feeds it events and
+  carries out its actions (register, stream, task slots, heartbeats, drain).
 * ``config`` / ``main``: ``ExecutorConfig``, ``run_executor``, the command line.
 """

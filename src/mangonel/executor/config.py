@@ -64,8 +64,8 @@ class ExecutorConfig:
             this long; then it exits anyway.
         cleanup_interval_s: How often the work root is swept for directories
             of dead executors (also done at start).
-        faults_file: JSON fault-injection rules for tests (``executor.faults``);
-            ``None`` injects nothing.
+        faults_file: JSON fault-injection rules for tests (``testing.faults``,
+            loaded by ``executor.main`` only when set); ``None`` injects nothing.
         index: The executor's number in a ``LocalCluster``; only names it in
             logs and injected faults.
     """

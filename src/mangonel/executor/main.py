@@ -19,6 +19,7 @@ import threading
 import time
 
 from mangonel.executor.config import ExecutorConfig
+from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import GrpcSchedulerLink, SchedulerLink
 from mangonel.executor.runner import keep_batch_memory
 from mangonel.executor.service import ExecutorService
@@ -44,11 +45,24 @@ def start_executor(
         ``stop_executor``.
     """
     keep_batch_memory()
-    service = ExecutorService(config, link or GrpcSchedulerLink(config.scheduler_address))
+    link = link or GrpcSchedulerLink(config.scheduler_address)
+    service = ExecutorService(config, link, task_hooks(config))
     service.start()
     thread = threading.Thread(target=service.serve, name="executor-control", daemon=True)
     thread.start()
     return service, thread
+
+
+def task_hooks(config: ExecutorConfig) -> TaskHooks:
+    """The hooks on every task: fault injection with ``config.faults_file``, else none."""
+    if config.faults_file is None:
+        return NO_HOOKS
+    # The composition root: the one place production code reaches into
+    # the testing package, and only for an executor started with --faults-file.
+    from mangonel.testing.faults import FaultInjector
+
+    label = str(config.index) if config.index is not None else ""
+    return FaultInjector(config.faults_file, label)
 
 
 def stop_executor(

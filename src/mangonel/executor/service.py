@@ -1,46 +1,29 @@
-"""The executor's control loop: register, take commands, run tasks, report, drain.
+"""The executor's I/O shell: sockets, threads, DuckDB slots and files around ``ExecutorState``.
 
-One ``ExecutorService`` is one executor process. Each registration with the
-scheduler begins a *life*: an executor id, a locked directory
-``<work root>/<executor id>/`` for that life's shuffle files, and the tasks the
-scheduler gave it::
+One ``ExecutorService`` is one executor process. Every decision (which life a
+registration continues, what a cancel hits, whether a finished attempt is
+reported, when a life's files go, whether a drained executor registers again)
+is made by the pure state machine ``executor.state.ExecutorState``, whose
+module docstring draws the life cycles of a *life* (one registration: an
+executor id and its locked directory ``<work root>/<executor id>/``) and of a
+task. This shell owns only what I/O needs and carries out the actions:
 
-    start: sweep dead executors' directories, claim the spill directory
-      │
-      ▼
-    register ──▶ claim <work root>/<id> ──▶ connect ──▶ commands ... ──▶ stream ended
-      ▲   ▲                                    ▲                             │
-      │   │                                    │ resumed: same id, same      │
-      │   │                                    │ files, new stream           ▼
-      │   │                               register again asking to resume <id>,
-      │   │                               saying which outputs it still holds
-      │   │   refused (it was counted as lost):           │
-      │   └── end the old life: delete its directory ◀────┘
-      │       once its cancelled tasks stopped
-      └─ back off; draining: exit instead of registering again
+* the control thread (``serve``) registers, claims a life's directory, opens
+  the scheduler's command stream and turns each order on it (``LaunchTask``,
+  ``CancelTask``, ``ReleaseOutputs``) into an event, the moment it arrives;
+* a pool of ``slots`` task threads, each task taking a free ``TaskRunner``
+  (one DuckDB database per slot), runs the attempts and reports them;
+* the Flight server serves the files the lives wrote (``executor.flight``);
+* heartbeats go from a thread of their own, so a busy executor is never taken
+  for a lost one; one answered "unknown executor" ends the stream;
+* a cleanup thread sweeps the work root every ``cleanup_interval_s`` for the
+  directories of dead executors (``executor.workdir``);
+* ``drain()`` (on SIGTERM) and ``stop()`` / ``close()``.
 
-* Commands arrive on the scheduler's stream and are handled at once:
-  ``LaunchTask`` queues the task on a pool of ``slots`` threads, each task
-  taking a free ``TaskRunner`` (one DuckDB database per slot); ``CancelTask``
-  stops it; ``ReleaseOutputs`` deletes shuffle files.
-* Heartbeats go from a thread of their own, so a busy executor is never taken
-  for a lost one. A heartbeat answered "unknown executor" ends the stream.
-* When the stream ends, the scheduler either counted this life as lost or
-  went away (crashed, restarted, a new leader took over); either way it runs
-  the life's tasks again, so the executor cancels them. It then registers
-  again asking to resume the life, with the paths of the outputs it still
-  holds: a restarted scheduler that still counts on it takes it back (its
-  outputs stay in use; those it lost are made again); otherwise the life is
-  over and its files are deleted once its tasks stopped (a frozen-then-thawed
-  executor must not leak its first life's files), and a new life begins under
-  a new id. Late reports of an old life are ignored by the scheduler.
-* ``drain()`` (on SIGTERM) tells the scheduler this executor leaves. The
-  scheduler gives it no new task and closes its stream once its tasks finished
-  and no job needs its outputs; ``serve()`` then returns instead of registering
-  again. ``run_executor`` bounds the whole drain (``drain_timeout_s``).
-* A cleanup thread sweeps the work root every ``cleanup_interval_s`` for the
-  directories of dead executors (``executor.workdir``).
-* A ``FaultInjector`` hooks into each task for chaos tests (``executor.faults``).
+Events are fed in under one lock, and the actions they return are carried
+out after it is released (only ``InterruptTask`` runs under it, see ``_feed``).
+Test hooks (fault injection) sit behind ``executor.hooks.TaskHooks``; the
+default does nothing.
 """
 
 from __future__ import annotations
@@ -52,42 +35,73 @@ import secrets
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from mangonel.executor.config import ExecutorConfig
+from mangonel.executor.events import (
+    Action,
+    CancelRequested,
+    CancelStream,
+    ClaimHome,
+    Completed,
+    Connect,
+    Connected,
+    ConnectFailed,
+    DeleteLifeDir,
+    DeleteOutputs,
+    DrainRequested,
+    DrainUndelivered,
+    Event,
+    Exit,
+    Failed,
+    HeartbeatRefused,
+    HomeClaimed,
+    HomeClaimFailed,
+    InterruptTask,
+    OutputsReleased,
+    QueueTask,
+    Register,
+    Registered,
+    RegistrationFailed,
+    ReportCompleted,
+    ReportFailed,
+    ServiceStarted,
+    SlotsClosed,
+    SlotTaken,
+    StartTask,
+    Stop,
+    Stopped,
+    StopRequested,
+    StreamEnded,
+    TaskFinished,
+    TaskLaunched,
+    TaskOutcome,
+    TellDrain,
+    Wait,
+    WaitEnded,
+)
 from mangonel.executor.failures import TaskCancelledError, TaskFailedError, classify
-from mangonel.executor.faults import FaultInjector
 from mangonel.executor.flight import ShuffleFlightServer
+from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import CommandStream, ExecutorCommand, Registration, SchedulerLink
 from mangonel.executor.runner import TaskRunner
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
-from mangonel.executor.workdir import OwnedDir, WorkRoot
-from mangonel.ids import ExecutorId, TaskAttemptId
-from mangonel.task import (
-    CancelTask,
-    LaunchTask,
-    PartitionOutput,
-    ReleaseOutputs,
-    TaskFailure,
-    TaskSpec,
+from mangonel.executor.state import (
+    ExecutorState,
 )
+from mangonel.executor.workdir import OwnedDir, WorkRoot
+from mangonel.ids import ExecutorId
+from mangonel.task import CancelTask, LaunchTask, ReleaseOutputs, TaskSpec
 
 log = logging.getLogger(__name__)
 
-_BACKOFF_START_S = 0.1
-_BACKOFF_MAX_S = 1.0
-"""A restarted scheduler waits for its executors to reattach: try often."""
 
+@dataclass(frozen=True)
+class _Home:
+    """A life's files: its locked directory and the writer of its shuffle files."""
 
-class _Life:
-    """One registration: its id, its directory, its writer and its tasks."""
-
-    def __init__(self, executor: ExecutorId, home: OwnedDir, writer: ShuffleWriter) -> None:
-        self.executor = executor
-        self.home = home
-        self.writer = writer
-        self.tasks: set[TaskAttemptId] = set()
-        """Attempts queued or running (guarded by the service's lock)."""
-        self.ended = False
+    owned: OwnedDir
+    writer: ShuffleWriter
 
 
 class ExecutorService:
@@ -96,32 +110,30 @@ class ExecutorService:
     Args:
         config: The executor's settings.
         link: The line to the scheduler.
+        hooks: Called at fixed points of every task (fault injection in tests).
     """
 
-    def __init__(self, config: ExecutorConfig, link: SchedulerLink) -> None:
+    def __init__(
+        self, config: ExecutorConfig, link: SchedulerLink, hooks: TaskHooks = NO_HOOKS
+    ) -> None:
         self.config = config
         self.link = link
+        self.hooks = hooks
         self.registry = OutputRegistry()
         self.work = WorkRoot(config.work_dir)
-        label = str(config.index) if config.index is not None else ""
-        self.faults = FaultInjector(config.faults_file, label)
         self.flight: ShuffleFlightServer | None = None
         self._spill: OwnedDir | None = None
-        self._runners: queue.SimpleQueue[TaskRunner] = queue.SimpleQueue()
-        self._all_runners: list[TaskRunner] = []
+        self._slots: list[TaskRunner] = []
+        self._free_slots: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._pool = ThreadPoolExecutor(config.slots, thread_name_prefix="task")
         self._lock = threading.Lock()
-        self._running: dict[TaskAttemptId, TaskRunner] = {}
-        self._queued: set[TaskAttemptId] = set()
-        self._cancel_queued: set[TaskAttemptId] = set()
-        self._life: _Life | None = None
-        self._lives: list[_Life] = []
-        """Lives whose directory still exists (the current one and ended ones
-        waiting for their last task to stop)."""
-        self._stream: CommandStream | None = None
+        self._state = ExecutorState()
+        """Guarded by ``_lock``, like the two fields below."""
+        self._homes: dict[ExecutorId, _Home] = {}
+        self._stream: tuple[ExecutorId, CommandStream] | None = None
         self._heartbeat_s = config.heartbeat_interval_s
         self._stop = threading.Event()
-        self._draining = threading.Event()
+        """Wakes the back-off wait and the background loops."""
         self.registered = threading.Event()
         """Set once the first registration and stream are up."""
         self.finished = threading.Event()
@@ -133,13 +145,13 @@ class ExecutorService:
             target=self._cleanup_loop, name="cleanup", daemon=True
         )
 
-    # ------------------------------------------------------------- life cycle
+    # ------------------------------------------------------------------ views
 
     @property
     def executor_id(self) -> ExecutorId | None:
-        """This life's id, while registered."""
-        life = self._life
-        return life.executor if life is not None else None
+        """This life's id, while its stream is up."""
+        with self._lock:
+            return self._state.serving
 
     @property
     def flight_address(self) -> str:
@@ -149,7 +161,15 @@ class ExecutorService:
 
     @property
     def draining(self) -> bool:
-        return self._draining.is_set()
+        with self._lock:
+            return self._state.draining
+
+    @property
+    def running_tasks(self) -> int:
+        with self._lock:
+            return self._state.running_tasks
+
+    # ------------------------------------------------------------- life cycle
 
     def start(self) -> None:
         """Sweep dead executors' files, start the Flight server and the task slots."""
@@ -170,95 +190,18 @@ class ExecutorService:
                 self.config.memory_limit,
                 self.config.threads_per_slot,
             )
-            self._all_runners.append(runner)
-            self._runners.put(runner)
+            self._slots.append(runner)
+            self._free_slots.put(slot)
         log.info("executor flight server on %s", self.flight_address)
 
     def serve(self) -> None:
-        """Register and take commands until stopped or drained; re-register when cut off."""
+        """Register and take orders until stopped or drained; re-register when cut off."""
         self._heartbeat_thread.start()
         self._cleanup_thread.start()
         try:
             self._serve()
         finally:
             self.finished.set()
-
-    def _serve(self) -> None:
-        backoff = _BACKOFF_START_S
-        life: _Life | None = None
-        """The life to go on with: after the stream breaks, the scheduler may have
-        restarted and still count on it (then its files are kept)."""
-        while not self._stop.is_set() and not self._draining.is_set():
-            try:
-                registered = self.link.register(self._registration(life))
-                if life is None or not (
-                    registered.resumed and registered.executor == life.executor
-                ):
-                    if life is not None:
-                        log.info("the scheduler let executor %s go; starting anew", life.executor)
-                        self._end_life(life)
-                        life = None
-                    life = self._begin_life(registered.executor)
-            except Exception as exc:
-                log.warning("cannot register with the scheduler (retrying): %s", exc)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX_S)
-                continue
-            try:
-                stream = self.link.connect(registered.executor)
-            except Exception as exc:
-                log.warning("cannot connect to the scheduler (retrying): %s", exc)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX_S)
-                continue
-            with self._lock:
-                self._life, self._stream = life, stream
-                if registered.heartbeat_interval_s > 0:
-                    self._heartbeat_s = registered.heartbeat_interval_s
-            if self._stop.is_set():  # stop() ran before the stream was published
-                stream.cancel()
-            if registered.resumed:
-                log.info("reattached as executor %s after the scheduler restarted", life.executor)
-            else:
-                log.info("registered as executor %s", registered.executor)
-            self.registered.set()
-            try:
-                for command in stream:
-                    backoff = _BACKOFF_START_S
-                    self._handle(life, command)
-            except Exception as exc:
-                if not self._stop.is_set():
-                    log.warning("lost the scheduler's command stream: %s", exc)
-            with self._lock:
-                self._life, self._stream = None, None
-            # Whatever happened (this executor was counted as lost, or the
-            # scheduler went away), the scheduler runs these tasks again.
-            self._cancel_tasks(life)
-            if self._draining.is_set():
-                self._end_life(life)
-                log.info("drained: the scheduler let executor %s go", life.executor)
-                return
-            if not self._stop.is_set():
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, _BACKOFF_MAX_S)
-
-    def _registration(self, life: _Life | None) -> Registration:
-        """Who this executor is; with ``life``, a request to go on with it."""
-        held_paths: tuple[str, ...] = ()
-        held_jobs: tuple[str, ...] = ()
-        if life is not None:
-            held_paths = tuple(self.registry.paths_under(life.writer.root))
-            held_jobs = tuple(life.writer.jobs())
-        return Registration(
-            host=self.config.host,
-            flight_address=self.flight_address,
-            slots=self.config.slots,
-            pid=os.getpid(),
-            work_dir=self.work.root,
-            resume=life.executor if life is not None else None,
-            held_paths=held_paths,
-            held_jobs=held_jobs,
-        )
 
     def drain(self) -> None:
         """Leave the cluster gracefully; returns at once (watch ``finished``).
@@ -268,189 +211,245 @@ class ExecutorService:
         then returns. When there is no scheduler to tell (not registered, or it
         cannot be reached), the executor stops at once: nobody counts on it.
         """
-        self._draining.set()
-        with self._lock:
-            life = self._life
-        if life is None:
-            self.stop()
-            return
-        try:
-            self.link.drain(life.executor)
-        except Exception as exc:
-            log.warning("cannot tell the scheduler that executor %s drains: %s", life.executor, exc)
-            self.stop()
-            return
-        log.info("draining executor %s: %d tasks running", life.executor, self.running_tasks)
+        self._carry_out_all(self._feed(DrainRequested()))
 
     def stop(self) -> None:
-        """Ask ``serve()`` to return; safe from any thread."""
+        """Ask ``serve()`` to return and cancel every task; safe from any thread."""
         self._stop.set()
-        with self._lock:
-            stream = self._stream
-        if stream is not None:
-            stream.cancel()
+        self._carry_out_all(self._feed(StopRequested()))
 
     def close(self) -> None:
         """Cancel running tasks and release everything; after ``serve()`` returned."""
-        self._stop.set()
-        self._cancel_all()
+        self.stop()
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self.flight is not None:
             self.flight.shutdown()
-        for runner in self._all_runners:
+        for runner in self._slots:
             runner.reader.close()
             runner.close()
         self.link.close()
-        with self._lock:
-            lives, self._lives = self._lives, []
-        for life in lives:
-            self._retire(life)
+        self._carry_out_all(self._feed(SlotsClosed()))
         if self._spill is not None:
             self._spill.remove()
 
-    # ------------------------------------------------------------------ lives
+    # ------------------------------------------------------- the state machine
 
-    def _begin_life(self, executor: ExecutorId) -> _Life:
-        home = self.work.claim(executor)
-        life = _Life(
-            executor, home, ShuffleWriter(os.path.join(home.path, "shuffle"), self.registry)
-        )
+    def _feed(self, event: Event) -> list[Action]:
+        """Hand ``event`` to the state; return the actions to carry out."""
         with self._lock:
-            self._lives.append(life)
-        return life
+            actions = self._state.handle(event)
+            # Carried out under the lock: the state frees a slot (TaskFinished)
+            # only under it too, so a slot is never interrupted for an attempt it
+            # no longer runs. ``TaskRunner.cancel`` is quick and never blocks.
+            for action in actions:
+                if isinstance(action, InterruptTask):
+                    self._slots[action.slot].cancel(action.attempt)
+        return [a for a in actions if not isinstance(a, InterruptTask)]
 
-    def _cancel_tasks(self, life: _Life) -> None:
-        """Cancel every task the life has queued or running."""
-        with self._lock:
-            for attempt in life.tasks:
-                runner = self._running.get(attempt)
-                if runner is not None:
-                    runner.cancel(attempt)
-                else:
-                    self._cancel_queued.add(attempt)
+    def _carry_out_all(self, actions: list[Action]) -> None:
+        for action in actions:
+            self._carry_out(action)
 
-    def _end_life(self, life: _Life) -> None:
-        """Cancel what the life runs; delete its files once nothing of it runs."""
-        self._cancel_tasks(life)
-        with self._lock:
-            life.ended = True
-            idle = not life.tasks
-        if idle:
-            self._retire(life)
+    def _carry_out(self, action: Action) -> None:
+        """Carry out an action that needs no reply (the control loop's are in ``_serve``)."""
+        match action:
+            case QueueTask(spec=spec):
+                self._pool.submit(self._run_task, spec)
+            case CancelStream(executor=executor):
+                with self._lock:
+                    stream = self._stream
+                if stream is not None and stream[0] == executor:
+                    stream[1].cancel()
+            case ReportCompleted() | ReportFailed():
+                self._report(action)
+            case DeleteOutputs(executor=executor, job=job, stages=stages):
+                with self._lock:
+                    home = self._homes.get(executor)
+                if home is not None:
+                    try:
+                        home.writer.release(job, stages)
+                    except Exception:
+                        log.exception("releasing the files of job %s failed", job)
+            case DeleteLifeDir(executor=executor):
+                with self._lock:
+                    home = self._homes.pop(executor, None)
+                if home is not None:
+                    self.registry.remove_under(home.writer.root)
+                    home.owned.remove()
+                    log.info("deleted the files of executor %s's life", executor)
+            case TellDrain(executor=executor):
+                try:
+                    self.link.drain(executor)
+                except Exception as exc:
+                    log.warning(
+                        "cannot tell the scheduler that executor %s drains: %s", executor, exc
+                    )
+                    self._carry_out_all(self._feed(DrainUndelivered(executor)))
+                    return
+                log.info("draining executor %s: %d tasks running", executor, self.running_tasks)
+            case Stop():
+                self.stop()
+            case _:
+                raise RuntimeError(f"the executor cannot carry out {action!r} here")
 
-    def _retire(self, life: _Life) -> None:
-        with self._lock:
-            if life in self._lives:
-                self._lives.remove(life)
-        self.registry.remove_under(life.writer.root)
-        life.home.remove()
-        log.info("deleted the files of executor %s's life", life.executor)
+    # ------------------------------------------------------------ control loop
 
-    # --------------------------------------------------------------- commands
+    def _serve(self) -> None:
+        actions = self._feed(ServiceStarted())
+        while True:
+            reply: Event | None = None
+            for action in actions:
+                match action:
+                    case Exit():
+                        return
+                    case Register(resume=resume):
+                        reply = self._register(resume)
+                    case ClaimHome(executor=executor):
+                        reply = self._claim(executor)
+                    case Connect(executor=executor):
+                        reply = self._connect(executor)
+                    case Wait(delay_s=delay_s):
+                        self._stop.wait(delay_s)
+                        reply = WaitEnded()
+                    case _:
+                        self._carry_out(action)
+            if reply is None:
+                raise RuntimeError(f"the executor's state left its control loop idle: {actions}")
+            actions = self._feed(reply)
 
-    def _handle(self, life: _Life, command: ExecutorCommand) -> None:
-        if isinstance(command, LaunchTask):
-            with self._lock:
-                self._queued.add(command.task.attempt)
-                life.tasks.add(command.task.attempt)
-            self._pool.submit(self._run_task, life, command.task)
-        elif isinstance(command, CancelTask):
-            self._cancel(command.attempt)
-        elif isinstance(command, ReleaseOutputs):
-            try:
-                life.writer.release(command.job, command.stages)
-            except Exception:
-                log.exception("releasing the files of job %s failed", command.job)
+    def _register(self, resume: ExecutorId | None) -> Event:
+        try:
+            registered = self.link.register(self._registration(resume))
+        except Exception as exc:
+            log.warning("cannot register with the scheduler (retrying): %s", exc)
+            return RegistrationFailed()
+        if registered.heartbeat_interval_s > 0:
+            self._heartbeat_s = registered.heartbeat_interval_s
+        if registered.resumed and registered.executor == resume:
+            log.info("reattached as executor %s after the scheduler restarted", resume)
         else:
-            log.warning("ignoring an unknown command %r", command)
+            if resume is not None:
+                log.info("the scheduler let executor %s go; starting anew", resume)
+            log.info("registered as executor %s", registered.executor)
+        return Registered(registered.executor, registered.resumed)
 
-    def _cancel(self, attempt: TaskAttemptId) -> None:
+    def _registration(self, resume: ExecutorId | None) -> Registration:
+        """Who this executor is; with ``resume``, a request to go on with that life."""
         with self._lock:
-            runner = self._running.get(attempt)
-            if runner is not None:
-                runner.cancel(attempt)
-            elif attempt in self._queued:
-                self._cancel_queued.add(attempt)
+            home = self._homes.get(resume) if resume is not None else None
+        held_paths: tuple[str, ...] = ()
+        held_jobs: tuple[str, ...] = ()
+        if home is not None:
+            held_paths = tuple(self.registry.paths_under(home.writer.root))
+            held_jobs = tuple(home.writer.jobs())
+        return Registration(
+            host=self.config.host,
+            flight_address=self.flight_address,
+            slots=self.config.slots,
+            pid=os.getpid(),
+            work_dir=self.work.root,
+            resume=resume,
+            held_paths=held_paths,
+            held_jobs=held_jobs,
+        )
 
-    def _cancel_all(self) -> None:
+    def _claim(self, executor: ExecutorId) -> Event:
+        try:
+            owned = self.work.claim(executor)
+            writer = ShuffleWriter(os.path.join(owned.path, "shuffle"), self.registry)
+        except Exception as exc:
+            log.warning("cannot claim the directory of executor %s (retrying): %s", executor, exc)
+            return HomeClaimFailed(executor)
         with self._lock:
-            for attempt, runner in self._running.items():
-                runner.cancel(attempt)
-            self._cancel_queued |= self._queued
+            self._homes[executor] = _Home(owned, writer)
+        return HomeClaimed(executor)
 
-    @property
-    def running_tasks(self) -> int:
+    def _connect(self, executor: ExecutorId) -> Event:
+        """Open the stream and feed its orders in until it ends."""
+        try:
+            stream = self.link.connect(executor)
+        except Exception as exc:
+            log.warning("cannot connect to the scheduler (retrying): %s", exc)
+            return ConnectFailed(executor)
         with self._lock:
-            return len(self._running)
+            self._stream = (executor, stream)
+        self._carry_out_all(self._feed(Connected(executor)))
+        self.registered.set()
+        try:
+            for command in stream:
+                event = _order(executor, command)
+                if event is None:
+                    log.warning("ignoring an unknown command %r", command)
+                    continue
+                self._carry_out_all(self._feed(event))
+        except Exception as exc:
+            if not self._stop.is_set():
+                log.warning("lost the scheduler's command stream: %s", exc)
+        with self._lock:
+            self._stream = None
+            draining = self._state.draining
+        if draining:
+            log.info("drained: the scheduler let executor %s go", executor)
+        return StreamEnded(executor)
 
     # ------------------------------------------------------------------ tasks
 
-    def _run_task(self, life: _Life, spec: TaskSpec) -> None:
-        attempt = spec.attempt
-        runner = self._runners.get()
+    def _run_task(self, spec: TaskSpec) -> None:
+        """On a task thread: take a slot; run the attempt if the state says so."""
+        slot = self._free_slots.get()
         try:
-            with self._lock:
-                self._queued.discard(attempt)
-                if attempt in self._cancel_queued:
-                    self._cancel_queued.discard(attempt)
-                    log.info("task %s cancelled before it started", attempt)
-                    return
-                self._running[attempt] = runner
-            self._attempt(life, spec, runner)
+            actions = self._feed(SlotTaken(spec.attempt, slot))
+            if not any(isinstance(a, StartTask) for a in actions):
+                log.info("task %s cancelled before it started", spec.attempt)
+            for action in actions:
+                if isinstance(action, StartTask):
+                    self._start(action, spec)
+                else:
+                    self._carry_out(action)
         finally:
-            with self._lock:
-                self._running.pop(attempt, None)
-                life.tasks.discard(attempt)
-                retire = life.ended and not life.tasks
-            self._runners.put(runner)
-            task = attempt.task
-            if life.writer.is_released(task.job, task.stage):
-                # Released while this attempt ran (its job ended): whatever it
-                # wrote after the release is deleted here, or nobody would.
-                life.writer.release(task.job, (task.stage,))
-            if retire:
-                self._retire(life)
+            self._free_slots.put(slot)
 
-    def _attempt(self, life: _Life, spec: TaskSpec, runner: TaskRunner) -> None:
+    def _start(self, start: StartTask, spec: TaskSpec) -> None:
         attempt = spec.attempt
         started = time.monotonic()
+        outcome = self._attempt(start, spec)
+        self._carry_out_all(self._feed(TaskFinished(attempt, outcome, time.monotonic() - started)))
+        if isinstance(outcome, Completed):
+            self.hooks.task_finished(attempt, before_report=False)
+
+    def _attempt(self, start: StartTask, spec: TaskSpec) -> TaskOutcome:
+        attempt = spec.attempt
         try:
-            self.faults.task_started(attempt)
-            outputs = runner.run(spec, life.writer)
+            with self._lock:
+                writer = self._homes[start.executor].writer  # its life holds it
+            self.hooks.task_started(attempt)
+            outputs = self._slots[start.slot].run(spec, writer)
         except TaskCancelledError:
             log.info("task %s cancelled", attempt)
-            return
+            return Stopped()
         except TaskFailedError as exc:
-            self._report(life.executor, attempt, exc.failure, time.monotonic() - started)
-            return
+            return Failed(exc.failure)
         except Exception as exc:  # a bug of ours; the scheduler decides on a retry
             log.exception("task %s failed unexpectedly", attempt)
-            self._report(life.executor, attempt, classify(exc), time.monotonic() - started)
-            return
+            return Failed(classify(exc))
         try:
-            self.faults.outputs_written(attempt, outputs)
+            self.hooks.outputs_written(attempt, outputs)
         except OSError:
             log.exception("injecting a file fault into task %s failed", attempt)
-        self.faults.task_finished(attempt, before_report=True)
-        self._report(life.executor, attempt, outputs, time.monotonic() - started)
-        self.faults.task_finished(attempt, before_report=False)
+        self.hooks.task_finished(attempt, before_report=True)
+        return Completed(outputs)
 
-    def _report(
-        self,
-        executor: ExecutorId,
-        attempt: TaskAttemptId,
-        result: tuple[PartitionOutput, ...] | TaskFailure,
-        elapsed_s: float,
-    ) -> None:
+    def _report(self, report: ReportCompleted | ReportFailed) -> None:
         # A report that cannot be delivered is not retried: the scheduler has
         # then lost this executor's stream too, and re-runs the task elsewhere.
+        attempt, elapsed_s = report.attempt, report.elapsed_s
         try:
-            if isinstance(result, tuple):
+            if isinstance(report, ReportCompleted):
                 log.info("task %s done in %.3f s", attempt, elapsed_s)
-                self.link.report_completed(executor, attempt, result, elapsed_s)
+                self.link.report_completed(report.executor, attempt, report.outputs, elapsed_s)
             else:
-                log.info("task %s failed in %.3f s: %s", attempt, elapsed_s, result)
-                self.link.report_failed(executor, attempt, result, elapsed_s)
+                log.info("task %s failed in %.3f s: %s", attempt, elapsed_s, report.failure)
+                self.link.report_failed(report.executor, attempt, report.failure, elapsed_s)
         except Exception as exc:
             log.warning("cannot report task %s: %s", attempt, exc)
 
@@ -459,19 +458,19 @@ class ExecutorService:
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self._heartbeat_s):
             with self._lock:
-                life, stream = self._life, self._stream
-            if life is None:
+                executor, running = self._state.serving, self._state.running_tasks
+            if executor is None:
                 continue
             try:
-                known = self.link.heartbeat(life.executor, self.running_tasks)
+                known = self.link.heartbeat(executor, running)
             except Exception as exc:
                 log.debug("heartbeat failed: %s", exc)
                 continue
-            if not known and stream is not None:
+            if not known:
                 log.warning(
-                    "the scheduler no longer knows executor %s: registering again", life.executor
+                    "the scheduler no longer knows executor %s: registering again", executor
                 )
-                stream.cancel()
+                self._carry_out_all(self._feed(HeartbeatRefused(executor)))
 
     def _cleanup_loop(self) -> None:
         # Its own thread: deleting a dead executor's files can take a while,
@@ -481,3 +480,14 @@ class ExecutorService:
                 self.work.sweep()
             except Exception:  # the loop must survive one bad sweep
                 log.exception("sweeping the work root failed")
+
+
+def _order(executor: ExecutorId, command: ExecutorCommand) -> Event | None:
+    """The event for an order on the stream of life ``executor``."""
+    if isinstance(command, LaunchTask):
+        return TaskLaunched(executor, command.task)
+    if isinstance(command, CancelTask):
+        return CancelRequested(executor, command.attempt)
+    if isinstance(command, ReleaseOutputs):
+        return OutputsReleased(executor, command.job, command.stages)
+    return None

@@ -6,7 +6,7 @@
 
 Executor *i* (0-based, in start order; ``add_executor`` takes the next) is
 started with ``--faults-file work_dir/faults/executor-<i>.json`` and reads its
-rules from that file (the rules of ``mangonel.executor.faults``) at each task
+rules from that file (the rules of ``mangonel.testing.faults``) at each task
 start and end; the file need not exist. Everything else is ``LocalCluster``'s.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mangonel.client.cluster import LocalCluster
-from mangonel.executor.faults import write_rules
+from mangonel.testing.faults import write_rules
 
 
 class TestCluster(LocalCluster):
@@ -45,7 +45,7 @@ class TestCluster(LocalCluster):
         instead of silently injecting nothing.
 
         Raises:
-            mangonel.executor.faults.FaultFileError: a rule is not valid.
+            mangonel.testing.faults.FaultFileError: a rule is not valid.
         """
         write_rules(str(self.faults_path(index)), rules)
 

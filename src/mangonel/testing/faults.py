@@ -1,4 +1,9 @@
-"""Fault injection: rules in a JSON file make this executor fail, die, freeze or lose files.
+"""Fault injection: rules in a JSON file make an executor fail, die, freeze or lose files.
+
+``FaultInjector`` implements the executor's ``TaskHooks`` protocol
+(``mangonel.executor.hooks``); ``executor.main`` builds one only when the
+executor is given ``--faults-file``, so production executors never load this
+module.
 
 Chaos tests need faults that hit the same point of a query on every run, so the
 rules name *what* to hit (a stage, a partition, the N-th task) rather than *when*.
@@ -225,6 +230,9 @@ class _Armed:
 
 class FaultInjector:
     """Applies the rules of one faults file to this executor's tasks. Thread-safe.
+
+    A ``TaskHooks`` (``mangonel.executor.hooks``): the executor calls it at
+    each task's start, after its files are written, and around its report.
 
     Args:
         path: The faults file; ``None`` injects nothing. A missing file means no rules.
