@@ -38,6 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
+from mangonel import defaults
 from mangonel.client.cluster import ProcessHandle
 from mangonel.client.status import ClusterStatus, ExecutorState
 from mangonel.errors import ClusterError
@@ -45,8 +46,8 @@ from mangonel.executor.faults import write_rules
 from mangonel.testing.netclient import NETCLIENT_KEY_ENV, ClientHost
 from mangonel.testing.netlab import MOUNT_POINT, Host, NetLab
 
-SCHEDULER_PORT = 50050
-WEB_PORT = 8080
+SCHEDULER_PORT = defaults.SCHEDULER_PORT
+WEB_PORT = defaults.WEB_PORT
 _POLL_S = 0.05
 
 
