@@ -2,13 +2,15 @@
 # Debian packages the tests need, beyond Python: an etcd server (the etcd state
 # store and the highly available scheduler pair are tested against a real one),
 # Chromium and its WebDriver (the web UI's browser tests) and Graphviz (stage
-# graph pictures). Needs root (or sudo); does nothing when all are present.
+# graph pictures), and iproute2 (ip, bridge, tc: the multi-host tests build a
+# network of namespaces; unshare, setpriv and mount come with util-linux, which
+# Debian always has). Needs root (or sudo); does nothing when all are present.
 #
 # Usage: scripts/install-system-deps.sh
 set -euo pipefail
 
-packages=(etcd-server chromium chromium-driver graphviz)
-binaries=(etcd chromium chromedriver dot)
+packages=(etcd-server chromium chromium-driver graphviz iproute2)
+binaries=(etcd chromium chromedriver dot ip bridge tc)
 
 missing=false
 for binary in "${binaries[@]}"; do

@@ -153,6 +153,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="DuckDB threads of each slot")
     p.add_argument("--host", default="127.0.0.1", help="interface of the Flight server")
     p.add_argument("--port", type=int, default=0, help="Flight server port; 0 picks one")
+    p.add_argument(
+        "--advertise-host",
+        metavar="HOST",
+        help="address other executors and clients reach the Flight server at "
+        "(default: --host; required when --host is 0.0.0.0 or ::)",
+    )
     # The same flags as executor.main's (not imported: client commands should
     # not pay for importing the executor).
     p.add_argument(
@@ -429,22 +435,26 @@ def cmd_executor(args: argparse.Namespace) -> int:
     from mangonel.executor.config import ExecutorConfig
     from mangonel.executor.main import run_executor
 
-    config = ExecutorConfig(
-        scheduler_address=args.scheduler,
-        bind_host=args.host,
-        flight_port=args.port,
-        memory_limit=args.memory_limit,
-        threads=args.threads,
-        drain_timeout_s=args.drain_timeout,
-        cleanup_interval_s=args.cleanup_interval,
-        faults_file=args.faults_file,
-        index=args.index,
-    )
-    if args.slots is not None:
-        config.slots = args.slots
-    if args.work_dir:
-        config.work_dir = args.work_dir
-    config.__post_init__()
+    try:
+        config = ExecutorConfig(
+            scheduler_address=args.scheduler,
+            bind_host=args.host,
+            advertise_host=args.advertise_host,
+            flight_port=args.port,
+            memory_limit=args.memory_limit,
+            threads=args.threads,
+            drain_timeout_s=args.drain_timeout,
+            cleanup_interval_s=args.cleanup_interval,
+            faults_file=args.faults_file,
+            index=args.index,
+        )
+        if args.slots is not None:
+            config.slots = args.slots
+        if args.work_dir:
+            config.work_dir = args.work_dir
+        config.__post_init__()
+    except ValueError as exc:  # a setting out of range: one line, no traceback
+        raise UsageError(str(exc)) from None
     run_executor(config)
     return 0
 

@@ -71,6 +71,15 @@ that runs gRPC threads (about one start in a hundred hung or aborted with
 ``subprocess`` forks and execs in C."""
 
 
+def child_env() -> dict[str, str]:
+    """The environment of a ``mangonel`` child process: this one's, unbuffered
+    output (its log is read while it runs), and ``DIE_WITH_PARENT_ENV``."""
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    env[DIE_WITH_PARENT_ENV] = str(os.getpid())
+    return env
+
+
 class ProcessHandle:
     """One child process and its log file."""
 
@@ -339,10 +348,7 @@ class LocalCluster:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        env[DIE_WITH_PARENT_ENV] = str(os.getpid())
-        return env
+        return child_env()
 
     def _start_scheduler(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 
 from mangonel import defaults
 
+_WILDCARDS = ("0.0.0.0", "::", "")
+"""Bind addresses meaning every interface: listened on, never connected to."""
+
 
 def _default_host() -> str:
     return socket.gethostname()
@@ -43,6 +46,8 @@ class ExecutorConfig:
         bind_host: Interface the Flight server listens on.
         advertise_host: Host name put in the Flight address given to others;
             defaults to ``bind_host`` (``127.0.0.1`` is only right on one machine).
+            Required when ``bind_host`` is a wildcard (``0.0.0.0``, ``::``),
+            which no peer can connect to.
         flight_port: Port of the Flight server; 0 picks a free one.
         slots: Tasks run at the same time, each with its own DuckDB database.
         memory_limit: DuckDB ``memory_limit`` of each slot, e.g. ``"2GB"``;
@@ -98,6 +103,12 @@ class ExecutorConfig:
             raise ValueError(f"drain_timeout_s must be at least 0, got {self.drain_timeout_s}")
         if self.cleanup_interval_s <= 0:
             raise ValueError(f"cleanup_interval_s must be positive, got {self.cleanup_interval_s}")
+        if self.bind_host in _WILDCARDS and not self.advertise_host:
+            raise ValueError(
+                f"the Flight server listens on every interface ({self.bind_host!r}), which "
+                "no other host can connect to: give the address others reach this "
+                "executor at (--advertise-host)"
+            )
 
     @property
     def threads_per_slot(self) -> int:
