@@ -42,7 +42,7 @@ from mangonel import defaults
 from mangonel.client.cluster import ProcessHandle
 from mangonel.client.status import ClusterStatus, ExecutorState
 from mangonel.errors import ClusterError
-from mangonel.executor.faults import write_rules
+from mangonel.testing.faults import write_rules
 from mangonel.testing.netclient import NETCLIENT_KEY_ENV, ClientHost
 from mangonel.testing.netlab import MOUNT_POINT, Host, NetLab
 
