@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(two schedulers on one etcd make a highly available pair: the second waits as the "
         "standby and takes over when the leader dies), or memory:// (nothing is kept)",
     )
-    p.add_argument("--crash-file", help=argparse.SUPPRESS)  # crash tests (scheduler.crash)
+    p.add_argument("--crash-file", help=argparse.SUPPRESS)  # crash tests (testing.crash)
     p.add_argument(
         "--standby-timeout",
         type=float,
