@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 
+from mangonel import storage
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.link import GrpcSchedulerLink, SchedulerLink
 from mangonel.executor.runner import keep_batch_memory
@@ -44,6 +45,7 @@ def start_executor(
         ``stop_executor``.
     """
     keep_batch_memory()
+    storage.configure(config.storage)
     service = ExecutorService(config, link or GrpcSchedulerLink(config.scheduler_address))
     service.start()
     thread = threading.Thread(target=service.serve, name="executor-control", daemon=True)
@@ -124,6 +126,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
     parser.add_argument("--threads", type=int, default=None, help="DuckDB threads per slot")
     parser.add_argument("--work-dir", default=defaults.work_dir, help="work root (shareable)")
     add_recovery_options(parser, defaults)
+    storage.add_arguments(parser)
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -143,6 +146,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
         cleanup_interval_s=args.cleanup_interval,
         faults_file=args.faults_file,
         index=args.index,
+        storage=storage.options_from_args(args),
     )
 
 
