@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command: unit, then integration, web (API, metrics, browser), then chaos tests.
+# The project's test command: unit, then integration, object storage (S3 on moto), web (API,
+# metrics, browser), then chaos tests.
 #
 # Usage: scripts/test.sh [pytest arguments]
 #   scripts/test.sh                       the whole suite
@@ -29,7 +30,7 @@ suites=()
 if [[ "$has_path" == false ]]; then
     # Only the suites that exist in this checkout: git keeps no empty directories,
     # and pytest fails on a path that is not there.
-    for dir in tests/unit tests/integration tests/web tests/chaos; do
+    for dir in tests/unit tests/integration tests/objectstore tests/web tests/chaos; do
         if [[ -d "$dir" ]] && compgen -G "$dir/test_*.py" >/dev/null; then
             suites+=("$dir")
         fi
