@@ -29,6 +29,7 @@ LINEITEM_PARTS = 3
 def s3() -> Iterator[S3TestServer]:
     server = S3TestServer().start()
     try:
+        server.reset()
         server.enable_auth()
         with pytest.MonkeyPatch.context() as mp:
             for key, value in server.env().items():
@@ -37,6 +38,8 @@ def s3() -> Iterator[S3TestServer]:
                 mp.delenv(key, raising=False)
             yield server
     finally:
+        server.resume()
+        server.reset()
         server.stop()
 
 

@@ -15,7 +15,8 @@ so a test or a benchmark counts what clients fetched from the store.
 
 ``enable_auth()`` makes the server check credentials (moto's IAM): it creates a
 user allowed everything and returns its access key; requests signed with
-anything else are refused.
+anything else are refused. moto keeps its buckets, users and that setting per
+process: ``reset()`` forgets them (a second server in the process needs it).
 """
 
 from __future__ import annotations
@@ -172,6 +173,13 @@ class S3TestServer:
             aws_access_key_id=self.access_key,
             aws_secret_access_key=self.secret_key,
         )
+
+    def reset(self) -> None:
+        """Forget every bucket, user and the credential checks (moto keeps them per
+        process, not per server: a second server in this process starts with them)."""
+        for path, data in (("/moto-api/reset-auth", b"inf"), ("/moto-api/reset", b"")):
+            requests.post(f"{self.url}{path}", data=data, timeout=10).raise_for_status()
+        self.access_key = self.secret_key = "testing"
 
     def enable_auth(self) -> tuple[str, str]:
         """Check credentials from now on; return the (access key, secret) allowed everything."""

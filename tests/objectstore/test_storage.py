@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -33,8 +34,10 @@ from mangonel.task import ExecutionError, QueryError
 
 
 @pytest.fixture(autouse=True)
-def _configured(s3_options: StorageOptions) -> None:
+def _configured(s3_options: StorageOptions) -> Iterator[None]:
     storage.configure(s3_options)
+    yield
+    storage.configure(StorageOptions())
 
 
 # ------------------------------------------------------------------ locations
@@ -136,6 +139,20 @@ def test_wrong_and_missing_credentials(
         load_table("t", "s3://tpch/sf0.1/nation.parquet")
     assert "s3://tpch/sf0.1/nation.parquet" in str(missing.value)
     assert time.monotonic() - started < 10
+
+
+def test_credentials_from_a_profile(
+    s3_tpch: dict[str, str], s3: S3TestServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    credentials = tmp_path / "credentials"
+    credentials.write_text(
+        f"[reader]\naws_access_key_id = {s3.access_key}\naws_secret_access_key = {s3.secret_key}\n"
+    )
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_PROFILE", "reader")
+    assert load_table("nation", s3_tpch["nation"]).rows == 25
 
 
 def test_an_object_overwritten_or_deleted_after_register(
