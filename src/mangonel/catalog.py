@@ -3,6 +3,12 @@
 A ``Table`` is resolved once, when it is registered: its files, Arrow schema,
 DuckDB column types, row counts and row groups. The planner splits a scan into
 tasks by file and row group from this metadata, and estimates sizes from it.
+
+A location may also be in object storage (``s3://bucket/key``, a prefix or a
+glob; ``mangonel.storage``): its objects are listed, and each footer is read
+with ranged GETs (never the whole object). Each object's size and ETag are kept
+(``Table.objects``) and travel in every ``FileSplit``, so a task that finds the
+object overwritten or deleted fails instead of reading another table's rows.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from decimal import Decimal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mangonel.errors import CatalogError
+from mangonel import storage
+from mangonel.errors import CatalogError, ObjectStoreError
 from mangonel.task import FileSplit
 
 Value = int | float | Decimal | dt.date | dt.datetime | str
@@ -83,6 +90,10 @@ class Table:
     row_groups: tuple[RowGroup, ...]
     stats: Mapping[str, ColumnStats] = field(default_factory=dict, hash=False, compare=False)
     """Per column, from the footers (see ``ColumnStats``); empty for an unknown column."""
+    objects: Mapping[str, storage.ObjectVersion] = field(
+        default_factory=dict, hash=False, compare=False
+    )
+    """Per file in object storage: its size and ETag when the table was registered."""
 
     @functools.cached_property
     def rows(self) -> int:
@@ -124,7 +135,7 @@ class Table:
 
     def split_of(self, groups: list[RowGroup]) -> tuple[FileSplit, ...]:
         """The splits that read exactly ``groups``."""
-        return _merge(groups)
+        return _merge(groups, self.objects)
 
     def splits(self, target_rows: int) -> tuple[tuple[FileSplit, ...], ...]:
         """Group row groups into task splits of about ``target_rows`` rows, evenly.
@@ -144,10 +155,12 @@ class Table:
             middle = before + rg.rows / 2
             tasks[min(n - 1, int(middle * n / max(1, total)))].append(rg)
             before += rg.rows
-        return tuple(_merge(t) for t in tasks if t) or (_merge([]),)
+        return tuple(_merge(t, self.objects) for t in tasks if t) or (_merge([], self.objects),)
 
 
-def _merge(groups: list[RowGroup]) -> tuple[FileSplit, ...]:
+def _merge(
+    groups: list[RowGroup], objects: Mapping[str, storage.ObjectVersion]
+) -> tuple[FileSplit, ...]:
     by_file: dict[str, list[RowGroup]] = {}
     for rg in groups:
         by_file.setdefault(rg.path, []).append(rg)
@@ -157,13 +170,20 @@ def _merge(groups: list[RowGroup]) -> tuple[FileSplit, ...]:
             row_groups=tuple(rg.index for rg in rgs),
             rows=sum(rg.rows for rg in rgs),
             bytes=sum(rg.bytes for rg in rgs),
+            object_size=objects[path].size if path in objects else 0,
+            version=objects[path].version if path in objects else "",
         )
         for path, rgs in by_file.items()
     )
 
 
 def resolve_files(location: str) -> tuple[str, ...]:
-    """The Parquet files behind a file, directory or glob, sorted."""
+    """The Parquet files behind a file, directory or glob, sorted.
+
+    An ``s3://`` location gives ``s3://`` URIs (``storage.list_objects``).
+    """
+    if storage.is_remote(location):
+        return storage.list_objects(location)
     if any(ch in location for ch in "*?["):
         files = sorted(f for f in glob.glob(location, recursive=True) if os.path.isfile(f))
         if not files:
@@ -197,9 +217,19 @@ def load_table(name: str, location: str) -> Table:
     schema: pa.Schema | None = None
     groups: list[RowGroup] = []
     stats: dict[str, _Gathered] = {}
+    objects: dict[str, storage.ObjectVersion] = {}
     for path in files:
         try:
-            meta = pq.ParquetFile(path)
+            if storage.is_remote(path):
+                # The footer only: a ranged GET of its tail (and one more when it is
+                # longer than pyarrow's first guess), never the whole object.
+                source = storage.open_object(path)
+                objects[path] = source.version
+                meta = pq.ParquetFile(source)
+            else:
+                meta = pq.ParquetFile(path)
+        except ObjectStoreError:
+            raise
         except (pa.ArrowInvalid, OSError) as exc:
             raise CatalogError(f"{path!r} is not a readable Parquet file: {exc}") from exc
         file_schema = meta.schema_arrow
@@ -224,6 +254,7 @@ def load_table(name: str, location: str) -> Table:
         schema,
         tuple(groups),
         {f.name: _column_stats(f.type, stats.get(f.name), rows) for f in schema},
+        objects,
     )
 
 

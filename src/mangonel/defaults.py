@@ -79,6 +79,28 @@ DRAIN_TIMEOUT_S = 30.0
 CLEANUP_INTERVAL_S = 10.0
 """Seconds between an executor's sweeps of the work root for dead executors' files."""
 
+# ------------------------------------------------------------- object storage
+# Tables in S3 or an S3-compatible server (``mangonel.storage``). The endpoint,
+# region and credentials come from the standard AWS variables and profiles unless
+# the scheduler's or executor's ``--s3-*`` options say otherwise.
+
+S3_CONNECT_TIMEOUT_S = 5.0
+"""Seconds to wait for a connection to the object store."""
+
+S3_REQUEST_TIMEOUT_S = 30.0
+"""Seconds a request may go without receiving data before it is given up."""
+
+S3_ATTEMPTS = 6
+"""Tries of one request that failed for a reason that may pass (refused, reset,
+timed out, throttled, 5xx) before the read fails."""
+
+S3_RETRY_BACKOFF_S = 0.2
+"""The first wait between tries; it doubles each time (0.2 + 0.4 + ... + 3.2 s:
+about 6 s of waiting over ``S3_ATTEMPTS`` tries)."""
+
+S3_RETRY_BACKOFF_MAX_S = 5.0
+"""The longest wait between two tries."""
+
 # -------------------------------------------------------------- local cluster
 
 LOCAL_EXECUTORS = 2

@@ -9,6 +9,11 @@
     │   ├── UnknownTableError      a table that the catalog does not hold
     │   └── BindError              unknown column, wrong types, ... (DuckDB's words)
     ├── CatalogError               registering a table failed (missing path, not Parquet)
+    │   └── ObjectStoreError       object storage (S3) failed; names the object
+    │       ├── ObjectNotFoundError     no such bucket, key or prefix
+    │       ├── ObjectAccessError       credentials missing, unknown or refused
+    │       ├── ObjectChangedError      overwritten or deleted since it was registered
+    │       └── ObjectStoreUnavailableError  unreachable or timing out, after retries
     ├── JobFailedError             the job failed while running (which task, where, why)
     ├── JobCancelledError          the job was cancelled
     ├── ClusterError               the scheduler or executors cannot be reached
@@ -47,6 +52,26 @@ class BindError(QueryError):
 
 class CatalogError(MangonelError):
     """A table could not be registered or read."""
+
+
+class ObjectStoreError(CatalogError):
+    """Object storage (S3 or an S3-compatible server) failed; the message names the object."""
+
+
+class ObjectNotFoundError(ObjectStoreError):
+    """The bucket, the object or the prefix does not exist."""
+
+
+class ObjectAccessError(ObjectStoreError):
+    """The store refused the request: credentials missing, unknown, wrong or not allowed."""
+
+
+class ObjectChangedError(ObjectStoreError):
+    """An object was overwritten or deleted after its table was registered."""
+
+
+class ObjectStoreUnavailableError(ObjectStoreError):
+    """The store could not be reached or did not answer in time, even after retries."""
 
 
 class JobFailedError(MangonelError):

@@ -45,12 +45,20 @@ class OutputKind(enum.Enum):
 
 @dataclass(frozen=True)
 class FileSplit:
-    """Part of one Parquet file: some of its row groups (all when empty)."""
+    """Part of one Parquet file: some of its row groups (all when empty).
+
+    A file in object storage (``s3://bucket/key``) also carries what the catalog
+    saw of it at register, ``object_size`` and ``version`` (its ETag): a task
+    that finds another object there fails rather than read rows of a different
+    table (``storage.ObjectFile``).
+    """
 
     path: str
     row_groups: tuple[int, ...] = ()
     rows: int = 0
     bytes: int = 0
+    object_size: int = 0
+    version: str = ""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mangonel import defaults
+from mangonel import defaults, storage
 from mangonel.client import render
 from mangonel.client.progress import ProgressBar
 from mangonel.client.session import DEFAULT_ADDRESS, Result, Session
@@ -140,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _web_options(p)
     p.add_argument("--web-address-file", help="write the web UI's URL to this file")
+    storage.add_arguments(p)
 
     p = sub.add_parser(
         "executor",
@@ -178,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--faults-file", help="JSON fault-injection rules (tests only)")
     p.add_argument("--index", type=int, help="number in a local cluster (names it in logs)")
+    storage.add_arguments(p)
 
     p = sub.add_parser(
         "standalone",
@@ -219,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tpch", metavar="DIR", help="register the 8 TPC-H tables of DIR")
     _web_options(p)
+    storage.add_arguments(p)
 
     p = sub.add_parser(
         "sql",
@@ -418,6 +421,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             state=args.state,
             crash_file=args.crash_file,
             standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
+            storage=storage.options_from_args(args),
         )
     )
 
@@ -447,6 +451,7 @@ def cmd_executor(args: argparse.Namespace) -> int:
             cleanup_interval_s=args.cleanup_interval,
             faults_file=args.faults_file,
             index=args.index,
+            storage=storage.options_from_args(args),
         )
         if args.slots is not None:
             config.slots = args.slots
@@ -480,6 +485,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         + ("--plan-cache", str(args.plan_cache))
         + (("--split-rows", str(args.split_rows)) if args.split_rows else ()),
         web_port=_web_port(args),
+        storage=storage.options_from_args(args),
     )
     with cluster:
         with cluster.connect() as session:

@@ -55,6 +55,7 @@ from mangonel import defaults
 from mangonel.client.session import Session
 from mangonel.client.status import ExecutorState
 from mangonel.errors import ClusterError, MangonelError
+from mangonel.storage import StorageOptions
 
 _LOG_TAIL_BYTES = 4000
 _POLL_S = 0.02
@@ -197,6 +198,10 @@ class LocalCluster:
         schedulers: Scheduler processes; more than one makes a highly available
             group on one etcd ``state``: the first leads, the others wait as
             standbys; executors and clients are given every address.
+        storage: Object storage options of the scheduler and every executor
+            (``--s3-*``: endpoint, region, addressing, timeouts, retries);
+            credentials reach them through the environment (``AWS_*``), which
+            the processes inherit.
     """
 
     def __init__(
@@ -225,6 +230,7 @@ class LocalCluster:
         schedulers: int = 1,
         partition_bytes: int | None = None,
         executor_args_for: Callable[[int], Sequence[str]] | None = None,
+        storage: StorageOptions | None = None,
     ) -> None:
         if schedulers < 1:
             raise ValueError(f"schedulers must be at least 1, got {schedulers}")
@@ -251,6 +257,7 @@ class LocalCluster:
         self.scheduler_args = scheduler_args
         self.executor_args = executor_args
         self.executor_args_for = executor_args_for
+        self.storage = storage or StorageOptions()
         self.scheduler_port = scheduler_port
         self.no_executor_grace = no_executor_grace
         self.max_task_attempts = max_task_attempts
@@ -424,6 +431,7 @@ class LocalCluster:
             args += ["--web-port", "-1"]
         else:
             args += ["--web-port", str(self.web_port), "--web-address-file", str(web_file)]
+        args += self.storage.to_args()
         args += list(self.scheduler_args)
         name = "scheduler" if self.num_schedulers == 1 else f"scheduler-{index}"
         proc = ProcessHandle(name, args, self.log_dir / f"{name}.log", self._env())
@@ -460,6 +468,7 @@ class LocalCluster:
                 "--cleanup-interval", str(self.cleanup_interval),
             ]  # fmt: skip
             args += ["--slots", str(self.executor_slots)]
+            args += self.storage.to_args()
             args += self.executor_options(index)
             handle = ExecutorHandle(
                 index,

@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from mangonel import defaults
+from mangonel.storage import StorageOptions
 
 _WILDCARDS = ("0.0.0.0", "::", "")
 """Bind addresses meaning every interface: listened on, never connected to."""
@@ -73,6 +74,9 @@ class ExecutorConfig:
             loaded by ``executor.main`` only when set); ``None`` injects nothing.
         index: The executor's number in a ``LocalCluster``; only names it in
             logs and injected faults.
+        storage: How to reach object storage for ``s3://`` splits (endpoint,
+            region, addressing, timeouts, retries); the AWS environment decides
+            what it leaves out. Credentials are never part of it.
     """
 
     scheduler_address: str = defaults.SCHEDULER_ADDRESS
@@ -91,6 +95,7 @@ class ExecutorConfig:
     cleanup_interval_s: float = defaults.CLEANUP_INTERVAL_S
     faults_file: str | None = None
     index: int | None = None
+    storage: StorageOptions = field(default_factory=StorageOptions)
 
     def __post_init__(self) -> None:
         if self.slots < 1:

@@ -10,12 +10,18 @@ say *why* precisely:
   it is recomputed.
 * ``ExecutionError``: anything else (out of memory, I/O, an internal error);
   another attempt may succeed.
+
+Object storage (``mangonel.storage``): an object that is gone, changed since it
+was registered, refused or not Parquet is a ``QueryError`` (every attempt would
+meet the same object); a store that did not answer after its own retries is an
+``ExecutionError``, so the task is tried again, a bounded number of times.
 """
 
 from __future__ import annotations
 
 import duckdb
 
+from mangonel.errors import CatalogError, ObjectStoreUnavailableError
 from mangonel.task import ExecutionError, FetchFailed, QueryError, TaskFailure
 
 # DuckDB's exception classes whose cause lies in the statement itself. Everything
@@ -84,6 +90,10 @@ def classify(exc: BaseException) -> TaskFailure:
     if isinstance(exc, TaskFailedError):
         return exc.failure
     message = str(exc) or type(exc).__name__
+    if isinstance(exc, ObjectStoreUnavailableError):
+        return ExecutionError(message)
+    if isinstance(exc, CatalogError):  # an object gone, changed, refused, not Parquet
+        return QueryError(message)
     if isinstance(exc, _QUERY_ERRORS) or (
         isinstance(exc, OSError) and message.startswith(_QUERY_ERROR_PREFIXES)
     ):

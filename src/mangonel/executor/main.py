@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 
+from mangonel import storage
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import GrpcSchedulerLink, SchedulerLink
@@ -45,6 +46,7 @@ def start_executor(
         ``stop_executor``.
     """
     keep_batch_memory()
+    storage.configure(config.storage)
     link = link or GrpcSchedulerLink(config.scheduler_address)
     service = ExecutorService(config, link, task_hooks(config))
     service.start()
@@ -138,6 +140,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
     parser.add_argument("--threads", type=int, default=None, help="DuckDB threads per slot")
     parser.add_argument("--work-dir", default=defaults.work_dir, help="work root (shareable)")
     add_recovery_options(parser, defaults)
+    storage.add_arguments(parser)
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -157,6 +160,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
         cleanup_interval_s=args.cleanup_interval,
         faults_file=args.faults_file,
         index=args.index,
+        storage=storage.options_from_args(args),
     )
 
 

@@ -26,6 +26,13 @@ tables, kept for the next task over the same set of files (opening a database co
 about 20 ms): its SQL can reach those files and no other, and those it may
 read anyway.
 
+A split in object storage (``s3://``) is read with pyarrow through
+``mangonel.storage``, never by DuckDB (whose S3 reader, the ``httpfs``
+extension, is not in the wheel; no database here installs or loads
+extensions): only the split's row groups and the scan's columns, each column
+chunk one ranged GET, after a check that the object is the one registered. The
+bytes fetched are logged per task.
+
 Every failure leaves as ``TaskFailedError`` with a typed ``TaskFailure``
 (see ``failures.py``), or ``TaskCancelledError`` after ``cancel()``.
 """
@@ -47,6 +54,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mangonel import storage
+from mangonel.errors import ObjectStoreError
 from mangonel.executor.failures import (
     TaskCancelledError,
     TaskFailedError,
@@ -163,6 +172,7 @@ class TaskRunner:
             self._active = spec.attempt
         registered: list[str] = []
         views: list[str] = []
+        opened: list[storage.ObjectFile] = []
         con = self._con
         try:
             self._check_cancelled()
@@ -180,7 +190,7 @@ class TaskRunner:
             for scan in spec.scans:
                 read = sqls[scan.name]
                 if read is None:
-                    reader = _read_scan(scan.columns, scan.splits)
+                    reader = _read_scan(scan.columns, scan.splits, opened)
                     self._register(con, scan.name, reader, registered)
                 elif as_views:
                     con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(scan.name)} AS {read}")
@@ -217,6 +227,16 @@ class TaskRunner:
             with self._lock:
                 self._active = None
                 self._running_con = self._con
+            if opened:
+                log.info(
+                    "task %s fetched %d bytes in %d requests from %d objects",
+                    spec.attempt,
+                    sum(f.bytes_read for f in opened),
+                    sum(f.requests for f in opened),
+                    len(opened),
+                )
+                for f in opened:
+                    f.close()
 
     def cancel(self, attempt: TaskAttemptId | None = None) -> None:
         """Stop a task of this slot: it raises ``TaskCancelledError``.
@@ -295,7 +315,7 @@ class TaskRunner:
         planner saw (DuckDB over the file's Arrow schema) where DuckDB's own
         reading differs, since hash partitioning depends on the type.
         """
-        if not columns or not splits:
+        if not columns or not splits or any(storage.is_remote(s.path) for s in splits):
             return None
         parts = []
         for split in splits:
@@ -322,7 +342,7 @@ class TaskRunner:
         key = (path, st.st_mtime_ns, st.st_size, column)
         if key not in self._file_types:
             schema = pq.read_schema(path)
-            probe = duckdb.connect(":memory:")
+            probe = duckdb.connect(":memory:", config=_NO_EXTENSIONS)
             try:
                 probe.register("__arrow", schema.empty_table())
                 planned = probe.execute("DESCRIBE SELECT * FROM __arrow").fetchall()
@@ -425,18 +445,24 @@ def keep_batch_memory() -> bool:
     return took_mmap and took_trim
 
 
+_NO_EXTENSIONS: dict[str, str | bool | int | float | list[str]] = {
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+"""Every database of an executor: no extension is installed or loaded behind its back
+(an ``s3://`` path would make DuckDB download ``httpfs``; ``storage`` reads those)."""
+
+
 def _locked_connection(
     spill_dir: str, memory_limit: str | None, threads: int, readable: Sequence[str] = ()
 ) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(database=":memory:")
+    con = duckdb.connect(database=":memory:", config=_NO_EXTENSIONS)
     con.execute(f"SET threads = {int(threads)}")
     con.execute("SET temp_directory = ?", [spill_dir])
     if memory_limit is not None:
         con.execute("SET memory_limit = ?", [memory_limit])
     # It prints to stdout in a long query; an executor's stdout is a log.
     con.execute("SET enable_progress_bar = false")
-    con.execute("SET autoinstall_known_extensions = false")
-    con.execute("SET autoload_known_extensions = false")
     if readable:
         # Exact files, not directories: a table's directory may hold other files.
         con.execute("SET allowed_paths = ?", [list(readable)])
@@ -468,7 +494,9 @@ def _locked_connection(
 
 
 def _read_scan(
-    columns: Sequence[str], splits: Sequence[FileSplit]
+    columns: Sequence[str],
+    splits: Sequence[FileSplit],
+    opened: list[storage.ObjectFile] | None = None,
 ) -> pa.Table | pa.RecordBatchReader:
     """Some splits of a table: a stream of their row groups' needed columns.
 
@@ -477,14 +505,19 @@ def _read_scan(
     0.075 s to scan and hash vs 0.10 s for the same rows read whole first),
     and a task never holds its decoded split in memory. The fragment names the
     scan once, so the one pass a stream allows is enough.
+
+    Objects in object storage are opened (and checked against the version the
+    catalog saw) here, before the stream starts, so that a changed or missing
+    object fails the task with its own typed error; ``opened`` collects them.
     """
+    opened = [] if opened is None else opened
     if not columns:
         # count(*) and the like read no column: the row count is in the footers.
-        rows = sum(_split_rows(split) for split in splits)
+        rows = sum(_split_rows(split, opened) for split in splits)
         return pa.table({_ROWS_COLUMN: pa.nulls(rows)})
     if not splits:
         return pa.table({c: pa.nulls(0) for c in columns})
-    files = [(pq.ParquetFile(split.path), split) for split in splits]
+    files = [(_parquet_file(split, opened), split) for split in splits]
     schema = pa.schema([files[0][0].schema_arrow.field(c) for c in columns])
     return pa.RecordBatchReader.from_batches(schema, _split_batches(files, list(columns)))
 
@@ -501,8 +534,26 @@ def _split_batches(
             yield batch if batch.schema == schema else batch.cast(schema)
 
 
-def _split_rows(split: FileSplit) -> int:
-    metadata = pq.ParquetFile(split.path).metadata
+def _parquet_file(split: FileSplit, opened: list[storage.ObjectFile]) -> pq.ParquetFile:
+    if not storage.is_remote(split.path):
+        return pq.ParquetFile(split.path)
+    expected = storage.ObjectVersion(split.object_size, split.version)
+    source = storage.open_object(split.path, expected if split.object_size else None)
+    opened.append(source)
+    try:
+        # pre_buffer: the column chunks of a row group that lie close together
+        # come in one ranged GET (pyarrow's defaults: holes up to 8 KiB joined).
+        return pq.ParquetFile(source, pre_buffer=True)
+    except (pa.ArrowInvalid, OSError) as exc:
+        if isinstance(exc, ObjectStoreError):
+            raise
+        raise ObjectStoreError(
+            f"{split.path} is not a readable Parquet file any more: {exc}"
+        ) from exc
+
+
+def _split_rows(split: FileSplit, opened: list[storage.ObjectFile]) -> int:
+    metadata = _parquet_file(split, opened).metadata
     groups = split.row_groups or range(metadata.num_row_groups)
     return sum(metadata.row_group(g).num_rows for g in groups)
 

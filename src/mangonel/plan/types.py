@@ -22,7 +22,16 @@ class TypeOracle:
     """Answers type questions for one catalog version. Thread-safe."""
 
     def __init__(self, catalog: Mapping[str, Table]) -> None:
-        self._con = duckdb.connect(":memory:", config={"threads": 1})
+        # No extension is ever installed or loaded behind our back (``httpfs`` for
+        # an s3:// path would be downloaded): mangonel reads object storage itself.
+        self._con = duckdb.connect(
+            ":memory:",
+            config={
+                "threads": 1,
+                "autoinstall_known_extensions": False,
+                "autoload_known_extensions": False,
+            },
+        )
         self._lock = threading.Lock()
         self._supertypes: dict[tuple[str, str], str] = {}
         self._tables: dict[str, dict[str, str]] = {}

@@ -79,13 +79,23 @@ def output_spec_from_proto(msg: pb.OutputSpec) -> OutputSpec:
 
 def file_split_to_proto(split: FileSplit) -> pb.FileSplit:
     return pb.FileSplit(
-        path=split.path, row_groups=list(split.row_groups), rows=split.rows, bytes=split.bytes
+        path=split.path,
+        row_groups=list(split.row_groups),
+        rows=split.rows,
+        bytes=split.bytes,
+        object_size=split.object_size,
+        version=split.version,
     )
 
 
 def file_split_from_proto(msg: pb.FileSplit) -> FileSplit:
     return FileSplit(
-        path=msg.path, row_groups=tuple(msg.row_groups), rows=msg.rows, bytes=msg.bytes
+        path=msg.path,
+        row_groups=tuple(msg.row_groups),
+        rows=msg.rows,
+        bytes=msg.bytes,
+        object_size=msg.object_size,
+        version=msg.version,
     )
 
 

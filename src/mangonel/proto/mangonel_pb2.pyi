@@ -74,16 +74,20 @@ class OutputSpec(_message.Message):
     def __init__(self, kind: _Optional[_Union[OutputKind, str]] = ..., partitions: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FileSplit(_message.Message):
-    __slots__ = ("path", "row_groups", "rows", "bytes")
+    __slots__ = ("path", "row_groups", "rows", "bytes", "object_size", "version")
     PATH_FIELD_NUMBER: _ClassVar[int]
     ROW_GROUPS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_SIZE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
     path: str
     row_groups: _containers.RepeatedScalarFieldContainer[int]
     rows: int
     bytes: int
-    def __init__(self, path: _Optional[str] = ..., row_groups: _Optional[_Iterable[int]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+    object_size: int
+    version: str
+    def __init__(self, path: _Optional[str] = ..., row_groups: _Optional[_Iterable[int]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., object_size: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
 
 class PartitionLocation(_message.Message):
     __slots__ = ("executor", "host", "flight_address", "stage", "map_partition", "partition", "path", "rows", "bytes", "checksum")

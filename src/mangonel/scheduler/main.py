@@ -14,12 +14,12 @@ import os
 import signal
 import threading
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import grpc
 
-from mangonel import defaults
+from mangonel import defaults, storage
 from mangonel.errors import ClusterError, StateStoreError
 from mangonel.plan.planner import PlannerConfig
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
@@ -85,6 +85,9 @@ class SchedulerConfig:
             held by another scheduler is an error after this long.
         crash_file: Crash tests only: rules that make the scheduler kill itself
             at chosen points (``mangonel.testing.crash``).
+        storage: How to reach object storage for ``s3://`` tables (endpoint,
+            region, addressing, timeouts, retries); the AWS environment decides
+            what it leaves out. Credentials are never part of it.
     """
 
     host: str = "127.0.0.1"
@@ -108,6 +111,7 @@ class SchedulerConfig:
     state: str | None = None
     standby_timeout_s: float | None = None
     crash_file: str | None = None
+    storage: storage.StorageOptions = field(default_factory=storage.StorageOptions)
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
@@ -174,6 +178,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     """
     from mangonel.scheduler.state import SchedulerState  # the state machine's module
 
+    storage.configure(config.storage)  # before recover(): it reads s3:// footers again
     url = config.state or default_state_url()
     store = open_store(url)
     owner = f"{config.host}:{config.port} (pid {os.getpid()})"
