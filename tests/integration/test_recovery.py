@@ -327,11 +327,16 @@ def test_disk_use_returns_to_baseline_after_queries_and_a_dead_executor(
     cluster.set_faults(1, [{"action": "kill", "when": "task_finished", "stage": SCAN_LINEITEM}])
     check_q12(session.sql(Q12), duckdb_ref)
     victim.process.wait(30)
-    # The dead one left its files; the survivor's sweep finds its lock free.
-    wait_until(lambda: shuffle_files(cluster) == [], "the dead executor's files were deleted")
-    dirs = sorted(p.name for p in cluster.executor_root.iterdir())
+    # The dead one left its files; the survivor's sweep finds its lock free and
+    # deletes its directories (files first: wait for the directories to go too).
     survivor = cluster.executors[0].id
-    assert len(dirs) == 2 and survivor in dirs, dirs  # its life and its spill directory
+
+    def dirs() -> list[str]:
+        return sorted(p.name for p in cluster.executor_root.iterdir())
+
+    wait_until(lambda: shuffle_files(cluster) == [], "the dead executor's files were deleted")
+    wait_until(lambda: len(dirs()) == 2, "only the survivor's life and spill directories were left")
+    assert survivor in dirs(), dirs()  # its life and its spill directory
     table = session.sql("SELECT count(*) AS n FROM orders").to_arrow()
     assert table.column("n").to_pylist() == [150_000]
     wait_until(lambda: shuffle_files(cluster) == [], "the last result was released")
