@@ -64,6 +64,11 @@ MAX_TASK_ATTEMPTS = 4
 MAX_STAGE_RERUNS = 4
 """Times one stage may lose outputs and run again before its job fails."""
 
+UNREACHABLE_WINDOW_S = 300.0
+"""Seconds over which the scheduler counts the executors whose fetches from one
+holder failed (``FetchProblem.UNREACHABLE``) while the holder still heartbeats:
+readers on two executors in this window make the holder lost."""
+
 RESULT_TTL_S = 600.0
 """Seconds a result no client released is kept before it is deleted."""
 
