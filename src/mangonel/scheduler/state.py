@@ -44,11 +44,15 @@ What each event does, in one place:
   job is left as it is (no command).
 * ``TaskFailed``: a ``QueryError`` fails the job; an ``ExecutionError`` is retried
   up to ``Limits.max_task_attempts``; a ``FetchFailed`` re-queues the reader without
-  charging it an attempt and, by its ``problem``, loses the executor named in it
-  (``UNREACHABLE``) or only the one map output it names (``OUTPUT_LOST``: a missing
-  or corrupt file on an executor that still answers; a re-run of its stage charged).
+  charging it an attempt and, by its ``problem``: ``OUTPUT_LOST`` (a missing or
+  corrupt file on an executor that still answers) makes only the one map output
+  it names again (a re-run of its stage charged); ``UNREACHABLE`` about a live
+  holder is a cut between two executors: one side gives way for the job (it is
+  excluded from it, see ``_unreachable_holder``), unless readers on two
+  executors failed to reach the holder, which then is lost.
 * losing an executor, in one event: its running tasks go back to pending (an
-  attempt charged), the outputs it held that an unfinished stage still needs go
+  attempt charged), running tasks elsewhere that read its outputs are cancelled
+  (``CancelTask``, not charged), the outputs it held that an unfinished stage still needs go
   back to pending (a re-run of their stage charged, at most
   ``Limits.max_stage_reruns``), recursively when their own inputs went too.
 * with no executor alive for ``Limits.no_executor_grace_s``, a ``Tick`` fails the

@@ -17,7 +17,8 @@ a restarted process registers anew, under a fresh id)::
             ALIVE ──── ExecutorDraining ────▶ DRAINING ─── nothing to ──▶ LOST
               │                                  │         run, hold or
               │ ExecutorLost, heartbeat timeout, │         serve (unread
-              │ FetchFailed naming it            │         results read)
+              │ fetches from it failed on two    │         results read)
+              │ executors                        │
               ▼                                  ▼
             LOST ◀───────────────────────────────┘ (its stream closed: DRAINED)
 
