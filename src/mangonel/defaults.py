@@ -64,6 +64,11 @@ MAX_TASK_ATTEMPTS = 4
 MAX_STAGE_RERUNS = 4
 """Times one stage may lose outputs and run again before its job fails."""
 
+UNREACHABLE_WINDOW_S = 300.0
+"""Seconds over which the scheduler counts the executors whose fetches from one
+holder failed (``FetchProblem.UNREACHABLE``) while the holder still heartbeats:
+readers on two executors in this window make the holder lost."""
+
 RESULT_TTL_S = 600.0
 """Seconds a result no client released is kept before it is deleted."""
 
@@ -75,6 +80,13 @@ taken for dead (it died between the two calls)."""
 
 DRAIN_TIMEOUT_S = 30.0
 """On SIGTERM an executor finishes its tasks and serves its outputs for at most this long."""
+
+FETCH_TIMEOUT_S = 30.0
+"""Limit on one Flight fetch of a shuffle partition (the whole stream, not an
+idle gap): a silent peer fails the fetch after this long. It must cover a large
+partition on a slow link, so it is far above the heartbeat timeout; a reader
+whose input's executor is declared lost does not wait it out, since the
+scheduler cancels it."""
 
 CLEANUP_INTERVAL_S = 10.0
 """Seconds between an executor's sweeps of the work root for dead executors' files."""

@@ -21,7 +21,11 @@ PARTITIONS = 4
 
 
 def start_cluster(
-    root: Path, tables: dict[str, Path], split_rows: int, heartbeat_timeout: float = 10.0
+    root: Path,
+    tables: dict[str, Path],
+    split_rows: int,
+    heartbeat_timeout: float = 10.0,
+    executor_args: tuple[str, ...] = (),
 ) -> NetCluster:
     """A started ``NetCluster`` of two one-slot executors with the TPC-H tables
     registered. Every exchange has ``PARTITIONS`` partitions (the data would fit in
@@ -42,6 +46,7 @@ def start_cluster(
             "--split-rows",
             str(split_rows),
         ),  # fmt: skip
+        executor_args=executor_args,
     ).start()
     try:
         for name, path in tables.items():

@@ -1,6 +1,12 @@
 """Network partitions on a cluster whose every process runs on a host of its own.
 
-The first case of issue 14: an executor silently cut off from everyone mid-query
+Cases of issue 14 on one cluster (2 s heartbeat timeout, the default 30 s fetch
+timeout): an executor cut off from everyone (below); cut off while a reader on
+the other executor fetches its output; cut off from the scheduler only, both
+ways and one way. A cut between two executors is in ``test_peer_cut``, with a
+short fetch timeout. Each test prints the time from the cut to the answer.
+
+The first case: an executor silently cut off from everyone mid-query
 (its switch port stops forwarding: no reset, no error, only silence). The
 scheduler must declare it lost after the heartbeat timeout and recompute its
 work elsewhere, and the query must give DuckDB's answer. When the link heals,
@@ -17,11 +23,12 @@ task of a later stage is ever given an output on the victim to fetch.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import duckdb
@@ -29,6 +36,7 @@ import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
 from net_support import start_cluster
 
+from mangonel import defaults
 from mangonel.client.status import ClusterStatus, ExecutorState
 from mangonel.testing.netclient import Answer
 from mangonel.testing.netcluster import NetCluster
@@ -119,5 +127,165 @@ def test_an_executor_cut_off_from_everyone_is_replaced_and_rejoins(
     )
 
     # The cluster goes on with both executors.
+    again = net.client.sql(sql).result
+    assert_same_result(again.to_arrow(), expected, ordered=True, order_by=TPCH_ORDER_BY[QUERY])
+
+
+# ------------------------------------------------------- helpers of the cases below
+
+
+_USES = itertools.count(1)
+
+
+def _lost_ids(status: ClusterStatus) -> set[str]:
+    return {e.id for e in status.executors if e.state is ExecutorState.LOST}
+
+
+def _query_with_fault(
+    net: NetCluster, sql: str, frozen: int, rule: dict[str, object], fault: Callable[[], None]
+) -> tuple[Answer, float]:
+    """Run ``sql``; when executor ``frozen`` freezes at ``rule``, apply ``fault`` and
+    thaw it. Returns the answer and the time of the fault (the client host's clock
+    and this one are the same machine's).
+
+    A rule fires once per executor process, known by its position and content,
+    and the cluster outlives the tests: never-matching rules in front give each
+    use a position of its own.
+    """
+    padding = [{"action": "fail", "stage": 999}] * next(_USES)
+    net.set_faults(frozen, [*padding, rule])
+    answers: list[Answer | BaseException] = []
+
+    def run_query() -> None:
+        try:
+            answers.append(net.client.sql(sql))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            answers.append(exc)
+
+    query = threading.Thread(target=run_query, name="query", daemon=True)
+    query.start()
+    pid = net.executors[frozen].pid
+    try:
+        wait_until(lambda: is_stopped(pid) or answers, "the executor froze", timeout=60)
+        assert not answers, f"the query ended before the breakpoint: {answers}"
+        fault()
+        cut_at = time.time()
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        net.set_faults(frozen, [])
+    query.join(120)
+    assert answers, "no answer within 120 s of the fault"
+    answer = answers[0]
+    if isinstance(answer, BaseException):
+        raise answer
+    return answer, cut_at
+
+
+def _heal_and_rejoin(net: NetCluster, index: int, old_id: str) -> tuple[str, float]:
+    """Heal the lab; wait until executor ``index`` is alive under a new id and has
+    deleted its old life's directory. Returns the new id and the seconds it took."""
+    net.lab.heal()
+    healed_at = time.time()
+    new_id = wait_until(
+        lambda: (
+            (i := _alive_ids(net.client.status()).get(net.executors[index].pid)) != old_id and i
+        ),
+        f"executor {index} rejoined under a new id",
+        timeout=60,
+    )
+    rejoined = time.time() - healed_at
+    old_life = net.executor_hosts[index].outside(f"{MOUNT_POINT}/work/{old_id}")
+    wait_until(lambda: not old_life.exists(), f"executor {index} deleted its old life {old_life}")
+    return new_id, rejoined
+
+
+# --------------------------------------------- a lost executor's readers stop waiting
+
+
+def test_readers_of_a_lost_executor_stop_waiting_for_it(
+    net: NetCluster, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """The victim is cut off while a reader on the other executor is about to
+    fetch its output: the reader is frozen at the start of its first task of
+    stage 2 (which reads every map output of stage 1, some on the victim), the
+    victim's port is cut, the reader thawed. Its fetch from the victim would wait
+    out the whole fetch timeout (30 s); the scheduler cancels it when it loses
+    the victim (heartbeat timeout, 2 s), and it runs again once the victim's
+    outputs are made again."""
+    sql = tpch_query(QUERY)
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 0
+    reader, victim = 1 - VICTIM, VICTIM
+    ids = net.wait_for_executors(2)
+    before = _lost_ids(net.client.status())
+    rule = {"action": "freeze", "when": "task_started", "stage": 2, "nth": 1}
+    victim_host = net.executor_hosts[victim]
+    answer, cut_at = _query_with_fault(net, sql, reader, rule, lambda: net.lab.cut(victim_host))
+    cut_to_answer = answer.finished_at - cut_at
+    result = answer.result
+    assert_same_result(result.to_arrow(), expected, ordered=True, order_by=TPCH_ORDER_BY[QUERY])
+    status = net.client.status()
+    assert _lost_ids(status) - before == {ids[victim]}, status.executors
+    lost = status.executor(ids[victim])
+    assert lost is not None and lost.reason == "heartbeat timeout", lost
+    stage1, stage2 = result.stages[0], result.stages[1]
+    assert stage1.tasks_total >= 4 and stage2.tasks_total >= 2, result.stages
+    # The victim's stage 1 outputs were made again, and the frozen reader ran again.
+    assert stage1.outputs_recomputed >= 1 and stage2.tasks_rerun >= 1, result.stages
+    print(
+        f"q{QUERY}, reader fetching from a cut-off executor: cut to answer "
+        f"{cut_to_answer:.2f} s (heartbeat timeout {HEARTBEAT_TIMEOUT_S:g} s, fetch "
+        f"timeout {defaults.FETCH_TIMEOUT_S:g} s)"
+    )
+    # Not a benchmark: the one bound that tells a cancelled reader from one that
+    # waited its fetch out.
+    assert cut_to_answer < defaults.FETCH_TIMEOUT_S, cut_to_answer
+    _heal_and_rejoin(net, victim, ids[victim])
+
+
+# ------------------------------------- an executor cut off from the scheduler only
+
+
+@pytest.mark.parametrize("both", [True, False], ids=["both-ways", "executor-to-scheduler"])
+def test_an_executor_cut_off_from_the_scheduler_only_is_replaced_and_rejoins(
+    both: bool, net: NetCluster, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """Its peers still reach it, the scheduler does not hear it (both ways: nor
+    can it command it; one way, executor to scheduler: its heartbeats are lost,
+    the scheduler's orders still arrive). The scheduler cannot tell this from a
+    dead executor, and must not wait: it is lost at the heartbeat timeout, its
+    work made again; healed, it finds its life gone and rejoins under a new id.
+    One loss, no flapping. The cut lands as in the first test: the victim frozen
+    at its second task of stage 1."""
+    sql = tpch_query(QUERY)
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    ids = net.wait_for_executors(2)
+    # Warm again: the victim is back under a new id, and its first tasks are slow.
+    net.client.sql(sql)
+    before = _lost_ids(net.client.status())
+    victim_host = net.executor_hosts[VICTIM]
+    rule = {"action": "freeze", "when": "task_started", "stage": 1, "nth": 2}
+    answer, cut_at = _query_with_fault(
+        net, sql, VICTIM, rule, lambda: net.lab.cut_between(victim_host, net.scheduler_host, both)
+    )
+    cut_to_answer = answer.finished_at - cut_at
+    result = answer.result
+    assert_same_result(result.to_arrow(), expected, ordered=True, order_by=TPCH_ORDER_BY[QUERY])
+    status = net.client.status()
+    lost = status.executor(ids[VICTIM])
+    assert lost is not None and lost.state is ExecutorState.LOST, lost
+    assert lost.reason == "heartbeat timeout", lost
+    stage1 = result.stages[0]
+    assert stage1.tasks_rerun >= 1 and stage1.outputs_recomputed >= 1, result.stages
+    new_id, rejoined = _heal_and_rejoin(net, VICTIM, ids[VICTIM])
+    status = net.client.status()
+    # One loss (the victim's old life), the peer never lost: no flapping.
+    assert _lost_ids(status) - before == {ids[VICTIM]}, status.executors
+    assert net.executor_ids(status) == {1 - VICTIM: ids[1 - VICTIM], VICTIM: new_id}
+    way = "both ways" if both else "executor to scheduler"
+    print(
+        f"q{QUERY}, executor cut off from the scheduler ({way}): cut to answer "
+        f"{cut_to_answer:.2f} s; healed to rejoined as {new_id}: {rejoined:.2f} s"
+    )
     again = net.client.sql(sql).result
     assert_same_result(again.to_arrow(), expected, ordered=True, order_by=TPCH_ORDER_BY[QUERY])

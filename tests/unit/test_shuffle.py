@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from mangonel.executor.failures import FetchFailedError
+from mangonel.executor.failures import FetchFailedError, TaskCancelledError
 from mangonel.executor.flight import ShuffleFlightServer
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter, file_checksum
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
@@ -262,3 +263,29 @@ def test_a_peer_that_never_answers_fails_after_one_timeout(writer: ShuffleWriter
         reader.close()
     finally:
         silent.close()
+
+
+def test_cancel_stops_a_fetch_from_a_silent_peer_at_once(writer: ShuffleWriter) -> None:
+    # A reader whose input's executor was declared lost is cancelled by the
+    # scheduler: its slot must come free now, not after the fetch timeout.
+    out = writer.write_table(attempt(), 0, sample(10))
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    reader = ShuffleReader("host-b", timeout_s=30)
+    try:
+        threading.Timer(0.3, reader.cancel).start()
+        started = time.monotonic()
+        with pytest.raises(TaskCancelledError):
+            reader.read(location(out, f"127.0.0.1:{silent.getsockname()[1]}"))
+        assert time.monotonic() - started < 2.0
+        # Cancelled until reset: the next task of the slot fetches again.
+        with pytest.raises(TaskCancelledError):
+            reader.read(location(out, "127.0.0.1:1"))
+        reader.reset()
+        reader.timeout_s = 0.3
+        with pytest.raises(FetchFailedError, match="timed out"):
+            reader.read(location(out, f"127.0.0.1:{silent.getsockname()[1]}"))
+    finally:
+        silent.close()
+        reader.close()

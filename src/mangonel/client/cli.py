@@ -171,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(default %(default)g)",
     )
     p.add_argument(
+        "--fetch-timeout",
+        type=float,
+        default=defaults.FETCH_TIMEOUT_S,
+        metavar="S",
+        help="give up a Flight fetch of a shuffle partition after S seconds (default %(default)g)",
+    )
+    p.add_argument(
         "--cleanup-interval",
         type=float,
         default=defaults.CLEANUP_INTERVAL_S,
@@ -448,6 +455,7 @@ def cmd_executor(args: argparse.Namespace) -> int:
             memory_limit=args.memory_limit,
             threads=args.threads,
             drain_timeout_s=args.drain_timeout,
+            fetch_timeout_s=args.fetch_timeout,
             cleanup_interval_s=args.cleanup_interval,
             faults_file=args.faults_file,
             index=args.index,

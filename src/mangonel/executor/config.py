@@ -89,7 +89,7 @@ class ExecutorConfig:
     threads: int | None = None
     work_dir: str = field(default_factory=_default_work_dir)
     heartbeat_interval_s: float = 1.0
-    fetch_timeout_s: float = 30.0
+    fetch_timeout_s: float = defaults.FETCH_TIMEOUT_S
     fetch_retries: int = 3
     drain_timeout_s: float = defaults.DRAIN_TIMEOUT_S
     cleanup_interval_s: float = defaults.CLEANUP_INTERVAL_S
@@ -102,6 +102,8 @@ class ExecutorConfig:
             raise ValueError(f"slots must be at least 1, got {self.slots}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be at least 1, got {self.threads}")
+        if self.fetch_timeout_s <= 0:
+            raise ValueError(f"fetch_timeout_s must be positive, got {self.fetch_timeout_s}")
         if self.fetch_retries < 1:
             raise ValueError(f"fetch_retries must be at least 1, got {self.fetch_retries}")
         if self.drain_timeout_s < 0:

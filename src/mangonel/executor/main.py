@@ -157,6 +157,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
         threads=args.threads,
         work_dir=args.work_dir,
         drain_timeout_s=args.drain_timeout,
+        fetch_timeout_s=args.fetch_timeout,
         cleanup_interval_s=args.cleanup_interval,
         faults_file=args.faults_file,
         index=args.index,
@@ -165,7 +166,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
 
 
 def add_recovery_options(parser: argparse.ArgumentParser, defaults: ExecutorConfig) -> None:
-    """The drain, cleanup and fault-injection flags (shared with ``mangonel executor``)."""
+    """The drain, fetch, cleanup and fault-injection flags (shared with ``mangonel executor``)."""
     parser.add_argument(
         "--drain-timeout",
         type=float,
@@ -173,6 +174,13 @@ def add_recovery_options(parser: argparse.ArgumentParser, defaults: ExecutorConf
         metavar="S",
         help="on SIGTERM, finish tasks and serve outputs for at most S seconds "
         "(default %(default)g)",
+    )
+    parser.add_argument(
+        "--fetch-timeout",
+        type=float,
+        default=defaults.fetch_timeout_s,
+        metavar="S",
+        help="give up a Flight fetch of a shuffle partition after S seconds (default %(default)g)",
     )
     parser.add_argument(
         "--cleanup-interval",

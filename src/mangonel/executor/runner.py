@@ -170,6 +170,9 @@ class TaskRunner:
         """
         with self._lock:
             self._active = spec.attempt
+            # Under the lock: a cancel of this attempt that comes after this
+            # line reaches the reader, and none of an earlier task lingers.
+            self.reader.reset()
         registered: list[str] = []
         views: list[str] = []
         opened: list[storage.ObjectFile] = []
@@ -253,6 +256,7 @@ class TaskRunner:
             self._cancel = target
             if target != self._active:
                 return
+            self.reader.cancel()  # a fetch from a silent peer, which DuckDB's interrupt misses
             self._running_con.interrupt()
         # DuckDB forgets an interrupt that lands between two statements (each
         # query start clears it), so repeat it until the task has stopped.

@@ -55,7 +55,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from isal import isal_zlib
 
-from mangonel.executor.failures import FetchFailedError
+from mangonel import defaults
+from mangonel.executor.failures import FetchFailedError, TaskCancelledError
 from mangonel.ids import JobId, StageId, TaskAttemptId
 from mangonel.task import FetchFailed, FetchProblem, PartitionLocation, PartitionOutput
 
@@ -356,6 +357,14 @@ class ShuffleReader:
 
     One reader per task slot (it caches one Flight client per peer).
 
+    A Flight fetch runs on a thread of its own while the task's thread waits
+    for it, so that ``cancel()`` stops the wait at once: neither closing the
+    client nor cancelling the stream interrupts a ``do_get`` whose peer has gone
+    silent (measured with pyarrow 26: both waited out the call's deadline), and
+    a task cancelled because its input's executor was lost must free its slot
+    now, not after ``timeout_s``. The abandoned fetch ends by itself within
+    ``timeout_s`` (times its tries), and its result is dropped.
+
     Args:
         host: This executor's host identity (``ExecutorInfo.host``).
         timeout_s: Limit on one Flight ``do_get``.
@@ -364,13 +373,29 @@ class ShuffleReader:
     """
 
     def __init__(
-        self, host: str, *, timeout_s: float = 30.0, retries: int = 3, backoff_s: float = 0.1
+        self,
+        host: str,
+        *,
+        timeout_s: float = defaults.FETCH_TIMEOUT_S,
+        retries: int = 3,
+        backoff_s: float = 0.1,
     ) -> None:
         self.host = host
         self.timeout_s = timeout_s
         self.retries = max(1, retries)
         self.backoff_s = backoff_s
         self._clients: dict[str, flight.FlightClient] = {}
+        self._clients_lock = threading.Lock()
+        self._cancelled = threading.Event()
+
+    def cancel(self) -> None:
+        """Stop the fetch in progress, and every later one until ``reset()``:
+        they raise ``TaskCancelledError``. Safe from any thread."""
+        self._cancelled.set()
+
+    def reset(self) -> None:
+        """Accept fetches again (a new task starts on the slot)."""
+        self._cancelled.clear()
 
     def read(self, location: PartitionLocation) -> pa.Table:
         """One map output partition as a table; raises ``FetchFailedError``."""
@@ -388,10 +413,12 @@ class ShuffleReader:
         return pa.concat_tables(tables, promote_options="permissive")
 
     def close(self) -> None:
-        for client in self._clients.values():
+        with self._clients_lock:
+            clients = list(self._clients.values())
+            self._clients.clear()
+        for client in clients:
             with contextlib.suppress(Exception):
                 client.close()
-        self._clients.clear()
 
     def _read_local(self, location: PartitionLocation) -> pa.Table:
         try:
@@ -415,12 +442,37 @@ class ShuffleReader:
             raise _fail(location, f"cannot read local file: {exc}", problem) from exc
 
     def _read_flight(self, location: PartitionLocation) -> pa.Table:
+        if self._cancelled.is_set():
+            raise TaskCancelledError(f"fetch of {location.path} cancelled")
+        done = threading.Event()
+        outcome: list[pa.Table | BaseException] = []
+
+        def fetch() -> None:
+            try:
+                outcome.append(self._fetch(location))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=fetch, name="flight-fetch", daemon=True).start()
+        while not done.wait(_CANCEL_POLL_S):
+            if self._cancelled.is_set():
+                raise TaskCancelledError(f"fetch of {location.path} cancelled")
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _fetch(self, location: PartitionLocation) -> pa.Table:
         options = flight.FlightCallOptions(timeout=self.timeout_s)
         ticket = flight.Ticket(location.path.encode())
         last: Exception | None = None
         for attempt in range(self.retries):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            if self._cancelled.is_set():
+                raise TaskCancelledError(f"fetch of {location.path} cancelled")
             try:
                 table = self._client(location.flight_address).do_get(ticket, options).read_all()
             except flight.FlightTimedOutError as exc:
@@ -456,17 +508,23 @@ class ShuffleReader:
         )
 
     def _client(self, address: str) -> flight.FlightClient:
-        client = self._clients.get(address)
-        if client is None:
-            client = flight.FlightClient(f"grpc://{address}")
-            self._clients[address] = client
-        return client
+        with self._clients_lock:
+            client = self._clients.get(address)
+            if client is None:
+                client = flight.FlightClient(f"grpc://{address}")
+                self._clients[address] = client
+            return client
 
     def _drop_client(self, address: str) -> None:
-        client = self._clients.pop(address, None)
+        with self._clients_lock:
+            client = self._clients.pop(address, None)
         if client is not None:
             with contextlib.suppress(Exception):
                 client.close()
+
+
+_CANCEL_POLL_S = 0.05
+"""How often a task waiting for a fetch looks whether it was cancelled."""
 
 
 def _fail(location: PartitionLocation, why: str, problem: FetchProblem) -> FetchFailedError:

@@ -230,3 +230,6 @@ class Limits:
     """An executor that registered but opened no stream in this long died in between."""
     result_ttl_s: float = defaults.RESULT_TTL_S
     """A result no client read is deleted this long after its job succeeded."""
+    unreachable_window_s: float = defaults.UNREACHABLE_WINDOW_S
+    """Fetch failures of readers on different executors that make a holder which
+    still heartbeats lost must fall within this long of each other."""

@@ -44,11 +44,15 @@ What each event does, in one place:
   job is left as it is (no command).
 * ``TaskFailed``: a ``QueryError`` fails the job; an ``ExecutionError`` is retried
   up to ``Limits.max_task_attempts``; a ``FetchFailed`` re-queues the reader without
-  charging it an attempt and, by its ``problem``, loses the executor named in it
-  (``UNREACHABLE``) or only the one map output it names (``OUTPUT_LOST``: a missing
-  or corrupt file on an executor that still answers; a re-run of its stage charged).
+  charging it an attempt and, by its ``problem``: ``OUTPUT_LOST`` (a missing or
+  corrupt file on an executor that still answers) makes only the one map output
+  it names again (a re-run of its stage charged); ``UNREACHABLE`` about a live
+  holder is a cut between two executors: one side gives way for the job (it is
+  excluded from it, see ``_unreachable_holder``), unless readers on two
+  executors failed to reach the holder, which then is lost.
 * losing an executor, in one event: its running tasks go back to pending (an
-  attempt charged), the outputs it held that an unfinished stage still needs go
+  attempt charged), running tasks elsewhere that read its outputs are cancelled
+  (``CancelTask``, not charged), the outputs it held that an unfinished stage still needs go
   back to pending (a re-run of their stage charged, at most
   ``Limits.max_stage_reruns``), recursively when their own inputs went too.
 * with no executor alive for ``Limits.no_executor_grace_s``, a ``Tick`` fails the
@@ -189,6 +193,9 @@ class SchedulerState:
         self._no_executor_since: float | None = None
         """When the last live executor went away; ``None`` while one is live, or
         before any registered (then a job waits from its submission)."""
+        self._unreachable: dict[ExecutorId, dict[ExecutorId, float]] = {}
+        """Holder -> reader executor -> when a fetch of that reader from that
+        holder last failed ``UNREACHABLE`` while the holder was live."""
 
     # ------------------------------------------------------------------ entry point
 
@@ -470,16 +477,93 @@ class SchedulerState:
                 self._requeue(task, event.executor, error, charge=False)
                 if not self._executors.is_live(failure.executor):
                     self._fail_if_unrecoverable(job, step)
+                elif failure.executor in job.excluded:
+                    pass  # its outputs are being made again elsewhere
                 elif failure.problem is FetchProblem.OUTPUT_LOST:
                     problem = self._output_lost(job, failure)
                     if problem is not None:
                         self._finish(job, JobState.FAILED, problem, step)
                 else:
-                    step.commands.append(
-                        DeclareExecutorLost(step.cause, failure.executor, LossReason.FETCH_FAILURES)
-                    )
-                    detail = f"task {event.attempt} on {event.executor} {error}"
-                    self._lose([_Loss(failure.executor, LossReason.FETCH_FAILURES, detail)], step)
+                    self._unreachable_holder(job, event, failure.executor, error, step)
+
+    def _unreachable_holder(
+        self, job: JobRecord, event: TaskFailed, holder: ExecutorId, error: str, step: _Step
+    ) -> None:
+        """A reader on one live executor could not reach another live executor.
+
+        The holder still heartbeats, so the scheduler hears both: it is a cut
+        between the two, not a lost executor. Losing the holder would only make
+        it register again under a new id, and the cut would fail the next fetch
+        across it the same way (flapping). So:
+
+        * readers on two different executors failed to reach the holder within
+          ``Limits.unreachable_window_s``: the holder is what is cut off (or
+          its Flight server is broken), and it is lost (``FETCH_FAILURES``);
+        * else one side of the cut gives way for this job: the job stops using
+          it (``JobRecord.excluded``) and makes its outputs again on the other
+          executors, but the executor stays alive under its id and runs other
+          jobs' tasks. The side that gives way is the one holding fewer of the
+          outputs the job still needs (less to make again); on a tie, the
+          holder, the side a reader reported. A job excludes no executor when no
+          other would be left for it; then the holder is lost, as before.
+        """
+        reader = event.executor
+        window = self.limits.unreachable_window_s
+        reports = self._unreachable.setdefault(holder, {})
+        reports[reader] = step.now
+        readers = sorted(
+            r for r, at in reports.items() if step.now - at <= window and self._executors.is_live(r)
+        )
+        if len(readers) < 2 and reader != holder:
+            # Both sides are usable by the job (the reader's attempt was current,
+            # the holder is not excluded), so the side left keeps it going.
+            needed = job.needed_outputs(job.usable(self._executors.is_live))
+            side, other = (
+                (reader, holder)
+                if needed.get(reader, 0) < needed.get(holder, 0)
+                else (holder, reader)
+            )
+            self._exclude(job, side, f"cut off from executor {other} ({error})", step)
+            return
+        detail = (
+            f"readers on {', '.join(readers)} could not reach it; "
+            f"last: task {event.attempt} {error}"
+        )
+        step.commands.append(DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES))
+        self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
+
+    def _exclude(self, job: JobRecord, executor: ExecutorId, why: str, step: _Step) -> None:
+        """The job stops using a live executor ``executor``: its attempts and the
+        readers of its outputs are cancelled (uncharged), and the outputs it held
+        that the job still needs are made again (a re-run of their stages charged)."""
+        job.excluded.add(executor)
+        for task in job.tasks():
+            if isinstance(task.state, Running) and task.state.executor == executor:
+                self._cancel(task, f"executor {executor} was {why}", step)
+        self._cancel_readers(job, {executor}, step)
+        self._fail_if_unrecoverable(job, step)
+
+    def _cancel_readers(self, job: JobRecord, gone: set[ExecutorId], step: _Step) -> None:
+        """Cancel the running tasks of ``job`` that read outputs held by ``gone``.
+
+        They would otherwise wait on a fetch from an executor given up on (up to
+        the executor's fetch timeout, holding the slot) to fail and be re-run
+        anyway. They go back to pending, uncharged, and run again once the
+        outputs are made again.
+        """
+        for task in job.readers_of(gone):
+            if isinstance(task.state, Running):
+                holders = ", ".join(sorted(gone))
+                self._cancel(task, f"an input it read on executor {holders} was lost", step)
+
+    def _cancel(self, task: TaskRecord, why: str, step: _Step) -> None:
+        """Stop a running attempt that is not at fault: back to pending, uncharged."""
+        if not isinstance(task.state, Running):
+            return
+        running = task.state
+        step.commands.append(CancelTask(step.cause, running.executor, running.attempt))
+        self._executors.stop(running.executor, running.attempt)
+        self._requeue(task, running.executor, why, charge=False)
 
     def _requeue(self, task: TaskRecord, executor: ExecutorId, error: str, *, charge: bool) -> bool:
         """Send a task whose attempt made no output back to pending.
@@ -523,7 +607,11 @@ class SchedulerState:
                     failing.setdefault(job.id, self._exhausted(task))
         if not self._executors.any_live() and self._no_executor_since is None:
             self._no_executor_since = step.now
+        gone = {loss.executor for loss in losses}
+        for executor in gone:
+            self._unreachable.pop(executor, None)
         for job in list(self._jobs.values()):
+            self._cancel_readers(job, gone, step)
             problem = failing.get(job.id) or self._restore_lost_outputs(job)
             if problem is not None:
                 self._finish(job, JobState.FAILED, problem, step)
@@ -573,7 +661,7 @@ class SchedulerState:
 
         Returns the job's error when a stage used up ``Limits.max_stage_reruns``.
         """
-        is_live = self._executors.is_live
+        is_live = job.usable(self._executors.is_live)
         needed = {job.plan.final.id}
         for rec in reversed(job.stages.values()):
             if rec.stage.id in needed:
@@ -783,21 +871,28 @@ class SchedulerState:
         """
         if self._executors.least_loaded() is None:
             return
-        is_live = self._executors.is_live
         for job in self._jobs.values():
-            for sid, rec in job.stages.items():
-                pending = [t for t in rec.tasks if isinstance(t.state, Pending)]
-                if not pending or job.stage_state(sid, is_live) is not StageState.RUNNABLE:
-                    continue
-                for task in pending:
-                    executor = self._executors.least_loaded()
-                    if executor is None:
-                        return
-                    attempt = task.next_attempt()
-                    task.state = Running(attempt, executor.id)
-                    job.ran_on.add(executor.id)
-                    self._executors.start(executor.id, attempt)
-                    job.state = JobState.RUNNING
-                    step.commands.append(
-                        LaunchTask(step.cause, executor.id, job.task_spec(rec.stage, attempt))
-                    )
+            if not self._assign_job(job, step) and not job.excluded:
+                return  # no free slot anywhere
+
+    def _assign_job(self, job: JobRecord, step: _Step) -> bool:
+        """Launch the job's runnable pending tasks; ``False`` once no slot it may
+        use is free."""
+        is_live = job.usable(self._executors.is_live)
+        for sid, rec in job.stages.items():
+            pending = [t for t in rec.tasks if isinstance(t.state, Pending)]
+            if not pending or job.stage_state(sid, is_live) is not StageState.RUNNABLE:
+                continue
+            for task in pending:
+                executor = self._executors.least_loaded(job.excluded)
+                if executor is None:
+                    return False
+                attempt = task.next_attempt()
+                task.state = Running(attempt, executor.id)
+                job.ran_on.add(executor.id)
+                self._executors.start(executor.id, attempt)
+                job.state = JobState.RUNNING
+                step.commands.append(
+                    LaunchTask(step.cause, executor.id, job.task_spec(rec.stage, attempt))
+                )
+        return True

@@ -17,7 +17,8 @@ a restarted process registers anew, under a fresh id)::
             ALIVE ──── ExecutorDraining ────▶ DRAINING ─── nothing to ──▶ LOST
               │                                  │         run, hold or
               │ ExecutorLost, heartbeat timeout, │         serve (unread
-              │ FetchFailed naming it            │         results read)
+              │ fetches from it failed on two    │         results read)
+              │ executors                        │
               ▼                                  ▼
             LOST ◀───────────────────────────────┘ (its stream closed: DRAINED)
 
@@ -36,6 +37,7 @@ which is treated the same way as lost (its reports are ignored).
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId
@@ -137,14 +139,21 @@ class ExecutorRegistry:
     def is_live(self, executor: ExecutorId) -> bool:
         return executor in self._live
 
+    def live_ids(self) -> list[ExecutorId]:
+        """Alive and draining executors, in registration order."""
+        return list(self._live)
+
     def any_live(self) -> bool:
         return bool(self._live)
 
-    def least_loaded(self) -> ExecutorRecord | None:
-        """The alive executor with a free slot and the lowest load, if any."""
+    def least_loaded(
+        self, excluding: AbstractSet[ExecutorId] = frozenset()
+    ) -> ExecutorRecord | None:
+        """The alive executor with a free slot and the lowest load, if any,
+        leaving out those in ``excluding``."""
         best: ExecutorRecord | None = None
         for rec in self._live.values():
-            if rec.free_slots <= 0:
+            if rec.free_slots <= 0 or rec.id in excluding:
                 continue
             if best is None or (rec.load, rec.seq) < (best.load, best.seq):
                 best = rec

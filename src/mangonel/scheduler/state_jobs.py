@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
@@ -170,6 +171,7 @@ class JobProgress:
     state: JobState
     stages: dict[StageId, StageProgress]
     ran_on: tuple[ExecutorId, ...] = ()
+    excluded: tuple[ExecutorId, ...] = ()
 
 
 @dataclass
@@ -210,6 +212,10 @@ class JobRecord:
     state: JobState = JobState.QUEUED
     ran_on: set[ExecutorId] = field(default_factory=set)
     """Every executor given an attempt of it (superseded ones leave files too)."""
+    excluded: set[ExecutorId] = field(default_factory=set)
+    """Live executors this job no longer uses: one side of a cut between two
+    executors that both still heartbeat (see ``SchedulerState``). The job gives
+    them no task, and their outputs count as lost to it."""
 
     @classmethod
     def create(cls, job: JobId, plan: DistributedPlan, now: float) -> JobRecord:
@@ -225,6 +231,7 @@ class JobRecord:
         job = cls.create(progress.id, plan, progress.submitted)
         job.state = progress.state
         job.ran_on = set(progress.ran_on)
+        job.excluded = set(progress.excluded)
         for sid, stored in progress.stages.items():
             rec = job.stages.get(sid)
             if rec is None or len(stored.tasks) != len(rec.tasks):
@@ -242,7 +249,32 @@ class JobRecord:
             state=self.state,
             stages={sid: StageProgress(rec.reruns, rec.tasks) for sid, rec in self.stages.items()},
             ran_on=tuple(sorted(self.ran_on)),
+            excluded=tuple(sorted(self.excluded)),
         )
+
+    def usable(self, is_live: LiveCheck) -> LiveCheck:
+        """``is_live`` as this job sees it: an excluded executor holds nothing for it."""
+        excluded = self.excluded
+        if not excluded:
+            return is_live
+        return lambda e: e not in excluded and is_live(e)
+
+    def readers_of(self, executors: AbstractSet[ExecutorId]) -> list[TaskRecord]:
+        """Running tasks whose inputs include an output held by one of ``executors``.
+
+        A task reads from every task of each upstream stage (a partition of
+        each, or all of them), and a running task was launched with the
+        current holders of those outputs: any holder lost since cancels it.
+        """
+        holders = {sid: {t.state.executor for t in rec.tasks if isinstance(t.state, Done)}
+                   for sid, rec in self.stages.items()}  # fmt: skip
+        return [
+            t
+            for rec in self.stages.values()
+            if any(holders[u] & executors for u in rec.stage.upstream)
+            for t in rec.tasks
+            if isinstance(t.state, Running)
+        ]
 
     def task(self, task: TaskId) -> TaskRecord | None:
         rec = self.stages.get(task.stage)
@@ -277,6 +309,19 @@ class JobRecord:
             for t in rec.tasks
             if isinstance(t.state, Done)
         }
+
+    def needed_outputs(self, is_live: LiveCheck) -> dict[ExecutorId, int]:
+        """Executor -> how many finished outputs the job still needs it holds."""
+        needed = {self.plan.final.id}
+        for rec in self.stages.values():
+            if not rec.complete:
+                needed.update(rec.stage.upstream)
+        counts: dict[ExecutorId, int] = {}
+        for sid in needed:
+            for t in self.stages[sid].tasks:
+                if isinstance(t.state, Done) and is_live(t.state.executor):
+                    counts[t.state.executor] = counts.get(t.state.executor, 0) + 1
+        return counts
 
     def needs_outputs_of(self, executor: ExecutorId) -> bool:
         """Whether a finished output on ``executor`` is still needed by this job.
