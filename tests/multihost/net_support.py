@@ -18,14 +18,21 @@ from mangonel.testing.netcluster import NetCluster
 from mangonel.testing.netlab import NetLab
 
 PARTITIONS = 4
+STORE_BUCKET = "tpch"
 
 
 def start_cluster(
-    root: Path, tables: dict[str, Path], split_rows: int, heartbeat_timeout: float = 10.0
+    root: Path,
+    tables: dict[str, Path],
+    split_rows: int,
+    heartbeat_timeout: float = 10.0,
+    object_store: bool = False,
 ) -> NetCluster:
     """A started ``NetCluster`` of two one-slot executors with the TPC-H tables
     registered. Every exchange has ``PARTITIONS`` partitions (the data would fit in
-    one), so rows cross between the executors."""
+    one), so rows cross between the executors. With ``object_store``, the cluster
+    has a store host too (``NetCluster.store``) and ``tables`` go there
+    (``s3://<STORE_BUCKET>/<name>.parquet``) and are registered from it."""
     problem = NetLab.unavailable()
     if problem:
         pytest.skip(f"multi-host tests need network namespaces: {problem}")
@@ -42,10 +49,16 @@ def start_cluster(
             "--split-rows",
             str(split_rows),
         ),  # fmt: skip
+        object_store=object_store,
     ).start()
     try:
-        for name, path in tables.items():
-            cluster.client.register_parquet(name, str(path))
+        locations = {name: str(path) for name, path in tables.items()}
+        if cluster.store is not None:
+            keys = {f"{name}.parquet": path for name, path in tables.items()}
+            cluster.store.upload(keys, STORE_BUCKET)
+            locations = {name: f"s3://{STORE_BUCKET}/{name}.parquet" for name in tables}
+        for name, location in locations.items():
+            cluster.client.register_parquet(name, location)
     except BaseException:
         cluster.stop()
         raise
