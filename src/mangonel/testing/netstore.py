@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 import threading
@@ -177,6 +178,9 @@ def _serve(port: int, ready_file: str) -> None:
     )
     from werkzeug.serving import make_server
 
+    # No line per request: werkzeug's request log would cost the store more than
+    # some requests do (a TPC-H query at SF1 makes hundreds); the counters count.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     app = _Counting(DomainDispatcherApplication(create_backend_app))
     server = make_server("0.0.0.0", port, app, True, request_handler=MotoRequestHandler)
     Path(ready_file).write_text(f"{port}\n")
