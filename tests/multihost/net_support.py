@@ -18,6 +18,7 @@ from mangonel.testing.netcluster import NetCluster
 from mangonel.testing.netlab import NetLab
 
 PARTITIONS = 4
+STORE_BUCKET = "tpch"
 
 
 def start_cluster(
@@ -26,10 +27,13 @@ def start_cluster(
     split_rows: int,
     heartbeat_timeout: float = 10.0,
     executor_args: tuple[str, ...] = (),
+    object_store: bool = False,
 ) -> NetCluster:
     """A started ``NetCluster`` of two one-slot executors with the TPC-H tables
     registered. Every exchange has ``PARTITIONS`` partitions (the data would fit in
-    one), so rows cross between the executors."""
+    one), so rows cross between the executors. With ``object_store``, the cluster
+    has a store host too (``NetCluster.store``) and ``tables`` go there
+    (``s3://<STORE_BUCKET>/<name>.parquet``) and are registered from it."""
     problem = NetLab.unavailable()
     if problem:
         pytest.skip(f"multi-host tests need network namespaces: {problem}")
@@ -47,10 +51,16 @@ def start_cluster(
             str(split_rows),
         ),  # fmt: skip
         executor_args=executor_args,
+        object_store=object_store,
     ).start()
     try:
-        for name, path in tables.items():
-            cluster.client.register_parquet(name, str(path))
+        locations = {name: str(path) for name, path in tables.items()}
+        if cluster.store is not None:
+            keys = {f"{name}.parquet": path for name, path in tables.items()}
+            cluster.store.upload(keys, STORE_BUCKET)
+            locations = {name: f"s3://{STORE_BUCKET}/{name}.parquet" for name in tables}
+        for name, location in locations.items():
+            cluster.client.register_parquet(name, location)
     except BaseException:
         cluster.stop()
         raise

@@ -22,7 +22,10 @@ real machines needs:
 * the client (``testing.netclient``) is given the scheduler's address only.
 
 Tables must be readable at the same path from every host: a directory outside
-the lab's root, which every host sees (or, later, an object store on a host).
+the lab's root, which every host sees, or, with ``object_store=True``, an S3
+server on a host ``store`` of its own (``testing.netstore``): the scheduler and
+the executors are given its endpoint (``--s3-endpoint-url``) and credentials (in
+their environment), and read ``s3://`` tables across the switch.
 The processes' logs are ``root/logs/<host>.log``.
 """
 
@@ -45,6 +48,7 @@ from mangonel.errors import ClusterError
 from mangonel.testing.faults import write_rules
 from mangonel.testing.netclient import NETCLIENT_KEY_ENV, ClientHost
 from mangonel.testing.netlab import MOUNT_POINT, Host, NetLab
+from mangonel.testing.netstore import NetStore
 
 SCHEDULER_PORT = defaults.SCHEDULER_PORT
 WEB_PORT = defaults.WEB_PORT
@@ -63,6 +67,8 @@ class NetCluster:
         executor_args: Extra options of each ``mangonel executor``.
         start_timeout: Seconds to wait for each process to be ready.
         log_level: Log level of the mangonel processes.
+        object_store: Also start an S3 server on a host ``store`` (``store``),
+            which the scheduler and executors are pointed at.
     """
 
     def __init__(
@@ -75,6 +81,7 @@ class NetCluster:
         executor_args: Sequence[str] = (),
         start_timeout: float = 60.0,
         log_level: str = "info",
+        object_store: bool = False,
     ) -> None:
         self.lab = NetLab(root)
         self.num_executors = executors
@@ -90,6 +97,8 @@ class NetCluster:
         self.executor_hosts: list[Host] = []
         self.agent: ProcessHandle | None = None
         self._client: ClientHost | None = None
+        self.object_store = object_store
+        self.store: NetStore | None = None
 
     # ------------------------------------------------------------------ life cycle
 
@@ -112,6 +121,8 @@ class NetCluster:
                 self.lab.add_host(f"executor-{i}") for i in range(self.num_executors)
             ]
             self.client_host = self.lab.add_host("client")
+            if self.object_store:
+                self.store = NetStore.start(self.lab, self.lab.add_host("store"))
             self._start_scheduler()
             for index in range(self.num_executors):
                 self.executors.append(self._start_executor(index))
@@ -156,9 +167,9 @@ class NetCluster:
             "--address-file", address_file, "--state", f"sqlite://{MOUNT_POINT}/state.db",
             "--heartbeat-timeout", str(self.heartbeat_timeout),
             "--web-port", str(WEB_PORT),
-            *self.scheduler_args,
+            *self._store_args(), *self.scheduler_args,
         )  # fmt: skip
-        self.scheduler = self.lab.start(host, argv)
+        self.scheduler = self.lab.start(host, argv, env=self._store_env())
         self._wait_file(self.scheduler, host.outside(address_file))
 
     def _start_executor(self, index: int) -> ProcessHandle:
@@ -168,9 +179,15 @@ class NetCluster:
             "--host", "0.0.0.0", "--advertise-host", host.address,
             "--work-dir", f"{MOUNT_POINT}/work", "--slots", str(self.slots),
             "--index", str(index), "--faults-file", f"{MOUNT_POINT}/faults.json",
-            *self.executor_args,
+            *self._store_args(), *self.executor_args,
         )  # fmt: skip
-        return self.lab.start(host, argv)
+        return self.lab.start(host, argv, env=self._store_env())
+
+    def _store_args(self) -> list[str]:
+        return self.store.args() if self.store else []
+
+    def _store_env(self) -> dict[str, str]:
+        return self.store.env() if self.store else {}
 
     def _start_client(self) -> None:
         host = self.client_host
