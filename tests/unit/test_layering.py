@@ -31,3 +31,10 @@ def test_ruff_finds_nothing() -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
     formatted = _run(str(BIN / "ruff"), "format", "--check", "src", "tests", "benchmarks")
     assert formatted.returncode == 0, formatted.stdout + formatted.stderr
+
+
+def test_test_modules_have_unique_names() -> None:
+    # The suites have no __init__.py: pytest imports each test module by its base
+    # name, and a second module of the same name stops the whole run at collection.
+    names = sorted(p.name for p in (ROOT / "tests").rglob("test_*.py"))
+    assert sorted(set(names)) == names, [n for n in set(names) if names.count(n) > 1]
