@@ -15,6 +15,7 @@ from test_state_machine import (
     E1,
     E2,
     J1,
+    S1,
     Harness,
     att,
     finish_maps,
@@ -39,7 +40,7 @@ from mangonel.scheduler.state import ExecutorState, JobState, SchedulerState
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, JobRecord
 from mangonel.scheduler.store import MemoryStateStore
-from mangonel.task import ExecutorInfo, ReleaseOutputs
+from mangonel.task import ExecutorInfo, FetchFailed, ReleaseOutputs
 
 
 def restarted(h: Harness) -> Harness:
@@ -231,3 +232,21 @@ def test_a_change_larger_than_one_commit_is_written_in_several_scheduler_wide_la
         (["executors", "meta"], []),
     ]
     assert store.load() == {k: encode(v) for k, v in puts.items()}
+
+
+def test_an_executor_not_back_after_a_restart_is_lost_when_a_reader_cannot_reach_it() -> None:
+    # Nothing was heard from e2 since the restart: a reader's failure to reach it is
+    # taken as its death at once (not a cut between two live executors, for which
+    # one side would only give way for the job), so its outputs are made again.
+    h = started()
+    finish_maps(h, {0: E1, 1: E2, 2: E1, 3: E2})
+    r = restarted(h)
+    r.send(SchedulerRecovered)
+    cmds = reattach(r, E1, held(h, E1, att(1, 0), att(1, 2)))
+    assert launches(cmds) == [("e1", "j1/s2/p0/a1"), ("e1", "j1/s2/p1/a1")]
+    cmds = r.fail(att(2, 0, 1), E1, FetchFailed(E2, S1, 1, "connection refused"))
+    assert cmds[0] == DeclareExecutorLost(r.last_id, E2, LossReason.FETCH_FAILURES)
+    # e2's map outputs are made again on e1 (the other reader was reading them too).
+    assert ("e1", "j1/s1/p1/a1") in launches(cmds) and ("e1", "j1/s1/p3/a1") in launches(cmds)
+    lost = next(v for v in r.state.executors() if v.id == E2)
+    assert lost.state is ExecutorState.LOST and "not back since" in lost.detail

@@ -491,10 +491,13 @@ class SchedulerState:
     ) -> None:
         """A reader on one live executor could not reach another live executor.
 
-        The holder still heartbeats, so the scheduler hears both: it is a cut
-        between the two, not a lost executor. Losing the holder would only make
-        it register again under a new id, and the cut would fail the next fetch
-        across it the same way (flapping). So:
+        A holder that has not reattached since the scheduler restarted is lost at
+        once (``FETCH_FAILURES``): the scheduler has not heard from it, so nothing
+        points to a cut rather than a death. Any other holder still heartbeats,
+        so the scheduler hears both: it is a cut between the two, not a lost
+        executor. Losing the holder would only make it register again under a
+        new id, and the cut would fail the next fetch across it the same way
+        (flapping). So:
 
         * readers on two different executors failed to reach the holder within
           ``Limits.unreachable_window_s``: the holder is what is cut off (or
@@ -508,6 +511,14 @@ class SchedulerState:
           other would be left for it; then the holder is lost, as before.
         """
         reader = event.executor
+        held = self._executors.live(holder)
+        if held is not None and held.awaiting:
+            # Not heard from since the scheduler restarted: nothing says it is
+            # alive, and a reader could not reach it. Lost, as any silent one.
+            detail = f"not back since the scheduler restarted; task {event.attempt} {error}"
+            step.commands.append(DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES))
+            self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
+            return
         window = self.limits.unreachable_window_s
         reports = self._unreachable.setdefault(holder, {})
         reports[reader] = step.now
