@@ -466,26 +466,27 @@ class Session:
         for its ``--result-ttl``.
         """
         pause = _FETCH_RETRY_FIRST_S
-        give_up = deadline.at if deadline.at is not None else time.monotonic() + self._reconnect_s
+        give_up = time.monotonic() + self._reconnect_s
         while True:
             try:
                 return self._flight.read(loc, deadline.left())
             except ResultUnavailableError as exc:
                 deadline.check(f"its result could not be read: {exc}")
-                if exc.refused or self._executor_lost(loc.executor):
+                if exc.refused or self._executor_lost(loc.executor, deadline):
                     raise
-                if time.monotonic() + pause >= give_up:
+                if deadline.at is None and time.monotonic() + pause >= give_up:
                     raise
                 log.info("job %s: %s; reading it again in %.1f s", job_id, exc, pause)
-                time.sleep(pause)
+                time.sleep(deadline.cap(pause))
                 pause = min(2 * pause, _FETCH_RETRY_MAX_S)
 
-    def _executor_lost(self, executor: str) -> bool:
+    def _executor_lost(self, executor: str, deadline: _Deadline) -> bool:
         """Whether the scheduler counts ``executor`` lost (or forgot it); False when
         the scheduler cannot be asked, since then our own link is the likely cut."""
         try:
             reply = self._stub.ClusterStatus(
-                pb.ClusterStatusRequest(), timeout=min(self._timeout_s, _STATUS_CHECK_S)
+                pb.ClusterStatusRequest(),
+                timeout=max(0.001, deadline.cap(min(self._timeout_s, _STATUS_CHECK_S))),
             )
         except grpc.RpcError:
             return False
