@@ -20,6 +20,7 @@ from mangonel.errors import (
     JobFailedError,
     MangonelError,
     QueryError,
+    QueryTimeoutError,
     SqlSyntaxError,
     UnknownTableError,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "CatalogError",
     "JobFailedError",
     "JobCancelledError",
+    "QueryTimeoutError",
     "ClusterError",
 ]
 

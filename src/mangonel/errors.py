@@ -16,6 +16,7 @@
     │       └── ObjectStoreUnavailableError  unreachable or timing out, after retries
     ├── JobFailedError             the job failed while running (which task, where, why)
     ├── JobCancelledError          the job was cancelled
+    ├── QueryTimeoutError          the query outlasted the caller's timeout
     ├── ClusterError               the scheduler or executors cannot be reached
     └── StateStoreError            the scheduler's state store cannot be opened or written
         └── StoreFencedError       another scheduler took the store over (this one must stop)
@@ -80,6 +81,11 @@ class JobFailedError(MangonelError):
 
 class JobCancelledError(JobFailedError):
     """The job was cancelled before it finished."""
+
+
+class QueryTimeoutError(MangonelError):
+    """The query did not finish (or its result could not be read) within the
+    timeout the caller gave it; the message says where it stood."""
 
 
 class ClusterError(MangonelError):

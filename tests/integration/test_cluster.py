@@ -149,6 +149,18 @@ def test_cancel_a_running_job(session: Any) -> None:
     assert session.sql("SELECT count(*) AS n FROM region").num_rows == 1
 
 
+def test_a_query_past_its_timeout_is_cancelled(session: Any) -> None:
+    # The self-join above runs for many seconds on SF 0.1.
+    query = "SELECT count(*) AS n FROM lineitem a JOIN lineitem b ON a.l_suppkey = b.l_suppkey"
+    with pytest.raises(mangonel.QueryTimeoutError, match="within its timeout of 0.5 s") as err:
+        session.sql(query, timeout_s=0.5)
+    assert "it was cancelled" in str(err.value), err.value
+    job = str(err.value).split(":", 1)[0].removeprefix("job ")
+    jobs = {j.job_id: j for j in session.status().jobs}
+    assert jobs[job].state is JobState.CANCELLED, jobs[job]  # it had not finished
+    assert session.sql("SELECT count(*) AS n FROM region").num_rows == 1
+
+
 def test_unknown_job(session: Any) -> None:
     with pytest.raises(mangonel.MangonelError, match="no job"):
         session.cancel("0000dead")

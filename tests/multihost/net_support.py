@@ -28,6 +28,7 @@ def start_cluster(
     heartbeat_timeout: float = 10.0,
     executor_args: tuple[str, ...] = (),
     object_store: bool = False,
+    scheduler_args: tuple[str, ...] = (),
 ) -> NetCluster:
     """A started ``NetCluster`` of two one-slot executors with the TPC-H tables
     registered. Every exchange has ``PARTITIONS`` partitions (the data would fit in
@@ -49,6 +50,7 @@ def start_cluster(
             "0",
             "--split-rows",
             str(split_rows),
+            *scheduler_args,
         ),  # fmt: skip
         executor_args=executor_args,
         object_store=object_store,

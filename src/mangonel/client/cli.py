@@ -242,6 +242,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dialect", help="sqlglot dialect of the query (default: duckdb)")
     p.add_argument("--max-rows", type=int, default=render.MAX_ROWS, help="rows to print")
     p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="give up (and cancel the query) after this long, waits for a cut network "
+        "included; default: wait as long as the query runs, and for a scheduler that "
+        "stops answering, 60 s",
+    )
+    p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -559,10 +567,10 @@ def _print_result(result: Result, max_rows: int) -> None:
 def _run_query(session: Session, query: str, args: argparse.Namespace) -> Result:
     show = sys.stderr.isatty() if args.progress is None else args.progress
     if not show:
-        return session.sql(query, args.dialect)
+        return session.sql(query, args.dialect, timeout_s=args.timeout)
     bar = ProgressBar(sys.stderr)
     try:
-        return session.sql(query, args.dialect, on_progress=bar.update)
+        return session.sql(query, args.dialect, on_progress=bar.update, timeout_s=args.timeout)
     finally:
         bar.clear()
 

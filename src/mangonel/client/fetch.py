@@ -3,9 +3,17 @@
 The ticket of a partition is its ``PartitionLocation.path``; the executor checks
 it names a file it wrote. Partitions are concatenated in the order the
 scheduler lists them (partition order).
+
+A failed read says whether the executor answered (``refused``: the file is gone
+or bad, so only running the query again helps) or could not be reached (a dead
+process or a cut link: the session asks the scheduler which, and retries the
+read while the executor is alive). The Flight channels ping under a read, so a
+link cut in the middle of one fails it within the keepalive, not at its timeout.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -15,33 +23,63 @@ from mangonel.task import PartitionLocation
 
 
 class ResultUnavailableError(Exception):
-    """A result partition could not be read (its executor is gone or refused)."""
+    """A result partition could not be read.
+
+    Attributes:
+        location: The partition.
+        refused: The executor answered and refused the ticket (the file is gone
+            or corrupt); False when it could not be reached at all.
+    """
+
+    def __init__(self, message: str, location: PartitionLocation, refused: bool) -> None:
+        super().__init__(message)
+        self.location = location
+        self.refused = refused
+
+
+# Errors raised by the executor's Flight server itself: it is there and said no.
+_REFUSALS = (flight.FlightServerError, flight.FlightUnauthenticatedError)
 
 
 class FlightPool:
-    """One Flight client per executor address, closed together."""
+    """One Flight client per executor address, closed together.
 
-    def __init__(self, timeout_s: float = 60.0) -> None:
+    Args:
+        timeout_s: The most one partition's read may take.
+        keepalive: gRPC options for the channels (``rpc.keepalive_options``).
+    """
+
+    def __init__(self, timeout_s: float = 60.0, keepalive: Sequence[tuple[str, int]] = ()) -> None:
         self._clients: dict[str, flight.FlightClient] = {}
         self._timeout_s = timeout_s
+        self._options = list(keepalive)
 
-    def read(self, loc: PartitionLocation) -> pa.Table:
+    def read(self, loc: PartitionLocation, timeout_s: float | None = None) -> pa.Table:
         """The whole partition file as a table.
+
+        Args:
+            loc: The partition.
+            timeout_s: Limit of this read, if shorter than the pool's.
 
         Raises:
             ResultUnavailableError: the executor cannot be reached or refused the ticket.
         """
         client = self._clients.get(loc.flight_address)
         if client is None:
-            client = flight.connect(f"grpc://{loc.flight_address}")
+            client = flight.connect(
+                f"grpc://{loc.flight_address}", generic_options=self._options or None
+            )
             self._clients[loc.flight_address] = client
-        options = flight.FlightCallOptions(timeout=self._timeout_s)
+        limit = self._timeout_s if timeout_s is None else min(timeout_s, self._timeout_s)
+        options = flight.FlightCallOptions(timeout=max(0.001, limit))
         try:
             return client.do_get(flight.Ticket(loc.path.encode()), options).read_all()
         except (flight.FlightError, OSError, pa.ArrowException) as exc:
             raise ResultUnavailableError(
                 f"result partition {loc.partition} on executor {loc.executor} "
-                f"({loc.flight_address}) could not be read: {exc}"
+                f"({loc.flight_address}) could not be read: {exc}",
+                loc,
+                refused=isinstance(exc, _REFUSALS),
             ) from exc
 
     def close(self) -> None:
@@ -50,14 +88,11 @@ class FlightPool:
         self._clients.clear()
 
 
-def read_result(
-    pool: FlightPool, locations: tuple[PartitionLocation, ...], columns: tuple[str, ...]
-) -> pa.Table:
+def assemble_result(tables: Sequence[pa.Table], columns: tuple[str, ...]) -> pa.Table:
     """Concatenate the result partitions and give them the user-facing column names.
 
     ``columns`` may repeat a name (``SELECT a, a FROM t``); Arrow tables allow that.
     """
-    tables = [pool.read(loc) for loc in locations]
     if not tables:
         # No partition at all: the names are known, the types are not.
         return pa.table({f"c{i}": pa.nulls(0) for i in range(len(columns))}).rename_columns(

@@ -6,6 +6,16 @@
 
 A query is planned on the scheduler, run by the executors, and its result read
 straight from the executors' Flight servers, then released on the scheduler.
+
+A query in flight outlives a broken or silently cut network, the client's own
+link included. Its submission carries a request id, so a resubmission finds
+the same job; the job's watch reconnects and picks the job up where it is; a
+result partition whose executor cannot be reached is read again while the
+scheduler still counts that executor alive (the result waits for the client
+until ``--result-ttl``). Pings under every call (``keepalive_s``) turn a silent
+link into an error within seconds. How long all this goes on is the caller's
+choice: the query's ``timeout_s`` (then ``QueryTimeoutError``), else
+``reconnect_s`` without an answer (then ``ClusterError``).
 """
 
 from __future__ import annotations
@@ -23,8 +33,14 @@ import grpc
 import pyarrow as pa
 
 from mangonel import defaults
-from mangonel.client.fetch import FlightPool, ResultUnavailableError, read_result
-from mangonel.client.rpc import open_channel, translate, unreachable
+from mangonel.client.fetch import FlightPool, ResultUnavailableError, assemble_result
+from mangonel.client.rpc import (
+    DEFAULT_KEEPALIVE_S,
+    keepalive_options,
+    open_channel,
+    translate,
+    unreachable,
+)
 from mangonel.client.status import (
     ClusterStatus,
     JobState,
@@ -35,10 +51,11 @@ from mangonel.client.status import (
     job_from_proto,
     table_from_proto,
 )
-from mangonel.errors import ClusterError, JobCancelledError, JobFailedError
+from mangonel.errors import ClusterError, JobCancelledError, JobFailedError, QueryTimeoutError
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
+from mangonel.task import PartitionLocation
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,6 +70,46 @@ _RESULT_RETRIES = 2
 
 # How long closing a session waits for result releases still on their way.
 _RELEASE_WAIT_S = 5.0
+
+# After a result partition could not be read: the first pause before reading it
+# again, doubled up to the last. A cut link heals in seconds or not soon.
+_FETCH_RETRY_FIRST_S = 0.2
+_FETCH_RETRY_MAX_S = 2.0
+
+# Asking the scheduler whether an unreachable executor is lost: a scheduler that
+# cannot say within this is unreachable too (the client's own link is cut), and
+# the read is tried again.
+_STATUS_CHECK_S = 5.0
+# Cancelling a job whose deadline passed: best effort, the caller waits no longer.
+_CANCEL_WAIT_S = 2.0
+
+
+def _why(err: grpc.RpcError) -> str:
+    if not isinstance(err, grpc.Call):
+        return str(err)
+    return f"{err.code().name}: {err.details()}"
+
+
+class _Deadline:
+    """When a query must be done by (``time.monotonic``), or never (``at is None``)."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self.timeout_s = timeout_s
+        self.at = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def left(self) -> float | None:
+        return None if self.at is None else max(0.0, self.at - time.monotonic())
+
+    def cap(self, seconds: float) -> float:
+        left = self.left()
+        return seconds if left is None else min(seconds, left)
+
+    def check(self, where: str) -> None:
+        """Raise ``QueryTimeoutError`` (saying ``where`` the query stood) once passed."""
+        if self.at is not None and time.monotonic() >= self.at:
+            raise QueryTimeoutError(
+                f"the query did not finish within its timeout of {self.timeout_s:g} s: {where}"
+            )
 
 
 @dataclass(frozen=True)
@@ -97,24 +154,38 @@ class Session:
     Args:
         address: ``host:port`` of the scheduler, or of every scheduler of a
             highly available group, comma-separated (only the leader answers).
-        timeout_s: Limit on each unary call (not on a query's run time).
+        timeout_s: Limit on each unary call and each result partition's read
+            (not on a query's run time).
         reconnect_s: Once a scheduler answered, how long to keep trying when
-            none does (it restarts, or the standby takes over): a waiting
-            query watches its job again on the scheduler that answers. A
-            scheduler never reached at all is an error at once.
+            none does (it restarts, the standby takes over, or the network
+            between is cut): a waiting query watches its job again on the
+            scheduler that answers. A scheduler never reached at all is an
+            error at once. A query with a timeout keeps trying until its
+            timeout instead.
+        query_timeout_s: The default ``timeout_s`` of ``sql``: the most a query
+            may take, from submission to its last byte read; ``None``: no limit.
+        keepalive_s: Ping the scheduler and executors this often during a call
+            (a ping unanswered for half as long fails it): how soon a silently
+            cut link is noticed and the call tried again.
     """
 
     def __init__(
-        self, address: str = DEFAULT_ADDRESS, timeout_s: float = 60.0, reconnect_s: float = 60.0
+        self,
+        address: str = DEFAULT_ADDRESS,
+        timeout_s: float = 60.0,
+        reconnect_s: float = 60.0,
+        query_timeout_s: float | None = None,
+        keepalive_s: float = DEFAULT_KEEPALIVE_S,
     ) -> None:
         self.addresses = [a.strip() for a in address.split(",") if a.strip()] or [DEFAULT_ADDRESS]
         self._timeout_s = timeout_s
         self._reconnect_s = reconnect_s
-        self._channels = [open_channel(a) for a in self.addresses]
+        self._query_timeout_s = query_timeout_s
+        self._channels = [open_channel(a, keepalive_s) for a in self.addresses]
         self._stubs = [pb_grpc.QueryServiceStub(c) for c in self._channels]  # type: ignore[no-untyped-call]
         self._current = 0
         self._answered = False
-        self._flight = FlightPool()
+        self._flight = FlightPool(timeout_s, keepalive_options(keepalive_s))
         self._releases: list[grpc.Future] = []
         """ReleaseResult calls on their way: a query returns without waiting for them."""
 
@@ -129,35 +200,56 @@ class Session:
 
     # ------------------------------------------------------------------ plumbing
 
-    def _call(self, method: str, request: object) -> object:
-        deadline: float | None = None
+    def _call(self, method: str, request: object, deadline: _Deadline | None = None) -> object:
+        """One unary call, tried again on the next scheduler while none answers.
+
+        With ``deadline`` (a query's calls, all idempotent) a call that timed out
+        is tried again too, and trying ends at the deadline.
+        """
+        give_up: float | None = None
         while True:
+            timeout = self._timeout_s if deadline is None else deadline.cap(self._timeout_s)
             try:
-                reply = getattr(self._stub, method)(request, timeout=self._timeout_s)
+                reply = getattr(self._stub, method)(request, timeout=max(0.001, timeout))
                 self._answered = True
                 return reply
             except grpc.RpcError as err:
-                deadline = self._next_scheduler(err, deadline)
+                give_up = self._next_scheduler(err, give_up, deadline=deadline)
 
     def _next_scheduler(
-        self, err: grpc.RpcError, deadline: float | None, gone: tuple[grpc.StatusCode, ...] = ()
+        self,
+        err: grpc.RpcError,
+        give_up: float | None,
+        gone: tuple[grpc.StatusCode, ...] = (),
+        deadline: _Deadline | None = None,
     ) -> float:
-        """After ``err``, move to the next scheduler and return the deadline to give up at.
+        """After ``err``, move to the next scheduler and return the time to give up at.
 
         Raises the error itself unless it says the scheduler is unreachable (or
-        its code is in ``gone``), and ``ClusterError`` once no scheduler
-        answered for ``reconnect_s`` (at once when none ever answered this
-        session).
+        its code is in ``gone``, or it timed out under a query's ``deadline``);
+        ``ClusterError`` once no scheduler answered for ``reconnect_s`` (at once
+        when none ever answered this session); ``QueryTimeoutError`` once the
+        query's deadline passed.
         """
         code = err.code() if isinstance(err, grpc.Call) else None
-        if code is not grpc.StatusCode.UNAVAILABLE and code not in gone:
+        retry = code is grpc.StatusCode.UNAVAILABLE or code in gone
+        if deadline is not None and code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            retry = True  # a silent link, or the query's deadline: see below
+        if not retry:
             raise translate(err, self.address) from None
+        if deadline is not None and self._answered:
+            deadline.check(f"the scheduler at {self.address} did not answer")
         now = time.monotonic()
-        if deadline is None:
-            deadline = now + (self._reconnect_s if self._answered else 0.0)
+        if give_up is None:
+            if not self._answered:
+                give_up = now
+            elif deadline is not None and deadline.at is not None:
+                give_up = deadline.at
+            else:
+                give_up = now + self._reconnect_s
         failed = self.address
         self._current = (self._current + 1) % len(self.addresses)
-        if self._current == 0 and now >= deadline:
+        if self._current == 0 and now >= give_up:
             if len(self.addresses) == 1:
                 raise translate(err, failed) from None
             raise ClusterError(
@@ -165,7 +257,7 @@ class Session:
             ) from None
         if self._current == 0:
             time.sleep(0.2)  # a full round failed: the leader may be restarting
-        return deadline
+        return give_up
 
     def close(self) -> None:
         self._flight.close()
@@ -223,16 +315,26 @@ class Session:
         assert isinstance(msg, pb.ExplainResponse)
         return str(msg.text)
 
-    def submit(self, text: str, dialect: str | None = None) -> str:
+    def submit(self, text: str, dialect: str | None = None, timeout_s: float | None = None) -> str:
         """Start a query and return its job id at once (see ``wait``).
+
+        Args:
+            text: One SELECT statement.
+            dialect: A sqlglot dialect name; DuckDB's when ``None``.
+            timeout_s: How long to keep trying to reach the scheduler (else
+                ``reconnect_s``).
 
         Raises:
             QueryError: (a subclass) the query cannot run as written.
         """
+        return self._submit(text, dialect, _Deadline(timeout_s))
+
+    def _submit(self, text: str, dialect: str | None, deadline: _Deadline) -> str:
         # One id for every retry of this submission (``_call`` retries when the
-        # scheduler restarts or fails over): it never starts the query twice.
+        # scheduler restarts, fails over or is cut off, even after a timeout):
+        # it never starts the query twice.
         request = pb.SubmitRequest(sql=text, dialect=dialect or "", request_id=secrets.token_hex(8))
-        msg = self._call("Submit", request)
+        msg = self._call("Submit", request, deadline)
         assert isinstance(msg, pb.SubmitResponse)
         return str(msg.job_id)
 
@@ -241,6 +343,7 @@ class Session:
         text: str,
         dialect: str | None = None,
         on_progress: Callable[[JobStatus], None] | None = None,
+        timeout_s: float | None = None,
     ) -> Result:
         """Run a query and return its whole result.
 
@@ -248,10 +351,15 @@ class Session:
             text: One SELECT statement.
             dialect: A sqlglot dialect name; DuckDB's when ``None``.
             on_progress: Called with each progress update of the job.
+            timeout_s: The most the query may take, from submission to its last
+                byte read, network cuts included (the session's
+                ``query_timeout_s`` when ``None``); then it is cancelled, if the
+                scheduler can be reached.
 
         Raises:
             QueryError: (a subclass) the query cannot run as written.
             JobFailedError: it failed while running; ``JobCancelledError`` if cancelled.
+            QueryTimeoutError: it outlasted ``timeout_s``.
             ClusterError: the scheduler or the executors cannot be reached.
         """
         start = time.monotonic()
@@ -264,10 +372,11 @@ class Session:
             lines = self.explain(text, dialect).splitlines()
             table = pa.table({"explain": pa.array(lines, pa.string())})
             return Result("", ("explain",), table, (), time.monotonic() - start, 0.0)
+        deadline = _Deadline(self._query_timeout_s if timeout_s is None else timeout_s)
         for attempt in range(_RESULT_RETRIES + 1):
-            job_id = self.submit(text, dialect)
+            job_id = self._submit(text, dialect, deadline)
             try:
-                return self.wait(job_id, on_progress, started=start)
+                return self._wait(job_id, on_progress, start, deadline)
             except ResultUnavailableError as exc:
                 if attempt == _RESULT_RETRIES:
                     raise ClusterError(
@@ -275,29 +384,65 @@ class Session:
                         f"({exc}); run the query again"
                     ) from exc
                 log.warning("result of job %s lost (%s); running the query again", job_id, exc)
+            except QueryTimeoutError as exc:
+                raise QueryTimeoutError(
+                    f"job {job_id}: {exc}; {self._cancel_late(job_id)}"
+                ) from exc
         raise AssertionError("unreachable")
+
+    def _cancel_late(self, job_id: str) -> str:
+        """Cancel a job whose deadline passed, without waiting long; say what came of it."""
+        try:
+            reply = self._stub.CancelJob(
+                pb.CancelJobRequest(job_id=job_id), timeout=min(self._timeout_s, _CANCEL_WAIT_S)
+            )
+        except grpc.RpcError:
+            return (
+                "it could not be cancelled (the scheduler did not answer): it may still "
+                "run, and its result is deleted after the scheduler's --result-ttl"
+            )
+        return "it was cancelled" if reply.cancelled else "it had finished; its result is released"
 
     def wait(
         self,
         job_id: str,
         on_progress: Callable[[JobStatus], None] | None = None,
         started: float | None = None,
+        timeout_s: float | None = None,
     ) -> Result:
         """Wait for a submitted job and read its result.
 
+        Args:
+            job_id: What ``submit`` returned.
+            on_progress: Called with each progress update of the job.
+            started: ``time.monotonic()`` at submission, for ``Result.elapsed_s``.
+            timeout_s: The most to wait, reading the result included (else
+                until ``reconnect_s`` passes without an answer).
+
         Raises:
             JobFailedError: it failed; ``JobCancelledError`` if it was cancelled.
+            QueryTimeoutError: ``timeout_s`` passed first (the job runs on).
             ResultUnavailableError: the executor holding the result is gone.
         """
         start = time.monotonic() if started is None else started
-        final = self._watch(job_id, on_progress)
+        return self._wait(job_id, on_progress, start, _Deadline(timeout_s))
+
+    def _wait(
+        self,
+        job_id: str,
+        on_progress: Callable[[JobStatus], None] | None,
+        start: float,
+        deadline: _Deadline,
+    ) -> Result:
+        final = self._watch(job_id, on_progress, deadline)
         status = job_from_proto(final)
         if status.state is JobState.CANCELLED:
             raise JobCancelledError(status.error or f"job {job_id} was cancelled")
         if status.state is not JobState.SUCCEEDED:
             raise JobFailedError(status.error or f"job {job_id} failed")
         locations = tuple(convert.partition_location_from_proto(m) for m in final.result)
-        table = read_result(self._flight, locations, status.columns)
+        tables = [self._read_partition(job_id, loc, deadline) for loc in locations]
+        table = assemble_result(tables, status.columns)
         self._release(job_id)
         return Result(
             job_id=job_id,
@@ -309,6 +454,46 @@ class Session:
             tasks_rerun=status.tasks_rerun,
             outputs_recomputed=status.outputs_recomputed,
         )
+
+    def _read_partition(self, job_id: str, loc: PartitionLocation, deadline: _Deadline) -> pa.Table:
+        """Read one result partition, again and again while its executor is alive.
+
+        An executor that refused the ticket, or that the scheduler counts lost,
+        no longer has the file: ``ResultUnavailableError`` at once (the query
+        runs again). One that is merely unreachable (a cut link, a busy
+        network) is read again with a growing pause, until the deadline or,
+        without one, for ``reconnect_s``: the scheduler keeps an unread result
+        for its ``--result-ttl``.
+        """
+        pause = _FETCH_RETRY_FIRST_S
+        give_up = time.monotonic() + self._reconnect_s
+        while True:
+            try:
+                return self._flight.read(loc, deadline.left())
+            except ResultUnavailableError as exc:
+                deadline.check(f"its result could not be read: {exc}")
+                if exc.refused or self._executor_lost(loc.executor, deadline):
+                    raise
+                if deadline.at is None and time.monotonic() + pause >= give_up:
+                    raise
+                log.info("job %s: %s; reading it again in %.1f s", job_id, exc, pause)
+                time.sleep(deadline.cap(pause))
+                pause = min(2 * pause, _FETCH_RETRY_MAX_S)
+
+    def _executor_lost(self, executor: str, deadline: _Deadline) -> bool:
+        """Whether the scheduler counts ``executor`` lost (or forgot it); False when
+        the scheduler cannot be asked, since then our own link is the likely cut."""
+        try:
+            reply = self._stub.ClusterStatus(
+                pb.ClusterStatusRequest(),
+                timeout=max(0.001, deadline.cap(min(self._timeout_s, _STATUS_CHECK_S))),
+            )
+        except grpc.RpcError:
+            return False
+        for entry in reply.executors:
+            if entry.id == executor:
+                return bool(entry.state == pb.EXECUTOR_STATE_LOST)
+        return True
 
     def _release(self, job_id: str) -> None:
         """Tell the scheduler the result was read, without waiting for its answer (a
@@ -334,14 +519,33 @@ class Session:
         future.add_done_callback(done)
         self._releases.append(future)
 
-    def _watch(self, job_id: str, on_progress: Callable[[JobStatus], None] | None) -> pb.JobStatus:
-        """Follow the job to its end; across a scheduler restart or failover too."""
-        deadline: float | None = None
+    def _watch(
+        self,
+        job_id: str,
+        on_progress: Callable[[JobStatus], None] | None,
+        deadline: _Deadline,
+    ) -> pb.JobStatus:
+        """Follow the job to its end: across a scheduler restart or failover, and a
+        cut link (noticed by keepalive pings), watching it again where it stands."""
+        give_up: float | None = None
+        broken: float | None = None  # since when the watch is down
         while True:
             final: pb.JobStatus | None = None
             try:
-                for msg in self._stub.WatchJob(pb.WatchJobRequest(job_id=job_id)):
-                    self._answered, deadline = True, None
+                call = self._stub.WatchJob(
+                    pb.WatchJobRequest(job_id=job_id), timeout=deadline.left()
+                )
+                for msg in call:
+                    self._answered, give_up = True, None
+                    if broken is not None:
+                        log.info(
+                            "watching job %s again on the scheduler at %s, %.1f s after "
+                            "the watch broke",
+                            job_id,
+                            self.address,
+                            time.monotonic() - broken,
+                        )
+                        broken = None
                     if on_progress is not None:
                         on_progress(job_from_proto(msg))
                     if msg.state not in (pb.JOB_STATE_RUNNING, pb.JOB_STATE_UNSPECIFIED):
@@ -349,15 +553,18 @@ class Session:
             except grpc.RpcError as err:
                 if final is not None:
                     return final
+                if broken is None:
+                    broken = time.monotonic()
+                    log.info("the watch of job %s broke (%s); trying again", job_id, _why(err))
                 # A scheduler that stops cancels its streams: it went away too.
-                deadline = self._next_scheduler(err, deadline, (grpc.StatusCode.CANCELLED,))
-                log.info("watching job %s again on the scheduler at %s", job_id, self.address)
+                give_up = self._next_scheduler(err, give_up, (grpc.StatusCode.CANCELLED,), deadline)
                 continue
             if final is None:
                 # The stream ended without an end state: the scheduler stopped.
-                if deadline is None:
-                    deadline = time.monotonic() + self._reconnect_s
-                if time.monotonic() >= deadline:
+                deadline.check(f"the scheduler at {self.address} stopped")
+                if give_up is None:
+                    give_up = time.monotonic() + self._reconnect_s
+                if time.monotonic() >= give_up:
                     raise unreachable(self.address)
                 time.sleep(0.2)
                 continue
@@ -377,12 +584,17 @@ class Session:
 
 
 def connect(
-    address: str = DEFAULT_ADDRESS, timeout_s: float = 60.0, reconnect_s: float = 60.0
+    address: str = DEFAULT_ADDRESS,
+    timeout_s: float = 60.0,
+    reconnect_s: float = 60.0,
+    query_timeout_s: float | None = None,
+    keepalive_s: float = DEFAULT_KEEPALIVE_S,
 ) -> Session:
     """A session with the scheduler at ``address`` (``host:port``, or several comma-separated).
 
     The connection opens on the first call; an unreachable scheduler raises
     ``ClusterError`` there. Later, a scheduler that restarts or fails over is
     waited for up to ``reconnect_s``: a running query just takes longer.
+    See ``Session`` for the other arguments.
     """
-    return Session(address, timeout_s, reconnect_s)
+    return Session(address, timeout_s, reconnect_s, query_timeout_s, keepalive_s)

@@ -42,8 +42,14 @@ GRPC_OPTIONS = [
     # let a dead peer be found by keepalive pings rather than never.
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
+    # gRPC 1.85 waits this long for a ping's answer, whatever the keepalive
+    # timeout (default 60 s): see ``client.rpc.keepalive_options``.
+    ("grpc.http2.ping_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    # Clients ping under a watched job's quiet stream (``client.rpc``, as often
+    # as every second): a server that allowed fewer would close their connection
+    # for "too many pings".
+    ("grpc.http2.min_ping_interval_without_data_ms", 1_000),
 ]
 
 

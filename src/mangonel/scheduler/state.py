@@ -841,9 +841,10 @@ class SchedulerState:
             waited = step.now - since
             if waited >= grace:
                 msg = (
-                    f"no executor was alive for {waited:.0f} s (the limit is {grace:g} s), so "
-                    f"job {job.id} could not run. Start an executor pointed at this "
-                    f"scheduler, or check the executors' logs for why they exited."
+                    f"no executor was alive for {waited:.0f} s (the limit is {grace:g} s, "
+                    f"--no-executor-grace), so job {job.id} could not run. Start an executor "
+                    f"pointed at this scheduler, or see why the executors were lost "
+                    f"(`mangonel status`: a heartbeat timeout is a frozen or cut-off host)."
                 )
                 self._finish(job, JobState.FAILED, msg, step)
 

@@ -20,11 +20,13 @@ clock).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import threading
 import time
 import traceback
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from multiprocessing.connection import Client, Connection, Listener
 from typing import Any
@@ -79,8 +81,22 @@ class ClientHost:
     def register_parquet(self, name: str, path: str) -> None:
         self.call("register_parquet", name, path)
 
-    def sql(self, query: str) -> Answer:
-        answer: Answer = self.call("sql", query)
+    def sql(
+        self,
+        query: str,
+        timeout_s: float | None = None,
+        session: Mapping[str, Any] | None = None,
+    ) -> Answer:
+        """Run ``query`` on the client host.
+
+        Args:
+            query: The SQL text.
+            timeout_s: The query's deadline (``Session.sql``'s ``timeout_s``).
+            session: Options of a ``Session`` made for this query alone
+                (``timeout_s``, ``reconnect_s``, ``keepalive_s``, ...); the
+                connection's own session when ``None``.
+        """
+        answer: Answer = self.call("sql", query, timeout_s, dict(session or {}))
         return answer
 
     def explain(self, query: str) -> str:
@@ -133,9 +149,15 @@ class _Server:
             self.session().register_parquet(args[0], args[1])
             return None
         if operation == "sql":
+            query, timeout_s, options = args
             started = time.time()
-            result = self.session().sql(args[0])
-            return Answer(result, started, time.time())
+            if not options:
+                result = self.session().sql(query, timeout_s=timeout_s)
+                return Answer(result, started, time.time())
+            with Session(self.scheduler, **options) as session:
+                result = session.sql(query, timeout_s=timeout_s)
+                finished = time.time()
+            return Answer(result, started, finished)
         if operation == "explain":
             return self.session().explain(args[0])
         if operation == "status":
@@ -152,7 +174,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="mangonel.testing.netclient")
     parser.add_argument("--scheduler", required=True, help="host:port of the scheduler")
     parser.add_argument("--socket", required=True, help="the Unix socket to serve on")
+    parser.add_argument("--log-level", default="info", help="of the session's log, on stderr")
     args = parser.parse_args(argv)
+    # The session logs how it rode out a fault (a watch reconnected, a result
+    # read again): the host's log is where a test looks for it.
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(process)d %(name)s: %(message)s",
+    )
     key = bytes.fromhex(os.environ.pop(NETCLIENT_KEY_ENV))
     server = _Server(args.scheduler)
     with Listener(args.socket, family="AF_UNIX", authkey=key) as listener:
