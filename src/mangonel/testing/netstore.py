@@ -31,7 +31,10 @@ its bytes in), that range only, with the headers moto would send (206,
 ``Content-Range``, ``Content-Length``, ``ETag``, ``Last-Modified``,
 ``Content-Type``, ``Accept-Ranges``). Anything else (conditional or versioned
 or unsigned GETs, query parameters, several or unsatisfiable ranges, archived
-objects, a missing bucket or key) goes to moto as before.
+objects, a missing bucket or key, a checksum asked of a key that has one) goes
+to moto as before. pyarrow's client asks every GET with
+``x-amz-checksum-mode: enabled``, which moto answers with no checksum (it
+matches ``ENABLED`` only): those are the layer's.
 
 **Uploading.** The test process cannot reach the store either, so
 ``NetStore.upload`` runs ``python -m mangonel.testing.netstore upload`` on the
