@@ -11,6 +11,8 @@ the switch counts what it carried between each pair of hosts.
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -50,6 +52,48 @@ def test_tables_are_registered_from_the_store(
     assert 0 < footers < 0.05 * size, (footers, size)
     others = [h.address for h in (*net.executor_hosts, net.client_host)]
     assert not set(others) & set(counts), counts
+
+
+RANGED_GET = """
+import json, sys, urllib.request
+url, first, last = sys.argv[1], sys.argv[2], sys.argv[3]
+request = urllib.request.Request(url, headers={
+    "Range": f"bytes={first}-{last}",
+    "Authorization": "AWS4-HMAC-SHA256 Credential=mangonel-lab/20261201/us-east-1/s3/aws4_request, "
+    "SignedHeaders=host;range, Signature=0",
+})
+with urllib.request.urlopen(request, timeout=30) as answer:
+    body = answer.read()
+    headers = {k.lower(): v for k, v in answer.getheaders()}
+print(json.dumps({"status": answer.status, "headers": headers, "body": body.hex()}))
+"""
+
+
+def test_a_ranged_get_across_the_switch_is_those_bytes(
+    net: NetCluster, tpch_tables: dict[str, Path]
+) -> None:
+    """The store answers a ranged GET with exactly the bytes asked for (206, their
+    Content-Range and -Length), and counts those bytes only, not the object's."""
+    assert net.store is not None
+    local = tpch_tables["lineitem"]
+    size = local.stat().st_size
+    first, last = size // 2, size // 2 + 99_999
+    url = f"{net.store.url}/tpch/lineitem.parquet"
+    client = net.client_host.address
+    before = served(net).get(client, ClientCounters(0, 0))
+    done = net.lab.run(
+        net.client_host, [sys.executable, "-c", RANGED_GET, url, str(first), str(last)]
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["status"] == 206, answer["headers"]
+    assert answer["headers"]["content-range"] == f"bytes {first}-{last}/{size}"
+    assert answer["headers"]["content-length"] == "100000"
+    with local.open("rb") as f:
+        f.seek(first)
+        assert bytes.fromhex(answer["body"]) == f.read(100_000)
+    after = served(net)[client]
+    assert (after.requests - before.requests, after.get_bytes - before.get_bytes) == (1, 100_000)
 
 
 @pytest.mark.parametrize("number", QUERIES, ids=[f"q{n:02d}" for n in QUERIES])

@@ -20,6 +20,22 @@ namespace has no route into the lab, so a test reads them from a lab host
 (``NetStore.counters`` takes the GET to use, such as the client host's
 ``http_get``).
 
+**Ranged GETs at the cost of the range.** moto answers a GET with a ``Range``
+header by reading and copying the whole object, then slicing it
+(``_handle_range_header`` on ``FakeKey.value``), so every request would cost the
+object's size (232 MB for SF1's lineitem) in this one process, and the store's
+time would measure moto rather than the engine. The layer answers the common case
+itself (``_RangedGets``): a plain GET of an object, path-style, with one byte
+range, is read from the key's own buffer (the spooled temporary file moto keeps
+its bytes in), that range only, with the headers moto would send (206,
+``Content-Range``, ``Content-Length``, ``ETag``, ``Last-Modified``,
+``Content-Type``, ``Accept-Ranges``). Anything else (conditional or versioned
+or unsigned GETs, query parameters, several or unsatisfiable ranges, archived
+objects, a missing bucket or key, a checksum asked of a key that has one) goes
+to moto as before. pyarrow's client asks every GET with
+``x-amz-checksum-mode: enabled``, which moto answers with no checksum (it
+matches ``ENABLED`` only): those are the layer's.
+
 **Uploading.** The test process cannot reach the store either, so
 ``NetStore.upload`` runs ``python -m mangonel.testing.netstore upload`` on the
 store's host: it reads the local files (every host sees the machine's file
@@ -33,6 +49,8 @@ import argparse
 import json
 import logging
 import os
+import re
+import secrets
 import sys
 import threading
 import time
@@ -146,11 +164,103 @@ class NetStore:
 # ----------------------------------------------------------------- the server
 
 
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+_REASONS = {200: "OK", 206: "Partial Content"}
+# Request headers that make a GET more than "these bytes of this object": moto
+# answers those itself.
+_MOTO_ONLY_HEADERS = (
+    "HTTP_IF_MATCH",
+    "HTTP_IF_NONE_MATCH",
+    "HTTP_IF_MODIFIED_SINCE",
+    "HTTP_IF_UNMODIFIED_SINCE",
+    "HTTP_X_MOTO_ACCOUNT_ID",
+    "HTTP_X_AMZ_SERVER_SIDE_ENCRYPTION_CUSTOMER_ALGORITHM",
+)
+
+
+def _byte_range(header: str, size: int) -> tuple[int, int] | None:
+    """(first, last) byte of a one-range ``Range`` header on an object of ``size``
+    bytes, as S3 reads it; None where moto should answer (several ranges, an
+    unparsable or unsatisfiable one, which moto turns into its error)."""
+    match = _RANGE.fullmatch(header.strip())
+    if match is None or size == 0:
+        return None
+    first, last = match.group(1), match.group(2)
+    if first:
+        begin = int(first)
+        end = size - 1 if not last else min(int(last), size - 1)
+    elif last:  # the last N bytes
+        if int(last) == 0:
+            return None
+        begin, end = size - min(int(last), size), size - 1
+    else:
+        return None
+    if begin > end:
+        return None
+    return begin, end
+
+
+class _RangedGets:
+    """Answers a plain ranged GET of an object from the key's buffer, reading the
+    range only (see the module docstring); ``None`` for any other request."""
+
+    def __call__(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes] | None:
+        from moto.core.models import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import FakeKey, s3_backends
+        from moto.s3.utils import ARCHIVE_STORAGE_CLASSES
+
+        header = environ.get("HTTP_RANGE", "")
+        if environ.get("REQUEST_METHOD") != "GET" or not header or environ.get("QUERY_STRING"):
+            return None
+        if any(environ.get(name) for name in _MOTO_ONLY_HEADERS):
+            return None
+        if not environ.get("HTTP_AUTHORIZATION"):  # unsigned: moto checks the ACLs
+            return None
+        # PATH_INFO is percent-decoded, its UTF-8 bytes as latin-1 (PEP 3333).
+        path = environ.get("PATH_INFO", "").encode("latin-1").decode("utf-8", "replace")
+        bucket_name, _, key_name = path.lstrip("/").partition("/")
+        if not bucket_name or not key_name:
+            return None
+        account = os.environ.get("MOTO_ACCOUNT_ID", DEFAULT_ACCOUNT_ID)
+        backend = s3_backends[account]["aws"]
+        bucket = backend.buckets.get(bucket_name)
+        key = bucket.keys.get(key_name) if bucket is not None else None
+        if not isinstance(key, FakeKey) or key.storage_class in ARCHIVE_STORAGE_CLASSES:
+            return None
+        # moto sends a key's checksum only to "ENABLED" (pyarrow's client asks with
+        # "enabled", so gets none), and drops it from a part of the object: moto's.
+        if key.checksum_algorithm and environ.get("HTTP_X_AMZ_CHECKSUM_MODE") == "ENABLED":
+            return None
+        span = _byte_range(header, key.size)
+        if span is None:
+            return None
+        begin, end = span
+        with key.lock:  # the key's buffer has one file position: moto reads under it too
+            fields = dict(key.response_dict)  # its ETag is computed here if not yet
+            key._value_buffer.seek(begin)
+            data = key._value_buffer.read(end - begin + 1)
+        fields.update(key.metadata)
+        fields.update(
+            {
+                "Accept-Ranges": "bytes",
+                "content-range": f"bytes {begin}-{end}/{key.size}",
+                "content-length": str(len(data)),
+                "x-amzn-requestid": secrets.token_hex(26),
+                "Access-Control-Allow-Origin": "*",  # as moto's server adds to each answer
+            }
+        )
+        if key.version_id != "null":
+            fields["x-amz-version-id"] = key.version_id
+        return 206, [(k, str(v)) for k, v in fields.items()], data
+
+
 class _Counting:
-    """WSGI layer in front of moto: per-client counts, and the counters' page."""
+    """WSGI layer in front of moto: per-client counts, the counters' page, and
+    ranged GETs at the cost of the range (``_RangedGets``)."""
 
     def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
         self.app = app
+        self.ranged = _RangedGets()
         self.lock = threading.Lock()
         self.counts: dict[str, list[int]] = {}
 
@@ -161,7 +271,12 @@ class _Counting:
                 body = {a: {"requests": r, "get_bytes": b} for a, (r, b) in self.counts.items()}
             start_response("200 OK", [("Content-Type", "application/json")])
             return [json.dumps(body).encode()]
-        data = b"".join(self.app(environ, start_response))
+        answer = self.ranged(environ)
+        if answer is not None:
+            status, headers, data = answer
+            start_response(f"{status} {_REASONS[status]}", headers)
+        else:
+            data = b"".join(self.app(environ, start_response))
         sent = len(data) if environ["REQUEST_METHOD"] == "GET" else 0
         with self.lock:
             count = self.counts.setdefault(environ.get("REMOTE_ADDR", "?"), [0, 0])
