@@ -41,6 +41,9 @@ _CHANNEL_OPTIONS = [
     # (or a cut link) instead of waiting on a silent socket forever.
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
+    # gRPC 1.85 waits this long for a ping's answer, whatever the keepalive
+    # timeout (default 60 s): see ``client.rpc.keepalive_options``.
+    ("grpc.http2.ping_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     # A restarted scheduler is found again within a second.
     ("grpc.initial_reconnect_backoff_ms", 100),
