@@ -10,12 +10,29 @@ iproute2; CI runs as root).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from mangonel.testing.netcluster import NetCluster
 from mangonel.testing.netlab import NetLab
+
+
+def require_lab() -> None:
+    """Fail (in CI) or skip (elsewhere, saying why) when no lab can be built here.
+
+    The suite needs root for its network namespaces; CI runs as root, so there a
+    missing tool or privilege is a failure, never a silently skipped suite.
+    """
+    problem = NetLab.unavailable()
+    if problem is None:
+        return
+    message = f"multi-host tests need network namespaces: {problem}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
 
 PARTITIONS = 4
 STORE_BUCKET = "tpch"
@@ -35,9 +52,7 @@ def start_cluster(
     one), so rows cross between the executors. With ``object_store``, the cluster
     has a store host too (``NetCluster.store``) and ``tables`` go there
     (``s3://<STORE_BUCKET>/<name>.parquet``) and are registered from it."""
-    problem = NetLab.unavailable()
-    if problem:
-        pytest.skip(f"multi-host tests need network namespaces: {problem}")
+    require_lab()
     cluster = NetCluster(
         root,
         executors=2,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from helpers import wait_until
+from net_support import require_lab
 
 from mangonel.testing.netlab import Host, NetLab
 
@@ -34,9 +35,7 @@ except OSError as e:
 
 @pytest.fixture(scope="module")
 def lab(lab_root: Path) -> Iterator[NetLab]:
-    problem = NetLab.unavailable()
-    if problem:
-        pytest.skip(f"needs network namespaces: {problem}")
+    require_lab()
     with NetLab(lab_root) as running:
         a, b = running.add_host("alpha"), running.add_host("beta")
         for host in (a, b):
