@@ -11,10 +11,12 @@ iproute2; CI runs as root).
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
+from mangonel.testing.netclient import Answer
 from mangonel.testing.netcluster import NetCluster
 from mangonel.testing.netlab import NetLab
 
@@ -32,6 +34,23 @@ def require_lab() -> None:
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+class QueryInBackground:
+    """``net.client.sql(sql)`` on a thread of its own, so that a test can fault the
+    cluster meanwhile: ``answers`` receives its answer, or the exception it raised."""
+
+    def __init__(self, net: NetCluster, sql: str) -> None:
+        self.answers: list[Answer | BaseException] = []
+        self.thread = threading.Thread(target=self._run, args=(net, sql), name="query")
+        self.thread.daemon = True
+        self.thread.start()
+
+    def _run(self, net: NetCluster, sql: str) -> None:
+        try:
+            self.answers.append(net.client.sql(sql))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+            self.answers.append(exc)
 
 
 PARTITIONS = 4

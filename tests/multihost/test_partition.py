@@ -26,7 +26,6 @@ from __future__ import annotations
 import itertools
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,7 +33,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
-from net_support import start_cluster
+from net_support import QueryInBackground, start_cluster
 
 from mangonel import defaults
 from mangonel.client.status import ClusterStatus, ExecutorState
@@ -76,16 +75,8 @@ def test_an_executor_cut_off_from_everyone_is_replaced_and_rejoins(
     assert old_life.is_dir()
     net.set_faults(VICTIM, [{"action": "freeze", "when": "task_started", "stage": 1, "nth": 2}])
 
-    answers: list[Answer | BaseException] = []
-
-    def run_query() -> None:
-        try:
-            answers.append(net.client.sql(sql))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            answers.append(exc)
-
-    query = threading.Thread(target=run_query, name="query", daemon=True)
-    query.start()
+    running = QueryInBackground(net, sql)
+    query, answers = running.thread, running.answers
     try:
         wait_until(lambda: is_stopped(victim.pid) or answers, "the victim froze", timeout=60)
         assert not answers, f"the query ended before the breakpoint: {answers}"
@@ -154,16 +145,8 @@ def _query_with_fault(
     """
     padding = [{"action": "fail", "stage": 999}] * next(_USES)
     net.set_faults(frozen, [*padding, rule])
-    answers: list[Answer | BaseException] = []
-
-    def run_query() -> None:
-        try:
-            answers.append(net.client.sql(sql))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            answers.append(exc)
-
-    query = threading.Thread(target=run_query, name="query", daemon=True)
-    query.start()
+    running = QueryInBackground(net, sql)
+    query, answers = running.thread, running.answers
     pid = net.executors[frozen].pid
     try:
         wait_until(lambda: is_stopped(pid) or answers, "the executor froze", timeout=60)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,10 +28,9 @@ from pathlib import Path
 import duckdb
 import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
-from net_support import start_cluster
+from net_support import QueryInBackground, start_cluster
 
 from mangonel.client.status import ExecutorState
-from mangonel.testing.netclient import Answer
 from mangonel.testing.netcluster import NetCluster
 
 HEARTBEAT_TIMEOUT_S = 2.0
@@ -66,16 +64,8 @@ def test_a_cut_between_two_executors_loses_neither(
     ids = net.wait_for_executors(2)
     a, b = net.executor_hosts
     net.set_faults(0, [{"action": "freeze", "when": "task_started", "stage": 2, "nth": 1}])
-    answers: list[Answer | BaseException] = []
-
-    def run_query() -> None:
-        try:
-            answers.append(net.client.sql(sql))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            answers.append(exc)
-
-    query = threading.Thread(target=run_query, name="query", daemon=True)
-    query.start()
+    running = QueryInBackground(net, sql)
+    query, answers = running.thread, running.answers
     pid = net.executors[0].pid
     try:
         wait_until(lambda: is_stopped(pid) or answers, "executor 0 froze", timeout=60)

@@ -25,7 +25,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
-from net_support import start_cluster
+from net_support import QueryInBackground, start_cluster
 
 from mangonel.testing.netclient import Answer
 from mangonel.testing.netcluster import NetCluster
@@ -92,16 +92,8 @@ def _cut_store_mid_scan(
     rules = [*[NO_TASK] * cut, {"action": "freeze", "when": "task_started", "stage": 1, "nth": 1}]
     for index in range(2):
         net.set_faults(index, rules)
-    answers: list[Answer | BaseException] = []
-
-    def run_query() -> None:
-        try:
-            answers.append(net.client.sql(sql))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            answers.append(exc)
-
-    query = threading.Thread(target=run_query, name="query", daemon=True)
-    query.start()
+    running = QueryInBackground(net, sql)
+    query, answers = running.thread, running.answers
     pids = [e.pid for e in net.executors]
     try:
         wait_until(
