@@ -92,6 +92,18 @@ class ClusterError(MangonelError):
     """The scheduler or an executor could not be reached."""
 
 
+class SecurityError(MangonelError):
+    """A request was refused: who sent it is not proven, or they may not do it."""
+
+
+class AuthenticationError(SecurityError):
+    """Credentials missing, wrong, expired or forged: log in again with valid ones."""
+
+
+class PermissionDeniedError(SecurityError):
+    """The user is known but may not do this (another user's job, an admin's action)."""
+
+
 class StateStoreError(MangonelError):
     """The scheduler's durable state (SQLite file, etcd) cannot be opened, read or written."""
 

@@ -1,0 +1,13 @@
+"""Who may talk to a mangonel cluster, and how its channels are protected.
+
+- ``options``: ``SecurityOptions``, the files a process is given (TLS
+  certificate, key and CA, the cluster secret, the users file) and the
+  ``--tls-*`` / ``--cluster-secret-file`` / ``--users-file`` options.
+- ``auth``: ``Principal`` (who a request comes from) and the ``Authenticator``
+  interface every front door (the gRPC query service, the web UI and REST API,
+  the Flight SQL endpoint) checks credentials with.
+
+Without options nothing is protected: a local cluster on loopback runs as
+before. This package sits at the bottom of the layers (beside ``storage``): it
+imports only ``errors`` and ``defaults`` of mangonel's own modules.
+"""

@@ -1,0 +1,80 @@
+"""Who a request comes from, and the one interface that decides it.
+
+Every front door of the scheduler (the gRPC query service, the web UI and REST
+API, the Flight SQL endpoint) authenticates the same way: a client logs in once
+with a user name and password (or already holds a token) and then sends
+``authorization: Bearer <token>`` with each request. An ``Authenticator`` turns
+credentials into a token (``login``) and a token into a ``Principal``
+(``verify``). ``OPEN`` is the authenticator of an unsecured cluster: everyone
+is the anonymous admin.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+BEARER = "Bearer "
+"""Prefix of the ``authorization`` header / gRPC metadata value that carries a token."""
+
+AUTHORIZATION = "authorization"
+"""The header (HTTP) and metadata key (gRPC, Flight) of the bearer token."""
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The user a request comes from.
+
+    Attributes:
+        user: The user's name; ``anonymous`` on an unsecured cluster.
+        admin: Sees and cancels every user's jobs and may register tables.
+    """
+
+    user: str
+    admin: bool = False
+
+    def may_see(self, owner: str) -> bool:
+        """Whether this user may see (watch, read, cancel) a job ``owner`` submitted."""
+        return self.admin or self.user == owner
+
+
+ANONYMOUS = Principal("anonymous", admin=True)
+
+
+class Authenticator(Protocol):
+    """Checks credentials; raises ``errors.AuthenticationError`` on bad ones."""
+
+    @property
+    def required(self) -> bool:
+        """Whether requests without a token are refused."""
+        ...
+
+    def login(self, user: str, password: str) -> str:
+        """A bearer token for ``user`` after checking ``password``."""
+        ...
+
+    def verify(self, token: str) -> Principal:
+        """The principal a token was issued to; refuses expired or forged ones."""
+        ...
+
+
+class OpenAuthenticator:
+    """An unsecured cluster's: no credentials asked, everyone is ``ANONYMOUS``."""
+
+    required = False
+
+    def login(self, user: str, password: str) -> str:
+        return ""
+
+    def verify(self, token: str) -> Principal:
+        return ANONYMOUS
+
+
+OPEN: Authenticator = OpenAuthenticator()
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an ``authorization`` value, ``None`` when it carries no bearer token."""
+    if header and header.startswith(BEARER):
+        return header[len(BEARER) :].strip() or None
+    return None
