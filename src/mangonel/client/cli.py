@@ -6,10 +6,12 @@
     mangonel register lineitem /data/lineitem.parquet
     mangonel sql "SELECT count(*) FROM lineitem"
     mangonel demo                        # TPC-H q12 on a fresh local cluster
+    mangonel certs init /etc/mangonel/tls --host db1.example.com   # a secured cluster's files
 
 Every client command talks to the scheduler given by ``--scheduler`` (default
-``$MANGONEL_SCHEDULER`` or ``127.0.0.1:50050``). Errors are printed in one line
-and exit with code 1, without a traceback.
+``$MANGONEL_SCHEDULER`` or ``127.0.0.1:50050``), over TLS with the client files
+of ``--tls-dir`` (default ``$MANGONEL_TLS_DIR``) when given. Errors are printed
+in one line and exit with code 1, without a traceback.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from mangonel.client.session import DEFAULT_ADDRESS, Result, Session
 from mangonel.client.shell import read_statements, strip_statement
 from mangonel.client.status import ExecutorState, ExecutorStatus, JobStatus
 from mangonel.errors import MangonelError
+from mangonel.security import options as security
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -67,6 +70,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("MANGONEL_LOG_LEVEL", "warning"),
         choices=["debug", "info", "warning", "error"],
         help="log level of this process (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tls-dir",
+        default=os.environ.get("MANGONEL_TLS_DIR"),
+        metavar="DIR",
+        help="a secured cluster's files (`mangonel certs init`): talk TLS with its client "
+        "certificate (default: $MANGONEL_TLS_DIR; none: plaintext)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -141,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     _web_options(p)
     p.add_argument("--web-address-file", help="write the web UI's URL to this file")
     storage.add_arguments(p)
+    security.add_arguments(p)
 
     p = sub.add_parser(
         "executor",
@@ -187,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--faults-file", help="JSON fault-injection rules (tests only)")
     p.add_argument("--index", type=int, help="number in a local cluster (names it in logs)")
     storage.add_arguments(p)
+    security.add_arguments(p)
 
     p = sub.add_parser(
         "standalone",
@@ -229,6 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tpch", metavar="DIR", help="register the 8 TPC-H tables of DIR")
     _web_options(p)
     storage.add_arguments(p)
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="secure every channel: make a CA, certificates and a cluster secret in "
+        "--tls-dir (default: WORK_DIR/tls; kept if it holds them) and start every process "
+        "with them; clients then need `--tls-dir DIR`",
+    )
 
     p = sub.add_parser(
         "sql",
@@ -316,7 +335,49 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the TPC-H data is generated (default: %(default)s)",
     )
     p.add_argument("--executors", type=int, default=defaults.LOCAL_EXECUTORS)
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="run it on a secured cluster: TLS on every channel, signed tickets",
+    )
+
+    p = sub.add_parser(
+        "certs",
+        help="make a secured cluster's CA, certificates and secret",
+        description="Make the files that secure a cluster (`certs init DIR`): a new CA, "
+        "the certificate of the scheduler(s) and executors, a client certificate, and "
+        "a cluster secret. Give DIR to every process with --tls-dir DIR; copy it to the "
+        "cluster's machines, and keep ca-key.pem off them once done.",
+    )
+    certs_sub = p.add_subparsers(dest="certs_command", metavar="ACTION", required=True)
+    c = certs_sub.add_parser(
+        "init",
+        help="make a new CA, node and client certificates and a cluster secret in DIR",
+        description="Make ca.pem, ca-key.pem, node.pem, node-key.pem, client.pem, "
+        "client-key.pem and cluster-secret in DIR (keys and secret mode 0600).",
+    )
+    c.add_argument("dir", metavar="DIR", help="directory to write (created if missing)")
+    c.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a DNS name or IP address the scheduler or an executor is reached at "
+        "(repeatable); localhost, 127.0.0.1 and ::1 are always included. A peer refuses "
+        "a certificate that does not name the host it dialled",
+    )
+    c.add_argument(
+        "--days", type=float, default=365, help="validity of the certificates (default 365)"
+    )
+    c.add_argument("--force", action="store_true", help="overwrite a CA already in DIR")
     for name, command in sub.choices.items():
+        if name not in ("scheduler", "standalone", "demo", "executor", "certs"):
+            command.add_argument(
+                "--tls-dir",
+                default=argparse.SUPPRESS,
+                metavar="DIR",
+                help="a secured cluster's files: talk TLS with its client certificate",
+            )
         if name not in ("scheduler", "standalone", "demo"):
             # Also accepted after the command (`mangonel executor --scheduler ...`).
             command.add_argument(
@@ -437,6 +498,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             crash_file=args.crash_file,
             standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
             storage=storage.options_from_args(args),
+            security=security.options_from_args(args, "node"),
         )
     )
 
@@ -468,6 +530,7 @@ def cmd_executor(args: argparse.Namespace) -> int:
             faults_file=args.faults_file,
             index=args.index,
             storage=storage.options_from_args(args),
+            security=security.options_from_args(args, "node"),
         )
         if args.slots is not None:
             config.slots = args.slots
@@ -502,6 +565,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         + (("--split-rows", str(args.split_rows)) if args.split_rows else ()),
         web_port=_web_port(args),
         storage=storage.options_from_args(args),
+        secure=args.secure,
+        tls_dir=args.tls_dir if args.secure else None,
     )
     with cluster:
         with cluster.connect() as session:
@@ -513,6 +578,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
             f"executors (logs in {cluster.log_dir}); Ctrl-C to stop",
             flush=True,
         )
+        if args.secure:
+            print(f"secured: clients connect with --tls-dir {cluster.tls_dir}", flush=True)
         if cluster.web_port is not None:
             print(f"mangonel web UI at {cluster.web_url}", flush=True)
         try:
@@ -577,7 +644,7 @@ def _run_query(session: Session, query: str, args: argparse.Namespace) -> Result
 
 def cmd_sql(args: argparse.Namespace) -> int:
     text = _query_text(args)
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         if text is not None:
             query = strip_statement(text)
             if not query:
@@ -606,7 +673,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.picture:
         _draw_plan(query, args)
         print(f"stage graph written to {args.picture}", file=sys.stderr)
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         print(session.explain(query, args.dialect))
     return 0
 
@@ -648,8 +715,36 @@ def _draw_plan(query: str, args: argparse.Namespace) -> None:
     draw(plan.stages, args.picture)
 
 
+def _session(args: argparse.Namespace) -> Session:
+    """A session with ``--scheduler``, over TLS with ``--tls-dir``'s client files."""
+    tls_dir = getattr(args, "tls_dir", None)
+    given = security.SecurityOptions.from_tls_dir(tls_dir, "client") if tls_dir else None
+    return Session(args.scheduler, security=given)
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from mangonel.security.certs import CertsExistError, init_cluster
+
+    try:
+        written = init_cluster(args.dir, args.host, days=args.days, force=args.force)
+    except CertsExistError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.dir}: {exc.strerror}") from None
+    print(f"wrote {len(written)} files to {args.dir}:")
+    for path in written:
+        print(f"  {path}")
+    names = ", ".join(["localhost", "127.0.0.1", "::1", *args.host])
+    print(
+        f"the node certificate names {names}. Start the scheduler and executors with "
+        f"--tls-dir {args.dir}; clients with `mangonel --tls-dir {args.dir} ...` (or "
+        "$MANGONEL_TLS_DIR). Keep ca-key.pem off the cluster's machines."
+    )
+    return 0
+
+
 def cmd_register(args: argparse.Namespace) -> int:
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         info = session.register_parquet(args.name, args.path)
     print(
         f"registered {info.name}: {info.rows} rows, {len(info.columns)} columns, "
@@ -661,7 +756,7 @@ def cmd_register(args: argparse.Namespace) -> int:
 def cmd_tables(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         tables = session.tables()
     if not tables:
         print("no tables; register one with `mangonel register NAME PATH`")
@@ -686,7 +781,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         status = session.status()
     now = time.time()
     print(f"scheduler {status.scheduler_address or args.scheduler}")
@@ -743,7 +838,7 @@ def _why(e: ExecutorStatus) -> str:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         jobs = sorted(session.status().jobs, key=lambda j: j.submitted_at, reverse=True)
     if not jobs:
         print("no jobs; run one with `mangonel sql`")
@@ -777,7 +872,7 @@ def jobs_table(jobs: Sequence[JobStatus]) -> pa.Table:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         cancelled = session.cancel(args.job)
     print(f"job {args.job} cancelled" if cancelled else f"job {args.job} had already finished")
     return 0
@@ -786,7 +881,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from mangonel.client.demo import run_demo
 
-    return run_demo(args.cache_dir, args.executors, args.log_level, kill=args.kill)
+    return run_demo(
+        args.cache_dir, args.executors, args.log_level, kill=args.kill, secure=args.secure
+    )
 
 
 COMMANDS = {
@@ -801,6 +898,7 @@ COMMANDS = {
     "jobs": cmd_jobs,
     "cancel": cmd_cancel,
     "demo": cmd_demo,
+    "certs": cmd_certs,
 }
 
 

@@ -55,6 +55,7 @@ from mangonel import defaults
 from mangonel.client.session import Session
 from mangonel.client.status import ExecutorState
 from mangonel.errors import ClusterError, MangonelError
+from mangonel.security.options import SecurityOptions
 from mangonel.storage import StorageOptions
 
 _LOG_TAIL_BYTES = 4000
@@ -202,6 +203,13 @@ class LocalCluster:
             (``--s3-*``: endpoint, region, addressing, timeouts, retries);
             credentials reach them through the environment (``AWS_*``), which
             the processes inherit.
+        secure: Secure every channel: make a CA, certificates and a cluster
+            secret in ``tls_dir`` (``mangonel certs init``), give them to every
+            process (TLS everywhere, signed Flight tickets, HTTPS web UI) and the
+            client files to ``connect()``'s sessions (see ``client_security``).
+        tls_dir: The cluster's files when ``secure``: made there unless it holds
+            a CA already (a cluster started again keeps its files);
+            ``work_dir/tls`` when ``None``.
     """
 
     def __init__(
@@ -231,6 +239,8 @@ class LocalCluster:
         partition_bytes: int | None = None,
         executor_args_for: Callable[[int], Sequence[str]] | None = None,
         storage: StorageOptions | None = None,
+        secure: bool = False,
+        tls_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if schedulers < 1:
             raise ValueError(f"schedulers must be at least 1, got {schedulers}")
@@ -258,6 +268,8 @@ class LocalCluster:
         self.executor_args = executor_args
         self.executor_args_for = executor_args_for
         self.storage = storage or StorageOptions()
+        self.secure = secure
+        self.tls_dir = Path(tls_dir).resolve() if tls_dir else self.work_dir / "tls"
         self.scheduler_port = scheduler_port
         self.no_executor_grace = no_executor_grace
         self.max_task_attempts = max_task_attempts
@@ -305,7 +317,8 @@ class LocalCluster:
 
     @property
     def web_url(self) -> str:
-        """``http://host:port`` of the scheduler's web UI (``/api``, ``/metrics``)."""
+        """``http://host:port`` of the scheduler's web UI (``/api``, ``/metrics``);
+        ``https://`` when ``secure`` (its CA: ``tls_dir / "ca.pem"``)."""
         if self.web_port is None:
             raise ClusterError("this cluster serves no web UI; start it with web_port=0")
         if self._web_url is None:
@@ -357,8 +370,31 @@ class LocalCluster:
     def _env(self) -> dict[str, str]:
         return child_env()
 
+    @property
+    def node_security(self) -> SecurityOptions:
+        """The scheduler's and executors' files (nothing when not ``secure``)."""
+        if not self.secure:
+            return SecurityOptions()
+        return SecurityOptions.from_tls_dir(str(self.tls_dir), "node")
+
+    @property
+    def client_security(self) -> SecurityOptions | None:
+        """A client's files for ``Session(..., security=...)``; ``None`` when not ``secure``."""
+        if not self.secure:
+            return None
+        return SecurityOptions.from_tls_dir(str(self.tls_dir), "client")
+
+    def _make_certs(self) -> None:
+        if not self.secure or (self.tls_dir / "ca.pem").exists():
+            return
+        # Imported here: only secured clusters pay for loading ``cryptography``.
+        from mangonel.security.certs import init_cluster
+
+        init_cluster(str(self.tls_dir))
+
     def _start_scheduler(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._make_certs()
         if self.num_schedulers == 1:
             self._scheduler_ports = [self.scheduler_port]
         else:  # every address is known up front: executors and clients get them all
@@ -432,6 +468,7 @@ class LocalCluster:
         else:
             args += ["--web-port", str(self.web_port), "--web-address-file", str(web_file)]
         args += self.storage.to_args()
+        args += self.node_security.to_args()
         args += list(self.scheduler_args)
         name = "scheduler" if self.num_schedulers == 1 else f"scheduler-{index}"
         proc = ProcessHandle(name, args, self.log_dir / f"{name}.log", self._env())
@@ -469,6 +506,7 @@ class LocalCluster:
             ]  # fmt: skip
             args += ["--slots", str(self.executor_slots)]
             args += self.storage.to_args()
+            args += self.node_security.to_args()
             args += self.executor_options(index)
             handle = ExecutorHandle(
                 index,
@@ -539,8 +577,8 @@ class LocalCluster:
     # ------------------------------------------------------------------- clients
 
     def connect(self) -> Session:
-        """A client session with this cluster's scheduler."""
-        return Session(self.address)
+        """A client session with this cluster's scheduler (with its client files when secure)."""
+        return Session(self.address, security=self.client_security)
 
     # ------------------------------------------------------------------ processes
 

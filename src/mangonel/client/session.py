@@ -55,6 +55,8 @@ from mangonel.errors import ClusterError, JobCancelledError, JobFailedError, Que
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
+from mangonel.security.options import SecurityOptions
+from mangonel.security.tls import TlsMaterial
 from mangonel.task import PartitionLocation
 
 if TYPE_CHECKING:
@@ -167,6 +169,9 @@ class Session:
         keepalive_s: Ping the scheduler and executors this often during a call
             (a ping unanswered for half as long fails it): how soon a silently
             cut link is noticed and the call tried again.
+        security: The cluster's TLS files (client role: ``SecurityOptions.
+            from_tls_dir(DIR, "client")``) for a secured cluster; ``None``:
+            plaintext.
     """
 
     def __init__(
@@ -176,16 +181,24 @@ class Session:
         reconnect_s: float = 60.0,
         query_timeout_s: float | None = None,
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
+        security: SecurityOptions | None = None,
     ) -> None:
         self.addresses = [a.strip() for a in address.split(",") if a.strip()] or [DEFAULT_ADDRESS]
         self._timeout_s = timeout_s
         self._reconnect_s = reconnect_s
         self._query_timeout_s = query_timeout_s
-        self._channels = [open_channel(a, keepalive_s) for a in self.addresses]
+        tls_material = TlsMaterial.load(security)
+        self._tls = tls_material is not None
+        self._channels = [open_channel(a, keepalive_s, tls_material) for a in self.addresses]
         self._stubs = [pb_grpc.QueryServiceStub(c) for c in self._channels]  # type: ignore[no-untyped-call]
         self._current = 0
         self._answered = False
-        self._flight = FlightPool(timeout_s, keepalive_options(keepalive_s))
+        self._session_key = secrets.token_urlsafe(24)
+        """Proves to executors that a result is this session's (``security.tickets``):
+        it heads each submission's request id, and goes with each result read."""
+        self._flight = FlightPool(
+            timeout_s, keepalive_options(keepalive_s), tls_material, self._session_key
+        )
         self._releases: list[grpc.Future] = []
         """ReleaseResult calls on their way: a query returns without waiting for them."""
 
@@ -236,7 +249,7 @@ class Session:
         if deadline is not None and code is grpc.StatusCode.DEADLINE_EXCEEDED:
             retry = True  # a silent link, or the query's deadline: see below
         if not retry:
-            raise translate(err, self.address) from None
+            raise translate(err, self.address, self._tls) from None
         if deadline is not None and self._answered:
             deadline.check(f"the scheduler at {self.address} did not answer")
         now = time.monotonic()
@@ -251,7 +264,7 @@ class Session:
         self._current = (self._current + 1) % len(self.addresses)
         if self._current == 0 and now >= give_up:
             if len(self.addresses) == 1:
-                raise translate(err, failed) from None
+                raise translate(err, failed, self._tls) from None
             raise ClusterError(
                 f"cannot reach any scheduler of {', '.join(self.addresses)}; are they running?"
             ) from None
@@ -333,7 +346,10 @@ class Session:
         # One id for every retry of this submission (``_call`` retries when the
         # scheduler restarts, fails over or is cut off, even after a timeout):
         # it never starts the query twice.
-        request = pb.SubmitRequest(sql=text, dialect=dialect or "", request_id=secrets.token_hex(8))
+        # Its front part is the session's key: a secured cluster binds the result's
+        # tickets to it (``security.tickets.session_key_of``).
+        request_id = f"{self._session_key}.{secrets.token_hex(8)}"
+        request = pb.SubmitRequest(sql=text, dialect=dialect or "", request_id=request_id)
         msg = self._call("Submit", request, deadline)
         assert isinstance(msg, pb.SubmitResponse)
         return str(msg.job_id)
@@ -589,6 +605,7 @@ def connect(
     reconnect_s: float = 60.0,
     query_timeout_s: float | None = None,
     keepalive_s: float = DEFAULT_KEEPALIVE_S,
+    security: SecurityOptions | None = None,
 ) -> Session:
     """A session with the scheduler at ``address`` (``host:port``, or several comma-separated).
 
@@ -597,4 +614,4 @@ def connect(
     waited for up to ``reconnect_s``: a running query just takes longer.
     See ``Session`` for the other arguments.
     """
-    return Session(address, timeout_s, reconnect_s, query_timeout_s, keepalive_s)
+    return Session(address, timeout_s, reconnect_s, query_timeout_s, keepalive_s, security)

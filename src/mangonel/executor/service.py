@@ -91,6 +91,8 @@ from mangonel.executor.state import (
 )
 from mangonel.executor.workdir import OwnedDir, WorkRoot
 from mangonel.ids import ExecutorId
+from mangonel.security.tickets import TicketSigner
+from mangonel.security.tls import TlsMaterial, warn_if_exposed
 from mangonel.task import CancelTask, LaunchTask, ReleaseOutputs, TaskSpec
 
 log = logging.getLogger(__name__)
@@ -175,8 +177,18 @@ class ExecutorService:
         """Sweep dead executors' files, start the Flight server and the task slots."""
         self.work.sweep()
         self._spill = self.work.claim(f"spill-{os.getpid()}-{secrets.token_hex(2)}")
+        material = TlsMaterial.load(self.config.security)
+        secret = self.config.security.cluster_secret()
         self.flight = ShuffleFlightServer(
-            self.work.root, self.registry, self.config.bind_host, self.config.flight_port
+            self.work.root,
+            self.registry,
+            self.config.bind_host,
+            self.config.flight_port,
+            tls_material=material,
+            signer=TicketSigner(secret) if secret is not None else None,
+        )
+        warn_if_exposed(
+            log, "executor's Flight server", self.config.bind_host, self.config.security
         )
         for slot in range(self.config.slots):
             runner = TaskRunner(
@@ -185,6 +197,7 @@ class ExecutorService:
                     self.config.host,
                     timeout_s=self.config.fetch_timeout_s,
                     retries=self.config.fetch_retries,
+                    tls_material=material,
                 ),
                 os.path.join(self._spill.path, f"slot-{slot}"),
                 self.config.memory_limit,

@@ -58,6 +58,7 @@ from isal import isal_zlib
 from mangonel import defaults
 from mangonel.executor.failures import FetchFailedError, TaskCancelledError
 from mangonel.ids import JobId, StageId, TaskAttemptId
+from mangonel.security.tls import TlsMaterial, flight_client_kwargs, flight_scheme
 from mangonel.task import FetchFailed, FetchProblem, PartitionLocation, PartitionOutput
 
 _SUFFIX = ".arrow"
@@ -370,6 +371,7 @@ class ShuffleReader:
         timeout_s: Limit on one Flight ``do_get``.
         retries: Tries of a Flight fetch before it fails.
         backoff_s: Wait before the second try; doubled before each next one.
+        tls_material: Fetch over TLS, showing the node certificate; ``None``: plaintext.
     """
 
     def __init__(
@@ -379,8 +381,10 @@ class ShuffleReader:
         timeout_s: float = defaults.FETCH_TIMEOUT_S,
         retries: int = 3,
         backoff_s: float = 0.1,
+        tls_material: TlsMaterial | None = None,
     ) -> None:
         self.host = host
+        self._tls = tls_material
         self.timeout_s = timeout_s
         self.retries = max(1, retries)
         self.backoff_s = backoff_s
@@ -466,7 +470,7 @@ class ShuffleReader:
 
     def _fetch(self, location: PartitionLocation) -> pa.Table:
         options = flight.FlightCallOptions(timeout=self.timeout_s)
-        ticket = flight.Ticket(location.path.encode())
+        ticket = flight.Ticket(location.flight_ticket)
         last: Exception | None = None
         for attempt in range(self.retries):
             if attempt:
@@ -484,7 +488,7 @@ class ShuffleReader:
                     f"{self.timeout_s:g} s: {exc}",
                     FetchProblem.UNREACHABLE,
                 ) from exc
-            except flight.FlightServerError as exc:
+            except (flight.FlightServerError, flight.FlightUnauthenticatedError) as exc:
                 # The peer answered and refused (unknown ticket, bad checksum):
                 # another try gets the same answer.
                 raise _fail(
@@ -511,7 +515,9 @@ class ShuffleReader:
         with self._clients_lock:
             client = self._clients.get(address)
             if client is None:
-                client = flight.FlightClient(f"grpc://{address}")
+                client = flight.FlightClient(
+                    f"{flight_scheme(self._tls)}://{address}", **flight_client_kwargs(self._tls)
+                )
                 self._clients[address] = client
             return client
 

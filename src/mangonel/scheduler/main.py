@@ -27,6 +27,10 @@ from mangonel.scheduler.core import CoreConfig, SchedulerCore
 from mangonel.scheduler.events import Limits
 from mangonel.scheduler.service import ExecutorControlServicer, QueryServiceServicer
 from mangonel.scheduler.store import open_store
+from mangonel.scheduler.tickets import TicketIssuer
+from mangonel.security import tls
+from mangonel.security.options import SecurityOptions
+from mangonel.security.tickets import TicketSigner
 
 if TYPE_CHECKING:
     from mangonel.web.server import WebServer
@@ -94,6 +98,11 @@ class SchedulerConfig:
         storage: How to reach object storage for ``s3://`` tables (endpoint,
             region, addressing, timeouts, retries); the AWS environment decides
             what it leaves out. Credentials are never part of it.
+        security: TLS files and the cluster secret (``--tls-dir``...). With TLS
+            the gRPC port demands a certificate of the cluster CA from every
+            caller (and a node certificate from executors) and the web UI
+            serves HTTPS; with a secret, Flight tickets are signed.
+        shuffle_ticket_ttl_s: Validity of a signed shuffle ticket.
     """
 
     host: str = "127.0.0.1"
@@ -118,6 +127,8 @@ class SchedulerConfig:
     standby_timeout_s: float | None = None
     crash_file: str | None = None
     storage: storage.StorageOptions = field(default_factory=storage.StorageOptions)
+    security: SecurityOptions = field(default_factory=SecurityOptions)
+    shuffle_ticket_ttl_s: float = defaults.SHUFFLE_TICKET_TTL_S
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
@@ -185,6 +196,14 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     from mangonel.scheduler.state import SchedulerState  # the state machine's module
 
     storage.configure(config.storage)  # before recover(): it reads s3:// footers again
+    # Read the security files first: a typo in a path fails here, before the store is taken.
+    material = tls.TlsMaterial.load(config.security)
+    secret = config.security.cluster_secret()
+    tickets = (
+        None
+        if secret is None
+        else TicketIssuer(TicketSigner(secret), config.shuffle_ticket_ttl_s, config.result_ttl_s)
+    )
     url = config.state or default_state_url()
     store = open_store(url)
     owner = f"{config.host}:{config.port} (pid {os.getpid()})"
@@ -221,7 +240,12 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         maximum_concurrent_rpcs=None,
     )
     try:
-        port = server.add_insecure_port(f"{config.host}:{config.port}")
+        if material is None:
+            port = server.add_insecure_port(f"{config.host}:{config.port}")
+        else:
+            port = server.add_secure_port(
+                f"{config.host}:{config.port}", tls.server_credentials(material)
+            )
     except RuntimeError as exc:
         store.close()
         raise ClusterError(
@@ -231,14 +255,19 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     address = f"{config.host}:{port}"
     # The generated registration functions carry no annotations.
     pb_grpc.add_ExecutorControlServicer_to_server(  # type: ignore[no-untyped-call]
-        ExecutorControlServicer(core), server
+        ExecutorControlServicer(core, tickets, members_only=material is not None), server
     )
     pb_grpc.add_QueryServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        QueryServiceServicer(core, address), server
+        QueryServiceServicer(core, address, tickets), server
     )
     server.start()
     core.start()
-    log.info("scheduler listening on %s", address)
+    log.info(
+        "scheduler listening on %s (%s)",
+        address,
+        "TLS, cluster certificates required" if material else "plaintext",
+    )
+    tls.warn_if_exposed(log, "scheduler", config.host, config.security)
     if config.address_file:
         tmp = f"{config.address_file}.tmp"
         with open(tmp, "w") as f:
@@ -250,7 +279,9 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         from mangonel.web.server import start_web_server  # only schedulers with a UI pay for it
 
         try:
-            running.web = start_web_server(core, config.host, config.web_port, address)
+            running.web = start_web_server(
+                core, config.host, config.web_port, address, security=config.security
+            )
         except ClusterError:
             running.stop()
             raise

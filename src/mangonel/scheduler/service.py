@@ -17,7 +17,13 @@ from typing import Any, NoReturn, TypeVar, cast
 import grpc
 
 from mangonel.catalog import Table
-from mangonel.errors import CatalogError, MangonelError, QueryError
+from mangonel.errors import (
+    AuthenticationError,
+    CatalogError,
+    MangonelError,
+    PermissionDeniedError,
+    QueryError,
+)
 from mangonel.ids import ExecutorId, JobId
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
@@ -26,6 +32,9 @@ from mangonel.scheduler.core import ExecutorNotFoundError, JobNotFoundError, Sch
 from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.registry import CLOSE, ExecutorListing
 from mangonel.scheduler.state_views import ExecutorState, JobState, StageView
+from mangonel.scheduler.tickets import TicketIssuer
+from mangonel.security import tls
+from mangonel.security.options import NODE_NAME
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +65,10 @@ def abort(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:
     """End the RPC with the status code and metadata that ``exc`` maps to."""
     if isinstance(exc, QueryError | CatalogError):
         code = grpc.StatusCode.INVALID_ARGUMENT
+    elif isinstance(exc, AuthenticationError):
+        code = grpc.StatusCode.UNAUTHENTICATED
+    elif isinstance(exc, PermissionDeniedError):
+        code = grpc.StatusCode.PERMISSION_DENIED
     elif isinstance(exc, JobNotFoundError | ExecutorNotFoundError):
         code = grpc.StatusCode.NOT_FOUND
     elif isinstance(exc, MangonelError):
@@ -184,15 +197,51 @@ def executor_status(entry: ExecutorListing, now: float) -> pb.ExecutorStatus:
 
 
 class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
-    """What executors call: register, command stream, heartbeats, reports, drain."""
+    """What executors call: register, command stream, heartbeats, reports, drain.
 
-    def __init__(self, core: SchedulerCore) -> None:
+    Args:
+        core: The scheduler.
+        tickets: Signs the input locations of launched tasks (a cluster with a
+            secret); ``None``: the paths go out as they are.
+        members_only: (TLS) Every call must come with a cluster member's
+            certificate (common name ``mangonel-node``): the TLS handshake already
+            proved the caller's certificate is the cluster CA's, and the port is
+            shared with clients, whose certificates are the CA's too.
+    """
+
+    def __init__(
+        self,
+        core: SchedulerCore,
+        tickets: TicketIssuer | None = None,
+        members_only: bool = False,
+    ) -> None:
         self.core = core
+        self.tickets = tickets
+        self.members_only = members_only
+
+    def _admit(self, context: grpc.ServicerContext, what: str) -> None:
+        """Refuse a caller that is not a cluster member (see ``members_only``)."""
+        if not self.members_only or tls.is_node(context):
+            return
+        role = tls.peer_role(context) or "no certificate"
+        log.warning(
+            "refused %s from %s: its certificate (%s) is not a cluster member's (%s)",
+            what,
+            context.peer(),
+            role,
+            NODE_NAME,
+        )
+        raise PermissionDeniedError(
+            f"only a cluster member may {what}: this certificate ({role}) is not the cluster's "
+            f"node certificate ({NODE_NAME}); start executors with the node files of "
+            "`mangonel certs init` (--tls-dir)"
+        )
 
     @rpc
     def RegisterExecutor(
         self, request: pb.RegisterExecutorRequest, context: grpc.ServicerContext
     ) -> pb.RegisterExecutorResponse:
+        self._admit(context, "register as an executor")
         resume = ExecutorId(request.resume_executor_id) if request.resume_executor_id else None
         entry = self.core.register_executor(
             request.host,
@@ -215,6 +264,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
     ) -> Iterator[pb.ExecutorCommand]:
         executor = ExecutorId(request.executor_id)
         try:
+            self._admit(context, "open an executor's command stream")
             entry = self.core.executor_connected(executor)
         except MangonelError as exc:
             abort(context, exc)
@@ -232,12 +282,16 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
             if item is CLOSE:
                 log.info("closing the command stream of executor %s", executor)
                 return
-            yield convert.command_to_proto(cast(convert.ExecutorCommandKind, item))
+            msg = convert.command_to_proto(cast(convert.ExecutorCommandKind, item))
+            if self.tickets is not None:
+                self.tickets.sign_launch(msg)
+            yield msg
 
     @rpc
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
+        self._admit(context, "send an executor's heartbeat")
         known = self.core.heartbeat(ExecutorId(request.executor_id))
         return pb.HeartbeatResponse(reregister=not known)
 
@@ -245,6 +299,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
     def ReportTask(
         self, request: pb.ReportTaskRequest, context: grpc.ServicerContext
     ) -> pb.ReportTaskResponse:
+        self._admit(context, "report a task")
         attempt = convert.attempt_from_proto(request.attempt)
         executor = ExecutorId(request.executor_id)
         kind = request.WhichOneof("result")
@@ -262,6 +317,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
 
     @rpc
     def Drain(self, request: pb.DrainRequest, context: grpc.ServicerContext) -> pb.DrainResponse:
+        self._admit(context, "drain an executor")
         self.core.drain(ExecutorId(request.executor_id))
         return pb.DrainResponse()
 
@@ -269,9 +325,13 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
 class QueryServiceServicer(pb_grpc.QueryServiceServicer):
     """What clients call: catalog, explain, jobs, cluster status."""
 
-    def __init__(self, core: SchedulerCore, address: str = "") -> None:
+    def __init__(
+        self, core: SchedulerCore, address: str = "", tickets: TicketIssuer | None = None
+    ) -> None:
         self.core = core
         self.address = address
+        self.tickets = tickets
+        """Signs result locations for the submitting session (a cluster with a secret)."""
 
     @rpc
     def RegisterTable(
@@ -320,7 +380,10 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             if version != seen:
                 seen = version
                 last_sent = time.monotonic()
-                yield job_status(record, self.core.now(), with_result=finished)
+                msg = job_status(record, self.core.now(), with_result=finished)
+                if finished and self.tickets is not None:
+                    self.tickets.sign_result(msg, record.request_id)
+                yield msg
             if finished:
                 return
             record.wait_change(seen, timeout=1.0)

@@ -18,6 +18,8 @@ import uvicorn
 from mangonel import defaults
 from mangonel.errors import ClusterError
 from mangonel.scheduler.core import SchedulerCore
+from mangonel.security import tls
+from mangonel.security.options import SecurityOptions
 from mangonel.web.app import create_app
 
 log = logging.getLogger(__name__)
@@ -40,9 +42,16 @@ class WebServer:
 
 
 def start_web_server(
-    core: SchedulerCore, host: str, port: int, scheduler_address: str = ""
+    core: SchedulerCore,
+    host: str,
+    port: int,
+    scheduler_address: str = "",
+    security: SecurityOptions | None = None,
 ) -> WebServer:
     """Bind ``host:port`` (0 picks a free port) and serve the app in a daemon thread.
+
+    With TLS in ``security`` it serves HTTPS with the scheduler's certificate
+    (browsers are not asked for one of theirs) and refuses plain HTTP.
 
     Raises:
         ClusterError: the port cannot be bound.
@@ -64,6 +73,7 @@ def start_web_server(
         log_level="warning",
         access_log=False,
         lifespan="off",
+        **tls.uvicorn_ssl_kwargs(security),
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(
@@ -76,6 +86,7 @@ def start_web_server(
             raise ClusterError(f"the web UI did not start on {host}:{bound}")
         time.sleep(0.01)
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-    url = f"http://{shown}:{bound}"
+    scheme = "https" if security is not None and security.tls else "http"
+    url = f"{scheme}://{shown}:{bound}"
     log.info("web UI at %s", url)
     return WebServer(server, thread, url)
