@@ -171,6 +171,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="address other executors and clients reach the Flight server at "
         "(default: --host; required when --host is 0.0.0.0 or ::)",
     )
+    p.add_argument(
+        "--host-id",
+        metavar="NAME",
+        help="the host this executor reports: executors reporting the same one read each "
+        "other's shuffle files from disk, others fetch them over Flight (default: this "
+        "machine's hostname)",
+    )
     # The same flags as executor.main's (not imported: client commands should
     # not pay for importing the executor).
     p.add_argument(
@@ -536,6 +543,8 @@ def cmd_executor(args: argparse.Namespace) -> int:
             config.slots = args.slots
         if args.work_dir:
             config.work_dir = args.work_dir
+        if args.host_id:
+            config.host = args.host_id
         config.__post_init__()
     except ValueError as exc:  # a setting out of range: one line, no traceback
         raise UsageError(str(exc)) from None

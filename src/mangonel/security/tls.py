@@ -93,6 +93,12 @@ def is_node(context: grpc.ServicerContext) -> bool:
 def describe_failure(details: str, tls: bool) -> str:
     """A hint for a connection that failed: what TLS may have to do with it."""
     lowered = details.lower()
+    if tls and "hostname verification" in lowered:
+        return (
+            "the TLS handshake failed: the server's certificate does not name the host dialled; "
+            "make its certificates with `mangonel certs init --host NAME` for every name and "
+            "address it is reached at, or dial one of the names it holds"
+        )
     if tls and "certificate_verify_failed" in lowered:
         return (
             "the TLS handshake failed: the server's certificate is not signed by this "
