@@ -423,3 +423,61 @@ def test_scheduler_on_every_interface_without_tls_warns(
     quiet = start_scheduler(SchedulerConfig(host="127.0.0.1", port=0, state="memory://"))
     quiet.stop()
     assert "INSECURE" not in caplog.text
+
+
+# ------------------------------------------------------------------- etcd, secured
+
+
+def test_state_store_on_an_etcd_with_tls_and_client_certificates(work_dir: Path) -> None:
+    from mangonel.errors import StateStoreError
+    from mangonel.scheduler.store import open_store
+    from mangonel.testing.etcd import EtcdServer
+
+    tls_dir = work_dir / "etcd-tls"
+    certs.init_cluster(str(tls_dir))
+    with EtcdServer(work_dir, tls_dir=tls_dir) as etcd:
+        url = etcd.url("/mangonel/secure/")
+        assert "tls_ca=" in url and "tls_cert=" in url
+        store = open_store(url)
+        try:
+            assert store.acquire("test", timeout_s=5)
+            store.commit({"a": "1"})
+            assert store.load()["a"] == "1"
+        finally:
+            store.close()
+        # Plain HTTP to its HTTPS port: refused, and the message says where to look.
+        with pytest.raises(StateStoreError, match="cannot reach the etcd state store"):
+            open_store(url.split("?")[0])
+        # TLS without a client certificate: etcd demands one.
+        with pytest.raises(StateStoreError, match="TLS failed"):
+            open_store(f"{url.split('?')[0]}?tls_ca={tls_dir / 'ca.pem'}")
+        # A client that does not trust etcd's CA refuses etcd.
+        other = other_ca_dir(work_dir)
+        with pytest.raises(StateStoreError, match="TLS failed"):
+            open_store(url.replace(str(tls_dir / "ca.pem"), str(other / "ca.pem")))
+
+
+def test_state_store_on_an_etcd_with_tls_and_its_own_authentication(work_dir: Path) -> None:
+    from mangonel.errors import StateStoreError
+    from mangonel.scheduler.store import open_store
+    from mangonel.testing.etcd import EtcdServer
+
+    tls_dir = work_dir / "etcd-tls"
+    certs.init_cluster(str(tls_dir))
+    with EtcdServer(work_dir, tls_dir=tls_dir, user="root", password="s3cret-pw") as etcd:
+        url = etcd.url("/mangonel/secure/")
+        assert "tls_ca=" in url and "user=root" in url and "s3cret" not in url
+        store = open_store(url)
+        try:
+            assert store.acquire("test", timeout_s=5)
+            store.commit({"a": "1"})
+            assert store.load()["a"] == "1"
+        finally:
+            store.close()
+        # No login: etcd's authentication refuses.
+        with pytest.raises(StateStoreError, match="refused a request"):
+            open_store(f"{url.split('?')[0]}?tls_ca={tls_dir / 'ca.pem'}")
+        wrong = work_dir / "wrong-password"
+        wrong.write_text("nope")
+        with pytest.raises(StateStoreError, match="authentication failed"):
+            open_store(url.replace(str(etcd.password_file), str(wrong)))
