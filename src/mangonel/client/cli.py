@@ -691,7 +691,8 @@ def _web_url(args: argparse.Namespace) -> str:
     if args.web:
         return str(args.web).rstrip("/")
     host = str(args.scheduler).rsplit(":", 1)[0] or "127.0.0.1"
-    return f"http://{host}:{defaults.WEB_PORT}"
+    scheme = "https" if getattr(args, "tls_dir", None) else "http"
+    return f"{scheme}://{host}:{defaults.WEB_PORT}"
 
 
 def _draw_plan(query: str, args: argparse.Namespace) -> None:
@@ -708,8 +709,14 @@ def _draw_plan(query: str, args: argparse.Namespace) -> None:
     request = urllib.request.Request(
         url, data=body, headers={"Content-Type": "application/json"}, method="POST"
     )
+    context = None
+    tls_dir = getattr(args, "tls_dir", None)
+    if tls_dir:  # a secured cluster's web API: HTTPS under the cluster CA
+        import ssl
+
+        context = ssl.create_default_context(cafile=os.path.join(tls_dir, "ca.pem"))
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
+        with urllib.request.urlopen(request, timeout=60, context=context) as response:
             plan = ExplainModel.model_validate_json(response.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
