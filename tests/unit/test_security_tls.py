@@ -210,3 +210,35 @@ def test_listening_beyond_loopback_without_tls_warns(
 )
 def test_connection_failures_get_a_hint(details: str, tls_on: bool, hint: str) -> None:
     assert hint in tls.describe_failure(details, tls_on)
+
+
+def test_certs_init_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mangonel.client.cli import main
+
+    target = tmp_path / "tls"
+    assert main(["certs", "init", str(target), "--host", "db1.example.com"]) == 0
+    out = capsys.readouterr().out
+    assert "wrote 7 files" in out and "db1.example.com" in out and "--tls-dir" in out
+    node = _cert(target / "node.pem")
+    san = node.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "db1.example.com" in san.get_values_for_type(x509.DNSName)
+    assert main(["certs", "init", str(target)]) == 1
+    assert "already holds a cluster CA" in capsys.readouterr().err
+
+
+def test_security_options_travel_on_every_command_line() -> None:
+    from mangonel.client.cli import build_parser
+    from mangonel.security.options import options_from_args
+
+    parser = build_parser()
+    for command in ("scheduler", "executor"):
+        args = parser.parse_args([command, "--tls-dir", "/etc/tls"])
+        got = options_from_args(args, "node")
+        assert got.tls_cert == "/etc/tls/node.pem" and got.tls_ca == "/etc/tls/ca.pem"
+        assert got.cluster_secret_file == "/etc/tls/cluster-secret"
+        again = options_from_args(parser.parse_args([command, *got.to_args()]), "node")
+        assert again == got
+    args = parser.parse_args(["sql", "SELECT 1", "--tls-dir", "/etc/tls"])
+    assert args.tls_dir == "/etc/tls"
+    args = parser.parse_args(["standalone", "--secure", "--tls-dir", "/tmp/x"])
+    assert args.secure and args.tls_dir == "/tmp/x"

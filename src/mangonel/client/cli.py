@@ -255,6 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--tls-dir (default: WORK_DIR/tls; kept if it holds them) and start every process "
         "with them; clients then need `--tls-dir DIR`",
     )
+    p.add_argument(
+        "--tls-dir",
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="with --secure: where the cluster's files are (made if missing)",
+    )
 
     p = sub.add_parser(
         "sql",
