@@ -23,6 +23,7 @@ After each refusal the cluster still answers a query.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import logging
 import ssl
@@ -286,6 +287,33 @@ def test_client_of_another_ca_is_refused(secure_cluster: LocalCluster, work_dir:
         pytest.raises(ClusterError, match="refused this process's certificate"),
     ):
         session.tables()
+
+
+def test_expired_client_certificate_is_refused(
+    secure_cluster: LocalCluster, work_dir: Path
+) -> None:
+    ca = certs.read_ca(str(secure_cluster.tls_dir))
+    past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=30)
+    certs.write_pair(str(work_dir), "client", certs.issue(ca, "client", days=1, start=past))
+    expired = SecurityOptions(
+        tls_cert=str(work_dir / "client.pem"),
+        tls_key=str(work_dir / "client-key.pem"),
+        tls_ca=str(secure_cluster.tls_dir / "ca.pem"),
+    )
+    scheduler_log = secure_cluster.log_dir / "scheduler.log"
+    before = scheduler_log.read_text(errors="replace").count("certificate has expired")
+    with (
+        Session(secure_cluster.address, timeout_s=10, security=expired) as session,
+        pytest.raises(ClusterError, match="refused this process's certificate"),
+    ):
+        session.tables()
+    wait_until(
+        lambda: scheduler_log.read_text(errors="replace").count("certificate has expired") > before,
+        "the scheduler logs the expired certificate",
+        timeout=10,
+    )
+    with secure_cluster.connect() as session:  # the rightful clients still get in
+        assert {t.name for t in session.tables()} >= {"lineitem", "orders"}
 
 
 def test_certificate_that_does_not_name_the_host_is_refused(work_dir: Path) -> None:
