@@ -273,6 +273,25 @@ def test_plaintext_client_gets_a_clear_error(secure_cluster: LocalCluster) -> No
         session.tables()
 
 
+def test_command_line_client_with_and_without_the_cluster_files(
+    secure_cluster: LocalCluster,
+) -> None:
+    base = [sys.executable, "-m", "mangonel", "--scheduler", secure_cluster.address]
+    query = ["sql", "SELECT count(*) AS n FROM nation"]
+    env = child_env()
+    ok = subprocess.run(
+        [*base, "--tls-dir", str(secure_cluster.tls_dir), *query],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    assert "25" in ok.stdout
+    env.pop("MANGONEL_TLS_DIR", None)
+    refused = subprocess.run([*base, *query], capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("error: cannot reach the scheduler")
+    assert "--tls-dir" in refused.stderr
+
+
 def test_client_of_another_ca_is_refused(secure_cluster: LocalCluster, work_dir: Path) -> None:
     other = SecurityOptions.from_tls_dir(str(other_ca_dir(work_dir)), "client")
     with (
