@@ -26,7 +26,8 @@ QUERIES = {
     "sum_of_sums": """
         SELECT o_orderpriority, o_orderstatus,
                SUM(SUM(o_totalprice)) OVER (PARTITION BY o_orderstatus
-                   ORDER BY o_orderpriority ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cume
+                   ORDER BY o_orderpriority
+                   ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS cume
         FROM orders GROUP BY o_orderpriority, o_orderstatus""",
     "rank_by_aggregate_over_rollup": """
         SELECT n_name, r_name,
