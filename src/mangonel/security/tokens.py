@@ -83,7 +83,8 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    # Strict: a character outside the alphabet is an error, not skipped.
+    return base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
 
 
 def mint(
