@@ -667,9 +667,15 @@ def _draw_plan(query: str, args: argparse.Namespace) -> None:
 
     url = f"{_web_url(args)}/api/explain"
     body = json.dumps({"sql": query, "dialect": args.dialect}).encode()
-    request = urllib.request.Request(
-        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
+    headers = {"Content-Type": "application/json"}
+    token = args.token
+    if args.user:  # the web API takes the token a gRPC login gives
+        with _session(args) as session:
+            session.log_in()
+            token = session.token
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             plan = ExplainModel.model_validate_json(response.read())

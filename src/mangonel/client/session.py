@@ -259,6 +259,12 @@ class Session:
         """ReleaseResult calls on their way: a query returns without waiting for them."""
 
     @property
+    def token(self) -> str | None:
+        """The bearer token this session sends (``None`` before a login, or without
+        users); the web API (``Authorization: Bearer``) takes it too."""
+        return self._login.token
+
+    @property
     def address(self) -> str:
         """The scheduler this session talks to now."""
         return self.addresses[self._current]

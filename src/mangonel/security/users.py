@@ -329,7 +329,6 @@ class UsersAuthenticator:
                 f"login refused: {WRONG_CREDENTIALS} (user {user!r}); check them, or ask an "
                 "admin to set the password with `mangonel users add`"
             )
-        log.info("user %r logged in", user)
         return tokens.mint(self._secret, user, admin=known.admin, ttl_s=self.token_ttl_s)
 
     def verify(self, token: str) -> Principal:
