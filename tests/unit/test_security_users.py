@@ -7,6 +7,7 @@ the way a file of password hashes must be (0600, atomically).
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import logging
@@ -19,7 +20,14 @@ import pytest
 
 from mangonel.client.cli import main as cli_main
 from mangonel.errors import AuthenticationError
-from mangonel.security import OPEN, UsersAuthenticator, authenticator_for, tokens
+from mangonel.security import (
+    OPEN,
+    UsersAuthenticator,
+    authenticator_for,
+    basic_credentials,
+    bearer_token,
+    tokens,
+)
 from mangonel.security.options import SecurityConfigError, SecurityOptions
 from mangonel.security.users import (
     UsersFileError,
@@ -296,3 +304,17 @@ def test_users_commands(
     assert "error: no user 'nobody'" in err
     assert cli_main(["users", "remove", "alice", "--users-file", users]) == 0
     assert set(read_users(users)) == {"root"}
+
+
+# ------------------------------------------------------------ header parsing
+
+
+def test_authorization_values() -> None:
+    assert bearer_token("Bearer mgt1.a.b") == "mgt1.a.b"
+    assert bearer_token("Bearer ") is None and bearer_token("Basic x") is None
+    assert bearer_token(None) is None
+    encoded = base64.b64encode(b"alice:pass:word").decode()
+    assert basic_credentials(f"Basic {encoded}") == ("alice", "pass:word")
+    assert basic_credentials("Basic !!!") is None
+    assert basic_credentials("Basic " + base64.b64encode(b"nocolon").decode()) is None
+    assert basic_credentials("Bearer mgt1.a.b") is None

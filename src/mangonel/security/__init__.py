@@ -19,10 +19,12 @@ imports only ``errors`` and ``defaults`` of mangonel's own modules.
 from mangonel.security.auth import (
     ANONYMOUS,
     AUTHORIZATION,
+    BASIC,
     BEARER,
     OPEN,
     Authenticator,
     Principal,
+    basic_credentials,
     bearer_token,
 )
 from mangonel.security.users import UsersAuthenticator, authenticator_for
@@ -30,11 +32,13 @@ from mangonel.security.users import UsersAuthenticator, authenticator_for
 __all__ = [
     "ANONYMOUS",
     "AUTHORIZATION",
+    "BASIC",
     "BEARER",
     "OPEN",
     "Authenticator",
     "Principal",
     "UsersAuthenticator",
     "authenticator_for",
+    "basic_credentials",
     "bearer_token",
 ]
