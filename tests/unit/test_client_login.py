@@ -20,7 +20,7 @@ from mangonel.client.session import Session
 from mangonel.errors import AuthenticationError
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.scheduler.service import QueryServiceServicer
-from mangonel.security import UsersAuthenticator, tokens
+from mangonel.security import OPEN, UsersAuthenticator, tokens
 from mangonel.security.users import add_user
 
 
@@ -109,3 +109,14 @@ def test_credentials_must_be_whole() -> None:
         Session("127.0.0.1:1", password="x")
     with pytest.raises(ValueError, match="needs a password"):
         Session("127.0.0.1:1", user="alice")
+
+
+def test_a_login_to_an_unsecured_scheduler_happens_once(server: Any) -> None:
+    servicer, address, _ = server
+    servicer.auth = OPEN
+    with Session(address, user="alice", password="alice-secret") as session:
+        session.status()
+        session.status()
+        assert session.user == "anonymous" and session.admin
+        assert session.token is None
+        assert session._login.logged_in and not session._login.due()

@@ -117,6 +117,7 @@ class _Login:
         self.token = token or None
         self.renew_at: float | None = None
         """``time.monotonic()`` after which the token is renewed before a call."""
+        self.logged_in = False
 
     @property
     def can_log_in(self) -> bool:
@@ -126,7 +127,8 @@ class _Login:
         """Whether a login is due before the next call."""
         if not self.can_log_in:
             return False
-        return self.token is None or (
+        # An unsecured scheduler answers a login with no token: logged in all the same.
+        return not self.logged_in or (
             self.renew_at is not None and time.monotonic() >= self.renew_at
         )
 
@@ -322,6 +324,7 @@ class Session:
         msg = self._call("Authenticate", request)
         assert isinstance(msg, pb.AuthenticateResponse)
         self._login.token = msg.token or None
+        self._login.logged_in = True
         self._login.renew_at = (
             time.monotonic() + _RENEW_AT * msg.expires_in_s if msg.expires_in_s > 0 else None
         )
