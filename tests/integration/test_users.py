@@ -164,6 +164,10 @@ def test_a_minted_token_gets_in_with_the_files_role(cluster: Any) -> None:
         assert alice.sql(GOOD).to_arrow().column("n").to_pylist() == [25]
         with pytest.raises(PermissionDeniedError, match="only an admin may register"):
             alice.register_parquet("nation2", "/nonexistent.parquet")
+        with pytest.raises(PermissionDeniedError, match="only an admin may drop"):
+            alice.drop_table("nation")
+        assert "nation" in {t.name for t in alice.tables()}  # any user reads the catalog
+    assert_logged(cluster, "refused DropTable from")
 
 
 # --------------------------------------------------------------- job ownership
