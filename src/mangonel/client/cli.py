@@ -8,8 +8,10 @@
     mangonel demo                        # TPC-H q12 on a fresh local cluster
 
 Every client command talks to the scheduler given by ``--scheduler`` (default
-``$MANGONEL_SCHEDULER`` or ``127.0.0.1:50050``). Errors are printed in one line
-and exit with code 1, without a traceback.
+``$MANGONEL_SCHEDULER`` or ``127.0.0.1:50050``), as the user given by ``--user``
+(password from ``$MANGONEL_PASSWORD`` or a prompt) or with the token given by
+``--token`` (default ``$MANGONEL_TOKEN``) when the scheduler has users. Errors
+are printed in one line and exit with code 1, without a traceback.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from mangonel.client.session import DEFAULT_ADDRESS, Result, Session
 from mangonel.client.shell import read_statements, strip_statement
 from mangonel.client.status import ExecutorState, ExecutorStatus, JobStatus
 from mangonel.errors import MangonelError
+from mangonel.security import options as security_options
+from mangonel.security import users_cli
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -61,6 +65,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("MANGONEL_SCHEDULER", DEFAULT_ADDRESS),
         metavar="HOST:PORT",
         help="scheduler to talk to (default: $MANGONEL_SCHEDULER or %(default)s)",
+    )
+    parser.add_argument(
+        "--user",
+        default=os.environ.get("MANGONEL_USER"),
+        metavar="NAME",
+        help="log in as this user on a scheduler with users (default: $MANGONEL_USER); the "
+        "password comes from $MANGONEL_PASSWORD, else a prompt",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("MANGONEL_TOKEN"),
+        metavar="TOKEN",
+        help="a bearer token instead of --user (default: $MANGONEL_TOKEN; "
+        "`mangonel users token` makes one)",
     )
     parser.add_argument(
         "--log-level",
@@ -141,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     _web_options(p)
     p.add_argument("--web-address-file", help="write the web UI's URL to this file")
     storage.add_arguments(p)
+    security_options.add_arguments(p, users=True)
 
     p = sub.add_parser(
         "executor",
@@ -316,8 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the TPC-H data is generated (default: %(default)s)",
     )
     p.add_argument("--executors", type=int, default=defaults.LOCAL_EXECUTORS)
+    users_cli.add_parser(sub)
     for name, command in sub.choices.items():
-        if name not in ("scheduler", "standalone", "demo"):
+        if name not in ("scheduler", "standalone", "demo", "users"):
             # Also accepted after the command (`mangonel executor --scheduler ...`).
             command.add_argument(
                 "--scheduler",
@@ -437,6 +457,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             crash_file=args.crash_file,
             standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
             storage=storage.options_from_args(args),
+            security=security_options.options_from_args(args, "node"),
         )
     )
 
@@ -558,6 +579,23 @@ def _query_text(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _session(args: argparse.Namespace) -> Session:
+    """A session with ``--scheduler`` as ``--user`` (or with ``--token``), if given."""
+    if args.user:
+        password = os.environ.get("MANGONEL_PASSWORD")
+        if password is None:
+            if not sys.stdin.isatty():
+                raise UsageError(
+                    f"no password for user {args.user}: set $MANGONEL_PASSWORD, or run on a "
+                    "terminal to be asked"
+                )
+            import getpass
+
+            password = getpass.getpass(f"password for {args.user}: ")
+        return Session(args.scheduler, user=args.user, password=password)
+    return Session(args.scheduler, token=args.token or None)
+
+
 def _print_result(result: Result, max_rows: int) -> None:
     print(render.format_table(result.to_arrow(), max_rows))
     noun = "row" if result.num_rows == 1 else "rows"
@@ -577,7 +615,7 @@ def _run_query(session: Session, query: str, args: argparse.Namespace) -> Result
 
 def cmd_sql(args: argparse.Namespace) -> int:
     text = _query_text(args)
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         if text is not None:
             query = strip_statement(text)
             if not query:
@@ -606,7 +644,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if args.picture:
         _draw_plan(query, args)
         print(f"stage graph written to {args.picture}", file=sys.stderr)
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         print(session.explain(query, args.dialect))
     return 0
 
@@ -629,9 +667,15 @@ def _draw_plan(query: str, args: argparse.Namespace) -> None:
 
     url = f"{_web_url(args)}/api/explain"
     body = json.dumps({"sql": query, "dialect": args.dialect}).encode()
-    request = urllib.request.Request(
-        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
+    headers = {"Content-Type": "application/json"}
+    token = args.token
+    if args.user:  # the web API takes the token a gRPC login gives
+        with _session(args) as session:
+            session.log_in()
+            token = session.token
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=60) as response:
             plan = ExplainModel.model_validate_json(response.read())
@@ -649,7 +693,7 @@ def _draw_plan(query: str, args: argparse.Namespace) -> None:
 
 
 def cmd_register(args: argparse.Namespace) -> int:
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         info = session.register_parquet(args.name, args.path)
     print(
         f"registered {info.name}: {info.rows} rows, {len(info.columns)} columns, "
@@ -661,7 +705,7 @@ def cmd_register(args: argparse.Namespace) -> int:
 def cmd_tables(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         tables = session.tables()
     if not tables:
         print("no tables; register one with `mangonel register NAME PATH`")
@@ -686,7 +730,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import pyarrow as pa
 
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         status = session.status()
     now = time.time()
     print(f"scheduler {status.scheduler_address or args.scheduler}")
@@ -743,7 +787,7 @@ def _why(e: ExecutorStatus) -> str:
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         jobs = sorted(session.status().jobs, key=lambda j: j.submitted_at, reverse=True)
     if not jobs:
         print("no jobs; run one with `mangonel sql`")
@@ -777,7 +821,7 @@ def jobs_table(jobs: Sequence[JobStatus]) -> pa.Table:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    with Session(args.scheduler) as session:
+    with _session(args) as session:
         cancelled = session.cancel(args.job)
     print(f"job {args.job} cancelled" if cancelled else f"job {args.job} had already finished")
     return 0
@@ -801,6 +845,7 @@ COMMANDS = {
     "jobs": cmd_jobs,
     "cancel": cmd_cancel,
     "demo": cmd_demo,
+    "users": users_cli.run,
 }
 
 

@@ -21,6 +21,7 @@ Layout under ``work_dir``::
     scheduler-state.db    the schedulers' SQLite state store (unless ``state`` is given)
     executors/            the work root all executors share (``executor.workdir``:
                           one locked directory per executor life, swept when dead)
+    users, cluster-secret the users file and the secret that signs tokens (with ``users``)
     logs/                 scheduler.log (scheduler-<i>.log with several), executor-<i>.log
 
 Processes can be taken away and added while queries run: ``kill_executor``
@@ -37,6 +38,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -46,7 +48,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -202,6 +204,10 @@ class LocalCluster:
             (``--s3-*``: endpoint, region, addressing, timeouts, retries);
             credentials reach them through the environment (``AWS_*``), which
             the processes inherit.
+        users: Users who may log in, ``{name: (password, admin)}``: the scheduler
+            then lets only them in (a users file and a cluster secret in
+            ``work_dir``). ``connect()`` logs in as the first admin unless given
+            other credentials; at least one user must be an admin.
     """
 
     def __init__(
@@ -231,7 +237,10 @@ class LocalCluster:
         partition_bytes: int | None = None,
         executor_args_for: Callable[[int], Sequence[str]] | None = None,
         storage: StorageOptions | None = None,
+        users: Mapping[str, tuple[str, bool]] | None = None,
     ) -> None:
+        if users is not None and not any(admin for _, admin in users.values()):
+            raise ValueError("users needs at least one admin: connect() logs in as one")
         if schedulers < 1:
             raise ValueError(f"schedulers must be at least 1, got {schedulers}")
         if schedulers > 1 and not (state or "").startswith("etcd://"):
@@ -278,6 +287,9 @@ class LocalCluster:
         self._address: str | None = None
         self._lock = threading.Lock()
         self._failed = False
+        self.users = dict(users) if users is not None else None
+        self.users_file = self.work_dir / "users" if users is not None else None
+        self.cluster_secret_file = self.work_dir / "cluster-secret" if users is not None else None
 
     @property
     def executor_slots(self) -> int:
@@ -327,6 +339,7 @@ class LocalCluster:
         """Start the scheduler and the executors; wait until all registered."""
         _live_clusters.add(self)
         try:
+            self._write_users()
             self._start_scheduler()
             for _ in range(self.num_executors):
                 self._spawn_executor()
@@ -356,6 +369,39 @@ class LocalCluster:
 
     def _env(self) -> dict[str, str]:
         return child_env()
+
+    def _write_users(self) -> None:
+        """The users file and cluster secret of a cluster with ``users`` (once)."""
+        if self.users is None or self.users_file is None or self.cluster_secret_file is None:
+            return
+        from mangonel.security.users import add_user
+
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        if not self.cluster_secret_file.exists():
+            fd = os.open(self.cluster_secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+        if not self.users_file.exists():
+            for name, (password, admin) in self.users.items():
+                add_user(str(self.users_file), name, password, admin=admin)
+
+    def _security_args(self) -> list[str]:
+        if self.users_file is None or self.cluster_secret_file is None:
+            return []
+        return [
+            "--users-file", str(self.users_file),
+            "--cluster-secret-file", str(self.cluster_secret_file),
+        ]  # fmt: skip
+
+    def token(self, user: str, admin: bool = False, ttl_s: float = 3600.0) -> str:
+        """A token for ``user`` signed with this cluster's secret (as ``mangonel users
+        token`` makes them); for a cluster started with ``users``."""
+        if self.cluster_secret_file is None:
+            raise ClusterError("this cluster has no users; start it with users={...}")
+        from mangonel.security import tokens
+
+        secret = self.cluster_secret_file.read_bytes().strip()
+        return tokens.mint(secret, user, admin=admin, ttl_s=ttl_s)
 
     def _start_scheduler(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -432,6 +478,7 @@ class LocalCluster:
         else:
             args += ["--web-port", str(self.web_port), "--web-address-file", str(web_file)]
         args += self.storage.to_args()
+        args += self._security_args()
         args += list(self.scheduler_args)
         name = "scheduler" if self.num_schedulers == 1 else f"scheduler-{index}"
         proc = ProcessHandle(name, args, self.log_dir / f"{name}.log", self._env())
@@ -538,9 +585,16 @@ class LocalCluster:
 
     # ------------------------------------------------------------------- clients
 
-    def connect(self) -> Session:
-        """A client session with this cluster's scheduler."""
-        return Session(self.address)
+    def connect(
+        self, user: str | None = None, password: str | None = None, token: str | None = None
+    ) -> Session:
+        """A client session with this cluster's scheduler.
+
+        With ``users`` and no credentials given: logged in as the first admin.
+        """
+        if self.users is not None and user is None and token is None:
+            user, (password, _) = next((n, u) for n, u in self.users.items() if u[1])
+        return Session(self.address, user=user, password=password, token=token)
 
     # ------------------------------------------------------------------ processes
 

@@ -27,6 +27,8 @@ from mangonel.scheduler.core import CoreConfig, SchedulerCore
 from mangonel.scheduler.events import Limits
 from mangonel.scheduler.service import ExecutorControlServicer, QueryServiceServicer
 from mangonel.scheduler.store import open_store
+from mangonel.security import Authenticator, authenticator_for
+from mangonel.security.options import SecurityOptions
 
 if TYPE_CHECKING:
     from mangonel.web.server import WebServer
@@ -94,6 +96,9 @@ class SchedulerConfig:
         storage: How to reach object storage for ``s3://`` tables (endpoint,
             region, addressing, timeouts, retries); the AWS environment decides
             what it leaves out. Credentials are never part of it.
+        security: TLS files, the cluster secret and the users file; with a users
+            file or a cluster secret every client must log in or bring a token
+            (``mangonel.security.authenticator_for``).
     """
 
     host: str = "127.0.0.1"
@@ -118,6 +123,7 @@ class SchedulerConfig:
     standby_timeout_s: float | None = None
     crash_file: str | None = None
     storage: storage.StorageOptions = field(default_factory=storage.StorageOptions)
+    security: SecurityOptions = field(default_factory=SecurityOptions)
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
@@ -185,6 +191,9 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     from mangonel.scheduler.state import SchedulerState  # the state machine's module
 
     storage.configure(config.storage)  # before recover(): it reads s3:// footers again
+    # Before taking the store's lead: a broken users file or secret stops the start.
+    authenticator = authenticator_for(config.security)
+    _warn_if_exposed(config, authenticator)
     url = config.state or default_state_url()
     store = open_store(url)
     owner = f"{config.host}:{config.port} (pid {os.getpid()})"
@@ -234,7 +243,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         ExecutorControlServicer(core), server
     )
     pb_grpc.add_QueryServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        QueryServiceServicer(core, address), server
+        QueryServiceServicer(core, address, authenticator), server
     )
     server.start()
     core.start()
@@ -250,7 +259,14 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         from mangonel.web.server import start_web_server  # only schedulers with a UI pay for it
 
         try:
-            running.web = start_web_server(core, config.host, config.web_port, address)
+            running.web = start_web_server(
+                core,
+                config.host,
+                config.web_port,
+                address,
+                authenticator=authenticator,
+                tls=config.security.tls,
+            )
         except ClusterError:
             running.stop()
             raise
@@ -260,6 +276,23 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
                 f.write(running.web.url)
             os.replace(tmp, config.web_address_file)
     return running
+
+
+def _warn_if_exposed(config: SchedulerConfig, authenticator: Authenticator) -> None:
+    """Say loudly what a scheduler beyond loopback leaves open."""
+    loopback = config.host in ("127.0.0.1", "localhost", "::1")
+    if not authenticator.required and not loopback:
+        log.warning(
+            "INSECURE: the scheduler listens on %s and lets anyone in as admin; give it "
+            "--users-file and --cluster-secret-file (`mangonel users add`)",
+            config.host,
+        )
+    elif authenticator.required and not config.security.tls and not loopback:
+        log.warning(
+            "INSECURE: passwords and tokens cross the network to %s in clear text; give "
+            "the scheduler --tls-dir (`mangonel certs init`)",
+            config.host,
+        )
 
 
 def _stop_when_deposed(running: SchedulerServer) -> None:

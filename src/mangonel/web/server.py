@@ -18,6 +18,7 @@ import uvicorn
 from mangonel import defaults
 from mangonel.errors import ClusterError
 from mangonel.scheduler.core import SchedulerCore
+from mangonel.security.auth import OPEN, Authenticator
 from mangonel.web.app import create_app
 
 log = logging.getLogger(__name__)
@@ -40,9 +41,16 @@ class WebServer:
 
 
 def start_web_server(
-    core: SchedulerCore, host: str, port: int, scheduler_address: str = ""
+    core: SchedulerCore,
+    host: str,
+    port: int,
+    scheduler_address: str = "",
+    authenticator: Authenticator = OPEN,
+    tls: bool = False,
 ) -> WebServer:
     """Bind ``host:port`` (0 picks a free port) and serve the app in a daemon thread.
+
+    ``authenticator`` and ``tls`` go to the app (``create_app``).
 
     Raises:
         ClusterError: the port cannot be bound.
@@ -60,7 +68,7 @@ def start_web_server(
     sock.listen(128)
     bound = sock.getsockname()[1]
     config = uvicorn.Config(
-        create_app(core, scheduler_address),
+        create_app(core, scheduler_address, authenticator, tls),
         log_level="warning",
         access_log=False,
         lifespan="off",
