@@ -99,13 +99,14 @@ def _refused(message: str) -> flight.FlightServerError:
 
 def _translate(exc: BaseException) -> BaseException:
     """A mangonel error as the Flight error a client should see."""
+    translated: BaseException = exc
     if isinstance(exc, flight.FlightError):
-        return exc
-    if isinstance(exc, AuthenticationError):
-        return flight.FlightUnauthenticatedError(str(exc))
-    if isinstance(exc, MangonelError):
-        return _refused(f"{type(exc).__name__}: {exc}")
-    return exc
+        pass
+    elif isinstance(exc, AuthenticationError):
+        translated = flight.FlightUnauthenticatedError(str(exc))
+    elif isinstance(exc, MangonelError):
+        translated = _refused(f"{type(exc).__name__}: {exc}")
+    return translated
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -161,7 +162,7 @@ class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc
         self, info: flight.CallInfo, headers: dict[str, list[str]]
     ) -> FlightSqlAuthMiddleware:
         values = headers.get(AUTHORIZATION) or headers.get(AUTHORIZATION.title()) or []
-        header = values[0] if values else None
+        header: str | None = values[0] if values else None
         try:
             if header is not None and header.startswith("Basic "):
                 user, password = _basic(header)
@@ -171,9 +172,9 @@ class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc
                     with self._lock:
                         self._open_tokens.add(token)
                 return FlightSqlAuthMiddleware(self._principal(token), token, token)
-            token = parse_bearer(header)
-            if token is not None:
-                return FlightSqlAuthMiddleware(self._principal(token), token, None)
+            bearer = parse_bearer(header)
+            if bearer is not None:
+                return FlightSqlAuthMiddleware(self._principal(bearer), bearer, None)
         except AuthenticationError as exc:
             raise flight.FlightUnauthenticatedError(str(exc)) from None
         if self._auth.required:
@@ -618,7 +619,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
 
     # ---------------------------------------------------- cancel, sessions
 
-    def _cancel(self, info: flight.FlightInfo, who: FlightSqlAuthMiddleware) -> int:
+    def _cancel(self, info: flight.FlightInfo, who: FlightSqlAuthMiddleware) -> Any:
         """Cancel the jobs of a FlightInfo (finished ones: release their result)."""
         jobs = []
         for endpoint in info.endpoints:
@@ -755,7 +756,7 @@ def _unpack_as(raw: bytes, cls: type[M]) -> M:
 
 
 def _parse(raw: bytes, cls: type[M]) -> M:
-    message = cls()
+    message: M = cls()
     try:
         message.ParseFromString(raw)
     except DecodeError:
@@ -766,7 +767,7 @@ def _parse(raw: bytes, cls: type[M]) -> M:
 def _pack(message: Message) -> bytes:
     packed = any_pb2.Any()
     packed.Pack(message, type_url_prefix="type.googleapis.com/")
-    return packed.SerializeToString()
+    return bytes(packed.SerializeToString())
 
 
 def _command(descriptor: flight.FlightDescriptor) -> Message:

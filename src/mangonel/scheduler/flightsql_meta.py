@@ -346,6 +346,7 @@ def sql_info(codes: Sequence[int]) -> pa.Table:
     members: list[list[object]] = [[], [], [], [], [], []]
     for code in wanted:
         value = info[code]
+        item: object
         if isinstance(value, str):
             member, item = 0, value
         elif isinstance(value, bool):

@@ -23,7 +23,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
-from sqlglot.tokens import TokenType
+from sqlglot.tokens import TokenType  # type: ignore[attr-defined]
 
 from mangonel.errors import BindError, SqlSyntaxError
 from mangonel.sql.frontend import DEFAULT_DIALECT
@@ -48,8 +48,8 @@ def _placeholders(sql: str, dialect: str | None) -> tuple[exp.Expr, list[exp.Pla
     d = (dialect or DEFAULT_DIALECT).lower()
     try:
         if "$" in sql and "?" in sql:
-            found = sqlglot.parse_one(sql, read=d).find_all(exp.Placeholder)
-            if len({bool(_name(p)) for p in found}) > 1:
+            mixed = sqlglot.parse_one(sql, read=d).find_all(exp.Placeholder)
+            if len({bool(_name(p)) for p in mixed}) > 1:
                 raise BindError("a statement mixes ? and $N parameters; use one kind")
         tree = sqlglot.parse_one(_numbered(sql, d), read=d)
     except (ParseError, TokenError) as err:
