@@ -31,7 +31,7 @@ suites=()
 if [[ "$has_path" == false ]]; then
     # Only the suites that exist in this checkout: git keeps no empty directories,
     # and pytest fails on a path that is not there.
-    for dir in tests/unit tests/integration tests/objectstore tests/web tests/chaos tests/multihost; do
+    for dir in tests/unit tests/integration tests/flightsql tests/objectstore tests/web tests/chaos tests/multihost; do
         if [[ -d "$dir" ]] && compgen -G "$dir/test_*.py" >/dev/null; then
             suites+=("$dir")
         fi
