@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command: unit, then integration, object storage (S3 on moto), web (API,
-# metrics, browser), chaos, then multi-host tests (every process on a host of its own;
-# needs root).
+# The project's test command: unit, then integration, Flight SQL (the ADBC driver), object
+# storage (S3 on moto), web (API, metrics, browser), chaos, then multi-host tests (every
+# process on a host of its own; needs root).
 #
 # Usage: scripts/test.sh [pytest arguments]
 #   scripts/test.sh                       the whole suite
