@@ -2,7 +2,8 @@
 
 * ``fsql_cluster``: ``LocalCluster(executors=2, partitions=4)`` with the TPC-H SF 0.1
   tables registered (scan tasks of 250 000 rows, as the integration suite's), started
-  once per module; its Flight SQL endpoint is ``fsql_cluster.flight_sql_url``.
+  once for the whole directory under ``test-artifacts/flightsql``; its Flight SQL
+  endpoint is ``fsql_cluster.flight_sql_url``.
 * ``adbc``: a DB-API connection of the real ADBC Flight SQL driver (Go) to it.
 * ``flight_client``: a plain ``pyarrow.flight`` client of the same endpoint, for
   what the driver does not let a test do (forged tickets, malformed commands).
@@ -11,6 +12,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from typing import Any
 import pyarrow.flight as flight
 import pytest
 from google.protobuf import any_pb2
+from helpers import ARTIFACTS_DIR
 
 from mangonel.proto import flightsql_pb2 as sql_pb
 
@@ -26,13 +29,15 @@ PARTITIONS = 4
 SPLIT_ROWS = 250_000
 
 
-@pytest.fixture(scope="module")
-def fsql_cluster(module_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[Any]:
+@pytest.fixture(scope="package")
+def fsql_cluster(tpch_tables: dict[str, Path]) -> Iterator[Any]:
     import mangonel
 
+    work_dir = ARTIFACTS_DIR / "flightsql" / "_package" / "cluster"
+    shutil.rmtree(work_dir, ignore_errors=True)
     with mangonel.LocalCluster(
         executors=EXECUTORS,
-        work_dir=str(module_dir / "cluster"),
+        work_dir=str(work_dir),
         partitions=PARTITIONS,
         scheduler_args=("--split-rows", str(SPLIT_ROWS)),
     ) as cluster:
@@ -49,7 +54,7 @@ def adbc_connect(url: str, **db_kwargs: str) -> Any:
     return adbc_driver_flightsql.dbapi.connect(url, db_kwargs=db_kwargs, autocommit=True)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def adbc(fsql_cluster: Any) -> Iterator[Any]:
     conn = adbc_connect(fsql_cluster.flight_sql_url)
     yield conn
