@@ -191,8 +191,10 @@ class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc
 
 
 def _basic(header: str) -> tuple[str, str]:
+    encoded = header[len("Basic ") :].strip()
     try:
-        text = base64.b64decode(header[len("Basic ") :].strip(), validate=True).decode()
+        # Some clients (Go's Flight client) leave the padding out.
+        text = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True).decode()
     except (ValueError, UnicodeDecodeError):
         raise AuthenticationError("malformed Basic authorization header") from None
     user, sep, password = text.partition(":")
