@@ -125,7 +125,7 @@ class SchedulerConfig:
     standby_timeout_s: float | None = None
     crash_file: str | None = None
     storage: storage.StorageOptions = field(default_factory=storage.StorageOptions)
-    flight_sql_port: int | None = defaults.FLIGHT_SQL_PORT
+    flight_sql_port: int | None = None
     flight_sql_address_file: str | None = None
     flight_sql_results: str = "executors"
 
