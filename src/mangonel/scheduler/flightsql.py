@@ -35,8 +35,8 @@ one endpoint whose ticket is the command itself, read here
 Who asks: ``FlightSqlAuthMiddleware`` reads ``authorization`` on every call:
 ``Basic`` (the handshake) logs in with the ``Authenticator`` and answers
 ``authorization: Bearer <token>``; ``Bearer`` is verified. A session is the
-bearer token (one login), or the anonymous session of an open cluster without
-one; prepared statements and results belong to the session that made them.
+bearer token (one login), or without one the client's connection; prepared
+statements and results belong to the session that made them.
 Results are released when their session closes (``CloseSession``) or the
 client cancels them; else after the scheduler's ``--result-ttl``.
 """
@@ -284,10 +284,14 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
     # ------------------------------------------------------------ plumbing
 
     def _who(self, context: flight.ServerCallContext) -> FlightSqlAuthMiddleware:
-        mw = context.get_middleware(_AUTH_MIDDLEWARE)
+        mw: FlightSqlAuthMiddleware | None = context.get_middleware(_AUTH_MIDDLEWARE)
         if mw is None:  # every call passes the factory; this is a safety net
             raise flight.FlightUnauthenticatedError("no credentials")
-        return mw  # type: ignore[no-any-return]
+        if not mw.session:
+            # No login: the client's connection is its session (the ADBC driver keeps
+            # one per database), so one client's CloseSession leaves the others' alone.
+            mw.session = f"peer:{context.peer()}"
+        return mw
 
     def _client(self, address: str) -> flight.FlightClient:
         with self._lock:
