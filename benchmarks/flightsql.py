@@ -14,7 +14,9 @@ checked against single-process DuckDB with the test suite's comparator):
    clients to the executors (``--flight-sql-results executors``: the driver reads
    the partitions in parallel, each from its executor) and from one that serves
    them through the scheduler (``--flight-sql-results scheduler``); the Python
-   client reads the same result for reference.
+   client reads the same result for reference. The fetch alone is timed too: one
+   ``FlightInfo`` (the job done), then its endpoints read by a plain Flight client,
+   one thread per endpoint, from the executors or all through the scheduler.
 
 Usage::
 
@@ -33,6 +35,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +67,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rows", type=int, default=10_000_000)
     p.add_argument("--partitions", type=int, default=4, help="result partitions of the big result")
     p.add_argument("--big-repeat", type=int, default=3)
+    p.add_argument("--no-tpch", action="store_true", help="only the big result")
     p.add_argument("--json", help="write the results here")
     return p.parse_args(argv)
 
@@ -207,6 +211,60 @@ def big_result(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
                     }
                 )
                 print(f"{what}: {median:.3f} s ({args.rows / median / 1e6:.1f} M rows/s)")
+            if mode == "executors":
+                out += fetch_only(args, cluster.flight_sql_url, sql, expected)
+    return out
+
+
+def _read_parallel(info: Any, where: Callable[[Any], str]) -> pa.Table:
+    """Every endpoint of ``info`` read at ``where(endpoint)``, one thread per endpoint."""
+    import pyarrow.flight as flight
+
+    def read(endpoint: Any) -> pa.Table:
+        with flight.connect(where(endpoint)) as client:
+            return client.do_get(endpoint.ticket).read_all()
+
+    with ThreadPoolExecutor(len(info.endpoints)) as pool:
+        return pa.concat_tables(pool.map(read, info.endpoints))
+
+
+def fetch_only(
+    args: argparse.Namespace, url: str, sql: str, expected: pa.Table
+) -> list[dict[str, Any]]:
+    import pyarrow.flight as flight
+    from google.protobuf import any_pb2
+
+    from mangonel.proto import flightsql_pb2 as sql_pb
+
+    packed = any_pb2.Any()
+    packed.Pack(sql_pb.CommandStatementQuery(query=sql), type_url_prefix="type.googleapis.com/")
+    with flight.connect(url) as client:
+        command = flight.FlightDescriptor.for_command(packed.SerializeToString())
+        info = client.get_flight_info(command)
+    out = []
+    for what, where in (
+        ("fetch only: from the executors", lambda e: e.locations[0].uri.decode()),
+        ("fetch only: through the scheduler", lambda e: url),
+    ):
+        _read_parallel(info, where)  # warm-up
+        times = []
+        for _ in range(args.big_repeat):
+            elapsed, table = _timed(lambda where=where: _read_parallel(info, where))
+            times.append(elapsed)
+            if not table.sort_by("id").cast(expected.schema).equals(expected):
+                print(f"{what}: WRONG ANSWER", file=sys.stderr)
+        median = statistics.median(times)
+        out.append(
+            {
+                "fetch": what,
+                "rows": args.rows,
+                "partitions": len(info.endpoints),
+                "median_s": median,
+                "runs_s": times,
+                "mrows_per_s": args.rows / median / 1e6,
+            }
+        )
+        print(f"{what}: {median:.3f} s ({args.rows / median / 1e6:.1f} M rows/s)")
     return out
 
 
@@ -217,9 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     data = ensure_tpch(args.scale)
     with tempfile.TemporaryDirectory(prefix="mangonel-bench-fsql-") as tmp:
         work = Path(tmp)
-        queries = tpch(args, data, work)
+        queries = [] if args.no_tpch else tpch(args, data, work)
         big = big_result(args, work)
-    total_py = sum(r["python_s"] for r in queries)
+    total_py = sum(r["python_s"] for r in queries) or 1.0
     total_adbc = sum(r["adbc_s"] for r in queries)
     print("\n| query | rows | python client s | ADBC Flight SQL s | × | ok |")
     print("|---|---:|---:|---:|---:|---|")

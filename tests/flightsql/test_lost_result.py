@@ -60,6 +60,9 @@ class StandInCore:
     def executors(self) -> list[Any]:
         return []
 
+    def job(self, job: str) -> Any:
+        return None
+
 
 @pytest.fixture
 def servers() -> Iterator[tuple[FlightSqlServer, StandInCore]]:

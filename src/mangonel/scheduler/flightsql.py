@@ -61,7 +61,7 @@ from mangonel.ids import JobId
 from mangonel.proto import flightsql_pb2 as sql_pb
 from mangonel.proto.results import ResultView, partition_ticket, result_schema
 from mangonel.scheduler import flightsql_meta as meta
-from mangonel.scheduler.core import SchedulerCore
+from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
 from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.state_views import ExecutorState, JobState
 from mangonel.security.auth import ANONYMOUS, AUTHORIZATION, OPEN, Authenticator, Principal
@@ -372,8 +372,10 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         if isinstance(command, sql_pb.CommandPreparedStatementQuery):
             handle = command.prepared_statement_handle
             prepared = self._prepared_of(handle, who)
-            rows = reader.read_all().to_pylist()
-            values = [list(row.values()) for row in rows]
+            bound = reader.read_all()
+            # By position: parameters may share a name (or have none).
+            columns = [column.to_pylist() for column in bound.columns]
+            values = [list(row) for row in zip(*columns, strict=True)] if columns else []
             for row in values:
                 if len(row) != prepared.parameters:
                     raise _refused(
@@ -477,6 +479,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
                 log.warning("result of job %s lost (%s); running the query again", record.id, exc)
                 continue
             result = _Result(record.id, who.principal.user, who.session, schema, locations)
+            self._forget_expired()
             with self._lock:
                 self._results[record.id] = result
             return result
@@ -644,6 +647,17 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
                 raise flight.FlightUnauthorizedError(f"job {job} is another user's")
             self._release(job)
         return sql_pb.CANCEL_STATUS_CANCELLED
+
+    def _forget_expired(self) -> None:
+        """Drop the results the scheduler forgot (expired after ``--result-ttl``)."""
+        with self._lock:
+            jobs = list(self._results)
+        for job in jobs:
+            try:
+                self.core.job(job)
+            except JobNotFoundError:
+                with self._lock:
+                    self._results.pop(job, None)
 
     def _release(self, job: JobId) -> None:
         with self._lock:
