@@ -225,7 +225,6 @@ class _Prepared:
     session: str
     rows: list[list[object]] = field(default_factory=list)
     """Bound parameter rows; the statement runs once per row."""
-    jobs: list[JobId] = field(default_factory=list)
 
 
 @dataclass
@@ -320,9 +319,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             return self._execute([command.query], who, context, descriptor)
         if isinstance(command, sql_pb.CommandPreparedStatementQuery):
             prepared = self._prepared_of(command.prepared_statement_handle, who)
-            statements = self._bound_statements(prepared)
-            info = self._execute(statements, who, context, descriptor)
-            return info
+            return self._execute(self._bound_statements(prepared), who, context, descriptor)
         table = self._metadata(command)
         endpoint = flight.FlightEndpoint(descriptor.command, [])
         return flight.FlightInfo(table.schema, descriptor, [endpoint], table.num_rows, -1)
