@@ -22,6 +22,9 @@ SCHEDULER_ADDRESS = f"127.0.0.1:{SCHEDULER_PORT}"
 WEB_PORT = 50080
 """The scheduler's web UI, REST API and metrics port (next to gRPC's)."""
 
+FLIGHT_SQL_PORT = 50051
+"""The scheduler's Arrow Flight SQL endpoint (``--flight-sql-port``)."""
+
 # -------------------------------------------------------------------- planner
 
 PARTITIONS = 4

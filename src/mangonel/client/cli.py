@@ -158,6 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _web_options(p)
     p.add_argument("--web-address-file", help="write the web UI's URL to this file")
+    _flight_sql_options(p)
+    p.add_argument(
+        "--flight-sql-address-file", help="write the Flight SQL endpoint's URL to this file"
+    )
     storage.add_arguments(p)
     security_options.add_arguments(p, users=True)
 
@@ -247,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tpch", metavar="DIR", help="register the 8 TPC-H tables of DIR")
     _web_options(p)
+    _flight_sql_options(p)
     storage.add_arguments(p)
 
     p = sub.add_parser(
@@ -360,6 +365,33 @@ def _web_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _flight_sql_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--flight-sql-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="port of the Arrow Flight SQL endpoint (ADBC, JDBC and other Flight SQL "
+        f"clients); 0 picks a free one, -1 turns it off (default {defaults.FLIGHT_SQL_PORT}, "
+        "or a free one with --port 0)",
+    )
+    p.add_argument(
+        "--flight-sql-results",
+        choices=["executors", "scheduler"],
+        default="executors",
+        help="where Flight SQL clients read results: from the executors holding them, in "
+        "parallel, with the scheduler as the fallback (executors, the default), or all "
+        "through the scheduler (when clients cannot reach the executors)",
+    )
+
+
+def _flight_sql_port(args: argparse.Namespace) -> int | None:
+    """The Flight SQL port to ask for, as ``_web_port`` decides the web UI's."""
+    if args.flight_sql_port is None:
+        return 0 if args.port == 0 else defaults.FLIGHT_SQL_PORT
+    return None if args.flight_sql_port < 0 else int(args.flight_sql_port)
+
+
 def _web_port(args: argparse.Namespace) -> int | None:
     """The web port to ask for; ``None`` for none. With ``--port 0`` (no fixed
     port, as tests ask) the web UI takes a free port too, instead of the default."""
@@ -453,6 +485,9 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             address_file=args.address_file,
             web_port=_web_port(args),
             web_address_file=args.web_address_file,
+            flight_sql_port=_flight_sql_port(args),
+            flight_sql_address_file=args.flight_sql_address_file,
+            flight_sql_results=args.flight_sql_results,
             state=args.state,
             crash_file=args.crash_file,
             standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
@@ -522,6 +557,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         + ("--plan-cache", str(args.plan_cache))
         + (("--split-rows", str(args.split_rows)) if args.split_rows else ()),
         web_port=_web_port(args),
+        flight_sql_port=_flight_sql_port(args),
+        flight_sql_results=args.flight_sql_results,
         storage=storage.options_from_args(args),
     )
     with cluster:
@@ -536,6 +573,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         )
         if cluster.web_port is not None:
             print(f"mangonel web UI at {cluster.web_url}", flush=True)
+        if cluster.flight_sql_port is not None:
+            print(f"mangonel Flight SQL at {cluster.flight_sql_url}", flush=True)
         try:
             while not stop.wait(0.5):
                 if cluster.scheduler is not None and not cluster.scheduler.alive():

@@ -18,6 +18,7 @@ Layout under ``work_dir``::
 
     scheduler-<i>.address scheduler i's bound host:port (written once it leads)
     scheduler-<i>.web     the URL of its web UI (with ``web_port``)
+    scheduler-<i>.flightsql  the URL of its Flight SQL endpoint (unless ``flight_sql_port=None``)
     scheduler-state.db    the schedulers' SQLite state store (unless ``state`` is given)
     executors/            the work root all executors share (``executor.workdir``:
                           one locked directory per executor life, swept when dead)
@@ -200,6 +201,10 @@ class LocalCluster:
         schedulers: Scheduler processes; more than one makes a highly available
             group on one etcd ``state``: the first leads, the others wait as
             standbys; executors and clients are given every address.
+        flight_sql_port: Port of the scheduler's Arrow Flight SQL endpoint
+            (``flight_sql_url``); 0 (the default) picks a free one, ``None`` serves none.
+        flight_sql_results: Where Flight SQL clients read results: ``executors``
+            (the default) or ``scheduler`` (``mangonel scheduler --flight-sql-results``).
         storage: Object storage options of the scheduler and every executor
             (``--s3-*``: endpoint, region, addressing, timeouts, retries);
             credentials reach them through the environment (``AWS_*``), which
@@ -238,6 +243,8 @@ class LocalCluster:
         executor_args_for: Callable[[int], Sequence[str]] | None = None,
         storage: StorageOptions | None = None,
         users: Mapping[str, tuple[str, bool]] | None = None,
+        flight_sql_port: int | None = 0,
+        flight_sql_results: str = "executors",
     ) -> None:
         if users is not None and not any(admin for _, admin in users.values()):
             raise ValueError("users needs at least one admin: connect() logs in as one")
@@ -276,6 +283,9 @@ class LocalCluster:
         self.result_ttl = result_ttl
         self.web_port = web_port
         self._web_url: str | None = None
+        self.flight_sql_port = flight_sql_port
+        self.flight_sql_results = flight_sql_results
+        self._flight_sql_url: str | None = None
         self.executor_root = self.work_dir / "executors"
         """The work root every executor of this cluster shares."""
         self.state = state or f"sqlite://{self.work_dir / 'scheduler-state.db'}"
@@ -323,6 +333,15 @@ class LocalCluster:
         if self._web_url is None:
             raise ClusterError("the cluster is not started; use it as a context manager")
         return self._web_url
+
+    @property
+    def flight_sql_url(self) -> str:
+        """``grpc://host:port`` of the scheduler's Arrow Flight SQL endpoint."""
+        if self.flight_sql_port is None:
+            raise ClusterError("this cluster serves no Flight SQL; start it with flight_sql_port=0")
+        if self._flight_sql_url is None:
+            raise ClusterError("the cluster is not started; use it as a context manager")
+        return self._flight_sql_url
 
     def __enter__(self) -> Self:
         return self.start()
@@ -477,6 +496,14 @@ class LocalCluster:
             args += ["--web-port", "-1"]
         else:
             args += ["--web-port", str(self.web_port), "--web-address-file", str(web_file)]
+        fsql_file = self.work_dir / f"scheduler-{index}.flightsql"
+        fsql_file.unlink(missing_ok=True)
+        if self.flight_sql_port is None:
+            args += ["--flight-sql-port", "-1"]
+        else:
+            args += ["--flight-sql-port", str(self.flight_sql_port)]
+            args += ["--flight-sql-address-file", str(fsql_file)]
+            args += ["--flight-sql-results", self.flight_sql_results]
         args += self.storage.to_args()
         args += self._security_args()
         args += list(self.scheduler_args)
@@ -503,6 +530,13 @@ class LocalCluster:
                     raise self._start_error(proc, "did not start its web UI in time")
                 time.sleep(_POLL_S)
             self._web_url = web_file.read_text().strip()
+        if self.flight_sql_port is not None:
+            while not fsql_file.exists():
+                self._check_alive(proc)
+                if time.monotonic() > deadline:
+                    raise self._start_error(proc, "did not start its Flight SQL endpoint in time")
+                time.sleep(_POLL_S)
+            self._flight_sql_url = fsql_file.read_text().strip()
 
     def _spawn_executor(self) -> ExecutorHandle:
         with self._lock:

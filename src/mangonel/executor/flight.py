@@ -11,6 +11,11 @@ file after each batch goes out) and ends the stream in an error, not at its end,
 when they differ: a peer never takes a torn file as valid data. Checking the whole
 file before the first batch made a fetch from another executor 69 % of the raw
 Flight loopback rate; checking as it streams, 92 % (``benchmarks/micro.py``, 314 MB).
+
+A Flight SQL client reads a result partition through a view ticket
+(``proto.results.ResultView``): the partition's own ticket, checked as above,
+plus the schema the client expects; the batches are renamed, trimmed and cast
+to it as they go out.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import pyarrow.flight as flight
 from isal import isal_zlib
 
 from mangonel.executor.shuffle import OutputRegistry, checksum_text
+from mangonel.proto.results import ResultView
 from mangonel.task import PartitionOutput
 
 
@@ -53,7 +59,11 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         self, context: flight.ServerCallContext, ticket: flight.Ticket
     ) -> flight.RecordBatchStream:
         """Stream the record batches of the output file the ticket names."""
-        path, output = self._resolve(ticket.ticket)
+        try:
+            view = ResultView.decode(ticket.ticket)
+        except ValueError as exc:
+            raise flight.FlightServerError(str(exc)) from None
+        path, output = self._resolve(ticket.ticket if view is None else view.ticket)
         try:
             source = pa.memory_map(path, "r")
             data = source.read_buffer()
@@ -67,7 +77,10 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             raise flight.FlightServerError(f"output {path} is corrupt: {exc}") from exc
         # Zero-copy: the batches point into the memory map, which they keep
         # alive even if the file is released (unlinked) while streaming.
-        return flight.GeneratorStream(reader.schema, _checked(reader, data, output, path))
+        batches = _checked(reader, data, output, path)
+        if view is not None:
+            return flight.GeneratorStream(view.schema, (view.apply(b) for b in batches))
+        return flight.GeneratorStream(reader.schema, batches)
 
     def _resolve(self, raw: bytes) -> tuple[str, PartitionOutput]:
         """The real path a ticket names, if it is an output this executor wrote."""

@@ -53,13 +53,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import pyarrow as pa
+
 from mangonel import defaults
 from mangonel.catalog import Table, load_table
 from mangonel.errors import MangonelError, StateStoreError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
-from mangonel.plan.planner import PlanCache, PlannerConfig
+from mangonel.plan.planner import PlanCache, PlannerConfig, result_schema
 from mangonel.scheduler.events import (
     CancelRequested,
     Command,
@@ -614,6 +616,10 @@ class SchedulerCore:
     def plan(self, sql: str, dialect: str | None = None) -> DistributedPlan:
         """The query's plan, from the plan cache when it holds one; nothing runs."""
         return self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
+
+    def result_schema(self, sql: str, dialect: str | None = None) -> pa.Schema:
+        """The Arrow schema of the query's result as DuckDB types it; nothing runs."""
+        return result_schema(sql, self.catalog.snapshot(), dialect)
 
     def explain(self, sql: str, dialect: str | None = None) -> str:
         return render(self.plan(sql, dialect))

@@ -31,6 +31,7 @@ from mangonel.security import Authenticator, authenticator_for
 from mangonel.security.options import SecurityOptions
 
 if TYPE_CHECKING:
+    from mangonel.scheduler.flightsql import FlightSqlServer
     from mangonel.web.server import WebServer
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,12 @@ class SchedulerConfig:
         security: TLS files, the cluster secret and the users file; with a users
             file or a cluster secret every client must log in or bring a token
             (``mangonel.security.authenticator_for``).
+        flight_sql_port: Port of the Arrow Flight SQL endpoint
+            (``scheduler.flightsql``); 0 picks a free one, ``None`` serves none.
+        flight_sql_address_file: Where to write its ``grpc://host:port`` URL.
+        flight_sql_results: Where its clients read results: ``executors`` (each
+            result partition where it is, the scheduler as the fallback) or
+            ``scheduler`` (every partition through the scheduler).
     """
 
     host: str = "127.0.0.1"
@@ -124,6 +131,9 @@ class SchedulerConfig:
     crash_file: str | None = None
     storage: storage.StorageOptions = field(default_factory=storage.StorageOptions)
     security: SecurityOptions = field(default_factory=SecurityOptions)
+    flight_sql_port: int | None = None
+    flight_sql_address_file: str | None = None
+    flight_sql_results: str = "executors"
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
@@ -155,6 +165,8 @@ class SchedulerServer:
         self.address = address
         self.web: WebServer | None = None
         """The web UI's server (``web.url``), when one was asked for."""
+        self.flight_sql: FlightSqlServer | None = None
+        """The Flight SQL endpoint (``flight_sql.url``), when one was asked for."""
         self.stopping = threading.Event()
         self.deposed = threading.Event()
         """Set when it stopped because another scheduler took the lead."""
@@ -166,6 +178,8 @@ class SchedulerServer:
         self.stopping.set()
         if self.web is not None:
             self.web.stop()
+        if self.flight_sql is not None:
+            self.flight_sql.shutdown()
         self.core.stop()
         self.server.stop(grace).wait(grace + 1)
         self.core.store.close()
@@ -275,6 +289,24 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
             with open(tmp, "w") as f:
                 f.write(running.web.url)
             os.replace(tmp, config.web_address_file)
+    if config.flight_sql_port is not None:
+        # Imported here: a scheduler without the endpoint does not pay for it.
+        from mangonel.scheduler.flightsql import start_flight_sql
+
+        try:
+            running.flight_sql = start_flight_sql(
+                core,
+                config.host,
+                config.flight_sql_port,
+                authenticator=authenticator,
+                results=config.flight_sql_results,
+            )
+        except ClusterError:
+            running.stop()
+            raise
+        log.info("Flight SQL at %s", running.flight_sql.url)
+        if config.flight_sql_address_file:
+            _write_atomically(config.flight_sql_address_file, running.flight_sql.url)
     return running
 
 
@@ -293,6 +325,13 @@ def _warn_if_exposed(config: SchedulerConfig, authenticator: Authenticator) -> N
             "the scheduler --tls-dir (`mangonel certs init`)",
             config.host,
         )
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def _stop_when_deposed(running: SchedulerServer) -> None:
@@ -341,6 +380,8 @@ def run_scheduler(config: SchedulerConfig) -> int:
     print(f"mangonel scheduler listening on {running.address}", flush=True)
     if running.web is not None:
         print(f"mangonel web UI at {running.web.url}", flush=True)
+    if running.flight_sql is not None:
+        print(f"mangonel Flight SQL at {running.flight_sql.url}", flush=True)
     try:
         while not done.wait(0.2) and not running.stopping.is_set():
             pass
