@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command: unit, then integration, object storage (S3 on moto), web (API,
-# metrics, browser), chaos, then multi-host tests (every process on a host of its own;
-# needs root).
+# The project's test command: unit, then integration, Flight SQL (the ADBC driver), object
+# storage (S3 on moto), web (API, metrics, browser), chaos, then multi-host tests (every
+# process on a host of its own; needs root).
 #
 # Usage: scripts/test.sh [pytest arguments]
 #   scripts/test.sh                       the whole suite
@@ -31,7 +31,7 @@ suites=()
 if [[ "$has_path" == false ]]; then
     # Only the suites that exist in this checkout: git keeps no empty directories,
     # and pytest fails on a path that is not there.
-    for dir in tests/unit tests/integration tests/objectstore tests/web tests/chaos tests/multihost; do
+    for dir in tests/unit tests/integration tests/flightsql tests/objectstore tests/web tests/chaos tests/multihost; do
         if [[ -d "$dir" ]] && compgen -G "$dir/test_*.py" >/dev/null; then
             suites+=("$dir")
         fi

@@ -147,6 +147,93 @@ def ensure_tpch(scale: float, cache_dir: Path = CACHE_DIR) -> Path:
     return target
 
 
+TPCDS_TABLES: tuple[str, ...] = (
+    "call_center", "catalog_page", "catalog_returns", "catalog_sales", "customer",
+    "customer_address", "customer_demographics", "date_dim", "household_demographics",
+    "income_band", "inventory", "item", "promotion", "reason", "ship_mode", "store",
+    "store_returns", "store_sales", "time_dim", "warehouse", "web_page", "web_returns",
+    "web_sales", "web_site",
+)  # fmt: skip
+TPCDS_QUERIES_DIR = REPO_ROOT / "tests" / "tpcds" / "queries"
+TPCDS_GENERATOR = CACHE_DIR / "tpcds-generator"
+
+
+def ensure_tpcds(scale: float, cache_dir: Path = CACHE_DIR) -> Path:
+    """TPC-DS at ``scale`` as one Parquet file per table; generated on first use.
+
+    The generator is DuckDB 1.5.5's ``tpcds`` extension in a virtualenv of its own
+    (``scripts/install-tpcds-generator.sh``, run here when it is missing); the
+    cache is written and renamed into place as ``ensure_tpch`` does.
+
+    Returns:
+        The directory holding ``<table>.parquet`` for the 24 TPC-DS tables.
+    """
+    target = cache_dir / f"tpcds-sf{scale:g}"
+    if all((target / f"{t}.parquet").is_file() for t in TPCDS_TABLES):
+        return target
+    subprocess.run([str(REPO_ROOT / "scripts" / "install-tpcds-generator.sh")], check=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_dir))
+    tmp.chmod(0o755)
+    try:
+        subprocess.run(
+            [
+                str(TPCDS_GENERATOR / "bin" / "python"),
+                str(REPO_ROOT / "scripts" / "tpcds_generate.py"),
+                "--scale",
+                f"{scale:g}",
+                "--out",
+                str(tmp),
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        missing = [t for t in TPCDS_TABLES if not (tmp / f"{t}.parquet").is_file()]
+        if missing:
+            raise RuntimeError(f"the TPC-DS generator did not write {missing} into {tmp}")
+        if target.exists():
+            shutil.rmtree(target)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not all((target / f"{t}.parquet").is_file() for t in TPCDS_TABLES):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def tpcds_query(number: int) -> str:
+    """The text of TPC-DS query ``number`` (1-99), as checked in under tests/tpcds/queries."""
+    return (TPCDS_QUERIES_DIR / f"q{number:02d}.sql").read_text(encoding="utf-8")
+
+
+def order_by_outputs(sql: str, names: Sequence[str]) -> list[str] | None:
+    """The output columns the outermost ORDER BY of ``sql`` sorts by, in order.
+
+    ``[]`` when there is no ORDER BY; ``None`` when a sort key is not an output
+    column (an expression, or a column the SELECT does not return): the order
+    then cannot be checked from the answer alone.
+    """
+    import sqlglot
+    from sqlglot import exp
+
+    query = sqlglot.parse_one(sql, read="duckdb")
+    order = query.args.get("order")
+    if order is None:
+        return []
+    keys: list[str] = []
+    for ordered in order.expressions:
+        key = ordered.this
+        if isinstance(key, exp.Literal) and key.is_int:
+            keys.append(names[int(key.this) - 1])
+        elif isinstance(key, exp.Column) and key.name in names:
+            keys.append(key.name)
+        else:
+            return None
+    return keys
+
+
 def tpch_query(number: int) -> str:
     """The text of TPC-H query ``number`` (1-22), from the package data."""
     return (

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from mangonel.client.session import Result, Session, connect
 from mangonel.errors import (
+    AuthenticationError,
     BindError,
     CatalogError,
     ClusterError,
@@ -19,6 +20,7 @@ from mangonel.errors import (
     JobCancelledError,
     JobFailedError,
     MangonelError,
+    PermissionDeniedError,
     QueryError,
     QueryTimeoutError,
     SqlSyntaxError,
@@ -44,6 +46,8 @@ __all__ = [
     "JobCancelledError",
     "QueryTimeoutError",
     "ClusterError",
+    "AuthenticationError",
+    "PermissionDeniedError",
 ]
 
 

@@ -22,6 +22,9 @@ SCHEDULER_ADDRESS = f"127.0.0.1:{SCHEDULER_PORT}"
 WEB_PORT = 50080
 """The scheduler's web UI, REST API and metrics port (next to gRPC's)."""
 
+FLIGHT_SQL_PORT = 50051
+"""The scheduler's Arrow Flight SQL endpoint (``--flight-sql-port``)."""
+
 # -------------------------------------------------------------------- planner
 
 PARTITIONS = 4
@@ -117,6 +120,16 @@ about 6 s of waiting over ``S3_ATTEMPTS`` tries)."""
 
 S3_RETRY_BACKOFF_MAX_S = 5.0
 """The longest wait between two tries."""
+
+# ------------------------------------------------------------------- security
+
+TOKEN_TTL_S = 12 * 3600.0
+"""Seconds a token from a login (user name and password) is valid: a working
+day. A session that holds the password logs in again before it runs out."""
+
+MINTED_TOKEN_TTL_S = 30 * 24 * 3600.0
+"""Seconds a token made with ``mangonel users token`` (for scripts and BI
+tools, which hold no password) is valid unless ``--ttl`` says otherwise."""
 
 # -------------------------------------------------------------- local cluster
 

@@ -18,6 +18,10 @@
     ├── JobCancelledError          the job was cancelled
     ├── QueryTimeoutError          the query outlasted the caller's timeout
     ├── ClusterError               the scheduler or executors cannot be reached
+    ├── SecurityError              a request was refused
+    │   ├── AuthenticationError    no credentials, or a wrong password, an unknown user,
+    │   │                          an expired, forged or malformed token
+    │   └── PermissionDeniedError  another user's job, or an admin's action
     └── StateStoreError            the scheduler's state store cannot be opened or written
         └── StoreFencedError       another scheduler took the store over (this one must stop)
 

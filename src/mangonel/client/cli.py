@@ -10,8 +10,10 @@
 
 Every client command talks to the scheduler given by ``--scheduler`` (default
 ``$MANGONEL_SCHEDULER`` or ``127.0.0.1:50050``), over TLS with the client files
-of ``--tls-dir`` (default ``$MANGONEL_TLS_DIR``) when given. Errors are printed
-in one line and exit with code 1, without a traceback.
+of ``--tls-dir`` (default ``$MANGONEL_TLS_DIR``) when given, as the user given by
+``--user`` (password from ``$MANGONEL_PASSWORD`` or a prompt) or with the token
+given by ``--token`` (default ``$MANGONEL_TOKEN``) when the scheduler has users.
+Errors are printed in one line and exit with code 1, without a traceback.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from mangonel.client.shell import read_statements, strip_statement
 from mangonel.client.status import ExecutorState, ExecutorStatus, JobStatus
 from mangonel.errors import MangonelError
 from mangonel.security import options as security
+from mangonel.security import users_cli
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -64,6 +67,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("MANGONEL_SCHEDULER", DEFAULT_ADDRESS),
         metavar="HOST:PORT",
         help="scheduler to talk to (default: $MANGONEL_SCHEDULER or %(default)s)",
+    )
+    parser.add_argument(
+        "--user",
+        default=os.environ.get("MANGONEL_USER"),
+        metavar="NAME",
+        help="log in as this user on a scheduler with users (default: $MANGONEL_USER); the "
+        "password comes from $MANGONEL_PASSWORD, else a prompt",
+    )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("MANGONEL_TOKEN"),
+        metavar="TOKEN",
+        help="a bearer token instead of --user (default: $MANGONEL_TOKEN; "
+        "`mangonel users token` makes one)",
     )
     parser.add_argument(
         "--log-level",
@@ -150,8 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _web_options(p)
     p.add_argument("--web-address-file", help="write the web UI's URL to this file")
+    _flight_sql_options(p)
+    p.add_argument(
+        "--flight-sql-address-file", help="write the Flight SQL endpoint's URL to this file"
+    )
     storage.add_arguments(p)
-    security.add_arguments(p)
+    security.add_arguments(p, users=True)
 
     p = sub.add_parser(
         "executor",
@@ -247,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--tpch", metavar="DIR", help="register the 8 TPC-H tables of DIR")
     _web_options(p)
+    _flight_sql_options(p)
     storage.add_arguments(p)
     p.add_argument(
         "--secure",
@@ -383,15 +405,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--days", type=float, default=365, help="validity of the certificates (default 365)"
     )
     c.add_argument("--force", action="store_true", help="overwrite a CA already in DIR")
+    users_cli.add_parser(sub)
     for name, command in sub.choices.items():
-        if name not in ("scheduler", "standalone", "demo", "executor", "certs"):
+        if name not in ("scheduler", "standalone", "demo", "executor", "certs", "users"):
             command.add_argument(
                 "--tls-dir",
                 default=argparse.SUPPRESS,
                 metavar="DIR",
                 help="a secured cluster's files: talk TLS with its client certificate",
             )
-        if name not in ("scheduler", "standalone", "demo"):
+        if name not in ("scheduler", "standalone", "demo", "users"):
             # Also accepted after the command (`mangonel executor --scheduler ...`).
             command.add_argument(
                 "--scheduler",
@@ -412,6 +435,33 @@ def _web_options(p: argparse.ArgumentParser) -> None:
         f"0 picks a free one, -1 turns it off (default {defaults.WEB_PORT}, or a free one "
         "with --port 0)",
     )
+
+
+def _flight_sql_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--flight-sql-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="port of the Arrow Flight SQL endpoint (ADBC, JDBC and other Flight SQL "
+        f"clients); 0 picks a free one, -1 turns it off (default {defaults.FLIGHT_SQL_PORT}, "
+        "or a free one with --port 0)",
+    )
+    p.add_argument(
+        "--flight-sql-results",
+        choices=["executors", "scheduler"],
+        default="executors",
+        help="where Flight SQL clients read results: from the executors holding them, in "
+        "parallel, with the scheduler as the fallback (executors, the default), or all "
+        "through the scheduler (when clients cannot reach the executors)",
+    )
+
+
+def _flight_sql_port(args: argparse.Namespace) -> int | None:
+    """The Flight SQL port to ask for, as ``_web_port`` decides the web UI's."""
+    if args.flight_sql_port is None:
+        return 0 if args.port == 0 else defaults.FLIGHT_SQL_PORT
+    return None if args.flight_sql_port < 0 else int(args.flight_sql_port)
 
 
 def _web_port(args: argparse.Namespace) -> int | None:
@@ -507,6 +557,9 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             address_file=args.address_file,
             web_port=_web_port(args),
             web_address_file=args.web_address_file,
+            flight_sql_port=_flight_sql_port(args),
+            flight_sql_address_file=args.flight_sql_address_file,
+            flight_sql_results=args.flight_sql_results,
             state=args.state,
             crash_file=args.crash_file,
             standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
@@ -579,6 +632,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         + ("--plan-cache", str(args.plan_cache))
         + (("--split-rows", str(args.split_rows)) if args.split_rows else ()),
         web_port=_web_port(args),
+        flight_sql_port=_flight_sql_port(args),
+        flight_sql_results=args.flight_sql_results,
         storage=storage.options_from_args(args),
         secure=args.secure,
         tls_dir=args.tls_dir if args.secure else None,
@@ -597,6 +652,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
             print(f"secured: clients connect with --tls-dir {cluster.tls_dir}", flush=True)
         if cluster.web_port is not None:
             print(f"mangonel web UI at {cluster.web_url}", flush=True)
+        if cluster.flight_sql_port is not None:
+            print(f"mangonel Flight SQL at {cluster.flight_sql_url}", flush=True)
         try:
             while not stop.wait(0.5):
                 if cluster.scheduler is not None and not cluster.scheduler.alive():
@@ -638,6 +695,26 @@ def _query_text(args: argparse.Namespace) -> str | None:
     if not sys.stdin.isatty():
         return sys.stdin.read()
     return None
+
+
+def _session(args: argparse.Namespace) -> Session:
+    """A session with ``--scheduler`` as ``--user`` (or with ``--token``), if given,
+    over TLS with ``--tls-dir``'s client files."""
+    tls_dir = getattr(args, "tls_dir", None)
+    given = security.SecurityOptions.from_tls_dir(tls_dir, "client") if tls_dir else None
+    if args.user:
+        password = os.environ.get("MANGONEL_PASSWORD")
+        if password is None:
+            if not sys.stdin.isatty():
+                raise UsageError(
+                    f"no password for user {args.user}: set $MANGONEL_PASSWORD, or run on a "
+                    "terminal to be asked"
+                )
+            import getpass
+
+            password = getpass.getpass(f"password for {args.user}: ")
+        return Session(args.scheduler, security=given, user=args.user, password=password)
+    return Session(args.scheduler, security=given, token=args.token or None)
 
 
 def _print_result(result: Result, max_rows: int) -> None:
@@ -712,9 +789,15 @@ def _draw_plan(query: str, args: argparse.Namespace) -> None:
 
     url = f"{_web_url(args)}/api/explain"
     body = json.dumps({"sql": query, "dialect": args.dialect}).encode()
-    request = urllib.request.Request(
-        url, data=body, headers={"Content-Type": "application/json"}, method="POST"
-    )
+    headers = {"Content-Type": "application/json"}
+    token = args.token
+    if args.user:  # the web API takes the token a gRPC login gives
+        with _session(args) as session:
+            session.log_in()
+            token = session.token
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     context = None
     tls_dir = getattr(args, "tls_dir", None)
     if tls_dir:  # a secured cluster's web API: HTTPS under the cluster CA
@@ -735,13 +818,6 @@ def _draw_plan(query: str, args: argparse.Namespace) -> None:
             "give its URL with --web or $MANGONEL_WEB"
         ) from None
     draw(plan.stages, args.picture)
-
-
-def _session(args: argparse.Namespace) -> Session:
-    """A session with ``--scheduler``, over TLS with ``--tls-dir``'s client files."""
-    tls_dir = getattr(args, "tls_dir", None)
-    given = security.SecurityOptions.from_tls_dir(tls_dir, "client") if tls_dir else None
-    return Session(args.scheduler, security=given)
 
 
 def cmd_certs(args: argparse.Namespace) -> int:
@@ -921,6 +997,7 @@ COMMANDS = {
     "cancel": cmd_cancel,
     "demo": cmd_demo,
     "certs": cmd_certs,
+    "users": users_cli.run,
 }
 
 

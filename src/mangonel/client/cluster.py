@@ -18,9 +18,11 @@ Layout under ``work_dir``::
 
     scheduler-<i>.address scheduler i's bound host:port (written once it leads)
     scheduler-<i>.web     the URL of its web UI (with ``web_port``)
+    scheduler-<i>.flightsql  the URL of its Flight SQL endpoint (unless ``flight_sql_port=None``)
     scheduler-state.db    the schedulers' SQLite state store (unless ``state`` is given)
     executors/            the work root all executors share (``executor.workdir``:
                           one locked directory per executor life, swept when dead)
+    users, cluster-secret the users file and the secret that signs tokens (with ``users``)
     logs/                 scheduler.log (scheduler-<i>.log with several), executor-<i>.log
 
 Processes can be taken away and added while queries run: ``kill_executor``
@@ -37,6 +39,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -46,7 +49,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -55,7 +58,7 @@ from mangonel import defaults
 from mangonel.client.session import Session
 from mangonel.client.status import ExecutorState
 from mangonel.errors import ClusterError, MangonelError
-from mangonel.security.options import SecurityOptions
+from mangonel.security.options import SECRET_FILE, SecurityOptions
 from mangonel.storage import StorageOptions
 
 _LOG_TAIL_BYTES = 4000
@@ -199,6 +202,10 @@ class LocalCluster:
         schedulers: Scheduler processes; more than one makes a highly available
             group on one etcd ``state``: the first leads, the others wait as
             standbys; executors and clients are given every address.
+        flight_sql_port: Port of the scheduler's Arrow Flight SQL endpoint
+            (``flight_sql_url``); 0 (the default) picks a free one, ``None`` serves none.
+        flight_sql_results: Where Flight SQL clients read results: ``executors``
+            (the default) or ``scheduler`` (``mangonel scheduler --flight-sql-results``).
         storage: Object storage options of the scheduler and every executor
             (``--s3-*``: endpoint, region, addressing, timeouts, retries);
             credentials reach them through the environment (``AWS_*``), which
@@ -210,6 +217,10 @@ class LocalCluster:
         tls_dir: The cluster's files when ``secure``: made there unless it holds
             a CA already (a cluster started again keeps its files);
             ``work_dir/tls`` when ``None``.
+        users: Users who may log in, ``{name: (password, admin)}``: the scheduler
+            then lets only them in (a users file in ``work_dir``, and a cluster secret there
+            too unless ``secure`` brings one). ``connect()`` logs in as the first admin unless given
+            other credentials; at least one user must be an admin.
     """
 
     def __init__(
@@ -241,7 +252,12 @@ class LocalCluster:
         storage: StorageOptions | None = None,
         secure: bool = False,
         tls_dir: str | os.PathLike[str] | None = None,
+        users: Mapping[str, tuple[str, bool]] | None = None,
+        flight_sql_port: int | None = 0,
+        flight_sql_results: str = "executors",
     ) -> None:
+        if users is not None and not any(admin for _, admin in users.values()):
+            raise ValueError("users needs at least one admin: connect() logs in as one")
         if schedulers < 1:
             raise ValueError(f"schedulers must be at least 1, got {schedulers}")
         if schedulers > 1 and not (state or "").startswith("etcd://"):
@@ -279,6 +295,9 @@ class LocalCluster:
         self.result_ttl = result_ttl
         self.web_port = web_port
         self._web_url: str | None = None
+        self.flight_sql_port = flight_sql_port
+        self.flight_sql_results = flight_sql_results
+        self._flight_sql_url: str | None = None
         self.executor_root = self.work_dir / "executors"
         """The work root every executor of this cluster shares."""
         self.state = state or f"sqlite://{self.work_dir / 'scheduler-state.db'}"
@@ -290,6 +309,13 @@ class LocalCluster:
         self._address: str | None = None
         self._lock = threading.Lock()
         self._failed = False
+        self.users = dict(users) if users is not None else None
+        self.users_file = self.work_dir / "users" if users is not None else None
+        self.cluster_secret_file: Path | None = None
+        if secure:
+            self.cluster_secret_file = self.tls_dir / SECRET_FILE
+        elif users is not None:
+            self.cluster_secret_file = self.work_dir / SECRET_FILE
 
     @property
     def executor_slots(self) -> int:
@@ -325,6 +351,15 @@ class LocalCluster:
             raise ClusterError("the cluster is not started; use it as a context manager")
         return self._web_url
 
+    @property
+    def flight_sql_url(self) -> str:
+        """``grpc://host:port`` of the scheduler's Arrow Flight SQL endpoint."""
+        if self.flight_sql_port is None:
+            raise ClusterError("this cluster serves no Flight SQL; start it with flight_sql_port=0")
+        if self._flight_sql_url is None:
+            raise ClusterError("the cluster is not started; use it as a context manager")
+        return self._flight_sql_url
+
     def __enter__(self) -> Self:
         return self.start()
 
@@ -340,6 +375,8 @@ class LocalCluster:
         """Start the scheduler and the executors; wait until all registered."""
         _live_clusters.add(self)
         try:
+            self._make_certs()  # before the users: the secret is the TLS directory's
+            self._write_users()
             self._start_scheduler()
             for _ in range(self.num_executors):
                 self._spawn_executor()
@@ -391,6 +428,41 @@ class LocalCluster:
         from mangonel.security.certs import init_cluster
 
         init_cluster(str(self.tls_dir))
+
+    def _write_users(self) -> None:
+        """The users file and cluster secret of a cluster with ``users`` (once)."""
+        if self.users is None or self.users_file is None or self.cluster_secret_file is None:
+            return
+        from mangonel.security.users import add_user
+
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        if not self.cluster_secret_file.exists():
+            fd = os.open(self.cluster_secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32))
+        if not self.users_file.exists():
+            for name, (password, admin) in self.users.items():
+                add_user(str(self.users_file), name, password, admin=admin)
+
+    def _security_args(self) -> list[str]:
+        """The scheduler's options for its users: the file, and the secret when
+        ``secure`` does not give one already (``node_security``)."""
+        if self.users_file is None or self.cluster_secret_file is None:
+            return []
+        args = ["--users-file", str(self.users_file)]
+        if not self.secure:
+            args += ["--cluster-secret-file", str(self.cluster_secret_file)]
+        return args
+
+    def token(self, user: str, admin: bool = False, ttl_s: float = 3600.0) -> str:
+        """A token for ``user`` signed with this cluster's secret (as ``mangonel users
+        token`` makes them); for a cluster started with ``users``."""
+        if self.cluster_secret_file is None:
+            raise ClusterError("this cluster has no users; start it with users={...}")
+        from mangonel.security import tokens
+
+        secret = self.cluster_secret_file.read_bytes().strip()
+        return tokens.mint(secret, user, admin=admin, ttl_s=ttl_s)
 
     def _start_scheduler(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
@@ -467,8 +539,17 @@ class LocalCluster:
             args += ["--web-port", "-1"]
         else:
             args += ["--web-port", str(self.web_port), "--web-address-file", str(web_file)]
+        fsql_file = self.work_dir / f"scheduler-{index}.flightsql"
+        fsql_file.unlink(missing_ok=True)
+        if self.flight_sql_port is None:
+            args += ["--flight-sql-port", "-1"]
+        else:
+            args += ["--flight-sql-port", str(self.flight_sql_port)]
+            args += ["--flight-sql-address-file", str(fsql_file)]
+            args += ["--flight-sql-results", self.flight_sql_results]
         args += self.storage.to_args()
         args += self.node_security.to_args()
+        args += self._security_args()
         args += list(self.scheduler_args)
         name = "scheduler" if self.num_schedulers == 1 else f"scheduler-{index}"
         proc = ProcessHandle(name, args, self.log_dir / f"{name}.log", self._env())
@@ -493,6 +574,13 @@ class LocalCluster:
                     raise self._start_error(proc, "did not start its web UI in time")
                 time.sleep(_POLL_S)
             self._web_url = web_file.read_text().strip()
+        if self.flight_sql_port is not None:
+            while not fsql_file.exists():
+                self._check_alive(proc)
+                if time.monotonic() > deadline:
+                    raise self._start_error(proc, "did not start its Flight SQL endpoint in time")
+                time.sleep(_POLL_S)
+            self._flight_sql_url = fsql_file.read_text().strip()
 
     def _spawn_executor(self) -> ExecutorHandle:
         with self._lock:
@@ -576,9 +664,18 @@ class LocalCluster:
 
     # ------------------------------------------------------------------- clients
 
-    def connect(self) -> Session:
-        """A client session with this cluster's scheduler (with its client files when secure)."""
-        return Session(self.address, security=self.client_security)
+    def connect(
+        self, user: str | None = None, password: str | None = None, token: str | None = None
+    ) -> Session:
+        """A client session with this cluster's scheduler (with its client files when secure).
+
+        With ``users`` and no credentials given: logged in as the first admin.
+        """
+        if self.users is not None and user is None and token is None:
+            user, (password, _) = next((n, u) for n, u in self.users.items() if u[1])
+        return Session(
+            self.address, security=self.client_security, user=user, password=password, token=token
+        )
 
     # ------------------------------------------------------------------ processes
 

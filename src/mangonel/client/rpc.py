@@ -8,12 +8,16 @@ the planner raised it on the scheduler.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
 import grpc
 
 import mangonel.errors as errors
 from mangonel.errors import ClusterError, MangonelError
 from mangonel.security import tls
 from mangonel.security.tls import TlsMaterial
+from mangonel.security.auth import AUTHORIZATION, BEARER
 
 ERROR_METADATA_KEY = "mangonel-error"  # the scheduler's service.ERROR_METADATA_KEY
 
@@ -70,6 +74,55 @@ def open_channel(
 ) -> grpc.Channel:
     """A channel to ``host:port`` (connects lazily, on the first call); TLS when given."""
     return tls.open_channel(address, tls_material, CHANNEL_OPTIONS + keepalive_options(keepalive_s))
+
+
+class _CallDetails(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Sequence[tuple[str, str | bytes]] | None
+    credentials: grpc.CallCredentials | None
+    wait_for_ready: bool | None
+    compression: grpc.Compression | None
+
+
+class _Details(_CallDetails, grpc.ClientCallDetails):  # type: ignore[misc]
+    """``grpc.ClientCallDetails`` with fields (gRPC leaves the class abstract)."""
+
+
+class BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """Adds ``authorization: Bearer <token>`` to every call that has a token to send.
+
+    Args:
+        token: Called before each call: the token now, ``None`` or empty for none
+            (an unsecured scheduler, or the login call itself).
+    """
+
+    def __init__(self, token: Callable[[str], str | None]) -> None:
+        self._token = token
+
+    def _with_token(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        token = self._token(details.method)
+        if not token:
+            return details
+        metadata = [*(details.metadata or ()), (AUTHORIZATION, BEARER + token)]
+        return _Details(
+            details.method,
+            details.timeout,
+            metadata,
+            details.credentials,
+            details.wait_for_ready,
+            details.compression,
+        )
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any
+    ) -> Any:
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(
+        self, continuation: Callable[..., Any], details: grpc.ClientCallDetails, request: Any
+    ) -> Any:
+        return continuation(self._with_token(details), request)
 
 
 def unreachable(address: str, details: str = "", tls_on: bool | None = None) -> ClusterError:

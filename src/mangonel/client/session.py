@@ -16,6 +16,13 @@ until ``--result-ttl``). Pings under every call (``keepalive_s``) turn a silent
 link into an error within seconds. How long all this goes on is the caller's
 choice: the query's ``timeout_s`` (then ``QueryTimeoutError``), else
 ``reconnect_s`` without an answer (then ``ClusterError``).
+
+On a scheduler with users, a session logs in once (``user`` and ``password``:
+the ``Authenticate`` call) or holds a ``token``, and sends the token with every
+call (``authorization: Bearer``). A session with the password logs in again
+shortly before its token expires, and at once when the scheduler refuses the
+token (a restarted scheduler with a new secret); one with a token alone gets
+``AuthenticationError`` once it expires.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from mangonel import defaults
 from mangonel.client.fetch import FlightPool, ResultUnavailableError, assemble_result
 from mangonel.client.rpc import (
     DEFAULT_KEEPALIVE_S,
+    BearerToken,
     keepalive_options,
     open_channel,
     translate,
@@ -51,7 +59,12 @@ from mangonel.client.status import (
     job_from_proto,
     table_from_proto,
 )
-from mangonel.errors import ClusterError, JobCancelledError, JobFailedError, QueryTimeoutError
+from mangonel.errors import (
+    ClusterError,
+    JobCancelledError,
+    JobFailedError,
+    QueryTimeoutError,
+)
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
@@ -84,6 +97,45 @@ _FETCH_RETRY_MAX_S = 2.0
 _STATUS_CHECK_S = 5.0
 # Cancelling a job whose deadline passed: best effort, the caller waits no longer.
 _CANCEL_WAIT_S = 2.0
+
+
+# A token is renewed (with the password) once this share of its lifetime is over.
+_RENEW_AT = 0.9
+
+_LOGIN_METHOD = "/mangonel.v1.QueryService/Authenticate"
+
+
+class _Login:
+    """A session's credentials and its current token (thread-safe enough: a token is
+    replaced whole, and two threads that both log in again get two valid tokens)."""
+
+    def __init__(self, user: str | None, password: str | None, token: str | None) -> None:
+        if password is not None and not user:
+            raise ValueError("a password needs a user name (user=...)")
+        if user and password is None and token is None:
+            raise ValueError(f"user {user!r} needs a password (password=...) or a token")
+        self.user = user
+        self.password = password
+        self.token = token or None
+        self.renew_at: float | None = None
+        """``time.monotonic()`` after which the token is renewed before a call."""
+        self.logged_in = False
+
+    @property
+    def can_log_in(self) -> bool:
+        return bool(self.user) and self.password is not None
+
+    def due(self) -> bool:
+        """Whether a login is due before the next call."""
+        if not self.can_log_in:
+            return False
+        # An unsecured scheduler answers a login with no token: logged in all the same.
+        return not self.logged_in or (
+            self.renew_at is not None and time.monotonic() >= self.renew_at
+        )
+
+    def token_for(self, method: str) -> str | None:
+        return None if method == _LOGIN_METHOD else self.token
 
 
 def _why(err: grpc.RpcError) -> str:
@@ -172,6 +224,13 @@ class Session:
         security: The cluster's TLS files (client role: ``SecurityOptions.
             from_tls_dir(DIR, "client")``) for a secured cluster; ``None``:
             plaintext.
+        user: Log in as this user (with ``password``) on a scheduler with users.
+        password: ``user``'s password; kept to log in again when the token expires.
+        token: A bearer token (``mangonel users token``, or another session's)
+            instead of a user name and password.
+
+    Raises:
+        ValueError: a password without a user, or a user without a password or token.
     """
 
     def __init__(
@@ -182,6 +241,10 @@ class Session:
         query_timeout_s: float | None = None,
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
         security: SecurityOptions | None = None,
+        *,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
     ) -> None:
         self.addresses = [a.strip() for a in address.split(",") if a.strip()] or [DEFAULT_ADDRESS]
         self._timeout_s = timeout_s
@@ -189,8 +252,16 @@ class Session:
         self._query_timeout_s = query_timeout_s
         tls_material = TlsMaterial.load(security)
         self._tls = tls_material is not None
+        self._login = _Login(user, password, token)
+        self.user: str | None = user
+        """Whom the scheduler took this session for (after the first login)."""
+        self.admin = False
         self._channels = [open_channel(a, keepalive_s, tls_material) for a in self.addresses]
-        self._stubs = [pb_grpc.QueryServiceStub(c) for c in self._channels]  # type: ignore[no-untyped-call]
+        bearer = BearerToken(self._login.token_for)
+        self._stubs = [
+            pb_grpc.QueryServiceStub(grpc.intercept_channel(c, bearer))  # type: ignore[no-untyped-call]
+            for c in self._channels
+        ]
         self._current = 0
         self._answered = False
         self._session_key = secrets.token_urlsafe(24)
@@ -201,6 +272,12 @@ class Session:
         )
         self._releases: list[grpc.Future] = []
         """ReleaseResult calls on their way: a query returns without waiting for them."""
+
+    @property
+    def token(self) -> str | None:
+        """The bearer token this session sends (``None`` before a login, or without
+        users); the web API (``Authorization: Bearer``) takes it too."""
+        return self._login.token
 
     @property
     def address(self) -> str:
@@ -217,9 +294,13 @@ class Session:
         """One unary call, tried again on the next scheduler while none answers.
 
         With ``deadline`` (a query's calls, all idempotent) a call that timed out
-        is tried again too, and trying ends at the deadline.
+        is tried again too, and trying ends at the deadline. A session with a
+        password logs in first when due, and again once if the token is refused.
         """
         give_up: float | None = None
+        logged_in_again = False
+        if method != "Authenticate" and self._login.due():
+            self.log_in()
         while True:
             timeout = self._timeout_s if deadline is None else deadline.cap(self._timeout_s)
             try:
@@ -227,7 +308,40 @@ class Session:
                 self._answered = True
                 return reply
             except grpc.RpcError as err:
+                if method != "Authenticate" and not logged_in_again and self._refused(err):
+                    logged_in_again = True
+                    continue
                 give_up = self._next_scheduler(err, give_up, deadline=deadline)
+
+    def _refused(self, err: grpc.RpcError) -> bool:
+        """Whether ``err`` refused our token and a new login got another (try again)."""
+        code = err.code() if isinstance(err, grpc.Call) else None
+        if code is not grpc.StatusCode.UNAUTHENTICATED or not self._login.can_log_in:
+            return False
+        log.info("the scheduler refused the token (%s); logging in again", _why(err))
+        self.log_in()
+        return True
+
+    def log_in(self) -> None:
+        """Log in with the session's user name and password for a new token.
+
+        Called on the first call that needs it; call it to check credentials early.
+
+        Raises:
+            AuthenticationError: the scheduler refused the user name or password.
+            ValueError: the session has no password to log in with.
+        """
+        if not self._login.can_log_in:
+            raise ValueError("this session has no user name and password to log in with")
+        request = pb.AuthenticateRequest(user=self._login.user, password=self._login.password)
+        msg = self._call("Authenticate", request)
+        assert isinstance(msg, pb.AuthenticateResponse)
+        self._login.token = msg.token or None
+        self._login.logged_in = True
+        self._login.renew_at = (
+            time.monotonic() + _RENEW_AT * msg.expires_in_s if msg.expires_in_s > 0 else None
+        )
+        self.user, self.admin = msg.user, msg.admin
 
     def _next_scheduler(
         self,
@@ -545,8 +659,11 @@ class Session:
         cut link (noticed by keepalive pings), watching it again where it stands."""
         give_up: float | None = None
         broken: float | None = None  # since when the watch is down
+        logged_in_again = False
         while True:
             final: pb.JobStatus | None = None
+            if self._login.due():
+                self.log_in()
             try:
                 call = self._stub.WatchJob(
                     pb.WatchJobRequest(job_id=job_id), timeout=deadline.left()
@@ -569,6 +686,9 @@ class Session:
             except grpc.RpcError as err:
                 if final is not None:
                     return final
+                if not logged_in_again and self._refused(err):
+                    logged_in_again = True
+                    continue
                 if broken is None:
                     broken = time.monotonic()
                     log.info("the watch of job %s broke (%s); trying again", job_id, _why(err))
@@ -606,12 +726,28 @@ def connect(
     query_timeout_s: float | None = None,
     keepalive_s: float = DEFAULT_KEEPALIVE_S,
     security: SecurityOptions | None = None,
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    token: str | None = None,
 ) -> Session:
     """A session with the scheduler at ``address`` (``host:port``, or several comma-separated).
 
     The connection opens on the first call; an unreachable scheduler raises
     ``ClusterError`` there. Later, a scheduler that restarts or fails over is
-    waited for up to ``reconnect_s``: a running query just takes longer.
+    waited for up to ``reconnect_s``: a running query just takes longer. On a
+    scheduler with users give ``user`` and ``password`` (a login on the first
+    call; a wrong one raises ``AuthenticationError``), or a ``token``.
     See ``Session`` for the other arguments.
     """
-    return Session(address, timeout_s, reconnect_s, query_timeout_s, keepalive_s, security)
+    return Session(
+        address,
+        timeout_s,
+        reconnect_s,
+        query_timeout_s,
+        keepalive_s,
+        security,
+        user=user,
+        password=password,
+        token=token,
+    )

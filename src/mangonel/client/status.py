@@ -85,6 +85,8 @@ class JobStatus:
     error_type: str
     tasks_rerun: int = 0
     outputs_recomputed: int = 0
+    owner: str = ""
+    """The user who submitted it (``anonymous`` on a scheduler without users)."""
 
 
 @dataclass(frozen=True)
@@ -165,6 +167,7 @@ def job_from_proto(msg: pb.JobStatus) -> JobStatus:
         error_type=msg.error_type,
         tasks_rerun=msg.tasks_rerun,
         outputs_recomputed=msg.outputs_recomputed,
+        owner=msg.owner,
     )
 
 

@@ -17,6 +17,11 @@ cluster CA from every caller (executors show the node certificate, clients
 theirs), and, given the cluster secret, serves only tickets the scheduler signed
 (``security.tickets``): a forged, expired or another session's ticket is refused
 with ``FlightUnauthenticatedError`` and logged, and the server goes on serving.
+
+A Flight SQL client reads a result partition through a view ticket
+(``proto.results.ResultView``): the partition's own ticket, checked as above,
+plus the schema the client expects; the batches are renamed, trimmed and cast
+to it as they go out.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from isal import isal_zlib
 from mangonel.executor.shuffle import OutputRegistry, checksum_text
 from mangonel.security import tls
 from mangonel.security.tickets import SESSION_HEADER, TicketError, TicketSigner, is_signed
+from mangonel.proto.results import ResultView
 from mangonel.task import PartitionOutput
 
 log = logging.getLogger(__name__)
@@ -90,7 +96,11 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         self, context: flight.ServerCallContext, ticket: flight.Ticket
     ) -> flight.RecordBatchStream:
         """Stream the record batches of the output file the ticket names."""
-        raw = self._check_ticket(context, ticket.ticket)
+        try:
+            view = ResultView.decode(ticket.ticket)
+        except ValueError as exc:
+            raise flight.FlightServerError(str(exc)) from None
+        raw = self._check_ticket(context, ticket.ticket if view is None else view.ticket)
         path, output = self._resolve(raw)
         try:
             source = pa.memory_map(path, "r")
@@ -105,7 +115,10 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             raise flight.FlightServerError(f"output {path} is corrupt: {exc}") from exc
         # Zero-copy: the batches point into the memory map, which they keep
         # alive even if the file is released (unlinked) while streaming.
-        return flight.GeneratorStream(reader.schema, _checked(reader, data, output, path))
+        batches = _checked(reader, data, output, path)
+        if view is not None:
+            return flight.GeneratorStream(view.schema, (view.apply(b) for b in batches))
+        return flight.GeneratorStream(reader.schema, batches)
 
     def _check_ticket(self, context: flight.ServerCallContext, raw: bytes) -> bytes:
         """The path a ticket grants, once its signature, expiry and session hold."""

@@ -480,7 +480,18 @@ class Binder:
             elif isinstance(e, exp.Literal) and e.is_int:
                 order_exprs.append(int(e.this) - 1)
             else:
-                order_exprs.append(e)
+                # An expression may name select aliases too (sqlglot leaves them
+                # unqualified): ORDER BY CASE WHEN ... THEN alias END.
+                order_exprs.append(
+                    substitute(
+                        e,
+                        lambda n: (
+                            items[names.index(n.name)][1].copy()
+                            if isinstance(n, exp.Column) and not n.table and n.name in names
+                            else None
+                        ),
+                    )
+                )
 
         group_clause = sel.args.get("group")
         group_exprs: list[exp.Expr] = []
@@ -674,13 +685,30 @@ def _inner_joins(group: list[_Source], pending: list[exp.Expr]) -> _Source:
     return _Source(JoinGroup([s.node for s in group], taken), aliases)
 
 
+def _is_window_function(n: exp.Expr) -> bool:
+    """Whether ``n`` is the function a window computes (``SUM(x)`` of ``SUM(x) OVER (...)``).
+
+    Aggregates elsewhere in a window (its function's arguments, PARTITION BY,
+    ORDER BY) are the query's own: ``SUM(SUM(x)) OVER (...)`` sums per-group sums.
+    """
+    child, parent = n, n.parent
+    while isinstance(parent, (exp.Filter, exp.IgnoreNulls, exp.RespectNulls)):
+        child, parent = parent, parent.parent
+    return isinstance(parent, exp.Window) and parent.this is child
+
+
 def _find_aggs(parts: list[exp.Expr]) -> list[exp.Expr]:
     found: list[exp.Expr] = []
     for p in parts:
         for n in iter_scope(p):
-            if isinstance(n, exp.AggFunc) and n.find_ancestor(exp.Window) is None:
-                if n.find_ancestor(exp.AggFunc) is not None:
-                    continue
+            if isinstance(n, exp.AggFunc) and not _is_window_function(n):
+                outer = n.parent
+                while outer is not None and not (
+                    isinstance(outer, exp.AggFunc) and not _is_window_function(outer)
+                ):
+                    outer = outer.parent
+                if outer is not None:
+                    continue  # inside another aggregate: part of that one
                 # FILTER (WHERE ...) belongs to its aggregate.
                 item = n.parent if isinstance(n.parent, exp.Filter) else n
                 if item not in found:

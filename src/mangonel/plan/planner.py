@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import pyarrow as pa
 import sqlglot
 from sqlglot.errors import SqlglotError
 
@@ -130,6 +131,22 @@ def plan_query(
         root = distributor.plan_tree(_opaque(duck_sql, names, parsed.tables, catalog))
     distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
     return DistributedPlan(tuple(distributor.stages), tuple(names), sql, tuple(notes))
+
+
+def result_schema(sql: str, catalog: Mapping[str, Table], dialect: str | None = None) -> pa.Schema:
+    """The schema of a query's result as DuckDB types it, without planning or running it.
+
+    Column names are the user's; every column is nullable (what the executors
+    write says no more). The result's own partitions may differ in width
+    (``decimal(38, 2)`` here, ``decimal(18, 2)`` there) or in string encoding.
+
+    Raises:
+        mangonel.errors.QueryError: (a subclass) the query cannot run, as ``plan_query``.
+    """
+    parsed = parse(sql, set(catalog), dialect)
+    oracle = oracle_for({name: catalog[name] for name in parsed.tables})
+    schema = oracle.arrow_schema(to_duckdb(parsed.query))
+    return pa.schema([pa.field(f.name, f.type, nullable=True) for f in schema])
 
 
 class PlanCache:

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 
 import duckdb
+import pyarrow as pa
 
 from mangonel.catalog import Table
 from mangonel.errors import BindError
@@ -46,6 +47,14 @@ class TypeOracle:
             except duckdb.Error as err:
                 raise BindError(_clean(str(err))) from None
         return [(str(r[0]), str(r[1])) for r in rows]
+
+    def arrow_schema(self, sql: str) -> pa.Schema:
+        """The Arrow schema DuckDB gives a query's result; BindError if it does not bind."""
+        with self._lock:
+            try:
+                return self._con.sql(sql).limit(0).to_arrow_table().schema
+            except duckdb.Error as err:
+                raise BindError(_clean(str(err))) from None
 
     def table_types(self, table: str) -> dict[str, str]:
         """Column -> DuckDB type of a catalog table (asked once per oracle)."""

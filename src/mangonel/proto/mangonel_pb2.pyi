@@ -444,7 +444,7 @@ class StageStatus(_message.Message):
     def __init__(self, stage: _Optional[int] = ..., label: _Optional[str] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_running: _Optional[int] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., elapsed_s: _Optional[float] = ..., attempts: _Optional[int] = ..., tasks_pending: _Optional[int] = ..., tasks_rerun: _Optional[int] = ..., outputs_recomputed: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "state", "sql", "columns", "stages", "submitted_at", "elapsed_s", "error", "error_type", "result", "tasks_rerun", "outputs_recomputed")
+    __slots__ = ("job_id", "state", "sql", "columns", "stages", "submitted_at", "elapsed_s", "error", "error_type", "result", "tasks_rerun", "outputs_recomputed", "owner")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SQL_FIELD_NUMBER: _ClassVar[int]
@@ -457,6 +457,7 @@ class JobStatus(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     TASKS_RERUN_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_RECOMPUTED_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: JobState
     sql: str
@@ -469,7 +470,8 @@ class JobStatus(_message.Message):
     result: _containers.RepeatedCompositeFieldContainer[PartitionLocation]
     tasks_rerun: int
     outputs_recomputed: int
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., sql: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., stages: _Optional[_Iterable[_Union[StageStatus, _Mapping]]] = ..., submitted_at: _Optional[float] = ..., elapsed_s: _Optional[float] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., result: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ..., tasks_rerun: _Optional[int] = ..., outputs_recomputed: _Optional[int] = ...) -> None: ...
+    owner: str
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., sql: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., stages: _Optional[_Iterable[_Union[StageStatus, _Mapping]]] = ..., submitted_at: _Optional[float] = ..., elapsed_s: _Optional[float] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., result: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ..., tasks_rerun: _Optional[int] = ..., outputs_recomputed: _Optional[int] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -532,3 +534,25 @@ class ReleaseResultRequest(_message.Message):
 class ReleaseResultResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class AuthenticateRequest(_message.Message):
+    __slots__ = ("user", "password")
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    user: str
+    password: str
+    def __init__(self, user: _Optional[str] = ..., password: _Optional[str] = ...) -> None: ...
+
+class AuthenticateResponse(_message.Message):
+    __slots__ = ("token", "expires_at", "expires_in_s", "user", "admin")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_IN_S_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    expires_at: float
+    expires_in_s: float
+    user: str
+    admin: bool
+    def __init__(self, token: _Optional[str] = ..., expires_at: _Optional[float] = ..., expires_in_s: _Optional[float] = ..., user: _Optional[str] = ..., admin: _Optional[bool] = ...) -> None: ...

@@ -279,6 +279,11 @@ class QueryServiceStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.Authenticate = channel.unary_unary(
+                '/mangonel.v1.QueryService/Authenticate',
+                request_serializer=mangonel__pb2.AuthenticateRequest.SerializeToString,
+                response_deserializer=mangonel__pb2.AuthenticateResponse.FromString,
+                _registered_method=True)
         self.RegisterTable = channel.unary_unary(
                 '/mangonel.v1.QueryService/RegisterTable',
                 request_serializer=mangonel__pb2.RegisterTableRequest.SerializeToString,
@@ -328,6 +333,12 @@ class QueryServiceStub:
 
 class QueryServiceServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def Authenticate(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def RegisterTable(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -387,6 +398,11 @@ class QueryServiceServicer:
 
 def add_QueryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Authenticate': grpc.unary_unary_rpc_method_handler(
+                    servicer.Authenticate,
+                    request_deserializer=mangonel__pb2.AuthenticateRequest.FromString,
+                    response_serializer=mangonel__pb2.AuthenticateResponse.SerializeToString,
+            ),
             'RegisterTable': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterTable,
                     request_deserializer=mangonel__pb2.RegisterTableRequest.FromString,
@@ -442,6 +458,33 @@ def add_QueryServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class QueryService:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Authenticate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mangonel.v1.QueryService/Authenticate',
+            mangonel__pb2.AuthenticateRequest.SerializeToString,
+            mangonel__pb2.AuthenticateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def RegisterTable(request,

@@ -53,13 +53,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import pyarrow as pa
+
 from mangonel import defaults
 from mangonel.catalog import Table, load_table
 from mangonel.errors import MangonelError, StateStoreError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
-from mangonel.plan.planner import PlanCache, PlannerConfig
+from mangonel.plan.planner import PlanCache, PlannerConfig, result_schema
 from mangonel.scheduler.events import (
     CancelRequested,
     Command,
@@ -106,6 +108,7 @@ from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
 from mangonel.scheduler.telemetry import Telemetry
+from mangonel.security.auth import ANONYMOUS
 from mangonel.task import (
     CancelTask,
     ExecutorInfo,
@@ -284,6 +287,7 @@ class SchedulerCore:
                 )
                 record.submitted_wall = stored.plan.submitted_wall
                 record.request_id = stored.plan.request_id
+                record.owner = stored.plan.owner
                 if stored.outcome is not None:
                     finished.append(stored.outcome)
                     record.update(stored.outcome.view, stored.plan.submitted, stored.outcome.result)
@@ -369,7 +373,12 @@ class SchedulerCore:
         if isinstance(event, JobSubmitted):
             record = self._jobs[event.job]
             puts[job_key(event.job, "plan")] = StoredPlan(
-                record.sql, record.submitted, record.submitted_wall, event.plan, record.request_id
+                record.sql,
+                record.submitted,
+                record.submitted_wall,
+                event.plan,
+                record.request_id,
+                record.owner,
             )
         puts[EXECUTORS_KEY] = state.export_executors()
         puts[META_KEY] = StoredMeta(state.no_executor_since)
@@ -608,14 +617,27 @@ class SchedulerCore:
         """The query's plan, from the plan cache when it holds one; nothing runs."""
         return self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
 
+    def result_schema(self, sql: str, dialect: str | None = None) -> pa.Schema:
+        """The Arrow schema of the query's result as DuckDB types it; nothing runs."""
+        return result_schema(sql, self.catalog.snapshot(), dialect)
+
     def explain(self, sql: str, dialect: str | None = None) -> str:
         return render(self.plan(sql, dialect))
 
-    def submit(self, sql: str, dialect: str | None = None, request_id: str = "") -> JobRecord:
+    def submit(
+        self,
+        sql: str,
+        dialect: str | None = None,
+        request_id: str = "",
+        owner: str = ANONYMOUS.user,
+    ) -> JobRecord:
         """Plan the query (outside the lock: it can take a while) and start the job.
 
-        A ``request_id`` the scheduler has seen (a client retrying a submission
-        whose answer it lost) gets the job it started then.
+        A ``request_id`` the scheduler has seen from the same ``owner`` (a client
+        retrying a submission whose answer it lost) gets the job it started then.
+        ``owner`` is kept with the job (and in the store): whether a caller may
+        see the job is the service's question (``Principal.may_see``), not the
+        state machine's, which never looks at who submitted what.
 
         Raises:
             QueryError: (a subclass) the query cannot run as written.
@@ -623,21 +645,22 @@ class SchedulerCore:
         if request_id:
             with self._lock:
                 for existing in self._jobs.values():
-                    if existing.request_id == request_id:
+                    if existing.request_id == request_id and existing.owner == owner:
                         return existing
         plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
         with self._lock:
             if request_id:
                 for existing in self._jobs.values():
-                    if existing.request_id == request_id:
+                    if existing.request_id == request_id and existing.owner == owner:
                         return existing
             job = JobId(secrets.token_hex(4))
             while job in self._jobs:
                 job = JobId(secrets.token_hex(4))
             record = JobRecord.create(job, sql, plan, self._clock())
             record.request_id = request_id
+            record.owner = owner
             self._jobs[job] = record
-            log.info("job %s submitted: %d stages", job, len(plan.stages))
+            log.info("job %s submitted by %s: %d stages", job, owner, len(plan.stages))
             self._emit(lambda eid, now: JobSubmitted(eid, now, job, plan))
             return record
 

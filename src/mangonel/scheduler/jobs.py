@@ -5,7 +5,8 @@ whether it was read) is the state machine's alone (``state_jobs`` draws it).
 A ``JobRecord`` holds a copy of the state machine's latest ``JobView`` of its
 job, refreshed by the shell after every event, with the result a
 ``JobSucceeded`` carried; and what only the shell knows: the SQL text, the
-client's request id, wall-clock and per-stage times. Each record has a
+client's request id, the user who submitted it (its owner), wall-clock and
+per-stage times. Each record has a
 condition variable that the watchers of the job wait on, and a version bumped
 on every change.
 """
@@ -20,6 +21,7 @@ from mangonel.errors import JobCancelledError, JobFailedError
 from mangonel.ids import JobId, StageId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.state_views import JobState, JobView, StageView
+from mangonel.security.auth import ANONYMOUS
 from mangonel.task import PartitionLocation
 
 
@@ -55,6 +57,8 @@ class JobRecord:
     timing: dict[StageId, StageTiming] = field(default_factory=dict)
     request_id: str = ""
     """The client's id of the submission (a retried submission finds this job)."""
+    owner: str = ANONYMOUS.user
+    """The user who submitted it: only they (and admins) may watch, read or cancel it."""
     version: int = 0
     """Bumped on every change, so watchers know when to send a new status."""
     changed: threading.Condition = field(default_factory=threading.Condition)

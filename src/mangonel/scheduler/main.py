@@ -28,11 +28,12 @@ from mangonel.scheduler.events import Limits
 from mangonel.scheduler.service import ExecutorControlServicer, QueryServiceServicer
 from mangonel.scheduler.store import open_store
 from mangonel.scheduler.tickets import TicketIssuer
-from mangonel.security import tls
+from mangonel.security import Authenticator, authenticator_for, tls
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tickets import TicketSigner
 
 if TYPE_CHECKING:
+    from mangonel.scheduler.flightsql import FlightSqlServer
     from mangonel.web.server import WebServer
 
 log = logging.getLogger(__name__)
@@ -98,11 +99,19 @@ class SchedulerConfig:
         storage: How to reach object storage for ``s3://`` tables (endpoint,
             region, addressing, timeouts, retries); the AWS environment decides
             what it leaves out. Credentials are never part of it.
-        security: TLS files and the cluster secret (``--tls-dir``...). With TLS
-            the gRPC port demands a certificate of the cluster CA from every
-            caller (and a node certificate from executors) and the web UI
-            serves HTTPS; with a secret, Flight tickets are signed.
+        security: TLS files, the cluster secret and the users file (``--tls-dir``...).
+            With TLS the gRPC port demands a certificate of the cluster CA from
+            every caller (and a node certificate from executors) and the web UI
+            serves HTTPS; with a secret, Flight tickets are signed; with a users
+            file or a cluster secret every client must log in or bring a token
+            (``mangonel.security.authenticator_for``).
         shuffle_ticket_ttl_s: Validity of a signed shuffle ticket.
+        flight_sql_port: Port of the Arrow Flight SQL endpoint
+            (``scheduler.flightsql``); 0 picks a free one, ``None`` serves none.
+        flight_sql_address_file: Where to write its ``grpc://host:port`` URL.
+        flight_sql_results: Where its clients read results: ``executors`` (each
+            result partition where it is, the scheduler as the fallback) or
+            ``scheduler`` (every partition through the scheduler).
     """
 
     host: str = "127.0.0.1"
@@ -129,6 +138,9 @@ class SchedulerConfig:
     storage: storage.StorageOptions = field(default_factory=storage.StorageOptions)
     security: SecurityOptions = field(default_factory=SecurityOptions)
     shuffle_ticket_ttl_s: float = defaults.SHUFFLE_TICKET_TTL_S
+    flight_sql_port: int | None = None
+    flight_sql_address_file: str | None = None
+    flight_sql_results: str = "executors"
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
@@ -160,6 +172,8 @@ class SchedulerServer:
         self.address = address
         self.web: WebServer | None = None
         """The web UI's server (``web.url``), when one was asked for."""
+        self.flight_sql: FlightSqlServer | None = None
+        """The Flight SQL endpoint (``flight_sql.url``), when one was asked for."""
         self.stopping = threading.Event()
         self.deposed = threading.Event()
         """Set when it stopped because another scheduler took the lead."""
@@ -171,6 +185,8 @@ class SchedulerServer:
         self.stopping.set()
         if self.web is not None:
             self.web.stop()
+        if self.flight_sql is not None:
+            self.flight_sql.shutdown()
         self.core.stop()
         self.server.stop(grace).wait(grace + 1)
         self.core.store.close()
@@ -204,6 +220,8 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         if secret is None
         else TicketIssuer(TicketSigner(secret), config.shuffle_ticket_ttl_s, config.result_ttl_s)
     )
+    authenticator = authenticator_for(config.security)
+    _warn_if_exposed(config, authenticator)
     url = config.state or default_state_url()
     store = open_store(url)
     owner = f"{config.host}:{config.port} (pid {os.getpid()})"
@@ -258,7 +276,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         ExecutorControlServicer(core, tickets, members_only=material is not None), server
     )
     pb_grpc.add_QueryServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        QueryServiceServicer(core, address, tickets), server
+        QueryServiceServicer(core, address, tickets, authenticator), server
     )
     server.start()
     core.start()
@@ -280,7 +298,12 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
 
         try:
             running.web = start_web_server(
-                core, config.host, config.web_port, address, security=config.security
+                core,
+                config.host,
+                config.web_port,
+                address,
+                security=config.security,
+                authenticator=authenticator,
             )
         except ClusterError:
             running.stop()
@@ -290,7 +313,49 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
             with open(tmp, "w") as f:
                 f.write(running.web.url)
             os.replace(tmp, config.web_address_file)
+    if config.flight_sql_port is not None:
+        # Imported here: a scheduler without the endpoint does not pay for it.
+        from mangonel.scheduler.flightsql import start_flight_sql
+
+        try:
+            running.flight_sql = start_flight_sql(
+                core,
+                config.host,
+                config.flight_sql_port,
+                authenticator=authenticator,
+                results=config.flight_sql_results,
+            )
+        except ClusterError:
+            running.stop()
+            raise
+        log.info("Flight SQL at %s", running.flight_sql.url)
+        if config.flight_sql_address_file:
+            _write_atomically(config.flight_sql_address_file, running.flight_sql.url)
     return running
+
+
+def _warn_if_exposed(config: SchedulerConfig, authenticator: Authenticator) -> None:
+    """Say loudly what a scheduler beyond loopback leaves open."""
+    loopback = config.host in ("127.0.0.1", "localhost", "::1")
+    if not authenticator.required and not loopback:
+        log.warning(
+            "INSECURE: the scheduler listens on %s and lets anyone in as admin; give it "
+            "--users-file and --cluster-secret-file (`mangonel users add`)",
+            config.host,
+        )
+    elif authenticator.required and not config.security.tls and not loopback:
+        log.warning(
+            "INSECURE: passwords and tokens cross the network to %s in clear text; give "
+            "the scheduler --tls-dir (`mangonel certs init`)",
+            config.host,
+        )
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def _stop_when_deposed(running: SchedulerServer) -> None:
@@ -339,6 +404,8 @@ def run_scheduler(config: SchedulerConfig) -> int:
     print(f"mangonel scheduler listening on {running.address}", flush=True)
     if running.web is not None:
         print(f"mangonel web UI at {running.web.url}", flush=True)
+    if running.flight_sql is not None:
+        print(f"mangonel Flight SQL at {running.flight_sql.url}", flush=True)
     try:
         while not done.wait(0.2) and not running.stopping.is_set():
             pass

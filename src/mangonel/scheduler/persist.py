@@ -4,7 +4,8 @@ The layout, one JSON document per key (encoded with cattrs from the domain
 dataclasses, so the store holds the same types the state machine uses)::
 
     tables/<name>          StoredTable: the table's path (footers are re-read at start)
-    jobs/<id>/plan         StoredPlan: SQL, submission time, the distributed plan (written once)
+    jobs/<id>/plan         StoredPlan: SQL, submission time, owner, the distributed plan
+                           (written once)
     jobs/<id>/progress     JobProgress: every task's state, attempts, outputs' locations
                            (while the job runs)
     jobs/<id>/outcome      FinishedJob: the state machine's record of a finished job:
@@ -65,6 +66,9 @@ class StoredPlan:
     submitted_wall: float
     plan: DistributedPlan
     request_id: str = ""
+    owner: str = ""
+    """The user who submitted the job; empty in stores written before users existed
+    (such jobs are the admins' alone)."""
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,17 @@ Thin servicers over ``SchedulerCore``: they convert messages with
 ``mangonel.proto.convert`` and map mangonel errors to gRPC status codes. A
 mangonel error travels with its class name in the trailing metadata key
 ``mangonel-error``, so the client re-raises the same type with the same message.
+
+``QueryService`` authenticates every call but ``Authenticate`` (the login)
+with the scheduler's ``Authenticator``: the token comes in the metadata
+``authorization: Bearer <token>``; a missing, malformed, forged or expired one
+is refused with UNAUTHENTICATED (``AuthenticationError``), another user's job
+with PERMISSION_DENIED (``PermissionDeniedError``), and each refusal is logged
+here with the caller's address. Users see, watch, read and cancel their own
+jobs; admins every job, and only admins register and drop tables. Without
+users (``OPEN``) every caller is the anonymous admin, as before. The
+``ExecutorControl`` service is the cluster members' own: it is not
+user-authenticated (mutual TLS keeps others out).
 """
 
 from __future__ import annotations
@@ -35,6 +46,15 @@ from mangonel.scheduler.state_views import ExecutorState, JobState, StageView
 from mangonel.scheduler.tickets import TicketIssuer
 from mangonel.security import tls
 from mangonel.security.options import NODE_NAME
+from mangonel.security import tokens
+from mangonel.security.auth import (
+    ANONYMOUS,
+    AUTHORIZATION,
+    OPEN,
+    Authenticator,
+    Principal,
+    bearer_token,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +81,20 @@ _EXECUTOR_STATE = {
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def abort(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:
-    """End the RPC with the status code and metadata that ``exc`` maps to."""
-    if isinstance(exc, QueryError | CatalogError):
-        code = grpc.StatusCode.INVALID_ARGUMENT
-    elif isinstance(exc, AuthenticationError):
+def abort(context: grpc.ServicerContext, exc: BaseException, method: str = "") -> NoReturn:
+    """End the RPC with the status code and metadata that ``exc`` maps to.
+
+    A refusal (``SecurityError``) is logged with the caller's address and the
+    RPC (``method``): the scheduler's log shows who was turned away and why.
+    """
+    if isinstance(exc, AuthenticationError | PermissionDeniedError):
+        log.warning("refused %s from %s: %s", method or "a call", context.peer(), exc)
+    if isinstance(exc, AuthenticationError):
         code = grpc.StatusCode.UNAUTHENTICATED
     elif isinstance(exc, PermissionDeniedError):
         code = grpc.StatusCode.PERMISSION_DENIED
+    elif isinstance(exc, QueryError | CatalogError):
+        code = grpc.StatusCode.INVALID_ARGUMENT
     elif isinstance(exc, JobNotFoundError | ExecutorNotFoundError):
         code = grpc.StatusCode.NOT_FOUND
     elif isinstance(exc, MangonelError):
@@ -106,7 +132,7 @@ def rpc(method: F) -> F:
         try:
             return method(self, request, context)
         except Exception as exc:  # every failure must reach the caller as a status
-            abort(context, exc)
+            abort(context, exc, method.__name__)
 
     return cast(F, wrapper)
 
@@ -161,6 +187,7 @@ def job_status(record: JobRecord, now: float, with_result: bool) -> pb.JobStatus
             error_type=record.error_type,
             tasks_rerun=sum(v.tasks_rerun for v in views),
             outputs_recomputed=sum(v.outputs_recomputed for v in views),
+            owner=record.owner,
         )
         if with_result:
             msg.result.extend(convert.partition_location_to_proto(loc) for loc in record.result)
@@ -323,32 +350,110 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
 
 
 class QueryServiceServicer(pb_grpc.QueryServiceServicer):
-    """What clients call: catalog, explain, jobs, cluster status."""
+    """What clients call: login, catalog, explain, jobs, cluster status.
+
+    Args:
+        core: The scheduler.
+        address: Its gRPC address, as ``ClusterStatus`` reports it.
+        tickets: Signs result locations for the submitting session (a cluster
+            with a secret).
+        authenticator: Checks each call's token (``OPEN``: everyone is admin).
+    """
 
     def __init__(
-        self, core: SchedulerCore, address: str = "", tickets: TicketIssuer | None = None
+        self,
+        core: SchedulerCore,
+        address: str = "",
+        tickets: TicketIssuer | None = None,
+        authenticator: Authenticator = OPEN,
     ) -> None:
         self.core = core
         self.address = address
         self.tickets = tickets
-        """Signs result locations for the submitting session (a cluster with a secret)."""
+        self.auth = authenticator
+
+    # ------------------------------------------------------------- who calls
+
+    def _caller(self, context: grpc.ServicerContext) -> Principal:
+        """The principal of the call's bearer token.
+
+        Raises:
+            AuthenticationError: no token where one is required, or a bad one.
+        """
+        token = None
+        for key, value in context.invocation_metadata() or ():
+            if key == AUTHORIZATION:
+                token = bearer_token(value if isinstance(value, str) else value.decode())
+        if token is None:
+            if self.auth.required:
+                raise AuthenticationError(
+                    "this scheduler lets only known users in: log in with a user name and "
+                    "password (`mangonel --user NAME`, connect(user=..., password=...)) or "
+                    "give a token (`mangonel --token`, $MANGONEL_TOKEN, connect(token=...))"
+                )
+            return ANONYMOUS
+        return self.auth.verify(token)
+
+    def _job(self, job_id: str, caller: Principal) -> JobRecord:
+        """The job, if ``caller`` may see it.
+
+        Raises:
+            JobNotFoundError: no such job.
+            PermissionDeniedError: another user's job, and the caller is no admin.
+        """
+        record = self.core.job(JobId(job_id))
+        if not caller.may_see(record.owner):
+            raise PermissionDeniedError(
+                f"job {job_id} belongs to another user; {caller.user!r} may see and cancel "
+                "only their own jobs (an admin may see all)"
+            )
+        return record
+
+    @staticmethod
+    def _admin(caller: Principal, what: str) -> None:
+        if not caller.admin:
+            raise PermissionDeniedError(
+                f"only an admin may {what}; {caller.user!r} is not one (`mangonel users add "
+                f"NAME --admin` makes one)"
+            )
+
+    # ----------------------------------------------------------------- calls
+
+    @rpc
+    def Authenticate(
+        self, request: pb.AuthenticateRequest, context: grpc.ServicerContext
+    ) -> pb.AuthenticateResponse:
+        token = self.auth.login(request.user, request.password)
+        who = self.auth.verify(token) if token else ANONYMOUS
+        expires = tokens.expires_at(token) if token else None
+        log.info("user %r logged in from %s", who.user, context.peer())
+        return pb.AuthenticateResponse(
+            token=token,
+            expires_at=expires or 0.0,
+            expires_in_s=max(0.0, expires - time.time()) if expires else 0.0,
+            user=who.user,
+            admin=who.admin,
+        )
 
     @rpc
     def RegisterTable(
         self, request: pb.RegisterTableRequest, context: grpc.ServicerContext
     ) -> pb.TableInfo:
+        self._admin(self._caller(context), "register tables")
         return table_info(self.core.register_table(request.name, request.path))
 
     @rpc
     def ListTables(
         self, request: pb.ListTablesRequest, context: grpc.ServicerContext
     ) -> pb.ListTablesResponse:
+        self._caller(context)
         return pb.ListTablesResponse(tables=[table_info(t) for t in self.core.tables()])
 
     @rpc
     def DropTable(
         self, request: pb.DropTableRequest, context: grpc.ServicerContext
     ) -> pb.DropTableResponse:
+        self._admin(self._caller(context), "drop tables")
         if not self.core.drop_table(request.name):
             raise CatalogError(f"no table {request.name!r}; `mangonel tables` lists them")
         return pb.DropTableResponse()
@@ -357,20 +462,24 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
     def Explain(
         self, request: pb.ExplainRequest, context: grpc.ServicerContext
     ) -> pb.ExplainResponse:
+        self._caller(context)
         return pb.ExplainResponse(text=self.core.explain(request.sql, request.dialect or None))
 
     @rpc
     def Submit(self, request: pb.SubmitRequest, context: grpc.ServicerContext) -> pb.SubmitResponse:
-        record = self.core.submit(request.sql, request.dialect or None, request.request_id)
+        caller = self._caller(context)
+        record = self.core.submit(
+            request.sql, request.dialect or None, request.request_id, owner=caller.user
+        )
         return pb.SubmitResponse(job_id=record.id, columns=list(record.plan.columns))
 
     def WatchJob(
         self, request: pb.WatchJobRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.JobStatus]:
         try:
-            record = self.core.job(JobId(request.job_id))
+            record = self._job(request.job_id, self._caller(context))
         except MangonelError as exc:
-            abort(context, exc)
+            abort(context, exc, "WatchJob")
         seen = -1
         last_sent = 0.0
         while context.is_active():
@@ -397,22 +506,35 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
     def CancelJob(
         self, request: pb.CancelJobRequest, context: grpc.ServicerContext
     ) -> pb.CancelJobResponse:
-        return pb.CancelJobResponse(cancelled=self.core.cancel(JobId(request.job_id)))
+        caller = self._caller(context)
+        self._job(request.job_id, caller)
+        reason = (
+            "cancelled by the user"
+            if caller.user == ANONYMOUS.user
+            else (f"cancelled by {caller.user}")
+        )
+        return pb.CancelJobResponse(cancelled=self.core.cancel(JobId(request.job_id), reason))
 
     @rpc
     def ClusterStatus(
         self, request: pb.ClusterStatusRequest, context: grpc.ServicerContext
     ) -> pb.ClusterStatusResponse:
+        caller = self._caller(context)
         now = self.core.now()
         return pb.ClusterStatusResponse(
             scheduler_address=self.address,
             executors=[executor_status(e, now) for e in self.core.executors()],
-            jobs=[job_status(j, now, with_result=False) for j in self.core.jobs()],
+            jobs=[
+                job_status(j, now, with_result=False)
+                for j in self.core.jobs()
+                if caller.may_see(j.owner)
+            ],
         )
 
     @rpc
     def ReleaseResult(
         self, request: pb.ReleaseResultRequest, context: grpc.ServicerContext
     ) -> pb.ReleaseResultResponse:
+        self._job(request.job_id, self._caller(context))
         self.core.release_result(JobId(request.job_id))
         return pb.ReleaseResultResponse()

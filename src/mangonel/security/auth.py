@@ -11,8 +11,14 @@ is the anonymous admin.
 
 from __future__ import annotations
 
+import base64
+import binascii
 from dataclasses import dataclass
 from typing import Protocol
+
+BASIC = "Basic "
+"""Prefix of an ``authorization`` value with ``base64(user:password)`` (HTTP Basic;
+what Flight SQL clients such as ADBC send for their first call)."""
 
 BEARER = "Bearer "
 """Prefix of the ``authorization`` header / gRPC metadata value that carries a token."""
@@ -78,3 +84,20 @@ def bearer_token(header: str | None) -> str | None:
     if header and header.startswith(BEARER):
         return header[len(BEARER) :].strip() or None
     return None
+
+
+def basic_credentials(header: str | None) -> tuple[str, str] | None:
+    """The user and password of a ``Basic`` ``authorization`` value; ``None`` when
+    it is not one (or not base64 of ``user:password``).
+
+    >>> basic_credentials("Basic " + base64.b64encode(b"alice:pw:x").decode())
+    ('alice', 'pw:x')
+    """
+    if not header or not header.startswith(BASIC):
+        return None
+    try:
+        text = base64.b64decode(header[len(BASIC) :].strip(), validate=True).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, sep, password = text.partition(":")
+    return (user, password) if sep and user else None

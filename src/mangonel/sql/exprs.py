@@ -23,15 +23,18 @@ def conjuncts(cond: exp.Expr | None) -> list[exp.Expr]:
     moved a conjunct away) are dropped.
 
     >>> import sqlglot
-    >>> [c.sql() for c in conjuncts(sqlglot.parse_one("a = 1 AND (b OR c) AND TRUE"))]
-    ['a = 1', '(b OR c)']
+    >>> [c.sql() for c in conjuncts(sqlglot.parse_one("a = 1 AND (b OR c) AND TRUE AND (d = e)"))]
+    ['a = 1', '(b OR c)', 'd = e']
     """
     if cond is None or (isinstance(cond, exp.Boolean) and cond.this is True):
         return []
     if isinstance(cond, exp.And):
         return conjuncts(cond.left) + conjuncts(cond.right)
     if isinstance(cond, exp.Paren):
-        return conjuncts(cond.this) if isinstance(cond.this, exp.And) else [cond]
+        # ``JOIN t ON (a = b)``: the equality must be seen as one, or the join
+        # orderer finds no key there and plans a cross product (TPC-DS q72).
+        # An OR keeps its parentheses.
+        return [cond] if isinstance(cond.this, exp.Or) else conjuncts(cond.this)
     return [cond]
 
 

@@ -33,6 +33,7 @@ class JobSummary(BaseModel):
     """One job as listed: state, SQL, duration, rows, progress, recovery counters."""
 
     id: str
+    owner: str = Field(description="the user who submitted it")
     state: str = Field(description="queued, running, succeeded, failed or cancelled")
     sql: str
     submitted_at: float
@@ -137,3 +138,31 @@ class ExplainModel(BaseModel):
 
 class ErrorModel(BaseModel):
     detail: str
+
+
+class LoginRequest(BaseModel):
+    """A user name and password, or a token (made by ``mangonel users token``)."""
+
+    user: str = ""
+    password: str = ""
+    token: str = ""
+
+
+class SessionModel(BaseModel):
+    """Who the caller is, and how this scheduler is secured."""
+
+    authenticated: bool = Field(description="the caller's token (or none needed) is valid")
+    user: str = Field(description="the caller's user name; empty when not authenticated")
+    admin: bool
+    login_required: bool = Field(description="this scheduler lets only known users in")
+    tls: bool = Field(description="the scheduler's channels are encrypted; false: insecure")
+    problem: str = Field(description="why the caller's token was refused; empty otherwise")
+
+
+class LoginModel(BaseModel):
+    """A login's token (also set as the HttpOnly cookie ``mangonel_token``)."""
+
+    token: str
+    user: str
+    admin: bool
+    expires_at: float = Field(description="Unix time the token expires; 0: never")

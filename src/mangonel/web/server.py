@@ -20,6 +20,7 @@ from mangonel.errors import ClusterError
 from mangonel.scheduler.core import SchedulerCore
 from mangonel.security import tls
 from mangonel.security.options import SecurityOptions
+from mangonel.security.auth import OPEN, Authenticator
 from mangonel.web.app import create_app
 
 log = logging.getLogger(__name__)
@@ -47,11 +48,14 @@ def start_web_server(
     port: int,
     scheduler_address: str = "",
     security: SecurityOptions | None = None,
+    authenticator: Authenticator = OPEN,
 ) -> WebServer:
     """Bind ``host:port`` (0 picks a free port) and serve the app in a daemon thread.
 
     With TLS in ``security`` it serves HTTPS with the scheduler's certificate
     (browsers are not asked for one of theirs) and refuses plain HTTP.
+    ``authenticator`` goes to the app (``create_app``), which shows "insecure"
+    in its header without TLS.
 
     Raises:
         ClusterError: the port cannot be bound.
@@ -69,7 +73,7 @@ def start_web_server(
     sock.listen(128)
     bound = sock.getsockname()[1]
     config = uvicorn.Config(
-        create_app(core, scheduler_address),
+        create_app(core, scheduler_address, authenticator, security is not None and security.tls),
         log_level="warning",
         access_log=False,
         lifespan="off",

@@ -14,6 +14,7 @@ from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.registry import ExecutorListing
 from mangonel.scheduler.state_views import StageView
 from mangonel.scheduler.telemetry import AttemptOutcome, AttemptRecord
+from mangonel.security.auth import ANONYMOUS, Principal
 from mangonel.task import OutputKind
 from mangonel.web.models import (
     AttemptModel,
@@ -70,6 +71,7 @@ def _summary_fields(record: JobRecord, now: float) -> dict[str, object]:
     final = views[-1] if views else None
     return {
         "id": record.id,
+        "owner": record.owner,
         "state": job_state(record),
         "sql": record.sql,
         "submitted_at": record.submitted_wall,
@@ -93,10 +95,15 @@ def job_summary(record: JobRecord, now: float) -> JobSummary:
         return JobSummary.model_validate(_summary_fields(record, now))
 
 
-def jobs(core: SchedulerCore) -> list[JobSummary]:
-    """Every job the scheduler lists, newest first."""
+def visible_jobs(core: SchedulerCore, caller: Principal) -> list[JobRecord]:
+    """The jobs ``caller`` may see: their own, or every one for an admin."""
+    return [r for r in core.jobs() if caller.may_see(r.owner)]
+
+
+def jobs(core: SchedulerCore, caller: Principal = ANONYMOUS) -> list[JobSummary]:
+    """Every job the scheduler lists that ``caller`` may see, newest first."""
     now = core.now()
-    records = sorted(core.jobs(), key=lambda r: r.submitted, reverse=True)
+    records = sorted(visible_jobs(core, caller), key=lambda r: r.submitted, reverse=True)
     return [job_summary(r, now) for r in records]
 
 
@@ -190,12 +197,15 @@ def job_detail(core: SchedulerCore, record: JobRecord) -> JobDetail:
     )
 
 
-def cluster(core: SchedulerCore, scheduler_address: str) -> ClusterModel:
+def cluster(
+    core: SchedulerCore, scheduler_address: str, caller: Principal = ANONYMOUS
+) -> ClusterModel:
+    """Counts of executors, and of the jobs ``caller`` may see, by state."""
     entries = core.executors()
     by_state = Counter({"alive": 0, "draining": 0, "lost": 0})
     by_state.update(e.view.state.value for e in entries)
     jobs_by_state = Counter({"running": 0, "succeeded": 0, "failed": 0, "cancelled": 0})
-    jobs_by_state.update(job_state(r) for r in core.jobs())
+    jobs_by_state.update(job_state(r) for r in visible_jobs(core, caller))
     return ClusterModel(
         scheduler_address=scheduler_address,
         executors=dict(by_state),

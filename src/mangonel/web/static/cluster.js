@@ -44,6 +44,7 @@ function jobRow(j) {
   return `<tr class="job${trouble}" data-job="${esc(j.id)}">` +
     `<td><a href="/jobs/${encodeURIComponent(j.id)}"><code>${esc(j.id)}</code></a></td>` +
     `<td class="state">${pill(j.state)}</td>` +
+    `<td class="owner">${esc(j.owner)}</td>` +
     `<td>${esc(clock(j.submitted_at))}</td>` +
     `<td>${progressBar(j.tasks_done, j.tasks_running, j.tasks_total)}</td>` +
     `<td class="num">${esc(duration(j.elapsed_s))}</td>` +
@@ -75,7 +76,7 @@ async function refresh() {
     : `<tr><td colspan="10" class="detail">no executor has registered</td></tr>`;
   document.querySelector("#jobs tbody").innerHTML = jobs.length
     ? jobs.map(jobRow).join("")
-    : `<tr><td colspan="9" class="detail">no job yet</td></tr>`;
+    : `<tr><td colspan="10" class="detail">no job yet</td></tr>`;
   stamp("updated");
   return true;
 }

@@ -2,14 +2,104 @@
 "use strict";
 
 async function api(path, options) {
-  const response = await fetch(path, options);
+  // The token travels in the HttpOnly cookie /api/login set: same-origin fetches send it.
+  const response = await fetch(path, { credentials: "same-origin", ...options });
   if (!response.ok) {
     let detail = response.statusText;
     try { detail = (await response.json()).detail || detail; } catch (e) { /* not JSON */ }
+    if (response.status === 401) showLogin(detail);  // the token expired, or was revoked
     throw new Error(`${response.status}: ${detail}`);
   }
   return response;
 }
+
+// ------------------------------------------------------------------ who is here
+
+// Fills the header (the user, "log out", "insecure" without TLS) and shows the
+// login form when the scheduler lets only known users in; resolves to whether
+// the page may go on reading the API.
+async function loadSession() {
+  const session = await fetch("/api/session", { credentials: "same-origin" })
+    .then((r) => r.json());
+  const header = document.querySelector("header.top");
+  if (!session.tls) {
+    const badge = document.createElement("span");
+    badge.className = "insecure";
+    badge.id = "insecure";
+    badge.textContent = "insecure";
+    badge.title = "the scheduler serves without TLS: passwords, tokens and data cross " +
+      "the network in clear text (start it with --tls-dir)";
+    header.appendChild(badge);
+  }
+  if (session.login_required && session.authenticated) {
+    const who = document.createElement("span");
+    who.className = "meta who";
+    who.id = "who";
+    who.innerHTML = `${esc(session.user)}${session.admin ? " (admin)" : ""} · ` +
+      `<a href="#" id="logout">log out</a>`;
+    header.appendChild(who);
+    document.getElementById("logout").addEventListener("click", async (event) => {
+      event.preventDefault();
+      await fetch("/api/logout", { method: "POST", credentials: "same-origin" });
+      location.reload();
+    });
+  }
+  if (session.login_required && !session.authenticated) {
+    showLogin(session.problem);
+    return false;
+  }
+  return true;
+}
+
+function showLogin(problem) {
+  let form = document.getElementById("login");
+  if (!form) {
+    const main = document.querySelector("main");
+    main.hidden = true;
+    form = document.createElement("form");
+    form.id = "login";
+    form.className = "login";
+    form.innerHTML =
+      `<h1>Log in</h1>` +
+      `<p class="detail">This scheduler lets only known users in.</p>` +
+      `<label>User <input name="user" id="login-user" autocomplete="username"></label>` +
+      `<label>Password <input name="password" id="login-password" type="password" ` +
+      `autocomplete="current-password"></label>` +
+      `<label>or a token <input name="token" id="login-token" autocomplete="off" ` +
+      `placeholder="mgt1...."></label>` +
+      `<button type="submit" id="login-submit">Log in</button>` +
+      `<div class="error" id="login-error" hidden></div>`;
+    main.parentNode.insertBefore(form, main);
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      const body = {
+        user: form.user.value, password: form.password.value, token: form.token.value.trim(),
+      };
+      const response = await fetch("/api/login", {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      if (response.ok) {
+        location.reload();
+        return;
+      }
+      let detail = response.statusText;
+      try { detail = (await response.json()).detail || detail; } catch (e) { /* not JSON */ }
+      showLoginError(detail);
+    });
+  }
+  if (problem) showLoginError(problem);
+}
+
+function showLoginError(message) {
+  const box = document.getElementById("login-error");
+  box.textContent = message;
+  box.hidden = false;
+}
+
+const sessionReady = loadSession().catch((e) => { console.error(e); return true; });
 
 function esc(value) {
   return String(value ?? "").replace(/[&<>"']/g, (c) =>
@@ -66,6 +156,7 @@ function stamp(id) {
 // can change any more, e.g. a finished job).
 function poll(refresh, interval) {
   async function tick() {
+    if (!(await sessionReady)) return;  // the login form is shown; a login reloads the page
     let again = true;
     try {
       again = await refresh();
