@@ -595,6 +595,9 @@ class LocalCluster:
             args += ["--slots", str(self.executor_slots)]
             args += self.storage.to_args()
             args += self.node_security.to_args()
+            if self.users is not None and not self.secure:
+                # The scheduler signs tickets with the users' secret: executors check them.
+                args += ["--cluster-secret-file", str(self.cluster_secret_file)]
             args += self.executor_options(index)
             handle = ExecutorHandle(
                 index,

@@ -16,8 +16,8 @@ import grpc
 import mangonel.errors as errors
 from mangonel.errors import ClusterError, MangonelError
 from mangonel.security import tls
-from mangonel.security.tls import TlsMaterial
 from mangonel.security.auth import AUTHORIZATION, BEARER
+from mangonel.security.tls import TlsMaterial
 
 ERROR_METADATA_KEY = "mangonel-error"  # the scheduler's service.ERROR_METADATA_KEY
 

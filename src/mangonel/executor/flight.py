@@ -35,9 +35,9 @@ import pyarrow.flight as flight
 from isal import isal_zlib
 
 from mangonel.executor.shuffle import OutputRegistry, checksum_text
+from mangonel.proto.results import ResultView
 from mangonel.security import tls
 from mangonel.security.tickets import SESSION_HEADER, TicketError, TicketSigner, is_signed
-from mangonel.proto.results import ResultView
 from mangonel.task import PartitionOutput
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from mangonel.scheduler.events import Limits
 from mangonel.scheduler.service import ExecutorControlServicer, QueryServiceServicer
 from mangonel.scheduler.store import open_store
 from mangonel.scheduler.tickets import TicketIssuer
-from mangonel.security import Authenticator, authenticator_for, tls
+from mangonel.security import authenticator_for, tls
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tickets import TicketSigner
 
@@ -221,7 +221,6 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         else TicketIssuer(TicketSigner(secret), config.shuffle_ticket_ttl_s, config.result_ttl_s)
     )
     authenticator = authenticator_for(config.security)
-    _warn_if_exposed(config, authenticator)
     url = config.state or default_state_url()
     store = open_store(url)
     owner = f"{config.host}:{config.port} (pid {os.getpid()})"
@@ -324,6 +323,8 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
                 config.flight_sql_port,
                 authenticator=authenticator,
                 results=config.flight_sql_results,
+                tls_material=material,
+                tickets=tickets,
             )
         except ClusterError:
             running.stop()
@@ -332,23 +333,6 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         if config.flight_sql_address_file:
             _write_atomically(config.flight_sql_address_file, running.flight_sql.url)
     return running
-
-
-def _warn_if_exposed(config: SchedulerConfig, authenticator: Authenticator) -> None:
-    """Say loudly what a scheduler beyond loopback leaves open."""
-    loopback = config.host in ("127.0.0.1", "localhost", "::1")
-    if not authenticator.required and not loopback:
-        log.warning(
-            "INSECURE: the scheduler listens on %s and lets anyone in as admin; give it "
-            "--users-file and --cluster-secret-file (`mangonel users add`)",
-            config.host,
-        )
-    elif authenticator.required and not config.security.tls and not loopback:
-        log.warning(
-            "INSECURE: passwords and tokens cross the network to %s in clear text; give "
-            "the scheduler --tls-dir (`mangonel certs init`)",
-            config.host,
-        )
 
 
 def _write_atomically(path: str, text: str) -> None:

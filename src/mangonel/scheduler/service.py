@@ -44,9 +44,7 @@ from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.registry import CLOSE, ExecutorListing
 from mangonel.scheduler.state_views import ExecutorState, JobState, StageView
 from mangonel.scheduler.tickets import TicketIssuer
-from mangonel.security import tls
-from mangonel.security.options import NODE_NAME
-from mangonel.security import tokens
+from mangonel.security import tls, tokens
 from mangonel.security.auth import (
     ANONYMOUS,
     AUTHORIZATION,
@@ -55,6 +53,7 @@ from mangonel.security.auth import (
     Principal,
     bearer_token,
 )
+from mangonel.security.options import NODE_NAME
 
 log = logging.getLogger(__name__)
 

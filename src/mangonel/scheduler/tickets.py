@@ -12,8 +12,11 @@ See ``mangonel.security.tickets`` for the format and the checks.
 
 from __future__ import annotations
 
+import dataclasses
+
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.security.tickets import TicketClaims, TicketSigner, session_hash, session_key_of
+from mangonel.task import PartitionLocation
 
 
 class TicketIssuer:
@@ -59,3 +62,17 @@ class TicketIssuer:
         session = session_hash(session_key_of(request_id))
         for loc in msg.result:
             self._sign(loc, msg.job_id, expires, session)
+
+    def sign_location(self, loc: PartitionLocation, job: str) -> PartitionLocation:
+        """A result location with a ticket that names no session (a Flight SQL
+        client's: see ``scheduler.flightsql``), valid as long as the result is kept."""
+        claims = TicketClaims(
+            path=loc.path,
+            job=job,
+            stage=int(loc.stage),
+            map_partition=loc.map_partition,
+            partition=loc.partition,
+            expires=self.signer.now() + self.result_ttl_s,
+            session="",
+        )
+        return dataclasses.replace(loc, ticket=self.signer.sign_text(claims))

@@ -19,8 +19,8 @@ from mangonel import defaults
 from mangonel.errors import ClusterError
 from mangonel.scheduler.core import SchedulerCore
 from mangonel.security import tls
-from mangonel.security.options import SecurityOptions
 from mangonel.security.auth import OPEN, Authenticator
+from mangonel.security.options import SecurityOptions
 from mangonel.web.app import create_app
 
 log = logging.getLogger(__name__)
