@@ -10,8 +10,9 @@ executor never import each other, and meet here, in ``proto`` and in ``plan``.
 * What a task leaves: ``PartitionOutput`` (a file it wrote) and, once the
   scheduler knows where, ``PartitionLocation``.
 * Why an attempt failed, typed: ``QueryError`` (the SQL itself), ``ExecutionError``
-  (a retry may help), ``FetchFailed`` (an upstream output could not be read;
-  ``FetchProblem`` says whether its executor or only that file is gone).
+  (a retry may help; ``ExecutionProblem`` says whether memory or disk ran out),
+  ``FetchFailed`` (an upstream output could not be read; ``FetchProblem`` says
+  whether its executor or only that file is gone).
 * What an executor is: ``ExecutorInfo``; and the orders the scheduler sends it over
   its command stream: ``LaunchTask``, ``CancelTask``, ``ReleaseOutputs``
   (``ExecutorCommand``).
@@ -172,11 +173,24 @@ class QueryError:
     message: str
 
 
+class ExecutionProblem(enum.Enum):
+    """What ran out when a task failed with an ``ExecutionError``."""
+
+    OTHER = "other"
+    """An I/O or internal error, an injected fault: nothing more is known."""
+    OUT_OF_MEMORY = "out of memory"
+    """The task needed more memory than its slot's share of the executor's budget."""
+    DISK_FULL = "disk full"
+    """The executor's work directory (shuffle files, spill) had no room left; the
+    executor takes no task until space returns."""
+
+
 @dataclass(frozen=True)
 class ExecutionError:
     """The task failed for a reason a retry may fix (out of memory, I/O)."""
 
     message: str
+    problem: ExecutionProblem = ExecutionProblem.OTHER
 
 
 class FetchProblem(enum.Enum):

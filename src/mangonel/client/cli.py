@@ -173,7 +173,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--slots", type=int, help="tasks run at once (default: CPU cores)")
     p.add_argument("--work-dir", help="shuffle files live here (default: a temp dir)")
-    p.add_argument("--memory-limit", help="DuckDB memory limit of each slot, e.g. 2GB")
+    p.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="the executor's memory budget, e.g. 2GB or 512MiB: the whole process fits in it, "
+        "and each slot's DuckDB gets an equal share of 60%% of it (less 160 MiB for the "
+        "process), spilling sorts, joins and aggregates past that (default: 80%% of the "
+        "host's memory or of the executor's cgroup limit, whichever is lower)",
+    )
+    p.add_argument(
+        "--spill",
+        metavar="SIZE",
+        help="disk the slots' DuckDBs may spill to, all together, in the work dir "
+        "(default: half its free space at start)",
+    )
+    p.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        help="deprecated: DuckDB memory limit of each slot (use --memory, the whole "
+        "executor's budget); when given, it overrides --memory's share",
+    )
     p.add_argument("--threads", type=int, help="DuckDB threads of each slot")
     p.add_argument("--host", default="127.0.0.1", help="interface of the Flight server")
     p.add_argument("--port", type=int, default=0, help="Flight server port; 0 picks one")
@@ -516,7 +535,9 @@ def cmd_executor(args: argparse.Namespace) -> int:
             bind_host=args.host,
             advertise_host=args.advertise_host,
             flight_port=args.port,
+            memory=args.memory,
             memory_limit=args.memory_limit,
+            spill=args.spill,
             threads=args.threads,
             drain_timeout_s=args.drain_timeout,
             fetch_timeout_s=args.fetch_timeout,

@@ -9,7 +9,13 @@ say *why* precisely:
   gone, or the file fails its checksum). It names that map output, so exactly
   it is recomputed.
 * ``ExecutionError``: anything else (out of memory, I/O, an internal error);
-  another attempt may succeed.
+  another attempt may succeed. Two kinds are told apart (``ExecutionProblem``):
+  ``OUT_OF_MEMORY``, DuckDB's ``OutOfMemoryException`` or Python's
+  ``MemoryError``: the message says the slot's limit and the executor's budget
+  it is a share of, and what to change; ``DISK_FULL``, ``ENOSPC`` (or a quota)
+  while writing shuffle or spill files, or DuckDB's spill cap reached
+  (``max_temp_directory_size``, also an ``OutOfMemoryException``): the executor
+  then reports itself unhealthy until space returns (``executor.health``).
 
 Object storage (``mangonel.storage``): an object that is gone, changed since it
 was registered, refused or not Parquet is a ``QueryError`` (every attempt would
@@ -19,10 +25,13 @@ meet the same object); a store that did not answer after its own retries is an
 
 from __future__ import annotations
 
+import errno
+
 import duckdb
 
 from mangonel.errors import CatalogError, ObjectStoreUnavailableError
-from mangonel.task import ExecutionError, FetchFailed, QueryError, TaskFailure
+from mangonel.executor.memory import SlotBudget, format_size
+from mangonel.task import ExecutionError, ExecutionProblem, FetchFailed, QueryError, TaskFailure
 
 # DuckDB's exception classes whose cause lies in the statement itself. Everything
 # else DuckDB raises (OutOfMemoryException, IOException, InternalException,
@@ -81,8 +90,19 @@ class TaskCancelledError(Exception):
     """The task was cancelled while it ran (the scheduler asked for it)."""
 
 
-def classify(exc: BaseException) -> TaskFailure:
+_DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+_DISK_FULL_TEXT = ("No space left on device", "Disk quota exceeded")
+_OUT_OF_MEMORY_PREFIX = "Out of Memory Error"
+_SPILL_CAP_SETTING = "max_temp_directory_size"
+
+
+def classify(exc: BaseException, budget: SlotBudget | None = None) -> TaskFailure:
     """Map an exception raised while running a task to a typed failure.
+
+    Args:
+        exc: What the task raised.
+        budget: The slot's memory and spill limits, named in an out-of-memory
+            or disk-full message.
 
     >>> classify(duckdb.BinderException("Binder Error: no column x"))
     QueryError(message='Binder Error: no column x')
@@ -98,6 +118,61 @@ def classify(exc: BaseException) -> TaskFailure:
         isinstance(exc, OSError) and message.startswith(_QUERY_ERROR_PREFIXES)
     ):
         return QueryError(message)
-    if isinstance(exc, MemoryError):
-        return ExecutionError(f"out of memory: {message}")
+    if _is_disk_full(exc):
+        return disk_full(message)
+    if isinstance(exc, duckdb.OutOfMemoryException | MemoryError) or message.startswith(
+        _OUT_OF_MEMORY_PREFIX
+    ):
+        if _SPILL_CAP_SETTING in message:
+            return spill_cap_reached(message, budget)
+        return out_of_memory(message, budget)
     return ExecutionError(f"{type(exc).__name__}: {message}")
+
+
+def out_of_memory(detail: str, budget: SlotBudget | None) -> ExecutionError:
+    """The failure of a task that needed more memory than its slot's share."""
+    share = f"its slot's share, {budget.describe()}" if budget else "its slot's memory"
+    return ExecutionError(
+        f"out of memory: the task needed more than {share}; raise the executors' "
+        f"--memory or lower their --slots (DuckDB said: {_first_line(detail)})",
+        ExecutionProblem.OUT_OF_MEMORY,
+    )
+
+
+def spill_cap_reached(detail: str, budget: SlotBudget | None) -> ExecutionError:
+    """The failure of a task that spilled more than its slot's part of the spill budget."""
+    cap = f" ({format_size(budget.spill)} per slot)" if budget and budget.spill is not None else ""
+    return ExecutionError(
+        f"disk full: the task spilled more than its slot's part of the executor's spill "
+        f"budget{cap}; give the executors more disk (--spill, --work-dir) or memory "
+        f"(--memory), or lower their --slots (DuckDB said: {_first_line(detail)})",
+        ExecutionProblem.DISK_FULL,
+    )
+
+
+def disk_full(detail: str) -> ExecutionError:
+    """The failure of a task that found no room in the work directory."""
+    return ExecutionError(
+        f"disk full: no space left in the executor's work directory for shuffle or "
+        f"spill files ({_first_line(detail)}); the task runs again on another executor, "
+        f"and this one takes no task until space returns",
+        ExecutionProblem.DISK_FULL,
+    )
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc``, or an exception it was raised from, is a full disk."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in _DISK_FULL_ERRNOS:
+            return True
+        if any(text in str(current) for text in _DISK_FULL_TEXT):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text

@@ -136,7 +136,13 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
     parser.add_argument("--advertise-host", default=None)
     parser.add_argument("--flight-port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--slots", type=int, default=defaults.slots)
-    parser.add_argument("--memory-limit", default=None, help="DuckDB memory_limit per slot")
+    parser.add_argument(
+        "--memory", default=None, metavar="SIZE", help="the executor's memory budget, e.g. 2GB"
+    )
+    parser.add_argument("--spill", default=None, metavar="SIZE", help="spill budget, all slots")
+    parser.add_argument(
+        "--memory-limit", default=None, help="deprecated: DuckDB memory_limit per slot"
+    )
     parser.add_argument("--threads", type=int, default=None, help="DuckDB threads per slot")
     parser.add_argument("--work-dir", default=defaults.work_dir, help="work root (shareable)")
     add_recovery_options(parser, defaults)
@@ -153,7 +159,9 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
         advertise_host=args.advertise_host,
         flight_port=args.flight_port,
         slots=args.slots,
+        memory=args.memory,
         memory_limit=args.memory_limit,
+        spill=args.spill,
         threads=args.threads,
         work_dir=args.work_dir,
         drain_timeout_s=args.drain_timeout,

@@ -84,6 +84,7 @@ from mangonel.executor.failures import TaskCancelledError, TaskFailedError, clas
 from mangonel.executor.flight import ShuffleFlightServer
 from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import CommandStream, ExecutorCommand, Registration, SchedulerLink
+from mangonel.executor.memory import format_size
 from mangonel.executor.runner import TaskRunner
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
 from mangonel.executor.state import (
@@ -178,6 +179,17 @@ class ExecutorService:
         self.flight = ShuffleFlightServer(
             self.work.root, self.registry, self.config.bind_host, self.config.flight_port
         )
+        budget = self.config.slot_budget()
+        if self.config.memory_limit is not None:
+            log.warning(
+                "--memory-limit (DuckDB's limit per slot) is deprecated: give --memory, "
+                "the executor's whole budget, and each slot gets a share of it"
+            )
+        log.info(
+            "each slot's DuckDB may use %s, and spill %s",
+            budget.describe(),
+            format_size(budget.spill) if budget.spill is not None else "DuckDB's default",
+        )
         for slot in range(self.config.slots):
             runner = TaskRunner(
                 None,
@@ -187,7 +199,7 @@ class ExecutorService:
                     retries=self.config.fetch_retries,
                 ),
                 os.path.join(self._spill.path, f"slot-{slot}"),
-                self.config.memory_limit,
+                budget,
                 self.config.threads_per_slot,
             )
             self._slots.append(runner)

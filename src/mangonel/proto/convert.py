@@ -13,6 +13,7 @@ from mangonel.proto import mangonel_pb2 as pb
 from mangonel.task import (
     CancelTask,
     ExecutionError,
+    ExecutionProblem,
     FetchFailed,
     FetchProblem,
     FileSplit,
@@ -226,7 +227,10 @@ def failure_to_proto(failure: TaskFailure) -> pb.TaskFailure:
     if isinstance(failure, QueryError):
         return pb.TaskFailure(query=pb.QueryFailure(message=failure.message))
     if isinstance(failure, ExecutionError):
-        return pb.TaskFailure(execution=pb.ExecutionFailure(message=failure.message))
+        problem = "" if failure.problem is ExecutionProblem.OTHER else failure.problem.value
+        return pb.TaskFailure(
+            execution=pb.ExecutionFailure(message=failure.message, problem=problem)
+        )
     return pb.TaskFailure(
         fetch=pb.FetchFailure(
             executor=failure.executor,
@@ -243,7 +247,11 @@ def failure_from_proto(msg: pb.TaskFailure) -> TaskFailure:
     if kind == "query":
         return QueryError(msg.query.message)
     if kind == "execution":
-        return ExecutionError(msg.execution.message)
+        try:
+            kind = ExecutionProblem(msg.execution.problem or ExecutionProblem.OTHER.value)
+        except ValueError:  # a kind a newer executor knows: still a retryable failure
+            kind = ExecutionProblem.OTHER
+        return ExecutionError(msg.execution.message, kind)
     if kind == "fetch":
         f = msg.fetch
         problem = FetchProblem.OUTPUT_LOST if f.output_lost else FetchProblem.UNREACHABLE

@@ -186,10 +186,12 @@ class QueryFailure(_message.Message):
     def __init__(self, message: _Optional[str] = ...) -> None: ...
 
 class ExecutionFailure(_message.Message):
-    __slots__ = ("message",)
+    __slots__ = ("message", "problem")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
     message: str
-    def __init__(self, message: _Optional[str] = ...) -> None: ...
+    problem: str
+    def __init__(self, message: _Optional[str] = ..., problem: _Optional[str] = ...) -> None: ...
 
 class FetchFailure(_message.Message):
     __slots__ = ("executor", "stage", "map_partition", "message", "output_lost")
@@ -276,12 +278,14 @@ class ExecutorCommand(_message.Message):
     def __init__(self, cause: _Optional[int] = ..., launch: _Optional[_Union[LaunchTask, _Mapping]] = ..., cancel: _Optional[_Union[CancelTask, _Mapping]] = ..., release: _Optional[_Union[ReleaseOutputs, _Mapping]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("executor_id", "running_tasks")
+    __slots__ = ("executor_id", "running_tasks", "unhealthy")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
     executor_id: str
     running_tasks: int
-    def __init__(self, executor_id: _Optional[str] = ..., running_tasks: _Optional[int] = ...) -> None: ...
+    unhealthy: str
+    def __init__(self, executor_id: _Optional[str] = ..., running_tasks: _Optional[int] = ..., unhealthy: _Optional[str] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("reregister",)
