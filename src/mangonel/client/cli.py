@@ -839,7 +839,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _why(e: ExecutorStatus) -> str:
-    """Why an executor left (or, while it is alive, how long it has been silent)."""
+    """Why an executor left (or, while it is alive, how long it has been silent
+    or why it takes no task)."""
+    if e.state in (ExecutorState.ALIVE, ExecutorState.DRAINING) and e.unhealthy:
+        return f"unhealthy: {e.unhealthy}"
     if e.state in (ExecutorState.ALIVE, ExecutorState.DRAINING) and e.heartbeat_age_s >= 2:
         silent = f"silent for {e.heartbeat_age_s:.0f} s"
         return " - ".join(x for x in (silent, e.detail) if x)

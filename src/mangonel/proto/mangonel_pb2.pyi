@@ -492,7 +492,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ExecutorStatus(_message.Message):
-    __slots__ = ("id", "host", "flight_address", "slots", "pid", "state", "since", "reason", "detail", "running_tasks", "heartbeat_age_s")
+    __slots__ = ("id", "host", "flight_address", "slots", "pid", "state", "since", "reason", "detail", "running_tasks", "heartbeat_age_s", "unhealthy")
     ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -504,6 +504,7 @@ class ExecutorStatus(_message.Message):
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
     id: str
     host: str
     flight_address: str
@@ -515,7 +516,8 @@ class ExecutorStatus(_message.Message):
     detail: str
     running_tasks: int
     heartbeat_age_s: float
-    def __init__(self, id: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., since: _Optional[float] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., running_tasks: _Optional[int] = ..., heartbeat_age_s: _Optional[float] = ...) -> None: ...
+    unhealthy: str
+    def __init__(self, id: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., since: _Optional[float] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., running_tasks: _Optional[int] = ..., heartbeat_age_s: _Optional[float] = ..., unhealthy: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("scheduler_address", "executors", "jobs")

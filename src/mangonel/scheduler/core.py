@@ -522,8 +522,10 @@ class SchedulerCore:
             self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
             self._closed(executor)
 
-    def heartbeat(self, executor: ExecutorId) -> bool:
+    def heartbeat(self, executor: ExecutorId, unhealthy: str = "") -> bool:
         """Record a heartbeat; return False when the executor must register again.
+
+        ``unhealthy``: why the executor can take no task now, ``""`` when it can.
 
         A thawed executor that was declared lost while frozen hears False here
         (its stream was closed too): it registers anew, under a new id.
@@ -532,7 +534,7 @@ class SchedulerCore:
             view = self._state.executor(executor)
             if view is None or view.state is ExecutorState.LOST:
                 return False
-            self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor))
+            self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy))
             return True
 
     def report_completed(

@@ -99,6 +99,9 @@ class ExecutorConnected(Event):
 @dataclass(frozen=True)
 class ExecutorHeartbeat(Event):
     executor: ExecutorId
+    unhealthy: str = ""
+    """Why the executor can take no task now (its work directory is full);
+    ``""`` when it can. No task is placed on it until a heartbeat clears it."""
 
 
 @dataclass(frozen=True)

@@ -214,6 +214,7 @@ def executor_status(entry: ExecutorListing, now: float) -> pb.ExecutorStatus:
         detail=view.detail,
         running_tasks=view.running,
         heartbeat_age_s=max(0.0, now - view.last_heartbeat) if entry.usable else 0.0,
+        unhealthy=view.unhealthy if entry.usable else "",
     )
 
 
@@ -275,7 +276,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
-        known = self.core.heartbeat(ExecutorId(request.executor_id))
+        known = self.core.heartbeat(ExecutorId(request.executor_id), request.unhealthy)
         return pb.HeartbeatResponse(reregister=not known)
 
     @rpc

@@ -218,7 +218,7 @@ class SchedulerState:
             case ExecutorConnected():
                 self._connected(event, step)
             case ExecutorHeartbeat():
-                self._executors.heard_from(event.executor, event.time)
+                self._executors.heard_from(event.executor, event.time, event.unhealthy)
             case ExecutorDraining():
                 self._executors.drain(event.executor, event.time)
             case ExecutorLost():

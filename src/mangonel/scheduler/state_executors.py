@@ -75,6 +75,9 @@ class ExecutorRecord:
     no task, but its outputs count as held until it is given up on."""
     resuming: Resume | None = None
     """Set while awaiting, once its resume was accepted and until its stream opens."""
+    unhealthy: str = ""
+    """Why it takes no task now, as its last heartbeat said (a full work
+    directory); ``""`` when it is healthy."""
 
     @property
     def id(self) -> ExecutorId:
@@ -82,7 +85,7 @@ class ExecutorRecord:
 
     @property
     def free_slots(self) -> int:
-        if self.state is not ExecutorState.ALIVE or self.awaiting:
+        if self.state is not ExecutorState.ALIVE or self.awaiting or self.unhealthy:
             return 0
         return max(0, self.info.slots - len(self.running))
 
@@ -104,6 +107,7 @@ class ExecutorRecord:
             detail=self.detail,
             running=len(self.running),
             last_heartbeat=self.last_heartbeat,
+            unhealthy=self.unhealthy,
         )
 
 
@@ -215,10 +219,13 @@ class ExecutorRegistry:
         rec.resuming = offer
         return True
 
-    def heard_from(self, executor: ExecutorId, now: float) -> None:
+    def heard_from(self, executor: ExecutorId, now: float, unhealthy: str | None = None) -> None:
+        """A heartbeat; ``unhealthy`` (when given) replaces what the last one said."""
         rec = self._live.get(executor) or self._connecting.get(executor)
         if rec is not None:
             rec.last_heartbeat = max(rec.last_heartbeat, now)
+            if unhealthy is not None:
+                rec.unhealthy = unhealthy
 
     def drain(self, executor: ExecutorId, now: float) -> None:
         rec = self._live.get(executor)

@@ -60,6 +60,8 @@ class ExecutorView:
     running: int
     """Task attempts it is running now (0 once lost)."""
     last_heartbeat: float
+    unhealthy: str = ""
+    """Why it takes no task now (its work directory is full); ``""`` when it may."""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,9 @@ class ExecutorModel(BaseModel):
     slots: int
     running_tasks: int
     heartbeat_age_s: float = Field(description="seconds since it was last heard from")
+    unhealthy: str = Field(
+        default="", description="why it takes no task now (its work directory is full)"
+    )
     shuffle_bytes_held: int = Field(description="bytes of shuffle files it wrote, not released")
 
 

@@ -41,6 +41,7 @@ def executor_model(entry: ExecutorListing, held: int, now: float) -> ExecutorMod
         slots=view.slots,
         running_tasks=view.running if entry.usable else 0,
         heartbeat_age_s=max(0.0, now - view.last_heartbeat) if entry.usable else 0.0,
+        unhealthy=view.unhealthy if entry.usable else "",
         shuffle_bytes_held=held if entry.usable else 0,
     )
 
