@@ -85,7 +85,7 @@ class FakeLink:
             self.streams.append(stream)
         return stream
 
-    def heartbeat(self, executor: ExecutorId, running_tasks: int) -> bool:
+    def heartbeat(self, executor: ExecutorId, running_tasks: int, unhealthy: str = "") -> bool:
         with self.lock:
             self.heartbeats.append((executor, running_tasks, time.monotonic()))
             return self.known
