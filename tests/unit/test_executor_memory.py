@@ -4,6 +4,7 @@ out of either is classified (``executor.failures``)."""
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 
 import duckdb
@@ -13,10 +14,19 @@ import pytest
 from mangonel.executor import memory as mem
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.failures import TaskFailedError, classify
+from mangonel.executor.health import DiskHealth, DiskSpace
 from mangonel.executor.runner import TaskRunner
 from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter
 from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import ExecutionError, ExecutionProblem, OutputKind, OutputSpec, TaskSpec
+from mangonel.testing.faults import (
+    Action,
+    FaultFileError,
+    FaultInjector,
+    parse_rule,
+    write_rules,
+)
+from mangonel.testing.limits import SmallDisk, small_disks_available
 
 
 @pytest.mark.parametrize(
@@ -168,3 +178,52 @@ def test_enospc_anywhere_in_the_cause_chain_is_a_full_disk() -> None:
     assert isinstance(io, ExecutionError) and io.problem is ExecutionProblem.DISK_FULL
     other = classify(duckdb.IOException("IO Error: Cannot open file"))
     assert isinstance(other, ExecutionError) and other.problem is ExecutionProblem.OTHER
+
+
+def test_disk_health_low_water_and_hold() -> None:
+    health = DiskHealth(hold_s=10)
+    big = 100 * 2**30
+    assert health.check(DiskSpace("/w", 300 * 2**20, big), now=0) == ""
+    # Under 256 MiB free on a big disk is full; on a 64 MiB disk, under 5% is.
+    assert "is full" in health.check(DiskSpace("/w", 200 * 2**20, big), now=0)
+    assert health.check(DiskSpace("/w", 4 * 2**20, 64 * 2**20), now=0) == ""
+    assert "is full" in health.check(DiskSpace("/w", 2**20, 64 * 2**20), now=0)
+    # After a disk-full failure it stays unhealthy for hold_s, however much is free.
+    health.disk_full(now=100)
+    assert "found /w full" in health.check(DiskSpace("/w", big, big), now=105)
+    assert health.check(DiskSpace("/w", big, big), now=110) == ""
+
+
+def test_fill_disk_and_hog_memory_rules_parse() -> None:
+    fill = parse_rule({"action": "fill_disk", "stage": 2, "leave": 4096})
+    assert (fill.action, fill.stage, fill.amount, fill.attempt) == (Action.FILL_DISK, 2, 4096, 0)
+    hog = parse_rule({"action": "hog_memory", "stage": 1, "bytes": 2**30})
+    assert (hog.action, hog.amount) == (Action.HOG_MEMORY, 2**30)
+    with pytest.raises(FaultFileError, match="needs bytes"):
+        parse_rule({"action": "hog_memory", "stage": 1})
+    with pytest.raises(FaultFileError, match="needs a stage"):
+        parse_rule({"action": "fill_disk"})
+    with pytest.raises(FaultFileError, match="takes no bytes"):
+        parse_rule({"action": "fill_disk", "stage": 1, "bytes": 1})
+
+
+def test_fill_disk_fault_leaves_the_work_root_full(tmp_path: Path) -> None:
+    if not small_disks_available():
+        pytest.skip("needs root to mount a tmpfs")
+    with SmallDisk(str(tmp_path / "disk"), 8 * 2**20) as disk:
+        rules = tmp_path / "faults.json"
+        write_rules(str(rules), [{"action": "fill_disk", "stage": 1, "leave": 2**20}])
+        injector = FaultInjector(str(rules), "0", work_dir=disk.path)
+        attempt = TaskAttemptId(TaskId(JobId("j"), StageId(1), 3), 0)
+        injector.task_started(attempt)
+        assert disk.free() <= 2**20 + 64 * 2**10
+        writer = ShuffleWriter(os.path.join(disk.path, "shuffle"))
+        table = pa.table({"x": pa.array(range(1_000_000))})
+        with pytest.raises(OSError) as raised:
+            writer.write_table(attempt, 0, table)
+        assert isinstance(classify(raised.value), ExecutionError)
+        assert classify(raised.value).problem is ExecutionProblem.DISK_FULL  # type: ignore[union-attr]
+        # The attempt's files are gone, temporary and final alike.
+        assert [f for _, _, fs in os.walk(writer.root) for f in fs] == []
+        disk.free_up()
+        assert disk.free() > 7 * 2**20

@@ -553,7 +553,7 @@ class LocalCluster:
             args += self.executor_options(index)
             handle = ExecutorHandle(
                 index,
-                args,
+                self.executor_command(index, args),
                 self.log_dir / f"executor-{index}.log",
                 self._env(),
                 self.executor_root,
@@ -569,6 +569,11 @@ class LocalCluster:
         if self.executor_args_for is not None:
             options += self.executor_args_for(index)
         return options
+
+    def executor_command(self, index: int, args: list[str]) -> list[str]:
+        """The command line that starts executor ``index``: ``args`` itself. A
+        subclass may wrap it (the test cluster starts some in a memory cgroup)."""
+        return args
 
     def _check_alive(self, proc: ProcessHandle) -> None:
         if not proc.alive():

@@ -64,7 +64,7 @@ def task_hooks(config: ExecutorConfig) -> TaskHooks:
     from mangonel.testing.faults import FaultInjector
 
     label = str(config.index) if config.index is not None else ""
-    return FaultInjector(config.faults_file, label)
+    return FaultInjector(config.faults_file, label, work_dir=config.work_dir)
 
 
 def stop_executor(

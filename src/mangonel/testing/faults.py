@@ -30,6 +30,16 @@ The rules, one JSON object each (a file holds a list of them; ``[]`` clears):
   ``task_finished``) to false. Tasks are counted from when the rule was read; a
   task counts as finished only when it wrote its output (failed and cancelled
   attempts are not counted).
+* ``{"action": "fill_disk", "stage": S, "partition": P, "attempt": A, "leave": B}``:
+  at that attempt's start, write a ballast file into the executor's work root
+  (``testing.limits.BALLAST_NAME``) that leaves about B bytes (default 0) free,
+  so the task's shuffle or spill writes meet a full disk mid-write; on a
+  ``testing.limits.SmallDisk`` this is quick. The ballast stays until the test
+  deletes it (``TestCluster.free_up_disk``).
+* ``{"action": "hog_memory", "stage": S, "partition": P, "attempt": A, "bytes": B}``:
+  at that attempt's start, allocate and touch B bytes and keep them until the
+  process ends: under a cgroup memory limit below that (``TestCluster``'s
+  ``executor_memory``), the kernel's OOM killer SIGKILLs the executor mid-task.
 * ``{"action": "corrupt" | "delete", "stage": S, "map_partition": M, "partition": P}``:
   right after task M of stage S wrote its output, flip bytes in the middle of
   output partition P's file / delete it, before the report. ``map_partition``
@@ -47,6 +57,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import mmap
 import os
 import signal
 import threading
@@ -57,6 +68,7 @@ from typing import Any
 from mangonel.executor.failures import TaskFailedError
 from mangonel.ids import TaskAttemptId
 from mangonel.task import ExecutionError, PartitionOutput
+from mangonel.testing.limits import fill
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +83,8 @@ class Action(enum.Enum):
     FREEZE = "freeze"
     CORRUPT = "corrupt"
     DELETE = "delete"
+    FILL_DISK = "fill_disk"
+    HOG_MEMORY = "hog_memory"
 
 
 class When(enum.Enum):
@@ -93,6 +107,8 @@ class FaultRule:
     before_report: bool = False
     map_partition: int | None = None
     """``corrupt``/``delete`` only: the task (map partition) whose file is hit."""
+    amount: int = 0
+    """``fill_disk``: bytes left free (``leave``); ``hog_memory``: bytes taken (``bytes``)."""
 
     def describe(self) -> str:
         parts = [self.action.value]
@@ -106,8 +122,12 @@ class FaultRule:
             parts.append(f"map partition {self.map_partition}")
         if self.partition is not None:
             parts.append(f"partition {self.partition}")
-        if self.action is Action.FAIL:
+        if self.action in _AT_ATTEMPT:
             parts.append(f"attempt {self.attempt}")
+        if self.action is Action.FILL_DISK:
+            parts.append(f"leaving {self.amount} bytes")
+        if self.action is Action.HOG_MEMORY:
+            parts.append(f"of {self.amount} bytes")
         return " ".join(parts)
 
 
@@ -117,7 +137,11 @@ _ALLOWED = {
     Action.FREEZE: {"when", "stage", "nth", "before_report"},
     Action.CORRUPT: {"stage", "map_partition", "partition"},
     Action.DELETE: {"stage", "map_partition", "partition"},
+    Action.FILL_DISK: {"stage", "partition", "attempt", "leave"},
+    Action.HOG_MEMORY: {"stage", "partition", "attempt", "bytes"},
 }
+_AT_ATTEMPT = (Action.FAIL, Action.FILL_DISK, Action.HOG_MEMORY)
+"""Actions that hit one attempt of a task at its start."""
 
 
 def parse_rule(raw: Mapping[str, Any]) -> FaultRule:
@@ -164,8 +188,11 @@ def parse_rule(raw: Mapping[str, Any]) -> FaultRule:
     if before_report and when is not When.TASK_FINISHED:
         raise FaultFileError(f"rule {dict(raw)}: before_report needs when=task_finished")
     stage = number("stage", None, 1)
-    if action is Action.FAIL and stage is None:
-        raise FaultFileError(f"rule {dict(raw)}: fail needs a stage")
+    if action in _AT_ATTEMPT and stage is None:
+        raise FaultFileError(f"rule {dict(raw)}: {action.value} needs a stage")
+    if action is Action.HOG_MEMORY and "bytes" not in raw:
+        raise FaultFileError(f"rule {dict(raw)}: hog_memory needs bytes")
+    amount = number("leave", 0, 0) if action is Action.FILL_DISK else number("bytes", 1, 1)
     return FaultRule(
         action=action,
         stage=stage,
@@ -175,6 +202,7 @@ def parse_rule(raw: Mapping[str, Any]) -> FaultRule:
         nth=number("nth", 1, 1) or 1,
         before_report=before_report,
         map_partition=number("map_partition", None, 0),
+        amount=amount or 0,
     )
 
 
@@ -238,6 +266,7 @@ class FaultInjector:
         path: The faults file; ``None`` injects nothing. A missing file means no rules.
         label: Names this executor in log lines and injected errors (e.g. its index).
         signal_self: Sends a signal to this process; replaced in unit tests.
+        work_dir: The executor's work root, where ``fill_disk`` writes its ballast.
     """
 
     def __init__(
@@ -245,9 +274,13 @@ class FaultInjector:
         path: str | None,
         label: str = "",
         signal_self: Callable[[int], None] = _kill_self,
+        work_dir: str | None = None,
     ) -> None:
         self.path = path
         self.label = label
+        self.work_dir = work_dir
+        self._hogs: list[bytearray] = []
+        """Memory taken by ``hog_memory``, kept for the life of the process."""
         self._signal_self = signal_self
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
@@ -304,18 +337,32 @@ class FaultInjector:
         """
         self.reload_if_changed()
         self._signal_at(When.TASK_STARTED, attempt, before_report=False)
-        rule = self._take(
-            lambda r: (
-                r.action is Action.FAIL
-                and r.stage == attempt.task.stage
-                and r.partition in (None, attempt.task.partition)
-                and r.attempt == attempt.attempt
-            )
-        )
-        if rule is not None:
-            raise TaskFailedError(
-                ExecutionError(f"injected fault: {rule.describe()} on {self._who()} ({attempt})")
-            )
+        for action in (Action.FILL_DISK, Action.HOG_MEMORY, Action.FAIL):
+
+            def hits(r: FaultRule, action: Action = action) -> bool:
+                return (
+                    r.action is action
+                    and r.stage == attempt.task.stage
+                    and r.partition in (None, attempt.task.partition)
+                    and r.attempt == attempt.attempt
+                )
+
+            rule = self._take(hits)
+            if rule is None:
+                continue
+            log.warning("injected fault: %s on %s at %s", rule.describe(), self._who(), attempt)
+            if rule.action is Action.FILL_DISK:
+                if self.work_dir is None:
+                    raise RuntimeError("fill_disk needs the executor's work root")
+                fill(self.work_dir, rule.amount)
+            elif rule.action is Action.HOG_MEMORY:
+                self._hogs.append(_touched(rule.amount))
+            else:
+                raise TaskFailedError(
+                    ExecutionError(
+                        f"injected fault: {rule.describe()} on {self._who()} ({attempt})"
+                    )
+                )
 
     def outputs_written(self, attempt: TaskAttemptId, outputs: Sequence[PartitionOutput]) -> None:
         """Corrupt or delete output files the rules name (before the report)."""
@@ -410,6 +457,14 @@ class FaultInjector:
                 ):
                     self._fired.add(armed.key)
             self._armed = [a for a in self._armed if a.key not in self._fired]
+
+
+def _touched(size: int) -> bytearray:
+    """``size`` bytes of memory, every page written (so that it is really taken)."""
+    hog = bytearray(size)
+    page = mmap.PAGESIZE
+    hog[::page] = b"\1" * len(range(0, size, page))
+    return hog
 
 
 def _flip_middle(path: str) -> None:
