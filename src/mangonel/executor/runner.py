@@ -157,8 +157,6 @@ class TaskRunner:
             budget = SlotBudget(size, None, size, 1, "memory limit")
         self.budget = budget
         self._threads = threads
-        self._spilled = 0
-        """The most bytes the running task had in the slot's spill files at once."""
         self._con = _locked_connection(spill_dir, budget, threads)
         self._running_con = self._con
         """The database the active task runs in (what ``cancel`` interrupts)."""
@@ -189,6 +187,7 @@ class TaskRunner:
         views: list[str] = []
         opened: list[storage.ObjectFile] = []
         con = self._con
+        watch = _SpillWatch(self._spill_dir)
         try:
             self._check_cancelled()
             sqls = {s.name: self._scan_sql(s.columns, s.splits) for s in spec.scans}
@@ -229,9 +228,9 @@ class TaskRunner:
                 raise
             raise TaskFailedError(classify(exc, self.budget)) from exc
         finally:
-            if self._spilled:
-                log.info("task %s spilled %s at most", spec.attempt, format_size(self._spilled))
-                self._spilled = 0
+            spilled = watch.stop()
+            if spilled:
+                log.info("task %s spilled %s at most", spec.attempt, format_size(spilled))
             for name in registered:
                 try:
                     con.unregister(name)
@@ -425,9 +424,6 @@ class TaskRunner:
     def _batches(self, stream: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
         for batch in stream:
             self._check_cancelled()
-            # Sorts and aggregates spill before their first batch comes out, and
-            # DuckDB deletes the files when the query ends: look while it runs.
-            self._spilled = max(self._spilled, _spill_bytes(self._spill_dir))
             yield batch
 
     def _is_cancelled(self) -> bool:
@@ -473,6 +469,36 @@ _NO_EXTENSIONS: dict[str, str | bool | int | float | list[str]] = {
 }
 """Every database of an executor: no extension is installed or loaded behind its back
 (an ``s3://`` path would make DuckDB download ``httpfs``; ``storage`` reads those)."""
+
+
+class _SpillWatch:
+    """How much a task spilled at most: the slot's spill files, looked at while it runs.
+
+    DuckDB writes and deletes its temporary files inside a query (a hash
+    aggregate's spilled partitions are gone before its first row comes out), so
+    they are looked at on a thread every ``_SPILL_POLL_S``, not after.
+    """
+
+    def __init__(self, spill_dir: str) -> None:
+        self._dir = spill_dir
+        self._done = threading.Event()
+        self.peak = 0
+        self._thread = threading.Thread(target=self._watch, name="spill-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(_SPILL_POLL_S):
+            self.peak = max(self.peak, _spill_bytes(self._dir))
+
+    def stop(self) -> int:
+        """Stop looking; the most bytes seen."""
+        self._done.set()
+        self._thread.join()
+        return self.peak
+
+
+_SPILL_POLL_S = 0.05
+"""A spill that lasts less than this may go unseen (and costs little)."""
 
 
 def _spill_bytes(spill_dir: str) -> int:

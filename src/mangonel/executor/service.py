@@ -212,6 +212,7 @@ class ExecutorService:
                     self.config.host,
                     timeout_s=self.config.fetch_timeout_s,
                     retries=self.config.fetch_retries,
+                    spool_dir=os.path.join(self._spill.path, f"fetched-{slot}"),
                 ),
                 os.path.join(self._spill.path, f"slot-{slot}"),
                 budget,
