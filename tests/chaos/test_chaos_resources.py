@@ -11,6 +11,10 @@ executor limited (``mangonel.testing.limits``, needs root):
   ``ENOSPC`` mid-write. The task fails as ``disk full``, runs elsewhere, no
   half-written file is left, the executor reports itself unhealthy (no task goes
   there) until the ballast is deleted, and then takes tasks again.
+
+Two more need no root: a query out of memory on every attempt fails saying how
+much memory it had, and a sort bigger than its slot's memory spills and answers
+right (in cgroups too, when there are, without an OOM kill).
 """
 
 from __future__ import annotations
@@ -183,3 +187,30 @@ def test_out_of_memory_on_every_attempt_fails_the_job_saying_how_much(
         # The executors are fine: a query that fits still runs.
         check(session, reference, 6)
         assert all(handle.alive() for handle in cluster.executors)
+
+
+def test_a_sort_bigger_than_its_slots_memory_spills_and_answers_right(
+    work_dir: Path, tpch_dir: Path, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # 256 MiB over 2 slots: each DuckDB may hold 28.8 MiB; the sort's input,
+    # 600k lineitem rows with their comments, is bigger than that.
+    sql = (
+        "SELECT l_orderkey, l_linenumber, l_comment FROM lineitem "
+        "ORDER BY l_comment, l_orderkey, l_linenumber"
+    )
+    limits: dict[str, Any] = {"executor_args": ("--memory", "256MiB"), "executors": 2}
+    if memory_cgroups_available():
+        limits["executor_memory"] = {0: 256 * MIB, 1: 256 * MIB}
+    cluster = TestCluster(work_dir=work_dir, slots=2, **limits)
+    with cluster:
+        with cluster.connect() as session:
+            session.register_parquet("lineitem", str(tpch_dir / "lineitem.parquet"))
+            result = session.sql(sql)
+            expected = duckdb_ref.sql(sql).to_arrow_table()
+            assert expected.num_rows > 500_000
+            assert_same_result(result.to_arrow(), expected, ordered=True)
+        logs = "".join(h.log_tail(200_000) for h in cluster.executors)
+        assert "spilled" in logs, "no task spilled: the test proves nothing"
+        assert all(h.alive() for h in cluster.executors)
+        if cluster.cgroups:
+            assert cluster.oom_kills(0) == cluster.oom_kills(1) == 0
