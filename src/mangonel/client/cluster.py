@@ -164,7 +164,9 @@ class LocalCluster:
         executors: Executor processes to start.
         work_dir: Root of the executors' work directories and the logs; a new
             temporary directory (removed on a clean stop) when ``None``.
-        slots: Task slots of each executor. ``None``: the host's cores shared out
+        slots: Task slots of each executor (each executor's memory budget, unless
+            its options give ``--memory``, is an equal share of the host's, see
+            ``executor_memory_share``). ``None``: the host's cores shared out
             among the executors (at least one each), since they all run here; an
             executor alone on its host takes one per core. On two cores, two
             executors of two slots each ran TPC-H SF1 4 % slower than two of one
@@ -307,6 +309,14 @@ class LocalCluster:
         if self.slots is not None:
             return self.slots
         return max(1, (os.cpu_count() or 1) // max(1, self.num_executors))
+
+    def executor_memory_share(self) -> int:
+        """``--memory`` of each executor unless its options give one: they all run on
+        this host, so they share the default budget of one (``executor.memory``:
+        80% of the host's memory or of this process's cgroup limit) equally."""
+        from mangonel.executor import memory  # a small module; the executor stays unloaded
+
+        return memory.default_budget() // max(1, self.num_executors)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -550,7 +560,10 @@ class LocalCluster:
             ]  # fmt: skip
             args += ["--slots", str(self.executor_slots)]
             args += self.storage.to_args()
-            args += self.executor_options(index)
+            options = self.executor_options(index)
+            if not {"--memory", "--memory-limit"} & set(options):
+                args += ["--memory", str(self.executor_memory_share())]
+            args += options
             handle = ExecutorHandle(
                 index,
                 self.executor_command(index, args),
