@@ -14,6 +14,9 @@ function why(e) {
   if (e.heartbeat_age_s >= 2) {
     return `<span class="reason">silent for ${e.heartbeat_age_s.toFixed(0)} s</span>`;
   }
+  if (e.unhealthy) {  // takes no task: its work directory is full
+    return `<span class="reason">unhealthy</span><div class="detail">${esc(e.unhealthy)}</div>`;
+  }
   return e.detail ? `<span class="detail">${esc(e.detail)}</span>` : "";
 }
 
