@@ -6,6 +6,9 @@ executor limited (``mangonel.testing.limits``, needs root):
 * OOM kill: executor 0 runs in a memory cgroup; a ``hog_memory`` fault takes more
   than its limit when its first stage-1 task starts, so the kernel's OOM killer
   SIGKILLs it mid-query. It is an ordinary loss: the task runs again elsewhere.
+  And without a fault: an executor whose DuckDB may take more than its cgroup
+  allows (a misconfigured ``--memory``) is killed by the kernel in a big sort,
+  and executors that join finish the query.
 * Full disk: executor 0's work root is a small tmpfs; a ``fill_disk`` fault fills
   it when its first stage-1 task starts, so that task's shuffle writes meet
   ``ENOSPC`` mid-write. The task fails as ``disk full``, runs elsewhere, no
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -214,3 +218,52 @@ def test_a_sort_bigger_than_its_slots_memory_spills_and_answers_right(
         assert all(h.alive() for h in cluster.executors)
         if cluster.cgroups:
             assert cluster.oom_kills(0) == cluster.oom_kills(1) == 0
+
+
+@pytest.mark.skipif(not memory_cgroups_available(), reason="needs a writable memory cgroup")
+def test_an_executor_whose_duckdb_outgrows_its_cgroup_is_killed_and_others_finish(
+    work_dir: Path, tpch_dir: Path, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # Misconfigured on purpose: DuckDB may take 2.4 GiB per slot (--memory 8GiB)
+    # in a 256 MiB cgroup, and the sort keys alone are about 160 MB. The kernel's
+    # OOM killer, not a fault rule, ends the executor mid-task.
+    sql = (
+        "SELECT l_orderkey, l_linenumber FROM lineitem "
+        "ORDER BY repeat(l_comment, 10), l_orderkey, l_linenumber"
+    )
+    cluster = TestCluster(
+        executors=1,
+        work_dir=work_dir,
+        slots=2,
+        executor_memory={0: 256 * MIB},
+        executor_args=("--memory", "8GiB"),
+    )
+    with cluster, cluster.connect() as session:
+        session.register_parquet("lineitem", str(tpch_dir / "lineitem.parquet"))
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                result = session.sql(sql)
+                outcome["table"], outcome["rerun"] = result.to_arrow(), result.tasks_rerun
+            except Exception as exc:  # handed to the test's thread
+                outcome["error"] = exc
+
+        # One stage of one task: lineitem at SF 0.1 is one split, and the sort
+        # runs with the scan, so the one task's memory is the whole sort's.
+        explained = session.explain(sql)
+        assert "1 stages" in explained and "1 task(s)" in explained, explained
+        query = threading.Thread(target=run)
+        query.start()
+        victim = cluster.executors[0]
+        wait_exit(victim, timeout=60)
+        assert victim.process.returncode == -9, f"exit code {victim.process.returncode}"
+        assert cluster.oom_kills(0) >= 1, "the kernel's OOM killer did not kill it"
+        # Executors outside the cgroup join and finish the query.
+        cluster.add_executor()
+        cluster.add_executor()
+        query.join(90)
+        assert not query.is_alive() and "error" not in outcome, outcome
+        assert outcome["rerun"] >= 1
+        expected = duckdb_ref.sql(sql).to_arrow_table()
+        assert_same_result(outcome["table"], expected, ordered=True)
