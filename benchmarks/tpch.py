@@ -26,6 +26,13 @@ DuckDB, DataFusion and Ballista each run in a child process of their own, so the
 peak memory reported is that engine's own (``VmHWM``); for mangonel it is the sum
 over the scheduler and executor processes, read just before the cluster stops.
 
+``--secure`` adds ``mangonel-secure``: a second ``LocalCluster`` with security on
+(``secure=True``: TLS on every channel, signed tickets), run side by side with the
+plaintext one, query by query. ``--flight-shuffle`` gives each executor (of both
+clusters) a host identity of its own, so shuffle partitions cross between executors
+over Flight, as on several machines, instead of being read from the shared disk:
+that is where TLS costs most.
+
 ``--latency`` adds the latency of trivial queries end to end; ``--shuffle`` the
 shuffle throughput against the raw Flight loopback rate (see ``micro.py``);
 ``--no-tpch`` runs only those.
@@ -81,6 +88,7 @@ from helpers import (  # noqa: E402  (the test helpers live outside the package)
 
 ALL_ENGINES = ("duckdb", "mangonel", "datafusion", "ballista")
 REFERENCE = "duckdb"
+SECURE_ENGINE = "mangonel-secure"
 NUMERIC_KINDS = {"integer", "decimal", "float"}
 
 
@@ -156,6 +164,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--queries", default="1-22", help="which queries, e.g. '1,3,5' or '1-22' (default all)"
     )
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="also run mangonel with security on (TLS everywhere, signed tickets), side by side",
+    )
+    parser.add_argument(
+        "--flight-shuffle",
+        action="store_true",
+        help="executors report hosts of their own: shuffles go over Flight, not the disk",
+    )
     parser.add_argument("--latency", action="store_true", help="trivial-query latency p50/p95")
     parser.add_argument("--shuffle", action="store_true", help="shuffle vs Flight loopback")
     parser.add_argument("--no-tpch", action="store_true", help="skip the 22 queries")
@@ -170,6 +188,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"unknown engines {sorted(unknown)}; choose from {ALL_ENGINES}")
     if REFERENCE not in args.engines:
         args.engines.insert(0, REFERENCE)  # every answer is checked against it
+    if args.secure:
+        at = args.engines.index("mangonel") + 1 if "mangonel" in args.engines else 1
+        args.engines.insert(at, SECURE_ENGINE)
     return args
 
 
@@ -331,6 +352,8 @@ def mangonel_cluster(
             + (("--threads", str(args.threads)) if args.threads else ())
         ),
     } | overrides
+    if args.flight_shuffle:
+        kwargs["executor_args_for"] = lambda i: ["--host-id", f"bench-host-{i}"]
     work = Path(tempfile.mkdtemp(prefix="mangonel-bench-", dir=args.work_dir))
     clean = False
     try:
@@ -361,8 +384,9 @@ def start_engines(
                 skipped[name] = why
                 print(f"ballista: skipped: {why}", file=sys.stderr)
                 continue
-        if name == "mangonel":
-            session, cluster = stack.enter_context(mangonel_cluster(args, tables))
+        if name in ("mangonel", SECURE_ENGINE):
+            secure = {"secure": True} if name == SECURE_ENGINE else {}
+            session, cluster = stack.enter_context(mangonel_cluster(args, tables, **secure))
             engines[name] = MangonelEngine(cluster, session)
             continue
         try:
@@ -411,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         "split_rows": args.split_rows,
         "split_bytes": args.split_bytes,
         "slots": args.slots,
+        "flight_shuffle": args.flight_shuffle,
         "repeat": args.repeat,
         "cpus": os.cpu_count(),
         "load_at_start": load,

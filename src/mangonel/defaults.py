@@ -75,6 +75,11 @@ readers on two executors in this window make the holder lost."""
 RESULT_TTL_S = 600.0
 """Seconds a result no client released is kept before it is deleted."""
 
+SHUFFLE_TICKET_TTL_S = 24 * 3600.0
+"""Seconds a signed shuffle ticket stays valid (a secured cluster): a long query's
+consumers must never find their inputs' tickets expired, and a re-run task gets
+fresh ones. Result tickets live as long as the result (``RESULT_TTL_S``)."""
+
 CONNECT_TIMEOUT_S = 60.0
 """Seconds a registered executor may take to open its command stream before it is
 taken for dead (it died between the two calls)."""

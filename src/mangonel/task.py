@@ -20,6 +20,7 @@ executor never import each other, and meet here, in ``proto`` and in ``plan``.
 
 from __future__ import annotations
 
+import builtins
 import enum
 from dataclasses import dataclass
 
@@ -133,6 +134,14 @@ class PartitionLocation:
     rows: int
     bytes: int
     checksum: str
+    ticket: str = ""
+    """The signed Flight ticket of the file (``security.tickets``), set on the wire
+    only, in a cluster with a secret; empty: the path is the ticket."""
+
+    @property
+    def flight_ticket(self) -> builtins.bytes:
+        """What a reader presents to the Flight server for this file."""
+        return (self.ticket or self.path).encode()
 
 
 @dataclass(frozen=True)

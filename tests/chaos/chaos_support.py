@@ -112,8 +112,10 @@ def chaos_tpch(cache_dir: Path = CACHE_DIR) -> Path:
     return target
 
 
-def start_chaos_cluster(work_dir: Path) -> TestCluster:
-    """A started 3-executor cluster with the chaos settings (the caller stops it)."""
+def start_chaos_cluster(work_dir: Path, secure: bool = False) -> TestCluster:
+    """A started 3-executor cluster with the chaos settings (the caller stops it);
+    with ``secure``, TLS on every channel and signed tickets, and executors that
+    report hosts of their own, so that shuffle partitions cross over Flight."""
     cluster = TestCluster(
         executors=EXECUTORS,
         work_dir=work_dir,
@@ -123,6 +125,8 @@ def start_chaos_cluster(work_dir: Path) -> TestCluster:
         heartbeat_timeout=HEARTBEAT_TIMEOUT_S,
         no_executor_grace=GRACE_S,
         scheduler_args=("--split-rows", str(SPLIT_ROWS)),
+        secure=secure,
+        executor_args_for=(lambda i: ["--host-id", f"chaos-host-{i}"]) if secure else None,
     )
     return cluster.start()
 
@@ -268,12 +272,12 @@ class ChaosCluster:
 
     @classmethod
     @contextlib.contextmanager
-    def running(cls, work_dir: Path, data: Path) -> Iterator[ChaosCluster]:
+    def running(cls, work_dir: Path, data: Path, secure: bool = False) -> Iterator[ChaosCluster]:
         tables = {t: data / f"{t}.parquet" for t in TPCH_TABLES}
         reference = duckdb.connect()
         for statement in duckdb_views_sql(dict(tables)):
             reference.execute(statement)
-        cluster = start_chaos_cluster(work_dir)
+        cluster = start_chaos_cluster(work_dir, secure)
         try:
             with cluster.connect() as session:
                 for name, path in tables.items():

@@ -19,10 +19,8 @@ from typing import Any
 
 import pyarrow.flight as flight
 import pytest
-from google.protobuf import any_pb2
+from fsql_support import adbc_connect
 from helpers import ARTIFACTS_DIR
-
-from mangonel.proto import flightsql_pb2 as sql_pb
 
 EXECUTORS = 2
 PARTITIONS = 4
@@ -47,13 +45,6 @@ def fsql_cluster(tpch_tables: dict[str, Path]) -> Iterator[Any]:
         yield cluster
 
 
-def adbc_connect(url: str, **db_kwargs: str) -> Any:
-    """A DB-API connection of the ADBC Flight SQL driver (autocommit: no transactions)."""
-    import adbc_driver_flightsql.dbapi
-
-    return adbc_driver_flightsql.dbapi.connect(url, db_kwargs=db_kwargs, autocommit=True)
-
-
 @pytest.fixture(scope="package")
 def adbc(fsql_cluster: Any) -> Iterator[Any]:
     conn = adbc_connect(fsql_cluster.flight_sql_url)
@@ -66,29 +57,3 @@ def flight_client(fsql_cluster: Any) -> Iterator[flight.FlightClient]:
     client = flight.connect(fsql_cluster.flight_sql_url)
     yield client
     client.close()
-
-
-def pack(message: Any) -> bytes:
-    """A Flight SQL message packed in ``google.protobuf.Any``, as clients send them."""
-    packed = any_pb2.Any()
-    packed.Pack(message, type_url_prefix="type.googleapis.com/")
-    return bytes(packed.SerializeToString())
-
-
-def statement(sql: str) -> flight.FlightDescriptor:
-    return flight.FlightDescriptor.for_command(pack(sql_pb.CommandStatementQuery(query=sql)))
-
-
-def read_endpoints(info: flight.FlightInfo, scheduler: flight.FlightClient) -> Any:
-    """Every endpoint of ``info`` read where it says (its first location, or ``scheduler``)."""
-    import pyarrow as pa
-
-    tables = []
-    for endpoint in info.endpoints:
-        locations = [str(loc.uri.decode()) for loc in endpoint.locations]
-        if locations and not locations[0].startswith("arrow-flight-reuse-connection"):
-            with flight.connect(locations[0]) as client:
-                tables.append(client.do_get(endpoint.ticket).read_all())
-        else:
-            tables.append(scheduler.do_get(endpoint.ticket).read_all())
-    return pa.concat_tables(tables) if tables else info.schema.empty_table()

@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
-from conftest import read_endpoints, statement
+from fsql_support import read_endpoints, statement
 from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
 
 QUERIES = list(range(1, 23))

@@ -16,7 +16,7 @@ import adbc_driver_manager
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
-from conftest import adbc_connect, pack
+from fsql_support import adbc_connect, pack
 from google.protobuf import any_pb2
 
 from mangonel.errors import AuthenticationError

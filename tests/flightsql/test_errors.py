@@ -16,7 +16,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
-from conftest import adbc_connect, pack, read_endpoints, statement
+from fsql_support import adbc_connect, pack, read_endpoints, statement
 from google.protobuf import any_pb2
 from helpers import assert_same_result, wait_until
 

@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
-from conftest import statement
+from fsql_support import statement
 
 from mangonel.ids import ExecutorId, StageId
 from mangonel.scheduler.flightsql import FlightSqlServer
@@ -44,7 +44,7 @@ class StandInCore:
         self.addresses = ["127.0.0.1:1", live_address]
         self.submitted: list[str] = []
 
-    def submit(self, sql: str) -> Any:
+    def submit(self, sql: str, owner: str = "anonymous") -> Any:
         address = self.addresses[len(self.submitted)]
         self.submitted.append(sql)
         return SimpleNamespace(

@@ -54,21 +54,36 @@ CRASH_POINTS: dict[str, dict[str, Any]] = {
 QUERIES = (3, 9, 18)
 
 
-@pytest.fixture(scope="module")
-def cluster(module_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[LocalCluster]:
-    crash_file = module_dir / "crash.json"
+def _crash_cluster(
+    directory: Path, tpch_tables: dict[str, Path], secure: bool = False
+) -> Iterator[LocalCluster]:
+    crash_file = directory / "crash.json"
     with LocalCluster(
         executors=2,
         slots=2,
         partitions=4,
-        work_dir=module_dir / "cluster",
+        work_dir=directory / "cluster",
         heartbeat_timeout=3.0,
         scheduler_args=("--crash-file", str(crash_file), "--broadcast-bytes", "0"),
+        secure=secure,
+        # Secured: executors of their own hosts, so shuffles cross over Flight.
+        executor_args_for=(lambda i: ["--host-id", f"restart-host-{i}"]) if secure else None,
     ) as c:
         with c.connect() as session:
             for name, path in tpch_tables.items():
                 session.register_parquet(name, str(path))
         yield c
+
+
+@pytest.fixture(scope="module")
+def cluster(module_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[LocalCluster]:
+    yield from _crash_cluster(module_dir, tpch_tables)
+
+
+@pytest.fixture(scope="module")
+def secure_cluster(module_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[LocalCluster]:
+    """The same cluster with TLS on every channel and signed tickets."""
+    yield from _crash_cluster(module_dir / "secure", tpch_tables, secure=True)
 
 
 def crash_file(cluster: LocalCluster) -> Path:
@@ -150,6 +165,26 @@ def test_scheduler_killed_and_restarted_mid_query(
         if point == "finished_unread":
             # Nothing ran again: the result was read where it was left.
             assert result.tasks_rerun == 0 and result.outputs_recomputed == 0, result.stages
+
+
+@pytest.mark.parametrize("point", ["mid_stage", "finished_unread"])
+def test_secured_scheduler_killed_and_restarted_mid_query(
+    secure_cluster: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection, point: str
+) -> None:
+    """With security on: executors reattach over mutual TLS, re-run tasks get fresh
+    shuffle tickets, and the restarted scheduler signs the result for the session
+    that submitted it (its key came back with the job's request id from the store)."""
+    number = 3
+    with secure_cluster.connect() as session:
+        result, _ = run_through_crash(
+            secure_cluster, session, tpch_query(number), CRASH_POINTS[point]
+        )
+        check(result, number, duckdb_ref)
+        wait_for_reattach(secure_cluster, session)
+    if point == "finished_unread":
+        assert result.tasks_rerun == 0 and result.outputs_recomputed == 0, result.stages
+    for path in secure_cluster.log_dir.glob("executor-*.log"):
+        assert "refused a Flight ticket" not in path.read_text(errors="replace"), path
 
 
 def holders_of_final_inputs(cluster: LocalCluster) -> set[str]:

@@ -50,7 +50,7 @@ def server(tmp_path: Path) -> Iterator[tuple[QueryServiceServicer, str, Path]]:
     servicer = QueryServiceServicer(
         FakeCore(),  # type: ignore[arg-type]
         "test",
-        CountingAuthenticator(str(users), b"a" * 32, token_ttl_s=1.0),
+        authenticator=CountingAuthenticator(str(users), b"a" * 32, token_ttl_s=1.0),
     )
     grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     pb_grpc.add_QueryServiceServicer_to_server(servicer, grpc_server)  # type: ignore[no-untyped-call]

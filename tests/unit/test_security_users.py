@@ -226,7 +226,7 @@ def test_the_file_is_read_again_when_it_changes(users_file: Path) -> None:
 
 def test_without_a_users_file_nobody_logs_in_but_tokens_get_in() -> None:
     auth = UsersAuthenticator(None, SECRET)
-    with pytest.raises(AuthenticationError, match="no users file.*users token"):
+    with pytest.raises(AuthenticationError, match="no users file.*--users-file"):
         auth.login("alice", "alice-secret")
     who = auth.verify(tokens.mint(SECRET, "etl", admin=False))
     assert (who.user, who.admin) == ("etl", False)
@@ -239,6 +239,8 @@ def test_authenticator_for_the_options(tmp_path: Path, users_file: Path) -> None
     assert OPEN.verify("").admin and not OPEN.required
     secret = tmp_path / "secret"
     secret.write_bytes(SECRET)
+    # A secret without users (a cluster with TLS only): no accounts, no tokens asked.
+    assert authenticator_for(SecurityOptions(cluster_secret_file=str(secret))) is OPEN
     with_secret = authenticator_for(
         SecurityOptions(cluster_secret_file=str(secret), users_file=str(users_file))
     )
@@ -256,7 +258,9 @@ def test_authenticator_for_the_options(tmp_path: Path, users_file: Path) -> None
     short = tmp_path / "short"
     short.write_bytes(b"x" * 8)
     with pytest.raises(SecurityConfigError, match="at least 32"):
-        authenticator_for(SecurityOptions(cluster_secret_file=str(short)))
+        authenticator_for(
+            SecurityOptions(cluster_secret_file=str(short), users_file=str(users_file))
+        )
 
 
 def test_a_broken_users_file_stops_the_start(tmp_path: Path) -> None:

@@ -6,12 +6,14 @@
     mangonel register lineitem /data/lineitem.parquet
     mangonel sql "SELECT count(*) FROM lineitem"
     mangonel demo                        # TPC-H q12 on a fresh local cluster
+    mangonel certs init /etc/mangonel/tls --host db1.example.com   # a secured cluster's files
 
 Every client command talks to the scheduler given by ``--scheduler`` (default
-``$MANGONEL_SCHEDULER`` or ``127.0.0.1:50050``), as the user given by ``--user``
-(password from ``$MANGONEL_PASSWORD`` or a prompt) or with the token given by
-``--token`` (default ``$MANGONEL_TOKEN``) when the scheduler has users. Errors
-are printed in one line and exit with code 1, without a traceback.
+``$MANGONEL_SCHEDULER`` or ``127.0.0.1:50050``), over TLS with the client files
+of ``--tls-dir`` (default ``$MANGONEL_TLS_DIR``) when given, as the user given by
+``--user`` (password from ``$MANGONEL_PASSWORD`` or a prompt) or with the token
+given by ``--token`` (default ``$MANGONEL_TOKEN``) when the scheduler has users.
+Errors are printed in one line and exit with code 1, without a traceback.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from mangonel.client.session import DEFAULT_ADDRESS, Result, Session
 from mangonel.client.shell import read_statements, strip_statement
 from mangonel.client.status import ExecutorState, ExecutorStatus, JobStatus
 from mangonel.errors import MangonelError
-from mangonel.security import options as security_options
+from mangonel.security import options as security
 from mangonel.security import users_cli
 
 if TYPE_CHECKING:
@@ -85,6 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("MANGONEL_LOG_LEVEL", "warning"),
         choices=["debug", "info", "warning", "error"],
         help="log level of this process (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tls-dir",
+        default=os.environ.get("MANGONEL_TLS_DIR"),
+        metavar="DIR",
+        help="a secured cluster's files (`mangonel certs init`): talk TLS with its client "
+        "certificate (default: $MANGONEL_TLS_DIR; none: plaintext)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -163,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--flight-sql-address-file", help="write the Flight SQL endpoint's URL to this file"
     )
     storage.add_arguments(p)
-    security_options.add_arguments(p, users=True)
+    security.add_arguments(p, users=True)
 
     p = sub.add_parser(
         "executor",
@@ -202,6 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="address other executors and clients reach the Flight server at "
         "(default: --host; required when --host is 0.0.0.0 or ::)",
     )
+    p.add_argument(
+        "--host-id",
+        metavar="NAME",
+        help="the host this executor reports: executors reporting the same one read each "
+        "other's shuffle files from disk, others fetch them over Flight (default: this "
+        "machine's hostname)",
+    )
     # The same flags as executor.main's (not imported: client commands should
     # not pay for importing the executor).
     p.add_argument(
@@ -229,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--faults-file", help="JSON fault-injection rules (tests only)")
     p.add_argument("--index", type=int, help="number in a local cluster (names it in logs)")
     storage.add_arguments(p)
+    security.add_arguments(p)
 
     p = sub.add_parser(
         "standalone",
@@ -272,6 +289,19 @@ def build_parser() -> argparse.ArgumentParser:
     _web_options(p)
     _flight_sql_options(p)
     storage.add_arguments(p)
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="secure every channel: make a CA, certificates and a cluster secret in "
+        "--tls-dir (default: WORK_DIR/tls; kept if it holds them) and start every process "
+        "with them; clients then need `--tls-dir DIR`",
+    )
+    p.add_argument(
+        "--tls-dir",
+        default=argparse.SUPPRESS,
+        metavar="DIR",
+        help="with --secure: where the cluster's files are (made if missing)",
+    )
 
     p = sub.add_parser(
         "sql",
@@ -359,8 +389,50 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the TPC-H data is generated (default: %(default)s)",
     )
     p.add_argument("--executors", type=int, default=defaults.LOCAL_EXECUTORS)
+    p.add_argument(
+        "--secure",
+        action="store_true",
+        help="run it on a secured cluster: TLS on every channel, signed tickets",
+    )
+
+    p = sub.add_parser(
+        "certs",
+        help="make a secured cluster's CA, certificates and secret",
+        description="Make the files that secure a cluster (`certs init DIR`): a new CA, "
+        "the certificate of the scheduler(s) and executors, a client certificate, and "
+        "a cluster secret. Give DIR to every process with --tls-dir DIR; copy it to the "
+        "cluster's machines, and keep ca-key.pem off them once done.",
+    )
+    certs_sub = p.add_subparsers(dest="certs_command", metavar="ACTION", required=True)
+    c = certs_sub.add_parser(
+        "init",
+        help="make a new CA, node and client certificates and a cluster secret in DIR",
+        description="Make ca.pem, ca-key.pem, node.pem, node-key.pem, client.pem, "
+        "client-key.pem and cluster-secret in DIR (keys and secret mode 0600).",
+    )
+    c.add_argument("dir", metavar="DIR", help="directory to write (created if missing)")
+    c.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a DNS name or IP address the scheduler or an executor is reached at "
+        "(repeatable); localhost, 127.0.0.1 and ::1 are always included. A peer refuses "
+        "a certificate that does not name the host it dialled",
+    )
+    c.add_argument(
+        "--days", type=float, default=365, help="validity of the certificates (default 365)"
+    )
+    c.add_argument("--force", action="store_true", help="overwrite a CA already in DIR")
     users_cli.add_parser(sub)
     for name, command in sub.choices.items():
+        if name not in ("scheduler", "standalone", "demo", "executor", "certs", "users"):
+            command.add_argument(
+                "--tls-dir",
+                default=argparse.SUPPRESS,
+                metavar="DIR",
+                help="a secured cluster's files: talk TLS with its client certificate",
+            )
         if name not in ("scheduler", "standalone", "demo", "users"):
             # Also accepted after the command (`mangonel executor --scheduler ...`).
             command.add_argument(
@@ -511,7 +583,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             crash_file=args.crash_file,
             standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
             storage=storage.options_from_args(args),
-            security=security_options.options_from_args(args, "node"),
+            security=security.options_from_args(args, "node"),
         )
     )
 
@@ -545,11 +617,14 @@ def cmd_executor(args: argparse.Namespace) -> int:
             faults_file=args.faults_file,
             index=args.index,
             storage=storage.options_from_args(args),
+            security=security.options_from_args(args, "node"),
         )
         if args.slots is not None:
             config.slots = args.slots
         if args.work_dir:
             config.work_dir = args.work_dir
+        if args.host_id:
+            config.host = args.host_id
         config.__post_init__()
     except ValueError as exc:  # a setting out of range: one line, no traceback
         raise UsageError(str(exc)) from None
@@ -581,6 +656,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         flight_sql_port=_flight_sql_port(args),
         flight_sql_results=args.flight_sql_results,
         storage=storage.options_from_args(args),
+        secure=args.secure,
+        tls_dir=args.tls_dir if args.secure else None,
     )
     with cluster:
         with cluster.connect() as session:
@@ -592,6 +669,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
             f"executors (logs in {cluster.log_dir}); Ctrl-C to stop",
             flush=True,
         )
+        if args.secure:
+            print(f"secured: clients connect with --tls-dir {cluster.tls_dir}", flush=True)
         if cluster.web_port is not None:
             print(f"mangonel web UI at {cluster.web_url}", flush=True)
         if cluster.flight_sql_port is not None:
@@ -640,7 +719,10 @@ def _query_text(args: argparse.Namespace) -> str | None:
 
 
 def _session(args: argparse.Namespace) -> Session:
-    """A session with ``--scheduler`` as ``--user`` (or with ``--token``), if given."""
+    """A session with ``--scheduler`` as ``--user`` (or with ``--token``), if given,
+    over TLS with ``--tls-dir``'s client files."""
+    tls_dir = getattr(args, "tls_dir", None)
+    given = security.SecurityOptions.from_tls_dir(tls_dir, "client") if tls_dir else None
     if args.user:
         password = os.environ.get("MANGONEL_PASSWORD")
         if password is None:
@@ -652,8 +734,8 @@ def _session(args: argparse.Namespace) -> Session:
             import getpass
 
             password = getpass.getpass(f"password for {args.user}: ")
-        return Session(args.scheduler, user=args.user, password=password)
-    return Session(args.scheduler, token=args.token or None)
+        return Session(args.scheduler, security=given, user=args.user, password=password)
+    return Session(args.scheduler, security=given, token=args.token or None)
 
 
 def _print_result(result: Result, max_rows: int) -> None:
@@ -713,7 +795,8 @@ def _web_url(args: argparse.Namespace) -> str:
     if args.web:
         return str(args.web).rstrip("/")
     host = str(args.scheduler).rsplit(":", 1)[0] or "127.0.0.1"
-    return f"http://{host}:{defaults.WEB_PORT}"
+    scheme = "https" if getattr(args, "tls_dir", None) else "http"
+    return f"{scheme}://{host}:{defaults.WEB_PORT}"
 
 
 def _draw_plan(query: str, args: argparse.Namespace) -> None:
@@ -736,8 +819,14 @@ def _draw_plan(query: str, args: argparse.Namespace) -> None:
     if token:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    context = None
+    tls_dir = getattr(args, "tls_dir", None)
+    if tls_dir:  # a secured cluster's web API: HTTPS under the cluster CA
+        import ssl
+
+        context = ssl.create_default_context(cafile=os.path.join(tls_dir, "ca.pem"))
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
+        with urllib.request.urlopen(request, timeout=60, context=context) as response:
             plan = ExplainModel.model_validate_json(response.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
@@ -750,6 +839,27 @@ def _draw_plan(query: str, args: argparse.Namespace) -> None:
             "give its URL with --web or $MANGONEL_WEB"
         ) from None
     draw(plan.stages, args.picture)
+
+
+def cmd_certs(args: argparse.Namespace) -> int:
+    from mangonel.security.certs import CertsExistError, init_cluster
+
+    try:
+        written = init_cluster(args.dir, args.host, days=args.days, force=args.force)
+    except CertsExistError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.dir}: {exc.strerror}") from None
+    print(f"wrote {len(written)} files to {args.dir}:")
+    for path in written:
+        print(f"  {path}")
+    names = ", ".join(["localhost", "127.0.0.1", "::1", *args.host])
+    print(
+        f"the node certificate names {names}. Start the scheduler and executors with "
+        f"--tls-dir {args.dir}; clients with `mangonel --tls-dir {args.dir} ...` (or "
+        "$MANGONEL_TLS_DIR). Keep ca-key.pem off the cluster's machines."
+    )
+    return 0
 
 
 def cmd_register(args: argparse.Namespace) -> int:
@@ -893,7 +1003,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from mangonel.client.demo import run_demo
 
-    return run_demo(args.cache_dir, args.executors, args.log_level, kill=args.kill)
+    return run_demo(
+        args.cache_dir, args.executors, args.log_level, kill=args.kill, secure=args.secure
+    )
 
 
 COMMANDS = {
@@ -908,6 +1020,7 @@ COMMANDS = {
     "jobs": cmd_jobs,
     "cancel": cmd_cancel,
     "demo": cmd_demo,
+    "certs": cmd_certs,
     "users": users_cli.run,
 }
 

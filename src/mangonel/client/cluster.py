@@ -58,6 +58,7 @@ from mangonel import defaults
 from mangonel.client.session import Session
 from mangonel.client.status import ExecutorState
 from mangonel.errors import ClusterError, MangonelError
+from mangonel.security.options import SECRET_FILE, SecurityOptions
 from mangonel.storage import StorageOptions
 
 _LOG_TAIL_BYTES = 4000
@@ -211,9 +212,16 @@ class LocalCluster:
             (``--s3-*``: endpoint, region, addressing, timeouts, retries);
             credentials reach them through the environment (``AWS_*``), which
             the processes inherit.
+        secure: Secure every channel: make a CA, certificates and a cluster
+            secret in ``tls_dir`` (``mangonel certs init``), give them to every
+            process (TLS everywhere, signed Flight tickets, HTTPS web UI) and the
+            client files to ``connect()``'s sessions (see ``client_security``).
+        tls_dir: The cluster's files when ``secure``: made there unless it holds
+            a CA already (a cluster started again keeps its files);
+            ``work_dir/tls`` when ``None``.
         users: Users who may log in, ``{name: (password, admin)}``: the scheduler
-            then lets only them in (a users file and a cluster secret in
-            ``work_dir``). ``connect()`` logs in as the first admin unless given
+            then lets only them in (a users file in ``work_dir``, and a cluster secret there
+            too unless ``secure`` brings one). ``connect()`` logs in as the first admin unless given
             other credentials; at least one user must be an admin.
     """
 
@@ -244,6 +252,8 @@ class LocalCluster:
         partition_bytes: int | None = None,
         executor_args_for: Callable[[int], Sequence[str]] | None = None,
         storage: StorageOptions | None = None,
+        secure: bool = False,
+        tls_dir: str | os.PathLike[str] | None = None,
         users: Mapping[str, tuple[str, bool]] | None = None,
         flight_sql_port: int | None = 0,
         flight_sql_results: str = "executors",
@@ -276,6 +286,8 @@ class LocalCluster:
         self.executor_args = executor_args
         self.executor_args_for = executor_args_for
         self.storage = storage or StorageOptions()
+        self.secure = secure
+        self.tls_dir = Path(tls_dir).resolve() if tls_dir else self.work_dir / "tls"
         self.scheduler_port = scheduler_port
         self.no_executor_grace = no_executor_grace
         self.max_task_attempts = max_task_attempts
@@ -301,7 +313,11 @@ class LocalCluster:
         self._failed = False
         self.users = dict(users) if users is not None else None
         self.users_file = self.work_dir / "users" if users is not None else None
-        self.cluster_secret_file = self.work_dir / "cluster-secret" if users is not None else None
+        self.cluster_secret_file: Path | None = None
+        if secure:
+            self.cluster_secret_file = self.tls_dir / SECRET_FILE
+        elif users is not None:
+            self.cluster_secret_file = self.work_dir / SECRET_FILE
 
     @property
     def executor_slots(self) -> int:
@@ -337,7 +353,8 @@ class LocalCluster:
 
     @property
     def web_url(self) -> str:
-        """``http://host:port`` of the scheduler's web UI (``/api``, ``/metrics``)."""
+        """``http://host:port`` of the scheduler's web UI (``/api``, ``/metrics``);
+        ``https://`` when ``secure`` (its CA: ``tls_dir / "ca.pem"``)."""
         if self.web_port is None:
             raise ClusterError("this cluster serves no web UI; start it with web_port=0")
         if self._web_url is None:
@@ -368,6 +385,7 @@ class LocalCluster:
         """Start the scheduler and the executors; wait until all registered."""
         _live_clusters.add(self)
         try:
+            self._make_certs()  # before the users: the secret is the TLS directory's
             self._write_users()
             self._start_scheduler()
             for _ in range(self.num_executors):
@@ -399,6 +417,28 @@ class LocalCluster:
     def _env(self) -> dict[str, str]:
         return child_env()
 
+    @property
+    def node_security(self) -> SecurityOptions:
+        """The scheduler's and executors' files (nothing when not ``secure``)."""
+        if not self.secure:
+            return SecurityOptions()
+        return SecurityOptions.from_tls_dir(str(self.tls_dir), "node")
+
+    @property
+    def client_security(self) -> SecurityOptions | None:
+        """A client's files for ``Session(..., security=...)``; ``None`` when not ``secure``."""
+        if not self.secure:
+            return None
+        return SecurityOptions.from_tls_dir(str(self.tls_dir), "client")
+
+    def _make_certs(self) -> None:
+        if not self.secure or (self.tls_dir / "ca.pem").exists():
+            return
+        # Imported here: only secured clusters pay for loading ``cryptography``.
+        from mangonel.security.certs import init_cluster
+
+        init_cluster(str(self.tls_dir))
+
     def _write_users(self) -> None:
         """The users file and cluster secret of a cluster with ``users`` (once)."""
         if self.users is None or self.users_file is None or self.cluster_secret_file is None:
@@ -415,12 +455,14 @@ class LocalCluster:
                 add_user(str(self.users_file), name, password, admin=admin)
 
     def _security_args(self) -> list[str]:
+        """The scheduler's options for its users: the file, and the secret when
+        ``secure`` does not give one already (``node_security``)."""
         if self.users_file is None or self.cluster_secret_file is None:
             return []
-        return [
-            "--users-file", str(self.users_file),
-            "--cluster-secret-file", str(self.cluster_secret_file),
-        ]  # fmt: skip
+        args = ["--users-file", str(self.users_file)]
+        if not self.secure:
+            args += ["--cluster-secret-file", str(self.cluster_secret_file)]
+        return args
 
     def token(self, user: str, admin: bool = False, ttl_s: float = 3600.0) -> str:
         """A token for ``user`` signed with this cluster's secret (as ``mangonel users
@@ -434,6 +476,7 @@ class LocalCluster:
 
     def _start_scheduler(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        self._make_certs()
         if self.num_schedulers == 1:
             self._scheduler_ports = [self.scheduler_port]
         else:  # every address is known up front: executors and clients get them all
@@ -515,6 +558,7 @@ class LocalCluster:
             args += ["--flight-sql-address-file", str(fsql_file)]
             args += ["--flight-sql-results", self.flight_sql_results]
         args += self.storage.to_args()
+        args += self.node_security.to_args()
         args += self._security_args()
         args += list(self.scheduler_args)
         name = "scheduler" if self.num_schedulers == 1 else f"scheduler-{index}"
@@ -560,6 +604,10 @@ class LocalCluster:
             ]  # fmt: skip
             args += ["--slots", str(self.executor_slots)]
             args += self.storage.to_args()
+            args += self.node_security.to_args()
+            if self.users is not None and not self.secure:
+                # The scheduler signs tickets with the users' secret: executors check them.
+                args += ["--cluster-secret-file", str(self.cluster_secret_file)]
             options = self.executor_options(index)
             if not {"--memory", "--memory-limit"} & set(options):
                 args += ["--memory", str(self.executor_memory_share())]
@@ -640,13 +688,15 @@ class LocalCluster:
     def connect(
         self, user: str | None = None, password: str | None = None, token: str | None = None
     ) -> Session:
-        """A client session with this cluster's scheduler.
+        """A client session with this cluster's scheduler (with its client files when secure).
 
         With ``users`` and no credentials given: logged in as the first admin.
         """
         if self.users is not None and user is None and token is None:
             user, (password, _) = next((n, u) for n, u in self.users.items() if u[1])
-        return Session(self.address, user=user, password=password, token=token)
+        return Session(
+            self.address, security=self.client_security, user=user, password=password, token=token
+        )
 
     # ------------------------------------------------------------------ processes
 

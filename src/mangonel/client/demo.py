@@ -72,18 +72,25 @@ def run_demo(
     executors: int = defaults.LOCAL_EXECUTORS,
     log_level: str = "warning",
     kill: bool = False,
+    secure: bool = False,
 ) -> int:
     """Generate data if needed, start a cluster, run q12 and print its answer and stages.
 
-    With ``kill``, see ``run_kill_demo``.
+    With ``kill``, see ``run_kill_demo``. With ``secure`` the cluster is secured
+    (``LocalCluster(secure=True)``: TLS on every channel, signed tickets).
     """
     if kill:
-        return run_kill_demo(cache_dir, executors, log_level)
+        return run_kill_demo(cache_dir, executors, log_level, secure)
     started = time.monotonic()
     data = ensure_tpch(cache_dir)
-    print(f"starting a local cluster: 1 scheduler, {executors} executors ...", file=sys.stderr)
+    kind = (
+        "secured local cluster (TLS on every channel, signed tickets)"
+        if secure
+        else ("local cluster")
+    )
+    print(f"starting a {kind}: 1 scheduler, {executors} executors ...", file=sys.stderr)
     with (
-        LocalCluster(executors=executors, log_level=log_level) as cluster,
+        LocalCluster(executors=executors, log_level=log_level, secure=secure) as cluster,
         cluster.connect() as session,
     ):
         for t in TABLES:
@@ -248,7 +255,10 @@ output to lose; four smaller tasks spread over both executors."""
 
 
 def run_kill_demo(
-    cache_dir: str, executors: int = defaults.LOCAL_EXECUTORS, log_level: str = "warning"
+    cache_dir: str,
+    executors: int = defaults.LOCAL_EXECUTORS,
+    log_level: str = "warning",
+    secure: bool = False,
 ) -> int:
     """q12 fault-free, then with one executor killed half-way; print what happened.
 
@@ -270,6 +280,7 @@ def run_kill_demo(
             executors=executors,
             log_level=log_level,
             scheduler_args=("--split-rows", str(KILL_DEMO_SPLIT_ROWS)),
+            secure=secure,
         ) as cluster,
         cluster.connect() as session,
     ):

@@ -1,7 +1,8 @@
 """Reading a job's result partitions from the executors' Flight servers.
 
-The ticket of a partition is its ``PartitionLocation.path``; the executor checks
-it names a file it wrote. Partitions are concatenated in the order the
+The ticket of a partition is its ``PartitionLocation.path`` (in a secured
+cluster, the scheduler's signed ticket, presented with the session's key); the
+executor checks it names a file it wrote. Partitions are concatenated in the order the
 scheduler lists them (partition order).
 
 A failed read says whether the executor answered (``refused``: the file is gone
@@ -19,6 +20,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from mangonel.errors import MangonelError
+from mangonel.security import tls
+from mangonel.security.tickets import SESSION_HEADER
 from mangonel.task import PartitionLocation
 
 
@@ -47,12 +50,23 @@ class FlightPool:
     Args:
         timeout_s: The most one partition's read may take.
         keepalive: gRPC options for the channels (``rpc.keepalive_options``).
+        tls_material: Read over TLS, showing the client certificate; ``None``: plaintext.
+        session_key: Presented with each read (header ``x-mangonel-session``): a
+            secured cluster's executors serve a result only to its session.
     """
 
-    def __init__(self, timeout_s: float = 60.0, keepalive: Sequence[tuple[str, int]] = ()) -> None:
+    def __init__(
+        self,
+        timeout_s: float = 60.0,
+        keepalive: Sequence[tuple[str, int]] = (),
+        tls_material: tls.TlsMaterial | None = None,
+        session_key: str = "",
+    ) -> None:
         self._clients: dict[str, flight.FlightClient] = {}
         self._timeout_s = timeout_s
         self._options = list(keepalive)
+        self._tls = tls_material
+        self._headers = [(SESSION_HEADER.encode(), session_key.encode())] if session_key else []
 
     def read(self, loc: PartitionLocation, timeout_s: float | None = None) -> pa.Table:
         """The whole partition file as a table.
@@ -67,13 +81,15 @@ class FlightPool:
         client = self._clients.get(loc.flight_address)
         if client is None:
             client = flight.connect(
-                f"grpc://{loc.flight_address}", generic_options=self._options or None
+                f"{tls.flight_scheme(self._tls)}://{loc.flight_address}",
+                generic_options=self._options or None,
+                **tls.flight_client_kwargs(self._tls),
             )
             self._clients[loc.flight_address] = client
         limit = self._timeout_s if timeout_s is None else min(timeout_s, self._timeout_s)
-        options = flight.FlightCallOptions(timeout=max(0.001, limit))
+        options = flight.FlightCallOptions(timeout=max(0.001, limit), headers=self._headers)
         try:
-            return client.do_get(flight.Ticket(loc.path.encode()), options).read_all()
+            return client.do_get(flight.Ticket(loc.flight_ticket), options).read_all()
         except (flight.FlightError, OSError, pa.ArrowException) as exc:
             raise ResultUnavailableError(
                 f"result partition {loc.partition} on executor {loc.executor} "

@@ -15,7 +15,9 @@ import grpc
 
 import mangonel.errors as errors
 from mangonel.errors import ClusterError, MangonelError
+from mangonel.security import tls
 from mangonel.security.auth import AUTHORIZATION, BEARER
+from mangonel.security.tls import TlsMaterial
 
 ERROR_METADATA_KEY = "mangonel-error"  # the scheduler's service.ERROR_METADATA_KEY
 
@@ -67,9 +69,11 @@ def keepalive_options(keepalive_s: float) -> list[tuple[str, int]]:
     ]
 
 
-def open_channel(address: str, keepalive_s: float = DEFAULT_KEEPALIVE_S) -> grpc.Channel:
-    """A channel to ``host:port`` (connects lazily, on the first call)."""
-    return grpc.insecure_channel(address, options=CHANNEL_OPTIONS + keepalive_options(keepalive_s))
+def open_channel(
+    address: str, keepalive_s: float = DEFAULT_KEEPALIVE_S, tls_material: TlsMaterial | None = None
+) -> grpc.Channel:
+    """A channel to ``host:port`` (connects lazily, on the first call); TLS when given."""
+    return tls.open_channel(address, tls_material, CHANNEL_OPTIONS + keepalive_options(keepalive_s))
 
 
 class _CallDetails(NamedTuple):
@@ -121,19 +125,30 @@ class BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterc
         return continuation(self._with_token(details), request)
 
 
-def unreachable(address: str) -> ClusterError:
+def unreachable(address: str, details: str = "", tls_on: bool | None = None) -> ClusterError:
+    """The scheduler did not answer; with ``details`` (gRPC's), say why it may not have."""
+    why = f" ({details})" if details else ""
+    hint = f"; {tls.describe_failure(details, tls_on)}" if tls_on is not None else ""
     return ClusterError(
-        f"cannot reach the scheduler at {address}; is it running? "
-        "start one with `mangonel standalone`"
+        f"cannot reach the scheduler at {address}{why}; is it running? "
+        f"start one with `mangonel standalone`{hint}"
     )
 
 
-def translate(err: grpc.RpcError, address: str) -> MangonelError:
-    """The mangonel error a failed call stands for."""
+def translate(err: grpc.RpcError, address: str, tls_on: bool | None = None) -> MangonelError:
+    """The mangonel error a failed call stands for.
+
+    Args:
+        err: The failed call.
+        address: The scheduler called.
+        tls_on: Whether the channel spoke TLS, for a hint when it did not get
+            through (a plaintext client at a TLS port, a certificate refused);
+            ``None``: no hint.
+    """
     code = err.code() if isinstance(err, grpc.Call) else None
     details = (err.details() if isinstance(err, grpc.Call) else None) or str(err)
     if code is grpc.StatusCode.UNAVAILABLE:
-        return unreachable(address)
+        return unreachable(address, details if tls_on is not None else "", tls_on)
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
         return ClusterError(f"the scheduler at {address} did not answer in time: {details}")
     name = ""

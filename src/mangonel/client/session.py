@@ -68,6 +68,8 @@ from mangonel.errors import (
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
+from mangonel.security.options import SecurityOptions
+from mangonel.security.tls import TlsMaterial
 from mangonel.task import PartitionLocation
 
 if TYPE_CHECKING:
@@ -219,6 +221,9 @@ class Session:
         keepalive_s: Ping the scheduler and executors this often during a call
             (a ping unanswered for half as long fails it): how soon a silently
             cut link is noticed and the call tried again.
+        security: The cluster's TLS files (client role: ``SecurityOptions.
+            from_tls_dir(DIR, "client")``) for a secured cluster; ``None``:
+            plaintext.
         user: Log in as this user (with ``password``) on a scheduler with users.
         password: ``user``'s password; kept to log in again when the token expires.
         token: A bearer token (``mangonel users token``, or another session's)
@@ -235,6 +240,7 @@ class Session:
         reconnect_s: float = 60.0,
         query_timeout_s: float | None = None,
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
+        security: SecurityOptions | None = None,
         *,
         user: str | None = None,
         password: str | None = None,
@@ -244,11 +250,13 @@ class Session:
         self._timeout_s = timeout_s
         self._reconnect_s = reconnect_s
         self._query_timeout_s = query_timeout_s
+        tls_material = TlsMaterial.load(security)
+        self._tls = tls_material is not None
         self._login = _Login(user, password, token)
         self.user: str | None = user
         """Whom the scheduler took this session for (after the first login)."""
         self.admin = False
-        self._channels = [open_channel(a, keepalive_s) for a in self.addresses]
+        self._channels = [open_channel(a, keepalive_s, tls_material) for a in self.addresses]
         bearer = BearerToken(self._login.token_for)
         self._stubs = [
             pb_grpc.QueryServiceStub(grpc.intercept_channel(c, bearer))  # type: ignore[no-untyped-call]
@@ -256,7 +264,12 @@ class Session:
         ]
         self._current = 0
         self._answered = False
-        self._flight = FlightPool(timeout_s, keepalive_options(keepalive_s))
+        self._session_key = secrets.token_urlsafe(24)
+        """Proves to executors that a result is this session's (``security.tickets``):
+        it heads each submission's request id, and goes with each result read."""
+        self._flight = FlightPool(
+            timeout_s, keepalive_options(keepalive_s), tls_material, self._session_key
+        )
         self._releases: list[grpc.Future] = []
         """ReleaseResult calls on their way: a query returns without waiting for them."""
 
@@ -350,7 +363,7 @@ class Session:
         if deadline is not None and code is grpc.StatusCode.DEADLINE_EXCEEDED:
             retry = True  # a silent link, or the query's deadline: see below
         if not retry:
-            raise translate(err, self.address) from None
+            raise translate(err, self.address, self._tls) from None
         if deadline is not None and self._answered:
             deadline.check(f"the scheduler at {self.address} did not answer")
         now = time.monotonic()
@@ -365,7 +378,7 @@ class Session:
         self._current = (self._current + 1) % len(self.addresses)
         if self._current == 0 and now >= give_up:
             if len(self.addresses) == 1:
-                raise translate(err, failed) from None
+                raise translate(err, failed, self._tls) from None
             raise ClusterError(
                 f"cannot reach any scheduler of {', '.join(self.addresses)}; are they running?"
             ) from None
@@ -447,7 +460,10 @@ class Session:
         # One id for every retry of this submission (``_call`` retries when the
         # scheduler restarts, fails over or is cut off, even after a timeout):
         # it never starts the query twice.
-        request = pb.SubmitRequest(sql=text, dialect=dialect or "", request_id=secrets.token_hex(8))
+        # Its front part is the session's key: a secured cluster binds the result's
+        # tickets to it (``security.tickets.session_key_of``).
+        request_id = f"{self._session_key}.{secrets.token_hex(8)}"
+        request = pb.SubmitRequest(sql=text, dialect=dialect or "", request_id=request_id)
         msg = self._call("Submit", request, deadline)
         assert isinstance(msg, pb.SubmitResponse)
         return str(msg.job_id)
@@ -709,6 +725,7 @@ def connect(
     reconnect_s: float = 60.0,
     query_timeout_s: float | None = None,
     keepalive_s: float = DEFAULT_KEEPALIVE_S,
+    security: SecurityOptions | None = None,
     *,
     user: str | None = None,
     password: str | None = None,
@@ -729,6 +746,7 @@ def connect(
         reconnect_s,
         query_timeout_s,
         keepalive_s,
+        security,
         user=user,
         password=password,
         token=token,

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from mangonel import defaults
 from mangonel.executor import memory as mem
+from mangonel.security.options import SecurityOptions
 from mangonel.storage import StorageOptions
 
 _WILDCARDS = ("0.0.0.0", "::", "")
@@ -85,6 +86,9 @@ class ExecutorConfig:
         storage: How to reach object storage for ``s3://`` splits (endpoint,
             region, addressing, timeouts, retries); the AWS environment decides
             what it leaves out. Credentials are never part of it.
+        security: TLS files (node role) and the cluster secret: TLS to the
+            scheduler and on the Flight server (peers must show a certificate of
+            the cluster CA), and only signed tickets served.
     """
 
     scheduler_address: str = defaults.SCHEDULER_ADDRESS
@@ -106,6 +110,7 @@ class ExecutorConfig:
     faults_file: str | None = None
     index: int | None = None
     storage: StorageOptions = field(default_factory=StorageOptions)
+    security: SecurityOptions = field(default_factory=SecurityOptions)
 
     def __post_init__(self) -> None:
         if self.slots < 1:

@@ -12,6 +12,12 @@ when they differ: a peer never takes a torn file as valid data. Checking the who
 file before the first batch made a fetch from another executor 69 % of the raw
 Flight loopback rate; checking as it streams, 92 % (``benchmarks/micro.py``, 314 MB).
 
+In a secured cluster the server speaks TLS and demands a certificate of the
+cluster CA from every caller (executors show the node certificate, clients
+theirs), and, given the cluster secret, serves only tickets the scheduler signed
+(``security.tickets``): a forged, expired or another session's ticket is refused
+with ``FlightUnauthenticatedError`` and logged, and the server goes on serving.
+
 A Flight SQL client reads a result partition through a view ticket
 (``proto.results.ResultView``): the partition's own ticket, checked as above,
 plus the schema the client expects; the batches are renamed, trimmed and cast
@@ -20,6 +26,7 @@ to it as they go out.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 
@@ -29,7 +36,25 @@ from isal import isal_zlib
 
 from mangonel.executor.shuffle import OutputRegistry, checksum_text
 from mangonel.proto.results import ResultView
+from mangonel.security import tls
+from mangonel.security.tickets import SESSION_HEADER, TicketError, TicketSigner, is_signed
 from mangonel.task import PartitionOutput
+
+log = logging.getLogger(__name__)
+
+_HEADERS = "headers"
+
+
+class _Headers(flight.ServerMiddleware):  # type: ignore[misc]
+    """Holds a call's headers, for ``do_get`` to read the session key."""
+
+    def __init__(self, headers: dict[str, list[str]]) -> None:
+        self.headers = headers
+
+
+class _HeadersFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
+    def start_call(self, info: flight.CallInfo, headers: dict[str, list[str]]) -> _Headers:
+        return _Headers(headers)
 
 
 class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
@@ -43,17 +68,29 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         registry: The files this executor wrote.
         bind_host: Interface to listen on.
         port: Port to listen on; 0 picks a free one (see ``port``).
+        tls_material: Serve TLS and demand a certificate of its CA; ``None``: plaintext.
+        signer: Serve only tickets it verifies; ``None``: a ticket is a path.
     """
 
     def __init__(
-        self, root: str, registry: OutputRegistry, bind_host: str = "127.0.0.1", port: int = 0
+        self,
+        root: str,
+        registry: OutputRegistry,
+        bind_host: str = "127.0.0.1",
+        port: int = 0,
+        tls_material: tls.TlsMaterial | None = None,
+        signer: TicketSigner | None = None,
     ) -> None:
-        super().__init__(location=f"grpc://{bind_host}:{port}")
+        super().__init__(
+            location=f"{tls.flight_scheme(tls_material)}://{bind_host}:{port}",
+            middleware={_HEADERS: _HeadersFactory()},
+            **tls.flight_server_kwargs(tls_material),
+        )
         self._root = os.path.realpath(root)
         self._registry = registry
-
-    # Authentication of peers will sit here, in one place, when channels get a
-    # shared secret or TLS client certificates (see ARCHITECTURE.md).
+        self._signer = signer
+        self.refused = 0
+        """Tickets refused as unsigned, forged, expired or another session's."""
 
     def do_get(
         self, context: flight.ServerCallContext, ticket: flight.Ticket
@@ -63,7 +100,8 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             view = ResultView.decode(ticket.ticket)
         except ValueError as exc:
             raise flight.FlightServerError(str(exc)) from None
-        path, output = self._resolve(ticket.ticket if view is None else view.ticket)
+        raw = self._check_ticket(context, ticket.ticket if view is None else view.ticket)
+        path, output = self._resolve(raw)
         try:
             source = pa.memory_map(path, "r")
             data = source.read_buffer()
@@ -81,6 +119,30 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         if view is not None:
             return flight.GeneratorStream(view.schema, (view.apply(b) for b in batches))
         return flight.GeneratorStream(reader.schema, batches)
+
+    def _check_ticket(self, context: flight.ServerCallContext, raw: bytes) -> bytes:
+        """The path a ticket grants, once its signature, expiry and session hold."""
+        if self._signer is None:
+            if is_signed(raw):
+                raise flight.FlightUnauthenticatedError(
+                    "this executor has no cluster secret and cannot check a signed ticket: "
+                    "start it with the cluster's --cluster-secret-file (or --tls-dir)"
+                )
+            return raw
+        headers: _Headers | None = context.get_middleware(_HEADERS)
+        keys = headers.headers.get(SESSION_HEADER, []) if headers is not None else []
+        try:
+            claims = self._signer.verify(raw, keys[0] if keys else None)
+        except TicketError as exc:
+            self.refused += 1
+            log.warning(
+                "refused a Flight ticket from %s (%s): %s",
+                context.peer(),
+                context.peer_identity().decode(errors="replace") or "no certificate",
+                exc,
+            )
+            raise flight.FlightUnauthenticatedError(f"ticket refused: {exc}") from exc
+        return claims.path.encode()
 
     def _resolve(self, raw: bytes) -> tuple[str, PartitionOutput]:
         """The real path a ticket names, if it is an output this executor wrote."""

@@ -27,6 +27,7 @@ from mangonel.ids import ExecutorId, TaskAttemptId
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
+from mangonel.security import tls
 from mangonel.task import PartitionOutput, TaskFailure
 
 ExecutorCommand = convert.ExecutorCommandKind
@@ -152,16 +153,25 @@ class GrpcSchedulerLink:
             tries each in turn until one answers; every other call goes to the
             one that took the registration.
         rpc_timeout_s: Limit on each unary call (register, heartbeat, report).
+        tls_material: TLS: trust only the cluster CA (a scheduler without a
+            certificate it signed, for the address dialled, is refused) and
+            present the node certificate; ``None``: plaintext.
     """
 
-    def __init__(self, address: str, rpc_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        address: str,
+        rpc_timeout_s: float = 10.0,
+        tls_material: tls.TlsMaterial | None = None,
+    ) -> None:
         self.addresses = [a.strip() for a in address.split(",") if a.strip()]
         if not self.addresses:
             raise ClusterError(f"no scheduler address in {address!r}")
         self.rpc_timeout_s = rpc_timeout_s
         self._current = 0
+        self._tls = tls_material
         self._channels = [
-            grpc.insecure_channel(a, options=_CHANNEL_OPTIONS) for a in self.addresses
+            tls.open_channel(a, tls_material, _CHANNEL_OPTIONS) for a in self.addresses
         ]
         self._stubs = [pb_grpc.ExecutorControlStub(c) for c in self._channels]  # type: ignore[no-untyped-call]
 
@@ -185,6 +195,7 @@ class GrpcSchedulerLink:
             held_jobs=list(registration.held_jobs),
         )
         errors = []
+        hint = ""
         for _ in self.addresses:
             try:
                 reply = self._stub.RegisterExecutor(request, timeout=self.rpc_timeout_s)
@@ -192,10 +203,16 @@ class GrpcSchedulerLink:
                     ExecutorId(reply.executor_id), reply.heartbeat_interval_s, reply.resumed
                 )
             except grpc.RpcError as exc:
-                errors.append(f"{self.address}: {_describe(exc)}")
+                described = _describe(exc)
+                if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                    hint = "; the scheduler refused this executor's certificate"
+                elif exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    hint = f"; {tls.describe_failure(described, self._tls is not None)}"
+                errors.append(f"{self.address}: {described}")
                 self._current = (self._current + 1) % len(self.addresses)
         raise ClusterError(
-            f"cannot register with a scheduler ({'; '.join(errors)}); is a scheduler running there?"
+            f"cannot register with a scheduler ({'; '.join(errors)}); is a scheduler running "
+            f"there?{hint}"
         )
 
     def connect(self, executor: ExecutorId) -> CommandStream:

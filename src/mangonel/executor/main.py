@@ -24,6 +24,8 @@ from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import GrpcSchedulerLink, SchedulerLink
 from mangonel.executor.runner import keep_batch_memory
 from mangonel.executor.service import ExecutorService
+from mangonel.security import options as security
+from mangonel.security.tls import TlsMaterial
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,9 @@ def start_executor(
     """
     keep_batch_memory()
     storage.configure(config.storage)
-    link = link or GrpcSchedulerLink(config.scheduler_address)
+    link = link or GrpcSchedulerLink(
+        config.scheduler_address, tls_material=TlsMaterial.load(config.security)
+    )
     service = ExecutorService(config, link, task_hooks(config))
     service.start()
     thread = threading.Thread(target=service.serve, name="executor-control", daemon=True)
@@ -147,6 +151,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
     parser.add_argument("--work-dir", default=defaults.work_dir, help="work root (shareable)")
     add_recovery_options(parser, defaults)
     storage.add_arguments(parser)
+    security.add_arguments(parser)
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -170,6 +175,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
         faults_file=args.faults_file,
         index=args.index,
         storage=storage.options_from_args(args),
+        security=security.options_from_args(args, "node"),
     )
 
 

@@ -104,6 +104,8 @@ from mangonel.task import (
     ReleaseOutputs,
     TaskSpec,
 )
+from mangonel.security.tickets import TicketSigner
+from mangonel.security.tls import TlsMaterial, warn_if_exposed
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +193,18 @@ class ExecutorService:
         """Sweep dead executors' files, start the Flight server and the task slots."""
         self.work.sweep()
         self._spill = self.work.claim(f"spill-{os.getpid()}-{secrets.token_hex(2)}")
+        material = TlsMaterial.load(self.config.security)
+        secret = self.config.security.cluster_secret()
         self.flight = ShuffleFlightServer(
-            self.work.root, self.registry, self.config.bind_host, self.config.flight_port
+            self.work.root,
+            self.registry,
+            self.config.bind_host,
+            self.config.flight_port,
+            tls_material=material,
+            signer=TicketSigner(secret) if secret is not None else None,
+        )
+        warn_if_exposed(
+            log, "executor's Flight server", self.config.bind_host, self.config.security
         )
         budget = self.config.slot_budget()
         if self.config.memory_limit is not None:
@@ -213,6 +225,7 @@ class ExecutorService:
                     timeout_s=self.config.fetch_timeout_s,
                     retries=self.config.fetch_retries,
                     spool_dir=os.path.join(self._spill.path, f"fetched-{slot}"),
+                    tls_material=material,
                 ),
                 os.path.join(self._spill.path, f"slot-{slot}"),
                 budget,

@@ -71,6 +71,7 @@ from mangonel.executor.failures import (
     disk_full,
 )
 from mangonel.ids import JobId, StageId, TaskAttemptId
+from mangonel.security.tls import TlsMaterial, flight_client_kwargs, flight_scheme
 from mangonel.task import FetchFailed, FetchProblem, PartitionLocation, PartitionOutput
 
 _SUFFIX = ".arrow"
@@ -385,6 +386,7 @@ class ShuffleReader:
         backoff_s: Wait before the second try; doubled before each next one.
         spool_dir: Where fetched partitions are written as they arrive (created if
             missing); ``None`` reads them into memory.
+        tls_material: Fetch over TLS, showing the node certificate; ``None``: plaintext.
     """
 
     def __init__(
@@ -395,8 +397,10 @@ class ShuffleReader:
         retries: int = 3,
         backoff_s: float = 0.1,
         spool_dir: str | None = None,
+        tls_material: TlsMaterial | None = None,
     ) -> None:
         self.host = host
+        self._tls = tls_material
         self.spool_dir = spool_dir
         if spool_dir is not None:
             os.makedirs(spool_dir, exist_ok=True)
@@ -485,7 +489,7 @@ class ShuffleReader:
 
     def _fetch(self, location: PartitionLocation) -> pa.Table:
         options = flight.FlightCallOptions(timeout=self.timeout_s)
-        ticket = flight.Ticket(location.path.encode())
+        ticket = flight.Ticket(location.flight_ticket)
         last: Exception | None = None
         for attempt in range(self.retries):
             if attempt:
@@ -509,7 +513,7 @@ class ShuffleReader:
                     f"{self.timeout_s:g} s: {exc}",
                     FetchProblem.UNREACHABLE,
                 ) from exc
-            except flight.FlightServerError as exc:
+            except (flight.FlightServerError, flight.FlightUnauthenticatedError) as exc:
                 # The peer answered and refused (unknown ticket, bad checksum):
                 # another try gets the same answer.
                 raise _fail(
@@ -536,7 +540,9 @@ class ShuffleReader:
         with self._clients_lock:
             client = self._clients.get(address)
             if client is None:
-                client = flight.FlightClient(f"grpc://{address}")
+                client = flight.FlightClient(
+                    f"{flight_scheme(self._tls)}://{address}", **flight_client_kwargs(self._tls)
+                )
                 self._clients[address] = client
             return client
 

@@ -142,6 +142,7 @@ def partition_location_to_proto(loc: PartitionLocation) -> pb.PartitionLocation:
         rows=loc.rows,
         bytes=loc.bytes,
         checksum=loc.checksum,
+        ticket=loc.ticket,
     )
 
 
@@ -157,6 +158,7 @@ def partition_location_from_proto(msg: pb.PartitionLocation) -> PartitionLocatio
         rows=msg.rows,
         bytes=msg.bytes,
         checksum=msg.checksum,
+        ticket=msg.ticket,
     )
 
 

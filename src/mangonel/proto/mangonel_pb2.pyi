@@ -90,7 +90,7 @@ class FileSplit(_message.Message):
     def __init__(self, path: _Optional[str] = ..., row_groups: _Optional[_Iterable[int]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., object_size: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
 
 class PartitionLocation(_message.Message):
-    __slots__ = ("executor", "host", "flight_address", "stage", "map_partition", "partition", "path", "rows", "bytes", "checksum")
+    __slots__ = ("executor", "host", "flight_address", "stage", "map_partition", "partition", "path", "rows", "bytes", "checksum", "ticket")
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -101,6 +101,7 @@ class PartitionLocation(_message.Message):
     ROWS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
     executor: str
     host: str
     flight_address: str
@@ -111,7 +112,8 @@ class PartitionLocation(_message.Message):
     rows: int
     bytes: int
     checksum: str
-    def __init__(self, executor: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., stage: _Optional[int] = ..., map_partition: _Optional[int] = ..., partition: _Optional[int] = ..., path: _Optional[str] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., checksum: _Optional[str] = ...) -> None: ...
+    ticket: str
+    def __init__(self, executor: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., stage: _Optional[int] = ..., map_partition: _Optional[int] = ..., partition: _Optional[int] = ..., path: _Optional[str] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., checksum: _Optional[str] = ..., ticket: _Optional[str] = ...) -> None: ...
 
 class InputLocations(_message.Message):
     __slots__ = ("name", "stage", "mode", "locations", "columns")

@@ -33,10 +33,10 @@ MAGIC = b"mangonel-result-view:"
 def partition_ticket(loc: PartitionLocation) -> bytes:
     """The ticket that reads result partition ``loc`` from its executor's Flight server.
 
-    The one place a result ticket is made: the Flight SQL server uses it, and
-    signed tickets will come from here.
+    The one place a result ticket is read: the signed ticket when the scheduler
+    signed the location (``scheduler.tickets``), else the file's path.
     """
-    return loc.path.encode()
+    return (loc.ticket or loc.path).encode()
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,11 @@ from mangonel.scheduler import flightsql_meta as meta
 from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
 from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.state_views import ExecutorState, JobState
+from mangonel.scheduler.tickets import TicketIssuer
+from mangonel.security import tls
 from mangonel.security.auth import ANONYMOUS, AUTHORIZATION, OPEN, Authenticator, Principal
 from mangonel.security.auth import bearer_token as parse_bearer
+from mangonel.security.tls import TlsMaterial
 from mangonel.sql.params import bind_parameters, count_parameters
 from mangonel.task import PartitionLocation
 
@@ -254,6 +257,15 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             partition, then this server; ``"scheduler"``: no location, every
             partition is streamed through here.
         advertise_host: The host clients reach this server at, if not ``host``.
+        tls_material: The scheduler's certificate (a secured cluster): this
+            endpoint speaks TLS (clients prove who they are by logging in, so
+            none is asked for a certificate), and reads results from the
+            executors with it.
+        tickets: Signs the result locations (a cluster with a secret). Flight
+            SQL clients cannot send the session key a ``Session`` proves its
+            results with, so these tickets name no session: they go only to the
+            client that ran the statement, over TLS, and an executor serves them
+            only to callers with a certificate of the cluster CA.
     """
 
     def __init__(
@@ -264,17 +276,27 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         authenticator: Authenticator = OPEN,
         results: str = "executors",
         advertise_host: str | None = None,
+        tls_material: TlsMaterial | None = None,
+        tickets: TicketIssuer | None = None,
     ) -> None:
         if results not in RESULTS_FROM:
             raise ValueError(f"results must be one of {RESULTS_FROM}, got {results!r}")
+        server_tls: dict[str, Any] = {}
+        if tls_material is not None:
+            server_tls["tls_certificates"] = [
+                flight.CertKeyPair(tls_material.cert, tls_material.key)
+            ]
         super().__init__(
-            location=f"grpc://{host}:{port}",
+            location=f"{tls.flight_scheme(tls_material)}://{host}:{port}",
             auth_handler=_AcceptHandshake(),
             middleware={_AUTH_MIDDLEWARE: FlightSqlAuthFactory(authenticator)},
+            **server_tls,
         )
+        self._tls = tls_material
+        self._tickets = tickets
         self.core = core
         self.results_from = results
-        self.url = f"grpc://{advertise_host or host}:{self.port}"
+        self.url = f"{tls.flight_scheme(tls_material)}://{advertise_host or host}:{self.port}"
         self._lock = threading.Lock()
         self._prepared: dict[bytes, _Prepared] = {}
         self._results: dict[JobId, _Result] = {}
@@ -296,7 +318,10 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         with self._lock:
             client = self._clients.get(address)
             if client is None:
-                client = flight.connect(f"grpc://{address}")
+                client = flight.connect(
+                    f"{tls.flight_scheme(self._tls)}://{address}",
+                    **tls.flight_client_kwargs(self._tls),
+                )
                 self._clients[address] = client
             return client
 
@@ -465,6 +490,8 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             log.info("flight sql: job %s for %s", record.id, who.principal.user)
             self._wait(record, context)
             locations = record.result
+            if self._tickets is not None:
+                locations = tuple(self._tickets.sign_location(loc, record.id) for loc in locations)
             try:
                 schema = self._schema_of(record, locations)
             except _LostResult as exc:
@@ -522,7 +549,8 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         if self.results_from == "scheduler":
             return flight.FlightEndpoint(view.encode(), [])
         return flight.FlightEndpoint(
-            view.encode(), [f"grpc://{loc.flight_address}", REUSE_CONNECTION]
+            view.encode(),
+            [f"{tls.flight_scheme(self._tls)}://{loc.flight_address}", REUSE_CONNECTION],
         )
 
     def _serve_partition(
@@ -820,6 +848,8 @@ def start_flight_sql(
     port: int,
     authenticator: Authenticator = OPEN,
     results: str = "executors",
+    tls_material: TlsMaterial | None = None,
+    tickets: TicketIssuer | None = None,
 ) -> FlightSqlServer:
     """Start serving Flight SQL for ``core``; the caller stops it with ``shutdown()``.
 
@@ -827,7 +857,9 @@ def start_flight_sql(
         ClusterError: the port cannot be bound.
     """
     try:
-        return FlightSqlServer(core, host, port, authenticator, results)
+        return FlightSqlServer(
+            core, host, port, authenticator, results, tls_material=tls_material, tickets=tickets
+        )
     except (OSError, pa.ArrowException) as exc:
         raise ClusterError(
             f"cannot serve Flight SQL on {host}:{port} ({exc}); pick another port with "

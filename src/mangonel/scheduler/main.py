@@ -27,8 +27,10 @@ from mangonel.scheduler.core import CoreConfig, SchedulerCore
 from mangonel.scheduler.events import Limits
 from mangonel.scheduler.service import ExecutorControlServicer, QueryServiceServicer
 from mangonel.scheduler.store import open_store
-from mangonel.security import Authenticator, authenticator_for
+from mangonel.scheduler.tickets import TicketIssuer
+from mangonel.security import authenticator_for, tls
 from mangonel.security.options import SecurityOptions
+from mangonel.security.tickets import TicketSigner
 
 if TYPE_CHECKING:
     from mangonel.scheduler.flightsql import FlightSqlServer
@@ -97,9 +99,13 @@ class SchedulerConfig:
         storage: How to reach object storage for ``s3://`` tables (endpoint,
             region, addressing, timeouts, retries); the AWS environment decides
             what it leaves out. Credentials are never part of it.
-        security: TLS files, the cluster secret and the users file; with a users
+        security: TLS files, the cluster secret and the users file (``--tls-dir``...).
+            With TLS the gRPC port demands a certificate of the cluster CA from
+            every caller (and a node certificate from executors) and the web UI
+            serves HTTPS; with a secret, Flight tickets are signed; with a users
             file or a cluster secret every client must log in or bring a token
             (``mangonel.security.authenticator_for``).
+        shuffle_ticket_ttl_s: Validity of a signed shuffle ticket.
         flight_sql_port: Port of the Arrow Flight SQL endpoint
             (``scheduler.flightsql``); 0 picks a free one, ``None`` serves none.
         flight_sql_address_file: Where to write its ``grpc://host:port`` URL.
@@ -131,6 +137,7 @@ class SchedulerConfig:
     crash_file: str | None = None
     storage: storage.StorageOptions = field(default_factory=storage.StorageOptions)
     security: SecurityOptions = field(default_factory=SecurityOptions)
+    shuffle_ticket_ttl_s: float = defaults.SHUFFLE_TICKET_TTL_S
     flight_sql_port: int | None = None
     flight_sql_address_file: str | None = None
     flight_sql_results: str = "executors"
@@ -205,9 +212,15 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     from mangonel.scheduler.state import SchedulerState  # the state machine's module
 
     storage.configure(config.storage)  # before recover(): it reads s3:// footers again
-    # Before taking the store's lead: a broken users file or secret stops the start.
+    # Read the security files first: a typo in a path fails here, before the store is taken.
+    material = tls.TlsMaterial.load(config.security)
+    secret = config.security.cluster_secret()
+    tickets = (
+        None
+        if secret is None
+        else TicketIssuer(TicketSigner(secret), config.shuffle_ticket_ttl_s, config.result_ttl_s)
+    )
     authenticator = authenticator_for(config.security)
-    _warn_if_exposed(config, authenticator)
     url = config.state or default_state_url()
     store = open_store(url)
     owner = f"{config.host}:{config.port} (pid {os.getpid()})"
@@ -244,7 +257,12 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         maximum_concurrent_rpcs=None,
     )
     try:
-        port = server.add_insecure_port(f"{config.host}:{config.port}")
+        if material is None:
+            port = server.add_insecure_port(f"{config.host}:{config.port}")
+        else:
+            port = server.add_secure_port(
+                f"{config.host}:{config.port}", tls.server_credentials(material)
+            )
     except RuntimeError as exc:
         store.close()
         raise ClusterError(
@@ -254,14 +272,19 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     address = f"{config.host}:{port}"
     # The generated registration functions carry no annotations.
     pb_grpc.add_ExecutorControlServicer_to_server(  # type: ignore[no-untyped-call]
-        ExecutorControlServicer(core), server
+        ExecutorControlServicer(core, tickets, members_only=material is not None), server
     )
     pb_grpc.add_QueryServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        QueryServiceServicer(core, address, authenticator), server
+        QueryServiceServicer(core, address, tickets, authenticator), server
     )
     server.start()
     core.start()
-    log.info("scheduler listening on %s", address)
+    log.info(
+        "scheduler listening on %s (%s)",
+        address,
+        "TLS, cluster certificates required" if material else "plaintext",
+    )
+    tls.warn_if_exposed(log, "scheduler", config.host, config.security)
     if config.address_file:
         tmp = f"{config.address_file}.tmp"
         with open(tmp, "w") as f:
@@ -278,8 +301,8 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
                 config.host,
                 config.web_port,
                 address,
+                security=config.security,
                 authenticator=authenticator,
-                tls=config.security.tls,
             )
         except ClusterError:
             running.stop()
@@ -300,6 +323,8 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
                 config.flight_sql_port,
                 authenticator=authenticator,
                 results=config.flight_sql_results,
+                tls_material=material,
+                tickets=tickets,
             )
         except ClusterError:
             running.stop()
@@ -308,23 +333,6 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         if config.flight_sql_address_file:
             _write_atomically(config.flight_sql_address_file, running.flight_sql.url)
     return running
-
-
-def _warn_if_exposed(config: SchedulerConfig, authenticator: Authenticator) -> None:
-    """Say loudly what a scheduler beyond loopback leaves open."""
-    loopback = config.host in ("127.0.0.1", "localhost", "::1")
-    if not authenticator.required and not loopback:
-        log.warning(
-            "INSECURE: the scheduler listens on %s and lets anyone in as admin; give it "
-            "--users-file and --cluster-secret-file (`mangonel users add`)",
-            config.host,
-        )
-    elif authenticator.required and not config.security.tls and not loopback:
-        log.warning(
-            "INSECURE: passwords and tokens cross the network to %s in clear text; give "
-            "the scheduler --tls-dir (`mangonel certs init`)",
-            config.host,
-        )
 
 
 def _write_atomically(path: str, text: str) -> None:

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cattrs.gen import make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
 from cattrs.strategies import configure_tagged_union
 
@@ -40,11 +41,17 @@ from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, TaskState
 from mangonel.scheduler.store import StateStore
+from mangonel.task import PartitionLocation
 
 log = logging.getLogger(__name__)
 
 _converter = make_converter()
 configure_tagged_union(TaskState, _converter, tag_name="kind")
+# A location's ticket is signed on the way out (``scheduler.tickets``), never kept.
+_converter.register_unstructure_hook(
+    PartitionLocation,
+    make_dict_unstructure_fn(PartitionLocation, _converter, ticket=override(omit=True)),
+)
 
 
 @dataclass(frozen=True)

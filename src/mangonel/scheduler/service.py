@@ -43,7 +43,8 @@ from mangonel.scheduler.core import ExecutorNotFoundError, JobNotFoundError, Sch
 from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.registry import CLOSE, ExecutorListing
 from mangonel.scheduler.state_views import ExecutorState, JobState, StageView
-from mangonel.security import tokens
+from mangonel.scheduler.tickets import TicketIssuer
+from mangonel.security import tls, tokens
 from mangonel.security.auth import (
     ANONYMOUS,
     AUTHORIZATION,
@@ -52,6 +53,7 @@ from mangonel.security.auth import (
     Principal,
     bearer_token,
 )
+from mangonel.security.options import NODE_NAME
 
 log = logging.getLogger(__name__)
 
@@ -222,15 +224,51 @@ def executor_status(entry: ExecutorListing, now: float) -> pb.ExecutorStatus:
 
 
 class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
-    """What executors call: register, command stream, heartbeats, reports, drain."""
+    """What executors call: register, command stream, heartbeats, reports, drain.
 
-    def __init__(self, core: SchedulerCore) -> None:
+    Args:
+        core: The scheduler.
+        tickets: Signs the input locations of launched tasks (a cluster with a
+            secret); ``None``: the paths go out as they are.
+        members_only: (TLS) Every call must come with a cluster member's
+            certificate (common name ``mangonel-node``): the TLS handshake already
+            proved the caller's certificate is the cluster CA's, and the port is
+            shared with clients, whose certificates are the CA's too.
+    """
+
+    def __init__(
+        self,
+        core: SchedulerCore,
+        tickets: TicketIssuer | None = None,
+        members_only: bool = False,
+    ) -> None:
         self.core = core
+        self.tickets = tickets
+        self.members_only = members_only
+
+    def _admit(self, context: grpc.ServicerContext, what: str) -> None:
+        """Refuse a caller that is not a cluster member (see ``members_only``)."""
+        if not self.members_only or tls.is_node(context):
+            return
+        role = tls.peer_role(context) or "no certificate"
+        log.warning(
+            "refused %s from %s: its certificate (%s) is not a cluster member's (%s)",
+            what,
+            context.peer(),
+            role,
+            NODE_NAME,
+        )
+        raise PermissionDeniedError(
+            f"only a cluster member may {what}: this certificate ({role}) is not the cluster's "
+            f"node certificate ({NODE_NAME}); start executors with the node files of "
+            "`mangonel certs init` (--tls-dir)"
+        )
 
     @rpc
     def RegisterExecutor(
         self, request: pb.RegisterExecutorRequest, context: grpc.ServicerContext
     ) -> pb.RegisterExecutorResponse:
+        self._admit(context, "register as an executor")
         resume = ExecutorId(request.resume_executor_id) if request.resume_executor_id else None
         entry = self.core.register_executor(
             request.host,
@@ -253,6 +291,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
     ) -> Iterator[pb.ExecutorCommand]:
         executor = ExecutorId(request.executor_id)
         try:
+            self._admit(context, "open an executor's command stream")
             entry = self.core.executor_connected(executor)
         except MangonelError as exc:
             abort(context, exc)
@@ -270,12 +309,16 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
             if item is CLOSE:
                 log.info("closing the command stream of executor %s", executor)
                 return
-            yield convert.command_to_proto(cast(convert.ExecutorCommandKind, item))
+            msg = convert.command_to_proto(cast(convert.ExecutorCommandKind, item))
+            if self.tickets is not None:
+                self.tickets.sign_launch(msg)
+            yield msg
 
     @rpc
     def Heartbeat(
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
+        self._admit(context, "send an executor's heartbeat")
         known = self.core.heartbeat(ExecutorId(request.executor_id), request.unhealthy)
         return pb.HeartbeatResponse(reregister=not known)
 
@@ -283,6 +326,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
     def ReportTask(
         self, request: pb.ReportTaskRequest, context: grpc.ServicerContext
     ) -> pb.ReportTaskResponse:
+        self._admit(context, "report a task")
         attempt = convert.attempt_from_proto(request.attempt)
         executor = ExecutorId(request.executor_id)
         kind = request.WhichOneof("result")
@@ -300,6 +344,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
 
     @rpc
     def Drain(self, request: pb.DrainRequest, context: grpc.ServicerContext) -> pb.DrainResponse:
+        self._admit(context, "drain an executor")
         self.core.drain(ExecutorId(request.executor_id))
         return pb.DrainResponse()
 
@@ -310,14 +355,21 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
     Args:
         core: The scheduler.
         address: Its gRPC address, as ``ClusterStatus`` reports it.
+        tickets: Signs result locations for the submitting session (a cluster
+            with a secret).
         authenticator: Checks each call's token (``OPEN``: everyone is admin).
     """
 
     def __init__(
-        self, core: SchedulerCore, address: str = "", authenticator: Authenticator = OPEN
+        self,
+        core: SchedulerCore,
+        address: str = "",
+        tickets: TicketIssuer | None = None,
+        authenticator: Authenticator = OPEN,
     ) -> None:
         self.core = core
         self.address = address
+        self.tickets = tickets
         self.auth = authenticator
 
     # ------------------------------------------------------------- who calls
@@ -437,7 +489,10 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             if version != seen:
                 seen = version
                 last_sent = time.monotonic()
-                yield job_status(record, self.core.now(), with_result=finished)
+                msg = job_status(record, self.core.now(), with_result=finished)
+                if finished and self.tickets is not None:
+                    self.tickets.sign_result(msg, record.request_id)
+                yield msg
             if finished:
                 return
             record.wait_change(seen, timeout=1.0)

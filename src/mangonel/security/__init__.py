@@ -3,6 +3,12 @@
 - ``options``: ``SecurityOptions``, the files a process is given (TLS
   certificate, key and CA, the cluster secret, the users file) and the
   ``--tls-*`` / ``--cluster-secret-file`` / ``--users-file`` options.
+- ``certs``: ``init_cluster`` (``mangonel certs init``): a cluster CA, the node
+  and client certificates it signs, and the cluster secret.
+- ``tls``: the TLS settings of each channel (gRPC, Flight, the web UI) from one
+  ``SecurityOptions``, and the warning of a process exposed without TLS.
+- ``tickets``: signed Flight tickets (HMAC over the file, job, stage, partition,
+  expiry and the session), checked by the executors' Flight servers.
 - ``auth``: ``Principal`` (who a request comes from) and the ``Authenticator``
   interface every front door (the gRPC query service, the web UI and REST API,
   the Flight SQL endpoint) checks credentials with.
@@ -13,7 +19,8 @@
 
 Without options nothing is protected: a local cluster on loopback runs as
 before. This package sits at the bottom of the layers (beside ``storage``): it
-imports only ``errors`` and ``defaults`` of mangonel's own modules.
+imports only ``errors`` and ``defaults`` of mangonel's own modules (and the
+third-party ``cryptography``, ``grpc`` and ``pyarrow``).
 """
 
 from mangonel.security.auth import (

@@ -36,6 +36,10 @@ CA_FILE = "ca.pem"
 CA_KEY_FILE = "ca-key.pem"
 SECRET_FILE = "cluster-secret"
 MIN_SECRET_BYTES = 32
+NODE_NAME = "mangonel-node"
+"""Common name of the cluster members' certificate (the scheduler checks it)."""
+CLIENT_NAME = "mangonel-client"
+"""Common name of the clients' certificate."""
 
 
 def cert_files(role: Role) -> tuple[str, str]:

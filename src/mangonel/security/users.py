@@ -24,10 +24,10 @@ front door (gRPC, web UI and REST API, Flight SQL) shares one, made by
   role wins over the token's.
 - users file, no cluster secret: the same, with a random secret of this
   process: tokens die with it (sessions that hold a password log in again).
-- cluster secret, no users file: nobody logs in (there are no passwords);
-  tokens made by ``mangonel users token NAME --cluster-secret-file S`` get in,
-  with the role the token carries: the holders of the secret decide.
-- neither: ``OPEN``, everyone is the anonymous admin (a local cluster on loopback).
+- no users file: ``OPEN``, everyone is the anonymous admin. On a local cluster
+  on loopback that is everyone on the machine; with TLS (``--tls-dir``) it is
+  everyone holding a certificate of the cluster CA, which the scheduler's port
+  demands of every caller: users are an addition to TLS, not a requirement.
 """
 
 from __future__ import annotations
@@ -315,9 +315,8 @@ class UsersAuthenticator:
         """
         if self.users_file is None:
             raise AuthenticationError(
-                "this cluster has no users file, so nobody can log in with a password; "
-                "use a token (`mangonel users token NAME --cluster-secret-file FILE`), or "
-                "start the scheduler with --users-file"
+                "this authenticator has no users file, so nobody can log in with a "
+                "password; start the scheduler with --users-file"
             )
         known = self.users().get(user)
         # Check a hash even for an unknown user: the time taken tells nothing.
@@ -353,15 +352,17 @@ class UsersAuthenticator:
 def authenticator_for(options: SecurityOptions) -> Authenticator:
     """The authenticator a process with ``options`` checks users with.
 
-    ``OPEN`` without a users file and without a cluster secret; else a
-    ``UsersAuthenticator`` (see this module's docstring for the combinations).
+    ``OPEN`` without a users file; else a ``UsersAuthenticator`` (see this
+    module's docstring for the combinations).
 
     Raises:
         SecurityConfigError: the cluster secret or users file cannot be read.
     """
-    secret = options.cluster_secret()
-    if options.users_file is None and secret is None:
+    if options.users_file is None:
+        # No accounts: who gets through the transport (with TLS, a certificate of
+        # the cluster CA) is the admin, as on a cluster without any security.
         return OPEN
+    secret = options.cluster_secret()
     if secret is None:
         log.warning(
             "no cluster secret: tokens are signed with a random key of this process and "

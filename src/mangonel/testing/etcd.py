@@ -13,6 +13,13 @@ directory (etcd preallocates 64 MB of log, too much to keep per test); its log,
 >>> with EtcdServer() as etcd:                        # doctest: +SKIP
 ...     store = open_store(etcd.url("/mangonel/test/"))
 
+With ``tls_dir`` (a directory of ``mangonel certs init``) it serves HTTPS with
+the node certificate and, without ``user``, demands a client certificate of that
+CA; with ``user`` and ``password`` it turns on etcd's own authentication (a root
+user) once started. (Not both: etcd refuses requests that come through its JSON
+gateway with a named client certificate once authentication is on.) ``url``
+then carries the options the state store needs.
+
 The binary comes from Debian's ``etcd-server`` package, which
 ``scripts/install-system-deps.sh`` installs.
 """
@@ -25,6 +32,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -45,6 +53,10 @@ class EtcdServer:
         max_txn_ops: etcd's ``--max-txn-ops`` (etcd's default 128).
         max_request_bytes: etcd's ``--max-request-bytes`` (etcd's default 1.5 MiB).
         binary: The etcd executable; ``etcd`` on ``PATH`` when ``None``.
+        tls_dir: Serve HTTPS with this ``mangonel certs init`` directory's node
+            certificate, and (without ``user``) demand client certificates of its CA.
+        user: Turn on etcd's authentication with this root user ...
+        password: ... and password (its file is ``work_dir/etcd-password``).
     """
 
     def __init__(
@@ -54,6 +66,9 @@ class EtcdServer:
         max_txn_ops: int = 128,
         max_request_bytes: int = 1_572_864,
         binary: str | None = None,
+        tls_dir: str | os.PathLike[str] | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         found = binary or shutil.which("etcd")
         if found is None:
@@ -68,6 +83,10 @@ class EtcdServer:
         self.max_request_bytes = max_request_bytes
         self.client_port = 0
         self.peer_port = 0
+        self.tls_dir = Path(tls_dir) if tls_dir is not None else None
+        self.user = user
+        self.password = password
+        self.password_file = self.log_path.parent / "etcd-password"
         self._proc: subprocess.Popen[bytes] | None = None
         self._started = False
 
@@ -81,8 +100,23 @@ class EtcdServer:
         return f"127.0.0.1:{self.client_port}"
 
     def url(self, prefix: str = "/mangonel/default/") -> str:
-        """A state-store URL for this server: ``etcd://127.0.0.1:PORT/prefix``."""
-        return f"etcd://{self.endpoint}/{prefix.strip('/')}/"
+        """A state-store URL for this server: ``etcd://127.0.0.1:PORT/prefix[?options]``."""
+        options = []
+        if self.tls_dir is not None:
+            options.append(f"tls_ca={self.tls_dir / 'ca.pem'}")
+            if self.user is None:
+                options += [
+                    f"tls_cert={self.tls_dir / 'node.pem'}",
+                    f"tls_key={self.tls_dir / 'node-key.pem'}",
+                ]
+        if self.user is not None:
+            options += [f"user={self.user}", f"password_file={self.password_file}"]
+        query = "?" + "&".join(options) if options else ""
+        return f"etcd://{self.endpoint}/{prefix.strip('/')}/{query}"
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_dir is not None else "http"
 
     @property
     def pid(self) -> int | None:
@@ -105,6 +139,8 @@ class EtcdServer:
                 self.client_port, self.peer_port = _free_port(), _free_port()
             error = self._start_once()
             if not error:
+                if not self._started and self.user is not None:
+                    self._enable_auth()
                 self._started = True
                 return self
         raise RuntimeError(f"etcd did not start ({self.binary}, data in {self.data_dir}): {error}")
@@ -146,7 +182,7 @@ class EtcdServer:
     # --------------------------------------------------------------- private
 
     def _start_once(self) -> str:
-        client = f"http://127.0.0.1:{self.client_port}"
+        client = f"{self.scheme}://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         args = [
             self.binary,
@@ -162,6 +198,13 @@ class EtcdServer:
             "--logger=zap",
             "--log-level=warn",
         ]
+        if self.tls_dir is not None:
+            args += [
+                f"--cert-file={self.tls_dir / 'node.pem'}",
+                f"--key-file={self.tls_dir / 'node-key.pem'}",
+            ]
+            if self.user is None:  # a trusted CA makes etcd demand client certificates
+                args += [f"--trusted-ca-file={self.tls_dir / 'ca.pem'}", "--client-cert-auth"]
         log_path = self.log_path
         with open(log_path, "ab") as log:
             self._proc = subprocess.Popen(
@@ -180,12 +223,43 @@ class EtcdServer:
             log_path
         )
 
+    def _context(self) -> ssl.SSLContext | None:
+        if self.tls_dir is None:
+            return None
+        context = ssl.create_default_context(cafile=str(self.tls_dir / "ca.pem"))
+        context.load_cert_chain(self.tls_dir / "node.pem", self.tls_dir / "node-key.pem")
+        return context
+
     def _healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as resp:
+            with urllib.request.urlopen(
+                f"{self.scheme}://{self.endpoint}/health", timeout=1, context=self._context()
+            ) as resp:
                 return bool(json.load(resp).get("health") == "true")
         except (OSError, ValueError, urllib.error.URLError):
             return False
+
+    def _post(self, path: str, body: dict[str, str], token: str | None = None) -> None:
+        request = urllib.request.Request(
+            f"{self.scheme}://{self.endpoint}/v3/{path}",
+            data=json.dumps(body).encode(),
+            headers={
+                "Content-Type": "application/json",
+                **({"Authorization": token} if token else {}),
+            },
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=5, context=self._context()) as resp:
+            resp.read()
+
+    def _enable_auth(self) -> None:
+        """A root user with ``password``, then authentication on (``etcdctl auth enable``)."""
+        assert self.user is not None and self.password is not None
+        self.password_file.parent.mkdir(parents=True, exist_ok=True)
+        self.password_file.write_text(self.password)
+        self._post("auth/user/add", {"name": self.user, "password": self.password})
+        self._post("auth/user/grant", {"user": self.user, "role": "root"})
+        self._post("auth/enable", {})
 
     def _end(self, sig: signal.Signals) -> None:
         proc, self._proc = self._proc, None

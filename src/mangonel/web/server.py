@@ -18,7 +18,9 @@ import uvicorn
 from mangonel import defaults
 from mangonel.errors import ClusterError
 from mangonel.scheduler.core import SchedulerCore
+from mangonel.security import tls
 from mangonel.security.auth import OPEN, Authenticator
+from mangonel.security.options import SecurityOptions
 from mangonel.web.app import create_app
 
 log = logging.getLogger(__name__)
@@ -45,12 +47,15 @@ def start_web_server(
     host: str,
     port: int,
     scheduler_address: str = "",
+    security: SecurityOptions | None = None,
     authenticator: Authenticator = OPEN,
-    tls: bool = False,
 ) -> WebServer:
     """Bind ``host:port`` (0 picks a free port) and serve the app in a daemon thread.
 
-    ``authenticator`` and ``tls`` go to the app (``create_app``).
+    With TLS in ``security`` it serves HTTPS with the scheduler's certificate
+    (browsers are not asked for one of theirs) and refuses plain HTTP.
+    ``authenticator`` goes to the app (``create_app``), which shows "insecure"
+    in its header without TLS.
 
     Raises:
         ClusterError: the port cannot be bound.
@@ -68,10 +73,11 @@ def start_web_server(
     sock.listen(128)
     bound = sock.getsockname()[1]
     config = uvicorn.Config(
-        create_app(core, scheduler_address, authenticator, tls),
+        create_app(core, scheduler_address, authenticator, security is not None and security.tls),
         log_level="warning",
         access_log=False,
         lifespan="off",
+        **tls.uvicorn_ssl_kwargs(security),
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(
@@ -84,6 +90,7 @@ def start_web_server(
             raise ClusterError(f"the web UI did not start on {host}:{bound}")
         time.sleep(0.01)
     shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
-    url = f"http://{shown}:{bound}"
+    scheme = "https" if security is not None and security.tls else "http"
+    url = f"{scheme}://{shown}:{bound}"
     log.info("web UI at %s", url)
     return WebServer(server, thread, url)

@@ -32,12 +32,21 @@ HTTP: pure Python, maintained, no generated gRPC stubs. Several endpoints may be
 given: requests go to the first that answers and move to the next when one does
 not. A store that reaches none of them at open raises ``StateStoreError`` naming
 them, and no store is returned.
+
+A secured etcd (``EtcdAccess``, options of the URL): ``tls_ca=FILE`` speaks HTTPS
+and trusts only that CA (etcd's own, or the cluster's); ``tls_cert=FILE&tls_key=FILE``
+presents a client certificate (etcd's ``--client-cert-auth``); ``user=NAME&
+password_file=FILE`` logs in to etcd's own authentication (``etcdctl auth enable``)
+and sends its token with every request, logging in again when etcd drops it.
+One or the other: once its authentication is on, etcd refuses requests that come
+through its JSON gateway with a client certificate that names a user (etcd 3.5).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import functools
 import json
 import threading
@@ -73,6 +82,46 @@ _TXN_OVERHEAD = 512
 
 _T = TypeVar("_T")
 
+_INT_OPTIONS = ("ttl_s", "max_txn_ops", "max_request_bytes")
+_ACCESS_OPTIONS = ("tls_ca", "tls_cert", "tls_key", "user", "password_file")
+
+
+@dataclasses.dataclass(frozen=True)
+class EtcdAccess:
+    """How to reach a secured etcd; all ``None``: plain HTTP, no login.
+
+    Attributes:
+        tls_ca: PEM CA that signed etcd's server certificate: HTTPS when set.
+        tls_cert: PEM client certificate for etcd's ``--client-cert-auth``.
+        tls_key: Its key.
+        user: etcd user to log in as (etcd's own authentication).
+        password_file: File holding that user's password (never the URL itself).
+    """
+
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    user: str | None = None
+    password_file: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise StateStoreError("an etcd client certificate needs both tls_cert and tls_key")
+        if (self.tls_cert is not None) and self.tls_ca is None:
+            raise StateStoreError("an etcd client certificate needs tls_ca (HTTPS) too")
+        if (self.user is None) != (self.password_file is None):
+            raise StateStoreError("etcd's login needs both user and password_file")
+
+    def password(self) -> str:
+        assert self.password_file is not None
+        try:
+            with open(self.password_file) as f:
+                return f.read().strip()
+        except OSError as exc:
+            raise StateStoreError(
+                f"cannot read etcd's password file {self.password_file}: {exc.strerror}"
+            ) from exc
+
 
 class EtcdStateStore(StateStore):
     """A ``StateStore`` in etcd v3, with leadership by lease for a highly available pair.
@@ -85,6 +134,7 @@ class EtcdStateStore(StateStore):
         max_txn_ops: The server's ``--max-txn-ops``.
         max_request_bytes: The server's ``--max-request-bytes``.
         url: How the user named the store, for messages.
+        access: TLS and login for a secured etcd.
 
     Raises:
         StateStoreError: no endpoint answers.
@@ -99,6 +149,7 @@ class EtcdStateStore(StateStore):
         max_txn_ops: int = ETCD_MAX_TXN_OPS,
         max_request_bytes: int = ETCD_MAX_REQUEST_BYTES,
         url: str | None = None,
+        access: EtcdAccess | None = None,
     ) -> None:
         super().__init__()
         if not endpoints:
@@ -117,7 +168,8 @@ class EtcdStateStore(StateStore):
         self._state_prefix = (self.prefix + "state/").encode()
         self._leader_key = (self.prefix + "leader").encode()
         self._lock = threading.RLock()
-        self._clients = _Endpoints(self.endpoints, _REQUEST_TIMEOUT_S)
+        self.access = access or EtcdAccess()
+        self._clients = _Endpoints(self.endpoints, _REQUEST_TIMEOUT_S, self.access)
         # Set while this scheduler leads: its lease, and the leader key's create_revision.
         self._lease_id: int | None = None
         self._leader_revision: int | None = None
@@ -135,7 +187,15 @@ class EtcdStateStore(StateStore):
     def from_url(cls, url: str) -> EtcdStateStore:
         """Open ``etcd://host:port[,host:port...][/prefix][?ttl_s=3&max_txn_ops=128...]``.
 
+        Options: ``ttl_s``, ``max_txn_ops``, ``max_request_bytes`` (whole
+        numbers) and a secured etcd's ``tls_ca``, ``tls_cert``, ``tls_key``,
+        ``user``, ``password_file`` (see ``EtcdAccess``).
+
         >>> EtcdStateStore.from_url("etcd://10.0.0.5:2379,10.0.0.6:2379/prod/")  # doctest: +SKIP
+        >>> EtcdStateStore.from_url(  # doctest: +SKIP
+        ...     "etcd://10.0.0.5:2379/prod/?tls_ca=/etc/etcd/ca.pem&user=mangonel"
+        ...     "&password_file=/etc/mangonel/etcd-password"
+        ... )
         """
         scheme, sep, rest = url.partition("://")
         rest, _, query = rest.partition("?")
@@ -149,11 +209,15 @@ class EtcdStateStore(StateStore):
         if any(not e for e in endpoints):
             raise StateStoreError(f"state store {url!r} has an empty host in its endpoint list")
         options: dict[str, int] = {}
+        access: dict[str, str] = {}
         for name, values in urllib.parse.parse_qs(query, keep_blank_values=True).items():
-            if name not in ("ttl_s", "max_txn_ops", "max_request_bytes"):
+            if name in _ACCESS_OPTIONS:
+                access[name] = values[-1]
+                continue
+            if name not in _INT_OPTIONS:
                 raise StateStoreError(
                     f"state store {url!r}: unknown option {name!r} "
-                    "(known: ttl_s, max_txn_ops, max_request_bytes)"
+                    f"(known: {', '.join(_INT_OPTIONS + _ACCESS_OPTIONS)})"
                 )
             try:
                 options[name] = int(values[-1])
@@ -162,7 +226,7 @@ class EtcdStateStore(StateStore):
                     f"state store {url!r}: option {name} must be a whole number, not {values[-1]!r}"
                 ) from None
         prefix = slash + path if path.strip("/") else DEFAULT_PREFIX
-        return cls(endpoints, prefix, url=url, **options)
+        return cls(endpoints, prefix, url=url, access=EtcdAccess(**access), **options)
 
     # -------------------------------------------------------------- leadership
 
@@ -378,7 +442,9 @@ class _KeepAlive(threading.Thread):
         self._interval = ttl_s / 3
         self._expires = sent + ttl_s  # counted from when the request went out: conservative
         self._stopped = threading.Event()
-        self._clients = _Endpoints(store.endpoints, timeout_s=max(0.5, self._interval))
+        self._clients = _Endpoints(
+            store.endpoints, timeout_s=max(0.5, self._interval), access=store.access
+        )
 
     def stop(self) -> None:
         self._stopped.set()
@@ -409,12 +475,37 @@ class _KeepAlive(threading.Thread):
             self._clients.close()
 
 
+class _PinnedSession(requests.Session):
+    """A session whose CA is the one it was given, whatever the environment says.
+
+    requests lets ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE`` win over a session's
+    ``verify``: etcd's own CA would be replaced by the system's, which does not
+    know it.
+    """
+
+    def merge_environment_settings(
+        self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any
+    ) -> dict[str, Any]:
+        settings: dict[str, Any] = super().merge_environment_settings(
+            url, proxies, stream, verify, cert
+        )
+        if verify is None:
+            settings["verify"] = self.verify
+        return settings
+
+
 class _Endpoints:
     """One etcd3gw client per endpoint; a request goes to the one that last answered."""
 
-    def __init__(self, endpoints: list[tuple[str, int]], timeout_s: float) -> None:
+    def __init__(
+        self,
+        endpoints: list[tuple[str, int]],
+        timeout_s: float,
+        access: EtcdAccess | None = None,
+    ) -> None:
         self._endpoints = endpoints
         self._timeout_s = timeout_s
+        self._access = access or EtcdAccess()
         self._clients: dict[int, Etcd3Client] = {}
         self._current = 0
         self._lock = threading.Lock()
@@ -425,12 +516,25 @@ class _Endpoints:
             failures = []
             for step in range(len(self._endpoints)):
                 index = (self._current + step) % len(self._endpoints)
-                client = self._client(index)
                 try:
-                    result = request(client)
+                    client = self._client(index)
+                    try:
+                        result = request(client)
+                    except Etcd3Exception as exc:
+                        if not (self._access.user and _token_refused(exc)):
+                            raise
+                        # etcd dropped the token (its TTL, a restart): log in again.
+                        self._login(client)
+                        result = request(client)
                 except (ConnectionFailedError, ConnectionTimeoutError) as exc:
                     host, port = self._endpoints[index]
-                    failures.append(f"{host}:{port} ({_etcd_message(exc)})")
+                    message = _etcd_message(exc)
+                    if "SSLError" in message or "SSL:" in message:
+                        message = (
+                            f"TLS failed: {message}; check tls_ca (etcd's CA), and tls_cert "
+                            "and tls_key when etcd demands client certificates"
+                        )
+                    failures.append(f"{host}:{port} ({message})")
                     continue
                 except (requests.RequestException, ValueError) as exc:
                     # etcd3gw passes on what it does not map: a connection cut mid-answer,
@@ -455,10 +559,38 @@ class _Endpoints:
         client = self._clients.get(index)
         if client is None:
             host, port = self._endpoints[index]
+            access = self._access
             # api_path fixed: etcd >= 3.4 serves /v3/, and discovering it costs a request.
-            client = Etcd3Client(host=host, port=port, timeout=self._timeout_s, api_path="/v3/")
+            session = _PinnedSession()
+            if access.tls_ca:
+                session.verify = access.tls_ca
+            if access.tls_cert and access.tls_key:
+                session.cert = (access.tls_cert, access.tls_key)
+            client = Etcd3Client(
+                host=host,
+                port=port,
+                protocol="https" if access.tls_ca else "http",
+                timeout=self._timeout_s,
+                api_path="/v3/",
+                session=session,
+            )
+            if access.user:
+                self._login(client)
             self._clients[index] = client
         return client
+
+    def _login(self, client: Etcd3Client) -> None:
+        """Log in to etcd's authentication; its token goes with every later request."""
+        client.session.headers.pop("Authorization", None)
+        reply = _post(
+            client,
+            "auth/authenticate",
+            {"name": self._access.user, "password": self._access.password()},
+        )
+        token = reply.get("token")
+        if not token:
+            raise StateStoreError(f"etcd gave no token to user {self._access.user!r}")
+        client.session.headers["Authorization"] = str(token)
 
     def close(self) -> None:
         with self._lock:
@@ -470,6 +602,11 @@ class _Endpoints:
 def _post(client: Etcd3Client, path: str, body: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = client.post(client.get_url(path), json=body)
     return result
+
+
+def _token_refused(exc: Etcd3Exception) -> bool:
+    message = _etcd_message(exc).lower()
+    return "token" in message and ("invalid" in message or "expired" in message)
 
 
 def _split_endpoint(endpoint: str, url: str) -> tuple[str, int]:

@@ -17,7 +17,7 @@ from typing import Any
 import adbc_driver_manager
 import duckdb
 import pytest
-from conftest import adbc_connect
+from fsql_support import adbc_connect
 from helpers import ARTIFACTS_DIR, assert_same_result, tpch_query
 
 from mangonel.errors import PermissionDeniedError
