@@ -133,7 +133,8 @@ class TaskFailed(Event):
 @dataclass(frozen=True)
 class Tick(Event):
     """Time passed; lets timeouts fire (heartbeats, connecting executors, results'
-    time-to-live, no-executor grace)."""
+    time-to-live, no-executor grace, executors' exclusions) and stragglers be
+    copied (speculative execution)."""
 
 
 @dataclass(frozen=True)
@@ -233,3 +234,14 @@ class Limits:
     unreachable_window_s: float = defaults.UNREACHABLE_WINDOW_S
     """Fetch failures of readers on different executors that make a holder which
     still heartbeats lost must fall within this long of each other."""
+    speculation: bool = defaults.SPECULATION
+    """Copy straggling attempts onto another executor (see ``SchedulerState``)."""
+    speculation_quantile: float = defaults.SPECULATION_QUANTILE
+    speculation_multiplier: float = defaults.SPECULATION_MULTIPLIER
+    speculation_min_s: float = defaults.SPECULATION_MIN_S
+    exclusion_failures: int = defaults.EXCLUSION_FAILURES
+    """Distinct tasks failing on one executor (execution errors only) within
+    ``exclusion_window_s`` that exclude it from new tasks for ``exclusion_s``;
+    0 turns exclusion off."""
+    exclusion_window_s: float = defaults.EXCLUSION_WINDOW_S
+    exclusion_s: float = defaults.EXCLUSION_S
