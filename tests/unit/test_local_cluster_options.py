@@ -31,3 +31,26 @@ def test_the_test_cluster_adds_each_executors_fault_file(tmp_path: Path) -> None
     assert cluster.faults_path(1) == faults
     assert cluster.executor_options(1) == ["--memory-limit", "2GB", "--faults-file", str(faults)]
     assert not hasattr(LocalCluster(work_dir=tmp_path), "set_faults")
+
+
+def test_speculation_and_exclusion_reach_the_scheduler_only_when_given(tmp_path: Path) -> None:
+    assert LocalCluster(work_dir=tmp_path).gray_failure_options() == []
+    cluster = LocalCluster(
+        work_dir=tmp_path,
+        speculation=False,
+        speculation_min=0.2,
+        exclusion_failures=0,
+        exclusion_time=5.0,
+    )
+    assert cluster.gray_failure_options() == [
+        "--no-speculation",
+        "--speculation-min",
+        "0.2",
+        "--exclusion-failures",
+        "0",
+        "--exclusion-time",
+        "5.0",
+    ]
+    assert LocalCluster(work_dir=tmp_path, speculation=True).gray_failure_options() == [
+        "--speculation"
+    ]

@@ -403,7 +403,7 @@ def test_every_executor_excluded_fails_the_job_saying_so() -> None:
     assert len(failed) == 1
     assert failed[0].message.startswith("every executor is excluded for failing tasks (e1: 3 tasks")
     assert "e2: 3 tasks failed on it" in failed[0].message
-    assert "--exclusion-s" in failed[0].message
+    assert "--exclusion-time" in failed[0].message
 
 
 def test_exclusions_are_not_kept_across_a_scheduler_restart() -> None:

@@ -245,3 +245,17 @@ class Limits:
     0 turns exclusion off."""
     exclusion_window_s: float = defaults.EXCLUSION_WINDOW_S
     exclusion_s: float = defaults.EXCLUSION_S
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.speculation_quantile <= 1.0:
+            raise ValueError(
+                f"speculation_quantile must be in (0, 1], got {self.speculation_quantile:g}"
+            )
+        if self.speculation_multiplier < 1.0:
+            raise ValueError(
+                f"speculation_multiplier must be at least 1, got {self.speculation_multiplier:g}"
+            )
+        if self.speculation_min_s < 0 or self.exclusion_window_s < 0 or self.exclusion_s < 0:
+            raise ValueError("speculation_min_s, exclusion_window_s and exclusion_s must be >= 0")
+        if self.exclusion_failures < 0:
+            raise ValueError(f"exclusion_failures must be >= 0, got {self.exclusion_failures}")

@@ -1077,6 +1077,6 @@ class SchedulerState:
                 f"every executor is excluded for failing tasks ({why}), so job {job.id} "
                 f"cannot run its tasks. Check those executors (logs, disk, memory) or the "
                 f"data they read; an exclusion ends after {self.limits.exclusion_s:g} s "
-                f"(--exclusion-s), --exclusion-failures 0 turns exclusion off."
+                f"(--exclusion-time), and --exclusion-failures 0 turns exclusion off."
             )
             self._finish(job, JobState.FAILED, msg, step)
