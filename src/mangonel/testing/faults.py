@@ -1,4 +1,5 @@
-"""Fault injection: rules in a JSON file make an executor fail, die, freeze or lose files.
+"""Fault injection: rules in a JSON file make an executor fail, die, freeze, lose files or
+run slow.
 
 ``FaultInjector`` implements the executor's ``TaskHooks`` protocol
 (``mangonel.executor.hooks``); ``executor.main`` builds one only when the
@@ -11,7 +12,7 @@ rules name *what* to hit (a stage, a partition, the N-th task) rather than *when
 (``--faults-file``); the executor re-reads it when it changes (one ``stat`` at
 each task start and end) and applies the rules at these points of a task::
 
-    task start ──▶ kill/freeze (when=task_started), then fail
+    task start ──▶ kill/freeze (when=task_started), then delay, then fail
     task runs, writes and commits its output files
     ──▶ corrupt/delete those files
     ──▶ kill/freeze (when=task_finished, before_report=true)
@@ -30,14 +31,19 @@ The rules, one JSON object each (a file holds a list of them; ``[]`` clears):
   ``task_finished``) to false. Tasks are counted from when the rule was read; a
   task counts as finished only when it wrote its output (failed and cancelled
   attempts are not counted).
+* ``{"action": "delay", "seconds": X, "stage": S, "partition": P, "attempt": A}``:
+  matching tasks sleep ``X`` seconds at their start, holding their slot, as on
+  a slow executor (a straggler). ``stage``, ``partition``, ``attempt``: any when
+  absent. Unlike the other rules, a delay is not spent: it slows every task it
+  matches for as long as it is in the file.
 * ``{"action": "corrupt" | "delete", "stage": S, "map_partition": M, "partition": P}``:
   right after task M of stage S wrote its output, flip bytes in the middle of
   output partition P's file / delete it, before the report. ``map_partition``
   and ``partition``: any task / every partition of it when absent.
 
 Stage numbers are a job's own (1-based, as in EXPLAIN); a rule does not name a
-job and matches the first task that fits after it was read. Each rule fires at
-most once per executor process: a rule is known by its position in the list
+job and matches the first task that fits after it was read. Each rule but a
+delay fires at most once per executor process: a rule is known by its position in the list
 and its content, so rewriting the file with the same rules does not re-arm
 them, while a new rule (or the same one at a new position) is armed.
 """
@@ -50,6 +56,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +78,7 @@ class Action(enum.Enum):
     FREEZE = "freeze"
     CORRUPT = "corrupt"
     DELETE = "delete"
+    DELAY = "delay"
 
 
 class When(enum.Enum):
@@ -86,13 +94,15 @@ class FaultRule:
     stage: int | None = None
     partition: int | None = None
     """``fail``: the task's partition. ``corrupt``/``delete``: the output partition."""
-    attempt: int = 0
-    """``fail`` only."""
+    attempt: int | None = 0
+    """``fail`` (0 when absent) and ``delay`` (any when absent) only."""
     when: When = When.TASK_STARTED
     nth: int = 1
     before_report: bool = False
     map_partition: int | None = None
     """``corrupt``/``delete`` only: the task (map partition) whose file is hit."""
+    seconds: float = 0.0
+    """``delay`` only: how long each matching task sleeps at its start."""
 
     def describe(self) -> str:
         parts = [self.action.value]
@@ -106,8 +116,10 @@ class FaultRule:
             parts.append(f"map partition {self.map_partition}")
         if self.partition is not None:
             parts.append(f"partition {self.partition}")
-        if self.action is Action.FAIL:
+        if self.action is Action.FAIL or (self.action is Action.DELAY and self.attempt is not None):
             parts.append(f"attempt {self.attempt}")
+        if self.action is Action.DELAY:
+            parts.append(f"by {self.seconds:g} s")
         return " ".join(parts)
 
 
@@ -117,6 +129,7 @@ _ALLOWED = {
     Action.FREEZE: {"when", "stage", "nth", "before_report"},
     Action.CORRUPT: {"stage", "map_partition", "partition"},
     Action.DELETE: {"stage", "map_partition", "partition"},
+    Action.DELAY: {"seconds", "stage", "partition", "attempt"},
 }
 
 
@@ -166,11 +179,17 @@ def parse_rule(raw: Mapping[str, Any]) -> FaultRule:
     stage = number("stage", None, 1)
     if action is Action.FAIL and stage is None:
         raise FaultFileError(f"rule {dict(raw)}: fail needs a stage")
+    seconds = raw.get("seconds", 0.0)
+    if action is Action.DELAY and (
+        isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0
+    ):
+        raise FaultFileError(f"rule {dict(raw)}: delay needs seconds > 0")
     return FaultRule(
         action=action,
         stage=stage,
         partition=number("partition", None, 0),
-        attempt=number("attempt", 0, 0) or 0,
+        attempt=number("attempt", None, 0) if action is Action.DELAY else number("attempt", 0, 0),
+        seconds=float(seconds),
         when=when,
         nth=number("nth", 1, 1) or 1,
         before_report=before_report,
@@ -238,6 +257,7 @@ class FaultInjector:
         path: The faults file; ``None`` injects nothing. A missing file means no rules.
         label: Names this executor in log lines and injected errors (e.g. its index).
         signal_self: Sends a signal to this process; replaced in unit tests.
+        sleep: How a delay rule waits; replaced in unit tests.
     """
 
     def __init__(
@@ -245,10 +265,12 @@ class FaultInjector:
         path: str | None,
         label: str = "",
         signal_self: Callable[[int], None] = _kill_self,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.path = path
         self.label = label
         self._signal_self = signal_self
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._armed: list[_Armed] = []
@@ -304,6 +326,7 @@ class FaultInjector:
         """
         self.reload_if_changed()
         self._signal_at(When.TASK_STARTED, attempt, before_report=False)
+        self._delay(attempt)
         rule = self._take(
             lambda r: (
                 r.action is Action.FAIL
@@ -354,6 +377,22 @@ class FaultInjector:
         self._signal_at(When.TASK_FINISHED, attempt, before_report=before_report)
 
     # -------------------------------------------------------------- helpers
+
+    def _delay(self, attempt: TaskAttemptId) -> None:
+        """Sleep as long as the longest delay rule matching ``attempt`` says."""
+        with self._lock:
+            rules = [
+                a.rule
+                for a in self._armed
+                if a.rule.action is Action.DELAY
+                and a.rule.stage in (None, attempt.task.stage)
+                and a.rule.partition in (None, attempt.task.partition)
+                and a.rule.attempt in (None, attempt.attempt)
+            ]
+        if rules:
+            rule = max(rules, key=lambda r: r.seconds)
+            log.warning("injected fault: %s on %s at %s", rule.describe(), self._who(), attempt)
+            self._sleep(rule.seconds)
 
     def _who(self) -> str:
         return f"executor {self.label}" if self.label else "this executor"
