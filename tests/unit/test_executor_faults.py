@@ -256,3 +256,11 @@ def test_delete_without_partition_removes_every_file_of_the_task(
     later = _outputs(tmp_path, att(1, 4), 3)
     faults.injector.outputs_written(att(1, 4), later)
     assert all(os.path.exists(o.path) for o in later)
+
+
+def test_kill_may_name_the_attempt_it_hits(faults: Faults) -> None:
+    faults.set([{"action": "kill", "stage": 1, "attempt": 1}])
+    faults.injector.task_started(att(1, 0))  # attempt 0: not counted
+    assert faults.signals == []
+    faults.injector.task_started(att(1, 0, attempt=1))  # a copy or a re-run
+    assert faults.signals == [signal.SIGKILL]

@@ -25,12 +25,13 @@ The rules, one JSON object each (a file holds a list of them; ``[]`` clears):
   fails with the retryable ``ExecutionError("injected fault: ...")``.
   ``partition``: any when absent; ``attempt``: 0 when absent.
 * ``{"action": "kill" | "freeze", "when": "task_started" | "task_finished",
-  "stage": S, "nth": N, "before_report": B}``: SIGKILL / SIGSTOP this process at
-  that point of its N-th task (1-based, default 1) of stage S (any stage when
-  absent). ``when`` defaults to ``task_started``; ``before_report`` (only for
-  ``task_finished``) to false. Tasks are counted from when the rule was read; a
-  task counts as finished only when it wrote its output (failed and cancelled
-  attempts are not counted).
+  "stage": S, "attempt": A, "nth": N, "before_report": B}``: SIGKILL / SIGSTOP
+  this process at that point of its N-th task (1-based, default 1) of stage S
+  (any stage when absent) whose attempt number is A (any when absent: attempt 1
+  of a task is its speculative copy or its first re-run). ``when`` defaults to
+  ``task_started``; ``before_report`` (only for ``task_finished``) to false.
+  Tasks are counted from when the rule was read; a task counts as finished
+  only when it wrote its output (failed and cancelled attempts are not counted).
 * ``{"action": "delay", "seconds": X, "stage": S, "partition": P, "attempt": A}``:
   matching tasks sleep ``X`` seconds at their start, holding their slot, as on
   a slow executor (a straggler). ``stage``, ``partition``, ``attempt``: any when
@@ -94,8 +95,9 @@ class FaultRule:
     stage: int | None = None
     partition: int | None = None
     """``fail``: the task's partition. ``corrupt``/``delete``: the output partition."""
-    attempt: int | None = 0
-    """``fail`` (0 when absent) and ``delay`` (any when absent) only."""
+    attempt: int | None = None
+    """The task's attempt number; ``None`` matches any (a ``fail`` rule says 0
+    when it names none). Not for ``corrupt``/``delete``."""
     when: When = When.TASK_STARTED
     nth: int = 1
     before_report: bool = False
@@ -116,7 +118,7 @@ class FaultRule:
             parts.append(f"map partition {self.map_partition}")
         if self.partition is not None:
             parts.append(f"partition {self.partition}")
-        if self.action is Action.FAIL or (self.action is Action.DELAY and self.attempt is not None):
+        if self.action is Action.FAIL or self.attempt is not None:
             parts.append(f"attempt {self.attempt}")
         if self.action is Action.DELAY:
             parts.append(f"by {self.seconds:g} s")
@@ -125,8 +127,8 @@ class FaultRule:
 
 _ALLOWED = {
     Action.FAIL: {"stage", "partition", "attempt"},
-    Action.KILL: {"when", "stage", "nth", "before_report"},
-    Action.FREEZE: {"when", "stage", "nth", "before_report"},
+    Action.KILL: {"when", "stage", "attempt", "nth", "before_report"},
+    Action.FREEZE: {"when", "stage", "attempt", "nth", "before_report"},
     Action.CORRUPT: {"stage", "map_partition", "partition"},
     Action.DELETE: {"stage", "map_partition", "partition"},
     Action.DELAY: {"seconds", "stage", "partition", "attempt"},
@@ -188,7 +190,7 @@ def parse_rule(raw: Mapping[str, Any]) -> FaultRule:
         action=action,
         stage=stage,
         partition=number("partition", None, 0),
-        attempt=number("attempt", None, 0) if action is Action.DELAY else number("attempt", 0, 0),
+        attempt=number("attempt", 0 if action is Action.FAIL else None, 0),
         seconds=float(seconds),
         when=when,
         nth=number("nth", 1, 1) or 1,
@@ -407,6 +409,7 @@ class FaultInjector:
                     or r.when is not when
                     or r.before_report is not before_report
                     or r.stage not in (None, attempt.task.stage)
+                    or r.attempt not in (None, attempt.attempt)
                 ):
                     continue
                 armed.seen += 1
