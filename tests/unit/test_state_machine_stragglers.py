@@ -319,30 +319,28 @@ def failing(limits: Limits = EXCLUDE) -> Harness:
 
 def test_three_tasks_failing_on_one_executor_exclude_it_for_a_while() -> None:
     h = failing()
-    for p in (0, 2):
-        assert launches(h.fail(att(1, p), E1, ExecutionError("I/O error"))) == [
-            ("e1", f"j1/s1/p{p}/a1")  # still the least loaded
-        ]
-    cmds = h.fail(att(1, 4), E1, ExecutionError("I/O error"))
-    assert launches(cmds) == [("e2", "j1/s1/p4/a1")]  # e1 is excluded now
+    # A failed task goes to another executor (not again where it failed).
+    assert launches(h.fail(att(1, 0), E1, ExecutionError("I/O error"))) == [("e2", "j1/s1/p0/a1")]
+    assert launches(h.fail(att(1, 2), E1, ExecutionError("I/O error"))) == []  # e2 is full
+    assert launches(h.fail(att(1, 4), E1, ExecutionError("I/O error"))) == []
     view = h.state.executor(E1)
     assert view is not None and view.excluded_until == 30.0
-    assert "3 tasks failed on it within 60 s" in view.exclusion
+    assert view.exclusion.startswith("3 tasks failed on it within 60 s")
     assert "I/O error" in view.exclusion
-    # It still runs what it has and holds its outputs.
-    assert len(h.state.running_attempts(E1)) == 2
-    h.now = 1.0
-    # e1 is excluded and e2 full: p0 waits for e2's next free slot.
-    assert launches(h.fail(att(1, 0, 1), E1, ExecutionError("I/O error"))) == []
-    assert launches(h.complete(att(1, 1), E2)) == [("e2", "j1/s1/p0/a2")]
+    # Excluded, e1 is idle but gets nothing; p2 waits for e2's next slot.
+    assert h.state.running_attempts(E1) == []
+    assert launches(h.complete(att(1, 1), E2)) == [("e2", "j1/s1/p2/a1")]
     assert h.tick(29.0) == []
     h.tick(30.5)
     view = h.state.executor(E1)
     assert view is not None and view.excluded_until is None
     assert view.exclusion.startswith("was excluded: 3 tasks failed")
-    assert launches(h.fail(att(1, 2, 1), E1, ExecutionError("I/O error"))) == [
-        ("e1", "j1/s1/p2/a2")  # back in use
-    ]
+    h.complete(att(1, 3), E2)  # p4 (it failed on e1) goes to e2
+    h.complete(att(1, 5), E2)
+    h.complete(att(1, 0, 1), E2)
+    h.complete(att(1, 2, 1), E2)
+    cmds = h.complete(att(1, 4, 1), E2)
+    assert launches(cmds)[0] == ("e1", "j1/s2/p0/a0")  # back in use
 
 
 def test_one_task_failing_again_and_again_is_the_tasks_problem_not_the_executors() -> None:
@@ -393,9 +391,7 @@ def test_every_executor_excluded_fails_the_job_saying_so() -> None:
     h = failing()
     for p in (0, 2, 4):
         h.fail(att(1, p), E1, ExecutionError("I/O error"))
-    # e1 is excluded; p0, p2 and p4 went to e1 twice and then to e2: fail three on e2.
-    running_on_e2 = sorted(str(a) for a in h.state.running_attempts(E2))
-    assert running_on_e2 == ["j1/s1/p1/a0", "j1/s1/p3/a0", "j1/s1/p4/a1", "j1/s1/p5/a0"]
+    # e1 is excluded: three of e2's tasks fail too.
     h.fail(att(1, 1), E2, ExecutionError("I/O error"))
     h.fail(att(1, 3), E2, ExecutionError("I/O error"))
     cmds = h.fail(att(1, 5), E2, ExecutionError("I/O error"))

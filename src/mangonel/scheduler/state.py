@@ -969,6 +969,16 @@ class SchedulerState:
                 executor = self._executors.least_loaded(job.excluded)
                 if executor is None:
                     return False
+                if executor.id in task.failed_on:
+                    # Not again where it failed (Spark's one attempt per task and
+                    # executor), while another executor may run it: it waits for
+                    # a slot there rather than fail again, and a bad executor
+                    # that fails at once cannot use up the task's attempts alone.
+                    avoid = job.excluded | set(task.failed_on)
+                    elsewhere = self._executors.least_loaded(avoid)
+                    if elsewhere is None and self._executors.any_taker(avoid):
+                        continue
+                    executor = elsewhere or executor
                 attempt = task.next_attempt()
                 task.state = Running(attempt, executor.id, started=step.now)
                 job.ran_on.add(executor.id)

@@ -186,6 +186,15 @@ class ExecutorRegistry:
             *self._connecting.values(),
         ]
 
+    def any_taker(self, excluding: AbstractSet[ExecutorId]) -> bool:
+        """Whether an alive executor not in ``excluding`` takes tasks (busy or not):
+        neither awaiting its reattachment nor excluded for failing tasks."""
+        return any(
+            r.state is ExecutorState.ALIVE and not r.awaiting and not r.excluded
+            for r in self._live.values()
+            if r.id not in excluding
+        )
+
     def exclusions_over(self, now: float) -> list[ExecutorRecord]:
         """Live executors whose exclusion is over at ``now``."""
         return [
