@@ -64,8 +64,19 @@ What each event does, in one place:
   ``LossReason.DRAINED`` (its loss recomputes nothing, by construction).
 * beyond ``keep_finished_jobs`` settled finished jobs (failed, cancelled, or
   their result read), the oldest are forgotten: ``ForgetJob``.
+* stragglers: on a ``Tick``, once ``Limits.speculation_quantile`` of a stage's
+  tasks are done, an attempt that has run ``speculation_multiplier`` times their
+  median (and ``speculation_min_s``) gets one copy on another executor
+  (``LaunchTask(speculative=True)``); the first of the two to complete wins, the
+  other is cancelled (``_speculate``, ``_task_completed``).
+* bad executors: ``Limits.exclusion_failures`` distinct tasks failing on one
+  executor (``ExecutionError`` only) within ``exclusion_window_s`` exclude it
+  from new tasks for ``exclusion_s`` (a ``Tick`` ends it); with every executor
+  excluded, jobs with pending tasks fail saying so (``_count_failure``).
 * after every event, pending tasks of runnable stages go to free slots of alive
-  executors, least loaded first, a stage's tasks together (``LaunchTask``).
+  executors that are not excluded, least loaded first, a stage's tasks together
+  (``LaunchTask``); a task that failed avoids the executors it failed on while
+  another may take it.
 
 The life cycles of executors, jobs, tasks and stages are drawn in
 ``state_executors`` and ``state_jobs``.
@@ -73,8 +84,6 @@ The life cycles of executors, jobs, tasks and stages are drawn in
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -110,6 +119,7 @@ from mangonel.scheduler.state_executors import (
     RegistrySnapshot,
     Resume,
 )
+from mangonel.scheduler.state_gray import count_failure, excluded_everywhere, stragglers
 from mangonel.scheduler.state_jobs import (
     PENDING,
     Done,
@@ -118,7 +128,6 @@ from mangonel.scheduler.state_jobs import (
     JobRecord,
     Pending,
     Running,
-    StageRecord,
     StageState,
     TaskRecord,
     invalid_plan_reason,
@@ -994,80 +1003,32 @@ class SchedulerState:
     def _speculate(self, step: _Step) -> None:
         """Copy straggling attempts onto other executors' free slots (on ``Tick``).
 
-        Spark's rule: once ``speculation_quantile`` of a stage's tasks are done,
-        a running attempt without a copy that has run longer than
-        ``speculation_multiplier`` times the median run time of the done ones
-        (and at least ``speculation_min_s``) gets one copy, on the least loaded
-        executor other than its own that the job may use. Called after
-        ``_assign``, so pending tasks always come first; the longest-running
-        stragglers first. The first of the two to finish wins
-        (``_task_completed``).
+        Which attempts straggle is ``state_gray.stragglers``; each gets one copy
+        on the least loaded executor other than its own that the job may use.
+        Called after ``_assign``, so pending tasks always come first. The first
+        of the two to finish wins (``_task_completed``).
         """
-        limits = self.limits
-        candidates: list[tuple[float, JobRecord, StageRecord, TaskRecord, Running]] = []
-        for job in self._jobs.values():
-            is_live = job.usable(self._executors.is_live)
-            for sid, rec in job.stages.items():
-                if job.stage_state(sid, is_live) is not StageState.RUNNABLE:
-                    continue
-                durations = [t.state.duration for t in rec.tasks if isinstance(t.state, Done)]
-                enough = max(1, math.floor(limits.speculation_quantile * len(rec.tasks)))
-                if len(durations) < enough:
-                    continue
-                threshold = max(
-                    limits.speculation_multiplier * statistics.median(durations),
-                    limits.speculation_min_s,
-                )
-                for task in rec.tasks:
-                    running = task.state
-                    if not isinstance(running, Running) or task.speculative is not None:
-                        continue
-                    ran = step.now - running.started
-                    if ran > threshold:
-                        candidates.append((ran, job, rec, task, running))
-        candidates.sort(key=lambda c: -c[0])
-        for _, job, rec, task, running in candidates:
-            executor = self._executors.least_loaded(job.excluded | {running.executor})
+        found = stragglers(self._jobs.values(), self._executors.is_live, step.now, self.limits)
+        for s in found:
+            executor = self._executors.least_loaded(s.job.excluded | {s.running.executor})
             if executor is None:
                 continue
-            attempt = task.next_attempt()
-            task.speculative = Running(attempt, executor.id, started=step.now)
-            rec.speculated += 1
-            job.ran_on.add(executor.id)
+            attempt = s.task.next_attempt()
+            s.task.speculative = Running(attempt, executor.id, started=step.now)
+            s.stage.speculated += 1
+            s.job.ran_on.add(executor.id)
             self._executors.start(executor.id, attempt)
-            step.commands.append(
-                LaunchTask(
-                    step.cause, executor.id, job.task_spec(rec.stage, attempt), speculative=True
-                )
-            )
+            spec = s.job.task_spec(s.stage.stage, attempt)
+            step.commands.append(LaunchTask(step.cause, executor.id, spec, speculative=True))
 
     # --------------------------------------------------------------- bad executors
 
     def _count_failure(self, executor: ExecutorId, task: TaskRecord, why: str, step: _Step) -> None:
-        """An attempt failed on ``executor`` for an execution reason: count it.
-
-        Only ``ExecutionError``s count: a query error is the query's fault, a
-        fetch failure the holder's. Once ``exclusion_failures`` distinct tasks
-        failed on it within ``exclusion_window_s``, it is excluded from new tasks
-        for ``exclusion_s`` (Spark's exclusion). One task failing again and
-        again is the task's problem (``max_task_attempts``), not the executor's.
-        """
-        limits = self.limits
+        """An attempt failed on ``executor`` for an execution reason: count it
+        (``state_gray.count_failure`` may exclude the executor)."""
         rec = self._executors.live(executor)
-        if rec is None or limits.exclusion_failures <= 0:
-            return
-        window = limits.exclusion_window_s
-        rec.failures = [(at, t) for at, t in rec.failures if step.now - at <= window]
-        rec.failures.append((step.now, task.id))
-        tasks = {t for _, t in rec.failures}
-        if rec.excluded or len(tasks) < limits.exclusion_failures:
-            return
-        rec.excluded_until = step.now + limits.exclusion_s
-        rec.exclusion = (
-            f"{len(tasks)} tasks failed on it within {window:g} s (the limit is "
-            f"{limits.exclusion_failures}, --exclusion-failures); last: {why}"
-        )
-        rec.failures.clear()
+        if rec is not None:
+            count_failure(rec, task.id, why, step.now, self.limits)
 
     def _fail_if_all_excluded(self, step: _Step) -> None:
         """Fail jobs that wait for a slot when every executor is excluded.
@@ -1076,10 +1037,9 @@ class SchedulerState:
         same bad executors again. Executors still connecting or awaited after
         a restart count as hope: then nothing fails.
         """
-        takers = self._executors.takers()
-        if not takers or not all(r.excluded for r in takers):
+        why = excluded_everywhere(self._executors.takers())
+        if why is None:
             return
-        why = "; ".join(f"{r.id}: {r.exclusion}" for r in takers)
         for job in list(self._jobs.values()):
             if not any(isinstance(t.state, Pending) for t in job.tasks()):
                 continue
