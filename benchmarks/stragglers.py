@@ -5,7 +5,7 @@ cluster in turn (interleaved, so drift of a noisy machine hits all four alike):
 
 * ``healthy``: fault-free, speculation on (the default);
 * ``healthy-nospec``: fault-free, ``--no-speculation``;
-* ``slow``: one executor held to 0.25 CPU by a cgroup CPU quota
+* ``slow``: the first executor in line held to 0.25 CPU by a cgroup CPU quota
   (``mangonel.testing.throttle.CpuThrottle``: cgroup v1 ``cpu.cfs_quota_us`` or
   v2 ``cpu.max``; needs root), speculation on;
 * ``slow-nospec``: the same slowed executor, ``--no-speculation``.
@@ -61,6 +61,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=1, help="timed runs per query (median)")
     parser.add_argument("--cpus", type=float, default=0.25, help="CPUs of the slowed executor")
     parser.add_argument("--queries", default="1-22", help="e.g. 1-22 or 1,3,9")
+    parser.add_argument(
+        "--speculation-min",
+        type=float,
+        default=None,
+        help="the scheduler's --speculation-min (its default when absent)",
+    )
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
     parser.add_argument("--work-dir", type=Path, default=None, help="kept when given")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers here")
@@ -109,21 +115,27 @@ def main(argv: list[str] | None = None) -> int:
             web_port=0,
             flight_sql_port=None,
             speculation=not name.endswith("nospec"),
+            speculation_min=args.speculation_min,
         )
         for name in CLUSTERS
     }
-    throttle = CpuThrottle("bench-slow-executor", cpus=args.cpus)
+    throttles: list[CpuThrottle] = []
     times: dict[str, dict[int, float]] = {name: {} for name in CLUSTERS}
     wrong: list[str] = []
     numbers = query_numbers(args.queries)
     try:
         for cluster in clusters.values():
             cluster.start()
-        for name in ("slow", "slow-nospec"):
-            # The first executor: the one that gets a stage's first task on an
-            # idle cluster, so every query meets it.
-            throttle.add(clusters[name].executors[0].pid)
         sessions = {name: c.connect() for name, c in clusters.items()}
+        for name in ("slow", "slow-nospec"):
+            # The first executor in line (the earliest connected): it gets the
+            # first task of every stage on an idle cluster, the only one of a
+            # stage of one task, so every query meets it in both clusters alike.
+            # A cgroup of its own each: the two must not share one quota.
+            first = next(iter(sessions[name].status().alive_executors()))
+            throttle = CpuThrottle(f"bench-{name}", cpus=args.cpus)
+            throttles.append(throttle)
+            throttle.add(first.pid)
         for session in sessions.values():
             for table, path in tables.items():
                 session.register_parquet(table, str(path))
@@ -157,12 +169,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for cluster in clusters.values():
             cluster.stop()
-        throttle.close()
+        for throttle in throttles:
+            throttle.close()
     totals = {name: sum(t.values()) for name, t in times.items()}
     payload: dict[str, Any] = {
         "scale": args.scale,
         "repeat": args.repeat,
         "slow_cpus": args.cpus,
+        "speculation_min_s": args.speculation_min,
         "per_query_s": times,
         "total_s": totals,
         "speculative": counts,

@@ -243,6 +243,29 @@ def test_cancel_stops_the_copy_too() -> None:
     assert h.state.running_attempts(E1) == []
 
 
+def test_an_executor_beaten_by_a_copy_is_marked_slow_and_gets_ties_last() -> None:
+    h = Harness(SPEC)
+    h.register(E1, 4)
+    h.register(E2, 4)
+    h.submit(three_stage_plan(maps=4, reducers=2))  # p0, p2 on e1; p1, p3 on e2
+    h.now = 1.0
+    for p, executor in ((1, E2), (2, E1), (3, E2)):
+        h.complete(att(1, p), executor)
+    assert copies(h.tick(2.0)) == [("e2", "j1/s1/p0/a1")]
+    h.now = 2.5
+    cmds = h.complete(att(1, 0, 1), E2)
+    slow = h.state.executor(E1)
+    assert slow is not None and slow.slow and slow.slowness == 1.75  # 2.5 s / 1 s, averaged
+    # Both idle now: e2 gets the first reducer, though e1 connected first.
+    assert launches(cmds) == [("e2", "j1/s2/p0/a0"), ("e1", "j1/s2/p1/a0")]
+    h.now = 3.0
+    h.complete(att(2, 0), E2)
+    cmds = h.complete(att(2, 1), E1)  # as fast as e2's: no longer slow
+    assert launches(cmds) == [("e1", "j1/s3/p0/a0")]
+    view = h.state.executor(E1)
+    assert view is not None and not view.slow
+
+
 # ------------------------------------------------------------ executors lost
 
 

@@ -119,7 +119,12 @@ from mangonel.scheduler.state_executors import (
     RegistrySnapshot,
     Resume,
 )
-from mangonel.scheduler.state_gray import count_failure, excluded_everywhere, stragglers
+from mangonel.scheduler.state_gray import (
+    count_failure,
+    excluded_everywhere,
+    observe_speed,
+    stragglers,
+)
 from mangonel.scheduler.state_jobs import (
     PENDING,
     Done,
@@ -456,6 +461,9 @@ class SchedulerState:
             if copy.attempt == event.attempt:
                 other, started = task.state, copy.started
                 stage.speculation_won += 1
+                beaten = self._executors.live(other.executor)
+                if beaten is not None:
+                    observe_speed(beaten, stage, step.now - other.started, self.limits)
             else:
                 stage.speculation_lost += 1
             task.speculative = None
@@ -480,6 +488,8 @@ class SchedulerState:
             event.attempt, event.executor, outputs, duration=max(0.0, step.now - started)
         )
         self._executors.stop(event.executor, event.attempt)
+        if self.limits.speculation:
+            observe_speed(executor, job.stages[task.id.stage], step.now - started, self.limits)
         if job.stages[job.plan.final.id].complete:
             self._finish(job, JobState.SUCCEEDED, "", step)
 

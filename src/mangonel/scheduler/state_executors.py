@@ -88,6 +88,12 @@ class ExecutorRecord:
     """Excluded from new tasks until then (``None``: it is not)."""
     exclusion: str = ""
     """Why it is, or last was, excluded."""
+    slowness: float = 1.0
+    """How long its recent tasks took against their stages' medians (a moving
+    average of the ratios; 1.0: as fast as the others)."""
+    slow: bool = False
+    """``slowness`` reached ``Limits.speculation_multiplier``: between executors
+    equally loaded, the others get a task first (``state_gray.observe_speed``)."""
 
     @property
     def id(self) -> ExecutorId:
@@ -123,6 +129,8 @@ class ExecutorRecord:
             last_heartbeat=self.last_heartbeat,
             excluded_until=self.excluded_until,
             exclusion=self.exclusion,
+            slowness=self.slowness,
+            slow=self.slow,
         )
 
 
@@ -169,12 +177,13 @@ class ExecutorRegistry:
         self, excluding: AbstractSet[ExecutorId] = frozenset()
     ) -> ExecutorRecord | None:
         """The alive executor with a free slot and the lowest load, if any,
-        leaving out those in ``excluding``."""
+        leaving out those in ``excluding``; between equal loads, one not marked
+        slow, then the earliest connected."""
         best: ExecutorRecord | None = None
         for rec in self._live.values():
             if rec.free_slots <= 0 or rec.id in excluding:
                 continue
-            if best is None or (rec.load, rec.seq) < (best.load, best.seq):
+            if best is None or (rec.load, rec.slow, rec.seq) < (best.load, best.slow, best.seq):
                 best = rec
         return best
 
@@ -319,6 +328,8 @@ class ExecutorRegistry:
                 failures=[],
                 excluded_until=None,
                 exclusion="",
+                slowness=1.0,
+                slow=False,
             )
 
         return RegistrySnapshot(

@@ -9,6 +9,12 @@ bad executors). Both rules are Spark's:
   stage's tasks are done, a running attempt without a copy that has run longer
   than ``speculation_multiplier`` times the median run time of the done ones,
   and at least ``speculation_min_s``, is a straggler;
+* **slow executors** (``observe_speed``, as Hadoop's LATE scheduler does): each
+  finished task's run time against its stage's median, and each attempt a copy
+  beat, feed a moving average per executor; one whose average reaches
+  ``speculation_multiplier`` is marked slow, and between equally loaded
+  executors the others get tasks (and copies) first. A stage of one task cannot
+  be speculated (no median), so this is what keeps it off a slow machine;
 * **exclusion** (``count_failure``): ``exclusion_failures`` distinct tasks that
   failed for execution reasons on one executor within ``exclusion_window_s``
   exclude it from new tasks for ``exclusion_s``.
@@ -38,7 +44,18 @@ from mangonel.scheduler.state_jobs import (
     TaskRecord,
 )
 
-__all__ = ["Straggler", "count_failure", "excluded_everywhere", "stragglers", "threshold"]
+__all__ = [
+    "Straggler",
+    "count_failure",
+    "excluded_everywhere",
+    "observe_speed",
+    "stragglers",
+    "threshold",
+]
+
+SPEED_WEIGHT = 0.5
+"""Weight of the newest observation in an executor's moving average of run-time
+ratios: one clearly slow task marks it, two ordinary ones clear it."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +96,22 @@ def stragglers(
                     if ran > longest:
                         found.append(Straggler(ran, job, rec, task, running))
     return sorted(found, key=lambda s: -s.ran_s)
+
+
+def observe_speed(rec: ExecutorRecord, stage: StageRecord, ran_s: float, limits: Limits) -> None:
+    """An attempt of ``stage`` on ``rec`` ran ``ran_s`` (it finished, or a copy
+    beat it then): update the executor's slowness against the stage's median.
+
+    Needs two finished tasks in the stage, and a median above zero.
+    """
+    durations = [t.state.duration for t in stage.tasks if isinstance(t.state, Done)]
+    if len(durations) < 2:
+        return
+    median = statistics.median(durations)
+    if median <= 0:
+        return
+    rec.slowness = (1 - SPEED_WEIGHT) * rec.slowness + SPEED_WEIGHT * (ran_s / median)
+    rec.slow = rec.slowness >= limits.speculation_multiplier
 
 
 def count_failure(rec: ExecutorRecord, task: TaskId, why: str, now: float, limits: Limits) -> bool:

@@ -64,6 +64,10 @@ class ExecutorView:
     """While it is excluded from new tasks for failing them: until when."""
     exclusion: str = ""
     """Why it is (or last was) excluded; empty if it never was."""
+    slowness: float = 1.0
+    """Its recent tasks' run times against their stages' medians (moving average)."""
+    slow: bool = False
+    """Marked slow: equally loaded executors get tasks before it."""
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,14 @@ class ExecutorModel(BaseModel):
     exclusion: str = Field(
         default="", description="why it is (or last was) excluded; empty if it never was"
     )
+    slow: bool = Field(
+        default=False,
+        description="its recent tasks took much longer than their stages' medians: equally "
+        "loaded executors get tasks before it",
+    )
+    slowness: float = Field(
+        default=1.0, description="moving average of its tasks' run times / their stages' medians"
+    )
 
 
 class JobSummary(BaseModel):

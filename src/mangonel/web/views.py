@@ -44,6 +44,8 @@ def executor_model(entry: ExecutorListing, held: int, now: float) -> ExecutorMod
         shuffle_bytes_held=held if entry.usable else 0,
         excluded_until=view.excluded_until,
         exclusion=view.exclusion,
+        slow=view.slow,
+        slowness=view.slowness,
     )
 
 
