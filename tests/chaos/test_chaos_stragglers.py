@@ -126,6 +126,7 @@ def gray(work_dir: Path, chaos_data: Path, request: pytest.FixtureRequest) -> It
         heartbeat_timeout=2.0,
         scheduler_args=("--split-rows", str(SPLIT_ROWS)),
         web_port=0,
+        speculation=True,  # off by default in a TestCluster
         **options,
     )
     cluster.start()

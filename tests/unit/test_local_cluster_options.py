@@ -54,3 +54,8 @@ def test_speculation_and_exclusion_reach_the_scheduler_only_when_given(tmp_path:
     assert LocalCluster(work_dir=tmp_path, speculation=True).gray_failure_options() == [
         "--speculation"
     ]
+    # A fault rule must not race a copy of the task it hits: off unless asked for.
+    assert TestCluster(work_dir=tmp_path).gray_failure_options() == ["--no-speculation"]
+    assert TestCluster(work_dir=tmp_path, speculation=True).gray_failure_options() == [
+        "--speculation"
+    ]

@@ -7,7 +7,12 @@
 Executor *i* (0-based, in start order; ``add_executor`` takes the next) is
 started with ``--faults-file work_dir/faults/executor-<i>.json`` and reads its
 rules from that file (the rules of ``mangonel.testing.faults``) at each task
-start and end; the file need not exist. Everything else is ``LocalCluster``'s.
+start and end; the file need not exist.
+
+Speculative execution is off unless asked for (``speculation=True``): a rule
+fires at a chosen point of a chosen task, and a copy of a frozen or slow task
+racing it elsewhere would make whether the recovery under test happened a
+matter of timing. Everything else is ``LocalCluster``'s.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ class TestCluster(LocalCluster):
     """A ``LocalCluster`` whose executors take fault rules (``set_faults``)."""
 
     __test__ = False  # not a pytest test class, whatever its name says
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("speculation", False)
+        super().__init__(*args, **kwargs)
 
     @property
     def faults_dir(self) -> Path:
