@@ -242,6 +242,9 @@ class ExecutorCommand:
 @dataclass(frozen=True)
 class LaunchTask(ExecutorCommand):
     task: TaskSpec
+    speculative: bool = False
+    """A copy of a straggling attempt that still runs elsewhere (the executor runs
+    it like any other; the scheduler keeps whichever finishes first)."""
 
 
 @dataclass(frozen=True)

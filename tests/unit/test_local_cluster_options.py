@@ -41,3 +41,31 @@ def test_executors_on_one_host_share_its_memory_unless_told(tmp_path: Path) -> N
     assert LocalCluster(executors=4, work_dir=tmp_path).executor_memory_share() * 2 <= (
         two.executor_memory_share()
     )
+
+
+def test_speculation_and_exclusion_reach_the_scheduler_only_when_given(tmp_path: Path) -> None:
+    assert LocalCluster(work_dir=tmp_path).gray_failure_options() == []
+    cluster = LocalCluster(
+        work_dir=tmp_path,
+        speculation=False,
+        speculation_min=0.2,
+        exclusion_failures=0,
+        exclusion_time=5.0,
+    )
+    assert cluster.gray_failure_options() == [
+        "--no-speculation",
+        "--speculation-min",
+        "0.2",
+        "--exclusion-failures",
+        "0",
+        "--exclusion-time",
+        "5.0",
+    ]
+    assert LocalCluster(work_dir=tmp_path, speculation=True).gray_failure_options() == [
+        "--speculation"
+    ]
+    # A fault rule must not race a copy of the task it hits: off unless asked for.
+    assert TestCluster(work_dir=tmp_path).gray_failure_options() == ["--no-speculation"]
+    assert TestCluster(work_dir=tmp_path, speculation=True).gray_failure_options() == [
+        "--speculation"
+    ]

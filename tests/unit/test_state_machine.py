@@ -492,7 +492,9 @@ def test_fetch_failed_recomputes_exactly_that_map_task_without_charging_reader()
     assert view is not None
     assert (view.stages[0].outputs_recomputed, view.stages[1].tasks_rerun) == (1, 2)
     cmds = h.fail(att(2, 0, 1), E1, ExecutionError("killed"))
-    assert launches(cmds) == [("e1", "j1/s2/p0/a2")]
+    # Not charged out (2 attempts): it runs again, though not on e1 where it failed.
+    assert launches(cmds) == []
+    assert launches(h.complete(att(2, 1, 1), E2)) == [("e2", "j1/s2/p0/a2")]
 
 
 def test_fetch_failed_naming_an_already_lost_executor_requeues_the_reader() -> None:

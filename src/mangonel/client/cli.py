@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds an unread result is kept (default %(default)g)",
     )
+    _gray_failure_options(p)
     p.add_argument("--address-file", help="write the bound HOST:PORT to this file")
     p.add_argument(
         "--state",
@@ -554,6 +555,62 @@ def _mib(size: int) -> str:
 # ---------------------------------------------------------------------- commands
 
 
+def _gray_failure_options(p: argparse.ArgumentParser) -> None:
+    """Stragglers (speculative execution) and executors that keep failing (exclusion)."""
+    p.add_argument(
+        "--speculation",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.SPECULATION,
+        help="run a copy of a straggling task on another executor; the first to finish "
+        "wins (default: %(default)s)",
+    )
+    p.add_argument(
+        "--speculation-quantile",
+        type=float,
+        default=defaults.SPECULATION_QUANTILE,
+        metavar="Q",
+        help="fraction of a stage's tasks done before its stragglers are copied "
+        "(default %(default)g)",
+    )
+    p.add_argument(
+        "--speculation-multiplier",
+        type=float,
+        default=defaults.SPECULATION_MULTIPLIER,
+        metavar="M",
+        help="a straggler has run M times the median of its stage's done tasks "
+        "(default %(default)g)",
+    )
+    p.add_argument(
+        "--speculation-min",
+        type=float,
+        default=defaults.SPECULATION_MIN_S,
+        metavar="S",
+        help="and at least S seconds: shorter tasks are never copied (default %(default)g)",
+    )
+    p.add_argument(
+        "--exclusion-failures",
+        type=int,
+        default=defaults.EXCLUSION_FAILURES,
+        metavar="N",
+        help="distinct tasks failing on one executor (execution errors) within the window "
+        "that exclude it from new tasks; 0: never (default %(default)s)",
+    )
+    p.add_argument(
+        "--exclusion-window",
+        type=float,
+        default=defaults.EXCLUSION_WINDOW_S,
+        metavar="S",
+        help="seconds over which an executor's failed tasks are counted (default %(default)g)",
+    )
+    p.add_argument(
+        "--exclusion-time",
+        type=float,
+        default=defaults.EXCLUSION_S,
+        metavar="S",
+        help="seconds an excluded executor gets no new task (default %(default)g)",
+    )
+
+
 def cmd_scheduler(args: argparse.Namespace) -> int:
     from mangonel.scheduler.main import SchedulerConfig, run_scheduler
 
@@ -573,6 +630,13 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             max_task_attempts=args.max_task_attempts,
             max_stage_reruns=args.max_stage_reruns,
             result_ttl_s=args.result_ttl,
+            speculation=args.speculation,
+            speculation_quantile=args.speculation_quantile,
+            speculation_multiplier=args.speculation_multiplier,
+            speculation_min_s=args.speculation_min,
+            exclusion_failures=args.exclusion_failures,
+            exclusion_window_s=args.exclusion_window,
+            exclusion_s=args.exclusion_time,
             address_file=args.address_file,
             web_port=_web_port(args),
             web_address_file=args.web_address_file,

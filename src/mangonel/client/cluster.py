@@ -185,6 +185,13 @@ class LocalCluster:
         no_executor_grace: Seconds a job may wait with no executor alive before it fails.
         max_task_attempts: Failed attempts of one task before its job fails.
         max_stage_reruns: Times one stage may lose outputs and run again.
+        speculation: Copy straggling task attempts onto other executors
+            (``mangonel scheduler --speculation``); the scheduler's default when
+            ``None``. ``speculation_min``: the shortest run time a copied attempt
+            has had (``--speculation-min``); the scheduler's default when ``None``.
+        exclusion_failures: Distinct tasks failing on one executor that exclude it
+            from new tasks for ``exclusion_time`` seconds (``--exclusion-failures``,
+            ``--exclusion-time``; 0: never); the scheduler's defaults when ``None``.
         drain_timeout: Bound of an executor's drain after SIGTERM (seconds).
         cleanup_interval: How often executors sweep dead executors' files (seconds).
         result_ttl: Seconds an unread result is kept; the scheduler's default when ``None``.
@@ -243,6 +250,10 @@ class LocalCluster:
         no_executor_grace: float = defaults.NO_EXECUTOR_GRACE_S,
         max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS,
         max_stage_reruns: int = defaults.MAX_STAGE_RERUNS,
+        speculation: bool | None = None,
+        speculation_min: float | None = None,
+        exclusion_failures: int | None = None,
+        exclusion_time: float | None = None,
         drain_timeout: float = defaults.DRAIN_TIMEOUT_S,
         cleanup_interval: float = defaults.CLEANUP_INTERVAL_S,
         result_ttl: float | None = None,
@@ -292,6 +303,10 @@ class LocalCluster:
         self.no_executor_grace = no_executor_grace
         self.max_task_attempts = max_task_attempts
         self.max_stage_reruns = max_stage_reruns
+        self.speculation = speculation
+        self.speculation_min = speculation_min
+        self.exclusion_failures = exclusion_failures
+        self.exclusion_time = exclusion_time
         self.drain_timeout = drain_timeout
         self.cleanup_interval = cleanup_interval
         self.result_ttl = result_ttl
@@ -537,6 +552,7 @@ class LocalCluster:
         ]  # fmt: skip
         if self.result_ttl is not None:
             args += ["--result-ttl", str(self.result_ttl)]
+        args += self.gray_failure_options()
         if self.partitions is not None:
             args += ["--partitions", str(self.partitions)]
         if self.partition_bytes is not None:
@@ -621,6 +637,19 @@ class LocalCluster:
             )
             self.executors.append(handle)
             return handle
+
+    def gray_failure_options(self) -> list[str]:
+        """The scheduler's options for stragglers and failing executors this cluster sets."""
+        args: list[str] = []
+        if self.speculation is not None:
+            args.append("--speculation" if self.speculation else "--no-speculation")
+        if self.speculation_min is not None:
+            args += ["--speculation-min", str(self.speculation_min)]
+        if self.exclusion_failures is not None:
+            args += ["--exclusion-failures", str(self.exclusion_failures)]
+        if self.exclusion_time is not None:
+            args += ["--exclusion-time", str(self.exclusion_time)]
+        return args
 
     def executor_options(self, index: int) -> list[str]:
         """The extra command-line options of executor ``index``: ``executor_args``,

@@ -96,6 +96,8 @@ from mangonel.executor.state import (
 )
 from mangonel.executor.workdir import OwnedDir, WorkRoot
 from mangonel.ids import ExecutorId
+from mangonel.security.tickets import TicketSigner
+from mangonel.security.tls import TlsMaterial, warn_if_exposed
 from mangonel.task import (
     CancelTask,
     ExecutionError,
@@ -104,8 +106,6 @@ from mangonel.task import (
     ReleaseOutputs,
     TaskSpec,
 )
-from mangonel.security.tickets import TicketSigner
-from mangonel.security.tls import TlsMaterial, warn_if_exposed
 
 log = logging.getLogger(__name__)
 

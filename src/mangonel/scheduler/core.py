@@ -713,7 +713,8 @@ def describe(item: Event | Command) -> str:
     if isinstance(item, JobSubmitted):
         return f"JobSubmitted job={item.job} stages={len(item.plan.stages)}"
     if isinstance(item, LaunchTask):
-        return f"LaunchTask {item.task.attempt} -> {item.executor}"
+        copy = " (speculative copy)" if item.speculative else ""
+        return f"LaunchTask {item.task.attempt} -> {item.executor}{copy}"
     if isinstance(item, TaskCompleted):
         return f"TaskCompleted {item.attempt} on {item.executor} ({len(item.outputs)} outputs)"
     if isinstance(item, JobSucceeded):

@@ -19,8 +19,12 @@ Resource limits (``mangonel.testing.limits``; they need root):
   (``disk(i)``: ``fill``, ``free_up``), so it meets a full disk as on a small
   machine.
 
-Everything else is ``LocalCluster``'s. The cgroups and mounts go when the
-cluster stops.
+The cgroups and mounts go when the cluster stops.
+
+Speculative execution is off unless asked for (``speculation=True``): a rule
+fires at a chosen point of a chosen task, and a copy of a frozen or slow task
+racing it elsewhere would make whether the recovery under test happened a
+matter of timing. Everything else is ``LocalCluster``'s.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class TestCluster(LocalCluster):
         executor_disks: Mapping[int, int] | None = None,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("speculation", False)
         super().__init__(*args, **kwargs)
         self.executor_memory = dict(executor_memory or {})
         self.executor_disks = dict(executor_disks or {})
