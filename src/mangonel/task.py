@@ -173,6 +173,18 @@ class QueryError:
 
 
 @dataclass(frozen=True)
+class FragmentRejected:
+    """DuckDB refused the task's SQL itself (binder, parser, catalog errors).
+
+    That SQL is mangonel's: the planner wrote it, and the user's query bound in
+    DuckDB as a whole before it was planned. So it is a bug in mangonel, not in
+    the query, and a retry cannot fix it.
+    """
+
+    message: str
+
+
+@dataclass(frozen=True)
 class ExecutionError:
     """The task failed for a reason a retry may fix (out of memory, I/O)."""
 
@@ -201,7 +213,7 @@ class FetchFailed:
     problem: FetchProblem = FetchProblem.UNREACHABLE
 
 
-TaskFailure = QueryError | ExecutionError | FetchFailed
+TaskFailure = QueryError | FragmentRejected | ExecutionError | FetchFailed
 
 
 # ------------------------------------------------------ orders to one executor

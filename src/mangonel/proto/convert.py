@@ -16,6 +16,7 @@ from mangonel.task import (
     FetchFailed,
     FetchProblem,
     FileSplit,
+    FragmentRejected,
     InputLocations,
     InputMode,
     LaunchTask,
@@ -225,6 +226,8 @@ def task_spec_from_proto(msg: pb.TaskSpec) -> TaskSpec:
 def failure_to_proto(failure: TaskFailure) -> pb.TaskFailure:
     if isinstance(failure, QueryError):
         return pb.TaskFailure(query=pb.QueryFailure(message=failure.message))
+    if isinstance(failure, FragmentRejected):
+        return pb.TaskFailure(fragment=pb.FragmentFailure(message=failure.message))
     if isinstance(failure, ExecutionError):
         return pb.TaskFailure(execution=pb.ExecutionFailure(message=failure.message))
     return pb.TaskFailure(
@@ -242,6 +245,8 @@ def failure_from_proto(msg: pb.TaskFailure) -> TaskFailure:
     kind = msg.WhichOneof("kind")
     if kind == "query":
         return QueryError(msg.query.message)
+    if kind == "fragment":
+        return FragmentRejected(msg.fragment.message)
     if kind == "execution":
         return ExecutionError(msg.execution.message)
     if kind == "fetch":

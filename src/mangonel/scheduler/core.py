@@ -76,6 +76,7 @@ from mangonel.scheduler.events import (
     JobSubmitted,
     JobSucceeded,
     Limits,
+    LogRejectedFragment,
     LossReason,
     RefuseStream,
     ResultRead,
@@ -420,6 +421,18 @@ class SchedulerCore:
                 result = command.result if isinstance(command, JobSucceeded) else None
                 job.update(self._state.job(command.job), now, result)
                 self.telemetry.job_finished(job.id, job.state.value, job.elapsed(now), now)
+        elif isinstance(command, LogRejectedFragment):
+            log.error(
+                "job %s: internal error, DuckDB refused the SQL of stage %s in task %s: %s\n"
+                "-- the stage's SQL, as the planner wrote it:\n%s\n"
+                "-- the query it was planned from:\n%s",
+                command.job,
+                command.stage,
+                command.attempt,
+                command.message,
+                command.fragment,
+                command.query,
+            )
         elif isinstance(command, DeclareExecutorLost):
             self._closed(command.executor)
         elif isinstance(command, ForgetJob):
