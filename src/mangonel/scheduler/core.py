@@ -55,7 +55,7 @@ from typing import Protocol
 
 from mangonel import defaults
 from mangonel.catalog import Table, load_table
-from mangonel.errors import MangonelError, StateStoreError
+from mangonel.errors import InternalError, MangonelError, StateStoreError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
@@ -648,13 +648,18 @@ class SchedulerCore:
 
         Raises:
             QueryError: (a subclass) the query cannot run as written.
+            InternalError: the planner failed on a valid query (logged with it).
         """
         if request_id:
             with self._lock:
                 for existing in self._jobs.values():
                     if existing.request_id == request_id and existing.owner == owner:
                         return existing
-        plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
+        try:
+            plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
+        except InternalError as err:
+            log.error("planning failed, a bug in mangonel: %s\n-- the query:\n%s", err, sql)
+            raise
         with self._lock:
             if request_id:
                 for existing in self._jobs.values():
