@@ -13,7 +13,8 @@ and width; from them:
   the table has rows: ``o_orderkey``, ``n_nationkey``) keeps each row of the other
   side at most once, times the fraction of the unique side that survived its
   filters; a join on keys unique on neither side multiplies the rows and divides
-  by the larger number of distinct keys (``c_nationkey = s_nationkey``: 25).
+  by the larger number of distinct keys (``c_nationkey = s_nationkey``: 25),
+  neither side counted with more distinct keys than it has rows.
 
 Crude, and meant to be: the estimates only have to rank choices correctly, and
 DuckDB plans each stage's own joins with its own statistics.
