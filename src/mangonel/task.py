@@ -195,6 +195,18 @@ class ExecutionProblem(enum.Enum):
 
 
 @dataclass(frozen=True)
+class FragmentRejected:
+    """DuckDB refused the task's SQL itself (binder, parser, catalog errors).
+
+    That SQL is mangonel's: the planner wrote it, and the user's query bound in
+    DuckDB as a whole before it was planned. So it is a bug in mangonel, not in
+    the query, and a retry cannot fix it.
+    """
+
+    message: str
+
+
+@dataclass(frozen=True)
 class ExecutionError:
     """The task failed for a reason a retry may fix (out of memory, I/O)."""
 
@@ -224,7 +236,7 @@ class FetchFailed:
     problem: FetchProblem = FetchProblem.UNREACHABLE
 
 
-TaskFailure = QueryError | ExecutionError | FetchFailed
+TaskFailure = QueryError | FragmentRejected | ExecutionError | FetchFailed
 
 
 # ------------------------------------------------------ orders to one executor

@@ -23,6 +23,7 @@ from mangonel.task import (
     CancelTask,
     ExecutionError,
     ExecutionProblem,
+    FragmentRejected,
     LaunchTask,
     OutputKind,
     OutputSpec,
@@ -175,7 +176,10 @@ def test_failures_are_reported_typed(cluster: tuple[ExecutorService, FakeLink]) 
     _, link = cluster
     link.send(launch(attempt(0), "SELECT nope"))
     wait_for(lambda: len(link.reports) == 1)
-    assert isinstance(link.reports[0][2], QueryError)
+    assert isinstance(link.reports[0][2], FragmentRejected)  # DuckDB's binder refused it
+    link.send(launch(attempt(1), "SELECT CAST('x' AS INTEGER) AS n"))
+    wait_for(lambda: len(link.reports) == 2)
+    assert isinstance(link.reports[1][2], QueryError)  # the data refused the query
 
 
 def test_cancel_stops_a_running_task_and_frees_its_slot(

@@ -3,8 +3,13 @@
 The scheduler decides what to do from the failure's type, so the executor must
 say *why* precisely:
 
-* ``QueryError``: the SQL is wrong (binder, parser, conversion, type errors).
-  Running it again anywhere gives the same error, so the job fails at once.
+* ``FragmentRejected``: DuckDB refused the fragment's SQL itself (binder,
+  parser, catalog errors). The planner wrote that SQL, and the user's query
+  bound as a whole before it was planned, so it is a bug in mangonel: the job
+  fails at once, as an internal error.
+* ``QueryError``: the query's own operations fail on the data (conversion,
+  out of range, type errors at run time, a file function refused). Running it
+  again anywhere gives the same error, so the job fails at once.
 * ``FetchFailed``: an upstream map output could not be read (its executor is
   gone, or the file fails its checksum). It names that map output, so exactly
   it is recomputed.
@@ -31,13 +36,37 @@ import duckdb
 
 from mangonel.errors import CatalogError, ObjectStoreUnavailableError
 from mangonel.executor.memory import SlotBudget, format_size
-from mangonel.task import ExecutionError, ExecutionProblem, FetchFailed, QueryError, TaskFailure
+from mangonel.task import (
+    ExecutionError,
+    ExecutionProblem,
+    FetchFailed,
+    FragmentRejected,
+    QueryError,
+    TaskFailure,
+)
+
+# DuckDB's exception classes raised before a statement runs, from its text and the
+# schemas alone: a fragment that meets one was written wrong by the planner.
+_FRAGMENT_ERRORS: tuple[type[BaseException], ...] = (
+    duckdb.BinderException,
+    duckdb.CatalogException,
+    duckdb.ParserException,
+    duckdb.SyntaxException,
+)
+
+# The same by the prefix of DuckDB's message (see ``_QUERY_ERROR_PREFIXES``).
+_FRAGMENT_ERROR_PREFIXES: tuple[str, ...] = (
+    "Binder Error",
+    "Catalog Error",
+    "Parser Error",
+    "Syntax Error",
+)
 
 # DuckDB's exception classes whose cause lies in the statement itself. Everything
 # else DuckDB raises (OutOfMemoryException, IOException, InternalException,
 # InterruptException, ...) is about the run, and a retry may help.
 _QUERY_ERRORS: tuple[type[BaseException], ...] = (
-    duckdb.ProgrammingError,  # Binder, Catalog, Parser, Syntax, InvalidInput, InvalidType
+    duckdb.ProgrammingError,  # InvalidInput, InvalidType (and the fragment errors above)
     duckdb.DataError,  # Conversion, OutOfRange, TypeMismatch
     duckdb.NotSupportedError,
     duckdb.PermissionException,  # a file function or setting the lock refused
@@ -48,10 +77,6 @@ _QUERY_ERRORS: tuple[type[BaseException], ...] = (
 # Arrow stream is being read reaches Python as a bare OSError that keeps only
 # the message ("Conversion Error: Could not convert ...").
 _QUERY_ERROR_PREFIXES: tuple[str, ...] = (
-    "Binder Error",
-    "Catalog Error",
-    "Parser Error",
-    "Syntax Error",
     "Invalid Input Error",
     "Invalid Type Error",
     "Conversion Error",
@@ -105,7 +130,9 @@ def classify(exc: BaseException, budget: SlotBudget | None = None) -> TaskFailur
             or disk-full message.
 
     >>> classify(duckdb.BinderException("Binder Error: no column x"))
-    QueryError(message='Binder Error: no column x')
+    FragmentRejected(message='Binder Error: no column x')
+    >>> classify(duckdb.ConversionException("Conversion Error: Could not convert 'a'"))
+    QueryError(message="Conversion Error: Could not convert 'a'")
     """
     if isinstance(exc, TaskFailedError):
         return exc.failure
@@ -114,6 +141,10 @@ def classify(exc: BaseException, budget: SlotBudget | None = None) -> TaskFailur
         return ExecutionError(message)
     if isinstance(exc, CatalogError):  # an object gone, changed, refused, not Parquet
         return QueryError(message)
+    if isinstance(exc, _FRAGMENT_ERRORS) or (
+        isinstance(exc, OSError) and message.startswith(_FRAGMENT_ERROR_PREFIXES)
+    ):
+        return FragmentRejected(message)
     if isinstance(exc, _QUERY_ERRORS) or (
         isinstance(exc, OSError) and message.startswith(_QUERY_ERROR_PREFIXES)
     ):

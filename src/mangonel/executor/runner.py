@@ -70,6 +70,7 @@ from mangonel.executor.shuffle import PartitionSink, ShuffleReader, ShuffleWrite
 from mangonel.ids import TaskAttemptId
 from mangonel.task import (
     FileSplit,
+    FragmentRejected,
     InputLocations,
     OutputKind,
     PartitionOutput,
@@ -691,7 +692,7 @@ def _output_schema(schema: pa.Schema, spec: TaskSpec, split: bool) -> pa.Schema:
     fields = list(schema)[:-1] if split else list(schema)
     if len(fields) != len(spec.columns):
         raise TaskFailedError(
-            QueryError(
+            FragmentRejected(
                 f"the fragment returns {len(fields)} columns but the plan expects "
                 f"{len(spec.columns)} ({', '.join(spec.columns)})"
             )

@@ -17,6 +17,7 @@ from mangonel.task import (
     FetchFailed,
     FetchProblem,
     FileSplit,
+    FragmentRejected,
     InputLocations,
     InputMode,
     LaunchTask,
@@ -228,6 +229,8 @@ def task_spec_from_proto(msg: pb.TaskSpec) -> TaskSpec:
 def failure_to_proto(failure: TaskFailure) -> pb.TaskFailure:
     if isinstance(failure, QueryError):
         return pb.TaskFailure(query=pb.QueryFailure(message=failure.message))
+    if isinstance(failure, FragmentRejected):
+        return pb.TaskFailure(fragment=pb.FragmentFailure(message=failure.message))
     if isinstance(failure, ExecutionError):
         problem = "" if failure.problem is ExecutionProblem.OTHER else failure.problem.value
         return pb.TaskFailure(
@@ -248,6 +251,8 @@ def failure_from_proto(msg: pb.TaskFailure) -> TaskFailure:
     kind = msg.WhichOneof("kind")
     if kind == "query":
         return QueryError(msg.query.message)
+    if kind == "fragment":
+        return FragmentRejected(msg.fragment.message)
     if kind == "execution":
         try:
             kind = ExecutionProblem(msg.execution.problem or ExecutionProblem.OTHER.value)

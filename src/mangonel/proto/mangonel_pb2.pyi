@@ -172,14 +172,22 @@ class PartitionOutput(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., path: _Optional[str] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., checksum: _Optional[str] = ...) -> None: ...
 
 class TaskFailure(_message.Message):
-    __slots__ = ("query", "execution", "fetch")
+    __slots__ = ("query", "execution", "fetch", "fragment")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_FIELD_NUMBER: _ClassVar[int]
     FETCH_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_FIELD_NUMBER: _ClassVar[int]
     query: QueryFailure
     execution: ExecutionFailure
     fetch: FetchFailure
-    def __init__(self, query: _Optional[_Union[QueryFailure, _Mapping]] = ..., execution: _Optional[_Union[ExecutionFailure, _Mapping]] = ..., fetch: _Optional[_Union[FetchFailure, _Mapping]] = ...) -> None: ...
+    fragment: FragmentFailure
+    def __init__(self, query: _Optional[_Union[QueryFailure, _Mapping]] = ..., execution: _Optional[_Union[ExecutionFailure, _Mapping]] = ..., fetch: _Optional[_Union[FetchFailure, _Mapping]] = ..., fragment: _Optional[_Union[FragmentFailure, _Mapping]] = ...) -> None: ...
+
+class FragmentFailure(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    def __init__(self, message: _Optional[str] = ...) -> None: ...
 
 class QueryFailure(_message.Message):
     __slots__ = ("message",)

@@ -57,7 +57,7 @@ import pyarrow as pa
 
 from mangonel import defaults
 from mangonel.catalog import Table, load_table
-from mangonel.errors import MangonelError, StateStoreError
+from mangonel.errors import InternalError, MangonelError, StateStoreError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
@@ -78,6 +78,7 @@ from mangonel.scheduler.events import (
     JobSubmitted,
     JobSucceeded,
     Limits,
+    LogRejectedFragment,
     LossReason,
     RefuseStream,
     ResultRead,
@@ -422,6 +423,18 @@ class SchedulerCore:
                 result = command.result if isinstance(command, JobSucceeded) else None
                 job.update(self._state.job(command.job), now, result)
                 self.telemetry.job_finished(job.id, job.state.value, job.elapsed(now), now)
+        elif isinstance(command, LogRejectedFragment):
+            log.error(
+                "job %s: internal error, DuckDB refused the SQL of stage %s in task %s: %s\n"
+                "-- the stage's SQL, as the planner wrote it:\n%s\n"
+                "-- the query it was planned from:\n%s",
+                command.job,
+                command.stage,
+                command.attempt,
+                command.message,
+                command.fragment,
+                command.query,
+            )
         elif isinstance(command, DeclareExecutorLost):
             self._closed(command.executor)
         elif isinstance(command, ForgetJob):
@@ -643,13 +656,18 @@ class SchedulerCore:
 
         Raises:
             QueryError: (a subclass) the query cannot run as written.
+            InternalError: the planner failed on a valid query (logged with it).
         """
         if request_id:
             with self._lock:
                 for existing in self._jobs.values():
                     if existing.request_id == request_id and existing.owner == owner:
                         return existing
-        plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
+        try:
+            plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
+        except InternalError as err:
+            log.error("planning failed, a bug in mangonel: %s\n-- the query:\n%s", err, sql)
+            raise
         with self._lock:
             if request_id:
                 for existing in self._jobs.values():

@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass
 
 from mangonel import defaults
-from mangonel.ids import ExecutorId, JobId, TaskAttemptId
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.task import (
     ExecutorCommand,
@@ -177,6 +177,23 @@ class JobFailed(SchedulerCommand):
     job: JobId
     message: str
     """Says what failed (which task, executor, why, how many attempts) and what to do."""
+
+
+@dataclass(frozen=True)
+class LogRejectedFragment(SchedulerCommand):
+    """Write to the scheduler's log the stage SQL that DuckDB refused in a task
+    (``task.FragmentRejected``), with the query it was planned from: what a bug
+    report needs, and too long for the error the user sees."""
+
+    job: JobId
+    stage: StageId
+    attempt: TaskAttemptId
+    message: str
+    """DuckDB's error."""
+    fragment: str
+    """The stage's SQL, as the planner wrote it."""
+    query: str
+    """The user's query."""
 
 
 @dataclass(frozen=True)

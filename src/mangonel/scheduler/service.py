@@ -31,6 +31,7 @@ from mangonel.catalog import Table
 from mangonel.errors import (
     AuthenticationError,
     CatalogError,
+    InternalError,
     MangonelError,
     PermissionDeniedError,
     QueryError,
@@ -94,6 +95,9 @@ def abort(context: grpc.ServicerContext, exc: BaseException, method: str = "") -
         code = grpc.StatusCode.PERMISSION_DENIED
     elif isinstance(exc, QueryError | CatalogError):
         code = grpc.StatusCode.INVALID_ARGUMENT
+    elif isinstance(exc, InternalError):
+        log.error("internal error (a bug in mangonel) in %s: %s", method or "a call", exc)
+        code = grpc.StatusCode.INTERNAL
     elif isinstance(exc, JobNotFoundError | ExecutorNotFoundError):
         code = grpc.StatusCode.NOT_FOUND
     elif isinstance(exc, MangonelError):

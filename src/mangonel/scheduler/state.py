@@ -42,7 +42,9 @@ What each event does, in one place:
 * ``CancelRequested`` ends an unfinished job: ``CancelTask`` for its running
   attempts, ``JobCancelled``, ``ReleaseOutputs`` wherever it ran. A finished
   job is left as it is (no command).
-* ``TaskFailed``: a ``QueryError`` fails the job; an ``ExecutionError`` is retried
+* ``TaskFailed``: a ``QueryError`` fails the job; so does a ``FragmentRejected``,
+  as an internal error (the planner's SQL, not the query, is wrong), with
+  ``LogRejectedFragment`` before ``JobFailed``; an ``ExecutionError`` is retried
   up to ``Limits.max_task_attempts``; a ``FetchFailed`` re-queues the reader without
   charging it an attempt and, by its ``problem``: ``OUTPUT_LOST`` (a missing or
   corrupt file on an executor that still answers) makes only the one map output
@@ -104,6 +106,7 @@ from mangonel.scheduler.events import (
     JobSubmitted,
     JobSucceeded,
     Limits,
+    LogRejectedFragment,
     LossReason,
     RefuseStream,
     ResultRead,
@@ -150,6 +153,7 @@ from mangonel.task import (
     ExecutorInfo,
     FetchFailed,
     FetchProblem,
+    FragmentRejected,
     LaunchTask,
     PartitionLocation,
     QueryError,
@@ -519,6 +523,29 @@ class SchedulerState:
                     f"task {event.attempt} failed on executor {event.executor}: "
                     f"{failure.message}. The query cannot run as written; fix it and "
                     f"submit it again."
+                )
+                self._finish(job, JobState.FAILED, msg, step)
+            case FragmentRejected():
+                task.state = PENDING
+                stage = job.plan.stage(task.id.stage)
+                step.commands.append(
+                    LogRejectedFragment(
+                        step.cause,
+                        job.id,
+                        stage.id,
+                        event.attempt,
+                        failure.message,
+                        stage.sql,
+                        job.plan.sql,
+                    )
+                )
+                msg = (
+                    f"internal error: DuckDB refused the SQL that mangonel's planner wrote "
+                    f"for stage {stage.id} (task {event.attempt} on executor "
+                    f"{event.executor}): {failure.message}. The query itself is valid (it "
+                    f"binds in DuckDB as a whole); this is a bug in mangonel, not in the "
+                    f"query. Please report it with the query's text and this message; the "
+                    f"scheduler's log has the stage's SQL (job {job.id})."
                 )
                 self._finish(job, JobState.FAILED, msg, step)
             case ExecutionError():

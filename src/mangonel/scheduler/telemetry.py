@@ -37,6 +37,7 @@ from mangonel.task import (
     CancelTask,
     ExecutionError,
     FetchFailed,
+    FragmentRejected,
     LaunchTask,
     PartitionOutput,
     QueryError,
@@ -135,6 +136,8 @@ def describe_failure(failure: TaskFailure) -> str:
         )
     if isinstance(failure, QueryError):
         return f"query error: {failure.message}"
+    if isinstance(failure, FragmentRejected):
+        return f"internal error, DuckDB refused the stage's SQL: {failure.message}"
     if isinstance(failure, ExecutionError):
         return f"execution error: {failure.message}"
     return str(failure)
