@@ -146,9 +146,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--threads", type=int, help="DuckDB threads of each mangonel slot (executor default)"
     )
     parser.add_argument(
+        "--memory",
+        help="memory budget of each mangonel executor, e.g. 4GB (mangonel executor "
+        "--memory: each slot's DuckDB gets a share and spills past it; default: the "
+        "host's memory shared among the executors)",
+    )
+    parser.add_argument(
         "--memory-limit",
-        help="DuckDB memory limit of each mangonel executor slot, e.g. 2GB (4 GiB per "
-        "executor of 2 slots); beyond it DuckDB spills to disk (default: DuckDB's)",
+        help="deprecated (the executors' --memory-limit): DuckDB memory limit of each "
+        "mangonel executor slot, e.g. 2GB",
     )
     parser.add_argument("--split-rows", type=int, help="rows per scan task (scheduler default)")
     parser.add_argument(
@@ -341,7 +347,8 @@ def mangonel_cluster(
         "slots": args.slots,
         "scheduler_args": scheduler_args,
         "executor_args": (
-            (("--memory-limit", args.memory_limit) if args.memory_limit else ())
+            (("--memory", args.memory) if args.memory else ())
+            + (("--memory-limit", args.memory_limit) if args.memory_limit else ())
             + (("--threads", str(args.threads)) if args.threads else ())
         ),
     } | overrides

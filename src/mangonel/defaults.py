@@ -72,6 +72,33 @@ UNREACHABLE_WINDOW_S = 300.0
 holder failed (``FetchProblem.UNREACHABLE``) while the holder still heartbeats:
 readers on two executors in this window make the holder lost."""
 
+SPECULATION = True
+"""Whether the scheduler runs a copy of a straggling task attempt on another
+executor (speculative execution; ``BENCHMARKS.md``, "Stragglers", measured it)."""
+
+SPECULATION_QUANTILE = 0.75
+"""Fraction of a stage's tasks that must be done before its stragglers are copied
+(Spark's ``spark.speculation.quantile``)."""
+
+SPECULATION_MULTIPLIER = 1.5
+"""A running attempt is a straggler once it has run this many times the median
+run time of its stage's finished tasks (Spark's ``spark.speculation.multiplier``)."""
+
+SPECULATION_MIN_S = 0.5
+"""Nor before it has run this long: tasks this short are never copied (a copy
+costs about as much as waiting)."""
+
+EXCLUSION_FAILURES = 3
+"""Distinct tasks that must fail for execution reasons on one executor within
+``EXCLUSION_WINDOW_S`` before it is excluded from new tasks (0: never)."""
+
+EXCLUSION_WINDOW_S = 60.0
+"""Seconds over which an executor's failed tasks are counted for its exclusion."""
+
+EXCLUSION_S = 60.0
+"""Seconds an excluded executor gets no new task (it still finishes its running
+attempts and serves its outputs)."""
+
 RESULT_TTL_S = 600.0
 """Seconds a result no client released is kept before it is deleted."""
 

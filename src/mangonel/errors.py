@@ -14,6 +14,7 @@
     │       ├── ObjectAccessError       credentials missing, unknown or refused
     │       ├── ObjectChangedError      overwritten or deleted since it was registered
     │       └── ObjectStoreUnavailableError  unreachable or timing out, after retries
+    ├── InternalError              a bug in mangonel, not in the query (how to report it)
     ├── JobFailedError             the job failed while running (which task, where, why)
     ├── JobCancelledError          the job was cancelled
     ├── QueryTimeoutError          the query outlasted the caller's timeout
@@ -77,6 +78,11 @@ class ObjectChangedError(ObjectStoreError):
 
 class ObjectStoreUnavailableError(ObjectStoreError):
     """The store could not be reached or did not answer in time, even after retries."""
+
+
+class InternalError(MangonelError):
+    """A bug in mangonel, not in the query (the planner wrote SQL that DuckDB
+    refuses, though the query binds): the message says how to report it."""
 
 
 class JobFailedError(MangonelError):

@@ -10,8 +10,9 @@ executor never import each other, and meet here, in ``proto`` and in ``plan``.
 * What a task leaves: ``PartitionOutput`` (a file it wrote) and, once the
   scheduler knows where, ``PartitionLocation``.
 * Why an attempt failed, typed: ``QueryError`` (the SQL itself), ``ExecutionError``
-  (a retry may help), ``FetchFailed`` (an upstream output could not be read;
-  ``FetchProblem`` says whether its executor or only that file is gone).
+  (a retry may help; ``ExecutionProblem`` says whether memory or disk ran out),
+  ``FetchFailed`` (an upstream output could not be read; ``FetchProblem`` says
+  whether its executor or only that file is gone).
 * What an executor is: ``ExecutorInfo``; and the orders the scheduler sends it over
   its command stream: ``LaunchTask``, ``CancelTask``, ``ReleaseOutputs``
   (``ExecutorCommand``).
@@ -181,11 +182,36 @@ class QueryError:
     message: str
 
 
+class ExecutionProblem(enum.Enum):
+    """What ran out when a task failed with an ``ExecutionError``."""
+
+    OTHER = "other"
+    """An I/O or internal error, an injected fault: nothing more is known."""
+    OUT_OF_MEMORY = "out of memory"
+    """The task needed more memory than its slot's share of the executor's budget."""
+    DISK_FULL = "disk full"
+    """The executor's work directory (shuffle files, spill) had no room left; the
+    executor takes no task until space returns."""
+
+
+@dataclass(frozen=True)
+class FragmentRejected:
+    """DuckDB refused the task's SQL itself (binder, parser, catalog errors).
+
+    That SQL is mangonel's: the planner wrote it, and the user's query bound in
+    DuckDB as a whole before it was planned. So it is a bug in mangonel, not in
+    the query, and a retry cannot fix it.
+    """
+
+    message: str
+
+
 @dataclass(frozen=True)
 class ExecutionError:
     """The task failed for a reason a retry may fix (out of memory, I/O)."""
 
     message: str
+    problem: ExecutionProblem = ExecutionProblem.OTHER
 
 
 class FetchProblem(enum.Enum):
@@ -210,7 +236,7 @@ class FetchFailed:
     problem: FetchProblem = FetchProblem.UNREACHABLE
 
 
-TaskFailure = QueryError | ExecutionError | FetchFailed
+TaskFailure = QueryError | FragmentRejected | ExecutionError | FetchFailed
 
 
 # ------------------------------------------------------ orders to one executor
@@ -228,6 +254,9 @@ class ExecutorCommand:
 @dataclass(frozen=True)
 class LaunchTask(ExecutorCommand):
     task: TaskSpec
+    speculative: bool = False
+    """A copy of a straggling attempt that still runs elsewhere (the executor runs
+    it like any other; the scheduler keeps whichever finishes first)."""
 
 
 @dataclass(frozen=True)

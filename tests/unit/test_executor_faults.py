@@ -32,7 +32,10 @@ class Faults:
     def __init__(self, tmp_path: Path) -> None:
         self.path = tmp_path / "faults.json"
         self.signals: list[int] = []
-        self.injector = FaultInjector(str(self.path), "7", signal_self=self.signals.append)
+        self.sleeps: list[float] = []
+        self.injector = FaultInjector(
+            str(self.path), "7", signal_self=self.signals.append, sleep=self.sleeps.append
+        )
 
     def set(self, rules: list[dict[str, Any]]) -> None:
         write_rules(str(self.path), rules)
@@ -58,6 +61,9 @@ def faults(tmp_path: Path) -> Faults:
         ([{"action": "kill", "nth": True}], "nth must be an integer"),
         ([{"action": "kill", "before_report": True}], "needs when=task_finished"),
         ([{"action": "corrupt", "partition": "0"}], "partition must be an integer"),
+        ([{"action": "delay", "stage": 1}], "delay needs seconds > 0"),
+        ([{"action": "delay", "seconds": "2"}], "delay needs seconds > 0"),
+        ([{"action": "fail", "stage": 1, "seconds": 2}], "takes no seconds"),
     ],
 )
 def test_bad_rules_are_refused_with_a_reason(rules: object, match: str) -> None:
@@ -107,6 +113,25 @@ def test_fail_hits_the_named_attempt_once(faults: Faults) -> None:
     assert failure.message.startswith("injected fault: fail stage 2 partition 1 attempt 0")
     assert "executor 7" in failure.message
     faults.injector.task_started(att(2, 1, job="j2"))  # fired once: no more
+    assert faults.signals == []
+
+
+# ------------------------------------------------------------------- delay
+
+
+def test_delay_slows_every_matching_task_and_is_never_spent(faults: Faults) -> None:
+    faults.set(
+        [
+            {"action": "delay", "seconds": 2, "stage": 1, "partition": 3, "attempt": 0},
+            {"action": "delay", "seconds": 0.5, "stage": 1},
+        ]
+    )
+    faults.injector.task_started(att(2, 3))  # other stage: not delayed
+    faults.injector.task_started(att(1, 3))  # both match: the longer wins
+    faults.injector.task_started(att(1, 3, attempt=1))  # a copy: only the stage-wide one
+    faults.injector.task_started(att(1, 3, job="j2"))  # still armed
+    assert faults.sleeps == [2.0, 0.5, 2.0]
+    assert faults.injector.armed[0].describe() == "delay stage 1 partition 3 attempt 0 by 2 s"
     assert faults.signals == []
 
 
@@ -231,3 +256,11 @@ def test_delete_without_partition_removes_every_file_of_the_task(
     later = _outputs(tmp_path, att(1, 4), 3)
     faults.injector.outputs_written(att(1, 4), later)
     assert all(os.path.exists(o.path) for o in later)
+
+
+def test_kill_may_name_the_attempt_it_hits(faults: Faults) -> None:
+    faults.set([{"action": "kill", "stage": 1, "attempt": 1}])
+    faults.injector.task_started(att(1, 0))  # attempt 0: not counted
+    assert faults.signals == []
+    faults.injector.task_started(att(1, 0, attempt=1))  # a copy or a re-run
+    assert faults.signals == [signal.SIGKILL]

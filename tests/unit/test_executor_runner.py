@@ -27,6 +27,7 @@ from mangonel.task import (
     ExecutionError,
     FetchFailed,
     FileSplit,
+    FragmentRejected,
     InputLocations,
     InputMode,
     OutputKind,
@@ -39,6 +40,8 @@ from mangonel.task import (
 )
 
 HOST = "host-a"
+NOT_RETRIED = (QueryError, FragmentRejected)
+"""Failures that end the job at the first attempt: a refused fragment is one."""
 SINGLE = OutputSpec(OutputKind.SINGLE)
 MODES = ["AIR", "MAIL", "RAIL", "SHIP", "TRUCK", "FOB", "REG AIR"]
 
@@ -360,21 +363,23 @@ def test_input_with_no_locations_is_an_empty_table(runner: TaskRunner) -> None:
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "kind"),
     [
-        "SELECT no_such_column FROM lineitem",  # binder
-        "SELEC 1",  # parser
-        "SELECT CAST(l_shipmode AS INTEGER) AS x FROM lineitem",  # conversion, while streaming
-        "SELECT * FROM no_such_table",  # catalog
+        # DuckDB refuses the SQL itself: the planner wrote it wrong, not the user
+        ("SELECT no_such_column FROM lineitem", FragmentRejected),  # binder
+        ("SELEC 1", FragmentRejected),  # parser
+        ("SELECT * FROM no_such_table", FragmentRejected),  # catalog
+        # the data refuses the query's own operation: the user's error
+        ("SELECT CAST(l_shipmode AS INTEGER) AS x FROM lineitem", QueryError),  # while streaming
     ],
 )
 def test_query_errors_are_classified_and_the_slot_stays_usable(
-    runner: TaskRunner, data: list[str], sql: str
+    runner: TaskRunner, data: list[str], sql: str, kind: type
 ) -> None:
     spec = scan_spec(1, 0, sql, (FileSplit(data[0]),), SINGLE, ("x",), ("l_shipmode",))
     with pytest.raises(TaskFailedError) as info:
         runner.run(spec)
-    assert isinstance(info.value.failure, QueryError)
+    assert type(info.value.failure) is kind
     ok = scan_spec(
         1,
         1,
@@ -391,11 +396,11 @@ def test_query_errors_are_classified_and_the_slot_stays_usable(
         runner.run(TaskSpec(attempt(1, 2), "SELECT * FROM lineitem", SINGLE, ("x",)))
 
 
-def test_column_count_mismatch_is_a_query_error(runner: TaskRunner, data: list[str]) -> None:
+def test_column_count_mismatch_is_a_rejected_fragment(runner: TaskRunner, data: list[str]) -> None:
     spec = scan_spec(1, 0, "SELECT 1 AS a, 2 AS b", (), SINGLE, ("a",), ())
     with pytest.raises(TaskFailedError, match="returns 2 columns") as info:
         runner.run(spec)
-    assert isinstance(info.value.failure, QueryError)
+    assert isinstance(info.value.failure, FragmentRejected)
 
 
 def test_missing_scan_file_is_an_execution_error(runner: TaskRunner, tmp_path: Path) -> None:
@@ -450,7 +455,7 @@ def test_unreadable_input_is_a_fetch_failure_naming_the_map_output(
 def test_sql_cannot_reach_files_or_settings(runner: TaskRunner, sql: str) -> None:
     with pytest.raises(TaskFailedError) as info:
         runner.run(TaskSpec(attempt(1, 0), sql, SINGLE, ("x",)))
-    assert isinstance(info.value.failure, QueryError)
+    assert isinstance(info.value.failure, NOT_RETRIED)
     (out,) = runner.run(
         TaskSpec(attempt(1, 1), "SELECT current_setting('threads') AS t", SINGLE, ("t",))
     )
@@ -533,7 +538,7 @@ def test_a_scan_task_reads_its_own_files_and_no_other(
     )
     with pytest.raises(TaskFailedError) as info:
         runner.run(spec)
-    assert isinstance(info.value.failure, QueryError)
+    assert isinstance(info.value.failure, NOT_RETRIED)
     ok = scan_spec(1, 1, "SELECT count(*) AS x FROM lineitem", (FileSplit(data[0]),), SINGLE,
                    ("x",), ("l_quantity",))  # fmt: skip
     (out,) = runner.run(ok)
@@ -680,7 +685,7 @@ def test_side_scans_are_read_whole_by_the_task_next_to_its_split(
     )
     with pytest.raises(TaskFailedError) as info:
         runner.run(other)
-    assert isinstance(info.value.failure, QueryError)
+    assert isinstance(info.value.failure, NOT_RETRIED)
 
 
 def test_a_fragment_with_its_own_with_clause_reads_its_scan(

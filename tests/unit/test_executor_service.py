@@ -14,6 +14,7 @@ import pytest
 
 from mangonel.errors import ClusterError
 from mangonel.executor.config import ExecutorConfig
+from mangonel.executor.failures import TaskFailedError, disk_full
 from mangonel.executor.link import ExecutorCommand, Registered, Registration
 from mangonel.executor.main import start_executor, stop_executor
 from mangonel.executor.service import ExecutorService
@@ -21,6 +22,8 @@ from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import (
     CancelTask,
     ExecutionError,
+    ExecutionProblem,
+    FragmentRejected,
     LaunchTask,
     OutputKind,
     OutputSpec,
@@ -62,6 +65,8 @@ class FakeLink:
         self.registrations: list[Registration] = []
         self.streams: list[FakeStream] = []
         self.heartbeats: list[tuple[ExecutorId, int, float]] = []
+        self.health: list[tuple[str, int]] = []
+        """(``unhealthy`` of each heartbeat, reports sent before it)."""
         self.reports: list[
             tuple[ExecutorId, TaskAttemptId, tuple[PartitionOutput, ...] | TaskFailure]
         ] = []
@@ -85,9 +90,10 @@ class FakeLink:
             self.streams.append(stream)
         return stream
 
-    def heartbeat(self, executor: ExecutorId, running_tasks: int) -> bool:
+    def heartbeat(self, executor: ExecutorId, running_tasks: int, unhealthy: str = "") -> bool:
         with self.lock:
             self.heartbeats.append((executor, running_tasks, time.monotonic()))
+            self.health.append((unhealthy, len(self.reports)))
             return self.known
 
     def report_completed(
@@ -170,7 +176,10 @@ def test_failures_are_reported_typed(cluster: tuple[ExecutorService, FakeLink]) 
     _, link = cluster
     link.send(launch(attempt(0), "SELECT nope"))
     wait_for(lambda: len(link.reports) == 1)
-    assert isinstance(link.reports[0][2], QueryError)
+    assert isinstance(link.reports[0][2], FragmentRejected)  # DuckDB's binder refused it
+    link.send(launch(attempt(1), "SELECT CAST('x' AS INTEGER) AS n"))
+    wait_for(lambda: len(link.reports) == 2)
+    assert isinstance(link.reports[1][2], QueryError)  # the data refused the query
 
 
 def test_cancel_stops_a_running_task_and_frees_its_slot(
@@ -378,5 +387,45 @@ def test_fault_rules_reach_the_tasks(tmp_path: Path) -> None:
         link.send(launch(attempt(0, n=1)))  # the rule fired: the retry runs
         wait_for(lambda: len(link.reports) == 2)
         assert isinstance(link.reports[1][2], tuple)
+    finally:
+        stop_executor(service, thread)
+
+
+class _DiskFullAtStart:
+    """Hooks whose task start fails as a full disk does."""
+
+    def task_started(self, attempt: TaskAttemptId) -> None:
+        raise TaskFailedError(disk_full("[Errno 28] No space left on device"))
+
+    def outputs_written(self, attempt: TaskAttemptId, outputs: object) -> None:
+        pass
+
+    def task_finished(self, attempt: TaskAttemptId, *, before_report: bool) -> None:
+        pass
+
+
+def test_a_disk_full_failure_makes_the_executor_unhealthy_before_it_is_reported(
+    tmp_path: Path,
+) -> None:
+    link = FakeLink()
+    config = ExecutorConfig(
+        host="h1", slots=1, threads=1, work_dir=str(tmp_path / "work"), heartbeat_interval_s=30
+    )
+    service = ExecutorService(config, link, _DiskFullAtStart())
+    service.start()
+    thread = threading.Thread(target=service.serve, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: bool(link.streams))
+        link.send(launch(attempt(0)))
+        wait_for(lambda: len(link.reports) == 1)
+        failure = link.reports[0][2]
+        assert isinstance(failure, ExecutionError)
+        assert failure.problem is ExecutionProblem.DISK_FULL
+        # A heartbeat saying why went out before the report (none was due: 30 s).
+        (unhealthy, reports_before), *_ = link.health
+        assert reports_before == 0
+        assert "full" in unhealthy
+        assert service.unhealthy().startswith("a task found")
     finally:
         stop_executor(service, thread)

@@ -31,3 +31,41 @@ def test_the_test_cluster_adds_each_executors_fault_file(tmp_path: Path) -> None
     assert cluster.faults_path(1) == faults
     assert cluster.executor_options(1) == ["--memory-limit", "2GB", "--faults-file", str(faults)]
     assert not hasattr(LocalCluster(work_dir=tmp_path), "set_faults")
+
+
+def test_executors_on_one_host_share_its_memory_unless_told(tmp_path: Path) -> None:
+    from mangonel.executor.memory import default_budget
+
+    two = LocalCluster(executors=2, work_dir=tmp_path)
+    assert two.executor_memory_share() == default_budget() // 2
+    assert LocalCluster(executors=4, work_dir=tmp_path).executor_memory_share() * 2 <= (
+        two.executor_memory_share()
+    )
+
+
+def test_speculation_and_exclusion_reach_the_scheduler_only_when_given(tmp_path: Path) -> None:
+    assert LocalCluster(work_dir=tmp_path).gray_failure_options() == []
+    cluster = LocalCluster(
+        work_dir=tmp_path,
+        speculation=False,
+        speculation_min=0.2,
+        exclusion_failures=0,
+        exclusion_time=5.0,
+    )
+    assert cluster.gray_failure_options() == [
+        "--no-speculation",
+        "--speculation-min",
+        "0.2",
+        "--exclusion-failures",
+        "0",
+        "--exclusion-time",
+        "5.0",
+    ]
+    assert LocalCluster(work_dir=tmp_path, speculation=True).gray_failure_options() == [
+        "--speculation"
+    ]
+    # A fault rule must not race a copy of the task it hits: off unless asked for.
+    assert TestCluster(work_dir=tmp_path).gray_failure_options() == ["--no-speculation"]
+    assert TestCluster(work_dir=tmp_path, speculation=True).gray_failure_options() == [
+        "--speculation"
+    ]

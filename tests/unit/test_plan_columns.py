@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from helpers import tpch_query
+import duckdb
+import pytest
+from helpers import assert_same_result, tpch_query
+from plan_runner import run_plan
 from sqlglot import exp
 
 from mangonel.catalog import Table
+from mangonel.errors import InternalError, QueryError
+from mangonel.plan.distribute import Distributor
 from mangonel.plan.logical import (
     Aggregate,
     Filter,
@@ -17,6 +22,21 @@ from mangonel.plan.logical import (
     required_columns,
 )
 from mangonel.plan.planner import PlannerConfig, plan_query
+
+CTE_READ_BY_THREE_BRANCHES = """
+WITH results AS (
+    SELECT o_orderpriority, n_name, o_totalprice AS price
+    FROM orders, customer, nation
+    WHERE o_custkey = c_custkey AND c_nationkey = n_nationkey
+      AND n_regionkey = 1)
+SELECT o_orderpriority, n_name, 0 AS g, AVG(price) AS p
+FROM results GROUP BY o_orderpriority, n_name
+UNION ALL
+SELECT o_orderpriority, NULL, 1, AVG(price) FROM results GROUP BY o_orderpriority
+UNION ALL
+SELECT NULL, NULL, 2, AVG(price) FROM results"""
+"""TPC-DS q27's shape: a CTE that does not aggregate, read by UNION ALL branches
+that group by different keys (one of them does not read n_name)."""
 
 
 def _c(table: str, name: str) -> exp.Column:
@@ -57,3 +77,39 @@ def test_q15_computes_its_revenue_view_once(catalog: dict[str, Table]) -> None:
     (aggregate,) = [s for s in plan.stages if lineitem[0].id in s.upstream]
     readers = [s for s in plan.stages if aggregate.id in s.upstream]
     assert len(readers) == 2, [s.label for s in plan.stages]
+
+
+def test_a_cte_copy_renders_only_the_columns_its_reader_needs(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-DS q27: a CTE that does not aggregate is bound again for each reader, so
+    # each copy has needs of its own. The branch that groups by o_orderpriority
+    # alone does not read n_name: with hash joins only, the nation side's stage
+    # dropped it, and the copy's projection still named it ("Referenced table
+    # nation not found").
+    sql = CTE_READ_BY_THREE_BRANCHES
+    config = PlannerConfig(partitions=3, partition_bytes=0, broadcast_bytes=0, split_rows=20_000)
+    plan = plan_query(sql, catalog, config)
+    assert not plan.notes, plan.notes
+    nation = [s for s in plan.stages if s.scan is not None and s.scan.table == "nation"]
+    assert len(nation) == 3  # one copy per reader, each hashed to its join
+    # the copy that groups by n_name ships it; the others only the join key
+    assert sorted(len(s.columns) for s in nation) == [1, 1, 2]
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 5
+    assert_same_result(run_plan(plan), expected, ordered=False, check_names=False)
+
+
+def test_a_planner_bug_is_an_internal_error_not_the_users(
+    catalog: dict[str, Table], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Undo the fix above: the copy's projection names a column its stage dropped,
+    # and the planner's own type check of that SQL fails. The query binds as a
+    # whole, so the user must not be told to fix it.
+    monkeypatch.setattr(Distributor, "_needed_items", lambda self, n: n.items)
+    config = PlannerConfig(partitions=3, partition_bytes=0, broadcast_bytes=0, split_rows=20_000)
+    with pytest.raises(InternalError, match="bug in mangonel, not in the query") as info:
+        plan_query(CTE_READ_BY_THREE_BRANCHES, catalog, config)
+    assert not isinstance(info.value, QueryError)
+    assert 'Referenced table "nation" not found' in str(info.value)
+    assert "report it" in str(info.value)

@@ -80,6 +80,29 @@ def test_a_key_unique_on_one_side_keeps_the_other_sides_rows(table: Table) -> No
     assert join_size(a, b, ab).rows == pytest.approx(1000 * 400 / 25)
 
 
+def test_a_side_has_no_more_distinct_keys_than_rows() -> None:
+    # TPC-DS q72: d1 (one year, 363 days) joined with d2 on d_week_seq keeps 2,544
+    # rows of d2, whose d_date_sk had 73,049 distinct values in its scan. Joined
+    # with inventory on the date, every inventory row of those weeks matches; taken
+    # as 73,049 dates, the join seemed to keep 1/30 of inventory and went first.
+    d1 = Size(363.0, {("d1", "d_date_sk"): 0.005}, {("d1", "d_week_seq"): 363.0})
+    d2 = Size(
+        73049.0,
+        {("d2", "d_date_sk"): 1.0},
+        {("d2", "d_date_sk"): 73049.0, ("d2", "d_week_seq"): 10436.0},
+    )
+    weeks = [(sqlglot.parse_one("d1.d_week_seq"), sqlglot.parse_one("d2.d_week_seq"))]
+    d1d2 = join_size(d1, d2, weeks)
+    assert d1d2.rows == pytest.approx(363 * 7, rel=0.01)
+    assert d1d2.distinct[("d2", "d_date_sk")] == d1d2.rows
+    inventory = Size(11_745_000.0, {}, {("inventory", "inv_date_sk"): 1821.0})
+    dates = [(sqlglot.parse_one("inventory.inv_date_sk"), sqlglot.parse_one("d2.d_date_sk"))]
+    assert join_size(inventory, d1d2, dates).rows == pytest.approx(inventory.rows)
+    # a side's own distinct bound, from a filter that kept fewer rows, is capped too
+    filtered = Size(100.0, {}, {("d2", "d_date_sk"): 73049.0})
+    assert join_size(inventory, filtered, dates).rows == pytest.approx(11_745_000 * 100 / 1821)
+
+
 def test_q21_meets_the_filtered_nation_before_lineitem_is_shuffled(
     catalog: dict[str, Table],
 ) -> None:

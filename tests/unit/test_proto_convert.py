@@ -13,6 +13,7 @@ from mangonel.task import (
     FetchFailed,
     FetchProblem,
     FileSplit,
+    FragmentRejected,
     InputLocations,
     InputMode,
     LaunchTask,
@@ -23,6 +24,7 @@ from mangonel.task import (
     QueryError,
     ReleaseOutputs,
     ScanSpec,
+    TaskFailure,
     TaskSpec,
 )
 
@@ -92,12 +94,13 @@ def test_task_spec_round_trip(spec: TaskSpec) -> None:
     "failure",
     [
         QueryError("bad"),
+        FragmentRejected("Binder Error: no column x"),
         ExecutionError("oom"),
         FetchFailed(ExecutorId("e2"), StageId(1), 3, "refused"),
         FetchFailed(ExecutorId("e2"), StageId(1), 3, "checksum", FetchProblem.OUTPUT_LOST),
     ],
 )
-def test_failure_round_trip(failure: QueryError | ExecutionError | FetchFailed) -> None:
+def test_failure_round_trip(failure: TaskFailure) -> None:
     assert convert.failure_from_proto(convert.failure_to_proto(failure)) == failure
 
 

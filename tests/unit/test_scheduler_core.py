@@ -10,6 +10,7 @@ results, cancel, timeouts) are the state machine's and tested there
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ from mangonel.scheduler.events import (
     JobFailed,
     JobSubmitted,
     JobSucceeded,
+    LogRejectedFragment,
     LossReason,
     RefuseStream,
     ResultRead,
@@ -266,6 +268,27 @@ def test_cancel_and_failure_reach_watchers_with_their_error_type(
         core.job(JobId("missing"))
     with pytest.raises(MangonelError, match="no job"):
         core.cancel(JobId("missing"))
+
+
+def test_a_rejected_fragment_is_logged_with_its_sql_and_query(
+    shell: tuple[SchedulerCore, ScriptedState], caplog: pytest.LogCaptureFixture
+) -> None:
+    core, state = shell
+    record = core.submit("SELECT 1")
+    attempt = TaskAttemptId(TaskId(record.id, StageId(1), 0), 0)
+    error = 'Binder Error: Referenced table "store" not found!'
+    state.job_views[record.id] = _finished(record.id, JobState.FAILED, "internal error: ...")
+    state.next = [
+        LogRejectedFragment(7, record.id, StageId(1), attempt, error, 'SELECT "store"."s"', "Q"),
+        JobFailed(7, record.id, "internal error: ..."),
+    ]
+    with caplog.at_level(logging.ERROR, logger="mangonel.scheduler.core"):
+        core.register_executor("h", "a:1", 1)  # any event lets the scripted state answer
+    (logged,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    text = logged.getMessage()
+    assert f"job {record.id}: internal error" in text and error in text
+    assert 'SELECT "store"."s"' in text and "\nQ" in text
+    assert record.state is JobState.FAILED
 
 
 def test_a_forgotten_job_leaves_the_shell_and_the_store(

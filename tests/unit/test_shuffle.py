@@ -14,11 +14,18 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 
-from mangonel.executor.failures import FetchFailedError, TaskCancelledError
+from mangonel.executor.failures import FetchFailedError, TaskCancelledError, TaskFailedError
 from mangonel.executor.flight import ShuffleFlightServer
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter, file_checksum
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
-from mangonel.task import FetchProblem, PartitionLocation, PartitionOutput
+from mangonel.task import (
+    ExecutionError,
+    ExecutionProblem,
+    FetchProblem,
+    PartitionLocation,
+    PartitionOutput,
+)
+from mangonel.testing.limits import SmallDisk, small_disks_available
 
 HOST = "host-a"
 
@@ -289,3 +296,37 @@ def test_cancel_stops_a_fetch_from_a_silent_peer_at_once(writer: ShuffleWriter) 
     finally:
         silent.close()
         reader.close()
+
+
+def test_a_flight_fetch_is_spooled_to_disk_not_held_in_memory(
+    writer: ShuffleWriter, server: ShuffleFlightServer, tmp_path: Path
+) -> None:
+    table = sample(200_000)
+    out = writer.write_table(attempt(), 0, table)
+    spool = tmp_path / "fetched"
+    reader = ShuffleReader("host-b", spool_dir=str(spool))
+    before = pa.total_allocated_bytes()
+    got = reader.read(location(out, f"127.0.0.1:{server.port}"))
+    # Zero copy, as a local read: the buffers live in the map of the spooled file,
+    # which is already unlinked (its space returns when the table goes).
+    assert pa.total_allocated_bytes() - before < table.nbytes // 10
+    assert got.equals(table)
+    assert os.listdir(spool) == []
+    reader.close()
+
+
+def test_a_full_disk_while_spooling_is_disk_full_not_a_fetch_failure(
+    writer: ShuffleWriter, server: ShuffleFlightServer, tmp_path: Path
+) -> None:
+    if not small_disks_available():
+        pytest.skip("needs root to mount a tmpfs")
+    out = writer.write_table(attempt(), 0, sample(200_000))
+    with SmallDisk(str(tmp_path / "disk"), 2**20) as disk:
+        reader = ShuffleReader("host-b", spool_dir=disk.path)
+        with pytest.raises(TaskFailedError) as raised:
+            reader.read(location(out, f"127.0.0.1:{server.port}"))
+        reader.close()
+        failure = raised.value.failure
+        assert isinstance(failure, ExecutionError)
+        assert failure.problem is ExecutionProblem.DISK_FULL
+        assert os.listdir(disk.path) == []

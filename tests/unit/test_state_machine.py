@@ -32,6 +32,7 @@ from mangonel.scheduler.events import (
     JobSubmitted,
     JobSucceeded,
     Limits,
+    LogRejectedFragment,
     LossReason,
     RefuseStream,
     TaskCompleted,
@@ -45,6 +46,7 @@ from mangonel.task import (
     ExecutorInfo,
     FetchFailed,
     FileSplit,
+    FragmentRejected,
     InputLocations,
     InputMode,
     LaunchTask,
@@ -376,6 +378,34 @@ def test_query_error_fails_job_at_once() -> None:
     assert h.complete(att(1, 2), E1) == []
 
 
+def test_a_rejected_fragment_fails_the_job_as_an_internal_error() -> None:
+    # DuckDB's binder refused stage 2's SQL: the planner wrote it, and the query
+    # bound as a whole, so the user is told it is mangonel's bug, not theirs, and
+    # the shell logs the SQL a report needs.
+    h = Harness()
+    h.register(E1, 2)
+    h.submit(three_stage_plan(maps=1, reducers=1))
+    h.complete(att(1, 0), E1)
+    error = 'Binder Error: Referenced table "store" not found!'
+    cmds = h.fail(att(2, 0), E1, FragmentRejected(error))
+    logged, failed = cmds[0], cmds[1]
+    stage_sql = "SELECT k, sum(v) AS s FROM s1 GROUP BY k"
+    assert logged == LogRejectedFragment(
+        h.last_id, J1, S2, att(2, 0), error, stage_sql, "SELECT ..."
+    )
+    assert isinstance(failed, JobFailed) and failed.job == J1
+    assert failed.message.startswith("internal error:")
+    assert "stage 2" in failed.message and error in failed.message
+    assert "bug in mangonel, not in the query" in failed.message
+    assert "report it" in failed.message
+    assert "cannot run as written" not in failed.message
+    assert cmds[2:] == [ReleaseOutputs(h.last_id, E1, J1, None)]
+    view = h.state.job(J1)
+    assert view is not None and view.state is JobState.FAILED
+    assert view.error == failed.message
+    assert view.stages[1].attempts_launched == 1  # not retried
+
+
 def test_execution_error_is_retried_with_new_attempt_numbers() -> None:
     h = Harness(Limits(max_task_attempts=3))
     h.register(E1, 1)
@@ -492,7 +522,9 @@ def test_fetch_failed_recomputes_exactly_that_map_task_without_charging_reader()
     assert view is not None
     assert (view.stages[0].outputs_recomputed, view.stages[1].tasks_rerun) == (1, 2)
     cmds = h.fail(att(2, 0, 1), E1, ExecutionError("killed"))
-    assert launches(cmds) == [("e1", "j1/s2/p0/a2")]
+    # Not charged out (2 attempts): it runs again, though not on e1 where it failed.
+    assert launches(cmds) == []
+    assert launches(h.complete(att(2, 1, 1), E2)) == [("e2", "j1/s2/p0/a2")]
 
 
 def test_fetch_failed_naming_an_already_lost_executor_requeues_the_reader() -> None:

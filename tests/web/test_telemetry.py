@@ -153,3 +153,26 @@ def test_history_is_bounded() -> None:
         t.command_sent(LaunchTask(1, A, spec(att)), now=0.0)
     assert t.attempts(JOB) == ([], 0)  # the oldest job's history went first
     assert t.counters().attempts_launched == 7
+
+
+def test_speculative_copies_are_counted_launched_won_and_lost() -> None:
+    t = Telemetry()
+    # p0: the copy on B finishes first; the original on A is cancelled.
+    t.command_sent(LaunchTask(1, A, spec(attempt(1, 0, 0))), now=0.0)
+    t.command_sent(LaunchTask(2, B, spec(attempt(1, 0, 1)), speculative=True), now=1.0)
+    t.task_completed(attempt(1, 0, 1), B, output(10, 100), elapsed_s=0.5, now=1.5)
+    t.command_sent(CancelTask(3, A, attempt(1, 0, 0)), now=1.5)
+    # p1: the original finishes first; the copy is cancelled.
+    t.command_sent(LaunchTask(4, A, spec(attempt(1, 1, 0))), now=0.0)
+    t.command_sent(LaunchTask(5, B, spec(attempt(1, 1, 1)), speculative=True), now=1.0)
+    t.task_completed(attempt(1, 1, 0), A, output(10, 100), elapsed_s=1.2, now=1.2)
+    t.command_sent(CancelTask(6, B, attempt(1, 1, 1)), now=1.2)
+    counters = t.counters()
+    launched = counters.speculative_launched
+    assert (launched, counters.speculative_won, counters.speculative_lost) == (2, 1, 1)
+    assert counters.task_retries == 0  # a copy is not a re-run
+    records = {(r.attempt.task.partition, r.attempt.attempt): r for r in t.attempts(JOB)[0]}
+    assert records[(0, 1)].kind is AttemptKind.SPECULATIVE
+    assert records[(0, 0)].reason == "attempt 1 of the task finished first"
+    assert records[(1, 1)].outcome is AttemptOutcome.CANCELLED
+    assert records[(1, 1)].reason == "attempt 0 of the task finished first"

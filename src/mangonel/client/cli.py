@@ -145,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds an unread result is kept (default %(default)g)",
     )
+    _gray_failure_options(p)
     p.add_argument("--address-file", help="write the bound HOST:PORT to this file")
     p.add_argument(
         "--state",
@@ -182,7 +183,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--slots", type=int, help="tasks run at once (default: CPU cores)")
     p.add_argument("--work-dir", help="shuffle files live here (default: a temp dir)")
-    p.add_argument("--memory-limit", help="DuckDB memory limit of each slot, e.g. 2GB")
+    p.add_argument(
+        "--memory",
+        metavar="SIZE",
+        help="the executor's memory budget, e.g. 2GB or 512MiB: the whole process fits in it, "
+        "and each slot's DuckDB gets an equal share of 60%% of it (less 160 MiB for the "
+        "process), spilling sorts, joins and aggregates past that (default: 80%% of the "
+        "host's memory or of the executor's cgroup limit, whichever is lower)",
+    )
+    p.add_argument(
+        "--spill",
+        metavar="SIZE",
+        help="disk the slots' DuckDBs may spill to, all together, in the work dir "
+        "(default: half its free space at start)",
+    )
+    p.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        help="deprecated: DuckDB memory limit of each slot (use --memory, the whole "
+        "executor's budget); when given, it overrides --memory's share",
+    )
     p.add_argument("--threads", type=int, help="DuckDB threads of each slot")
     p.add_argument("--host", default="127.0.0.1", help="interface of the Flight server")
     p.add_argument("--port", type=int, default=0, help="Flight server port; 0 picks one")
@@ -535,6 +555,62 @@ def _mib(size: int) -> str:
 # ---------------------------------------------------------------------- commands
 
 
+def _gray_failure_options(p: argparse.ArgumentParser) -> None:
+    """Stragglers (speculative execution) and executors that keep failing (exclusion)."""
+    p.add_argument(
+        "--speculation",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.SPECULATION,
+        help="run a copy of a straggling task on another executor; the first to finish "
+        "wins (default: %(default)s)",
+    )
+    p.add_argument(
+        "--speculation-quantile",
+        type=float,
+        default=defaults.SPECULATION_QUANTILE,
+        metavar="Q",
+        help="fraction of a stage's tasks done before its stragglers are copied "
+        "(default %(default)g)",
+    )
+    p.add_argument(
+        "--speculation-multiplier",
+        type=float,
+        default=defaults.SPECULATION_MULTIPLIER,
+        metavar="M",
+        help="a straggler has run M times the median of its stage's done tasks "
+        "(default %(default)g)",
+    )
+    p.add_argument(
+        "--speculation-min",
+        type=float,
+        default=defaults.SPECULATION_MIN_S,
+        metavar="S",
+        help="and at least S seconds: shorter tasks are never copied (default %(default)g)",
+    )
+    p.add_argument(
+        "--exclusion-failures",
+        type=int,
+        default=defaults.EXCLUSION_FAILURES,
+        metavar="N",
+        help="distinct tasks failing on one executor (execution errors) within the window "
+        "that exclude it from new tasks; 0: never (default %(default)s)",
+    )
+    p.add_argument(
+        "--exclusion-window",
+        type=float,
+        default=defaults.EXCLUSION_WINDOW_S,
+        metavar="S",
+        help="seconds over which an executor's failed tasks are counted (default %(default)g)",
+    )
+    p.add_argument(
+        "--exclusion-time",
+        type=float,
+        default=defaults.EXCLUSION_S,
+        metavar="S",
+        help="seconds an excluded executor gets no new task (default %(default)g)",
+    )
+
+
 def cmd_scheduler(args: argparse.Namespace) -> int:
     from mangonel.scheduler.main import SchedulerConfig, run_scheduler
 
@@ -554,6 +630,13 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             max_task_attempts=args.max_task_attempts,
             max_stage_reruns=args.max_stage_reruns,
             result_ttl_s=args.result_ttl,
+            speculation=args.speculation,
+            speculation_quantile=args.speculation_quantile,
+            speculation_multiplier=args.speculation_multiplier,
+            speculation_min_s=args.speculation_min,
+            exclusion_failures=args.exclusion_failures,
+            exclusion_window_s=args.exclusion_window,
+            exclusion_s=args.exclusion_time,
             address_file=args.address_file,
             web_port=_web_port(args),
             web_address_file=args.web_address_file,
@@ -588,7 +671,9 @@ def cmd_executor(args: argparse.Namespace) -> int:
             bind_host=args.host,
             advertise_host=args.advertise_host,
             flight_port=args.port,
+            memory=args.memory,
             memory_limit=args.memory_limit,
+            spill=args.spill,
             threads=args.threads,
             drain_timeout_s=args.drain_timeout,
             fetch_timeout_s=args.fetch_timeout,
@@ -928,7 +1013,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _why(e: ExecutorStatus) -> str:
-    """Why an executor left (or, while it is alive, how long it has been silent)."""
+    """Why an executor left (or, while it is alive, how long it has been silent
+    or why it takes no task)."""
+    if e.state in (ExecutorState.ALIVE, ExecutorState.DRAINING) and e.unhealthy:
+        return f"unhealthy: {e.unhealthy}"
     if e.state in (ExecutorState.ALIVE, ExecutorState.DRAINING) and e.heartbeat_age_s >= 2:
         silent = f"silent for {e.heartbeat_age_s:.0f} s"
         return " - ".join(x for x in (silent, e.detail) if x)

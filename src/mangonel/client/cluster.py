@@ -165,7 +165,9 @@ class LocalCluster:
         executors: Executor processes to start.
         work_dir: Root of the executors' work directories and the logs; a new
             temporary directory (removed on a clean stop) when ``None``.
-        slots: Task slots of each executor. ``None``: the host's cores shared out
+        slots: Task slots of each executor (each executor's memory budget, unless
+            its options give ``--memory``, is an equal share of the host's, see
+            ``executor_memory_share``). ``None``: the host's cores shared out
             among the executors (at least one each), since they all run here; an
             executor alone on its host takes one per core. On two cores, two
             executors of two slots each ran TPC-H SF1 4 % slower than two of one
@@ -183,6 +185,13 @@ class LocalCluster:
         no_executor_grace: Seconds a job may wait with no executor alive before it fails.
         max_task_attempts: Failed attempts of one task before its job fails.
         max_stage_reruns: Times one stage may lose outputs and run again.
+        speculation: Copy straggling task attempts onto other executors
+            (``mangonel scheduler --speculation``); the scheduler's default when
+            ``None``. ``speculation_min``: the shortest run time a copied attempt
+            has had (``--speculation-min``); the scheduler's default when ``None``.
+        exclusion_failures: Distinct tasks failing on one executor that exclude it
+            from new tasks for ``exclusion_time`` seconds (``--exclusion-failures``,
+            ``--exclusion-time``; 0: never); the scheduler's defaults when ``None``.
         drain_timeout: Bound of an executor's drain after SIGTERM (seconds).
         cleanup_interval: How often executors sweep dead executors' files (seconds).
         result_ttl: Seconds an unread result is kept; the scheduler's default when ``None``.
@@ -241,6 +250,10 @@ class LocalCluster:
         no_executor_grace: float = defaults.NO_EXECUTOR_GRACE_S,
         max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS,
         max_stage_reruns: int = defaults.MAX_STAGE_RERUNS,
+        speculation: bool | None = None,
+        speculation_min: float | None = None,
+        exclusion_failures: int | None = None,
+        exclusion_time: float | None = None,
         drain_timeout: float = defaults.DRAIN_TIMEOUT_S,
         cleanup_interval: float = defaults.CLEANUP_INTERVAL_S,
         result_ttl: float | None = None,
@@ -290,6 +303,10 @@ class LocalCluster:
         self.no_executor_grace = no_executor_grace
         self.max_task_attempts = max_task_attempts
         self.max_stage_reruns = max_stage_reruns
+        self.speculation = speculation
+        self.speculation_min = speculation_min
+        self.exclusion_failures = exclusion_failures
+        self.exclusion_time = exclusion_time
         self.drain_timeout = drain_timeout
         self.cleanup_interval = cleanup_interval
         self.result_ttl = result_ttl
@@ -323,6 +340,14 @@ class LocalCluster:
         if self.slots is not None:
             return self.slots
         return max(1, (os.cpu_count() or 1) // max(1, self.num_executors))
+
+    def executor_memory_share(self) -> int:
+        """``--memory`` of each executor unless its options give one: they all run on
+        this host, so they share the default budget of one (``executor.memory``:
+        80% of the host's memory or of this process's cgroup limit) equally."""
+        from mangonel.executor import memory  # a small module; the executor stays unloaded
+
+        return memory.default_budget() // max(1, self.num_executors)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -527,6 +552,7 @@ class LocalCluster:
         ]  # fmt: skip
         if self.result_ttl is not None:
             args += ["--result-ttl", str(self.result_ttl)]
+        args += self.gray_failure_options()
         if self.partitions is not None:
             args += ["--partitions", str(self.partitions)]
         if self.partition_bytes is not None:
@@ -598,16 +624,32 @@ class LocalCluster:
             if self.users is not None and not self.secure:
                 # The scheduler signs tickets with the users' secret: executors check them.
                 args += ["--cluster-secret-file", str(self.cluster_secret_file)]
-            args += self.executor_options(index)
+            options = self.executor_options(index)
+            if not {"--memory", "--memory-limit"} & set(options):
+                args += ["--memory", str(self.executor_memory_share())]
+            args += options
             handle = ExecutorHandle(
                 index,
-                args,
+                self.executor_command(index, args),
                 self.log_dir / f"executor-{index}.log",
                 self._env(),
                 self.executor_root,
             )
             self.executors.append(handle)
             return handle
+
+    def gray_failure_options(self) -> list[str]:
+        """The scheduler's options for stragglers and failing executors this cluster sets."""
+        args: list[str] = []
+        if self.speculation is not None:
+            args.append("--speculation" if self.speculation else "--no-speculation")
+        if self.speculation_min is not None:
+            args += ["--speculation-min", str(self.speculation_min)]
+        if self.exclusion_failures is not None:
+            args += ["--exclusion-failures", str(self.exclusion_failures)]
+        if self.exclusion_time is not None:
+            args += ["--exclusion-time", str(self.exclusion_time)]
+        return args
 
     def executor_options(self, index: int) -> list[str]:
         """The extra command-line options of executor ``index``: ``executor_args``,
@@ -617,6 +659,11 @@ class LocalCluster:
         if self.executor_args_for is not None:
             options += self.executor_args_for(index)
         return options
+
+    def executor_command(self, index: int, args: list[str]) -> list[str]:
+        """The command line that starts executor ``index``: ``args`` itself. A
+        subclass may wrap it (the test cluster starts some in a memory cgroup)."""
+        return args
 
     def _check_alive(self, proc: ProcessHandle) -> None:
         if not proc.alive():

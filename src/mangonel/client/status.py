@@ -106,6 +106,8 @@ class ExecutorStatus:
     running_tasks: int
     heartbeat_age_s: float = 0.0
     """Seconds since the scheduler last heard from it (alive or draining)."""
+    unhealthy: str = ""
+    """Why it takes no task now (its work directory is full); empty when it may."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,7 @@ def executor_from_proto(msg: pb.ExecutorStatus) -> ExecutorStatus:
         detail=msg.detail,
         running_tasks=msg.running_tasks,
         heartbeat_age_s=msg.heartbeat_age_s,
+        unhealthy=msg.unhealthy,
     )
 
 

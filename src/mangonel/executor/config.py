@@ -2,8 +2,9 @@
 
 One ``ExecutorConfig`` describes an executor: where the scheduler is, how the
 executor names its host, where its Flight server listens, how many task slots it
-runs and how much memory and how many DuckDB threads each slot may use, where
-its files live, how long it drains, and where its fault-injection rules are.
+runs, its memory and spill budgets (shared out among the slots by
+``executor.memory``) and how many DuckDB threads each slot may use, where its
+files live, how long it drains, and where its fault-injection rules are.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 
 from mangonel import defaults
+from mangonel.executor import memory as mem
 from mangonel.security.options import SecurityOptions
 from mangonel.storage import StorageOptions
 
@@ -52,9 +54,15 @@ class ExecutorConfig:
             which no peer can connect to.
         flight_port: Port of the Flight server; 0 picks a free one.
         slots: Tasks run at the same time, each with its own DuckDB database.
-        memory_limit: DuckDB ``memory_limit`` of each slot, e.g. ``"2GB"``;
-            ``None`` leaves DuckDB's default (80% of RAM, per slot, so set it
-            when slots > 1).
+        memory: The executor's memory budget, e.g. ``"2GB"``, ``"512MiB"``:
+            the whole process must fit in it; each slot's DuckDB gets a share
+            (``executor.memory.SlotBudget``). ``None``: 80% of the host's memory
+            or of this process's cgroup limit, whichever is lower.
+        memory_limit: Deprecated (``--memory-limit``): DuckDB ``memory_limit`` of
+            each slot, overriding the share of ``memory``.
+        spill: The executor's spill budget (DuckDB temporary files of all its
+            slots), e.g. ``"20GB"``; ``None``: half the work root's free space
+            when the executor starts.
         threads: DuckDB threads of each slot; ``None`` means
             ``max(1, cores // slots)`` so that full slots do not oversubscribe.
         work_dir: The work root: shuffle and DuckDB spill files live in
@@ -89,7 +97,9 @@ class ExecutorConfig:
     advertise_host: str | None = None
     flight_port: int = 0
     slots: int = field(default_factory=_default_slots)
+    memory: str | None = None
     memory_limit: str | None = None
+    spill: str | None = None
     threads: int | None = None
     work_dir: str = field(default_factory=_default_work_dir)
     heartbeat_interval_s: float = 1.0
@@ -115,6 +125,10 @@ class ExecutorConfig:
             raise ValueError(f"drain_timeout_s must be at least 0, got {self.drain_timeout_s}")
         if self.cleanup_interval_s <= 0:
             raise ValueError(f"cleanup_interval_s must be positive, got {self.cleanup_interval_s}")
+        for name in ("memory", "memory_limit", "spill"):
+            value = getattr(self, name)
+            if value is not None and mem.parse_size(value) <= 0:
+                raise ValueError(f"{name} must be a positive size, got {value!r}")
         if self.bind_host in _WILDCARDS and not self.advertise_host:
             raise ValueError(
                 f"the Flight server listens on every interface ({self.bind_host!r}), which "
@@ -128,6 +142,24 @@ class ExecutorConfig:
         if self.threads is not None:
             return self.threads
         return max(1, (os.cpu_count() or 1) // self.slots)
+
+    def slot_budget(self) -> mem.SlotBudget:
+        """What each slot's DuckDB may use: its share of the memory and spill budgets."""
+        spill = mem.parse_size(self.spill) if self.spill is not None else None
+        if spill is None and os.path.isdir(self.work_dir):
+            spill = mem.default_spill(self.work_dir)
+        if self.memory_limit is not None:
+            per_slot = mem.parse_size(self.memory_limit)
+            per_spill = None if spill is None else max(1, spill // self.slots)
+            return mem.SlotBudget(
+                per_slot, per_spill, per_slot * self.slots, self.slots, "--memory-limit per slot"
+            )
+        if self.memory is not None:
+            return mem.SlotBudget.share(mem.parse_size(self.memory), self.slots, spill)
+        budget = mem.default_budget()
+        return mem.SlotBudget.share(
+            budget, self.slots, spill, f"default: {mem.DEFAULT_SHARE:.0%} of available memory"
+        )
 
     def flight_host(self) -> str:
         """The host part of the Flight address given to the scheduler."""

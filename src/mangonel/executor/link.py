@@ -100,8 +100,11 @@ class SchedulerLink(Protocol):
 
     def connect(self, executor: ExecutorId) -> CommandStream: ...
 
-    def heartbeat(self, executor: ExecutorId, running_tasks: int) -> bool:
-        """Return False when the scheduler no longer knows ``executor``: register again."""
+    def heartbeat(self, executor: ExecutorId, running_tasks: int, unhealthy: str = "") -> bool:
+        """Return False when the scheduler no longer knows ``executor``: register again.
+
+        ``unhealthy``: why the executor can take no task now (``""``: it can).
+        """
         ...
 
     def report_completed(
@@ -216,8 +219,10 @@ class GrpcSchedulerLink:
         call = self._stub.Connect(pb.ConnectRequest(executor_id=executor))
         return _GrpcCommandStream(call, executor)
 
-    def heartbeat(self, executor: ExecutorId, running_tasks: int) -> bool:
-        request = pb.HeartbeatRequest(executor_id=executor, running_tasks=running_tasks)
+    def heartbeat(self, executor: ExecutorId, running_tasks: int, unhealthy: str = "") -> bool:
+        request = pb.HeartbeatRequest(
+            executor_id=executor, running_tasks=running_tasks, unhealthy=unhealthy
+        )
         try:
             reply = self._stub.Heartbeat(request, timeout=self.rpc_timeout_s)
         except grpc.RpcError as exc:

@@ -68,7 +68,7 @@ def task_hooks(config: ExecutorConfig) -> TaskHooks:
     from mangonel.testing.faults import FaultInjector
 
     label = str(config.index) if config.index is not None else ""
-    return FaultInjector(config.faults_file, label)
+    return FaultInjector(config.faults_file, label, work_dir=config.work_dir)
 
 
 def stop_executor(
@@ -140,7 +140,13 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
     parser.add_argument("--advertise-host", default=None)
     parser.add_argument("--flight-port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--slots", type=int, default=defaults.slots)
-    parser.add_argument("--memory-limit", default=None, help="DuckDB memory_limit per slot")
+    parser.add_argument(
+        "--memory", default=None, metavar="SIZE", help="the executor's memory budget, e.g. 2GB"
+    )
+    parser.add_argument("--spill", default=None, metavar="SIZE", help="spill budget, all slots")
+    parser.add_argument(
+        "--memory-limit", default=None, help="deprecated: DuckDB memory_limit per slot"
+    )
     parser.add_argument("--threads", type=int, default=None, help="DuckDB threads per slot")
     parser.add_argument("--work-dir", default=defaults.work_dir, help="work root (shareable)")
     add_recovery_options(parser, defaults)
@@ -158,7 +164,9 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
         advertise_host=args.advertise_host,
         flight_port=args.flight_port,
         slots=args.slots,
+        memory=args.memory,
         memory_limit=args.memory_limit,
+        spill=args.spill,
         threads=args.threads,
         work_dir=args.work_dir,
         drain_timeout_s=args.drain_timeout,

@@ -1,8 +1,12 @@
 """Running one task: register its inputs in DuckDB, run its SQL, write its output.
 
 A ``TaskRunner`` is one task slot of an executor. It owns one DuckDB database
-(so ``memory_limit`` and ``threads`` are per slot, and a slot spills into its
-own ``temp_directory``) and runs one ``TaskSpec`` at a time:
+(so ``memory_limit`` and ``threads`` are per slot: the slot's share of the
+executor's budget, ``executor.memory.SlotBudget``) and runs one ``TaskSpec`` at
+a time. The slot's ``temp_directory``, capped at its part of the spill budget
+(``max_temp_directory_size``), is the running task's: one task at a time spills
+there, DuckDB deletes its files when the query ends, and the runner logs how
+much the task spilled at most. The steps:
 
 1. make the inputs readable under their names: the scan's Parquet splits and
    the other tables the task scans (small ones whole, or the row groups of a
@@ -61,10 +65,12 @@ from mangonel.executor.failures import (
     TaskFailedError,
     classify,
 )
+from mangonel.executor.memory import SlotBudget, format_size, parse_size
 from mangonel.executor.shuffle import PartitionSink, ShuffleReader, ShuffleWriter
 from mangonel.ids import TaskAttemptId
 from mangonel.task import (
     FileSplit,
+    FragmentRejected,
     InputLocations,
     OutputKind,
     PartitionOutput,
@@ -123,8 +129,10 @@ class TaskRunner:
         writer: Writes the output partition files, unless ``run`` is given one.
         reader: Reads upstream partitions.
         spill_dir: DuckDB ``temp_directory`` of this slot (created if missing).
-        memory_limit: DuckDB ``memory_limit``, e.g. ``"1GB"``; ``None`` keeps
-            DuckDB's default.
+        budget: The slot's DuckDB ``memory_limit`` and ``max_temp_directory_size``,
+            and the executor budget they are a share of (named when a task runs
+            out of memory); a size such as ``"1GB"`` sets the memory limit alone;
+            ``None`` keeps DuckDB's defaults.
         threads: DuckDB threads.
     """
 
@@ -133,7 +141,7 @@ class TaskRunner:
         writer: ShuffleWriter | None,
         reader: ShuffleReader,
         spill_dir: str,
-        memory_limit: str | None = None,
+        budget: SlotBudget | str | None = None,
         threads: int = 1,
     ) -> None:
         self.writer = writer
@@ -145,9 +153,12 @@ class TaskRunner:
         self._cancel: TaskAttemptId | None = None
         os.makedirs(spill_dir, exist_ok=True)
         self._spill_dir = spill_dir
-        self._memory_limit = memory_limit
+        if isinstance(budget, str):
+            size = parse_size(budget)
+            budget = SlotBudget(size, None, size, 1, "memory limit")
+        self.budget = budget
         self._threads = threads
-        self._con = _locked_connection(spill_dir, memory_limit, threads)
+        self._con = _locked_connection(spill_dir, budget, threads)
         self._running_con = self._con
         """The database the active task runs in (what ``cancel`` interrupts)."""
         self._scan_cons: OrderedDict[frozenset[str], duckdb.DuckDBPyConnection] = OrderedDict()
@@ -177,6 +188,7 @@ class TaskRunner:
         views: list[str] = []
         opened: list[storage.ObjectFile] = []
         con = self._con
+        watch = _SpillWatch(self._spill_dir)
         try:
             self._check_cancelled()
             sqls = {s.name: self._scan_sql(s.columns, s.splits) for s in spec.scans}
@@ -215,8 +227,11 @@ class TaskRunner:
                 raise TaskCancelledError(str(spec.attempt)) from exc
             if isinstance(exc, TaskFailedError):
                 raise
-            raise TaskFailedError(classify(exc)) from exc
+            raise TaskFailedError(classify(exc, self.budget)) from exc
         finally:
+            spilled = watch.stop()
+            if spilled:
+                log.info("task %s spilled %s at most", spec.attempt, format_size(spilled))
             for name in registered:
                 try:
                     con.unregister(name)
@@ -304,7 +319,7 @@ class TaskRunner:
         con = self._scan_cons.pop(files, None)
         if con is None:
             spill = os.path.join(self._spill_dir, f"scan-{len(self._scan_cons)}-{id(files):x}")
-            con = _locked_connection(spill, self._memory_limit, self._threads, sorted(files))
+            con = _locked_connection(spill, self.budget, self._threads, sorted(files))
             while len(self._scan_cons) >= _SCAN_DATABASES:
                 _, old = self._scan_cons.popitem(last=False)
                 old.close()
@@ -457,14 +472,63 @@ _NO_EXTENSIONS: dict[str, str | bool | int | float | list[str]] = {
 (an ``s3://`` path would make DuckDB download ``httpfs``; ``storage`` reads those)."""
 
 
+class _SpillWatch:
+    """How much a task spilled at most: the slot's spill files, looked at while it runs.
+
+    DuckDB writes and deletes its temporary files inside a query (a hash
+    aggregate's spilled partitions are gone before its first row comes out), so
+    they are looked at on a thread every ``_SPILL_POLL_S``, not after.
+    """
+
+    def __init__(self, spill_dir: str) -> None:
+        self._dir = spill_dir
+        self._done = threading.Event()
+        self.peak = 0
+        self._thread = threading.Thread(target=self._watch, name="spill-watch", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(_SPILL_POLL_S):
+            self.peak = max(self.peak, _spill_bytes(self._dir))
+
+    def stop(self) -> int:
+        """Stop looking; the most bytes seen."""
+        self._done.set()
+        self._thread.join()
+        return self.peak
+
+
+_SPILL_POLL_S = 0.05
+"""A spill that lasts less than this may go unseen (and costs little)."""
+
+
+def _spill_bytes(spill_dir: str) -> int:
+    """Bytes in DuckDB's temporary files under a slot's spill directory (its scan
+    databases' directories included)."""
+    total = 0
+    try:
+        with os.scandir(spill_dir) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    total += _spill_bytes(entry.path)
+                elif entry.name.endswith(".tmp"):
+                    total += entry.stat(follow_symlinks=False).st_blocks * 512
+    except OSError:  # a file DuckDB deleted meanwhile
+        pass
+    return total
+
+
 def _locked_connection(
-    spill_dir: str, memory_limit: str | None, threads: int, readable: Sequence[str] = ()
+    spill_dir: str, budget: SlotBudget | None, threads: int, readable: Sequence[str] = ()
 ) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(database=":memory:", config=_NO_EXTENSIONS)
     con.execute(f"SET threads = {int(threads)}")
     con.execute("SET temp_directory = ?", [spill_dir])
-    if memory_limit is not None:
-        con.execute("SET memory_limit = ?", [memory_limit])
+    if budget is not None:
+        # In KiB: DuckDB's own units, and exact enough.
+        con.execute("SET memory_limit = ?", [f"{max(1, budget.memory // 1024)}KiB"])
+        if budget.spill is not None:
+            con.execute("SET max_temp_directory_size = ?", [f"{max(1, budget.spill // 1024)}KiB"])
     # It prints to stdout in a long query; an executor's stdout is a log.
     con.execute("SET enable_progress_bar = false")
     if readable:
@@ -628,7 +692,7 @@ def _output_schema(schema: pa.Schema, spec: TaskSpec, split: bool) -> pa.Schema:
     fields = list(schema)[:-1] if split else list(schema)
     if len(fields) != len(spec.columns):
         raise TaskFailedError(
-            QueryError(
+            FragmentRejected(
                 f"the fragment returns {len(fields)} columns but the plan expects "
                 f"{len(spec.columns)} ({', '.join(spec.columns)})"
             )

@@ -15,7 +15,10 @@ task. This shell owns only what I/O needs and carries out the actions:
   (one DuckDB database per slot), runs the attempts and reports them;
 * the Flight server serves the files the lives wrote (``executor.flight``);
 * heartbeats go from a thread of their own, so a busy executor is never taken
-  for a lost one; one answered "unknown executor" ends the stream;
+  for a lost one; one answered "unknown executor" ends the stream; each says
+  whether the executor is healthy (``executor.health``: its work directory has
+  room), and one goes out at once when a task met a full disk, before that
+  failure is reported;
 * a cleanup thread sweeps the work root every ``cleanup_interval_s`` for the
   directories of dead executors (``executor.workdir``);
 * ``drain()`` (on SIGTERM) and ``stop()`` / ``close()``.
@@ -82,8 +85,10 @@ from mangonel.executor.events import (
 )
 from mangonel.executor.failures import TaskCancelledError, TaskFailedError, classify
 from mangonel.executor.flight import ShuffleFlightServer
+from mangonel.executor.health import DiskHealth, DiskSpace
 from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import CommandStream, ExecutorCommand, Registration, SchedulerLink
+from mangonel.executor.memory import format_size
 from mangonel.executor.runner import TaskRunner
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
 from mangonel.executor.state import (
@@ -93,7 +98,14 @@ from mangonel.executor.workdir import OwnedDir, WorkRoot
 from mangonel.ids import ExecutorId
 from mangonel.security.tickets import TicketSigner
 from mangonel.security.tls import TlsMaterial, warn_if_exposed
-from mangonel.task import CancelTask, LaunchTask, ReleaseOutputs, TaskSpec
+from mangonel.task import (
+    CancelTask,
+    ExecutionError,
+    ExecutionProblem,
+    LaunchTask,
+    ReleaseOutputs,
+    TaskSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +146,10 @@ class ExecutorService:
         self._homes: dict[ExecutorId, _Home] = {}
         self._stream: tuple[ExecutorId, CommandStream] | None = None
         self._heartbeat_s = config.heartbeat_interval_s
+        self._health_lock = threading.Lock()
+        self._health = DiskHealth()
+        """Guarded by ``_health_lock``, like ``_unhealthy``: the last reason reported."""
+        self._unhealthy = ""
         self._stop = threading.Event()
         """Wakes the back-off wait and the background loops."""
         self.registered = threading.Event()
@@ -190,6 +206,17 @@ class ExecutorService:
         warn_if_exposed(
             log, "executor's Flight server", self.config.bind_host, self.config.security
         )
+        budget = self.config.slot_budget()
+        if self.config.memory_limit is not None:
+            log.warning(
+                "--memory-limit (DuckDB's limit per slot) is deprecated: give --memory, "
+                "the executor's whole budget, and each slot gets a share of it"
+            )
+        log.info(
+            "each slot's DuckDB may use %s, and spill %s",
+            budget.describe(),
+            format_size(budget.spill) if budget.spill is not None else "DuckDB's default",
+        )
         for slot in range(self.config.slots):
             runner = TaskRunner(
                 None,
@@ -197,10 +224,11 @@ class ExecutorService:
                     self.config.host,
                     timeout_s=self.config.fetch_timeout_s,
                     retries=self.config.fetch_retries,
+                    spool_dir=os.path.join(self._spill.path, f"fetched-{slot}"),
                     tls_material=material,
                 ),
                 os.path.join(self._spill.path, f"slot-{slot}"),
-                self.config.memory_limit,
+                budget,
                 self.config.threads_per_slot,
             )
             self._slots.append(runner)
@@ -456,6 +484,17 @@ class ExecutorService:
         # A report that cannot be delivered is not retried: the scheduler has
         # then lost this executor's stream too, and re-runs the task elsewhere.
         attempt, elapsed_s = report.attempt, report.elapsed_s
+        if (
+            isinstance(report, ReportFailed)
+            and isinstance(report.failure, ExecutionError)
+            and report.failure.problem is ExecutionProblem.DISK_FULL
+        ):
+            # Unhealthy before the failure is reported: the scheduler re-queues
+            # the task the moment it hears of the failure, and must not put it
+            # back here. The heartbeat's call returns once the scheduler has it.
+            with self._health_lock:
+                self._health.disk_full(time.monotonic())
+            self._heartbeat()
         try:
             if isinstance(report, ReportCompleted):
                 log.info("task %s done in %.3f s", attempt, elapsed_s)
@@ -470,20 +509,40 @@ class ExecutorService:
 
     def _heartbeat_loop(self) -> None:
         while not self._stop.wait(self._heartbeat_s):
-            with self._lock:
-                executor, running = self._state.serving, self._state.running_tasks
-            if executor is None:
-                continue
-            try:
-                known = self.link.heartbeat(executor, running)
-            except Exception as exc:
-                log.debug("heartbeat failed: %s", exc)
-                continue
-            if not known:
-                log.warning(
-                    "the scheduler no longer knows executor %s: registering again", executor
-                )
-                self._carry_out_all(self._feed(HeartbeatRefused(executor)))
+            self._heartbeat()
+
+    def _heartbeat(self) -> None:
+        """Tell the scheduler this executor lives, how busy it is and whether it is healthy."""
+        unhealthy = self.unhealthy()
+        with self._lock:
+            executor, running = self._state.serving, self._state.running_tasks
+        if executor is None:
+            return
+        try:
+            known = self.link.heartbeat(executor, running, unhealthy)
+        except Exception as exc:
+            log.debug("heartbeat failed: %s", exc)
+            return
+        if not known:
+            log.warning("the scheduler no longer knows executor %s: registering again", executor)
+            self._carry_out_all(self._feed(HeartbeatRefused(executor)))
+
+    def unhealthy(self) -> str:
+        """Why this executor cannot take tasks now (its work directory is full), or ``""``."""
+        try:
+            st = os.statvfs(self.work.root)
+            space = DiskSpace(self.work.root, st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize)
+        except OSError as exc:
+            return f"cannot see the free space of {self.work.root}: {exc}"
+        with self._health_lock:
+            reason = self._health.check(space, time.monotonic())
+            if reason != self._unhealthy:
+                if reason and not self._unhealthy:
+                    log.warning("unhealthy, taking no task: %s", reason)
+                elif not reason:
+                    log.info("healthy again: %s free in %s", format_size(space.free), space.path)
+                self._unhealthy = reason
+        return reason
 
     def _cleanup_loop(self) -> None:
         # Its own thread: deleting a dead executor's files can take a while,

@@ -33,6 +33,13 @@ answers (``OUTPUT_LOST``: only that output is made again), or the executor did
 not answer after a few tries (``UNREACHABLE``: the scheduler takes it for lost,
 with every output it held).
 
+A partition fetched over Flight is never held whole in the executor's memory:
+with a ``spool_dir`` (the executor gives each slot one in its spill directory),
+its batches are written to a file there as they arrive, and the file is
+memory-mapped and unlinked at once, like a local one: the kernel reclaims its
+pages under memory pressure, and deletes it when the task lets go of the
+table. A full disk while spooling fails the task as ``DISK_FULL``, not the fetch.
+
 Releasing (``ShuffleWriter.release``) remembers what it released, so an attempt
 that commits its files after its job was released (a cancelled task that was
 already past its last check) can be told to delete them (``is_released``).
@@ -41,6 +48,7 @@ already past its last check) can be told to delete them (``is_released``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import shutil
@@ -56,7 +64,12 @@ import pyarrow.flight as flight
 from isal import isal_zlib
 
 from mangonel import defaults
-from mangonel.executor.failures import FetchFailedError, TaskCancelledError
+from mangonel.executor.failures import (
+    FetchFailedError,
+    TaskCancelledError,
+    TaskFailedError,
+    disk_full,
+)
 from mangonel.ids import JobId, StageId, TaskAttemptId
 from mangonel.security.tls import TlsMaterial, flight_client_kwargs, flight_scheme
 from mangonel.task import FetchFailed, FetchProblem, PartitionLocation, PartitionOutput
@@ -371,6 +384,8 @@ class ShuffleReader:
         timeout_s: Limit on one Flight ``do_get``.
         retries: Tries of a Flight fetch before it fails.
         backoff_s: Wait before the second try; doubled before each next one.
+        spool_dir: Where fetched partitions are written as they arrive (created if
+            missing); ``None`` reads them into memory.
         tls_material: Fetch over TLS, showing the node certificate; ``None``: plaintext.
     """
 
@@ -381,10 +396,14 @@ class ShuffleReader:
         timeout_s: float = defaults.FETCH_TIMEOUT_S,
         retries: int = 3,
         backoff_s: float = 0.1,
+        spool_dir: str | None = None,
         tls_material: TlsMaterial | None = None,
     ) -> None:
         self.host = host
         self._tls = tls_material
+        self.spool_dir = spool_dir
+        if spool_dir is not None:
+            os.makedirs(spool_dir, exist_ok=True)
         self.timeout_s = timeout_s
         self.retries = max(1, retries)
         self.backoff_s = backoff_s
@@ -478,7 +497,13 @@ class ShuffleReader:
             if self._cancelled.is_set():
                 raise TaskCancelledError(f"fetch of {location.path} cancelled")
             try:
-                table = self._client(location.flight_address).do_get(ticket, options).read_all()
+                stream = self._client(location.flight_address).do_get(ticket, options)
+                if self.spool_dir is None:
+                    table = stream.read_all()
+                else:
+                    table = _spool(stream, self.spool_dir)
+            except _SpoolFull as full:
+                raise TaskFailedError(disk_full(str(full.__cause__))) from full.__cause__
             except flight.FlightTimedOutError as exc:
                 # It had the whole timeout to answer: a frozen or cut-off peer.
                 # Another try would only double the wait before the re-run.
@@ -527,6 +552,35 @@ class ShuffleReader:
         if client is not None:
             with contextlib.suppress(Exception):
                 client.close()
+
+
+def _spool(stream: flight.FlightStreamReader, spool_dir: str) -> pa.Table:
+    """The stream's batches written to a file in ``spool_dir`` as they arrive, then
+    read back memory-mapped (the file is unlinked at once: the map keeps it)."""
+    path = os.path.join(spool_dir, f"fetch-{uuid.uuid4().hex[:12]}.arrow")
+    try:
+        try:
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, stream.schema) as out:
+                for chunk in stream:
+                    out.write_batch(chunk.data)
+        except OSError as exc:
+            if not isinstance(exc, flight.FlightError) and _no_space(exc):
+                raise _SpoolFull() from exc
+            raise
+        return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+
+
+class _SpoolFull(Exception):
+    """Spooling a fetched partition met a full disk (the cause says how)."""
+
+
+def _no_space(exc: BaseException) -> bool:
+    return (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)) or (
+        "No space left on device" in str(exc)
+    )
 
 
 _CANCEL_POLL_S = 0.05

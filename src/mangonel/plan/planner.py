@@ -22,6 +22,7 @@ from sqlglot.errors import SqlglotError
 
 from mangonel import defaults
 from mangonel.catalog import Table
+from mangonel.errors import BindError, InternalError
 from mangonel.plan.bind import Binder, Unsupported
 from mangonel.plan.distribute import Distributor, describe
 from mangonel.plan.estimate import Estimator
@@ -108,6 +109,8 @@ def plan_query(
     Raises:
         mangonel.errors.QueryError: (a subclass) when the query cannot run: syntax
             error, forbidden statement, unknown table or column, type error.
+        mangonel.errors.InternalError: the query binds, but SQL the planner wrote
+            for a part of it does not (a bug in the planner).
     """
     parsed = parse(sql, set(catalog), dialect)
     oracle = oracle_for({name: catalog[name] for name in parsed.tables})
@@ -125,6 +128,14 @@ def plan_query(
         node = order_joins(node, binder.subqueries, estimator)
         distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
         root = distributor.plan_tree(node)
+    except BindError as err:
+        # The query bound above: SQL the planner wrote for a part of it did not.
+        raise InternalError(
+            "internal error: DuckDB refused SQL that mangonel's planner wrote for a part "
+            "of the query. The query itself is valid (it binds in DuckDB as a whole); "
+            "this is a bug in mangonel, not in the query. Please report it with the "
+            f"query's text and this message. DuckDB said: {err}"
+        ) from err
     except (Unsupported, SqlglotError) as why:
         notes.append(f"runs whole in one task over its gathered tables: {why}")
         distributor = _distributor(catalog, oracle, config, {})

@@ -13,9 +13,11 @@ from mangonel.proto import mangonel_pb2 as pb
 from mangonel.task import (
     CancelTask,
     ExecutionError,
+    ExecutionProblem,
     FetchFailed,
     FetchProblem,
     FileSplit,
+    FragmentRejected,
     InputLocations,
     InputMode,
     LaunchTask,
@@ -227,8 +229,13 @@ def task_spec_from_proto(msg: pb.TaskSpec) -> TaskSpec:
 def failure_to_proto(failure: TaskFailure) -> pb.TaskFailure:
     if isinstance(failure, QueryError):
         return pb.TaskFailure(query=pb.QueryFailure(message=failure.message))
+    if isinstance(failure, FragmentRejected):
+        return pb.TaskFailure(fragment=pb.FragmentFailure(message=failure.message))
     if isinstance(failure, ExecutionError):
-        return pb.TaskFailure(execution=pb.ExecutionFailure(message=failure.message))
+        problem = "" if failure.problem is ExecutionProblem.OTHER else failure.problem.value
+        return pb.TaskFailure(
+            execution=pb.ExecutionFailure(message=failure.message, problem=problem)
+        )
     return pb.TaskFailure(
         fetch=pb.FetchFailure(
             executor=failure.executor,
@@ -244,8 +251,14 @@ def failure_from_proto(msg: pb.TaskFailure) -> TaskFailure:
     kind = msg.WhichOneof("kind")
     if kind == "query":
         return QueryError(msg.query.message)
+    if kind == "fragment":
+        return FragmentRejected(msg.fragment.message)
     if kind == "execution":
-        return ExecutionError(msg.execution.message)
+        try:
+            kind = ExecutionProblem(msg.execution.problem or ExecutionProblem.OTHER.value)
+        except ValueError:  # a kind a newer executor knows: still a retryable failure
+            kind = ExecutionProblem.OTHER
+        return ExecutionError(msg.execution.message, kind)
     if kind == "fetch":
         f = msg.fetch
         problem = FetchProblem.OUTPUT_LOST if f.output_lost else FetchProblem.UNREACHABLE

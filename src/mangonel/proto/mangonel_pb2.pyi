@@ -172,14 +172,22 @@ class PartitionOutput(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., path: _Optional[str] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., checksum: _Optional[str] = ...) -> None: ...
 
 class TaskFailure(_message.Message):
-    __slots__ = ("query", "execution", "fetch")
+    __slots__ = ("query", "execution", "fetch", "fragment")
     QUERY_FIELD_NUMBER: _ClassVar[int]
     EXECUTION_FIELD_NUMBER: _ClassVar[int]
     FETCH_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_FIELD_NUMBER: _ClassVar[int]
     query: QueryFailure
     execution: ExecutionFailure
     fetch: FetchFailure
-    def __init__(self, query: _Optional[_Union[QueryFailure, _Mapping]] = ..., execution: _Optional[_Union[ExecutionFailure, _Mapping]] = ..., fetch: _Optional[_Union[FetchFailure, _Mapping]] = ...) -> None: ...
+    fragment: FragmentFailure
+    def __init__(self, query: _Optional[_Union[QueryFailure, _Mapping]] = ..., execution: _Optional[_Union[ExecutionFailure, _Mapping]] = ..., fetch: _Optional[_Union[FetchFailure, _Mapping]] = ..., fragment: _Optional[_Union[FragmentFailure, _Mapping]] = ...) -> None: ...
+
+class FragmentFailure(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    def __init__(self, message: _Optional[str] = ...) -> None: ...
 
 class QueryFailure(_message.Message):
     __slots__ = ("message",)
@@ -188,10 +196,12 @@ class QueryFailure(_message.Message):
     def __init__(self, message: _Optional[str] = ...) -> None: ...
 
 class ExecutionFailure(_message.Message):
-    __slots__ = ("message",)
+    __slots__ = ("message", "problem")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
     message: str
-    def __init__(self, message: _Optional[str] = ...) -> None: ...
+    problem: str
+    def __init__(self, message: _Optional[str] = ..., problem: _Optional[str] = ...) -> None: ...
 
 class FetchFailure(_message.Message):
     __slots__ = ("executor", "stage", "map_partition", "message", "output_lost")
@@ -278,12 +288,14 @@ class ExecutorCommand(_message.Message):
     def __init__(self, cause: _Optional[int] = ..., launch: _Optional[_Union[LaunchTask, _Mapping]] = ..., cancel: _Optional[_Union[CancelTask, _Mapping]] = ..., release: _Optional[_Union[ReleaseOutputs, _Mapping]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("executor_id", "running_tasks")
+    __slots__ = ("executor_id", "running_tasks", "unhealthy")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
     executor_id: str
     running_tasks: int
-    def __init__(self, executor_id: _Optional[str] = ..., running_tasks: _Optional[int] = ...) -> None: ...
+    unhealthy: str
+    def __init__(self, executor_id: _Optional[str] = ..., running_tasks: _Optional[int] = ..., unhealthy: _Optional[str] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("reregister",)
@@ -490,7 +502,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ExecutorStatus(_message.Message):
-    __slots__ = ("id", "host", "flight_address", "slots", "pid", "state", "since", "reason", "detail", "running_tasks", "heartbeat_age_s")
+    __slots__ = ("id", "host", "flight_address", "slots", "pid", "state", "since", "reason", "detail", "running_tasks", "heartbeat_age_s", "unhealthy")
     ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -502,6 +514,7 @@ class ExecutorStatus(_message.Message):
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_AGE_S_FIELD_NUMBER: _ClassVar[int]
+    UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
     id: str
     host: str
     flight_address: str
@@ -513,7 +526,8 @@ class ExecutorStatus(_message.Message):
     detail: str
     running_tasks: int
     heartbeat_age_s: float
-    def __init__(self, id: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., since: _Optional[float] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., running_tasks: _Optional[int] = ..., heartbeat_age_s: _Optional[float] = ...) -> None: ...
+    unhealthy: str
+    def __init__(self, id: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., since: _Optional[float] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., running_tasks: _Optional[int] = ..., heartbeat_age_s: _Optional[float] = ..., unhealthy: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("scheduler_address", "executors", "jobs")

@@ -57,7 +57,7 @@ import pyarrow as pa
 
 from mangonel import defaults
 from mangonel.catalog import Table, load_table
-from mangonel.errors import MangonelError, StateStoreError
+from mangonel.errors import InternalError, MangonelError, StateStoreError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
@@ -78,6 +78,7 @@ from mangonel.scheduler.events import (
     JobSubmitted,
     JobSucceeded,
     Limits,
+    LogRejectedFragment,
     LossReason,
     RefuseStream,
     ResultRead,
@@ -422,6 +423,18 @@ class SchedulerCore:
                 result = command.result if isinstance(command, JobSucceeded) else None
                 job.update(self._state.job(command.job), now, result)
                 self.telemetry.job_finished(job.id, job.state.value, job.elapsed(now), now)
+        elif isinstance(command, LogRejectedFragment):
+            log.error(
+                "job %s: internal error, DuckDB refused the SQL of stage %s in task %s: %s\n"
+                "-- the stage's SQL, as the planner wrote it:\n%s\n"
+                "-- the query it was planned from:\n%s",
+                command.job,
+                command.stage,
+                command.attempt,
+                command.message,
+                command.fragment,
+                command.query,
+            )
         elif isinstance(command, DeclareExecutorLost):
             self._closed(command.executor)
         elif isinstance(command, ForgetJob):
@@ -522,8 +535,10 @@ class SchedulerCore:
             self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
             self._closed(executor)
 
-    def heartbeat(self, executor: ExecutorId) -> bool:
+    def heartbeat(self, executor: ExecutorId, unhealthy: str = "") -> bool:
         """Record a heartbeat; return False when the executor must register again.
+
+        ``unhealthy``: why the executor can take no task now, ``""`` when it can.
 
         A thawed executor that was declared lost while frozen hears False here
         (its stream was closed too): it registers anew, under a new id.
@@ -532,7 +547,7 @@ class SchedulerCore:
             view = self._state.executor(executor)
             if view is None or view.state is ExecutorState.LOST:
                 return False
-            self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor))
+            self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy))
             return True
 
     def report_completed(
@@ -641,13 +656,18 @@ class SchedulerCore:
 
         Raises:
             QueryError: (a subclass) the query cannot run as written.
+            InternalError: the planner failed on a valid query (logged with it).
         """
         if request_id:
             with self._lock:
                 for existing in self._jobs.values():
                     if existing.request_id == request_id and existing.owner == owner:
                         return existing
-        plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
+        try:
+            plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
+        except InternalError as err:
+            log.error("planning failed, a bug in mangonel: %s\n-- the query:\n%s", err, sql)
+            raise
         with self._lock:
             if request_id:
                 for existing in self._jobs.values():
@@ -711,7 +731,8 @@ def describe(item: Event | Command) -> str:
     if isinstance(item, JobSubmitted):
         return f"JobSubmitted job={item.job} stages={len(item.plan.stages)}"
     if isinstance(item, LaunchTask):
-        return f"LaunchTask {item.task.attempt} -> {item.executor}"
+        copy = " (speculative copy)" if item.speculative else ""
+        return f"LaunchTask {item.task.attempt} -> {item.executor}{copy}"
     if isinstance(item, TaskCompleted):
         return f"TaskCompleted {item.attempt} on {item.executor} ({len(item.outputs)} outputs)"
     if isinstance(item, JobSucceeded):

@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass
 
 from mangonel import defaults
-from mangonel.ids import ExecutorId, JobId, TaskAttemptId
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.task import (
     ExecutorCommand,
@@ -99,6 +99,9 @@ class ExecutorConnected(Event):
 @dataclass(frozen=True)
 class ExecutorHeartbeat(Event):
     executor: ExecutorId
+    unhealthy: str = ""
+    """Why the executor can take no task now (its work directory is full);
+    ``""`` when it can. No task is placed on it until a heartbeat clears it."""
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,8 @@ class TaskFailed(Event):
 @dataclass(frozen=True)
 class Tick(Event):
     """Time passed; lets timeouts fire (heartbeats, connecting executors, results'
-    time-to-live, no-executor grace)."""
+    time-to-live, no-executor grace, executors' exclusions) and stragglers be
+    copied (speculative execution)."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,23 @@ class JobFailed(SchedulerCommand):
     job: JobId
     message: str
     """Says what failed (which task, executor, why, how many attempts) and what to do."""
+
+
+@dataclass(frozen=True)
+class LogRejectedFragment(SchedulerCommand):
+    """Write to the scheduler's log the stage SQL that DuckDB refused in a task
+    (``task.FragmentRejected``), with the query it was planned from: what a bug
+    report needs, and too long for the error the user sees."""
+
+    job: JobId
+    stage: StageId
+    attempt: TaskAttemptId
+    message: str
+    """DuckDB's error."""
+    fragment: str
+    """The stage's SQL, as the planner wrote it."""
+    query: str
+    """The user's query."""
 
 
 @dataclass(frozen=True)
@@ -233,3 +254,28 @@ class Limits:
     unreachable_window_s: float = defaults.UNREACHABLE_WINDOW_S
     """Fetch failures of readers on different executors that make a holder which
     still heartbeats lost must fall within this long of each other."""
+    speculation: bool = defaults.SPECULATION
+    """Copy straggling attempts onto another executor (see ``SchedulerState``)."""
+    speculation_quantile: float = defaults.SPECULATION_QUANTILE
+    speculation_multiplier: float = defaults.SPECULATION_MULTIPLIER
+    speculation_min_s: float = defaults.SPECULATION_MIN_S
+    exclusion_failures: int = defaults.EXCLUSION_FAILURES
+    """Distinct tasks failing on one executor (execution errors only) within
+    ``exclusion_window_s`` that exclude it from new tasks for ``exclusion_s``;
+    0 turns exclusion off."""
+    exclusion_window_s: float = defaults.EXCLUSION_WINDOW_S
+    exclusion_s: float = defaults.EXCLUSION_S
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.speculation_quantile <= 1.0:
+            raise ValueError(
+                f"speculation_quantile must be in (0, 1], got {self.speculation_quantile:g}"
+            )
+        if self.speculation_multiplier < 1.0:
+            raise ValueError(
+                f"speculation_multiplier must be at least 1, got {self.speculation_multiplier:g}"
+            )
+        if self.speculation_min_s < 0 or self.exclusion_window_s < 0 or self.exclusion_s < 0:
+            raise ValueError("speculation_min_s, exclusion_window_s and exclusion_s must be >= 0")
+        if self.exclusion_failures < 0:
+            raise ValueError(f"exclusion_failures must be >= 0, got {self.exclusion_failures}")

@@ -81,6 +81,15 @@ class SchedulerConfig:
         max_task_attempts: Attempts of one task before its job fails.
         max_stage_reruns: Re-runs of one stage before its job fails.
         result_ttl_s: Results no client released are deleted after this long.
+        speculation: Copy straggling task attempts onto other executors; the
+            first to finish wins (``speculation_*``: when an attempt straggles).
+        speculation_quantile: Fraction of a stage's tasks done before any is copied.
+        speculation_multiplier: A straggler ran this many times its stage's median.
+        speculation_min_s: And at least this long.
+        exclusion_failures: Distinct tasks failing on one executor within
+            ``exclusion_window_s`` that exclude it for ``exclusion_s``; 0: never.
+        exclusion_window_s: Seconds over which those failures are counted.
+        exclusion_s: Seconds an excluded executor gets no new task.
         address_file: Where to write the bound ``host:port`` once serving.
         max_workers: gRPC threads; every executor stream and job watcher holds one.
         web_port: Port of the web UI, REST API and /metrics (``mangonel.web``);
@@ -128,6 +137,13 @@ class SchedulerConfig:
     max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS
     max_stage_reruns: int = defaults.MAX_STAGE_RERUNS
     result_ttl_s: float = defaults.RESULT_TTL_S
+    speculation: bool = defaults.SPECULATION
+    speculation_quantile: float = defaults.SPECULATION_QUANTILE
+    speculation_multiplier: float = defaults.SPECULATION_MULTIPLIER
+    speculation_min_s: float = defaults.SPECULATION_MIN_S
+    exclusion_failures: int = defaults.EXCLUSION_FAILURES
+    exclusion_window_s: float = defaults.EXCLUSION_WINDOW_S
+    exclusion_s: float = defaults.EXCLUSION_S
     address_file: str | None = None
     max_workers: int = 128
     web_port: int | None = None
@@ -159,6 +175,13 @@ class SchedulerConfig:
                 heartbeat_timeout_s=self.heartbeat_timeout_s,
                 no_executor_grace_s=self.no_executor_grace_s,
                 result_ttl_s=self.result_ttl_s,
+                speculation=self.speculation,
+                speculation_quantile=self.speculation_quantile,
+                speculation_multiplier=self.speculation_multiplier,
+                speculation_min_s=self.speculation_min_s,
+                exclusion_failures=self.exclusion_failures,
+                exclusion_window_s=self.exclusion_window_s,
+                exclusion_s=self.exclusion_s,
             ),
         )
 

@@ -31,6 +31,7 @@ from mangonel.catalog import Table
 from mangonel.errors import (
     AuthenticationError,
     CatalogError,
+    InternalError,
     MangonelError,
     PermissionDeniedError,
     QueryError,
@@ -94,6 +95,9 @@ def abort(context: grpc.ServicerContext, exc: BaseException, method: str = "") -
         code = grpc.StatusCode.PERMISSION_DENIED
     elif isinstance(exc, QueryError | CatalogError):
         code = grpc.StatusCode.INVALID_ARGUMENT
+    elif isinstance(exc, InternalError):
+        log.error("internal error (a bug in mangonel) in %s: %s", method or "a call", exc)
+        code = grpc.StatusCode.INTERNAL
     elif isinstance(exc, JobNotFoundError | ExecutorNotFoundError):
         code = grpc.StatusCode.NOT_FOUND
     elif isinstance(exc, MangonelError):
@@ -216,6 +220,7 @@ def executor_status(entry: ExecutorListing, now: float) -> pb.ExecutorStatus:
         detail=view.detail,
         running_tasks=view.running,
         heartbeat_age_s=max(0.0, now - view.last_heartbeat) if entry.usable else 0.0,
+        unhealthy=view.unhealthy if entry.usable else "",
     )
 
 
@@ -318,7 +323,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
         self._admit(context, "send an executor's heartbeat")
-        known = self.core.heartbeat(ExecutorId(request.executor_id))
+        known = self.core.heartbeat(ExecutorId(request.executor_id), request.unhealthy)
         return pb.HeartbeatResponse(reregister=not known)
 
     @rpc

@@ -42,7 +42,9 @@ What each event does, in one place:
 * ``CancelRequested`` ends an unfinished job: ``CancelTask`` for its running
   attempts, ``JobCancelled``, ``ReleaseOutputs`` wherever it ran. A finished
   job is left as it is (no command).
-* ``TaskFailed``: a ``QueryError`` fails the job; an ``ExecutionError`` is retried
+* ``TaskFailed``: a ``QueryError`` fails the job; so does a ``FragmentRejected``,
+  as an internal error (the planner's SQL, not the query, is wrong), with
+  ``LogRejectedFragment`` before ``JobFailed``; an ``ExecutionError`` is retried
   up to ``Limits.max_task_attempts``; a ``FetchFailed`` re-queues the reader without
   charging it an attempt and, by its ``problem``: ``OUTPUT_LOST`` (a missing or
   corrupt file on an executor that still answers) makes only the one map output
@@ -64,8 +66,19 @@ What each event does, in one place:
   ``LossReason.DRAINED`` (its loss recomputes nothing, by construction).
 * beyond ``keep_finished_jobs`` settled finished jobs (failed, cancelled, or
   their result read), the oldest are forgotten: ``ForgetJob``.
+* stragglers: on a ``Tick``, once ``Limits.speculation_quantile`` of a stage's
+  tasks are done, an attempt that has run ``speculation_multiplier`` times their
+  median (and ``speculation_min_s``) gets one copy on another executor
+  (``LaunchTask(speculative=True)``); the first of the two to complete wins, the
+  other is cancelled (``_speculate``, ``_task_completed``).
+* bad executors: ``Limits.exclusion_failures`` distinct tasks failing on one
+  executor (``ExecutionError`` only) within ``exclusion_window_s`` exclude it
+  from new tasks for ``exclusion_s`` (a ``Tick`` ends it); with every executor
+  excluded, jobs with pending tasks fail saying so (``_count_failure``).
 * after every event, pending tasks of runnable stages go to free slots of alive
-  executors, least loaded first, a stage's tasks together (``LaunchTask``).
+  executors that are not excluded, least loaded first, a stage's tasks together
+  (``LaunchTask``); a task that failed avoids the executors it failed on while
+  another may take it.
 
 The life cycles of executors, jobs, tasks and stages are drawn in
 ``state_executors`` and ``state_jobs``.
@@ -93,6 +106,7 @@ from mangonel.scheduler.events import (
     JobSubmitted,
     JobSucceeded,
     Limits,
+    LogRejectedFragment,
     LossReason,
     RefuseStream,
     ResultRead,
@@ -107,6 +121,12 @@ from mangonel.scheduler.state_executors import (
     ExecutorRegistry,
     RegistrySnapshot,
     Resume,
+)
+from mangonel.scheduler.state_gray import (
+    count_failure,
+    excluded_everywhere,
+    observe_speed,
+    stragglers,
 )
 from mangonel.scheduler.state_jobs import (
     PENDING,
@@ -133,6 +153,7 @@ from mangonel.task import (
     ExecutorInfo,
     FetchFailed,
     FetchProblem,
+    FragmentRejected,
     LaunchTask,
     PartitionLocation,
     QueryError,
@@ -218,7 +239,7 @@ class SchedulerState:
             case ExecutorConnected():
                 self._connected(event, step)
             case ExecutorHeartbeat():
-                self._executors.heard_from(event.executor, event.time)
+                self._executors.heard_from(event.executor, event.time, event.unhealthy)
             case ExecutorDraining():
                 self._executors.drain(event.executor, event.time)
             case ExecutorLost():
@@ -239,6 +260,9 @@ class SchedulerState:
             case _:
                 raise TypeError(f"not a scheduler event: {event!r}")
         self._assign(step)
+        if isinstance(event, Tick) and self.limits.speculation:
+            # After ``_assign``: a copy only takes a slot no pending task wanted.
+            self._speculate(step)
         self._complete_drains(step)
         self._forget_settled(step)
         return step.commands
@@ -340,11 +364,13 @@ class SchedulerState:
             if isinstance(task.state, Running):
                 # Cancelled attempts free their slot at once: the executor kills
                 # them, and whatever they report later is stale and ignored.
-                step.commands.append(
-                    CancelTask(step.cause, task.state.executor, task.state.attempt)
-                )
-                self._executors.stop(task.state.executor, task.state.attempt)
-                task.state = PENDING
+                for running in (task.state, task.speculative):
+                    if running is not None:
+                        step.commands.append(
+                            CancelTask(step.cause, running.executor, running.attempt)
+                        )
+                        self._executors.stop(running.executor, running.attempt)
+                task.state, task.speculative = PENDING, None
         intermediate = tuple(s.id for s in job.plan.stages[:-1])
         result: tuple[PartitionLocation, ...] = ()
         # Files may be wherever an attempt ran, current or superseded.
@@ -402,10 +428,12 @@ class SchedulerState:
     def _current(
         self, attempt: TaskAttemptId, executor: ExecutorId
     ) -> tuple[JobRecord, TaskRecord, ExecutorRecord] | None:
-        """The job and task if ``attempt`` is the one running on ``executor``.
+        """The job and task if ``attempt`` is one running on ``executor``: the
+        task's attempt or its speculative copy.
 
-        Anything else is a stale report (lost executor, superseded attempt,
-        finished job) and must not change the state.
+        Anything else is a stale report (lost executor, superseded or cancelled
+        attempt, the copy that lost the race, finished job) and must not change
+        the state.
         """
         rec = self._executors.live(executor)
         if rec is None:
@@ -414,7 +442,8 @@ class SchedulerState:
         task = job.task(attempt.task) if job is not None else None
         if job is None or task is None:
             return None
-        if task.state != Running(attempt, executor):
+        running = Running(attempt, executor)
+        if task.state != running and task.speculative != running:
             return None
         return job, task, rec
 
@@ -424,6 +453,26 @@ class SchedulerState:
         if found is None:
             return
         job, task, executor = found
+        started = task.state.started if isinstance(task.state, Running) else step.now
+        copy = task.speculative
+        if copy is not None and isinstance(task.state, Running):
+            # Two attempts raced: this one won. The other is cancelled, and its
+            # report, if it comes anyway, is stale (``_current``): one output per
+            # partition is ever visible downstream. Its files, if it wrote any,
+            # go with the job's (``ReleaseOutputs`` wherever the job ran).
+            stage = job.stages[task.id.stage]
+            other = copy
+            if copy.attempt == event.attempt:
+                other, started = task.state, copy.started
+                stage.speculation_won += 1
+                beaten = self._executors.live(other.executor)
+                if beaten is not None:
+                    observe_speed(beaten, stage, step.now - other.started, self.limits)
+            else:
+                stage.speculation_lost += 1
+            task.speculative = None
+            step.commands.append(CancelTask(step.cause, other.executor, other.attempt))
+            self._executors.stop(other.executor, other.attempt)
         outputs = tuple(
             PartitionLocation(
                 executor=event.executor,
@@ -439,8 +488,12 @@ class SchedulerState:
             )
             for o in sorted(event.outputs, key=lambda o: o.partition)
         )
-        task.state = Done(event.attempt, event.executor, outputs)
+        task.state = Done(
+            event.attempt, event.executor, outputs, duration=max(0.0, step.now - started)
+        )
         self._executors.stop(event.executor, event.attempt)
+        if self.limits.speculation:
+            observe_speed(executor, job.stages[task.id.stage], step.now - started, self.limits)
         if job.stages[job.plan.final.id].complete:
             self._finish(job, JobState.SUCCEEDED, "", step)
 
@@ -452,8 +505,19 @@ class SchedulerState:
         job, task, _ = found
         self._executors.stop(event.executor, event.attempt)
         failure = event.failure
+        # A speculative copy that fails is dropped, uncharged: the attempt it
+        # copied still runs. What its failure says about executors still counts.
+        is_copy = task.speculative is not None and task.speculative.attempt == event.attempt
+        if is_copy:
+            task.speculative = None
         match failure:
             case QueryError():
+                self._cancel_copy(task, step)
+                if is_copy and isinstance(task.state, Running):
+                    # The same SQL fails everywhere: stop the original too.
+                    running = task.state
+                    step.commands.append(CancelTask(step.cause, running.executor, running.attempt))
+                    self._executors.stop(running.executor, running.attempt)
                 task.state = PENDING
                 msg = (
                     f"task {event.attempt} failed on executor {event.executor}: "
@@ -461,11 +525,38 @@ class SchedulerState:
                     f"submit it again."
                 )
                 self._finish(job, JobState.FAILED, msg, step)
+            case FragmentRejected():
+                task.state = PENDING
+                stage = job.plan.stage(task.id.stage)
+                step.commands.append(
+                    LogRejectedFragment(
+                        step.cause,
+                        job.id,
+                        stage.id,
+                        event.attempt,
+                        failure.message,
+                        stage.sql,
+                        job.plan.sql,
+                    )
+                )
+                msg = (
+                    f"internal error: DuckDB refused the SQL that mangonel's planner wrote "
+                    f"for stage {stage.id} (task {event.attempt} on executor "
+                    f"{event.executor}): {failure.message}. The query itself is valid (it "
+                    f"binds in DuckDB as a whole); this is a bug in mangonel, not in the "
+                    f"query. Please report it with the query's text and this message; the "
+                    f"scheduler's log has the stage's SQL (job {job.id})."
+                )
+                self._finish(job, JobState.FAILED, msg, step)
             case ExecutionError():
-                if self._requeue(task, event.executor, failure.message, charge=True):
+                self._count_failure(event.executor, task, failure.message, step)
+                if is_copy:
+                    task.last_error = failure.message
+                elif self._requeue(task, event.executor, failure.message, charge=True):
                     self._finish(job, JobState.FAILED, self._exhausted(task), step)
                 else:
                     self._fail_if_unrecoverable(job, step)
+                self._fail_if_all_excluded(step)
             case FetchFailed():
                 # Not the reader's fault: re-queue it without charging an attempt.
                 # The lost output is charged to its stage as a re-run instead.
@@ -474,7 +565,8 @@ class SchedulerState:
                     f"{failure.map_partition} from executor {failure.executor}: "
                     f"{failure.message}"
                 )
-                self._requeue(task, event.executor, error, charge=False)
+                if not is_copy:
+                    self._requeue(task, event.executor, error, charge=False)
                 if not self._executors.is_live(failure.executor):
                     self._fail_if_unrecoverable(job, step)
                 elif failure.executor in job.excluded:
@@ -549,6 +641,9 @@ class SchedulerState:
         that the job still needs are made again (a re-run of their stages charged)."""
         job.excluded.add(executor)
         for task in job.tasks():
+            copy = task.speculative
+            if copy is not None and copy.executor == executor:
+                self._cancel_copy(task, step)
             if isinstance(task.state, Running) and task.state.executor == executor:
                 self._cancel(task, f"executor {executor} was {why}", step)
         self._cancel_readers(job, {executor}, step)
@@ -568,20 +663,32 @@ class SchedulerState:
                 self._cancel(task, f"an input it read on executor {holders} was lost", step)
 
     def _cancel(self, task: TaskRecord, why: str, step: _Step) -> None:
-        """Stop a running attempt that is not at fault: back to pending, uncharged."""
+        """Stop a running attempt (and its copy) that is not at fault: back to
+        pending, uncharged."""
         if not isinstance(task.state, Running):
             return
+        self._cancel_copy(task, step)
         running = task.state
         step.commands.append(CancelTask(step.cause, running.executor, running.attempt))
         self._executors.stop(running.executor, running.attempt)
         self._requeue(task, running.executor, why, charge=False)
 
+    def _cancel_copy(self, task: TaskRecord, step: _Step) -> None:
+        copy = task.speculative
+        if copy is not None:
+            step.commands.append(CancelTask(step.cause, copy.executor, copy.attempt))
+            self._executors.stop(copy.executor, copy.attempt)
+            task.speculative = None
+
     def _requeue(self, task: TaskRecord, executor: ExecutorId, error: str, *, charge: bool) -> bool:
-        """Send a task whose attempt made no output back to pending.
+        """A task's running attempt on ``executor`` ended without output: back to
+        pending, or, when a speculative copy of it still runs, on with the copy.
 
         Returns whether it has now used up ``Limits.max_task_attempts``.
         """
-        task.state = PENDING
+        copy = task.speculative
+        task.speculative = None
+        task.state = copy if copy is not None and copy.executor != executor else PENDING
         task.reruns += 1
         task.last_error = error
         if not charge:
@@ -612,7 +719,12 @@ class SchedulerState:
             for attempt in running:
                 job = self._jobs.get(attempt.task.job)
                 task = job.task(attempt.task) if job is not None else None
-                if job is None or task is None or task.state != Running(attempt, loss.executor):
+                if job is None or task is None:
+                    continue
+                if task.speculative == Running(attempt, loss.executor):
+                    task.speculative = None  # the attempt it copied goes on, uncharged
+                    continue
+                if task.state != Running(attempt, loss.executor):
                     continue
                 if self._requeue(task, loss.executor, why, charge=True):
                     failing.setdefault(job.id, self._exhausted(task))
@@ -707,6 +819,7 @@ class SchedulerState:
         why = "the scheduler restarted while it ran"
         for job in self._jobs.values():
             for task in job.tasks():
+                task.speculative = None  # not resumed: the executors stop them all
                 if isinstance(task.state, Running):
                     self._requeue(task, task.state.executor, why, charge=False)
         self._executors.recovered(step.now)
@@ -798,6 +911,9 @@ class SchedulerState:
     # ---------------------------------------------------------------------- time
 
     def _tick(self, step: _Step) -> None:
+        for over in self._executors.exclusions_over(step.now):
+            over.excluded_until = None
+            over.exclusion = f"was excluded: {over.exclusion}" if over.exclusion else ""
         timeout = self.limits.heartbeat_timeout_s
         losses = []
         for executor in self._executors.timed_out(step.now, timeout):
@@ -899,8 +1015,18 @@ class SchedulerState:
                 executor = self._executors.least_loaded(job.excluded)
                 if executor is None:
                     return False
+                if executor.id in task.failed_on:
+                    # Not again where it failed (Spark's one attempt per task and
+                    # executor), while another executor may run it: it waits for
+                    # a slot there rather than fail again, and a bad executor
+                    # that fails at once cannot use up the task's attempts alone.
+                    avoid = job.excluded | set(task.failed_on)
+                    elsewhere = self._executors.least_loaded(avoid)
+                    if elsewhere is None and self._executors.any_taker(avoid):
+                        continue
+                    executor = elsewhere or executor
                 attempt = task.next_attempt()
-                task.state = Running(attempt, executor.id)
+                task.state = Running(attempt, executor.id, started=step.now)
                 job.ran_on.add(executor.id)
                 self._executors.start(executor.id, attempt)
                 job.state = JobState.RUNNING
@@ -908,3 +1034,56 @@ class SchedulerState:
                     LaunchTask(step.cause, executor.id, job.task_spec(rec.stage, attempt))
                 )
         return True
+
+    # ----------------------------------------------------------------- stragglers
+
+    def _speculate(self, step: _Step) -> None:
+        """Copy straggling attempts onto other executors' free slots (on ``Tick``).
+
+        Which attempts straggle is ``state_gray.stragglers``; each gets one copy
+        on the least loaded executor other than its own that the job may use.
+        Called after ``_assign``, so pending tasks always come first. The first
+        of the two to finish wins (``_task_completed``).
+        """
+        found = stragglers(self._jobs.values(), self._executors.is_live, step.now, self.limits)
+        for s in found:
+            executor = self._executors.least_loaded(s.job.excluded | {s.running.executor})
+            if executor is None:
+                continue
+            attempt = s.task.next_attempt()
+            s.task.speculative = Running(attempt, executor.id, started=step.now)
+            s.stage.speculated += 1
+            s.job.ran_on.add(executor.id)
+            self._executors.start(executor.id, attempt)
+            spec = s.job.task_spec(s.stage.stage, attempt)
+            step.commands.append(LaunchTask(step.cause, executor.id, spec, speculative=True))
+
+    # --------------------------------------------------------------- bad executors
+
+    def _count_failure(self, executor: ExecutorId, task: TaskRecord, why: str, step: _Step) -> None:
+        """An attempt failed on ``executor`` for an execution reason: count it
+        (``state_gray.count_failure`` may exclude the executor)."""
+        rec = self._executors.live(executor)
+        if rec is not None:
+            count_failure(rec, task.id, why, step.now, self.limits)
+
+    def _fail_if_all_excluded(self, step: _Step) -> None:
+        """Fail jobs that wait for a slot when every executor is excluded.
+
+        Waiting out the exclusions would only cycle their tasks through the
+        same bad executors again. Executors still connecting or awaited after
+        a restart count as hope: then nothing fails.
+        """
+        why = excluded_everywhere(self._executors.takers())
+        if why is None:
+            return
+        for job in list(self._jobs.values()):
+            if not any(isinstance(t.state, Pending) for t in job.tasks()):
+                continue
+            msg = (
+                f"every executor is excluded for failing tasks ({why}), so job {job.id} "
+                f"cannot run its tasks. Check those executors (logs, disk, memory) or the "
+                f"data they read; an exclusion ends after {self.limits.exclusion_s:g} s "
+                f"(--exclusion-time), and --exclusion-failures 0 turns exclusion off."
+            )
+            self._finish(job, JobState.FAILED, msg, step)

@@ -29,6 +29,13 @@ outputs count as held, but it takes no task until it reattaches: an
 holds what it offered) and the ``ExecutorConnected`` that follows reattaches
 it. One that does not reattach times out like a silent executor.
 
+An ALIVE executor may also be *excluded* (``ExecutorRecord.excluded_until``):
+tasks failed on it for execution reasons too often (see
+``SchedulerState._count_failure``), so it gets no new task until a ``Tick``
+finds the exclusion over. It keeps running its attempts, serving its outputs
+and heartbeating: it is not lost. Exclusions live in memory only; a restarted
+scheduler starts with none.
+
 LOST is final. Lost executors are kept in a bounded history for the status
 views only; the registry forgets the oldest, and a forgotten id reads as unknown,
 which is treated the same way as lost (its reports are ignored).
@@ -40,7 +47,7 @@ from collections import OrderedDict
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
-from mangonel.ids import ExecutorId, JobId, TaskAttemptId
+from mangonel.ids import ExecutorId, JobId, TaskAttemptId, TaskId
 from mangonel.scheduler.events import LossReason
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView
 from mangonel.task import ExecutorInfo
@@ -75,14 +82,38 @@ class ExecutorRecord:
     no task, but its outputs count as held until it is given up on."""
     resuming: Resume | None = None
     """Set while awaiting, once its resume was accepted and until its stream opens."""
+    unhealthy: str = ""
+    """Why it takes no task now, as its last heartbeat said (a full work
+    directory); ``""`` when it is healthy."""
+    failures: list[tuple[float, TaskId]] = field(default_factory=list)
+    """Recent attempts that failed on it for execution reasons: when, which task."""
+    excluded_until: float | None = None
+    """Excluded from new tasks until then (``None``: it is not)."""
+    exclusion: str = ""
+    """Why it is, or last was, excluded."""
+    slowness: float = 1.0
+    """How long its recent tasks took against their stages' medians (a moving
+    average of the ratios; 1.0: as fast as the others)."""
+    slow: bool = False
+    """``slowness`` reached ``Limits.speculation_multiplier``: between executors
+    equally loaded, the others get a task first (``state_gray.observe_speed``)."""
 
     @property
     def id(self) -> ExecutorId:
         return self.info.id
 
     @property
+    def excluded(self) -> bool:
+        return self.excluded_until is not None
+
+    @property
     def free_slots(self) -> int:
-        if self.state is not ExecutorState.ALIVE or self.awaiting:
+        if (
+            self.state is not ExecutorState.ALIVE
+            or self.awaiting
+            or self.unhealthy
+            or self.excluded
+        ):
             return 0
         return max(0, self.info.slots - len(self.running))
 
@@ -104,6 +135,11 @@ class ExecutorRecord:
             detail=self.detail,
             running=len(self.running),
             last_heartbeat=self.last_heartbeat,
+            unhealthy=self.unhealthy,
+            excluded_until=self.excluded_until,
+            exclusion=self.exclusion,
+            slowness=self.slowness,
+            slow=self.slow,
         )
 
 
@@ -150,14 +186,40 @@ class ExecutorRegistry:
         self, excluding: AbstractSet[ExecutorId] = frozenset()
     ) -> ExecutorRecord | None:
         """The alive executor with a free slot and the lowest load, if any,
-        leaving out those in ``excluding``."""
+        leaving out those in ``excluding``; between equal loads, one not marked
+        slow, then the earliest connected."""
         best: ExecutorRecord | None = None
         for rec in self._live.values():
             if rec.free_slots <= 0 or rec.id in excluding:
                 continue
-            if best is None or (rec.load, rec.seq) < (best.load, best.seq):
+            if best is None or (rec.load, rec.slow, rec.seq) < (best.load, best.slow, best.seq):
                 best = rec
         return best
+
+    def takers(self) -> list[ExecutorRecord]:
+        """Executors that take tasks, or will: alive ones (excluded included)
+        and those awaiting their reattachment or still connecting."""
+        return [
+            *(r for r in self._live.values() if r.state is ExecutorState.ALIVE),
+            *self._connecting.values(),
+        ]
+
+    def any_taker(self, excluding: AbstractSet[ExecutorId]) -> bool:
+        """Whether an alive executor not in ``excluding`` takes tasks (busy or not):
+        neither awaiting its reattachment nor excluded for failing tasks."""
+        return any(
+            r.state is ExecutorState.ALIVE and not r.awaiting and not r.excluded
+            for r in self._live.values()
+            if r.id not in excluding
+        )
+
+    def exclusions_over(self, now: float) -> list[ExecutorRecord]:
+        """Live executors whose exclusion is over at ``now``."""
+        return [
+            r
+            for r in self._live.values()
+            if r.excluded_until is not None and now >= r.excluded_until
+        ]
 
     def draining(self) -> list[ExecutorRecord]:
         """Draining executors, in registration order."""
@@ -215,10 +277,13 @@ class ExecutorRegistry:
         rec.resuming = offer
         return True
 
-    def heard_from(self, executor: ExecutorId, now: float) -> None:
+    def heard_from(self, executor: ExecutorId, now: float, unhealthy: str | None = None) -> None:
+        """A heartbeat; ``unhealthy`` (when given) replaces what the last one said."""
         rec = self._live.get(executor) or self._connecting.get(executor)
         if rec is not None:
             rec.last_heartbeat = max(rec.last_heartbeat, now)
+            if unhealthy is not None:
+                rec.unhealthy = unhealthy
 
     def drain(self, executor: ExecutorId, now: float) -> None:
         rec = self._live.get(executor)
@@ -265,7 +330,19 @@ class ExecutorRegistry:
         def bare(rec: ExecutorRecord) -> ExecutorRecord:
             # A resume accepted but not connected is void after a restart: the
             # executor's stream is refused and it asks to resume again.
-            return replace(rec, running=set(), last_heartbeat=0.0, resuming=None)
+            # Exclusions are in memory only: a restarted scheduler trusts every
+            # executor again (a bad one is excluded again after a few failures).
+            return replace(
+                rec,
+                running=set(),
+                last_heartbeat=0.0,
+                resuming=None,
+                failures=[],
+                excluded_until=None,
+                exclusion="",
+                slowness=1.0,
+                slow=False,
+            )
 
         return RegistrySnapshot(
             live=[bare(r) for r in self._live.values()],

@@ -26,7 +26,10 @@ forgotten (``ForgetJob``). A result not read yet keeps its job, and keeps a
 draining executor that serves it.
 
 A task's life; each state is its own type holding only that state's data, so a
-running task always knows its executor and a done task always has outputs::
+running task always knows its executor and a done task always has outputs. A
+running task may also have a speculative copy (``TaskRecord.speculative``) on
+another executor: the first of the two to complete makes it Done, the other is
+cancelled; when one of them fails or is lost, the other goes on alone::
 
               launch (slot free, stage's inputs whole)
     Pending ─────────────────────────────────────────▶ Running(attempt, executor)
@@ -76,6 +79,8 @@ class Pending:
 class Running:
     attempt: TaskAttemptId
     executor: ExecutorId
+    started: float = field(default=0.0, compare=False)
+    """When it was launched (what speculation measures); not part of its identity."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,8 @@ class Done:
     executor: ExecutorId
     outputs: tuple[PartitionLocation, ...]
     """Sorted by partition."""
+    duration: float = field(default=0.0, compare=False)
+    """Launch to report, as the scheduler saw it (what speculation compares with)."""
 
 
 TaskState = Pending | Running | Done
@@ -107,6 +114,10 @@ class TaskRecord:
     last_error: str = ""
     reruns: int = 0
     recomputes: int = 0
+    speculative: Running | None = None
+    """A copy of the running attempt on another executor (speculative execution);
+    only while ``state`` is ``Running``. Whichever finishes first is kept, the
+    other is cancelled. Dropped, not resumed, after a scheduler restart."""
 
     def next_attempt(self) -> TaskAttemptId:
         attempt = TaskAttemptId(self.id, self.attempts_launched)
@@ -126,6 +137,12 @@ class StageRecord:
     tasks: list[TaskRecord]
     reruns: int = 0
     """Times some of its finished outputs were lost and had to be made again."""
+    speculated: int = 0
+    """Copies of straggling attempts launched (kept in memory only)."""
+    speculation_won: int = 0
+    """Copies that finished first: their output was kept, the original cancelled."""
+    speculation_lost: int = 0
+    """Copies cancelled because the original finished first."""
 
     @property
     def complete(self) -> bool:
@@ -145,6 +162,10 @@ class StageRecord:
             outputs_recomputed=sum(t.recomputes for t in self.tasks),
             rows=sum(o.rows for s in states if isinstance(s, Done) for o in s.outputs),
             bytes=sum(o.bytes for s in states if isinstance(s, Done) for o in s.outputs),
+            speculative_running=sum(t.speculative is not None for t in self.tasks),
+            speculated=self.speculated,
+            speculation_won=self.speculation_won,
+            speculation_lost=self.speculation_lost,
         )
 
 

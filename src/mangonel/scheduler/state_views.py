@@ -60,6 +60,16 @@ class ExecutorView:
     running: int
     """Task attempts it is running now (0 once lost)."""
     last_heartbeat: float
+    unhealthy: str = ""
+    """Why it takes no task now (its work directory is full); ``""`` when it may."""
+    excluded_until: float | None = None
+    """While it is excluded from new tasks for failing them: until when."""
+    exclusion: str = ""
+    """Why it is (or last was) excluded; empty if it never was."""
+    slowness: float = 1.0
+    """Its recent tasks' run times against their stages' medians (moving average)."""
+    slow: bool = False
+    """Marked slow: equally loaded executors get tasks before it."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,14 @@ class StageView:
     """Rows in the outputs of its finished tasks (current attempts only)."""
     bytes: int = 0
     """Bytes of those outputs' files."""
+    speculative_running: int = 0
+    """Running tasks that also have a speculative copy running."""
+    speculated: int = 0
+    """Speculative copies launched for its stragglers."""
+    speculation_won: int = 0
+    """Copies that finished before the attempt they copied (their output was kept)."""
+    speculation_lost: int = 0
+    """Copies cancelled because the attempt they copied finished first."""
 
 
 @dataclass(frozen=True)
@@ -105,3 +123,7 @@ class JobView:
     @property
     def outputs_recomputed(self) -> int:
         return sum(s.outputs_recomputed for s in self.stages)
+
+    @property
+    def speculated(self) -> int:
+        return sum(s.speculated for s in self.stages)

@@ -11,8 +11,10 @@ each command it sends and each report it accepts, and keeps:
   failure reason, rows and bytes written, and whether the attempt was a first
   run, a re-run after an attempt that made no output, or a recompute of an
   output that was lost;
-* counters: attempts launched, ended by outcome, retries, recomputes, shuffle
-  bytes written and read, executors lost by reason, job durations (histogram);
+* counters: attempts launched, ended by outcome, retries, recomputes,
+  speculative copies launched, won (their output was kept) and lost (the
+  attempt they copied finished first), shuffle bytes written and read,
+  executors lost by reason, job durations (histogram);
 * shuffle bytes each executor holds on disk: outputs it wrote, until they are
   released or the executor is lost.
 
@@ -35,6 +37,7 @@ from mangonel.task import (
     CancelTask,
     ExecutionError,
     FetchFailed,
+    FragmentRejected,
     LaunchTask,
     PartitionOutput,
     QueryError,
@@ -65,6 +68,9 @@ class AttemptKind(enum.Enum):
     """A previous attempt of the task made no output (failed, lost, cancelled)."""
     RECOMPUTE = "recompute"
     """A previous attempt succeeded but its output was lost and is made again."""
+    SPECULATIVE = "speculative"
+    """A copy of a straggling attempt that still runs elsewhere; the first of the
+    two to finish wins."""
 
 
 @dataclass
@@ -107,6 +113,11 @@ class Counters:
     """Outcome value -> attempts that ended so."""
     task_retries: int
     outputs_recomputed: int
+    speculative_launched: int
+    speculative_won: int
+    """Copies that finished before the attempt they copied: their output was kept."""
+    speculative_lost: int
+    """Copies cancelled because the attempt they copied finished first."""
     shuffle_bytes_written: int
     shuffle_bytes_fetched: int
     executors_lost: dict[str, int]
@@ -125,6 +136,8 @@ def describe_failure(failure: TaskFailure) -> str:
         )
     if isinstance(failure, QueryError):
         return f"query error: {failure.message}"
+    if isinstance(failure, FragmentRejected):
+        return f"internal error, DuckDB refused the stage's SQL: {failure.message}"
     if isinstance(failure, ExecutionError):
         return f"execution error: {failure.message}"
     return str(failure)
@@ -147,6 +160,9 @@ class Telemetry:
         self._ended: Counter[str] = Counter()
         self._retries = 0
         self._recomputed = 0
+        self._speculated = 0
+        self._speculation_won = 0
+        self._speculation_lost = 0
         self._written = 0
         self._fetched = 0
         self._lost: Counter[str] = Counter({r.value: 0 for r in LossReason})
@@ -160,7 +176,7 @@ class Telemetry:
     def command_sent(self, command: Command, now: float) -> None:
         """A command went onto an executor's queue."""
         if isinstance(command, LaunchTask):
-            self.task_launched(command.executor, command.task, now)
+            self.task_launched(command.executor, command.task, now, command.speculative)
         elif isinstance(command, CancelTask):
             self.task_cancelled(command.attempt, now)
         elif isinstance(command, ReleaseOutputs):
@@ -175,12 +191,17 @@ class Telemetry:
                 self._jobs_finished.discard(old)
         return entry
 
-    def task_launched(self, executor: ExecutorId, spec: TaskSpec, now: float) -> None:
+    def task_launched(
+        self, executor: ExecutorId, spec: TaskSpec, now: float, speculative: bool = False
+    ) -> None:
         attempt = spec.attempt
         with self._lock:
             job = self._job(attempt.task.job)
-            earlier = job.succeeded.pop(attempt.task, None)
-            if earlier is not None:
+            earlier = None if speculative else job.succeeded.pop(attempt.task, None)
+            if speculative:
+                kind = AttemptKind.SPECULATIVE
+                self._speculated += 1
+            elif earlier is not None:
                 kind = AttemptKind.RECOMPUTE
                 earlier.output_lost = True
                 self._recomputed += 1
@@ -237,6 +258,8 @@ class Telemetry:
             self._held[key] = self._held.get(key, 0) + written
             record = self._end(attempt, AttemptOutcome.SUCCEEDED, now, elapsed_s)
             if record is not None:
+                if record.kind is AttemptKind.SPECULATIVE:
+                    self._speculation_won += 1
                 record.rows = sum(o.rows for o in outputs)
                 record.bytes = written
                 self._fetched += record.input_bytes
@@ -255,7 +278,17 @@ class Telemetry:
 
     def task_cancelled(self, attempt: TaskAttemptId, now: float) -> None:
         with self._lock:
-            self._end(attempt, AttemptOutcome.CANCELLED, now, None, "cancelled by the scheduler")
+            job = self._jobs.get(attempt.task.job)
+            winner = job.succeeded.get(attempt.task) if job is not None else None
+            # The scheduler cancels the other of two racing attempts as soon as
+            # one of them completed (speculative execution).
+            beaten = winner is not None and winner.attempt != attempt
+            reason = "cancelled by the scheduler"
+            if winner is not None and beaten:
+                reason = f"attempt {winner.attempt.attempt} of the task finished first"
+            record = self._end(attempt, AttemptOutcome.CANCELLED, now, None, reason)
+            if record is not None and beaten and record.kind is AttemptKind.SPECULATIVE:
+                self._speculation_lost += 1
 
     def outputs_released(
         self, executor: ExecutorId, job: JobId, stages: tuple[StageId, ...] | None
@@ -326,6 +359,9 @@ class Telemetry:
                 attempts_ended=dict(self._ended),
                 task_retries=self._retries,
                 outputs_recomputed=self._recomputed,
+                speculative_launched=self._speculated,
+                speculative_won=self._speculation_won,
+                speculative_lost=self._speculation_lost,
                 shuffle_bytes_written=self._written,
                 shuffle_bytes_fetched=self._fetched,
                 executors_lost=dict(self._lost),

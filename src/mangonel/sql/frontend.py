@@ -243,12 +243,15 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
         )
 
     stash: dict[int, exp.Expr] = {}
+    ctes: list[exp.CTE] = []
 
     def hide(expression: exp.Expr) -> exp.Expr:
+        with_ = expression.args.get("with_") or expression.args.get("with")
+        ctes.extend(c.copy() for c in (with_.expressions if with_ is not None else []))
         return _hide_uncorrelated(expression, stash)
 
     def restore(expression: exp.Expr) -> exp.Expr:
-        return _restore_uncorrelated(expression, stash)
+        return _restore_ctes(_restore_uncorrelated(expression, stash), ctes)
 
     # Restored before identifiers are quoted, so that a correlated EXISTS taken
     # as a semi join names outer columns exactly as the outer query does.
@@ -322,8 +325,10 @@ _MARKER = "__mangonel_subquery"
 
 def _subquery_of(node: exp.Expr) -> exp.Query | None:
     if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Query):
-        if isinstance(node.parent, (exp.From, exp.Join)) or node.parent is None:
-            return None  # a derived table, not an expression
+        if isinstance(node.parent, (exp.From, exp.Join, exp.SetOperation)) or node.parent is None:
+            # a derived table, or a set operation's parenthesized operand (TPC-DS
+            # q87's ``(SELECT ...) EXCEPT (SELECT ...)``), not an expression
+            return None
         return node.this
     if isinstance(node, exp.Exists) and isinstance(node.this, exp.Query):
         return node.this
@@ -427,6 +432,41 @@ def _restore_uncorrelated(expression: exp.Expr, stash: dict[int, exp.Expr]) -> e
         return node
 
     return expression.transform(repl, copy=False)
+
+
+def _restore_ctes(expression: exp.Expr, ctes: list[exp.CTE]) -> exp.Expr:
+    """Put back the query's CTEs that only hidden subqueries read.
+
+    sqlglot's rules do not see into a hidden subquery, so a CTE only such a
+    subquery reads looks unused to them, and ``pushdown_projections`` drops it
+    (TPC-DS q95's ``ws_wh``, read by two ``IN (SELECT ...)``; q14's
+    ``cross_items``): the restored subquery then names a table nothing defines.
+    Those CTEs come back as they were after qualifying, ahead of the others (they
+    read only tables and each other). A name sqlglot has given to a CTE of its
+    own meanwhile is left alone.
+    """
+    if not ctes or not isinstance(expression, exp.Query):
+        return expression
+    key = "with_" if "with_" in type(expression).arg_types else "with"  # sqlglot renamed it
+    with_ = expression.args.get(key)
+    defined = {c.alias for w in expression.find_all(exp.With) for c in w.expressions}
+    named = {t.name for t in expression.find_all(exp.Table) if not t.args.get("db")}
+    wanted = {c.alias for c in ctes if c.alias in named and c.alias not in defined}
+    # and the CTEs those read, transitively
+    by_name = {c.alias: c for c in ctes}
+    todo = list(wanted)
+    while todo:
+        cte = by_name[todo.pop()]
+        for t in cte.find_all(exp.Table):
+            if t.name in by_name and t.name not in wanted and t.name not in defined:
+                wanted.add(t.name)
+                todo.append(t.name)
+    if not wanted:
+        return expression
+    restored = [c.copy() for c in ctes if c.alias in wanted]
+    existing = list(with_.expressions) if with_ is not None else []
+    expression.set(key, exp.With(expressions=restored + existing))
+    return expression
 
 
 def to_duckdb(query: exp.Expr) -> str:

@@ -1,4 +1,5 @@
-"""Fault injection: rules in a JSON file make an executor fail, die, freeze or lose files.
+"""Fault injection: rules in a JSON file make an executor fail, die, freeze, lose files or
+run slow.
 
 ``FaultInjector`` implements the executor's ``TaskHooks`` protocol
 (``mangonel.executor.hooks``); ``executor.main`` builds one only when the
@@ -11,7 +12,7 @@ rules name *what* to hit (a stage, a partition, the N-th task) rather than *when
 (``--faults-file``); the executor re-reads it when it changes (one ``stat`` at
 each task start and end) and applies the rules at these points of a task::
 
-    task start ──▶ kill/freeze (when=task_started), then fail
+    task start ──▶ kill/freeze (when=task_started), then delay, then fail
     task runs, writes and commits its output files
     ──▶ corrupt/delete those files
     ──▶ kill/freeze (when=task_finished, before_report=true)
@@ -24,20 +25,36 @@ The rules, one JSON object each (a file holds a list of them; ``[]`` clears):
   fails with the retryable ``ExecutionError("injected fault: ...")``.
   ``partition``: any when absent; ``attempt``: 0 when absent.
 * ``{"action": "kill" | "freeze", "when": "task_started" | "task_finished",
-  "stage": S, "nth": N, "before_report": B}``: SIGKILL / SIGSTOP this process at
-  that point of its N-th task (1-based, default 1) of stage S (any stage when
-  absent). ``when`` defaults to ``task_started``; ``before_report`` (only for
-  ``task_finished``) to false. Tasks are counted from when the rule was read; a
-  task counts as finished only when it wrote its output (failed and cancelled
-  attempts are not counted).
+  "stage": S, "attempt": A, "nth": N, "before_report": B}``: SIGKILL / SIGSTOP
+  this process at that point of its N-th task (1-based, default 1) of stage S
+  (any stage when absent) whose attempt number is A (any when absent: attempt 1
+  of a task is its speculative copy or its first re-run). ``when`` defaults to
+  ``task_started``; ``before_report`` (only for ``task_finished``) to false.
+  Tasks are counted from when the rule was read; a task counts as finished
+  only when it wrote its output (failed and cancelled attempts are not counted).
+* ``{"action": "fill_disk", "stage": S, "partition": P, "attempt": A, "leave": B}``:
+  at that attempt's start, write a ballast file into the executor's work root
+  (``testing.limits.BALLAST_NAME``) that leaves about B bytes (default 0) free,
+  so the task's shuffle or spill writes meet a full disk mid-write; on a
+  ``testing.limits.SmallDisk`` this is quick. The ballast stays until the test
+  deletes it (``TestCluster.free_up_disk``).
+* ``{"action": "hog_memory", "stage": S, "partition": P, "attempt": A, "bytes": B}``:
+  at that attempt's start, allocate and touch B bytes and keep them until the
+  process ends: under a cgroup memory limit below that (``TestCluster``'s
+  ``executor_memory``), the kernel's OOM killer SIGKILLs the executor mid-task.
+* ``{"action": "delay", "seconds": X, "stage": S, "partition": P, "attempt": A}``:
+  matching tasks sleep ``X`` seconds at their start, holding their slot, as on
+  a slow executor (a straggler). ``stage``, ``partition``, ``attempt``: any when
+  absent. Unlike the other rules, a delay is not spent: it slows every task it
+  matches for as long as it is in the file.
 * ``{"action": "corrupt" | "delete", "stage": S, "map_partition": M, "partition": P}``:
   right after task M of stage S wrote its output, flip bytes in the middle of
   output partition P's file / delete it, before the report. ``map_partition``
   and ``partition``: any task / every partition of it when absent.
 
 Stage numbers are a job's own (1-based, as in EXPLAIN); a rule does not name a
-job and matches the first task that fits after it was read. Each rule fires at
-most once per executor process: a rule is known by its position in the list
+job and matches the first task that fits after it was read. Each rule but a
+delay fires at most once per executor process: a rule is known by its position in the list
 and its content, so rewriting the file with the same rules does not re-arm
 them, while a new rule (or the same one at a new position) is armed.
 """
@@ -47,9 +64,11 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import mmap
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +76,7 @@ from typing import Any
 from mangonel.executor.failures import TaskFailedError
 from mangonel.ids import TaskAttemptId
 from mangonel.task import ExecutionError, PartitionOutput
+from mangonel.testing.limits import fill
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +91,9 @@ class Action(enum.Enum):
     FREEZE = "freeze"
     CORRUPT = "corrupt"
     DELETE = "delete"
+    FILL_DISK = "fill_disk"
+    HOG_MEMORY = "hog_memory"
+    DELAY = "delay"
 
 
 class When(enum.Enum):
@@ -86,13 +109,18 @@ class FaultRule:
     stage: int | None = None
     partition: int | None = None
     """``fail``: the task's partition. ``corrupt``/``delete``: the output partition."""
-    attempt: int = 0
-    """``fail`` only."""
+    attempt: int | None = None
+    """The task's attempt number; ``None`` matches any (a ``fail`` rule says 0
+    when it names none). Not for ``corrupt``/``delete``."""
     when: When = When.TASK_STARTED
     nth: int = 1
     before_report: bool = False
     map_partition: int | None = None
     """``corrupt``/``delete`` only: the task (map partition) whose file is hit."""
+    amount: int = 0
+    """``fill_disk``: bytes left free (``leave``); ``hog_memory``: bytes taken (``bytes``)."""
+    seconds: float = 0.0
+    """``delay`` only: how long each matching task sleeps at its start."""
 
     def describe(self) -> str:
         parts = [self.action.value]
@@ -106,18 +134,29 @@ class FaultRule:
             parts.append(f"map partition {self.map_partition}")
         if self.partition is not None:
             parts.append(f"partition {self.partition}")
-        if self.action is Action.FAIL:
+        if self.action in _AT_ATTEMPT or self.attempt is not None:
             parts.append(f"attempt {self.attempt}")
+        if self.action is Action.FILL_DISK:
+            parts.append(f"leaving {self.amount} bytes")
+        if self.action is Action.HOG_MEMORY:
+            parts.append(f"of {self.amount} bytes")
+        if self.action is Action.DELAY:
+            parts.append(f"by {self.seconds:g} s")
         return " ".join(parts)
 
 
 _ALLOWED = {
     Action.FAIL: {"stage", "partition", "attempt"},
-    Action.KILL: {"when", "stage", "nth", "before_report"},
-    Action.FREEZE: {"when", "stage", "nth", "before_report"},
+    Action.KILL: {"when", "stage", "attempt", "nth", "before_report"},
+    Action.FREEZE: {"when", "stage", "attempt", "nth", "before_report"},
     Action.CORRUPT: {"stage", "map_partition", "partition"},
     Action.DELETE: {"stage", "map_partition", "partition"},
+    Action.FILL_DISK: {"stage", "partition", "attempt", "leave"},
+    Action.HOG_MEMORY: {"stage", "partition", "attempt", "bytes"},
+    Action.DELAY: {"seconds", "stage", "partition", "attempt"},
 }
+_AT_ATTEMPT = (Action.FAIL, Action.FILL_DISK, Action.HOG_MEMORY)
+"""Actions that hit one attempt of a task at its start."""
 
 
 def parse_rule(raw: Mapping[str, Any]) -> FaultRule:
@@ -164,17 +203,27 @@ def parse_rule(raw: Mapping[str, Any]) -> FaultRule:
     if before_report and when is not When.TASK_FINISHED:
         raise FaultFileError(f"rule {dict(raw)}: before_report needs when=task_finished")
     stage = number("stage", None, 1)
-    if action is Action.FAIL and stage is None:
-        raise FaultFileError(f"rule {dict(raw)}: fail needs a stage")
+    if action in _AT_ATTEMPT and stage is None:
+        raise FaultFileError(f"rule {dict(raw)}: {action.value} needs a stage")
+    if action is Action.HOG_MEMORY and "bytes" not in raw:
+        raise FaultFileError(f"rule {dict(raw)}: hog_memory needs bytes")
+    amount = number("leave", 0, 0) if action is Action.FILL_DISK else number("bytes", 1, 1)
+    seconds = raw.get("seconds", 0.0)
+    if action is Action.DELAY and (
+        isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0
+    ):
+        raise FaultFileError(f"rule {dict(raw)}: delay needs seconds > 0")
     return FaultRule(
         action=action,
         stage=stage,
         partition=number("partition", None, 0),
-        attempt=number("attempt", 0, 0) or 0,
+        attempt=number("attempt", 0 if action in _AT_ATTEMPT else None, 0),
+        seconds=float(seconds),
         when=when,
         nth=number("nth", 1, 1) or 1,
         before_report=before_report,
         map_partition=number("map_partition", None, 0),
+        amount=amount or 0,
     )
 
 
@@ -238,6 +287,8 @@ class FaultInjector:
         path: The faults file; ``None`` injects nothing. A missing file means no rules.
         label: Names this executor in log lines and injected errors (e.g. its index).
         signal_self: Sends a signal to this process; replaced in unit tests.
+        work_dir: The executor's work root, where ``fill_disk`` writes its ballast.
+        sleep: How a delay rule waits; replaced in unit tests.
     """
 
     def __init__(
@@ -245,10 +296,16 @@ class FaultInjector:
         path: str | None,
         label: str = "",
         signal_self: Callable[[int], None] = _kill_self,
+        work_dir: str | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.path = path
         self.label = label
+        self.work_dir = work_dir
+        self._hogs: list[bytearray] = []
+        """Memory taken by ``hog_memory``, kept for the life of the process."""
         self._signal_self = signal_self
+        self._sleep = sleep
         self._lock = threading.Lock()
         self._stamp: tuple[int, int, int] | None = None
         self._armed: list[_Armed] = []
@@ -304,18 +361,33 @@ class FaultInjector:
         """
         self.reload_if_changed()
         self._signal_at(When.TASK_STARTED, attempt, before_report=False)
-        rule = self._take(
-            lambda r: (
-                r.action is Action.FAIL
-                and r.stage == attempt.task.stage
-                and r.partition in (None, attempt.task.partition)
-                and r.attempt == attempt.attempt
-            )
-        )
-        if rule is not None:
-            raise TaskFailedError(
-                ExecutionError(f"injected fault: {rule.describe()} on {self._who()} ({attempt})")
-            )
+        self._delay(attempt)
+        for action in (Action.FILL_DISK, Action.HOG_MEMORY, Action.FAIL):
+
+            def hits(r: FaultRule, action: Action = action) -> bool:
+                return (
+                    r.action is action
+                    and r.stage == attempt.task.stage
+                    and r.partition in (None, attempt.task.partition)
+                    and r.attempt == attempt.attempt
+                )
+
+            rule = self._take(hits)
+            if rule is None:
+                continue
+            log.warning("injected fault: %s on %s at %s", rule.describe(), self._who(), attempt)
+            if rule.action is Action.FILL_DISK:
+                if self.work_dir is None:
+                    raise RuntimeError("fill_disk needs the executor's work root")
+                fill(self.work_dir, rule.amount)
+            elif rule.action is Action.HOG_MEMORY:
+                self._hogs.append(_touched(rule.amount))
+            else:
+                raise TaskFailedError(
+                    ExecutionError(
+                        f"injected fault: {rule.describe()} on {self._who()} ({attempt})"
+                    )
+                )
 
     def outputs_written(self, attempt: TaskAttemptId, outputs: Sequence[PartitionOutput]) -> None:
         """Corrupt or delete output files the rules name (before the report)."""
@@ -355,6 +427,22 @@ class FaultInjector:
 
     # -------------------------------------------------------------- helpers
 
+    def _delay(self, attempt: TaskAttemptId) -> None:
+        """Sleep as long as the longest delay rule matching ``attempt`` says."""
+        with self._lock:
+            rules = [
+                a.rule
+                for a in self._armed
+                if a.rule.action is Action.DELAY
+                and a.rule.stage in (None, attempt.task.stage)
+                and a.rule.partition in (None, attempt.task.partition)
+                and a.rule.attempt in (None, attempt.attempt)
+            ]
+        if rules:
+            rule = max(rules, key=lambda r: r.seconds)
+            log.warning("injected fault: %s on %s at %s", rule.describe(), self._who(), attempt)
+            self._sleep(rule.seconds)
+
     def _who(self) -> str:
         return f"executor {self.label}" if self.label else "this executor"
 
@@ -368,6 +456,7 @@ class FaultInjector:
                     or r.when is not when
                     or r.before_report is not before_report
                     or r.stage not in (None, attempt.task.stage)
+                    or r.attempt not in (None, attempt.attempt)
                 ):
                     continue
                 armed.seen += 1
@@ -410,6 +499,14 @@ class FaultInjector:
                 ):
                     self._fired.add(armed.key)
             self._armed = [a for a in self._armed if a.key not in self._fired]
+
+
+def _touched(size: int) -> bytearray:
+    """``size`` bytes of memory, every page written (so that it is really taken)."""
+    hog = bytearray(size)
+    page = mmap.PAGESIZE
+    hog[::page] = b"\1" * len(range(0, size, page))
+    return hog
 
 
 def _flip_middle(path: str) -> None:

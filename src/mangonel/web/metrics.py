@@ -16,6 +16,11 @@ Metrics (all prefixed ``mangonel_``):
   task made no output (it failed, was lost or cancelled);
 * ``outputs_recomputed_total``: attempts launched to make again an output that
   was lost (with its executor, or a missing or corrupt file);
+* ``speculative_attempts_total{result}``: copies of straggling attempts
+  ``launched``, and how they ended: ``won`` (finished first, their output
+  kept) or ``lost`` (cancelled: the attempt they copied finished first);
+* ``executors_excluded{executor}``: 1 for each executor now excluded from new
+  tasks for failing them (the reason is on the web UI's executors page);
 * ``shuffle_bytes_written_total``: bytes of shuffle files reported by tasks;
 * ``shuffle_bytes_fetched_total``: bytes of shuffle files given to tasks that
   completed, as their inputs (broadcast inputs count once per reading task);
@@ -107,6 +112,24 @@ class SchedulerCollector(Collector):
             "Attempts launched to make again a finished task's lost output",
             value=totals.outputs_recomputed,
         )
+        speculative = CounterMetricFamily(
+            "mangonel_speculative_attempts",
+            "Copies of straggling task attempts: launched, won (kept), lost (cancelled)",
+            labels=["result"],
+        )
+        speculative.add_metric(["launched"], totals.speculative_launched)
+        speculative.add_metric(["won"], totals.speculative_won)
+        speculative.add_metric(["lost"], totals.speculative_lost)
+        yield speculative
+        excluded = GaugeMetricFamily(
+            "mangonel_executors_excluded",
+            "Executors now excluded from new tasks for failing them",
+            labels=["executor"],
+        )
+        for entry in core.executors():
+            if entry.view.excluded_until is not None:
+                excluded.add_metric([entry.view.id], 1)
+        yield excluded
         yield CounterMetricFamily(
             "mangonel_shuffle_bytes_written",
             "Bytes of shuffle files written by task attempts",

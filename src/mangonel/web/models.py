@@ -26,7 +26,26 @@ class ExecutorModel(BaseModel):
     slots: int
     running_tasks: int
     heartbeat_age_s: float = Field(description="seconds since it was last heard from")
+    unhealthy: str = Field(
+        default="", description="why it takes no task now (its work directory is full)"
+    )
     shuffle_bytes_held: int = Field(description="bytes of shuffle files it wrote, not released")
+    excluded_until: float | None = Field(
+        default=None,
+        description="Unix time until which it gets no new task because tasks kept failing "
+        "on it; null when it is not excluded",
+    )
+    exclusion: str = Field(
+        default="", description="why it is (or last was) excluded; empty if it never was"
+    )
+    slow: bool = Field(
+        default=False,
+        description="its recent tasks took much longer than their stages' medians: equally "
+        "loaded executors get tasks before it",
+    )
+    slowness: float = Field(
+        default=1.0, description="moving average of its tasks' run times / their stages' medians"
+    )
 
 
 class JobSummary(BaseModel):
@@ -47,6 +66,7 @@ class JobSummary(BaseModel):
     progress: float = Field(description="tasks done / tasks, 0 to 1")
     tasks_rerun: int
     outputs_recomputed: int
+    speculated: int = Field(default=0, description="speculative copies of straggling attempts")
     error: str
     error_type: str
 
@@ -71,6 +91,13 @@ class StageModel(BaseModel):
     attempts: int
     tasks_rerun: int
     outputs_recomputed: int
+    speculated: int = Field(default=0, description="copies of straggling attempts launched")
+    speculation_won: int = Field(
+        default=0, description="copies that finished first (their output was kept)"
+    )
+    speculation_lost: int = Field(
+        default=0, description="copies cancelled because the attempt they copied finished first"
+    )
     rows: int
     bytes: int
     elapsed_s: float
@@ -96,7 +123,7 @@ class AttemptModel(BaseModel):
     partition: int
     attempt: int
     executor: str
-    kind: str = Field(description="first, re-run or recompute")
+    kind: str = Field(description="first, re-run, recompute or speculative")
     state: str = Field(description="running, succeeded, failed, lost or cancelled")
     launched_at: float
     elapsed_s: float | None

@@ -41,7 +41,12 @@ def executor_model(entry: ExecutorListing, held: int, now: float) -> ExecutorMod
         slots=view.slots,
         running_tasks=view.running if entry.usable else 0,
         heartbeat_age_s=max(0.0, now - view.last_heartbeat) if entry.usable else 0.0,
+        unhealthy=view.unhealthy if entry.usable else "",
         shuffle_bytes_held=held if entry.usable else 0,
+        excluded_until=view.excluded_until,
+        exclusion=view.exclusion,
+        slow=view.slow,
+        slowness=view.slowness,
     )
 
 
@@ -85,6 +90,7 @@ def _summary_fields(record: JobRecord, now: float) -> dict[str, object]:
         "progress": (done / total) if total else 1.0,
         "tasks_rerun": sum(v.tasks_rerun for v in views),
         "outputs_recomputed": sum(v.outputs_recomputed for v in views),
+        "speculated": sum(v.speculated for v in views),
         "error": record.error,
         "error_type": record.error_type,
     }
@@ -132,6 +138,9 @@ def stage_models(
                 attempts=v.attempts_launched if v else 0,
                 tasks_rerun=v.tasks_rerun if v else 0,
                 outputs_recomputed=v.outputs_recomputed if v else 0,
+                speculated=v.speculated if v else 0,
+                speculation_won=v.speculation_won if v else 0,
+                speculation_lost=v.speculation_lost if v else 0,
                 rows=v.rows if v else 0,
                 bytes=v.bytes if v else 0,
                 elapsed_s=(elapsed or {}).get(int(stage.id), 0.0),

@@ -176,10 +176,11 @@ class Distributor:
 
     def _project(self, n: Project) -> Frag:
         f = self.plan(n.child)
-        self._attach_subqueries(f, [e for _, e in n.items])
+        items = self._needed_items(n)
+        self._attach_subqueries(f, [e for _, e in items])
         if f.hash_keys is not None:
             renamed: dict[Ref, Ref] = {}
-            for name, e in n.items:
+            for name, e in items:
                 if isinstance(e, exp.Column) and e.table:
                     renamed.setdefault((e.table, e.name), (n.qualifier, name))
             # The partitioning survives only if every key column is passed through.
@@ -188,8 +189,25 @@ class Distributor:
                 (c.table, c.name) in renamed for k in f.hash_keys for c in k.find_all(exp.Column)
             )
             f.hash_keys = [rewrite(k, mapping) for k in f.hash_keys] if survives else None
-        f.node = Project(f.node, n.qualifier, n.items)
+        f.node = Project(f.node, n.qualifier, items)
         return f
+
+    def _needed_items(self, n: Project) -> list[tuple[str, exp.Expr]]:
+        """The items of ``n`` that the plan above reads.
+
+        The nodes under ``n`` provide only the columns those items name
+        (``logical.required_columns``), and a stage boundary below drops the others
+        (``StageBuilder.finish``), so an item nobody reads may name a column that is
+        gone. A CTE bound again for each reader is where this shows: each copy has
+        the CTE's whole select list and only its own reader's needs (TPC-DS q27).
+        """
+        needed = self._shared.needed(n)
+        if needed is None:
+            return n.items
+        items = [(name, e) for name, e in n.items if (n.qualifier, name) in needed]
+        # Read by nothing (COUNT(*) above): one constant column, as any item might
+        # name a column that is gone.
+        return items or [(n.items[0][0], exp.Literal.number(0))]
 
     def _window(self, n: Window) -> Frag:
         f = self.plan(n.child)

@@ -11,8 +11,19 @@ function why(e) {
     return `<span class="reason">${esc(e.reason)}</span>` +
       (e.detail ? `<div class="detail">${esc(e.detail)}</div>` : "");
   }
+  if (e.excluded_until) {
+    return `<span class="reason">excluded until ${esc(clock(e.excluded_until))}</span>` +
+      `<div class="detail">${esc(e.exclusion)}</div>`;
+  }
+  if (e.slow && e.state === "alive") {
+    return `<span class="reason">slow</span><div class="detail">its tasks took ` +
+      `${esc(e.slowness.toFixed(1))}× their stages' median</div>`;
+  }
   if (e.heartbeat_age_s >= 2) {
     return `<span class="reason">silent for ${e.heartbeat_age_s.toFixed(0)} s</span>`;
+  }
+  if (e.unhealthy) {  // takes no task: its work directory is full
+    return `<span class="reason">unhealthy</span><div class="detail">${esc(e.unhealthy)}</div>`;
   }
   return e.detail ? `<span class="detail">${esc(e.detail)}</span>` : "";
 }

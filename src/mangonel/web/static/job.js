@@ -33,6 +33,9 @@ function stageRow(s) {
     `<td class="num">${esc(s.lost)}</td>` +
     `<td class="num">${esc(s.tasks_rerun)}</td>` +
     `<td class="num">${esc(s.outputs_recomputed)}</td>` +
+    `<td class="num" title="speculative copies launched (won / lost)">${esc(s.speculated)}` +
+    (s.speculated ? `<div class="detail">${esc(s.speculation_won)} won / ${esc(s.speculation_lost)} lost</div>` : "") +
+    `</td>` +
     `<td class="num">${esc(count(s.rows))}</td>` +
     `<td class="num">${esc(bytes(s.bytes))}</td>` +
     `<td class="num">${esc(duration(s.elapsed_s))}</td>` +
@@ -100,6 +103,7 @@ async function refresh() {
     fact(count(job.rows), "result rows") +
     fact(job.tasks_rerun, "tasks re-run", job.tasks_rerun ? "draining" : "") +
     fact(job.outputs_recomputed, "outputs recomputed", job.outputs_recomputed ? "draining" : "") +
+    fact(job.speculated, "speculative copies", job.speculated ? "draining" : "") +
     fact(clock(job.submitted_at), "submitted");
   const tone = job.state === "cancelled" ? " notice" : "";
   document.getElementById("error").innerHTML = job.error

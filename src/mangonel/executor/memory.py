@@ -1,0 +1,215 @@
+"""The executor's memory and spill budgets, and how they are shared out among its slots.
+
+An executor has one memory budget (``--memory``): everything the process holds
+must fit in it, the Python interpreter, Arrow batches in flight, the Flight
+server and every slot's DuckDB. Left out, it is ``DEFAULT_SHARE`` of the memory
+this process may use: the host's RAM, or its cgroup's limit when that is lower
+(a container, a systemd slice, a test harness). Each slot's DuckDB gets an equal
+part of ``DUCKDB_SHARE`` of what is left after ``BASE_RESERVE``::
+
+    budget 1 GiB, 2 slots: (1024 - 160) MiB * 0.6 / 2 = 259 MiB per DuckDB
+
+DuckDB keeps its sorts, hash tables and aggregates under that limit by
+spilling to its temporary directory; the rest of the budget is headroom for
+what DuckDB does not count: the result batches it hands over (``BATCH_ROWS``
+rows per slot), the Arrow inputs registered in it, the shuffle writer's
+buffers, Flight, and the interpreter itself (``BASE_RESERVE``, measured: an
+idle executor's RSS is about 130 MiB with pyarrow, DuckDB and gRPC loaded).
+
+Spill space is budgeted the same way (``--spill``): each slot's DuckDB gets
+``max_temp_directory_size`` = spill budget / slots, by default half the free
+space of the work root's file system when the executor starts (shuffle files
+need the other half). A task that needs more memory than its share and more
+spill than its part fails with ``OUT_OF_MEMORY`` or ``DISK_FULL``
+(``failures.py``), saying which limit it met.
+
+>>> parse_size("512MiB"), parse_size("2GB"), parse_size("1.5g")
+(536870912, 2000000000, 1610612736)
+>>> format_size(3 * 2**30 // 2)
+'1.5 GiB'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+DEFAULT_SHARE = 0.8
+"""Share of the memory available to the process that ``--memory`` defaults to."""
+DUCKDB_SHARE = 0.6
+"""Share of the budget (after ``BASE_RESERVE``) that the slots' DuckDBs get together."""
+BASE_RESERVE = 160 * 2**20
+"""Budget kept for the process itself (interpreter, libraries, gRPC, Flight)."""
+MIN_SLOT_MEMORY = 16 * 2**20
+"""The least DuckDB memory limit a slot gets, however small the budget."""
+SPILL_SHARE = 0.5
+"""Share of the work root's free space that ``--spill`` defaults to."""
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 2**10,
+    "kib": 2**10,
+    "kb": 10**3,
+    "m": 2**20,
+    "mib": 2**20,
+    "mb": 10**6,
+    "g": 2**30,
+    "gib": 2**30,
+    "gb": 10**9,
+    "t": 2**40,
+    "tib": 2**40,
+    "tb": 10**12,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+_UNLIMITED = 2**60
+"""A cgroup v1 limit at or above this means none (the kernel writes about 2**63)."""
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in a size written as ``"2GB"``, ``"512MiB"``, ``"1.5g"`` or ``"1048576"``.
+
+    ``KB``, ``MB``, ``GB``, ``TB`` are powers of 1000 (as in DuckDB); ``KiB``,
+    ``MiB``, ``GiB``, ``TiB`` and the bare letters ``k``, ``m``, ``g``, ``t``
+    powers of 1024.
+
+    Raises:
+        ValueError: not a size.
+    """
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"a size cannot be negative: {text}")
+        return text
+    match = _SIZE.match(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (write e.g. 2GB, 512MiB or 1.5g)")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def format_size(size: int) -> str:
+    """A size for people: ``"1.5 GiB"``, ``"96.0 MiB"``, ``"512 bytes"``."""
+    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if size >= factor:
+            return f"{size / factor:.1f} {unit}"
+    return f"{size} bytes"
+
+
+def host_memory() -> int:
+    """The host's physical memory in bytes."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def cgroup_memory_limit(
+    proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cgroup"
+) -> int | None:
+    """The memory limit of this process's cgroup (v2 ``memory.max`` or v1
+    ``memory.limit_in_bytes``), the lowest along its path; ``None`` when unlimited
+    or unknown."""
+    try:
+        with open(proc_cgroup) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    limits: list[int] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":  # v2: the unified hierarchy
+            base, name = root, "memory.max"
+            if os.path.isdir(os.path.join(root, "unified")):
+                base = os.path.join(root, "unified")
+        elif "memory" in controllers.split(","):
+            base, name = os.path.join(root, "memory"), "memory.limit_in_bytes"
+        else:
+            continue
+        limits += _limits_along(base, path, name)
+    return min(limits) if limits else None
+
+
+def _limits_along(base: str, path: str, name: str) -> list[int]:
+    """The limits in ``name`` of the cgroup at ``path`` and each of its ancestors."""
+    found = []
+    parts = [p for p in path.split("/") if p]
+    for depth in range(len(parts), -1, -1):
+        try:
+            with open(os.path.join(base, *parts[:depth], name)) as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < _UNLIMITED:
+            found.append(int(text))
+    return found
+
+
+def available_memory() -> int:
+    """The memory this process may use: the host's, or its cgroup's limit if lower."""
+    limit = cgroup_memory_limit()
+    host = host_memory()
+    return min(host, limit) if limit is not None else host
+
+
+def default_budget() -> int:
+    """``--memory`` when not given: ``DEFAULT_SHARE`` of ``available_memory()``."""
+    return int(available_memory() * DEFAULT_SHARE)
+
+
+def default_spill(work_root: str) -> int:
+    """``--spill`` when not given: ``SPILL_SHARE`` of the work root's free space now."""
+    return int(free_bytes(work_root) * SPILL_SHARE)
+
+
+def free_bytes(path: str) -> int:
+    """Bytes an unprivileged writer may still write on ``path``'s file system."""
+    st = os.statvfs(path)
+    return int(st.f_bavail * st.f_frsize)
+
+
+def disk_bytes(path: str) -> int:
+    """The size of ``path``'s file system."""
+    st = os.statvfs(path)
+    return int(st.f_blocks * st.f_frsize)
+
+
+@dataclass(frozen=True)
+class SlotBudget:
+    """What one slot's DuckDB may use, and the executor budget it came from.
+
+    Attributes:
+        memory: DuckDB ``memory_limit`` in bytes.
+        spill: DuckDB ``max_temp_directory_size`` in bytes; ``None`` leaves DuckDB's
+            default (90% of the free space).
+        budget: The executor's whole memory budget (``--memory``).
+        slots: Slots the budget is shared among.
+        source: Where the budget came from, for messages (``"--memory"``, ...).
+    """
+
+    memory: int
+    spill: int | None
+    budget: int
+    slots: int
+    source: str = "--memory"
+
+    @classmethod
+    def share(
+        cls, budget: int, slots: int, spill: int | None = None, source: str = "--memory"
+    ) -> SlotBudget:
+        """Share ``budget`` (and ``spill``) out among ``slots``, as the module docstring says.
+
+        >>> SlotBudget.share(2**30, 2).memory // 2**20
+        259
+        """
+        per_slot = int(max(0, budget - BASE_RESERVE) * DUCKDB_SHARE / max(1, slots))
+        per_spill = None if spill is None else max(1, spill // max(1, slots))
+        return cls(max(MIN_SLOT_MEMORY, per_slot), per_spill, budget, slots, source)
+
+    def describe(self) -> str:
+        """``"256.0 MiB of the executor's 1.0 GiB (--memory) over 2 slots"``."""
+        return (
+            f"{format_size(self.memory)} of the executor's {format_size(self.budget)} "
+            f"({self.source}) over {self.slots} slot{'s' if self.slots != 1 else ''}"
+        )

@@ -1,0 +1,229 @@
+"""The executor's memory and spill budgets (``executor.memory``) and how running
+out of either is classified (``executor.failures``)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from mangonel.executor import memory as mem
+from mangonel.executor.config import ExecutorConfig
+from mangonel.executor.failures import TaskFailedError, classify
+from mangonel.executor.health import DiskHealth, DiskSpace
+from mangonel.executor.runner import TaskRunner
+from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter
+from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
+from mangonel.task import ExecutionError, ExecutionProblem, OutputKind, OutputSpec, TaskSpec
+from mangonel.testing.faults import (
+    Action,
+    FaultFileError,
+    FaultInjector,
+    parse_rule,
+    write_rules,
+)
+from mangonel.testing.limits import SmallDisk, small_disks_available
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("2GB", 2_000_000_000),
+        ("512MiB", 512 * 2**20),
+        ("1.5g", 3 * 2**29),
+        ("64 mb", 64_000_000),
+        ("1048576", 2**20),
+        ("4KiB", 4096),
+    ],
+)
+def test_sizes_parse(text: str, size: int) -> None:
+    assert mem.parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "GB", "2 parsecs", "-1GB", "1.2.3G"])
+def test_bad_sizes_are_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="not a size"):
+        mem.parse_size(text)
+
+
+def test_budget_is_shared_among_slots_after_the_reserve() -> None:
+    one = mem.SlotBudget.share(2**30, 1, spill=8 * 2**30)
+    four = mem.SlotBudget.share(2**30, 4, spill=8 * 2**30)
+    assert one.memory == int((2**30 - mem.BASE_RESERVE) * mem.DUCKDB_SHARE)
+    assert four.memory == one.memory // 4
+    assert four.spill == 2 * 2**30
+    assert "of the executor's 1.0 GiB (--memory) over 4 slots" in four.describe()
+    # However small the budget, a slot gets something DuckDB can start with.
+    assert mem.SlotBudget.share(2**20, 8).memory == mem.MIN_SLOT_MEMORY
+
+
+def _cgroup_tree(tmp_path: Path, v1_limit: str, v2_limit: str) -> tuple[str, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    proc = tmp_path / "cgroup"
+    proc.write_text("4:memory:/outer/inner\n0::/outer/inner\n1:cpu:/x\n")
+    root = tmp_path / "fs"
+    (root / "memory" / "outer" / "inner").mkdir(parents=True)
+    (root / "memory" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (root / "memory" / "outer" / "memory.limit_in_bytes").write_text(v1_limit)
+    (root / "memory" / "outer" / "inner" / "memory.limit_in_bytes").write_text(
+        "9223372036854771712\n"
+    )
+    (root / "outer" / "inner").mkdir(parents=True)
+    (root / "outer" / "inner" / "memory.max").write_text(v2_limit)
+    return str(proc), str(root)
+
+
+def test_cgroup_limit_is_the_lowest_along_the_path(tmp_path: Path) -> None:
+    proc, root = _cgroup_tree(tmp_path, "536870912\n", "max\n")
+    assert mem.cgroup_memory_limit(proc, root) == 512 * 2**20
+    proc, root = _cgroup_tree(tmp_path / "b", "9223372036854771712\n", "268435456\n")
+    assert mem.cgroup_memory_limit(proc, root) == 256 * 2**20
+
+
+def test_no_cgroup_limit_means_the_host_memory(tmp_path: Path) -> None:
+    proc, root = _cgroup_tree(tmp_path, "9223372036854771712\n", "max\n")
+    assert mem.cgroup_memory_limit(proc, root) is None
+    assert mem.cgroup_memory_limit(str(tmp_path / "missing"), root) is None
+    assert 0 < mem.available_memory() <= mem.host_memory()
+
+
+def test_config_shares_memory_and_spill(tmp_path: Path) -> None:
+    config = ExecutorConfig(slots=2, memory="1GiB", spill="4GiB", work_dir=str(tmp_path))
+    budget = config.slot_budget()
+    assert budget.memory == mem.SlotBudget.share(2**30, 2).memory
+    assert budget.spill == 2 * 2**30
+    # The deprecated per-slot limit still wins, as it did.
+    old = ExecutorConfig(slots=2, memory_limit="300MB", work_dir=str(tmp_path))
+    assert old.slot_budget().memory == 300_000_000
+    assert old.slot_budget().spill == mem.default_spill(str(tmp_path)) // 2
+    default = ExecutorConfig(slots=2, work_dir=str(tmp_path)).slot_budget()
+    assert default.budget == mem.default_budget()
+    with pytest.raises(ValueError, match="not a size"):
+        ExecutorConfig(memory="lots")
+
+
+def _oom_runner(tmp_path: Path, budget: mem.SlotBudget) -> tuple[TaskRunner, TaskSpec]:
+    writer = ShuffleWriter(str(tmp_path / "shuffle"))
+    runner = TaskRunner(writer, ShuffleReader("h"), str(tmp_path / "spill"), budget, 1)
+    attempt = TaskAttemptId(TaskId(JobId("j"), StageId(1), 0), 0)
+    # A list aggregate cannot spill: it holds every value of its group in memory.
+    sql = "SELECT list(i || repeat('x', 100)) AS l FROM range(2000000) t(i)"
+    spec = TaskSpec(attempt, sql, OutputSpec(OutputKind.SINGLE, 1), ("l",))
+    return runner, spec
+
+
+def test_a_task_out_of_memory_says_how_much_it_had(tmp_path: Path) -> None:
+    budget = mem.SlotBudget.share(256 * 2**20, 2)
+    runner, spec = _oom_runner(tmp_path, budget)
+    with pytest.raises(TaskFailedError) as raised:
+        runner.run(spec)
+    failure = raised.value.failure
+    assert isinstance(failure, ExecutionError)
+    assert failure.problem is ExecutionProblem.OUT_OF_MEMORY
+    assert failure.message.startswith("out of memory: the task needed more than")
+    assert budget.describe() in failure.message
+    assert "--memory" in failure.message and "--slots" in failure.message
+    runner.close()
+
+
+def test_spilling_past_the_cap_is_a_full_disk(tmp_path: Path) -> None:
+    budget = mem.SlotBudget(mem.MIN_SLOT_MEMORY, 2 * 2**20, 2**30, 1)
+    writer = ShuffleWriter(str(tmp_path / "shuffle"))
+    runner = TaskRunner(writer, ShuffleReader("h"), str(tmp_path / "spill"), budget, 1)
+    attempt = TaskAttemptId(TaskId(JobId("j"), StageId(1), 0), 0)
+    sql = "SELECT i, md5(i::VARCHAR) AS m FROM range(1000000) t(i) ORDER BY m"
+    spec = TaskSpec(attempt, sql, OutputSpec(OutputKind.SINGLE, 1), ("i", "m"))
+    with pytest.raises(TaskFailedError) as raised:
+        runner.run(spec)
+    failure = raised.value.failure
+    assert isinstance(failure, ExecutionError)
+    assert failure.problem is ExecutionProblem.DISK_FULL
+    assert "2.0 MiB per slot" in failure.message
+    runner.close()
+
+
+def test_a_spilling_task_completes_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    budget = mem.SlotBudget(48 * 2**20, 2**30, 2**30, 1)
+    writer = ShuffleWriter(str(tmp_path / "shuffle"))
+    runner = TaskRunner(writer, ShuffleReader("h"), str(tmp_path / "spill"), budget, 1)
+    attempt = TaskAttemptId(TaskId(JobId("j"), StageId(1), 0), 0)
+    sql = "SELECT i, md5(i::VARCHAR) AS m FROM range(2000000) t(i) ORDER BY m"
+    spec = TaskSpec(attempt, sql, OutputSpec(OutputKind.SINGLE, 1), ("i", "m"))
+    with caplog.at_level("INFO", logger="mangonel.executor.runner"):
+        (output,) = runner.run(spec)
+    assert output.rows == 2_000_000
+    assert any("spilled" in r.message for r in caplog.records)
+    table = pa.ipc.open_file(pa.memory_map(output.path)).read_all()
+    assert table.column("m").to_pylist()[:3] == sorted(table.column("m").to_pylist()[:3])
+    runner.close()
+
+
+def test_enospc_anywhere_in_the_cause_chain_is_a_full_disk() -> None:
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as inner:
+            raise pa.ArrowIOError("write failed") from inner
+    except pa.ArrowIOError as exc:
+        failure = classify(exc)
+    assert isinstance(failure, ExecutionError)
+    assert failure.problem is ExecutionProblem.DISK_FULL
+    io = classify(duckdb.IOException("IO Error: Could not write: No space left on device"))
+    assert isinstance(io, ExecutionError) and io.problem is ExecutionProblem.DISK_FULL
+    other = classify(duckdb.IOException("IO Error: Cannot open file"))
+    assert isinstance(other, ExecutionError) and other.problem is ExecutionProblem.OTHER
+
+
+def test_disk_health_low_water_and_hold() -> None:
+    health = DiskHealth(hold_s=10)
+    big = 100 * 2**30
+    assert health.check(DiskSpace("/w", 300 * 2**20, big), now=0) == ""
+    # Under 256 MiB free on a big disk is full; on a 64 MiB disk, under 5% is.
+    assert "is full" in health.check(DiskSpace("/w", 200 * 2**20, big), now=0)
+    assert health.check(DiskSpace("/w", 4 * 2**20, 64 * 2**20), now=0) == ""
+    assert "is full" in health.check(DiskSpace("/w", 2**20, 64 * 2**20), now=0)
+    # After a disk-full failure it stays unhealthy for hold_s, however much is free.
+    health.disk_full(now=100)
+    assert "found /w full" in health.check(DiskSpace("/w", big, big), now=105)
+    assert health.check(DiskSpace("/w", big, big), now=110) == ""
+
+
+def test_fill_disk_and_hog_memory_rules_parse() -> None:
+    fill = parse_rule({"action": "fill_disk", "stage": 2, "leave": 4096})
+    assert (fill.action, fill.stage, fill.amount, fill.attempt) == (Action.FILL_DISK, 2, 4096, 0)
+    hog = parse_rule({"action": "hog_memory", "stage": 1, "bytes": 2**30})
+    assert (hog.action, hog.amount) == (Action.HOG_MEMORY, 2**30)
+    with pytest.raises(FaultFileError, match="needs bytes"):
+        parse_rule({"action": "hog_memory", "stage": 1})
+    with pytest.raises(FaultFileError, match="needs a stage"):
+        parse_rule({"action": "fill_disk"})
+    with pytest.raises(FaultFileError, match="takes no bytes"):
+        parse_rule({"action": "fill_disk", "stage": 1, "bytes": 1})
+
+
+def test_fill_disk_fault_leaves_the_work_root_full(tmp_path: Path) -> None:
+    if not small_disks_available():
+        pytest.skip("needs root to mount a tmpfs")
+    with SmallDisk(str(tmp_path / "disk"), 8 * 2**20) as disk:
+        rules = tmp_path / "faults.json"
+        write_rules(str(rules), [{"action": "fill_disk", "stage": 1, "leave": 2**20}])
+        injector = FaultInjector(str(rules), "0", work_dir=disk.path)
+        attempt = TaskAttemptId(TaskId(JobId("j"), StageId(1), 3), 0)
+        injector.task_started(attempt)
+        assert disk.free() <= 2**20 + 64 * 2**10
+        writer = ShuffleWriter(os.path.join(disk.path, "shuffle"))
+        table = pa.table({"x": pa.array(range(1_000_000))})
+        with pytest.raises(OSError) as raised:
+            writer.write_table(attempt, 0, table)
+        assert isinstance(classify(raised.value), ExecutionError)
+        assert classify(raised.value).problem is ExecutionProblem.DISK_FULL  # type: ignore[union-attr]
+        # The attempt's files are gone, temporary and final alike.
+        assert [f for _, _, fs in os.walk(writer.root) for f in fs] == []
+        disk.free_up()
+        assert disk.free() > 7 * 2**20
