@@ -119,20 +119,32 @@ def ensure_tpch(scale: float, cache_dir: Path = CACHE_DIR) -> Path:
         The directory holding ``<table>.parquet`` for the eight TPC-H tables.
     """
     target = cache_dir / tpch_dir_name(scale)
-    if all((target / f"{t}.parquet").is_file() for t in TPCH_TABLES):
-        return target
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_dir))
-    tmp.chmod(0o755)
-    try:
+
+    def generate(into: Path) -> None:
         subprocess.run(
-            [tpchgen_executable(), "parquet", "-s", f"{scale:g}", "--output-dir", str(tmp)],
+            [tpchgen_executable(), "parquet", "-s", f"{scale:g}", "--output-dir", str(into)],
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        missing = [t for t in TPCH_TABLES if not (tmp / f"{t}.parquet").is_file()]
+
+    return _cached_tables(target, TPCH_TABLES, "tpchgen-cli", generate)
+
+
+def _cached_tables(
+    target: Path, tables: Sequence[str], generator: str, generate: Callable[[Path], None]
+) -> Path:
+    """``target`` holding ``<table>.parquet`` for every table, generated there first
+    when one is missing: into a temporary directory beside it, renamed into place."""
+    if all((target / f"{t}.parquet").is_file() for t in tables):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp.chmod(0o755)
+    try:
+        generate(tmp)
+        missing = [t for t in tables if not (tmp / f"{t}.parquet").is_file()]
         if missing:
-            raise RuntimeError(f"tpchgen-cli did not write {missing} into {tmp}")
+            raise RuntimeError(f"{generator} did not write {missing} into {tmp}")
         if target.exists():
             # An incomplete cache from an older layout: replace it.
             shutil.rmtree(target)
@@ -140,7 +152,7 @@ def ensure_tpch(scale: float, cache_dir: Path = CACHE_DIR) -> Path:
             os.rename(tmp, target)
         except OSError:
             # Another run renamed its copy first; it is complete by construction.
-            if not all((target / f"{t}.parquet").is_file() for t in TPCH_TABLES):
+            if not all((target / f"{t}.parquet").is_file() for t in tables):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -172,10 +184,8 @@ def ensure_tpcds(scale: float, cache_dir: Path = CACHE_DIR) -> Path:
     if all((target / f"{t}.parquet").is_file() for t in TPCDS_TABLES):
         return target
     subprocess.run([str(REPO_ROOT / "scripts" / "install-tpcds-generator.sh")], check=True)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_dir))
-    tmp.chmod(0o755)
-    try:
+
+    def generate(into: Path) -> None:
         subprocess.run(
             [
                 str(TPCDS_GENERATOR / "bin" / "python"),
@@ -183,24 +193,13 @@ def ensure_tpcds(scale: float, cache_dir: Path = CACHE_DIR) -> Path:
                 "--scale",
                 f"{scale:g}",
                 "--out",
-                str(tmp),
+                str(into),
             ],
             check=True,
             stdout=subprocess.DEVNULL,
         )
-        missing = [t for t in TPCDS_TABLES if not (tmp / f"{t}.parquet").is_file()]
-        if missing:
-            raise RuntimeError(f"the TPC-DS generator did not write {missing} into {tmp}")
-        if target.exists():
-            shutil.rmtree(target)
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not all((target / f"{t}.parquet").is_file() for t in TPCDS_TABLES):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+
+    return _cached_tables(target, TPCDS_TABLES, "the TPC-DS generator", generate)
 
 
 def tpcds_query(number: int) -> str:
