@@ -27,6 +27,11 @@ server on a host ``store`` of its own (``testing.netstore``): the scheduler and
 the executors are given its endpoint (``--s3-endpoint-url``) and credentials (in
 their environment), and read ``s3://`` tables across the switch.
 The processes' logs are ``root/logs/<host>.log``.
+
+Speculative execution is off unless asked for (``speculation=True``), as in
+``testing.cluster.TestCluster``: a copy of a frozen or cut-off executor's task
+racing it elsewhere would decide by timing whether the recovery a test cuts the
+network for happens at all.
 """
 
 from __future__ import annotations
@@ -82,8 +87,10 @@ class NetCluster:
         start_timeout: float = 60.0,
         log_level: str = "info",
         object_store: bool = False,
+        speculation: bool = False,
     ) -> None:
         self.lab = NetLab(root)
+        self.speculation = speculation
         self.num_executors = executors
         self.slots = slots
         self.heartbeat_timeout = heartbeat_timeout
@@ -167,6 +174,7 @@ class NetCluster:
             "--address-file", address_file, "--state", f"sqlite://{MOUNT_POINT}/state.db",
             "--heartbeat-timeout", str(self.heartbeat_timeout),
             "--web-port", str(WEB_PORT),
+            "--speculation" if self.speculation else "--no-speculation",
             *self._store_args(), *self.scheduler_args,
         )  # fmt: skip
         self.scheduler = self.lab.start(host, argv, env=self._store_env())
