@@ -309,10 +309,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     )
     tls.warn_if_exposed(log, "scheduler", config.host, config.security)
     if config.address_file:
-        tmp = f"{config.address_file}.tmp"
-        with open(tmp, "w") as f:
-            f.write(address)
-        os.replace(tmp, config.address_file)
+        _write_atomically(config.address_file, address)
     running = SchedulerServer(server, core, address)
     _stop_when_deposed(running)
     if config.web_port is not None:
@@ -331,10 +328,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
             running.stop()
             raise
         if config.web_address_file:
-            tmp = f"{config.web_address_file}.tmp"
-            with open(tmp, "w") as f:
-                f.write(running.web.url)
-            os.replace(tmp, config.web_address_file)
+            _write_atomically(config.web_address_file, running.web.url)
     if config.flight_sql_port is not None:
         # Imported here: a scheduler without the endpoint does not pay for it.
         from mangonel.scheduler.flightsql import start_flight_sql
