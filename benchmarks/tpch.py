@@ -33,6 +33,12 @@ clusters) a host identity of its own, so shuffle partitions cross between execut
 over Flight, as on several machines, instead of being read from the shared disk:
 that is where TLS costs most.
 
+``--layout random`` runs on a copy of the tables with their rows in a fixed random
+order (written once by this script beside the generated data, same row-group sizes
+and compression), so no join or aggregate can lean on tables sorted by their keys,
+as real tables rarely are; ``--layout both`` runs the two layouts one after the
+other and prints both.
+
 ``--latency`` adds the latency of trivial queries end to end; ``--shuffle`` the
 shuffle throughput against the raw Flight loopback rate (see ``micro.py``);
 ``--no-tpch`` runs only those.
@@ -79,9 +85,11 @@ from helpers import (  # noqa: E402  (the test helpers live outside the package)
     CACHE_DIR,
     TPCH_ORDER_BY,
     TPCH_TABLES,
+    cached_tables,
     compare_results,
     duckdb_views_sql,
     ensure_tpch,
+    tpch_dir_name,
     tpch_query,
     type_kind,
 )
@@ -173,6 +181,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--flight-shuffle",
         action="store_true",
         help="executors report hosts of their own: shuffles go over Flight, not the disk",
+    )
+    parser.add_argument(
+        "--layout",
+        choices=("generated", "random", "both"),
+        default="generated",
+        help="the tables as tpchgen-cli writes them (sorted by their keys), a copy with "
+        "the rows in a fixed random order, or both one after the other (default generated)",
     )
     parser.add_argument("--latency", action="store_true", help="trivial-query latency p50/p95")
     parser.add_argument("--shuffle", action="store_true", help="shuffle vs Flight loopback")
@@ -327,6 +342,46 @@ def memory_markdown(memory: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+RANDOM_SEED = 20261201
+
+
+def random_layout(data: Path, cache_dir: Path, scale: float) -> Path:
+    """A copy of the TPC-H tables in ``data`` with each table's rows in a fixed random
+    order (seeded, so every run and machine gets the same files), cached beside the
+    generated data. Row groups keep the generated files' sizes and compression, so
+    the layouts differ in row order alone."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    def shuffle(into: Path) -> None:
+        rng = np.random.default_rng(RANDOM_SEED)
+        for name in TPCH_TABLES:
+            source = pq.ParquetFile(data / f"{name}.parquet")
+            meta = source.metadata
+            table = source.read()
+            order = rng.permutation(table.num_rows)
+            # Arrow's take has no string_view kernel (tpchgen-cli writes string_view):
+            # reorder as plain strings, then restore the generated schema.
+            plain = pa.schema(
+                f.with_type(pa.string()) if pa.types.is_string_view(f.type) else f
+                for f in table.schema
+            )
+            shuffled = table.cast(plain).take(pa.array(order)).cast(table.schema)
+            pq.write_table(
+                shuffled,
+                into / f"{name}.parquet",
+                row_group_size=meta.row_group(0).num_rows if meta.num_row_groups else None,
+                compression=meta.row_group(0).column(0).compression.lower()
+                if meta.num_row_groups
+                else "snappy",
+            )
+            del table
+
+    return cached_tables(
+        cache_dir / f"{tpch_dir_name(scale)}-random", TPCH_TABLES, "random layout", shuffle
+    )
+
+
 @contextlib.contextmanager
 def mangonel_cluster(
     args: argparse.Namespace, tables: dict[str, Path], **overrides: Any
@@ -450,29 +505,42 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} CPUs, load {load[0]:.2f} at start\n"
     )
     if not args.no_tpch:
-        rows, engines, memory = run_tpch(args, data, tables, payload["skipped"])
-        for name, why in payload["skipped"].items():
-            print(f"- {name}: skipped: {why}")
-        print()
-        print(markdown(rows, engines))
-        print("\nPeak memory (RSS high-water mark of the engine's processes):\n")
-        print(memory_markdown(memory))
-        ok = all(r.runs[e].ok for r in rows for e in engines)
-        payload |= {
-            "engines": engines,
-            "queries": [
-                {"query": r.query, "rows": r.rows}
-                | {
-                    e: asdict(r.runs[e]) | {"median_s": r.runs[e].median_s, "ratio": r.ratio(e)}
-                    for e in engines
-                }
-                for r in rows
-            ],  # fmt: skip
-            "totals_s": {e: totals(rows, e) for e in engines},
-            "first_run_totals_s": {e: first_totals(rows, e) for e in engines},
-            "memory": memory,
-            "all_ok": ok,
-        }
+        layouts = ("generated", "random") if args.layout == "both" else (args.layout,)
+        results: dict[str, dict[str, Any]] = {}
+        for layout in layouts:
+            source = (
+                data if layout == "generated" else random_layout(data, args.cache_dir, args.scale)
+            )
+            files = {name: source / f"{name}.parquet" for name in TPCH_TABLES}
+            if len(layouts) > 1:
+                print(f"## Layout: {layout}\n")
+            rows, engines, memory = run_tpch(args, source, files, payload["skipped"])
+            for name, why in payload["skipped"].items():
+                print(f"- {name}: skipped: {why}")
+            print()
+            print(markdown(rows, engines))
+            print("\nPeak memory (RSS high-water mark of the engine's processes):\n")
+            print(memory_markdown(memory))
+            print()
+            ok = ok and all(r.runs[e].ok for r in rows for e in engines)
+            results[layout] = {
+                "layout": layout,
+                "engines": engines,
+                "queries": [
+                    {"query": r.query, "rows": r.rows}
+                    | {
+                        e: asdict(r.runs[e]) | {"median_s": r.runs[e].median_s, "ratio": r.ratio(e)}
+                        for e in engines
+                    }
+                    for r in rows
+                ],  # fmt: skip
+                "totals_s": {e: totals(rows, e) for e in engines},
+                "first_run_totals_s": {e: first_totals(rows, e) for e in engines},
+                "memory": memory,
+                "all_ok": all(r.runs[e].ok for r in rows for e in engines),
+            }
+        # One layout: its figures at the top level, as before; two: one entry each.
+        payload |= results[layouts[0]] if len(layouts) == 1 else {"layouts": results}
     if args.latency:
         import duckdb
 

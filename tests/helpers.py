@@ -127,10 +127,10 @@ def ensure_tpch(scale: float, cache_dir: Path = CACHE_DIR) -> Path:
             stdout=subprocess.DEVNULL,
         )
 
-    return _cached_tables(target, TPCH_TABLES, "tpchgen-cli", generate)
+    return cached_tables(target, TPCH_TABLES, "tpchgen-cli", generate)
 
 
-def _cached_tables(
+def cached_tables(
     target: Path, tables: Sequence[str], generator: str, generate: Callable[[Path], None]
 ) -> Path:
     """``target`` holding ``<table>.parquet`` for every table, generated there first
@@ -199,7 +199,7 @@ def ensure_tpcds(scale: float, cache_dir: Path = CACHE_DIR) -> Path:
             stdout=subprocess.DEVNULL,
         )
 
-    return _cached_tables(target, TPCDS_TABLES, "the TPC-DS generator", generate)
+    return cached_tables(target, TPCDS_TABLES, "the TPC-DS generator", generate)
 
 
 def tpcds_query(number: int) -> str:
