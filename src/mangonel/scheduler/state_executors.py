@@ -196,6 +196,18 @@ class ExecutorRegistry:
                 best = rec
         return best
 
+    def slots_held(self) -> dict[JobId, int]:
+        """Job -> slots its running attempts hold (speculative copies included).
+
+        Read from the executors' running attempts, so it costs the number of
+        busy slots, not the number of tasks."""
+        held: dict[JobId, int] = {}
+        for rec in self._live.values():
+            for attempt in rec.running:
+                job = attempt.task.job
+                held[job] = held.get(job, 0) + 1
+        return held
+
     def takers(self) -> list[ExecutorRecord]:
         """Executors that take tasks, or will: alive ones (excluded included)
         and those awaiting their reattachment or still connecting."""
