@@ -11,6 +11,7 @@ here fail under it.
 
 from __future__ import annotations
 
+import pytest
 from test_state_machine import (
     E1,
     E2,
@@ -23,6 +24,7 @@ from test_state_machine import (
 )
 
 from mangonel.ids import ExecutorId, JobId
+from mangonel.scheduler.events import Limits
 from mangonel.task import ExecutionError
 
 J3 = JobId("j3")
@@ -140,3 +142,57 @@ def test_a_task_waiting_to_avoid_where_it_failed_leaves_the_slot_to_another_job(
     assert launches(cmds) == [("e1", "j2/s1/p2/a0")]
     # The next slot to free on e2 is j1's (0 against 3), and its task runs there.
     assert launches(h.complete(att(1, 0, job=J2), E2)) == [("e2", "j1/s1/p0/a1")]
+
+
+# ------------------------------------------------------------- a cap per job
+
+
+def test_with_a_cap_a_job_alone_leaves_slots_for_a_job_arriving_later() -> None:
+    h = Harness(Limits(max_job_share=0.5))
+    h.register(E1, 4)
+    h.register(E2, 4)
+    assert len(launches(h.submit(three_stage_plan(maps=100, reducers=1), J1))) == 4
+    assert held(h) == {"j1": 4}
+    assert launches(h.complete(att(1, 0), E1)) == [("e1", "j1/s1/p4/a0")]  # back to 4
+    # A job arriving finds the other half free at once, though j1's tasks run on.
+    cmds = h.submit(three_stage_plan(maps=100, reducers=1), J2)
+    assert len(launches(cmds)) == 4 and held(h) == {"j1": 4, "j2": 4}
+    # The cap counts the slots of alive executors: with e2 gone, half of four.
+    h.lose(E2)
+    assert held(h) == {"j1": 2, "j2": 2}
+    assert launches(h.complete(att(1, 4), E1)) == [("e1", "j1/s1/p1/a1")]
+
+
+def test_a_cap_is_at_least_one_slot_and_a_share_in_range() -> None:
+    h = Harness(Limits(max_job_share=0.1))
+    h.register(E1, 4)
+    assert launches(h.submit(three_stage_plan(maps=4, reducers=1), J1)) == [("e1", "j1/s1/p0/a0")]
+    for share in (0.0, 1.5):
+        with pytest.raises(ValueError, match="max_job_share must be in"):
+            Limits(max_job_share=share)
+
+
+def test_a_speculative_copy_counts_against_the_cap() -> None:
+    # 2 slots of 8 at 0.25. p0, p1 run 0-1 s, p2 1-2 s; p3 (from 1 s) and p4
+    # (from 2 s) run on, the job at its cap. At 2.6 s p3 straggles (1.6 s
+    # against a 1 s median) but its copy would be a third slot.
+    limits = Limits(
+        max_job_share=0.25, speculation_quantile=0.5, speculation_min_s=1.0, exclusion_failures=0
+    )
+    h = Harness(limits)
+    h.register(E1, 4)
+    h.register(E2, 4)
+    assert launches(h.submit(three_stage_plan(maps=5, reducers=1), J1)) == [
+        ("e1", "j1/s1/p0/a0"),
+        ("e2", "j1/s1/p1/a0"),
+    ]
+    h.now = 1.0
+    assert launches(h.complete(att(1, 0), E1)) == [("e1", "j1/s1/p2/a0")]
+    assert launches(h.complete(att(1, 1), E2)) == [("e2", "j1/s1/p3/a0")]
+    h.now = 2.0
+    assert launches(h.complete(att(1, 2), E1)) == [("e1", "j1/s1/p4/a0")]
+    assert h.tick(2.6) == []
+    # Once p4 is done, the job is under its cap: the straggler gets its copy.
+    h.now = 2.7
+    assert launches(h.complete(att(1, 4), E1)) == []
+    assert launches(h.tick(2.8)) == [("e1", "j1/s1/p3/a1")]

@@ -609,6 +609,14 @@ def _gray_failure_options(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds an excluded executor gets no new task (default %(default)g)",
     )
+    p.add_argument(
+        "--max-job-share",
+        type=float,
+        default=defaults.MAX_JOB_SHARE,
+        metavar="F",
+        help="the most of the slots one job may hold, 0 < F <= 1: below 1 a job alone "
+        "leaves slots idle for jobs that arrive later (default %(default)g: no cap)",
+    )
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
@@ -637,6 +645,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
             exclusion_failures=args.exclusion_failures,
             exclusion_window_s=args.exclusion_window,
             exclusion_s=args.exclusion_time,
+            max_job_share=args.max_job_share,
             address_file=args.address_file,
             web_port=_web_port(args),
             web_address_file=args.web_address_file,

@@ -78,8 +78,8 @@ What each event does, in one place:
 * after every event, pending tasks of runnable stages go to free slots of alive
   executors that are not excluded, least loaded first (``LaunchTask``); each
   free slot to the job holding the fewest slots, ties to the earliest submitted
-  (fair shares, ``_assign``); a task that failed avoids the executors it failed
-  on while another may take it.
+  (fair shares, ``_assign``), none beyond ``Limits.max_job_share`` of them; a
+  task that failed avoids the executors it failed on while another may take it.
 
 The life cycles of executors, jobs, tasks and stages are drawn in
 ``state_executors`` and ``state_jobs``.
@@ -88,6 +88,7 @@ The life cycles of executors, jobs, tasks and stages are drawn in
 from __future__ import annotations
 
 import heapq
+import math
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -1009,10 +1010,16 @@ class SchedulerState:
         excludes or its tasks failed on) leaves the rest to the others. Within a
         job, stages in plan order and tasks in partition order, each to the least
         loaded executor (``_launch_next``).
+
+        With ``Limits.max_job_share`` below 1, no job holds more than that share
+        of the slots (``_job_slot_cap``), which is no longer work-conserving: an
+        operator's choice, so that a job arriving finds slots free at once
+        however long the running tasks of the others are.
         """
         if self._executors.least_loaded() is None:
             return
         held = self._executors.slots_held()
+        cap = self._job_slot_cap()
         # (slots held, submission order, job, its launchable tasks); the order is
         # unique, so the heap never compares the last two.
         queue = [
@@ -1022,12 +1029,23 @@ class SchedulerState:
         heapq.heapify(queue)
         while queue:
             count, order, job, tasks = queue[0]
+            if cap is not None and count >= cap:
+                return  # the job holding the fewest is at the cap: so is every other
             if self._launch_next(job, tasks, step):
                 heapq.heapreplace(queue, (count + 1, order, job, tasks))
                 continue
             heapq.heappop(queue)  # nothing more it can launch in this event
             if self._executors.least_loaded() is None:
                 return  # no free slot anywhere
+
+    def _job_slot_cap(self) -> int | None:
+        """The most slots one job may hold now (``Limits.max_job_share`` of the
+        alive executors' slots, at least one); ``None``: no cap."""
+        share = self.limits.max_job_share
+        if share >= 1.0:
+            return None
+        # The epsilon keeps 0.29 x 100 slots at 29, not 28 (binary fractions).
+        return max(1, math.floor(share * self._executors.alive_slots() + 1e-9))
 
     def _pending_runnable(self, job: JobRecord) -> Iterator[TaskRecord]:
         """The job's pending tasks of runnable stages, stages in plan order.
@@ -1082,7 +1100,11 @@ class SchedulerState:
         of the two to finish wins (``_task_completed``).
         """
         found = stragglers(self._jobs.values(), self._executors.is_live, step.now, self.limits)
+        cap = self._job_slot_cap()
+        held = self._executors.slots_held() if cap is not None and found else {}
         for s in found:
+            if cap is not None and held.get(s.job.id, 0) >= cap:
+                continue  # a copy holds a slot too (``_assign``)
             executor = self._executors.least_loaded(s.job.excluded | {s.running.executor})
             if executor is None:
                 continue
@@ -1091,6 +1113,8 @@ class SchedulerState:
             s.stage.speculated += 1
             s.job.ran_on.add(executor.id)
             self._executors.start(executor.id, attempt)
+            if cap is not None:
+                held[s.job.id] = held.get(s.job.id, 0) + 1
             spec = s.job.task_spec(s.stage.stage, attempt)
             step.commands.append(LaunchTask(step.cause, executor.id, spec, speculative=True))
 

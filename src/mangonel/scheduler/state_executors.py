@@ -208,6 +208,16 @@ class ExecutorRegistry:
                 held[job] = held.get(job, 0) + 1
         return held
 
+    def alive_slots(self) -> int:
+        """Slots of the alive executors (busy or not; draining ones and those
+        awaiting their reattachment left out): the cluster's size as a job's
+        share of it is counted."""
+        return sum(
+            r.info.slots
+            for r in self._live.values()
+            if r.state is ExecutorState.ALIVE and not r.awaiting
+        )
+
     def takers(self) -> list[ExecutorRecord]:
         """Executors that take tasks, or will: alive ones (excluded included)
         and those awaiting their reattachment or still connecting."""
