@@ -1065,10 +1065,13 @@ class SchedulerState:
         """Launch the next of ``tasks`` that may run now; ``False`` when none may
         (no slot the job may use is free, or the tasks left wait for executors
         other than those with a free slot)."""
+        # Looked up before the next task is: with no slot free, the job's
+        # pending tasks are not read at all.
+        least = self._executors.least_loaded(job.excluded)
+        if least is None:
+            return False
         for task in tasks:
-            executor = self._executors.least_loaded(job.excluded)
-            if executor is None:
-                return False
+            executor = least
             if executor.id in task.failed_on:
                 # Not again where it failed (Spark's one attempt per task and
                 # executor), while another executor may run it: it waits for
