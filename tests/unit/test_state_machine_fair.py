@@ -23,6 +23,7 @@ from test_state_machine import (
     three_stage_plan,
 )
 
+from mangonel.client import cli
 from mangonel.ids import ExecutorId, JobId
 from mangonel.scheduler.events import Limits
 from mangonel.task import ExecutionError
@@ -196,3 +197,12 @@ def test_a_speculative_copy_counts_against_the_cap() -> None:
     h.now = 2.7
     assert launches(h.complete(att(1, 4), E1)) == []
     assert launches(h.tick(2.8)) == [("e1", "j1/s1/p3/a1")]
+
+
+def test_the_scheduler_command_refuses_a_share_out_of_range_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["scheduler", "--max-job-share", "1.5", "--port", "0", "--state", "memory://"]
+    assert cli.main(argv) == 1  # before it serves anything
+    err = capsys.readouterr().err
+    assert err == "error: max_job_share must be in (0, 1], got 1.5\n"
