@@ -99,6 +99,11 @@ EXCLUSION_S = 60.0
 """Seconds an excluded executor gets no new task (it still finishes its running
 attempts and serves its outputs)."""
 
+MAX_JOB_SHARE = 1.0
+"""The most of the cluster's slots one job may hold (1: no cap). Below 1, a job
+alone leaves slots idle, so that a job arriving later finds some free at once
+even when the first one's tasks are long (tasks are never preempted)."""
+
 RESULT_TTL_S = 600.0
 """Seconds a result no client released is kept before it is deleted."""
 

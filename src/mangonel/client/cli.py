@@ -609,47 +609,59 @@ def _gray_failure_options(p: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds an excluded executor gets no new task (default %(default)g)",
     )
+    p.add_argument(
+        "--max-job-share",
+        type=float,
+        default=defaults.MAX_JOB_SHARE,
+        metavar="F",
+        help="the most of the slots one job may hold, 0 < F <= 1: below 1 a job alone "
+        "leaves slots idle for jobs that arrive later (default %(default)g: no cap)",
+    )
 
 
 def cmd_scheduler(args: argparse.Namespace) -> int:
     from mangonel.scheduler.main import SchedulerConfig, run_scheduler
 
-    return run_scheduler(
-        SchedulerConfig(
-            host=args.host,
-            port=args.port,
-            partitions=args.partitions,
-            partition_bytes=args.partition_bytes,
-            broadcast_bytes=args.broadcast_bytes,
-            split_rows=args.split_rows,
-            split_bytes=args.split_bytes,
-            inline_scan_bytes=args.inline_scan_bytes,
-            plan_cache=args.plan_cache,
-            heartbeat_timeout_s=args.heartbeat_timeout,
-            no_executor_grace_s=args.grace,
-            max_task_attempts=args.max_task_attempts,
-            max_stage_reruns=args.max_stage_reruns,
-            result_ttl_s=args.result_ttl,
-            speculation=args.speculation,
-            speculation_quantile=args.speculation_quantile,
-            speculation_multiplier=args.speculation_multiplier,
-            speculation_min_s=args.speculation_min,
-            exclusion_failures=args.exclusion_failures,
-            exclusion_window_s=args.exclusion_window,
-            exclusion_s=args.exclusion_time,
-            address_file=args.address_file,
-            web_port=_web_port(args),
-            web_address_file=args.web_address_file,
-            flight_sql_port=_flight_sql_port(args),
-            flight_sql_address_file=args.flight_sql_address_file,
-            flight_sql_results=args.flight_sql_results,
-            state=args.state,
-            crash_file=args.crash_file,
-            standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
-            storage=storage.options_from_args(args),
-            security=security.options_from_args(args, "node"),
-        )
+    config = SchedulerConfig(
+        host=args.host,
+        port=args.port,
+        partitions=args.partitions,
+        partition_bytes=args.partition_bytes,
+        broadcast_bytes=args.broadcast_bytes,
+        split_rows=args.split_rows,
+        split_bytes=args.split_bytes,
+        inline_scan_bytes=args.inline_scan_bytes,
+        plan_cache=args.plan_cache,
+        heartbeat_timeout_s=args.heartbeat_timeout,
+        no_executor_grace_s=args.grace,
+        max_task_attempts=args.max_task_attempts,
+        max_stage_reruns=args.max_stage_reruns,
+        result_ttl_s=args.result_ttl,
+        speculation=args.speculation,
+        speculation_quantile=args.speculation_quantile,
+        speculation_multiplier=args.speculation_multiplier,
+        speculation_min_s=args.speculation_min,
+        exclusion_failures=args.exclusion_failures,
+        exclusion_window_s=args.exclusion_window,
+        exclusion_s=args.exclusion_time,
+        max_job_share=args.max_job_share,
+        address_file=args.address_file,
+        web_port=_web_port(args),
+        web_address_file=args.web_address_file,
+        flight_sql_port=_flight_sql_port(args),
+        flight_sql_address_file=args.flight_sql_address_file,
+        flight_sql_results=args.flight_sql_results,
+        state=args.state,
+        crash_file=args.crash_file,
+        standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
+        storage=storage.options_from_args(args),
+        security=security.options_from_args(args, "node"),
     )
+    try:
+        config.core_config()  # checks the limits (``Limits.__post_init__``)
+    except ValueError as exc:  # a setting out of range: one line, no traceback
+        raise UsageError(str(exc)) from None
+    return run_scheduler(config)
 
 
 def _standby_timeout(state: str | None, given: float | None) -> float | None:

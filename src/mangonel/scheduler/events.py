@@ -265,8 +265,13 @@ class Limits:
     0 turns exclusion off."""
     exclusion_window_s: float = defaults.EXCLUSION_WINDOW_S
     exclusion_s: float = defaults.EXCLUSION_S
+    max_job_share: float = defaults.MAX_JOB_SHARE
+    """The most of the alive executors' slots one job may hold (at least one
+    slot); 1: no cap, every slot a job can use (see ``SchedulerState._assign``)."""
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.max_job_share <= 1.0:
+            raise ValueError(f"max_job_share must be in (0, 1], got {self.max_job_share:g}")
         if not 0.0 < self.speculation_quantile <= 1.0:
             raise ValueError(
                 f"speculation_quantile must be in (0, 1], got {self.speculation_quantile:g}"

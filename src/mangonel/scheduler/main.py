@@ -90,6 +90,7 @@ class SchedulerConfig:
             ``exclusion_window_s`` that exclude it for ``exclusion_s``; 0: never.
         exclusion_window_s: Seconds over which those failures are counted.
         exclusion_s: Seconds an excluded executor gets no new task.
+        max_job_share: The most of the slots one job may hold (1: no cap).
         address_file: Where to write the bound ``host:port`` once serving.
         max_workers: gRPC threads; every executor stream and job watcher holds one.
         web_port: Port of the web UI, REST API and /metrics (``mangonel.web``);
@@ -144,6 +145,7 @@ class SchedulerConfig:
     exclusion_failures: int = defaults.EXCLUSION_FAILURES
     exclusion_window_s: float = defaults.EXCLUSION_WINDOW_S
     exclusion_s: float = defaults.EXCLUSION_S
+    max_job_share: float = defaults.MAX_JOB_SHARE
     address_file: str | None = None
     max_workers: int = 128
     web_port: int | None = None
@@ -182,6 +184,7 @@ class SchedulerConfig:
                 exclusion_failures=self.exclusion_failures,
                 exclusion_window_s=self.exclusion_window_s,
                 exclusion_s=self.exclusion_s,
+                max_job_share=self.max_job_share,
             ),
         )
 

@@ -76,9 +76,10 @@ What each event does, in one place:
   from new tasks for ``exclusion_s`` (a ``Tick`` ends it); with every executor
   excluded, jobs with pending tasks fail saying so (``_count_failure``).
 * after every event, pending tasks of runnable stages go to free slots of alive
-  executors that are not excluded, least loaded first, a stage's tasks together
-  (``LaunchTask``); a task that failed avoids the executors it failed on while
-  another may take it.
+  executors that are not excluded, least loaded first (``LaunchTask``); each
+  free slot to the job holding the fewest slots, ties to the earliest submitted
+  (fair shares, ``_assign``), none beyond ``Limits.max_job_share`` of them; a
+  task that failed avoids the executors it failed on while another may take it.
 
 The life cycles of executors, jobs, tasks and stages are drawn in
 ``state_executors`` and ``state_jobs``.
@@ -86,7 +87,10 @@ The life cycles of executors, jobs, tasks and stages are drawn in
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
@@ -992,48 +996,101 @@ class SchedulerState:
     # ------------------------------------------------------------------ assignment
 
     def _assign(self, step: _Step) -> None:
-        """Hand pending tasks of runnable stages to free slots.
+        """Hand pending tasks of runnable stages to free slots, fairly between jobs.
 
-        Jobs in submission order, stages in plan order, so a stage's tasks go out
-        together in one batch of commands; each to the least loaded executor.
+        Each free slot goes to the job that holds the fewest slots at that moment
+        (its running attempts, speculative copies included), ties to the earliest
+        submitted: the fair sharing of Hadoop's fair scheduler and Spark's FAIR
+        mode, with one pool and equal weights. Slots are handed out one task at a
+        time, so two jobs with work for every slot end up with half each, and a
+        job submitted while another holds every slot gets each slot that frees
+        until it holds as many (tasks are never preempted). It is
+        work-conserving: a job alone takes every slot, and a job that cannot use
+        its share (no more runnable tasks, or a free slot only on executors it
+        excludes or its tasks failed on) leaves the rest to the others. Within a
+        job, stages in plan order and tasks in partition order, each to the least
+        loaded executor (``_launch_next``).
+
+        With ``Limits.max_job_share`` below 1, no job holds more than that share
+        of the slots (``_job_slot_cap``), which is no longer work-conserving: an
+        operator's choice, so that a job arriving finds slots free at once
+        however long the running tasks of the others are.
         """
         if self._executors.least_loaded() is None:
             return
-        for job in self._jobs.values():
-            if not self._assign_job(job, step) and not job.excluded:
+        held = self._executors.slots_held()
+        cap = self._job_slot_cap()
+        # (slots held, submission order, job, its launchable tasks); the order is
+        # unique, so the heap never compares the last two.
+        queue = [
+            (held.get(job.id, 0), order, job, self._pending_runnable(job))
+            for order, job in enumerate(self._jobs.values())
+        ]
+        heapq.heapify(queue)
+        while queue:
+            count, order, job, tasks = queue[0]
+            if cap is not None and count >= cap:
+                return  # the job holding the fewest is at the cap: so is every other
+            if self._launch_next(job, tasks, step):
+                heapq.heapreplace(queue, (count + 1, order, job, tasks))
+                continue
+            heapq.heappop(queue)  # nothing more it can launch in this event
+            if self._executors.least_loaded() is None:
                 return  # no free slot anywhere
 
-    def _assign_job(self, job: JobRecord, step: _Step) -> bool:
-        """Launch the job's runnable pending tasks; ``False`` once no slot it may
-        use is free."""
+    def _job_slot_cap(self) -> int | None:
+        """The most slots one job may hold now (``Limits.max_job_share`` of the
+        alive executors' slots, at least one); ``None``: no cap."""
+        share = self.limits.max_job_share
+        if share >= 1.0:
+            return None
+        # The epsilon keeps 0.29 x 100 slots at 29, not 28 (binary fractions).
+        return max(1, math.floor(share * self._executors.alive_slots() + 1e-9))
+
+    def _pending_runnable(self, job: JobRecord) -> Iterator[TaskRecord]:
+        """The job's pending tasks of runnable stages, stages in plan order.
+
+        Lazy, so a job with thousands of pending tasks is read only as far as
+        the free slots reach. Launching a task changes no stage's state, so
+        what was runnable when the walk started stays so until it ends.
+        """
         is_live = job.usable(self._executors.is_live)
         for sid, rec in job.stages.items():
             pending = [t for t in rec.tasks if isinstance(t.state, Pending)]
             if not pending or job.stage_state(sid, is_live) is not StageState.RUNNABLE:
                 continue
-            for task in pending:
-                executor = self._executors.least_loaded(job.excluded)
-                if executor is None:
-                    return False
-                if executor.id in task.failed_on:
-                    # Not again where it failed (Spark's one attempt per task and
-                    # executor), while another executor may run it: it waits for
-                    # a slot there rather than fail again, and a bad executor
-                    # that fails at once cannot use up the task's attempts alone.
-                    avoid = job.excluded | set(task.failed_on)
-                    elsewhere = self._executors.least_loaded(avoid)
-                    if elsewhere is None and self._executors.any_taker(avoid):
-                        continue
-                    executor = elsewhere or executor
-                attempt = task.next_attempt()
-                task.state = Running(attempt, executor.id, started=step.now)
-                job.ran_on.add(executor.id)
-                self._executors.start(executor.id, attempt)
-                job.state = JobState.RUNNING
-                step.commands.append(
-                    LaunchTask(step.cause, executor.id, job.task_spec(rec.stage, attempt))
-                )
-        return True
+            yield from pending
+
+    def _launch_next(self, job: JobRecord, tasks: Iterator[TaskRecord], step: _Step) -> bool:
+        """Launch the next of ``tasks`` that may run now; ``False`` when none may
+        (no slot the job may use is free, or the tasks left wait for executors
+        other than those with a free slot)."""
+        # Looked up before the next task is: with no slot free, the job's
+        # pending tasks are not read at all.
+        least = self._executors.least_loaded(job.excluded)
+        if least is None:
+            return False
+        for task in tasks:
+            executor = least
+            if executor.id in task.failed_on:
+                # Not again where it failed (Spark's one attempt per task and
+                # executor), while another executor may run it: it waits for
+                # a slot there rather than fail again, and a bad executor
+                # that fails at once cannot use up the task's attempts alone.
+                avoid = job.excluded | set(task.failed_on)
+                elsewhere = self._executors.least_loaded(avoid)
+                if elsewhere is None and self._executors.any_taker(avoid):
+                    continue
+                executor = elsewhere or executor
+            attempt = task.next_attempt()
+            task.state = Running(attempt, executor.id, started=step.now)
+            job.ran_on.add(executor.id)
+            self._executors.start(executor.id, attempt)
+            job.state = JobState.RUNNING
+            stage = job.stages[attempt.task.stage].stage
+            step.commands.append(LaunchTask(step.cause, executor.id, job.task_spec(stage, attempt)))
+            return True
+        return False
 
     # ----------------------------------------------------------------- stragglers
 
@@ -1046,7 +1103,11 @@ class SchedulerState:
         of the two to finish wins (``_task_completed``).
         """
         found = stragglers(self._jobs.values(), self._executors.is_live, step.now, self.limits)
+        cap = self._job_slot_cap()
+        held = self._executors.slots_held() if cap is not None and found else {}
         for s in found:
+            if cap is not None and held.get(s.job.id, 0) >= cap:
+                continue  # a copy holds a slot too (``_assign``)
             executor = self._executors.least_loaded(s.job.excluded | {s.running.executor})
             if executor is None:
                 continue
@@ -1055,6 +1116,8 @@ class SchedulerState:
             s.stage.speculated += 1
             s.job.ran_on.add(executor.id)
             self._executors.start(executor.id, attempt)
+            if cap is not None:
+                held[s.job.id] = held.get(s.job.id, 0) + 1
             spec = s.job.task_spec(s.stage.stage, attempt)
             step.commands.append(LaunchTask(step.cause, executor.id, spec, speculative=True))
 

@@ -196,6 +196,28 @@ class ExecutorRegistry:
                 best = rec
         return best
 
+    def slots_held(self) -> dict[JobId, int]:
+        """Job -> slots its running attempts hold (speculative copies included).
+
+        Read from the executors' running attempts, so it costs the number of
+        busy slots, not the number of tasks."""
+        held: dict[JobId, int] = {}
+        for rec in self._live.values():
+            for attempt in rec.running:
+                job = attempt.task.job
+                held[job] = held.get(job, 0) + 1
+        return held
+
+    def alive_slots(self) -> int:
+        """Slots of the alive executors (busy or not; draining ones and those
+        awaiting their reattachment left out): the cluster's size as a job's
+        share of it is counted."""
+        return sum(
+            r.info.slots
+            for r in self._live.values()
+            if r.state is ExecutorState.ALIVE and not r.awaiting
+        )
+
     def takers(self) -> list[ExecutorRecord]:
         """Executors that take tasks, or will: alive ones (excluded included)
         and those awaiting their reattachment or still connecting."""
