@@ -4,13 +4,13 @@
 The tables are small hand-made Parquet files written by this module (NULLs in keys
 and values, duplicates, decimals, dates, timestamps, unicode strings, an empty
 table, a table split into several files and row groups) next to the TPC-H SF 0.1
-tables, those of fewer than three row groups rewritten in three. Every answer is
+tables, those of one row group rewritten in three. Every answer is
 compared with single-process DuckDB over the same files; a query in another
 dialect is compared with its DuckDB-dialect equivalent run on DuckDB.
 
 Every case runs distributed, on two clusters of two executors: scan tasks read at
 most ``SPLIT_ROWS`` (4) rows, so each table is as many tasks as it has row groups
-(``emp`` 6, ``l`` 3, ``lineitem`` 6), no table is scanned inside another stage's
+(``emp`` 3, ``l`` 3, ``lineitem`` 6), no table is scanned inside another stage's
 tasks (``INLINE_SCAN_BYTES`` 0), exchanges have 3 partitions, and the hand-made
 join tables hold their keys in no order, so that joins hash or broadcast instead
 of meeting by key range. One cluster plans as by default (small sides broadcast),
@@ -172,7 +172,7 @@ def write_tables(root: Path) -> dict[str, str]:
     """Write the hand-made tables; return table name -> location to register."""
     root.mkdir(parents=True, exist_ok=True)
     locations: dict[str, str] = {}
-    # emp: three files of 50 rows, 25-row row groups: six splits, several files.
+    # emp: three files of 50 rows, one row group each: three splits, several files.
     # File i holds the ids i + 1, i + 4, ...: every row group spans most ids, so a
     # self-join on ``mgr = id`` hashes or broadcasts rather than meeting by key range.
     emp = emp_table()
@@ -182,7 +182,7 @@ def write_tables(root: Path) -> dict[str, str]:
         pq.write_table(
             emp.take(list(range(part, emp.num_rows, 3))),
             emp_dir / f"part-{part}.parquet",
-            row_group_size=25,
+            row_group_size=50,
         )
     locations["emp"] = str(emp_dir)
     singles = {
@@ -203,17 +203,17 @@ def write_tables(root: Path) -> dict[str, str]:
 
 
 TPCH_ROW_GROUPS = 3
-"""A TPC-H table of fewer row groups (at SF 0.1 all but ``lineitem``, one or two)
-is rewritten in this many, so that it too is read by several tasks."""
+"""A TPC-H table of one row group (at SF 0.1: customer, nation, part, region,
+supplier) is rewritten in this many, so that it too is read by several tasks."""
 
 
 def resplit_tpch(tables: dict[str, Path], root: Path) -> dict[str, str]:
     """TPC-H table name -> location: the generated file, or its copy in
-    ``TPCH_ROW_GROUPS`` row groups under ``root`` when it has fewer."""
+    ``TPCH_ROW_GROUPS`` row groups under ``root`` when it has one."""
     root.mkdir(parents=True, exist_ok=True)
     locations: dict[str, str] = {}
     for name, path in tables.items():
-        if pq.ParquetFile(path).metadata.num_row_groups >= TPCH_ROW_GROUPS:
+        if pq.ParquetFile(path).metadata.num_row_groups > 1:
             locations[name] = str(path)
             continue
         table = pq.read_table(path)
@@ -879,7 +879,7 @@ def test_matches_duckdb(
     """The case on the default planner's cluster, then on the hash-joins-only one
     wherever that plans it otherwise (a join the default broadcasts). With tasks
     this many, broadcasting rarely pays, and most cases plan the same on both
-    (116 of 131 when this was written): their second run would repeat the first."""
+    (112 of 131 when this was written): their second run would repeat the first."""
     expected = _reference(case, reference)
     _check(case, diff_session, expected, "default")
     plan = diff_session.explain(case.sql, dialect=case.dialect)
@@ -889,7 +889,7 @@ def test_matches_duckdb(
 
 def test_hash_joins_only_cluster_plans_otherwise(diff_session: Any, diff_hash_session: Any) -> None:
     # The condition above is not vacuous: the default planner broadcasts dept
-    # (2 tasks) into emp's 6 scan tasks, the other hashes both into 3 partitions.
+    # (2 tasks) into emp's 3 scan tasks, the other hashes both into 3 partitions.
     case = next(c for c in CASES if c.id == "decimal_join_arithmetic")
     default = diff_session.explain(case.sql)
     hashed = diff_hash_session.explain(case.sql)
