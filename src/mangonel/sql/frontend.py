@@ -235,6 +235,7 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
         # the time.
         return _apply(
             query,
+            inline_named_windows,
             partial(qualified, isolate_tables=False),
             normalize,
             optimize_joins,
@@ -257,6 +258,7 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
     # as a semi join names outer columns exactly as the outer query does.
     return _apply(
         query,
+        inline_named_windows,
         partial(qualified, isolate_tables=True),  # the later rules need it
         hide,
         pushdown_projections,
@@ -286,6 +288,55 @@ def _apply(query: exp.Query, *rules: Callable[[exp.Expr], exp.Expr]) -> exp.Quer
         optimized = rule(optimized)
     assert isinstance(optimized, exp.Query)  # the rules keep a query a query
     return optimized
+
+
+def inline_named_windows(expression: exp.Expr) -> exp.Expr:
+    """Write each ``OVER w`` / ``OVER (w ORDER BY ...)`` out in full and drop the
+    ``WINDOW w AS (...)`` clauses, so that the binder sees only plain windows.
+
+    A named window is only a shorthand: the binder has no use for the name, and
+    sqlglot's rules would have to qualify the columns inside the clause too. A
+    reference keeps what it states itself (PARTITION BY, ORDER BY, frame) and
+    takes the rest from the window it names, which may name another one defined
+    before it. DuckDB has bound the query already and refused what the standard
+    forbids (overriding an ORDER BY, copying a frame), so every combination met
+    here is a valid one. A name is visible only in its own SELECT, not in the
+    subqueries inside it.
+
+    >>> import sqlglot
+    >>> q = sqlglot.parse_one(
+    ...     "SELECT SUM(x) OVER w, MAX(x) OVER (w ORDER BY y) FROM t WINDOW w AS (PARTITION BY g)")
+    >>> inline_named_windows(q).sql()
+    'SELECT SUM(x) OVER (PARTITION BY g), MAX(x) OVER (PARTITION BY g ORDER BY y) FROM t'
+    """
+    for select in list(expression.find_all(exp.Select)):
+        definitions = select.args.get("windows")
+        if not definitions:
+            continue
+        named: dict[str, exp.Window] = {}
+        for definition in definitions:
+            named[definition.name] = _merge_window(definition, named)
+        for window in list(select.find_all(exp.Window)):
+            if window.arg_key == "windows" or window.find_ancestor(exp.Select) is not select:
+                continue  # a definition itself, or a window of a nested SELECT
+            window.replace(_merge_window(window, named))
+        select.set("windows", None)
+    return expression
+
+
+def _merge_window(window: exp.Window, named: dict[str, exp.Window]) -> exp.Window:
+    """``window`` with what it leaves out taken from the named window it refers to."""
+    ref = window.args.get("alias")
+    base = named.get(ref.name) if isinstance(ref, exp.Identifier) else None
+    merged = window.copy()
+    if base is None:
+        return merged
+    merged.set("alias", None)
+    for arg in ("partition_by", "order", "spec"):
+        value = base.args.get(arg)
+        if value and not merged.args.get(arg):
+            merged.set(arg, [v.copy() for v in value] if isinstance(value, list) else value.copy())
+    return merged
 
 
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div)

@@ -241,9 +241,13 @@ class Distributor:
             return f
         if f.single or self._partitioned_within(f, group_exprs):
             f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs)
-            f.hash_keys = (
-                [col((n.qualifier, name)) for name, _ in n.groups] if f.hash_keys else None
-            )
+            if f.single:
+                # One task holds every row: it is hashed on any keys.
+                f.hash_keys = (
+                    [col((n.qualifier, name)) for name, _ in n.groups] if f.hash_keys else None
+                )
+            else:
+                f.hash_keys = _hashed_groups(f.hash_keys, n)
             f.est = f.est / 4 if n.groups else 64.0
             return f
         split = split_aggs(n.aggs)
@@ -325,3 +329,30 @@ class Distributor:
         f = self._joins.place(n, left, right)
         self._attach_subqueries(f, [n.residual])
         return f
+
+
+def _hashed_groups(hash_keys: list[exp.Expr] | None, n: Aggregate) -> list[exp.Expr] | None:
+    """The keys an aggregate run in place is hashed on: its input's, as its own
+    group columns.
+
+    Its rows stay in the tasks they were in, hashed on the input's keys, which
+    may be only some of the group keys (grouped on dept and mgr, hashed on
+    dept): saying all of them would let a join on (dept, mgr) meet a side hashed
+    on both task by task, rows equal on both in different tasks. A cast the
+    exchange hashed through is kept, so the keys compare only with keys cast
+    alike. None when the input is not hashed or a key is not a group.
+    """
+    if not hash_keys:
+        return None
+    out: list[exp.Expr] = []
+    for key in hash_keys:
+        name = next((name for name, g in n.groups if g == stripped(key)), None)
+        if name is None:
+            return None
+        ref = col((n.qualifier, name))
+        if isinstance(key, exp.Cast):
+            cast = key.copy()
+            cast.set("this", ref)
+            ref = cast
+        out.append(ref)
+    return out
