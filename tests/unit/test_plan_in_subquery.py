@@ -90,13 +90,15 @@ def test_in_list_subquery_drops_duplicates_in_each_task(data: Path, sql: str) ->
         # a scalar subquery, alone and beside an IN list
         "SELECT count(*) AS n FROM t WHERE v > (SELECT max(w) FROM u WHERE k > 3)",
         "SELECT count(*) AS n FROM t WHERE v > (SELECT max(w) FROM u) AND k IN (SELECT k FROM u)",
+        # a scalar subquery as the left side of an IN list is lifted too
+        "SELECT count(*) AS n FROM t WHERE (SELECT min(k) FROM u) IN (SELECT w FROM u)",
     ],
 )
 def test_subqueries_known_distinct_or_scalar_keep_their_rows(data: Path, sql: str) -> None:
     plan = plan_query(sql, _catalog(data), CONFIG)
     subs = _subquery_sql(plan)
     assert subs
-    in_list = "k IN (SELECT k FROM u)" in sql
-    # Only the IN list of the last query is deduplicated, not the scalar beside it.
+    in_list = "IN (SELECT k FROM u)" in sql or "IN (SELECT w FROM u)" in sql
+    # Only the IN lists of the last two are deduplicated, not the scalars beside them.
     assert sum("SELECT DISTINCT" in s for s in subs) == (1 if in_list else 0), subs
     _check_answer(data, plan, sql)
