@@ -103,6 +103,48 @@ def test_a_side_has_no_more_distinct_keys_than_rows() -> None:
     assert join_size(inventory, filtered, dates).rows == pytest.approx(11_745_000 * 100 / 1821)
 
 
+def test_a_filtered_dimension_keeps_its_share_of_the_keys_a_fact_table_spans() -> None:
+    # TPC-DS SF1: inventory's dates span 1,821 of date_dim's 73,049 keys (5 of 200
+    # years). d_year = 2001 keeps 1/201 of date_dim, and those 365 days lie within
+    # the span: a fifth of inventory matches, not 1/201 (2.3M rows, not 58k).
+    inventory = Size(
+        11_745_000.0,
+        {},
+        {("inventory", "inv_date_sk"): 1821.0},
+        {("inventory", "inv_date_sk"): 1821.0},
+    )
+    year = Size(
+        73049 / 201,
+        {("d", "d_date_sk"): 1 / 201},
+        {("d", "d_date_sk"): 73049 / 201},
+        {("d", "d_date_sk"): 73049.0},
+    )
+    dates = [(sqlglot.parse_one("inventory.inv_date_sk"), sqlglot.parse_one("d.d_date_sk"))]
+    kept = join_size(inventory, year, dates)
+    assert kept.rows == pytest.approx(11_745_000 * (73049 / 201) / 1821)
+    # either way round
+    flipped = [(b, a) for a, b in dates]
+    assert join_size(year, inventory, flipped).rows == pytest.approx(kept.rows)
+    # a filter that keeps more days than the span holds keeps every fact row, no more
+    decade = Size(3650.0, {("d", "d_date_sk"): 0.05}, {}, {("d", "d_date_sk"): 73049.0})
+    assert join_size(inventory, decade, dates).rows == pytest.approx(inventory.rows)
+    # TPC-H's keys span their whole dimension (l_orderkey all of o_orderkey): the
+    # surviving fraction, as without the rule
+    lines = Size(6e6, {}, {("l", "l_orderkey"): 1.5e6}, {("l", "l_orderkey"): 1.5e6})
+    orders = Size(
+        3e5, {("o", "o_orderkey"): 0.2}, {("o", "o_orderkey"): 3e5}, {("o", "o_orderkey"): 1.5e6}
+    )
+    keys = [(sqlglot.parse_one("l.l_orderkey"), sqlglot.parse_one("o.o_orderkey"))]
+    assert join_size(lines, orders, keys).rows == pytest.approx(6e6 * 0.2)
+
+
+def test_a_scan_records_each_columns_span_before_its_filter(table: Table) -> None:
+    # the span is the whole table's, whatever a filter keeps
+    size = scan_size(table, "t", sqlglot.parse_one("grp = 1", read="duckdb"))
+    assert size.domain[("t", "grp")] == 20 and size.domain[("t", "id")] == 10_000
+    assert size.distinct[("t", "id")] == pytest.approx(500)
+
+
 def test_q21_meets_the_filtered_nation_before_lineitem_is_shuffled(
     catalog: dict[str, Table],
 ) -> None:

@@ -613,6 +613,9 @@ class Binder:
                 return exp.Exists(this=placeholder)
             new = node.copy()
             new.set("query", exp.Subquery(this=placeholder))
+            # Returning the IN ends the walk below it: its left side may hold a
+            # scalar subquery of its own, ``(SELECT min(k) FROM u) IN (SELECT ...)``.
+            new.set("this", self._lift_subqueries(node.this, ctes, aliases))
             return new
 
         return substitute(expr, repl)

@@ -14,7 +14,11 @@ and width; from them:
   side at most once, times the fraction of the unique side that survived its
   filters; a join on keys unique on neither side multiplies the rows and divides
   by the larger number of distinct keys (``c_nationkey = s_nationkey``: 25),
-  neither side counted with more distinct keys than it has rows.
+  neither side counted with more distinct keys than it has rows;
+* where the other side's key spans fewer values than the unique side's table
+  holds (a fact table's date keys cover 5 of date_dim's 200 years), the unique
+  side's surviving keys are assumed to lie within that span ("containment"):
+  ``d_year = 2001`` keeps 1/201 of date_dim but a fifth of store_sales.
 
 Crude, and meant to be: the estimates only have to rank choices correctly, and
 DuckDB plans each stage's own joins with its own statistics.
@@ -67,6 +71,9 @@ class Size:
     unique: dict[Ref, float] = field(default_factory=dict)
     distinct: dict[Ref, float] = field(default_factory=dict)
     """Upper bounds of distinct values per column, where known."""
+    domain: dict[Ref, float] = field(default_factory=dict)
+    """Distinct values per column in its whole table (the footers' count, before
+    any filter), where known: how much of a unique key's table a join key spans."""
 
 
 class Estimator:
@@ -97,6 +104,7 @@ class Estimator:
                 max(1.0, child.rows * sel),
                 {k: f * sel for k, f in child.unique.items()},
                 child.distinct,
+                child.domain,
             )
         if isinstance(node, Join):
             return self._join(node)
@@ -106,18 +114,23 @@ class Estimator:
             child = self.size(node.child)
             unique: dict[Ref, float] = {}
             distinct: dict[Ref, float] = {}
+            domain: dict[Ref, float] = {}
             for name, e in node.items:
                 ref = _ref(e) if isinstance(e, exp.Column) else None
                 if ref in child.unique:
                     unique[(node.qualifier, name)] = child.unique[ref]
                 if ref in child.distinct:
                     distinct[(node.qualifier, name)] = child.distinct[ref]
-            return Size(child.rows, unique, distinct)
+                if ref in child.domain:
+                    domain[(node.qualifier, name)] = child.domain[ref]
+            return Size(child.rows, unique, distinct, domain)
         if isinstance(node, Sort):
             child = self.size(node.child)
             if node.limit is None:
                 return child
-            return Size(min(child.rows, float(node.limit)), child.unique, child.distinct)
+            return Size(
+                min(child.rows, float(node.limit)), child.unique, child.distinct, child.domain
+            )
         if isinstance(node, Distinct):
             return Size(max(1.0, self.size(node.child).rows / 2))
         if isinstance(node, SetOp):
@@ -154,16 +167,22 @@ class Estimator:
                 max(1.0, left.rows * FILTERED),
                 {k: f * FILTERED for k, f in left.unique.items()},
                 left.distinct,
+                left.domain,
             )
         if node.kind is JoinKind.FULL:
             return Size(left.rows + right.rows)
         inner = join_size(left, right, keys)
         if node.residual is not None:
-            inner = Size(max(1.0, inner.rows * UNKNOWN), inner.unique, inner.distinct)
+            inner = Size(max(1.0, inner.rows * UNKNOWN), inner.unique, inner.distinct, inner.domain)
         if node.kind is JoinKind.LEFT:
             if inner.rows <= left.rows:
-                return Size(left.rows, left.unique, {**right.distinct, **left.distinct})
-            return Size(inner.rows, {}, inner.distinct)
+                return Size(
+                    left.rows,
+                    left.unique,
+                    {**right.distinct, **left.distinct},
+                    inner.domain,
+                )
+            return Size(inner.rows, {}, inner.distinct, inner.domain)
         return inner
 
     def _aggregate(self, node: Aggregate) -> Size:
@@ -185,14 +204,16 @@ def scan_size(table: Table, alias: str, condition: exp.Expr | None) -> Size:
     rows = max(1.0, table.rows * sel)
     unique: dict[Ref, float] = {}
     distinct: dict[Ref, float] = {}
+    domain: dict[Ref, float] = {}
     for name, st in table.stats.items():
         d = st.distinct(table.rows)
         if d is None:
             continue
         distinct[(alias, name)] = min(d, rows)
+        domain[(alias, name)] = d
         if table.rows > 1 and d >= table.rows and st.nulls == 0:
             unique[(alias, name)] = sel
-    return Size(rows, unique, distinct)
+    return Size(rows, unique, distinct, domain)
 
 
 def join_size(left: Size, right: Size, keys: list[tuple[exp.Expr, exp.Expr]]) -> Size:
@@ -204,14 +225,16 @@ def join_size(left: Size, right: Size, keys: list[tuple[exp.Expr, exp.Expr]]) ->
         return Size(left.rows * right.rows)
     left_refs = [_ref(a) for a, _ in keys]
     right_refs = [_ref(b) for _, b in keys]
-    right_unique = [right.unique[r] for r in right_refs if r is not None and r in right.unique]
-    left_unique = [left.unique[r] for r in left_refs if r is not None and r in left.unique]
+    right_unique = _matched(right, left, right_refs, left_refs)
+    left_unique = _matched(left, right, left_refs, right_refs)
+    domain = {**left.domain, **right.domain}
     if right_unique and (not left_unique or left.rows >= right.rows):
         frac = min(right_unique)
         return Size(
             max(1.0, left.rows * frac),
             {k: f * frac for k, f in left.unique.items()},
             {**right.distinct, **left.distinct},
+            domain,
         )
     if left_unique:
         frac = min(left_unique)
@@ -219,6 +242,7 @@ def join_size(left: Size, right: Size, keys: list[tuple[exp.Expr, exp.Expr]]) ->
             max(1.0, right.rows * frac),
             {k: f * frac for k, f in right.unique.items()},
             {**left.distinct, **right.distinct},
+            domain,
         )
     ndv = 1.0
     for a, b in zip(left_refs, right_refs, strict=True):
@@ -231,7 +255,29 @@ def join_size(left: Size, right: Size, keys: list[tuple[exp.Expr, exp.Expr]]) ->
     ndv = min(ndv, max(left.rows, right.rows))
     rows = max(1.0, left.rows * right.rows / ndv)
     distinct = {r: min(d, rows) for r, d in {**left.distinct, **right.distinct}.items()}
-    return Size(rows, {}, distinct)
+    return Size(rows, {}, distinct, domain)
+
+
+def _matched(
+    unique: Size, other: Size, unique_refs: list[Ref | None], other_refs: list[Ref | None]
+) -> list[float]:
+    """For each key unique in ``unique``: the fraction of ``other``'s rows that find
+    a match, its surviving fraction of the table, or more where ``other``'s key
+    spans fewer values than that table has (containment, see the module's doc).
+
+    Where the spans are equal (TPC-H's keys: ``l_orderkey`` spans all of
+    ``o_orderkey``), this is the surviving fraction, as without the rule.
+    """
+    fractions = []
+    for u, o in zip(unique_refs, other_refs, strict=True):
+        if u is None or u not in unique.unique:
+            continue
+        frac = unique.unique[u]
+        whole, span = unique.domain.get(u), other.domain.get(o) if o is not None else None
+        if whole is not None and span is not None and 0 < span < whole:
+            frac = min(1.0, max(frac, frac * whole / span))
+        fractions.append(frac)
+    return fractions
 
 
 def selectivity(cond: exp.Expr, stats: Mapping[str, ColumnStats], rows: int) -> float:

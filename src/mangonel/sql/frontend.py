@@ -37,6 +37,7 @@ from sqlglot.schema import ensure_schema
 
 from mangonel.errors import ForbiddenStatementError, SqlSyntaxError, UnknownTableError
 from mangonel.sql.exprs import conjuncts, is_correlated, source_aliases
+from mangonel.sql.shared_ctes import push_into_shared_ctes
 
 DEFAULT_DIALECT = "duckdb"
 
@@ -272,6 +273,7 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
         eliminate_ctes,
         restore,
         quoted,
+        push_into_shared_ctes,
     )
 
 

@@ -144,9 +144,24 @@ class Distributor:
                         # Planned once: every stage that needs it reads that output,
                         # all of its tasks' (no stage of its own to gather them).
                         sub = self.plan_tree(self._subqueries[name])
+                        if _membership(t) and not self._unique(self._subqueries[name]):
+                            # ``x IN (subquery)`` is blind to duplicates: each task
+                            # drops its own, and every reader then holds a set of
+                            # values, not the rows that made them (TPC-DS q95: 8.7M
+                            # order numbers from a self-join, 72k of them distinct).
+                            # No exchange to drop them all: a few copies cost less.
+                            sub.node = Distinct(sub.node)
                         _, stage = self.finish(sub, OutputSpec(OutputKind.SINGLE), "subquery")
                         self._subquery_stages[name] = stage.id
                     f.inputs[name] = StageInput(name, self._subquery_stages[name], InputMode.ALL)
+
+    def _unique(self, node: Node) -> bool:
+        """True when ``node``'s rows are known distinct (a key column, a DISTINCT,
+        a GROUP BY of its one output), so that dropping duplicates would drop none."""
+        if isinstance(node, Distinct):
+            return True
+        unique = self._estimator.size(node).unique
+        return any(r in unique for r in node.outputs())
 
     def _scan(self, n: Scan) -> Frag:
         table = self._catalog[n.table]
@@ -356,3 +371,13 @@ def _hashed_groups(hash_keys: list[exp.Expr] | None, n: Aggregate) -> list[exp.E
             ref = cast
         out.append(ref)
     return out
+
+
+def _membership(placeholder: exp.Table) -> bool:
+    """True when the subquery read as ``placeholder`` is the list of an ``IN``:
+    ``x IN (SELECT * FROM __sqN)``, as the binder lifts it, not a scalar subquery
+    on either side of one."""
+    select = placeholder.find_ancestor(exp.Select)
+    wrapper = select.parent if select is not None else None
+    owner = wrapper.parent if isinstance(wrapper, exp.Subquery) else None
+    return isinstance(owner, exp.In) and owner.args.get("query") is wrapper

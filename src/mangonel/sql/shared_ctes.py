@@ -1,0 +1,165 @@
+"""Filters of a CTE's readers pushed into the CTE, when it is read more than once.
+
+sqlglot's ``pushdown_predicates`` pushes a reader's WHERE into a CTE only when the
+CTE has one reader. Read twice, a CTE that aggregates is computed once for both
+(``plan.bind``), over all of its input, even where each reader keeps a small part
+of it: TPC-DS q39 aggregates a year of inventory (2.3M rows) in a CTE that one
+reader filters to ``d_moy = 1`` and the other to ``d_moy = 2``. What every reader
+keeps passes the OR of their filters, so that OR may filter the CTE's own rows:
+
+    WITH inv AS (SELECT d_moy, avg(q) AS mean FROM t GROUP BY d_moy)
+    SELECT ... FROM inv a JOIN inv b ON ... WHERE a.d_moy = 1 AND b.d_moy = 2
+    -- inv's body gets WHERE (t.d_moy = 1 OR t.d_moy = 2)
+
+Each reader keeps its own filter. The OR goes down through selects where a filter
+on an output column means the same as on the column it comes from: a plain
+column, a GROUP BY key if the select aggregates (not of grouping sets: a rolled-up
+row mixes groups), no window function, LIMIT or DISTINCT ON, and into a CTE read
+only there when no outer join could turn a filtered-out row into a NULL-padded one.
+Where it can go no deeper, it joins that select's WHERE.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sqlglot import exp
+
+__all__ = ["push_into_shared_ctes"]
+
+_VOLATILE = (exp.Rand,)
+
+
+def push_into_shared_ctes(query: exp.Expr) -> exp.Expr:
+    """``query`` (qualified: every column names its source) with the OR of each
+    shared CTE's readers' filters pushed into the CTE, in place."""
+    with_ = query.args.get("with_") or query.args.get("with")
+    if not isinstance(query, exp.Select) or with_ is None or with_.args.get("recursive"):
+        return query
+    if any(w is not with_ for w in query.find_all(exp.With)):
+        return query  # a nested WITH may shadow a name
+    ctes = {c.alias_or_name: c for c in with_.expressions}
+    if len(ctes) != len(with_.expressions):
+        return query
+    readers: dict[str, list[exp.Table]] = {}
+    for t in query.find_all(exp.Table):
+        if t.name in ctes and not t.args.get("db"):
+            readers.setdefault(t.name, []).append(t)
+    reads = Counter({name: len(ts) for name, ts in readers.items()})
+    for name, cte in ctes.items():
+        if reads[name] < 2:
+            continue
+        filters = [_reader_filter(t) for t in readers[name]]
+        if any(f is None for f in filters):
+            continue  # a reader that keeps every row: nothing to push
+        either = exp.or_(*[exp.paren(f, copy=False) for f in filters if f is not None])
+        _push(cte.this, either, ctes, reads)
+    return query
+
+
+def _reader_filter(table: exp.Table) -> exp.Expr | None:
+    """The AND of the WHERE and inner-join conditions that name only ``table``'s
+    alias in the select reading it, over the CTE's column names; None if none."""
+    clause = table.parent
+    select = clause.parent if isinstance(clause, (exp.From, exp.Join)) else None
+    if not isinstance(select, exp.Select) or _outer_joins(select):
+        return None
+    alias = table.alias_or_name
+    conds: list[exp.Expr] = []
+    where = select.args.get("where")
+    if where is not None:
+        conds += _conjuncts(where.this)
+    for join in select.args.get("joins") or []:
+        if join.args.get("on") is not None:
+            conds += _conjuncts(join.args["on"])
+    mine = [c for c in conds if _only(c, alias)]
+    if not mine:
+        return None
+    unqualified = [
+        c.copy().transform(
+            lambda n: exp.column(n.args["this"].copy()) if isinstance(n, exp.Column) else n
+        )
+        for c in mine
+    ]
+    return exp.and_(*unqualified) if len(unqualified) > 1 else unqualified[0]
+
+
+def _push(query: exp.Expr, cond: exp.Expr, ctes: dict[str, exp.CTE], reads: Counter[str]) -> bool:
+    """Filter ``query``'s rows by ``cond`` (over its output names), as deep as it
+    means the same; False (``query`` untouched) where it cannot."""
+    if not isinstance(query, exp.Select) or _not_pushable(query):
+        return False
+    group = query.args.get("group")
+    grouped = group is not None or any(
+        isinstance(n, exp.AggFunc) for e in query.expressions for n in e.walk()
+    )
+    keys = list(group.expressions) if group is not None else []
+    if group is not None and any(group.args.get(k) for k in ("grouping_sets", "rollup", "cube")):
+        return False
+    outputs = {
+        e.alias_or_name: e.this if isinstance(e, exp.Alias) else e for e in query.expressions
+    }
+    mapping: dict[str, exp.Column] = {}
+    for c in cond.find_all(exp.Column):
+        source = outputs.get(c.name)
+        if not isinstance(source, exp.Column) or (grouped and source not in keys):
+            return False
+        mapping[c.name] = source
+    inner = cond.copy().transform(
+        lambda n: mapping[n.name].copy() if isinstance(n, exp.Column) else n
+    )
+    qualifiers = {c.table for c in inner.find_all(exp.Column)}
+    if len(qualifiers) == 1 and not _outer_joins(query):
+        (alias,) = qualifiers
+        cte = _cte_source(query, alias, ctes)
+        if cte is not None and reads[cte.alias_or_name] == 1:
+            below = inner.copy().transform(
+                lambda n: exp.column(n.args["this"].copy()) if isinstance(n, exp.Column) else n
+            )
+            if _push(cte.this, below, ctes, reads):
+                return True
+    query.where(inner, copy=False)
+    return True
+
+
+def _not_pushable(query: exp.Select) -> bool:
+    distinct = query.args.get("distinct")
+    return bool(
+        query.args.get("limit")
+        or query.args.get("offset")
+        or (distinct is not None and distinct.args.get("on"))
+        or any(isinstance(n, exp.Window) for e in query.expressions for n in e.walk())
+    )
+
+
+def _outer_joins(select: exp.Select) -> bool:
+    return any(j.args.get("side") for j in select.args.get("joins") or [])
+
+
+def _cte_source(select: exp.Select, alias: str, ctes: dict[str, exp.CTE]) -> exp.CTE | None:
+    """The CTE read as ``alias`` in ``select``'s FROM or joins, if one is."""
+    from_ = select.args.get("from_") or select.args.get("from")
+    items = [from_.this] if from_ is not None else []
+    items += [j.this for j in select.args.get("joins") or []]
+    for item in items:
+        if isinstance(item, exp.Table) and item.alias_or_name == alias and item.name in ctes:
+            return ctes[item.name]
+    return None
+
+
+def _conjuncts(cond: exp.Expr) -> list[exp.Expr]:
+    if isinstance(cond, exp.And):
+        return _conjuncts(cond.left) + _conjuncts(cond.right)
+    if isinstance(cond, exp.Paren):
+        return _conjuncts(cond.this) if isinstance(cond.this, exp.And) else [cond]
+    return [cond]
+
+
+def _only(cond: exp.Expr, alias: str) -> bool:
+    """True when ``cond`` reads columns of ``alias`` only, and is a plain condition
+    (no subquery, aggregate, window or volatile function, not a constant TRUE)."""
+    columns = list(cond.find_all(exp.Column))
+    if not columns or any(c.table != alias for c in columns):
+        return False
+    banned = (exp.Query, exp.AggFunc, exp.Window, *_VOLATILE)
+    return not any(isinstance(n, banned) for n in cond.walk())
