@@ -28,6 +28,33 @@ def test_one_oracle_serves_queries_on_the_same_tables(tmp_path: Path) -> None:
         first.describe("SELECT nope FROM t")
 
 
+def test_queries_on_other_tables_share_the_oracle_and_its_duckdb(tmp_path: Path) -> None:
+    """Opening DuckDB is most of a short query's first planning: a query over a new
+    set of tables adds them to the oracle it finds instead of opening another."""
+    pq.write_table(pa.table({"a": pa.array([1], pa.int32())}), tmp_path / "t.parquet")
+    pq.write_table(pa.table({"b": pa.array(["x"])}), tmp_path / "u.parquet")
+    t = load_table("t", str(tmp_path / "t.parquet"))
+    u = load_table("u", str(tmp_path / "u.parquet"))
+    first = oracle_for({"t": t})
+    assert oracle_for({"u": u}) is first
+    assert oracle_for({"t": t, "u": u}) is first
+    assert first.describe("SELECT a, b FROM t, u") == [("a", "INTEGER"), ("b", "VARCHAR")]
+
+
+def test_an_oracle_never_gives_a_name_two_tables(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"a": pa.array([1], pa.int32())}), tmp_path / "t.parquet")
+    pq.write_table(pa.table({"a": pa.array([1.5])}), tmp_path / "t2.parquet")
+    old = load_table("t", str(tmp_path / "t.parquet"))
+    new = load_table("t", str(tmp_path / "t2.parquet"))
+    first = oracle_for({"t": old})
+    second = oracle_for({"t": new})
+    assert second is not first
+    assert first.describe("SELECT a FROM t") == [("a", "INTEGER")]
+    assert second.describe("SELECT a FROM t") == [("a", "DOUBLE")]
+    with pytest.raises(ValueError, match="already another table"):
+        first.add({"t": new})
+
+
 def test_a_table_registered_again_with_other_columns_gets_a_new_oracle(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"a": pa.array([1], pa.int32())}), path)
@@ -79,7 +106,8 @@ def test_join_keys_of_table_columns_take_the_catalog_types(tmp_path: Path) -> No
         assert dist.expr_types(projected, [key_p]) == ["INTEGER"]
         assert len(calls) == 1
     finally:
-        oracle.describe = describe  # type: ignore[method-assign]
+        # The oracle is shared by later tests' queries: drop the spy, not just replace it.
+        del oracle.describe
 
 
 def test_each_stage_is_bound_once_for_the_key_types_of_its_readers(

@@ -113,7 +113,7 @@ def plan_query(
             for a part of it does not (a bug in the planner).
     """
     parsed = parse(sql, set(catalog), dialect)
-    oracle = oracle_for(catalog)
+    oracle = oracle_for({name: catalog[name] for name in parsed.tables})
     duck_sql = to_duckdb(parsed.query)
     names = [n for n, _ in oracle.describe(duck_sql)]
     schema: dict[str, object] = {t: oracle.table_types(t) for t in sorted(parsed.tables)}
@@ -155,7 +155,7 @@ def result_schema(sql: str, catalog: Mapping[str, Table], dialect: str | None = 
         mangonel.errors.QueryError: (a subclass) the query cannot run, as ``plan_query``.
     """
     parsed = parse(sql, set(catalog), dialect)
-    oracle = oracle_for(catalog)
+    oracle = oracle_for({name: catalog[name] for name in parsed.tables})
     schema = oracle.arrow_schema(to_duckdb(parsed.query))
     return pa.schema([pa.field(f.name, f.type, nullable=True) for f in schema])
 

@@ -9,7 +9,6 @@ to one type before hashing (DuckDB's ``hash()`` depends on the type).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 
 import duckdb
@@ -20,9 +19,14 @@ from mangonel.errors import BindError
 
 
 class TypeOracle:
-    """Answers type questions for one catalog version. Thread-safe."""
+    """Answers type questions over some catalog tables. Thread-safe.
 
-    def __init__(self, catalog: Mapping[str, Table]) -> None:
+    Tables are added as queries need them (``add``); a name, once added, always
+    means the same table (the same files and schema): a table registered again
+    differently needs another oracle (``oracle_for`` makes one).
+    """
+
+    def __init__(self, catalog: Mapping[str, Table] | None = None) -> None:
         # No extension is ever installed or loaded behind our back (``httpfs`` for
         # an s3:// path would be downloaded): mangonel reads object storage itself.
         self._con = duckdb.connect(
@@ -36,8 +40,30 @@ class TypeOracle:
         self._lock = threading.Lock()
         self._supertypes: dict[tuple[str, str], str] = {}
         self._tables: dict[str, dict[str, str]] = {}
-        for name, table in catalog.items():
-            self._con.register(name, table.schema.empty_table())
+        self._held: dict[str, _TableKey] = {}
+        """Name -> identity of each table registered here."""
+        self.add(catalog or {})
+
+    def fits(self, keys: Mapping[str, _TableKey]) -> bool:
+        """Whether every table of ``keys`` that this oracle holds is the same table."""
+        return all(self._held.get(name, key) == key for name, key in keys.items())
+
+    def add(self, tables: Mapping[str, Table], keys: Mapping[str, _TableKey] | None = None) -> None:
+        """Register the tables this oracle does not hold yet (empty, with their schemas).
+
+        Raises:
+            ValueError: a name it holds stands for another table (see ``fits``).
+        """
+        keys = keys or {name: _table_key(name, t) for name, t in tables.items()}
+        with self._lock:
+            for name, table in tables.items():
+                held = self._held.get(name)
+                if held == keys[name]:
+                    continue
+                if held is not None:
+                    raise ValueError(f"table {name!r} is already another table in this oracle")
+                self._con.register(name, table.schema.empty_table())
+                self._held[name] = keys[name]
 
     def describe(self, sql: str) -> list[tuple[str, str]]:
         """(column name, DuckDB type) of a query's result; BindError if it does not bind."""
@@ -86,35 +112,48 @@ def _clean(message: str) -> str:
     return message.strip()
 
 
+_TableKey = tuple[str, str, tuple[str, ...], str]
+"""A table's identity for the oracles: name, location, files, schema."""
+
 _CACHE_SIZE = 4
-_cache: OrderedDict[tuple[tuple[str, str, tuple[str, ...], str], ...], TypeOracle] = OrderedDict()
+"""Oracles kept: each DuckDB database holds about 4 MiB (the first one in a process
+about 40 MiB); a new one is made only when a table is registered again differently."""
+_cache: list[TypeOracle] = []
+"""Oracles, the most recently used last."""
 _cache_lock = threading.Lock()
 
 
-def oracle_for(tables: Mapping[str, Table]) -> TypeOracle:
-    """A shared oracle for these tables, made once and reused by later queries.
+def _table_key(name: str, table: Table) -> _TableKey:
+    return (name, table.location, table.files, table.schema.to_string(show_schema_metadata=False))
 
-    Opening DuckDB and registering the tables costs about 20 ms, most of a trivial
-    query's planning time. The key holds each table's files and schema, so a table
-    registered again with other files or columns gets a new oracle. Callers pass the
-    whole catalog, not the tables of one query: each DuckDB database holds about
-    4 MiB (the first one in a process about 40 MiB), and one oracle per combination
-    of tables made the scheduler 100 MiB bigger after TPC-H's 22 queries.
+
+def oracle_for(tables: Mapping[str, Table]) -> TypeOracle:
+    """A shared oracle that holds these tables, reused by later queries.
+
+    Opening DuckDB costs 15 to 25 ms, and the first questions over newly
+    registered tables some more: most of a short query's planning when each set
+    of tables had an oracle of its own (TPC-DS SF1, a query's first planning:
+    q12 186 ms, q21 453 ms), and one oracle per combination of tables made the
+    scheduler 100 MiB bigger after TPC-H's 22 queries. One oracle now serves
+    every query whose tables it holds or can add (callers pass a query's tables:
+    they are registered as queries need them): a name it holds must stand for
+    the same files and schema, so a table registered again differently gets
+    another oracle.
     """
-    key = tuple(
-        (name, t.location, t.files, t.schema.to_string(show_schema_metadata=False))
-        for name, t in sorted(tables.items())
-    )
+    keys = {name: _table_key(name, t) for name, t in tables.items()}
+    # Found and added to under one lock: two planners cannot give one name two tables.
     with _cache_lock:
-        oracle = _cache.get(key)
+        oracle = next((o for o in reversed(_cache) if o.fits(keys)), None)
         if oracle is not None:
-            _cache.move_to_end(key)
+            _cache.remove(oracle)
+            _cache.append(oracle)
+            oracle.add(tables, keys)
             return oracle
-    oracle = TypeOracle(tables)
+    fresh = TypeOracle()  # outside the lock: the slow part
+    fresh.add(tables, keys)
     with _cache_lock:
-        _cache[key] = oracle
-        while len(_cache) > _CACHE_SIZE:
-            # Not closed here: a planner thread may still hold it; DuckDB closes
-            # the connection when the last reference goes.
-            _cache.popitem(last=False)
-    return oracle
+        _cache.append(fresh)
+        # Not closed here: a planner thread may still hold one; DuckDB closes
+        # the connection when the last reference goes.
+        del _cache[:-_CACHE_SIZE]
+    return fresh

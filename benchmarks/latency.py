@@ -1,0 +1,193 @@
+"""Where a short query's time goes, phase by phase, on a real LocalCluster.
+
+The fixed costs of a query (planning, the durable commit per event, launching a
+task, opening its scan database, the report round trip, the result fetch) are
+invisible in a big query and most of a short one. For each query this runs it
+on a fresh 2-executor ``LocalCluster`` over TPC-DS (first run: nothing cached)
+and then ``--repeat`` more times (the plan cache and the slots' scan databases
+warm), and splits each run, from the client's clock and the scheduler's task
+attempts (``/api/jobs/{id}``), into:
+
+* ``submit``: the Submit RPC, which returns once the query is planned and the
+  job committed (planning is most of it on a first run);
+* ``to first launch``: from the Submit answer to the first task's launch;
+* ``tasks``: the executors' own time of the tasks on the critical path (the
+  longest attempt of each stage, summed over the stages);
+* ``gaps``: the rest of the scheduler's time: between one stage's last task
+  ending (on its executor) and the next stage's first launch (report round
+  trip, event, durable commit, launch), and from the last task's end to the
+  job's end;
+* ``watch``: from the job's end (scheduler) to the client hearing it;
+* ``fetch``: reading the result from the executors (Flight) and releasing it.
+
+It also plans each query in this process, without the plan cache, the first
+time and again. Not a test: timings belong here.
+
+Usage::
+
+    .venv/bin/python benchmarks/latency.py --scale 1 --queries 21,41,12,1 [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "tests"))
+
+from helpers import TPCDS_TABLES, ensure_tpcds, tpcds_query  # noqa: E402
+
+TRIVIAL = "SELECT count(*) AS n FROM store"
+PHASES = ("submit", "to first launch", "tasks", "gaps", "watch", "fetch", "total")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--queries", default="21,41,12,1", help="TPC-DS numbers; 0 = trivial")
+    parser.add_argument("--repeat", type=int, default=5, help="warm runs after the first")
+    parser.add_argument("--no-planning", action="store_true", help="skip the in-process planning")
+    parser.add_argument("--json", type=Path)
+    return parser.parse_args(argv)
+
+
+def query_text(number: int) -> str:
+    return TRIVIAL if number == 0 else tpcds_query(number)
+
+
+def job_detail(web_url: str, job_id: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{web_url}/api/jobs/{job_id}", timeout=10) as reply:
+        detail: dict[str, Any] = json.load(reply)
+    return detail
+
+
+def one_run(session: Any, web_url: str, sql: str) -> dict[str, float]:
+    """One query's phases in seconds (see the module docstring)."""
+    fetch_s = 0.0
+    flight = session._flight
+    read = flight.read
+
+    def timed_read(*args: Any, **kwargs: Any) -> Any:
+        nonlocal fetch_s
+        started = time.perf_counter()
+        try:
+            return read(*args, **kwargs)
+        finally:
+            fetch_s += time.perf_counter() - started
+
+    flight.read = timed_read
+    try:
+        t0 = time.perf_counter()
+        w0 = time.time()
+        job_id = session.submit(sql)
+        t1 = time.perf_counter()
+        result = session.wait(job_id)
+        t2 = time.perf_counter()
+    finally:
+        flight.read = read
+    detail = job_detail(web_url, job_id)
+    attempts = [a for a in detail["attempts"] if a["state"] == "succeeded"]
+    submitted = detail["submitted_at"]
+    job_end = submitted + detail["elapsed_s"]
+    by_stage: dict[int, list[dict[str, Any]]] = {}
+    for a in attempts:
+        by_stage.setdefault(a["stage"], []).append(a)
+    tasks = sum(max(a["elapsed_s"] or 0.0 for a in group) for group in by_stage.values())
+    first_launch = min(a["launched_at"] for a in attempts)
+    submit_s = t1 - t0
+    # The scheduler's clock is Unix time: place the Submit answer on it.
+    answered = w0 + submit_s
+    to_first = max(0.0, first_launch - answered)
+    run_s = job_end - first_launch
+    total = t2 - t0
+    watch = max(0.0, total - submit_s - to_first - run_s - fetch_s)
+    return {
+        "submit": submit_s,
+        "to first launch": to_first,
+        "tasks": tasks,
+        "gaps": max(0.0, run_s - tasks),
+        "watch": watch,
+        "fetch": fetch_s,
+        "total": total,
+        "stages": float(len(by_stage)),
+        "tasks_n": float(len(attempts)),
+        "scheduler": result.scheduler_elapsed_s,
+    }
+
+
+def planning(numbers: list[int], data: Path) -> dict[int, dict[str, float]]:
+    """Plan each query in this process twice, without the plan cache: the first
+    time (nothing of the query warm) and again. A trivial query is planned first,
+    so the process's own start (imports) is not in the first query's time."""
+    from mangonel.catalog import load_table
+    from mangonel.plan.planner import PlannerConfig, plan_query
+
+    started = time.perf_counter()
+    catalog = {t: load_table(t, str(data / f"{t}.parquet")) for t in TPCDS_TABLES}
+    print(f"catalog load (footers of {len(catalog)} tables): "
+          f"{(time.perf_counter() - started) * 1e3:.0f} ms", file=sys.stderr)  # fmt: skip
+    started = time.perf_counter()
+    plan_query("SELECT 1 AS x", catalog, PlannerConfig())
+    print(f"process warm-up (a trivial query's planning): "
+          f"{(time.perf_counter() - started) * 1e3:.0f} ms", file=sys.stderr)  # fmt: skip
+    out: dict[int, dict[str, float]] = {}
+    for number in numbers:
+        sql = query_text(number)
+        times = []
+        for _ in range(2):
+            started = time.perf_counter()
+            plan_query(sql, catalog, PlannerConfig())
+            times.append(time.perf_counter() - started)
+        out[number] = {"plan first": times[0], "plan again": times[1]}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    import mangonel
+
+    numbers = [int(n) for n in args.queries.split(",")]
+    data = ensure_tpcds(args.scale)
+    results: dict[str, Any] = {"scale": args.scale, "queries": {}}
+    if not args.no_planning:
+        plans = planning(numbers, data)
+        results["planning"] = {str(k): v for k, v in plans.items()}
+        print("| query | plan first ms | plan again ms |")
+        print("|---|---:|---:|")
+        for n, p in plans.items():
+            print(f"| q{n:02d} | {p['plan first'] * 1e3:.0f} | {p['plan again'] * 1e3:.0f} |")
+        print()
+    print("| query | run | " + " | ".join(PHASES) + " | stages/tasks |")
+    print("|---|---|" + "---:|" * len(PHASES) + "---|")
+    for number in numbers:
+        sql = query_text(number)
+        with (
+            tempfile.TemporaryDirectory(prefix="mangonel-latency-") as work,
+            mangonel.LocalCluster(executors=2, work_dir=work, web_port=0) as cluster,
+            cluster.connect() as session,
+        ):
+            for name in TPCDS_TABLES:
+                session.register_parquet(name, str(data / f"{name}.parquet"))
+            runs = [one_run(session, cluster.web_url, sql) for _ in range(1 + args.repeat)]
+        first, warm = runs[0], runs[1:]
+        median = {k: statistics.median(r[k] for r in warm) for k in first}
+        results["queries"][str(number)] = {"first": first, "warm": warm}
+        for label, row in (("first", first), (f"median of {len(warm)}", median)):
+            cells = " | ".join(f"{row[p] * 1e3:.1f}" for p in PHASES)
+            shape = f"{int(row['stages'])}/{int(row['tasks_n'])}"
+            print(f"| q{number:02d} | {label} | {cells} | {shape} |", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
