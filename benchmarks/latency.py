@@ -2,9 +2,11 @@
 
 The fixed costs of a query (planning, the durable commit per event, launching a
 task, opening its scan database, the report round trip, the result fetch) are
-invisible in a big query and most of a short one. For each query this runs it
-on a fresh 2-executor ``LocalCluster`` over TPC-DS (first run: nothing cached)
-and then ``--repeat`` more times (the plan cache and the slots' scan databases
+invisible in a big query and most of a short one. On one 2-executor
+``LocalCluster`` over TPC-DS, in the order given, it runs each query once (its
+first run: not planned before, its tables maybe not scanned before; the first
+query of all also pays the processes' own first use of DuckDB and pyarrow) and
+then ``--repeat`` more times (the plan cache and the slots' scan databases
 warm), and splits each run, from the client's clock and the scheduler's task
 attempts (``/api/jobs/{id}``), into:
 
@@ -25,13 +27,16 @@ time and again. Not a test: timings belong here.
 
 Usage::
 
-    .venv/bin/python benchmarks/latency.py --scale 1 --queries 21,41,12,1 [--repeat 5]
+    .venv/bin/python benchmarks/latency.py --scale 1 --queries 0,21,41,12,1 [--repeat 5]
+    git archive main src | tar -x -C /tmp/base   # then, A (this checkout) against B:
+    .venv/bin/python benchmarks/latency.py --no-planning --base-src /tmp/base/src
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -52,9 +57,14 @@ PHASES = ("submit", "to first launch", "tasks", "gaps", "watch", "fetch", "total
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--queries", default="21,41,12,1", help="TPC-DS numbers; 0 = trivial")
+    parser.add_argument("--queries", default="0,21,41,12,1", help="TPC-DS numbers; 0 = trivial")
     parser.add_argument("--repeat", type=int, default=5, help="warm runs after the first")
     parser.add_argument("--no-planning", action="store_true", help="skip the in-process planning")
+    parser.add_argument(
+        "--base-src",
+        help="also run B, a cluster of this src/ directory (e.g. main's, unpacked with "
+        "git archive), side by side: each query on A and B in turn",
+    )
     parser.add_argument("--json", type=Path)
     return parser.parse_args(argv)
 
@@ -150,10 +160,28 @@ def planning(numbers: list[int], data: Path) -> dict[int, dict[str, float]]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def started(work: Path, src: str | None, data: Path) -> tuple[Any, Any]:
+    """A 2-executor cluster running ``src`` (this checkout's when ``None``), tables registered."""
     import mangonel
 
+    before = os.environ.get("PYTHONPATH")
+    if src is not None:
+        os.environ["PYTHONPATH"] = src
+    try:
+        cluster = mangonel.LocalCluster(executors=2, work_dir=str(work), web_port=0).start()
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
+    session = cluster.connect()
+    for name in TPCDS_TABLES:
+        session.register_parquet(name, str(data / f"{name}.parquet"))
+    return cluster, session
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     numbers = [int(n) for n in args.queries.split(",")]
     data = ensure_tpcds(args.scale)
     results: dict[str, Any] = {"scale": args.scale, "queries": {}}
@@ -167,23 +195,34 @@ def main(argv: list[str] | None = None) -> int:
         print()
     print("| query | run | " + " | ".join(PHASES) + " | stages/tasks |")
     print("|---|---|" + "---:|" * len(PHASES) + "---|")
-    for number in numbers:
-        sql = query_text(number)
-        with (
-            tempfile.TemporaryDirectory(prefix="mangonel-latency-") as work,
-            mangonel.LocalCluster(executors=2, work_dir=work, web_port=0) as cluster,
-            cluster.connect() as session,
-        ):
-            for name in TPCDS_TABLES:
-                session.register_parquet(name, str(data / f"{name}.parquet"))
-            runs = [one_run(session, cluster.web_url, sql) for _ in range(1 + args.repeat)]
-        first, warm = runs[0], runs[1:]
-        median = {k: statistics.median(r[k] for r in warm) for k in first}
-        results["queries"][str(number)] = {"first": first, "warm": warm}
-        for label, row in (("first", first), (f"median of {len(warm)}", median)):
-            cells = " | ".join(f"{row[p] * 1e3:.1f}" for p in PHASES)
-            shape = f"{int(row['stages'])}/{int(row['tasks_n'])}"
-            print(f"| q{number:02d} | {label} | {cells} | {shape} |", flush=True)
+    with tempfile.TemporaryDirectory(prefix="mangonel-latency-") as work:
+        sides = {"A": None} if args.base_src is None else {"A": None, "B": args.base_src}
+        clusters = {name: started(Path(work) / name, src, data) for name, src in sides.items()}
+        try:
+            for turn, number in enumerate(numbers):
+                sql = query_text(number)
+                order = list(clusters) if turn % 2 == 0 else list(reversed(clusters))
+                runs: dict[str, list[dict[str, float]]] = {name: [] for name in clusters}
+                for i in range(1 + args.repeat):
+                    for name in order if i % 2 == 0 else reversed(order):
+                        cluster, session = clusters[name]
+                        runs[name].append(one_run(session, cluster.web_url, sql))
+                for name, got in runs.items():
+                    first, warm = got[0], got[1:]
+                    median = {k: statistics.median(r[k] for r in warm) for k in first}
+                    results["queries"].setdefault(str(number), {})[name] = {
+                        "first": first,
+                        "warm": warm,
+                    }
+                    for label, row in (("first", first), (f"median of {len(warm)}", median)):
+                        cells = " | ".join(f"{row[p] * 1e3:.1f}" for p in PHASES)
+                        shape = f"{int(row['stages'])}/{int(row['tasks_n'])}"
+                        side = f" {name}" if len(clusters) > 1 else ""
+                        print(f"| q{number:02d}{side} | {label} | {cells} | {shape} |", flush=True)
+        finally:
+            for cluster, session in clusters.values():
+                session.close()
+                cluster.stop()
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
