@@ -89,7 +89,7 @@ from mangonel.executor.health import DiskHealth, DiskSpace
 from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import CommandStream, ExecutorCommand, Registration, SchedulerLink
 from mangonel.executor.memory import format_size
-from mangonel.executor.runner import TaskRunner
+from mangonel.executor.runner import TaskRunner, warm_up
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
 from mangonel.executor.state import (
     ExecutorState,
@@ -237,6 +237,10 @@ class ExecutorService:
             )
             self._slots.append(runner)
             self._free_slots.put(slot)
+        # While the executor registers: its first task would pay this otherwise.
+        threading.Thread(
+            target=warm_up, args=(self._spill.path,), name="warm-up", daemon=True
+        ).start()
         log.info("executor flight server on %s", self.flight_address)
 
     def serve(self) -> None:

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -21,7 +22,7 @@ import grpc
 
 from mangonel import defaults, storage
 from mangonel.errors import ClusterError, StateStoreError
-from mangonel.plan.planner import PlannerConfig
+from mangonel.plan.planner import PlannerConfig, warm_up
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.scheduler.core import CoreConfig, SchedulerCore
 from mangonel.scheduler.events import Limits
@@ -305,6 +306,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     )
     server.start()
     core.start()
+    threading.Thread(target=_warm_up, name="warm-up", daemon=True).start()
     log.info(
         "scheduler listening on %s (%s)",
         address,
@@ -353,6 +355,18 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         if config.flight_sql_address_file:
             _write_atomically(config.flight_sql_address_file, running.flight_sql.url)
     return running
+
+
+def _warm_up() -> None:
+    """``planner.warm_up`` while the scheduler waits for its first query; a failure
+    only costs that query the time."""
+    started = time.monotonic()
+    try:
+        warm_up()
+    except Exception:  # noqa: BLE001 - a warm-up must never stop the scheduler
+        log.info("warming up the planner failed; the first query pays for it", exc_info=True)
+        return
+    log.info("planner warmed up in %.3f s", time.monotonic() - started)
 
 
 def _write_atomically(path: str, text: str) -> None:
