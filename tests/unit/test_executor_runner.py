@@ -545,6 +545,31 @@ def test_a_scan_task_reads_its_own_files_and_no_other(
     assert read(runner, out).column("x").to_pylist() == [3000]
 
 
+def test_scan_databases_opened_ahead_are_locked_down_to_their_own_files(
+    runner: TaskRunner, data: list[str]
+) -> None:
+    """Each new set of files gets the database the slot opened ahead of need; each
+    may still read its own files and no other, and change no setting."""
+    for n, (mine, other) in enumerate([(data[0], data[1]), (data[1], data[0])]):
+        ok = scan_spec(2, n, "SELECT count(*) AS x FROM lineitem", (FileSplit(mine),), SINGLE,
+                       ("x",), ("l_quantity",))  # fmt: skip
+        (out,) = runner.run(ok)
+        assert read(runner, out).column("x").to_pylist() == [3000]
+        for k, sql in enumerate(
+            [f"SELECT count(*) AS x FROM read_parquet('{other}')", "SET threads = 4"]
+        ):
+            bad = scan_spec(3, 10 * n + k, sql, (FileSplit(mine),), SINGLE, ("x",),
+                            ("l_quantity",))  # fmt: skip
+            with pytest.raises(TaskFailedError) as info:
+                runner.run(bad)
+            assert isinstance(info.value.failure, NOT_RETRIED)
+    splits = (FileSplit(data[0]), FileSplit(data[1]))
+    both = scan_spec(2, 9, "SELECT count(*) AS x FROM lineitem", splits, SINGLE, ("x",),
+                     ("l_quantity",))  # fmt: skip
+    (out,) = runner.run(both)
+    assert read(runner, out).column("x").to_pylist() == [6000]
+
+
 # TPC-H q5's join stage at SF10 in miniature: lineitem x (orders x customer), then
 # the suppliers of one region on two keys, one of them the nation (25 values).
 _THREE_WAY = """

@@ -52,6 +52,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import duckdb
 import numpy as np
@@ -163,6 +164,10 @@ class TaskRunner:
         self._running_con = self._con
         """The database the active task runs in (what ``cancel`` interrupts)."""
         self._scan_cons: OrderedDict[frozenset[str], duckdb.DuckDBPyConnection] = OrderedDict()
+        self._scan_seq = 0
+        self._spare: Future[duckdb.DuckDBPyConnection] | None = self._open_spare()
+        """A scan database being opened ahead, on another thread, for the next set
+        of files this slot has none for (``_scan_connection``)."""
 
     def run(
         self, spec: TaskSpec, writer: ShuffleWriter | None = None
@@ -297,6 +302,10 @@ class TaskRunner:
         for con in self._scan_cons.values():
             con.close()
         self._scan_cons.clear()
+        spare, self._spare = self._spare, None
+        if spare is not None and not spare.cancel():
+            with contextlib.suppress(Exception):  # it failed to open: nothing to close
+                spare.result().close()
 
     # ---------------------------------------------------------------- inputs
 
@@ -317,13 +326,36 @@ class TaskRunner:
         files = frozenset(os.path.realpath(split.path) for split in splits)
         con = self._scan_cons.pop(files, None)
         if con is None:
-            spill = os.path.join(self._spill_dir, f"scan-{len(self._scan_cons)}-{id(files):x}")
-            con = _locked_connection(spill, self.budget, self._threads, sorted(files))
+            con = _lock_down(self._take_spare(), sorted(files))
             while len(self._scan_cons) >= _SCAN_DATABASES:
                 _, old = self._scan_cons.popitem(last=False)
                 old.close()
         self._scan_cons[files] = con  # most recently used last
         return con
+
+    def _open_spare(self) -> Future[duckdb.DuckDBPyConnection]:
+        self._scan_seq += 1
+        spill = os.path.join(self._spill_dir, f"scan-{self._scan_seq}")
+        return _OPENER.submit(_open_connection, spill, self.budget, self._threads)
+
+    def _take_spare(self) -> duckdb.DuckDBPyConnection:
+        """The database opened ahead (not locked down yet); the next one starts opening.
+
+        Opening a DuckDB database costs 15 to 25 ms (more on a busy machine), and a
+        short query's first run opened one in each slot for each set of tables its
+        tasks scan, on the task's critical path. The next is opened while the slot
+        runs tasks or waits; a task that needs two new ones opens the second itself.
+        """
+        spare = self._spare
+        self._spare = self._open_spare()
+        if spare is not None:
+            try:
+                return spare.result()
+            except Exception:  # noqa: BLE001 - opened again below, where a failure fails the task
+                log.warning("opening a scan database ahead failed", exc_info=True)
+        self._scan_seq += 1
+        spill = os.path.join(self._spill_dir, f"scan-{self._scan_seq}")
+        return _open_connection(spill, self.budget, self._threads)
 
     def _scan_sql(self, columns: Sequence[str], splits: Sequence[FileSplit]) -> str | None:
         """DuckDB SQL reading some splits of a table, or ``None`` to read them with pyarrow.
@@ -539,6 +571,14 @@ def _spill_bytes(spill_dir: str) -> int:
 def _locked_connection(
     spill_dir: str, budget: SlotBudget | None, threads: int, readable: Sequence[str] = ()
 ) -> duckdb.DuckDBPyConnection:
+    return _lock_down(_open_connection(spill_dir, budget, threads), readable)
+
+
+def _open_connection(
+    spill_dir: str, budget: SlotBudget | None, threads: int
+) -> duckdb.DuckDBPyConnection:
+    """A slot's database with its budget, not locked down yet: it must run no SQL
+    of a task before ``_lock_down``."""
     con = duckdb.connect(database=":memory:", config=_NO_EXTENSIONS)
     con.execute(f"SET threads = {int(threads)}")
     con.execute("SET temp_directory = ?", [spill_dir])
@@ -549,6 +589,14 @@ def _locked_connection(
             con.execute("SET max_temp_directory_size = ?", [f"{max(1, budget.spill // 1024)}KiB"])
     # It prints to stdout in a long query; an executor's stdout is a log.
     con.execute("SET enable_progress_bar = false")
+    return con
+
+
+def _lock_down(
+    con: duckdb.DuckDBPyConnection, readable: Sequence[str] = ()
+) -> duckdb.DuckDBPyConnection:
+    """Finish ``_open_connection``'s database: it may read the ``readable`` files
+    (a scan database) or none, and no SQL can change its settings any more."""
     if readable:
         # Exact files, not directories: a table's directory may hold other files.
         con.execute("SET allowed_paths = ?", [list(readable)])
@@ -669,6 +717,9 @@ def _row_ranges(path: str, row_groups: Sequence[int]) -> list[tuple[int, int]]:
             ranges.append((start, stop))
     return ranges
 
+
+_OPENER = ThreadPoolExecutor(1, thread_name_prefix="scan-db")
+"""Opens the slots' next scan databases ahead of need (``TaskRunner._take_spare``)."""
 
 _TYPES: dict[tuple[str, int, int, str], tuple[str, str]] = {}
 """(file, mtime, size, column) -> (DuckDB type over Arrow, read natively), for every slot."""
