@@ -45,10 +45,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-from helpers import TPCDS_TABLES, ensure_tpcds, tpcds_query  # noqa: E402
+from helpers import TPCDS_TABLES, duckdb_views_sql, ensure_tpcds, tpcds_query  # noqa: E402
 
 TRIVIAL = "SELECT count(*) AS n FROM store"
 PHASES = ("submit", "to first launch", "tasks", "gaps", "watch", "fetch", "total")
@@ -195,6 +197,10 @@ def main(argv: list[str] | None = None) -> int:
         print()
     print("| query | run | " + " | ".join(PHASES) + " | stages/tasks |")
     print("|---|---|" + "---:|" * len(PHASES) + "---|")
+    ref = duckdb.connect()
+    for statement in duckdb_views_sql({t: data / f"{t}.parquet" for t in TPCDS_TABLES}):
+        ref.execute(statement)
+    summary: list[tuple[int, list[float], dict[str, list[float]]]] = []
     with tempfile.TemporaryDirectory(prefix="mangonel-latency-") as work:
         sides = {"A": None} if args.base_src is None else {"A": None, "B": args.base_src}
         clusters = {name: started(Path(work) / name, src, data) for name, src in sides.items()}
@@ -203,10 +209,17 @@ def main(argv: list[str] | None = None) -> int:
                 sql = query_text(number)
                 order = list(clusters) if turn % 2 == 0 else list(reversed(clusters))
                 runs: dict[str, list[dict[str, float]]] = {name: [] for name in clusters}
+                duck: list[float] = []
                 for i in range(1 + args.repeat):
+                    started_at = time.perf_counter()
+                    ref.sql(sql).to_arrow_table()
+                    duck.append(time.perf_counter() - started_at)
                     for name in order if i % 2 == 0 else reversed(order):
                         cluster, session = clusters[name]
                         runs[name].append(one_run(session, cluster.web_url, sql))
+                summary.append(
+                    (number, duck, {n: [r["total"] for r in got] for n, got in runs.items()})
+                )
                 for name, got in runs.items():
                     first, warm = got[0], got[1:]
                     median = {k: statistics.median(r[k] for r in warm) for k in first}
@@ -223,9 +236,30 @@ def main(argv: list[str] | None = None) -> int:
             for cluster, session in clusters.values():
                 session.close()
                 cluster.stop()
+    print()
+    print(totals(summary))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0
+
+
+def totals(summary: list[tuple[int, list[float], dict[str, list[float]]]]) -> str:
+    """Each query's whole time against single-process DuckDB's, run in the same turns:
+    the first run and the median of all runs (``tpcds.py``'s two figures)."""
+    sides = list(summary[0][2]) if summary else []
+    head = "| query | DuckDB median s | " + " | ".join(
+        f"{n} first s | {n} median s | {n} × median" for n in sides
+    )
+    lines = [head + " |", "|---|---:|" + "---:|---:|---:|" * len(sides)]
+    for number, duck, runs in summary:
+        d = statistics.median(duck)
+        cells = " | ".join(
+            f"{runs[n][0]:.3f} | {statistics.median(runs[n]):.3f} | "
+            f"{statistics.median(runs[n]) / max(d, 1e-6):.2f}"
+            for n in sides
+        )
+        lines.append(f"| q{number:02d} | {d:.3f} | {cells} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

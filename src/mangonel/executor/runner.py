@@ -28,7 +28,12 @@ A task that scans runs in a second database of the slot, locked the same way
 but allowed (``allowed_paths``) to read exactly the Parquet files of its
 tables, kept for the next task over the same set of files (opening a database costs
 about 20 ms): its SQL can reach those files and no other, and those it may
-read anyway.
+read anyway. The slot opens its next scan database ahead of need on another
+thread (configured, not yet locked down: no SQL runs in it before a task
+takes it and it is given its files and locked), so a new set of files costs a
+task no database opening. Which DuckDB type each file's column has is asked
+once per process (``_column_types``), and ``warm_up`` pays the process's
+first use of DuckDB and pyarrow at start, not in its first task.
 
 A split in object storage (``s3://``) is read with pyarrow through
 ``mangonel.storage``, never by DuckDB (whose S3 reader, the ``httpfs``
