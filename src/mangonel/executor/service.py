@@ -238,9 +238,10 @@ class ExecutorService:
             self._slots.append(runner)
             self._free_slots.put(slot)
         # While the executor registers: its first task would pay this otherwise.
-        threading.Thread(
-            target=warm_up, args=(self._spill.path,), name="warm-up", daemon=True
-        ).start()
+        # Not a daemon: a process told to stop during the warm-up waits for it
+        # (a second or two at most), since DuckDB still running on a daemon thread
+        # while the interpreter shuts down aborts the process (SIGABRT).
+        threading.Thread(target=warm_up, args=(self._spill.path,), name="warm-up").start()
         log.info("executor flight server on %s", self.flight_address)
 
     def serve(self) -> None:

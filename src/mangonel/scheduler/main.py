@@ -306,7 +306,9 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     )
     server.start()
     core.start()
-    threading.Thread(target=_warm_up, name="warm-up", daemon=True).start()
+    # Not a daemon: DuckDB still running on a daemon thread while the interpreter
+    # shuts down aborts the process; a scheduler stopped meanwhile waits for it.
+    threading.Thread(target=_warm_up, name="warm-up").start()
     log.info(
         "scheduler listening on %s (%s)",
         address,
