@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from cattrs.gen import make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
@@ -38,10 +38,25 @@ from cattrs.strategies import configure_tagged_union
 from mangonel.errors import StateStoreError
 from mangonel.ids import JobId
 from mangonel.plan.physical import DistributedPlan
+from mangonel.scheduler.events import (
+    CancelRequested,
+    Command,
+    Event,
+    ExecutorHeartbeat,
+    ForgetJob,
+    JobCancelled,
+    JobFailed,
+    JobSubmitted,
+    JobSucceeded,
+    ResultRead,
+    TaskCompleted,
+    TaskFailed,
+    Tick,
+)
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, TaskState
 from mangonel.scheduler.store import StateStore
-from mangonel.task import PartitionLocation
+from mangonel.task import CancelTask, FetchFailed, LaunchTask, PartitionLocation, ReleaseOutputs
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +183,71 @@ def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
         snap.jobs.append(stored)
     snap.jobs.sort(key=lambda j: j.plan.submitted)
     return snap
+
+
+class PersistedState(Protocol):
+    """What ``state_changes`` reads of ``scheduler.state.SchedulerState``."""
+
+    def unfinished_jobs(self) -> list[JobId]: ...
+
+    def export_job(self, job_id: JobId) -> JobProgress | None: ...
+
+    def export_finished(self, job_id: JobId) -> FinishedJob | None: ...
+
+    def export_executors(self) -> RegistrySnapshot: ...
+
+    @property
+    def no_executor_since(self) -> float | None: ...
+
+
+def state_changes(
+    state: PersistedState, event: Event, commands: list[Command], known: Container[JobId]
+) -> tuple[dict[str, object], list[str]] | None:
+    """The documents ``event`` may have changed, as puts and deletes for ``StateWriter``.
+
+    Everything but a new job's ``plan``, which only the shell knows whole (its
+    SQL, owner, request id). ``known`` are the jobs the shell still lists: a
+    job the state machine no longer knows but the shell does was forgotten
+    (``ForgetJob``), and its keys go. ``None`` for an event that changes
+    nothing the store keeps (a heartbeat, a tick with no command).
+    """
+    if isinstance(event, ExecutorHeartbeat | Tick) and not commands:
+        return None
+    puts: dict[str, object] = {}
+    deletes: list[str] = []
+    job = _job_of(event)
+    touched = [job] if job is not None else state.unfinished_jobs()
+    touched += [j for j in (_job_of(c) for c in commands) if j is not None]
+    for jid in dict.fromkeys(touched):
+        progress = state.export_job(jid)
+        finished = state.export_finished(jid) if progress is None else None
+        if progress is not None:
+            puts[job_key(jid, "progress")] = progress
+        elif finished is not None:
+            puts[job_key(jid, "outcome")] = finished
+            deletes.append(job_key(jid, "progress"))
+        elif jid in known:  # forgotten (``ForgetJob``)
+            deletes.extend(job_keys(jid))
+    puts[EXECUTORS_KEY] = state.export_executors()
+    puts[META_KEY] = StoredMeta(state.no_executor_since)
+    return puts, deletes
+
+
+def _job_of(item: Event | Command) -> JobId | None:
+    """The one job an event or command is about, or ``None`` when it may touch any job."""
+    if isinstance(item, JobSubmitted | CancelRequested | ResultRead):
+        return item.job
+    if isinstance(item, JobSucceeded | JobFailed | JobCancelled | ForgetJob | ReleaseOutputs):
+        return item.job
+    if isinstance(item, LaunchTask):
+        return item.task.attempt.task.job
+    if isinstance(item, CancelTask):
+        return item.attempt.task.job
+    if isinstance(item, TaskCompleted):
+        return item.attempt.task.job
+    if isinstance(item, TaskFailed) and not isinstance(item.failure, FetchFailed):
+        return item.attempt.task.job  # a fetch failure may lose an executor
+    return None
 
 
 class StateWriter:
