@@ -101,7 +101,7 @@ from mangonel.scheduler.persist import (
 )
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorListing
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import FinishedJob, JobProgress
+from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, TaskRecord
 from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
@@ -134,7 +134,9 @@ class StateMachine(Protocol):
 
     def unfinished_jobs(self) -> list[JobId]: ...
 
-    def export_job(self, job_id: JobId) -> JobProgress | None: ...
+    def export_job_head(self, job_id: JobId) -> JobProgress | None: ...
+
+    def take_changed_tasks(self, job_id: JobId) -> list[TaskRecord]: ...
 
     def export_finished(self, job_id: JobId) -> FinishedJob | None: ...
 

@@ -134,7 +134,6 @@ from mangonel.scheduler.state_jobs import (
     FinishedJob,
     JobProgress,
     JobRecord,
-    Pending,
     Running,
     StageState,
     TaskRecord,
@@ -309,6 +308,20 @@ class SchedulerState:
         job = self._jobs.get(job_id)
         return job.progress() if job is not None else None
 
+    def export_job_head(self, job_id: JobId) -> JobProgress | None:
+        """``export_job`` without the tasks (``None`` once it finished)."""
+        job = self._jobs.get(job_id)
+        return job.head() if job is not None else None
+
+    def take_changed_tasks(self, job_id: JobId) -> list[TaskRecord]:
+        """The tasks of an unfinished job changed since the last call, for the store.
+
+        Bookkeeping of the shell's writes, not state: the state machine's
+        behaviour does not depend on it.
+        """
+        job = self._jobs.get(job_id)
+        return job.take_changed() if job is not None else []
+
     def export_finished(self, job_id: JobId) -> FinishedJob | None:
         """What the store keeps of a finished job (``None`` while it runs or once
         it is forgotten)."""
@@ -360,7 +373,7 @@ class SchedulerState:
 
     def _finish(self, job: JobRecord, state: JobState, error: str, step: _Step) -> None:
         """End a job: stop its attempts, report it, release its files, forget it."""
-        for task in job.tasks():
+        for task in job.running_tasks():
             if isinstance(task.state, Running):
                 # Cancelled attempts free their slot at once: the executor kills
                 # them, and whatever they report later is stale and ignored.
@@ -695,7 +708,7 @@ class SchedulerState:
             return False
         task.failures += 1
         if executor not in task.failed_on:
-            task.failed_on.append(executor)
+            task.failed_on = (*task.failed_on, executor)
         return task.failures >= self.limits.max_task_attempts
 
     def _exhausted(self, task: TaskRecord) -> str:
@@ -790,8 +803,8 @@ class SchedulerState:
             if rec.stage.id in needed:
                 lost = [
                     t
-                    for t in rec.tasks
-                    if isinstance(t.state, Done) and not is_live(t.state.executor)
+                    for executor in [e for e in rec.done_on if not is_live(e)]
+                    for t in rec.done_tasks_on(executor)
                 ]
                 gone_from = sorted({t.state.executor for t in lost if isinstance(t.state, Done)})
                 for t in lost:
@@ -887,9 +900,8 @@ class SchedulerState:
             for stage in job.stages.values():
                 gone = [
                     t
-                    for t in stage.tasks
+                    for t in stage.done_tasks_on(rec.id)
                     if isinstance(t.state, Done)
-                    and t.state.executor == rec.id
                     and any(o.path not in held for o in t.state.outputs)
                 ]
                 for task in gone:
@@ -1008,10 +1020,9 @@ class SchedulerState:
         use is free."""
         is_live = job.usable(self._executors.is_live)
         for sid, rec in job.stages.items():
-            pending = [t for t in rec.tasks if isinstance(t.state, Pending)]
-            if not pending or job.stage_state(sid, is_live) is not StageState.RUNNABLE:
+            if not rec.pending_count or job.stage_state(sid, is_live) is not StageState.RUNNABLE:
                 continue
-            for task in pending:
+            for task in rec.pending_tasks():
                 executor = self._executors.least_loaded(job.excluded)
                 if executor is None:
                     return False
@@ -1078,7 +1089,7 @@ class SchedulerState:
         if why is None:
             return
         for job in list(self._jobs.values()):
-            if not any(isinstance(t.state, Pending) for t in job.tasks()):
+            if not any(rec.pending_count for rec in job.stages.values()):
                 continue
             msg = (
                 f"every executor is excluded for failing tasks ({why}), so job {job.id} "
