@@ -15,7 +15,7 @@ job's size. Not a test: timings belong here. Usage::
 
     .venv/bin/python benchmarks/scheduler_sim.py \\
         [--executors 10,100,1000] [--tasks 1000,10000,100000] [--jobs 10] \\
-        [--losses 5] [--max-seconds 600] [--json out.json]
+        [--losses 5] [--loss-every 0] [--max-seconds 600] [--json out.json]
 
 A run that passes ``--max-seconds`` stops early and is marked ``complete:
 false`` (its rates are still per event handled).
@@ -60,6 +60,7 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=10, help="jobs, all running at once")
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--losses", type=int, default=5, help="executors lost per run")
+    ap.add_argument("--loss-every", type=int, default=0, help="and one every N task events")
     ap.add_argument("--max-seconds", type=float, default=None)
     ap.add_argument("--no-store", action="store_true", help="skip the persistence")
     ap.add_argument("--json", default=None, help="write the results here")
@@ -73,6 +74,7 @@ def main() -> int:
             jobs=args.jobs,
             concurrent_jobs=args.jobs,
             losses=args.losses,
+            loss_every=args.loss_every,
             persist=not args.no_store,
             max_seconds=args.max_seconds,
         )

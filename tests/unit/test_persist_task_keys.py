@@ -20,13 +20,14 @@ from mangonel.scheduler.events import (
 from mangonel.scheduler.persist import (
     StateWriter,
     StoredPlan,
+    decode,
     encode,
     job_key,
     read_snapshot,
     state_changes,
 )
 from mangonel.scheduler.state import SchedulerState
-from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.state_jobs import JobProgress, JobRecord
 from mangonel.task import ExecutorInfo, LaunchTask, PartitionOutput
 from mangonel.testing.scheduler_sim import CountingStore, SimConfig, simulate, synthetic_plan
 
@@ -112,3 +113,23 @@ def test_store_bytes_per_task_event_do_not_grow_with_the_job() -> None:
     ]
     # Deleting the task keys at the end is one key per task: the same per event.
     assert per_event[1] < per_event[0] * 1.3
+
+
+def test_the_counts_kept_as_tasks_change_match_a_count_from_scratch() -> None:
+    # The stage view is kept by the tasks' assignments (``StageRecord.observe``);
+    # a record rebuilt from the stored tasks counts them afresh.
+    d = _cluster(60)
+    for _ in range(30):
+        d.complete_next()
+    d.emit(ExecutorLost, ExecutorId("e1"), LossReason.CONNECTION_LOST)
+    d.launched = [c for c in d.launched if c.executor != "e1"]
+    for _ in range(5):
+        d.complete_next()
+    progress = d.state.export_job(J1)
+    assert progress is not None
+    plan = synthetic_plan(60, 4)
+    rebuilt = JobRecord.restore(plan, decode(encode(progress), JobProgress))
+    view = d.state.job(J1)
+    assert view is not None
+    assert rebuilt.view().stages == view.stages
+    assert sum(s.outputs_recomputed for s in view.stages) > 0

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import heapq
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import MISSING, dataclass, field, fields
@@ -188,8 +189,13 @@ class StageRecord:
         """Take ``tasks`` as this stage's (created, or read back from the store)
         and count them afresh."""
         self.tasks = tasks
-        self._pending: list[int] = []
-        """Pending partitions, negated and ascending: the lowest partition is last."""
+        self._pending: set[int] = set()
+        """Pending partitions."""
+        self._queue: list[int] = []
+        """A heap of partitions, each at most once (``_queued``): every pending one,
+        and ones that left pending since (dropped as they surface). A heap,
+        not a sorted list: an executor's loss sends thousands back at once."""
+        self._queued: set[int] = set()
         self.running: set[int] = set()
         """Running partitions."""
         self.done_on: dict[ExecutorId, set[int]] = {}
@@ -212,8 +218,10 @@ class StageRecord:
                 self.totals[name] += getattr(task, name)
             self.speculative_running += task.speculative is not None
             task.owner = self
-        # In one sort, not one insertion a task: a stage may have 100,000.
-        self._pending = sorted(-t.id.partition for t in tasks if isinstance(t.state, Pending))
+        # A sorted list is a heap: built at once, not one push a task.
+        self._queue = sorted(t.id.partition for t in tasks if isinstance(t.state, Pending))
+        self._pending = set(self._queue)
+        self._queued = set(self._queue)
 
     def observe(self, task: TaskRecord, name: str, value: object) -> None:
         """``task.name`` is about to become ``value``."""
@@ -228,7 +236,10 @@ class StageRecord:
 
     def _enter(self, partition: int, state: TaskState) -> None:
         if isinstance(state, Pending):
-            bisect.insort(self._pending, -partition)
+            self._pending.add(partition)
+            if partition not in self._queued:
+                self._queued.add(partition)
+                heapq.heappush(self._queue, partition)
         elif isinstance(state, Running):
             self.running.add(partition)
         else:
@@ -240,7 +251,7 @@ class StageRecord:
 
     def _leave(self, partition: int, state: TaskState) -> None:
         if isinstance(state, Pending):
-            del self._pending[bisect.bisect_left(self._pending, -partition)]
+            self._pending.discard(partition)
         elif isinstance(state, Running):
             self.running.discard(partition)
         else:
@@ -259,13 +270,22 @@ class StageRecord:
 
     def pending_tasks(self) -> Iterator[TaskRecord]:
         """Pending tasks in partition order, each as it is reached: the caller
-        may launch (or leave) each one it is given before asking for the next."""
-        keys = self._pending
-        i = len(keys) - 1
-        while i >= 0:
-            i = min(i, len(keys) - 1)
-            yield self.tasks[-keys[i]]
-            i -= 1
+        may launch (or leave) each one it is given before asking for the next,
+        and may stop at any point (the tasks it left stay queued)."""
+        queue, queued, left = self._queue, self._queued, []
+        try:
+            while queue:
+                partition = queue[0]
+                if partition not in self._pending:
+                    heapq.heappop(queue)  # launched since it was queued
+                    queued.discard(partition)
+                    continue
+                yield self.tasks[partition]
+                if queue and queue[0] == partition and partition in self._pending:
+                    left.append(heapq.heappop(queue))  # not launched: set aside
+        finally:
+            for partition in left:
+                heapq.heappush(queue, partition)
 
     def running_tasks(self) -> list[TaskRecord]:
         """Running tasks, in partition order."""

@@ -78,11 +78,14 @@ class SimConfig:
         concurrent_jobs: Jobs running at once (a finished one makes room for the next).
         partitions: Output partitions of each map task (and tasks of the join stage).
         losses: Executors lost, at random moments spread over the run.
+        loss_every: Also lose one every this many task events (0: never), so
+            that a run stopped early (``max_seconds``) still measures losses.
         tick_every: A ``Tick`` after this many task events.
         step_s: Simulated seconds per event.
         persist: Write every event's changes through the shell's persistence.
         seed: Of the random choices (which executor is lost, and when).
-        max_seconds: Stop after this long (wall time), every job finished or
+        max_seconds: Stop this long (wall time) after the executors registered and
+            the first jobs were submitted, every job finished or
             not (``SimResult.complete`` says which): how a slow code base is
             still measured.
     """
@@ -94,6 +97,7 @@ class SimConfig:
     concurrent_jobs: int = 10
     partitions: int = 4
     losses: int = 0
+    loss_every: int = 0
     tick_every: int = 1000
     step_s: float = 0.0001
     persist: bool = True
@@ -257,6 +261,7 @@ class Simulator:
             self.add_executor()
         for _ in range(min(cfg.concurrent_jobs, cfg.jobs)):
             self.submit()
+        setup = time.perf_counter()  # ``max_seconds`` counts from here
         total = cfg.jobs * sum(s.num_tasks for s in self.plan.stages)
         loss_at = sorted(self.rng.randrange(1, max(2, total)) for _ in range(cfg.losses))
         events = 0
@@ -270,9 +275,11 @@ class Simulator:
             while loss_at and events >= loss_at[0]:
                 loss_at.pop(0)
                 self.lose_one()
+            if cfg.loss_every and events % cfg.loss_every == 0:
+                self.lose_one()
             if events % cfg.tick_every == 0:
                 self.emit(Tick(self.next_id(), self.now))
-            if cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds:
+            if cfg.max_seconds is not None and time.perf_counter() - setup > cfg.max_seconds:
                 break
         self.result.complete = self.unfinished == 0 and self.submitted == cfg.jobs
         self.result.wall_seconds = time.perf_counter() - start
