@@ -271,7 +271,10 @@ class StageRecord:
     def pending_tasks(self) -> Iterator[TaskRecord]:
         """Pending tasks in partition order, each as it is reached: the caller
         may launch (or leave) each one it is given before asking for the next,
-        and may stop at any point (the tasks it left stay queued)."""
+        and may stop at any point (the tasks it left stay queued). One
+        iteration of a stage at a time: the tasks one leaves are set aside
+        until it ends (or is dropped), so a second one running meanwhile
+        would not see them."""
         queue, queued, left = self._queue, self._queued, []
         try:
             while queue:
