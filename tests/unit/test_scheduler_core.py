@@ -43,7 +43,7 @@ from mangonel.scheduler.events import (
 )
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import FinishedJob
+from mangonel.scheduler.state_jobs import FinishedJob, TaskRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView, StageView
 from mangonel.task import (
     LaunchTask,
@@ -105,8 +105,11 @@ class ScriptedState:
     def unfinished_jobs(self) -> list[JobId]:
         return [j for j, v in self.job_views.items() if not v.state.finished]
 
-    def export_job(self, job_id: JobId) -> None:
+    def export_job_head(self, job_id: JobId) -> None:
         return None
+
+    def take_changed_tasks(self, job_id: JobId) -> list[TaskRecord]:
+        return []
 
     def export_executors(self) -> RegistrySnapshot:
         return RegistrySnapshot([], [], 0)

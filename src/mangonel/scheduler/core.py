@@ -91,20 +91,17 @@ from mangonel.scheduler.events import (
 from mangonel.scheduler.hooks import NO_HOOK, EventHook
 from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.persist import (
-    EXECUTORS_KEY,
-    META_KEY,
     StateWriter,
-    StoredMeta,
     StoredPlan,
     StoredTable,
     job_key,
-    job_keys,
     read_snapshot,
+    state_changes,
     table_key,
 )
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorListing
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import FinishedJob, JobProgress
+from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, TaskRecord
 from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
@@ -113,7 +110,6 @@ from mangonel.security.auth import ANONYMOUS
 from mangonel.task import (
     CancelTask,
     ExecutorInfo,
-    FetchFailed,
     LaunchTask,
     PartitionOutput,
     ReleaseOutputs,
@@ -138,7 +134,9 @@ class StateMachine(Protocol):
 
     def unfinished_jobs(self) -> list[JobId]: ...
 
-    def export_job(self, job_id: JobId) -> JobProgress | None: ...
+    def export_job_head(self, job_id: JobId) -> JobProgress | None: ...
+
+    def take_changed_tasks(self, job_id: JobId) -> list[TaskRecord]: ...
 
     def export_finished(self, job_id: JobId) -> FinishedJob | None: ...
 
@@ -353,24 +351,10 @@ class SchedulerCore:
 
         Returns False for an event that changes nothing the store keeps.
         """
-        if isinstance(event, ExecutorHeartbeat | Tick) and not commands:
+        changes = state_changes(self._state, event, commands, self._jobs)
+        if changes is None:
             return False
-        state = self._state
-        puts: dict[str, object] = {}
-        deletes: list[str] = []
-        job = _job_of(event)
-        touched = [job] if job is not None else state.unfinished_jobs()
-        touched += [j for j in (_job_of(c) for c in commands) if j is not None]
-        for jid in dict.fromkeys(touched):
-            progress = state.export_job(jid)
-            finished = state.export_finished(jid) if progress is None else None
-            if progress is not None:
-                puts[job_key(jid, "progress")] = progress
-            elif finished is not None:
-                puts[job_key(jid, "outcome")] = finished
-                deletes.append(job_key(jid, "progress"))
-            elif jid in self._jobs:  # forgotten (``ForgetJob``)
-                deletes.extend(job_keys(jid))
+        puts, deletes = changes
         if isinstance(event, JobSubmitted):
             record = self._jobs[event.job]
             puts[job_key(event.job, "plan")] = StoredPlan(
@@ -381,8 +365,6 @@ class SchedulerCore:
                 record.request_id,
                 record.owner,
             )
-        puts[EXECUTORS_KEY] = state.export_executors()
-        puts[META_KEY] = StoredMeta(state.no_executor_since)
         self._write(puts, deletes)
         return True
 
@@ -707,23 +689,6 @@ class SchedulerCore:
         """The client read the result: its files may go (reading twice is harmless)."""
         self.job(job)
         self._emit(lambda eid, now: ResultRead(eid, now, job))
-
-
-def _job_of(item: Event | Command) -> JobId | None:
-    """The one job an event or command is about, or ``None`` when it may touch any job."""
-    if isinstance(item, JobSubmitted | CancelRequested | ResultRead):
-        return item.job
-    if isinstance(item, JobSucceeded | JobFailed | JobCancelled | ForgetJob | ReleaseOutputs):
-        return item.job
-    if isinstance(item, LaunchTask):
-        return item.task.attempt.task.job
-    if isinstance(item, CancelTask):
-        return item.attempt.task.job
-    if isinstance(item, TaskCompleted):
-        return item.attempt.task.job
-    if isinstance(item, TaskFailed) and not isinstance(item.failure, FetchFailed):
-        return item.attempt.task.job  # a fetch failure may lose an executor
-    return None
 
 
 def describe(item: Event | Command) -> str:

@@ -6,14 +6,23 @@ dataclasses, so the store holds the same types the state machine uses)::
     tables/<name>          StoredTable: the table's path (footers are re-read at start)
     jobs/<id>/plan         StoredPlan: SQL, submission time, owner, the distributed plan
                            (written once)
-    jobs/<id>/progress     JobProgress: every task's state, attempts, outputs' locations
-                           (while the job runs)
+    jobs/<id>/progress     JobProgress without its tasks: the job's state, stage
+                           re-runs, where it ran (while the job runs)
+    jobs/<id>/tasks/<stage>/<partition>
+                           TaskRecord: one task's state, attempts, outputs'
+                           locations (while the job runs; a task never changed
+                           since submission has no key: it is pending)
     jobs/<id>/outcome      FinishedJob: the state machine's record of a finished job:
                            its final view (how it ended, when, its error), its
                            result's locations, whether the client read it, where
                            it ran (once it finished)
     executors              RegistrySnapshot: live executors and the recent lost ones
     meta                   StoredMeta: scheduler-wide state (since when no executor lives)
+
+One task event therefore writes the one task's key and the job's small head,
+whatever the job's size; a job's task keys go when it finishes (its
+``outcome`` replaces them). A ``progress`` document that holds the tasks
+itself (the layout before task keys) is still read.
 
 The shell writes, after each event and before it carries out any of the
 event's commands, every key whose document changed (``StateWriter`` keeps what
@@ -27,21 +36,42 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from cattrs.gen import make_dict_unstructure_fn, override
 from cattrs.preconf.json import make_converter
 from cattrs.strategies import configure_tagged_union
 
 from mangonel.errors import StateStoreError
-from mangonel.ids import JobId
+from mangonel.ids import JobId, StageId, TaskId
 from mangonel.plan.physical import DistributedPlan
-from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, TaskState
+from mangonel.scheduler.events import (
+    CancelRequested,
+    Command,
+    Event,
+    ExecutorHeartbeat,
+    ForgetJob,
+    JobCancelled,
+    JobFailed,
+    JobSubmitted,
+    JobSucceeded,
+    ResultRead,
+    TaskCompleted,
+    TaskFailed,
+    Tick,
+)
+from mangonel.scheduler.state_executors import ExecutorRecord, RegistrySnapshot
+from mangonel.scheduler.state_jobs import (
+    FinishedJob,
+    JobProgress,
+    StageProgress,
+    TaskRecord,
+    TaskState,
+)
 from mangonel.scheduler.store import StateStore
-from mangonel.task import PartitionLocation
+from mangonel.task import CancelTask, FetchFailed, LaunchTask, PartitionLocation, ReleaseOutputs
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +81,15 @@ configure_tagged_union(TaskState, _converter, tag_name="kind")
 _converter.register_unstructure_hook(
     PartitionLocation,
     make_dict_unstructure_fn(PartitionLocation, _converter, ticket=override(omit=True)),
+)
+_converter.register_unstructure_hook(
+    ExecutorRecord,
+    make_dict_unstructure_fn(ExecutorRecord, _converter, registry=override(omit=True)),
+)
+# Where a task notes its changes is the state machine's bookkeeping, not state.
+_converter.register_unstructure_hook(
+    TaskRecord,
+    make_dict_unstructure_fn(TaskRecord, _converter, owner=override(omit=True)),
 )
 
 
@@ -110,8 +149,14 @@ def job_keys(job: JobId) -> list[str]:
     return [job_key(job, part) for part in ("plan", "progress", "outcome")]
 
 
+def task_key(job: JobId, stage: StageId, partition: int) -> str:
+    return f"jobs/{job}/tasks/{stage}/{partition}"
+
+
 EXECUTORS_KEY = "executors"
 META_KEY = "meta"
+_CACHED = frozenset({EXECUTORS_KEY})
+"""Keys whose objects are never changed once given to ``StateWriter.commit``."""
 
 
 def encode(value: object) -> str:
@@ -133,6 +178,7 @@ def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
     plans: dict[JobId, StoredPlan] = {}
     progress: dict[JobId, JobProgress] = {}
     outcomes: dict[JobId, FinishedJob] = {}
+    tasks: dict[JobId, list[TaskRecord]] = {}
     for key, text in sorted(data.items()):
         try:
             parts = key.split("/")
@@ -148,6 +194,11 @@ def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
                     outcomes[job] = decode(text, FinishedJob)
                 else:
                     raise ValueError("unknown job part")
+            elif parts[0] == "jobs" and len(parts) == 5 and parts[2] == "tasks":
+                task = decode(text, TaskRecord)
+                if (str(task.id.stage), str(task.id.partition)) != (parts[3], parts[4]):
+                    raise ValueError(f"the key holds task {task.id}")
+                tasks.setdefault(JobId(parts[1]), []).append(task)
             elif key == EXECUTORS_KEY:
                 snap.executors = decode(text, RegistrySnapshot)
             elif key == META_KEY:
@@ -161,13 +212,112 @@ def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
                 "store aside (or use another --state) to start with an empty state."
             ) from exc
     for job, plan in plans.items():
-        stored = StoredJob(job, plan, progress.get(job), outcomes.get(job))
+        head = progress.get(job)
+        if head is not None and job in tasks:
+            try:
+                _fill_tasks(head, plan, tasks[job])
+            except ValueError as exc:
+                raise StateStoreError(
+                    f"the state store {where} holds tasks of job {job} that do not match its "
+                    f"plan ({exc}); it was damaged. Move the store aside (or use another "
+                    "--state) to start with an empty state."
+                ) from exc
+        stored = StoredJob(job, plan, head, outcomes.get(job))
         if stored.progress is None and stored.outcome is None:
             log.warning("job %s has a plan but no progress in the store; it is dropped", job)
             continue
         snap.jobs.append(stored)
     snap.jobs.sort(key=lambda j: j.plan.submitted)
     return snap
+
+
+def _fill_tasks(head: JobProgress, plan: StoredPlan, tasks: list[TaskRecord]) -> None:
+    """Put the job's task keys into its head: every task of the plan, those
+    without a key pending as created."""
+    for stage in plan.plan.stages:
+        held = head.stages.setdefault(stage.id, StageProgress(0, []))
+        if not held.tasks:
+            held.tasks = [TaskRecord(TaskId(head.id, stage.id, p)) for p in range(stage.num_tasks)]
+    for task in tasks:
+        stage_tasks = head.stages[task.id.stage].tasks if task.id.stage in head.stages else []
+        if not 0 <= task.id.partition < len(stage_tasks):
+            raise ValueError(f"task {task.id} is not in the plan")
+        stage_tasks[task.id.partition] = task
+
+
+class PersistedState(Protocol):
+    """What ``state_changes`` reads of ``scheduler.state.SchedulerState``."""
+
+    def unfinished_jobs(self) -> list[JobId]: ...
+
+    def export_job_head(self, job_id: JobId) -> JobProgress | None: ...
+
+    def take_changed_tasks(self, job_id: JobId) -> list[TaskRecord]: ...
+
+    def export_finished(self, job_id: JobId) -> FinishedJob | None: ...
+
+    def export_executors(self) -> RegistrySnapshot: ...
+
+    @property
+    def no_executor_since(self) -> float | None: ...
+
+
+def state_changes(
+    state: PersistedState, event: Event, commands: list[Command], known: Container[JobId]
+) -> tuple[dict[str, object], list[str]] | None:
+    """The documents ``event`` may have changed, as puts and deletes for ``StateWriter``.
+
+    Everything but a new job's ``plan``, which only the shell knows whole (its
+    SQL, owner, request id). ``known`` are the jobs the shell still lists: a
+    job the state machine no longer knows but the shell does was forgotten
+    (``ForgetJob``), and its keys go. ``None`` for an event that changes
+    nothing the store keeps (a heartbeat, a tick with no command).
+    """
+    if isinstance(event, ExecutorHeartbeat | Tick) and not commands:
+        return None
+    puts: dict[str, object] = {}
+    deletes: list[str] = []
+    job = _job_of(event)
+    touched = [job] if job is not None else state.unfinished_jobs()
+    touched += [j for j in (_job_of(c) for c in commands) if j is not None]
+    for jid in dict.fromkeys(touched):
+        progress = state.export_job_head(jid)
+        finished = state.export_finished(jid) if progress is None else None
+        if progress is not None:
+            puts[job_key(jid, "progress")] = progress
+            for task in state.take_changed_tasks(jid):
+                puts[task_key(jid, task.id.stage, task.id.partition)] = task
+        elif finished is not None:
+            puts[job_key(jid, "outcome")] = finished
+            deletes.append(job_key(jid, "progress"))
+            # Once, at the end: a key for every task that may have one.
+            deletes.extend(
+                task_key(jid, stage.id, p)
+                for stage in finished.view.stages
+                for p in range(stage.num_tasks)
+            )
+        elif jid in known:  # forgotten (``ForgetJob``)
+            deletes.extend(job_keys(jid))
+    puts[EXECUTORS_KEY] = state.export_executors()
+    puts[META_KEY] = StoredMeta(state.no_executor_since)
+    return puts, deletes
+
+
+def _job_of(item: Event | Command) -> JobId | None:
+    """The one job an event or command is about, or ``None`` when it may touch any job."""
+    if isinstance(item, JobSubmitted | CancelRequested | ResultRead):
+        return item.job
+    if isinstance(item, JobSucceeded | JobFailed | JobCancelled | ForgetJob | ReleaseOutputs):
+        return item.job
+    if isinstance(item, LaunchTask):
+        return item.task.attempt.task.job
+    if isinstance(item, CancelTask):
+        return item.attempt.task.job
+    if isinstance(item, TaskCompleted):
+        return item.attempt.task.job
+    if isinstance(item, TaskFailed) and not isinstance(item.failure, FetchFailed):
+        return item.attempt.task.job  # a fetch failure may lose an executor
+    return None
 
 
 class StateWriter:
@@ -190,6 +340,9 @@ class StateWriter:
     def __init__(self, store: StateStore, held: Mapping[str, str]) -> None:
         self.store = store
         self._held = dict(held)
+        self._encoded: dict[str, tuple[object, str]] = {}
+        """Key -> the last object put there and its text: an object given again
+        (the state machine's cached executors snapshot) is not encoded again."""
 
     def commit(self, puts: Mapping[str, object], deletes: list[str] | tuple[str, ...] = ()) -> None:
         """Encode ``puts`` and write those that differ from the store, with ``deletes``.
@@ -199,7 +352,10 @@ class StateWriter:
         """
         changed: dict[str, str] = {}
         for key, value in puts.items():
-            text = encode(value)
+            last = self._encoded.get(key)
+            text = last[1] if last is not None and last[0] is value else encode(value)
+            if key in _CACHED:
+                self._encoded[key] = (value, text)
             if self._held.get(key) != text:
                 changed[key] = text
         gone = [k for k in deletes if k in self._held and k not in puts]

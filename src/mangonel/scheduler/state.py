@@ -90,7 +90,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
@@ -138,7 +138,6 @@ from mangonel.scheduler.state_jobs import (
     FinishedJob,
     JobProgress,
     JobRecord,
-    Pending,
     Running,
     StageState,
     TaskRecord,
@@ -313,6 +312,20 @@ class SchedulerState:
         job = self._jobs.get(job_id)
         return job.progress() if job is not None else None
 
+    def export_job_head(self, job_id: JobId) -> JobProgress | None:
+        """``export_job`` without the tasks (``None`` once it finished)."""
+        job = self._jobs.get(job_id)
+        return job.head() if job is not None else None
+
+    def take_changed_tasks(self, job_id: JobId) -> list[TaskRecord]:
+        """The tasks of an unfinished job changed since the last call, for the store.
+
+        Bookkeeping of the shell's writes, not state: the state machine's
+        behaviour does not depend on it.
+        """
+        job = self._jobs.get(job_id)
+        return job.take_changed() if job is not None else []
+
     def export_finished(self, job_id: JobId) -> FinishedJob | None:
         """What the store keeps of a finished job (``None`` while it runs or once
         it is forgotten)."""
@@ -364,7 +377,7 @@ class SchedulerState:
 
     def _finish(self, job: JobRecord, state: JobState, error: str, step: _Step) -> None:
         """End a job: stop its attempts, report it, release its files, forget it."""
-        for task in job.tasks():
+        for task in job.running_tasks():
             if isinstance(task.state, Running):
                 # Cancelled attempts free their slot at once: the executor kills
                 # them, and whatever they report later is stale and ignored.
@@ -699,7 +712,7 @@ class SchedulerState:
             return False
         task.failures += 1
         if executor not in task.failed_on:
-            task.failed_on.append(executor)
+            task.failed_on = (*task.failed_on, executor)
         return task.failures >= self.limits.max_task_attempts
 
     def _exhausted(self, task: TaskRecord) -> str:
@@ -794,8 +807,8 @@ class SchedulerState:
             if rec.stage.id in needed:
                 lost = [
                     t
-                    for t in rec.tasks
-                    if isinstance(t.state, Done) and not is_live(t.state.executor)
+                    for executor in [e for e in rec.done_on if not is_live(e)]
+                    for t in rec.done_tasks_on(executor)
                 ]
                 gone_from = sorted({t.state.executor for t in lost if isinstance(t.state, Done)})
                 for t in lost:
@@ -891,9 +904,8 @@ class SchedulerState:
             for stage in job.stages.values():
                 gone = [
                     t
-                    for t in stage.tasks
+                    for t in stage.done_tasks_on(rec.id)
                     if isinstance(t.state, Done)
-                    and t.state.executor == rec.id
                     and any(o.path not in held for o in t.state.outputs)
                 ]
                 for task in gone:
@@ -1018,25 +1030,34 @@ class SchedulerState:
         """
         if self._executors.least_loaded() is None:
             return
-        held = self._executors.slots_held()
         cap = self._job_slot_cap()
+        # Counting the held slots costs the busy slots; one job alone without a
+        # cap takes every slot it can use whatever it holds.
+        held = self._executors.slots_held() if len(self._jobs) > 1 or cap is not None else {}
         # (slots held, submission order, job, its launchable tasks); the order is
         # unique, so the heap never compares the last two.
         queue = [
             (held.get(job.id, 0), order, job, self._pending_runnable(job))
             for order, job in enumerate(self._jobs.values())
         ]
-        heapq.heapify(queue)
-        while queue:
-            count, order, job, tasks = queue[0]
-            if cap is not None and count >= cap:
-                return  # the job holding the fewest is at the cap: so is every other
-            if self._launch_next(job, tasks, step):
-                heapq.heapreplace(queue, (count + 1, order, job, tasks))
-                continue
-            heapq.heappop(queue)  # nothing more it can launch in this event
-            if self._executors.least_loaded() is None:
-                return  # no free slot anywhere
+        try:
+            heapq.heapify(queue)
+            while queue:
+                count, order, job, tasks = queue[0]
+                if cap is not None and count >= cap:
+                    return  # the job holding the fewest is at the cap: so is every other
+                if self._launch_next(job, tasks, step):
+                    heapq.heapreplace(queue, (count + 1, order, job, tasks))
+                    continue
+                heapq.heappop(queue)[3].close()  # nothing more it can launch now
+                if self._executors.least_loaded() is None:
+                    return  # no free slot anywhere
+        finally:
+            # A stage's walk puts the tasks it passed over back in its queue when
+            # it is closed; closed here, not whenever the garbage collector gets
+            # to it, before the next event walks the stage again.
+            for _, _, _, tasks in queue:
+                tasks.close()
 
     def _job_slot_cap(self) -> int | None:
         """The most slots one job may hold now (``Limits.max_job_share`` of the
@@ -1047,7 +1068,7 @@ class SchedulerState:
         # The epsilon keeps 0.29 x 100 slots at 29, not 28 (binary fractions).
         return max(1, math.floor(share * self._executors.alive_slots() + 1e-9))
 
-    def _pending_runnable(self, job: JobRecord) -> Iterator[TaskRecord]:
+    def _pending_runnable(self, job: JobRecord) -> Generator[TaskRecord, None, None]:
         """The job's pending tasks of runnable stages, stages in plan order.
 
         Lazy, so a job with thousands of pending tasks is read only as far as
@@ -1056,10 +1077,9 @@ class SchedulerState:
         """
         is_live = job.usable(self._executors.is_live)
         for sid, rec in job.stages.items():
-            pending = [t for t in rec.tasks if isinstance(t.state, Pending)]
-            if not pending or job.stage_state(sid, is_live) is not StageState.RUNNABLE:
+            if not rec.pending_count or job.stage_state(sid, is_live) is not StageState.RUNNABLE:
                 continue
-            yield from pending
+            yield from rec.pending_tasks()
 
     def _launch_next(self, job: JobRecord, tasks: Iterator[TaskRecord], step: _Step) -> bool:
         """Launch the next of ``tasks`` that may run now; ``False`` when none may
@@ -1141,7 +1161,7 @@ class SchedulerState:
         if why is None:
             return
         for job in list(self._jobs.values()):
-            if not any(isinstance(t.state, Pending) for t in job.tasks()):
+            if not any(rec.pending_count for rec in job.stages.values()):
                 continue
             msg = (
                 f"every executor is excluded for failing tasks ({why}), so job {job.id} "

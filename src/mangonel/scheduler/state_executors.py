@@ -43,6 +43,7 @@ which is treated the same way as lost (its reports are ignored).
 
 from __future__ import annotations
 
+import heapq
 from collections import OrderedDict
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
@@ -97,6 +98,19 @@ class ExecutorRecord:
     slow: bool = False
     """``slowness`` reached ``Limits.speculation_multiplier``: between executors
     equally loaded, the others get a task first (``state_gray.observe_speed``)."""
+    registry: ExecutorRegistry | None = field(default=None, repr=False, compare=False)
+    """The registry that holds it and must see its changes; not stored."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+        registry = self.__dict__.get("registry")
+        if registry is not None:
+            registry.record_changed(self, name)
+
+    @property
+    def rank(self) -> tuple[float, bool, int]:
+        """What ``least_loaded`` orders by: load, then not slow, then connection order."""
+        return (self.load, self.slow, self.seq)
 
     @property
     def id(self) -> ExecutorId:
@@ -156,6 +170,15 @@ class RegistrySnapshot:
     seq: int
 
 
+_UNSTORED = frozenset(
+    {"running", "last_heartbeat", "resuming", "failures", "excluded_until", "exclusion",
+     "slowness", "slow", "registry"}
+)  # fmt: skip
+"""``ExecutorRecord`` fields a ``RegistrySnapshot`` leaves out."""
+_RANKED = frozenset({"slow", "seq", "info"})
+"""``ExecutorRecord`` fields its ``rank`` reads (besides ``running``)."""
+
+
 class ExecutorRegistry:
     """Connecting, alive and draining executors, plus a bounded history of lost ones."""
 
@@ -165,6 +188,33 @@ class ExecutorRegistry:
         self._lost: OrderedDict[ExecutorId, ExecutorRecord] = OrderedDict()
         self._keep_lost = keep_lost
         self._seq = 0
+        self._ranks: list[tuple[float, bool, int, ExecutorId]] = []
+        """A heap of live executors by ``rank``, with stale entries (the rank
+        changed since) left in until they surface: every change of a rank
+        pushes the new one, so ``least_loaded`` costs a few heap operations
+        rather than a pass over a thousand executors."""
+        self._snapshot: RegistrySnapshot | None = None
+        """The last ``snapshot()``, until a stored field changes."""
+        self._draining: set[ExecutorId] = set()
+
+    def record_changed(self, rec: ExecutorRecord, name: str) -> None:
+        """``rec.name`` was assigned (``ExecutorRecord.__setattr__``)."""
+        if name not in _UNSTORED:
+            self._snapshot = None
+        if name in _RANKED and rec.id in self._live:
+            self._push(rec)
+
+    def _push(self, rec: ExecutorRecord) -> None:
+        heapq.heappush(self._ranks, (*rec.rank, rec.id))
+        if len(self._ranks) > 4 * len(self._live) + 64:
+            # Mostly stale entries: start again from the live executors.
+            self._ranks = [(*r.rank, r.id) for r in self._live.values()]
+            heapq.heapify(self._ranks)
+
+    def _adopt(self, rec: ExecutorRecord) -> ExecutorRecord:
+        rec.registry = self
+        self._snapshot = None
+        return rec
 
     # ------------------------------------------------------------------ queries
 
@@ -188,12 +238,22 @@ class ExecutorRegistry:
         """The alive executor with a free slot and the lowest load, if any,
         leaving out those in ``excluding``; between equal loads, one not marked
         slow, then the earliest connected."""
+        heap, passed = self._ranks, []
         best: ExecutorRecord | None = None
-        for rec in self._live.values():
-            if rec.free_slots <= 0 or rec.id in excluding:
-                continue
-            if best is None or (rec.load, rec.slow, rec.seq) < (best.load, best.slow, best.seq):
+        while heap:
+            load, slow, seq, executor = heap[0]
+            rec = self._live.get(executor)
+            if rec is None or rec.rank != (load, slow, seq):
+                heapq.heappop(heap)  # stale: lost, or its rank changed (and was pushed)
+            elif load >= 1.0:
+                break  # this one is full, and so is every one after it
+            elif rec.free_slots <= 0 or executor in excluding:
+                passed.append(heapq.heappop(heap))  # not now, but still ranked so
+            else:
                 best = rec
+                break
+        for entry in passed:
+            heapq.heappush(heap, entry)
         return best
 
     def slots_held(self) -> dict[JobId, int]:
@@ -245,6 +305,8 @@ class ExecutorRegistry:
 
     def draining(self) -> list[ExecutorRecord]:
         """Draining executors, in registration order."""
+        if not self._draining:
+            return []  # the usual case, without a pass over every executor
         return [r for r in self._live.values() if r.state is ExecutorState.DRAINING]
 
     def views(self) -> list[ExecutorView]:
@@ -273,8 +335,10 @@ class ExecutorRegistry:
         (a lost id stays lost: a restarted process must use a fresh id)."""
         if info.id in self._live or info.id in self._connecting or info.id in self._lost:
             return False
-        self._connecting[info.id] = ExecutorRecord(
-            info=info, seq=0, state=ExecutorState.CONNECTING, since=now, last_heartbeat=now
+        self._connecting[info.id] = self._adopt(
+            ExecutorRecord(
+                info=info, seq=0, state=ExecutorState.CONNECTING, since=now, last_heartbeat=now
+            )
         )
         return True
 
@@ -286,8 +350,9 @@ class ExecutorRegistry:
             return None
         # Ordered by connection: ties between idle executors are broken by it.
         self._seq += 1
-        rec.seq, rec.state, rec.since, rec.last_heartbeat = self._seq, ExecutorState.ALIVE, now, now
         self._live[executor] = rec
+        rec.seq, rec.state, rec.since, rec.last_heartbeat = self._seq, ExecutorState.ALIVE, now, now
+        self._snapshot = None
         return rec
 
     def resume(self, executor: ExecutorId, offer: Resume) -> bool:
@@ -311,6 +376,7 @@ class ExecutorRegistry:
         rec = self._live.get(executor)
         if rec is not None and rec.state is ExecutorState.ALIVE:
             rec.state = ExecutorState.DRAINING
+            self._draining.add(executor)
             rec.since = now
 
     def mark_lost(
@@ -321,6 +387,8 @@ class ExecutorRegistry:
         rec = self._live.pop(executor, None) or self._connecting.pop(executor, None)
         if rec is None:
             return []
+        self._snapshot = None
+        self._draining.discard(executor)
         running = sorted(rec.running)
         rec.running.clear()
         rec.state = ExecutorState.LOST
@@ -334,13 +402,16 @@ class ExecutorRegistry:
         return running
 
     def start(self, executor: ExecutorId, attempt: TaskAttemptId) -> None:
-        self._live[executor].running.add(attempt)
+        rec = self._live[executor]
+        rec.running.add(attempt)
+        self._push(rec)
 
     def stop(self, executor: ExecutorId, attempt: TaskAttemptId) -> None:
         """Free the attempt's slot (no-op if the executor is gone)."""
         rec = self._live.get(executor)
-        if rec is not None:
+        if rec is not None and attempt in rec.running:
             rec.running.discard(attempt)
+            self._push(rec)
 
     def running_attempts(self, executor: ExecutorId) -> list[TaskAttemptId]:
         rec = self._live.get(executor)
@@ -356,6 +427,7 @@ class ExecutorRegistry:
             # executor again (a bad one is excluded again after a few failures).
             return replace(
                 rec,
+                registry=None,
                 running=set(),
                 last_heartbeat=0.0,
                 resuming=None,
@@ -366,22 +438,31 @@ class ExecutorRegistry:
                 slow=False,
             )
 
-        return RegistrySnapshot(
-            live=[bare(r) for r in self._live.values()],
-            lost=[bare(r) for r in self._lost.values()],
-            seq=self._seq,
-        )
+        if self._snapshot is None:
+            # Kept until a stored field changes: most events change none, and
+            # a thousand executors take a while to copy (and the shell to encode:
+            # ``StateWriter`` knows the same object again).
+            self._snapshot = RegistrySnapshot(
+                live=[bare(r) for r in self._live.values()],
+                lost=[bare(r) for r in self._lost.values()],
+                seq=self._seq,
+            )
+        return self._snapshot
 
     def restore(self, snapshot: RegistrySnapshot) -> None:
-        self._live = {r.id: r for r in snapshot.live}
-        self._lost = OrderedDict((r.id, r) for r in snapshot.lost)
+        self._live = {r.id: self._adopt(r) for r in snapshot.live}
+        self._lost = OrderedDict((r.id, self._adopt(r)) for r in snapshot.lost)
         self._seq = snapshot.seq
+        self._draining = {e for e, r in self._live.items() if r.state is ExecutorState.DRAINING}
+        self._ranks = [(*r.rank, r.id) for r in self._live.values()]
+        heapq.heapify(self._ranks)
 
     def recovered(self, now: float) -> list[ExecutorRecord]:
         """After a restart: every live executor waits to reattach, from ``now``."""
         for rec in self._live.values():
             rec.awaiting = True
             rec.running.clear()
+            self._push(rec)
             rec.last_heartbeat = now
             rec.detail = "waiting for it to reconnect after the scheduler restarted"
         return list(self._live.values())

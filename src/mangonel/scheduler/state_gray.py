@@ -35,7 +35,6 @@ from mangonel.ids import TaskId
 from mangonel.scheduler.events import Limits
 from mangonel.scheduler.state_executors import ExecutorRecord
 from mangonel.scheduler.state_jobs import (
-    Done,
     JobRecord,
     LiveCheck,
     Running,
@@ -85,11 +84,11 @@ def stragglers(
         for sid, rec in job.stages.items():
             if job.stage_state(sid, usable) is not StageState.RUNNABLE:
                 continue
-            durations = [t.state.duration for t in rec.tasks if isinstance(t.state, Done)]
-            if len(durations) < max(1, math.floor(limits.speculation_quantile * len(rec.tasks))):
+            if rec.done < max(1, math.floor(limits.speculation_quantile * len(rec.tasks))):
                 continue
-            longest = threshold(durations, limits)
-            for task in rec.tasks:
+            longest = max(limits.speculation_multiplier * rec.median_duration(),
+                          limits.speculation_min_s)  # fmt: skip
+            for task in rec.running_tasks():
                 running = task.state
                 if isinstance(running, Running) and task.speculative is None:
                     ran = now - running.started
@@ -104,10 +103,9 @@ def observe_speed(rec: ExecutorRecord, stage: StageRecord, ran_s: float, limits:
 
     Needs two finished tasks in the stage, and a median above zero.
     """
-    durations = [t.state.duration for t in stage.tasks if isinstance(t.state, Done)]
-    if len(durations) < 2:
+    if stage.done < 2:
         return
-    median = statistics.median(durations)
+    median = stage.median_duration()
     if median <= 0:
         return
     rec.slowness = (1 - SPEED_WEIGHT) * rec.slowness + SPEED_WEIGHT * (ran_s / median)

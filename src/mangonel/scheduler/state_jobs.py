@@ -57,10 +57,13 @@ them. A stage whose own output and inputs are both lost goes back to WAITING.
 
 from __future__ import annotations
 
+import bisect
 import enum
-from collections.abc import Callable
+import heapq
+from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
+from typing import cast
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan.physical import DistributedPlan, Stage
@@ -110,7 +113,7 @@ class TaskRecord:
     """Also the next attempt number: attempts count from 0 and are never reused."""
     failures: int = 0
     """Attempts that count against ``Limits.max_task_attempts``."""
-    failed_on: list[ExecutorId] = field(default_factory=list)
+    failed_on: tuple[ExecutorId, ...] = ()
     last_error: str = ""
     reruns: int = 0
     recomputes: int = 0
@@ -118,11 +121,35 @@ class TaskRecord:
     """A copy of the running attempt on another executor (speculative execution);
     only while ``state`` is ``Running``. Whichever finishes first is kept, the
     other is cancelled. Dropped, not resumed, after a scheduler restart."""
+    owner: StageRecord | None = field(default=None, repr=False, compare=False)
+    """The stage that keeps count of its tasks (``StageRecord.observe``); not stored."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        # Fields are only ever assigned, never mutated in place, so the stage
+        # sees every change, before it is made (it needs the old value).
+        owner = self.__dict__.get("owner")
+        if owner is not None:
+            owner.observe(self, name, value)
+        object.__setattr__(self, name, value)
+
+    @classmethod
+    def fresh(cls, task: TaskId) -> TaskRecord:
+        """A new pending task, built without ``__setattr__`` (a job may have 100,000)."""
+        rec = object.__new__(cls)
+        rec.__dict__.update(_FRESH_TASK, id=task)
+        return rec
 
     def next_attempt(self) -> TaskAttemptId:
         attempt = TaskAttemptId(self.id, self.attempts_launched)
         self.attempts_launched += 1
         return attempt
+
+
+_FRESH_TASK = {
+    f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+    for f in fields(TaskRecord)
+    if f.name != "id"
+}
 
 
 class StageState(enum.Enum):
@@ -133,6 +160,15 @@ class StageState(enum.Enum):
 
 @dataclass
 class StageRecord:
+    """A stage of an unfinished job: its tasks, and counts kept as they change.
+
+    Every task assignment goes through ``observe`` (``TaskRecord.__setattr__``),
+    which keeps the counts, the pending queue, where done outputs are and the
+    sorted durations, so that the questions an event asks (is the stage
+    complete, which task goes next, which outputs an executor held, the
+    stage's view) cost what the event changed, not the stage's size.
+    """
+
     stage: Stage
     tasks: list[TaskRecord]
     reruns: int = 0
@@ -143,26 +179,148 @@ class StageRecord:
     """Copies that finished first: their output was kept, the original cancelled."""
     speculation_lost: int = 0
     """Copies cancelled because the original finished first."""
+    changed: set[TaskId] = field(default_factory=set, repr=False)
+    """Tasks changed since the store was last given them (the job's set)."""
+
+    def __post_init__(self) -> None:
+        self.adopt(self.tasks)
+
+    def adopt(self, tasks: list[TaskRecord]) -> None:
+        """Take ``tasks`` as this stage's (created, or read back from the store)
+        and count them afresh."""
+        self.tasks = tasks
+        self._pending: set[int] = set()
+        """Pending partitions."""
+        self._queue: list[int] = []
+        """A heap of partitions, each at most once (``_queued``): every pending one,
+        and ones that left pending since (dropped as they surface). A heap,
+        not a sorted list: an executor's loss sends thousands back at once."""
+        self._queued: set[int] = set()
+        self.running: set[int] = set()
+        """Running partitions."""
+        self.done_on: dict[ExecutorId, set[int]] = {}
+        """Executor -> the partitions whose output it holds."""
+        self.done = 0
+        self.durations: list[float] = []
+        """Of the done tasks, sorted."""
+        self.totals = {"attempts_launched": 0, "reruns": 0, "recomputes": 0}
+        self.speculative_running = 0
+        self.rows = 0
+        self.bytes = 0
+        for task in tasks:
+            object.__setattr__(task, "owner", None)
+            state = task.state
+            if isinstance(state, Done):
+                self._enter(task.id.partition, state)
+            elif isinstance(state, Running):
+                self.running.add(task.id.partition)
+            for name in self.totals:
+                self.totals[name] += getattr(task, name)
+            self.speculative_running += task.speculative is not None
+            task.owner = self
+        # A sorted list is a heap: built at once, not one push a task.
+        self._queue = sorted(t.id.partition for t in tasks if isinstance(t.state, Pending))
+        self._pending = set(self._queue)
+        self._queued = set(self._queue)
+
+    def observe(self, task: TaskRecord, name: str, value: object) -> None:
+        """``task.name`` is about to become ``value``."""
+        self.changed.add(task.id)
+        if name == "state":
+            self._leave(task.id.partition, task.state)
+            self._enter(task.id.partition, cast(TaskState, value))
+        elif name == "speculative":
+            self.speculative_running += (value is not None) - (task.speculative is not None)
+        elif name in self.totals:
+            self.totals[name] += cast(int, value) - getattr(task, name)
+
+    def _enter(self, partition: int, state: TaskState) -> None:
+        if isinstance(state, Pending):
+            self._pending.add(partition)
+            if partition not in self._queued:
+                self._queued.add(partition)
+                heapq.heappush(self._queue, partition)
+        elif isinstance(state, Running):
+            self.running.add(partition)
+        else:
+            self.done_on.setdefault(state.executor, set()).add(partition)
+            self.done += 1
+            bisect.insort(self.durations, state.duration)
+            self.rows += sum(o.rows for o in state.outputs)
+            self.bytes += sum(o.bytes for o in state.outputs)
+
+    def _leave(self, partition: int, state: TaskState) -> None:
+        if isinstance(state, Pending):
+            self._pending.discard(partition)
+        elif isinstance(state, Running):
+            self.running.discard(partition)
+        else:
+            held = self.done_on[state.executor]
+            held.discard(partition)
+            if not held:
+                del self.done_on[state.executor]
+            self.done -= 1
+            del self.durations[bisect.bisect_left(self.durations, state.duration)]
+            self.rows -= sum(o.rows for o in state.outputs)
+            self.bytes -= sum(o.bytes for o in state.outputs)
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def pending_tasks(self) -> Iterator[TaskRecord]:
+        """Pending tasks in partition order, each as it is reached: the caller
+        may launch (or leave) each one it is given before asking for the next,
+        and may stop at any point (the tasks it left stay queued). One
+        iteration of a stage at a time: the tasks one leaves are set aside
+        until it ends (or is dropped), so a second one running meanwhile
+        would not see them."""
+        queue, queued, left = self._queue, self._queued, []
+        try:
+            while queue:
+                partition = queue[0]
+                if partition not in self._pending:
+                    heapq.heappop(queue)  # launched since it was queued
+                    queued.discard(partition)
+                    continue
+                yield self.tasks[partition]
+                if queue and queue[0] == partition and partition in self._pending:
+                    left.append(heapq.heappop(queue))  # not launched: set aside
+        finally:
+            for partition in left:
+                heapq.heappush(queue, partition)
+
+    def running_tasks(self) -> list[TaskRecord]:
+        """Running tasks, in partition order."""
+        return [self.tasks[p] for p in sorted(self.running)]
+
+    def done_tasks_on(self, executor: ExecutorId) -> list[TaskRecord]:
+        """Done tasks whose output ``executor`` holds, in partition order."""
+        return [self.tasks[p] for p in sorted(self.done_on.get(executor, ()))]
+
+    def median_duration(self) -> float:
+        """Of the done tasks (at least one must be)."""
+        d, n = self.durations, len(self.durations)
+        return d[n // 2] if n % 2 else (d[n // 2 - 1] + d[n // 2]) / 2
 
     @property
     def complete(self) -> bool:
-        return all(isinstance(t.state, Done) for t in self.tasks)
+        return self.done == len(self.tasks)
 
     def view(self) -> StageView:
-        states = [t.state for t in self.tasks]
         return StageView(
             id=self.stage.id,
             label=self.stage.label,
             num_tasks=self.stage.num_tasks,
-            done=sum(isinstance(s, Done) for s in states),
-            running=sum(isinstance(s, Running) for s in states),
-            pending=sum(isinstance(s, Pending) for s in states),
-            attempts_launched=sum(t.attempts_launched for t in self.tasks),
-            tasks_rerun=sum(t.reruns for t in self.tasks),
-            outputs_recomputed=sum(t.recomputes for t in self.tasks),
-            rows=sum(o.rows for s in states if isinstance(s, Done) for o in s.outputs),
-            bytes=sum(o.bytes for s in states if isinstance(s, Done) for o in s.outputs),
-            speculative_running=sum(t.speculative is not None for t in self.tasks),
+            done=self.done,
+            running=len(self.running),
+            pending=len(self._pending),
+            attempts_launched=self.totals["attempts_launched"],
+            tasks_rerun=self.totals["reruns"],
+            outputs_recomputed=self.totals["recomputes"],
+            rows=self.rows,
+            bytes=self.bytes,
+            speculative_running=self.speculative_running,
             speculated=self.speculated,
             speculation_won=self.speculation_won,
             speculation_lost=self.speculation_lost,
@@ -237,11 +395,20 @@ class JobRecord:
     """Live executors this job no longer uses: one side of a cut between two
     executors that both still heartbeat (see ``SchedulerState``). The job gives
     them no task, and their outputs count as lost to it."""
+    changed: set[TaskId] = field(default_factory=set)
+    """Tasks changed since the store was last given them (``take_changed``)."""
+
+    def __post_init__(self) -> None:
+        for rec in self.stages.values():
+            rec.changed = self.changed
+        self.changed.clear()  # as created or restored: the store has them
 
     @classmethod
     def create(cls, job: JobId, plan: DistributedPlan, now: float) -> JobRecord:
         stages = {
-            s.id: StageRecord(s, [TaskRecord(TaskId(job, s.id, p)) for p in range(s.num_tasks)])
+            s.id: StageRecord(
+                s, [TaskRecord.fresh(TaskId(job, s.id, p)) for p in range(s.num_tasks)]
+            )
             for s in plan.stages
         }
         return cls(id=job, plan=plan, submitted=now, stages=stages)
@@ -259,7 +426,9 @@ class JobRecord:
                 raise ValueError(
                     f"stored progress of stage {sid} does not match job {job.id}'s plan"
                 )
-            rec.reruns, rec.tasks = stored.reruns, stored.tasks
+            rec.reruns = stored.reruns
+            rec.adopt(stored.tasks)
+        job.changed.clear()
         return job
 
     def progress(self) -> JobProgress:
@@ -272,6 +441,23 @@ class JobRecord:
             ran_on=tuple(sorted(self.ran_on)),
             excluded=tuple(sorted(self.excluded)),
         )
+
+    def head(self) -> JobProgress:
+        """``progress()`` without its tasks: the store keeps each task under its own key."""
+        return JobProgress(
+            id=self.id,
+            submitted=self.submitted,
+            state=self.state,
+            stages={sid: StageProgress(rec.reruns, []) for sid, rec in self.stages.items()},
+            ran_on=tuple(sorted(self.ran_on)),
+            excluded=tuple(sorted(self.excluded)),
+        )
+
+    def take_changed(self) -> list[TaskRecord]:
+        """The tasks changed since the last call (in no particular order)."""
+        changed = [t for t in map(self.task, self.changed) if t is not None]
+        self.changed.clear()
+        return changed
 
     def usable(self, is_live: LiveCheck) -> LiveCheck:
         """``is_live`` as this job sees it: an excluded executor holds nothing for it."""
@@ -287,14 +473,12 @@ class JobRecord:
         each, or all of them), and a running task was launched with the
         current holders of those outputs: any holder lost since cancels it.
         """
-        holders = {sid: {t.state.executor for t in rec.tasks if isinstance(t.state, Done)}
-                   for sid, rec in self.stages.items()}  # fmt: skip
         return [
             t
             for rec in self.stages.values()
-            if any(holders[u] & executors for u in rec.stage.upstream)
-            for t in rec.tasks
-            if isinstance(t.state, Running)
+            if rec.running
+            and any(e in self.stages[u].done_on for u in rec.stage.upstream for e in executors)
+            for t in rec.running_tasks()
         ]
 
     def task(self, task: TaskId) -> TaskRecord | None:
@@ -306,30 +490,34 @@ class JobRecord:
     def tasks(self) -> list[TaskRecord]:
         return [t for s in self.stages.values() for t in s.tasks]
 
+    def running_tasks(self) -> list[TaskRecord]:
+        """Running tasks, stage by stage in plan order, each in partition order."""
+        return [t for s in self.stages.values() for t in s.running_tasks()]
+
     def stage_state(self, stage: StageId, is_live: LiveCheck) -> StageState:
         rec = self.stages[stage]
         if rec.complete:
             return StageState.COMPLETE
-        if all(self.outputs_whole(u, is_live) for u in rec.stage.upstream):
+        upstream = rec.stage.upstream
+        # Completeness first: it is a count, while wholeness asks about every
+        # executor holding an output.
+        if all(self.stages[u].complete for u in upstream) and all(
+            self.outputs_whole(u, is_live) for u in upstream
+        ):
             return StageState.RUNNABLE
         return StageState.WAITING
 
     def outputs_whole(self, stage: StageId, is_live: LiveCheck) -> bool:
         """Every task of ``stage`` is done and its executor still holds the output."""
-        return all(
-            isinstance(t.state, Done) and is_live(t.state.executor)
-            for t in self.stages[stage].tasks
-        )
+        rec = self.stages[stage]
+        return rec.complete and all(is_live(e) for e in rec.done_on)
 
     def holders(self, stages: tuple[StageId, ...] | None) -> set[ExecutorId]:
         """Executors holding finished outputs of the given stages (all when ``None``)."""
         return {
-            t.state.executor
-            for sid, rec in self.stages.items()
-            if stages is None or sid in stages
-            for t in rec.tasks
-            if isinstance(t.state, Done)
-        }
+            e for sid, rec in self.stages.items() if stages is None or sid in stages
+            for e in rec.done_on
+        }  # fmt: skip
 
     def needed_outputs(self, is_live: LiveCheck) -> dict[ExecutorId, int]:
         """Executor -> how many finished outputs the job still needs it holds."""
@@ -339,9 +527,9 @@ class JobRecord:
                 needed.update(rec.stage.upstream)
         counts: dict[ExecutorId, int] = {}
         for sid in needed:
-            for t in self.stages[sid].tasks:
-                if isinstance(t.state, Done) and is_live(t.state.executor):
-                    counts[t.state.executor] = counts.get(t.state.executor, 0) + 1
+            for executor, held in self.stages[sid].done_on.items():
+                if is_live(executor):
+                    counts[executor] = counts.get(executor, 0) + len(held)
         return counts
 
     def needs_outputs_of(self, executor: ExecutorId) -> bool:
@@ -354,11 +542,7 @@ class JobRecord:
         for rec in self.stages.values():
             if not rec.complete:
                 needed.update(rec.stage.upstream)
-        return any(
-            isinstance(t.state, Done) and t.state.executor == executor
-            for sid in needed
-            for t in self.stages[sid].tasks
-        )
+        return any(executor in self.stages[sid].done_on for sid in needed)
 
     def view(self, finished: float | None = None, error: str | None = None) -> JobView:
         return JobView(

@@ -1,0 +1,135 @@
+"""The store layout of running jobs: a small head per job and one key per task.
+
+A task event must write the one task it changed (and the job's head), not the
+job's whole progress: the bytes per event do not grow with the job. What the
+store holds must read back into exactly the job the state machine has.
+"""
+
+from __future__ import annotations
+
+from mangonel.ids import ExecutorId, JobId
+from mangonel.scheduler.events import (
+    Event,
+    ExecutorConnected,
+    ExecutorLost,
+    ExecutorRegistered,
+    JobSubmitted,
+    LossReason,
+    TaskCompleted,
+)
+from mangonel.scheduler.persist import (
+    StateWriter,
+    StoredPlan,
+    decode,
+    encode,
+    job_key,
+    read_snapshot,
+    state_changes,
+)
+from mangonel.scheduler.state import SchedulerState
+from mangonel.scheduler.state_jobs import JobProgress, JobRecord
+from mangonel.task import ExecutorInfo, LaunchTask, PartitionOutput
+from mangonel.testing.scheduler_sim import CountingStore, SimConfig, simulate, synthetic_plan
+
+J1 = JobId("j1")
+
+
+class Driven:
+    """A state machine whose every event is written to a counting store."""
+
+    def __init__(self) -> None:
+        self.state = SchedulerState()
+        self.store = CountingStore()
+        self.writer = StateWriter(self.store, {})
+        self.ids = 0
+        self.launched: list[LaunchTask] = []
+
+    def emit(self, make: type[Event], *args: object) -> int:
+        self.ids += 1
+        event = make(self.ids, float(self.ids), *args)  # type: ignore[call-arg]
+        commands = self.state.handle(event)
+        self.launched += [c for c in commands if isinstance(c, LaunchTask)]
+        changes = state_changes(self.state, event, commands, {J1})
+        before = self.store.bytes_written
+        if changes is not None:
+            puts, deletes = changes
+            if isinstance(event, JobSubmitted):
+                puts[job_key(J1, "plan")] = StoredPlan("q", 0.0, 0.0, event.plan)
+            self.writer.commit(puts, deletes)
+        return self.store.bytes_written - before
+
+    def complete_next(self) -> int:
+        launch = self.launched.pop(0)
+        attempt = launch.task.attempt
+        outputs = tuple(
+            PartitionOutput(p, f"/w/{attempt}/{p}", 1, 10, "c")
+            for p in range(launch.task.output.partitions or 1)
+        )
+        return self.emit(TaskCompleted, attempt, launch.executor, outputs)
+
+
+def _cluster(tasks: int) -> Driven:
+    d = Driven()
+    for e in ("e1", "e2"):
+        d.emit(ExecutorRegistered, ExecutorInfo(ExecutorId(e), "h", f"h:{e}", 4))
+        d.emit(ExecutorConnected, ExecutorId(e))
+    d.emit(JobSubmitted, J1, synthetic_plan(tasks, 4))
+    return d
+
+
+def test_a_task_event_writes_as_much_in_a_job_of_100_as_in_one_of_5000() -> None:
+    small, big = _cluster(100), _cluster(5000)
+    written_small = [small.complete_next() for _ in range(20)]
+    written_big = [big.complete_next() for _ in range(20)]
+    # The same events (same executors, ids of the same length) write the same.
+    assert written_small == written_big
+    assert max(written_big) < 2000
+
+
+def test_what_the_store_holds_reads_back_into_the_same_job() -> None:
+    d = _cluster(60)
+    for _ in range(25):
+        d.complete_next()
+    d.emit(ExecutorLost, ExecutorId("e2"), LossReason.CONNECTION_LOST)  # some tasks go back
+    snap = read_snapshot(d.store.load(), "test")
+    (stored,) = snap.jobs
+    assert stored.progress is not None
+    restored = JobRecord.restore(stored.plan.plan, stored.progress)
+    assert encode(restored.progress()) == encode(d.state.export_job(J1))
+
+
+def test_a_finished_job_leaves_no_task_key_behind() -> None:
+    from mangonel.testing.scheduler_sim import Simulator
+
+    sim = Simulator(SimConfig(executors=3, slots=2, tasks_per_job=40, jobs=2, losses=1))
+    assert sim.run().complete
+    assert not [k for k in sim.store.load() if "/tasks/" in k or k.endswith("/progress")]
+
+
+def test_store_bytes_per_task_event_do_not_grow_with_the_job() -> None:
+    per_event = [
+        simulate(SimConfig(executors=4, slots=2, tasks_per_job=n, jobs=1)).store_bytes_per_event
+        for n in (100, 2000)
+    ]
+    # Deleting the task keys at the end is one key per task: the same per event.
+    assert per_event[1] < per_event[0] * 1.3
+
+
+def test_the_counts_kept_as_tasks_change_match_a_count_from_scratch() -> None:
+    # The stage view is kept by the tasks' assignments (``StageRecord.observe``);
+    # a record rebuilt from the stored tasks counts them afresh.
+    d = _cluster(60)
+    for _ in range(30):
+        d.complete_next()
+    d.emit(ExecutorLost, ExecutorId("e1"), LossReason.CONNECTION_LOST)
+    d.launched = [c for c in d.launched if c.executor != "e1"]
+    for _ in range(5):
+        d.complete_next()
+    progress = d.state.export_job(J1)
+    assert progress is not None
+    plan = synthetic_plan(60, 4)
+    rebuilt = JobRecord.restore(plan, decode(encode(progress), JobProgress))
+    view = d.state.job(J1)
+    assert view is not None
+    assert rebuilt.view().stages == view.stages
+    assert sum(s.outputs_recomputed for s in view.stages) > 0
