@@ -91,6 +91,7 @@ from mangonel.scheduler.events import (
 from mangonel.scheduler.hooks import NO_HOOK, EventHook
 from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.persist import (
+    PersistedState,
     StateWriter,
     StoredPlan,
     StoredTable,
@@ -101,7 +102,7 @@ from mangonel.scheduler.persist import (
 )
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorListing
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, TaskRecord
+from mangonel.scheduler.state_jobs import FinishedJob
 from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
@@ -121,8 +122,9 @@ log = logging.getLogger(__name__)
 _LIVE = (ExecutorState.ALIVE, ExecutorState.DRAINING)
 
 
-class StateMachine(Protocol):
-    """What the shell needs of ``scheduler.state.SchedulerState``."""
+class StateMachine(PersistedState, Protocol):
+    """What the shell needs of ``scheduler.state.SchedulerState``: what it persists
+    (``PersistedState``) and the events and views it reads."""
 
     def handle(self, event: Event) -> list[Command]: ...
 
@@ -131,19 +133,6 @@ class StateMachine(Protocol):
     def executors(self) -> list[ExecutorView]: ...
 
     def executor(self, executor: ExecutorId) -> ExecutorView | None: ...
-
-    def unfinished_jobs(self) -> list[JobId]: ...
-
-    def export_job_head(self, job_id: JobId) -> JobProgress | None: ...
-
-    def take_changed_tasks(self, job_id: JobId) -> list[TaskRecord]: ...
-
-    def export_finished(self, job_id: JobId) -> FinishedJob | None: ...
-
-    def export_executors(self) -> RegistrySnapshot: ...
-
-    @property
-    def no_executor_since(self) -> float | None: ...
 
     def restore(
         self,
