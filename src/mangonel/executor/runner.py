@@ -726,8 +726,11 @@ def _row_ranges(path: str, row_groups: Sequence[int]) -> list[tuple[int, int]]:
 _OPENER = ThreadPoolExecutor(1, thread_name_prefix="scan-db")
 """Opens the slots' next scan databases ahead of need (``TaskRunner._take_spare``)."""
 
-_TYPES: dict[tuple[str, int, int, str], tuple[str, str]] = {}
-"""(file, mtime, size, column) -> (DuckDB type over Arrow, read natively), for every slot."""
+_TYPES: OrderedDict[tuple[str, int, int, str], tuple[str, str]] = OrderedDict()
+"""(file, mtime, size, column) -> (DuckDB type over Arrow, read natively), for every slot;
+the oldest files' answers are dropped past ``_TYPES_KEPT`` (a long-lived executor sees
+new files, and rewritten ones under new keys)."""
+_TYPES_KEPT = 65_536
 _TYPES_LOCK = threading.Lock()
 _probe: duckdb.DuckDBPyConnection | None = None
 """The database that answers ``_column_types`` (under ``_TYPES_LOCK``); opened once."""
@@ -766,7 +769,10 @@ def _column_types(path: str, column: str) -> tuple[str, str]:
                 str(planned_type),
                 native_types.get(str(name), ""),
             )
-        return _TYPES[key]
+        answer = _TYPES[key]
+        while len(_TYPES) > _TYPES_KEPT:
+            _TYPES.popitem(last=False)
+        return answer
 
 
 _METADATA: OrderedDict[tuple[str, float, int], pq.FileMetaData] = OrderedDict()
