@@ -7,6 +7,11 @@ store holds must read back into exactly the job the state machine has.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
+
+import pytest
+
+from mangonel.errors import StateStoreError
 from mangonel.ids import ExecutorId, JobId
 from mangonel.scheduler.events import (
     Event,
@@ -133,3 +138,47 @@ def test_the_counts_kept_as_tasks_change_match_a_count_from_scratch() -> None:
     assert view is not None
     assert rebuilt.view().stages == view.stages
     assert sum(s.outputs_recomputed for s in view.stages) > 0
+
+
+class _CrashingStore(CountingStore):
+    """Takes at most ``max_ops`` operations a commit (as etcd takes 128); once
+    ``crash_after`` is set, every commit past that many fails, as if the scheduler
+    died between the commits of one state change."""
+
+    max_ops = 4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits = 0
+        self.crash_after: int | None = None
+
+    def commit(self, puts: Mapping[str, str], deletes: Collection[str] = ()) -> None:
+        assert len(puts) + len(deletes) <= self.max_ops, (puts, deletes)
+        if self.crash_after is not None and self.commits >= self.crash_after:
+            raise StateStoreError("the scheduler died here")
+        self.commits += 1
+        super().commit(puts, deletes)
+
+
+def test_a_crash_between_the_commits_of_a_job_s_end_keeps_its_outcome() -> None:
+    # A finishing job's outcome is put and its progress and task keys deleted in one
+    # state change; past the store's operations per commit that is several commits.
+    # A crash after the first must leave the outcome (the job ended), not a plan
+    # with neither progress nor outcome (the job dropped at the restart).
+    d = Driven()
+    store = _CrashingStore()
+    d.store, d.writer = store, StateWriter(store, {})
+    for e in ("e1", "e2"):
+        d.emit(ExecutorRegistered, ExecutorInfo(ExecutorId(e), "h", f"h:{e}", 4))
+        d.emit(ExecutorConnected, ExecutorId(e))
+    plan = synthetic_plan(12, 4)
+    d.emit(JobSubmitted, J1, plan)
+    while d.launched[0].task.attempt.task.stage != plan.final.id:
+        d.complete_next()
+    store.crash_after = store.commits + 1
+    with pytest.raises(StateStoreError):
+        d.complete_next()  # the final task: the job succeeds
+    assert d.state.export_job(J1) is None  # ended in memory; the store took one commit
+    jobs = read_snapshot(store.load(), "test").jobs
+    assert len(jobs) == 1, "the job's progress went before its outcome was written"
+    assert jobs[0].outcome is not None

@@ -227,8 +227,8 @@ def test_a_change_larger_than_one_commit_is_written_in_several_scheduler_wide_la
     puts |= {"executors": "E", "meta": "M", "jobs/a/progress": 1}  # a: unchanged, not written
     writer.commit(puts, ["jobs/b/progress"])
     assert store.commits[1:] == [
-        (["jobs/c/progress", "jobs/d/progress"], ["jobs/b/progress"]),
-        (["jobs/e/progress", "jobs/f/progress", "jobs/g/progress"], []),
+        (["jobs/c/progress", "jobs/d/progress", "jobs/e/progress"], []),
+        (["jobs/f/progress", "jobs/g/progress"], ["jobs/b/progress"]),
         (["executors", "meta"], []),
     ]
     assert store.load() == {k: encode(v) for k, v in puts.items()}

@@ -325,9 +325,11 @@ class StateWriter:
 
     Every document is written whole. A call that changes more documents than one
     commit of the store may hold (etcd: 128 operations, 1.5 MiB) is written in
-    several commits, each fenced: the jobs' documents first, the ``executors``
-    and ``meta`` documents last. A crash between them leaves job documents
-    newer than the executors' (or, for deletes, older), which recovery handles:
+    several commits, each fenced: the jobs' documents first, then the deletes,
+    the ``executors`` and ``meta`` documents last. A crash between them leaves
+    job documents newer than the executors' (and keys that were to go: a
+    finished job's ``progress`` beside its ``outcome``, which wins), which
+    recovery handles:
     ``SchedulerRecovered`` checks every job's finished tasks against the
     executors it restored.
 
@@ -377,8 +379,12 @@ class StateWriter:
         if fits_ops and (max_bytes is None or size <= max_bytes):
             return [(puts, deletes)]
         last = (EXECUTORS_KEY, META_KEY)  # scheduler-wide documents go last
-        ops: list[tuple[str, str | None]] = [(k, None) for k in deletes]
-        ops += [(k, v) for k, v in puts.items() if k not in last]
+        # Puts before deletes: a finishing job's ``outcome`` is written before its
+        # ``progress`` and task keys go (a job of hundreds of tasks needs several
+        # commits for them), so a crash between the commits leaves both, and the
+        # outcome wins on restore, never a plan with neither (a job dropped).
+        ops: list[tuple[str, str | None]] = [(k, v) for k, v in puts.items() if k not in last]
+        ops += [(k, None) for k in deletes]
         ops += [(k, puts[k]) for k in last if k in puts]
         chunks: list[tuple[dict[str, str], list[str]]] = []
         current: tuple[dict[str, str], list[str]] = ({}, [])
