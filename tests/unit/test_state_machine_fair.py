@@ -206,3 +206,21 @@ def test_the_scheduler_command_refuses_a_share_out_of_range_in_one_line(
     assert cli.main(argv) == 1  # before it serves anything
     err = capsys.readouterr().err
     assert err == "error: max_job_share must be in (0, 1], got 1.5\n"
+
+
+def test_the_slots_held_kept_by_the_registry_match_a_count_of_the_running_attempts() -> None:
+    # The registry keeps each job's held slots as attempts start and stop (fair
+    # shares ask on every event); after launches, completions, a failure and a
+    # lost executor, its counts must be what counting the running attempts gives.
+    h = busy(20, J1, J2)
+    registry = h.state._executors  # the counts under test are the registry's own
+    assert registry.slots_held() == held(h) == {"j1": 8}  # j2 came after every slot was taken
+    h.complete(att(1, 0), E1)
+    h.complete(att(1, 1), E2)
+    assert registry.slots_held() == held(h) == {"j1": 6, "j2": 2}
+    h.complete(att(1, 0, job=J2), E2)
+    h.fail(att(1, 2), E1, ExecutionError("boom"))
+    assert registry.slots_held() == held(h)
+    h.lose(E1)
+    assert registry.slots_held() == held(h)
+    assert sum(held(h).values()) == 4  # e2's four slots, e1's attempts gone with it
