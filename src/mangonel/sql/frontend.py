@@ -163,7 +163,30 @@ def parse(sql: str, tables: frozenset[str] | set[str], dialect: str | None = Non
             "(and EXPLAIN SELECT) over registered tables; register data with register_parquet"
         )
     used = _check_sources(stmt, {t.lower() for t in tables})
+    _forget_positions(stmt)
     return ParsedQuery(stmt, dialect, explain, frozenset(used))
+
+
+_POSITIONS = ("line", "col", "start", "end")
+
+
+def _forget_positions(stmt: exp.Expr) -> None:
+    """Drop where each node stood in the text, once the text is known to be valid.
+
+    sqlglot's parser records a line, column and offsets on every identifier, literal
+    and function; nothing after parsing reads them, but every copy of a tree copies
+    them with ``copy.deepcopy`` (a dict per node). The planner copies trees often:
+    keeping them made up about a quarter of planning TPC-DS's 99 queries. Other
+    metadata (a dialect's quoting marks, ``/* sqlglot.meta */`` comments) is kept.
+    """
+    for node in stmt.walk():
+        meta = node._meta
+        if meta is None:
+            continue
+        for key in _POSITIONS:
+            meta.pop(key, None)
+        if not meta:
+            node._meta = None
 
 
 def _describe_parse_error(err: ParseError) -> str:
