@@ -464,7 +464,17 @@ def warm_up(directory: str) -> None:
     started = time.monotonic()
     path = os.path.join(directory, "warm-up.parquet")
     try:
-        table = pa.table({"k": pa.array([1, 2], pa.int64()), "s": pa.array(["a", "b"])})
+        # Built from buffers, not from Python values: ``pa.array([1, 2])`` makes
+        # pyarrow import pandas, about 40 MB of the process's memory that no task
+        # needs (the docs' "Memory and disk").
+        keys = pa.py_buffer(np.arange(1, 3, dtype=np.int64))
+        offsets = pa.py_buffer(np.array([0, 1, 2], dtype=np.int32))
+        table = pa.table(
+            {
+                "k": pa.Array.from_buffers(pa.int64(), 2, [None, keys]),
+                "s": pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(b"ab")]),
+            }
+        )
         pq.write_table(table, path)
         _metadata(path)
         _column_types(path, "k")
@@ -756,7 +766,7 @@ def _column_types(path: str, column: str) -> tuple[str, str]:
         if _probe is None:
             _probe = duckdb.connect(":memory:", config=_NO_EXTENSIONS)
         try:
-            _probe.register("__arrow", schema.empty_table())
+            _probe.register("__arrow", pa.Table.from_batches([], schema))
             planned = _probe.execute("DESCRIBE SELECT * FROM __arrow").fetchall()
             native = _probe.execute(
                 f"DESCRIBE SELECT * FROM read_parquet({_literal(path)})"
