@@ -20,7 +20,7 @@ import pytest
 
 from mangonel.executor import runner as runner_mod
 from mangonel.executor.failures import TaskCancelledError, TaskFailedError
-from mangonel.executor.runner import TaskRunner
+from mangonel.executor.runner import SCAN_DATABASES, TaskRunner
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import (
@@ -568,6 +568,33 @@ def test_scan_databases_opened_ahead_are_locked_down_to_their_own_files(
                      ("l_quantity",))  # fmt: skip
     (out,) = runner.run(both)
     assert read(runner, out).column("x").to_pylist() == [6000]
+
+
+def test_a_slot_keeps_a_bounded_number_of_scan_databases(
+    runner: TaskRunner, tmp_path: Path
+) -> None:
+    """Each database costs about 4 MiB however little it read: past the bound the least
+    recently used is closed, and a set of files met again gets a database of its own
+    again, still locked down to its files."""
+    paths = []
+    for n in range(SCAN_DATABASES + 2):
+        path = str(tmp_path / f"part-{n}.parquet")
+        pq.write_table(pa.table({"k": pa.array(range(n + 1), pa.int64())}), path)
+        paths.append(path)
+    count = "SELECT count(*) AS x FROM lineitem"
+    for round_ in range(2):
+        for n, path in enumerate(paths):
+            spec = scan_spec(4 + round_, n, count, (FileSplit(path),), SINGLE, ("x",), ("k",))
+            (out,) = runner.run(spec)
+            assert read(runner, out).column("x").to_pylist() == [n + 1]
+            assert runner.scan_databases == min(n + 1 + round_ * len(paths), SCAN_DATABASES)
+    # The first file's database was closed twice over; the one opened for it again
+    # reads it and no other.
+    other = f"SELECT count(*) AS x FROM read_parquet('{paths[1]}')"
+    bad = scan_spec(6, 0, other, (FileSplit(paths[0]),), SINGLE, ("x",), ("k",))
+    with pytest.raises(TaskFailedError) as info:
+        runner.run(bad)
+    assert isinstance(info.value.failure, NOT_RETRIED)
 
 
 # TPC-H q5's join stage at SF10 in miniature: lineitem x (orders x customer), then

@@ -96,8 +96,19 @@ _INTERRUPT_REPEAT_S = 0.05
 _WITH = re.compile(r"\s*with\b", re.IGNORECASE)
 """A fragment that starts with its own WITH clause."""
 
-_SCAN_DATABASES = 16
-"""Scan databases a slot keeps (one per set of files: a TPC-H table each)."""
+SCAN_DATABASES = 4
+"""Scan databases a slot keeps (one per set of files a task scans), the least recently
+used closed past it.
+
+Each DuckDB database holds about 4.3 MiB of its own (its catalog of built-in
+functions, allocated with ``malloc``) however little it reads, and a slot that kept
+16 held 13 to 15 after the 22 TPC-H queries: 55 to 65 MiB of each executor's peak
+(issue 19). Opening one again costs little against that: the slot opens its next database
+ahead of need (``_take_spare``), so a set of files met again costs a task only
+locking the spare down and the files' footers read again (about 1 ms for
+``lineitem``'s). Four hold what one query's tasks on a slot scanned (at most three in
+each TPC-H query at SF1), so the runs of a query repeated reuse them all.
+"""
 
 BATCH_ROWS = 131_072
 """Rows per Arrow batch pulled from DuckDB; each is split and written at once.
@@ -297,6 +308,11 @@ class TaskRunner:
                 self._running_con.interrupt()
 
     @property
+    def scan_databases(self) -> int:
+        """Scan databases this slot keeps open now (at most ``SCAN_DATABASES``)."""
+        return len(self._scan_cons)
+
+    @property
     def active(self) -> TaskAttemptId | None:
         """The attempt running now, if any."""
         return self._active
@@ -332,9 +348,11 @@ class TaskRunner:
         con = self._scan_cons.pop(files, None)
         if con is None:
             con = _lock_down(self._take_spare(), sorted(files))
-            while len(self._scan_cons) >= _SCAN_DATABASES:
+            while len(self._scan_cons) >= SCAN_DATABASES:
                 _, old = self._scan_cons.popitem(last=False)
-                old.close()
+                # Closing a database takes 8 to 25 ms: on the opener's thread, not
+                # on this task's path.
+                _OPENER.submit(old.close)
         self._scan_cons[files] = con  # most recently used last
         return con
 
