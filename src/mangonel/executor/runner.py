@@ -641,13 +641,22 @@ def _lock_down(
     # key ranges: ``plan.estimate``); DuckDB sees Arrow inputs without statistics
     # and may reorder them into a many-to-many join (TPC-H q5 at SF10 joined
     # customers to suppliers on their nation first: billions of rows, spilled
-    # until the disk was full). It still picks each join's build side.
+    # until the disk was full).
+    # The planner also put the side it estimated smaller on the right of each
+    # inner join, and DuckDB builds its hash table on the right; its build-side rule,
+    # guessing sizes over Arrow inputs, swapped them where a join had cut one side
+    # down: TPC-H q9's lineitem tasks (random layout) built tables over the whole
+    # broadcast orders and partsupp (2.3M rows, about 170 MB in each task) instead
+    # of their 106k lineitem rows that meet a green part. Without the rule, the
+    # executors' peak RSS at SF1 fell by 75 to 150 MB in all, q9 ran faster and no
+    # query measurably slower (issue 19; docs "Memory and disk"). A LEFT, SEMI or
+    # ANTI join now always builds its right side (q13: the orders, not the customers).
     # DuckDB 2.0's partial aggregate pushdown puts a partial GROUP BY under a join
     # whatever the other side's size: TPC-H q18's lineitem task grouped 3M rows by
     # order (764k groups) before joining the 57 orders a broadcast brings, where the
     # join alone, its key filter pushed into the scan, keeps 217 rows (122 -> 20 ms;
     # one slot, all 22 queries: 6.3 -> 5.4 s). The planner places aggregates itself.
-    disabled = ["join_order", "partial_aggregate_pushdown"]
+    disabled = ["join_order", "partial_aggregate_pushdown", "build_side_probe_side"]
     if readable:
         # DuckDB 2.0.0's late materialization of a top-n (ORDER BY ... LIMIT
         # <= 50) over read_parquet fails on the scan's file_row_number filter
