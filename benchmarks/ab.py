@@ -9,12 +9,16 @@ some files reverted), both started and warmed up before the first timing, then
 each query on A and B alternately (A first on odd runs, B first on even ones),
 so that both see the same load. Only the scheduler and executor processes run
 B's code; the client is this checkout's. Answers are not compared here
-(``tpch.py`` compares every answer with DuckDB).
+(``tpch.py`` compares every answer with DuckDB). At the end it prints each
+cluster's peak memory as ``tpch.py`` counts it: the RSS high-water marks
+(``VmHWM``) of its scheduler and executors, summed. ``--layout random`` runs on
+the copy of the tables with their rows in a random order (``tpch.py --layout``).
 
 Usage::
 
     .venv/bin/python benchmarks/ab.py --base-src /tmp/base/src --scale 1 [--queries 1-22]
     .venv/bin/python benchmarks/ab.py --a-executor-args "--threads 2" --queries 1-22
+    .venv/bin/python benchmarks/ab.py --base-src /tmp/base/src --layout random
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
+from engine_worker import vmhwm_kb  # noqa: E402  (a sibling module: benchmarks/ is not a package)
 from helpers import CACHE_DIR, TPCH_TABLES, ensure_tpch, tpch_query  # noqa: E402
+from tpch import random_layout  # noqa: E402
 
 
 def parse_queries(text: str) -> list[int]:
@@ -76,7 +82,7 @@ def started(  # type: ignore[no-untyped-def]
         with cluster.connect() as session:
             for t in TPCH_TABLES:
                 session.register_parquet(t, str(data / f"{t}.parquet"))
-            yield session
+            yield session, cluster
     finally:
         cluster.__exit__(None, None, None)
 
@@ -92,16 +98,20 @@ def main() -> int:
     parser.add_argument("--queries", default="1-22")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--partitions", type=int, help="fixed partitions per exchange")
+    parser.add_argument("--layout", choices=("generated", "random"), default="generated")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     data = ensure_tpch(args.scale, CACHE_DIR)
+    if args.layout == "random":
+        data = random_layout(data, CACHE_DIR, args.scale)
     work = Path(tempfile.mkdtemp(prefix="mangonel-ab-"))
     numbers = parse_queries(args.queries)
     times: dict[str, dict[str, list[float]]] = {}
+    peaks: dict[str, list[int]] = {}
     with (
         started(
             data, work / "a", None, args.partitions, args.a_executor_args, args.a_scheduler_args
-        ) as a,
+        ) as (a, cluster_a),
         started(
             data,
             work / "b",
@@ -109,7 +119,7 @@ def main() -> int:
             args.partitions,
             args.b_executor_args,
             args.b_scheduler_args,
-        ) as b,
+        ) as (b, cluster_b),
     ):
         for n in numbers:  # warm-up: every query once on each
             a.sql(tpch_query(n))
@@ -124,6 +134,9 @@ def main() -> int:
             times[f"q{n:02d}"] = runs
             ma, mb = statistics.median(runs["a"]), statistics.median(runs["b"])
             print(f"q{n:02d}: A {ma:.3f} s, B {mb:.3f} s, A/B {ma / mb:.2f}", file=sys.stderr)
+        for name, cluster in (("a", cluster_a), ("b", cluster_b)):  # before they stop
+            processes = [cluster.scheduler, *cluster.executors]
+            peaks[name] = [vmhwm_kb(p.pid) // 1024 for p in processes]
     total_a = sum(statistics.median(v["a"]) for v in times.values())
     total_b = sum(statistics.median(v["b"]) for v in times.values())
     print("| query | A s | B s | A/B |\n|---|---:|---:|---:|")
@@ -131,6 +144,11 @@ def main() -> int:
         ma, mb = statistics.median(v["a"]), statistics.median(v["b"])
         print(f"| {q} | {ma:.3f} | {mb:.3f} | {ma / mb:.2f} |")
     print(f"| **total** | **{total_a:.3f}** | **{total_b:.3f}** | **{total_a / total_b:.2f}** |")
+    peak_a, peak_b = sum(peaks["a"]), sum(peaks["b"])
+    print(
+        f"\npeak RSS (MiB, scheduler + executors): A {peak_a} ({' + '.join(map(str, peaks['a']))})"
+        f", B {peak_b} ({' + '.join(map(str, peaks['b']))}), A/B {peak_a / peak_b:.2f}"
+    )
     if args.json:
         report: dict[str, Any] = {
             "base_src": args.base_src,
@@ -139,7 +157,9 @@ def main() -> int:
             "a_scheduler_args": args.a_scheduler_args,
             "b_scheduler_args": args.b_scheduler_args,
             "scale": args.scale,
+            "layout": args.layout,
             "runs": times,
+            "peak_rss_mib": peaks,
         }
         report |= {"total_a_s": total_a, "total_b_s": total_b}
         args.json.write_text(json.dumps(report, indent=2) + "\n")

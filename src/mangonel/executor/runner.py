@@ -96,8 +96,19 @@ _INTERRUPT_REPEAT_S = 0.05
 _WITH = re.compile(r"\s*with\b", re.IGNORECASE)
 """A fragment that starts with its own WITH clause."""
 
-_SCAN_DATABASES = 16
-"""Scan databases a slot keeps (one per set of files: a TPC-H table each)."""
+SCAN_DATABASES = 4
+"""Scan databases a slot keeps (one per set of files a task scans), the least recently
+used closed past it.
+
+Each DuckDB database holds about 4.3 MiB of its own (its catalog of built-in
+functions, allocated with ``malloc``) however little it reads, and a slot that kept
+16 held 13 to 15 after the 22 TPC-H queries: 55 to 65 MiB of each executor's peak
+(issue 19). Opening one again costs little against that: the slot opens its next database
+ahead of need (``_take_spare``), so a set of files met again costs a task only
+locking the spare down and the files' footers read again (about 1 ms for
+``lineitem``'s). Four hold what one query's tasks on a slot scanned (at most three in
+each TPC-H query at SF1), so the runs of a query repeated reuse them all.
+"""
 
 BATCH_ROWS = 131_072
 """Rows per Arrow batch pulled from DuckDB; each is split and written at once.
@@ -297,6 +308,11 @@ class TaskRunner:
                 self._running_con.interrupt()
 
     @property
+    def scan_databases(self) -> int:
+        """Scan databases this slot keeps open now (at most ``SCAN_DATABASES``)."""
+        return len(self._scan_cons)
+
+    @property
     def active(self) -> TaskAttemptId | None:
         """The attempt running now, if any."""
         return self._active
@@ -332,9 +348,11 @@ class TaskRunner:
         con = self._scan_cons.pop(files, None)
         if con is None:
             con = _lock_down(self._take_spare(), sorted(files))
-            while len(self._scan_cons) >= _SCAN_DATABASES:
+            while len(self._scan_cons) >= SCAN_DATABASES:
                 _, old = self._scan_cons.popitem(last=False)
-                old.close()
+                # Closing a database takes 8 to 25 ms: on the opener's thread, not
+                # on this task's path.
+                _OPENER.submit(old.close)
         self._scan_cons[files] = con  # most recently used last
         return con
 
@@ -464,7 +482,17 @@ def warm_up(directory: str) -> None:
     started = time.monotonic()
     path = os.path.join(directory, "warm-up.parquet")
     try:
-        table = pa.table({"k": pa.array([1, 2], pa.int64()), "s": pa.array(["a", "b"])})
+        # Built from buffers, not from Python values: ``pa.array([1, 2])`` makes
+        # pyarrow import pandas, about 40 MB of the process's memory that no task
+        # needs (the docs' "Memory and disk").
+        keys = pa.py_buffer(np.arange(1, 3, dtype=np.int64))
+        offsets = pa.py_buffer(np.array([0, 1, 2], dtype=np.int32))
+        table = pa.table(
+            {
+                "k": pa.Array.from_buffers(pa.int64(), 2, [None, keys]),
+                "s": pa.Array.from_buffers(pa.string(), 2, [None, offsets, pa.py_buffer(b"ab")]),
+            }
+        )
         pq.write_table(table, path)
         _metadata(path)
         _column_types(path, "k")
@@ -613,13 +641,22 @@ def _lock_down(
     # key ranges: ``plan.estimate``); DuckDB sees Arrow inputs without statistics
     # and may reorder them into a many-to-many join (TPC-H q5 at SF10 joined
     # customers to suppliers on their nation first: billions of rows, spilled
-    # until the disk was full). It still picks each join's build side.
+    # until the disk was full).
+    # The planner also put the side it estimated smaller on the right of each
+    # inner join, and DuckDB builds its hash table on the right; its build-side rule,
+    # guessing sizes over Arrow inputs, swapped them where a join had cut one side
+    # down: TPC-H q9's lineitem tasks (random layout) built tables over the whole
+    # broadcast orders and partsupp (2.3M rows, about 170 MB in each task) instead
+    # of their 106k lineitem rows that meet a green part. Without the rule, the
+    # executors' peak RSS at SF1 fell by 75 to 150 MB in all, q9 ran faster and no
+    # query measurably slower (issue 19; docs "Memory and disk"). A LEFT, SEMI or
+    # ANTI join now always builds its right side (q13: the orders, not the customers).
     # DuckDB 2.0's partial aggregate pushdown puts a partial GROUP BY under a join
     # whatever the other side's size: TPC-H q18's lineitem task grouped 3M rows by
     # order (764k groups) before joining the 57 orders a broadcast brings, where the
     # join alone, its key filter pushed into the scan, keeps 217 rows (122 -> 20 ms;
     # one slot, all 22 queries: 6.3 -> 5.4 s). The planner places aggregates itself.
-    disabled = ["join_order", "partial_aggregate_pushdown"]
+    disabled = ["join_order", "partial_aggregate_pushdown", "build_side_probe_side"]
     if readable:
         # DuckDB 2.0.0's late materialization of a top-n (ORDER BY ... LIMIT
         # <= 50) over read_parquet fails on the scan's file_row_number filter
@@ -756,7 +793,7 @@ def _column_types(path: str, column: str) -> tuple[str, str]:
         if _probe is None:
             _probe = duckdb.connect(":memory:", config=_NO_EXTENSIONS)
         try:
-            _probe.register("__arrow", schema.empty_table())
+            _probe.register("__arrow", pa.Table.from_batches([], schema))
             planned = _probe.execute("DESCRIBE SELECT * FROM __arrow").fetchall()
             native = _probe.execute(
                 f"DESCRIBE SELECT * FROM read_parquet({_literal(path)})"

@@ -62,7 +62,9 @@ class TypeOracle:
                     continue
                 if held is not None:
                     raise ValueError(f"table {name!r} is already another table in this oracle")
-                self._con.register(name, table.schema.empty_table())
+                # Not ``schema.empty_table()``: pyarrow imports pandas for it
+                # (about 40 MB of a scheduler's memory, for nothing).
+                self._con.register(name, pa.Table.from_batches([], table.schema))
                 self._held[name] = keys[name]
 
     def describe(self, sql: str) -> list[tuple[str, str]]:
