@@ -35,7 +35,10 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO_ROOT / "tests"))
+SRC = REPO_ROOT / "src"
+# A runs this checkout's code even where the virtualenv's mangonel is another
+# checkout's (a git worktree sharing one virtualenv): client here, servers below.
+sys.path[:0] = [str(SRC), str(REPO_ROOT / "tests")]
 
 from engine_worker import vmhwm_kb  # noqa: E402  (a sibling module: benchmarks/ is not a package)
 from helpers import CACHE_DIR, TPCH_TABLES, ensure_tpch, tpch_query  # noqa: E402
@@ -54,7 +57,7 @@ def parse_queries(text: str) -> list[int]:
 def started(  # type: ignore[no-untyped-def]
     data: Path,
     work: Path,
-    src: str | None,
+    src: str,
     partitions: int | None,
     executor_args: str = "",
     scheduler_args: str = "",
@@ -62,8 +65,7 @@ def started(  # type: ignore[no-untyped-def]
     import mangonel
 
     before = os.environ.get("PYTHONPATH")
-    if src is not None:
-        os.environ["PYTHONPATH"] = src
+    os.environ["PYTHONPATH"] = src
     try:
         cluster = mangonel.LocalCluster(
             executors=2,
@@ -89,7 +91,9 @@ def started(  # type: ignore[no-untyped-def]
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base-src", help="B's src/ directory (default: this checkout's)")
+    parser.add_argument(
+        "--base-src", default=str(SRC), help="B's src/ directory (default: this checkout's)"
+    )
     parser.add_argument("--a-executor-args", default="", help='e.g. "--threads 2"')
     parser.add_argument("--b-executor-args", default="")
     parser.add_argument("--a-scheduler-args", default="", help='e.g. "--partition-bytes 16777216"')
@@ -110,7 +114,7 @@ def main() -> int:
     peaks: dict[str, list[int]] = {}
     with (
         started(
-            data, work / "a", None, args.partitions, args.a_executor_args, args.a_scheduler_args
+            data, work / "a", str(SRC), args.partitions, args.a_executor_args, args.a_scheduler_args
         ) as (a, cluster_a),
         started(
             data,
