@@ -313,6 +313,11 @@ class Distributor:
             [col(r) for r in right.node.outputs()],
         )
         if left.single and right.single and not left.inputs.keys() & right.inputs.keys():
+            merged = self._stages.union_in(left, right)
+            if merged is not None:
+                merged.node = SetOp(n.kind, n.distinct, left.node, right.node, n.qualifier, n.names)
+                merged.est = left.est + right.est
+                return merged
             lread, linp = self._stages.broadcast(left)
             rread, rinp = self._stages.broadcast(right)
             node = SetOp(n.kind, n.distinct, lread, rread, n.qualifier, n.names)
