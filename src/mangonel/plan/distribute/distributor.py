@@ -348,12 +348,6 @@ class Distributor:
 
     def _setop(self, n: SetOp) -> Frag:
         left, right = self.plan(n.left), self.plan(n.right)
-        lk, rk = self._keys.cast_keys(
-            left.node,
-            [col(r) for r in left.node.outputs()],
-            right.node,
-            [col(r) for r in right.node.outputs()],
-        )
         if left.single and right.single and not left.inputs.keys() & right.inputs.keys():
             merged = self._stages.union_in(left, right)
             if merged is not None:
@@ -370,6 +364,14 @@ class Distributor:
                 inputs={linp.name: linp, rinp.name: rinp},
                 single=True,
             )
+        # Typed only here: each side's types cost DuckDB a query over empty tables
+        # (24 of them, 0.28 s of q05's planning, for unions that ran in one task).
+        lk, rk = self._keys.cast_keys(
+            left.node,
+            [col(r) for r in left.node.outputs()],
+            right.node,
+            [col(r) for r in right.node.outputs()],
+        )
         parts = self._stages.partitions_for(left.est + right.est)
         lx = self._stages.exchange(left, lk, parts)
         rx = self._stages.exchange(right, rk, parts)
