@@ -51,4 +51,3 @@ def test_subqueries_that_differ_are_not_shared(catalog: dict[str, Table]) -> Non
         WHERE s_nationkey IN (SELECT n_nationkey FROM nation WHERE n_regionkey = 1)
           AND s_suppkey IN (SELECT n_nationkey FROM nation WHERE n_regionkey = 2)"""
     assert _subquery_stages(sql, catalog) == 2
-
