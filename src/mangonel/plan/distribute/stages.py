@@ -39,6 +39,7 @@ from mangonel.plan.logical import (
     phys,
 )
 from mangonel.plan.physical import ScanInput, Stage, StageInput
+from mangonel.sql.exprs import PLACEHOLDER_PREFIX
 from mangonel.task import FileSplit, InputMode, OutputKind, OutputSpec
 
 SCAN_INPUT = "__scan"
@@ -226,8 +227,12 @@ class StageBuilder:
     def _inlinable(self, source: Frag, target: Frag) -> bool:
         if source.scan is None or source.tasks != 1 or len(source.splits) != 1:
             return False
-        if any(i.mode is not InputMode.ALL for i in source.inputs.values()):
-            # Each of the target's tasks would read another part of it.
+        if any(
+            i.mode is not InputMode.ALL or not name.startswith(PLACEHOLDER_PREFIX)
+            for name, i in source.inputs.items()
+        ):
+            # Only subqueries' stages (a value, a list), read whole: each of the
+            # target's tasks reads them, and a join's broadcast side may be big.
             return False
         scans = [source.scan, *(s for s, _ in source.side_scans)]
         read = sum(
