@@ -128,6 +128,11 @@ class Binder:
         self._ids = itertools.count(1)
         self.subqueries: dict[str, Node] = {}
         """Uncorrelated subqueries used inside expressions, by placeholder name."""
+        self._lifted: dict[str, str] = {}
+        """Placeholder names by the text of the subquery they stand for, for those
+        that read only catalog tables: a subquery written several times is one
+        stage (TPC-DS q83's three channels each filter ``date_dim`` by the same
+        two nested subqueries: 6 of its 12 stages)."""
         self._ctes: dict[int, tuple[Node, list[str]]] = {}
         """Bound CTEs that aggregate, by their query's id: read twice, such a CTE is
         one node under two names, which the distributor computes once. Others are
@@ -602,10 +607,20 @@ class Binder:
                 raise Unsupported("subquery form")
             if is_correlated(query):
                 raise Unsupported("correlated subquery")
-            sub, names = self._query(query, ctes)
-            sub = self._visible(sub, len(names))
-            name = f"{PLACEHOLDER_PREFIX}{next(self._ids)}"
-            self.subqueries[name] = sub
+            # Not shared: a subquery over a CTE (a name other scopes may bind
+            # otherwise) or with a function that differs call by call.
+            private = any(t.name in ctes for t in query.find_all(exp.Table)) or any(
+                query.find_all(exp.Rand, exp.Randn, exp.Uuid)
+            )
+            text = None if private else query.sql()
+            name = self._lifted.get(text) if text is not None else None
+            if name is None:
+                sub, names = self._query(query, ctes)
+                sub = self._visible(sub, len(names))
+                name = f"{PLACEHOLDER_PREFIX}{next(self._ids)}"
+                self.subqueries[name] = sub
+                if text is not None:
+                    self._lifted[text] = name
             placeholder = exp.select(exp.Star()).from_(exp.to_table(name))
             if isinstance(node, exp.Subquery):
                 return exp.Subquery(this=placeholder)

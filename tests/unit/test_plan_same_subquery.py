@@ -1,0 +1,53 @@
+"""A subquery written several times in one query is planned once.
+
+TPC-DS q83 filters ``date_dim`` in each of its three channels by the same two
+nested subqueries (the weeks of three dates, then those weeks' dates): 6 of its
+12 stages computed the same rows. Subqueries of the same text over catalog
+tables now share one placeholder, so one stage.
+Each plan runs task by task (``plan_runner``) against single-process DuckDB.
+"""
+
+from __future__ import annotations
+
+import duckdb
+from helpers import assert_same_result
+from plan_runner import run_plan
+
+from mangonel.catalog import Table
+from mangonel.plan.planner import PlannerConfig, plan_query
+
+CONFIG = PlannerConfig(partitions=3, partition_bytes=0, split_rows=20_000)
+
+
+def _subquery_stages(sql: str, catalog: dict[str, Table]) -> int:
+    plan = plan_query(sql, catalog, CONFIG)
+    return sum(s.label == "subquery" for s in plan.stages)
+
+
+def test_the_same_subquery_twice_is_one_stage(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    sql = """
+        SELECT 'supplier' AS side, COUNT(*) AS n FROM supplier
+        WHERE s_nationkey IN (SELECT n_nationkey FROM nation
+                              WHERE n_regionkey IN (SELECT r_regionkey FROM region
+                                                    WHERE r_name LIKE 'A%'))
+        UNION ALL
+        SELECT 'customer', COUNT(*) FROM customer
+        WHERE c_nationkey IN (SELECT n_nationkey FROM nation
+                              WHERE n_regionkey IN (SELECT r_regionkey FROM region
+                                                    WHERE r_name LIKE 'A%'))"""
+    # The outer subquery once, and the one nested in it once.
+    assert _subquery_stages(sql, catalog) == 2
+    plan = plan_query(sql, catalog, CONFIG)
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert all(n > 0 for n in expected.column("n").to_pylist())
+    assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+def test_subqueries_that_differ_are_not_shared(catalog: dict[str, Table]) -> None:
+    sql = """
+        SELECT COUNT(*) FROM supplier
+        WHERE s_nationkey IN (SELECT n_nationkey FROM nation WHERE n_regionkey = 1)
+          AND s_suppkey IN (SELECT n_nationkey FROM nation WHERE n_regionkey = 2)"""
+    assert _subquery_stages(sql, catalog) == 2
