@@ -477,6 +477,16 @@ CASES: list[Case] = [
         "WITH d AS (SELECT dept, MAX(salary) AS top FROM emp GROUP BY dept) SELECT x.dept, x.top, (SELECT COUNT(*) FROM d) AS groups FROM d AS x JOIN dept ON dept.dept = x.dept WHERE dept.floor = 3",
     ),
     Case(
+        # a SELECT without FROM: its subqueries are stages like any other's
+        "select_without_from_subqueries",
+        "SELECT (SELECT MAX(salary) FROM emp) AS top, 3 IN (SELECT floor FROM dept) AS on_three, (SELECT COUNT(*) FROM emp WHERE bonus IS NULL) + 1 AS n",
+    ),
+    Case(
+        # a CTE in a subquery shadows the outer one of its name: each read in its scope
+        "cte_shadowed_in_a_subquery",
+        "WITH d AS (SELECT dept FROM dept WHERE floor = 3) SELECT a.n, (SELECT COUNT(*) FROM d) AS outer_n FROM (WITH d AS (SELECT dept FROM emp) SELECT (SELECT COUNT(*) FROM d) AS n) AS a",
+    ),
+    Case(
         "cte_of_a_join_read_twice",
         "WITH p AS (SELECT e.id, e.dept, d.floor FROM emp e JOIN dept d ON e.dept = d.dept) SELECT p1.id, p2.id AS other FROM p AS p1 JOIN p AS p2 ON p1.floor = p2.floor AND p1.id < p2.id WHERE p1.id < 20",
     ),

@@ -265,7 +265,13 @@ class Binder:
             if sel.args.get("where") or sel.args.get("group") or sel.args.get("order"):
                 raise Unsupported("clauses without FROM")
             names = [e.alias_or_name for e in sel.expressions]
-            return Values(self._qualifier("v"), names, sel.copy()), names
+            values = sel.copy()
+            # Its subqueries run as stages, like any other's: the task has no tables.
+            values.set(
+                "expressions",
+                [self._lift_subqueries(e, ctes, set()) for e in values.expressions],
+            )
+            return Values(self._qualifier("v"), names, values), names
 
         sources = [self._source(from_.this, ctes)]
         joins: list[tuple[JoinKind, exp.Expr | None]] = []

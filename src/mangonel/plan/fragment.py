@@ -136,7 +136,7 @@ class Renderer:
 
     def _values(self, n: Values) -> str:
         cols = ", ".join(ident(phys(r)) for r in n.outputs())
-        return f"SELECT * FROM ({sql(n.query)}) AS t({cols})"
+        return f"SELECT * FROM ({self._x(n.query, {})}) AS t({cols})"
 
     def _filter(self, n: Filter) -> str:
         cond = self._x(n.condition, _refs_of(n.child, "t"))

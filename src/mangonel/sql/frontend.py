@@ -271,8 +271,8 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
     ctes: list[exp.CTE] = []
 
     def hide(expression: exp.Expr) -> exp.Expr:
-        with_ = expression.args.get("with_") or expression.args.get("with")
-        ctes.extend(c.copy() for c in (with_.expressions if with_ is not None else []))
+        _unique_cte_names(expression)
+        ctes.extend(c.copy() for w in expression.find_all(exp.With) for c in w.expressions)
         return _hide_uncorrelated(expression, stash)
 
     def restore(expression: exp.Expr) -> exp.Expr:
@@ -541,8 +541,83 @@ def _restore_ctes(expression: exp.Expr, ctes: list[exp.CTE]) -> exp.Expr:
         return expression
     restored = [c.copy() for c in ctes if c.alias in wanted]
     existing = list(with_.expressions) if with_ is not None else []
-    expression.set(key, exp.With(expressions=restored + existing))
+    expression.set(key, exp.With(expressions=_readers_last(restored + existing)))
     return expression
+
+
+def _readers_last(ctes: list[exp.CTE]) -> list[exp.CTE]:
+    """``ctes`` in an order where each comes after the CTEs it reads (DuckDB binds a
+    CTE against those before it only); otherwise in the order given.
+
+    A restored CTE may read one sqlglot kept, or one lifted out of a subquery.
+    """
+    names = {c.alias for c in ctes}
+    reads = {
+        id(c): {t.name for t in c.this.find_all(exp.Table) if not t.args.get("db")}
+        & names - {c.alias}
+        for c in ctes
+    }
+    ordered: list[exp.CTE] = []
+    placed: set[str] = set()
+    pending = list(ctes)
+    while pending:
+        ready = [c for c in pending if reads[id(c)] <= placed] or pending[:1]  # a cycle: as given
+        first = ready[0]
+        ordered.append(first)
+        placed.add(first.alias)
+        pending.remove(first)
+    return ordered
+
+
+def _unique_cte_names(expression: exp.Expr) -> None:
+    """Rename CTEs so that no two in the query share a name, and their readers with them.
+
+    A CTE in a subquery may shadow one of the same name outside it. The hidden
+    subqueries (``_hide_uncorrelated``) are out of sight of sqlglot's rules, which
+    lift nested CTEs to the top and rename a clashing one there, so a hidden
+    reader kept the old name and read the outer CTE (a wrong answer), and a CTE
+    only hidden readers read was dropped and not restored. With one name per CTE
+    neither can happen. Runs after ``qualify``: every table reference has an alias,
+    which stays, so column qualifiers still resolve. Queries without a clash are
+    left as they are.
+    """
+    defined = [c.alias for w in expression.find_all(exp.With) for c in w.expressions]
+    if len(defined) == len(set(defined)):
+        return
+    taken = set(defined) | {t.name for t in expression.find_all(exp.Table)}
+    seen: set[str] = set()
+
+    def fresh(name: str) -> str:
+        if name not in seen:
+            seen.add(name)
+            return name
+        n = 2
+        while f"{name}_{n}" in taken:
+            n += 1
+        taken.add(f"{name}_{n}")
+        return f"{name}_{n}"
+
+    def visit(node: exp.Expr, scope: dict[str, str]) -> None:
+        with_ = node.args.get("with_") or node.args.get("with")
+        if isinstance(with_, exp.With):
+            scope = dict(scope)
+            recursive = bool(with_.args.get("recursive"))
+            for cte in with_.expressions:
+                new = fresh(cte.alias)
+                if recursive:
+                    scope[cte.alias] = new
+                visit(cte.this, scope)
+                scope[cte.alias] = new
+                cte.set("alias", exp.TableAlias(this=exp.to_identifier(new)))
+        if isinstance(node, exp.Table) and not node.args.get("db") and node.name in scope:
+            if not node.alias:
+                node.set("alias", exp.TableAlias(this=exp.to_identifier(node.name)))
+            node.set("this", exp.to_identifier(scope[node.name]))
+        for child in node.iter_expressions():
+            if child is not with_:
+                visit(child, scope)
+
+    visit(expression, {})
 
 
 def to_duckdb(query: exp.Expr) -> str:

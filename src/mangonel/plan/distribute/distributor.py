@@ -170,7 +170,9 @@ class Distributor:
         return Frag(n, len(splits), est, scan=n, splits=splits, single=len(splits) == 1)
 
     def _values(self, n: Values) -> Frag:
-        return Frag(n, 1, 64.0, single=True)
+        f = Frag(n, 1, 64.0, single=True)
+        self._attach_subqueries(f, [n.query])
+        return f
 
     def _opaque(self, n: Opaque) -> Frag:
         inputs: dict[str, StageInput] = {}
