@@ -185,6 +185,12 @@ class _Step:
     commands: list[Command] = field(default_factory=list)
 
 
+def _is_running(state: object, attempt: TaskAttemptId, executor: ExecutorId) -> bool:
+    """``state == Running(attempt, executor)``, without building one: asked of
+    every report."""
+    return isinstance(state, Running) and state.attempt == attempt and state.executor == executor
+
+
 @dataclass(frozen=True)
 class _Loss:
     executor: ExecutorId
@@ -227,6 +233,12 @@ class SchedulerState:
         """Apply one event; return the commands the shell must carry out, in order."""
         step = _Step(cause=event.event_id, now=event.time)
         match event:
+            # Task reports first: nearly every event is one, and a match tries
+            # its cases in order.
+            case TaskCompleted():
+                self._task_completed(event, step)
+            case TaskFailed():
+                self._task_failed(event, step)
             case JobSubmitted():
                 self._job_submitted(event, step)
             case CancelRequested():
@@ -252,10 +264,6 @@ class SchedulerState:
                     if rec.state is ExecutorState.DRAINING and why is LossReason.CONNECTION_LOST:
                         why = LossReason.DRAINED  # it was on its way out
                     self._lose([_Loss(event.executor, why, event.detail)], step)
-            case TaskCompleted():
-                self._task_completed(event, step)
-            case TaskFailed():
-                self._task_failed(event, step)
             case Tick():
                 self._tick(step)
             case SchedulerRecovered():
@@ -459,8 +467,7 @@ class SchedulerState:
         task = job.task(attempt.task) if job is not None else None
         if job is None or task is None:
             return None
-        running = Running(attempt, executor)
-        if task.state != running and task.speculative != running:
+        if not (_is_running(task.state, attempt, executor) or _is_running(task.speculative, attempt, executor)):
             return None
         return job, task, rec
 
@@ -738,10 +745,10 @@ class SchedulerState:
                 task = job.task(attempt.task) if job is not None else None
                 if job is None or task is None:
                     continue
-                if task.speculative == Running(attempt, loss.executor):
+                if _is_running(task.speculative, attempt, loss.executor):
                     task.speculative = None  # the attempt it copied goes on, uncharged
                     continue
-                if task.state != Running(attempt, loss.executor):
+                if not _is_running(task.state, attempt, loss.executor):
                     continue
                 if self._requeue(task, loss.executor, why, charge=True):
                     failing.setdefault(job.id, self._exhausted(task))
@@ -1034,29 +1041,36 @@ class SchedulerState:
         # Counting the held slots costs the busy slots; one job alone without a
         # cap takes every slot it can use whatever it holds.
         held = self._executors.slots_held() if len(self._jobs) > 1 or cap is not None else {}
-        # (slots held, submission order, job, its launchable tasks); the order is
-        # unique, so the heap never compares the last two.
-        queue = [
-            (held.get(job.id, 0), order, job, self._pending_runnable(job))
-            for order, job in enumerate(self._jobs.values())
-        ]
+        # (slots held, submission order, job); the order is unique, so the heap
+        # never compares the jobs.
+        queue = [(held.get(job.id, 0), order, job) for order, job in enumerate(self._jobs.values())]
+        # A job's walk over its launchable tasks, started when it first comes
+        # to the top: a completion frees one slot, and starting a walk for each
+        # of ten jobs to launch one task cost a third of the event.
+        walks: dict[int, Generator[TaskRecord, None, None]] = {}
         try:
             heapq.heapify(queue)
             while queue:
-                count, order, job, tasks = queue[0]
+                count, order, job = queue[0]
                 if cap is not None and count >= cap:
                     return  # the job holding the fewest is at the cap: so is every other
+                tasks = walks.get(order)
+                if tasks is None:
+                    tasks = walks[order] = self._pending_runnable(job)
                 if self._launch_next(job, tasks, step):
-                    heapq.heapreplace(queue, (count + 1, order, job, tasks))
+                    if self._executors.least_loaded() is None:
+                        return  # that was the last free slot (a completion frees one)
+                    heapq.heapreplace(queue, (count + 1, order, job))
                     continue
-                heapq.heappop(queue)[3].close()  # nothing more it can launch now
+                heapq.heappop(queue)
+                tasks.close()  # nothing more it can launch now
                 if self._executors.least_loaded() is None:
                     return  # no free slot anywhere
         finally:
             # A stage's walk puts the tasks it passed over back in its queue when
             # it is closed; closed here, not whenever the garbage collector gets
             # to it, before the next event walks the stage again.
-            for _, _, _, tasks in queue:
+            for tasks in walks.values():
                 tasks.close()
 
     def _job_slot_cap(self) -> int | None:
