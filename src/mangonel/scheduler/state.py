@@ -395,7 +395,9 @@ class SchedulerState:
                             CancelTask(step.cause, running.executor, running.attempt)
                         )
                         self._executors.stop(running.executor, running.attempt)
-                task.state, task.speculative = PENDING, None
+                task.state = PENDING
+                if task.speculative is not None:
+                    task.speculative = None
         intermediate = tuple(s.id for s in job.plan.stages[:-1])
         result: tuple[PartitionLocation, ...] = ()
         # Files may be wherever an attempt ran, current or superseded.
@@ -1035,7 +1037,8 @@ class SchedulerState:
         operator's choice, so that a job arriving finds slots free at once
         however long the running tasks of the others are.
         """
-        if self._executors.least_loaded() is None:
+        least = self._executors.least_loaded()
+        if least is None:
             return
         cap = self._job_slot_cap()
         # Counting the held slots costs the busy slots; one job alone without a
@@ -1057,14 +1060,15 @@ class SchedulerState:
                 tasks = walks.get(order)
                 if tasks is None:
                     tasks = walks[order] = self._pending_runnable(job)
-                if self._launch_next(job, tasks, step):
-                    if self._executors.least_loaded() is None:
-                        return  # that was the last free slot (a completion frees one)
+                if self._launch_next(job, tasks, least, step):
                     heapq.heapreplace(queue, (count + 1, order, job))
-                    continue
-                heapq.heappop(queue)
-                tasks.close()  # nothing more it can launch now
-                if self._executors.least_loaded() is None:
+                else:
+                    heapq.heappop(queue)
+                    tasks.close()  # nothing more it can launch now
+                # Asked once a turn, and handed to the next job's launch: the
+                # last free slot taken ends the loop without a look at any job.
+                least = self._executors.least_loaded()
+                if least is None:
                     return  # no free slot anywhere
         finally:
             # A stage's walk puts the tasks it passed over back in its queue when
@@ -1095,15 +1099,24 @@ class SchedulerState:
                 continue
             yield from rec.pending_tasks()
 
-    def _launch_next(self, job: JobRecord, tasks: Iterator[TaskRecord], step: _Step) -> bool:
+    def _launch_next(
+        self,
+        job: JobRecord,
+        tasks: Iterator[TaskRecord],
+        least: ExecutorRecord,
+        step: _Step,
+    ) -> bool:
         """Launch the next of ``tasks`` that may run now; ``False`` when none may
         (no slot the job may use is free, or the tasks left wait for executors
-        other than those with a free slot)."""
-        # Looked up before the next task is: with no slot free, the job's
-        # pending tasks are not read at all.
-        least = self._executors.least_loaded(job.excluded)
-        if least is None:
-            return False
+        other than those with a free slot). ``least`` is the least loaded
+        executor with a free slot (``ExecutorRegistry.least_loaded()``)."""
+        if job.excluded:
+            # Looked up before the next task is: with no slot free, the job's
+            # pending tasks are not read at all.
+            found = self._executors.least_loaded(job.excluded)
+            if found is None:
+                return False
+            least = found
         for task in tasks:
             executor = least
             if executor.id in task.failed_on:
