@@ -1129,13 +1129,14 @@ class SchedulerState:
                 if elsewhere is None and self._executors.any_taker(avoid):
                     continue
                 executor = elsewhere or executor
+            eid = executor.id
             attempt = task.next_attempt()
-            task.state = Running(attempt, executor.id, started=step.now)
-            job.ran_on.add(executor.id)
-            self._executors.start(executor.id, attempt)
+            task.state = Running(attempt, eid, started=step.now)
+            job.ran_on.add(eid)
+            self._executors.start(eid, attempt)
             job.state = JobState.RUNNING
             stage = job.stages[attempt.task.stage].stage
-            step.commands.append(LaunchTask(step.cause, executor.id, job.task_spec(stage, attempt)))
+            step.commands.append(LaunchTask(step.cause, eid, job.task_spec(stage, attempt)))
             return True
         return False
 
