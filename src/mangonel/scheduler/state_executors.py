@@ -104,6 +104,8 @@ class ExecutorRecord:
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
+        if name in _UNHEARD:
+            return  # the registry has nothing to do (a heartbeat: every event)
         registry = self.__dict__.get("registry")
         if registry is not None:
             registry.record_changed(self, name)
@@ -180,6 +182,8 @@ _UNSTORED = frozenset(
 """``ExecutorRecord`` fields a ``RegistrySnapshot`` leaves out."""
 _RANKED = frozenset({"slow", "seq", "info"})
 """``ExecutorRecord`` fields its ``rank`` reads (besides ``running``)."""
+_UNHEARD = _UNSTORED - _RANKED
+"""``ExecutorRecord`` fields ``ExecutorRegistry.record_changed`` ignores."""
 
 
 class ExecutorRegistry:
