@@ -124,6 +124,11 @@ class SimResult:
     loss_persist_seconds: list[float] = field(default_factory=list)
     outputs_at_loss: list[int] = field(default_factory=list)
     """Finished task outputs the lost executor held, over all jobs."""
+    jobs_failed_at_loss: list[int] = field(default_factory=list)
+    """Jobs each loss failed (re-runs or attempts used up): such a loss also
+    cancels the job's running attempts and fills their slots with other jobs'
+    tasks, so it costs the slots of the jobs it failed, not what the lost
+    executor held."""
     jobs_succeeded: int = 0
     jobs_failed: int = 0
     wall_seconds: float = 0.0
@@ -146,6 +151,9 @@ class SimResult:
     def summary(self) -> dict[str, Any]:
         """The figures, for a JSON report."""
         losses = sorted(self.loss_seconds)
+        failing_none = sorted(
+            t for t, n in zip(self.loss_seconds, self.jobs_failed_at_loss, strict=True) if not n
+        )
         both = [a + b for a, b in zip(self.loss_seconds, self.loss_persist_seconds, strict=True)]
         return {
             "config": asdict(self.config),
@@ -157,6 +165,10 @@ class SimResult:
             "losses": len(losses),
             "loss_ms_median": round(losses[len(losses) // 2] * 1000, 2) if losses else None,
             "loss_ms_max": round(losses[-1] * 1000, 2) if losses else None,
+            "loss_ms_max_failing_no_job": (
+                round(failing_none[-1] * 1000, 2) if failing_none else None
+            ),
+            "losses_failing_jobs": sum(1 for n in self.jobs_failed_at_loss if n),
             "loss_with_store_ms_max": round(max(both, default=0.0) * 1000, 2),
             "outputs_at_loss_max": max(self.outputs_at_loss, default=0),
             "jobs_succeeded": self.jobs_succeeded,
@@ -376,8 +388,9 @@ class Simulator:
         self.result.outputs_at_loss.append(self.outputs_on(executor))
         self.live.remove(executor)
         event = ExecutorLost(self.next_id(), self.now, executor, LossReason.CONNECTION_LOST)
-        _, handled, persisted, _ = self.emit(event)
+        commands, handled, persisted, _ = self.emit(event)
         self.result.loss_seconds.append(handled)
+        self.result.jobs_failed_at_loss.append(sum(isinstance(c, JobFailed) for c in commands))
         self.result.loss_persist_seconds.append(persisted)
         self.add_executor()
 
