@@ -474,7 +474,10 @@ class SchedulerState:
         task = job.task(attempt.task) if job is not None else None
         if job is None or task is None:
             return None
-        if not (_is_running(task.state, attempt, executor) or _is_running(task.speculative, attempt, executor)):
+        if not (
+            _is_running(task.state, attempt, executor)
+            or _is_running(task.speculative, attempt, executor)
+        ):
             return None
         return job, task, rec
 
