@@ -44,6 +44,8 @@ def _point(cfg: SimConfig) -> dict[str, Any]:
         f"events/s={summary['events_per_s']:>8} "
         f"(with store {summary['events_per_s_with_store']:>7}) "
         f"loss_ms max={summary['loss_ms_max']} "
+        f"(failing no job {summary['loss_ms_max_failing_no_job']}; "
+        f"{summary['losses_failing_jobs']}/{summary['losses']} failed jobs) "
         f"(outputs held {summary['outputs_at_loss_max']}) "
         f"store B/event={summary['store_bytes_per_event']:>9} "
         f"jobs ok={summary['jobs_succeeded']} complete={summary['complete']} "

@@ -21,6 +21,10 @@ def test_a_small_cluster_finishes_every_job_and_recovers_from_its_losses() -> No
     tasks = cfg.jobs * sum(s.num_tasks for s in synthetic_plan(300, cfg.partitions).stages)
     assert result.task_events >= tasks
     assert len(result.loss_seconds) == 3
+    assert result.jobs_failed_at_loss == [0, 0, 0]
+    summary = result.summary()
+    assert summary["losses_failing_jobs"] == 0
+    assert summary["loss_ms_max_failing_no_job"] == summary["loss_ms_max"]
     if sum(result.outputs_at_loss) > 0:
         assert result.task_events > tasks
     assert result.events_per_s > 0 and result.task_store_bytes > 0

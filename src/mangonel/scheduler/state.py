@@ -89,6 +89,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections import OrderedDict
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
@@ -185,6 +186,16 @@ class _Step:
     commands: list[Command] = field(default_factory=list)
 
 
+_BY_PARTITION = operator.attrgetter("partition")
+"""A sort key without a Python call for each item."""
+
+
+def _is_running(state: object, attempt: TaskAttemptId, executor: ExecutorId) -> bool:
+    """``state == Running(attempt, executor)``, without building one: asked of
+    every report."""
+    return isinstance(state, Running) and state.attempt == attempt and state.executor == executor
+
+
 @dataclass(frozen=True)
 class _Loss:
     executor: ExecutorId
@@ -227,6 +238,12 @@ class SchedulerState:
         """Apply one event; return the commands the shell must carry out, in order."""
         step = _Step(cause=event.event_id, now=event.time)
         match event:
+            # Task reports first: nearly every event is one, and a match tries
+            # its cases in order.
+            case TaskCompleted():
+                self._task_completed(event, step)
+            case TaskFailed():
+                self._task_failed(event, step)
             case JobSubmitted():
                 self._job_submitted(event, step)
             case CancelRequested():
@@ -252,10 +269,6 @@ class SchedulerState:
                     if rec.state is ExecutorState.DRAINING and why is LossReason.CONNECTION_LOST:
                         why = LossReason.DRAINED  # it was on its way out
                     self._lose([_Loss(event.executor, why, event.detail)], step)
-            case TaskCompleted():
-                self._task_completed(event, step)
-            case TaskFailed():
-                self._task_failed(event, step)
             case Tick():
                 self._tick(step)
             case SchedulerRecovered():
@@ -387,7 +400,9 @@ class SchedulerState:
                             CancelTask(step.cause, running.executor, running.attempt)
                         )
                         self._executors.stop(running.executor, running.attempt)
-                task.state, task.speculative = PENDING, None
+                task.state = PENDING
+                if task.speculative is not None:
+                    task.speculative = None
         intermediate = tuple(s.id for s in job.plan.stages[:-1])
         result: tuple[PartitionLocation, ...] = ()
         # Files may be wherever an attempt ran, current or superseded.
@@ -459,8 +474,10 @@ class SchedulerState:
         task = job.task(attempt.task) if job is not None else None
         if job is None or task is None:
             return None
-        running = Running(attempt, executor)
-        if task.state != running and task.speculative != running:
+        if not (
+            _is_running(task.state, attempt, executor)
+            or _is_running(task.speculative, attempt, executor)
+        ):
             return None
         return job, task, rec
 
@@ -503,7 +520,7 @@ class SchedulerState:
                 bytes=o.bytes,
                 checksum=o.checksum,
             )
-            for o in sorted(event.outputs, key=lambda o: o.partition)
+            for o in sorted(event.outputs, key=_BY_PARTITION)
         )
         task.state = Done(
             event.attempt, event.executor, outputs, duration=max(0.0, step.now - started)
@@ -738,10 +755,10 @@ class SchedulerState:
                 task = job.task(attempt.task) if job is not None else None
                 if job is None or task is None:
                     continue
-                if task.speculative == Running(attempt, loss.executor):
+                if _is_running(task.speculative, attempt, loss.executor):
                     task.speculative = None  # the attempt it copied goes on, uncharged
                     continue
-                if task.state != Running(attempt, loss.executor):
+                if not _is_running(task.state, attempt, loss.executor):
                     continue
                 if self._requeue(task, loss.executor, why, charge=True):
                     failing.setdefault(job.id, self._exhausted(task))
@@ -1028,35 +1045,44 @@ class SchedulerState:
         operator's choice, so that a job arriving finds slots free at once
         however long the running tasks of the others are.
         """
-        if self._executors.least_loaded() is None:
+        least = self._executors.least_loaded()
+        if least is None:
             return
         cap = self._job_slot_cap()
         # Counting the held slots costs the busy slots; one job alone without a
         # cap takes every slot it can use whatever it holds.
         held = self._executors.slots_held() if len(self._jobs) > 1 or cap is not None else {}
-        # (slots held, submission order, job, its launchable tasks); the order is
-        # unique, so the heap never compares the last two.
-        queue = [
-            (held.get(job.id, 0), order, job, self._pending_runnable(job))
-            for order, job in enumerate(self._jobs.values())
-        ]
+        # (slots held, submission order, job); the order is unique, so the heap
+        # never compares the jobs.
+        queue = [(held.get(job.id, 0), order, job) for order, job in enumerate(self._jobs.values())]
+        # A job's walk over its launchable tasks, started when it first comes
+        # to the top: a completion frees one slot, and starting a walk for each
+        # of ten jobs to launch one task cost a third of the event.
+        walks: dict[int, Generator[TaskRecord, None, None]] = {}
         try:
             heapq.heapify(queue)
             while queue:
-                count, order, job, tasks = queue[0]
+                count, order, job = queue[0]
                 if cap is not None and count >= cap:
                     return  # the job holding the fewest is at the cap: so is every other
-                if self._launch_next(job, tasks, step):
-                    heapq.heapreplace(queue, (count + 1, order, job, tasks))
-                    continue
-                heapq.heappop(queue)[3].close()  # nothing more it can launch now
-                if self._executors.least_loaded() is None:
+                tasks = walks.get(order)
+                if tasks is None:
+                    tasks = walks[order] = self._pending_runnable(job)
+                if self._launch_next(job, tasks, least, step):
+                    heapq.heapreplace(queue, (count + 1, order, job))
+                else:
+                    heapq.heappop(queue)
+                    tasks.close()  # nothing more it can launch now
+                # Asked once a turn, and handed to the next job's launch: the
+                # last free slot taken ends the loop without a look at any job.
+                least = self._executors.least_loaded()
+                if least is None:
                     return  # no free slot anywhere
         finally:
             # A stage's walk puts the tasks it passed over back in its queue when
             # it is closed; closed here, not whenever the garbage collector gets
             # to it, before the next event walks the stage again.
-            for _, _, _, tasks in queue:
+            for tasks in walks.values():
                 tasks.close()
 
     def _job_slot_cap(self) -> int | None:
@@ -1081,15 +1107,24 @@ class SchedulerState:
                 continue
             yield from rec.pending_tasks()
 
-    def _launch_next(self, job: JobRecord, tasks: Iterator[TaskRecord], step: _Step) -> bool:
+    def _launch_next(
+        self,
+        job: JobRecord,
+        tasks: Iterator[TaskRecord],
+        least: ExecutorRecord,
+        step: _Step,
+    ) -> bool:
         """Launch the next of ``tasks`` that may run now; ``False`` when none may
         (no slot the job may use is free, or the tasks left wait for executors
-        other than those with a free slot)."""
-        # Looked up before the next task is: with no slot free, the job's
-        # pending tasks are not read at all.
-        least = self._executors.least_loaded(job.excluded)
-        if least is None:
-            return False
+        other than those with a free slot). ``least`` is the least loaded
+        executor with a free slot (``ExecutorRegistry.least_loaded()``)."""
+        if job.excluded:
+            # Looked up before the next task is: with no slot free, the job's
+            # pending tasks are not read at all.
+            found = self._executors.least_loaded(job.excluded)
+            if found is None:
+                return False
+            least = found
         for task in tasks:
             executor = least
             if executor.id in task.failed_on:
@@ -1102,13 +1137,14 @@ class SchedulerState:
                 if elsewhere is None and self._executors.any_taker(avoid):
                     continue
                 executor = elsewhere or executor
+            eid = executor.id
             attempt = task.next_attempt()
-            task.state = Running(attempt, executor.id, started=step.now)
-            job.ran_on.add(executor.id)
-            self._executors.start(executor.id, attempt)
+            task.state = Running(attempt, eid, started=step.now)
+            job.ran_on.add(eid)
+            self._executors.start(eid, attempt)
             job.state = JobState.RUNNING
             stage = job.stages[attempt.task.stage].stage
-            step.commands.append(LaunchTask(step.cause, executor.id, job.task_spec(stage, attempt)))
+            step.commands.append(LaunchTask(step.cause, eid, job.task_spec(stage, attempt)))
             return True
         return False
 

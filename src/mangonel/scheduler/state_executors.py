@@ -104,6 +104,8 @@ class ExecutorRecord:
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
+        if name in _UNHEARD:
+            return  # the registry has nothing to do (a heartbeat: every event)
         registry = self.__dict__.get("registry")
         if registry is not None:
             registry.record_changed(self, name)
@@ -111,7 +113,9 @@ class ExecutorRecord:
     @property
     def rank(self) -> tuple[float, bool, int]:
         """What ``least_loaded`` orders by: load, then not slow, then connection order."""
-        return (self.load, self.slow, self.seq)
+        # ``load`` written out: asked several times an event, for a thousand executors.
+        slots = self.info.slots
+        return (len(self.running) / slots if slots > 0 else 1.0, self.slow, self.seq)
 
     @property
     def id(self) -> ExecutorId:
@@ -127,7 +131,7 @@ class ExecutorRecord:
             self.state is not ExecutorState.ALIVE
             or self.awaiting
             or self.unhealthy
-            or self.excluded
+            or self.excluded_until is not None  # ``excluded``, without a call
         ):
             return 0
         return max(0, self.info.slots - len(self.running))
@@ -178,6 +182,8 @@ _UNSTORED = frozenset(
 """``ExecutorRecord`` fields a ``RegistrySnapshot`` leaves out."""
 _RANKED = frozenset({"slow", "seq", "info"})
 """``ExecutorRecord`` fields its ``rank`` reads (besides ``running``)."""
+_UNHEARD = _UNSTORED - _RANKED
+"""``ExecutorRecord`` fields ``ExecutorRegistry.record_changed`` ignores."""
 
 
 class ExecutorRegistry:
@@ -413,16 +419,23 @@ class ExecutorRegistry:
 
     def start(self, executor: ExecutorId, attempt: TaskAttemptId) -> None:
         rec = self._live[executor]
-        if attempt not in rec.running:
-            rec.running.add(attempt)
-            self._held[attempt.task.job] = self._held.get(attempt.task.job, 0) + 1
+        running = rec.running
+        before = len(running)
+        running.add(attempt)  # one hash of the attempt, not two
+        if len(running) != before:
+            job = attempt.task.job
+            self._held[job] = self._held.get(job, 0) + 1
         self._push(rec)
 
     def stop(self, executor: ExecutorId, attempt: TaskAttemptId) -> None:
         """Free the attempt's slot (no-op if the executor is gone)."""
         rec = self._live.get(executor)
-        if rec is not None and attempt in rec.running:
-            rec.running.discard(attempt)
+        if rec is None:
+            return
+        running = rec.running
+        before = len(running)
+        running.discard(attempt)  # one hash of the attempt, not two
+        if len(running) != before:
             self._release((attempt,))
             self._push(rec)
 

@@ -109,7 +109,11 @@ def observe_speed(rec: ExecutorRecord, stage: StageRecord, ran_s: float, limits:
     if median <= 0:
         return
     rec.slowness = (1 - SPEED_WEIGHT) * rec.slowness + SPEED_WEIGHT * (ran_s / median)
-    rec.slow = rec.slowness >= limits.speculation_multiplier
+    slow = rec.slowness >= limits.speculation_multiplier
+    if slow != rec.slow:
+        # Only on a change: ``slow`` is part of the executor's rank, and every
+        # assignment of it pushes a new entry on the registry's heap.
+        rec.slow = slow
 
 
 def count_failure(rec: ExecutorRecord, task: TaskId, why: str, now: float, limits: Limits) -> bool:

@@ -63,7 +63,7 @@ import heapq
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import MISSING, dataclass, field, fields
-from typing import cast
+from typing import Any
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan.physical import DistributedPlan, Stage
@@ -223,16 +223,18 @@ class StageRecord:
         self._pending = set(self._queue)
         self._queued = set(self._queue)
 
-    def observe(self, task: TaskRecord, name: str, value: object) -> None:
-        """``task.name`` is about to become ``value``."""
+    def observe(self, task: TaskRecord, name: str, value: Any) -> None:
+        """``task.name`` is about to become ``value``, of that field's type (typed
+        ``Any``: a ``cast`` is a function call at run time, three an event)."""
         self.changed.add(task.id)
         if name == "state":
-            self._leave(task.id.partition, task.state)
-            self._enter(task.id.partition, cast(TaskState, value))
+            partition = task.id.partition
+            self._leave(partition, task.state)
+            self._enter(partition, value)
         elif name == "speculative":
             self.speculative_running += (value is not None) - (task.speculative is not None)
         elif name in self.totals:
-            self.totals[name] += cast(int, value) - getattr(task, name)
+            self.totals[name] += value - getattr(task, name)
 
     def _enter(self, partition: int, state: TaskState) -> None:
         if isinstance(state, Pending):
