@@ -288,3 +288,32 @@ def test_a_stored_range_that_does_not_fit_the_plan_is_refused() -> None:
     progress.stages[S2].bounds = (0, 9)
     with pytest.raises(ValueError, match="bad partition ranges"):
         JobRecord.restore(h.plans[J1], progress)
+
+
+# ------------------------------------------------------------------- how it shows
+
+
+def test_the_views_show_planned_and_actual_tasks_of_a_coalesced_stage() -> None:
+    from mangonel.client.render import format_stages
+    from mangonel.client.status import StageStatus
+    from mangonel.web.picture import dot, svg
+    from mangonel.web.views import stage_models
+
+    h = started(maps=2)
+    run_maps(h, 2, [MIB] * 8)
+    view = h.state.job(J1)
+    assert view is not None
+    models = stage_models(h.plans[J1], view.stages)
+    assert [(m.num_tasks, m.planned_tasks) for m in models] == [(2, None), (4, 8), (1, None)]
+    assert "0/4 tasks done, 4 running (planned 8)" in svg(models)
+    assert "4 task(s) (planned 8)" in dot(models)
+    # Before it ran, the plan's own count.
+    assert [m.num_tasks for m in stage_models(h.plans[J1])] == [2, 8, 1]
+    text = format_stages(
+        [
+            StageStatus(2, "join", 4, 4, 0, 10, 100, 0.1, 4, tasks_planned=8),
+            StageStatus(3, "sort", 1, 1, 0, 10, 100, 0.1, 1),
+        ]
+    )
+    assert "4/4 (planned 8)" in text
+    assert "1/1 " in text and text.count("planned") == 1
