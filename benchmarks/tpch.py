@@ -460,6 +460,10 @@ def start_engines(
                 overrides["secure"] = True
             if name == NO_ADAPTIVE_ENGINE:
                 overrides["adaptive"] = False
+            elif args.no_adaptive:
+                # Explicitly on: LocalCluster leaves it off where --partition-bytes 0
+                # forces every exchange's width, the very case worth comparing.
+                overrides["adaptive"] = True
             session, cluster = stack.enter_context(mangonel_cluster(args, tables, **overrides))
             engines[name] = MangonelEngine(cluster, session)
             continue
