@@ -66,6 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=300.0, help="per query, seconds")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument(
+        "--partitions",
+        type=int,
+        help="every exchange gets exactly this many partitions (--partition-bytes 0); "
+        "default: the scheduler's, sized from the estimates",
+    )
+    parser.add_argument(
         "--adaptive",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -147,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     with (
         tempfile.TemporaryDirectory(prefix="mangonel-tpcds-") as work,
         mangonel.LocalCluster(
-            executors=args.executors, work_dir=work, adaptive=args.adaptive
+            executors=args.executors,
+            work_dir=work,
+            partitions=args.partitions,
+            adaptive=args.adaptive,
         ) as cluster,
         cluster.connect() as session,
     ):
