@@ -65,6 +65,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--queries", default="1-99", help="e.g. 1-99 or 3,72,95")
     parser.add_argument("--timeout", type=float, default=300.0, help="per query, seconds")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        help="every exchange gets exactly this many partitions (--partition-bytes 0); "
+        "default: the scheduler's, sized from the estimates",
+    )
+    parser.add_argument(
+        "--adaptive",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the scheduler's adaptive execution (coalesced reader stages); "
+        "--no-adaptive runs every stage with its planned task count (default: on)",
+    )
     return parser.parse_args(argv)
 
 
@@ -139,7 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     with (
         tempfile.TemporaryDirectory(prefix="mangonel-tpcds-") as work,
-        mangonel.LocalCluster(executors=args.executors, work_dir=work) as cluster,
+        mangonel.LocalCluster(
+            executors=args.executors,
+            work_dir=work,
+            partitions=args.partitions,
+            adaptive=args.adaptive,
+        ) as cluster,
         cluster.connect() as session,
     ):
         for name, path in tables.items():

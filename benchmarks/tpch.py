@@ -33,6 +33,11 @@ clusters) a host identity of its own, so shuffle partitions cross between execut
 over Flight, as on several machines, instead of being read from the shared disk:
 that is where TLS costs most.
 
+``--no-adaptive`` adds ``mangonel-no-adaptive``: a second ``LocalCluster`` whose
+scheduler runs every stage with its planned task count (``adaptive=False``), side
+by side with the default one, query by query: what coalescing a hash exchange's
+small partitions into fewer reader tasks gains or costs.
+
 ``--layout random`` runs on a copy of the tables with their rows in a fixed random
 order (written once by this script beside the generated data, same row-group sizes
 and compression), so no join or aggregate can lean on tables sorted by their keys,
@@ -97,6 +102,7 @@ from helpers import (  # noqa: E402  (the test helpers live outside the package)
 ALL_ENGINES = ("duckdb", "mangonel", "datafusion", "ballista")
 REFERENCE = "duckdb"
 SECURE_ENGINE = "mangonel-secure"
+NO_ADAPTIVE_ENGINE = "mangonel-no-adaptive"
 NUMERIC_KINDS = {"integer", "decimal", "float"}
 
 
@@ -178,6 +184,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="also run mangonel with security on (TLS everywhere, signed tickets), side by side",
     )
     parser.add_argument(
+        "--no-adaptive",
+        action="store_true",
+        help="also run mangonel with adaptive execution off (every stage its planned "
+        "task count), side by side",
+    )
+    parser.add_argument(
         "--flight-shuffle",
         action="store_true",
         help="executors report hosts of their own: shuffles go over Flight, not the disk",
@@ -206,6 +218,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.secure:
         at = args.engines.index("mangonel") + 1 if "mangonel" in args.engines else 1
         args.engines.insert(at, SECURE_ENGINE)
+    if args.no_adaptive:
+        at = args.engines.index("mangonel") + 1 if "mangonel" in args.engines else 1
+        args.engines.insert(at, NO_ADAPTIVE_ENGINE)
     return args
 
 
@@ -439,9 +454,17 @@ def start_engines(
                 skipped[name] = why
                 print(f"ballista: skipped: {why}", file=sys.stderr)
                 continue
-        if name in ("mangonel", SECURE_ENGINE):
-            secure = {"secure": True} if name == SECURE_ENGINE else {}
-            session, cluster = stack.enter_context(mangonel_cluster(args, tables, **secure))
+        if name in ("mangonel", SECURE_ENGINE, NO_ADAPTIVE_ENGINE):
+            overrides: dict[str, Any] = {}
+            if name == SECURE_ENGINE:
+                overrides["secure"] = True
+            if name == NO_ADAPTIVE_ENGINE:
+                overrides["adaptive"] = False
+            elif args.no_adaptive:
+                # Explicitly on: LocalCluster leaves it off where --partition-bytes 0
+                # forces every exchange's width, the very case worth comparing.
+                overrides["adaptive"] = True
+            session, cluster = stack.enter_context(mangonel_cluster(args, tables, **overrides))
             engines[name] = MangonelEngine(cluster, session)
             continue
         try:

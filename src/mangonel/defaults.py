@@ -104,6 +104,18 @@ MAX_JOB_SHARE = 1.0
 alone leaves slots idle, so that a job arriving later finds some free at once
 even when the first one's tasks are long (tasks are never preempted)."""
 
+ADAPTIVE = True
+"""Whether a hash exchange's reader stage runs as fewer tasks when the real
+sizes of its partitions turn out small (``scheduler.adaptive``)."""
+
+ADAPTIVE_PARTITION_BYTES = PARTITION_BYTES
+"""Bytes of input a coalesced reader task reads, about (the planner's own
+partition size, so that a well-estimated exchange keeps its tasks)."""
+
+ADAPTIVE_MIN_PARTITION_BYTES = 4 * _MIB
+"""Coalesced reader tasks read at least this much, even where that leaves slots
+idle: below it a task's fixed cost outweighs the parallelism it buys."""
+
 RESULT_TTL_S = 600.0
 """Seconds a result no client released is kept before it is deleted."""
 

@@ -124,6 +124,9 @@ def start_chaos_cluster(work_dir: Path, secure: bool = False) -> TestCluster:
         broadcast_bytes=BROADCAST_BYTES,
         heartbeat_timeout=HEARTBEAT_TIMEOUT_S,
         no_executor_grace=GRACE_S,
+        # On, though every exchange is forced to PARTITIONS (which leaves it off by
+        # default): the chaos suite must hold with coalesced reader stages too.
+        adaptive=True,
         scheduler_args=("--split-rows", str(SPLIT_ROWS)),
         secure=secure,
         executor_args_for=(lambda i: ["--host-id", f"chaos-host-{i}"]) if secure else None,

@@ -64,6 +64,10 @@ E1, E2, E3 = ExecutorId("e1"), ExecutorId("e2"), ExecutorId("e3")
 J1, J2 = JobId("j1"), JobId("j2")
 S1, S2, S3 = StageId(1), StageId(2), StageId(3)
 SINGLE = OutputSpec(OutputKind.SINGLE)
+OUTPUT_BYTES = 64 * 1024 * 1024
+"""Bytes of every output partition the harness reports: a planned partition's
+size (``defaults.ADAPTIVE_PARTITION_BYTES``), so adaptive execution keeps each
+plan's tasks as planned here; ``test_state_adaptive`` reports small ones."""
 
 # ----------------------------------------------------------------------- helpers
 
@@ -172,7 +176,7 @@ class Harness:
     def outputs(self, attempt: TaskAttemptId, executor: ExecutorId) -> tuple[PartitionOutput, ...]:
         stage = self.plans[attempt.task.job].stage(attempt.task.stage)
         return tuple(
-            PartitionOutput(p, f"/w/{executor}/{attempt}/{p}.arrow", 10, 100, f"c{p}")
+            PartitionOutput(p, f"/w/{executor}/{attempt}/{p}.arrow", 10, OUTPUT_BYTES, f"c{p}")
             for p in range(stage.output.partitions)
         )
 
@@ -190,7 +194,7 @@ class Harness:
             partition=partition,
             path=f"/w/{executor}/{attempt}/{partition}.arrow",
             rows=10,
-            bytes=100,
+            bytes=OUTPUT_BYTES,
             checksum=f"c{partition}",
         )
 

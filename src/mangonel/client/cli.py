@@ -329,6 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="show a progress bar on stderr (default: when stderr is a terminal)",
     )
+    p.add_argument(
+        "--stages",
+        action="store_true",
+        help="after the result, print what each stage ran (EXPLAIN ANALYZE-style): tasks "
+        "done (and the planned count where adaptive execution ran fewer), rows and bytes "
+        "out, time",
+    )
 
     p = sub.add_parser(
         "explain",
@@ -538,6 +545,32 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
         f"are at most this many (default {_mib(defaults.INLINE_SCAN_BYTES)}); 0: never",
     )
     p.add_argument(
+        "--adaptive",
+        action=argparse.BooleanOptionalAction,
+        default=defaults.ADAPTIVE,
+        help="once a hash exchange's map tasks are done, run its reader stage as fewer "
+        "tasks when the partitions' real sizes are small, each task reading a range of "
+        f"them of about {_mib(defaults.ADAPTIVE_PARTITION_BYTES)} (at least "
+        f"{_mib(defaults.ADAPTIVE_MIN_PARTITION_BYTES)}, and never fewer tasks than slots "
+        "above that) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--adaptive-partition-bytes",
+        type=int,
+        default=defaults.ADAPTIVE_PARTITION_BYTES,
+        metavar="B",
+        help="bytes of input a coalesced reader task reads, about "
+        f"(default {_mib(defaults.ADAPTIVE_PARTITION_BYTES)})",
+    )
+    p.add_argument(
+        "--adaptive-min-partition-bytes",
+        type=int,
+        default=defaults.ADAPTIVE_MIN_PARTITION_BYTES,
+        metavar="B",
+        help="coalesced reader tasks read at least this much even where that leaves slots "
+        f"idle (default {_mib(defaults.ADAPTIVE_MIN_PARTITION_BYTES)})",
+    )
+    p.add_argument(
         "--plan-cache",
         type=int,
         default=defaults.PLAN_CACHE,
@@ -637,6 +670,9 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         max_task_attempts=args.max_task_attempts,
         max_stage_reruns=args.max_stage_reruns,
         result_ttl_s=args.result_ttl,
+        adaptive=args.adaptive,
+        adaptive_partition_bytes=args.adaptive_partition_bytes,
+        adaptive_min_partition_bytes=args.adaptive_min_partition_bytes,
         speculation=args.speculation,
         speculation_quantile=args.speculation_quantile,
         speculation_multiplier=args.speculation_multiplier,
@@ -721,12 +757,15 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         partition_bytes=args.partition_bytes,
         broadcast_bytes=args.broadcast_bytes,
+        adaptive=args.adaptive,
         heartbeat_timeout=args.heartbeat_timeout,
         scheduler_port=args.port,
         log_level=args.log_level,
         scheduler_args=("--split-bytes", str(args.split_bytes))
         + ("--inline-scan-bytes", str(args.inline_scan_bytes))
         + ("--plan-cache", str(args.plan_cache))
+        + ("--adaptive-partition-bytes", str(args.adaptive_partition_bytes))
+        + ("--adaptive-min-partition-bytes", str(args.adaptive_min_partition_bytes))
         + (("--split-rows", str(args.split_rows)) if args.split_rows else ()),
         web_port=_web_port(args),
         flight_sql_port=_flight_sql_port(args),
@@ -814,10 +853,12 @@ def _session(args: argparse.Namespace) -> Session:
     return Session(args.scheduler, security=given, token=args.token or None)
 
 
-def _print_result(result: Result, max_rows: int) -> None:
+def _print_result(result: Result, max_rows: int, stages: bool = False) -> None:
     print(render.format_table(result.to_arrow(), max_rows))
     noun = "row" if result.num_rows == 1 else "rows"
     print(f"{result.num_rows} {noun} in {result.elapsed_s:.2f} s", file=sys.stderr)
+    if stages and result.stages:
+        print(render.format_stages(result.stages))
 
 
 def _run_query(session: Session, query: str, args: argparse.Namespace) -> Result:
@@ -838,7 +879,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
             query = strip_statement(text)
             if not query:
                 raise UsageError("the query is empty")
-            _print_result(_run_query(session, query, args), args.max_rows)
+            _print_result(_run_query(session, query, args), args.max_rows, args.stages)
             return 0
         with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (line editing and history for input())
@@ -848,7 +889,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         )
         for statement in read_statements():
             try:
-                _print_result(_run_query(session, statement, args), args.max_rows)
+                _print_result(_run_query(session, statement, args), args.max_rows, args.stages)
             except MangonelError as exc:
                 print(_one_line(exc), file=sys.stderr)
     return 0

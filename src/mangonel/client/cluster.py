@@ -181,6 +181,11 @@ class LocalCluster:
             ``partitions``); see ``partitions`` for ``None``.
         broadcast_bytes: The largest join side the planner may broadcast; its default
             when ``None``.
+        adaptive: Run a hash exchange's reader stage as fewer tasks when its
+            partitions turn out small (``mangonel scheduler --adaptive``). ``None``:
+            the scheduler's default (on), except where every exchange has exactly
+            ``partitions`` (``partition_bytes`` 0, as with ``partitions`` alone):
+            tests that ask for that want their small data to cross executors.
         heartbeat_timeout: Seconds of executor silence before it is declared lost.
         no_executor_grace: Seconds a job may wait with no executor alive before it fails.
         max_task_attempts: Failed attempts of one task before its job fails.
@@ -261,6 +266,7 @@ class LocalCluster:
         state: str | None = None,
         schedulers: int = 1,
         partition_bytes: int | None = None,
+        adaptive: bool | None = None,
         executor_args_for: Callable[[int], Sequence[str]] | None = None,
         storage: StorageOptions | None = None,
         secure: bool = False,
@@ -288,6 +294,9 @@ class LocalCluster:
         if partition_bytes is None and partitions is not None:
             partition_bytes = 0
         self.partition_bytes = partition_bytes
+        if adaptive is None and partition_bytes == 0:
+            adaptive = False
+        self.adaptive = adaptive
         self.broadcast_bytes = broadcast_bytes
         self.heartbeat_timeout = heartbeat_timeout
         self.start_timeout = start_timeout
@@ -559,6 +568,8 @@ class LocalCluster:
             args += ["--partition-bytes", str(self.partition_bytes)]
         if self.broadcast_bytes is not None:
             args += ["--broadcast-bytes", str(self.broadcast_bytes)]
+        if self.adaptive is not None:
+            args.append("--adaptive" if self.adaptive else "--no-adaptive")
         web_file = self.work_dir / f"scheduler-{index}.web"
         web_file.unlink(missing_ok=True)
         if self.web_port is None:

@@ -68,13 +68,15 @@ def human_bytes(n: int) -> str:
 
 
 def format_stages(stages: Sequence[StageStatus]) -> str:
-    """One line per stage: id, label, tasks (and attempts), rows and bytes out, time."""
+    """One line per stage: id, label, tasks (and attempts; the planned count where
+    adaptive execution ran fewer), rows and bytes out, time."""
     table = pa.table(
         {
             "stage": [s.stage for s in stages],
             "label": [s.label for s in stages],
             "tasks": [
                 f"{s.tasks_done}/{s.tasks_total}"
+                + (f" (planned {s.tasks_planned})" if s.tasks_planned else "")
                 + (f" ({s.attempts} attempts)" if s.attempts > s.tasks_total else "")
                 for s in stages
             ],

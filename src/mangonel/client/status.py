@@ -70,6 +70,9 @@ class StageStatus:
     """Attempts that made no output (failed, cut off, could not fetch) and ran again."""
     outputs_recomputed: int = 0
     """Finished outputs that were lost (with an executor, or a bad file) and made again."""
+    tasks_planned: int | None = None
+    """The planner's task count where adaptive execution ran the stage as fewer
+    tasks (``tasks_total``), each reading a range of hash partitions; ``None``: as planned."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,7 @@ def stage_from_proto(msg: pb.StageStatus) -> StageStatus:
         tasks_pending=msg.tasks_pending,
         tasks_rerun=msg.tasks_rerun,
         outputs_recomputed=msg.outputs_recomputed,
+        tasks_planned=msg.tasks_planned or None,
     )
 
 

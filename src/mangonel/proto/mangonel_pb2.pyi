@@ -428,7 +428,7 @@ class WatchJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class StageStatus(_message.Message):
-    __slots__ = ("stage", "label", "tasks_total", "tasks_done", "tasks_running", "rows", "bytes", "elapsed_s", "attempts", "tasks_pending", "tasks_rerun", "outputs_recomputed")
+    __slots__ = ("stage", "label", "tasks_total", "tasks_done", "tasks_running", "rows", "bytes", "elapsed_s", "attempts", "tasks_pending", "tasks_rerun", "outputs_recomputed", "tasks_planned")
     STAGE_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     TASKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -441,6 +441,7 @@ class StageStatus(_message.Message):
     TASKS_PENDING_FIELD_NUMBER: _ClassVar[int]
     TASKS_RERUN_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_RECOMPUTED_FIELD_NUMBER: _ClassVar[int]
+    TASKS_PLANNED_FIELD_NUMBER: _ClassVar[int]
     stage: int
     label: str
     tasks_total: int
@@ -453,7 +454,8 @@ class StageStatus(_message.Message):
     tasks_pending: int
     tasks_rerun: int
     outputs_recomputed: int
-    def __init__(self, stage: _Optional[int] = ..., label: _Optional[str] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_running: _Optional[int] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., elapsed_s: _Optional[float] = ..., attempts: _Optional[int] = ..., tasks_pending: _Optional[int] = ..., tasks_rerun: _Optional[int] = ..., outputs_recomputed: _Optional[int] = ...) -> None: ...
+    tasks_planned: int
+    def __init__(self, stage: _Optional[int] = ..., label: _Optional[str] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_running: _Optional[int] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., elapsed_s: _Optional[float] = ..., attempts: _Optional[int] = ..., tasks_pending: _Optional[int] = ..., tasks_rerun: _Optional[int] = ..., outputs_recomputed: _Optional[int] = ..., tasks_planned: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "state", "sql", "columns", "stages", "submitted_at", "elapsed_s", "error", "error_type", "result", "tasks_rerun", "outputs_recomputed", "owner")

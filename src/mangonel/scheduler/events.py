@@ -268,6 +268,11 @@ class Limits:
     max_job_share: float = defaults.MAX_JOB_SHARE
     """The most of the alive executors' slots one job may hold (at least one
     slot); 1: no cap, every slot a job can use (see ``SchedulerState._assign``)."""
+    adaptive: bool = defaults.ADAPTIVE
+    """Coalesce a hash exchange's small partitions into fewer reader tasks once
+    the map side is done (``scheduler.adaptive``)."""
+    adaptive_partition_bytes: int = defaults.ADAPTIVE_PARTITION_BYTES
+    adaptive_min_partition_bytes: int = defaults.ADAPTIVE_MIN_PARTITION_BYTES
 
     def __post_init__(self) -> None:
         if not 0.0 < self.max_job_share <= 1.0:
@@ -282,5 +287,9 @@ class Limits:
             )
         if self.speculation_min_s < 0 or self.exclusion_window_s < 0 or self.exclusion_s < 0:
             raise ValueError("speculation_min_s, exclusion_window_s and exclusion_s must be >= 0")
+        if self.adaptive_partition_bytes < 1 or self.adaptive_min_partition_bytes < 0:
+            raise ValueError(
+                "adaptive_partition_bytes must be >= 1 and adaptive_min_partition_bytes >= 0"
+            )
         if self.exclusion_failures < 0:
             raise ValueError(f"exclusion_failures must be >= 0, got {self.exclusion_failures}")

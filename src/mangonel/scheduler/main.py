@@ -77,6 +77,10 @@ class SchedulerConfig:
         inline_scan_bytes: A small broadcast table is scanned by each task that
             joins it when its columns' bytes times those tasks are at most this.
         plan_cache: Plans of recent queries kept for the same SQL sent again; 0: none.
+        adaptive: Run a hash exchange's reader stage as fewer tasks when the real
+            sizes of its partitions are small (``scheduler.adaptive``).
+        adaptive_partition_bytes: Bytes of input a coalesced reader task reads, about.
+        adaptive_min_partition_bytes: And at least, even where slots are left idle.
         heartbeat_timeout_s: An executor silent this long is lost.
         no_executor_grace_s: A job with no executor for this long fails.
         max_task_attempts: Attempts of one task before its job fails.
@@ -134,6 +138,9 @@ class SchedulerConfig:
     split_bytes: int = defaults.SPLIT_BYTES
     inline_scan_bytes: int = defaults.INLINE_SCAN_BYTES
     plan_cache: int = defaults.PLAN_CACHE
+    adaptive: bool = defaults.ADAPTIVE
+    adaptive_partition_bytes: int = defaults.ADAPTIVE_PARTITION_BYTES
+    adaptive_min_partition_bytes: int = defaults.ADAPTIVE_MIN_PARTITION_BYTES
     heartbeat_timeout_s: float = defaults.HEARTBEAT_TIMEOUT_S
     no_executor_grace_s: float = defaults.NO_EXECUTOR_GRACE_S
     max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS
@@ -178,6 +185,9 @@ class SchedulerConfig:
                 heartbeat_timeout_s=self.heartbeat_timeout_s,
                 no_executor_grace_s=self.no_executor_grace_s,
                 result_ttl_s=self.result_ttl_s,
+                adaptive=self.adaptive,
+                adaptive_partition_bytes=self.adaptive_partition_bytes,
+                adaptive_min_partition_bytes=self.adaptive_min_partition_bytes,
                 speculation=self.speculation,
                 speculation_quantile=self.speculation_quantile,
                 speculation_multiplier=self.speculation_multiplier,

@@ -233,11 +233,14 @@ def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
 
 def _fill_tasks(head: JobProgress, plan: StoredPlan, tasks: list[TaskRecord]) -> None:
     """Put the job's task keys into its head: every task of the plan, those
-    without a key pending as created."""
+    without a key pending as created. A stage adaptive execution coalesced has
+    one task per range of partitions (``StageProgress.bounds``), not the plan's
+    count."""
     for stage in plan.plan.stages:
         held = head.stages.setdefault(stage.id, StageProgress(0, []))
         if not held.tasks:
-            held.tasks = [TaskRecord(TaskId(head.id, stage.id, p)) for p in range(stage.num_tasks)]
+            count = len(held.bounds) if held.bounds else stage.num_tasks
+            held.tasks = [TaskRecord(TaskId(head.id, stage.id, p)) for p in range(count)]
     for task in tasks:
         stage_tasks = head.stages[task.id.stage].tasks if task.id.stage in head.stages else []
         if not 0 <= task.id.partition < len(stage_tasks):

@@ -175,6 +175,7 @@ def job_status(record: JobRecord, now: float, with_result: bool) -> pb.JobStatus
                 attempts=v.attempts_launched,
                 tasks_rerun=v.tasks_rerun,
                 outputs_recomputed=v.outputs_recomputed,
+                tasks_planned=v.planned_tasks or 0,
             )
             for v in views
         ]

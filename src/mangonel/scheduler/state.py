@@ -75,6 +75,9 @@ What each event does, in one place:
   executor (``ExecutionError`` only) within ``exclusion_window_s`` exclude it
   from new tasks for ``exclusion_s`` (a ``Tick`` ends it); with every executor
   excluded, jobs with pending tasks fail saying so (``_count_failure``).
+* adaptive execution: a stage that reads hash exchanges, about to launch its
+  first task, runs as fewer tasks when its partitions' real sizes are small,
+  each task reading a range of them (``_adapt``, ``scheduler.adaptive``).
 * after every event, pending tasks of runnable stages go to free slots of alive
   executors that are not excluded, least loaded first (``LaunchTask``); each
   free slot to the job holding the fewest slots, ties to the earliest submitted
@@ -95,6 +98,7 @@ from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
+from mangonel.scheduler import adaptive
 from mangonel.scheduler.events import (
     CancelRequested,
     Command,
@@ -140,6 +144,7 @@ from mangonel.scheduler.state_jobs import (
     JobProgress,
     JobRecord,
     Running,
+    StageRecord,
     StageState,
     TaskRecord,
     invalid_plan_reason,
@@ -1105,7 +1110,32 @@ class SchedulerState:
         for sid, rec in job.stages.items():
             if not rec.pending_count or job.stage_state(sid, is_live) is not StageState.RUNNABLE:
                 continue
+            if rec.adaptable:
+                self._adapt(job, rec)
             yield from rec.pending_tasks()
+
+    def _adapt(self, job: JobRecord, rec: StageRecord) -> None:
+        """Decide, once, how many tasks a stage that is about to launch its first
+        one runs, from the real sizes of its partitioned inputs
+        (``scheduler.adaptive``). Its upstream stages are complete (it is
+        runnable) and none of its tasks launched, so no reader has seen its
+        task count yet; the decision is kept (``StageRecord.bounds``, stored
+        with the job's progress) for as long as the job runs, outputs lost and
+        made again included, since the map side writes the same partitions."""
+        rec.adaptable = False
+        limits = self.limits
+        if not limits.adaptive or rec.totals["attempts_launched"]:
+            return
+        sizes = job.partition_bytes(rec.stage)
+        target = adaptive.target_bytes(
+            sum(sizes),
+            self._executors.alive_slots(),
+            limits.adaptive_partition_bytes,
+            limits.adaptive_min_partition_bytes,
+        )
+        bounds = adaptive.coalesce(sizes, target)
+        if len(bounds) < len(sizes):
+            rec.coalesce(job.id, bounds)
 
     def _launch_next(
         self,

@@ -67,6 +67,7 @@ from typing import Any
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan.physical import DistributedPlan, Stage
+from mangonel.scheduler.adaptive import coalescible, ranges
 from mangonel.scheduler.state_views import JobState, JobView, StageView
 from mangonel.task import InputLocations, InputMode, PartitionLocation, ScanSpec, TaskSpec
 
@@ -181,9 +182,37 @@ class StageRecord:
     """Copies cancelled because the original finished first."""
     changed: set[TaskId] = field(default_factory=set, repr=False)
     """Tasks changed since the store was last given them (the job's set)."""
+    bounds: tuple[int, ...] = ()
+    """Adaptive execution coalesced the stage: task *j* reads the partitions from
+    ``bounds[j]`` up to the next bound (the last up to ``stage.num_tasks``) of
+    every partitioned input. Empty: task *i* reads partition *i*, as planned."""
+    adaptable: bool = field(default=False, repr=False)
+    """It may still be coalesced: ``coalescible`` and not decided yet (memory
+    only: after a restart a stage that never launched is decided again)."""
 
     def __post_init__(self) -> None:
+        self._ranges: list[range] = ranges(self.bounds, self.stage.num_tasks)
         self.adopt(self.tasks)
+
+    def coalesce(self, job: JobId, bounds: tuple[int, ...]) -> None:
+        """Run as ``len(bounds)`` tasks, each reading a range of partitions.
+
+        Only before any task of the stage launched: its tasks are replaced by
+        fresh pending ones (none of them has a key in the store yet).
+        """
+        if self.totals["attempts_launched"]:
+            raise ValueError(f"stage {self.stage.id} already launched tasks")
+        n = self.stage.num_tasks
+        if not bounds or bounds[0] != 0 or list(bounds) != sorted(set(bounds)) or bounds[-1] >= n:
+            raise ValueError(f"bad partition ranges {bounds} for stage {self.stage.id}")
+        self.bounds = bounds
+        self._ranges = ranges(bounds, n)
+        self.adaptable = False
+        self.adopt([TaskRecord.fresh(TaskId(job, self.stage.id, j)) for j in range(len(bounds))])
+
+    def partitions_of(self, task: int) -> range:
+        """The partitions of its partitioned inputs that task ``task`` reads."""
+        return self._ranges[task] if self._ranges else range(task, task + 1)
 
     def adopt(self, tasks: list[TaskRecord]) -> None:
         """Take ``tasks`` as this stage's (created, or read back from the store)
@@ -313,7 +342,8 @@ class StageRecord:
         return StageView(
             id=self.stage.id,
             label=self.stage.label,
-            num_tasks=self.stage.num_tasks,
+            num_tasks=len(self.tasks),
+            planned_tasks=self.stage.num_tasks if self.bounds else None,
             done=self.done,
             running=len(self.running),
             pending=len(self._pending),
@@ -338,6 +368,8 @@ class StageProgress:
 
     reruns: int
     tasks: list[TaskRecord]
+    bounds: tuple[int, ...] = ()
+    """``StageRecord.bounds``: the stage's tasks when adaptive execution coalesced it."""
 
 
 @dataclass
@@ -409,7 +441,9 @@ class JobRecord:
     def create(cls, job: JobId, plan: DistributedPlan, now: float) -> JobRecord:
         stages = {
             s.id: StageRecord(
-                s, [TaskRecord.fresh(TaskId(job, s.id, p)) for p in range(s.num_tasks)]
+                s,
+                [TaskRecord.fresh(TaskId(job, s.id, p)) for p in range(s.num_tasks)],
+                adaptable=coalescible(s, plan),
             )
             for s in plan.stages
         }
@@ -424,12 +458,17 @@ class JobRecord:
         job.excluded = set(progress.excluded)
         for sid, stored in progress.stages.items():
             rec = job.stages.get(sid)
+            if rec is not None and stored.bounds:
+                rec.coalesce(job.id, stored.bounds)
             if rec is None or len(stored.tasks) != len(rec.tasks):
                 raise ValueError(
                     f"stored progress of stage {sid} does not match job {job.id}'s plan"
                 )
             rec.reruns = stored.reruns
             rec.adopt(stored.tasks)
+            # Decided again only if none of its tasks ever launched: what it
+            # decided before then was never seen by anything.
+            rec.adaptable = rec.adaptable and not rec.totals["attempts_launched"]
         job.changed.clear()
         return job
 
@@ -439,7 +478,10 @@ class JobRecord:
             id=self.id,
             submitted=self.submitted,
             state=self.state,
-            stages={sid: StageProgress(rec.reruns, rec.tasks) for sid, rec in self.stages.items()},
+            stages={
+                sid: StageProgress(rec.reruns, rec.tasks, rec.bounds)
+                for sid, rec in self.stages.items()
+            },
             ran_on=tuple(sorted(self.ran_on)),
             excluded=tuple(sorted(self.excluded)),
         )
@@ -450,7 +492,9 @@ class JobRecord:
             id=self.id,
             submitted=self.submitted,
             state=self.state,
-            stages={sid: StageProgress(rec.reruns, []) for sid, rec in self.stages.items()},
+            stages={
+                sid: StageProgress(rec.reruns, [], rec.bounds) for sid, rec in self.stages.items()
+            },
             ran_on=tuple(sorted(self.ran_on)),
             excluded=tuple(sorted(self.excluded)),
         )
@@ -557,15 +601,33 @@ class JobRecord:
             sql=self.plan.sql,
         )
 
+    def partition_bytes(self, stage: Stage) -> list[int]:
+        """Bytes of each partition ``stage``'s tasks read from their partitioned
+        inputs, over every map task (its upstream stages must be complete)."""
+        sizes = [0] * stage.num_tasks
+        for i in stage.inputs:
+            if i.mode is not InputMode.PARTITION:
+                continue
+            for t in self.stages[i.stage].tasks:
+                if isinstance(t.state, Done):
+                    for loc in t.state.outputs:
+                        if 0 <= loc.partition < len(sizes):
+                            sizes[loc.partition] += loc.bytes
+        return sizes
+
     def task_spec(self, stage: Stage, attempt: TaskAttemptId) -> TaskSpec:
-        """What one attempt reads and writes (see ``plan.physical``)."""
+        """What one attempt reads and writes (see ``plan.physical``): with
+        ``InputMode.PARTITION``, the partitions its stage's ``partitions_of``
+        gives (partition *i* for task *i* unless adaptive execution coalesced
+        the stage)."""
         partition = attempt.task.partition
+        partitions = self.stages[stage.id].partitions_of(partition)
         inputs = tuple(
             InputLocations(
                 name=i.name,
                 stage=i.stage,
                 mode=i.mode,
-                locations=self._input_locations(i.stage, i.mode, partition),
+                locations=self._input_locations(i.stage, i.mode, partitions),
                 columns=self.stages[i.stage].stage.columns,
             )
             for i in stage.inputs
@@ -584,7 +646,7 @@ class JobRecord:
         )
 
     def _input_locations(
-        self, upstream: StageId, mode: InputMode, partition: int
+        self, upstream: StageId, mode: InputMode, partitions: range
     ) -> tuple[PartitionLocation, ...]:
         locations: list[PartitionLocation] = []
         for t in self.stages[upstream].tasks:
@@ -593,14 +655,14 @@ class JobRecord:
                 locations.extend(
                     loc
                     for loc in t.state.outputs
-                    if mode is InputMode.ALL or loc.partition == partition
+                    if mode is InputMode.ALL or loc.partition in partitions
                 )
         return tuple(sorted(locations, key=lambda loc: (loc.map_partition, loc.partition)))
 
     def result(self) -> tuple[PartitionLocation, ...]:
         """The final stage's outputs, in partition order."""
         final = self.plan.final
-        return self._input_locations(final.id, InputMode.ALL, 0)
+        return self._input_locations(final.id, InputMode.ALL, range(0))
 
 
 def invalid_plan_reason(plan: DistributedPlan) -> str | None:

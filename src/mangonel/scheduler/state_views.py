@@ -79,6 +79,8 @@ class StageView:
     id: StageId
     label: str
     num_tasks: int
+    """Its tasks: the planner's count, or fewer where adaptive execution
+    coalesced its partitions (then ``planned_tasks`` is the planner's)."""
     done: int
     running: int
     pending: int
@@ -101,6 +103,9 @@ class StageView:
     """Copies that finished before the attempt they copied (their output was kept)."""
     speculation_lost: int = 0
     """Copies cancelled because the attempt they copied finished first."""
+    planned_tasks: int | None = None
+    """The planner's task count where adaptive execution ran the stage as fewer
+    tasks, each reading a range of partitions; ``None``: it ran as planned."""
 
 
 @dataclass(frozen=True)

@@ -252,8 +252,12 @@ class Simulator:
         self.config = config
         self.result = SimResult(config)
         self.rng = random.Random(config.seed)
-        # No heartbeats are simulated: the timeout lies past any run.
-        self.state = SchedulerState(Limits(heartbeat_timeout_s=1e9, result_ttl_s=1e9))
+        # No heartbeats are simulated: the timeout lies past any run. The
+        # simulated outputs are tiny, and adaptive execution would coalesce every
+        # reader stage into one task: the jobs would not have the sizes asked for.
+        self.state = SchedulerState(
+            Limits(heartbeat_timeout_s=1e9, result_ttl_s=1e9, adaptive=False)
+        )
         self.store = CountingStore()
         self.writer = StateWriter(self.store, {})
         self.known: set[JobId] = set()

@@ -82,7 +82,12 @@ class StageModel(BaseModel):
 
     id: int
     label: str
-    num_tasks: int
+    num_tasks: int = Field(description="tasks it runs (fewer than planned where coalesced)")
+    planned_tasks: int | None = Field(
+        default=None,
+        description="the planner's task count where adaptive execution ran the stage as "
+        "fewer tasks, each reading a range of its hash partitions; null: as planned",
+    )
     done: int
     running: int
     pending: int

@@ -198,6 +198,8 @@ def _box(stage: StageModel, x: float, y: float, live: bool) -> list[str]:
         tasks = f"{done}/{stage.num_tasks} tasks done"
         if running:
             tasks += f", {running} running"
+        if stage.planned_tasks is not None:
+            tasks += f" (planned {stage.planned_tasks})"
         stats = f"{human_count(stage.rows)} rows · {human_bytes(stage.bytes)}"
     else:
         tasks = f"{stage.num_tasks} task{'s' if stage.num_tasks != 1 else ''}"
@@ -250,7 +252,9 @@ def dot(stages: Sequence[StageModel]) -> str:
     ]
     by_id = {s.id: s for s in stages}
     for s in stages:
+        planned = f" (planned {s.planned_tasks})" if s.planned_tasks is not None else ""
         text = f"Stage {s.id}{' (result)' if s.final else ''}\n{s.label}\n{s.num_tasks} task(s)"
+        text += planned
         lines.append(f"  s{s.id} [label={q(text)}];")
     for s in stages:
         for inp in s.inputs:

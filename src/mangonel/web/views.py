@@ -129,7 +129,8 @@ def stage_models(
             StageModel(
                 id=int(stage.id),
                 label=stage.label,
-                num_tasks=stage.num_tasks,
+                num_tasks=v.num_tasks if v else stage.num_tasks,
+                planned_tasks=v.planned_tasks if v else None,
                 done=v.done if v else 0,
                 running=v.running if v else 0,
                 pending=v.pending if v else stage.num_tasks,

@@ -28,7 +28,13 @@ function stageRow(s) {
   const trouble = s.failed || s.lost || s.tasks_rerun || s.outputs_recomputed ? " problem" : "";
   return `<tr class="stage${trouble}" data-stage="${esc(s.id)}">` +
     `<td><b>${esc(s.id)}</b>${s.final ? " (result)" : ""}<div class="detail">${esc(s.label)}</div></td>` +
-    `<td>${progressBar(Math.min(s.done, s.num_tasks), s.running, s.num_tasks)}</td>` +
+    `<td>${progressBar(Math.min(s.done, s.num_tasks), s.running, s.num_tasks)}` +
+    (s.planned_tasks != null
+      ? `<div class="detail coalesced" title="adaptive execution: each task read a range of ` +
+        `the hash partitions, from their real sizes">${esc(s.num_tasks)} of ` +
+        `${esc(s.planned_tasks)} planned tasks (coalesced)</div>`
+      : "") +
+    `</td>` +
     `<td class="num">${esc(s.failed)}</td>` +
     `<td class="num">${esc(s.lost)}</td>` +
     `<td class="num">${esc(s.tasks_rerun)}</td>` +
