@@ -317,6 +317,12 @@ def test_disk_use_returns_to_baseline_after_queries_and_a_dead_executor(
     start: Callable[..., tuple[TestCluster, Session]], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     cluster, session = start(cleanup_interval=0.5)
+    # Each executor warms up on a thread at start over a tiny file of its own,
+    # deleted when done (``runner.warm_up``): the baseline is taken after that.
+    wait_until(
+        lambda: all("warmed up in" in e.log_tail(20_000) for e in cluster.executors),
+        "the executors warmed up",
+    )
     assert shuffle_files(cluster) == []
     for _ in range(2):
         check_q12(session.sql(Q12), duckdb_ref)
