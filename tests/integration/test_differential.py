@@ -504,6 +504,11 @@ CASES: list[Case] = [
         "SELECT id FROM emp e WHERE EXISTS (SELECT 1 FROM emp e2 WHERE e2.mgr = e.id AND e2.salary > e.salary)",
     ),
     Case(
+        # the correlation repeated in each branch of an OR (TPC-DS q41's shape)
+        "correlated_count_correlation_in_each_or_branch",
+        "SELECT DISTINCT (e1.name) FROM emp e1 WHERE (SELECT COUNT(*) FROM emp e2 WHERE (e2.dept = e1.dept AND e2.salary > 100000) OR (e2.dept = e1.dept AND e2.bonus IS NULL)) > 0 ORDER BY e1.name",
+    ),
+    Case(
         # the decorrelated aggregate's input is semi-joined with the filtered depts
         "correlated_scalar_filtered_outer",
         "SELECT d.dept, (SELECT MAX(salary) FROM emp e WHERE e.dept = d.dept) AS m, (SELECT COUNT(*) FROM emp e WHERE e.dept = d.dept) AS n FROM dept d WHERE d.dept <> 'ops' OR d.dept IS NULL",

@@ -43,8 +43,8 @@ from mangonel.sql.exprs import (
     PLACEHOLDER_PREFIX,
     and_all,
     col,
+    common_factors,
     conjuncts,
-    disjuncts,
     grouping_sets,
     has_placeholder,
     has_subquery,
@@ -82,11 +82,9 @@ def factor_or(cond: exp.Expr) -> list[exp.Expr]:
     """
     if has_subquery(cond) or any(isinstance(n, _VOLATILE) for n in cond.walk()):
         return [cond]
-    branches = [conjuncts(b) for b in disjuncts(cond)]
-    if len(branches) < 2:
+    common, rest = common_factors(cond)
+    if len(rest) < 2:
         return [cond]
-    common = [c for c in branches[0] if all(c in b for b in branches[1:])]
-    rest = [[c for c in b if c not in common] for b in branches]
     if any(not r for r in rest):
         return common  # a branch of common factors only: the others add nothing
     residual: exp.Expr = cond
@@ -573,7 +571,10 @@ class Binder:
                     raise Unsupported("ORDER BY position out of range")
                 ref = (pqual, unique[e])
             else:
-                match = next((u for u, pe in proj_items if pe == e), None)
+                # ``SELECT DISTINCT (x) ... ORDER BY x`` (TPC-DS q41): parentheses
+                # change no value.
+                bare = e.unnest()
+                match = next((u for u, pe in proj_items if pe.unnest() == bare), None)
                 if match is None:
                     if distinct is not None:
                         raise Unsupported("ORDER BY a hidden column with DISTINCT")

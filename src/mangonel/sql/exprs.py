@@ -47,6 +47,24 @@ def disjuncts(cond: exp.Expr) -> list[exp.Expr]:
     return [cond]
 
 
+def common_factors(cond: exp.Expr) -> tuple[list[exp.Expr], list[list[exp.Expr]]]:
+    """The conjuncts every branch of an OR shares, and what is left of each branch.
+
+    ``(a AND b) OR (a AND c)`` is ``a AND (b OR c)`` (distributivity holds in SQL's
+    three-valued logic too); a branch left with nothing makes the OR ``a`` alone.
+
+    >>> import sqlglot
+    >>> common, rest = common_factors(sqlglot.parse_one("(a = 1 AND b) OR (c AND a = 1)"))
+    >>> [c.sql() for c in common], [[c.sql() for c in r] for r in rest]
+    (['a = 1'], [['b'], ['c']])
+    """
+    branches = [conjuncts(b) for b in disjuncts(cond)]
+    if len(branches) < 2:
+        return [], branches
+    common = [c for c in branches[0] if all(c in b for b in branches[1:])]
+    return common, [[c for c in b if c not in common] for b in branches]
+
+
 def and_all(conds: list[exp.Expr]) -> exp.Expr | None:
     """The conjunction of ``conds`` (not copied); None for no condition."""
     if not conds:

@@ -36,7 +36,14 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import ensure_schema
 
 from mangonel.errors import ForbiddenStatementError, SqlSyntaxError, UnknownTableError
-from mangonel.sql.exprs import conjuncts, is_correlated, source_aliases
+from mangonel.sql.exprs import (
+    common_factors,
+    conjuncts,
+    has_subquery,
+    is_correlated,
+    qualifiers,
+    source_aliases,
+)
 from mangonel.sql.shared_ctes import push_into_shared_ctes
 
 DEFAULT_DIALECT = "duckdb"
@@ -285,6 +292,7 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
         inline_named_windows,
         partial(qualified, isolate_tables=True),  # the later rules need it
         hide,
+        _filter_correlated_sources,  # before normalize writes its ORs in CNF
         pushdown_projections,
         normalize,
         unnest_subqueries,
@@ -489,6 +497,71 @@ def is_plain_exists(query: exp.Select, outer_aliases: set[str]) -> bool:
     outside = [c for c in query.find_all(exp.Column) if c.table not in inner]
     inside = [c for cond in correlation for c in cond.find_all(exp.Column) if c.table not in inner]
     return bool(correlation) and len(outside) == len(inside)
+
+
+_VOLATILE = (exp.Rand, exp.Randn, exp.Randstr, exp.Uuid, exp.Anonymous)
+"""Functions whose value may differ call by call (``Anonymous``: any sqlglot does not
+know, and the markers of hidden subqueries): a condition with one is not moved."""
+
+
+def _filter_correlated_sources(expression: exp.Expr) -> exp.Expr:
+    """Give sqlglot a correlated subquery it can decorrelate although its WHERE has ORs.
+
+    sqlglot decorrelates a subquery only when its WHERE holds no OR at all, and
+    on correlating equalities among its top-level conjuncts. TPC-DS q41's
+    subquery over one table repeats ``i_manufact = i1.i_manufact`` inside both
+    branches of a big OR of the table's own filters, so the query ran whole in one
+    task. Here, in a correlated subquery over a single table: what every branch of
+    an OR shares is taken out of it (``(a AND b) OR (a AND c)`` is ``a AND (b OR
+    c)``, in three-valued logic too), and the conjuncts that name only the table
+    and hold an OR move into a derived table of it, with the columns the subquery
+    reads. Only when the WHERE left then has no OR; otherwise nothing changes.
+    """
+    for select in list(expression.find_all(exp.Select)):
+        where = select.args.get("where")
+        from_key = "from_" if "from_" in type(select).arg_types else "from"
+        from_ = select.args.get(from_key)
+        if (
+            select is expression
+            or where is None
+            or from_ is None
+            or not isinstance(from_.this, exp.Table)
+            or select.args.get("joins")
+            or select.args.get("laterals")
+            or where.find(exp.Or) is None
+            or not is_correlated(select)
+        ):
+            continue
+        alias = from_.this.alias_or_name
+        parts: list[exp.Expr] = []
+        for cond in conjuncts(where.this):
+            common, rest = common_factors(cond)
+            if not common or len(rest) < 2 or cond.find(*_VOLATILE) is not None:
+                parts.append(cond)
+                continue
+            parts.extend(common)
+            if all(rest):  # a branch of common factors only: the others add nothing
+                parts.append(exp.paren(exp.or_(*(exp.paren(exp.and_(*r)) for r in rest))))
+        local = [
+            p
+            for p in parts
+            if qualifiers(p) == {alias}
+            and not has_subquery(p)
+            and p.find(*_VOLATILE) is None
+            and p.find(exp.Or) is not None
+        ]
+        kept = [p for p in parts if not any(p is q for q in local)]
+        if not local or not kept or any(p.find(exp.Or) is not None for p in kept):
+            continue
+        columns = sorted({c.name for c in select.find_all(exp.Column) if c.table == alias})
+        derived = (
+            exp.select(*(exp.alias_(exp.column(c, table=alias), c) for c in columns))
+            .from_(from_.this.copy())
+            .where(exp.and_(*(p.copy() for p in local)))
+        )
+        from_.set("this", derived.subquery(alias))
+        where.set("this", exp.and_(*(p.copy() for p in kept)))
+    return expression
 
 
 def _is_where_conjunct(node: exp.Expr) -> bool:
