@@ -44,6 +44,14 @@ INLINE_SCAN_BYTES = 256 << 10
 a dimension's scan (q12, q62, q86, q90 then run as one task); below this, only
 dimensions are."""
 
+ONE_STAGE = {
+    41: "reads only item, one split at SF 0.1; its decorrelated subquery's read of item "
+    "is scanned inline: the whole query is one task, as it should be",
+}
+"""Queries that plan to one stage on the default cluster, with the reason; every other
+must plan to several (on the hash-joins-only cluster, all of them), and one moving in
+or out of this list fails."""
+
 EMPTY_AT_SF01 = frozenset({4, 8, 24, 25, 29, 37, 41, 44, 54, 58, 64, 65, 73, 82, 83, 85, 91, 93})
 """Queries whose answer at SF 0.1 has no row, DuckDB's included: their filters meet
 nothing in data this small (at SF1 only q17's answer is empty). They still run
@@ -95,7 +103,9 @@ def tpcds_hash_session(module_dir: Path, tpcds_tables: dict[str, Path]) -> Itera
     yield from _session(module_dir, "hash-cluster", tpcds_tables, broadcast_bytes=0)
 
 
-def _check(number: int, session: Any, ref: duckdb.DuckDBPyConnection) -> None:
+def _check(
+    number: int, session: Any, ref: duckdb.DuckDBPyConnection, one_stage: dict[int, str]
+) -> None:
     sql = tpcds_query(number)
     expected = ref.sql(sql).to_arrow_table()
     if number in EMPTY_AT_SF01:
@@ -103,7 +113,10 @@ def _check(number: int, session: Any, ref: duckdb.DuckDBPyConnection) -> None:
     else:
         assert expected.num_rows > 0, f"q{number:02d}: an empty reference proves nothing"
     stages = explain_stage_count(session.explain(sql))
-    assert stages > 1, f"q{number:02d} planned as one stage"
+    if number in one_stage:
+        assert stages == 1, f"q{number:02d} planned as {stages} stages now: {one_stage[number]}"
+    else:
+        assert stages > 1, f"q{number:02d} planned as one stage"
     actual = session.sql(sql).to_arrow()
     order_by = order_by_outputs(sql, expected.column_names)
     assert_same_result(
@@ -118,11 +131,11 @@ def _check(number: int, session: Any, ref: duckdb.DuckDBPyConnection) -> None:
 def test_tpcds_answer_matches_duckdb(
     number: int, tpcds_session: Any, tpcds_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    _check(number, tpcds_session, tpcds_ref)
+    _check(number, tpcds_session, tpcds_ref, ONE_STAGE)
 
 
 @pytest.mark.parametrize("number", QUERIES, ids=[f"q{n:02d}" for n in QUERIES])
 def test_tpcds_with_hash_joins_only(
     number: int, tpcds_hash_session: Any, tpcds_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    _check(number, tpcds_hash_session, tpcds_ref)
+    _check(number, tpcds_hash_session, tpcds_ref, {})
