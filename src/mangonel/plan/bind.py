@@ -41,6 +41,7 @@ from mangonel.plan.logical import (
 )
 from mangonel.sql.exprs import (
     PLACEHOLDER_PREFIX,
+    VOLATILE,
     and_all,
     col,
     common_factors,
@@ -62,11 +63,6 @@ class Unsupported(Exception):
     """A construct the binder does not split; the caller falls back."""
 
 
-_VOLATILE = (exp.Rand, exp.Randn, exp.Randstr, exp.Uuid, exp.Anonymous)
-"""Functions whose value may differ per call (``Anonymous``: any function sqlglot
-does not know, such as ``nextval``): a condition with one is never rewritten."""
-
-
 def factor_or(cond: exp.Expr) -> list[exp.Expr]:
     """A WHERE / inner-join conjunct as conjuncts that filter sooner.
 
@@ -80,7 +76,7 @@ def factor_or(cond: exp.Expr) -> list[exp.Expr]:
     that the binder can push it into that alias's scan. The original OR stays
     as a residual. Both rewrites hold in SQL's three-valued logic.
     """
-    if has_subquery(cond) or any(isinstance(n, _VOLATILE) for n in cond.walk()):
+    if has_subquery(cond) or any(isinstance(n, VOLATILE) for n in cond.walk()):
         return [cond]
     common, rest = common_factors(cond)
     if len(rest) < 2:

@@ -47,6 +47,12 @@ def disjuncts(cond: exp.Expr) -> list[exp.Expr]:
     return [cond]
 
 
+VOLATILE = (exp.Rand, exp.Randn, exp.Randstr, exp.Uuid, exp.Anonymous)
+"""Functions whose value may differ call by call (``Anonymous``: any function sqlglot
+does not know, such as ``nextval``, and the front end's markers of hidden
+subqueries): a condition holding one is never rewritten or moved."""
+
+
 def common_factors(cond: exp.Expr) -> tuple[list[exp.Expr], list[list[exp.Expr]]]:
     """The conjuncts every branch of an OR shares, and what is left of each branch.
 

@@ -37,6 +37,7 @@ from sqlglot.schema import ensure_schema
 
 from mangonel.errors import ForbiddenStatementError, SqlSyntaxError, UnknownTableError
 from mangonel.sql.exprs import (
+    VOLATILE,
     common_factors,
     conjuncts,
     has_subquery,
@@ -499,11 +500,6 @@ def is_plain_exists(query: exp.Select, outer_aliases: set[str]) -> bool:
     return bool(correlation) and len(outside) == len(inside)
 
 
-_VOLATILE = (exp.Rand, exp.Randn, exp.Randstr, exp.Uuid, exp.Anonymous)
-"""Functions whose value may differ call by call (``Anonymous``: any sqlglot does not
-know, and the markers of hidden subqueries): a condition with one is not moved."""
-
-
 def _filter_correlated_sources(expression: exp.Expr) -> exp.Expr:
     """Give sqlglot a correlated subquery it can decorrelate although its WHERE has ORs.
 
@@ -536,7 +532,7 @@ def _filter_correlated_sources(expression: exp.Expr) -> exp.Expr:
         parts: list[exp.Expr] = []
         for cond in conjuncts(where.this):
             common, rest = common_factors(cond)
-            if not common or len(rest) < 2 or cond.find(*_VOLATILE) is not None:
+            if not common or len(rest) < 2 or cond.find(*VOLATILE) is not None:
                 parts.append(cond)
                 continue
             parts.extend(common)
@@ -547,7 +543,7 @@ def _filter_correlated_sources(expression: exp.Expr) -> exp.Expr:
             for p in parts
             if qualifiers(p) == {alias}
             and not has_subquery(p)
-            and p.find(*_VOLATILE) is None
+            and p.find(*VOLATILE) is None
             and p.find(exp.Or) is not None
         ]
         kept = [p for p in parts if not any(p is q for q in local)]
