@@ -10,6 +10,7 @@ from sqlglot import exp
 
 from mangonel.catalog import Table
 from mangonel.errors import InternalError, QueryError
+from mangonel.plan import planner
 from mangonel.plan.distribute import Distributor
 from mangonel.plan.logical import (
     Aggregate,
@@ -103,13 +104,43 @@ def test_a_cte_copy_renders_only_the_columns_its_reader_needs(
 def test_a_planner_bug_is_an_internal_error_not_the_users(
     catalog: dict[str, Table], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Undo the fix above: the copy's projection names a column its stage dropped,
-    # and the planner's own type check of that SQL fails. The query binds as a
-    # whole, so the user must not be told to fix it.
+    # Undo the fix above (and the logical plan's pruning of unread columns, which
+    # now drops them before the distributor sees them): the copy's projection
+    # names a column its stage dropped, and the planner's own type check of that
+    # SQL fails. The query binds as a whole, so the user must not be told to fix it.
     monkeypatch.setattr(Distributor, "_needed_items", lambda self, n: n.items)
+    monkeypatch.setattr(planner, "prune_columns", lambda root, subqueries: None)
     config = PlannerConfig(partitions=3, partition_bytes=0, broadcast_bytes=0, split_rows=20_000)
     with pytest.raises(InternalError, match="bug in mangonel, not in the query") as info:
         plan_query(CTE_READ_BY_THREE_BRANCHES, catalog, config)
     assert not isinstance(info.value, QueryError)
     assert 'Referenced table "nation" not found' in str(info.value)
     assert "report it" in str(info.value)
+
+
+def test_a_cte_read_only_by_subqueries_reads_only_the_columns_they_use(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-DS q95's shape: the front end hides uncorrelated subqueries from sqlglot's
+    # rules, so its projection pushdown never saw a reader of the CTE, which kept
+    # every column of both lineitem copies (16 each) to use two.
+    sql = """
+        WITH pairs AS (
+            SELECT l1.l_orderkey, l1.l_suppkey AS s1, l2.l_suppkey AS s2
+            FROM lineitem l1, lineitem l2
+            WHERE l1.l_orderkey = l2.l_orderkey AND l1.l_suppkey <> l2.l_suppkey)
+        SELECT o_orderpriority, COUNT(*) AS n FROM orders
+        WHERE o_orderkey IN (SELECT l_orderkey FROM pairs) AND o_orderstatus = 'F'
+        GROUP BY o_orderpriority"""
+    plan = plan_query(sql, catalog, PlannerConfig(partitions=3, split_rows=20_000))
+    assert not plan.notes, plan.notes
+    reads = [
+        sorted(s.columns)
+        for stage in plan.stages
+        for s in ([stage.scan] if stage.scan is not None else []) + list(stage.side_scans)
+        if s.table == "lineitem"
+    ]
+    assert reads and all(r == ["l_orderkey", "l_suppkey"] for r in reads), reads
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 1
+    assert_same_result(run_plan(plan), expected, ordered=False)

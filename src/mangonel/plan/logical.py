@@ -281,6 +281,11 @@ def required_columns(root: Node) -> dict[Node, set[Ref]]:
             for side in (node.left, node.right):
                 mine = set(side.outputs())
                 visit(side, {r for r in used if r in mine})
+        elif isinstance(node, JoinGroup):
+            used = need | refs(*node.conditions)
+            for side in node.inputs:
+                mine = set(side.outputs())
+                visit(side, {r for r in used if r in mine})
         elif isinstance(node, Aggregate):
             visit(node.child, refs(*(e for _, e in node.groups + node.aggs), node.grouping))
         elif isinstance(node, Project):

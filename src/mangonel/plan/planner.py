@@ -29,6 +29,7 @@ from mangonel.plan.estimate import Estimator
 from mangonel.plan.join_order import order_joins
 from mangonel.plan.logical import Node, Opaque, Scan
 from mangonel.plan.physical import DistributedPlan
+from mangonel.plan.prune import prune_columns
 from mangonel.plan.pushdown import push_filters
 from mangonel.plan.types import TypeOracle, oracle_for
 from mangonel.sql.frontend import DEFAULT_DIALECT, is_explain, optimize_query, parse, to_duckdb
@@ -126,6 +127,7 @@ def plan_query(
         binder = Binder(tables)
         node, _ = binder.bind(optimized)
         node = push_filters(node, binder.subqueries)
+        prune_columns(node, binder.subqueries)
         estimator = Estimator(tables, binder.subqueries)
         node = order_joins(node, binder.subqueries, estimator)
         distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
