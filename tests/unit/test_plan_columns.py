@@ -28,16 +28,16 @@ CTE_READ_BY_THREE_BRANCHES = """
 WITH results AS (
     SELECT o_orderpriority, n_name, o_totalprice AS price
     FROM orders, customer, nation
-    WHERE o_custkey = c_custkey AND c_nationkey = n_nationkey
-      AND n_regionkey = 1)
+    WHERE o_custkey = c_custkey AND c_nationkey = n_nationkey{filter})
 SELECT o_orderpriority, n_name, 0 AS g, AVG(price) AS p
 FROM results GROUP BY o_orderpriority, n_name
 UNION ALL
 SELECT o_orderpriority, NULL, 1, AVG(price) FROM results GROUP BY o_orderpriority
 UNION ALL
 SELECT NULL, NULL, 2, AVG(price) FROM results"""
-"""TPC-DS q27's shape: a CTE that does not aggregate, read by UNION ALL branches
-that group by different keys (one of them does not read n_name)."""
+"""TPC-DS q27's shape: a CTE that joins and does not aggregate, read by UNION ALL
+branches that group by different keys (one of them does not read n_name). Without
+a filter it is computed for each reader; with one (q27's), once for all."""
 
 
 def _c(table: str, name: str) -> exp.Column:
@@ -80,15 +80,31 @@ def test_q15_computes_its_revenue_view_once(catalog: dict[str, Table]) -> None:
     assert len(readers) == 2, [s.label for s in plan.stages]
 
 
+def test_a_filtered_join_read_by_three_branches_is_computed_once(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-DS q27 (DuckDB's text): the join keeps one region's orders; computed for
+    # each of the three readers, it scanned orders three times.
+    sql = CTE_READ_BY_THREE_BRANCHES.format(filter=" AND n_regionkey = 1")
+    config = PlannerConfig(partitions=3, partition_bytes=0, split_rows=20_000)
+    plan = plan_query(sql, catalog, config)
+    assert not plan.notes, plan.notes
+    orders = [s for s in plan.stages if s.scan is not None and s.scan.table == "orders"]
+    assert len(orders) == 1, [s.label for s in plan.stages]
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 5
+    assert_same_result(run_plan(plan), expected, ordered=False, check_names=False)
+
+
 def test_a_cte_copy_renders_only_the_columns_its_reader_needs(
     catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    # TPC-DS q27: a CTE that does not aggregate is bound again for each reader, so
-    # each copy has needs of its own. The branch that groups by o_orderpriority
+    # A CTE that joins without a filter is bound again for each reader, so each
+    # copy has needs of its own. The branch that groups by o_orderpriority
     # alone does not read n_name: with hash joins only, the nation side's stage
     # dropped it, and the copy's projection still named it ("Referenced table
     # nation not found").
-    sql = CTE_READ_BY_THREE_BRANCHES
+    sql = CTE_READ_BY_THREE_BRANCHES.format(filter="")
     config = PlannerConfig(partitions=3, partition_bytes=0, broadcast_bytes=0, split_rows=20_000)
     plan = plan_query(sql, catalog, config)
     assert not plan.notes, plan.notes
@@ -112,7 +128,7 @@ def test_a_planner_bug_is_an_internal_error_not_the_users(
     monkeypatch.setattr(planner, "prune_columns", lambda root, subqueries: None)
     config = PlannerConfig(partitions=3, partition_bytes=0, broadcast_bytes=0, split_rows=20_000)
     with pytest.raises(InternalError, match="bug in mangonel, not in the query") as info:
-        plan_query(CTE_READ_BY_THREE_BRANCHES, catalog, config)
+        plan_query(CTE_READ_BY_THREE_BRANCHES.format(filter=""), catalog, config)
     assert not isinstance(info.value, QueryError)
     assert 'Referenced table "nation" not found' in str(info.value)
     assert "report it" in str(info.value)

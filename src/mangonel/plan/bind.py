@@ -128,9 +128,10 @@ class Binder:
         stage (TPC-DS q83's three channels each filter ``date_dim`` by the same
         two nested subqueries: 6 of its 12 stages)."""
         self._ctes: dict[int, tuple[Node, list[str]]] = {}
-        """Bound CTEs that aggregate, by their query's id: read twice, such a CTE is
-        one node under two names, which the distributor computes once. Others are
-        bound again for each reader, so that each reader's filters reach its scans."""
+        """Bound CTEs worth computing once (``_worth_sharing``: they aggregate, or
+        join with a filter), by their query's id: read twice, such a CTE is one node
+        under two names, which the distributor computes once. Others are bound again
+        for each reader, so that each reader's filters reach its scans."""
 
     def _qualifier(self, prefix: str) -> str:
         return f"_{prefix}{next(self._ids)}"
@@ -213,7 +214,7 @@ class Binder:
                     node, names = self._ctes[id(query)]
                 else:
                     node, names = self._query(query, ctes)
-                    if any(isinstance(n, _COMPUTED) for n in walk(node)):
+                    if _worth_sharing(node):
                         self._ctes[id(query)] = (node, names)
                 return _Source(self._rename(node, names, alias), {alias})
             if item.name not in self._tables:
@@ -643,6 +644,25 @@ class Binder:
 
 _COMPUTED = (Aggregate, Distinct, Window, SetOp)
 """Operators whose result a CTE read twice is worth computing once."""
+
+
+def _worth_sharing(node: Node) -> bool:
+    """Whether a CTE's plan is computed once for all of its readers.
+
+    One that aggregates (or the like, ``_COMPUTED``) is; so is one that joins where
+    a filtered scan keeps few of its rows: TPC-DS q27 (DuckDB's text) reads a join
+    of ``store_sales`` with four filtered dimensions three times, and computed it
+    three times. A join with no filter (q95's self-join of ``web_sales``) may give
+    more rows than it reads: each reader computes its own, where its own filters
+    reach.
+    """
+    nodes = list(walk(node))
+    if any(isinstance(n, _COMPUTED) for n in nodes):
+        return True
+    joins = any(isinstance(n, (Join, JoinGroup)) for n in nodes)
+    return joins and any(
+        isinstance(n, Filter) or (isinstance(n, Scan) and n.filter is not None) for n in nodes
+    )
 
 
 def _join_kind(j: exp.Join) -> JoinKind:

@@ -1,9 +1,9 @@
 """Nodes the plan reads more than once, and the columns each node's readers need.
 
-A CTE that aggregates, read twice, is one node under two parents (``plan.bind``);
-it is computed once, in a stage of its own that each reader reads
-(``SharedNodes.materialize``), and the nodes under it are never rewritten for one
-reader (``SharedNodes.under_shared``). The analysis runs once per query, over the
+A CTE that aggregates (or joins with a filter), read twice, is one node under two
+parents (``plan.bind``); it is computed once, in a stage of its own that each
+reader reads (``SharedNodes.materialize``), and the nodes under it are never
+rewritten for one reader (``SharedNodes.under_shared``). The analysis runs once per query, over the
 query and its subqueries together: a node they share gets the columns all its
 readers need.
 
