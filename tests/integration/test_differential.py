@@ -490,6 +490,27 @@ CASES: list[Case] = [
         "cte_of_a_join_read_twice",
         "WITH p AS (SELECT e.id, e.dept, d.floor FROM emp e JOIN dept d ON e.dept = d.dept) SELECT p1.id, p2.id AS other FROM p AS p1 JOIN p AS p2 ON p1.floor = p2.floor AND p1.id < p2.id WHERE p1.id < 20",
     ),
+    Case(
+        # a filtered join read by three branches: computed once for all of them
+        "cte_of_a_filtered_join_read_by_three_branches",
+        "WITH p AS (SELECT e.dept, d.floor, e.salary FROM emp e JOIN dept d ON e.dept = d.dept WHERE d.floor > 1) SELECT dept, floor, SUM(salary) AS s FROM p GROUP BY dept, floor UNION ALL SELECT dept, NULL, SUM(salary) FROM p GROUP BY dept UNION ALL SELECT NULL, NULL, SUM(salary) FROM p",
+    ),
+    # --- filters pushed below aggregates and across join keys (plan.pushdown)
+    Case(
+        # the filter on the group key goes below both aggregates: b's through the key
+        "filter_on_group_key_across_a_left_join",
+        "WITH a AS (SELECT dept, COUNT(*) AS n, SUM(salary) AS s FROM emp GROUP BY dept), b AS (SELECT dept, MAX(floor) AS f, COUNT(*) AS k FROM dept GROUP BY dept) SELECT a.dept, a.n, a.s, b.f, b.k FROM a LEFT JOIN b ON a.dept = b.dept WHERE a.dept IN ('eng', 'ops', 'legal')",
+    ),
+    Case(
+        # a test of the NULL-padded side stays above the outer join
+        "filter_on_the_padded_side_of_a_left_join_of_aggregates",
+        "WITH a AS (SELECT dept, COUNT(*) AS n FROM emp GROUP BY dept), b AS (SELECT dept, MAX(floor) AS f FROM dept GROUP BY dept) SELECT a.dept, a.n, b.f FROM a LEFT JOIN b ON a.dept = b.dept WHERE b.dept IS NULL OR b.f < 3",
+    ),
+    Case(
+        # a HAVING on a group key only filters the rows before they are grouped
+        "having_on_a_group_key_and_an_aggregate",
+        "SELECT dept, mgr, COUNT(*) AS n FROM emp GROUP BY dept, mgr HAVING dept <> 'ops' AND COUNT(*) > 1",
+    ),
     # --- correlated subqueries
     Case(
         "correlated_scalar_select",
