@@ -72,6 +72,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "default: the scheduler's, sized from the estimates",
     )
     parser.add_argument(
+        "--partition-bytes",
+        type=int,
+        help="one partition of an exchange per this many estimated bytes (the "
+        "scheduler's --partition-bytes; default: its own)",
+    )
+    parser.add_argument(
         "--adaptive",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -156,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             executors=args.executors,
             work_dir=work,
             partitions=args.partitions,
+            partition_bytes=args.partition_bytes,
             adaptive=args.adaptive,
         ) as cluster,
         cluster.connect() as session,
