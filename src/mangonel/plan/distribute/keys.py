@@ -59,7 +59,9 @@ class KeyTypes:
         if all(t is not None for t in known):
             return [t for t in known if t is not None]
         mapping = {r: exp.column(phys(r), table="t", quoted=True) for r in node.outputs()}
-        cols = ", ".join(f"{sql(rewrite(e, mapping))} AS k{i}" for i, e in enumerate(exprs))
+        cols = ", ".join(
+            f"{sql(rewrite(e, mapping), copy=False)} AS k{i}" for i, e in enumerate(exprs)
+        )
         inner = self._renderer.render(node)
         return [t for _, t in self._oracle.describe(f"SELECT {cols} FROM ({inner}) AS t")]
 
