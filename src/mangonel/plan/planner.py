@@ -129,7 +129,8 @@ def _plan(
     notes: list[str] = []
     distributor = _distributor(catalog, oracle, config, {})
     try:
-        optimized = optimize_query(parsed.query, schema, parsed.dialect)
+        # Not copied: ``duck_sql`` above is all this function needs of it otherwise.
+        optimized = optimize_query(parsed.query, schema, parsed.dialect, copy=False)
         tables = {t: catalog[t] for t in parsed.tables}
         binder = Binder(tables)
         node, _ = binder.bind(optimized)
