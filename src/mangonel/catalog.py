@@ -104,6 +104,18 @@ class Table:
     def bytes(self) -> int:
         return sum(rg.bytes for rg in self.row_groups)
 
+    @functools.cached_property
+    def distinct_counts(self) -> dict[str, tuple[float, int]]:
+        """Per column that has an estimate of its distinct values over the whole
+        table (``ColumnStats.distinct``): that estimate and its null count.
+        Cached: every estimate of a scan of the table asks for all of them."""
+        counts: dict[str, tuple[float, int]] = {}
+        for name, st in self.stats.items():
+            d = st.distinct(self.rows)
+            if d is not None:
+                counts[name] = (d, st.nulls)
+        return counts
+
     @property
     def columns(self) -> tuple[str, ...]:
         return tuple(self.schema.names)

@@ -10,7 +10,7 @@ import pytest
 import sqlglot
 from helpers import tpch_query
 
-from mangonel.catalog import Table, load_table
+from mangonel.catalog import ColumnStats, Table, load_table
 from mangonel.plan.estimate import Size, join_size, scan_size, selectivity
 from mangonel.plan.planner import PlannerConfig, plan_query
 from mangonel.task import InputMode
@@ -49,6 +49,21 @@ def test_footers_give_widths_ranges_and_distinct_counts(table: Table) -> None:
     # from the size of the dictionary page: errs low, but the right magnitude
     kinds = table.stats["kind"].distinct(table.rows)
     assert kinds is not None and 1 <= kinds <= 10
+
+
+def test_a_tables_distinct_counts_are_its_columns_estimates_with_their_nulls(
+    table: Table,
+) -> None:
+    counts = table.distinct_counts
+    assert counts["id"] == (10_000, 0) and counts["grp"] == (20, 0) and counts["day"] == (1000, 0)
+    assert counts == {
+        c: (st.distinct(table.rows), st.nulls)
+        for c, st in table.stats.items()
+        if st.distinct(table.rows) is not None
+    }
+    schema = pa.schema([("f", pa.float64())])
+    floats = Table("f", "f.parquet", ("f.parquet",), schema, (), {"f": ColumnStats(8.0, 0.5, 2.5)})
+    assert floats.distinct_counts == {}  # no estimate for a float column
 
 
 def test_selectivity_of_ranges_equalities_and_lists(table: Table) -> None:

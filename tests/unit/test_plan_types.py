@@ -142,3 +142,56 @@ def test_each_stage_is_bound_once_for_the_key_types_of_its_readers(
     # stage the second UNION reads (and not again for the third)
     assert sum(s.count('AS "supplier.s_nationkey" FROM "supplier"') for s in seen) == 2
     assert_same_result(run_plan(plan), duckdb_ref.sql(sql).to_arrow_table(), ordered=False)
+
+
+def test_a_stage_of_table_columns_passed_up_is_typed_from_the_catalog(tmp_path: Path) -> None:
+    """A stage read whose columns are all table columns passed up unchanged (through
+    filters and kept columns) takes the catalog's types, as DuckDB would describe the
+    stage; one that computes a column is bound by DuckDB."""
+    import datetime as dt
+
+    from sqlglot import exp
+
+    from mangonel.plan.distribute.keys import KeyTypes
+    from mangonel.plan.fragment import Renderer
+    from mangonel.plan.logical import Filter, Keep, Project, Scan, StageRead
+
+    pq.write_table(
+        pa.table(
+            {
+                "k": pa.array([1], pa.int32()),
+                "v": pa.array(["x"]),
+                "d": pa.array([dt.date(2000, 1, 1)]),
+                "p": pa.array([1], pa.decimal128(7, 2)),
+            }
+        ),
+        tmp_path / "typed.parquet",
+    )
+    catalog = {"typed": load_table("typed", str(tmp_path / "typed.parquet"))}
+    oracle = oracle_for(catalog)
+    oracle.table_types("typed")
+    calls: list[str] = []
+    describe = oracle.describe
+
+    def counting(sql: str) -> list[tuple[str, str]]:
+        calls.append(sql)
+        return describe(sql)
+
+    oracle.describe = counting  # type: ignore[method-assign]
+    try:
+        key_types = KeyTypes(oracle, {})
+        scan = Scan("typed", "a", ["k", "v", "d", "p"], None)
+        kept = Keep(
+            Filter(scan, exp.column("k", table="a").eq(1)), [("a", "p"), ("a", "d"), ("a", "k")]
+        )
+        got = key_types._stage_read_types(StageRead("s1", kept.outputs(), kept))
+        assert calls == []
+        assert got == [("a.p", "DECIMAL(7,2)"), ("a.d", "DATE"), ("a.k", "INTEGER")]
+        assert describe(f"SELECT * FROM ({Renderer().render(kept)}) AS t") == got
+
+        plus = Project(scan, "q", [("k1", exp.column("k", table="a") + 1)])
+        computed = key_types._stage_read_types(StageRead("s2", plus.outputs(), plus))
+        assert computed == [("q.k1", "INTEGER")] and len(calls) == 1
+    finally:
+        # The oracle is shared by later tests' queries: drop the spy, not just replace it.
+        del oracle.describe

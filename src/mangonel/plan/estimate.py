@@ -205,13 +205,10 @@ def scan_size(table: Table, alias: str, condition: exp.Expr | None) -> Size:
     unique: dict[Ref, float] = {}
     distinct: dict[Ref, float] = {}
     domain: dict[Ref, float] = {}
-    for name, st in table.stats.items():
-        d = st.distinct(table.rows)
-        if d is None:
-            continue
+    for name, (d, nulls) in table.distinct_counts.items():
         distinct[(alias, name)] = min(d, rows)
         domain[(alias, name)] = d
-        if table.rows > 1 and d >= table.rows and st.nulls == 0:
+        if table.rows > 1 and d >= table.rows and nulls == 0:
             unique[(alias, name)] = sel
     return Size(rows, unique, distinct, domain)
 

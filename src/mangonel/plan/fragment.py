@@ -9,10 +9,11 @@ the type oracle) and stage reads (a stage input registered by the executor).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 
 from mangonel.plan.logical import (
     Aggregate,
@@ -36,13 +37,20 @@ from mangonel.plan.logical import (
 
 DIALECT = "duckdb"
 
+_DUCKDB = Dialect.get_or_raise(DIALECT)
+"""One instance for every expression rendered: ``e.sql(dialect="duckdb")`` makes a
+new one per call (thousands a TPC-DS query). It holds only the dialect's settings;
+each call still gets a generator of its own."""
+
 
 def ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def sql(e: exp.Expr) -> str:
-    return e.sql(dialect=DIALECT)
+def sql(e: exp.Expr, copy: bool = True) -> str:
+    """DuckDB SQL of ``e``; ``copy=False`` for a tree nothing else holds (the
+    generator rewrites the tree it is given)."""
+    return _DUCKDB.generate(e, copy=copy)
 
 
 def rewrite(e: exp.Expr, mapping: Mapping[Ref, exp.Expr]) -> exp.Expr:
@@ -58,8 +66,40 @@ def rewrite(e: exp.Expr, mapping: Mapping[Ref, exp.Expr]) -> exp.Expr:
     return e.copy().transform(repl, copy=False)
 
 
-def _refs_of(node: Node, table: str) -> dict[Ref, exp.Expr]:
-    return {r: exp.column(phys(r), table=table, quoted=True) for r in node.outputs()}
+class _Columns(Mapping[Ref, exp.Expr]):
+    """The outputs of one or more child nodes as columns of their derived tables
+    (``t."qualifier.name"``), each made only when an expression names it.
+
+    Made eagerly, a node over a wide child built a column for each of the child's
+    outputs every time it rendered, and most were never read. A ref that two
+    children output is the last child's, as a dict merged from the children's
+    would give.
+    """
+
+    def __init__(self, *children: tuple[Node, str]) -> None:
+        self._children = [(set(node.outputs()), table) for node, table in children]
+
+    def __getitem__(self, ref: Ref) -> exp.Expr:
+        for outputs, table in reversed(self._children):
+            if ref in outputs:
+                return exp.column(phys(ref), table=table, quoted=True)
+        raise KeyError(ref)
+
+    def get(self, ref: Ref, default: exp.Expr | None = None) -> exp.Expr | None:  # type: ignore[override]
+        for outputs, table in reversed(self._children):
+            if ref in outputs:
+                return exp.column(phys(ref), table=table, quoted=True)
+        return default
+
+    def __iter__(self) -> Iterator[Ref]:
+        return iter({r: None for outputs, _ in self._children for r in outputs})
+
+    def __len__(self) -> int:
+        return len(set().union(*(outputs for outputs, _ in self._children)))
+
+
+def _refs_of(node: Node, table: str) -> Mapping[Ref, exp.Expr]:
+    return _Columns((node, table))
 
 
 class Renderer:
@@ -100,7 +140,7 @@ class Renderer:
                     marker = f"__mangonel_expanded_{len(spliced)}"
                     spliced[marker] = f"({self._subquery_sql[table.name]}) AS {ident(table.name)}"
                     table.replace(exp.to_table(marker))
-        text = sql(out)
+        text = sql(out, copy=False)  # ``out`` is this call's own copy
         for marker, subquery in spliced.items():
             text = text.replace(marker, subquery)
         return text
@@ -150,7 +190,7 @@ class Renderer:
         return f"SELECT {cols} FROM {self._sub(n.child, 't')}"
 
     def _join(self, n: Join) -> str:
-        mapping = {**_refs_of(n.left, "l"), **_refs_of(n.right, "r")}
+        mapping = _Columns((n.left, "l"), (n.right, "r"))
         conds = [
             f"{self._x(lk, mapping)} = {self._x(rk, mapping)}"
             for lk, rk in zip(n.left_keys, n.right_keys, strict=True)

@@ -90,9 +90,12 @@ def _order(inputs: list[Node], conds: list[exp.Expr], estimator: Estimator) -> N
             sizes[node] = estimator.size(node)
         return sizes[node]
 
+    # Each condition's aliases, once: asked of every condition at every step. By
+    # ``id``, as ``sides`` below.
+    quals = {id(c): qualifiers(c) for c in conds}
     items = [_Source(n) for n in inputs]
     for s in items:
-        _apply_ready(s, conds)
+        _apply_ready(s, conds, quals)
     # Each equality's two sides' aliases, once (the pair loop asks often: q8). By
     # ``id``: sqlglot expressions hash by their text, slowly, and the conditions
     # stay alive in ``conds`` meanwhile.
@@ -130,24 +133,25 @@ def _order(inputs: list[Node], conds: list[exp.Expr], estimator: Estimator) -> N
         used = [
             c
             for c in conds
-            if qualifiers(c) <= both
-            and not qualifiers(c) <= a.aliases
-            and not qualifiers(c) <= b.aliases
+            if quals[id(c)] <= both
+            and not quals[id(c)] <= a.aliases
+            and not quals[id(c)] <= b.aliases
         ]
         for c in used:
             conds.remove(c)
         lk, rk, residual = split_keys(used, a.aliases, b.aliases)
         kind = JoinKind.INNER if (lk or residual) else JoinKind.CROSS
         joined = _Source(Join(a.node, b.node, kind, lk, rk, and_all(residual)), both)
-        _apply_ready(joined, conds)
+        _apply_ready(joined, conds, quals)
         items[items.index(a)] = joined
         items.remove(b)
     return items[0].node
 
 
-def _apply_ready(src: _Source, conds: list[exp.Expr]) -> None:
-    """Filter ``src`` by the conditions that name only its aliases (and drop them)."""
-    ready = [c for c in conds if qualifiers(c) and qualifiers(c) <= src.aliases]
+def _apply_ready(src: _Source, conds: list[exp.Expr], quals: dict[int, set[str]]) -> None:
+    """Filter ``src`` by the conditions that name only its aliases (and drop them);
+    ``quals``: each condition's aliases, by ``id``."""
+    ready = [c for c in conds if quals[id(c)] and quals[id(c)] <= src.aliases]
     if ready:
         for c in ready:
             conds.remove(c)

@@ -20,6 +20,7 @@ from functools import partial
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.optimizer.eliminate_ctes import eliminate_ctes
 from sqlglot.optimizer.eliminate_joins import eliminate_joins
@@ -246,7 +247,9 @@ def _check_sources(stmt: exp.Query, catalog: set[str]) -> set[str]:
     return used
 
 
-def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) -> exp.Query:
+def optimize_query(
+    query: exp.Query, schema: dict[str, object], dialect: str, copy: bool = True
+) -> exp.Query:
     """Qualify, decorrelate and push down with sqlglot's optimizer.
 
     ``schema`` maps table -> column -> DuckDB type. The result is DuckDB-ready.
@@ -256,10 +259,15 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
     DuckDB evaluates IN / EXISTS / scalar semantics over their gathered output.
     A correlated ``[NOT] EXISTS`` of the plain form is kept out too and becomes a
     SEMI (ANTI) join in the binder (``plan.bind``; see ``is_semi_join_exists``).
+    With ``copy=False`` the rules rewrite ``query`` itself (a caller that has no
+    further use for it saves copying it).
     """
-    schema_ = ensure_schema(schema, dialect=dialect)
-    qualified = partial(qualify, schema=schema_, dialect=dialect, quote_identifiers=False)
-    quoted = partial(quote_identifiers, dialect=dialect)
+    # One Dialect for every rule: sqlglot makes a new one from a name on each
+    # call that takes one (each ``simplify``, each identifier normalized).
+    dialect_ = Dialect.get_or_raise(dialect)
+    schema_ = ensure_schema(schema, dialect=dialect_)
+    qualified = partial(qualify, schema=schema_, dialect=dialect_, quote_identifiers=False)
+    quoted = partial(quote_identifiers, dialect=dialect_)
     if not any(isinstance(n, exp.Query) for n in query.walk() if n is not query):
         # One SELECT: nothing to decorrelate, merge or push between scopes (the
         # binder pushes its filters down itself), and its tables need not be
@@ -267,11 +275,12 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
         # the time.
         return _apply(
             query,
+            copy,
             inline_named_windows,
             partial(qualified, isolate_tables=False),
             normalize,
             optimize_joins,
-            partial(_simplify_conditions, dialect=dialect),
+            partial(_simplify_conditions, dialect=dialect_),
             quoted,
         )
 
@@ -290,6 +299,7 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
     # as a semi join names outer columns exactly as the outer query does.
     return _apply(
         query,
+        copy,
         inline_named_windows,
         partial(qualified, isolate_tables=True),  # the later rules need it
         hide,
@@ -297,7 +307,7 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
         pushdown_projections,
         normalize,
         unnest_subqueries,
-        partial(pushdown_predicates, dialect=dialect),
+        partial(pushdown_predicates, dialect=dialect_),
         optimize_joins,
         eliminate_subqueries,
         merge_subqueries,
@@ -309,15 +319,15 @@ def optimize_query(query: exp.Query, schema: dict[str, object], dialect: str) ->
     )
 
 
-def _apply(query: exp.Query, *rules: Callable[[exp.Expr], exp.Expr]) -> exp.Query:
-    """sqlglot optimizer rules, in order, over a copy of ``query``.
+def _apply(query: exp.Query, copy: bool, *rules: Callable[[exp.Expr], exp.Expr]) -> exp.Query:
+    """sqlglot optimizer rules, in order, over ``query`` or a copy of it.
 
     Called one by one with their arguments bound, not through
     ``sqlglot.optimizer.optimize``: that looks up each rule's parameters with
     ``inspect`` on every call, which for the compiled rules of ``sqlglot[c]``
     parses their text signatures (a tenth of a trivial query's scheduler time).
     """
-    optimized: exp.Expr = query.copy()
+    optimized: exp.Expr = query.copy() if copy else query
     for rule in rules:
         optimized = rule(optimized)
     assert isinstance(optimized, exp.Query)  # the rules keep a query a query
@@ -386,7 +396,7 @@ _CONSTANT = (
 )
 
 
-def _simplify_conditions(expression: exp.Expr, dialect: str) -> exp.Expr:
+def _simplify_conditions(expression: exp.Expr, dialect: Dialect) -> exp.Expr:
     """Fold constant arithmetic in WHERE and JOIN ON (``DATE '1994-01-01' + INTERVAL
     1 YEAR`` becomes a date the planner's estimates can use), as the
     ``simplify`` inside ``pushdown_predicates`` does for queries of several scopes;

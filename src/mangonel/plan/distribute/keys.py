@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from sqlglot import exp
 
 from mangonel.plan.fragment import Renderer, rewrite, sql
-from mangonel.plan.logical import Filter, Join, Node, Ref, Scan, Sort, StageRead, phys
+from mangonel.plan.logical import Filter, Join, Keep, Node, Ref, Scan, Sort, StageRead, phys
 from mangonel.plan.types import TypeOracle
 
 
@@ -44,10 +44,26 @@ class KeyTypes:
     def _stage_read_types(self, read: StageRead) -> list[tuple[str, str]]:
         known = self._read_types.get(id(read))
         if known is None or known[0] is not read:
-            inner = self._renderer.render(read.source)
-            types = self._oracle.describe(f"SELECT * FROM ({inner}) AS t")
+            types = self._passed_through_types(read.source)
+            if types is None:
+                inner = self._renderer.render(read.source)
+                types = self._oracle.describe(f"SELECT * FROM ({inner}) AS t")
             known = self._read_types[id(read)] = (read, types)
         return known[1]
+
+    def _passed_through_types(self, node: Node) -> list[tuple[str, str]] | None:
+        """(column, type) of ``node``'s outputs, as DuckDB would describe its SQL,
+        when each is a table column passed up unchanged (the catalog's type);
+        None when any is computed. Most stages a join reads are scans of a
+        dimension, filtered: no DuckDB round trip for them."""
+        types: list[tuple[str, str]] = []
+        for ref in node.outputs():
+            scan = _providing_scan(node, ref)
+            t = self._oracle.table_types(scan.table).get(ref[1]) if scan is not None else None
+            if t is None:
+                return None
+            types.append((phys(ref), t))
+        return types
 
     def expr_types(self, node: Node, exprs: list[exp.Expr]) -> list[str]:
         """DuckDB types of expressions over ``node``'s outputs.
@@ -59,7 +75,9 @@ class KeyTypes:
         if all(t is not None for t in known):
             return [t for t in known if t is not None]
         mapping = {r: exp.column(phys(r), table="t", quoted=True) for r in node.outputs()}
-        cols = ", ".join(f"{sql(rewrite(e, mapping))} AS k{i}" for i, e in enumerate(exprs))
+        cols = ", ".join(
+            f"{sql(rewrite(e, mapping), copy=False)} AS k{i}" for i, e in enumerate(exprs)
+        )
         inner = self._renderer.render(node)
         return [t for _, t in self._oracle.describe(f"SELECT {cols} FROM ({inner}) AS t")]
 
@@ -102,13 +120,17 @@ def same_keys(a: list[exp.Expr], b: list[exp.Expr]) -> bool:
 
 def _providing_scan(node: Node, ref: Ref) -> Scan | None:
     """The scan whose column ``ref`` reaches ``node``'s outputs unchanged (through
-    filters, sorts, joins and stage reads), if any."""
+    filters, sorts, joins, kept columns and stage reads), if any."""
     while True:
         if isinstance(node, Scan):
             return node if node.alias == ref[0] and ref[1] in node.columns else None
         if isinstance(node, StageRead):
             node = node.source
         elif isinstance(node, (Filter, Sort)):
+            node = node.child
+        elif isinstance(node, Keep):
+            if ref not in node.refs:
+                return None
             node = node.child
         elif isinstance(node, Join):
             sides = [c for c in (node.left, node.right) if ref in c.outputs()]

@@ -85,7 +85,7 @@ class SharedNodes:
         """
         if f.hash_keys is not None and not f.single:
             mapping = {r: exp.column(phys(r), quoted=True) for r in f.node.outputs()}
-            keys = tuple(sql(rewrite(k, mapping)) for k in f.hash_keys)
+            keys = tuple(sql(rewrite(k, mapping), copy=False) for k in f.hash_keys)
             out = OutputSpec(OutputKind.HASH, f.tasks, keys)
             read, inp = self._stages.read(f, out, InputMode.PARTITION)
             kept = Frag(read, f.tasks, f.est, hash_keys=f.hash_keys, needed=f.needed)

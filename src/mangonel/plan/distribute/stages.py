@@ -164,7 +164,7 @@ class StageBuilder:
             return self.gather(f)
         n = partitions or self.partitions_for(f.est)
         mapping = {r: exp.column(phys(r), quoted=True) for r in f.node.outputs()}
-        key_sql = tuple(sql(rewrite(k, mapping)) for k in keys)
+        key_sql = tuple(sql(rewrite(k, mapping), copy=False) for k in keys)
         read, inp = self.read(f, OutputSpec(OutputKind.HASH, n, key_sql), InputMode.PARTITION)
         return Frag(
             read,
