@@ -138,6 +138,9 @@ class Aggregate(Node):
     aggs: list[tuple[str, exp.Expr]]
     grouping: exp.Expr | None = None
     """A GROUPING SETS / ROLLUP / CUBE clause over the group expressions, if any."""
+    local: bool = False
+    """Each task may aggregate only the rows it has (no exchange): an aggregate
+    above merges its partial rows (``plan.eager``)."""
 
     def outputs(self) -> list[Ref]:
         return [(self.qualifier, n) for n, _ in self.groups + self.aggs]

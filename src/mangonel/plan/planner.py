@@ -27,6 +27,7 @@ from mangonel.catalog import Table
 from mangonel.errors import BindError, InternalError
 from mangonel.plan.bind import Binder, Unsupported
 from mangonel.plan.distribute import Distributor, describe
+from mangonel.plan.eager import aggregate_early
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.join_order import order_joins
 from mangonel.plan.logical import Node, Opaque, Scan
@@ -140,6 +141,7 @@ def _plan(
         prune_columns(node, binder.subqueries)
         estimator = Estimator(tables, binder.subqueries)
         node = order_joins(node, binder.subqueries, estimator)
+        aggregate_early([node, *binder.subqueries.values()], estimator, tables)
         distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
         root = distributor.plan_tree(node)
     except BindError as err:

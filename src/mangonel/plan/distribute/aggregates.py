@@ -22,6 +22,7 @@ def split_aggs(
     """
     partial: list[tuple[str, exp.Expr]] = []
     plans: dict[str, tuple[str, list[str]]] = {}
+    casts: dict[str, exp.DataType] = {}
     for name, a in aggs:
         if isinstance(a, exp.Filter) or a.args.get("distinct") or isinstance(a.this, exp.Distinct):
             return None
@@ -34,6 +35,12 @@ def split_aggs(
         elif type(a) in (exp.Min, exp.Max) and not a.expressions:
             partial.append((f"{name}_m", a.copy()))
             plans[name] = ("min" if isinstance(a, exp.Min) else "max", [f"{name}_m"])
+        elif isinstance(a, exp.Cast) and isinstance(a.this, exp.Sum) and not a.this.expressions:
+            # A COUNT's final form (``CAST(SUM(c) AS BIGINT)``) over partial rows that
+            # an eager aggregate made (``plan.eager``): a sum again, cast the same.
+            partial.append((f"{name}_s", a.this.copy()))
+            plans[name] = ("cast", [f"{name}_s"])
+            casts[name] = a.to.copy()
         elif isinstance(a, exp.Avg):
             partial.append((f"{name}_s", exp.Sum(this=a.this.copy())))
             partial.append((f"{name}_c", exp.Count(this=a.this.copy())))
@@ -48,6 +55,8 @@ def split_aggs(
             return exp.cast(exp.Sum(this=cols[0]), "BIGINT")
         if how == "sum":
             return exp.Sum(this=cols[0])
+        if how == "cast":
+            return exp.Cast(this=exp.Sum(this=cols[0]), to=casts[name].copy())
         if how == "min":
             return exp.Min(this=cols[0])
         if how == "max":

@@ -259,8 +259,10 @@ class Distributor:
             f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs, n.grouping)
             f.hash_keys = None
             return f
-        if f.single or self._partitioned_within(f, group_exprs):
-            f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs)
+        if f.single or n.local or self._partitioned_within(f, group_exprs):
+            # A local aggregate (eager, under a join) runs in each task whatever
+            # its partitioning: the aggregate above it merges its rows.
+            f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs, local=n.local)
             if f.single:
                 # One task holds every row: it is hashed on any keys.
                 f.hash_keys = (

@@ -274,7 +274,8 @@ def describe(node: Node) -> str:
         elif isinstance(n, Join):
             words.append(f"{n.kind.value} join")
         elif isinstance(n, Aggregate):
-            words.append("partial aggregate" if n.qualifier.startswith("_pa") else "aggregate")
+            partial = n.local or n.qualifier.startswith("_pa")
+            words.append("partial aggregate" if partial else "aggregate")
         elif isinstance(n, Sort):
             words.append("top-n" if n.limit is not None else "sort")
         elif isinstance(n, (Window, Distinct, SetOp, Opaque, Values)):

@@ -1,0 +1,195 @@
+"""Eager aggregation: a partial aggregate under the join that brings the wide group keys.
+
+TPC-DS's ``year_total`` (q04, q11) joins 2.9M ``store_sales`` rows with ``customer``
+and groups them by seven of the customer's columns (ids, names, e-mail: strings)
+and the year. The hash aggregate over those wide keys was three quarters of its
+task (0.67 of 0.89 s, DuckDB's profile). Grouped first by the customer's key and
+the year (two integers), the sales become about 190k partial rows; only those
+meet ``customer``, and the aggregate over the wide keys merges them:
+
+    Aggregate[c_id, c_name, ..., d_year](sales ⋈ date_dim ⋈ customer)
+    ->
+    Aggregate[c_id, c_name, ..., d_year](
+        Aggregate*[ss_customer_sk, d_year](sales ⋈ date_dim) ⋈ customer)
+
+DuckDB's own ``partial_aggregate_pushdown`` does this, but whatever the sizes:
+it grouped TPC-H q18's 3M lineitem rows before a join that keeps 217 of them, so
+it is off in the executors (``executor.runner``) and the planner decides here,
+from the estimates.
+
+The inner aggregate (``Aggregate.local``) may run in each task over the rows it
+has, without an exchange: the outer one merges partial rows (a SUM of SUMs, of
+COUNTs, a MIN of MINs), so it is right however many partial rows a group has.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+
+from sqlglot import exp
+
+from mangonel.catalog import Table
+from mangonel.plan.distribute.aggregates import split_aggs
+from mangonel.plan.estimate import Estimator
+from mangonel.plan.logical import Aggregate, Join, JoinKind, Node, Ref, Scan, walk
+from mangonel.sql.exprs import col
+
+KEY_REPEATS = 4
+"""The fact side's join key must repeat this many times on average (its distinct
+values at most its rows / 4): each partial row then stands for several rows, and
+a key near unique (an order's number) would group without reducing."""
+
+NARROWER = 0.5
+"""The partial aggregate's keys (the fact side's group columns and its join key)
+must be at most half as wide as the aggregate's: the point is to group by narrow
+keys. TPC-H q10 groups by six customer columns and a nation's name over a join
+with ``nation``: grouped first by the customer's columns and nation key, it
+would group by wide keys twice."""
+
+JOIN_KEEPS = 0.5
+"""The join must keep at least this fraction of the fact side's rows (estimated):
+a join that drops most of them (q18's 57 orders) is cheaper before the grouping."""
+
+
+def aggregate_early(roots: list[Node], estimator: Estimator, catalog: Mapping[str, Table]) -> int:
+    """Rewrite, in place, each aggregate under ``roots`` (the query and its
+    subqueries) that groups by a dimension's columns over a join to that
+    dimension on its unique key; returns how many were rewritten.
+
+    In place, so that an aggregate read by two parents (a CTE read twice) stays
+    one node: its outputs do not change, only what it reads.
+    """
+    names = itertools.count(1)
+    seen: set[int] = set()
+    done = 0
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Aggregate) and _rewrite(node, estimator, catalog, names):
+            done += 1
+        stack.extend(node.children())
+    return done
+
+
+def _refs(e: exp.Expr) -> set[Ref]:
+    return {(c.table, c.name) for c in e.find_all(exp.Column) if c.table}
+
+
+def _rewrite(
+    agg: Aggregate, estimator: Estimator, catalog: Mapping[str, Table], names: Iterator[int]
+) -> bool:
+    """Group ``agg``'s input early when it is a join with one key, each group
+    expression reads one side (or none), the aggregates read only the fact side
+    and split into partial and final (``split_aggs``), and the sizes say it pays
+    (``NARROWER``, ``_worth_it``). Either side may be the fact side."""
+    join = agg.child
+    if (
+        agg.grouping is not None
+        or agg.local
+        or not agg.groups
+        or not isinstance(join, Join)
+        or join.kind is not JoinKind.INNER
+        or join.residual is not None
+        or len(join.left_keys) != 1
+    ):
+        return False
+    split = split_aggs(agg.aggs)
+    if split is None:
+        return False
+    partial_items, final_of = split
+    sides = (
+        (join.left, join.right, join.left_keys[0], join.right_keys[0], True),
+        (join.right, join.left, join.right_keys[0], join.left_keys[0], False),
+    )
+    for fact, dim, fact_key, dim_key, fact_left in sides:
+        fact_refs, dim_refs = set(fact.outputs()), set(dim.outputs())
+        if not all(_refs(a) <= fact_refs for _, a in agg.aggs):
+            continue
+        # Each group expression is the fact side's, the dimension's or a constant.
+        sides_of = [_side(e, fact_refs, dim_refs) for _, e in agg.groups]
+        if "dim" not in sides_of or None in sides_of:
+            continue
+        on_fact = [s == "fact" for s in sides_of]
+        widths = _Widths(join, catalog)
+        narrow = sum(widths.of(e) for (_, e), f in zip(agg.groups, on_fact, strict=True) if f)
+        narrow += widths.of(fact_key)
+        if narrow > NARROWER * sum(widths.of(e) for _, e in agg.groups):
+            continue
+        if not _worth_it(estimator, join, fact, dim, fact_key, dim_key):
+            continue
+        qualifier = f"_ea{next(names)}"
+        groups: list[tuple[str, exp.Expr]] = []
+        for (_, e), f in zip(agg.groups, on_fact, strict=True):
+            if f and e not in [g for _, g in groups]:
+                groups.append((f"g{len(groups)}", e.copy()))
+        key_name = next((n for n, g in groups if g == fact_key), None)
+        if key_name is None:
+            key_name = f"g{len(groups)}"
+            groups.append((key_name, fact_key.copy()))
+        inner = Aggregate(fact, qualifier, groups, partial_items, local=True)
+        key = col((qualifier, key_name))
+        agg.child = (
+            Join(inner, dim, JoinKind.INNER, [key], [dim_key.copy()])
+            if fact_left
+            else Join(dim, inner, JoinKind.INNER, [dim_key.copy()], [key])
+        )
+        by_expr = {g: n for n, g in groups}
+        agg.groups = [
+            (name, col((qualifier, by_expr[e])) if f else e)
+            for (name, e), f in zip(agg.groups, on_fact, strict=True)
+        ]
+        agg.aggs = [(name, final_of(name, qualifier)) for name, _ in agg.aggs]
+        return True
+    return False
+
+
+def _side(e: exp.Expr, fact: set[Ref], dim: set[Ref]) -> str | None:
+    """Which side a group expression reads: ``fact``, ``dim``, ``const`` (neither),
+    None (both)."""
+    refs = _refs(e)
+    if not refs:
+        return "const"
+    if refs <= fact:
+        return "fact"
+    return "dim" if refs <= dim else None
+
+
+class _Widths:
+    """Bytes per row of an expression over a join: a column's from its table's
+    footers, anything else 8."""
+
+    def __init__(self, node: Node, catalog: Mapping[str, Table]) -> None:
+        self._tables = {n.alias: catalog[n.table] for n in walk(node) if isinstance(n, Scan)}
+
+    def of(self, e: exp.Expr) -> float:
+        if isinstance(e, exp.Column) and e.table in self._tables:
+            return self._tables[e.table].row_width([e.name])
+        return 8.0
+
+
+def _worth_it(
+    estimator: Estimator,
+    join: Join,
+    fact: Node,
+    dim: Node,
+    fact_key: exp.Expr,
+    dim_key: exp.Expr,
+) -> bool:
+    """The dimension's key is unique (each partial row meets one row at most), the
+    fact side's key repeats (``KEY_REPEATS``), and the join keeps most of the
+    fact side's rows (``JOIN_KEEPS``)."""
+    if not isinstance(fact_key, exp.Column) or not isinstance(dim_key, exp.Column):
+        return False
+    fref: Ref = (fact_key.table, fact_key.name)
+    dref: Ref = (dim_key.table, dim_key.name)
+    fact_size, dim_size = estimator.size(fact), estimator.size(dim)
+    if dref not in dim_size.unique or fref in fact_size.unique:
+        return False
+    distinct = fact_size.distinct.get(fref, fact_size.rows)
+    if distinct * KEY_REPEATS > fact_size.rows:
+        return False
+    return estimator.size(join).rows >= fact_size.rows * JOIN_KEEPS
