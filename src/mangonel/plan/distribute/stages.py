@@ -192,6 +192,13 @@ class StageBuilder:
             target.side_scans += [(source.scan, (source.splits[0],)), *source.side_scans]
             target.inputs.update(source.inputs)
             return source.node
+        if target.tasks == 1 and _reads_only(source) and _same_inputs(target, source):
+            # A filter of stages that the one task of ``target`` can read itself
+            # (TPC-DS q04/q11: each reader of the shared year_total keeps one
+            # channel and year): a stage of its own would be a round trip more
+            # on the query's path, and the target reads the same rows whole.
+            target.inputs.update(source.inputs)
+            return source.node
         read, inp = self.broadcast(source)
         target.inputs[inp.name] = inp
         return read
@@ -246,6 +253,27 @@ class StageBuilder:
             # target's tasks, which read that stage too: a stage less in a row.
             return False
         return read * max(1, target.tasks) <= self._inline_scan_bytes
+
+
+def _reads_only(f: Frag) -> bool:
+    """True when ``f`` is one task that reads other stages whole and only filters
+    and projects their rows."""
+    if f.scan is not None or f.side_scans or f.tasks != 1:
+        return False
+    if any(inp.mode is not InputMode.ALL for inp in f.inputs.values()):
+        return False
+
+    def plain(n: Node) -> bool:
+        return isinstance(n, (StageRead, Filter, Project, Keep)) and all(
+            plain(c) for c in n.children()
+        )
+
+    return plain(f.node)
+
+
+def _same_inputs(target: Frag, source: Frag) -> bool:
+    """True when no input name of ``source`` means another input in ``target``."""
+    return all(target.inputs.get(name, inp) == inp for name, inp in source.inputs.items())
 
 
 def _scan_only(f: Frag) -> bool:
