@@ -96,3 +96,40 @@ def test_an_aggregate_that_does_not_split_is_left_alone(catalog: dict[str, Table
         FROM orders JOIN customer ON o_custkey = c_custkey
         GROUP BY c_name, c_address, c_phone"""
     assert not _grouped_early(plan_query(sql, catalog, ONE_TASK))
+
+
+UNION_AVG = """
+    SELECT AVG(q * p) AS mean, COUNT(*) AS n, SUM(q) AS total
+    FROM (SELECT l_quantity AS q, l_extendedprice AS p FROM lineitem
+          UNION ALL
+          SELECT ps_availqty, ps_supplycost FROM partsupp
+          UNION ALL
+          SELECT o_shippriority, o_totalprice FROM orders WHERE o_orderstatus = 'F') u"""
+
+UNION_GROUPED = """
+    SELECT k, SUM(v) AS s, COUNT(*) AS n, MIN(v) AS lo, MAX(v) AS hi, AVG(v) AS mean
+    FROM (SELECT l_suppkey % 10 AS k, l_quantity AS v FROM lineitem
+          UNION ALL
+          SELECT ps_suppkey % 10, ps_availqty FROM partsupp) u
+    GROUP BY k"""
+
+
+@pytest.mark.parametrize("sql", [UNION_AVG, UNION_GROUPED], ids=["global", "grouped"])
+def test_each_branch_of_a_union_all_aggregates_before_the_union(
+    sql: str, catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-DS q14's avg_sales: one AVG over three channels unioned.
+    plan = plan_query(sql, catalog, SEVERAL_TASKS)
+    for table in ("lineitem", "partsupp"):
+        stage = next(s for s in plan.stages if s.scan and s.scan.table == table)
+        assert stage.num_tasks > 1 and "partial aggregate" in stage.label, stage.label
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows >= 1 and expected.column("n")[0].as_py() > 0
+    assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+def test_a_union_that_drops_duplicates_is_aggregated_after_it(catalog: dict[str, Table]) -> None:
+    sql = UNION_GROUPED.replace("UNION ALL", "UNION")
+    plan = plan_query(sql, catalog, SEVERAL_TASKS)
+    lineitem = next(s for s in plan.stages if s.scan and s.scan.table == "lineitem")
+    assert "aggregate" not in lineitem.label, lineitem.label
