@@ -55,3 +55,20 @@ def test_all_keeps_every_row(
     expected = duckdb_ref.sql(sql).to_arrow_table()
     assert expected.num_rows > 1000
     assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+def test_a_side_already_distinct_is_not_hashed_again(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-DS q87's branches are SELECT DISTINCT: their rows are distinct already.
+    sql = """
+        SELECT DISTINCT l_suppkey % 50 AS s, l_linestatus AS st FROM lineitem
+        EXCEPT
+        SELECT ps_suppkey % 40, 'F' FROM partsupp WHERE ps_availqty > 5000"""
+    plan = plan_query(sql, catalog, CONFIG)
+    labels = [s.label for s in plan.stages]
+    assert not any("distinct → distinct" in label for label in labels), labels
+    assert any(s.scan and s.scan.table == "partsupp" and "distinct" in s.label for s in plan.stages)
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 5
+    assert_same_result(run_plan(plan), expected, ordered=False)

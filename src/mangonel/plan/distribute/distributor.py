@@ -381,7 +381,12 @@ class Distributor:
             # Each task drops its own duplicates before they move, as a partial
             # aggregate does: TPC-DS q14's INTERSECT of the brands, classes and
             # categories each channel sold hashed 2.5M rows (58 MB) into 3.8k.
-            left.node, right.node = Distinct(left.node), Distinct(right.node)
+            # A side already distinct (q87's SELECT DISTINCT branches) is not
+            # hashed again for nothing.
+            if not _distinct_rows(n.left):
+                left.node = Distinct(left.node)
+            if not _distinct_rows(n.right):
+                right.node = Distinct(right.node)
         lx = self._stages.exchange(left, lk, parts)
         rx = self._stages.exchange(right, rk, parts)
         node = SetOp(n.kind, n.distinct, lx.node, rx.node, n.qualifier, n.names)
@@ -429,6 +434,29 @@ def _hashed_groups(hash_keys: list[exp.Expr] | None, n: Aggregate) -> list[exp.E
             ref = cast
         out.append(ref)
     return out
+
+
+def _distinct_rows(node: Node) -> bool:
+    """True when ``node``'s rows are distinct by construction: a DISTINCT, a GROUP BY
+    without aggregates, a set operation that drops duplicates, or columns passed
+    through unchanged from one of them."""
+    if isinstance(node, Distinct):
+        return True
+    if isinstance(node, Aggregate):
+        return not node.aggs and node.grouping is None
+    if isinstance(node, SetOp):
+        return node.distinct
+    if isinstance(node, Project):
+        child = {(c, n) for c, n in node.child.outputs()}
+        passed = [
+            (e.table, e.name)
+            for _, e in node.items
+            if isinstance(e, exp.Column) and (e.table, e.name) in child
+        ]
+        return len(set(passed)) == len(child) and _distinct_rows(node.child)
+    if isinstance(node, (Filter, Sort)):
+        return _distinct_rows(node.child)
+    return False
 
 
 def _membership(placeholder: exp.Table) -> bool:
