@@ -133,3 +133,21 @@ def test_a_union_that_drops_duplicates_is_aggregated_after_it(catalog: dict[str,
     plan = plan_query(sql, catalog, SEVERAL_TASKS)
     lineitem = next(s for s in plan.stages if s.scan and s.scan.table == "lineitem")
     assert "aggregate" not in lineitem.label, lineitem.label
+
+
+def test_a_union_whose_aggregate_reads_a_subquery_is_aggregated_after_it(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # The aggregate's argument reads a subquery: it stays above the union, where
+    # the subquery's stage is attached (in a branch it would find none).
+    sql = """
+        SELECT SUM(q * (SELECT AVG(l_quantity) FROM lineitem)) AS s, COUNT(*) AS n
+        FROM (SELECT l_quantity AS q FROM lineitem
+              UNION ALL
+              SELECT ps_availqty / 200 FROM partsupp) u"""
+    plan = plan_query(sql, catalog, SEVERAL_TASKS)
+    partsupp = next(s for s in plan.stages if s.scan and s.scan.table == "partsupp")
+    assert "aggregate" not in partsupp.label, partsupp.label
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.column("n")[0].as_py() > 0
+    assert_same_result(run_plan(plan), expected, ordered=False)

@@ -44,7 +44,7 @@ from mangonel.plan.logical import (
     SetOp,
     walk,
 )
-from mangonel.sql.exprs import col, substitute
+from mangonel.sql.exprs import col, has_placeholder, substitute
 
 KEY_REPEATS = 4
 """The fact side's join key must repeat this many times on average (its distinct
@@ -187,6 +187,10 @@ def _through_union(agg: Aggregate, names: Iterator[int]) -> bool:
 
     group_items = [(f"g{i}", over_union(e)) for i, (_, e) in enumerate(agg.groups)]
     partial = [(n, over_union(e)) for n, e in partial_items]
+    if any(has_placeholder(e) for _, e in group_items + partial):
+        # A subquery's stage is attached where its expression is planned; a
+        # group expression that moved into the branches would find none.
+        return False
     qualifier = f"_ea{next(names)}"
     agg.child = _partials(child, group_items, partial, qualifier, names)
     agg.groups = [
