@@ -151,3 +151,30 @@ def test_a_union_whose_aggregate_reads_a_subquery_is_aggregated_after_it(
     expected = duckdb_ref.sql(sql).to_arrow_table()
     assert expected.column("n")[0].as_py() > 0
     assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+def test_a_dimension_of_a_few_rows_is_joined_first(catalog: dict[str, Table]) -> None:
+    # 25 nations make 25 groups: their wide keys cost the aggregate little, and
+    # the join with them little (TPC-DS q66's 5 warehouses).
+    sql = """
+        SELECT n_name, n_comment, SUM(c_acctbal) AS total, COUNT(*) AS n
+        FROM customer JOIN nation ON c_nationkey = n_nationkey
+        GROUP BY n_name, n_comment"""
+    assert not _grouped_early(plan_query(sql, catalog, ONE_TASK))
+
+
+def test_branches_that_aggregate_are_not_aggregated_again(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-DS q33/q56/q60: each channel is grouped by item already.
+    sql = """
+        SELECT k, SUM(n) AS n
+        FROM (SELECT l_suppkey AS k, COUNT(*) AS n FROM lineitem GROUP BY l_suppkey
+              UNION ALL
+              SELECT ps_suppkey, COUNT(*) FROM partsupp GROUP BY ps_suppkey) u
+        GROUP BY k"""
+    plan = plan_query(sql, catalog, SEVERAL_TASKS)
+    assert not _grouped_early(plan), [s.label for s in plan.stages]
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 100
+    assert_same_result(run_plan(plan), expected, ordered=False)

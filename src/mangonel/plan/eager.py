@@ -34,6 +34,8 @@ from mangonel.plan.distribute.aggregates import split_aggs
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.logical import (
     Aggregate,
+    Distinct,
+    Filter,
     Join,
     JoinKind,
     Node,
@@ -57,6 +59,11 @@ must be at most half as wide as the aggregate's: the point is to group by narrow
 keys. TPC-H q10 groups by six customer columns and a nation's name over a join
 with ``nation``: grouped first by the customer's columns and nation key, it
 would group by wide keys twice."""
+
+MIN_DIMENSION_ROWS = 1000
+"""The dimension must have at least this many rows (estimated): a few rows (TPC-DS
+q66's 5 warehouses) make a few groups, whose wide keys a hash aggregate handles
+cheaply, and a join with them costs little; grouping early measured no faster."""
 
 JOIN_KEEPS = 0.5
 """The join must keep at least this fraction of the fact side's rows (estimated):
@@ -177,6 +184,10 @@ def _through_union(agg: Aggregate, names: Iterator[int]) -> bool:
         child = child.child
     if agg.grouping is not None or not isinstance(child, SetOp) or not _union_all(child):
         return False
+    if not all(_raw(b) for b in _branches(child)):
+        # A branch that aggregates has few rows already (q33, q56, q60: each
+        # channel grouped by item): one aggregate more would only add work.
+        return False
     split = split_aggs(agg.aggs)
     if split is None:
         return False
@@ -199,6 +210,22 @@ def _through_union(agg: Aggregate, names: Iterator[int]) -> bool:
     ]
     agg.aggs = [(name, final_of(name, qualifier)) for name, _ in agg.aggs]
     return True
+
+
+def _branches(union: SetOp) -> list[Node]:
+    """The inputs of a tree of UNION ALLs."""
+    return [
+        b
+        for side in (union.left, union.right)
+        for b in (_branches(side) if isinstance(side, SetOp) and _union_all(side) else [side])
+    ]
+
+
+def _raw(node: Node) -> bool:
+    """True unless ``node`` aggregates (under filters and projections)."""
+    while isinstance(node, (Project, Filter)):
+        node = node.child
+    return not isinstance(node, (Aggregate, Distinct))
 
 
 def _union_all(node: Node) -> bool:
@@ -283,6 +310,8 @@ def _worth_it(
     dref: Ref = (dim_key.table, dim_key.name)
     fact_size, dim_size = estimator.size(fact), estimator.size(dim)
     if dref not in dim_size.unique or fref in fact_size.unique:
+        return False
+    if dim_size.rows < MIN_DIMENSION_ROWS:
         return False
     distinct = fact_size.distinct.get(fref, fact_size.rows)
     if distinct * KEY_REPEATS > fact_size.rows:
