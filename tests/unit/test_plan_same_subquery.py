@@ -51,3 +51,27 @@ def test_subqueries_that_differ_are_not_shared(catalog: dict[str, Table]) -> Non
         WHERE s_nationkey IN (SELECT n_nationkey FROM nation WHERE n_regionkey = 1)
           AND s_suppkey IN (SELECT n_nationkey FROM nation WHERE n_regionkey = 2)"""
     assert _subquery_stages(sql, catalog) == 2
+
+
+def test_the_same_subquery_of_a_cte_in_two_places_is_one_stage(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-DS q14 reads its cross_items and avg_sales CTEs in a subquery of each
+    # channel: the subqueries read the CTE's one stage, and were a stage each
+    # (their texts name the CTE, not catalog tables, so the binder keeps them
+    # apart). Equal but for their columns' names, they are one stage now.
+    sql = """
+        WITH big AS (SELECT o_custkey AS k FROM orders WHERE o_totalprice > 300000
+                     GROUP BY o_custkey),
+             mean AS (SELECT AVG(o_totalprice) AS m FROM orders)
+        SELECT 'supplier' AS side, COUNT(*) AS n FROM supplier
+        WHERE s_suppkey IN (SELECT k FROM big) AND s_acctbal * 100 < (SELECT m FROM mean)
+        UNION ALL
+        SELECT 'customer', COUNT(*) FROM customer
+        WHERE c_custkey IN (SELECT k FROM big) AND c_acctbal * 100 < (SELECT m FROM mean)"""
+    plan = plan_query(sql, catalog, CONFIG)
+    assert _subquery_stages(sql, catalog) == 2, [s.label for s in plan.stages]
+    assert [s.id for s in plan.stages] == list(range(1, len(plan.stages) + 1))
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert all(n > 0 for n in expected.column("n").to_pylist())
+    assert_same_result(run_plan(plan), expected, ordered=False)

@@ -151,7 +151,9 @@ class Distributor:
                             # order numbers from a self-join, 72k of them distinct).
                             # No exchange to drop them all: a few copies cost less.
                             sub.node = Distinct(sub.node)
-                        _, stage = self.finish(sub, OutputSpec(OutputKind.SINGLE), "subquery")
+                        _, stage = self._stages.finish(
+                            sub, OutputSpec(OutputKind.SINGLE), "subquery", read_whole=True
+                        )
                         self._subquery_stages[name] = stage.id
                     f.inputs[name] = StageInput(name, self._subquery_stages[name], InputMode.ALL)
 

@@ -11,7 +11,6 @@ instead (``join_in``).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -97,12 +96,24 @@ class StageBuilder:
         self._n = max(1, partitions)
         self._partition_bytes = partition_bytes
         self._inline_scan_bytes = inline_scan_bytes
-        self._ids = itertools.count(1)
         self.stages: list[Stage] = []
+        self._read_whole: dict[tuple[object, ...], Stage] = {}
+        """Stages read whole by position (subqueries'), by ``_same_rows_key``."""
 
-    def finish(self, f: Frag, output: OutputSpec, label: str) -> tuple[StageRead, Stage]:
-        """Close a fragment into a stage; return the node that reads its output."""
-        stage_id = StageId(next(self._ids))
+    def finish(
+        self, f: Frag, output: OutputSpec, label: str, read_whole: bool = False
+    ) -> tuple[StageRead, Stage]:
+        """Close a fragment into a stage; return the node that reads its output.
+
+        With ``read_whole`` (a subquery's stage: its readers select all of its one
+        column, by position), a stage that computes the same rows under other
+        column names is returned instead of a new one. TPC-DS q14 reads its
+        ``cross_items`` and ``avg_sales`` CTEs in a subquery of each of its three
+        channels: six stages that made two results three times each.
+        """
+        # Numbered by position: a stage found the same as one before is not
+        # added, and leaves no gap.
+        stage_id = StageId(len(self.stages) + 1)
         outputs = f.node.outputs()
         if f.needed is not None and f.needed <= set(outputs):
             # Only what the plan above reads crosses the exchange (TPC-H q13 shipped
@@ -132,6 +143,12 @@ class StageBuilder:
             label=label or describe(f.node),
             side_scans=tuple(side_scans),
         )
+        if read_whole:
+            key = _same_rows_key(stage)
+            same = self._read_whole.get(key)
+            if same is not None:
+                return StageRead(f"s{same.id}", refs, f.node), same
+            self._read_whole[key] = stage
         self.stages.append(stage)
         return StageRead(f"s{stage_id}", refs, f.node), stage
 
@@ -253,6 +270,15 @@ class StageBuilder:
             # target's tasks, which read that stage too: a stage less in a row.
             return False
         return read * max(1, target.tasks) <= self._inline_scan_bytes
+
+
+def _same_rows_key(stage: Stage) -> tuple[object, ...]:
+    """What a stage computes, but not what its output columns are called: its SQL
+    with those names replaced by their positions, its inputs and scans."""
+    text = stage.sql
+    for i, name in enumerate(stage.columns):
+        text = text.replace(sql(exp.column(name, quoted=True)), f'"__out{i}"')
+    return (text, stage.inputs, stage.scan, stage.side_scans, stage.output, stage.num_tasks)
 
 
 def _reads_only(f: Frag) -> bool:
