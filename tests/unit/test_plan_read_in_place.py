@@ -4,7 +4,7 @@ TPC-DS q11 reads its ``year_total`` CTE (one stage) four times, each reader keep
 one channel and one year: three of them were stages of their own ("read": a
 filter of the CTE's stage, 11 to 38k rows), each a round trip on the query's
 path, for the one task of the final join to read back. That task now reads the
-CTE's stage and filters it itself (q11: 9 stages to 6, q31: 8 to 3).
+CTE's stage and filters it itself (q31: 8 stages to 5).
 Each plan runs task by task (``plan_runner``) against single-process DuckDB.
 """
 
