@@ -511,6 +511,11 @@ CASES: list[Case] = [
         "having_on_a_group_key_and_an_aggregate",
         "SELECT dept, mgr, COUNT(*) AS n FROM emp GROUP BY dept, mgr HAVING dept <> 'ops' AND COUNT(*) > 1",
     ),
+    Case(
+        # the GROUP BY key holds the same subquery as the select's item
+        "group_key_with_a_scalar_subquery",
+        "SELECT salary > (SELECT AVG(salary) FROM emp) AS high, COUNT(*) AS n FROM emp GROUP BY salary > (SELECT AVG(salary) FROM emp)",
+    ),
     # --- correlated subqueries
     Case(
         "correlated_scalar_select",

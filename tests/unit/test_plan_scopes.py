@@ -1,5 +1,5 @@
 """Subqueries where the planner once lost track of them: in a SELECT without FROM,
-and reading a CTE that shadows another of the same name.
+reading a CTE that shadows another of the same name, and in a GROUP BY key.
 
 ``SELECT (SELECT max(x) FROM t)`` planned to a task that named ``t`` although no
 task reads tables by their names; and a CTE defined in a subquery, shadowing an
@@ -84,4 +84,21 @@ def test_a_shadowing_cte_is_read_in_its_scope(
     sql = SHADOWED[case]
     expected = duckdb_ref.sql(sql).to_arrow_table()
     plan = plan_query(sql, catalog, CONFIG)
+    assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+def test_a_subquery_in_a_group_key_is_a_stage(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # The GROUP BY key kept the subquery while the select's item had it lifted:
+    # the aggregate's task named lineitem ("Table with name lineitem does not exist").
+    sql = """
+        SELECT q > (SELECT AVG(l_quantity) FROM lineitem) AS big, COUNT(*) AS n
+        FROM (SELECT l_quantity AS q FROM lineitem
+              UNION ALL SELECT ps_availqty / 200 FROM partsupp) AS u
+        GROUP BY q > (SELECT AVG(l_quantity) FROM lineitem)"""
+    plan = plan_query(sql, catalog, CONFIG)
+    assert plan.notes == ()
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows == 2
     assert_same_result(run_plan(plan), expected, ordered=False)

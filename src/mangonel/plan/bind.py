@@ -510,10 +510,15 @@ class Binder:
                 if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)):
                     if grouping is not None:
                         raise Unsupported("several grouping clauses")
+                    if has_subquery(g):
+                        raise Unsupported("a subquery in grouping sets")
                     grouping = g
                     members = [e for s in grouping_sets(g) for e in s]
                 else:
-                    members = [g]
+                    # Lifted as the select's items were: the same subquery text is
+                    # the same placeholder, so an item still matches its group key
+                    # (left in, the stage's SQL named a table no task has).
+                    members = [self._lift_subqueries(g, ctes, aliases)]
                 for m in members:
                     if m not in group_exprs:
                         group_exprs.append(m)

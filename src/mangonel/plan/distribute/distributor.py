@@ -249,7 +249,7 @@ class Distributor:
 
     def _aggregate(self, n: Aggregate) -> Frag:
         f = self.plan(n.child)
-        self._attach_subqueries(f, [e for _, e in n.aggs])
+        self._attach_subqueries(f, [e for _, e in n.groups + n.aggs])
         group_exprs = [e for _, e in n.groups]
         if n.grouping is not None:
             keys = common_grouping_keys(n.grouping)
