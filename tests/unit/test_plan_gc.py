@@ -76,6 +76,22 @@ def test_the_collector_stays_off_until_the_last_of_two_plans_ends() -> None:
     assert states == {"after the first ended": False, "after both ended": True}
 
 
+def test_plans_that_overlap_without_a_gap_still_collect(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Many clients planning at once may never leave a moment with no plan running:
+    # the trees earlier plans dropped must not pile up for ever.
+    clock = [1000.0]
+    monkeypatch.setattr(planner.time, "monotonic", lambda: clock[0])
+    collections: list[int] = []
+    monkeypatch.setattr(planner.gc, "collect", lambda *a: collections.append(1) or 0)
+    with planner._gc_paused():  # a plan that runs throughout
+        for _ in range(3):
+            with planner._gc_paused():  # plans that start and end under it
+                clock[0] += planner.GC_PAUSE_LIMIT_S / 2 + 0.01
+        assert not gc.isenabled()
+    assert len(collections) == 1  # once past the limit, then the clock starts again
+    assert gc.isenabled()
+
+
 def test_a_collector_someone_else_turned_off_stays_off(catalog: dict[str, Table]) -> None:
     gc.disable()
     planner.plan_query(tpch_query(6), catalog)

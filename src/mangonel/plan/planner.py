@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -181,6 +182,12 @@ _gc_planners = 0
 """Plans in progress on any thread; the first one pauses the collector, the last
 one resumes it (``_gc_paused``)."""
 _gc_was_enabled = False
+_gc_paused_since = 0.0
+"""``time.monotonic()`` when the collector was paused, or last collected while paused."""
+GC_PAUSE_LIMIT_S = 2.0
+"""The longest the collector stays paused while plans overlap without a gap: a plan
+ending after that collects (a scheduler planning for many clients at once would
+otherwise never free the trees its plans left)."""
 
 
 @contextlib.contextmanager
@@ -197,21 +204,30 @@ def _gc_paused() -> Iterator[None]:
     some megabytes in the meantime, for tens of milliseconds. A counter, not
     ``gc.isenabled()``, decides: with two plans on two threads, the first one to
     finish must not turn it back on under the other; a collector switched off by
-    someone else stays off.
+    someone else stays off. Plans that overlap without a gap for longer than
+    ``GC_PAUSE_LIMIT_S`` get a collection as one of them ends.
     """
-    global _gc_planners, _gc_was_enabled
+    global _gc_planners, _gc_was_enabled, _gc_paused_since
     with _gc_lock:
         if _gc_planners == 0:
             _gc_was_enabled = gc.isenabled()
             gc.disable()
+            _gc_paused_since = time.monotonic()
         _gc_planners += 1
     try:
         yield
     finally:
+        collect = False
         with _gc_lock:
             _gc_planners -= 1
-            if _gc_planners == 0 and _gc_was_enabled:
-                gc.enable()
+            if _gc_planners == 0:
+                if _gc_was_enabled:
+                    gc.enable()
+            elif _gc_was_enabled and time.monotonic() - _gc_paused_since > GC_PAUSE_LIMIT_S:
+                _gc_paused_since = time.monotonic()
+                collect = True
+        if collect:
+            gc.collect()  # under the other plans, once in GC_PAUSE_LIMIT_S at most
 
 
 _WARM_UP_TABLE = "__warm_up"
