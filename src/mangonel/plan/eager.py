@@ -45,6 +45,7 @@ from mangonel.plan.logical import (
     SetKind,
     SetOp,
     walk,
+    walk_once,
 )
 from mangonel.sql.exprs import col, has_placeholder, substitute
 
@@ -79,19 +80,12 @@ def aggregate_early(roots: list[Node], estimator: Estimator, catalog: Mapping[st
     one node: its outputs do not change, only what it reads.
     """
     names = itertools.count(1)
-    seen: set[int] = set()
     done = 0
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
+    for node in walk_once(roots):  # into the nodes a rewrite puts under ``node``, too
         if isinstance(node, Aggregate) and (
             _rewrite(node, estimator, catalog, names) or _through_union(node, names)
         ):
             done += 1
-        stack.extend(node.children())
     return done
 
 

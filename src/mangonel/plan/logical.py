@@ -259,6 +259,21 @@ def walk(node: Node) -> Iterator[Node]:
         yield from walk(child)
 
 
+def walk_once(roots: list[Node]) -> Iterator[Node]:
+    """Every node under ``roots`` once, a node read by several parents (a shared
+    CTE) included. A node's children are taken when the walk moves on from it, so
+    a caller may replace them meanwhile and the walk goes into the new ones."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(node.children())
+
+
 def required_columns(root: Node) -> dict[Node, set[Ref]]:
     """For each node under ``root``, the columns of it that the nodes
     above read: all of the root's, and for every other node what its parent's

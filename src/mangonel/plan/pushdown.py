@@ -41,6 +41,7 @@ from mangonel.plan.logical import (
     Project,
     Ref,
     Scan,
+    walk_once,
 )
 from mangonel.sql.exprs import VOLATILE, and_all, col, conjuncts, has_subquery, substitute
 
@@ -142,16 +143,9 @@ def _across(conds: Iterable[exp.Expr], pairs: list[tuple[Ref, Ref]]) -> list[exp
 class _Pusher:
     def __init__(self, roots: list[Node]) -> None:
         self._readers: dict[int, int] = {}
-        seen: set[int] = set()
-        stack = list(roots)
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
+        for node in walk_once(roots):
             for child in node.children():
                 self._readers[id(child)] = self._readers.get(id(child), 0) + 1
-                stack.append(child)
         self._done: dict[int, Node] = {}
 
     def sink(self, node: Node, conds: list[exp.Expr]) -> Node:
