@@ -49,6 +49,21 @@ WHERE a.kind = 's' AND a.yr = 1 AND b.kind = 's' AND b.yr = 2 AND c.kind = 'w' A
 """
 
 
+# The readers join on the year alone (3 values): hashed on it, each aggregate
+# would run in 3 tasks at most, so it keeps all its keys; the union, which the
+# readers hash on the year anyway, is hashed on it.
+FEW_VALUES_SQL = """
+WITH tot AS (
+  SELECT cust, region, yr, 's' AS kind, sum(v) AS total FROM s GROUP BY cust, region, yr
+  UNION ALL
+  SELECT cust, region, yr, 'w' AS kind, sum(v) AS total FROM w GROUP BY cust, region, yr
+)
+SELECT a.cust, a.region, a.total, b.total AS t2
+FROM tot a JOIN tot b ON a.yr = b.yr
+WHERE a.kind = 's' AND a.cust < 5 AND b.kind = 'w' AND b.cust < 3
+"""
+
+
 def _plan(tmp_path: Path, sql: str) -> tuple[DistributedPlan, pa.Table]:
     for name, n in (("s", 4000), ("w", 3000)):
         table = pa.table(
@@ -94,6 +109,16 @@ def test_readers_joining_on_other_keys_keep_the_full_hash(tmp_path: Path) -> Non
     partials = [s for s in plan.stages if s.scan is not None]
     assert all(len(s.output.keys) == 3 for s in partials)
     assert expected.num_rows > 100
+    assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+def test_keys_of_few_values_do_not_narrow_the_aggregate(tmp_path: Path) -> None:
+    plan, expected = _plan(tmp_path, FEW_VALUES_SQL)
+    partials = [s for s in plan.stages if s.scan is not None]
+    assert [len(s.output.keys) for s in partials] == [3, 3]
+    union = next(s for s in plan.stages if "setop" in s.label)
+    assert len(union.output.keys) == 1
+    assert expected.num_rows > 10
     assert_same_result(run_plan(plan), expected, ordered=False)
 
 

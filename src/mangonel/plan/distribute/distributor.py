@@ -25,7 +25,7 @@ from mangonel.plan.distribute.interesting import (
     wanted_keys,
 )
 from mangonel.plan.distribute.joins import JoinPlacer
-from mangonel.plan.distribute.keys import KeyTypes, same_keys, stripped
+from mangonel.plan.distribute.keys import KeyTypes, column_ref, same_keys, stripped
 from mangonel.plan.distribute.ranges import KeyRanges
 from mangonel.plan.distribute.reductions import Reductions
 from mangonel.plan.distribute.shared import SharedNodes
@@ -53,6 +53,10 @@ from mangonel.plan.physical import Stage, StageInput
 from mangonel.plan.types import TypeOracle
 from mangonel.sql.exprs import col, substitute
 from mangonel.task import InputMode, OutputKind, OutputSpec
+
+FEW_VALUES_PER_PARTITION = 4
+"""An aggregate is hashed on the keys its readers join on only where they may hold
+at least this many values per partition (``Distributor._hashed_names``)."""
 
 
 class Distributor:
@@ -283,9 +287,7 @@ class Distributor:
                 f.hash_keys = _hashed_groups(f.hash_keys, n)
             f.est = f.est / 4 if n.groups else 64.0
             return f
-        # Hashed on the group keys its readers join on, if they all join on some
-        # of them (``interesting``): the joins then read it where it is.
-        hashed = aggregate_keys(n, self._wanted.get(n)) or [name for name, _ in n.groups]
+        hashed = self._hashed_names(n)
         split = split_aggs(n.aggs)
         if split is None:
             exprs = dict(n.groups)
@@ -307,6 +309,31 @@ class Distributor:
         f.node = Aggregate(f.node, n.qualifier, final_groups, final_aggs)
         f.hash_keys = [col((n.qualifier, name)) for name in hashed] or None
         return f
+
+    def _hashed_names(self, n: Aggregate) -> list[str]:
+        """The group columns an aggregate is hashed on: the ones its readers join
+        on, if they all join on some of them (``interesting``), so that the joins
+        read it where it is; else all of them.
+
+        Not when the estimates know the wanted keys to hold fewer than
+        ``FEW_VALUES_PER_PARTITION`` values per partition of the widest exchange:
+        the aggregate would run in that few tasks (a join on the year alone),
+        and its readers' hash again costs less than its groups made in one task.
+        """
+        every = [name for name, _ in n.groups]
+        wanted = aggregate_keys(n, self._wanted.get(n))
+        if wanted is None:
+            return every
+        child = self._estimator.size(n.child)
+        exprs = dict(n.groups)
+        values = 1.0
+        for name in wanted:
+            ref = column_ref(stripped(exprs[name]))
+            if ref is None or ref not in child.distinct:
+                return wanted
+            values *= child.distinct[ref]
+        few = values < FEW_VALUES_PER_PARTITION * self._stages.max_partitions
+        return every if few else wanted
 
     def _finest_grouping(self, f: Frag, n: Aggregate, keys: list[exp.Expr]) -> Frag | None:
         """Grouping sets aggregated in two phases: each task aggregates its rows by
