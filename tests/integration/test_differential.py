@@ -696,6 +696,25 @@ CASES: list[Case] = [
         "cte_tpch",
         "WITH big AS (SELECT o_custkey, SUM(o_totalprice) AS spent FROM orders GROUP BY o_custkey HAVING SUM(o_totalprice) > 2500000) SELECT c_nationkey, COUNT(*) AS n FROM customer JOIN big ON c_custkey = o_custkey GROUP BY c_nationkey",
     ),
+    # An aggregate hashed on the group key its readers join on (``interesting``):
+    # q04's shape, a UNION ALL of aggregates read by joins on one of their keys;
+    # readers that join on different keys; an aggregate joined with a table.
+    Case(
+        "cte_union_all_joined_on_group_subset",
+        "WITH t AS (SELECT mgr, dept, 'a' AS kind, SUM(salary) AS s, COUNT(*) AS n FROM emp GROUP BY mgr, dept UNION ALL SELECT mgr, dept, 'b' AS kind, SUM(bonus) AS s, COUNT(*) AS n FROM emp WHERE bonus > 0.5 GROUP BY mgr, dept) SELECT x.mgr, x.dept, x.s, x.n, y.dept AS ydept, y.s AS ys, z.n AS zn FROM t x JOIN t y ON x.mgr = y.mgr JOIN t z ON x.mgr = z.mgr WHERE x.kind = 'a' AND y.kind = 'b' AND z.kind = 'a' AND z.dept IS NULL",
+    ),
+    Case(
+        "cte_union_all_joined_on_group_subset_tpch",
+        "WITH yt AS (SELECT o_custkey AS ck, o_orderpriority AS pri, EXTRACT(year FROM o_orderdate) AS y, 'f' AS kind, SUM(o_totalprice) AS total FROM orders WHERE o_orderstatus = 'F' GROUP BY o_custkey, o_orderpriority, EXTRACT(year FROM o_orderdate) UNION ALL SELECT o_custkey, o_orderpriority, EXTRACT(year FROM o_orderdate), 'o', SUM(o_totalprice) FROM orders WHERE o_orderstatus = 'O' GROUP BY o_custkey, o_orderpriority, EXTRACT(year FROM o_orderdate)) SELECT f1.ck, f1.pri, f1.total AS f_total, o1.total AS o_total, o2.pri AS o_pri FROM yt f1 JOIN yt o1 ON f1.ck = o1.ck JOIN yt o2 ON f1.ck = o2.ck WHERE f1.kind = 'f' AND f1.y = 1994 AND o1.kind = 'o' AND o1.y = 1996 AND o2.kind = 'o' AND o2.y = 1997 AND o1.total > f1.total",
+    ),
+    Case(
+        "cte_union_all_readers_join_on_other_keys",
+        "WITH t AS (SELECT mgr, dept, 'a' AS kind, SUM(salary) AS s FROM emp GROUP BY mgr, dept UNION ALL SELECT mgr, dept, 'b' AS kind, SUM(bonus) AS s FROM emp GROUP BY mgr, dept) SELECT x.mgr, x.dept, x.s, y.s AS ys, z.mgr AS zmgr FROM t x JOIN t y ON x.mgr = y.mgr JOIN t z ON x.dept = z.dept WHERE x.kind = 'a' AND y.kind = 'b' AND z.kind = 'b' AND z.mgr < 8",
+    ),
+    Case(
+        "aggregate_joined_on_group_subset",
+        "SELECT a.mgr, a.dept, a.n, e.name FROM (SELECT mgr, dept, COUNT(*) AS n FROM emp GROUP BY mgr, dept) AS a JOIN emp e ON a.mgr = e.id",
+    ),
     Case(
         "duplicate_output_names_join",
         "SELECT e.id, m.id, e.name, m.name FROM emp e JOIN emp m ON e.mgr = m.id",
@@ -936,6 +955,22 @@ def test_hash_joins_only_cluster_plans_otherwise(diff_session: Any, diff_hash_se
     hashed = diff_hash_session.explain(case.sql)
     assert explain_stage_count(default) == 3, default
     assert explain_stage_count(hashed) == 4, hashed
+
+
+def test_union_of_aggregates_is_joined_where_it_is(diff_session: Any) -> None:
+    # Every reader of the union joins on its first group key: the aggregates
+    # hash on it alone, the union is written hashed on it, and the joins read it
+    # partition by partition in one stage (nothing read whole, nothing hashed
+    # again). Readers that join on two different keys keep the old plan: the
+    # union written whole, each reader hashing it again on its own key.
+    for case_id, stages, whole_reads in (
+        ("cte_union_all_joined_on_group_subset_tpch", 4, 0),
+        ("cte_union_all_readers_join_on_other_keys", 6, 1),
+    ):
+        case = next(c for c in CASES if c.id == case_id)
+        text = diff_session.explain(case.sql)
+        assert explain_stage_count(text) == stages, text
+        assert text.count("all partitions") == whole_reads, text
 
 
 def test_limit_without_order_by_returns_rows_of_the_table(diff_session: Any) -> None:

@@ -18,8 +18,14 @@ from sqlglot import exp
 from mangonel.catalog import Table
 from mangonel.ids import StageId
 from mangonel.plan.distribute.aggregates import common_grouping_keys, split_aggs
+from mangonel.plan.distribute.interesting import (
+    Want,
+    aggregate_keys,
+    union_positions,
+    wanted_keys,
+)
 from mangonel.plan.distribute.joins import JoinPlacer
-from mangonel.plan.distribute.keys import KeyTypes, stripped
+from mangonel.plan.distribute.keys import KeyTypes, column_ref, same_keys, stripped
 from mangonel.plan.distribute.ranges import KeyRanges
 from mangonel.plan.distribute.reductions import Reductions
 from mangonel.plan.distribute.shared import SharedNodes
@@ -47,6 +53,10 @@ from mangonel.plan.physical import Stage, StageInput
 from mangonel.plan.types import TypeOracle
 from mangonel.sql.exprs import col, substitute
 from mangonel.task import InputMode, OutputKind, OutputSpec
+
+FEW_VALUES_PER_PARTITION = 4
+"""An aggregate is hashed on the keys its readers join on only where they may hold
+at least this many values per partition (``Distributor._hashed_names``)."""
 
 
 class Distributor:
@@ -87,6 +97,8 @@ class Distributor:
         self._keys = KeyTypes(oracle, subqueries)
         self._ranges = KeyRanges(catalog)
         self._shared = SharedNodes(self._stages)
+        self._wanted: dict[Node, Want] = {}
+        """The keys each node's readers want it hashed on (``interesting``)."""
         self._reductions = Reductions(
             self._estimator, self._stages, self._shared, self._names, broadcast_bytes
         )
@@ -120,6 +132,7 @@ class Distributor:
             # The query and its subqueries at once: a node they share (a CTE read
             # in both) is computed once, with the columns all its readers need.
             self._shared.analyze([root, *self._subqueries.values()])
+            self._wanted = wanted_keys([root, *self._subqueries.values()])
         return self.plan(root)
 
     def plan(self, node: Node) -> Frag:
@@ -274,11 +287,14 @@ class Distributor:
                 f.hash_keys = _hashed_groups(f.hash_keys, n)
             f.est = f.est / 4 if n.groups else 64.0
             return f
+        hashed = self._hashed_names(n)
         split = split_aggs(n.aggs)
         if split is None:
-            f = self._stages.exchange(f, group_exprs) if group_exprs else self._stages.gather(f)
+            exprs = dict(n.groups)
+            keys = [exprs[name] for name in hashed]
+            f = self._stages.exchange(f, keys) if keys else self._stages.gather(f)
             f.node = Aggregate(f.node, n.qualifier, n.groups, n.aggs)
-            f.hash_keys = [col((n.qualifier, name)) for name, _ in n.groups] or None
+            f.hash_keys = [col((n.qualifier, name)) for name in hashed] or None
             f.est = f.est / 4 if n.groups else 64.0
             return f
         partial_items, final_of = split
@@ -286,13 +302,38 @@ class Distributor:
         f.node = Aggregate(f.node, pq, n.groups, partial_items)
         f.needed = None  # all of the partial aggregate's columns
         f.est = f.est / 4 if n.groups else 64.0
-        group_refs = [col((pq, name)) for name, _ in n.groups]
+        group_refs = [col((pq, name)) for name in hashed]
         f = self._stages.exchange(f, group_refs) if n.groups else self._stages.gather(f)
         final_groups = [(name, col((pq, name))) for name, _ in n.groups]
         final_aggs = [(name, final_of(name, pq)) for name, _ in n.aggs]
         f.node = Aggregate(f.node, n.qualifier, final_groups, final_aggs)
-        f.hash_keys = [col((n.qualifier, name)) for name, _ in n.groups] or None
+        f.hash_keys = [col((n.qualifier, name)) for name in hashed] or None
         return f
+
+    def _hashed_names(self, n: Aggregate) -> list[str]:
+        """The group columns an aggregate is hashed on: the ones its readers join
+        on, if they all join on some of them (``interesting``), so that the joins
+        read it where it is; else all of them.
+
+        Not when the estimates know the wanted keys to hold fewer than
+        ``FEW_VALUES_PER_PARTITION`` values per partition of the widest exchange:
+        the aggregate would run in that few tasks (a join on the year alone),
+        and its readers' hash again costs less than its groups made in one task.
+        """
+        every = [name for name, _ in n.groups]
+        wanted = aggregate_keys(n, self._wanted.get(n))
+        if wanted is None:
+            return every
+        child = self._estimator.size(n.child)
+        exprs = dict(n.groups)
+        values = 1.0
+        for name in wanted:
+            ref = column_ref(stripped(exprs[name]))
+            if ref is None or ref not in child.distinct:
+                return wanted
+            values *= child.distinct[ref]
+        few = values < FEW_VALUES_PER_PARTITION * self._stages.max_partitions
+        return every if few else wanted
 
     def _finest_grouping(self, f: Frag, n: Aggregate, keys: list[exp.Expr]) -> Frag | None:
         """Grouping sets aggregated in two phases: each task aggregates its rows by
@@ -378,6 +419,11 @@ class Distributor:
             right.node,
             [col(r) for r in right.node.outputs()],
         )
+        positions = union_positions(n, self._wanted.get(n))
+        if positions is not None:
+            return self._union_all_on(
+                n, left, right, [lk[i] for i in positions], [rk[i] for i in positions], positions
+            )
         parts = self._stages.partitions_for(left.est + right.est)
         if n.distinct:
             # Each task drops its own duplicates before they move, as a partial
@@ -400,6 +446,50 @@ class Distributor:
             single=parts == 1,
         )
 
+    def _union_all_on(
+        self,
+        n: SetOp,
+        left: Frag,
+        right: Frag,
+        lk: list[exp.Expr],
+        rk: list[exp.Expr],
+        positions: list[int],
+    ) -> Frag:
+        """A UNION ALL hashed on the columns its readers join on (``lk``/``rk``, the
+        sides' columns at ``positions``, cast alike): any columns do, as no row
+        meets another. A side already hashed on them (an aggregate its want
+        reached) stays where it is, and the other follows its partition count;
+        the readers then join the union where it is, as q04's six readers of
+        ``year_total`` do.
+        """
+        left_stays, right_stays = _hashed_into(left, lk), _hashed_into(right, rk)
+        if left_stays and right_stays and left.tasks != right.tasks:
+            # Partitioned into different counts: the smaller side follows.
+            left_stays, right_stays = left.est >= right.est, left.est < right.est
+        if left_stays:
+            parts = left.tasks
+        elif right_stays:
+            parts = right.tasks
+        else:
+            parts = self._stages.partitions_for(left.est + right.est)
+        lx = left if left_stays else self._stages.exchange(left, lk, parts)
+        rx = right if right_stays else self._stages.exchange(right, rk, parts)
+        node = SetOp(n.kind, n.distinct, lx.node, rx.node, n.qualifier, n.names)
+        # Hashed on the union's own columns only where neither side's key was
+        # cast: a cast key hashes the supertype's value, which a reader's key
+        # need not be.
+        cast = any(isinstance(k, exp.Cast) for k in lk + rk)
+        keys = None if cast else [col((n.qualifier, n.names[i])) for i in positions]
+        return Frag(
+            node,
+            parts,
+            left.est + right.est,
+            inputs={**lx.inputs, **rx.inputs},
+            hash_keys=keys,
+            single=parts == 1,
+            side_scans=[*lx.side_scans, *rx.side_scans],
+        )
+
     def _join(self, n: Join) -> Frag:
         if n.kind in (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI):
             self._reductions.reduce_aggregate_input(n.right, n.right_keys, n.left, n.left_keys)
@@ -409,6 +499,14 @@ class Distributor:
         f = self._joins.place(n, left, right)
         self._attach_subqueries(f, [n.residual])
         return f
+
+
+def _hashed_into(f: Frag, keys: list[exp.Expr]) -> bool:
+    """True when task i of ``f``'s several tasks holds exactly the rows whose
+    ``keys`` hash to i (a scan's tasks hold splits, whatever its keys)."""
+    return (
+        f.hash_keys is not None and not f.single and f.scan is None and same_keys(f.hash_keys, keys)
+    )
 
 
 def _hashed_groups(hash_keys: list[exp.Expr] | None, n: Aggregate) -> list[exp.Expr] | None:

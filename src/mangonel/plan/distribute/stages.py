@@ -164,6 +164,11 @@ class StageBuilder:
         read, inp = self.read(f, OutputSpec(OutputKind.SINGLE), InputMode.ALL)
         return Frag(read, 1, f.est, inputs={inp.name: inp}, single=True)
 
+    @property
+    def max_partitions(self) -> int:
+        """The most partitions an exchange gets."""
+        return self._n
+
     def partitions_for(self, est: float) -> int:
         """Partitions of an exchange carrying ``est`` bytes: one per ``partition_bytes``,
         at most ``partitions`` (always ``partitions`` without ``partition_bytes``).
