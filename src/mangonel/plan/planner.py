@@ -18,7 +18,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -38,14 +37,7 @@ from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.prune import prune_columns
 from mangonel.plan.pushdown import push_filters
 from mangonel.plan.types import TypeOracle, oracle_for
-from mangonel.sql.frontend import (
-    DEFAULT_DIALECT,
-    ParsedQuery,
-    is_explain,
-    optimize_query,
-    parse,
-    to_duckdb,
-)
+from mangonel.sql.frontend import DEFAULT_DIALECT, is_explain, optimize_query, parse, to_duckdb
 from mangonel.task import OutputKind, OutputSpec
 
 __all__ = ["PlanCache", "PlannerConfig", "is_explain", "plan_query"]
@@ -113,10 +105,6 @@ class PlannerConfig:
         return max(self.min_split_rows, min(self.max_split_rows, wanted))
 
 
-_DESCRIBER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="plan-bind")
-"""Where DuckDB binds whole queries while the planner's Python runs (``_plan``)."""
-
-
 def plan_query(
     sql: str,
     catalog: Mapping[str, Table],
@@ -141,29 +129,8 @@ def _plan(
     parsed = parse(sql, set(catalog), dialect)
     oracle = oracle_for({name: catalog[name] for name in parsed.tables})
     duck_sql = to_duckdb(parsed.query)
+    names = [n for n, _ in oracle.describe(duck_sql)]
     schema: dict[str, object] = {t: oracle.table_types(t) for t in sorted(parsed.tables)}
-    # DuckDB binds the whole query on another thread while sqlglot's rules run
-    # here: it releases the GIL, and binding a TPC-DS query took a sixth of its
-    # planning (SF1, 99 queries: 0.66 of 4.3 s). Whether the query binds decides
-    # every error below: a query that does not bind gets DuckDB's words.
-    described = _DESCRIBER.submit(oracle.describe, duck_sql)
-    try:
-        return _distribute(sql, parsed, duck_sql, described, schema, catalog, oracle, config)
-    except Exception:
-        described.result()  # the query's own BindError, if it has one
-        raise
-
-
-def _distribute(
-    sql: str,
-    parsed: ParsedQuery,
-    duck_sql: str,
-    described: Future[list[tuple[str, str]]],
-    schema: dict[str, object],
-    catalog: Mapping[str, Table],
-    oracle: TypeOracle,
-    config: PlannerConfig,
-) -> DistributedPlan:
     notes: list[str] = []
     distributor = _distributor(catalog, oracle, config, {})
     try:
@@ -180,8 +147,7 @@ def _distribute(
         distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
         root = distributor.plan_tree(node)
     except BindError as err:
-        # SQL the planner wrote for a part of the query did not bind (the query
-        # itself does: ``_plan`` raises its own error first if it does not).
+        # The query bound above: SQL the planner wrote for a part of it did not.
         raise InternalError(
             "internal error: DuckDB refused SQL that mangonel's planner wrote for a part "
             "of the query. The query itself is valid (it binds in DuckDB as a whole); "
@@ -191,14 +157,9 @@ def _distribute(
     except (Unsupported, SqlglotError) as why:
         notes.append(f"runs whole in one task over its gathered tables: {why}")
         distributor = _distributor(catalog, oracle, config, {})
-        root = distributor.plan_tree(_opaque(duck_sql, _names(described), parsed.tables, catalog))
+        root = distributor.plan_tree(_opaque(duck_sql, names, parsed.tables, catalog))
     distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
-    return DistributedPlan(tuple(distributor.stages), tuple(_names(described)), sql, tuple(notes))
-
-
-def _names(described: Future[list[tuple[str, str]]]) -> list[str]:
-    """The result's column names, once DuckDB has bound the query."""
-    return [name for name, _ in described.result()]
+    return DistributedPlan(tuple(distributor.stages), tuple(names), sql, tuple(notes))
 
 
 def result_schema(sql: str, catalog: Mapping[str, Table], dialect: str | None = None) -> pa.Schema:
