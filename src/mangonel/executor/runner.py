@@ -25,15 +25,20 @@ User SQL reaches this DuckDB, so after configuring it the runner turns off
 external access (no file, network or extension access from SQL; registered
 Arrow tables still work) and locks the configuration (no ``SET`` from SQL).
 A task that scans runs in a second database of the slot, locked the same way
-but allowed (``allowed_paths``) to read exactly the Parquet files of its
-tables, kept for the next task over the same set of files (opening a database costs
-about 20 ms): its SQL can reach those files and no other, and those it may
-read anyway. The slot opens its next scan database ahead of need on another
-thread (configured, not yet locked down: no SQL runs in it before a task
-takes it and it is given its files and locked), so a new set of files costs a
-task no database opening. Which DuckDB type each file's column has is asked
-once per process (``_column_types``), and ``warm_up`` pays the process's
-first use of DuckDB and pyarrow at start, not in its first task.
+but allowed (``allowed_paths``) to read exactly the Parquet files of the tables
+its job scans (``TaskSpec.job_files``, with the task's own), kept for the next
+task of any job over the same tables: its SQL can reach the files of its own
+query's tables and no other, which its user may read anyway. One database per
+slot thus serves every scan task of a query, where one per set of files a task
+scanned cost a TPC-DS query's first run a fresh database per table in each slot
+(opening one costs about 20 ms, and its first big Parquet read about twice the
+page faults of the same read in it again). The slot opens its next scan
+database ahead of need on another thread (configured, not yet locked down: no
+SQL runs in it before a task takes it and it is given its files and locked),
+so a new set of tables costs a task no database opening. Which DuckDB type
+each file's column has is asked once per process (``_column_types``), and
+``warm_up`` pays the process's first use of DuckDB and pyarrow at start, not
+in its first task.
 
 A split in object storage (``s3://``) is read with pyarrow through
 ``mangonel.storage``, never by DuckDB (whose S3 reader, the ``httpfs``
@@ -97,8 +102,8 @@ _WITH = re.compile(r"\s*with\b", re.IGNORECASE)
 """A fragment that starts with its own WITH clause."""
 
 SCAN_DATABASES = 4
-"""Scan databases a slot keeps (one per set of files a task scans), the least recently
-used closed past it.
+"""Scan databases a slot keeps (one per set of files a job scans: the tables of a
+query), the least recently used closed past it.
 
 Each DuckDB database holds about 4.3 MiB of its own (its catalog of built-in
 functions, allocated with ``malloc``) however little it reads, and a slot that kept
@@ -106,8 +111,8 @@ functions, allocated with ``malloc``) however little it reads, and a slot that k
 (issue 19). Opening one again costs little against that: the slot opens its next database
 ahead of need (``_take_spare``), so a set of files met again costs a task only
 locking the spare down and the files' footers read again (about 1 ms for
-``lineitem``'s). Four hold what one query's tasks on a slot scanned (at most three in
-each TPC-H query at SF1), so the runs of a query repeated reuse them all.
+``lineitem``'s). One holds what all of a query's tasks on a slot scan, so four serve
+the runs of the last four queries over different sets of tables.
 """
 
 BATCH_ROWS = 131_072
