@@ -162,6 +162,11 @@ class TaskSpec:
 
     ``scans`` are the Parquet tables it reads (its stage's own scan first, when
     the stage has one), ``inputs`` the upstream stages' files; ``sql`` names both.
+    ``job_files`` are the files of every table its job scans, in any task: the
+    executor's scan database for the task may read them all (and no other), so one
+    database per slot serves every scan task of the job and of a later job over the
+    same tables (``executor.runner.TaskRunner._scan_connection``). Empty: only the
+    task's own files.
     """
 
     attempt: TaskAttemptId
@@ -170,6 +175,7 @@ class TaskSpec:
     columns: tuple[str, ...]
     scans: tuple[ScanSpec, ...] = ()
     inputs: tuple[InputLocations, ...] = ()
+    job_files: tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------ failure reasons

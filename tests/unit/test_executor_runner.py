@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import subprocess
@@ -595,6 +596,78 @@ def test_a_slot_keeps_a_bounded_number_of_scan_databases(
     with pytest.raises(TaskFailedError) as info:
         runner.run(bad)
     assert isinstance(info.value.failure, NOT_RETRIED)
+
+
+def test_one_scan_database_serves_every_table_of_a_job(
+    runner: TaskRunner, data: list[str], tmp_path: Path
+) -> None:
+    """Tasks of a job scanning different tables share the slot's one database for the
+    job's files; a fragment may read any file of the job's tables and none other."""
+    outside = str(tmp_path / "secret.parquet")
+    pq.write_table(pa.table({"l_quantity": pa.array([7], pa.int32())}), outside)
+    job = (data[0], data[1])
+    count = "SELECT count(*) AS x FROM lineitem"
+    for n, path in enumerate(job):
+        spec = dataclasses.replace(
+            scan_spec(1, n, count, (FileSplit(path),), SINGLE, ("x",), ("l_quantity",)),
+            job_files=job,
+        )
+        (out,) = runner.run(spec)
+        assert read(runner, out).column("x").to_pylist() == [3000]
+    assert (runner.scan_databases, runner.scan_databases_opened) == (1, 1)
+    # A task of the job scanning data[0] may read data[1]: its query's table...
+    sibling = f"SELECT count(*) AS x FROM read_parquet('{data[1]}')"
+    spec = scan_spec(2, 0, sibling, (FileSplit(data[0]),), SINGLE, ("x",), ("l_quantity",))
+    (out,) = runner.run(dataclasses.replace(spec, job_files=job))
+    assert read(runner, out).column("x").to_pylist() == [3000]
+    # ...but no file outside the job, nor change a setting.
+    for k, sql in enumerate([f"SELECT count(*) AS x FROM read_parquet('{outside}')",
+                             "SET allowed_paths = ['/etc/passwd']"]):  # fmt: skip
+        bad = scan_spec(3, k, sql, (FileSplit(data[0]),), SINGLE, ("x",), ("l_quantity",))
+        with pytest.raises(TaskFailedError) as info:
+            runner.run(dataclasses.replace(bad, job_files=job))
+        assert isinstance(info.value.failure, NOT_RETRIED)
+    assert runner.scan_databases_opened == 1
+
+
+def test_a_job_over_fewer_tables_gets_a_database_of_its_own(
+    runner: TaskRunner, data: list[str]
+) -> None:
+    """A database is keyed by exactly its job's files: a later job over a subset of
+    them does not run in the wider one, and cannot read the tables it does not scan."""
+    count = "SELECT count(*) AS x FROM lineitem"
+    wide = scan_spec(1, 0, count, (FileSplit(data[0]),), SINGLE, ("x",), ("l_quantity",))
+    runner.run(dataclasses.replace(wide, job_files=(data[0], data[1])))
+    other = f"SELECT count(*) AS x FROM read_parquet('{data[1]}')"
+    narrow = scan_spec(2, 0, other, (FileSplit(data[0]),), SINGLE, ("x",), ("l_quantity",))
+    with pytest.raises(TaskFailedError) as info:
+        runner.run(dataclasses.replace(narrow, job_files=(data[0],)))
+    assert isinstance(info.value.failure, NOT_RETRIED)
+    assert (runner.scan_databases, runner.scan_databases_opened) == (2, 2)
+    # The same job's files met again (in another order, from another job): no new one.
+    again = scan_spec(3, 0, count, (FileSplit(data[1]),), SINGLE, ("x",), ("l_quantity",))
+    (out,) = runner.run(dataclasses.replace(again, job_files=(data[1], data[0])))
+    assert read(runner, out).column("x").to_pylist() == [3000]
+    assert runner.scan_databases_opened == 2
+
+
+def test_a_task_reads_its_own_files_whatever_its_job_names(
+    runner: TaskRunner, data: list[str], tmp_path: Path
+) -> None:
+    """The task's own files are always readable (a job that named none, or a link to
+    one), and an object-store path among the job's files is not given to DuckDB,
+    which never reads those (pyarrow does)."""
+    link = tmp_path / "link.parquet"
+    link.symlink_to(data[1])
+    count = "SELECT count(*) AS x FROM lineitem"
+    splits = (FileSplit(data[0]), FileSplit(str(link)))
+    spec = scan_spec(1, 0, count, splits, SINGLE, ("x",), ("l_quantity",))
+    for n, job in enumerate([(), (data[0],), (str(link), "s3://bucket/t/part-0.parquet")]):
+        task = dataclasses.replace(spec, attempt=attempt(1, n), job_files=job)
+        (out,) = runner.run(task)
+        assert read(runner, out).column("x").to_pylist() == [6000]
+    # The three name the same two files once resolved (the s3:// one dropped).
+    assert runner.scan_databases_opened == 1
 
 
 # TPC-H q5's join stage at SF10 in miniature: lineitem x (orders x customer), then

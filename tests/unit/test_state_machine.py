@@ -124,6 +124,39 @@ def test_each_task_gets_its_own_row_groups_of_a_join_by_key_range() -> None:
         ]
 
 
+def test_every_task_of_a_job_names_the_files_of_every_table_the_job_scans() -> None:
+    # One scan database per executor slot serves the whole job: each task carries the
+    # job's files (its own scan's, the side scans' of any task, each once, sorted),
+    # also a task of a stage that scans nothing itself.
+    h = Harness()
+    h.register(E1, 8)
+    plan = three_stage_plan(maps=3, reducers=2)
+    ranged = tuple((FileSplit("/data/u.parquet", (i,), rows=10),) for i in range(3))
+    whole = ((FileSplit("/data/small.parquet", (), rows=5),),)
+    sides = (ScanInput("__scan1", "u", ("k",), ranged), ScanInput("__scan2", "w", ("x",), whole))
+    stages = (dataclasses.replace(plan.stages[0], side_scans=sides), *plan.stages[1:])
+    specs = [c.task for c in h.submit(dataclasses.replace(plan, stages=stages))
+             if isinstance(c, LaunchTask)]  # fmt: skip
+    expected = (
+        "/data/small.parquet",
+        "/data/t/0.parquet",
+        "/data/t/1.parquet",
+        "/data/t/2.parquet",
+        "/data/u.parquet",
+    )
+    assert len(specs) == 3
+    assert {s.job_files for s in specs} == {expected}
+    # Task 0 reads t/0 and u's range 0 itself, yet may read the rest of the job's.
+    assert {split.path for scan in specs[0].scans for split in scan.splits} == {
+        "/data/t/0.parquet",
+        "/data/u.parquet",
+        "/data/small.parquet",
+    }
+    cmds = finish_maps(h, {0: E1, 1: E1, 2: E1})
+    reducers = [c.task for c in cmds if isinstance(c, LaunchTask)]
+    assert reducers and all(r.job_files == expected and not r.scans for r in reducers)
+
+
 def two_stage_plan(maps: int, finals: int, mode: InputMode) -> DistributedPlan:
     """Scan (HASH into ``finals`` partitions) -> final stage reading it with ``mode``."""
     plan = three_stage_plan(maps, finals)

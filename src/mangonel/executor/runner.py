@@ -25,15 +25,20 @@ User SQL reaches this DuckDB, so after configuring it the runner turns off
 external access (no file, network or extension access from SQL; registered
 Arrow tables still work) and locks the configuration (no ``SET`` from SQL).
 A task that scans runs in a second database of the slot, locked the same way
-but allowed (``allowed_paths``) to read exactly the Parquet files of its
-tables, kept for the next task over the same set of files (opening a database costs
-about 20 ms): its SQL can reach those files and no other, and those it may
-read anyway. The slot opens its next scan database ahead of need on another
-thread (configured, not yet locked down: no SQL runs in it before a task
-takes it and it is given its files and locked), so a new set of files costs a
-task no database opening. Which DuckDB type each file's column has is asked
-once per process (``_column_types``), and ``warm_up`` pays the process's
-first use of DuckDB and pyarrow at start, not in its first task.
+but allowed (``allowed_paths``) to read exactly the Parquet files of the tables
+its job scans (``TaskSpec.job_files``, with the task's own), kept for the next
+task of any job over the same tables: its SQL can reach the files of its own
+query's tables and no other, which its user may read anyway. One database per
+slot thus serves every scan task of a query, where one per set of files a task
+scanned cost a TPC-DS query's first run a fresh database per table in each slot
+(opening one costs about 20 ms, and its first big Parquet read about twice the
+page faults of the same read in it again). The slot opens its next scan
+database ahead of need on another thread (configured, not yet locked down: no
+SQL runs in it before a task takes it and it is given its files and locked),
+so a new set of tables costs a task no database opening. Which DuckDB type
+each file's column has is asked once per process (``_column_types``), and
+``warm_up`` pays the process's first use of DuckDB and pyarrow at start, not
+in its first task.
 
 A split in object storage (``s3://``) is read with pyarrow through
 ``mangonel.storage``, never by DuckDB (whose S3 reader, the ``httpfs``
@@ -97,8 +102,8 @@ _WITH = re.compile(r"\s*with\b", re.IGNORECASE)
 """A fragment that starts with its own WITH clause."""
 
 SCAN_DATABASES = 4
-"""Scan databases a slot keeps (one per set of files a task scans), the least recently
-used closed past it.
+"""Scan databases a slot keeps (one per set of files a job scans: the tables of a
+query), the least recently used closed past it.
 
 Each DuckDB database holds about 4.3 MiB of its own (its catalog of built-in
 functions, allocated with ``malloc``) however little it reads, and a slot that kept
@@ -106,8 +111,8 @@ functions, allocated with ``malloc``) however little it reads, and a slot that k
 (issue 19). Opening one again costs little against that: the slot opens its next database
 ahead of need (``_take_spare``), so a set of files met again costs a task only
 locking the spare down and the files' footers read again (about 1 ms for
-``lineitem``'s). Four hold what one query's tasks on a slot scanned (at most three in
-each TPC-H query at SF1), so the runs of a query repeated reuse them all.
+``lineitem``'s). One holds what all of a query's tasks on a slot scan, so four serve
+the runs of the last four queries over different sets of tables.
 """
 
 BATCH_ROWS = 131_072
@@ -181,6 +186,9 @@ class TaskRunner:
         """The database the active task runs in (what ``cancel`` interrupts)."""
         self._scan_cons: OrderedDict[frozenset[str], duckdb.DuckDBPyConnection] = OrderedDict()
         self._scan_seq = 0
+        self.scan_databases_opened = 0
+        """Scan databases this slot has locked down for a task, over its life."""
+        self._job_files_of: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
         self._spare: Future[duckdb.DuckDBPyConnection] | None = self._open_spare()
         """A scan database being opened ahead, on another thread, for the next set
         of files this slot has none for (``_scan_connection``)."""
@@ -214,7 +222,9 @@ class TaskRunner:
             sqls = {s.name: self._scan_sql(s.columns, s.splits) for s in spec.scans}
             native = [s for s in spec.scans if sqls[s.name] is not None]
             if native:
-                con = self._scan_connection([split for s in native for split in s.splits])
+                con = self._scan_connection(
+                    [split for s in native for split in s.splits], spec.job_files
+                )
                 with self._lock:
                     self._running_con = con
             # The reads go in front of the fragment as CTEs (one statement, where two
@@ -342,11 +352,29 @@ class TaskRunner:
 
     # ---------------------------------------------------------------- scan
 
-    def _scan_connection(self, splits: Sequence[FileSplit]) -> duckdb.DuckDBPyConnection:
-        """A locked database of this slot that may read the splits' files and no other."""
-        files = frozenset(os.path.realpath(split.path) for split in splits)
+    def _scan_connection(
+        self, splits: Sequence[FileSplit], job_files: Sequence[str] = ()
+    ) -> duckdb.DuckDBPyConnection:
+        """A locked database of this slot that may read the splits' files and the
+        local ones of ``job_files`` (every table the task's job scans), and no other.
+
+        Keyed by the job's files, not the task's: a query's scan tasks read several
+        tables, and each set of files had a database of its own, so a TPC-DS query's
+        first run opened one per table in each slot, each paying a fresh database's
+        first Parquet read (about twice the page faults of the same read in a
+        database that has read once; issue 20). The splits' own files are added
+        too, so a task whose job named none (or not all) of them still runs.
+        """
+        files = self._job_files(job_files) | {os.path.realpath(s.path) for s in splits}
         con = self._scan_cons.pop(files, None)
         if con is None:
+            self.scan_databases_opened += 1
+            log.info(
+                "slot %s opens scan database %d for %d files",
+                self._spill_dir,
+                self.scan_databases_opened,
+                len(files),
+            )
             con = _lock_down(self._take_spare(), sorted(files))
             while len(self._scan_cons) >= SCAN_DATABASES:
                 _, old = self._scan_cons.popitem(last=False)
@@ -355,6 +383,16 @@ class TaskRunner:
                 _OPENER.submit(old.close)
         self._scan_cons[files] = con  # most recently used last
         return con
+
+    def _job_files(self, job_files: Sequence[str]) -> frozenset[str]:
+        """The local files of ``job_files``, resolved, remembered for the job's next task
+        (a job sends the same list with every task; resolving each path costs a
+        system call per directory in it)."""
+        key = tuple(job_files)
+        if key != self._job_files_of[0]:
+            resolved = frozenset(os.path.realpath(p) for p in key if not storage.is_remote(p))
+            self._job_files_of = (key, resolved)
+        return self._job_files_of[1]
 
     def _open_spare(self) -> Future[duckdb.DuckDBPyConnection]:
         self._scan_seq += 1

@@ -1,0 +1,198 @@
+"""A task's SQL reads the files of its own query's tables and no other, on real executors.
+
+User SQL reaches the executors' DuckDB, so the executors do not trust the front end
+alone: a slot's scan database may read exactly the files of the tables its job scans
+(``TaskSpec.job_files``), and one database serves every scan task of the job. These
+tests stand in for a fragment that escaped the front end: the scheduler (in this
+process) plans the query as usual, then its stages' SQL is swapped for one that reads
+a file directly, and real executor processes run it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.flight as flight
+import pyarrow.parquet as pq
+import pytest
+
+from mangonel.plan.physical import DistributedPlan
+from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.main import SchedulerConfig, SchedulerServer, start_scheduler
+from mangonel.scheduler.state_views import ExecutorState, JobState
+
+JOIN = "SELECT count(*) AS n FROM orders o JOIN customer c ON o.o_custkey = c.c_custkey"
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not met within {timeout} s")
+        time.sleep(0.05)
+
+
+@pytest.fixture()
+def tables(tmp_path: Path) -> dict[str, str]:
+    """orders and customer, and ``secret``: a file beside them no query names."""
+    data = tmp_path / "data"
+    data.mkdir()
+    n = 20_000
+    paths = {name: str(data / f"{name}.parquet") for name in ("orders", "customer", "secret")}
+    orders = {
+        "o_orderkey": pa.array(range(n), pa.int64()),
+        "o_custkey": pa.array([(i * 7) % 1000 for i in range(n)], pa.int64()),
+    }
+    pq.write_table(pa.table(orders), paths["orders"], row_group_size=2_000)
+    pq.write_table(pa.table({"c_custkey": pa.array(range(0, 1000, 2), pa.int64())}),
+                   paths["customer"])  # fmt: skip
+    pq.write_table(pa.table({"s": pa.array(range(42), pa.int64())}), paths["secret"])
+    return paths
+
+
+@pytest.fixture()
+def scheduler(tmp_path: Path) -> Iterator[SchedulerServer]:
+    # Small splits, no broadcast and no inline scans: the join's scans of orders and
+    # customer are stages of their own, so a task scanning orders alone belongs to a
+    # job that also scans customer.
+    server = start_scheduler(
+        SchedulerConfig(
+            port=0,
+            partitions=2,
+            split_rows=5_000,
+            broadcast_bytes=0,
+            inline_scan_bytes=0,
+            state=f"sqlite://{tmp_path / 'scheduler.db'}",
+        )
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def executors(scheduler: SchedulerServer, tmp_path: Path) -> Iterator[list[Path]]:
+    """Two executor processes of one slot each, so every task of a job meets the
+    scan databases the earlier ones left; yields their log files."""
+    procs, logs = [], []
+    try:
+        for i in range(2):
+            work, log_path = tmp_path / f"exec{i}", tmp_path / f"exec{i}.log"
+            cmd = [
+                sys.executable, "-m", "mangonel.executor.main",
+                "--scheduler", scheduler.address, "--slots", "1", "--threads", "1",
+                "--memory-limit", "256MB", "--work-dir", str(work), "--host", f"host{i}",
+            ]  # fmt: skip
+            log = open(log_path, "w")  # noqa: SIM115 (the child owns it)
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True))
+            logs.append(log_path)
+        for proc in procs:
+            assert proc.stdout is not None
+            assert "registered with" in proc.stdout.readline()
+        wait_for(
+            lambda: (
+                sum(e.view.state is ExecutorState.ALIVE for e in scheduler.core.executors()) == 2
+            ),
+            what="two executors alive",
+        )
+        yield logs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(10)
+
+
+def run(scheduler: SchedulerServer, sql: str) -> JobRecord:
+    record = scheduler.core.submit(sql)
+    wait_for(lambda: record.state.finished, what="job finished")
+    return record
+
+
+def fetch(record: JobRecord) -> list[tuple[Any, ...]]:
+    tables = []
+    for loc in record.result:
+        client = flight.FlightClient(f"grpc://{loc.flight_address}")
+        tables.append(client.do_get(flight.Ticket(loc.path.encode())).read_all())
+        client.close()
+    got = pa.concat_tables(tables)
+    return list(zip(*(c.to_pylist() for c in got.columns), strict=True))
+
+
+def reference(tables: dict[str, str], sql: str) -> list[tuple[Any, ...]]:
+    con = duckdb.connect()
+    for name, path in tables.items():
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{path}')")
+    return con.sql(sql).fetchall()
+
+
+def reading(monkeypatch: pytest.MonkeyPatch, scheduler: SchedulerServer, path: str) -> None:
+    """Plan the next queries as usual, then make each stage that scans ``orders`` count
+    ``path``'s rows instead (read directly, not through the task's scan)."""
+    plans = scheduler.core.plans
+    real = plans.plan
+
+    def plan(*args: Any, **kwargs: Any) -> DistributedPlan:
+        planned = real(*args, **kwargs)
+        stages = []
+        for stage in planned.stages:
+            if stage.scan is not None and stage.scan.table == "orders":
+                # The stage's own output column names; its type is BIGINT as the
+                # original's first column, o_orderkey or a count.
+                cols = ", ".join(f'count(*) AS "{c}"' for c in stage.columns)
+                stage = dataclasses.replace(stage, sql=f"SELECT {cols} FROM read_parquet('{path}')")
+            stages.append(stage)
+        return dataclasses.replace(planned, stages=tuple(stages))
+
+    monkeypatch.setattr(plans, "plan", plan)
+
+
+def test_a_fragment_reads_only_the_files_of_its_own_querys_tables(
+    scheduler: SchedulerServer,
+    executors: list[Path],
+    tables: dict[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("orders", "customer", "secret"):
+        scheduler.core.register_table(name, tables[name])
+    # The join as written: orders and customer scanned in stages of their own, in
+    # several tasks; every slot's scan database then may read both tables' files.
+    join = run(scheduler, JOIN)
+    assert join.state is JobState.SUCCEEDED, join.error
+    assert fetch(join) == reference(tables, JOIN)
+    stages = join.plan.stages
+    scans = {s.scan.table: s.num_tasks for s in stages if s.scan is not None}
+    assert scans["orders"] >= 2 and "customer" in scans, scans
+    opened = sum(log.read_text().count("opens scan database") for log in executors)
+    assert 1 <= opened <= 2, opened  # one per slot at most: both tables' tasks shared it
+
+    only_orders = "SELECT count(*) AS n FROM orders"
+    # A query of orders alone cannot read customer's file, although a database of the
+    # same slot (the join's) may: its own is locked down to orders' file.
+    reading(monkeypatch, scheduler, tables["customer"])
+    denied = run(scheduler, only_orders)
+    assert denied.state is JobState.FAILED
+    assert "customer.parquet" in (denied.error or ""), denied.error
+    # The join's tasks that scan orders may read customer's file: their query does.
+    allowed = run(scheduler, JOIN)
+    assert allowed.state is JobState.SUCCEEDED, allowed.error
+    # Each orders task counted customer's rows (its output column is the join key):
+    # the join then pairs every customer with the customers whose key is that count.
+    customers = reference(tables, "SELECT count(*) FROM customer")[0][0]
+    expected = (
+        reference(tables, f"SELECT count(*) FROM customer WHERE c_custkey = {customers}")[0][0]
+        * scans["orders"]
+    )
+    assert fetch(allowed) == [(expected,)]
+    # A file beside the tables that the join does not scan stays out of reach.
+    reading(monkeypatch, scheduler, tables["secret"])
+    secret = run(scheduler, JOIN)
+    assert secret.state is JobState.FAILED
+    assert "secret.parquet" in (secret.error or ""), secret.error
