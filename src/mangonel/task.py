@@ -162,11 +162,12 @@ class TaskSpec:
 
     ``scans`` are the Parquet tables it reads (its stage's own scan first, when
     the stage has one), ``inputs`` the upstream stages' files; ``sql`` names both.
-    ``job_files`` are the files of every table its job scans, in any task: the
+    ``job_files`` are the files of every table in the catalog its job was planned
+    against (``DistributedPlan.readable_files``) and those its job scans: the
     executor's scan database for the task may read them all (and no other), so one
-    database per slot serves every scan task of the job and of a later job over the
-    same tables (``executor.runner.TaskRunner._scan_connection``). Empty: only the
-    task's own files.
+    database per slot serves every scan task of every job over that catalog
+    (``executor.runner.TaskRunner._scan_connection``). Empty: only the task's own
+    files.
     """
 
     attempt: TaskAttemptId

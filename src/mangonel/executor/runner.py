@@ -25,11 +25,12 @@ User SQL reaches this DuckDB, so after configuring it the runner turns off
 external access (no file, network or extension access from SQL; registered
 Arrow tables still work) and locks the configuration (no ``SET`` from SQL).
 A task that scans runs in a second database of the slot, locked the same way
-but allowed (``allowed_paths``) to read exactly the Parquet files of the tables
-its job scans (``TaskSpec.job_files``, with the task's own), kept for the next
-task of any job over the same tables: its SQL can reach the files of its own
-query's tables and no other, which its user may read anyway. One database per
-slot thus serves every scan task of a query, where one per set of files a task
+but allowed (``allowed_paths``) to read exactly the Parquet files the task's
+job names (``TaskSpec.job_files``: every table of the catalog it was planned
+against, see ``DistributedPlan.readable_files``; with the task's own), kept for
+the next task of any job that names the same: its SQL can reach the files of the
+catalog's tables and no other, which its user may read anyway. One database per
+slot thus serves every scan task of every query, where one per set of files a task
 scanned cost a TPC-DS query's first run a fresh database per table in each slot
 (opening one costs about 20 ms, and its first big Parquet read about twice the
 page faults of the same read in it again). The slot opens its next scan
@@ -102,8 +103,8 @@ _WITH = re.compile(r"\s*with\b", re.IGNORECASE)
 """A fragment that starts with its own WITH clause."""
 
 SCAN_DATABASES = 4
-"""Scan databases a slot keeps (one per set of files a job scans: the tables of a
-query), the least recently used closed past it.
+"""Scan databases a slot keeps (one per set of files a job names: the catalog's
+tables, or a query's own), the least recently used closed past it.
 
 Each DuckDB database holds about 4.3 MiB of its own (its catalog of built-in
 functions, allocated with ``malloc``) however little it reads, and a slot that kept
@@ -111,8 +112,8 @@ functions, allocated with ``malloc``) however little it reads, and a slot that k
 (issue 19). Opening one again costs little against that: the slot opens its next database
 ahead of need (``_take_spare``), so a set of files met again costs a task only
 locking the spare down and the files' footers read again (about 1 ms for
-``lineitem``'s). One holds what all of a query's tasks on a slot scan, so four serve
-the runs of the last four queries over different sets of tables.
+``lineitem``'s). One holds what every query over a catalog scans; the others serve
+plans made before a table was registered, until they are done.
 """
 
 BATCH_ROWS = 131_072
@@ -356,7 +357,8 @@ class TaskRunner:
         self, splits: Sequence[FileSplit], job_files: Sequence[str] = ()
     ) -> duckdb.DuckDBPyConnection:
         """A locked database of this slot that may read the splits' files and the
-        local ones of ``job_files`` (every table the task's job scans), and no other.
+        local ones of ``job_files`` (every table of the catalog the task's job was
+        planned against, or of the job itself), and no other.
 
         Keyed by the job's files, not the task's: a query's scan tasks read several
         tables, and each set of files had a database of its own, so a TPC-DS query's

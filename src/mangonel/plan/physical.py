@@ -91,6 +91,13 @@ class DistributedPlan:
     sql: str = ""
     notes: tuple[str, ...] = field(default=())
     """Planner remarks shown by EXPLAIN, e.g. why a part runs as a single partition."""
+    readable_files: tuple[str, ...] = field(default=())
+    """The local files of every table in the catalog the query was planned against,
+    which its scan tasks' databases may read (``TaskSpec.job_files``): every user
+    may query every table, so a fragment reads nothing its user could not, and one
+    scan database per slot serves every query over that catalog. Empty where the
+    catalog has more than ``planner.READABLE_FILES_LIMIT`` files (the tasks then
+    name the files the plan itself scans)."""
 
     @property
     def final(self) -> Stage:

@@ -670,15 +670,16 @@ class JobRecord:
 
 
 def job_files(plan: DistributedPlan) -> tuple[str, ...]:
-    """The files of every table ``plan`` scans, in any stage and task, sorted.
+    """The files a task's scan database may read, sorted: those of every table in the
+    catalog ``plan`` was planned against (``DistributedPlan.readable_files``) and
+    those it scans itself, in any stage and task.
 
-    A task's scan database may read these and no other file: the tables of its own
-    query, whose rows its user may read anyway. Keyed by them, one database per slot
-    serves every scan task of the job (a TPC-DS query scans up to 10 tables, and a
-    fresh database's first Parquet read costs about twice the page faults of a later
-    one), and a later job over the same tables reuses it.
+    Tables whose rows its user may read anyway. Keyed by them, one database per slot
+    serves every scan task of every query over the catalog (a TPC-DS query scans up
+    to 10 tables, and a fresh database's first Parquet read costs about twice the
+    page faults of a later one).
     """
-    files: set[str] = set()
+    files: set[str] = set(plan.readable_files)
     for stage in plan.stages:
         scans = (stage.scan,) if stage.scan is not None else ()
         for scan in scans + stage.side_scans:
