@@ -72,7 +72,12 @@ from mangonel.executor.failures import (
     TaskFailedError,
     classify,
 )
-from mangonel.executor.memory import SlotBudget, format_size, parse_size
+from mangonel.executor.memory import (
+    SlotBudget,
+    format_size,
+    parse_size,
+    release_duckdb_memory,
+)
 from mangonel.executor.shuffle import PartitionSink, ShuffleReader, ShuffleWriter
 from mangonel.ids import TaskAttemptId
 from mangonel.task import (
@@ -270,6 +275,7 @@ class TaskRunner:
                     log.exception("dropping the scan view %s failed", view)
             for stream in streams:  # its files, where DuckDB did not read it to the end
                 stream.close()
+            release_duckdb_memory()
             with self._lock:
                 self._active = None
                 self._running_con = self._con
