@@ -217,13 +217,22 @@ class SlotBudget:
         )
 
 
+RELEASE_ABOVE = 32 * 2**20
+"""Freed memory DuckDB's allocator may keep after a task; past it, all of it goes back.
+
+Purging after every task made the 22 TPC-H queries 15% slower (SF1, random
+layout, ``benchmarks/ab.py``): each task faulted in afresh the pages the last
+one had freed. Most tasks leave a few MiB; a big aggregate or join leaves tens
+(q18's ``lineitem`` aggregate: 80 MB)."""
+
 _MALLCTL_ARENAS_ALL = 4096
-"""jemalloc's ``MALLCTL_ARENAS_ALL``: ``arena.<i>.purge`` with it purges every arena."""
+"""jemalloc's ``MALLCTL_ARENAS_ALL``: the arena index that means all of them."""
 
 
 class _DuckDBAllocator:
     """The jemalloc that DuckDB's Linux wheels link in (its symbols prefixed
-    ``duckdb_je_``), found once; ``None`` where DuckDB was built without it."""
+    ``duckdb_je_``), found once; ``mallctl`` is ``None`` where DuckDB was built
+    without it."""
 
     _mallctl: Any = None
     _found = False
@@ -251,25 +260,46 @@ class _DuckDBAllocator:
         return cls._mallctl
 
 
-def release_duckdb_memory() -> bool:
-    """Hand the memory DuckDB has freed back to the kernel now (after each task).
+def _dirty_bytes(mallctl: Any) -> int | None:
+    """Freed bytes DuckDB's jemalloc keeps in all its arenas; ``None`` if unknown."""
+    epoch = ctypes.c_uint64(1)
+    size = ctypes.c_size_t(ctypes.sizeof(epoch))
+    # Stats are a snapshot taken at the last "epoch" write.
+    if mallctl(b"epoch", ctypes.byref(epoch), ctypes.byref(size), ctypes.byref(epoch), size):
+        return None
+    values = []
+    for name in (f"stats.arenas.{_MALLCTL_ARENAS_ALL}.pdirty", "arenas.page"):
+        value = ctypes.c_size_t()
+        size = ctypes.c_size_t(ctypes.sizeof(value))
+        if mallctl(name.encode(), ctypes.byref(value), ctypes.byref(size), None, 0):
+            return None
+        values.append(value.value)
+    pages, page_size = values
+    return int(pages * page_size)
+
+
+def release_duckdb_memory(above: int = RELEASE_ABOVE) -> bool:
+    """Hand the memory DuckDB has freed back to the kernel (after each task),
+    where it keeps more than ``above`` bytes of it.
 
     DuckDB allocates with its own jemalloc, which keeps freed pages for reuse
     and returns them only as they decay, on its next allocations: a database
     that ran a big aggregate kept about 80 MB after the query ended (TPC-H q18,
-    3M ``lineitem`` rows grouped into 1.3M orders), for as long as it stayed idle
-    (closing it, or any ``SET memory_limit``, gave them back; a slot's databases
-    are locked and stay open). A slot's next task, often in another of its
-    databases, or a slot whose thread uses another arena, could not use them:
-    at q18's peak one executor held its scan task's freed memory while its
-    aggregate task built its own table (issue 19; docs "Memory and disk").
-    Purging every arena took 6 ms for those 80 MB, well under 1 ms when there
-    is little; the next task faults its pages in afresh.
+    3M ``lineitem`` rows grouped into 1.3M orders), for as long as the process
+    stayed idle (closing the database or any ``SET memory_limit`` gave them back;
+    a slot's databases are locked and stay open). At q18's peak one executor
+    held its scan task's freed memory while its aggregate task built its own
+    table (issue 19; docs "Memory and disk"). Purging every arena took 6 ms for
+    those 80 MB; reading how much is kept, well under 1 ms.
 
     Returns:
-        Whether it purged (``False`` where DuckDB has no jemalloc of its own).
+        Whether it purged (``False`` under ``above``, or where DuckDB has no
+        jemalloc of its own).
     """
     mallctl = _DuckDBAllocator.mallctl()
     if mallctl is None:
+        return False
+    dirty = _dirty_bytes(mallctl)
+    if dirty is not None and dirty <= above:
         return False
     return int(mallctl(f"arena.{_MALLCTL_ARENAS_ALL}.purge".encode(), None, None, None, 0)) == 0
