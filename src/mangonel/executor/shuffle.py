@@ -40,6 +40,10 @@ memory-mapped and unlinked at once, like a local one: the kernel reclaims its
 pages under memory pressure, and deletes it when the task lets go of the
 table. A full disk while spooling fails the task as ``DISK_FULL``, not the fetch.
 
+``stream_many`` reads the same files for a task that reads its input once: each
+is fetched (spooled) or checksummed first, then read batch by batch with plain
+reads, not mapped, so the pages a task touched do not pile up in its RSS.
+
 Releasing (``ShuffleWriter.release``) remembers what it released, so an attempt
 that commits its files after its job was released (a cancelled task that was
 already past its last check) can be told to delete them (``is_released``).
