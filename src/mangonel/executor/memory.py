@@ -217,7 +217,7 @@ class SlotBudget:
         )
 
 
-RELEASE_ABOVE = 32 * 2**20
+RELEASE_ABOVE = 64 * 2**20
 """Freed memory DuckDB's allocator may keep after a task; past it, all of it goes back.
 
 Purging after every task made the 22 TPC-H queries 15% slower (SF1, random
