@@ -220,10 +220,12 @@ class SlotBudget:
 RELEASE_ABOVE = 64 * 2**20
 """Freed memory DuckDB's allocator may keep after a task; past it, all of it goes back.
 
-Purging after every task made the 22 TPC-H queries 15% slower (SF1, random
-layout, ``benchmarks/ab.py``): each task faulted in afresh the pages the last
-one had freed. Most tasks leave a few MiB; a big aggregate or join leaves tens
-(q18's ``lineitem`` aggregate: 80 MB)."""
+Each purge costs the tasks after it the page faults of the memory they take
+again. Measured in CPU seconds of the cluster's processes over the 22 TPC-H
+queries (SF1, random layout, each query 3 times on two clusters in turn): a
+purge after every task made them 15% slower in wall time; past 32 MiB, 7.5%
+more CPU; past 64 MiB, 3.4%. Most tasks leave a few MiB; q18's ``lineitem``
+aggregate left 80 MB."""
 
 _MALLCTL_ARENAS_ALL = 4096
 """jemalloc's ``MALLCTL_ARENAS_ALL``: the arena index that means all of them."""
