@@ -13,6 +13,9 @@ B's code; the client is this checkout's. Answers are not compared here
 cluster's peak memory as ``tpch.py`` counts it: the RSS high-water marks
 (``VmHWM``) of its scheduler and executors, summed. ``--layout random`` runs on
 the copy of the tables with their rows in a random order (``tpch.py --layout``).
+Next to the times it reports the CPU seconds the cluster's processes spent on each
+query (``/proc/PID/stat`` read around it): on a machine shared with other work the
+wall time moves with the load, the CPU a change costs much less.
 
 Usage::
 
@@ -43,6 +46,16 @@ sys.path[:0] = [str(SRC), str(REPO_ROOT / "tests")]
 from engine_worker import vmhwm_kb  # noqa: E402  (a sibling module: benchmarks/ is not a package)
 from helpers import CACHE_DIR, TPCH_TABLES, ensure_tpch, tpch_query  # noqa: E402
 from tpch import random_layout  # noqa: E402
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds the processes have spent so far."""
+    ticks = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def parse_queries(text: str) -> list[int]:
@@ -111,6 +124,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="mangonel-ab-"))
     numbers = parse_queries(args.queries)
     times: dict[str, dict[str, list[float]]] = {}
+    cpu: dict[str, dict[str, list[float]]] = {}
     peaks: dict[str, list[int]] = {}
     with (
         started(
@@ -128,16 +142,29 @@ def main() -> int:
         for n in numbers:  # warm-up: every query once on each
             a.sql(tpch_query(n))
             b.sql(tpch_query(n))
+        pids = {
+            name: [c.scheduler.pid, *(e.pid for e in c.executors)]
+            for name, c in (("a", cluster_a), ("b", cluster_b))
+        }
         for n in numbers:
             sql = tpch_query(n)
             runs: dict[str, list[float]] = {"a": [], "b": []}
+            spent: dict[str, list[float]] = {"a": [], "b": []}
             for r in range(args.repeat):
                 order = (("a", a), ("b", b)) if r % 2 == 0 else (("b", b), ("a", a))
                 for name, session in order:
+                    before = cpu_seconds(pids[name])
                     runs[name].append(session.sql(sql).elapsed_s)
+                    spent[name].append(cpu_seconds(pids[name]) - before)
             times[f"q{n:02d}"] = runs
+            cpu[f"q{n:02d}"] = spent
             ma, mb = statistics.median(runs["a"]), statistics.median(runs["b"])
-            print(f"q{n:02d}: A {ma:.3f} s, B {mb:.3f} s, A/B {ma / mb:.2f}", file=sys.stderr)
+            ca, cb = statistics.median(spent["a"]), statistics.median(spent["b"])
+            print(
+                f"q{n:02d}: A {ma:.3f} s, B {mb:.3f} s, A/B {ma / mb:.2f}; "
+                f"CPU A {ca:.2f} s, B {cb:.2f} s",
+                file=sys.stderr,
+            )
         for name, cluster in (("a", cluster_a), ("b", cluster_b)):  # before they stop
             processes = [cluster.scheduler, *cluster.executors]
             peaks[name] = [vmhwm_kb(p.pid) // 1024 for p in processes]
@@ -148,6 +175,12 @@ def main() -> int:
         ma, mb = statistics.median(v["a"]), statistics.median(v["b"])
         print(f"| {q} | {ma:.3f} | {mb:.3f} | {ma / mb:.2f} |")
     print(f"| **total** | **{total_a:.3f}** | **{total_b:.3f}** | **{total_a / total_b:.2f}** |")
+    cpu_a = sum(statistics.median(v["a"]) for v in cpu.values())
+    cpu_b = sum(statistics.median(v["b"]) for v in cpu.values())
+    print(
+        f"\nCPU seconds (scheduler + executors, medians summed): A {cpu_a:.2f}, "
+        f"B {cpu_b:.2f}, A/B {cpu_a / cpu_b:.3f}"
+    )
     peak_a, peak_b = sum(peaks["a"]), sum(peaks["b"])
     print(
         f"\npeak RSS (MiB, scheduler + executors): A {peak_a} ({' + '.join(map(str, peaks['a']))})"
@@ -165,7 +198,8 @@ def main() -> int:
             "runs": times,
             "peak_rss_mib": peaks,
         }
-        report |= {"total_a_s": total_a, "total_b_s": total_b}
+        report |= {"total_a_s": total_a, "total_b_s": total_b, "cpu_s": cpu}
+        report |= {"total_cpu_a_s": cpu_a, "total_cpu_b_s": cpu_b}
         args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0
 

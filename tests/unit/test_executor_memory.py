@@ -4,7 +4,12 @@ out of either is classified (``executor.failures``)."""
 from __future__ import annotations
 
 import errno
+import json
 import os
+import platform
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import duckdb
@@ -227,3 +232,56 @@ def test_fill_disk_fault_leaves_the_work_root_full(tmp_path: Path) -> None:
         assert [f for _, _, fs in os.walk(writer.root) for f in fs] == []
         disk.free_up()
         assert disk.free() > 7 * 2**20
+
+
+_AGGREGATE_THEN_RELEASE = textwrap.dedent(
+    """
+    import json, sys
+    import duckdb
+    from mangonel.executor.memory import release_duckdb_memory
+
+    def anon_mib():
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) // 1024
+
+    # A locked-down slot database, as the runner's: SET memory_limit (which
+    # also gives the memory back) is out of reach once a task has run.
+    con = duckdb.connect(config={"threads": 1})
+    con.execute("SET lock_configuration = true")
+    before = anon_mib()
+    con.sql("SELECT i, sum(i) FROM range(5000000) t(i) GROUP BY i").fetchall()
+    held = anon_mib() - before
+    released = release_duckdb_memory() if sys.argv[1] == "release" else None
+    after = anon_mib() - before
+    # What a small query leaves stays for the next one.
+    con.sql("SELECT i % 7, count(*) FROM range(10000) t(i) GROUP BY 1").fetchall()
+    again = release_duckdb_memory() if sys.argv[1] == "release" else None
+    print(json.dumps([held, after, released, again]))
+    """
+)
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="DuckDB links jemalloc on Linux")
+def test_release_duckdb_memory_gives_back_what_an_idle_database_kept() -> None:
+    # A fresh process each, so that nothing else allocated in DuckDB's arenas.
+    def run(mode: str) -> tuple[int, int, bool | None, bool | None]:
+        done = subprocess.run(
+            [sys.executable, "-c", _AGGREGATE_THEN_RELEASE, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        )
+        held, after, released, again = json.loads(done.stdout.splitlines()[-1])
+        return held, after, released, again
+
+    held, after, released, again = run("release")
+    assert released is True
+    assert again is False
+    assert held > 80  # the aggregate's table, freed by DuckDB, kept by its allocator
+    assert after < held // 4
+    # Without it the idle database keeps that memory.
+    held, after, _, _ = run("keep")
+    assert after > held // 2

@@ -866,3 +866,77 @@ def test_a_fragment_with_its_own_with_clause_reads_its_scan(
             "WHERE l_quantity > 10 AND l_orderkey < 250"
         ).fetchall()
         assert read(runner, out).column("n").to_pylist() == [expected[0][0]]
+
+
+def test_an_input_named_once_is_streamed_and_one_named_twice_read_whole(
+    runner: TaskRunner, data: list[str]
+) -> None:
+    # A stream can be read once: an input the fragment names once is streamed
+    # (its pages never mapped: issue 19), one it names twice (a self-join here)
+    # must be read whole, or the second read would see no rows.
+    maps = map_stage(runner, data)
+    streamed: list[int] = []
+    stream_many = runner.reader.stream_many
+
+    def spy(locs: Any) -> pa.RecordBatchReader:
+        streamed.append(len(locs))
+        return stream_many(locs)
+
+    runner.reader.stream_many = spy  # type: ignore[method-assign]
+    cols = ("mode", "revenue", "n")
+    once = 'SELECT mode, sum(revenue) AS revenue, sum(n) AS n FROM "s1" GROUP BY mode'
+    twice = (
+        'SELECT a.mode, sum(a.revenue) AS revenue, sum(b.n) AS n FROM "s1" AS a '
+        'JOIN "s1" AS b ON a.mode = b.mode GROUP BY a.mode'
+    )
+    got: dict[str, list[pa.Table]] = {"once": [], "twice": []}
+    for name, sql in (("once", once), ("twice", twice)):
+        for p in range(4):
+            spec = TaskSpec(
+                attempt=attempt(2 if name == "once" else 3, p),
+                sql=sql,
+                output=SINGLE,
+                columns=cols,
+                inputs=(
+                    InputLocations(
+                        "s1", StageId(1), InputMode.PARTITION, locations(1, maps, p), cols
+                    ),
+                ),
+            )
+            (out,) = runner.run(spec)
+            got[name].append(read(runner, out))
+    assert streamed == [2, 2, 2, 2]  # the four "once" tasks, each over both map tasks
+    rows = duckdb.sql(
+        "SELECT l_shipmode AS mode, sum(l_price) AS revenue, count(*) AS n "
+        f"FROM read_parquet({data!r}) WHERE l_quantity > 10 GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert len(rows) > 1
+    for name, tables in got.items():
+        result = pa.concat_tables(tables).sort_by("mode")
+        assert result.column("mode").to_pylist() == [r[0] for r in rows]
+        # A self-join on the mode multiplies each side's rows by the other's: the
+        # partials of one mode are one row per map task that saw it.
+        per_mode = {r[0]: r for r in rows}
+        for mode, revenue, n in zip(*(result.column(c).to_pylist() for c in cols), strict=True):
+            copies = 1 if name == "once" else _map_rows(maps, mode)
+            assert revenue == pytest.approx(per_mode[mode][1] * copies), (name, mode)
+            assert n == per_mode[mode][2] * copies, (name, mode)
+
+
+def _map_rows(maps: dict[int, tuple[PartitionOutput, ...]], mode: str) -> int:
+    """How many map tasks wrote a partial row for ``mode``."""
+    seen = 0
+    for outs in maps.values():
+        for out in outs:
+            with pa.memory_map(out.path) as source:
+                table = pa.ipc.open_file(source).read_all()
+            seen += table.column("mode").to_pylist().count(mode)
+    return seen
+
+
+def test_read_once_only_where_the_fragment_names_the_input_once_without_with() -> None:
+    assert runner_mod._read_once('SELECT * FROM "s1"', "s1")
+    assert not runner_mod._read_once('SELECT * FROM "s1" a JOIN "s1" b USING (k)', "s1")
+    assert not runner_mod._read_once('WITH x AS (SELECT * FROM "s1") SELECT * FROM x', "s1")
+    assert not runner_mod._read_once("SELECT * FROM s1", "s1")  # unquoted: read whole
+    assert runner_mod._read_once('SELECT * FROM "s12" JOIN "s1" USING (k)', "s1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -330,3 +331,83 @@ def test_a_full_disk_while_spooling_is_disk_full_not_a_fetch_failure(
         assert isinstance(failure, ExecutionError)
         assert failure.problem is ExecutionProblem.DISK_FULL
         assert os.listdir(disk.path) == []
+
+
+def _resident_kib(path: str) -> int:
+    """Resident KiB of this process's maps of ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if len(head) >= 5 and "-" in head[0] and ":" in head[3]:  # a mapping's first line
+                inside = line.rstrip().endswith(path)
+            elif inside and head[0] == "Rss:":
+                total += int(head[1])
+    return total
+
+
+def test_stream_many_drops_the_pages_it_read_of_local_and_fetched_partitions(
+    writer: ShuffleWriter, server: ShuffleFlightServer, tmp_path: Path
+) -> None:
+    # Two map tasks' partitions: one on this host, one fetched (spooled), and an
+    # empty one whose column is null-typed and a non-null field where the others
+    # are nullable: the stream is their permissive union, in order.
+    table = sample(30_000)
+    local = writer.write_table(attempt(n=0), 0, table.slice(0, 12_000))
+    with writer.open(attempt(partition=1), 1, table.schema) as sink:
+        for batch in table.slice(12_000).to_batches(max_chunksize=5_000):
+            sink.write_batch(0, batch)
+        (remote,) = sink.commit()
+    odd = pa.schema(
+        [pa.field("k", pa.int64(), nullable=False), ("s", pa.null()), ("d", pa.float64())]
+    )
+    empty = writer.write_table(attempt(partition=2), 0, odd.empty_table())
+    spool = tmp_path / "fetched"
+    reader = ShuffleReader(HOST, spool_dir=str(spool))
+    stream = reader.stream_many(
+        [
+            location(local),
+            location(remote, f"127.0.0.1:{server.port}", host="host-b"),
+            location(empty),
+        ]
+    )
+    # Fetched before the stream is read; the spooled file is already unlinked.
+    assert os.listdir(spool) == []
+    assert stream.schema.equals(table.schema)
+    batches = list(stream)
+    # Zero copy: the batches point into the maps; yet once read, none of the
+    # local file's pages is resident in the process (the page cache has them).
+    assert os.path.getsize(local.path) > 64 * 1024
+    assert _resident_kib(local.path) == 0
+    got = pa.Table.from_batches(batches, schema=table.schema)
+    reader.close()
+    assert got.equals(table)
+    # Reading a batch again faults its pages back in: they were only dropped.
+    assert _resident_kib(local.path) > 0
+
+
+def test_stream_many_checks_a_local_files_checksum_before_it_streams(
+    writer: ShuffleWriter,
+) -> None:
+    out = writer.write_table(attempt(), 0, sample())
+    with open(out.path, "r+b") as f:
+        f.seek(out.bytes // 2)
+        byte = f.read(1)
+        f.seek(out.bytes // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    good = writer.write_table(attempt(partition=1), 0, sample(10))
+    with pytest.raises(FetchFailedError) as info:
+        ShuffleReader(HOST).stream_many([location(good), location(out)])
+    assert "checksum mismatch" in info.value.failure.message
+    assert info.value.failure.problem is FetchProblem.OUTPUT_LOST
+
+
+def test_stream_many_fails_a_fetch_of_the_wrong_row_count(
+    writer: ShuffleWriter, server: ShuffleFlightServer, tmp_path: Path
+) -> None:
+    out = writer.write_table(attempt(), 0, sample(100))
+    wrong = dataclasses.replace(location(out, f"127.0.0.1:{server.port}"), rows=99)
+    reader = ShuffleReader("host-b", spool_dir=str(tmp_path / "fetched"))
+    with pytest.raises(FetchFailedError, match="expected 99 rows, received 100"):
+        reader.stream_many([wrong])
+    reader.close()

@@ -78,7 +78,12 @@ from mangonel.executor.failures import (
     TaskFailedError,
     classify,
 )
-from mangonel.executor.memory import SlotBudget, format_size, parse_size
+from mangonel.executor.memory import (
+    SlotBudget,
+    format_size,
+    parse_size,
+    release_duckdb_memory,
+)
 from mangonel.executor.shuffle import PartitionSink, ShuffleReader, ShuffleWriter
 from mangonel.ids import TaskAttemptId
 from mangonel.task import (
@@ -101,6 +106,8 @@ _INTERRUPT_REPEAT_S = 0.05
 
 _WITH = re.compile(r"\s*with\b", re.IGNORECASE)
 """A fragment that starts with its own WITH clause."""
+_ANY_WITH = re.compile(r"\bwith\b", re.IGNORECASE)
+"""A WITH anywhere in a fragment (or in a literal: then its inputs are read whole)."""
 
 SCAN_DATABASES = 4
 """Scan databases a slot keeps (one per set of files a job names: the catalog's
@@ -214,6 +221,7 @@ class TaskRunner:
             # line reaches the reader, and none of an earlier task lingers.
             self.reader.reset()
         registered: list[str] = []
+        streams: list[pa.RecordBatchReader] = []
         views: list[str] = []
         opened: list[storage.ObjectFile] = []
         con = self._con
@@ -245,7 +253,10 @@ class TaskRunner:
                     ctes.append((scan.name, read))
             for inp in spec.inputs:
                 self._check_cancelled()
-                self._register(con, inp.name, self._read_input(inp), registered)
+                read = self._read_input(inp, _read_once(spec.sql, inp.name))
+                if isinstance(read, pa.RecordBatchReader):
+                    streams.append(read)
+                self._register(con, inp.name, read, registered)
             self._check_cancelled()
             target = writer or self.writer
             if target is None:
@@ -273,6 +284,9 @@ class TaskRunner:
                     con.execute(f"DROP VIEW IF EXISTS {_quote(view)}")
                 except duckdb.Error:
                     log.exception("dropping the scan view %s failed", view)
+            for stream in streams:  # its files, where DuckDB did not read it to the end
+                stream.close()
+            release_duckdb_memory()
             with self._lock:
                 self._active = None
                 self._running_con = self._con
@@ -450,8 +464,12 @@ class TaskRunner:
             )
         return " UNION ALL ".join(parts)
 
-    def _read_input(self, inp: InputLocations) -> pa.Table:
+    def _read_input(
+        self, inp: InputLocations, once: bool = False
+    ) -> pa.Table | pa.RecordBatchReader:
         if inp.locations:
+            if once:
+                return self.reader.stream_many(inp.locations)
             return self.reader.read_many(inp.locations)
         # No map task wrote anything (an upstream stage of no tasks): all the
         # runner knows is the column names, so the columns are NULL-typed.
@@ -772,6 +790,15 @@ def _split_rows(split: FileSplit, opened: list[storage.ObjectFile]) -> int:
     metadata = _parquet_file(split, opened).metadata
     groups = split.row_groups or range(metadata.num_row_groups)
     return sum(metadata.row_group(g).num_rows for g in groups)
+
+
+def _read_once(sql: str, name: str) -> bool:
+    """Whether DuckDB reads the input ``name`` in one pass: the fragment names it
+    once and has no WITH (a CTE named twice is read twice). Such an input is
+    streamed (``ShuffleReader.stream_many``), which DuckDB can read only once; any
+    other is read whole (a fragment naming its input unquoted, which the planner
+    does not write, is read whole too)."""
+    return sql.count(_quote(name)) == 1 and _ANY_WITH.search(sql) is None
 
 
 def _quote(name: str) -> str:
