@@ -217,15 +217,19 @@ class SlotBudget:
         )
 
 
-RELEASE_ABOVE = 64 * 2**20
+RELEASE_ABOVE = 256 * 2**20
 """Freed memory DuckDB's allocator may keep after a task; past it, all of it goes back.
 
 Each purge costs the tasks after it the page faults of the memory they take
 again. Measured in CPU seconds of the cluster's processes over the 22 TPC-H
 queries (SF1, random layout, each query 3 times on two clusters in turn): a
 purge after every task made them 15% slower in wall time; past 32 MiB, 7.5%
-more CPU; past 64 MiB, 3.4%. Most tasks leave a few MiB; q18's ``lineitem``
-aggregate left 80 MB."""
+more CPU; past 64 MiB, 3.4% (branch ``mem``), and again on main with one scan
+database per slot, 8.8% more CPU and 8% more time for a peak of 912 against 995
+MiB. Most tasks leave a few MiB; q18's ``lineitem`` aggregate left 80 MB. So
+only what SF1 never leaves goes back: a task that freed hundreds of MiB (a big
+aggregate at a larger scale) would otherwise hold them in the executor while
+its next tasks allocate their own."""
 
 _MALLCTL_ARENAS_ALL = 4096
 """jemalloc's ``MALLCTL_ARENAS_ALL``: the arena index that means all of them."""
