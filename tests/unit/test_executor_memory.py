@@ -253,12 +253,16 @@ _AGGREGATE_THEN_RELEASE = textwrap.dedent(
     before = anon_mib()
     con.sql("SELECT i, sum(i) FROM range(5000000) t(i) GROUP BY i").fetchall()
     held = anon_mib() - before
-    released = release_duckdb_memory() if sys.argv[1] == "release" else None
+    releasing = sys.argv[1] == "release"
+    # Under the default threshold (RELEASE_ABOVE, 256 MiB) it stays ...
+    by_default = release_duckdb_memory() if releasing else None
+    # ... and past a lower one it goes.
+    released = release_duckdb_memory(64 * 2**20) if releasing else None
     after = anon_mib() - before
     # What a small query leaves stays for the next one.
     con.sql("SELECT i % 7, count(*) FROM range(10000) t(i) GROUP BY 1").fetchall()
-    again = release_duckdb_memory() if sys.argv[1] == "release" else None
-    print(json.dumps([held, after, released, again]))
+    again = release_duckdb_memory(64 * 2**20) if releasing else None
+    print(json.dumps([held, after, by_default, released, again]))
     """
 )
 
@@ -266,7 +270,7 @@ _AGGREGATE_THEN_RELEASE = textwrap.dedent(
 @pytest.mark.skipif(platform.system() != "Linux", reason="DuckDB links jemalloc on Linux")
 def test_release_duckdb_memory_gives_back_what_an_idle_database_kept() -> None:
     # A fresh process each, so that nothing else allocated in DuckDB's arenas.
-    def run(mode: str) -> tuple[int, int, bool | None, bool | None]:
+    def run(mode: str) -> tuple[int, int, bool | None, bool | None, bool | None]:
         done = subprocess.run(
             [sys.executable, "-c", _AGGREGATE_THEN_RELEASE, mode],
             capture_output=True,
@@ -274,14 +278,15 @@ def test_release_duckdb_memory_gives_back_what_an_idle_database_kept() -> None:
             check=True,
             timeout=120,
         )
-        held, after, released, again = json.loads(done.stdout.splitlines()[-1])
-        return held, after, released, again
+        held, after, by_default, released, again = json.loads(done.stdout.splitlines()[-1])
+        return held, after, by_default, released, again
 
-    held, after, released, again = run("release")
+    held, after, by_default, released, again = run("release")
+    assert by_default is False
     assert released is True
     assert again is False
     assert held > 80  # the aggregate's table, freed by DuckDB, kept by its allocator
     assert after < held // 4
     # Without it the idle database keeps that memory.
-    held, after, _, _ = run("keep")
+    held, after, _, _, _ = run("keep")
     assert after > held // 2
