@@ -432,7 +432,7 @@ class JobRecord:
     changed: set[TaskId] = field(default_factory=set)
     """Tasks changed since the store was last given them (``take_changed``)."""
     scan_files: tuple[str, ...] = field(init=False)
-    """Every file of every table the job scans, in any stage (``TaskSpec.job_files``)."""
+    """The files its tasks' scan databases may read (``job_files``, ``TaskSpec.job_files``)."""
 
     def __post_init__(self) -> None:
         for rec in self.stages.values():
