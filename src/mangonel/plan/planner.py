@@ -176,9 +176,10 @@ def readable_files(catalog: Mapping[str, Table]) -> tuple[str, ...]:
 
     A scan database was opened per set of files the query scans, and a query's first
     run paid a fresh database's first Parquet read (about twice the page faults of
-    a later one) in each slot it ran on; over TPC-DS's 99 queries, the slots opened
-    143 databases (272 keyed by each task's own files), and with the whole catalog
-    2 (the sweep of the 99: 20.2 -> 16.4 s; branch ``scandb``).
+    a later one) in each slot it ran on: over TPC-DS's 99 queries at SF1, in order,
+    the slots opened 143 databases keyed by each query's tables (272 keyed by each
+    task's own files), 2 keyed by the catalog's (the sweep of the 99: 28.2-28.8 ->
+    22.6 s).
     """
     files = {f for table in catalog.values() for f in table.files if not is_remote(f)}
     if len(files) > READABLE_FILES_LIMIT:
