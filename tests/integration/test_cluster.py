@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow.parquet as pq
 import pytest
 from helpers import assert_same_result, tpch_query
 
@@ -61,6 +62,30 @@ def test_query_matches_duckdb(session: Any, duckdb_ref: duckdb.DuckDBPyConnectio
     assert result.num_rows == 2
     assert len(result.to_pandas()) == 2
     assert result.stages and all(s.tasks_done == s.tasks_total for s in result.stages)
+
+
+def test_a_client_process_runs_a_query_without_importing_the_planner(
+    cluster: Any, session: Any, duckdb_ref: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    # Session.sql asked the planner whether a statement is an EXPLAIN, so a client
+    # process's first query imported the planner and sqlglot (0.2 to 0.3 s).
+    sql = tpch_query(12)
+    code = (
+        "import sys, mangonel, pyarrow.parquet as pq\n"
+        "s = mangonel.connect(sys.argv[1])\n"
+        "pq.write_table(s.sql(sys.argv[2]).to_arrow(), sys.argv[3])\n"
+        "print(sorted(m for m in sys.modules if m == 'sqlglot' or m.startswith('mangonel.plan')))\n"
+    )
+    out = tmp_path / "result.parquet"
+    done = subprocess.run(
+        [sys.executable, "-c", code, cluster.address, sql, str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
+    assert_same_result(pq.read_table(out), duckdb_ref.sql(sql).to_arrow_table(), ordered=True)
 
 
 def test_repeated_column_names_are_kept(session: Any) -> None:

@@ -70,6 +70,7 @@ from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tls import TlsMaterial
+from mangonel.sql.explain import is_explain
 from mangonel.task import PartitionLocation
 
 if TYPE_CHECKING:
@@ -493,10 +494,6 @@ class Session:
             ClusterError: the scheduler or the executors cannot be reached.
         """
         start = time.monotonic()
-        # Imported here: the planner pulls in sqlglot, and every process that
-        # imports ``mangonel`` (executors too) would pay for it at start.
-        from mangonel.plan.planner import is_explain
-
         if is_explain(text):
             # EXPLAIN SELECT ...: the plan as a one-column result, one row per line.
             lines = self.explain(text, dialect).splitlines()

@@ -37,12 +37,11 @@ from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.prune import prune_columns
 from mangonel.plan.pushdown import push_filters
 from mangonel.plan.types import TypeOracle, oracle_for
-from mangonel.sql.frontend import DEFAULT_DIALECT, is_explain, optimize_query, parse, to_duckdb
+from mangonel.sql.frontend import DEFAULT_DIALECT, optimize_query, parse, to_duckdb
 from mangonel.storage import is_remote
 from mangonel.task import OutputKind, OutputSpec
 
-__all__ = ["PlanCache", "PlannerConfig", "is_explain", "plan_query"]
-"""``is_explain`` is the front end's, offered here too: the client asks the planner."""
+__all__ = ["PlanCache", "PlannerConfig", "plan_query"]
 
 
 @dataclass(frozen=True)

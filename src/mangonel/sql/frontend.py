@@ -37,6 +37,7 @@ from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import ensure_schema
 
 from mangonel.errors import ForbiddenStatementError, SqlSyntaxError, UnknownTableError
+from mangonel.sql.explain import EXPLAIN, is_explain
 from mangonel.sql.exprs import (
     VOLATILE,
     common_factors,
@@ -64,7 +65,6 @@ _FORBIDDEN_FUNCTION = re.compile(
     re.IGNORECASE,
 )
 
-_EXPLAIN = re.compile(r"^\s*explain\b", re.IGNORECASE)
 
 # Statements refused by their first word, before parsing: some of them (EXPORT
 # DATABASE, CALL, ...) are not even parsed by sqlglot, and the user should hear
@@ -127,11 +127,6 @@ class ParsedQuery:
     """Catalog tables the query reads."""
 
 
-def is_explain(sql: str) -> bool:
-    """True for ``EXPLAIN SELECT ...``: the caller shows the plan instead of running it."""
-    return bool(_EXPLAIN.match(sql))
-
-
 def parse(sql: str, tables: frozenset[str] | set[str], dialect: str | None = None) -> ParsedQuery:
     """Parse one statement and check that it may run.
 
@@ -142,7 +137,7 @@ def parse(sql: str, tables: frozenset[str] | set[str], dialect: str | None = Non
     """
     dialect = (dialect or DEFAULT_DIALECT).lower()
     explain = is_explain(sql)
-    text = _EXPLAIN.sub("", sql, count=1) if explain else sql
+    text = EXPLAIN.sub("", sql, count=1) if explain else sql
     first = _FIRST_WORD.match(text[_COMMENTS.match(text).end() :])  # type: ignore[union-attr]
     if first and first.group(0).lower() in _STATEMENT_WORDS:
         raise ForbiddenStatementError(
