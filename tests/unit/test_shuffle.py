@@ -52,6 +52,15 @@ def location(
     )
 
 
+def flip_a_byte(out: PartitionOutput) -> None:
+    """Corrupt a written partition: invert the bits of its middle byte."""
+    with open(out.path, "r+b") as f:
+        f.seek(out.bytes // 2)
+        byte = f.read(1)
+        f.seek(out.bytes // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
 def sample(rows: int = 10_000) -> pa.Table:
     return pa.table(
         {
@@ -125,11 +134,7 @@ def test_every_partition_is_written_even_empty(writer: ShuffleWriter) -> None:
 
 def test_local_checksum_mismatch_is_a_fetch_failure(writer: ShuffleWriter) -> None:
     out = writer.write_table(attempt(), 0, sample())
-    with open(out.path, "r+b") as f:
-        f.seek(out.bytes // 2)
-        byte = f.read(1)
-        f.seek(out.bytes // 2)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    flip_a_byte(out)
     with pytest.raises(FetchFailedError) as info:
         ShuffleReader(HOST).read(location(out))
     failure = info.value.failure
@@ -390,11 +395,7 @@ def test_stream_many_checks_a_local_files_checksum_before_it_streams(
     writer: ShuffleWriter,
 ) -> None:
     out = writer.write_table(attempt(), 0, sample())
-    with open(out.path, "r+b") as f:
-        f.seek(out.bytes // 2)
-        byte = f.read(1)
-        f.seek(out.bytes // 2)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    flip_a_byte(out)
     good = writer.write_table(attempt(partition=1), 0, sample(10))
     with pytest.raises(FetchFailedError) as info:
         ShuffleReader(HOST).stream_many([location(good), location(out)])
