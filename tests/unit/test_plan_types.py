@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -195,3 +197,21 @@ def test_a_stage_of_table_columns_passed_up_is_typed_from_the_catalog(tmp_path: 
     finally:
         # The oracle is shared by later tests' queries: drop the spy, not just replace it.
         del oracle.describe
+
+
+def test_a_process_that_planned_exits_without_duckdb_leak_reports(tmp_path: Path) -> None:
+    """The cached oracles' DuckDB objects are gone before the bindings' teardown, which
+    reports any still alive as leaks on stderr (the end of every scheduler log)."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"k": [1, 2, 3]}), path)
+    script = (
+        "from mangonel.catalog import load_table\n"
+        "from mangonel.plan.planner import plan_query\n"
+        f"plan_query('SELECT k, count(*) AS n FROM t GROUP BY k', "
+        f"{{'t': load_table('t', {str(path)!r})}})\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "leaked" not in done.stderr, done.stderr
