@@ -182,6 +182,25 @@ def note_equal(f: Frag, scan_keys: list[exp.Expr], other_keys: list[exp.Expr]) -
             f.equal[rb] = f.equal.get(ra, ra)
 
 
+def in_key_order(node: Node, ref: Ref, catalog: Mapping[str, Table]) -> bool:
+    """True when ``ref`` carries a column of a scan under ``node`` whose table's row
+    groups hold disjoint ranges of it: the table is written in that column's order,
+    so its scan tasks hold whole runs of each value (an aggregate on it runs in
+    place, a join on it by key range)."""
+    found = _scan_column(node, ref)
+    if found is None:
+        return False
+    scan, column = found
+    groups = catalog[scan.table].row_groups
+    ranges: list[Bounds] = []
+    for g in groups:
+        r = g.ranges.get(column)
+        if r is None:
+            return False
+        ranges.append((r[0], r[1]))
+    return len(ranges) > 1 and _disjoint(ranges)
+
+
 def _disjoint(ranges: list[Bounds]) -> bool:
     """True when no two of the ranges share a value."""
     known = sorted((r for r in ranges if r is not None), key=lambda r: r[0])
