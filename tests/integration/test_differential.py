@@ -373,6 +373,10 @@ CASES: list[Case] = [
         "join_tpch_left_count",
         "SELECT c_custkey, COUNT(o_orderkey) AS n FROM customer LEFT JOIN orders ON c_custkey = o_custkey AND o_comment NOT LIKE '%special%' WHERE c_custkey < 500 GROUP BY c_custkey",
     ),
+    Case(
+        "join_tpch_left_aggregates_grouped_early",
+        "SELECT c_custkey, c_name, COUNT(o_orderkey) AS n, SUM(o_totalprice) AS s, MIN(o_orderdate) AS lo, MAX(o_orderdate) AS hi, AVG(o_totalprice) AS mean FROM customer LEFT JOIN orders ON c_custkey = o_custkey AND o_orderstatus <> 'P' GROUP BY c_custkey, c_name",
+    ),
     # --- semi / anti joins, IN / NOT IN with NULLs
     Case("exists_semi", "SELECT k, a FROM l WHERE EXISTS (SELECT 1 FROM r WHERE r.k = l.k)"),
     Case(
@@ -971,6 +975,22 @@ def test_union_of_aggregates_is_joined_where_it_is(diff_session: Any) -> None:
         text = diff_session.explain(case.sql)
         assert explain_stage_count(text) == stages, text
         assert text.count("all partitions") == whole_reads, text
+
+
+def test_left_join_aggregates_group_the_orders_in_their_scan_tasks(
+    diff_session: Any, reference: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-H q13's shape: the orders are grouped by customer key in each of their
+    # scan tasks (``_ea``, ``plan.eager``) before the LEFT join keeps every
+    # customer; the customers no order met count 0 (and have NULL sums).
+    case = next(c for c in CASES if c.id == "join_tpch_left_aggregates_grouped_early")
+    text = diff_session.explain(case.sql)
+    assert "scan orders (filtered) → partial aggregate" in text, text
+    assert '"_ea' in text, text
+    expected = reference.sql(case.sql).to_arrow_table()
+    counts = expected.column("n").to_pylist()
+    assert 0 in counts and max(counts) > 1, "customers without orders and with several"
+    _check(case, diff_session, expected, "default")
 
 
 def test_limit_without_order_by_returns_rows_of_the_table(diff_session: Any) -> None:

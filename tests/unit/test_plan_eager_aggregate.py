@@ -178,3 +178,62 @@ def test_branches_that_aggregate_are_not_aggregated_again(
     expected = duckdb_ref.sql(sql).to_arrow_table()
     assert expected.num_rows > 100
     assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+LEFT_JOIN_AGGREGATES = """
+    SELECT c_custkey, c_name, COUNT(o_orderkey) AS n, SUM(o_totalprice) AS total,
+           MIN(o_orderdate) AS first, MAX(o_orderdate) AS last, AVG(o_totalprice) AS mean
+    FROM customer LEFT JOIN orders
+      ON c_custkey = o_custkey AND o_comment NOT LIKE '%special%requests%'
+    GROUP BY c_custkey, c_name"""
+
+
+@pytest.mark.parametrize("config", [ONE_TASK, SEVERAL_TASKS], ids=["one-task", "several-tasks"])
+def test_orders_are_counted_by_customer_before_a_left_join(
+    config: PlannerConfig, catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-H q13's shape: every customer, with the count of its orders (0 for a third
+    # of them). The orders are grouped by their customer key first, one row per
+    # customer per task; a customer no order met keeps one row of NULLs, whose COUNT
+    # is 0 and whose SUM, MIN, MAX and AVG are NULL, as without the rewrite.
+    plan = plan_query(LEFT_JOIN_AGGREGATES, catalog, config)
+    assert _grouped_early(plan), [s.sql for s in plan.stages]
+    expected = duckdb_ref.sql(LEFT_JOIN_AGGREGATES).to_arrow_table()
+    counts = expected.column("n").to_pylist()
+    assert 0 in counts and max(counts) > 1, "customers without orders and with several"
+    assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+@pytest.mark.parametrize(
+    "aggregate",
+    ["COUNT(*)", "SUM(COALESCE(o_totalprice, 1))"],
+    ids=["count-star", "an-expression"],
+)
+def test_a_left_join_whose_aggregate_counts_the_unmatched_row_is_grouped_after_it(
+    aggregate: str, catalog: dict[str, Table]
+) -> None:
+    # A customer without orders is one row of NULLs that COUNT(*) counts and
+    # COALESCE turns into 1: no partial row of orders can stand for it.
+    sql = f"""
+        SELECT c_custkey, {aggregate} AS n
+        FROM customer LEFT JOIN orders ON c_custkey = o_custkey
+        GROUP BY c_custkey"""
+    assert not _grouped_early(plan_query(sql, catalog, ONE_TASK))
+
+
+def test_orders_are_grouped_by_the_join_key_alone_for_a_dimensions_key(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # Grouped by the customer's own key, as wide as the orders' key (``NARROWER``
+    # does not hold): the partial aggregate groups each order once, by one key, as
+    # the aggregate would have, and the join meets a row per customer and task
+    # instead of every order.
+    sql = """
+        SELECT c_custkey, SUM(o_totalprice) AS total, COUNT(*) AS n
+        FROM orders JOIN customer ON o_custkey = c_custkey
+        GROUP BY c_custkey"""
+    plan = plan_query(sql, catalog, SEVERAL_TASKS)
+    assert _grouped_early(plan), [s.sql for s in plan.stages]
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 100
+    assert_same_result(run_plan(plan), expected, ordered=False)

@@ -31,7 +31,8 @@ def test_exchanges_get_partitions_by_their_estimated_bytes(tmp_path: Path) -> No
         pa.table({"k": keys, "v": [i % 7 for i in range(n)]}), path, row_group_size=50_000
     )
     catalog = {"t": load_table("t", str(path))}
-    # 8 scan tasks of k (3.2 MB); their partial aggregates are estimated at a quarter
+    # 8 scan tasks of k (3.2 MB). k is unique: a partial aggregate would keep every
+    # row (``PARTIAL_KEEPS``), so the rows of k are hashed whole, all 3.2 MB of them.
     sql = "SELECT k, count(*) AS c FROM t GROUP BY k"
 
     def aggregate_tasks(partitions: int, partition_bytes: int) -> int:
@@ -40,10 +41,75 @@ def test_exchanges_get_partitions_by_their_estimated_bytes(tmp_path: Path) -> No
         return next(s.num_tasks for s in plan.stages if s.label.startswith("aggregate"))
 
     assert aggregate_tasks(4, 64 << 20) == 1
-    assert aggregate_tasks(4, 512 << 10) == 2
-    assert aggregate_tasks(4, 128 << 10) == 4
-    assert aggregate_tasks(3, 128 << 10) == 3  # never more than ``partitions``
+    assert aggregate_tasks(4, 2 << 20) == 2
+    assert aggregate_tasks(4, 1200 << 10) == 3
+    assert aggregate_tasks(4, 512 << 10) == 4
+    assert aggregate_tasks(3, 512 << 10) == 3  # never more than ``partitions``
     assert aggregate_tasks(4, 0) == 4  # 0: always ``partitions``
+
+
+def test_a_partial_aggregate_is_estimated_from_the_groups_each_task_meets(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.parquet"
+    n = 400_000
+    # k unique and in no order, g of 7 values, r of 100k (4 rows each), h one value;
+    # 8 scan tasks
+    pq.write_table(
+        pa.table(
+            {
+                "k": [i * 7919 % n for i in range(n)],
+                "g": [i % 7 for i in range(n)],
+                "r": [i * 7919 % n // 4 for i in range(n)],
+                "h": [1] * n,
+            }
+        ),
+        path,
+        row_group_size=50_000,
+    )
+    catalog = {"t": load_table("t", str(path))}
+    config = PlannerConfig(16, 512 << 10, split_rows=50_000)
+
+    def partitions(sql: str) -> int:
+        plan = plan_query(sql, catalog, config)
+        (partial,) = [s for s in plan.stages if "partial aggregate" in s.label]
+        return partial.output.partitions
+
+    # 7 groups: 7 partial rows a task, 56 bytes each; not a quarter of 3.2 MB (TPC-H
+    # q01's four groups had two partitions and a stage more for them)
+    assert partitions("SELECT g, count(*) AS c FROM t GROUP BY g") == 1
+    # 100k groups of 4 rows: a task of 50k rows meets 39k of them, so the partial rows
+    # are 79% of the input (9.6 MB: 7.6 MB), not a quarter (TPC-H q18's lineitem by
+    # order in a random order). Two keys, or it would be hashed whole (below).
+    assert partitions("SELECT r, h, sum(k) AS s FROM t GROUP BY r, h") == 15
+    # a key whose count is unknown (an expression) keeps the quarter of 3.2 MB
+    assert partitions("SELECT r % 1000 AS m, count(*) AS c FROM t GROUP BY r % 1000") == 2
+
+
+def test_an_aggregate_whose_partial_rows_would_be_most_of_its_input_is_hashed_whole(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.parquet"
+    n = 400_000
+    # r: 100k groups of 4 rows in no order; 8 scan tasks each meet 39k of them
+    pq.write_table(
+        pa.table({"r": [i * 7919 % n // 4 for i in range(n)], "g": [i % 7 for i in range(n)]}),
+        path,
+        row_group_size=50_000,
+    )
+    catalog = {"t": load_table("t", str(path))}
+    config = PlannerConfig(4, 512 << 10, split_rows=50_000)
+    plan = plan_query("SELECT r, sum(g) AS s FROM t GROUP BY r", catalog, config)
+    scan = plan.stages[0]
+    assert scan.num_tasks == 8 and scan.label == "scan t", scan.label
+    assert scan.output.keys == ('"t.r"',), scan.output
+    # 7 groups: each task's partial rows are 7
+    plan = plan_query("SELECT g, sum(r) AS s FROM t GROUP BY g", catalog, config)
+    assert "partial aggregate" in plan.stages[0].label
+    # two keys: the product of their counts may be far above the groups there are
+    # (both are 100k x 7 capped at the rows here), so the partial phase stays
+    plan = plan_query("SELECT r, g, count(*) AS c FROM t GROUP BY r, g", catalog, config)
+    assert "partial aggregate" in plan.stages[0].label
 
 
 def test_splits_never_cut_a_row_group_and_cover_every_row(tmp_path: Path) -> None:

@@ -20,6 +20,11 @@ from the estimates.
 The inner aggregate (``Aggregate.local``) may run in each task over the rows it
 has, without an exchange: the outer one merges partial rows (a SUM of SUMs, of
 COUNTs, a MIN of MINs), so it is right however many partial rows a group has.
+
+The join may be a LEFT join that keeps the dimension's rows (TPC-H q13: every
+customer, with its orders counted): a dimension row no fact row met is one row of
+NULLs either way, which adds nothing to an aggregate of a fact column, and whose
+COUNT the final aggregate makes 0 again.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from sqlglot import exp
 
 from mangonel.catalog import Table
 from mangonel.plan.distribute.aggregates import split_aggs
+from mangonel.plan.distribute.ranges import in_key_order
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.logical import (
     Aggregate,
@@ -55,11 +61,14 @@ values at most its rows / 4): each partial row then stands for several rows, and
 a key near unique (an order's number) would group without reducing."""
 
 NARROWER = 0.5
-"""The partial aggregate's keys (the fact side's group columns and its join key)
-must be at most half as wide as the aggregate's: the point is to group by narrow
-keys. TPC-H q10 groups by six customer columns and a nation's name over a join
-with ``nation``: grouped first by the customer's columns and nation key, it
-would group by wide keys twice."""
+"""Where the aggregate groups by some of the fact side's columns, the partial
+aggregate's keys (those and its join key) must be at most half as wide as the
+aggregate's: the point is to group by narrow keys. TPC-H q10 groups by six
+customer columns and a nation's name over a join with ``nation``: grouped first by
+the customer's columns and nation key, it would group by wide keys twice. Grouped
+by the join key alone, each fact row is grouped once, by one key, as the aggregate
+would have; the join and the aggregate above then meet a row per key and task
+(TPC-H q13: 1.5M orders, 100k customers who have some)."""
 
 MIN_DIMENSION_ROWS = 1000
 """The dimension must have at least this many rows (estimated): a few rows (TPC-DS
@@ -99,14 +108,17 @@ def _rewrite(
     """Group ``agg``'s input early when it is a join with one key, each group
     expression reads one side (or none), the aggregates read only the fact side
     and split into partial and final (``split_aggs``), and the sizes say it pays
-    (``NARROWER``, ``_worth_it``). Either side may be the fact side."""
+    (``NARROWER``, ``_worth_it``). Either side of an inner join may be the fact
+    side; the right side of a LEFT join, where each aggregate reads one column of
+    it (``_of_a_column``). Not where the partial aggregate would group by the join
+    key alone and the fact table is written in its order (``_in_key_order``)."""
     join = agg.child
     if (
         agg.grouping is not None
         or agg.local
         or not agg.groups
         or not isinstance(join, Join)
-        or join.kind is not JoinKind.INNER
+        or join.kind not in (JoinKind.INNER, JoinKind.LEFT)
         or join.residual is not None
         or len(join.left_keys) != 1
     ):
@@ -115,13 +127,18 @@ def _rewrite(
     if split is None:
         return False
     partial_items, final_of = split
+    outer = join.kind is JoinKind.LEFT
     sides = (
         (join.left, join.right, join.left_keys[0], join.right_keys[0], True),
         (join.right, join.left, join.right_keys[0], join.left_keys[0], False),
     )
-    for fact, dim, fact_key, dim_key, fact_left in sides:
+    # A LEFT join keeps every row of the dimension (its left side); the fact side
+    # must be the one it extends with NULLs.
+    for fact, dim, fact_key, dim_key, fact_left in sides[1:] if outer else sides:
         fact_refs, dim_refs = set(fact.outputs()), set(dim.outputs())
         if not all(_refs(a) <= fact_refs for _, a in agg.aggs):
+            continue
+        if outer and not all(_of_a_column(a) for _, a in agg.aggs):
             continue
         # Each group expression is the fact side's, the dimension's or a constant.
         sides_of = [_side(e, fact_refs, dim_refs) for _, e in agg.groups]
@@ -130,8 +147,11 @@ def _rewrite(
         on_fact = [s == "fact" for s in sides_of]
         widths = _Widths(join, catalog)
         narrow = sum(widths.of(e) for (_, e), f in zip(agg.groups, on_fact, strict=True) if f)
-        narrow += widths.of(fact_key)
-        if narrow > NARROWER * sum(widths.of(e) for _, e in agg.groups):
+        if narrow and narrow + widths.of(fact_key) > NARROWER * sum(
+            widths.of(e) for _, e in agg.groups
+        ):
+            continue
+        if not narrow and _in_key_order(fact, fact_key, catalog):
             continue
         if not _worth_it(estimator, join, fact, dim, fact_key, dim_key):
             continue
@@ -147,18 +167,52 @@ def _rewrite(
         inner = Aggregate(fact, qualifier, groups, partial_items, local=True)
         key = col((qualifier, key_name))
         agg.child = (
-            Join(inner, dim, JoinKind.INNER, [key], [dim_key.copy()])
+            Join(inner, dim, join.kind, [key], [dim_key.copy()])
             if fact_left
-            else Join(dim, inner, JoinKind.INNER, [dim_key.copy()], [key])
+            else Join(dim, inner, join.kind, [dim_key.copy()], [key])
         )
         by_expr = {g: n for n, g in groups}
         agg.groups = [
             (name, col((qualifier, by_expr[e])) if f else e)
             for (name, e), f in zip(agg.groups, on_fact, strict=True)
         ]
-        agg.aggs = [(name, final_of(name, qualifier)) for name, _ in agg.aggs]
+        agg.aggs = [
+            (
+                name,
+                _zero_if_unmatched(a, final_of(name, qualifier))
+                if outer
+                else final_of(name, qualifier),
+            )
+            for name, a in agg.aggs
+        ]
         return True
     return False
+
+
+def _in_key_order(fact: Node, key: exp.Expr, catalog: Mapping[str, Table]) -> bool:
+    """True when the fact side's table is written in the order of the join key: its
+    scan tasks then join the dimension by key range and aggregate in place, no
+    exchange at all (``distribute.ranges``), which an aggregate between the scan
+    and the join would stop."""
+    return isinstance(key, exp.Column) and in_key_order(fact, (key.table, key.name), catalog)
+
+
+def _of_a_column(a: exp.Expr) -> bool:
+    """True for an aggregate of one column (``COUNT(o_orderkey)``, ``SUM(x)``):
+    NULL in a row a LEFT join made up, so that row adds nothing to it, as it adds
+    nothing to the partial rows. Not ``COUNT(*)`` or ``SUM(COALESCE(x, 1))``,
+    which count that row."""
+    inner = a.this.this if isinstance(a, exp.Cast) else a.this
+    return isinstance(inner, exp.Column)
+
+
+def _zero_if_unmatched(original: exp.Expr, final: exp.Expr) -> exp.Expr:
+    """A final aggregate over a LEFT join of partial rows: a dimension row that met
+    none has one NULL partial row, whose SUM of counts is NULL; the COUNT it stands
+    for is 0 (TPC-H q13's customers without orders)."""
+    if isinstance(original, exp.Count):
+        return exp.Coalesce(this=final, expressions=[exp.Literal.number(0)])
+    return final
 
 
 def _through_union(agg: Aggregate, names: Iterator[int]) -> bool:

@@ -75,6 +75,36 @@ class KeyRanges:
                 return True
         return False
 
+    def spans(self, f: Frag, key: exp.Expr) -> list[float] | None:
+        """Per task of ``f``, the part of the range of ``key`` over all its table's row
+        groups that the task's row groups span (a task of no rows spans none), where
+        ``key`` is a column of the fragment's scan with footer ranges; else None.
+
+        A task meets only the values in its span: a table roughly in the key's order
+        gives each task a narrow one, where a NULL or an overlap of row groups keeps
+        the aggregate from running in place (``clustered_on``).
+        """
+        if f.scan is None or len(f.splits) != f.tasks:
+            return None
+        ref = column_ref(stripped(key))
+        if ref is None:
+            return None
+        column = _scan_column(f.node, f.equal.get(ref, ref))
+        if column is None or column[0] is not f.scan:
+            return None
+        ranges = self._task_ranges(f, column[1])
+        whole = [g.ranges.get(column[1]) for g in self._catalog[f.scan.table].row_groups]
+        if ranges is None or not whole or any(r is None for r in whole):
+            return None
+        low = min(_number(r[0]) for r in whole if r is not None)
+        high = max(_number(r[1]) for r in whole if r is not None)
+        if high <= low:
+            return None
+        return [
+            0.0 if r is None else (_number(r[1]) - _number(r[0]) + 1) / (high - low + 1)
+            for r in ranges
+        ]
+
     def _task_ranges(self, f: Frag, column: str, null_free: bool = False) -> list[Bounds] | None:
         """Per task of ``f``, the range of its scan's ``column`` over the row groups
         the task reads (``None`` for a task of no rows); ``None`` when a row group's
@@ -180,6 +210,30 @@ def note_equal(f: Frag, scan_keys: list[exp.Expr], other_keys: list[exp.Expr]) -
         ra, rb = column_ref(stripped(a)), column_ref(stripped(b))
         if ra is not None and rb is not None:
             f.equal[rb] = f.equal.get(ra, ra)
+
+
+def in_key_order(node: Node, ref: Ref, catalog: Mapping[str, Table]) -> bool:
+    """True when ``ref`` carries a column of a scan under ``node`` whose table's row
+    groups hold disjoint ranges of it: the table is written in that column's order,
+    so its scan tasks hold whole runs of each value (an aggregate on it runs in
+    place, a join on it by key range)."""
+    found = _scan_column(node, ref)
+    if found is None:
+        return False
+    scan, column = found
+    groups = catalog[scan.table].row_groups
+    ranges: list[Bounds] = []
+    for g in groups:
+        r = g.ranges.get(column)
+        if r is None:
+            return False
+        ranges.append((r[0], r[1]))
+    return len(ranges) > 1 and _disjoint(ranges)
+
+
+def _number(value: Any) -> float:
+    """An integer or a date of a footer's range as a number: days for a date."""
+    return float(value.toordinal()) if hasattr(value, "toordinal") else float(value)
 
 
 def _disjoint(ranges: list[Bounds]) -> bool:
