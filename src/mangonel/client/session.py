@@ -679,7 +679,11 @@ class Session:
                     if on_progress is not None:
                         on_progress(job_from_proto(msg))
                     if msg.state not in (pb.JOB_STATE_RUNNING, pb.JOB_STATE_UNSPECIFIED):
+                        # The last message the scheduler sends: the result is read now,
+                        # not after the stream's end comes in behind it.
                         final = msg
+                        call.cancel()
+                        break
             except grpc.RpcError as err:
                 if final is not None:
                     return final
