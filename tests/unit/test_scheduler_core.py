@@ -11,6 +11,8 @@ results, cancel, timeouts) are the state machine's and tested there
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from mangonel.errors import JobCancelledError, JobFailedError, MangonelError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan import planner as planner_module
 from mangonel.plan.physical import DistributedPlan, Stage
+from mangonel.proto import mangonel_pb2 as pb
 from mangonel.scheduler import service as service_module
 from mangonel.scheduler.core import CoreConfig, SchedulerCore
 from mangonel.scheduler.events import (
@@ -360,3 +363,46 @@ def test_lost_executors_are_listed_as_long_as_the_state_machine_lists_them() -> 
     assert [e.id for e in core.executors()] == [e.id for e in entries[1:]]
     assert [e.usable for e in core.executors()] == [False, True]
     assert not core._executors.get(entries[0].id)  # its queue went with it
+
+
+class _Call:
+    """The servicer context of a watch that stays open (no token: ``OPEN`` needs none)."""
+
+    def is_active(self) -> bool:
+        return True
+
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
+
+@pytest.mark.parametrize("final_only", [False, True])
+def test_a_watch_for_the_final_status_gets_no_progress_in_between(
+    shell: tuple[SchedulerCore, ScriptedState], final_only: bool
+) -> None:
+    core, state = shell
+    entry = _connected(core)
+    record = core.submit("SELECT 1")
+    servicer = service_module.QueryServiceServicer(core)
+    watch = servicer.WatchJob(pb.WatchJobRequest(job_id=record.id, final_only=final_only), _Call())
+    first = next(watch)
+    assert first.state == pb.JOB_STATE_RUNNING
+    received: list[pb.JobStatus] = []
+    reader = threading.Thread(target=lambda: received.extend(watch), daemon=True)
+    reader.start()
+    stage = StageView(StageId(1), "s", 1, 0, 1, 0, 1, 0, 0)
+    state.job_views[record.id] = JobView(record.id, JobState.RUNNING, 0.0, None, None, (stage,))
+    core.heartbeat(entry.id)  # progress: a task runs
+    # Past the progress throttle (``_WATCH_MIN_INTERVAL_S``), so a progress message
+    # would have gone out before the job ends.
+    time.sleep(3 * service_module._WATCH_MIN_INTERVAL_S)
+    state.job_views[record.id] = _finished(record.id, JobState.SUCCEEDED)
+    state.next = [JobSucceeded(9, record.id, ())]
+    core.heartbeat(entry.id)
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "the watch did not end with the job"
+    assert received[-1].state == pb.JOB_STATE_SUCCEEDED
+    progress = [m for m in received[:-1] if m.state == pb.JOB_STATE_RUNNING]
+    if final_only:
+        assert len(received) == 1
+    else:  # the same changes, watched with progress: the test above can fail
+        assert len(progress) >= 1 and progress[0].stages[0].tasks_running == 1

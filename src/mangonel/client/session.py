@@ -663,7 +663,8 @@ class Session:
                 self.log_in()
             try:
                 call = self._stub.WatchJob(
-                    pb.WatchJobRequest(job_id=job_id), timeout=deadline.left()
+                    pb.WatchJobRequest(job_id=job_id, final_only=on_progress is None),
+                    timeout=deadline.left(),
                 )
                 for msg in call:
                     self._answered, give_up = True, None

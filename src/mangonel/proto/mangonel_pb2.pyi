@@ -424,10 +424,12 @@ class SubmitResponse(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "final_only")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FINAL_ONLY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    final_only: bool
+    def __init__(self, job_id: _Optional[str] = ..., final_only: _Optional[bool] = ...) -> None: ...
 
 class StageStatus(_message.Message):
     __slots__ = ("stage", "label", "tasks_total", "tasks_done", "tasks_running", "rows", "bytes", "elapsed_s", "attempts", "tasks_pending", "tasks_rerun", "outputs_recomputed", "tasks_planned")
