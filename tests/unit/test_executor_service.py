@@ -429,3 +429,63 @@ def test_a_disk_full_failure_makes_the_executor_unhealthy_before_it_is_reported(
         assert service.unhealthy().startswith("a task found")
     finally:
         stop_executor(service, thread)
+
+
+class _SlowAnswers(FakeLink):
+    """A scheduler that answers the first report only once told to (``answer``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = threading.Event()
+        self.started: list[TaskAttemptId] = []
+
+    def report_completed(
+        self,
+        executor: ExecutorId,
+        attempt: TaskAttemptId,
+        outputs: tuple[PartitionOutput, ...],
+        elapsed_s: float,
+    ) -> None:
+        super().report_completed(executor, attempt, outputs, elapsed_s)
+        if len(self.reports) == 1:
+            assert self.answer.wait(30), "the test never let the first report's answer come"
+
+
+class _SeesStarts:
+    """Records the attempts that started (the ``task_started`` hook)."""
+
+    def __init__(self, started: list[TaskAttemptId]) -> None:
+        self.started = started
+
+    def task_started(self, attempt: TaskAttemptId) -> None:
+        self.started.append(attempt)
+
+    def outputs_written(self, attempt: TaskAttemptId, outputs: object) -> None:
+        pass
+
+    def task_finished(self, attempt: TaskAttemptId, *, before_report: bool) -> None:
+        pass
+
+
+def test_a_slot_runs_its_next_task_while_the_last_report_waits_for_its_answer(
+    tmp_path: Path,
+) -> None:
+    # The scheduler launches the next task the moment it has a report, before it
+    # answers; one slot, whose only task thread used to wait for that answer.
+    link = _SlowAnswers()
+    config = ExecutorConfig(host="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
+    service = ExecutorService(config, link, _SeesStarts(link.started))
+    service.start()
+    thread = threading.Thread(target=service.serve, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: bool(link.streams))
+        link.send(launch(attempt(0)))
+        wait_for(lambda: len(link.reports) == 1)
+        link.send(launch(attempt(1)))
+        wait_for(lambda: len(link.reports) == 2)
+        assert not link.answer.is_set()
+        assert link.started == [attempt(0), attempt(1)]
+    finally:
+        link.answer.set()
+        stop_executor(service, thread)
