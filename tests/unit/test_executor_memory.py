@@ -19,10 +19,10 @@ import pyarrow as pa
 import pytest
 
 from mangonel.executor import memory as mem
+from mangonel.executor import runner as runner_module
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.failures import TaskFailedError, classify
 from mangonel.executor.health import DiskHealth, DiskSpace
-from mangonel.executor import runner as runner_module
 from mangonel.executor.runner import TaskRunner
 from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter
 from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
