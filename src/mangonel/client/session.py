@@ -40,7 +40,12 @@ import grpc
 import pyarrow as pa
 
 from mangonel import defaults
-from mangonel.client.fetch import FlightPool, ResultUnavailableError, assemble_result
+from mangonel.client.fetch import (
+    FlightPool,
+    ResultUnavailableError,
+    assemble_result,
+    carried_partition,
+)
 from mangonel.client.rpc import (
     DEFAULT_KEEPALIVE_S,
     BearerToken,
@@ -567,8 +572,11 @@ class Session:
             raise JobCancelledError(status.error or f"job {job_id} was cancelled")
         if status.state is not JobState.SUCCEEDED:
             raise JobFailedError(status.error or f"job {job_id} failed")
-        locations = tuple(convert.partition_location_from_proto(m) for m in final.result)
-        tables = [self._read_partition(job_id, loc, deadline) for loc in locations]
+        tables = [
+            carried_partition(m)
+            or self._read_partition(job_id, convert.partition_location_from_proto(m), deadline)
+            for m in final.result
+        ]
         table = assemble_result(tables, status.columns)
         self._release(job_id)
         return Result(
