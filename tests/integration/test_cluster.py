@@ -260,3 +260,24 @@ def test_children_die_with_the_process_that_started_them(tmp_path: Path) -> None
         return stat.rsplit(")", 1)[1].split()[0] == "Z"
 
     assert _wait_until(lambda: all(exited(p) for p in pids), timeout=20)
+
+
+def test_a_small_result_comes_with_the_jobs_end_and_a_big_one_over_flight(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The final status carries a small result's file (a cluster without tickets),
+    # so the client reads nothing over Flight; a result too big to carry still is.
+    reads: list[Any] = []
+    read = session._flight.read
+    monkeypatch.setattr(
+        session._flight, "read", lambda *a, **k: reads.append(a[0]) or read(*a, **k)
+    )
+    small = tpch_query(1)  # four groups, from several stages
+    result = session.sql(small)
+    assert_same_result(result.to_arrow(), duckdb_ref.sql(small).to_arrow_table(), ordered=True)
+    assert len(result.stages) > 1 and result.num_rows == 4
+    assert reads == []
+    big = "SELECT l_orderkey, l_linenumber, l_comment FROM lineitem WHERE l_orderkey < 20000"
+    result = session.sql(big)
+    assert_same_result(result.to_arrow(), duckdb_ref.sql(big).to_arrow_table(), ordered=False)
+    assert result.num_rows > 10_000 and len(reads) >= 1

@@ -54,6 +54,10 @@ SPLIT_ROWS = 50_000  # lineitem in 12 tasks at SF 0.1: both executors run severa
 QUERY = 12
 FREEZER = 0  # the executor that freezes itself to time the cut
 
+BIG_RESULT = "SELECT l_orderkey, l_linenumber, l_comment FROM lineitem WHERE l_orderkey < 20000"
+"""A result too big to come with the job's final status (``executor.service.
+INLINE_OUTPUT_BYTES``, where QUERY's does): the client reads it from the executors."""
+
 # A client whose every own time limit is shorter than the cut it must survive.
 IMPATIENT = {"timeout_s": 2.0, "reconnect_s": 3.0, "keepalive_s": 1.0}
 
@@ -86,16 +90,20 @@ def _check(answer: Answer, expected: pa.Table) -> None:
     assert_same_result(actual, expected, ordered=True, order_by=TPCH_ORDER_BY[QUERY])
 
 
+def _check_big(answer: Answer, expected: pa.Table) -> None:
+    assert_same_result(answer.result.to_arrow(), expected, ordered=False)
+
+
 class _Query:
     """The test's query, run on the client host from a thread of the test."""
 
-    def __init__(self, net: NetCluster, **options: Any) -> None:
+    def __init__(self, net: NetCluster, sql: str | None = None, **options: Any) -> None:
         self.outcome: list[Answer | BaseException] = []
         self.ended_at = 0.0
 
         def run() -> None:
             try:
-                self.outcome.append(net.client.sql(tpch_query(QUERY), **options))
+                self.outcome.append(net.client.sql(sql or tpch_query(QUERY), **options))
             except BaseException as exc:  # noqa: BLE001 - handed to the test thread
                 self.outcome.append(exc)
             self.ended_at = time.time()
@@ -206,18 +214,21 @@ def test_a_cut_longer_than_every_client_time_limit_is_survived_within_the_query_
 
 
 def test_a_result_on_executors_the_client_cannot_reach_is_read_again_not_rerun(
-    net: NetCluster, expected: pa.Table
+    net: NetCluster, duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     """Cut between the client and both executors (the scheduler still hears them
     and the client): the result's read fails, the scheduler says its executors
     are alive, the client reads again until the heal. No second job."""
+    expected = duckdb_ref.sql(BIG_RESULT).to_arrow_table()
+    assert expected.num_rows > 10_000
+    _check_big(net.client.sql(BIG_RESULT), expected)  # warm: the cut is the only delay
     jobs_before = _jobs(net.client.status())
     seen = len(_client_log(net))
     client = net.client_host
     for host in net.executor_hosts:
         net.lab.cut_between(client, host)
     cut_at = time.time()
-    query = _Query(net, timeout_s=60.0, session=IMPATIENT)
+    query = _Query(net, BIG_RESULT, timeout_s=60.0, session=IMPATIENT)
     wait_until(
         lambda: "reading it again" in _client_log(net)[seen:] or query.outcome,
         "the client failed to read the result",
@@ -229,7 +240,7 @@ def test_a_result_on_executors_the_client_cannot_reach_is_read_again_not_rerun(
         net.lab.heal_between(client, host)
     healed_at = time.time()
     answer = query.answer()
-    _check(answer, expected)
+    _check_big(answer, expected)
     assert answer.started_at + answer.result.scheduler_elapsed_s < healed_at
     assert _jobs(net.client.status()) - jobs_before == {answer.result.job_id}
     log = _client_log(net)[seen:]

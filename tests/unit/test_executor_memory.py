@@ -10,6 +10,8 @@ import platform
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import duckdb
@@ -17,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from mangonel.executor import memory as mem
+from mangonel.executor import runner as runner_module
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.failures import TaskFailedError, classify
 from mangonel.executor.health import DiskHealth, DiskSpace
@@ -167,6 +170,70 @@ def test_a_spilling_task_completes_and_says_so(
     table = pa.ipc.open_file(pa.memory_map(output.path)).read_all()
     assert table.column("m").to_pylist()[:3] == sorted(table.column("m").to_pylist()[:3])
     runner.close()
+
+
+def _spill_file(directory: Path, name: str, size: int) -> Path:
+    """A DuckDB-like temporary file of ``size`` bytes written out (blocks allocated)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_bytes(b"x" * size)
+    return path
+
+
+def test_the_slot_spill_watch_sees_files_gone_before_the_task_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The case the watch exists for: DuckDB deletes its files inside the query.
+    monkeypatch.setattr(runner_module, "_SPILL_POLL_S", 0.001)
+    watch = runner_module._SpillWatch(str(tmp_path))
+    try:
+        watch.start()
+        path = _spill_file(tmp_path / "scan-1", "duckdb_temp_storage-0.tmp", 1 << 20)
+        deadline = time.monotonic() + 10
+        while watch.peak < 1 << 20:
+            assert time.monotonic() < deadline, "the watch never looked at the slot's files"
+            time.sleep(0.001)
+        path.unlink()
+        assert watch.stop() >= 1 << 20
+    finally:
+        watch.close()
+
+
+def test_the_slot_spill_watch_starts_from_zero_for_each_task(tmp_path: Path) -> None:
+    watch = runner_module._SpillWatch(str(tmp_path))
+    try:
+        watch.start()
+        path = _spill_file(tmp_path, "a.tmp", 256 * 1024)
+        _spill_file(tmp_path, "not-a-spill-file.arrow", 1 << 20)
+        first = watch.stop()
+        assert 256 * 1024 <= first < 1 << 20
+        path.unlink()
+        # Between tasks the thread sleeps: a file written then is nobody's spill.
+        path = _spill_file(tmp_path, "b.tmp", 512 * 1024)
+        path.unlink()
+        watch.start()
+        assert watch.stop() == 0
+        watch.start()
+        _spill_file(tmp_path, "c.tmp", 128 * 1024)
+        assert 128 * 1024 <= watch.stop() < 256 * 1024
+    finally:
+        watch.close()
+
+
+def test_a_slot_watches_its_spill_on_one_thread_for_all_its_tasks(tmp_path: Path) -> None:
+    writer = ShuffleWriter(str(tmp_path / "shuffle"))
+    before = {t.ident for t in threading.enumerate() if t.name == "spill-watch"}
+    runner = TaskRunner(writer, ShuffleReader("h"), str(tmp_path / "spill"), None, 1)
+    try:
+        for i in range(3):
+            attempt = TaskAttemptId(TaskId(JobId("j"), StageId(1), i), 0)
+            spec = TaskSpec(attempt, "SELECT 1 AS x", OutputSpec(OutputKind.SINGLE, 1), ("x",))
+            (output,) = runner.run(spec)
+            assert output.rows == 1
+        watchers = {t.ident for t in threading.enumerate() if t.name == "spill-watch"} - before
+        assert len(watchers) == 1
+    finally:
+        runner.close()
 
 
 def test_enospc_anywhere_in_the_cause_chain_is_a_full_disk() -> None:

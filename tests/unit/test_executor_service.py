@@ -6,7 +6,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pyarrow.flight as flight
@@ -17,7 +17,7 @@ from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.failures import TaskFailedError, disk_full
 from mangonel.executor.link import ExecutorCommand, Registered, Registration
 from mangonel.executor.main import start_executor, stop_executor
-from mangonel.executor.service import ExecutorService
+from mangonel.executor.service import INLINE_OUTPUT_BYTES, ExecutorService
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import (
     CancelTask,
@@ -70,6 +70,8 @@ class FakeLink:
         self.reports: list[
             tuple[ExecutorId, TaskAttemptId, tuple[PartitionOutput, ...] | TaskFailure]
         ] = []
+        self.files: list[dict[str, bytes]] = []
+        """The files each completion report carried, in report order."""
         self.known = True
         self.drains: list[ExecutorId] = []
         self.failures_before_register = failures_before_register
@@ -102,9 +104,11 @@ class FakeLink:
         attempt: TaskAttemptId,
         outputs: tuple[PartitionOutput, ...],
         elapsed_s: float,
+        files: Mapping[str, bytes] | None = None,
     ) -> None:
         with self.lock:
             self.reports.append((executor, attempt, outputs))
+            self.files.append(dict(files or {}))
 
     def report_failed(
         self, executor: ExecutorId, attempt: TaskAttemptId, failure: TaskFailure, elapsed_s: float
@@ -429,3 +433,85 @@ def test_a_disk_full_failure_makes_the_executor_unhealthy_before_it_is_reported(
         assert service.unhealthy().startswith("a task found")
     finally:
         stop_executor(service, thread)
+
+
+class _SlowAnswers(FakeLink):
+    """A scheduler that answers the first report only once told to (``answer``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = threading.Event()
+        self.started: list[TaskAttemptId] = []
+
+    def report_completed(
+        self,
+        executor: ExecutorId,
+        attempt: TaskAttemptId,
+        outputs: tuple[PartitionOutput, ...],
+        elapsed_s: float,
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        super().report_completed(executor, attempt, outputs, elapsed_s, files)
+        if len(self.reports) == 1:
+            assert self.answer.wait(30), "the test never let the first report's answer come"
+
+
+class _SeesStarts:
+    """Records the attempts that started (the ``task_started`` hook)."""
+
+    def __init__(self, started: list[TaskAttemptId]) -> None:
+        self.started = started
+
+    def task_started(self, attempt: TaskAttemptId) -> None:
+        self.started.append(attempt)
+
+    def outputs_written(self, attempt: TaskAttemptId, outputs: object) -> None:
+        pass
+
+    def task_finished(self, attempt: TaskAttemptId, *, before_report: bool) -> None:
+        pass
+
+
+def test_a_slot_runs_its_next_task_while_the_last_report_waits_for_its_answer(
+    tmp_path: Path,
+) -> None:
+    # The scheduler launches the next task the moment it has a report, before it
+    # answers; one slot, whose only task thread used to wait for that answer.
+    link = _SlowAnswers()
+    config = ExecutorConfig(host="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
+    service = ExecutorService(config, link, _SeesStarts(link.started))
+    service.start()
+    thread = threading.Thread(target=service.serve, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: bool(link.streams))
+        link.send(launch(attempt(0)))
+        wait_for(lambda: len(link.reports) == 1)
+        link.send(launch(attempt(1)))
+        wait_for(lambda: len(link.reports) == 2)
+        assert not link.answer.is_set()
+        assert link.started == [attempt(0), attempt(1)]
+    finally:
+        link.answer.set()
+        stop_executor(service, thread)
+
+
+def test_a_small_only_output_goes_with_its_report(
+    cluster: tuple[ExecutorService, FakeLink],
+) -> None:
+    _, link = cluster
+    link.send(launch(attempt(0)))  # one row: the final stage of a small result
+    wait_for(lambda: len(link.reports) == 1)
+    (output,) = link.reports[0][2]  # type: ignore[misc]
+    with open(output.path, "rb") as f:
+        assert link.files[0] == {output.path: f.read()}
+    big = f"SELECT repeat('x', {INLINE_OUTPUT_BYTES}) AS n"
+    link.send(launch(attempt(1), big))
+    spread = TaskSpec(attempt(2), "SELECT 42 AS n", OutputSpec(OutputKind.HASH, 2, ("n",)), ("n",))
+    link.send(LaunchTask(0, ExecutorId("e?"), spread))
+    wait_for(lambda: len(link.reports) == 3)
+    by_attempt = {r[1]: (r[2], f) for r, f in zip(link.reports, link.files, strict=True)}
+    outputs, files = by_attempt[attempt(1)]
+    assert outputs[0].bytes > INLINE_OUTPUT_BYTES and files == {}  # type: ignore[index]
+    outputs, files = by_attempt[attempt(2)]
+    assert len(outputs) == 2 and files == {}  # type: ignore[arg-type]

@@ -11,6 +11,8 @@ results, cancel, timeouts) are the state machine's and tested there
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from mangonel.errors import JobCancelledError, JobFailedError, MangonelError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan import planner as planner_module
 from mangonel.plan.physical import DistributedPlan, Stage
+from mangonel.proto import mangonel_pb2 as pb
 from mangonel.scheduler import service as service_module
 from mangonel.scheduler.core import CoreConfig, SchedulerCore
 from mangonel.scheduler.events import (
@@ -45,6 +48,8 @@ from mangonel.scheduler.registry import CLOSE, ExecutorEntry
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, TaskRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView, StageView
+from mangonel.scheduler.tickets import TicketIssuer
+from mangonel.security.tickets import TicketSigner
 from mangonel.task import (
     LaunchTask,
     OutputKind,
@@ -360,3 +365,88 @@ def test_lost_executors_are_listed_as_long_as_the_state_machine_lists_them() -> 
     assert [e.id for e in core.executors()] == [e.id for e in entries[1:]]
     assert [e.usable for e in core.executors()] == [False, True]
     assert not core._executors.get(entries[0].id)  # its queue went with it
+
+
+class _Call:
+    """The servicer context of a watch that stays open (no token: ``OPEN`` needs none)."""
+
+    def is_active(self) -> bool:
+        return True
+
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
+
+@pytest.mark.parametrize("final_only", [False, True])
+def test_a_watch_for_the_final_status_gets_no_progress_in_between(
+    shell: tuple[SchedulerCore, ScriptedState], final_only: bool
+) -> None:
+    core, state = shell
+    entry = _connected(core)
+    record = core.submit("SELECT 1")
+    servicer = service_module.QueryServiceServicer(core)
+    watch = servicer.WatchJob(pb.WatchJobRequest(job_id=record.id, final_only=final_only), _Call())
+    first = next(watch)
+    assert first.state == pb.JOB_STATE_RUNNING
+    received: list[pb.JobStatus] = []
+    reader = threading.Thread(target=lambda: received.extend(watch), daemon=True)
+    reader.start()
+    stage = StageView(StageId(1), "s", 1, 0, 1, 0, 1, 0, 0)
+    state.job_views[record.id] = JobView(record.id, JobState.RUNNING, 0.0, None, None, (stage,))
+    core.heartbeat(entry.id)  # progress: a task runs
+    # Past the progress throttle (``_WATCH_MIN_INTERVAL_S``), so a progress message
+    # would have gone out before the job ends.
+    time.sleep(3 * service_module._WATCH_MIN_INTERVAL_S)
+    state.job_views[record.id] = _finished(record.id, JobState.SUCCEEDED)
+    state.next = [JobSucceeded(9, record.id, ())]
+    core.heartbeat(entry.id)
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "the watch did not end with the job"
+    assert received[-1].state == pb.JOB_STATE_SUCCEEDED
+    progress = [m for m in received[:-1] if m.state == pb.JOB_STATE_RUNNING]
+    if final_only:
+        assert len(received) == 1
+    else:  # the same changes, watched with progress: the test above can fail
+        assert len(progress) >= 1 and progress[0].stages[0].tasks_running == 1
+
+
+@pytest.mark.parametrize("tickets", [False, True])
+def test_a_small_result_comes_with_the_jobs_end_where_it_needs_no_ticket(
+    shell: tuple[SchedulerCore, ScriptedState], tickets: bool
+) -> None:
+    core, state = shell
+    entry = _connected(core)
+    record = core.submit("SELECT 1")
+    final, lost = (TaskAttemptId(TaskId(record.id, StageId(1), 0), n) for n in (1, 0))
+    other_stage = TaskAttemptId(TaskId(record.id, StageId(2), 0), 0)
+
+    def report(attempt: TaskAttemptId, path: str) -> None:
+        out = PartitionOutput(0, path, 1, 3, "c")
+        core.report_completed(attempt, entry.id, (out,), 0.1, {path: path[-2:].encode() + b"!"})
+
+    report(other_stage, "/w/s2")
+    report(lost, "/w/a0")
+    assert set(record.result_files) == {"/w/a0"}  # only the final stage's may be the result
+    loc = PartitionLocation(entry.id, "h", "127.0.0.1:1", StageId(1), 0, 0, "/w/a1", 1, 3, "c")
+    state.job_views[record.id] = _finished(record.id, JobState.SUCCEEDED)
+    state.next = [JobSucceeded(9, record.id, (loc,))]
+    report(final, "/w/a1")
+    assert record.result_files == {"/w/a1": b"a1!"}  # the attempt that lost is dropped
+
+    issuer = TicketIssuer(TicketSigner(b"s" * 64), 60.0, 60.0) if tickets else None
+    servicer = service_module.QueryServiceServicer(core, tickets=issuer)
+    request = pb.WatchJobRequest(job_id=record.id, final_only=True)
+    (status,) = servicer.WatchJob(request, _Call())
+    assert status.state == pb.JOB_STATE_SUCCEEDED and [r.path for r in status.result] == ["/w/a1"]
+    if tickets:  # bound to the submitting session, which only the Flight read checks
+        assert status.result[0].data == b"" and status.result[0].ticket
+    else:
+        assert status.result[0].data == b"a1!" and not status.result[0].ticket
+    # Kept while the result is: through the release of other stages, not past its own
+    # (read, or expired unread: the state machine's ReleaseOutputs of the whole job).
+    state.next = [ReleaseOutputs(10, entry.id, record.id, (StageId(2),))]
+    core.heartbeat(entry.id)
+    assert record.result_files == {"/w/a1": b"a1!"}
+    state.next = [ReleaseOutputs(11, entry.id, record.id, None)]
+    core.heartbeat(entry.id)
+    assert record.result_files == {}

@@ -2,8 +2,9 @@
 
 The ticket of a partition is its ``PartitionLocation.path`` (in a secured
 cluster, the scheduler's signed ticket, presented with the session's key); the
-executor checks it names a file it wrote. Partitions are concatenated in the order the
-scheduler lists them (partition order).
+executor checks it names a file it wrote. A small result's files on a cluster
+without tickets come with the job's final status instead (``carried_partition``).
+Partitions are concatenated in the order the scheduler lists them (partition order).
 
 A failed read says whether the executor answered (``refused``: the file is gone
 or bad, so only running the query again helps) or could not be reached (a dead
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from mangonel.errors import MangonelError
+from mangonel.proto import mangonel_pb2 as pb
 from mangonel.security import tls
 from mangonel.security.tickets import SESSION_HEADER
 from mangonel.task import PartitionLocation
@@ -102,6 +104,18 @@ class FlightPool:
         for client in self._clients.values():
             client.close()
         self._clients.clear()
+
+
+def carried_partition(loc: pb.PartitionLocation) -> pa.Table | None:
+    """A result partition whose file came with the job's final status (a small result
+    on a cluster without tickets), or ``None``: read it over Flight."""
+    if not loc.data:
+        return None
+    try:
+        table = pa.ipc.open_file(pa.py_buffer(loc.data)).read_all()
+    except (pa.ArrowInvalid, OSError):
+        return None  # damaged on the way: the executor still has the file
+    return table if table.num_rows == loc.rows else None
 
 
 def assemble_result(tables: Sequence[pa.Table], columns: tuple[str, ...]) -> pa.Table:

@@ -40,7 +40,12 @@ import grpc
 import pyarrow as pa
 
 from mangonel import defaults
-from mangonel.client.fetch import FlightPool, ResultUnavailableError, assemble_result
+from mangonel.client.fetch import (
+    FlightPool,
+    ResultUnavailableError,
+    assemble_result,
+    carried_partition,
+)
 from mangonel.client.rpc import (
     DEFAULT_KEEPALIVE_S,
     BearerToken,
@@ -567,8 +572,11 @@ class Session:
             raise JobCancelledError(status.error or f"job {job_id} was cancelled")
         if status.state is not JobState.SUCCEEDED:
             raise JobFailedError(status.error or f"job {job_id} failed")
-        locations = tuple(convert.partition_location_from_proto(m) for m in final.result)
-        tables = [self._read_partition(job_id, loc, deadline) for loc in locations]
+        tables = [
+            carried_partition(m)
+            or self._read_partition(job_id, convert.partition_location_from_proto(m), deadline)
+            for m in final.result
+        ]
         table = assemble_result(tables, status.columns)
         self._release(job_id)
         return Result(
@@ -663,7 +671,8 @@ class Session:
                 self.log_in()
             try:
                 call = self._stub.WatchJob(
-                    pb.WatchJobRequest(job_id=job_id), timeout=deadline.left()
+                    pb.WatchJobRequest(job_id=job_id, final_only=on_progress is None),
+                    timeout=deadline.left(),
                 )
                 for msg in call:
                     self._answered, give_up = True, None
@@ -679,7 +688,11 @@ class Session:
                     if on_progress is not None:
                         on_progress(job_from_proto(msg))
                     if msg.state not in (pb.JOB_STATE_RUNNING, pb.JOB_STATE_UNSPECIFIED):
+                        # The last message the scheduler sends: the result is read now,
+                        # not after the stream's end comes in behind it.
                         final = msg
+                        call.cancel()
+                        break
             except grpc.RpcError as err:
                 if final is not None:
                     return final

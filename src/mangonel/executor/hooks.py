@@ -7,8 +7,10 @@
       ──▶ report to the scheduler ──▶ task_finished(before_report=False)
 
 ``outputs_written`` and both ``task_finished`` calls happen only for an attempt
-that completed. In production the hooks do nothing (``NoHooks``); chaos tests
-give the executor ``testing.faults.FaultInjector``, which kills, freezes or
+that completed. The slot is free again before the report (another task may
+start in it while the report and the last hook run). In production the hooks
+do nothing (``NoHooks``); chaos tests give the executor
+``testing.faults.FaultInjector``, which kills, freezes or
 fails the task, or damages its files, at these points. Only the composition
 root (``executor.main``) builds that one; no other executor module imports
 the testing package.

@@ -16,7 +16,7 @@ executor is leaving (the scheduler then closes the stream once nothing needs it)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -113,7 +113,11 @@ class SchedulerLink(Protocol):
         attempt: TaskAttemptId,
         outputs: tuple[PartitionOutput, ...],
         elapsed_s: float,
-    ) -> None: ...
+        files: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """``files``: the whole files of some outputs, by path, sent along (a small
+        result the scheduler hands the client with the job's end)."""
+        ...
 
     def report_failed(
         self, executor: ExecutorId, attempt: TaskAttemptId, failure: TaskFailure, elapsed_s: float
@@ -235,10 +239,16 @@ class GrpcSchedulerLink:
         attempt: TaskAttemptId,
         outputs: tuple[PartitionOutput, ...],
         elapsed_s: float,
+        files: Mapping[str, bytes] | None = None,
     ) -> None:
         completed = pb.TaskCompletedReport(
             outputs=[convert.partition_output_to_proto(o) for o in outputs]
         )
+        if files:
+            for msg in completed.outputs:
+                data = files.get(msg.path)
+                if data:
+                    msg.data = data
         self._report(
             pb.ReportTaskRequest(
                 attempt=convert.attempt_to_proto(attempt),

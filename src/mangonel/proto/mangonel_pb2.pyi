@@ -90,7 +90,7 @@ class FileSplit(_message.Message):
     def __init__(self, path: _Optional[str] = ..., row_groups: _Optional[_Iterable[int]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., object_size: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
 
 class PartitionLocation(_message.Message):
-    __slots__ = ("executor", "host", "flight_address", "stage", "map_partition", "partition", "path", "rows", "bytes", "checksum", "ticket")
+    __slots__ = ("executor", "host", "flight_address", "stage", "map_partition", "partition", "path", "rows", "bytes", "checksum", "ticket", "data")
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -102,6 +102,7 @@ class PartitionLocation(_message.Message):
     BYTES_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FIELD_NUMBER: _ClassVar[int]
     TICKET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
     executor: str
     host: str
     flight_address: str
@@ -113,7 +114,8 @@ class PartitionLocation(_message.Message):
     bytes: int
     checksum: str
     ticket: str
-    def __init__(self, executor: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., stage: _Optional[int] = ..., map_partition: _Optional[int] = ..., partition: _Optional[int] = ..., path: _Optional[str] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., checksum: _Optional[str] = ..., ticket: _Optional[str] = ...) -> None: ...
+    data: bytes
+    def __init__(self, executor: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., stage: _Optional[int] = ..., map_partition: _Optional[int] = ..., partition: _Optional[int] = ..., path: _Optional[str] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., checksum: _Optional[str] = ..., ticket: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class InputLocations(_message.Message):
     __slots__ = ("name", "stage", "mode", "locations", "columns")
@@ -160,18 +162,20 @@ class ScanSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., table: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., splits: _Optional[_Iterable[_Union[FileSplit, _Mapping]]] = ...) -> None: ...
 
 class PartitionOutput(_message.Message):
-    __slots__ = ("partition", "path", "rows", "bytes", "checksum")
+    __slots__ = ("partition", "path", "rows", "bytes", "checksum", "data")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     CHECKSUM_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
     partition: int
     path: str
     rows: int
     bytes: int
     checksum: str
-    def __init__(self, partition: _Optional[int] = ..., path: _Optional[str] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., checksum: _Optional[str] = ...) -> None: ...
+    data: bytes
+    def __init__(self, partition: _Optional[int] = ..., path: _Optional[str] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., checksum: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class TaskFailure(_message.Message):
     __slots__ = ("query", "execution", "fetch", "fragment")
@@ -424,10 +428,12 @@ class SubmitResponse(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "final_only")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FINAL_ONLY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    final_only: bool
+    def __init__(self, job_id: _Optional[str] = ..., final_only: _Optional[bool] = ...) -> None: ...
 
 class StageStatus(_message.Message):
     __slots__ = ("stage", "label", "tasks_total", "tasks_done", "tasks_running", "rows", "bytes", "elapsed_s", "attempts", "tasks_pending", "tasks_rerun", "outputs_recomputed", "tasks_planned")

@@ -49,7 +49,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -372,6 +372,11 @@ class SchedulerCore:
             raise
 
     def _execute(self, command: Command, now: float) -> None:
+        if isinstance(command, ReleaseOutputs) and command.stages is None:
+            # The result is read or expired (or the job failed): so are its copies.
+            released = self._jobs.get(command.job)
+            if released is not None:
+                released.drop_result_files()
         if isinstance(command, LaunchTask | CancelTask | ReleaseOutputs):
             entry = self._executors.get(command.executor)
             if entry is None:
@@ -527,10 +532,16 @@ class SchedulerCore:
         executor: ExecutorId,
         outputs: tuple[PartitionOutput, ...],
         elapsed_s: float | None = None,
+        files: Mapping[str, bytes] | None = None,
     ) -> None:
+        """A task completed; ``files``: the small files its report carried, by path
+        (kept for the client if they may be the job's result)."""
         with self._lock:
             if self._is_live(executor):
                 self.telemetry.task_completed(attempt, executor, outputs, elapsed_s, self._clock())
+                record = self._jobs.get(attempt.task.job)
+                if files and record is not None:
+                    record.keep_result_files(attempt.task.stage, files)
             self._emit(lambda eid, now: TaskCompleted(eid, now, attempt, executor, outputs))
 
     def report_failed(
@@ -676,7 +687,7 @@ class SchedulerCore:
 
     def release_result(self, job: JobId) -> None:
         """The client read the result: its files may go (reading twice is harmless)."""
-        self.job(job)
+        self.job(job).drop_result_files()
         self._emit(lambda eid, now: ResultRead(eid, now, job))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from mangonel.errors import JobCancelledError, JobFailedError
@@ -23,6 +24,10 @@ from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.state_views import JobState, JobView, StageView
 from mangonel.security.auth import ANONYMOUS
 from mangonel.task import PartitionLocation
+
+RESULT_FILES_BYTES = 1 << 20
+"""The most bytes of a job's result files the scheduler keeps to hand out
+(``JobRecord.result_files``): each at most the executor's ``INLINE_OUTPUT_BYTES``."""
 
 
 @dataclass
@@ -54,6 +59,11 @@ class JobRecord:
     """The state machine's latest view of the job (``None`` before its first event)."""
     result: tuple[PartitionLocation, ...] = ()
     """Where the result is, once it succeeded."""
+    result_files: dict[str, bytes] = field(default_factory=dict)
+    """Small files of the final stage's outputs, by path, as their tasks' reports
+    carried them (``keep_result_files``): handed to the client with the job's end,
+    which then reads them from there, not over Flight. Memory only; a restarted
+    scheduler's clients read their results over Flight."""
     timing: dict[StageId, StageTiming] = field(default_factory=dict)
     request_id: str = ""
     """The client's id of the submission (a retried submission finds this job)."""
@@ -106,6 +116,23 @@ class JobRecord:
             if timing is not None and timing.first_launch is None:
                 timing.first_launch = now
 
+    def keep_result_files(self, stage: StageId, files: Mapping[str, bytes]) -> None:
+        """Keep what a report of ``stage`` carried if it may be the result: the final
+        stage's, up to ``RESULT_FILES_BYTES`` a job (the rest is read over Flight)."""
+        with self.changed:
+            if stage != self.plan.final.id or self.finished is not None:
+                return
+            held = sum(len(d) for d in self.result_files.values())
+            for path, data in files.items():
+                if held + len(data) <= RESULT_FILES_BYTES:
+                    self.result_files[path] = data
+                    held += len(data)
+
+    def drop_result_files(self) -> None:
+        """The result was read (or will never be): its files' copies go."""
+        with self.changed:
+            self.result_files.clear()
+
     def update(
         self,
         view: JobView | None,
@@ -114,6 +141,10 @@ class JobRecord:
     ) -> None:
         """Take the state machine's latest view (and result); wake watchers if it changed."""
         with self.changed:
+            if view is not None and view.finished is not None and self.result_files:
+                # Only the result's own files stay (not those of attempts that lost).
+                paths = {loc.path for loc in result or ()}
+                self.result_files = {p: d for p, d in self.result_files.items() if p in paths}
             if result is not None and result != self.result:
                 self.result = result
             elif view is None or view == self.view:
