@@ -167,7 +167,8 @@ class TaskSpec:
     executor's scan database for the task may read them all (and no other), so one
     database per slot serves every scan task of every job over that catalog
     (``executor.runner.TaskRunner._scan_connection``). Empty: only the task's own
-    files.
+    files. ``result``: its stage is the job's final one, whose small outputs go
+    with the task's report (the client reads them from the job's final status).
     """
 
     attempt: TaskAttemptId
@@ -177,6 +178,7 @@ class TaskSpec:
     scans: tuple[ScanSpec, ...] = ()
     inputs: tuple[InputLocations, ...] = ()
     job_files: tuple[str, ...] = ()
+    result: bool = False
 
 
 # ------------------------------------------------------------------ failure reasons

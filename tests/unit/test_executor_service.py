@@ -139,8 +139,8 @@ def attempt(partition: int, n: int = 0, stage: int = 1) -> TaskAttemptId:
     return TaskAttemptId(TaskId(JobId("job1"), StageId(stage), partition), n)
 
 
-def launch(a: TaskAttemptId, sql: str = "SELECT 42 AS n") -> LaunchTask:
-    return LaunchTask(0, ExecutorId("e?"), TaskSpec(a, sql, SINGLE, ("n",)))
+def launch(a: TaskAttemptId, sql: str = "SELECT 42 AS n", result: bool = False) -> LaunchTask:
+    return LaunchTask(0, ExecutorId("e?"), TaskSpec(a, sql, SINGLE, ("n",), result=result))
 
 
 @pytest.fixture()
@@ -496,22 +496,29 @@ def test_a_slot_runs_its_next_task_while_the_last_report_waits_for_its_answer(
         stop_executor(service, thread)
 
 
-def test_a_small_only_output_goes_with_its_report(
+def test_a_small_result_goes_with_its_report(
     cluster: tuple[ExecutorService, FakeLink],
 ) -> None:
     _, link = cluster
-    link.send(launch(attempt(0)))  # one row: the final stage of a small result
+    link.send(launch(attempt(0), result=True))  # one row: the final stage of a small result
     wait_for(lambda: len(link.reports) == 1)
     (output,) = link.reports[0][2]  # type: ignore[misc]
     with open(output.path, "rb") as f:
         assert link.files[0] == {output.path: f.read()}
     big = f"SELECT repeat('x', {INLINE_OUTPUT_BYTES}) AS n"
-    link.send(launch(attempt(1), big))
-    spread = TaskSpec(attempt(2), "SELECT 42 AS n", OutputSpec(OutputKind.HASH, 2, ("n",)), ("n",))
+    link.send(launch(attempt(1), big, result=True))
+    spread = TaskSpec(
+        attempt(2), "SELECT 42 AS n", OutputSpec(OutputKind.HASH, 2, ("n",)), ("n",), result=True
+    )
     link.send(LaunchTask(0, ExecutorId("e?"), spread))
-    wait_for(lambda: len(link.reports) == 3)
+    # Not the job's result (an earlier stage's): its small file stays off the control plane.
+    link.send(launch(attempt(3)))
+    wait_for(lambda: len(link.reports) == 4)
     by_attempt = {r[1]: (r[2], f) for r, f in zip(link.reports, link.files, strict=True)}
     outputs, files = by_attempt[attempt(1)]
     assert outputs[0].bytes > INLINE_OUTPUT_BYTES and files == {}  # type: ignore[index]
     outputs, files = by_attempt[attempt(2)]
     assert len(outputs) == 2 and files == {}  # type: ignore[arg-type]
+    outputs, files = by_attempt[attempt(3)]
+    assert len(outputs) == 1 and outputs[0].bytes < INLINE_OUTPUT_BYTES  # type: ignore[index]
+    assert files == {}

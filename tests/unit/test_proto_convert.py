@@ -69,6 +69,7 @@ def _spec(**overrides: object) -> TaskSpec:
         _spec(),
         _spec(scans=()),
         _spec(job_files=("/d/x.parquet", "/d/y.parquet", "/d/z.parquet")),
+        _spec(result=True),
         _spec(scans=(ScanSpec("", "", (), ()),), output=OutputSpec(OutputKind.SINGLE), inputs=()),
         _spec(
             scans=(

@@ -290,6 +290,7 @@ def test_happy_path_launches_spreads_and_succeeds() -> None:
     assert spec.task.columns == ("k", "v")
     assert spec.task.scans == (ScanSpec("t", "t", ("k", "v"), scan.task_splits[2]),)
     assert spec.task.inputs == ()
+    assert not spec.task.result  # not the final stage: its output is no result
     view = h.state.job(J1)
     assert view is not None and view.state is JobState.RUNNING
 
@@ -310,7 +311,7 @@ def test_happy_path_launches_spreads_and_succeeds() -> None:
             columns=("k", "v"),
         ),
     )
-    assert reducer.task.scans == ()
+    assert reducer.task.scans == () and not reducer.task.result
 
     assert h.complete(att(2, 1), E2) == []
     cmds = h.complete(att(2, 0), E1)
@@ -322,6 +323,7 @@ def test_happy_path_launches_spreads_and_succeeds() -> None:
         h.loc(att(2, 1), E2, 0),
     )
     assert final.task.inputs[0].mode is InputMode.ALL
+    assert final.task.result  # the job's result: a small one goes with the report
 
     cmds = h.complete(att(3, 0), E1)
     assert cmds == [

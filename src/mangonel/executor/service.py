@@ -37,6 +37,7 @@ import queue
 import secrets
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -471,7 +472,12 @@ class ExecutorService:
                     self._carry_out(action)
         finally:
             self._free_slots.put(slot)
-        self._carry_out_all(finished)
+        for action in finished:
+            if isinstance(action, ReportCompleted) and spec.result:
+                # The job's result: a small one goes with the report, for the client.
+                self._report(action, _small_file(action.outputs))
+            else:
+                self._carry_out(action)
         if isinstance(outcome, Completed):
             self.hooks.task_finished(spec.attempt, before_report=False)
 
@@ -505,7 +511,10 @@ class ExecutorService:
         self.hooks.task_finished(attempt, before_report=True)
         return Completed(outputs)
 
-    def _report(self, report: ReportCompleted | ReportFailed) -> None:
+    def _report(
+        self, report: ReportCompleted | ReportFailed, files: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Send ``report``, with ``files`` (a result task's small output file, by path)."""
         # A report that cannot be delivered is not retried: the scheduler has
         # then lost this executor's stream too, and re-runs the task elsewhere.
         attempt, elapsed_s = report.attempt, report.elapsed_s
@@ -524,7 +533,7 @@ class ExecutorService:
             if isinstance(report, ReportCompleted):
                 log.info("task %s done in %.3f s", attempt, elapsed_s)
                 self.link.report_completed(
-                    report.executor, attempt, report.outputs, elapsed_s, _small_file(report.outputs)
+                    report.executor, attempt, report.outputs, elapsed_s, files
                 )
             else:
                 log.info("task %s failed in %.3f s: %s", attempt, elapsed_s, report.failure)
@@ -582,8 +591,9 @@ class ExecutorService:
 
 
 INLINE_OUTPUT_BYTES = 64 * 1024
-"""The largest output file sent with its task's report: a task's only output (a final
-stage's result, or a small single partition that the scheduler then drops).
+"""The largest output file sent with its task's report: the only output of a task of a
+job's final stage (``TaskSpec.result``): its result. Other tasks' outputs never go
+through the scheduler (100,000 tasks of small outputs would be gigabytes through it).
 
 The scheduler hands a small result to the client in the job's final status, which
 then needs no Flight read of its own: 2 to 4 ms of a short query (TPC-H, TPC-DS at

@@ -203,6 +203,7 @@ def task_spec_to_proto(spec: TaskSpec) -> pb.TaskSpec:
             for s in spec.scans
         ],
         job_files=list(spec.job_files),
+        result=spec.result,
     )
 
 
@@ -225,6 +226,7 @@ def task_spec_from_proto(msg: pb.TaskSpec) -> TaskSpec:
         ),
         inputs=tuple(input_locations_from_proto(i) for i in msg.inputs),
         job_files=tuple(msg.job_files),
+        result=msg.result,
     )
 
 

@@ -132,7 +132,7 @@ class InputLocations(_message.Message):
     def __init__(self, name: _Optional[str] = ..., stage: _Optional[int] = ..., mode: _Optional[_Union[InputMode, str]] = ..., locations: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("attempt", "sql", "output", "columns", "inputs", "scans", "job_files")
+    __slots__ = ("attempt", "sql", "output", "columns", "inputs", "scans", "job_files", "result")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SQL_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
@@ -140,6 +140,7 @@ class TaskSpec(_message.Message):
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     SCANS_FIELD_NUMBER: _ClassVar[int]
     JOB_FILES_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
     attempt: TaskAttemptId
     sql: str
     output: OutputSpec
@@ -147,7 +148,8 @@ class TaskSpec(_message.Message):
     inputs: _containers.RepeatedCompositeFieldContainer[InputLocations]
     scans: _containers.RepeatedCompositeFieldContainer[ScanSpec]
     job_files: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ..., scans: _Optional[_Iterable[_Union[ScanSpec, _Mapping]]] = ..., job_files: _Optional[_Iterable[str]] = ...) -> None: ...
+    result: bool
+    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ..., scans: _Optional[_Iterable[_Union[ScanSpec, _Mapping]]] = ..., job_files: _Optional[_Iterable[str]] = ..., result: _Optional[bool] = ...) -> None: ...
 
 class ScanSpec(_message.Message):
     __slots__ = ("name", "table", "columns", "splits")

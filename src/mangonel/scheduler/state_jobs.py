@@ -647,6 +647,7 @@ class JobRecord:
             ),
             inputs=inputs,
             job_files=self.scan_files,
+            result=stage.id == self.plan.final.id,
         )
 
     def _input_locations(
