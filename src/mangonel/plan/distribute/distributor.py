@@ -29,7 +29,7 @@ from mangonel.plan.distribute.keys import KeyTypes, column_ref, same_keys, strip
 from mangonel.plan.distribute.ranges import KeyRanges
 from mangonel.plan.distribute.reductions import Reductions
 from mangonel.plan.distribute.shared import SharedNodes
-from mangonel.plan.distribute.stages import Frag, StageBuilder
+from mangonel.plan.distribute.stages import Frag, StageBuilder, absorb
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.fragment import rewrite
 from mangonel.plan.logical import (
@@ -190,14 +190,13 @@ class Distributor:
         return f
 
     def _opaque(self, n: Opaque) -> Frag:
-        inputs: dict[str, StageInput] = {}
+        f = Frag(n, 1, 1e9, single=True)
         tables: dict[str, Node] = {}
         for name, source in n.tables.items():
-            read, inp = self._stages.broadcast(self.plan(source))
-            inputs[inp.name] = inp
-            tables[name] = read
-        node = Opaque(n.query, n.qualifier, n.names, tables)
-        return Frag(node, 1, 1e9, inputs=inputs, single=True)
+            # A table of one split is scanned by the query's one task itself.
+            tables[name] = self._stages.join_in(f, self.plan(source))
+        f.node = Opaque(n.query, n.qualifier, n.names, tables)
+        return f
 
     def _filter(self, n: Filter) -> Frag:
         f = self.plan(n.child)
@@ -395,7 +394,7 @@ class Distributor:
 
     def _setop(self, n: SetOp) -> Frag:
         left, right = self.plan(n.left), self.plan(n.right)
-        if left.single and right.single and not left.inputs.keys() & right.inputs.keys():
+        if left.single and right.single:
             merged = self._stages.union_in(left, right)
             if merged is not None:
                 merged.node = SetOp(n.kind, n.distinct, left.node, right.node, n.qualifier, n.names)
@@ -438,13 +437,10 @@ class Distributor:
         lx = self._stages.exchange(left, lk, parts)
         rx = self._stages.exchange(right, rk, parts)
         node = SetOp(n.kind, n.distinct, lx.node, rx.node, n.qualifier, n.names)
-        return Frag(
-            node,
-            parts,
-            left.est + right.est,
-            inputs={**lx.inputs, **rx.inputs},
-            single=parts == 1,
-        )
+        f = Frag(node, parts, left.est + right.est, single=parts == 1)
+        absorb(f, lx)  # a side hashed into one partition by one task is that task
+        absorb(f, rx)
+        return f
 
     def _union_all_on(
         self,
@@ -480,15 +476,10 @@ class Distributor:
         # need not be.
         cast = any(isinstance(k, exp.Cast) for k in lk + rk)
         keys = None if cast else [col((n.qualifier, n.names[i])) for i in positions]
-        return Frag(
-            node,
-            parts,
-            left.est + right.est,
-            inputs={**lx.inputs, **rx.inputs},
-            hash_keys=keys,
-            single=parts == 1,
-            side_scans=[*lx.side_scans, *rx.side_scans],
-        )
+        f = Frag(node, parts, left.est + right.est, hash_keys=keys, single=parts == 1)
+        absorb(f, lx)  # a side hashed into one partition by one task is that task
+        absorb(f, rx)
+        return f
 
     def _join(self, n: Join) -> Frag:
         if n.kind in (JoinKind.INNER, JoinKind.LEFT, JoinKind.SEMI):
