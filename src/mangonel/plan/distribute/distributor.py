@@ -29,7 +29,13 @@ from mangonel.plan.distribute.keys import KeyTypes, column_ref, same_keys, strip
 from mangonel.plan.distribute.ranges import KeyRanges
 from mangonel.plan.distribute.reductions import Reductions
 from mangonel.plan.distribute.shared import SharedNodes
-from mangonel.plan.distribute.stages import Frag, StageBuilder, absorb
+from mangonel.plan.distribute.stages import (
+    Frag,
+    StageBuilder,
+    absorb,
+    one_task,
+    same_inputs,
+)
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.fragment import rewrite
 from mangonel.plan.logical import (
@@ -93,6 +99,8 @@ class Distributor:
         self._names = itertools.count(1)
         """Generated qualifiers: partial aggregates (``_paN``), reductions (``_sjN``)."""
         self._subquery_stages: dict[str, StageId] = {}
+        self._inlined: set[str] = set()
+        """Subqueries planned inside their one reader's task (``_inline_subquery``)."""
         self._stages = StageBuilder(catalog, partitions, partition_bytes, inline_scan_bytes)
         self._keys = KeyTypes(oracle, subqueries)
         self._ranges = KeyRanges(catalog)
@@ -152,7 +160,7 @@ class Distributor:
                 continue
             for t in e.find_all(exp.Table):
                 name = t.name
-                if name in self._subqueries and name not in f.inputs:
+                if name in self._subqueries and name not in f.inputs and name not in f.subqueries:
                     if name not in self._subquery_stages:
                         # Planned once: every stage that needs it reads that output,
                         # all of its tasks' (no stage of its own to gather them).
@@ -164,11 +172,32 @@ class Distributor:
                             # order numbers from a self-join, 72k of them distinct).
                             # No exchange to drop them all: a few copies cost less.
                             sub.node = Distinct(sub.node)
+                        if self._inline_subquery(f, name, sub):
+                            continue
                         _, stage = self._stages.finish(
                             sub, OutputSpec(OutputKind.SINGLE), "subquery", read_whole=True
                         )
                         self._subquery_stages[name] = stage.id
                     f.inputs[name] = StageInput(name, self._subquery_stages[name], InputMode.ALL)
+
+    def _inline_subquery(self, f: Frag, name: str, sub: Frag) -> bool:
+        """Plan a subquery inside its reader, when both are one task and nothing
+        else reads it (TPC-H q22's average balance, read by the filter of the
+        customers): a stage of its own would be a boundary on the query's path.
+        ``f`` keeps it (``Frag.subqueries``) until it closes: as one task, its
+        SQL computes it in place; read by the several tasks of another fragment
+        (a small table scanned by each, ``StageBuilder.join_in``), it is a stage
+        those tasks read, as before. Once only: a reader the analysis did not see
+        (a filter a semi-join reduction copied) gets a stage of its own, planned
+        again.
+        """
+        if f.tasks != 1 or not one_task(sub) or not self._shared.read_once(name):
+            return False
+        if name in self._inlined or not same_inputs(f, sub):
+            return False
+        self._inlined.add(name)
+        f.subqueries[name] = sub
+        return True
 
     def _unique(self, node: Node) -> bool:
         """True when ``node``'s rows are known distinct (a key column, a DISTINCT,

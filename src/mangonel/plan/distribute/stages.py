@@ -79,6 +79,11 @@ class Frag:
     needed: set[Ref] | None = None
     """The columns of ``node`` the plan above reads (``logical.required_columns``);
     the stage this fragment becomes writes only those. None: all."""
+    subqueries: dict[str, Frag] = field(default_factory=dict)
+    """Subqueries of one task each, read only here, by placeholder: computed by
+    this fragment's task where it closes as one task, each rendered where its
+    placeholder is read; a stage of their own where it closes as several
+    (``StageBuilder.finish``, ``Distributor._inline_subquery``)."""
 
 
 class StageBuilder:
@@ -120,21 +125,16 @@ class StageBuilder:
         """
         # Numbered by position: a stage found the same as one before is not
         # added, and leaves no gap.
+        inline = self._take_subqueries(f)
         stage_id = StageId(len(self.stages) + 1)
-        outputs = f.node.outputs()
-        if f.needed is not None and f.needed <= set(outputs):
-            # Only what the plan above reads crosses the exchange (TPC-H q13 shipped
-            # o_comment, which only its scan's filter reads: 101 MB -> 25 MB).
-            keep = [r for r in outputs if r in f.needed] or outputs[:1]
-            if len(keep) < len(outputs):
-                f.node = Keep(f.node, keep)
+        f.node = kept(f)
         scan_names = {id(f.scan): SCAN_INPUT} if f.scan is not None else {}
         side_scans = []
         for i, (side, splits) in enumerate(f.side_scans, start=1):
             name = f"{SCAN_INPUT}{i}"
             scan_names[id(side)] = name
             side_scans.append(ScanInput(name, side.table, tuple(side.columns), splits))
-        text = Renderer(scan_names).render(f.node)
+        text = Renderer(scan_names, inline=inline).render(f.node)
         scan = None
         if f.scan is not None:
             scan = ScanInput(SCAN_INPUT, f.scan.table, tuple(f.scan.columns), f.splits)
@@ -158,6 +158,29 @@ class StageBuilder:
             self._read_whole[key] = stage
         self.stages.append(stage)
         return StageRead(f"s{stage_id}", refs, f.node), stage
+
+    def _take_subqueries(self, f: Frag) -> dict[str, Node]:
+        """Settle ``f``'s subqueries as it closes (``Frag.subqueries``): in its task,
+        where it is one task (their scans, inputs and own subqueries become its),
+        the nodes to render by placeholder; else each a stage ``f`` reads whole."""
+        if f.tasks != 1:
+            self.stage_subqueries(f)
+            return {}
+        inline: dict[str, Node] = {}
+        while f.subqueries:
+            name, sub = f.subqueries.popitem()
+            inline[name] = kept(sub)
+            absorb(f, sub)
+        return inline
+
+    def stage_subqueries(self, f: Frag) -> None:
+        """Close each subquery ``f`` was to compute into a stage ``f`` reads whole:
+        ``f``'s rows are to be read by several tasks, each of which would compute
+        them again."""
+        for name, sub in f.subqueries.items():
+            _, stage = self.finish(sub, OutputSpec(OutputKind.SINGLE), "subquery")
+            f.inputs[name] = StageInput(name, stage.id, InputMode.ALL)
+        f.subqueries = {}
 
     def read(self, f: Frag, output: OutputSpec, mode: InputMode) -> tuple[StageRead, StageInput]:
         """Close ``f`` into a stage; the node and the input by which another stage reads it."""
@@ -223,7 +246,7 @@ class StageBuilder:
         stay within ``inline_scan_bytes``: a stage less, and the scheduling round
         trips between the two. Anything else is broadcast from a stage of its own.
         """
-        if target.tasks == 1 and one_task(source) and _same_inputs(target, source):
+        if target.tasks == 1 and one_task(source) and same_inputs(target, source):
             # Both one task: the target's task runs ``source`` too (TPC-H q22's
             # semi join of ``orders`` with the filtered customers, read only by
             # the final anti join; TPC-DS q04/q11's readers of the shared
@@ -231,9 +254,9 @@ class StageBuilder:
             absorb(target, source)
             return source.node
         if self._inlinable(source, target):
-            assert source.scan is not None and len(source.splits) == 1
-            target.side_scans += [(source.scan, (source.splits[0],)), *source.side_scans]
-            target.inputs.update(source.inputs)
+            if target.tasks > 1:
+                self.stage_subqueries(source)
+            absorb(target, source)
             return source.node
         read, inp = self.broadcast(source)
         target.inputs[inp.name] = inp
@@ -250,7 +273,7 @@ class StageBuilder:
         join with 15 days of ``date_dim`` kept 1 % of them. Sides that aggregate
         run in one DuckDB query too, in parallel on its threads.
         """
-        if not (one_task(left) and one_task(right) and _same_inputs(left, right)):
+        if not (one_task(left) and one_task(right) and same_inputs(left, right)):
             return None
         absorb(left, right)
         # The set operation's outputs are new columns: no key or equality of the
@@ -292,7 +315,7 @@ def _same_rows_key(stage: Stage) -> tuple[object, ...]:
     return (text, stage.inputs, stage.scan, stage.side_scans, stage.output, stage.num_tasks)
 
 
-def _same_inputs(target: Frag, source: Frag) -> bool:
+def same_inputs(target: Frag, source: Frag) -> bool:
     """True when no input name of ``source`` means another input in ``target``."""
     return all(target.inputs.get(name, inp) == inp for name, inp in source.inputs.items())
 
@@ -310,10 +333,25 @@ def absorb(host: Frag, guest: Frag) -> None:
     ``host``'s. ``finish`` names each scan by its node, so the names stay apart.
     """
     assert guest.scan is None or one_task(guest), "several tasks' splits read as one"
+    if guest.subqueries and host.tasks > 1:
+        raise AssertionError("subqueries of one task in a fragment of several")
     if guest.scan is not None:
         host.side_scans.append((guest.scan, (guest.splits[0],)))
     host.side_scans += guest.side_scans
     host.inputs.update(guest.inputs)
+    host.subqueries.update(guest.subqueries)
+
+
+def kept(f: Frag) -> Node:
+    """``f``'s node as its stage writes it: only the columns the plan above reads
+    cross an exchange (TPC-H q13 shipped o_comment, which only its scan's filter
+    reads: 101 MB -> 25 MB), and a subquery's one column."""
+    outputs = f.node.outputs()
+    if f.needed is not None and f.needed <= set(outputs):
+        keep = [r for r in outputs if r in f.needed] or outputs[:1]
+        if len(keep) < len(outputs):
+            return Keep(f.node, keep)
+    return f.node
 
 
 def describe(node: Node) -> str:
