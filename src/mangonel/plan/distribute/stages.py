@@ -329,12 +329,12 @@ def one_task(f: Frag) -> bool:
 def absorb(host: Frag, guest: Frag) -> None:
     """Make ``host``'s tasks read what ``guest``'s one task reads, so that
     ``host``'s node can hold ``guest``'s: its scan becomes a side scan (one group,
-    read whole by every task of ``host``), its side scans and inputs join
-    ``host``'s. ``finish`` names each scan by its node, so the names stay apart.
+    read whole by every task of ``host``), its side scans, inputs and subqueries
+    join ``host``'s. ``finish`` names each scan by its node, so the names stay apart.
     """
     assert guest.scan is None or one_task(guest), "several tasks' splits read as one"
-    if guest.subqueries and host.tasks > 1:
-        raise AssertionError("subqueries of one task in a fragment of several")
+    # Several tasks would each compute them: ``StageBuilder.stage_subqueries`` first.
+    assert not guest.subqueries or host.tasks == 1, "subqueries in several tasks"
     if guest.scan is not None:
         host.side_scans.append((guest.scan, (guest.splits[0],)))
     host.side_scans += guest.side_scans
