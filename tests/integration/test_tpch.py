@@ -1,7 +1,8 @@
 """The 22 TPC-H queries on a real 2-executor cluster, each answer checked against DuckDB.
 
 Runs on SF 0.1 with 4 partitions per exchange, so every query's plan has shuffles and
-several tasks per stage; the explain test makes sure the plan really is distributed.
+several tasks per stage; the explain test makes sure the plan really is distributed
+(but for the queries in ``ONE_STAGE``, whose every table is one split here).
 """
 
 from __future__ import annotations
@@ -28,11 +29,25 @@ def test_tpch_answer_matches_duckdb(
     assert_same_result(actual, expected, ordered=bool(order_by), order_by=order_by)
 
 
+ONE_STAGE = {
+    11: "partsupp (80k rows), supplier and nation are one split each, and its subquery "
+    "(the same join, summed) is one task read by one task: every stage would be one task",
+    16: "partsupp, part and supplier (the NOT IN subquery) are one split each: every stage "
+    "would be one task",
+}
+"""Queries that plan to one stage on this cluster, with the reason: no boundary is cut
+between one-task stages (``plan.distribute.stages.one_task``). One moving in or out of
+this list fails."""
+
+
 @pytest.mark.parametrize("number", QUERIES, ids=[f"q{n:02d}" for n in QUERIES])
 def test_tpch_plan_has_several_stages(number: int, session: Any) -> None:
     text = session.explain(tpch_query(number))
     stages = explain_stage_count(text)
-    assert stages > 1, f"q{number:02d} planned as {stages} stage(s):\n{text}"
+    if number in ONE_STAGE:
+        assert stages == 1, f"q{number:02d} planned as {stages} stages now: {ONE_STAGE[number]}"
+    else:
+        assert stages > 1, f"q{number:02d} planned as {stages} stage(s):\n{text}"
 
 
 @pytest.mark.parametrize("number", [3, 18])

@@ -73,13 +73,15 @@ def test_a_column_only_a_filter_reads_stays_in_its_stage(catalog: dict[str, Tabl
 
 def test_q15_computes_its_revenue_view_once(catalog: dict[str, Table]) -> None:
     # revenue0 (a CTE that aggregates lineitem) is read by the query and by its
-    # MAX subquery: one stage computes it, both read its output.
+    # MAX subquery: one stage computes it, both read its output. The subquery is
+    # one task read only by the query's one final task, which computes it itself.
     plan = plan_query(tpch_query(15), catalog, PlannerConfig(split_rows=100_000))
     lineitem = [s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem"]
     assert len(lineitem) == 1
     (aggregate,) = [s for s in plan.stages if lineitem[0].id in s.upstream]
     readers = [s for s in plan.stages if aggregate.id in s.upstream]
-    assert len(readers) == 2, [s.label for s in plan.stages]
+    assert readers == [plan.final], [s.label for s in plan.stages]
+    assert plan.final.sql.count(f'FROM "s{aggregate.id}"') == 2, plan.final.sql
 
 
 def test_a_filtered_join_read_by_three_branches_is_computed_once(

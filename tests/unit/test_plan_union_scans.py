@@ -1,10 +1,12 @@
-"""A set operation of one-task sides runs a side that only scans in its own task.
+"""A set operation of one-task sides runs both sides in its own task.
 
 TPC-DS q05 unions ``store_sales`` with ``store_returns`` (each one split at SF1)
 and then joins 15 days of ``date_dim``: each side in a stage of its own wrote its
 rows whole (221 MB for ``store_sales``) for the union's one task to read back.
-A side that only scans is now a side scan of the task that runs the union; a side
-that aggregates keeps its own stage, so that the sides still run in parallel.
+A side that only scans became a side scan of the task that runs the union; a side
+that aggregated kept its own stage, so that the sides ran in parallel. No stage
+boundary is cut between one-task stages now (``stages.one_task``): sides that
+aggregate run in the union's DuckDB query too, in parallel on its threads.
 Each plan runs task by task (``plan_runner``) against single-process DuckDB.
 """
 
@@ -72,7 +74,7 @@ def test_a_side_that_joins_hosts_a_side_that_scans(
     assert_same_result(run_plan(plan), expected, ordered=False)
 
 
-def test_sides_that_aggregate_keep_their_own_stages(
+def test_sides_that_aggregate_run_in_the_task_of_the_union(
     catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     sql = """
@@ -80,8 +82,12 @@ def test_sides_that_aggregate_keep_their_own_stages(
         UNION ALL
         SELECT 'partsupp', ps_suppkey, COUNT(*) FROM partsupp GROUP BY ps_suppkey"""
     plan = plan_query(sql, catalog, CONFIG)
+    # Both aggregates and the union in one task: one DuckDB query runs both sides.
+    assert _tables_by_stage(plan) == [{"lineitem", "partsupp"}], plan.stages
+    assert plan.final.label.endswith("aggregate → setop → result"), plan.final.label
+    # Several tasks a side: each aggregate keeps its stages, and the union reads them.
+    plan = plan_query(sql, catalog, PlannerConfig(split_rows=100_000))
     by_stage = _tables_by_stage(plan)
-    # Each aggregate in a stage of its own: they run in parallel.
     assert not any({"lineitem", "partsupp"} <= t for t in by_stage), by_stage
     assert {"lineitem"} in by_stage and {"partsupp"} in by_stage, by_stage
     expected = duckdb_ref.sql(sql).to_arrow_table()
@@ -110,5 +116,5 @@ def test_a_union_in_one_task_is_not_typed(
         SELECT 'supplier', s_nationkey % 5, COUNT(*) FROM supplier GROUP BY s_nationkey % 5"""
     plan = plan_query(sql, catalog, CONFIG)
     assert not [s for s in seen if " AS k0" in s], seen  # the keys are k0, k1, ...
-    assert len(plan.stages) == 3  # each side a stage, the union a third
+    assert len(plan.stages) == 1  # each side and the union in one task
     assert_same_result(run_plan(plan), duckdb_ref.sql(sql).to_arrow_table(), ordered=False)

@@ -39,7 +39,9 @@ def render(plan: DistributedPlan, with_sql: bool = True) -> str:
             )
         for side in stage.side_scans:
             rows = sum(s.rows for split in side.task_splits for s in split)
-            how = "whole, in every task"
+            # A stage of one task scans a table whole where stages of their own
+            # scanned it before (one-task stages planned inside their reader).
+            how = "whole, in every task" if stage.num_tasks > 1 else "whole"
             if len(side.task_splits) > 1:
                 how = "by join key range: each task its row groups"
             lines.append(

@@ -108,6 +108,9 @@ class Renderer:
     With ``expand_reads`` a StageRead renders its source subtree instead of the
     stage input (used by the type oracle, which has no stage inputs), or, where
     ``read_types`` gives its columns' types, an empty relation of those types.
+    ``inline`` names the subquery placeholders a task computes itself (the subquery
+    planned inside its one reading task): each renders as its subtree's SQL in
+    place of the stage input of that name, in any mode.
     """
 
     def __init__(
@@ -116,10 +119,12 @@ class Renderer:
         expand_reads: bool = False,
         subqueries: Mapping[str, Node] | None = None,
         read_types: Callable[[StageRead], list[tuple[str, str]]] | None = None,
+        inline: Mapping[str, Node] | None = None,
     ) -> None:
         self._scan_name = scan_name or {}
         self._expand = expand_reads
-        self._subqueries = subqueries or {}
+        expanded = (subqueries or {}) if expand_reads else {}
+        self._subqueries = {**expanded, **(inline or {})}
         self._read_types = read_types
         self._subquery_sql: dict[str, str] = {}
         """Each subquery's SQL, rendered once (TPC-DS q14 names its two in six
@@ -128,10 +133,10 @@ class Renderer:
 
     def _x(self, e: exp.Expr, mapping: Mapping[Ref, exp.Expr]) -> str:
         """An expression's SQL over a child's columns (subquery placeholders expanded
-        in the type oracle's mode, where no stage input exists)."""
+        in the type oracle's mode, where no stage input exists, and those inlined)."""
         out = rewrite(e, mapping)
         spliced: dict[str, str] = {}
-        if self._expand and self._subqueries:
+        if self._subqueries:
             for table in list(out.find_all(exp.Table)):
                 sub = self._subqueries.get(table.name)
                 if sub is not None:

@@ -25,7 +25,7 @@ from mangonel.plan.distribute.costs import BROADCAST_COST, RANGE_REDUCES, SHUFFL
 from mangonel.plan.distribute.keys import KeyTypes, same_keys
 from mangonel.plan.distribute.ranges import KeyRanges, Sliced, join_sliced, note_equal
 from mangonel.plan.distribute.reductions import Reductions
-from mangonel.plan.distribute.stages import Frag, StageBuilder
+from mangonel.plan.distribute.stages import Frag, StageBuilder, absorb
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.logical import Join, JoinKind
 
@@ -219,8 +219,7 @@ class JoinPlacer:
             return right
         # FULL join without equi keys: both sides in one task.
         lg = self._stages.gather(left)
-        read, inp = self._stages.broadcast(right)
-        lg.inputs[inp.name] = inp
+        read = self._stages.join_in(lg, right)
         lg.node = Join(lg.node, read, kind, n.left_keys, n.right_keys, n.residual)
         lg.est = out
         return lg
@@ -237,13 +236,16 @@ class JoinPlacer:
 def _hashed_on(f: Frag, keys: list[exp.Expr]) -> bool:
     """True when task i of ``f``'s tasks holds exactly the rows whose ``keys`` hash
     to i (modulo its task count)."""
-    return f.hash_keys is not None and same_keys(f.hash_keys, keys) and f.scan is None
+    return (
+        f.hash_keys is not None
+        and same_keys(f.hash_keys, keys)
+        and (f.scan is None or f.tasks == 1)  # one task holds all: hashed into one
+    )
 
 
 def _colocated_join(n: Join, left: Frag, right: Frag, lk: list[exp.Expr]) -> Frag:
     """Join two sides hash-partitioned alike on the join keys, task by task."""
-    left.inputs.update(right.inputs)
-    left.side_scans += right.side_scans
+    absorb(left, right)  # a side hashed into one partition by one task is that task
     left.node = Join(left.node, right.node, n.kind, n.left_keys, n.right_keys, n.residual)
     left.hash_keys = lk if n.kind is not JoinKind.FULL else None
     return left

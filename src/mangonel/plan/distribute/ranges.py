@@ -201,6 +201,7 @@ def join_sliced(target: Frag, sliced: Sliced) -> None:
     assert source.scan is not None
     target.side_scans += [(source.scan, sliced.splits), *source.side_scans]
     target.inputs.update(source.inputs)
+    target.subqueries.update(source.subqueries)
     target.equal.update(sliced.equal)
 
 
@@ -269,6 +270,8 @@ def _sliceable(f: Frag) -> bool:
     is kept, every other input read whole by each task."""
     if f.scan is None or f.hash_keys is not None or not f.splits:
         return False
+    if f.subqueries:
+        return False  # each task that read it would compute them again
     if any(i.mode is not InputMode.ALL for i in f.inputs.values()):
         return False
     if any(len(splits) != 1 for _, splits in f.side_scans):

@@ -125,6 +125,8 @@ class Reductions:
         size = self._estimator.size
         if size(source).rows * 10 > size(agg.child).rows:
             return
+        for c in later:
+            self._shared.read_again(c)  # its subqueries have one reader more
         agg.child = Join(
             agg.child,
             source,

@@ -13,12 +13,23 @@ Nodes are keyed by themselves: logical nodes compare and hash by identity
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from sqlglot import exp
 
 from mangonel.plan.distribute.stages import Frag, StageBuilder
 from mangonel.plan.fragment import rewrite, sql
-from mangonel.plan.logical import Node, Ref, StageRead, phys, required_columns, walk
+from mangonel.plan.logical import (
+    Node,
+    Ref,
+    StageRead,
+    phys,
+    required_columns,
+    walk,
+    walk_once,
+)
 from mangonel.plan.physical import StageInput
+from mangonel.sql.exprs import PLACEHOLDER_PREFIX
 from mangonel.task import InputMode, OutputKind, OutputSpec
 
 
@@ -33,6 +44,8 @@ class SharedNodes:
         """Nodes with more than one parent (a CTE read twice)."""
         self._under_shared: set[Node] = set()
         """Shared nodes and every node under them: planned once, never changed."""
+        self._placeholder_readers: dict[str, int] = {}
+        """Subquery placeholders: how many nodes name each."""
         self._materialized: dict[Node, tuple[Frag, StageRead, StageInput]] = {}
         """Shared nodes closed into a stage: the fragment as it was, and how to read it."""
 
@@ -46,6 +59,8 @@ class SharedNodes:
                 self._needed[node] = self._needed.get(node, set()) | cols
             _count_parents(tree, parents)
         self._shared = {node for node, n in parents.items() if n > 1}
+        for node in walk_once(trees):
+            self._count_readers(list(_expressions(node)))
         for tree in trees:
             for node in walk(tree):
                 if node in self._shared:
@@ -55,6 +70,27 @@ class SharedNodes:
         """The columns of ``node`` its readers need; None for a node the analysis
         did not see (made while planning): all."""
         return self._needed.get(node)
+
+    def _count_readers(self, exprs: list[exp.Expr]) -> None:
+        """One reader more for each placeholder some of ``exprs`` (one node's) read."""
+        names = {
+            t.name
+            for e in exprs
+            for t in e.find_all(exp.Table)
+            if t.name.startswith(PLACEHOLDER_PREFIX)
+        }
+        for name in names:
+            self._placeholder_readers[name] = self._placeholder_readers.get(name, 0) + 1
+
+    def read_again(self, condition: exp.Expr) -> None:
+        """A node made while planning reads ``condition`` (a semi-join reduction's
+        copy of a filter): the subqueries it names have one reader more."""
+        self._count_readers([condition])
+
+    def read_once(self, placeholder: str) -> bool:
+        """True when one node of the plan reads the subquery ``placeholder`` (one
+        more for each node the planner copied a reading filter into: ``read_again``)."""
+        return self._placeholder_readers.get(placeholder, 0) == 1
 
     def is_shared(self, node: Node) -> bool:
         return node in self._shared
@@ -96,6 +132,16 @@ class SharedNodes:
         materialized = self.materialized(node)
         assert materialized is not None
         return materialized
+
+
+def _expressions(node: Node) -> Iterator[exp.Expr]:
+    """The expressions a node holds: its fields that are expressions, or lists of
+    them, or of (name, expression) pairs."""
+    for value in vars(node).values():
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            for part in item if isinstance(item, tuple) else (item,):
+                if isinstance(part, exp.Expr):
+                    yield part
 
 
 def _count_parents(node: Node, parents: dict[Node, int]) -> None:

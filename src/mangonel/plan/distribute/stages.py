@@ -7,6 +7,15 @@ built, with the number of tasks that run it and how its rows are partitioned.
 task, hash-partitioned on keys (``exchange``), or broadcast into every task of
 another fragment, where a small table may be scanned by those tasks themselves
 instead (``join_in``).
+
+No boundary is cut between two one-task stages: a fragment of one task whose only
+reader runs as one task and reads all of it is planned inside that reader
+(``one_task``, ``absorb``). A boundary costs a producer's output file, its report
+and the scheduler's durable commit, and the reader's launch, input fetch and
+DuckDB parse (about 15 ms on a 2-core host), where one DuckDB query runs both
+parts with all of its threads. A fragment read by several stages (a shared CTE,
+a subquery's stage, the kept side of a semi-join reduction) stays a stage: its
+work would be repeated in each reader.
 """
 
 from __future__ import annotations
@@ -22,12 +31,10 @@ from mangonel.plan.fragment import Renderer, rewrite, sql
 from mangonel.plan.logical import (
     Aggregate,
     Distinct,
-    Filter,
     Join,
     Keep,
     Node,
     Opaque,
-    Project,
     Ref,
     Scan,
     SetOp,
@@ -72,6 +79,11 @@ class Frag:
     needed: set[Ref] | None = None
     """The columns of ``node`` the plan above reads (``logical.required_columns``);
     the stage this fragment becomes writes only those. None: all."""
+    subqueries: dict[str, Frag] = field(default_factory=dict)
+    """Subqueries of one task each, read only here, by placeholder: computed by
+    this fragment's task where it closes as one task, each rendered where its
+    placeholder is read; a stage of their own where it closes as several
+    (``StageBuilder.finish``, ``Distributor._inline_subquery``)."""
 
 
 class StageBuilder:
@@ -113,21 +125,16 @@ class StageBuilder:
         """
         # Numbered by position: a stage found the same as one before is not
         # added, and leaves no gap.
+        inline = self._take_subqueries(f)
         stage_id = StageId(len(self.stages) + 1)
-        outputs = f.node.outputs()
-        if f.needed is not None and f.needed <= set(outputs):
-            # Only what the plan above reads crosses the exchange (TPC-H q13 shipped
-            # o_comment, which only its scan's filter reads: 101 MB -> 25 MB).
-            keep = [r for r in outputs if r in f.needed] or outputs[:1]
-            if len(keep) < len(outputs):
-                f.node = Keep(f.node, keep)
+        f.node = kept(f)
         scan_names = {id(f.scan): SCAN_INPUT} if f.scan is not None else {}
         side_scans = []
         for i, (side, splits) in enumerate(f.side_scans, start=1):
             name = f"{SCAN_INPUT}{i}"
             scan_names[id(side)] = name
             side_scans.append(ScanInput(name, side.table, tuple(side.columns), splits))
-        text = Renderer(scan_names).render(f.node)
+        text = Renderer(scan_names, inline=inline).render(f.node)
         scan = None
         if f.scan is not None:
             scan = ScanInput(SCAN_INPUT, f.scan.table, tuple(f.scan.columns), f.splits)
@@ -152,13 +159,36 @@ class StageBuilder:
         self.stages.append(stage)
         return StageRead(f"s{stage_id}", refs, f.node), stage
 
+    def _take_subqueries(self, f: Frag) -> dict[str, Node]:
+        """Settle ``f``'s subqueries as it closes (``Frag.subqueries``): in its task,
+        where it is one task (their scans, inputs and own subqueries become its),
+        the nodes to render by placeholder; else each a stage ``f`` reads whole."""
+        if f.tasks != 1:
+            self.stage_subqueries(f)
+            return {}
+        inline: dict[str, Node] = {}
+        while f.subqueries:
+            name, sub = f.subqueries.popitem()
+            inline[name] = kept(sub)
+            absorb(f, sub)
+        return inline
+
+    def stage_subqueries(self, f: Frag) -> None:
+        """Close each subquery ``f`` was to compute into a stage ``f`` reads whole:
+        ``f``'s rows are to be read by several tasks, each of which would compute
+        them again."""
+        for name, sub in f.subqueries.items():
+            _, stage = self.finish(sub, OutputSpec(OutputKind.SINGLE), "subquery")
+            f.inputs[name] = StageInput(name, stage.id, InputMode.ALL)
+        f.subqueries = {}
+
     def read(self, f: Frag, output: OutputSpec, mode: InputMode) -> tuple[StageRead, StageInput]:
         """Close ``f`` into a stage; the node and the input by which another stage reads it."""
         read, stage = self.finish(f, output, "")
         return read, StageInput(read.name, stage.id, mode)
 
     def gather(self, f: Frag) -> Frag:
-        """All of ``f``'s rows in one task."""
+        """All of ``f``'s rows in one task (``f`` itself, where it is one task)."""
         if f.single:
             return f
         read, inp = self.read(f, OutputSpec(OutputKind.SINGLE), InputMode.ALL)
@@ -185,6 +215,13 @@ class StageBuilder:
         if not keys:
             return self.gather(f)
         n = partitions or self.partitions_for(f.est)
+        if n == 1 and one_task(f):
+            # Hashed into one partition by one task: the reader's one task runs
+            # ``f`` itself (TPC-H q13: the customer and orders scans were two
+            # stages of one task each, hashed into the one task of the join).
+            f.hash_keys = [k.copy() for k in keys]
+            f.single = True
+            return f
         mapping = {r: exp.column(phys(r), quoted=True) for r in f.node.outputs()}
         key_sql = tuple(sql(rewrite(k, mapping), copy=False) for k in keys)
         read, inp = self.read(f, OutputSpec(OutputKind.HASH, n, key_sql), InputMode.PARTITION)
@@ -209,49 +246,41 @@ class StageBuilder:
         stay within ``inline_scan_bytes``: a stage less, and the scheduling round
         trips between the two. Anything else is broadcast from a stage of its own.
         """
-        if self._inlinable(source, target):
-            assert source.scan is not None and len(source.splits) == 1
-            target.side_scans += [(source.scan, (source.splits[0],)), *source.side_scans]
-            target.inputs.update(source.inputs)
+        if target.tasks == 1 and one_task(source) and same_inputs(target, source):
+            # Both one task: the target's task runs ``source`` too (TPC-H q22's
+            # semi join of ``orders`` with the filtered customers, read only by
+            # the final anti join; TPC-DS q04/q11's readers of the shared
+            # year_total, each keeping one channel and year).
+            absorb(target, source)
             return source.node
-        if target.tasks == 1 and _reads_only(source) and _same_inputs(target, source):
-            # A filter of stages that the one task of ``target`` can read itself
-            # (TPC-DS q04/q11: each reader of the shared year_total keeps one
-            # channel and year): a stage of its own would be a round trip more
-            # on the query's path, and the target reads the same rows whole.
-            target.inputs.update(source.inputs)
+        if self._inlinable(source, target):
+            if target.tasks > 1:
+                self.stage_subqueries(source)
+            absorb(target, source)
             return source.node
         read, inp = self.broadcast(source)
         target.inputs[inp.name] = inp
         return read
 
     def union_in(self, left: Frag, right: Frag) -> Frag | None:
-        """One task that runs both sides of a set operation of two one-task sides,
-        when one of them only scans a table: ``right``'s fragment (or ``left``'s)
-        with the other side's scan as a side scan. The caller sets its node.
+        """One task that runs both sides of a set operation of two one-task sides
+        (``left``'s fragment, with ``right``'s scans and inputs); the caller sets
+        its node. None when they read an input name as different inputs.
 
         Each side in a stage of its own would write its rows whole for the one
         task of the set operation to read back: TPC-DS q05's union of
         ``store_sales`` and ``store_returns`` wrote 221 MB (2.9M rows) before a
-        join with 15 days of ``date_dim`` kept 1 % of them. A side that joins or
-        aggregates keeps a stage of its own, so that the sides run in parallel
-        (q05's three channels, each a union, aggregated and then unioned).
-        None when neither side only scans.
+        join with 15 days of ``date_dim`` kept 1 % of them. Sides that aggregate
+        run in one DuckDB query too, in parallel on its threads.
         """
-        if _scan_only(right):
-            host, guest = left, right
-        elif _scan_only(left):
-            host, guest = right, left
-        else:
+        if not (one_task(left) and one_task(right) and same_inputs(left, right)):
             return None
-        assert guest.scan is not None
-        host.side_scans += [(guest.scan, (guest.splits[0],)), *guest.side_scans]
-        host.inputs.update(guest.inputs)
+        absorb(left, right)
         # The set operation's outputs are new columns: no key or equality of the
         # host's scan describes them.
-        host.hash_keys = None
-        host.equal = {}
-        return host
+        left.hash_keys = None
+        left.equal = {}
+        return left
 
     def _inlinable(self, source: Frag, target: Frag) -> bool:
         if source.scan is None or source.tasks != 1 or len(source.splits) != 1:
@@ -286,37 +315,43 @@ def _same_rows_key(stage: Stage) -> tuple[object, ...]:
     return (text, stage.inputs, stage.scan, stage.side_scans, stage.output, stage.num_tasks)
 
 
-def _reads_only(f: Frag) -> bool:
-    """True when ``f`` is one task that reads other stages whole and only filters
-    and projects their rows."""
-    if f.scan is not None or f.side_scans or f.tasks != 1:
-        return False
-    if any(inp.mode is not InputMode.ALL for inp in f.inputs.values()):
-        return False
-
-    def plain(n: Node) -> bool:
-        return isinstance(n, (StageRead, Filter, Project, Keep)) and all(
-            plain(c) for c in n.children()
-        )
-
-    return plain(f.node)
-
-
-def _same_inputs(target: Frag, source: Frag) -> bool:
+def same_inputs(target: Frag, source: Frag) -> bool:
     """True when no input name of ``source`` means another input in ``target``."""
     return all(target.inputs.get(name, inp) == inp for name, inp in source.inputs.items())
 
 
-def _scan_only(f: Frag) -> bool:
-    """True when ``f`` is one task that scans one split and only filters and
-    projects its rows: a stage of its own would copy them."""
-    if f.scan is None or f.inputs or f.tasks != 1 or len(f.splits) != 1:
-        return False
+def one_task(f: Frag) -> bool:
+    """True when ``f`` would be a stage of one task: one split at most, whatever
+    it reads of other stages (all of them, or the one partition of each)."""
+    return f.tasks == 1 and len(f.splits) <= 1
 
-    def plain(n: Node) -> bool:
-        return isinstance(n, (Scan, Filter, Project)) and all(plain(c) for c in n.children())
 
-    return plain(f.node)
+def absorb(host: Frag, guest: Frag) -> None:
+    """Make ``host``'s tasks read what ``guest``'s one task reads, so that
+    ``host``'s node can hold ``guest``'s: its scan becomes a side scan (one group,
+    read whole by every task of ``host``), its side scans, inputs and subqueries
+    join ``host``'s. ``finish`` names each scan by its node, so the names stay apart.
+    """
+    assert guest.scan is None or one_task(guest), "several tasks' splits read as one"
+    # Several tasks would each compute them: ``StageBuilder.stage_subqueries`` first.
+    assert not guest.subqueries or host.tasks == 1, "subqueries in several tasks"
+    if guest.scan is not None:
+        host.side_scans.append((guest.scan, (guest.splits[0],)))
+    host.side_scans += guest.side_scans
+    host.inputs.update(guest.inputs)
+    host.subqueries.update(guest.subqueries)
+
+
+def kept(f: Frag) -> Node:
+    """``f``'s node as its stage writes it: only the columns the plan above reads
+    cross an exchange (TPC-H q13 shipped o_comment, which only its scan's filter
+    reads: 101 MB -> 25 MB), and a subquery's one column."""
+    outputs = f.node.outputs()
+    if f.needed is not None and f.needed <= set(outputs):
+        keep = [r for r in outputs if r in f.needed] or outputs[:1]
+        if len(keep) < len(outputs):
+            return Keep(f.node, keep)
+    return f.node
 
 
 def describe(node: Node) -> str:

@@ -1,0 +1,169 @@
+"""No stage boundary between two one-task stages.
+
+A fragment that would be a stage of one task (one split, or reading other stages
+whole) and whose only reader runs as one task is planned inside that reader: TPC-H
+q13's customer and orders scans were a stage each, hashed into the one partition
+of the join's one task, and q22's subquery, semi join and anti join four stages
+in a row. A producer read by several stages, a producer of several tasks and a
+reader of several tasks keep their exchange. Each plan runs task by task
+(``plan_runner``) against single-process DuckDB.
+"""
+
+from __future__ import annotations
+
+import duckdb
+from helpers import assert_same_result, tpch_query
+from plan_runner import run_plan
+
+from mangonel.catalog import Table
+from mangonel.plan.physical import DistributedPlan, Stage
+from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.task import InputMode
+
+# Every TPC-H table at SF 0.1 one split; exchanges sized from the estimates (one
+# partition for these small ones), as the default planner does.
+ONE_SPLIT = PlannerConfig(split_rows=10_000_000)
+# lineitem in six tasks, orders in two (one per row group).
+SEVERAL = PlannerConfig(split_rows=20_000)
+
+
+def _tables(stage: Stage) -> set[str]:
+    return {s.table for s in ([stage.scan] if stage.scan else []) + list(stage.side_scans)}
+
+
+def _check(plan: DistributedPlan, sql: str, duckdb_ref: duckdb.DuckDBPyConnection) -> None:
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 0
+    assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+def test_two_one_task_scans_joined_by_one_task_are_one_stage(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    sql = tpch_query(13)
+    plan = plan_query(sql, catalog, ONE_SPLIT)
+    assert len(plan.stages) == 1, [s.label for s in plan.stages]
+    assert _tables(plan.final) == {"customer", "orders"}
+    assert plan.final.num_tasks == 1 and not plan.final.inputs
+    _check(plan, sql, duckdb_ref)
+
+
+def test_a_scan_of_several_tasks_keeps_its_exchange(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # orders in two tasks: its rows move to the join's task; customer, one task
+    # hashed into that one partition, is scanned by the join's task itself.
+    sql = tpch_query(13)
+    plan = plan_query(sql, catalog, SEVERAL)
+    orders = next(s for s in plan.stages if s.scan is not None and s.scan.table == "orders")
+    assert orders.num_tasks == 2
+    (reader,) = [s for s in plan.stages if orders.id in s.upstream]
+    assert reader is plan.final and len(plan.stages) == 2
+    assert _tables(reader) == {"customer"}
+    _check(plan, sql, duckdb_ref)
+
+
+def test_a_one_task_side_broadcast_into_several_tasks_keeps_its_stage(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # The filtered, aggregated part side is one task; lineitem's six tasks each read
+    # it whole: a stage of its own (small tables not scanned by each task here).
+    sql = """
+        SELECT p_brand, SUM(l_extendedprice) AS revenue
+        FROM lineitem JOIN (SELECT p_partkey, MIN(p_brand) AS p_brand FROM part
+                            WHERE p_size < 5 GROUP BY p_partkey) p ON l_partkey = p_partkey
+        GROUP BY p_brand"""
+    plan = plan_query(sql, catalog, PlannerConfig(split_rows=20_000, inline_scan_bytes=0))
+    lineitem = next(s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem")
+    assert lineitem.num_tasks == 6
+    broadcast = [i for i in lineitem.inputs if i.mode is InputMode.ALL]
+    assert len(broadcast) == 1
+    (part,) = [s for s in plan.stages if s.id == broadcast[0].stage]
+    assert part.num_tasks == 1 and _tables(part) == {"part"}
+    _check(plan, sql, duckdb_ref)
+
+
+def test_a_one_task_stage_read_by_two_stages_stays_a_stage(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # ``small`` (one task) is read by both sides of the union, whose orders scans
+    # are two tasks each: computed once, read by each.
+    sql = """
+        WITH small AS (SELECT n_nationkey AS k, MIN(n_name) AS name FROM nation
+                       WHERE n_regionkey < 3 GROUP BY n_nationkey)
+        SELECT 'high' AS side, COUNT(*) AS n FROM orders JOIN small ON o_custkey % 25 = k
+        WHERE o_totalprice > 200000
+        UNION ALL
+        SELECT 'low', COUNT(*) FROM orders JOIN small ON o_custkey % 25 = k
+        WHERE o_totalprice < 10000"""
+    plan = plan_query(sql, catalog, SEVERAL)
+    nation = [s for s in plan.stages if "nation" in _tables(s)]
+    assert len(nation) == 1 and nation[0].num_tasks == 1, [s.label for s in plan.stages]
+    readers = [s for s in plan.stages if nation[0].id in s.upstream]
+    assert len(readers) == 2, [s.label for s in plan.stages]
+    _check(plan, sql, duckdb_ref)
+
+
+def test_a_subquery_read_by_one_task_is_computed_in_that_task(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    sql = tpch_query(22)
+    plan = plan_query(sql, catalog, ONE_SPLIT)
+    assert not any(s.label == "subquery" for s in plan.stages), [s.label for s in plan.stages]
+    # The average balance is computed where the customers are filtered by it.
+    (customers,) = [s for s in plan.stages if s.scan is not None and s.scan.table == "customer"]
+    assert [s.table for s in customers.side_scans] == ["customer"]
+    assert "AVG(" in customers.sql and not customers.inputs
+    # The customers are read twice (the semi join of orders and the anti join):
+    # one stage, read by the final task, which scans orders itself.
+    assert len(plan.stages) == 2 and _tables(plan.final) == {"orders"}
+    _check(plan, sql, duckdb_ref)
+
+
+def test_a_subquery_read_by_several_tasks_is_a_stage(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    sql = """
+        SELECT o_orderpriority, COUNT(*) AS n FROM orders
+        WHERE o_totalprice > (SELECT AVG(c_acctbal) * 30 FROM customer)
+        GROUP BY o_orderpriority"""
+    plan = plan_query(sql, catalog, SEVERAL)
+    (subquery,) = [s for s in plan.stages if s.label == "subquery"]
+    orders = next(s for s in plan.stages if s.scan is not None and s.scan.table == "orders")
+    assert orders.num_tasks == 2 and subquery.id in orders.upstream
+    _check(plan, sql, duckdb_ref)
+
+
+def test_a_subquery_read_by_a_table_each_task_scans_is_a_stage_again(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # customer (one task) filtered by the subquery is scanned by each orders task
+    # (``inline_scan_bytes``): the subquery, planned inside customer's task, is a
+    # stage those tasks read when customer joins them, not computed in each.
+    sql = """
+        SELECT c_mktsegment, COUNT(*) AS n
+        FROM orders JOIN customer ON o_custkey = c_custkey
+        WHERE c_nationkey IN (SELECT n_nationkey FROM nation WHERE n_regionkey = 1)
+        GROUP BY c_mktsegment"""
+    plan = plan_query(sql, catalog, SEVERAL)
+    orders = next(s for s in plan.stages if s.scan is not None and s.scan.table == "orders")
+    assert orders.num_tasks == 2 and "customer" in _tables(orders)
+    (subquery,) = [s for s in plan.stages if s.label == "subquery"]
+    assert [(i.stage, i.mode) for i in orders.inputs] == [(subquery.id, InputMode.ALL)]
+    _check(plan, sql, duckdb_ref)
+
+
+def test_a_big_in_list_read_by_one_task_is_a_stage(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # Every table one split, but the list (the order keys of 600k line items,
+    # estimated over ``INLINE_SUBQUERY_BYTES``) is a join DuckDB sizes exactly only
+    # from a stage's input (TPC-DS q95's lists): it stays a stage.
+    sql = """
+        SELECT o_orderpriority, COUNT(*) AS n FROM orders
+        WHERE o_orderkey IN (SELECT l_orderkey FROM lineitem WHERE l_quantity > 10)
+        GROUP BY o_orderpriority"""
+    plan = plan_query(sql, catalog, ONE_SPLIT)
+    (subquery,) = [s for s in plan.stages if s.label == "subquery"]
+    assert subquery.num_tasks == 1 and subquery.id in plan.final.upstream
+    _check(plan, sql, duckdb_ref)
