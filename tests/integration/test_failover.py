@@ -51,7 +51,16 @@ def pair(work_dir: Path, etcd: EtcdServer, tpch_tables: dict[str, Path]) -> Iter
         heartbeat_timeout=5.0,
         state=state,
         schedulers=2,
-        scheduler_args=("--crash-file", str(work_dir / "crash.json"), "--broadcast-bytes", "0"),
+        # Small splits: at SF 0.1 every table is one task's worth, and one-task stages
+        # are planned as one; q9 then ran as one task, with no middle to crash in.
+        scheduler_args=(
+            "--crash-file",
+            str(work_dir / "crash.json"),
+            "--broadcast-bytes",
+            "0",
+            "--split-rows",
+            "100000",
+        ),
     ) as cluster:
         with cluster.connect() as session:
             for name, path in tpch_tables.items():
