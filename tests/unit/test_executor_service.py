@@ -522,3 +522,42 @@ def test_a_small_result_goes_with_its_report(
     outputs, files = by_attempt[attempt(3)]
     assert len(outputs) == 1 and outputs[0].bytes < INLINE_OUTPUT_BYTES  # type: ignore[index]
     assert files == {}
+
+
+class _DamagesOutputs:
+    """Flips a byte of each output file once it is written (the ``outputs_written``
+    hook), as a failing disk would."""
+
+    def task_started(self, attempt: TaskAttemptId) -> None:
+        pass
+
+    def outputs_written(self, attempt: TaskAttemptId, outputs: object) -> None:
+        for output in outputs:  # type: ignore[attr-defined]
+            with open(output.path, "r+b") as f:
+                f.seek(output.bytes // 2)
+                byte = f.read(1)
+                f.seek(output.bytes // 2)
+                f.write(bytes([byte[0] ^ 0xFF]))
+
+    def task_finished(self, attempt: TaskAttemptId, *, before_report: bool) -> None:
+        pass
+
+
+def test_a_damaged_result_file_is_not_carried_with_the_report(tmp_path: Path) -> None:
+    # The client trusts a carried file; the Flight read checks the checksum and has
+    # the query run again. A file whose bytes no longer match stays for that read.
+    link = FakeLink()
+    config = ExecutorConfig(host="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
+    service = ExecutorService(config, link, _DamagesOutputs())
+    service.start()
+    thread = threading.Thread(target=service.serve, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: bool(link.streams))
+        link.send(launch(attempt(0), result=True))
+        wait_for(lambda: len(link.reports) == 1)
+        (output,) = link.reports[0][2]  # type: ignore[misc]
+        assert output.bytes < INLINE_OUTPUT_BYTES
+        assert link.files == [{}]
+    finally:
+        stop_executor(service, thread)

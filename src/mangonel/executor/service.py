@@ -91,7 +91,7 @@ from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import CommandStream, ExecutorCommand, Registration, SchedulerLink
 from mangonel.executor.memory import format_size
 from mangonel.executor.runner import TaskRunner, warm_up
-from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
+from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter, checksum_of
 from mangonel.executor.state import (
     ExecutorState,
 )
@@ -604,16 +604,20 @@ a report carries and the scheduler holds per unread result.
 
 def _small_file(outputs: tuple[PartitionOutput, ...]) -> dict[str, bytes]:
     """The file of a task's only output, by path, when it is small; else nothing
-    (a file that cannot be read now is left to the Flight read)."""
+    (a file that cannot be read now, or whose bytes are no longer those its checksum
+    was taken of, is left to the Flight read, which reports a damaged file and has
+    the query run again: the client does not check a carried file's checksum)."""
     if len(outputs) != 1 or outputs[0].bytes > INLINE_OUTPUT_BYTES:
         return {}
-    path = outputs[0].path
+    output = outputs[0]
     try:
-        with open(path, "rb") as f:
+        with open(output.path, "rb") as f:
             data = f.read(INLINE_OUTPUT_BYTES + 1)
     except OSError:
         return {}
-    return {path: data} if len(data) == outputs[0].bytes else {}
+    if len(data) != output.bytes or checksum_of(data) != output.checksum:
+        return {}
+    return {output.path: data}
 
 
 def _order(executor: ExecutorId, command: ExecutorCommand) -> Event | None:
