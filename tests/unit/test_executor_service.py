@@ -15,6 +15,7 @@ import pytest
 from mangonel.errors import ClusterError
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.failures import TaskFailedError, disk_full
+from mangonel.executor.hooks import NoHooks
 from mangonel.executor.link import ExecutorCommand, Registered, Registration
 from mangonel.executor.main import start_executor, stop_executor
 from mangonel.executor.service import INLINE_OUTPUT_BYTES, ExecutorService
@@ -456,7 +457,7 @@ class _SlowAnswers(FakeLink):
             assert self.answer.wait(30), "the test never let the first report's answer come"
 
 
-class _SeesStarts:
+class _SeesStarts(NoHooks):
     """Records the attempts that started (the ``task_started`` hook)."""
 
     def __init__(self, started: list[TaskAttemptId]) -> None:
@@ -464,9 +465,6 @@ class _SeesStarts:
 
     def task_started(self, attempt: TaskAttemptId) -> None:
         self.started.append(attempt)
-
-    def outputs_written(self, attempt: TaskAttemptId, outputs: object) -> None:
-        pass
 
     def task_finished(self, attempt: TaskAttemptId, *, before_report: bool) -> None:
         pass
@@ -524,12 +522,9 @@ def test_a_small_result_goes_with_its_report(
     assert files == {}
 
 
-class _DamagesOutputs:
+class _DamagesOutputs(NoHooks):
     """Flips a byte of each output file once it is written (the ``outputs_written``
     hook), as a failing disk would."""
-
-    def task_started(self, attempt: TaskAttemptId) -> None:
-        pass
 
     def outputs_written(self, attempt: TaskAttemptId, outputs: object) -> None:
         for output in outputs:  # type: ignore[attr-defined]
