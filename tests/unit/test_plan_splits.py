@@ -48,6 +48,32 @@ def test_exchanges_get_partitions_by_their_estimated_bytes(tmp_path: Path) -> No
     assert aggregate_tasks(4, 0) == 4  # 0: always ``partitions``
 
 
+def test_exchanges_of_several_waves_are_sized_to_whole_waves_of_the_slots(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.parquet"
+    n = 400_000
+    keys = [i * 7919 % n for i in range(n)]
+    pq.write_table(
+        pa.table({"k": keys, "v": [i % 7 for i in range(n)]}), path, row_group_size=50_000
+    )
+    catalog = {"t": load_table("t", str(path))}
+    # As above: 3.2 MB hashed whole, 3 partitions of 1200 KiB by the bytes alone.
+    sql = "SELECT k, count(*) AS c FROM t GROUP BY k"
+
+    def aggregate_tasks(partitions: int, slots: int) -> int:
+        config = PlannerConfig(partitions, 1200 << 10, split_rows=50_000, slots=slots)
+        plan = plan_query(sql, catalog, config)
+        return next(s.num_tasks for s in plan.stages if s.label.startswith("aggregate"))
+
+    assert aggregate_tasks(4, slots=0) == 3  # the slots unknown: the bytes decide
+    assert aggregate_tasks(4, slots=2) == 4  # 2 waves of 2, not 2 and then 1
+    assert aggregate_tasks(3, slots=2) == 2  # 4 is above ``partitions``: one wave
+    assert aggregate_tasks(4, slots=3) == 3  # one whole wave already
+    assert aggregate_tasks(4, slots=8) == 3  # one wave: more would only add fixed costs
+    assert aggregate_tasks(4, slots=1) == 3  # every count is whole waves of one slot
+
+
 def test_a_partial_aggregate_is_estimated_from_the_groups_each_task_meets(
     tmp_path: Path,
 ) -> None:

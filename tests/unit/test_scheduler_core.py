@@ -21,6 +21,7 @@ from mangonel.errors import JobCancelledError, JobFailedError, MangonelError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan import planner as planner_module
 from mangonel.plan.physical import DistributedPlan, Stage
+from mangonel.plan.planner import PlannerConfig
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.scheduler import service as service_module
 from mangonel.scheduler.core import CoreConfig, SchedulerCore
@@ -102,6 +103,10 @@ class ScriptedState:
     def executor(self, executor: ExecutorId) -> ExecutorView | None:
         return self.executor_views.get(executor)
 
+    def job_slots(self) -> int:
+        alive = (v for v in self.executor_views.values() if v.state is ExecutorState.ALIVE)
+        return sum(v.slots for v in alive)
+
     # Persistence: the shell writes what these return to its (in-memory) store.
     def export_finished(self, job_id: JobId) -> FinishedJob | None:
         view = self.job_views.get(job_id)
@@ -177,6 +182,26 @@ def test_event_ids_increase_and_the_state_machine_answers_the_rpcs(
     event = state.events[-1]
     assert isinstance(event, ExecutorRegistered)
     assert (event.resume, event.held) == (old, frozenset({"/p"}))
+
+
+def test_queries_are_planned_for_the_slots_a_job_may_hold_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[int] = []
+
+    def plan_query(sql: str, catalog: object, config: PlannerConfig, *rest: object) -> object:
+        seen.append(config.slots)
+        return PLAN
+
+    monkeypatch.setattr(planner_module, "plan_query", plan_query)
+    state = ScriptedState()
+    core = SchedulerCore(state, config=CoreConfig(plan_cache=0))
+    core.plan("SELECT 1 AS x")
+    core.register_executor("h", "127.0.0.1:1", 2)
+    core.register_executor("h", "127.0.0.1:2", 2)
+    core.plan("SELECT 1 AS x")
+    core.submit("SELECT 1 AS x")
+    assert seen == [0, 4, 4]
 
 
 def test_launch_goes_to_the_executor_queue_and_completion_finishes_the_job(

@@ -164,6 +164,21 @@ def test_with_a_cap_a_job_alone_leaves_slots_for_a_job_arriving_later() -> None:
     assert launches(h.complete(att(1, 4), E1)) == [("e1", "j1/s1/p1/a1")]
 
 
+def test_the_slots_a_job_may_hold_are_the_alive_ones_within_the_cap() -> None:
+    # What the planner sizes exchanges by (``PlannerConfig.slots``).
+    free = Harness(Limits())
+    assert free.state.job_slots() == 0  # no executor: unknown to the planner
+    free.register(E1, 4)
+    free.register(E2, 2)
+    assert free.state.job_slots() == 6
+    capped = Harness(Limits(max_job_share=0.5))
+    capped.register(E1, 4)
+    capped.register(E2, 4)
+    assert capped.state.job_slots() == 4
+    capped.lose(E2)
+    assert capped.state.job_slots() == 2
+
+
 def test_a_cap_is_at_least_one_slot_and_a_share_in_range() -> None:
     h = Harness(Limits(max_job_share=0.1))
     h.register(E1, 4)

@@ -76,6 +76,9 @@ class PlannerConfig:
         min_split_rows: adaptive splits are at least this big ...
         max_split_rows: ... and at most this big, so that a task's output stays
             within a slot's memory.
+        slots: task slots one job may hold (the scheduler's count when it plans);
+            an exchange sized to more partitions than this gets a multiple of it
+            (``distribute.stages.whole_waves``). 0: unknown, counts from bytes alone.
     """
 
     partitions: int = defaults.PARTITIONS
@@ -86,6 +89,7 @@ class PlannerConfig:
     inline_scan_bytes: int = defaults.INLINE_SCAN_BYTES
     min_split_rows: int = defaults.MIN_SPLIT_ROWS
     max_split_rows: int = defaults.MAX_SPLIT_ROWS
+    slots: int = 0
 
     def split_rows_for(self, row_width: float) -> int:
         """Rows per scan task when the scanned columns take ``row_width`` bytes a
@@ -400,6 +404,7 @@ def _distributor(
         estimator,
         config.partition_bytes or None,
         config.inline_scan_bytes,
+        config.slots,
     )
 
 

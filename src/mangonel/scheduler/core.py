@@ -50,7 +50,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import pyarrow as pa
@@ -133,6 +133,8 @@ class StateMachine(PersistedState, Protocol):
     def executors(self) -> list[ExecutorView]: ...
 
     def executor(self, executor: ExecutorId) -> ExecutorView | None: ...
+
+    def job_slots(self) -> int: ...
 
     def restore(
         self,
@@ -612,7 +614,16 @@ class SchedulerCore:
 
     def plan(self, sql: str, dialect: str | None = None) -> DistributedPlan:
         """The query's plan, from the plan cache when it holds one; nothing runs."""
-        return self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
+        return self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
+
+    def _planner(self) -> PlannerConfig:
+        """The planner's settings with the slots a job may hold now: exchanges of
+        several waves of tasks are sized to whole waves (``PlannerConfig.slots``).
+        Part of the plan cache's key, so a plan made for another cluster size is
+        made again."""
+        with self._lock:
+            slots = self._state.job_slots()
+        return replace(self.config.planner, slots=slots)
 
     def result_schema(self, sql: str, dialect: str | None = None) -> pa.Schema:
         """The Arrow schema of the query's result as DuckDB types it; nothing runs."""
@@ -646,7 +657,7 @@ class SchedulerCore:
                     if existing.request_id == request_id and existing.owner == owner:
                         return existing
         try:
-            plan = self.plans.plan(sql, self.catalog.snapshot(), self.config.planner, dialect)
+            plan = self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
         except InternalError as err:
             log.error("planning failed, a bug in mangonel: %s\n-- the query:\n%s", err, sql)
             raise

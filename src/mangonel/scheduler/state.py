@@ -1090,6 +1090,14 @@ class SchedulerState:
             for tasks in walks.values():
                 tasks.close()
 
+    def job_slots(self) -> int:
+        """The slots one job may hold now: the alive executors', at most its
+        share of them (``Limits.max_job_share``); 0 with no executor alive. The
+        planner sizes exchanges by it (``PlannerConfig.slots``)."""
+        alive = self._executors.alive_slots()
+        cap = self._job_slot_cap()
+        return alive if cap is None or not alive else min(alive, cap)
+
     def _job_slot_cap(self) -> int | None:
         """The most slots one job may hold now (``Limits.max_job_share`` of the
         alive executors' slots, at least one); ``None``: no cap."""

@@ -88,6 +88,7 @@ class Distributor:
         estimator: sizes of logical nodes (a new one over ``catalog`` if None).
         partition_bytes: an exchange gets one partition per this many bytes.
         inline_scan_bytes: see ``PlannerConfig.inline_scan_bytes``.
+        slots: task slots a job may hold (``PlannerConfig.slots``); 0: unknown.
     """
 
     def __init__(
@@ -101,6 +102,7 @@ class Distributor:
         estimator: Estimator | None = None,
         partition_bytes: float | None = None,
         inline_scan_bytes: float = 0,
+        slots: int = 0,
     ) -> None:
         self._catalog = catalog
         self._estimator = estimator or Estimator(catalog)
@@ -111,7 +113,7 @@ class Distributor:
         self._subquery_stages: dict[str, StageId] = {}
         self._inlined: set[str] = set()
         """Subqueries planned inside their one reader's task (``_inline_subquery``)."""
-        self._stages = StageBuilder(catalog, partitions, partition_bytes, inline_scan_bytes)
+        self._stages = StageBuilder(catalog, partitions, partition_bytes, inline_scan_bytes, slots)
         self._keys = KeyTypes(oracle, subqueries)
         self._ranges = KeyRanges(catalog)
         self._shared = SharedNodes(self._stages)

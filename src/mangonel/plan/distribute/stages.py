@@ -86,6 +86,35 @@ class Frag:
     (``StageBuilder.finish``, ``Distributor._inline_subquery``)."""
 
 
+def whole_waves(partitions: int, slots: int, most: int) -> int:
+    """``partitions`` reader tasks, made a multiple of ``slots`` where there are
+    more than ``slots`` of them (up to ``most``, else down), so that their last
+    wave fills the slots.
+
+    A reader task is not spread evenly over its DuckDB threads: reading its
+    input, the aggregate's finish and writing its output run on fewer, so a task
+    alone in the last wave leaves cores idle that a task beside it would use.
+    TPC-H q18 at SF1 with the rows in random order: its 144 MB exchange (by
+    order key, aggregated into 1.5M groups) in 3 partitions on 2 slots ran the
+    query in 1066 ms, in 4 in 912 ms, in 2 in 989 ms (``partition_bytes`` 64,
+    36 and 72 MiB, interleaved on one machine). Fewer partitions than slots are
+    left alone: they are one wave already, and each has its fixed cost.
+
+    >>> whole_waves(3, slots=2, most=4)
+    4
+    >>> whole_waves(5, slots=4, most=6)
+    4
+    >>> whole_waves(3, slots=8, most=4)
+    3
+    >>> whole_waves(3, slots=0, most=4)
+    3
+    """
+    if slots < 1 or partitions <= slots or partitions % slots == 0:
+        return partitions
+    up = -(-partitions // slots) * slots
+    return up if up <= most else partitions // slots * slots
+
+
 class StageBuilder:
     """The stages of one query, and the exchanges between them.
 
@@ -95,6 +124,7 @@ class StageBuilder:
         partition_bytes: an exchange gets one partition per this many estimated
             bytes; None: always ``partitions``.
         inline_scan_bytes: see ``PlannerConfig.inline_scan_bytes``.
+        slots: task slots a job may hold (``PlannerConfig.slots``); 0: unknown.
     """
 
     def __init__(
@@ -103,10 +133,12 @@ class StageBuilder:
         partitions: int,
         partition_bytes: float | None,
         inline_scan_bytes: float,
+        slots: int = 0,
     ) -> None:
         self._catalog = catalog
         self._n = max(1, partitions)
         self._partition_bytes = partition_bytes
+        self._slots = max(0, slots)
         self._inline_scan_bytes = inline_scan_bytes
         self.stages: list[Stage] = []
         self._read_whole: dict[tuple[object, ...], Stage] = {}
@@ -203,11 +235,13 @@ class StageBuilder:
         """Partitions of an exchange carrying ``est`` bytes: one per ``partition_bytes``,
         at most ``partitions`` (always ``partitions`` without ``partition_bytes``).
         A task has a fixed cost (a DuckDB query, files, scheduling) and small
-        exchanges do not need many.
+        exchanges do not need many. More partitions than slots are made whole
+        waves (``whole_waves``).
         """
         if not self._partition_bytes:
             return self._n
-        return max(1, min(self._n, -int(-est // self._partition_bytes)))
+        wanted = max(1, min(self._n, -int(-est // self._partition_bytes)))
+        return whole_waves(wanted, self._slots, self._n)
 
     def exchange(self, f: Frag, keys: list[exp.Expr], partitions: int | None = None) -> Frag:
         """Hash-partition a fragment's rows by ``keys`` (expressions over its outputs)
