@@ -1,0 +1,69 @@
+"""Exchanges sized to whole waves of the cluster's slots, on real processes.
+
+The scheduler plans each query with the slots a job may hold
+(``PlannerConfig.slots``); an exchange whose bytes ask for more partitions than
+that gets a multiple of it (``plan.distribute.stages.whole_waves``), so its
+reader tasks' last wave is full. The query groups SF 0.1's ``lineitem`` (6 scan
+tasks at 100k rows) by part: a partial aggregate, then a hash exchange of about
+2.5 MB, which ``--partition-bytes`` 1 MiB cuts into 3 partitions by the bytes
+alone. On 2 slots that is 4 reader tasks (two waves of two); on 3 slots, 3 (one
+wave). Adaptive execution is off so that the planned tasks are the tasks run
+(coalescing would merge these small partitions into one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+from helpers import assert_same_result
+
+from mangonel.catalog import load_table
+from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.testing.cluster import TestCluster
+
+SQL = "SELECT l_partkey, sum(l_quantity) AS q, count(*) AS n FROM lineitem GROUP BY l_partkey"
+SPLIT_ROWS = 100_000
+PARTITION_BYTES = 1 << 20
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_the_bytes_alone_ask_for_three_partitions(tpch_tables: dict[str, Path]) -> None:
+    """The premise of the cluster test below: with the slots unknown, 3."""
+    catalog = {"lineitem": load_table("lineitem", str(tpch_tables["lineitem"]))}
+    config = PlannerConfig(partition_bytes=PARTITION_BYTES, split_rows=SPLIT_ROWS)
+    scan, aggregate = plan_query(SQL, catalog, config).stages
+    assert (scan.num_tasks, scan.output.partitions, aggregate.num_tasks) == (6, 3, 3)
+
+
+@pytest.mark.parametrize(
+    ("executors", "slots", "tasks"),
+    [(2, 1, 4), (1, 3, 3)],
+    ids=["2-slots-two-whole-waves", "3-slots-one-wave"],
+)
+def test_the_aggregate_runs_whole_waves_of_the_clusters_slots(
+    executors: int,
+    slots: int,
+    tasks: int,
+    work_dir: Path,
+    tpch_tables: dict[str, Path],
+    duckdb_ref: duckdb.DuckDBPyConnection,
+) -> None:
+    cluster = TestCluster(
+        work_dir=work_dir / "cluster",
+        executors=executors,
+        slots=slots,
+        partition_bytes=PARTITION_BYTES,
+        adaptive=False,
+        scheduler_args=("--split-rows", str(SPLIT_ROWS)),
+    )
+    with cluster, cluster.connect() as session:
+        session.register_parquet("lineitem", str(tpch_tables["lineitem"]))
+        result = session.sql(SQL)
+        expected = duckdb_ref.sql(SQL).to_arrow_table()
+        assert expected.num_rows > 0
+        assert_same_result(result.to_arrow(), expected, ordered=False)
+        scan, aggregate = sorted(result.stages, key=lambda s: s.stage)
+        assert (scan.tasks_total, scan.tasks_done) == (6, 6), scan
+        assert (aggregate.tasks_total, aggregate.tasks_done) == (tasks, tasks), aggregate
