@@ -21,6 +21,40 @@ def test_adaptive_split_size_follows_the_bytes_scanned_within_bounds() -> None:
     assert PlannerConfig(split_rows=7_500).split_rows_for(64.0) == 7_500
 
 
+def test_scan_tasks_of_several_waves_are_made_whole_waves_of_fewer_tasks() -> None:
+    # 96-byte rows: 2M rows a task by the bytes, so 6M rows are 3 tasks.
+    assert PlannerConfig().scan_split_rows(96.0, 6_000_000) == 2_097_152  # slots unknown
+    assert PlannerConfig(slots=2).scan_split_rows(96.0, 6_000_000) == 3_000_000  # 2 tasks
+    assert PlannerConfig(slots=3).scan_split_rows(96.0, 6_000_000) == 2_097_152  # one wave
+    assert PlannerConfig(slots=4).scan_split_rows(96.0, 6_000_000) == 2_097_152  # one wave
+    # 10M rows, 5 tasks: 4 of 2.5M on 2 slots (two whole waves), 3 on 3 slots.
+    assert PlannerConfig(slots=2).scan_split_rows(96.0, 10_000_000) == 2_500_000
+    assert PlannerConfig(slots=3).scan_split_rows(96.0, 10_000_000) == 3_333_334
+    # Fewer tasks would be above ``max_split_rows`` (12M in 2 tasks): left as it is.
+    assert PlannerConfig(slots=2).scan_split_rows(96.0, 12_000_000) == 2_097_152
+    # A split size fixed by the settings is not changed.
+    assert PlannerConfig(split_rows=1000, slots=2).scan_split_rows(96.0, 3000) == 1000
+
+
+def test_a_scan_of_three_tasks_runs_as_two_on_two_slots(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    n = 300_000
+    pq.write_table(pa.table({"k": list(range(n))}), path, row_group_size=25_000)
+    catalog = {"t": load_table("t", str(path))}
+    sql = "SELECT k FROM t WHERE k % 7 = 0"
+
+    def scan_tasks(slots: int) -> list[int]:
+        # 8-byte rows: split_bytes of 800 kB is 100k rows a task, 3 tasks.
+        config = PlannerConfig(split_bytes=800_000, min_split_rows=1, slots=slots)
+        scan = plan_query(sql, catalog, config).stages[0]
+        assert scan.scan is not None
+        return [sum(split.rows for split in splits) for splits in scan.scan.task_splits]
+
+    assert scan_tasks(0) == [100_000] * 3
+    assert scan_tasks(3) == [100_000] * 3
+    assert scan_tasks(2) == [150_000] * 2
+
+
 def test_exchanges_get_partitions_by_their_estimated_bytes(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     n = 400_000

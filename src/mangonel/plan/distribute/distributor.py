@@ -84,7 +84,8 @@ class Distributor:
         subqueries: uncorrelated subqueries by placeholder name.
         partitions: the most output partitions of a hash exchange.
         broadcast_bytes: the biggest join side broadcast.
-        split_rows: rows per scan task for a row width (``PlannerConfig.split_rows_for``).
+        split_rows: rows per scan task for a row width and a table's rows
+            (``PlannerConfig.scan_split_rows``).
         estimator: sizes of logical nodes (a new one over ``catalog`` if None).
         partition_bytes: an exchange gets one partition per this many bytes.
         inline_scan_bytes: see ``PlannerConfig.inline_scan_bytes``.
@@ -98,7 +99,7 @@ class Distributor:
         subqueries: Mapping[str, Node],
         partitions: int,
         broadcast_bytes: int,
-        split_rows: Callable[[float], int],
+        split_rows: Callable[[float, int], int],
         estimator: Estimator | None = None,
         partition_bytes: float | None = None,
         inline_scan_bytes: float = 0,
@@ -224,7 +225,7 @@ class Distributor:
 
     def _scan(self, n: Scan) -> Frag:
         table = self._catalog[n.table]
-        splits = table.splits(self._split_rows(table.row_width(n.columns)))
+        splits = table.splits(self._split_rows(table.row_width(n.columns), table.rows))
         est = self._estimator.size(n).rows * table.row_width(n.columns)
         return Frag(n, len(splits), est, scan=n, splits=splits, single=len(splits) == 1)
 
