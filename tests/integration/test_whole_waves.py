@@ -1,4 +1,4 @@
-"""Exchanges sized to whole waves of the cluster's slots, on real processes.
+"""Exchanges and scans sized to whole waves of the cluster's slots, on real processes.
 
 The scheduler plans each query with the slots a job may hold
 (``PlannerConfig.slots``); an exchange whose bytes ask for more partitions than
@@ -9,6 +9,11 @@ tasks at 100k rows) by part: a partial aggregate, then a hash exchange of about
 alone. On 2 slots that is 4 reader tasks (two waves of two); on 3 slots, 3 (one
 wave). Adaptive execution is off so that the planned tasks are the tasks run
 (coalescing would merge these small partitions into one).
+
+A scan split by its bytes (``--split-bytes``, not ``--split-rows``) into more
+tasks than slots, not whole waves, runs as the next fewer count that is
+(``PlannerConfig.scan_split_rows``): SF 0.1's ``lineitem`` at 3 MiB a task is 3
+tasks of the 250k-row minimum by the bytes alone, 2 on 2 slots.
 """
 
 from __future__ import annotations
@@ -67,3 +72,47 @@ def test_the_aggregate_runs_whole_waves_of_the_clusters_slots(
         scan, aggregate = sorted(result.stages, key=lambda s: s.stage)
         assert (scan.tasks_total, scan.tasks_done) == (6, 6), scan
         assert (aggregate.tasks_total, aggregate.tasks_done) == (tasks, tasks), aggregate
+
+
+SCAN_SQL = (
+    "SELECT l_returnflag, l_linestatus, sum(l_quantity) AS q, count(*) AS n "
+    "FROM lineitem GROUP BY l_returnflag, l_linestatus"
+)
+SPLIT_BYTES = 3 << 20
+
+
+def test_the_bytes_alone_cut_the_scan_into_three_tasks(tpch_tables: dict[str, Path]) -> None:
+    """The premise of the cluster test below: with the slots unknown, 3."""
+    catalog = {"lineitem": load_table("lineitem", str(tpch_tables["lineitem"]))}
+    scan, _ = plan_query(SCAN_SQL, catalog, PlannerConfig(split_bytes=SPLIT_BYTES)).stages
+    assert scan.num_tasks == 3
+
+
+@pytest.mark.parametrize(
+    ("executors", "slots", "tasks"),
+    [(2, 1, 2), (1, 3, 3)],
+    ids=["2-slots-one-wave-of-two", "3-slots-one-wave-of-three"],
+)
+def test_the_scan_runs_whole_waves_of_the_clusters_slots(
+    executors: int,
+    slots: int,
+    tasks: int,
+    work_dir: Path,
+    tpch_tables: dict[str, Path],
+    duckdb_ref: duckdb.DuckDBPyConnection,
+) -> None:
+    cluster = TestCluster(
+        work_dir=work_dir / "cluster",
+        executors=executors,
+        slots=slots,
+        scheduler_args=("--split-bytes", str(SPLIT_BYTES)),
+    )
+    with cluster, cluster.connect() as session:
+        session.register_parquet("lineitem", str(tpch_tables["lineitem"]))
+        result = session.sql(SCAN_SQL)
+        expected = duckdb_ref.sql(SCAN_SQL).to_arrow_table()
+        assert expected.num_rows > 0
+        assert_same_result(result.to_arrow(), expected, ordered=False)
+        scan, final = sorted(result.stages, key=lambda s: s.stage)
+        assert (scan.tasks_total, scan.tasks_done) == (tasks, tasks), scan
+        assert final.tasks_total == 1, final
