@@ -190,3 +190,20 @@ def test_which_queries_nest_only_derived_tables(
     sql: str, expected: bool | None, catalog: dict[str, Table]
 ) -> None:
     assert _derived_tables_only(parse(sql, set(catalog)).query) is expected
+
+
+def test_a_where_over_one_table_keeps_its_own_and_the_pushed_conditions(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # The derived table's WHERE is set aside while sqlglot pushes predicates (it has
+    # nowhere to go) and comes back folded, joined with the outer condition pushed
+    # into it; the IN subquery sends the query down the full rule path.
+    sql = """
+        SELECT * FROM (SELECT n_name, n_regionkey, n_nationkey FROM nation
+                       WHERE n_nationkey < 20 + 1 OR n_name = 'CHINA') t
+        WHERE t.n_regionkey >= 1
+          AND t.n_regionkey IN (SELECT r_regionkey FROM region WHERE r_name <> 'ASIA')"""
+    assert _derived_tables_only(parse(sql, set(catalog)).query) is None
+    (scan,) = _scan_filters(_bound(sql, catalog), "nation")
+    assert "< 21" in scan and "'CHINA'" in scan and ">= 1" in scan
+    _check(sql, catalog, duckdb_ref)
