@@ -266,6 +266,8 @@ def test_set_operation_sides_over_the_bound_are_stages_side_by_side(
     assert len(plan.stages) == 3 and not _tables(plan.final), [s.label for s in plan.stages]
     sides = {frozenset(_tables(s)) for s in plan.stages if s.id in plan.final.upstream}
     assert sides == {frozenset({"lineitem"}), frozenset({"orders"})}
+    for stage in plan.final.upstream:
+        assert any(f"stage {stage} is not fused" in note for note in plan.notes), plan.notes
     _check(plan, sql, duckdb_ref)
 
 

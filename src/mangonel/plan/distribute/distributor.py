@@ -508,8 +508,15 @@ class Distributor:
                 merged.node = SetOp(n.kind, n.distinct, left.node, right.node, n.qualifier, n.names)
                 merged.est = left.est + right.est
                 return merged
+            # Apart (different inputs under one name, or over the bound): each
+            # side a stage, both run at once before the set operation's task.
+            scanned = self._stages.task_bytes(left), self._stages.task_bytes(right)
+            over = not self._stages.fits(left, right)
             lread, linp = self._stages.broadcast(left)
             rread, rinp = self._stages.broadcast(right)
+            if over:
+                self._stages.note_apart(linp.stage, scanned[1], scanned[0])
+                self._stages.note_apart(rinp.stage, scanned[0], scanned[1])
             node = SetOp(n.kind, n.distinct, lread, rread, n.qualifier, n.names)
             return Frag(
                 node,
