@@ -73,6 +73,18 @@ class PlannerConfig:
             small: DuckDB knows a broadcast input's exact size but guesses a
             filtered scan's, and may build its hash table on the wrong side (TPC-H
             q10's 1.5M orders scanned in the customer task: 0.09 -> 0.14 s). 0: never.
+        fuse_bytes: a stage of one task whose only reader runs as one task is
+            planned inside that task (``plan.distribute.stages``) while the two
+            together scan at most this many bytes of tables (rows times the
+            columns' width, as splits are sized; a scan within
+            ``inline_scan_bytes`` is not counted: a join scans such a table in
+            each of its tasks anyway). Past it, the producer is a stage of its
+            own, which another executor runs at the same time. One split's worth
+            (``split_bytes``): a fused task is then no longer than the scan tasks
+            the planner makes anyway, and a cluster of many hosts spreads what it
+            cannot hold. On one host (two executors, TPC-DS SF1, the 19 plans it
+            changes) it ran as fast as no bound (time ratio 0.94 and 0.99 in two
+            A/B runs, ``benchmarks/latency.py``). 0: no bound.
         min_split_rows: adaptive splits are at least this big ...
         max_split_rows: ... and at most this big, so that a task's output stays
             within a slot's memory.
@@ -84,6 +96,7 @@ class PlannerConfig:
     split_rows: int | None = None
     split_bytes: int = defaults.SPLIT_BYTES
     inline_scan_bytes: int = defaults.INLINE_SCAN_BYTES
+    fuse_bytes: int = defaults.FUSE_BYTES
     min_split_rows: int = defaults.MIN_SPLIT_ROWS
     max_split_rows: int = defaults.MAX_SPLIT_ROWS
 
@@ -159,6 +172,7 @@ def _plan(
         distributor = _distributor(catalog, oracle, config, {})
         root = distributor.plan_tree(_opaque(duck_sql, names, parsed.tables, catalog))
     distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
+    notes += distributor.notes
     return DistributedPlan(
         tuple(distributor.stages), tuple(names), sql, tuple(notes), readable_files(catalog)
     )
@@ -400,6 +414,7 @@ def _distributor(
         estimator,
         config.partition_bytes or None,
         config.inline_scan_bytes,
+        config.fuse_bytes or None,
     )
 
 
