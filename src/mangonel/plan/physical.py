@@ -42,6 +42,9 @@ class ScanInput:
     table: str
     columns: tuple[str, ...]
     task_splits: tuple[tuple[FileSplit, ...], ...]
+    pruned: str = ""
+    """Why some row groups of the table are not read at all, for EXPLAIN (e.g. ``92
+    of 96 row groups dropped: ...``, ``plan.dynamic_pruning``); empty: none were."""
 
     def splits_of(self, task: int) -> tuple[FileSplit, ...]:
         """What task ``task`` reads: its own group of splits, or the one group of all."""

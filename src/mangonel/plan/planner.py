@@ -27,8 +27,10 @@ from sqlglot.errors import SqlglotError
 from mangonel import defaults
 from mangonel.catalog import Table
 from mangonel.errors import BindError, InternalError
+from mangonel.plan import probe
 from mangonel.plan.bind import Binder, Unsupported
 from mangonel.plan.distribute import Distributor, describe
+from mangonel.plan.dynamic_pruning import RangeSource, prune_row_groups
 from mangonel.plan.eager import aggregate_early
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.join_order import order_joins
@@ -141,6 +143,7 @@ def _plan(
         node, _ = binder.bind(optimized)
         node = push_filters(node, binder.subqueries)
         prune_columns(node, binder.subqueries)
+        prune_row_groups([node, *binder.subqueries.values()], tables, _probe(tables))
         estimator = Estimator(tables, binder.subqueries)
         node = order_joins(node, binder.subqueries, estimator)
         aggregate_early([node, *binder.subqueries.values()], estimator, tables)
@@ -325,6 +328,7 @@ def warm_up() -> None:
         [("k", pa.int64()), ("v", pa.string()), ("d", pa.date32()), ("x", pa.decimal128(7, 2))]
     )
     plan_query(_WARM_UP_SQL, {_WARM_UP_TABLE: Table(_WARM_UP_TABLE, "", (), schema, ())})
+    probe.shared()  # plan-time pruning's DuckDB, opened before a query needs it
 
 
 class PlanCache:
@@ -401,6 +405,14 @@ def _distributor(
         config.partition_bytes or None,
         config.inline_scan_bytes,
     )
+
+
+def _probe(tables: Mapping[str, Table]) -> RangeSource | None:
+    """The probe that evaluates dimensions for plan-time pruning, or None where no
+    table has two row groups (nothing to prune: the probe is not even opened)."""
+    if all(len(t.row_groups) < 2 for t in tables.values()):
+        return None
+    return probe.shared()
 
 
 def _opaque(
