@@ -25,7 +25,7 @@ from plan_runner import run_plan
 from pruning_tables import INNER, ROW_GROUPS, write_tables
 
 from mangonel.catalog import RowGroup, Table, load_table
-from mangonel.plan import dynamic_pruning
+from mangonel.plan import dynamic_pruning, planner
 from mangonel.plan.dynamic_pruning import could_drop, deterministic, kept_groups, narrowed
 from mangonel.plan.estimate import scan_size
 from mangonel.plan.explain import render
@@ -205,9 +205,11 @@ def test_the_pruning_of_two_dimensions_is_combined(
     sql = """SELECT count(*) AS n FROM sales
              JOIN dates d1 ON s_date_sk = d1.d_date_sk
              JOIN dates d2 ON s_date_sk = d2.d_date_sk
-             WHERE d1.d_year = 2001 AND d2.d_date < DATE '2001-03-01'"""
+             WHERE d1.d_year = 2001
+               AND d2.d_date BETWEEN DATE '2000-12-01' AND DATE '2001-02-28'"""
     plan = _check(sql, catalog_, ref)
-    # 2001 (366..730) and before March 2001 (0..424): 366..424, row groups 7 and 8.
+    # 2001 (366..730: row groups 7 to 14) and the winter (335..424: 6 to 8): 7 and 8,
+    # and the one of NULL keys only.
     assert _row_groups_read(plan) == 3, _sales_scan_text(plan)
 
 
@@ -242,6 +244,46 @@ def test_a_dimension_too_big_is_not_evaluated(
     monkeypatch.setattr(dynamic_pruning, "DIMENSION_BYTES", 1_000)  # dates reads ~10 KB
     plan = _check(INNER, catalog_, ref)
     assert _row_groups_read(plan) == ROW_GROUPS
+
+
+def test_a_filter_keeping_most_of_the_dimension_is_not_evaluated(
+    catalog_: dict[str, Table], ref: duckdb.DuckDBPyConnection
+) -> None:
+    # Before June 2001: 517 of the 1 201 dates, more than DIMENSION_KEEPS by the
+    # estimates. Evaluated, it would drop 8 row groups; the cheap check says that a
+    # filter keeping that much most often keeps keys from all over the range.
+    sql = """SELECT count(*) AS n FROM sales JOIN dates ON s_date_sk = d_date_sk
+             WHERE d_date < DATE '2001-06-01'"""
+    plan = _check(sql, catalog_, ref)
+    assert _row_groups_read(plan) == ROW_GROUPS
+
+
+class _Recorder:
+    """A range source that counts what the rule asks (and answers nothing)."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def key_range(self, table: Table, columns: object, sql: str, key: str) -> KeyRange | None:
+        self.asked.append(f"{table.name}.{key}")
+        return None
+
+
+def test_nothing_is_evaluated_where_the_footers_say_nothing_could_drop(
+    catalog_: dict[str, Table], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    recorder = _Recorder()
+    monkeypatch.setattr(planner, "_probe", lambda tables: recorder)
+    # Every row group of sales holds every s_item (0..6): no range of items could
+    # drop one, and the items are not read.
+    plan_query(
+        "SELECT count(*) AS n FROM sales JOIN items ON s_item = i_item WHERE i_class = 'class1'",
+        catalog_,
+        CONFIG,
+    )
+    assert recorder.asked == []
+    plan_query(INNER, catalog_, CONFIG)
+    assert recorder.asked == ["dates.dates.d_date_sk"]
 
 
 def test_a_table_another_reader_needs_whole_is_not_pruned(

@@ -328,7 +328,9 @@ def warm_up() -> None:
         [("k", pa.int64()), ("v", pa.string()), ("d", pa.date32()), ("x", pa.decimal128(7, 2))]
     )
     plan_query(_WARM_UP_SQL, {_WARM_UP_TABLE: Table(_WARM_UP_TABLE, "", (), schema, ())})
-    probe.shared()  # plan-time pruning's DuckDB, opened before a query needs it
+    # Plan-time pruning's DuckDB opened, and a first Parquet read paid, before a
+    # query needs them (``probe.Probe.warm_up``).
+    probe.shared().warm_up()
 
 
 class PlanCache:
