@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401 - pa.compute
 import pyarrow.parquet as pq
 import pytest
 from helpers import assert_same_result
@@ -30,7 +32,7 @@ from mangonel.plan.dynamic_pruning import could_drop, deterministic, kept_groups
 from mangonel.plan.estimate import scan_size
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
-from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.plan.planner import PlanCache, PlannerConfig, plan_query
 from mangonel.plan.probe import KeyRange, Probe
 from mangonel.sql.frontend import parse
 
@@ -319,6 +321,29 @@ def test_a_probe_that_cannot_read_leaves_the_plan_whole(
     assert "plan-time pruning skipped" in caplog.text and "dates" in caplog.text
 
 
+def test_a_cached_plan_is_planned_again_when_its_dimension_file_changes(
+    tables: dict[str, Path], tmp_path: Path
+) -> None:
+    """Pruning depends on the dimension's rows: a plan cache must not keep a plan
+    whose dimension file was written again in place (without a new register)."""
+    dates = tmp_path / "dates.parquet"
+    dates.write_bytes(tables["dates"].read_bytes())
+    catalog = {name: load_table(name, str(path)) for name, path in tables.items()}
+    catalog["dates"] = load_table("dates", str(dates))
+    cache = PlanCache()
+    first = cache.plan(INNER, catalog, CONFIG)
+    assert first.pruned_by and first.pruned_by[0][0] == str(dates)
+    assert cache.plan(INNER, catalog, CONFIG) is first
+    # The same rows one day later: keys 59..104 now hold the dates of March.
+    shifted = pq.read_table(dates)
+    keys = pa.compute.add(shifted.column("d_date_sk"), 1000)
+    pq.write_table(shifted.set_column(0, "d_date_sk", keys), dates)
+    again = cache.plan(INNER, catalog, CONFIG)
+    assert again is not first
+    assert "range 1060..1105" in render(again, with_sql=False)
+    assert (cache.hits, cache.misses) == (1, 2)
+
+
 # ------------------------------------------------------------------ lock-down
 
 
@@ -331,7 +356,8 @@ def test_the_probe_reads_no_file_and_changes_no_setting(
         # The dimension's own rows come in as Arrow: its SQL reads them.
         sql = "SELECT * FROM __dimension WHERE d_year = 2000"
         found = probe.key_range(dates, ["d_date_sk", "d_year"], sql, "d_date_sk")
-        assert found == KeyRange(0, 365, 366)
+        assert found is not None and (found.low, found.high, found.keys) == (0, 365, 366)
+        assert [f[0] for f in found.files] == [str(tables["dates"])]
         # SQL that names a file, even one of the catalog's, reads nothing.
         for escape in (
             f"SELECT d_date_sk FROM read_parquet('{tables['sales']}')",

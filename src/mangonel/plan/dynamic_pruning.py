@@ -59,7 +59,7 @@ from mangonel.plan.logical import (
     phys,
     walk_once,
 )
-from mangonel.plan.probe import RELATION, KeyRange
+from mangonel.plan.probe import RELATION, FileIdentity, KeyRange
 
 DIMENSION_BYTES = 8 * 1024 * 1024
 """The biggest dimension evaluated while planning: in-memory bytes of the columns its
@@ -140,11 +140,14 @@ class Candidate:
 
 def prune_row_groups(
     roots: list[Node], catalog: Mapping[str, Table], source: RangeSource | None
-) -> None:
+) -> tuple[FileIdentity, ...]:
     """Set ``Scan.pruned`` on the scans under ``roots`` (the query and its subqueries)
-    whose row groups a filtered dimension's key range rules out."""
+    whose row groups a filtered dimension's key range rules out. Returns the files
+    of the dimensions that pruned something, as they were read: the plan holds only
+    while they are the same (``DistributedPlan.pruned_by``)."""
     if source is None:
-        return
+        return ()
+    read: dict[FileIdentity, None] = {}
     kept: dict[int, tuple[Scan, set[int], list[str]]] = {}
     for c in candidates(roots, catalog):
         table = catalog[c.fact.table]
@@ -159,6 +162,7 @@ def prune_row_groups(
         entry = kept.setdefault(id(c.fact), (c.fact, set(range(len(table.row_groups))), []))
         entry[1].intersection_update(i for i, g in enumerate(table.row_groups) if id(g) in ids)
         entry[2].append(_reason(c, found))
+        read.update(dict.fromkeys(found.files))
     for scan, indexes, reasons in kept.values():
         table = catalog[scan.table]
         groups = [g for i, g in enumerate(table.row_groups) if i in indexes]
@@ -168,6 +172,7 @@ def prune_row_groups(
             reasons
         )
         scan.pruned = Pruned(narrowed(table, groups), why)
+    return tuple(read)
 
 
 def _reason(c: Candidate, found: KeyRange) -> str:

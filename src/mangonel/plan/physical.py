@@ -101,6 +101,11 @@ class DistributedPlan:
     scan database per slot serves every query over that catalog. Empty where the
     catalog has more than ``planner.READABLE_FILES_LIMIT`` files (the tasks then
     name the files the plan itself scans)."""
+    pruned_by: tuple[tuple[str, int, str], ...] = field(default=())
+    """The files (path, size, version) of the dimensions whose key ranges pruned the
+    plan's scans while planning (``plan.dynamic_pruning``): the plan is right only
+    while they hold the rows read then, and a plan cache reuses it only while a local
+    one keeps its size and modification time (``probe.unchanged``)."""
 
     @property
     def final(self) -> Stage:

@@ -36,6 +36,7 @@ from mangonel.plan.estimate import Estimator
 from mangonel.plan.join_order import order_joins
 from mangonel.plan.logical import Node, Opaque, Scan
 from mangonel.plan.physical import DistributedPlan
+from mangonel.plan.probe import FileIdentity
 from mangonel.plan.prune import prune_columns
 from mangonel.plan.pushdown import push_filters
 from mangonel.plan.types import TypeOracle, oracle_for
@@ -134,6 +135,7 @@ def _plan(
     names = [n for n, _ in oracle.describe(duck_sql)]
     schema: dict[str, object] = {t: oracle.table_types(t) for t in sorted(parsed.tables)}
     notes: list[str] = []
+    pruned_by: tuple[FileIdentity, ...] = ()
     distributor = _distributor(catalog, oracle, config, {})
     try:
         # Not copied: ``duck_sql`` above is all this function needs of it otherwise.
@@ -143,7 +145,7 @@ def _plan(
         node, _ = binder.bind(optimized)
         node = push_filters(node, binder.subqueries)
         prune_columns(node, binder.subqueries)
-        prune_row_groups([node, *binder.subqueries.values()], tables, _probe(tables))
+        pruned_by = prune_row_groups([node, *binder.subqueries.values()], tables, _probe(tables))
         estimator = Estimator(tables, binder.subqueries)
         node = order_joins(node, binder.subqueries, estimator)
         aggregate_early([node, *binder.subqueries.values()], estimator, tables)
@@ -158,12 +160,18 @@ def _plan(
             f"query's text and this message. DuckDB said: {err}"
         ) from err
     except (Unsupported, SqlglotError) as why:
+        pruned_by = ()
         notes.append(f"runs whole in one task over its gathered tables: {why}")
         distributor = _distributor(catalog, oracle, config, {})
         root = distributor.plan_tree(_opaque(duck_sql, names, parsed.tables, catalog))
     distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
     return DistributedPlan(
-        tuple(distributor.stages), tuple(names), sql, tuple(notes), readable_files(catalog)
+        tuple(distributor.stages),
+        tuple(names),
+        sql,
+        tuple(notes),
+        readable_files(catalog),
+        pruned_by,
     )
 
 
@@ -342,7 +350,9 @@ class PlanCache:
     benchmark sending the same SQL again pays it once. A plan depends on the SQL,
     the dialect, the planner's settings and the tables (their files, row groups
     and statistics, read when they were registered); registering or dropping any
-    table starts afresh. Thread-safe; planning runs outside the lock.
+    table starts afresh; so does a plan pruned by a dimension whose local file has
+    changed since (``DistributedPlan.pruned_by``). Thread-safe; planning runs outside
+    the lock.
 
     Args:
         size: Plans kept, the least recently used dropped first; 0 keeps none.
@@ -368,7 +378,11 @@ class PlanCache:
         key = (sql, dialect or "", config)
         with self._lock:
             entry = self._plans.get(key)
-            if entry is not None and _same_tables(entry[0], catalog):
+            if (
+                entry is not None
+                and _same_tables(entry[0], catalog)
+                and probe.unchanged(entry[1].pruned_by)
+            ):
                 self._plans.move_to_end(key)
                 self.hits += 1
                 return entry[1]

@@ -64,6 +64,10 @@ MEMORY_LIMIT = "256MB"
 Key = int | dt.date
 
 
+FileIdentity = tuple[str, int, str]
+"""A file's path, size and version (a local file's modification time, an object's ETag)."""
+
+
 @dataclass(frozen=True)
 class KeyRange:
     """The smallest and largest non-NULL value of a key in a filtered dimension,
@@ -72,10 +76,8 @@ class KeyRange:
     low: Key | None
     high: Key | None
     keys: int
-
-
-FileIdentity = tuple[str, int, str]
-"""A file's path, size and version (a local file's modification time, an object's ETag)."""
+    files: tuple[FileIdentity, ...] = ()
+    """The files the answer was read from, as they were (``unchanged``)."""
 
 
 class Probe:
@@ -141,7 +143,7 @@ class Probe:
             )
             return None
         low, high, count = found
-        result = KeyRange(_key(low), _key(high), int(count))
+        result = KeyRange(_key(low), _key(high), int(count), identity)
         if count and (result.low is None or result.high is None):
             log.info("plan-time pruning skipped: %s's key is not an integer or a date", table.name)
             return None
@@ -223,6 +225,21 @@ def _read_columns(table: Table, columns: list[str]) -> pa.Table:
     # Files of one table may differ in small ways (nullability): the first one's schema.
     first = parts[0].schema
     return pa.concat_tables([p if p.schema == first else p.cast(first) for p in parts])
+
+
+def unchanged(files: Sequence[FileIdentity]) -> bool:
+    """True when every local file of ``files`` still has its size and modification
+    time (objects are checked by the executors, against the version of register)."""
+    for path, size, version in files:
+        if storage.is_remote(path):
+            continue
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if (st.st_size, str(st.st_mtime_ns)) != (size, version):
+            return False
+    return True
 
 
 def _identity(table: Table) -> tuple[FileIdentity, ...]:
