@@ -27,13 +27,16 @@ from sqlglot.errors import SqlglotError
 from mangonel import defaults
 from mangonel.catalog import Table
 from mangonel.errors import BindError, InternalError
+from mangonel.plan import probe
 from mangonel.plan.bind import Binder, Unsupported
 from mangonel.plan.distribute import Distributor, describe
+from mangonel.plan.dynamic_pruning import RangeSource, prune_row_groups
 from mangonel.plan.eager import aggregate_early
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.join_order import order_joins
 from mangonel.plan.logical import Node, Opaque, Scan
 from mangonel.plan.physical import DistributedPlan
+from mangonel.plan.probe import FileIdentity
 from mangonel.plan.prune import prune_columns
 from mangonel.plan.pushdown import push_filters
 from mangonel.plan.types import TypeOracle, oracle_for
@@ -145,6 +148,7 @@ def _plan(
     names = [n for n, _ in oracle.describe(duck_sql)]
     schema: dict[str, object] = {t: oracle.table_types(t) for t in sorted(parsed.tables)}
     notes: list[str] = []
+    pruned_by: tuple[FileIdentity, ...] = ()
     distributor = _distributor(catalog, oracle, config, {})
     try:
         # Not copied: ``duck_sql`` above is all this function needs of it otherwise.
@@ -154,6 +158,7 @@ def _plan(
         node, _ = binder.bind(optimized)
         node = push_filters(node, binder.subqueries)
         prune_columns(node, binder.subqueries)
+        pruned_by = prune_row_groups([node, *binder.subqueries.values()], tables, _probe(tables))
         estimator = Estimator(tables, binder.subqueries)
         node = order_joins(node, binder.subqueries, estimator)
         aggregate_early([node, *binder.subqueries.values()], estimator, tables)
@@ -168,13 +173,19 @@ def _plan(
             f"query's text and this message. DuckDB said: {err}"
         ) from err
     except (Unsupported, SqlglotError) as why:
+        pruned_by = ()
         notes.append(f"runs whole in one task over its gathered tables: {why}")
         distributor = _distributor(catalog, oracle, config, {})
         root = distributor.plan_tree(_opaque(duck_sql, names, parsed.tables, catalog))
     distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
     notes += distributor.notes
     return DistributedPlan(
-        tuple(distributor.stages), tuple(names), sql, tuple(notes), readable_files(catalog)
+        tuple(distributor.stages),
+        tuple(names),
+        sql,
+        tuple(notes),
+        readable_files(catalog),
+        pruned_by,
     )
 
 
@@ -339,6 +350,9 @@ def warm_up() -> None:
         [("k", pa.int64()), ("v", pa.string()), ("d", pa.date32()), ("x", pa.decimal128(7, 2))]
     )
     plan_query(_WARM_UP_SQL, {_WARM_UP_TABLE: Table(_WARM_UP_TABLE, "", (), schema, ())})
+    # Plan-time pruning's DuckDB opened, and a first Parquet read paid, before a
+    # query needs them (``probe.Probe.warm_up``).
+    probe.shared().warm_up()
 
 
 class PlanCache:
@@ -350,7 +364,9 @@ class PlanCache:
     benchmark sending the same SQL again pays it once. A plan depends on the SQL,
     the dialect, the planner's settings and the tables (their files, row groups
     and statistics, read when they were registered); registering or dropping any
-    table starts afresh. Thread-safe; planning runs outside the lock.
+    table starts afresh; so does a plan pruned by a dimension whose local file has
+    changed since (``DistributedPlan.pruned_by``). Thread-safe; planning runs outside
+    the lock.
 
     Args:
         size: Plans kept, the least recently used dropped first; 0 keeps none.
@@ -376,7 +392,11 @@ class PlanCache:
         key = (sql, dialect or "", config)
         with self._lock:
             entry = self._plans.get(key)
-            if entry is not None and _same_tables(entry[0], catalog):
+            if (
+                entry is not None
+                and _same_tables(entry[0], catalog)
+                and probe.unchanged(entry[1].pruned_by)
+            ):
                 self._plans.move_to_end(key)
                 self.hits += 1
                 return entry[1]
@@ -416,6 +436,14 @@ def _distributor(
         config.inline_scan_bytes,
         config.fuse_bytes or None,
     )
+
+
+def _probe(tables: Mapping[str, Table]) -> RangeSource | None:
+    """The probe that evaluates dimensions for plan-time pruning, or None where no
+    table has two row groups (nothing to prune: the probe is not even opened)."""
+    if all(len(t.row_groups) < 2 for t in tables.values()):
+        return None
+    return probe.shared()
 
 
 def _opaque(

@@ -55,6 +55,7 @@ from mangonel.plan.logical import (
     StageRead,
     Values,
     Window,
+    scan_table,
 )
 from mangonel.plan.physical import Stage, StageInput
 from mangonel.plan.types import TypeOracle
@@ -239,7 +240,7 @@ class Distributor:
         return any(r in unique for r in node.outputs())
 
     def _scan(self, n: Scan) -> Frag:
-        table = self._catalog[n.table]
+        table = scan_table(self._catalog, n)
         splits = table.splits(self._split_rows(table.row_width(n.columns)))
         est = self._estimator.size(n).rows * table.row_width(n.columns)
         return Frag(n, len(splits), est, scan=n, splits=splits, single=len(splits) == 1)

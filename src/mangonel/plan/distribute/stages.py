@@ -52,6 +52,7 @@ from mangonel.plan.logical import (
     Values,
     Window,
     phys,
+    scan_table,
 )
 from mangonel.plan.physical import ScanInput, Stage, StageInput
 from mangonel.sql.exprs import PLACEHOLDER_PREFIX
@@ -150,11 +151,15 @@ class StageBuilder:
         for i, (side, splits) in enumerate(f.side_scans, start=1):
             name = f"{SCAN_INPUT}{i}"
             scan_names[id(side)] = name
-            side_scans.append(ScanInput(name, side.table, tuple(side.columns), splits))
+            side_scans.append(
+                ScanInput(name, side.table, tuple(side.columns), splits, _pruned(side))
+            )
         text = Renderer(scan_names, inline=inline).render(f.node)
         scan = None
         if f.scan is not None:
-            scan = ScanInput(SCAN_INPUT, f.scan.table, tuple(f.scan.columns), f.splits)
+            scan = ScanInput(
+                SCAN_INPUT, f.scan.table, tuple(f.scan.columns), f.splits, _pruned(f.scan)
+            )
         refs = f.node.outputs()
         stage = Stage(
             id=stage_id,
@@ -376,7 +381,7 @@ class StageBuilder:
             return False
         scans = [source.scan, *(s for s, _ in source.side_scans)]
         read = sum(
-            self._catalog[s.table].row_width(s.columns) * self._catalog[s.table].rows for s in scans
+            (table := scan_table(self._catalog, s)).row_width(s.columns) * table.rows for s in scans
         )
         if (target.inputs or source.inputs) and read > TINY_SCAN_BYTES:
             # The target waits for other stages anyway; a stage of its own scans
@@ -386,6 +391,10 @@ class StageBuilder:
             # target's tasks, which read that stage too: a stage less in a row.
             return False
         return read * max(1, target.tasks) <= self._inline_scan_bytes
+
+
+def _pruned(scan: Scan) -> str:
+    return scan.pruned.why if scan.pruned is not None else ""
 
 
 def _same_rows_key(stage: Stage) -> tuple[object, ...]:
