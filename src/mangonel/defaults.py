@@ -40,6 +40,10 @@ SPLIT_BYTES = 192 * _MIB
 """Bytes of the scanned columns (in memory) one scan task reads, about (the
 number's origin: ``PlannerConfig.split_bytes``)."""
 
+FUSE_BYTES = SPLIT_BYTES
+"""The most bytes of tables a task of fused one-task stages scans
+(``PlannerConfig.fuse_bytes``): a split's worth."""
+
 MIN_SPLIT_ROWS = 250_000
 """Scan tasks sized by ``SPLIT_BYTES`` read at least this many rows ..."""
 

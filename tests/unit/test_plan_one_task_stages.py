@@ -167,3 +167,125 @@ def test_a_big_in_list_read_by_one_task_is_a_stage(
     (subquery,) = [s for s in plan.stages if s.label == "subquery"]
     assert subquery.num_tasks == 1 and subquery.id in plan.final.upstream
     _check(plan, sql, duckdb_ref)
+
+
+# ---------------------------------------------------------------- the bound
+
+MIB = 1024 * 1024
+# Each lineitem scan of two columns below is about 18 MiB (600k rows of 32 bytes);
+# with a bound of 30 MiB, a task holds one of them and the smaller ones alongside.
+BOUND = 30 * MIB
+
+
+def _scanned(stage: Stage, catalog: dict[str, Table], small: float) -> float:
+    """Bytes of tables one task of ``stage`` scans, as the bound counts them: rows
+    times the columns' width, scans of at most ``small`` bytes aside."""
+    total = 0.0
+    for scan in ([stage.scan] if stage.scan else []) + list(stage.side_scans):
+        table = catalog[scan.table]
+        rows = max(sum(s.rows for s in splits) for splits in scan.task_splits)
+        read = rows * table.row_width(scan.columns)
+        total += read if read > small else 0.0
+    return total
+
+
+def _within_bound(plan: DistributedPlan, catalog: dict[str, Table], config: PlannerConfig) -> None:
+    for stage in plan.stages:
+        # A stage of one scan may be any size (its split); one that fused others'
+        # scans stays within the bound.
+        scans = len(stage.side_scans) + (stage.scan is not None)
+        if scans > 1:
+            scanned = _scanned(stage, catalog, config.inline_scan_bytes)
+            assert scanned <= config.fuse_bytes, (stage.id, scanned / MIB)
+
+
+SCALARS = """
+    SELECT
+      (SELECT AVG(l_extendedprice) FROM lineitem WHERE l_quantity BETWEEN 1 AND 10) AS a,
+      (SELECT AVG(l_discount) FROM lineitem WHERE l_quantity BETWEEN 11 AND 20) AS b,
+      (SELECT AVG(l_tax) FROM lineitem WHERE l_quantity BETWEEN 21 AND 30) AS c,
+      (SELECT COUNT(*) FROM lineitem WHERE l_quantity > 30) AS d
+    FROM region WHERE r_regionkey = 0"""
+
+
+def test_subqueries_over_the_bound_are_stages_that_run_side_by_side(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-DS q09's shape: fifteen scans of store_sales, one task at SF1 without a
+    # bound, where many executors could scan them at once.
+    unbounded = plan_query(SCALARS, catalog, PlannerConfig(split_rows=10_000_000, fuse_bytes=0))
+    assert len(unbounded.stages) == 1
+    assert _scanned(unbounded.final, catalog, 8 * MIB) > 60 * MIB
+    config = PlannerConfig(split_rows=10_000_000, fuse_bytes=BOUND)
+    plan = plan_query(SCALARS, catalog, config)
+    apart = [s for s in plan.stages if s.label == "subquery"]
+    assert len(apart) == 2 and len(plan.stages) == 3, [s.label for s in plan.stages]
+    # Each is read by the final task alone, so they run at the same time.
+    assert all(s.num_tasks == 1 and s.id in plan.final.upstream for s in apart)
+    assert not any(s.id in other.upstream for s in apart for other in apart)
+    # The final task still computes what fits: the other two subqueries.
+    assert [s.table for s in plan.final.side_scans] == ["lineitem", "lineitem"]
+    _within_bound(plan, catalog, config)
+    for s in apart:
+        assert any(f"stage {s.id} is not fused" in note for note in plan.notes), plan.notes
+    _check(plan, SCALARS, duckdb_ref)
+
+
+def test_a_one_task_side_over_the_bound_is_a_stage(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # Filtered orders broadcast into lineitem's one task: 34 + 11 MiB together.
+    sql = """
+        SELECT o_orderpriority, COUNT(*) AS n, SUM(l_extendedprice) AS s
+        FROM orders JOIN lineitem ON o_orderkey = l_orderkey
+        WHERE l_comment LIKE '%fur%' AND o_comment LIKE '%special%'
+        GROUP BY o_orderpriority"""
+    assert len(plan_query(sql, catalog, PlannerConfig(split_rows=10_000_000)).stages) == 1
+    config = PlannerConfig(split_rows=10_000_000, fuse_bytes=BOUND)
+    plan = plan_query(sql, catalog, config)
+    (orders,) = [s for s in plan.stages if _tables(s) == {"orders"}]
+    assert len(plan.stages) == 2 and orders.id in plan.final.upstream
+    assert _tables(plan.final) == {"lineitem"}
+    assert any(f"stage {orders.id} is not fused" in note for note in plan.notes), plan.notes
+    _within_bound(plan, catalog, config)
+    _check(plan, sql, duckdb_ref)
+
+
+def test_set_operation_sides_over_the_bound_are_stages_side_by_side(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    sql = """
+        SELECT COUNT(*) AS n, SUM(k) AS s FROM (
+          SELECT l_orderkey AS k FROM lineitem WHERE l_comment LIKE '%fur%'
+          UNION ALL
+          SELECT o_orderkey FROM orders WHERE o_comment LIKE '%special%') u"""
+    assert len(plan_query(sql, catalog, PlannerConfig(split_rows=10_000_000)).stages) == 1
+    config = PlannerConfig(split_rows=10_000_000, fuse_bytes=BOUND)
+    plan = plan_query(sql, catalog, config)
+    # Neither side is scanned by the union's task: both run at once, before it.
+    assert len(plan.stages) == 3 and not _tables(plan.final), [s.label for s in plan.stages]
+    sides = {frozenset(_tables(s)) for s in plan.stages if s.id in plan.final.upstream}
+    assert sides == {frozenset({"lineitem"}), frozenset({"orders"})}
+    for stage in plan.final.upstream:
+        assert any(f"stage {stage} is not fused" in note for note in plan.notes), plan.notes
+    _check(plan, sql, duckdb_ref)
+
+
+def test_small_tables_do_not_count_against_the_bound(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # q13's orders (10 MB of the columns read) with customer (120 kB): customer is
+    # within ``inline_scan_bytes``, as a table a join scans in each of its tasks
+    # anyway, so even a bound of one byte leaves the two in one task ...
+    sql = tpch_query(13)
+    plan = plan_query(sql, catalog, PlannerConfig(split_rows=10_000_000, fuse_bytes=1))
+    assert len(plan.stages) == 1 and _tables(plan.final) == {"customer", "orders"}
+    assert not plan.notes
+    _check(plan, sql, duckdb_ref)
+    # ... where, counted (nothing is small), the orders side is a stage of its own.
+    config = PlannerConfig(split_rows=10_000_000, fuse_bytes=1, inline_scan_bytes=0)
+    plan = plan_query(sql, catalog, config)
+    assert len(plan.stages) == 2 and _tables(plan.final) == {"customer"}
+    assert _tables(plan.stages[0]) == {"orders"}
+    assert len(plan.notes) == 1 and "is not fused" in plan.notes[0]
+    _check(plan, sql, duckdb_ref)

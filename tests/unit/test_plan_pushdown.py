@@ -18,7 +18,7 @@ from mangonel.plan.logical import Filter, Node, Scan, walk
 from mangonel.plan.planner import PlannerConfig, plan_query
 from mangonel.plan.pushdown import push_filters
 from mangonel.plan.types import oracle_for
-from mangonel.sql.frontend import optimize_query, parse
+from mangonel.sql.frontend import _derived_tables_only, optimize_query, parse
 
 CONFIG = PlannerConfig(partitions=3, partition_bytes=0, split_rows=20_000)
 
@@ -140,4 +140,70 @@ def test_a_shared_aggregate_keeps_every_readers_rows(
                    FROM orders GROUP BY o_custkey, o_orderstatus)
         SELECT x.k, x.n, y.n AS m FROM s x JOIN s y ON x.k = y.k
         WHERE x.st = 'F' AND y.st = 'O'"""
+    _check(sql, catalog, duckdb_ref)
+
+
+def test_derived_tables_alone_take_the_short_rule_path(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-DS q21's shape: nothing nested but derived tables, so the front end skips
+    # sqlglot's decorrelating and pushing rules; the binder still pushes the outer
+    # filter on a group key to the scan, constant arithmetic inside the derived
+    # table is still folded (the estimates read the date), the condition on an
+    # aggregate stays above it, and a derived table joined to another still merges.
+    sql = """
+        SELECT * FROM (SELECT l_suppkey, l_shipmode, SUM(l_quantity) AS q
+                       FROM lineitem
+                       WHERE l_shipdate < DATE '1995-01-01' + INTERVAL 1 YEAR
+                       GROUP BY l_suppkey, l_shipmode) x
+                 JOIN (SELECT s_suppkey, s_name FROM supplier) s ON x.l_suppkey = s.s_suppkey
+        WHERE x.l_shipmode = 'AIR' AND x.q > 100"""
+    assert _derived_tables_only(parse(sql, set(catalog)).query) is True
+    node = _bound(sql, catalog)
+    (scan,) = _scan_filters(node, "lineitem")
+    assert "'AIR'" in scan and "1996-01-01" in scan and "INTERVAL" not in scan
+    above = [f.condition.sql() for f in walk(node) if isinstance(f, Filter)]
+    assert any("> 100" in c for c in above)
+    _check(sql, catalog, duckdb_ref)
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT n_name FROM nation", False),
+        ("SELECT * FROM (SELECT n_name FROM nation) t", True),
+        (
+            "SELECT * FROM nation JOIN (SELECT r_regionkey FROM region) r"
+            " ON n_regionkey = r_regionkey",
+            True,
+        ),
+        # a subquery expression, a CTE, a set operation and a LATERAL need the full path
+        ("SELECT n_name FROM nation WHERE n_regionkey IN (SELECT r_regionkey FROM region)", None),
+        ("WITH t AS (SELECT n_name FROM nation) SELECT * FROM t", None),
+        ("SELECT * FROM (SELECT n_name FROM nation UNION ALL SELECT r_name FROM region) t", None),
+        ("SELECT * FROM (SELECT n_name FROM nation) a, LATERAL (SELECT a.n_name AS m) b", None),
+        ("SELECT * FROM (SELECT (SELECT MAX(r_regionkey) FROM region) AS m FROM nation) t", None),
+    ],
+    ids=["one-select", "derived", "derived-join", "in", "cte", "union", "lateral", "scalar"],
+)
+def test_which_queries_nest_only_derived_tables(
+    sql: str, expected: bool | None, catalog: dict[str, Table]
+) -> None:
+    assert _derived_tables_only(parse(sql, set(catalog)).query) is expected
+
+
+def test_a_where_over_one_table_keeps_its_own_and_the_pushed_conditions(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # The derived table's WHERE is set aside while sqlglot pushes predicates (it has
+    # nowhere to go) and comes back folded, joined with the outer condition pushed
+    # into it; the IN subquery sends the query down the full rule path.
+    sql = """
+        SELECT * FROM (SELECT n_name, n_regionkey, n_nationkey FROM nation
+                       WHERE n_nationkey < 20 + 1 OR n_name = 'CHINA') t
+        WHERE t.n_regionkey >= 1
+          AND t.n_regionkey IN (SELECT r_regionkey FROM region WHERE r_name <> 'ASIA')"""
+    assert _derived_tables_only(parse(sql, set(catalog)).query) is None
+    (scan,) = _scan_filters(_bound(sql, catalog), "nation")
+    assert "< 21" in scan and "'CHINA'" in scan and ">= 1" in scan
     _check(sql, catalog, duckdb_ref)

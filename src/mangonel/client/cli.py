@@ -545,6 +545,15 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
         f"are at most this many (default {_mib(defaults.INLINE_SCAN_BYTES)}); 0: never",
     )
     p.add_argument(
+        "--fuse-bytes",
+        type=int,
+        default=defaults.FUSE_BYTES,
+        help="plan a stage of one task inside its one reader's task while the two "
+        "together scan at most this many bytes of tables (tables within "
+        "--inline-scan-bytes not counted); past it the stage runs apart, on another "
+        f"executor at the same time (default {_mib(defaults.FUSE_BYTES)}); 0: no bound",
+    )
+    p.add_argument(
         "--adaptive",
         action=argparse.BooleanOptionalAction,
         default=defaults.ADAPTIVE,
@@ -664,6 +673,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         split_rows=args.split_rows,
         split_bytes=args.split_bytes,
         inline_scan_bytes=args.inline_scan_bytes,
+        fuse_bytes=args.fuse_bytes,
         plan_cache=args.plan_cache,
         heartbeat_timeout_s=args.heartbeat_timeout,
         no_executor_grace_s=args.grace,
@@ -763,6 +773,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         scheduler_args=("--split-bytes", str(args.split_bytes))
         + ("--inline-scan-bytes", str(args.inline_scan_bytes))
+        + ("--fuse-bytes", str(args.fuse_bytes))
         + ("--plan-cache", str(args.plan_cache))
         + ("--adaptive-partition-bytes", str(args.adaptive_partition_bytes))
         + ("--adaptive-min-partition-bytes", str(args.adaptive_min_partition_bytes))

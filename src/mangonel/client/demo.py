@@ -63,6 +63,13 @@ def ensure_tpch(cache_dir: str, scale: float = 0.1) -> str:
     return cache_dir
 
 
+DEMO_SPLIT_ROWS = 150_000
+"""Rows per scan task in the demos. At SF 0.1 the planner's own sizing reads each
+table in one task, and q12 would run as one task of one stage (its join inside
+it): nothing distributed to show, and in the kill demo no finished shuffle output
+to lose. Four smaller scans of lineitem spread over both executors."""
+
+
 def q12_text() -> str:
     return resources.files("mangonel.tpch").joinpath("queries/q12.sql").read_text()
 
@@ -88,9 +95,18 @@ def run_demo(
         if secure
         else ("local cluster")
     )
-    print(f"starting a {kind}: 1 scheduler, {executors} executors ...", file=sys.stderr)
+    print(
+        f"starting a {kind}: 1 scheduler, {executors} executors, scan tasks of "
+        f"{DEMO_SPLIT_ROWS} rows ...",
+        file=sys.stderr,
+    )
     with (
-        LocalCluster(executors=executors, log_level=log_level, secure=secure) as cluster,
+        LocalCluster(
+            executors=executors,
+            log_level=log_level,
+            secure=secure,
+            scheduler_args=("--split-rows", str(DEMO_SPLIT_ROWS)),
+        ) as cluster,
         cluster.connect() as session,
     ):
         for t in TABLES:
@@ -248,12 +264,6 @@ def describe_kill(report: KillReport, fault_free: Result) -> str:
     )
 
 
-KILL_DEMO_SPLIT_ROWS = 150_000
-"""Rows per scan task in the kill demo. At SF 0.1 the planner's own sizing reads
-q12's 600 000 lineitem rows in one task, which would leave no finished shuffle
-output to lose; four smaller tasks spread over both executors."""
-
-
 def run_kill_demo(
     cache_dir: str,
     executors: int = defaults.LOCAL_EXECUTORS,
@@ -272,14 +282,14 @@ def run_kill_demo(
     data = ensure_tpch(cache_dir)
     print(
         f"starting a local cluster: 1 scheduler, {executors} executors, scan tasks of "
-        f"{KILL_DEMO_SPLIT_ROWS} rows ...",
+        f"{DEMO_SPLIT_ROWS} rows ...",
         file=sys.stderr,
     )
     with (
         TestCluster(
             executors=executors,
             log_level=log_level,
-            scheduler_args=("--split-rows", str(KILL_DEMO_SPLIT_ROWS)),
+            scheduler_args=("--split-rows", str(DEMO_SPLIT_ROWS)),
             secure=secure,
         ) as cluster,
         cluster.connect() as session,

@@ -50,6 +50,7 @@ from mangonel.plan.logical import (
     Scan,
     SetKind,
     SetOp,
+    scan_table,
     walk,
     walk_once,
 )
@@ -333,7 +334,7 @@ class _Widths:
     footers, anything else 8."""
 
     def __init__(self, node: Node, catalog: Mapping[str, Table]) -> None:
-        self._tables = {n.alias: catalog[n.table] for n in walk(node) if isinstance(n, Scan)}
+        self._tables = {n.alias: scan_table(catalog, n) for n in walk(node) if isinstance(n, Scan)}
 
     def of(self, e: exp.Expr) -> float:
         if isinstance(e, exp.Column) and e.table in self._tables:

@@ -48,6 +48,7 @@ from mangonel.plan.logical import (
     SetOp,
     Sort,
     StageRead,
+    scan_table,
 )
 
 UNKNOWN = 1 / 3
@@ -90,7 +91,7 @@ class Estimator:
 
     def size(self, node: Node) -> Size:
         if isinstance(node, Scan):  # its filter grows while the binder pushes conditions
-            return scan_size(self._catalog[node.table], node.alias, node.filter)
+            return scan_size(scan_table(self._catalog, node), node.alias, node.filter)
         known = self._memo.get(id(node))
         if known is None or known[0] is not node:
             known = self._memo[id(node)] = (node, self._size(node))

@@ -37,6 +37,8 @@ def render(plan: DistributedPlan, with_sql: bool = True) -> str:
                 f"  reads  table {stage.scan.table} ({', '.join(stage.scan.columns)}), "
                 f"{rows} rows in {len(stage.scan.task_splits)} split(s)"
             )
+            if stage.scan.pruned:
+                lines.append(f"         {stage.scan.pruned}")
         for side in stage.side_scans:
             rows = sum(s.rows for split in side.task_splits for s in split)
             # A stage of one task scans a table whole where stages of their own
@@ -48,6 +50,8 @@ def render(plan: DistributedPlan, with_sql: bool = True) -> str:
                 f"  reads  table {side.table} ({', '.join(side.columns)}) as {side.name}: "
                 f"{rows} rows, {how}"
             )
+            if side.pruned:
+                lines.append(f"         {side.pruned}")
         for inp in stage.inputs:
             how = (
                 "partition i of each map task"

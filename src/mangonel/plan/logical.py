@@ -18,10 +18,12 @@ In a stage's SQL each Ref becomes one column named ``"qualifier.name"``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from sqlglot import exp
+
+from mangonel.catalog import Table
 
 Ref = tuple[str, str]
 
@@ -52,15 +54,34 @@ class Node:
         return []
 
 
+@dataclass(frozen=True)
+class Pruned:
+    """The row groups of a scan's table that may meet a row of the result, where a
+    rule proved the others cannot (``plan.dynamic_pruning``)."""
+
+    table: Table
+    """The catalog table with only those row groups, and its statistics narrowed to
+    them: the scan's splits and estimates are made from it (``scan_table``)."""
+    why: str
+    """What EXPLAIN says, e.g. ``92 of 96 row groups dropped: ...``."""
+
+
 @dataclass(eq=False)
 class Scan(Node):
     table: str
     alias: str
     columns: list[str]
     filter: exp.Expr | None = None
+    pruned: Pruned | None = None
+    """Row groups that cannot meet the result, dropped at plan time; None: all read."""
 
     def outputs(self) -> list[Ref]:
         return [(self.alias, c) for c in self.columns]
+
+
+def scan_table(catalog: Mapping[str, Table], scan: Scan) -> Table:
+    """The table a scan reads: its catalog table, less the row groups pruned from it."""
+    return scan.pruned.table if scan.pruned is not None else catalog[scan.table]
 
 
 @dataclass(eq=False)

@@ -42,6 +42,9 @@ class ScanInput:
     table: str
     columns: tuple[str, ...]
     task_splits: tuple[tuple[FileSplit, ...], ...]
+    pruned: str = ""
+    """Why some row groups of the table are not read at all, for EXPLAIN (e.g. ``92
+    of 96 row groups dropped: ...``, ``plan.dynamic_pruning``); empty: none were."""
 
     def splits_of(self, task: int) -> tuple[FileSplit, ...]:
         """What task ``task`` reads: its own group of splits, or the one group of all."""
@@ -98,6 +101,11 @@ class DistributedPlan:
     scan database per slot serves every query over that catalog. Empty where the
     catalog has more than ``planner.READABLE_FILES_LIMIT`` files (the tasks then
     name the files the plan itself scans)."""
+    pruned_by: tuple[tuple[str, int, str], ...] = field(default=())
+    """The files (path, size, version) of the dimensions whose key ranges pruned the
+    plan's scans while planning (``plan.dynamic_pruning``): the plan is right only
+    while they hold the rows read then, and a plan cache reuses it only while a local
+    one keeps its size and modification time (``probe.unchanged``)."""
 
     @property
     def final(self) -> Stage:

@@ -27,13 +27,16 @@ from sqlglot.errors import SqlglotError
 from mangonel import defaults
 from mangonel.catalog import Table
 from mangonel.errors import BindError, InternalError
+from mangonel.plan import probe
 from mangonel.plan.bind import Binder, Unsupported
 from mangonel.plan.distribute import Distributor, describe
+from mangonel.plan.dynamic_pruning import RangeSource, prune_row_groups
 from mangonel.plan.eager import aggregate_early
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.join_order import order_joins
 from mangonel.plan.logical import Node, Opaque, Scan
 from mangonel.plan.physical import DistributedPlan
+from mangonel.plan.probe import FileIdentity
 from mangonel.plan.prune import prune_columns
 from mangonel.plan.pushdown import push_filters
 from mangonel.plan.types import TypeOracle, oracle_for
@@ -73,6 +76,18 @@ class PlannerConfig:
             small: DuckDB knows a broadcast input's exact size but guesses a
             filtered scan's, and may build its hash table on the wrong side (TPC-H
             q10's 1.5M orders scanned in the customer task: 0.09 -> 0.14 s). 0: never.
+        fuse_bytes: a stage of one task whose only reader runs as one task is
+            planned inside that task (``plan.distribute.stages``) while the two
+            together scan at most this many bytes of tables (rows times the
+            columns' width, as splits are sized; a scan within
+            ``inline_scan_bytes`` is not counted: a join scans such a table in
+            each of its tasks anyway). Past it, the producer is a stage of its
+            own, which another executor runs at the same time. One split's worth
+            (``split_bytes``): a fused task is then no longer than the scan tasks
+            the planner makes anyway, and a cluster of many hosts spreads what it
+            cannot hold. On one host (two executors, TPC-DS SF1, the 19 plans it
+            changes) it ran as fast as no bound (time ratio 0.94 and 0.99 in two
+            A/B runs, ``benchmarks/latency.py``). 0: no bound.
         min_split_rows: adaptive splits are at least this big ...
         max_split_rows: ... and at most this big, so that a task's output stays
             within a slot's memory.
@@ -87,6 +102,7 @@ class PlannerConfig:
     split_rows: int | None = None
     split_bytes: int = defaults.SPLIT_BYTES
     inline_scan_bytes: int = defaults.INLINE_SCAN_BYTES
+    fuse_bytes: int = defaults.FUSE_BYTES
     min_split_rows: int = defaults.MIN_SPLIT_ROWS
     max_split_rows: int = defaults.MAX_SPLIT_ROWS
     slots: int = 0
@@ -168,6 +184,7 @@ def _plan(
     names = [n for n, _ in oracle.describe(duck_sql)]
     schema: dict[str, object] = {t: oracle.table_types(t) for t in sorted(parsed.tables)}
     notes: list[str] = []
+    pruned_by: tuple[FileIdentity, ...] = ()
     distributor = _distributor(catalog, oracle, config, {})
     try:
         # Not copied: ``duck_sql`` above is all this function needs of it otherwise.
@@ -177,6 +194,7 @@ def _plan(
         node, _ = binder.bind(optimized)
         node = push_filters(node, binder.subqueries)
         prune_columns(node, binder.subqueries)
+        pruned_by = prune_row_groups([node, *binder.subqueries.values()], tables, _probe(tables))
         estimator = Estimator(tables, binder.subqueries)
         node = order_joins(node, binder.subqueries, estimator)
         aggregate_early([node, *binder.subqueries.values()], estimator, tables)
@@ -191,12 +209,19 @@ def _plan(
             f"query's text and this message. DuckDB said: {err}"
         ) from err
     except (Unsupported, SqlglotError) as why:
+        pruned_by = ()
         notes.append(f"runs whole in one task over its gathered tables: {why}")
         distributor = _distributor(catalog, oracle, config, {})
         root = distributor.plan_tree(_opaque(duck_sql, names, parsed.tables, catalog))
     distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
+    notes += distributor.notes
     return DistributedPlan(
-        tuple(distributor.stages), tuple(names), sql, tuple(notes), readable_files(catalog)
+        tuple(distributor.stages),
+        tuple(names),
+        sql,
+        tuple(notes),
+        readable_files(catalog),
+        pruned_by,
     )
 
 
@@ -361,6 +386,9 @@ def warm_up() -> None:
         [("k", pa.int64()), ("v", pa.string()), ("d", pa.date32()), ("x", pa.decimal128(7, 2))]
     )
     plan_query(_WARM_UP_SQL, {_WARM_UP_TABLE: Table(_WARM_UP_TABLE, "", (), schema, ())})
+    # Plan-time pruning's DuckDB opened, and a first Parquet read paid, before a
+    # query needs them (``probe.Probe.warm_up``).
+    probe.shared().warm_up()
 
 
 class PlanCache:
@@ -372,7 +400,9 @@ class PlanCache:
     benchmark sending the same SQL again pays it once. A plan depends on the SQL,
     the dialect, the planner's settings and the tables (their files, row groups
     and statistics, read when they were registered); registering or dropping any
-    table starts afresh. Thread-safe; planning runs outside the lock.
+    table starts afresh; so does a plan pruned by a dimension whose local file has
+    changed since (``DistributedPlan.pruned_by``). Thread-safe; planning runs outside
+    the lock.
 
     Args:
         size: Plans kept, the least recently used dropped first; 0 keeps none.
@@ -398,7 +428,11 @@ class PlanCache:
         key = (sql, dialect or "", config)
         with self._lock:
             entry = self._plans.get(key)
-            if entry is not None and _same_tables(entry[0], catalog):
+            if (
+                entry is not None
+                and _same_tables(entry[0], catalog)
+                and probe.unchanged(entry[1].pruned_by)
+            ):
                 self._plans.move_to_end(key)
                 self.hits += 1
                 return entry[1]
@@ -436,8 +470,17 @@ def _distributor(
         estimator,
         config.partition_bytes or None,
         config.inline_scan_bytes,
+        config.fuse_bytes or None,
         config.slots,
     )
+
+
+def _probe(tables: Mapping[str, Table]) -> RangeSource | None:
+    """The probe that evaluates dimensions for plan-time pruning, or None where no
+    table has two row groups (nothing to prune: the probe is not even opened)."""
+    if all(len(t.row_groups) < 2 for t in tables.values()):
+        return None
+    return probe.shared()
 
 
 def _opaque(

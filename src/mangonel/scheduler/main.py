@@ -76,6 +76,9 @@ class SchedulerConfig:
         split_bytes: Bytes of scanned columns (in memory) a scan task reads, about.
         inline_scan_bytes: A small broadcast table is scanned by each task that
             joins it when its columns' bytes times those tasks are at most this.
+        fuse_bytes: A stage of one task is planned inside its one reader's task
+            while the two scan at most this many bytes of tables
+            (``PlannerConfig.fuse_bytes``); 0: no bound.
         plan_cache: Plans of recent queries kept for the same SQL sent again; 0: none.
         adaptive: Run a hash exchange's reader stage as fewer tasks when the real
             sizes of its partitions are small (``scheduler.adaptive``).
@@ -137,6 +140,7 @@ class SchedulerConfig:
     split_rows: int | None = None
     split_bytes: int = defaults.SPLIT_BYTES
     inline_scan_bytes: int = defaults.INLINE_SCAN_BYTES
+    fuse_bytes: int = defaults.FUSE_BYTES
     plan_cache: int = defaults.PLAN_CACHE
     adaptive: bool = defaults.ADAPTIVE
     adaptive_partition_bytes: int = defaults.ADAPTIVE_PARTITION_BYTES
@@ -177,6 +181,7 @@ class SchedulerConfig:
                 split_rows=self.split_rows,
                 split_bytes=self.split_bytes,
                 inline_scan_bytes=self.inline_scan_bytes,
+                fuse_bytes=self.fuse_bytes,
             ),
             plan_cache=self.plan_cache,
             limits=Limits(

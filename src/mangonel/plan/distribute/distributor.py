@@ -34,7 +34,6 @@ from mangonel.plan.distribute.shared import SharedNodes
 from mangonel.plan.distribute.stages import (
     Frag,
     StageBuilder,
-    absorb,
     one_task,
     same_inputs,
 )
@@ -56,6 +55,7 @@ from mangonel.plan.logical import (
     StageRead,
     Values,
     Window,
+    scan_table,
 )
 from mangonel.plan.physical import Stage, StageInput
 from mangonel.plan.types import TypeOracle
@@ -89,6 +89,7 @@ class Distributor:
         estimator: sizes of logical nodes (a new one over ``catalog`` if None).
         partition_bytes: an exchange gets one partition per this many bytes.
         inline_scan_bytes: see ``PlannerConfig.inline_scan_bytes``.
+        fuse_bytes: see ``PlannerConfig.fuse_bytes`` (None: no bound).
         slots: task slots a job may hold (``PlannerConfig.slots``); 0: unknown.
     """
 
@@ -103,6 +104,7 @@ class Distributor:
         estimator: Estimator | None = None,
         partition_bytes: float | None = None,
         inline_scan_bytes: float = 0,
+        fuse_bytes: float | None = None,
         slots: int = 0,
     ) -> None:
         self._catalog = catalog
@@ -114,7 +116,12 @@ class Distributor:
         self._subquery_stages: dict[str, StageId] = {}
         self._inlined: set[str] = set()
         """Subqueries planned inside their one reader's task (``_inline_subquery``)."""
-        self._stages = StageBuilder(catalog, partitions, partition_bytes, inline_scan_bytes, slots)
+        self._apart: dict[str, tuple[float, float]] = {}
+        """Subqueries kept out of their one reader's task by the bound: the bytes
+        that task and the subquery scan (``_inline_subquery``)."""
+        self._stages = StageBuilder(
+            catalog, partitions, partition_bytes, inline_scan_bytes, fuse_bytes, slots
+        )
         self._keys = KeyTypes(oracle, subqueries)
         self._ranges = KeyRanges(catalog)
         self._shared = SharedNodes(self._stages)
@@ -136,6 +143,11 @@ class Distributor:
     def stages(self) -> list[Stage]:
         """The stages built so far, each after the stages it reads."""
         return self._stages.stages
+
+    @property
+    def notes(self) -> list[str]:
+        """What EXPLAIN says of the plan (``StageBuilder.notes``)."""
+        return self._stages.notes
 
     def finish(self, f: Frag, output: OutputSpec, label: str) -> tuple[StageRead, Stage]:
         """Close a fragment into a stage (see ``StageBuilder.finish``)."""
@@ -191,6 +203,8 @@ class Distributor:
                             sub, OutputSpec(OutputKind.SINGLE), "subquery", read_whole=True
                         )
                         self._subquery_stages[name] = stage.id
+                        if name in self._apart:
+                            self._stages.note_apart(stage.id, *self._apart[name])
                     f.inputs[name] = StageInput(name, self._subquery_stages[name], InputMode.ALL)
 
     def _inline_subquery(self, f: Frag, name: str, sub: Frag) -> bool:
@@ -211,6 +225,11 @@ class Distributor:
             return False
         if name in self._inlined or not same_inputs(f, sub):
             return False
+        if not self._stages.fits(f, sub):
+            # A stage of its own, run at the same time as the reader's other
+            # producers (TPC-DS q09: fifteen scans of ``store_sales``).
+            self._apart[name] = (self._stages.task_bytes(f), self._stages.task_bytes(sub))
+            return False
         self._inlined.add(name)
         f.subqueries[name] = sub
         return True
@@ -224,7 +243,7 @@ class Distributor:
         return any(r in unique for r in node.outputs())
 
     def _scan(self, n: Scan) -> Frag:
-        table = self._catalog[n.table]
+        table = scan_table(self._catalog, n)
         splits = table.splits(self._split_rows(table.row_width(n.columns), table.rows))
         est = self._estimator.size(n).rows * table.row_width(n.columns)
         return Frag(n, len(splits), est, scan=n, splits=splits, single=len(splits) == 1)
@@ -493,8 +512,15 @@ class Distributor:
                 merged.node = SetOp(n.kind, n.distinct, left.node, right.node, n.qualifier, n.names)
                 merged.est = left.est + right.est
                 return merged
+            # Apart (different inputs under one name, or over the bound): each
+            # side a stage, both run at once before the set operation's task.
+            scanned = self._stages.task_bytes(left), self._stages.task_bytes(right)
+            over = not self._stages.fits(left, right)
             lread, linp = self._stages.broadcast(left)
             rread, rinp = self._stages.broadcast(right)
+            if over:
+                self._stages.note_apart(linp.stage, scanned[1], scanned[0])
+                self._stages.note_apart(rinp.stage, scanned[0], scanned[1])
             node = SetOp(n.kind, n.distinct, lread, rread, n.qualifier, n.names)
             return Frag(
                 node,
@@ -529,10 +555,10 @@ class Distributor:
                 right.node = Distinct(right.node)
         lx = self._stages.exchange(left, lk, parts)
         rx = self._stages.exchange(right, rk, parts)
-        node = SetOp(n.kind, n.distinct, lx.node, rx.node, n.qualifier, n.names)
-        f = Frag(node, parts, left.est + right.est, single=parts == 1)
-        absorb(f, lx)  # a side hashed into one partition by one task is that task
-        absorb(f, rx)
+        f = Frag(lx.node, parts, left.est + right.est, single=parts == 1)
+        # A side hashed into one partition by one task is that task, within the bound.
+        lx, rx = self._stages.fuse(f, lx), self._stages.fuse(f, rx)
+        f.node = SetOp(n.kind, n.distinct, lx.node, rx.node, n.qualifier, n.names)
         return f
 
     def _union_all_on(
@@ -563,15 +589,15 @@ class Distributor:
             parts = self._stages.partitions_for(left.est + right.est)
         lx = left if left_stays else self._stages.exchange(left, lk, parts)
         rx = right if right_stays else self._stages.exchange(right, rk, parts)
-        node = SetOp(n.kind, n.distinct, lx.node, rx.node, n.qualifier, n.names)
         # Hashed on the union's own columns only where neither side's key was
         # cast: a cast key hashes the supertype's value, which a reader's key
         # need not be.
         cast = any(isinstance(k, exp.Cast) for k in lk + rk)
         keys = None if cast else [col((n.qualifier, n.names[i])) for i in positions]
-        f = Frag(node, parts, left.est + right.est, hash_keys=keys, single=parts == 1)
-        absorb(f, lx)  # a side hashed into one partition by one task is that task
-        absorb(f, rx)
+        f = Frag(lx.node, parts, left.est + right.est, hash_keys=keys, single=parts == 1)
+        # A side hashed into one partition by one task is that task, within the bound.
+        lx, rx = self._stages.fuse(f, lx), self._stages.fuse(f, rx)
+        f.node = SetOp(n.kind, n.distinct, lx.node, rx.node, n.qualifier, n.names)
         return f
 
     def _join(self, n: Join) -> Frag:

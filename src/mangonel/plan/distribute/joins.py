@@ -25,7 +25,7 @@ from mangonel.plan.distribute.costs import BROADCAST_COST, RANGE_REDUCES, SHUFFL
 from mangonel.plan.distribute.keys import KeyTypes, same_keys
 from mangonel.plan.distribute.ranges import KeyRanges, Sliced, join_sliced, note_equal
 from mangonel.plan.distribute.reductions import Reductions
-from mangonel.plan.distribute.stages import Frag, StageBuilder, absorb
+from mangonel.plan.distribute.stages import Frag, StageBuilder
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.logical import Join, JoinKind
 
@@ -197,7 +197,7 @@ class JoinPlacer:
             left = self._stages.exchange(left, lk, parts)
         if right_moves:
             right = self._stages.exchange(right, rk, parts)
-        joined = _colocated_join(n, left, right, lk)
+        joined = _colocated_join(n, left, right, lk, self._stages)
         joined.est = out
         return joined
 
@@ -243,9 +243,12 @@ def _hashed_on(f: Frag, keys: list[exp.Expr]) -> bool:
     )
 
 
-def _colocated_join(n: Join, left: Frag, right: Frag, lk: list[exp.Expr]) -> Frag:
+def _colocated_join(
+    n: Join, left: Frag, right: Frag, lk: list[exp.Expr], stages: StageBuilder
+) -> Frag:
     """Join two sides hash-partitioned alike on the join keys, task by task."""
-    absorb(left, right)  # a side hashed into one partition by one task is that task
+    # A side hashed into one partition by one task is that task, within the bound.
+    right = stages.fuse(left, right)
     left.node = Join(left.node, right.node, n.kind, n.left_keys, n.right_keys, n.residual)
     left.hash_keys = lk if n.kind is not JoinKind.FULL else None
     return left

@@ -22,7 +22,19 @@ from mangonel.catalog import RowGroup, Table
 from mangonel.plan.distribute.costs import BROADCAST_COST, RANGE_COPIES
 from mangonel.plan.distribute.keys import column_ref, stripped
 from mangonel.plan.distribute.stages import Frag
-from mangonel.plan.logical import Filter, Join, JoinKind, Keep, Node, Project, Ref, Scan, Sort, walk
+from mangonel.plan.logical import (
+    Filter,
+    Join,
+    JoinKind,
+    Keep,
+    Node,
+    Project,
+    Ref,
+    Scan,
+    Sort,
+    scan_table,
+    walk,
+)
 from mangonel.task import FileSplit, InputMode
 
 Bounds = tuple[Any, Any] | None
@@ -93,7 +105,7 @@ class KeyRanges:
         if column is None or column[0] is not f.scan:
             return None
         ranges = self._task_ranges(f, column[1])
-        whole = [g.ranges.get(column[1]) for g in self._catalog[f.scan.table].row_groups]
+        whole = [g.ranges.get(column[1]) for g in scan_table(self._catalog, f.scan).row_groups]
         if ranges is None or not whole or any(r is None for r in whole):
             return None
         low = min(_number(r[0]) for r in whole if r is not None)
@@ -110,7 +122,7 @@ class KeyRanges:
         the task reads (``None`` for a task of no rows); ``None`` when a row group's
         footer gives none (or, with ``null_free``, holds NULLs)."""
         assert f.scan is not None
-        table = self._catalog[f.scan.table]
+        table = scan_table(self._catalog, f.scan)
         out: list[Bounds] = []
         for split in f.splits:
             low: Any = None
@@ -160,7 +172,7 @@ class KeyRanges:
         if not _sliceable(source):
             return None
         assert source.scan is not None
-        source_table = self._catalog[source.scan.table]
+        source_table = scan_table(self._catalog, source.scan)
         groups = [g for split in source.splits for g in source_table.groups_of(split)]
         total = sum(g.rows for g in groups)
         if not groups or total == 0:
@@ -184,7 +196,7 @@ class KeyRanges:
             if read - 1.0 > RANGE_COPIES * (target.tasks - 1):
                 continue  # about a broadcast: the planner's other choices know its costs
             whole = sum(
-                self._catalog[s.table].column_bytes(s.columns) for s, _ in source.side_scans
+                scan_table(self._catalog, s).column_bytes(s.columns) for s, _ in source.side_scans
             )
             cost = BROADCAST_COST * (
                 source.est * max(0.0, read - 1.0) + whole * max(0, target.tasks - source.tasks)
@@ -222,7 +234,7 @@ def in_key_order(node: Node, ref: Ref, catalog: Mapping[str, Table]) -> bool:
     if found is None:
         return False
     scan, column = found
-    groups = catalog[scan.table].row_groups
+    groups = scan_table(catalog, scan).row_groups
     ranges: list[Bounds] = []
     for g in groups:
         r = g.ranges.get(column)

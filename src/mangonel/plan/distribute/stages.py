@@ -16,6 +16,15 @@ DuckDB parse (about 15 ms on a 2-core host), where one DuckDB query runs both
 parts with all of its threads. A fragment read by several stages (a shared CTE,
 a subquery's stage, the kept side of a semi-join reduction) stays a stage: its
 work would be repeated in each reader.
+
+Fusion is bounded (``fuse_bytes``): a fused task scans at most about a split's
+worth of tables, small ones aside (``task_bytes``). Past that, the producer is a
+stage of its own (``fuse``, ``fits``), which another executor runs at the same
+time as the others: on one host a fused task's DuckDB has all the cores, but a
+cluster of many hosts would run TPC-DS q09's fifteen scans of ``store_sales``
+(770 MiB at SF1) in one task of one executor. The bound is checked where the
+sides meet, as each one-task producer is absorbed: a hash exchange into one
+partition returns the producer itself, so the exchange alone cannot tell.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from mangonel.plan.logical import (
     Values,
     Window,
     phys,
+    scan_table,
 )
 from mangonel.plan.physical import ScanInput, Stage, StageInput
 from mangonel.sql.exprs import PLACEHOLDER_PREFIX
@@ -55,6 +65,8 @@ are ``__scan1``, ``__scan2``, ...)."""
 TINY_SCAN_BYTES = 2 * 1024 * 1024
 """A table this small is scanned by the tasks that join it even where they wait for
 other stages: its scan costs less than a stage's round trip."""
+
+_MIB = 1024 * 1024
 
 
 @dataclass
@@ -124,6 +136,8 @@ class StageBuilder:
         partition_bytes: an exchange gets one partition per this many estimated
             bytes; None: always ``partitions``.
         inline_scan_bytes: see ``PlannerConfig.inline_scan_bytes``.
+        fuse_bytes: the most bytes of tables a task of fused one-task stages
+            scans (``task_bytes``); None: no bound.
         slots: task slots a job may hold (``PlannerConfig.slots``); 0: unknown.
     """
 
@@ -133,6 +147,7 @@ class StageBuilder:
         partitions: int,
         partition_bytes: float | None,
         inline_scan_bytes: float,
+        fuse_bytes: float | None = None,
         slots: int = 0,
     ) -> None:
         self._catalog = catalog
@@ -140,6 +155,9 @@ class StageBuilder:
         self._partition_bytes = partition_bytes
         self._slots = max(0, slots)
         self._inline_scan_bytes = inline_scan_bytes
+        self._fuse_bytes = fuse_bytes
+        self.notes: list[str] = []
+        """What EXPLAIN says of the plan: each producer kept apart by the bound."""
         self.stages: list[Stage] = []
         self._read_whole: dict[tuple[object, ...], Stage] = {}
         """Stages read whole by position (subqueries'), by ``_same_rows_key``."""
@@ -165,11 +183,15 @@ class StageBuilder:
         for i, (side, splits) in enumerate(f.side_scans, start=1):
             name = f"{SCAN_INPUT}{i}"
             scan_names[id(side)] = name
-            side_scans.append(ScanInput(name, side.table, tuple(side.columns), splits))
+            side_scans.append(
+                ScanInput(name, side.table, tuple(side.columns), splits, _pruned(side))
+            )
         text = Renderer(scan_names, inline=inline).render(f.node)
         scan = None
         if f.scan is not None:
-            scan = ScanInput(SCAN_INPUT, f.scan.table, tuple(f.scan.columns), f.splits)
+            scan = ScanInput(
+                SCAN_INPUT, f.scan.table, tuple(f.scan.columns), f.splits, _pruned(f.scan)
+            )
         refs = f.node.outputs()
         stage = Stage(
             id=stage_id,
@@ -280,19 +302,25 @@ class StageBuilder:
         stay within ``inline_scan_bytes``: a stage less, and the scheduling round
         trips between the two. Anything else is broadcast from a stage of its own.
         """
+        over = False
         if target.tasks == 1 and one_task(source) and same_inputs(target, source):
             # Both one task: the target's task runs ``source`` too (TPC-H q22's
             # semi join of ``orders`` with the filtered customers, read only by
             # the final anti join; TPC-DS q04/q11's readers of the shared
-            # year_total, each keeping one channel and year).
-            absorb(target, source)
-            return source.node
+            # year_total, each keeping one channel and year), within the bound.
+            if self.fits(target, source):
+                absorb(target, source)
+                return source.node
+            over = True
         if self._inlinable(source, target):
             if target.tasks > 1:
                 self.stage_subqueries(source)
             absorb(target, source)
             return source.node
+        host_bytes, guest_bytes = self.task_bytes(target), self.task_bytes(source)
         read, inp = self.broadcast(source)
+        if over:
+            self.note_apart(inp.stage, host_bytes, guest_bytes)
         target.inputs[inp.name] = inp
         return read
 
@@ -309,12 +337,71 @@ class StageBuilder:
         """
         if not (one_task(left) and one_task(right) and same_inputs(left, right)):
             return None
+        if not self.fits(left, right):
+            # Both sides become stages of their own, run at the same time
+            # (``Distributor._setop``): one kept as the host would scan its
+            # tables only after the other's stage ended.
+            return None
         absorb(left, right)
         # The set operation's outputs are new columns: no key or equality of the
         # host's scan describes them.
         left.hash_keys = None
         left.equal = {}
         return left
+
+    def task_bytes(self, f: Frag) -> float:
+        """Bytes of tables one task of ``f`` scans: rows times the width of the
+        columns read (as splits are sized), of its own scan, of its side scans and
+        of the subqueries its task is to compute.
+
+        A scan of at most ``inline_scan_bytes`` is not counted: a join scans such
+        a table in every one of its tasks anyway, so it is not work that another
+        executor could take off the task (TPC-DS's dimensions at SF1, ``item``,
+        ``customer``, ``date_dim``, ``time_dim``, are 0.3 to 3.8 MiB of the
+        columns read; the default is 8 MiB).
+        """
+        scans: list[tuple[Scan, tuple[FileSplit, ...]]] = []
+        if f.scan is not None and f.splits:
+            scans.append((f.scan, max(f.splits, key=_rows)))
+        scans += [(side, max(groups, key=_rows)) for side, groups in f.side_scans if groups]
+        total = 0.0
+        for scan, splits in scans:
+            table = self._catalog[scan.table]
+            read = _rows(splits) * table.row_width(scan.columns)
+            if read > self._inline_scan_bytes:
+                total += read
+        return total + sum(self.task_bytes(sub) for sub in f.subqueries.values())
+
+    def fits(self, host: Frag, guest: Frag) -> bool:
+        """True when ``host``'s task may run ``guest``'s too: together they scan at
+        most ``fuse_bytes``, or one of them scans nothing that counts (the fused
+        task then scans no more than the other alone would)."""
+        if self._fuse_bytes is None:
+            return True
+        host_bytes, guest_bytes = self.task_bytes(host), self.task_bytes(guest)
+        return not host_bytes or not guest_bytes or host_bytes + guest_bytes <= self._fuse_bytes
+
+    def fuse(self, host: Frag, guest: Frag) -> Frag:
+        """``absorb`` ``guest`` into ``host`` within the bound; past it, a stage of
+        ``guest``'s (its one task's output, read whole) instead. Returns what
+        ``host`` absorbed: ``guest``, or the fragment that reads its stage."""
+        if guest.tasks == 1 and not self.fits(host, guest):
+            host_bytes, guest_bytes = self.task_bytes(host), self.task_bytes(guest)
+            read, inp = self.read(guest, OutputSpec(OutputKind.SINGLE), InputMode.ALL)
+            self.note_apart(inp.stage, host_bytes, guest_bytes)
+            keys = [k.copy() for k in guest.hash_keys] if guest.hash_keys is not None else None
+            guest = Frag(read, 1, guest.est, inputs={inp.name: inp}, hash_keys=keys, single=True)
+        absorb(host, guest)
+        return guest
+
+    def note_apart(self, stage: StageId, host_bytes: float, guest_bytes: float) -> None:
+        """Say in EXPLAIN that ``stage`` was not fused into its reader's task."""
+        self.notes.append(
+            f"stage {stage} is not fused into the one task that reads it: with that "
+            f"task's {host_bytes / _MIB:.0f} MiB it would scan {guest_bytes / _MIB:.0f} "
+            f"MiB more, over the bound of {(self._fuse_bytes or 0) / _MIB:.0f} MiB "
+            "(--fuse-bytes); apart, another executor runs it at the same time"
+        )
 
     def _inlinable(self, source: Frag, target: Frag) -> bool:
         if source.scan is None or source.tasks != 1 or len(source.splits) != 1:
@@ -328,7 +415,7 @@ class StageBuilder:
             return False
         scans = [source.scan, *(s for s, _ in source.side_scans)]
         read = sum(
-            self._catalog[s.table].row_width(s.columns) * self._catalog[s.table].rows for s in scans
+            (table := scan_table(self._catalog, s)).row_width(s.columns) * table.rows for s in scans
         )
         if (target.inputs or source.inputs) and read > TINY_SCAN_BYTES:
             # The target waits for other stages anyway; a stage of its own scans
@@ -340,6 +427,10 @@ class StageBuilder:
         return read * max(1, target.tasks) <= self._inline_scan_bytes
 
 
+def _pruned(scan: Scan) -> str:
+    return scan.pruned.why if scan.pruned is not None else ""
+
+
 def _same_rows_key(stage: Stage) -> tuple[object, ...]:
     """What a stage computes, but not what its output columns are called: its SQL
     with those names replaced by their positions, its inputs and scans."""
@@ -347,6 +438,10 @@ def _same_rows_key(stage: Stage) -> tuple[object, ...]:
     for i, name in enumerate(stage.columns):
         text = text.replace(sql(exp.column(name, quoted=True)), f'"__out{i}"')
     return (text, stage.inputs, stage.scan, stage.side_scans, stage.output, stage.num_tasks)
+
+
+def _rows(splits: tuple[FileSplit, ...]) -> int:
+    return sum(s.rows for s in splits)
 
 
 def same_inputs(target: Frag, source: Frag) -> bool:
