@@ -603,6 +603,18 @@ CASES: list[Case] = [
         "SELECT dept, STDDEV_SAMP(bonus) AS sd, VAR_POP(bonus) AS vp, BOOL_OR(bonus > 1.5) AS any_big FROM emp GROUP BY dept",
     ),
     Case("agg_median", "SELECT dept, MEDIAN(salary) AS med FROM emp GROUP BY dept"),
+    # DuckDB's GROUP BY ALL / ORDER BY ALL: keys and order from the select list (a
+    # constant item is no key; the whole list orders the rows, DESC for each)
+    Case(
+        "group_by_all",
+        "SELECT dept, mgr % 3 AS m, 'x' AS tag, COUNT(*) AS n, SUM(salary) + 1 AS s FROM emp GROUP BY ALL",
+    ),
+    Case(
+        "group_by_all_order_by_all",
+        "SELECT dept, mgr, COUNT(*) AS n FROM emp GROUP BY ALL ORDER BY ALL DESC",
+        (),
+    ),
+    Case("group_by_all_constants_only", "SELECT 'x' AS tag, COUNT(*) AS n FROM emp GROUP BY ALL"),
     Case("having", "SELECT dept, COUNT(*) AS n FROM emp GROUP BY dept HAVING COUNT(*) > 29"),
     Case(
         "having_tpch",

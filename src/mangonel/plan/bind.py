@@ -20,6 +20,7 @@ import itertools
 from collections.abc import Mapping
 
 from sqlglot import exp
+from sqlglot.optimizer.helpers import is_implicit_group_by_all
 
 from mangonel.catalog import Table
 from mangonel.plan.logical import (
@@ -476,6 +477,16 @@ class Binder:
         order = list(sel.args["order"].expressions) if sel.args.get("order") else []
         distinct = sel.args.get("distinct")
         names = [n for n, _ in items]
+        if len(order) == 1 and _is_all(order[0].this):
+            # DuckDB's ORDER BY ALL: every select item, left to right, each as ALL says.
+            order = [
+                exp.Ordered(
+                    this=exp.Literal.number(i + 1),
+                    desc=order[0].args.get("desc"),
+                    nulls_first=order[0].args.get("nulls_first"),
+                )
+                for i in range(len(items))
+            ]
 
         # ORDER BY may name a select alias or a position; resolve those first.
         order_exprs: list[exp.Expr | int] = []
@@ -506,6 +517,8 @@ class Binder:
             for key in ("rollup", "cube", "grouping_sets", "totals"):
                 if group_clause.args.get(key):
                     raise Unsupported("GROUP BY modifiers")
+            if is_implicit_group_by_all(sel):
+                group_exprs = _group_by_all_keys([e for _, e in items])
             for g in group_clause.expressions:
                 if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)):
                     if grouping is not None:
@@ -741,6 +754,26 @@ def _is_window_function(n: exp.Expr) -> bool:
     while isinstance(parent, (exp.Filter, exp.IgnoreNulls, exp.RespectNulls)):
         child, parent = parent, parent.parent
     return isinstance(parent, exp.Window) and parent.this is child
+
+
+def _is_all(e: exp.Expr) -> bool:
+    """``ALL`` as an ORDER BY item (sqlglot reads it as a bare word)."""
+    return isinstance(e, exp.Var) and e.name.upper() == "ALL"
+
+
+def _group_by_all_keys(items: list[exp.Expr]) -> list[exp.Expr]:
+    """The keys of a bare ``GROUP BY ALL``, as DuckDB infers them: every select item
+    that reads a column and holds no aggregate (an item of constants alone is no
+    key: over no rows the query still answers its one row)."""
+    keys: list[exp.Expr] = []
+    for item in items:
+        if _find_aggs([item]) or item.find(exp.Column) is None:
+            continue
+        if _find_windows([item]) or has_subquery(item):
+            raise Unsupported("GROUP BY ALL beside a window function or a subquery")
+        if item not in keys:
+            keys.append(item)
+    return keys
 
 
 def _find_aggs(parts: list[exp.Expr]) -> list[exp.Expr]:
