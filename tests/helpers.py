@@ -540,3 +540,18 @@ def is_stopped(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+def most_at_once(attempts: list[dict[str, Any]]) -> int:
+    """The most of a job's task ``attempts`` (``/api/jobs/<id>``'s) that ran at one
+    time, by the scheduler's clock (an attempt ends when its report arrives; what
+    that event launched starts then)."""
+    edges = sorted(
+        [(a["launched_at"] + a["elapsed_s"], -1) for a in attempts]
+        + [(a["launched_at"], 1) for a in attempts]
+    )
+    running = most = 0
+    for _, change in edges:
+        running += change
+        most = max(most, running)
+    return most

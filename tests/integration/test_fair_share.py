@@ -39,6 +39,7 @@ from helpers import (
     duckdb_views_sql,
     ensure_tpcds,
     explain_stage_count,
+    most_at_once,
     order_by_outputs,
     tpcds_query,
 )
@@ -180,20 +181,6 @@ def test_a_short_query_runs_while_a_long_one_holds_every_slot(pair: Pair) -> Non
         if j.job_id in (long_id, short_id)
     }
     assert finished[short_id] < finished[long_id]
-
-
-def most_at_once(attempts: list[dict[str, Any]]) -> int:
-    """The most of ``attempts`` that ran at one time, by the scheduler's clock (an
-    attempt ends when its report arrives; what that event launched starts then)."""
-    edges = sorted(
-        [(a["launched_at"] + a["elapsed_s"], -1) for a in attempts]
-        + [(a["launched_at"], 1) for a in attempts]
-    )
-    running = most = 0
-    for _, change in edges:
-        running += change
-        most = max(most, running)
-    return most
 
 
 @pytest.mark.parametrize("pair", [("--max-job-share", "0.5")], indirect=True)

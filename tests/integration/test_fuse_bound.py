@@ -20,7 +20,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from helpers import assert_same_result, explain_stage_count
+from helpers import assert_same_result, explain_stage_count, most_at_once
 
 from mangonel.catalog import Table
 from mangonel.client.session import Session
@@ -74,19 +74,6 @@ def bounded(work_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[Bounded]:
             yield Bounded(cluster, session)
     finally:
         cluster.stop()
-
-
-def most_at_once(attempts: list[dict[str, Any]]) -> int:
-    """The most of ``attempts`` that ran at one time, by the scheduler's clock."""
-    edges = sorted(
-        [(a["launched_at"] + a["elapsed_s"], -1) for a in attempts]
-        + [(a["launched_at"], 1) for a in attempts]
-    )
-    running = most = 0
-    for _, change in edges:
-        running += change
-        most = max(most, running)
-    return most
 
 
 def test_subqueries_past_the_bound_run_at_once_on_several_executors(

@@ -25,6 +25,7 @@ import pytest
 from helpers import assert_same_result
 
 from mangonel.catalog import load_table
+from mangonel.client.status import StageStatus
 from mangonel.plan.planner import PlannerConfig, plan_query
 from mangonel.testing.cluster import TestCluster
 
@@ -32,6 +33,23 @@ SQL = "SELECT l_partkey, sum(l_quantity) AS q, count(*) AS n FROM lineitem GROUP
 SPLIT_ROWS = 100_000
 PARTITION_BYTES = 1 << 20
 pytestmark = pytest.mark.timeout(180)
+
+
+def _run(
+    cluster: TestCluster,
+    sql: str,
+    tpch_tables: dict[str, Path],
+    duckdb_ref: duckdb.DuckDBPyConnection,
+) -> list[StageStatus]:
+    """``sql`` over ``lineitem`` on ``cluster``, its answer checked against DuckDB's;
+    its stages in order."""
+    with cluster, cluster.connect() as session:
+        session.register_parquet("lineitem", str(tpch_tables["lineitem"]))
+        result = session.sql(sql)
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 0
+    assert_same_result(result.to_arrow(), expected, ordered=False)
+    return sorted(result.stages, key=lambda s: s.stage)
 
 
 def test_the_bytes_alone_ask_for_three_partitions(tpch_tables: dict[str, Path]) -> None:
@@ -63,15 +81,9 @@ def test_the_aggregate_runs_whole_waves_of_the_clusters_slots(
         adaptive=False,
         scheduler_args=("--split-rows", str(SPLIT_ROWS)),
     )
-    with cluster, cluster.connect() as session:
-        session.register_parquet("lineitem", str(tpch_tables["lineitem"]))
-        result = session.sql(SQL)
-        expected = duckdb_ref.sql(SQL).to_arrow_table()
-        assert expected.num_rows > 0
-        assert_same_result(result.to_arrow(), expected, ordered=False)
-        scan, aggregate = sorted(result.stages, key=lambda s: s.stage)
-        assert (scan.tasks_total, scan.tasks_done) == (6, 6), scan
-        assert (aggregate.tasks_total, aggregate.tasks_done) == (tasks, tasks), aggregate
+    scan, aggregate = _run(cluster, SQL, tpch_tables, duckdb_ref)
+    assert (scan.tasks_total, scan.tasks_done) == (6, 6), scan
+    assert (aggregate.tasks_total, aggregate.tasks_done) == (tasks, tasks), aggregate
 
 
 SCAN_SQL = (
@@ -107,12 +119,6 @@ def test_the_scan_runs_whole_waves_of_the_clusters_slots(
         slots=slots,
         scheduler_args=("--split-bytes", str(SPLIT_BYTES)),
     )
-    with cluster, cluster.connect() as session:
-        session.register_parquet("lineitem", str(tpch_tables["lineitem"]))
-        result = session.sql(SCAN_SQL)
-        expected = duckdb_ref.sql(SCAN_SQL).to_arrow_table()
-        assert expected.num_rows > 0
-        assert_same_result(result.to_arrow(), expected, ordered=False)
-        scan, final = sorted(result.stages, key=lambda s: s.stage)
-        assert (scan.tasks_total, scan.tasks_done) == (tasks, tasks), scan
-        assert final.tasks_total == 1, final
+    scan, final = _run(cluster, SCAN_SQL, tpch_tables, duckdb_ref)
+    assert (scan.tasks_total, scan.tasks_done) == (tasks, tasks), scan
+    assert final.tasks_total == 1, final
