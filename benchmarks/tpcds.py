@@ -66,6 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=300.0, help="per query, seconds")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     parser.add_argument(
+        "--log-dir",
+        type=Path,
+        help="keep the cluster's logs (scheduler.log, executor-N.log) here, to find "
+        "where a slow run's time went (default: discarded with the cluster)",
+    )
+    parser.add_argument(
         "--partitions",
         type=int,
         help="every exchange gets exactly this many partitions (--partition-bytes 0); "
@@ -164,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             partitions=args.partitions,
             partition_bytes=args.partition_bytes,
             adaptive=args.adaptive,
+            log_dir=str(args.log_dir) if args.log_dir else None,
         ) as cluster,
         cluster.connect() as session,
     ):
@@ -173,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             row = bench(number, session, ref, args.repeat, args.timeout)
             rows.append(row)
             status = "ok" if row.ok else row.error
-            print(f"q{number:02d} duckdb {row.duckdb_s[:1]} mangonel {row.mangonel_s[:1]} {status}",
+            print(f"{time.strftime('%H:%M:%S')} q{number:02d} duckdb {row.duckdb_s[:1]} "
+                  f"mangonel {row.mangonel_s[:1]} {status}",
                   file=sys.stderr, flush=True)  # fmt: skip
     print(markdown(rows))
     if args.json:

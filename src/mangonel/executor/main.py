@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 
-from mangonel import storage
+from mangonel import pauses, storage
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import GrpcSchedulerLink, SchedulerLink
@@ -48,6 +48,7 @@ def start_executor(
         ``stop_executor``.
     """
     keep_batch_memory()
+    pauses.watch()
     storage.configure(config.storage)
     link = link or GrpcSchedulerLink(
         config.scheduler_address, tls_material=TlsMaterial.load(config.security)

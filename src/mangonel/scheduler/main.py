@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from mangonel import defaults, storage
+from mangonel import defaults, pauses, storage
 from mangonel.errors import ClusterError, StateStoreError
 from mangonel.plan.planner import PlannerConfig, warm_up
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
@@ -253,6 +253,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     """
     from mangonel.scheduler.state import SchedulerState  # the state machine's module
 
+    pauses.watch()
     storage.configure(config.storage)  # before recover(): it reads s3:// footers again
     # Read the security files first: a typo in a path fails here, before the store is taken.
     material = tls.TlsMaterial.load(config.security)

@@ -1,0 +1,54 @@
+"""The garbage collector's long pauses are logged by the process they stopped."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+
+import pytest
+
+from mangonel import pauses
+
+
+def _collect_until_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        for _ in range(100):  # cycles only the collector frees
+            node: dict[str, object] = {}
+            node["self"] = node
+        gc.collect()
+        time.sleep(0.05)
+        found = [r.getMessage() for r in caplog.records if r.name == "mangonel.pauses"]
+        if found:
+            return found
+    return []
+
+
+def test_a_slow_collection_is_logged_with_its_generation_and_what_it_freed(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.WARNING, logger="mangonel.pauses")
+    monkeypatch.setattr(pauses, "LOG_EVERY_S", 0.02)
+    pauses.watch()
+    pauses.watch()  # a second call adds no second callback
+    assert gc.callbacks.count(pauses._on_collection) == 1
+    monkeypatch.setattr(pauses, "SLOW_COLLECTION_S", 0.0)  # every collection is "slow"
+    messages = _collect_until_logged(caplog)
+    assert messages, "no collection was logged within 5 s"
+    assert any(
+        m.startswith("garbage collection of generation 2 took ") and "it freed" in m
+        for m in messages
+    ), messages
+
+
+def test_a_quick_collection_is_not_logged(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    caplog.set_level(logging.WARNING, logger="mangonel.pauses")
+    monkeypatch.setattr(pauses, "LOG_EVERY_S", 0.02)
+    pauses.watch()
+    monkeypatch.setattr(pauses, "SLOW_COLLECTION_S", 3600.0)
+    gc.collect()
+    time.sleep(0.2)
+    assert not [r for r in caplog.records if r.name == "mangonel.pauses"]
