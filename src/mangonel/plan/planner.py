@@ -88,6 +88,18 @@ class PlannerConfig:
             cannot hold. On one host (two executors, TPC-DS SF1, the 19 plans it
             changes) it ran as fast as no bound (time ratio 0.94 and 0.99 in two
             A/B runs, ``benchmarks/latency.py``). 0: no bound.
+        recompute_bytes: a producer of one task that reads only tables (and
+            the subqueries it computes) is computed again by each task that
+            reads it, instead of once in a stage of its own, while the copies
+            beyond the first scan at most this many bytes of tables (rows times
+            the columns' width, every scan counted): a subquery several nodes
+            read (TPC-H q20's filtered ``part``), and a side broadcast into the
+            several tasks of a scan that reads no other stage (q17's filtered
+            ``part`` into ``lineitem``'s tasks; q20's ``partsupp``). The stage
+            would be a round trip on the path of a reader that waits for nothing
+            else (report, durable commit, launch, fetch: ~15-25 ms on a 2-core
+            host), about what DuckDB takes to scan 32 MiB of columns once more
+            on another core. 0: never.
         min_split_rows: adaptive splits are at least this big ...
         max_split_rows: ... and at most this big, so that a task's output stays
             within a slot's memory.
@@ -103,6 +115,7 @@ class PlannerConfig:
     split_bytes: int = defaults.SPLIT_BYTES
     inline_scan_bytes: int = defaults.INLINE_SCAN_BYTES
     fuse_bytes: int = defaults.FUSE_BYTES
+    recompute_bytes: int = defaults.RECOMPUTE_BYTES
     min_split_rows: int = defaults.MIN_SPLIT_ROWS
     max_split_rows: int = defaults.MAX_SPLIT_ROWS
     slots: int = 0
@@ -472,6 +485,7 @@ def _distributor(
         config.inline_scan_bytes,
         config.fuse_bytes or None,
         config.slots,
+        config.recompute_bytes,
     )
 
 

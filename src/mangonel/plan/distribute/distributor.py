@@ -91,6 +91,7 @@ class Distributor:
         inline_scan_bytes: see ``PlannerConfig.inline_scan_bytes``.
         fuse_bytes: see ``PlannerConfig.fuse_bytes`` (None: no bound).
         slots: task slots a job may hold (``PlannerConfig.slots``); 0: unknown.
+        recompute_bytes: see ``PlannerConfig.recompute_bytes`` (0: never).
     """
 
     def __init__(
@@ -106,6 +107,7 @@ class Distributor:
         inline_scan_bytes: float = 0,
         fuse_bytes: float | None = None,
         slots: int = 0,
+        recompute_bytes: float = 0,
     ) -> None:
         self._catalog = catalog
         self._estimator = estimator or Estimator(catalog)
@@ -120,7 +122,13 @@ class Distributor:
         """Subqueries kept out of their one reader's task by the bound: the bytes
         that task and the subquery scan (``_inline_subquery``)."""
         self._stages = StageBuilder(
-            catalog, partitions, partition_bytes, inline_scan_bytes, fuse_bytes, slots
+            catalog,
+            partitions,
+            partition_bytes,
+            inline_scan_bytes,
+            fuse_bytes,
+            slots,
+            recompute_bytes,
         )
         self._keys = KeyTypes(oracle, subqueries)
         self._ranges = KeyRanges(catalog)
@@ -218,12 +226,21 @@ class Distributor:
         those tasks read, as before. Once only: a reader the analysis did not see
         (a filter a semi-join reduction copied) gets a stage of its own, planned
         again.
+
+        A subquery several nodes read is computed by each of them the same way
+        where it reads only tables and its copies are cheap
+        (``StageBuilder.recomputable``): TPC-H q20's ``part`` of one name
+        pattern, read by the final task and by the ``partsupp`` scan that
+        reduces ``lineitem``, was a stage at the head of a chain of four.
         """
-        if f.tasks != 1 or not one_task(sub) or not self._shared.read_once(name):
+        if f.tasks != 1 or not one_task(sub):
+            return False
+        shared = not self._shared.read_once(name)
+        if shared and not self._stages.recomputable(sub, self._shared.readers(name)):
             return False
         if sub.est > INLINE_SUBQUERY_BYTES:
             return False
-        if name in self._inlined or not same_inputs(f, sub):
+        if (name in self._inlined and not shared) or not same_inputs(f, sub):
             return False
         if not self._stages.fits(f, sub):
             # A stage of its own, run at the same time as the reader's other

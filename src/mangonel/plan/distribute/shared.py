@@ -92,6 +92,10 @@ class SharedNodes:
         more for each node the planner copied a reading filter into: ``read_again``)."""
         return self._placeholder_readers.get(placeholder, 0) == 1
 
+    def readers(self, placeholder: str) -> int:
+        """How many nodes of the plan read the subquery ``placeholder`` (``read_once``)."""
+        return self._placeholder_readers.get(placeholder, 0)
+
     def is_shared(self, node: Node) -> bool:
         return node in self._shared
 

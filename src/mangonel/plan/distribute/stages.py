@@ -29,7 +29,7 @@ partition returns the producer itself, so the exchange alone cannot tell.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -139,6 +139,9 @@ class StageBuilder:
         fuse_bytes: the most bytes of tables a task of fused one-task stages
             scans (``task_bytes``); None: no bound.
         slots: task slots a job may hold (``PlannerConfig.slots``); 0: unknown.
+        recompute_bytes: the most bytes of tables the copies beyond the first of
+            a producer computed again by each task that reads it may scan
+            (``recomputable``); 0: never.
     """
 
     def __init__(
@@ -149,6 +152,7 @@ class StageBuilder:
         inline_scan_bytes: float,
         fuse_bytes: float | None = None,
         slots: int = 0,
+        recompute_bytes: float = 0,
     ) -> None:
         self._catalog = catalog
         self._n = max(1, partitions)
@@ -156,6 +160,7 @@ class StageBuilder:
         self._slots = max(0, slots)
         self._inline_scan_bytes = inline_scan_bytes
         self._fuse_bytes = fuse_bytes
+        self._recompute_bytes = recompute_bytes
         self.notes: list[str] = []
         """What EXPLAIN says of the plan: each producer kept apart by the bound."""
         self.stages: list[Stage] = []
@@ -216,10 +221,11 @@ class StageBuilder:
     def _take_subqueries(self, f: Frag) -> dict[str, Node]:
         """Settle ``f``'s subqueries as it closes (``Frag.subqueries``): in its task,
         where it is one task (their scans, inputs and own subqueries become its),
-        the nodes to render by placeholder; else each a stage ``f`` reads whole."""
+        the nodes to render by placeholder; else each a stage ``f`` reads whole,
+        unless each of its tasks may compute it again (``recomputable``: a
+        one-task producer fused into them by ``join_in`` brought it along)."""
         if f.tasks != 1:
-            self.stage_subqueries(f)
-            return {}
+            self.stage_subqueries(f, keep=lambda sub: self.recomputable(sub, f.tasks))
         inline: dict[str, Node] = {}
         while f.subqueries:
             name, sub = f.subqueries.popitem()
@@ -227,14 +233,24 @@ class StageBuilder:
             absorb(f, sub)
         return inline
 
-    def stage_subqueries(self, f: Frag) -> None:
+    def stage_subqueries(self, f: Frag, keep: Callable[[Frag], bool] = lambda _: False) -> None:
         """Close each subquery ``f`` was to compute into a stage ``f`` reads whole:
         ``f``'s rows are to be read by several tasks, each of which would compute
-        them again."""
+        them again. Those ``keep`` accepts stay ``f``'s to compute.
+
+        Read whole by position: a subquery several readers compute (``recomputable``)
+        that two of them put in stages is one stage.
+        """
+        kept_here: dict[str, Frag] = {}
         for name, sub in f.subqueries.items():
-            _, stage = self.finish(sub, OutputSpec(OutputKind.SINGLE), "subquery")
+            if keep(sub):
+                kept_here[name] = sub
+                continue
+            _, stage = self.finish(
+                sub, OutputSpec(OutputKind.SINGLE), "subquery", read_whole=True
+            )
             f.inputs[name] = StageInput(name, stage.id, InputMode.ALL)
-        f.subqueries = {}
+        f.subqueries = kept_here
 
     def read(self, f: Frag, output: OutputSpec, mode: InputMode) -> tuple[StageRead, StageInput]:
         """Close ``f`` into a stage; the node and the input by which another stage reads it."""
@@ -317,6 +333,15 @@ class StageBuilder:
                 self.stage_subqueries(source)
             absorb(target, source)
             return source.node
+        if target.tasks > 1 and not target.inputs and self.recomputable(source, target.tasks):
+            # A producer of one task, from tables alone, on the path of a scan
+            # that waits for nothing else: each of the scan's tasks computes it
+            # (TPC-H q17's filtered ``part``, 6 MiB, into ``lineitem``'s two
+            # tasks; q20's ``partsupp`` semi-joined with the filtered ``part``),
+            # within the bound on the bytes of the fused task.
+            if self.fits(target, source):
+                absorb(target, source)
+                return source.node
         host_bytes, guest_bytes = self.task_bytes(target), self.task_bytes(source)
         read, inp = self.broadcast(source)
         if over:
@@ -371,6 +396,40 @@ class StageBuilder:
             if read > self._inline_scan_bytes:
                 total += read
         return total + sum(self.task_bytes(sub) for sub in f.subqueries.values())
+
+    def tables_bytes(self, f: Frag) -> float | None:
+        """Bytes of tables ``f``'s one task scans, every scan counted, with the
+        subqueries it computes; None where it runs as several tasks or reads
+        another stage: it is not computed from tables alone."""
+        if not one_task(f) or f.inputs:
+            return None
+        scans: list[tuple[Scan, tuple[FileSplit, ...]]] = []
+        if f.scan is not None and f.splits:
+            scans.append((f.scan, f.splits[0]))
+        scans += [(side, max(groups, key=_rows)) for side, groups in f.side_scans if groups]
+        total = sum(
+            _rows(splits) * self._catalog[scan.table].row_width(scan.columns)
+            for scan, splits in scans
+        )
+        for sub in f.subqueries.values():
+            sub_bytes = self.tables_bytes(sub)
+            if sub_bytes is None:
+                return None
+            total += sub_bytes
+        return total
+
+    def recomputable(self, f: Frag, copies: int) -> bool:
+        """True when ``copies`` tasks may each compute ``f`` (one task that reads
+        only tables) instead of reading it from a stage of its own: the copies
+        beyond the first scan at most ``recompute_bytes``.
+
+        The stage is a round trip on the path of each reader that waits for
+        nothing else (the producer's report, the durable commit, the reader's
+        launch and fetch: ~15-25 ms on a 2-core host); 32 MiB of columns is
+        about what DuckDB scans on another core in that time.
+        """
+        scanned = self.tables_bytes(f)
+        return scanned is not None and scanned * max(0, copies - 1) <= self._recompute_bytes
 
     def fits(self, host: Frag, guest: Frag) -> bool:
         """True when ``host``'s task may run ``guest``'s too: together they scan at
@@ -462,8 +521,11 @@ def absorb(host: Frag, guest: Frag) -> None:
     join ``host``'s. ``finish`` names each scan by its node, so the names stay apart.
     """
     assert guest.scan is None or one_task(guest), "several tasks' splits read as one"
-    # Several tasks would each compute them: ``StageBuilder.stage_subqueries`` first.
-    assert not guest.subqueries or host.tasks == 1, "subqueries in several tasks"
+    # Several tasks would each compute them: ``StageBuilder.stage_subqueries``
+    # first, unless each may (``StageBuilder.recomputable``: no stage read).
+    assert host.tasks == 1 or not any(s.inputs for s in guest.subqueries.values()), (
+        "subqueries that read stages in several tasks"
+    )
     if guest.scan is not None:
         host.side_scans.append((guest.scan, (guest.splits[0],)))
     host.side_scans += guest.side_scans
