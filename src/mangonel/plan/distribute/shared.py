@@ -14,6 +14,7 @@ Nodes are keyed by themselves: logical nodes compare and hash by identity
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 from sqlglot import exp
 
@@ -46,8 +47,11 @@ class SharedNodes:
         """Shared nodes and every node under them: planned once, never changed."""
         self._placeholder_readers: dict[str, int] = {}
         """Subquery placeholders: how many nodes name each."""
+        self._parents: dict[Node, int] = {}
         self._materialized: dict[Node, tuple[Frag, StageRead, StageInput]] = {}
         """Shared nodes closed into a stage: the fragment as it was, and how to read it."""
+        self._recomputed: dict[Node, Frag] = {}
+        """Shared nodes each reader computes again: the fragment each gets a copy of."""
 
     def analyze(self, trees: list[Node]) -> None:
         """Find the shared nodes and the needed columns of every node of ``trees``
@@ -59,6 +63,7 @@ class SharedNodes:
                 self._needed[node] = self._needed.get(node, set()) | cols
             _count_parents(tree, parents)
         self._shared = {node for node, n in parents.items() if n > 1}
+        self._parents = parents
         for node in walk_once(trees):
             self._count_readers(list(_expressions(node)))
         for tree in trees:
@@ -104,7 +109,10 @@ class SharedNodes:
         return node in self._under_shared
 
     def materialized(self, node: Node) -> Frag | None:
-        """A fragment that reads the stage ``node`` was closed into, if it was."""
+        """A fragment that reads the stage ``node`` was closed into, if it was
+        (or a copy of its fragment, where each reader computes it again)."""
+        if node in self._recomputed:
+            return _copy(self._recomputed[node])
         if node not in self._materialized:
             return None
         f, read, inp = self._materialized[node]
@@ -122,7 +130,20 @@ class SharedNodes:
         """Close a node several parents read (a CTE that aggregates, read twice) into a
         stage of its own, which each of them reads: partitioned as the node was (task
         i of a reader reads partition i), else whole, in one task.
+
+        A node of one task whose copies beyond the first read little
+        (``StageBuilder.recomputable``, stages it reads counted) is computed by
+        each reader instead: TPC-H q15's ``revenue`` (the final aggregate of
+        10k suppliers' partial sums), read by the join and by the subquery of
+        its maximum, was a stage of one task between the partial aggregate and
+        the final task, which computes both.
         """
+        if f.single and self._stages.recomputable(f, self._parents.get(node, 2), stages=True):
+            # Hashed into one partition or not, a copy is read as the stage
+            # would be: whole, by whichever task reads it.
+            f.hash_keys = None
+            self._recomputed[node] = f
+            return _copy(f)
         if f.hash_keys is not None and not f.single:
             mapping = {r: exp.column(phys(r), quoted=True) for r in f.node.outputs()}
             keys = tuple(sql(rewrite(k, mapping), copy=False) for k in f.hash_keys)
@@ -136,6 +157,20 @@ class SharedNodes:
         materialized = self.materialized(node)
         assert materialized is not None
         return materialized
+
+
+def _copy(f: Frag) -> Frag:
+    """A fragment of its own to a reader of a shared node computed by each
+    (``SharedNodes.materialize``): readers add to what it reads and scans."""
+    return replace(
+        f,
+        inputs=dict(f.inputs),
+        side_scans=list(f.side_scans),
+        equal=dict(f.equal),
+        subqueries=dict(f.subqueries),
+        hash_keys=[k.copy() for k in f.hash_keys] if f.hash_keys is not None else None,
+        needed=set(f.needed) if f.needed is not None else None,
+    )
 
 
 def _expressions(node: Node) -> Iterator[exp.Expr]:

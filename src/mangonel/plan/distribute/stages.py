@@ -164,6 +164,8 @@ class StageBuilder:
         self.notes: list[str] = []
         """What EXPLAIN says of the plan: each producer kept apart by the bound."""
         self.stages: list[Stage] = []
+        self._stage_bytes: dict[StageId, float] = {}
+        """Each stage's estimated output (its fragment's ``est``)."""
         self._read_whole: dict[tuple[object, ...], Stage] = {}
         """Stages read whole by position (subqueries'), by ``_same_rows_key``."""
 
@@ -216,6 +218,7 @@ class StageBuilder:
                 return StageRead(f"s{same.id}", refs, f.node), same
             self._read_whole[key] = stage
         self.stages.append(stage)
+        self._stage_bytes[stage_id] = f.est
         return StageRead(f"s{stage_id}", refs, f.node), stage
 
     def _take_subqueries(self, f: Frag) -> dict[str, Node]:
@@ -397,11 +400,12 @@ class StageBuilder:
                 total += read
         return total + sum(self.task_bytes(sub) for sub in f.subqueries.values())
 
-    def tables_bytes(self, f: Frag) -> float | None:
-        """Bytes of tables ``f``'s one task scans, every scan counted, with the
-        subqueries it computes; None where it runs as several tasks or reads
-        another stage: it is not computed from tables alone."""
-        if not one_task(f) or f.inputs:
+    def read_bytes(self, f: Frag, stages: bool = False) -> float | None:
+        """Bytes ``f``'s one task reads: of tables, every scan counted, with the
+        subqueries it computes; with ``stages``, the estimated output of the
+        stages it reads too. None where it runs as several tasks, or reads
+        another stage without ``stages``: it is not computed from tables alone."""
+        if not one_task(f) or (f.inputs and not stages):
             return None
         scans: list[tuple[Scan, tuple[FileSplit, ...]]] = []
         if f.scan is not None and f.splits:
@@ -411,25 +415,27 @@ class StageBuilder:
             _rows(splits) * self._catalog[scan.table].row_width(scan.columns)
             for scan, splits in scans
         )
+        total += sum(self._stage_bytes.get(i.stage, 0.0) for i in f.inputs.values())
         for sub in f.subqueries.values():
-            sub_bytes = self.tables_bytes(sub)
+            sub_bytes = self.read_bytes(sub, stages)
             if sub_bytes is None:
                 return None
             total += sub_bytes
         return total
 
-    def recomputable(self, f: Frag, copies: int) -> bool:
+    def recomputable(self, f: Frag, copies: int, stages: bool = False) -> bool:
         """True when ``copies`` tasks may each compute ``f`` (one task that reads
-        only tables) instead of reading it from a stage of its own: the copies
-        beyond the first scan at most ``recompute_bytes``.
+        only tables; with ``stages``, other stages too) instead of reading it
+        from a stage of its own: the copies beyond the first read at most
+        ``recompute_bytes`` (``read_bytes``).
 
         The stage is a round trip on the path of each reader that waits for
         nothing else (the producer's report, the durable commit, the reader's
         launch and fetch: ~15-25 ms on a 2-core host); 32 MiB of columns is
         about what DuckDB scans on another core in that time.
         """
-        scanned = self.tables_bytes(f)
-        return scanned is not None and scanned * max(0, copies - 1) <= self._recompute_bytes
+        read = self.read_bytes(f, stages)
+        return read is not None and read * max(0, copies - 1) <= self._recompute_bytes
 
     def fits(self, host: Frag, guest: Frag) -> bool:
         """True when ``host``'s task may run ``guest``'s too: together they scan at
