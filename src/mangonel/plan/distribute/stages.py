@@ -249,9 +249,7 @@ class StageBuilder:
             if keep(sub):
                 kept_here[name] = sub
                 continue
-            _, stage = self.finish(
-                sub, OutputSpec(OutputKind.SINGLE), "subquery", read_whole=True
-            )
+            _, stage = self.finish(sub, OutputSpec(OutputKind.SINGLE), "subquery", read_whole=True)
             f.inputs[name] = StageInput(name, stage.id, InputMode.ALL)
         f.subqueries = kept_here
 
@@ -336,15 +334,19 @@ class StageBuilder:
                 self.stage_subqueries(source)
             absorb(target, source)
             return source.node
-        if target.tasks > 1 and not target.inputs and self.recomputable(source, target.tasks):
+        if (
+            target.tasks > 1
+            and not target.inputs
+            and self.recomputable(source, target.tasks)
+            and self.fits(target, source)
+        ):
             # A producer of one task, from tables alone, on the path of a scan
             # that waits for nothing else: each of the scan's tasks computes it
             # (TPC-H q17's filtered ``part``, 6 MiB, into ``lineitem``'s two
             # tasks; q20's ``partsupp`` semi-joined with the filtered ``part``),
             # within the bound on the bytes of the fused task.
-            if self.fits(target, source):
-                absorb(target, source)
-                return source.node
+            absorb(target, source)
+            return source.node
         host_bytes, guest_bytes = self.task_bytes(target), self.task_bytes(source)
         read, inp = self.broadcast(source)
         if over:
