@@ -34,6 +34,7 @@ from mangonel.plan.distribute.shared import SharedNodes
 from mangonel.plan.distribute.stages import (
     Frag,
     StageBuilder,
+    copy_frag,
     one_task,
     same_inputs,
 )
@@ -118,6 +119,9 @@ class Distributor:
         self._subquery_stages: dict[str, StageId] = {}
         self._inlined: set[str] = set()
         """Subqueries planned inside their one reader's task (``_inline_subquery``)."""
+        self._recomputed: dict[str, Frag] = {}
+        """Subqueries several nodes read, computed by each (``_inline_subquery``):
+        as planned, for a copy to each reader."""
         self._apart: dict[str, tuple[float, float]] = {}
         """Subqueries kept out of their one reader's task by the bound: the bytes
         that task and the subquery scan (``_inline_subquery``)."""
@@ -194,6 +198,10 @@ class Distributor:
             for t in e.find_all(exp.Table):
                 name = t.name
                 if name in self._subqueries and name not in f.inputs and name not in f.subqueries:
+                    if name in self._recomputed and self._inline_subquery(
+                        f, name, copy_frag(self._recomputed[name])
+                    ):
+                        continue  # computed by each reader: a copy of the one planned
                     if name not in self._subquery_stages:
                         # Planned once: every stage that needs it reads that output,
                         # all of its tasks' (no stage of its own to gather them).
@@ -248,6 +256,10 @@ class Distributor:
             self._apart[name] = (self._stages.task_bytes(f), self._stages.task_bytes(sub))
             return False
         self._inlined.add(name)
+        if shared and name not in self._recomputed:
+            # The next readers get copies of it as planned, with the subqueries
+            # it computes itself (planned again, those would be read twice).
+            self._recomputed[name] = copy_frag(sub)
         f.subqueries[name] = sub
         return True
 

@@ -14,11 +14,10 @@ Nodes are keyed by themselves: logical nodes compare and hash by identity
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 from sqlglot import exp
 
-from mangonel.plan.distribute.stages import Frag, StageBuilder
+from mangonel.plan.distribute.stages import Frag, StageBuilder, copy_frag
 from mangonel.plan.fragment import rewrite, sql
 from mangonel.plan.logical import (
     Node,
@@ -112,7 +111,7 @@ class SharedNodes:
         """A fragment that reads the stage ``node`` was closed into, if it was
         (or a copy of its fragment, where each reader computes it again)."""
         if node in self._recomputed:
-            return _copy(self._recomputed[node])
+            return copy_frag(self._recomputed[node])
         if node not in self._materialized:
             return None
         f, read, inp = self._materialized[node]
@@ -143,7 +142,7 @@ class SharedNodes:
             # would be: whole, by whichever task reads it.
             f.hash_keys = None
             self._recomputed[node] = f
-            return _copy(f)
+            return copy_frag(f)
         if f.hash_keys is not None and not f.single:
             mapping = {r: exp.column(phys(r), quoted=True) for r in f.node.outputs()}
             keys = tuple(sql(rewrite(k, mapping), copy=False) for k in f.hash_keys)
@@ -157,20 +156,6 @@ class SharedNodes:
         materialized = self.materialized(node)
         assert materialized is not None
         return materialized
-
-
-def _copy(f: Frag) -> Frag:
-    """A fragment of its own to a reader of a shared node computed by each
-    (``SharedNodes.materialize``): readers add to what it reads and scans."""
-    return replace(
-        f,
-        inputs=dict(f.inputs),
-        side_scans=list(f.side_scans),
-        equal=dict(f.equal),
-        subqueries=dict(f.subqueries),
-        hash_keys=[k.copy() for k in f.hash_keys] if f.hash_keys is not None else None,
-        needed=set(f.needed) if f.needed is not None else None,
-    )
 
 
 def _expressions(node: Node) -> Iterator[exp.Expr]:

@@ -30,7 +30,7 @@ partition returns the producer itself, so the exchange alone cannot tell.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
@@ -511,6 +511,22 @@ def _rows(splits: tuple[FileSplit, ...]) -> int:
     return sum(s.rows for s in splits)
 
 
+def copy_frag(f: Frag) -> Frag:
+    """A fragment of its own to one reader of a producer each reader computes
+    again (``StageBuilder.recomputable``): readers add to what it reads, scans
+    and computes, and close it, in place. The subqueries it computes are
+    copied too; the logical nodes are shared, as no reader changes them."""
+    return replace(
+        f,
+        inputs=dict(f.inputs),
+        side_scans=list(f.side_scans),
+        equal=dict(f.equal),
+        subqueries={name: copy_frag(sub) for name, sub in f.subqueries.items()},
+        hash_keys=[k.copy() for k in f.hash_keys] if f.hash_keys is not None else None,
+        needed=set(f.needed) if f.needed is not None else None,
+    )
+
+
 def same_inputs(target: Frag, source: Frag) -> bool:
     """True when no input name of ``source`` means another input in ``target``."""
     return all(target.inputs.get(name, inp) == inp for name, inp in source.inputs.items())
@@ -534,9 +550,16 @@ def absorb(host: Frag, guest: Frag) -> None:
     assert host.tasks == 1 or not any(s.inputs for s in guest.subqueries.values()), (
         "subqueries that read stages in several tasks"
     )
+    scans = list(guest.side_scans)
     if guest.scan is not None:
-        host.side_scans.append((guest.scan, (guest.splits[0],)))
-    host.side_scans += guest.side_scans
+        scans.insert(0, (guest.scan, (guest.splits[0],)))
+    for side in scans:
+        # A producer each reader computes again (``copy_frag``) may meet the
+        # same task twice (TPC-H q15's revenue, joined and read by the subquery
+        # of its maximum): its scans are read once, by the one name ``finish``
+        # gives each scan node.
+        if not any(side[0] is s and side[1] == splits for s, splits in host.side_scans):
+            host.side_scans.append(side)
     host.inputs.update(guest.inputs)
     host.subqueries.update(guest.subqueries)
 
