@@ -73,15 +73,32 @@ def test_a_column_only_a_filter_reads_stays_in_its_stage(catalog: dict[str, Tabl
 
 def test_q15_computes_its_revenue_view_once(catalog: dict[str, Table]) -> None:
     # revenue0 (a CTE that aggregates lineitem) is read by the query and by its
-    # MAX subquery: one stage computes it, both read its output. The subquery is
+    # MAX subquery: one stage computes it, both read its output, where its
+    # readers do not compute it again (``recompute_bytes=0``). The subquery is
     # one task read only by the query's one final task, which computes it itself.
-    plan = plan_query(tpch_query(15), catalog, PlannerConfig(split_rows=100_000))
+    config = PlannerConfig(split_rows=100_000, recompute_bytes=0)
+    plan = plan_query(tpch_query(15), catalog, config)
     lineitem = [s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem"]
     assert len(lineitem) == 1
     (aggregate,) = [s for s in plan.stages if lineitem[0].id in s.upstream]
     readers = [s for s in plan.stages if aggregate.id in s.upstream]
     assert readers == [plan.final], [s.label for s in plan.stages]
     assert plan.final.sql.count(f'FROM "s{aggregate.id}"') == 2, plan.final.sql
+
+
+def test_q15_final_task_computes_the_revenue_view_for_both_readers(
+    catalog: dict[str, Table],
+) -> None:
+    # revenue0's final aggregate (one task over the partial sums of a few thousand
+    # suppliers) costs less than a stage between the partial aggregate and the
+    # final task: that task computes it for the join and for the MAX subquery,
+    # reading the partial sums once.
+    plan = plan_query(tpch_query(15), catalog, PlannerConfig(split_rows=100_000))
+    (lineitem,) = [s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem"]
+    assert lineitem.num_tasks > 1
+    assert [s.id for s in plan.stages] == [lineitem.id, plan.final.id]
+    assert [i.stage for i in plan.final.inputs] == [lineitem.id]
+    assert plan.final.sql.count(f'FROM "s{lineitem.id}"') == 2, plan.final.sql
 
 
 def test_a_filtered_join_read_by_three_branches_is_computed_once(

@@ -185,9 +185,12 @@ def test_q21_meets_the_filtered_nation_before_lineitem_is_shuffled(
     assert "'SAUDI ARABIA'" in first_lineitem.sql
     # and broadcast from a stage of its own when small tables are not scanned so
     # (into several lineitem tasks: at SF 0.1 the default makes it one, and a side
-    # of one task joined by one task is planned inside it, whatever its size)
+    # of one task joined by one task is planned inside it, whatever its size),
+    # nor computed again by each task
     plan = plan_query(
-        tpch_query(21), catalog, PlannerConfig(inline_scan_bytes=0, split_rows=100_000)
+        tpch_query(21),
+        catalog,
+        PlannerConfig(inline_scan_bytes=0, split_rows=100_000, recompute_bytes=0),
     )
     by_id = {s.id: s for s in plan.stages}
     first_lineitem = next(
@@ -214,9 +217,9 @@ def test_q5_broadcasts_its_small_sides_instead_of_shuffling_lineitem(
 def test_q17_aggregates_only_the_lineitems_of_the_parts_it_keeps(
     catalog: dict[str, Table],
 ) -> None:
-    plan = plan_query(
-        tpch_query(17), catalog, PlannerConfig(split_rows=100_000, inline_scan_bytes=0)
-    )
+    # not scanned by each lineitem task, nor computed again by each
+    config = PlannerConfig(split_rows=100_000, inline_scan_bytes=0, recompute_bytes=0)
+    plan = plan_query(tpch_query(17), catalog, config)
     by_id = {s.id: s for s in plan.stages}
     aggregating = [
         s for s in plan.stages if s.label == "scan lineitem → semi join → partial aggregate"
@@ -238,8 +241,10 @@ def test_q20_aggregates_only_the_lineitems_of_the_filtered_partsupps(
     catalog: dict[str, Table],
 ) -> None:
     # partsupp is filtered by ``ps_partkey IN (SELECT p_partkey ... 'forest%')``: the
-    # reduction reaches through that filter, and the subquery runs once for both.
-    plan = plan_query(tpch_query(20), catalog, PlannerConfig(split_rows=100_000))
+    # reduction reaches through that filter, and, where its readers do not compute
+    # it again, the subquery runs once for both.
+    config = PlannerConfig(split_rows=100_000, recompute_bytes=0)
+    plan = plan_query(tpch_query(20), catalog, config)
     by_id = {s.id: s for s in plan.stages}
     (aggregating,) = [s for s in plan.stages if "semi join → partial aggregate" in s.label]
     assert aggregating.scan is not None and aggregating.scan.table == "lineitem"
@@ -253,6 +258,22 @@ def test_q20_aggregates_only_the_lineitems_of_the_filtered_partsupps(
     assert len(subqueries) == 1
     readers = [s for s in plan.stages if subqueries[0].id in s.upstream]
     assert len(readers) == 2  # the reduction's partsupp and the query's own
+
+
+def test_q20_each_reader_computes_the_filtered_parts(catalog: dict[str, Table]) -> None:
+    # The subquery (2k of 20k parts at SF 0.1) is cheap to scan again: each of its
+    # readers computes it (``recompute_bytes``): the lineitem tasks, which scan the
+    # filtered partsupp themselves, and the final task. No stage comes before
+    # lineitem's: the chain is two stages.
+    plan = plan_query(tpch_query(20), catalog, PlannerConfig(split_rows=100_000))
+    (aggregating,) = [s for s in plan.stages if "semi join → partial aggregate" in s.label]
+    assert aggregating.scan is not None and aggregating.scan.table == "lineitem"
+    assert aggregating.num_tasks > 1
+    assert sorted(s.table for s in aggregating.side_scans) == ["part", "partsupp"]
+    assert not aggregating.inputs
+    assert "'forest%'" in aggregating.sql and "'forest%'" in plan.final.sql
+    assert [s.id for s in plan.stages] == [aggregating.id, plan.final.id]
+    assert "part" in {s.table for s in plan.final.side_scans}
 
 
 def test_in_subquery_keeps_as_many_keys_as_the_subquery_has_rows(

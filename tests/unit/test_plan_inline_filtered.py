@@ -10,6 +10,8 @@ Each plan runs task by task (``plan_runner``) against single-process DuckDB.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import duckdb
 from helpers import assert_same_result
 from plan_runner import run_plan
@@ -30,23 +32,35 @@ SQL = """
 def test_a_table_filtered_by_a_subquery_is_scanned_inline(
     catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    plan = plan_query(SQL, catalog, CONFIG)
+    expected = duckdb_ref.sql(SQL).to_arrow_table()
+    assert expected.num_rows == 5
+    # Where a subquery is not computed again by each task (``recompute_bytes=0``),
+    # the tasks read the subquery's stage whole, as the customer scan did.
+    plan = plan_query(SQL, catalog, replace(CONFIG, recompute_bytes=0))
     orders = next(s for s in plan.stages if s.scan is not None and s.scan.table == "orders")
     assert orders.num_tasks > 1
     assert [s.table for s in orders.side_scans] == ["customer"]
-    # Its tasks read the subquery's stage whole, as the customer scan did.
     subquery = next(s for s in plan.stages if s.label == "subquery")
     assert [(i.stage, i.mode) for i in orders.inputs] == [(subquery.id, InputMode.ALL)]
     assert not any(s.scan is not None and s.scan.table == "customer" for s in plan.stages)
-    expected = duckdb_ref.sql(SQL).to_arrow_table()
-    assert expected.num_rows == 5
+    assert_same_result(run_plan(plan), expected, ordered=False)
+    # By default, each task computes it too (25 rows of nation): one stage less
+    # before the orders scan, which reads no stage.
+    plan = plan_query(SQL, catalog, CONFIG)
+    orders = next(s for s in plan.stages if s.scan is not None and s.scan.table == "orders")
+    assert orders.num_tasks > 1
+    assert [s.table for s in orders.side_scans] == ["customer", "nation"]
+    assert not orders.inputs
+    assert not any(s.label == "subquery" for s in plan.stages)
     assert_same_result(run_plan(plan), expected, ordered=False)
 
 
 def test_a_filtered_table_too_big_for_every_task_keeps_its_stage(
     catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    config = PlannerConfig(partitions=3, split_rows=20_000, inline_scan_bytes=0)
+    config = PlannerConfig(
+        partitions=3, split_rows=20_000, inline_scan_bytes=0, recompute_bytes=0
+    )
     plan = plan_query(SQL, catalog, config)
     assert any(s.scan is not None and s.scan.table == "customer" for s in plan.stages)
     assert_same_result(run_plan(plan), duckdb_ref.sql(SQL).to_arrow_table(), ordered=False)

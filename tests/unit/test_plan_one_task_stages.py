@@ -4,9 +4,11 @@ A fragment that would be a stage of one task (one split, or reading other stages
 whole) and whose only reader runs as one task is planned inside that reader: TPC-H
 q13's customer and orders scans were a stage each, hashed into the one partition
 of the join's one task, and q22's subquery, semi join and anti join four stages
-in a row. A producer read by several stages, a producer of several tasks and a
-reader of several tasks keep their exchange. Each plan runs task by task
-(``plan_runner``) against single-process DuckDB.
+in a row. A producer of several tasks and a reader of several tasks keep their
+exchange. A producer read by several stages, or broadcast into a reader's several
+tasks, keeps its stage unless each reader (each task) may compute it again
+(``StageBuilder.recomputable``: it reads little, ``PlannerConfig.recompute_bytes``).
+Each plan runs task by task (``plan_runner``) against single-process DuckDB.
 """
 
 from __future__ import annotations
@@ -63,45 +65,107 @@ def test_a_scan_of_several_tasks_keeps_its_exchange(
     _check(plan, sql, duckdb_ref)
 
 
+# The filtered, aggregated part side is one task (part at SF 0.1: 20k rows, 0.5 MiB
+# of the columns read); lineitem's six tasks each read it whole (small tables are
+# not scanned by each task here: ``inline_scan_bytes=0``).
+BROADCAST_SIDE = """
+    SELECT p_brand, SUM(l_extendedprice) AS revenue
+    FROM lineitem JOIN (SELECT p_partkey, MIN(p_brand) AS p_brand FROM part
+                        WHERE p_size < 5 GROUP BY p_partkey) p ON l_partkey = p_partkey
+    GROUP BY p_brand"""
+
+
 def test_a_one_task_side_broadcast_into_several_tasks_keeps_its_stage(
     catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    # The filtered, aggregated part side is one task; lineitem's six tasks each read
-    # it whole: a stage of its own (small tables not scanned by each task here).
-    sql = """
-        SELECT p_brand, SUM(l_extendedprice) AS revenue
-        FROM lineitem JOIN (SELECT p_partkey, MIN(p_brand) AS p_brand FROM part
-                            WHERE p_size < 5 GROUP BY p_partkey) p ON l_partkey = p_partkey
-        GROUP BY p_brand"""
-    plan = plan_query(sql, catalog, PlannerConfig(split_rows=20_000, inline_scan_bytes=0))
+    # Its five copies beyond the first would scan 2.5 MiB, over the bound.
+    config = PlannerConfig(split_rows=20_000, inline_scan_bytes=0, recompute_bytes=MIB)
+    plan = plan_query(BROADCAST_SIDE, catalog, config)
     lineitem = next(s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem")
     assert lineitem.num_tasks == 6
     broadcast = [i for i in lineitem.inputs if i.mode is InputMode.ALL]
     assert len(broadcast) == 1
     (part,) = [s for s in plan.stages if s.id == broadcast[0].stage]
     assert part.num_tasks == 1 and _tables(part) == {"part"}
+    _check(plan, BROADCAST_SIDE, duckdb_ref)
+
+
+def test_a_cheap_one_task_side_is_computed_by_each_task_of_a_scan(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # Within the bound (default: 32 MiB), each lineitem task, which reads no other
+    # stage, scans part and aggregates it itself: no stage before lineitem's.
+    config = PlannerConfig(split_rows=20_000, inline_scan_bytes=0)
+    plan = plan_query(BROADCAST_SIDE, catalog, config)
+    lineitem = next(s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem")
+    assert lineitem.num_tasks == 6
+    assert not lineitem.inputs and _tables(lineitem) == {"lineitem", "part"}
+    assert not any(s.scan is not None and s.scan.table == "part" for s in plan.stages)
+    assert "MIN(" in lineitem.sql and "p_size" in lineitem.sql
+    _check(plan, BROADCAST_SIDE, duckdb_ref)
+
+
+def test_a_one_task_side_of_a_scan_that_reads_another_stage_keeps_its_stage(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # The lineitem tasks wait for the subquery's stage anyway: part's stage runs
+    # meanwhile, and is not computed again by each of them.
+    sql = """
+        SELECT p_brand, SUM(l_extendedprice) AS revenue
+        FROM lineitem JOIN (SELECT p_partkey, MIN(p_brand) AS p_brand FROM part
+                            WHERE p_size < 5 GROUP BY p_partkey) p ON l_partkey = p_partkey
+        WHERE l_suppkey IN (SELECT s_suppkey FROM supplier WHERE s_acctbal > 0)
+        GROUP BY p_brand"""
+    config = PlannerConfig(split_rows=20_000, inline_scan_bytes=0)
+    plan = plan_query(sql, catalog, config)
+    lineitem = next(s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem")
+    assert lineitem.num_tasks == 6
+    assert _tables(lineitem) == {"lineitem"}
+    sources = [s for s in plan.stages if s.id in {i.stage for i in lineitem.inputs}]
+    assert sorted(table for s in sources for table in _tables(s)) == ["part", "supplier"]
     _check(plan, sql, duckdb_ref)
+
+
+# ``small`` (one task) is read by both sides of the union, whose orders scans are
+# two tasks each.
+SHARED_SMALL = """
+    WITH small AS (SELECT n_nationkey AS k, MIN(n_name) AS name FROM nation
+                   WHERE n_regionkey < 3 GROUP BY n_nationkey)
+    SELECT 'high' AS side, COUNT(*) AS n FROM orders JOIN small ON o_custkey % 25 = k
+    WHERE o_totalprice > 200000
+    UNION ALL
+    SELECT 'low', COUNT(*) FROM orders JOIN small ON o_custkey % 25 = k
+    WHERE o_totalprice < 10000"""
 
 
 def test_a_one_task_stage_read_by_two_stages_stays_a_stage(
     catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    # ``small`` (one task) is read by both sides of the union, whose orders scans
-    # are two tasks each: computed once, read by each.
-    sql = """
-        WITH small AS (SELECT n_nationkey AS k, MIN(n_name) AS name FROM nation
-                       WHERE n_regionkey < 3 GROUP BY n_nationkey)
-        SELECT 'high' AS side, COUNT(*) AS n FROM orders JOIN small ON o_custkey % 25 = k
-        WHERE o_totalprice > 200000
-        UNION ALL
-        SELECT 'low', COUNT(*) FROM orders JOIN small ON o_custkey % 25 = k
-        WHERE o_totalprice < 10000"""
-    plan = plan_query(sql, catalog, SEVERAL)
+    # Not computed again by its readers (``recompute_bytes=0``): computed once,
+    # read by each.
+    plan = plan_query(SHARED_SMALL, catalog, PlannerConfig(split_rows=20_000, recompute_bytes=0))
     nation = [s for s in plan.stages if "nation" in _tables(s)]
     assert len(nation) == 1 and nation[0].num_tasks == 1, [s.label for s in plan.stages]
     readers = [s for s in plan.stages if nation[0].id in s.upstream]
     assert len(readers) == 2, [s.label for s in plan.stages]
-    _check(plan, sql, duckdb_ref)
+    _check(plan, SHARED_SMALL, duckdb_ref)
+
+
+def test_a_cheap_one_task_node_read_twice_is_computed_by_each_reader(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # 25 rows of nation: each orders scan (two tasks each) computes ``small``
+    # itself; no stage reads nation alone, and no stage reads another before the
+    # union's.
+    plan = plan_query(SHARED_SMALL, catalog, SEVERAL)
+    assert not [s for s in plan.stages if _tables(s) == {"nation"}], [
+        s.label for s in plan.stages
+    ]
+    orders = [s for s in plan.stages if s.scan is not None and s.scan.table == "orders"]
+    assert len(orders) == 2 and all(s.num_tasks == 2 for s in orders)
+    assert all(_tables(s) == {"orders", "nation"} and not s.inputs for s in orders)
+    assert len(plan.stages) == 3, [s.label for s in plan.stages]
+    _check(plan, SHARED_SMALL, duckdb_ref)
 
 
 def test_a_subquery_read_by_one_task_is_computed_in_that_task(

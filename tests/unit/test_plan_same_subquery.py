@@ -16,7 +16,9 @@ from plan_runner import run_plan
 from mangonel.catalog import Table
 from mangonel.plan.planner import PlannerConfig, plan_query
 
-CONFIG = PlannerConfig(partitions=3, partition_bytes=0, split_rows=20_000)
+# Subqueries of one stage each, read by their readers: not computed again by each
+# (``recompute_bytes``, below).
+CONFIG = PlannerConfig(partitions=3, partition_bytes=0, split_rows=20_000, recompute_bytes=0)
 
 
 def _subquery_stages(sql: str, catalog: dict[str, Table]) -> int:
@@ -43,6 +45,13 @@ def test_the_same_subquery_twice_is_one_stage(
     plan = plan_query(sql, catalog, CONFIG)
     expected = duckdb_ref.sql(sql).to_arrow_table()
     assert all(n > 0 for n in expected.column("n").to_pylist())
+    assert_same_result(run_plan(plan), expected, ordered=False)
+    # Cheap to compute again (nation and region), it is computed by each reader's
+    # task (the one task of the union, here), with the one nested in it: planned
+    # once, copied, so the nested one is no stage either.
+    plan = plan_query(sql, catalog, PlannerConfig(partitions=3, split_rows=20_000))
+    assert len(plan.stages) == 1, [s.label for s in plan.stages]
+    assert {s.table for s in plan.final.side_scans} == {"customer", "nation", "region"}
     assert_same_result(run_plan(plan), expected, ordered=False)
 
 

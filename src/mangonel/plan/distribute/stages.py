@@ -331,7 +331,11 @@ class StageBuilder:
             over = True
         if self._inlinable(source, target):
             if target.tasks > 1:
-                self.stage_subqueries(source)
+                # Unless each task may compute them again, as it scans the table.
+                self.stage_subqueries(
+                    source,
+                    keep=lambda sub: not target.inputs and self.recomputable(sub, target.tasks),
+                )
             absorb(target, source)
             return source.node
         if (
