@@ -554,6 +554,15 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
         f"executor at the same time (default {_mib(defaults.FUSE_BYTES)}); 0: no bound",
     )
     p.add_argument(
+        "--recompute-bytes",
+        type=int,
+        default=defaults.RECOMPUTE_BYTES,
+        help="a stage of one task that reads only tables is computed again by each "
+        "task that reads it (a subquery read by several, a side broadcast into a scan's "
+        "tasks) while the copies beyond the first scan at most this many bytes of "
+        f"tables (default {_mib(defaults.RECOMPUTE_BYTES)}); 0: never",
+    )
+    p.add_argument(
         "--adaptive",
         action=argparse.BooleanOptionalAction,
         default=defaults.ADAPTIVE,
@@ -674,6 +683,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         split_bytes=args.split_bytes,
         inline_scan_bytes=args.inline_scan_bytes,
         fuse_bytes=args.fuse_bytes,
+        recompute_bytes=args.recompute_bytes,
         plan_cache=args.plan_cache,
         heartbeat_timeout_s=args.heartbeat_timeout,
         no_executor_grace_s=args.grace,
@@ -774,6 +784,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         scheduler_args=("--split-bytes", str(args.split_bytes))
         + ("--inline-scan-bytes", str(args.inline_scan_bytes))
         + ("--fuse-bytes", str(args.fuse_bytes))
+        + ("--recompute-bytes", str(args.recompute_bytes))
         + ("--plan-cache", str(args.plan_cache))
         + ("--adaptive-partition-bytes", str(args.adaptive_partition_bytes))
         + ("--adaptive-min-partition-bytes", str(args.adaptive_min_partition_bytes))

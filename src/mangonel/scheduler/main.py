@@ -79,6 +79,9 @@ class SchedulerConfig:
         fuse_bytes: A stage of one task is planned inside its one reader's task
             while the two scan at most this many bytes of tables
             (``PlannerConfig.fuse_bytes``); 0: no bound.
+        recompute_bytes: A stage of one task that reads only tables is computed
+            again by each task that reads it while the copies beyond the first
+            scan at most this many bytes (``PlannerConfig.recompute_bytes``); 0: never.
         plan_cache: Plans of recent queries kept for the same SQL sent again; 0: none.
         adaptive: Run a hash exchange's reader stage as fewer tasks when the real
             sizes of its partitions are small (``scheduler.adaptive``).
@@ -141,6 +144,7 @@ class SchedulerConfig:
     split_bytes: int = defaults.SPLIT_BYTES
     inline_scan_bytes: int = defaults.INLINE_SCAN_BYTES
     fuse_bytes: int = defaults.FUSE_BYTES
+    recompute_bytes: int = defaults.RECOMPUTE_BYTES
     plan_cache: int = defaults.PLAN_CACHE
     adaptive: bool = defaults.ADAPTIVE
     adaptive_partition_bytes: int = defaults.ADAPTIVE_PARTITION_BYTES
@@ -182,6 +186,7 @@ class SchedulerConfig:
                 split_bytes=self.split_bytes,
                 inline_scan_bytes=self.inline_scan_bytes,
                 fuse_bytes=self.fuse_bytes,
+                recompute_bytes=self.recompute_bytes,
             ),
             plan_cache=self.plan_cache,
             limits=Limits(
