@@ -54,7 +54,7 @@ INLINE_SCAN_BYTES = 8 * _MIB
 """A small table a join broadcasts is scanned in each task of the other side
 when its columns' bytes times those tasks are at most this many."""
 
-RECOMPUTE_BYTES = 32 * _MIB
+RECOMPUTE_BYTES = 16 * _MIB
 """A one-task producer that reads only tables is computed again by each task
 that reads it, instead of once in a stage of its own, while the copies beyond
 the first scan at most this many bytes (``PlannerConfig.recompute_bytes``)."""
