@@ -130,14 +130,22 @@ class SharedNodes:
         stage of its own, which each of them reads: partitioned as the node was (task
         i of a reader reads partition i), else whole, in one task.
 
-        A node of one task whose copies beyond the first read little
-        (``StageBuilder.recomputable``, stages it reads counted) is computed by
-        each reader instead: TPC-H q15's ``revenue`` (the final aggregate of
-        10k suppliers' partial sums), read by the join and by the subquery of
-        its maximum, was a stage of one task between the partial aggregate and
-        the final task, which computes both.
+        A node of one task that scans no table, whose copies beyond the first
+        read little (``StageBuilder.recomputable``, the stages it reads counted)
+        is computed by each reader instead: TPC-H q15's ``revenue`` (the final
+        aggregate of 10k suppliers' partial sums), read by the join and by the
+        subquery of its maximum, was a stage of one task between the partial
+        aggregate and the final task, which computes both. Not one that scans
+        tables: its readers are often one task (a CTE and the correlated
+        subquery over it, TPC-DS q01, q30, q81), which would scan and aggregate
+        them twice on the query's path, where DuckDB alone computes such a CTE
+        once.
         """
-        if f.single and self._stages.recomputable(f, self._parents.get(node, 2), stages=True):
+        if (
+            f.single
+            and not _scans(f)
+            and self._stages.recomputable(f, self._parents.get(node, 2), stages=True)
+        ):
             # Hashed into one partition or not, a copy is read as the stage
             # would be: whole, by whichever task reads it.
             f.hash_keys = None
@@ -156,6 +164,15 @@ class SharedNodes:
         materialized = self.materialized(node)
         assert materialized is not None
         return materialized
+
+
+def _scans(f: Frag) -> bool:
+    """True when ``f``'s task scans a table, itself or in a subquery it computes."""
+    return (
+        f.scan is not None
+        or bool(f.side_scans)
+        or any(_scans(sub) for sub in f.subqueries.values())
+    )
 
 
 def _expressions(node: Node) -> Iterator[exp.Expr]:
