@@ -58,9 +58,7 @@ def test_a_table_filtered_by_a_subquery_is_scanned_inline(
 def test_a_filtered_table_too_big_for_every_task_keeps_its_stage(
     catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    config = PlannerConfig(
-        partitions=3, split_rows=20_000, inline_scan_bytes=0, recompute_bytes=0
-    )
+    config = PlannerConfig(partitions=3, split_rows=20_000, inline_scan_bytes=0, recompute_bytes=0)
     plan = plan_query(SQL, catalog, config)
     assert any(s.scan is not None and s.scan.table == "customer" for s in plan.stages)
     assert_same_result(run_plan(plan), duckdb_ref.sql(SQL).to_arrow_table(), ordered=False)
