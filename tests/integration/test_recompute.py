@@ -1,0 +1,115 @@
+"""Cheap one-task producers computed again by each task that reads them, on a real cluster.
+
+``PlannerConfig.recompute_bytes`` (``--recompute-bytes``): a producer of one task
+that reads only tables is computed by each task that reads it instead of once in a
+stage of its own, where the copies beyond the first scan little: a subquery
+several nodes read (TPC-H q20's filtered ``part``), a side broadcast into the
+several tasks of a scan that reads no other stage (q17's filtered ``part``, q20's
+``partsupp``), and a shared node of one task that scans no table (q15's
+``revenue``, the final aggregate of the partial sums). A cluster of two executors
+runs each query, with scans of at most 250 000 rows (``lineitem`` is three tasks
+at SF 0.1) and exchanges sized from the data as by default (one partition here:
+the four of the other modules would make q15's ``revenue`` four tasks, which no
+reader computes again); EXPLAIN shows the shape (several tasks that scan the
+producer's tables themselves, no stage of the producer) and every answer is
+checked against single-process DuckDB.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from helpers import TPCH_ORDER_BY, assert_same_result, explain_stage_count, tpch_query
+
+import mangonel
+
+
+@pytest.fixture(scope="module")
+def cluster(module_dir: Path) -> Iterator[Any]:
+    """Two executors, scans of 250 000 rows, exchanges sized from the estimates."""
+    with mangonel.LocalCluster(
+        executors=2,
+        work_dir=str(module_dir / "cluster"),
+        scheduler_args=("--split-rows", "250000"),
+    ) as running:
+        yield running
+
+
+_STAGE = re.compile(r"^Stage \d+.*?(?=^Stage \d+|\Z)", re.M | re.S)
+
+
+def _stages(text: str) -> list[str]:
+    """The EXPLAIN text of each stage, its header first."""
+    return _STAGE.findall(text)
+
+
+def _tasks(stage: str) -> int:
+    found = re.search(r"— (\d+) task\(s\)", stage.splitlines()[0])
+    assert found is not None, stage
+    return int(found.group(1))
+
+
+def _lineitem_stage(text: str, label: str) -> str:
+    """The one stage that scans lineitem (its own scan) and whose header has ``label``."""
+    (stage,) = [
+        s for s in _stages(text) if "reads  table lineitem (" in s and label in s.splitlines()[0]
+    ]
+    return stage
+
+
+def _answer(number: int, session: Any, duckdb_ref: duckdb.DuckDBPyConnection) -> None:
+    sql = tpch_query(number)
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 0  # an empty reference would prove nothing
+    order_by = TPCH_ORDER_BY[number]
+    actual = session.sql(sql).to_arrow()
+    assert_same_result(actual, expected, ordered=bool(order_by), order_by=order_by)
+
+
+def test_q20_scans_partsupp_and_the_filtered_parts_in_each_lineitem_task(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    text = session.explain(tpch_query(20))
+    # partsupp (80k rows) semi-joined with the parts of one name pattern (the
+    # subquery, also read by the final task) was two stages before lineitem's.
+    lineitem = _lineitem_stage(text, "semi join → partial aggregate")
+    assert _tasks(lineitem) > 1, text
+    assert "table partsupp (" in lineitem and "table part (" in lineitem, text
+    assert "reads  stage" not in lineitem, text
+    assert "subquery —" not in text, text
+    # lineitem's tasks, then the final task, which computes the subquery too.
+    assert explain_stage_count(text) == 2 and text.count("'forest%'") == 2, text
+    _answer(20, session, duckdb_ref)
+
+
+def test_q17_scans_the_filtered_parts_in_each_lineitem_task(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    text = session.explain(tpch_query(17))
+    # Both reads of the filtered parts (the reduction of the aggregate's input and
+    # the join) are in the lineitem tasks: no stage scans part alone.
+    assert not [s for s in _stages(text) if "reads  table part (" in s.splitlines()[1]], text
+    lineitems = [s for s in _stages(text) if "reads  table lineitem (" in s]
+    assert len(lineitems) == 2, text
+    for stage in lineitems:
+        assert _tasks(stage) > 1 and "table part (" in stage, stage
+        assert "reads  stage" not in stage, stage
+    _answer(17, session, duckdb_ref)
+
+
+def test_q15_final_task_computes_revenue_for_the_join_and_its_maximum(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    text = session.explain(tpch_query(15))
+    # The partial aggregate of lineitem (several tasks), then the final task,
+    # which reads its partial sums and aggregates them for both readers.
+    stages = _stages(text)
+    assert len(stages) == 2 and explain_stage_count(text) == 2, text
+    assert "reads  table lineitem (" in stages[0] and _tasks(stages[0]) > 1, text
+    assert "(final)" in stages[1] and "reads  stage 1 " in stages[1], text
+    _answer(15, session, duckdb_ref)
