@@ -95,11 +95,12 @@ class PlannerConfig:
             the columns' width, every scan counted): a subquery several nodes
             read (TPC-H q20's filtered ``part``), and a side broadcast into the
             several tasks of a scan that reads no other stage (q17's filtered
-            ``part`` into ``lineitem``'s tasks; q20's ``partsupp``). The stage
-            would be a round trip on the path of a reader that waits for nothing
-            else (report, durable commit, launch, fetch: ~15-25 ms on a 2-core
-            host), about what DuckDB takes to scan 32 MiB of columns once more
-            on another core. 0: never.
+            ``part`` into ``lineitem``'s tasks), and a shared node of one task
+            that scans no table (q15's ``revenue``). The stage would be a round
+            trip on the path of a reader that waits for nothing else (report,
+            durable commit, launch, fetch: ~15-25 ms on a 2-core host). 32 MiB
+            let random-layout q10's ``orders`` (28.6 MiB) into both ``lineitem``
+            tasks: 1.33x slower in two interleaved A/B runs. 0: never.
         min_split_rows: adaptive splits are at least this big ...
         max_split_rows: ... and at most this big, so that a task's output stays
             within a slot's memory.

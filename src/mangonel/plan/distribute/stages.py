@@ -15,7 +15,11 @@ and the scheduler's durable commit, and the reader's launch, input fetch and
 DuckDB parse (about 15 ms on a 2-core host), where one DuckDB query runs both
 parts with all of its threads. A fragment read by several stages (a shared CTE,
 a subquery's stage, the kept side of a semi-join reduction) stays a stage: its
-work would be repeated in each reader.
+work would be repeated in each reader; unless that work is small
+(``recomputable``: one task that reads only tables, or a shared node that reads
+only stages, whose copies beyond the first read at most ``recompute_bytes``).
+A cheap one-task side broadcast into a scan's several tasks that read no other
+stage is computed by each of them the same way (``join_in``).
 
 Fusion is bounded (``fuse_bytes``): a fused task scans at most about a split's
 worth of tables, small ones aside (``task_bytes``). Past that, the producer is a
@@ -437,8 +441,8 @@ class StageBuilder:
 
         The stage is a round trip on the path of each reader that waits for
         nothing else (the producer's report, the durable commit, the reader's
-        launch and fetch: ~15-25 ms on a 2-core host); 32 MiB of columns is
-        about what DuckDB scans on another core in that time.
+        launch and fetch: ~15-25 ms on a 2-core host), where the copies run
+        on other cores or hosts at the same time.
         """
         read = self.read_bytes(f, stages)
         return read is not None and read * max(0, copies - 1) <= self._recompute_bytes
