@@ -12,9 +12,9 @@ at SF 0.1), exchanges sized from the data as by default (one partition here:
 the four of the other modules would make q15's ``revenue`` four tasks, which no
 reader computes again), and no table scanned by each task for its size alone
 (``--inline-scan-bytes 0``: at SF 0.1 every side here would be, whatever this
-rule says; with ``--recompute-bytes 0`` all three tests fail); EXPLAIN shows the shape (several tasks that scan the
-producer's tables themselves, no stage of the producer) and every answer is
-checked against single-process DuckDB.
+rule says; with ``--recompute-bytes 0`` all three tests fail). EXPLAIN shows
+the shape (several tasks that scan the producer's tables themselves, no stage of
+the producer) and every answer is checked against single-process DuckDB.
 """
 
 from __future__ import annotations
