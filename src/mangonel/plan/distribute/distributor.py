@@ -256,6 +256,7 @@ class Distributor:
             self._apart[name] = (self._stages.task_bytes(f), self._stages.task_bytes(sub))
             return False
         self._inlined.add(name)
+        sub.copied = shared
         if shared and name not in self._recomputed:
             # The next readers get copies of it as planned, with the subqueries
             # it computes itself (planned again, those would be read twice).

@@ -95,6 +95,9 @@ class Frag:
     needed: set[Ref] | None = None
     """The columns of ``node`` the plan above reads (``logical.required_columns``);
     the stage this fragment becomes writes only those. None: all."""
+    copied: bool = False
+    """A copy of a subquery several nodes read, each computing it
+    (``Distributor._inline_subquery``)."""
     subqueries: dict[str, Frag] = field(default_factory=dict)
     """Subqueries of one task each, read only here, by placeholder: computed by
     this fragment's task where it closes as one task, each rendered where its
@@ -230,9 +233,20 @@ class StageBuilder:
         where it is one task (their scans, inputs and own subqueries become its),
         the nodes to render by placeholder; else each a stage ``f`` reads whole,
         unless each of its tasks may compute it again (``recomputable``: a
-        one-task producer fused into them by ``join_in`` brought it along)."""
+        one-task producer fused into them by ``join_in`` brought it along).
+
+        A copy (``Frag.copied``: a subquery other readers compute too), and any
+        subquery of several tasks, is a stage where ``f`` reads other stages:
+        ``f`` starts once they end, and computing it there would be on the
+        query's path, where its stage runs meanwhile (TPC-H q20's final task,
+        which reads the ``lineitem`` stage, reads the filtered parts' stage).
+        """
         if f.tasks != 1:
-            self.stage_subqueries(f, keep=lambda sub: self.recomputable(sub, f.tasks))
+            self.stage_subqueries(
+                f, keep=lambda sub: not f.inputs and self.recomputable(sub, f.tasks)
+            )
+        elif f.inputs:
+            self.stage_subqueries(f, keep=lambda sub: not sub.copied)
         inline: dict[str, Node] = {}
         while f.subqueries:
             name, sub = f.subqueries.popitem()
