@@ -198,23 +198,21 @@ class Distributor:
             for t in e.find_all(exp.Table):
                 name = t.name
                 if name in self._subqueries and name not in f.inputs and name not in f.subqueries:
-                    if name in self._recomputed and self._inline_subquery(
-                        f, name, copy_frag(self._recomputed[name])
-                    ):
-                        continue  # computed by each reader: a copy of the one planned
-                    if name not in self._subquery_stages:
-                        # Planned once: every stage that needs it reads that output,
-                        # all of its tasks' (no stage of its own to gather them).
-                        sub = self.plan_tree(self._subqueries[name])
-                        if _membership(t) and not self._unique(self._subqueries[name]):
-                            # ``x IN (subquery)`` is blind to duplicates: each task
-                            # drops its own, and every reader then holds a set of
-                            # values, not the rows that made them (TPC-DS q95: 8.7M
-                            # order numbers from a self-join, 72k of them distinct).
-                            # No exchange to drop them all: a few copies cost less.
-                            sub.node = Distinct(sub.node)
+                    if name in self._recomputed:
+                        # Computed by each reader that may: a copy of the one
+                        # planned (with the subqueries it computes), as is its
+                        # stage for a reader that may not.
+                        sub = copy_frag(self._recomputed[name])
                         if self._inline_subquery(f, name, sub):
                             continue
+                    if name not in self._subquery_stages:
+                        if name not in self._recomputed:
+                            # Planned once: every stage that needs it reads that
+                            # output, all of its tasks' (no stage of its own to
+                            # gather them).
+                            sub = self._plan_subquery(name, t)
+                            if self._inline_subquery(f, name, sub):
+                                continue
                         _, stage = self._stages.finish(
                             sub, OutputSpec(OutputKind.SINGLE), "subquery", read_whole=True
                         )
@@ -222,6 +220,16 @@ class Distributor:
                         if name in self._apart:
                             self._stages.note_apart(stage.id, *self._apart[name])
                     f.inputs[name] = StageInput(name, self._subquery_stages[name], InputMode.ALL)
+
+    def _plan_subquery(self, name: str, placeholder: exp.Table) -> Frag:
+        sub = self.plan_tree(self._subqueries[name])
+        if _membership(placeholder) and not self._unique(self._subqueries[name]):
+            # ``x IN (subquery)`` is blind to duplicates: each task drops its own,
+            # and every reader then holds a set of values, not the rows that made
+            # them (TPC-DS q95: 8.7M order numbers from a self-join, 72k of them
+            # distinct). No exchange to drop them all: a few copies cost less.
+            sub.node = Distinct(sub.node)
+        return sub
 
     def _inline_subquery(self, f: Frag, name: str, sub: Frag) -> bool:
         """Plan a subquery inside its reader, when both are one task, nothing else
