@@ -55,6 +55,10 @@ ONE_STAGE = {
     45: _WEB_SALES_ONLY,
     62: _WEB_SALES_ONLY,
     86: _WEB_SALES_ONLY,
+    83: "its three returns tables are one split each at SF 0.1, and the weeks of its "
+    "three dates (subqueries over date_dim that the three channels read) are computed by "
+    "the one task that reads them (--recompute-bytes) instead of a stage: every stage "
+    "would be one task",
     90: _WEB_SALES_ONLY,
 }
 """Queries that plan to one stage on the default cluster, with the reason; every other
