@@ -93,7 +93,8 @@ class PlannerConfig:
             reads it, instead of once in a stage of its own, while the copies
             beyond the first scan at most this many bytes of tables (rows times
             the columns' width, every scan counted): a subquery several nodes
-            read (TPC-H q20's filtered ``part``), and a side broadcast into the
+            read, within 2 MiB (TPC-DS q33's items of one category, read by
+            three channels), and a side broadcast into the
             several tasks of a scan that reads no other stage (q17's filtered
             ``part`` into ``lineitem``'s tasks), and a shared node of one task
             that scans no table (q15's ``revenue``). The stage would be a round

@@ -32,6 +32,7 @@ from mangonel.plan.distribute.ranges import KeyRanges
 from mangonel.plan.distribute.reductions import Reductions
 from mangonel.plan.distribute.shared import SharedNodes
 from mangonel.plan.distribute.stages import (
+    TINY_SCAN_BYTES,
     Frag,
     StageBuilder,
     copy_frag,
@@ -244,15 +245,25 @@ class Distributor:
         again.
 
         A subquery several nodes read is computed by each of them the same way
-        where it reads only tables and its copies are cheap
-        (``StageBuilder.recomputable``): TPC-H q20's ``part`` of one name
-        pattern, read by the final task and by the ``partsupp`` scan that
-        reduces ``lineitem``, was a stage at the head of a chain of four.
+        where it reads only tables, at most ``TINY_SCAN_BYTES`` of them, and its
+        copies are cheap (``StageBuilder.recomputable``): TPC-DS q33, q56 and
+        q60's items of a category or colour, read by three channels in one
+        task. DuckDB runs an ``IN (subquery)`` it plans itself before the scan
+        it filters, not beside it: TPC-H q20's ``part`` of one name pattern
+        (9.4 MiB of columns at SF1) in the ``partsupp`` task that reduces
+        ``lineitem`` costs the sum of both scans (DuckDB alone, two threads, on a
+        loaded host: 81 ms, against 49 ms for the parts and 34 ms for partsupp
+        reading them as a table), so only the round trip was saved, and its
+        stage, still read by the final task, ran beside that task: q20 took
+        1.0-1.5x the time in four interleaved A/B runs.
         """
         if f.tasks != 1 or not one_task(sub):
             return False
         shared = not self._shared.read_once(name)
-        if shared and not self._stages.recomputable(sub, self._shared.readers(name)):
+        if shared and not (
+            self._stages.recomputable(sub, self._shared.readers(name))
+            and (self._stages.read_bytes(sub) or 0.0) <= TINY_SCAN_BYTES
+        ):
             return False
         if sub.est > INLINE_SUBQUERY_BYTES:
             return False

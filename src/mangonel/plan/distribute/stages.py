@@ -238,8 +238,9 @@ class StageBuilder:
         A copy (``Frag.copied``: a subquery other readers compute too), and any
         subquery of several tasks, is a stage where ``f`` reads other stages:
         ``f`` starts once they end, and computing it there would be on the
-        query's path, where its stage runs meanwhile (TPC-H q20's final task,
-        which reads the ``lineitem`` stage, reads the filtered parts' stage).
+        query's path, where its stage runs meanwhile (TPC-H q20 at SF 0.1: its
+        final task, which reads the ``lineitem`` stage, reads the filtered
+        parts' stage; the ``lineitem`` tasks compute them).
         """
         if f.tasks != 1:
             self.stage_subqueries(
@@ -365,7 +366,7 @@ class StageBuilder:
             # A producer of one task, from tables alone, on the path of a scan
             # that waits for nothing else: each of the scan's tasks computes it
             # (TPC-H q17's filtered ``part``, 6 MiB, into ``lineitem``'s two
-            # tasks; q20's ``partsupp`` semi-joined with the filtered ``part``),
+            # tasks; q08's and q19's filtered ``part`` the same way),
             # within the bound on the bytes of the fused task.
             absorb(target, source)
             return source.node
