@@ -89,6 +89,12 @@ class Estimator:
         self._memo: dict[int, tuple[Node, Size]] = {}
         """By ``id``, with the node itself: it stays alive, so its id is not reused."""
 
+    def forget(self) -> None:
+        """Drop the sizes computed so far: a rule changed nodes in place (a join's
+        kind, ``plan.semi_joins``), and the sizes of those and of every node above
+        them are stale."""
+        self._memo.clear()
+
     def size(self, node: Node) -> Size:
         if isinstance(node, Scan):  # its filter grows while the binder pushes conditions
             return scan_size(scan_table(self._catalog, node), node.alias, node.filter)

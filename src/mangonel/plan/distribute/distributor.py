@@ -58,6 +58,7 @@ from mangonel.plan.logical import (
     scan_table,
 )
 from mangonel.plan.physical import Stage, StageInput
+from mangonel.plan.semi_joins import membership
 from mangonel.plan.types import TypeOracle
 from mangonel.sql.exprs import col, substitute
 from mangonel.task import InputMode, OutputKind, OutputSpec
@@ -190,7 +191,7 @@ class Distributor:
                         # Planned once: every stage that needs it reads that output,
                         # all of its tasks' (no stage of its own to gather them).
                         sub = self.plan_tree(self._subqueries[name])
-                        if _membership(t) and not self._unique(self._subqueries[name]):
+                        if membership(t) and not self._unique(self._subqueries[name]):
                             # ``x IN (subquery)`` is blind to duplicates: each task
                             # drops its own, and every reader then holds a set of
                             # values, not the rows that made them (TPC-DS q95: 8.7M
@@ -667,13 +668,3 @@ def _distinct_rows(node: Node) -> bool:
     if isinstance(node, (Filter, Sort)):
         return _distinct_rows(node.child)
     return False
-
-
-def _membership(placeholder: exp.Table) -> bool:
-    """True when the subquery read as ``placeholder`` is the list of an ``IN``:
-    ``x IN (SELECT * FROM __sqN)``, as the binder lifts it, not a scalar subquery
-    on either side of one."""
-    select = placeholder.find_ancestor(exp.Select)
-    wrapper = select.parent if select is not None else None
-    owner = wrapper.parent if isinstance(wrapper, exp.Subquery) else None
-    return isinstance(owner, exp.In) and owner.args.get("query") is wrapper
