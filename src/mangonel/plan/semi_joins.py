@@ -190,8 +190,8 @@ class _Rule:
         if isinstance(node, Filter):
             return [(node.child, as_set and _fixed(node.condition))]
         if isinstance(node, Sort):
-            plain = node.limit is None and not node.offset
-            return [(node.child, as_set and plain)]
+            whole = node.limit is None and not node.offset
+            return [(node.child, as_set and whole)]
         return [(c, False) for c in node.children()]  # a window, a Keep, ...
 
 
