@@ -333,3 +333,42 @@ def test_a_small_side_that_cuts_a_big_one_is_joined_first(
     monkeypatch.setattr(join_order, "REDUCER_ROWS", 5_000)
     partner = first_partner_of_lineitem()
     assert "supplier" in partner and "orders" not in partner, partner
+
+
+def test_ors_of_equalities_in_normal_form_are_counted_together(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # Every (y, m) pair of 200 years and 12 months, 10 rows each: the columns are
+    # independent, as the estimate assumes.
+    path = tmp_path_factory.mktemp("joint") / "d.parquet"
+    n = 24_000
+    years = [1900 + i % 200 for i in range(n)]
+    months = [1 + (i // 200) % 12 for i in range(n)]
+    pq.write_table(pa.table({"y": years, "m": months}), path, row_group_size=6000)
+    d = load_table("d", str(path))
+    # sqlglot's normal form of TPC-DS q47's ``y = 1999 OR (y = 1998 AND m = 12)
+    # OR (y = 2000 AND m = 1)``: four ORs, true together of a year and two months.
+    cnf = sqlglot.parse_one(
+        "SELECT 1 FROM d WHERE (m = 1 OR m = 12 OR y = 1999) AND (m = 1 OR y = 1998 OR "
+        "y = 1999) AND (m = 12 OR y = 1999 OR y = 2000) AND (y IN (1998, 1999, 2000))",
+        read="duckdb",
+    )
+    cond = cnf.args["where"].this
+    actual = sum(
+        1
+        for y, m in zip(years, months, strict=True)
+        if y == 1999 or (y == 1998 and m == 12) or (y == 2000 and m == 1)
+    )
+    assert actual == 140
+    assert selectivity(cond, d.stats, d.rows) * n == pytest.approx(actual, rel=0.01)
+    # One conjunct at a time, their product says under 2 rows.
+    product = 1.0
+    for c in cnf.args["where"].this.flatten():
+        product *= selectivity(c, d.stats, d.rows)
+    assert product * n < 2
+    # A range among the ORs: conjuncts multiply as before.
+    mixed = sqlglot.parse_one(
+        "SELECT 1 FROM d WHERE (m < 3 OR y = 1999) AND (m = 1 OR y = 1998)", read="duckdb"
+    ).args["where"].this
+    parts = [selectivity(c, d.stats, d.rows) for c in mixed.flatten()]
+    assert selectivity(mixed, d.stats, d.rows) == pytest.approx(parts[0] * parts[1])
