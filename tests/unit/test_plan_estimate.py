@@ -367,8 +367,12 @@ def test_ors_of_equalities_in_normal_form_are_counted_together(
         product *= selectivity(c, d.stats, d.rows)
     assert product * n < 2
     # A range among the ORs: conjuncts multiply as before.
-    mixed = sqlglot.parse_one(
-        "SELECT 1 FROM d WHERE (m < 3 OR y = 1999) AND (m = 1 OR y = 1998)", read="duckdb"
-    ).args["where"].this
+    mixed = (
+        sqlglot.parse_one(
+            "SELECT 1 FROM d WHERE (m < 3 OR y = 1999) AND (m = 1 OR y = 1998)", read="duckdb"
+        )
+        .args["where"]
+        .this
+    )
     parts = [selectivity(c, d.stats, d.rows) for c in mixed.flatten()]
     assert selectivity(mixed, d.stats, d.rows) == pytest.approx(parts[0] * parts[1])

@@ -385,9 +385,7 @@ _Formula = tuple[str, object, object]
 """``("and" | "or", left, right)`` or ``("in", column, values)``."""
 
 
-def _joint(
-    conds: list[exp.Expr], stats: Mapping[str, ColumnStats], rows: int
-) -> float | None:
+def _joint(conds: list[exp.Expr], stats: Mapping[str, ColumnStats], rows: int) -> float | None:
     """The fraction of rows that pass all of ``conds`` together, when they are made
     of ``column = constant`` and ``column IN (constants)`` under AND and OR: each
     column either holds one of the constants named or another value, columns are
