@@ -155,9 +155,8 @@ class _Rule:
         size = self._estimator.size(other)
         if any(isinstance(k, exp.Column) and (k.table, k.name) in size.unique for k in other_keys):
             return False
-        return self._estimator.size(kept).rows >= size.rows and self._scanned(
-            kept
-        ) >= self._scanned(other)
+        no_fewer_rows = self._estimator.size(kept).rows >= size.rows
+        return no_fewer_rows and self._scanned(kept) >= self._scanned(other)
 
     def _scanned(self, node: Node) -> float:
         """Bytes of tables the scans under ``node`` read."""
