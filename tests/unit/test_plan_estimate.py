@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sqlglot
-from helpers import tpch_query
+from helpers import assert_same_result, tpch_query
+from plan_runner import run_plan
 
 from mangonel.catalog import ColumnStats, Table, load_table
 from mangonel.plan.estimate import Size, join_size, scan_size, selectivity
@@ -382,12 +385,6 @@ def test_a_full_join_builds_on_its_smaller_side(tmp_path_factory: pytest.TempPat
     # DuckDB builds a FULL join's hash table on its right side (the executors keep
     # its build-side rule off): the side written first, here the small one, goes
     # right. NULL and repeated keys on both sides keep rows of each unmatched.
-    import re
-
-    import duckdb
-    from helpers import assert_same_result
-    from plan_runner import run_plan
-
     root = tmp_path_factory.mktemp("full")
     pq.write_table(
         pa.table({"k": [i % 40 if i % 9 else None for i in range(300)], "v": list(range(300))}),
