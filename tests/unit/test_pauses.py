@@ -52,3 +52,27 @@ def test_a_quick_collection_is_not_logged(
     gc.collect()
     time.sleep(0.2)
     assert not [r for r in caplog.records if r.name == "mangonel.pauses"]
+
+
+def test_settle_freezes_what_the_start_left_and_is_no_pause_to_report(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Noted(list[tuple[float, int, float, int]]):
+        """What the callback notes, kept from the logging thread (it sees nothing to log)."""
+
+        def __bool__(self) -> bool:
+            return False
+
+    noted = Noted()
+    pauses.watch()
+    monkeypatch.setattr(pauses, "_noted", noted)
+    monkeypatch.setattr(pauses, "SLOW_COLLECTION_S", 0.0)
+    try:
+        gc.collect()
+        assert [n for n in noted if n[1] == 2], "a full collection not asked by settle is noted"
+        noted.clear()
+        pauses.settle()
+        assert gc.get_freeze_count() > 0
+        assert not [n for n in noted if n[1] == 2], noted
+    finally:
+        gc.unfreeze()  # the rest of this test process as it was
