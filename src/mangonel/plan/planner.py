@@ -12,7 +12,6 @@ and EXPLAIN says why.
 from __future__ import annotations
 
 import atexit
-import concurrent.futures
 import contextlib
 import gc
 import threading
@@ -30,7 +29,7 @@ from mangonel.catalog import Table
 from mangonel.errors import BindError, InternalError
 from mangonel.plan import probe
 from mangonel.plan.bind import Binder, Unsupported
-from mangonel.plan.distribute import Distributor, Frag, describe
+from mangonel.plan.distribute import Distributor, describe
 from mangonel.plan.dynamic_pruning import RangeSource, prune_row_groups
 from mangonel.plan.eager import aggregate_early
 from mangonel.plan.estimate import Estimator
@@ -41,13 +40,7 @@ from mangonel.plan.probe import FileIdentity
 from mangonel.plan.prune import prune_columns
 from mangonel.plan.pushdown import push_filters
 from mangonel.plan.types import TypeOracle, oracle_for
-from mangonel.sql.frontend import (
-    DEFAULT_DIALECT,
-    ParsedQuery,
-    optimize_query,
-    parse,
-    to_duckdb,
-)
+from mangonel.sql.frontend import DEFAULT_DIALECT, optimize_query, parse, to_duckdb
 from mangonel.storage import is_remote
 from mangonel.task import OutputKind, OutputSpec
 
@@ -188,19 +181,27 @@ def _plan(
     parsed = parse(sql, set(catalog), dialect)
     oracle = oracle_for({name: catalog[name] for name in parsed.tables})
     duck_sql = to_duckdb(parsed.query)
+    names = [n for n, _ in oracle.describe(duck_sql)]
     schema: dict[str, object] = {t: oracle.table_types(t) for t in sorted(parsed.tables)}
-    # DuckDB binds the whole query (its result's names; a query that does not bind
-    # fails here, as the user's error) on another thread while sqlglot's rules run
-    # on this one: DuckDB lets the GIL go while it works (TPC-DS: 4.6 ms a query,
-    # a tenth of planning).
-    described = _DESCRIBE.submit(oracle.describe, duck_sql)
     notes: list[str] = []
     pruned_by: tuple[FileIdentity, ...] = ()
+    distributor = _distributor(catalog, oracle, config, {})
     try:
-        root, distributor, pruned_by = _plan_tree(parsed, catalog, oracle, config, schema)
+        # Not copied: ``duck_sql`` above is all this function needs of it otherwise.
+        optimized = optimize_query(parsed.query, schema, parsed.dialect, copy=False)
+        tables = {t: catalog[t] for t in parsed.tables}
+        binder = Binder(tables)
+        node, _ = binder.bind(optimized)
+        node = push_filters(node, binder.subqueries)
+        prune_columns(node, binder.subqueries)
+        pruned_by = prune_row_groups([node, *binder.subqueries.values()], tables, _probe(tables))
+        estimator = Estimator(tables, binder.subqueries)
+        node = order_joins(node, binder.subqueries, estimator)
+        aggregate_early([node, *binder.subqueries.values()], estimator, tables)
+        distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
+        root = distributor.plan_tree(node)
     except BindError as err:
-        described.result()  # the query itself does not bind: the user's error, raised here
-        # The query bound: SQL the planner wrote for a part of it did not.
+        # The query bound above: SQL the planner wrote for a part of it did not.
         raise InternalError(
             "internal error: DuckDB refused SQL that mangonel's planner wrote for a part "
             "of the query. The query itself is valid (it binds in DuckDB as a whole); "
@@ -208,15 +209,10 @@ def _plan(
             f"query's text and this message. DuckDB said: {err}"
         ) from err
     except (Unsupported, SqlglotError) as why:
-        names = [n for n, _ in described.result()]
         pruned_by = ()
         notes.append(f"runs whole in one task over its gathered tables: {why}")
         distributor = _distributor(catalog, oracle, config, {})
         root = distributor.plan_tree(_opaque(duck_sql, names, parsed.tables, catalog))
-    except BaseException:
-        described.result()  # a query that does not bind says so first
-        raise
-    names = [n for n, _ in described.result()]
     distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
     notes += distributor.notes
     return DistributedPlan(
@@ -227,29 +223,6 @@ def _plan(
         readable_files(catalog),
         pruned_by,
     )
-
-
-def _plan_tree(
-    parsed: ParsedQuery,
-    catalog: Mapping[str, Table],
-    oracle: TypeOracle,
-    config: PlannerConfig,
-    schema: dict[str, object],
-) -> tuple[Frag, Distributor, tuple[FileIdentity, ...]]:
-    """``_plan``'s rules, from sqlglot's optimizer to the distributed tree."""
-    # Not copied: ``_plan``'s ``duck_sql``, made before, is all it needs of it otherwise.
-    optimized = optimize_query(parsed.query, schema, parsed.dialect, copy=False)
-    tables = {t: catalog[t] for t in parsed.tables}
-    binder = Binder(tables)
-    node, _ = binder.bind(optimized)
-    node = push_filters(node, binder.subqueries)
-    prune_columns(node, binder.subqueries)
-    pruned_by = prune_row_groups([node, *binder.subqueries.values()], tables, _probe(tables))
-    estimator = Estimator(tables, binder.subqueries)
-    node = order_joins(node, binder.subqueries, estimator)
-    aggregate_early([node, *binder.subqueries.values()], estimator, tables)
-    distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
-    return distributor.plan_tree(node), distributor, pruned_by
 
 
 READABLE_FILES_LIMIT = 1024
@@ -310,10 +283,6 @@ GC_RESUME_DELAY_S = 0.05
 """How long after the last plan ends the collector resumes (and frees that plan's
 trees, 4 to 6 ms for a TPC-DS query at its next allocation): after the scheduler
 has committed the job and sent its first tasks, not before (``_gc_paused``)."""
-
-
-_DESCRIBE = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="describe")
-"""Where ``_plan`` has DuckDB bind a whole query while it plans (a few plans at once)."""
 
 
 @contextlib.contextmanager
