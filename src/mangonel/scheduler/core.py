@@ -656,6 +656,7 @@ class SchedulerCore:
                 for existing in self._jobs.values():
                     if existing.request_id == request_id and existing.owner == owner:
                         return existing
+        started = time.perf_counter()
         try:
             plan = self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
         except InternalError as err:
@@ -673,7 +674,16 @@ class SchedulerCore:
             record.request_id = request_id
             record.owner = owner
             self._jobs[job] = record
-            log.info("job %s submitted by %s: %d stages", job, owner, len(plan.stages))
+            # The planning time says what a query's first run paid (a plan the
+            # cache held takes well under a millisecond).
+            log.info(
+                "job %s submitted by %s: %d stages, %d tasks, planned in %.1f ms",
+                job,
+                owner,
+                len(plan.stages),
+                sum(s.num_tasks for s in plan.stages),
+                (time.perf_counter() - started) * 1e3,
+            )
             self._emit(lambda eid, now: JobSubmitted(eid, now, job, plan))
             return record
 
