@@ -95,7 +95,7 @@ def _log_noted() -> None:
             at, generation, elapsed, collected = _noted.popleft()
             log.warning(
                 "garbage collection of generation %d took %.0f ms at %s (it freed %d "
-                "objects): everything in this process waited",
+                "objects): every Python thread of this process waited",
                 generation,
                 elapsed * 1e3,
                 time.strftime("%H:%M:%S", time.localtime(at)) + f".{int(at * 1e3) % 1000:03d}",
