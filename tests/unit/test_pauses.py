@@ -11,6 +11,17 @@ import pytest
 from mangonel import pauses
 
 
+@pytest.fixture
+def watched(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> pytest.LogCaptureFixture:
+    """This process's collections timed, their pauses logged within 20 ms into caplog."""
+    caplog.set_level(logging.WARNING, logger="mangonel.pauses")
+    monkeypatch.setattr(pauses, "LOG_EVERY_S", 0.02)
+    pauses.watch()
+    return caplog
+
+
 def _collect_until_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     deadline = time.monotonic() + 5.0
     while time.monotonic() < deadline:
@@ -26,15 +37,12 @@ def _collect_until_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 
 def test_a_slow_collection_is_logged_with_its_generation_and_what_it_freed(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    watched: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="mangonel.pauses")
-    monkeypatch.setattr(pauses, "LOG_EVERY_S", 0.02)
-    pauses.watch()
     pauses.watch()  # a second call adds no second callback
     assert gc.callbacks.count(pauses._on_collection) == 1
     monkeypatch.setattr(pauses, "SLOW_COLLECTION_S", 0.0)  # every collection is "slow"
-    messages = _collect_until_logged(caplog)
+    messages = _collect_until_logged(watched)
     assert messages, "no collection was logged within 5 s"
     assert any(
         m.startswith("garbage collection of generation 2 took ") and "it freed" in m
@@ -43,15 +51,12 @@ def test_a_slow_collection_is_logged_with_its_generation_and_what_it_freed(
 
 
 def test_a_quick_collection_is_not_logged(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    watched: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="mangonel.pauses")
-    monkeypatch.setattr(pauses, "LOG_EVERY_S", 0.02)
-    pauses.watch()
     monkeypatch.setattr(pauses, "SLOW_COLLECTION_S", 3600.0)
     gc.collect()
     time.sleep(0.2)
-    assert not [r for r in caplog.records if r.name == "mangonel.pauses"]
+    assert not [r for r in watched.records if r.name == "mangonel.pauses"]
 
 
 def test_settle_freezes_what_the_start_left_and_is_no_pause_to_report(
