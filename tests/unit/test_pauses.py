@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -14,12 +15,15 @@ from mangonel import pauses
 @pytest.fixture
 def watched(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> pytest.LogCaptureFixture:
+) -> Iterator[pytest.LogCaptureFixture]:
     """This process's collections timed, their pauses logged within 20 ms into caplog."""
     caplog.set_level(logging.WARNING, logger="mangonel.pauses")
     monkeypatch.setattr(pauses, "LOG_EVERY_S", 0.02)
     pauses.watch()
-    return caplog
+    yield caplog
+    # The rest of the test run unwatched (its collections are no test's business).
+    gc.callbacks.remove(pauses._on_collection)
+    pauses._watching = False
 
 
 def _collect_until_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -60,7 +64,7 @@ def test_a_quick_collection_is_not_logged(
 
 
 def test_settle_freezes_what_the_start_left_and_is_no_pause_to_report(
-    monkeypatch: pytest.MonkeyPatch,
+    watched: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     class Noted(list[tuple[float, int, float, int]]):
         """What the callback notes, kept from the logging thread (it sees nothing to log)."""
@@ -69,7 +73,6 @@ def test_settle_freezes_what_the_start_left_and_is_no_pause_to_report(
             return False
 
     noted = Noted()
-    pauses.watch()
     monkeypatch.setattr(pauses, "_noted", noted)
     monkeypatch.setattr(pauses, "SLOW_COLLECTION_S", 0.0)
     try:
