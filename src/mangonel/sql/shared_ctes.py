@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 
 from sqlglot import exp
 
@@ -152,17 +153,20 @@ def _push_union(
         return False
     pushed = True
     for branch in (query.left, query.right):
-        while isinstance(branch, exp.Subquery) and set(branch.args) - {"this"} == set():
-            branch = branch.this
-        own = branch.named_selects
-        if len(own) != len(names):
+        while isinstance(branch, exp.Subquery) and not any(
+            v is not None for k, v in branch.args.items() if k != "this"
+        ):
+            branch = branch.this  # parentheses only
+        if not isinstance(branch, exp.Query) or len(branch.named_selects) != len(names):
             return False
-        by_position = dict(zip(names, own, strict=True))
-        renamed = cond.copy().transform(
-            lambda n: exp.column(by_position[n.name]) if isinstance(n, exp.Column) else n
-        )
+        by_position = dict(zip(names, branch.named_selects, strict=True))
+        renamed = cond.copy().transform(partial(_renamed, by_position))
         pushed = _push(branch, renamed, ctes, reads) and pushed
     return pushed
+
+
+def _renamed(names: dict[str, str], node: exp.Expr) -> exp.Expr:
+    return exp.column(names[node.name]) if isinstance(node, exp.Column) else node
 
 
 def _weaken(cond: exp.Expr, passes: Callable[[exp.Expr], bool]) -> exp.Expr | None:
@@ -216,8 +220,7 @@ def _implied(query: exp.Select, cond: exp.Expr, ctes: dict[str, exp.CTE]) -> boo
         body = cte.this if cte is not None else None
         if isinstance(body, exp.Select) and not _not_pushable(body) and not body.args.get("group"):
             outputs = {
-                e.alias_or_name: e.this if isinstance(e, exp.Alias) else e
-                for e in body.expressions
+                e.alias_or_name: e.this if isinstance(e, exp.Alias) else e for e in body.expressions
             }
             sources = [outputs.get(c.name) for c in cond.find_all(exp.Column)]
             if all(isinstance(source, exp.Column) for source in sources):
@@ -237,9 +240,13 @@ def _implied(query: exp.Select, cond: exp.Expr, ctes: dict[str, exp.CTE]) -> boo
         if have == cond:
             return True
         held = _values(have)
-        if wanted is not None and held is not None and held[0] == wanted[0]:
-            if held[1] <= wanted[1]:
-                return True
+        if (
+            wanted is not None
+            and held is not None
+            and held[0] == wanted[0]
+            and held[1] <= wanted[1]
+        ):
+            return True
     return False
 
 
@@ -259,7 +266,11 @@ def _values(cond: exp.Expr) -> tuple[exp.Column, frozenset[tuple[bool, str]]] | 
             if isinstance(col, exp.Column) and isinstance(lit, exp.Literal):
                 return col, frozenset({(lit.is_string, lit.this)})
         return None
-    if isinstance(cond, exp.In) and isinstance(cond.this, exp.Column) and not cond.args.get("query"):
+    if (
+        isinstance(cond, exp.In)
+        and isinstance(cond.this, exp.Column)
+        and not cond.args.get("query")
+    ):
         items = cond.expressions
         if items and all(isinstance(i, exp.Literal) for i in items):
             return cond.this, frozenset((i.is_string, i.this) for i in items)
