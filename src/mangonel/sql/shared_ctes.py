@@ -16,7 +16,11 @@ on an output column means the same as on the column it comes from: a plain
 column, a GROUP BY key if the select aggregates (not of grouping sets: a rolled-up
 row mixes groups), no window function, LIMIT or DISTINCT ON, and into a CTE read
 only there when no outer join could turn a filtered-out row into a NULL-padded one.
-Where it can go no deeper, it joins that select's WHERE.
+It goes into each branch of a UNION [ALL], by position. A term that cannot go
+down (an aggregate's output, a branch's constant) is dropped from its AND, which
+only weakens the filter: every row a reader keeps still passes it. Where it can go
+no deeper, it joins that select's WHERE, unless the select keeps those rows only
+already (the same condition, or fewer literals of the column).
 """
 
 from __future__ import annotations
