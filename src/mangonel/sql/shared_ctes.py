@@ -144,7 +144,13 @@ def _push_union(
 ) -> bool:
     """Filter each branch of a UNION [ALL] by ``cond``, its columns renamed to the
     branch's by position: a row of the union passes exactly where it passed in its
-    branch (and duplicates dropped after the filter are the ones dropped before)."""
+    branch (and duplicates dropped after the filter are the ones dropped before).
+
+    Only terms over columns that every branch takes from a column of one name (q04's
+    ``dyear``: ``d_year`` in each channel) go down: a union's column has the type its
+    branches' types meet in, and a condition may mean another thing in a branch's
+    own type (a VARCHAR union of an INTEGER branch: ``k = '01'`` holds for the
+    integer 1, not for the string '1')."""
     names = query.named_selects
     if (
         query.args.get("by_name")
@@ -155,6 +161,12 @@ def _push_union(
         or any(c.name not in names for c in cond.find_all(exp.Column))
     ):
         return False
+    alike = _alike_positions(query, len(names))
+    uniform = {name for i, name in enumerate(names) if i in alike}
+    weaker = _weaken(cond, lambda leaf: all(c.name in uniform for c in leaf.find_all(exp.Column)))
+    if weaker is None:
+        return False
+    cond = weaker
     pushed = True
     for branch in (query.left, query.right):
         while isinstance(branch, exp.Subquery) and not any(
@@ -167,6 +179,30 @@ def _push_union(
         renamed = cond.copy().transform(partial(_renamed, by_position))
         pushed = _push(branch, renamed, ctes, reads) and pushed
     return pushed
+
+
+def _alike_positions(query: exp.Expr, width: int) -> set[int]:
+    """The output positions where every SELECT of a union (nested unions and
+    parentheses looked through) is a plain column, of one name in all of them."""
+    selects: list[exp.Select] = []
+    stack = [query]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, exp.Subquery):
+            stack.append(node.this)
+        elif isinstance(node, exp.Union):
+            stack += [node.left, node.right]
+        elif isinstance(node, exp.Select) and len(node.expressions) == width:
+            selects.append(node)
+        else:
+            return set()
+    alike = set()
+    for i in range(width):
+        sources = [s.expressions[i] for s in selects]
+        sources = [e.this if isinstance(e, exp.Alias) else e for e in sources]
+        if all(isinstance(e, exp.Column) for e in sources) and len({e.name for e in sources}) == 1:
+            alike.add(i)
+    return alike
 
 
 def _renamed(names: dict[str, str], node: exp.Expr) -> exp.Expr:
@@ -196,10 +232,16 @@ def _weaken(cond: exp.Expr, passes: Callable[[exp.Expr], bool]) -> exp.Expr | No
 
 def _distinct_terms(cond: exp.Expr) -> exp.Expr:
     """``cond`` with each term of its top OR once (readers that weakened alike)."""
-    terms = {t.sql(): t for t in _disjuncts(cond)}
+    terms = {_bare(t).sql(): t for t in _disjuncts(cond)}
     if len(terms) == 1:
         return next(iter(terms.values()))
     return exp.paren(exp.or_(*terms.values(), copy=False), copy=False)
+
+
+def _bare(cond: exp.Expr) -> exp.Expr:
+    while isinstance(cond, exp.Paren):
+        cond = cond.this
+    return cond
 
 
 def _disjuncts(cond: exp.Expr) -> list[exp.Expr]:
