@@ -739,6 +739,22 @@ CASES: list[Case] = [
         "cte_union_all_joined_on_group_subset_tpch",
         "WITH yt AS (SELECT o_custkey AS ck, o_orderpriority AS pri, EXTRACT(year FROM o_orderdate) AS y, 'f' AS kind, SUM(o_totalprice) AS total FROM orders WHERE o_orderstatus = 'F' GROUP BY o_custkey, o_orderpriority, EXTRACT(year FROM o_orderdate) UNION ALL SELECT o_custkey, o_orderpriority, EXTRACT(year FROM o_orderdate), 'o', SUM(o_totalprice) FROM orders WHERE o_orderstatus = 'O' GROUP BY o_custkey, o_orderpriority, EXTRACT(year FROM o_orderdate)) SELECT f1.ck, f1.pri, f1.total AS f_total, o1.total AS o_total, o2.pri AS o_pri FROM yt f1 JOIN yt o1 ON f1.ck = o1.ck JOIN yt o2 ON f1.ck = o2.ck WHERE f1.kind = 'f' AND f1.y = 1994 AND o1.kind = 'o' AND o1.y = 1996 AND o2.kind = 'o' AND o2.y = 1997 AND o1.total > f1.total",
     ),
+    # The readers' filters on a group key go into every branch of the union
+    # (``sql.shared_ctes``), their filters on the constant kind and on a sum stay
+    # with them; not twice where the branches keep them already; not into a union
+    # that keeps its first rows.
+    Case(
+        "cte_union_all_readers_filters_reach_the_branches",
+        "WITH t AS (SELECT mgr, dept, 'a' AS kind, SUM(salary) AS s FROM emp GROUP BY mgr, dept UNION ALL SELECT mgr, dept, 'b' AS kind, SUM(bonus) AS s FROM emp WHERE bonus > 0.1 GROUP BY mgr, dept) SELECT x.mgr, x.dept, x.s, y.s AS ys FROM t x JOIN t y ON x.mgr = y.mgr AND x.dept = y.dept WHERE x.kind = 'a' AND x.dept IN ('eng', 'ops') AND x.s > 0 AND y.kind = 'b' AND y.dept = 'ops'",
+    ),
+    Case(
+        "cte_union_all_branches_keep_the_readers_filters",
+        "WITH t AS (SELECT mgr, dept, 'a' AS kind, SUM(salary) AS s FROM emp WHERE dept IN ('eng', 'ops') GROUP BY mgr, dept UNION ALL SELECT mgr, dept, 'b' AS kind, SUM(bonus) AS s FROM emp WHERE dept IN ('eng', 'ops') GROUP BY mgr, dept) SELECT x.mgr, x.dept, x.s, y.s AS ys FROM t x JOIN t y ON x.mgr = y.mgr AND x.dept = y.dept WHERE x.kind = 'a' AND x.dept = 'eng' AND y.kind = 'b' AND y.dept = 'eng'",
+    ),
+    Case(
+        "cte_union_all_with_limit_keeps_the_readers_filters",
+        "WITH t AS (SELECT mgr, dept, 'a' AS kind, SUM(salary) AS s FROM emp GROUP BY mgr, dept UNION ALL SELECT mgr, dept, 'b' AS kind, SUM(bonus) AS s FROM emp GROUP BY mgr, dept ORDER BY mgr, dept, kind LIMIT 30) SELECT x.mgr, x.dept, x.s, y.s AS ys FROM t x JOIN t y ON x.mgr = y.mgr AND x.dept = y.dept WHERE x.kind = 'a' AND x.dept = 'ops' AND y.kind = 'b' AND y.dept = 'ops'",
+    ),
     Case(
         "cte_union_all_readers_join_on_other_keys",
         "WITH t AS (SELECT mgr, dept, 'a' AS kind, SUM(salary) AS s FROM emp GROUP BY mgr, dept UNION ALL SELECT mgr, dept, 'b' AS kind, SUM(bonus) AS s FROM emp GROUP BY mgr, dept) SELECT x.mgr, x.dept, x.s, y.s AS ys, z.mgr AS zmgr FROM t x JOIN t y ON x.mgr = y.mgr JOIN t z ON x.dept = z.dept WHERE x.kind = 'a' AND y.kind = 'b' AND z.kind = 'b' AND z.mgr < 8",

@@ -174,6 +174,33 @@ def test_a_scan_records_each_columns_span_before_its_filter(table: Table) -> Non
     assert size.distinct[("t", "id")] == pytest.approx(500)
 
 
+@pytest.mark.parametrize(
+    ("cond", "column", "count"),
+    [
+        ("grp IN (1, 2, 3)", "grp", 3),
+        ("(grp = 3 OR grp = 4) AND id < 5000", "grp", 2),
+        ("kind = 'red' AND grp = 1", "kind", 1),
+        ("day = DATE '2000-01-05'", "day", 1),
+    ],
+)
+def test_a_filter_to_a_few_values_bounds_the_columns_distinct_count(
+    table: Table, cond: str, column: str, count: int
+) -> None:
+    # an aggregate by such a column over the filtered rows makes that many groups
+    # (TPC-DS q04: two of date_dim's 201 years), not the table's count of them
+    size = scan_size(table, "t", sqlglot.parse_one(cond, read="duckdb"))
+    assert size.distinct[("t", column)] == count
+    assert size.domain[("t", column)] > count  # the span stays the table's
+
+
+@pytest.mark.parametrize(
+    "cond", ["grp > 3", "grp = 3 OR id = 4", "grp IN (SELECT 1)", "NOT grp = 3"]
+)
+def test_other_filters_leave_the_distinct_count_to_the_rows(table: Table, cond: str) -> None:
+    size = scan_size(table, "t", sqlglot.parse_one(cond, read="duckdb"))
+    assert size.distinct[("t", "grp")] == min(20, size.rows)
+
+
 def test_q21_meets_the_filtered_nation_before_lineitem_is_shuffled(
     catalog: dict[str, Table],
 ) -> None:

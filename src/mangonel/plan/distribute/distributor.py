@@ -349,7 +349,7 @@ class Distributor:
                 )
             else:
                 f.hash_keys = _hashed_groups(f.hash_keys, n)
-            f.est = f.est / 4 if n.groups else 64.0
+            f.est = self._local_bytes(f, n) if n.local else (f.est / 4 if n.groups else 64.0)
             return f
         hashed = self._hashed_names(n)
         split = split_aggs(n.aggs)
@@ -404,6 +404,23 @@ class Distributor:
             met = max(1.0, groups * span)
             kept += met * -math.expm1(-per_task / met)
         return f.est * min(1.0, kept / rows)
+
+    def _local_bytes(self, f: Frag, n: Aggregate) -> float:
+        """Estimated bytes of a local (eager) aggregate's rows, all tasks together.
+
+        Its tasks keep a row per group they meet, as a partial aggregate's do
+        (``_partial_bytes``), and only the aggregate's own columns: its groups and
+        sums, of the columns its input carried. A flat quarter of the input's
+        bytes where the footers do not count the groups. TPC-DS q04's store sales
+        by customer and year: 1.1M rows of eight columns in two tasks, 27 MB by the
+        quarter, 2.4 MB in fact (85k rows of three columns), 14 MB by this rule;
+        broadcast the 11 MB of ``customer`` into both tasks looked cheaper than
+        moving the aggregate's rows to a task that scans ``customer`` itself.
+        """
+        if self._estimator.known_groups(n) is None:
+            return f.est / 4
+        columns = len(n.groups) + len(n.aggs)
+        return self._partial_bytes(f, n) * columns / max(columns, len(n.child.outputs()))
 
     def _partial_keeps_most(self, f: Frag, n: Aggregate) -> bool:
         """True when a partial aggregate by one key would keep more than
