@@ -394,6 +394,22 @@ CASES: list[Case] = [
         "in_select_list",
         "SELECT k, k IN (SELECT k FROM r) AS found, k NOT IN (SELECT k FROM r WHERE k > 2) AS absent FROM l",
     ),
+    # inner joins read only as a set of one side's rows run as semi joins
+    # (plan.semi_joins): NULL keys meet nothing, duplicate keys on both sides, and
+    # a residual that is NULL where the salary or b is
+    Case(
+        "semi_in_list_of_self_join",
+        "SELECT id, dept, salary FROM emp WHERE dept IN (SELECT e1.dept FROM emp e1 JOIN emp e2 ON e1.dept = e2.dept AND e1.salary <> e2.salary)",
+    ),
+    Case(
+        "semi_not_in_list_of_self_join",
+        "SELECT k, a FROM l WHERE k NOT IN (SELECT r1.k FROM r r1 JOIN r r2 ON r1.k = r2.k AND r1.b <> r2.b)",
+    ),
+    Case("semi_distinct_one_side", "SELECT DISTINCT r.k, r.b FROM r JOIN l ON r.k = l.k"),
+    Case(
+        "semi_group_by_one_side_residual",
+        "SELECT r.k, r.b FROM r JOIN l ON r.k = l.k AND r.b > l.a GROUP BY r.k, r.b",
+    ),
     # correlated [NOT] EXISTS bound as SEMI / ANTI joins (frontend.is_semi_join_exists)
     Case(
         "not_exists_non_equi_only",
@@ -723,6 +739,22 @@ CASES: list[Case] = [
         "cte_union_all_joined_on_group_subset_tpch",
         "WITH yt AS (SELECT o_custkey AS ck, o_orderpriority AS pri, EXTRACT(year FROM o_orderdate) AS y, 'f' AS kind, SUM(o_totalprice) AS total FROM orders WHERE o_orderstatus = 'F' GROUP BY o_custkey, o_orderpriority, EXTRACT(year FROM o_orderdate) UNION ALL SELECT o_custkey, o_orderpriority, EXTRACT(year FROM o_orderdate), 'o', SUM(o_totalprice) FROM orders WHERE o_orderstatus = 'O' GROUP BY o_custkey, o_orderpriority, EXTRACT(year FROM o_orderdate)) SELECT f1.ck, f1.pri, f1.total AS f_total, o1.total AS o_total, o2.pri AS o_pri FROM yt f1 JOIN yt o1 ON f1.ck = o1.ck JOIN yt o2 ON f1.ck = o2.ck WHERE f1.kind = 'f' AND f1.y = 1994 AND o1.kind = 'o' AND o1.y = 1996 AND o2.kind = 'o' AND o2.y = 1997 AND o1.total > f1.total",
     ),
+    # The readers' filters on a group key go into every branch of the union
+    # (``sql.shared_ctes``), their filters on the constant kind and on a sum stay
+    # with them; not twice where the branches keep them already; not into a union
+    # that keeps its first rows.
+    Case(
+        "cte_union_all_readers_filters_reach_the_branches",
+        "WITH t AS (SELECT mgr, dept, 'a' AS kind, SUM(salary) AS s FROM emp GROUP BY mgr, dept UNION ALL SELECT mgr, dept, 'b' AS kind, SUM(bonus) AS s FROM emp WHERE bonus > 0.1 GROUP BY mgr, dept) SELECT x.mgr, x.dept, x.s, y.s AS ys FROM t x JOIN t y ON x.mgr = y.mgr AND x.dept = y.dept WHERE x.kind = 'a' AND x.dept IN ('eng', 'ops') AND x.s > 0 AND y.kind = 'b' AND y.dept = 'ops'",
+    ),
+    Case(
+        "cte_union_all_branches_keep_the_readers_filters",
+        "WITH t AS (SELECT mgr, dept, 'a' AS kind, SUM(salary) AS s FROM emp WHERE dept IN ('eng', 'ops') GROUP BY mgr, dept UNION ALL SELECT mgr, dept, 'b' AS kind, SUM(bonus) AS s FROM emp WHERE dept IN ('eng', 'ops') GROUP BY mgr, dept) SELECT x.mgr, x.dept, x.s, y.s AS ys FROM t x JOIN t y ON x.mgr = y.mgr AND x.dept = y.dept WHERE x.kind = 'a' AND x.dept = 'eng' AND y.kind = 'b' AND y.dept = 'eng'",
+    ),
+    Case(
+        "cte_union_all_with_limit_keeps_the_readers_filters",
+        "WITH t AS (SELECT mgr, dept, 'a' AS kind, SUM(salary) AS s FROM emp GROUP BY mgr, dept UNION ALL SELECT mgr, dept, 'b' AS kind, SUM(bonus) AS s FROM emp GROUP BY mgr, dept ORDER BY mgr, dept, kind LIMIT 30) SELECT x.mgr, x.dept, x.s, y.s AS ys FROM t x JOIN t y ON x.mgr = y.mgr AND x.dept = y.dept WHERE x.kind = 'a' AND x.dept = 'ops' AND y.kind = 'b' AND y.dept = 'ops'",
+    ),
     Case(
         "cte_union_all_readers_join_on_other_keys",
         "WITH t AS (SELECT mgr, dept, 'a' AS kind, SUM(salary) AS s FROM emp GROUP BY mgr, dept UNION ALL SELECT mgr, dept, 'b' AS kind, SUM(bonus) AS s FROM emp GROUP BY mgr, dept) SELECT x.mgr, x.dept, x.s, y.s AS ys, z.mgr AS zmgr FROM t x JOIN t y ON x.mgr = y.mgr JOIN t z ON x.dept = z.dept WHERE x.kind = 'a' AND y.kind = 'b' AND z.kind = 'b' AND z.mgr < 8",
@@ -1003,6 +1035,15 @@ def test_left_join_aggregates_group_the_orders_in_their_scan_tasks(
     counts = expected.column("n").to_pylist()
     assert 0 in counts and max(counts) > 1, "customers without orders and with several"
     _check(case, diff_session, expected, "default")
+
+
+def test_joins_read_as_sets_run_as_semi_joins(diff_session: Any) -> None:
+    # The semi_* cases above are checked against DuckDB by test_matches_duckdb;
+    # this checks that they are the shape they test: each plan's SQL joins with
+    # semi joins only (check_shape: over several tasks).
+    for case in (c for c in CASES if c.id.startswith("semi_")):
+        text = diff_session.explain(case.sql)
+        assert "SEMI JOIN" in text and text.count("JOIN") == text.count("SEMI JOIN"), text
 
 
 def test_limit_without_order_by_returns_rows_of_the_table(diff_session: Any) -> None:

@@ -60,6 +60,9 @@ ONE_STAGE = {
     "the one task that reads them (--recompute-bytes) instead of a stage: every stage "
     "would be one task",
     90: _WEB_SALES_ONLY,
+    95: _WEB_SALES_ONLY + "; its two IN lists, a self-join of web_sales run as a semi "
+    "join (plan.semi_joins), are estimated within INLINE_SUBQUERY_BYTES and computed in "
+    "that one task",
 }
 """Queries that plan to one stage on the default cluster, with the reason; every other
 must plan to several (on the hash-joins-only cluster, all of them), and one moving in

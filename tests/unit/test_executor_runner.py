@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -940,3 +941,48 @@ def test_read_once_only_where_the_fragment_names_the_input_once_without_with() -
     assert not runner_mod._read_once('WITH x AS (SELECT * FROM "s1") SELECT * FROM x', "s1")
     assert not runner_mod._read_once("SELECT * FROM s1", "s1")  # unquoted: read whole
     assert runner_mod._read_once('SELECT * FROM "s12" JOIN "s1" USING (k)', "s1")
+
+
+def test_the_first_task_of_a_job_has_its_catalog_files_learned_ahead(
+    runner: TaskRunner, tmp_path: Path
+) -> None:
+    """A task's job files (its catalog's) have their footers and column types read on
+    a low-priority thread, so the first task to scan each table need not; a catalog
+    of more files than ``LEARN_AHEAD_FILES`` is left to the tasks."""
+    files = []
+    for n in range(3):
+        path = str(tmp_path / f"t{n}.parquet")
+        pq.write_table(pa.table({"k": pa.array([n], pa.int64()), "s": ["x"]}), path)
+        files.append(path)
+    other = str(tmp_path / "other.parquet")
+    pq.write_table(pa.table({"k": pa.array([9], pa.int64())}), other)
+    spec = dataclasses.replace(
+        scan_spec(1, 0, "SELECT count(*) AS x FROM lineitem", (FileSplit(files[0]),), SINGLE,
+                  ("x",), ("k",)),
+        job_files=tuple(files),
+    )  # fmt: skip
+    (out,) = runner.run(spec)
+    assert read(runner, out).column("x").to_pylist() == [1]
+
+    def known(path: str) -> bool:
+        with runner_mod._TYPES_LOCK:
+            types = any(k[0] == path for k in runner_mod._TYPES)
+        with runner_mod._METADATA_LOCK:
+            return types and any(k[0] == path for k in runner_mod._METADATA)
+
+    # The learner's queue is one thread: what runs after it has seen the files learned.
+    priority = runner_mod._LEARNER.submit(
+        lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    ).result(timeout=30)
+    assert all(known(p) for p in files[1:]), "the job's other files were not learned ahead"
+    assert priority == 19  # the learner runs on cores the tasks leave idle
+    assert runner_mod._TYPES[(files[2], *_stat(files[2]), "s")] == ("VARCHAR", "VARCHAR")
+    many = (other, *(f"{other}-{n}" for n in range(runner_mod.LEARN_AHEAD_FILES)))
+    runner_mod.learn_ahead(many)
+    runner_mod._LEARNER.submit(lambda: None).result(timeout=30)
+    assert not known(other)
+
+
+def _stat(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_size

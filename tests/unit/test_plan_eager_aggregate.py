@@ -11,12 +11,17 @@ tasks, the partial aggregate runs in each of them and the aggregate above merges
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from helpers import assert_same_result
 from plan_runner import run_plan
 
-from mangonel.catalog import Table
+from mangonel.catalog import Table, load_table
 from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlannerConfig, plan_query
 
@@ -236,4 +241,79 @@ def test_orders_are_grouped_by_the_join_key_alone_for_a_dimensions_key(
     assert _grouped_early(plan), [s.sql for s in plan.stages]
     expected = duckdb_ref.sql(sql).to_arrow_table()
     assert expected.num_rows > 100
+    assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+YEAR_TOTAL = """
+    SELECT c_name, c_addr, d_year, SUM(s_amount) AS total, COUNT(*) AS n
+    FROM sales JOIN dates ON s_day = d_day JOIN customers ON s_cust = c_id
+    WHERE d_year IN (2001, 2002)
+    GROUP BY c_name, c_addr, d_year"""
+
+
+@pytest.fixture(scope="module")
+def year_total_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TPC-DS ``year_total``'s shape: 2M sales over five years, a customer's lines
+    together as in a ticket, and 20k customers of wide strings (2 MiB)."""
+    d = tmp_path_factory.mktemp("year_total")
+    days, customers, sales = 5 * 365, 20_000, 2_000_000
+    pq.write_table(
+        pa.table({"d_day": np.arange(days), "d_year": 2000 + np.arange(days) // 365}),
+        d / "dates.parquet",
+    )
+    ids = np.arange(customers)
+    pq.write_table(
+        pa.table(
+            {
+                "c_id": ids,
+                "c_name": [f"customer name {i:08d}" for i in ids],
+                "c_addr": [
+                    f"{i:06d} a long street name, a city, a country {i % 977:04d}" for i in ids
+                ],
+            }
+        ),
+        d / "customers.parquet",
+    )
+    ticket = np.arange(sales) // 10
+    pq.write_table(
+        pa.table(
+            {
+                "s_day": ticket * 7 % days,
+                "s_cust": ticket * 13 % customers,
+                "s_amount": (np.arange(sales) * 31 % 1000) / 10,
+            }
+        ),
+        d / "sales.parquet",
+        row_group_size=250_000,
+    )
+    return d
+
+
+def test_the_early_groups_meet_the_dimension_in_its_own_task(year_total_data: Path) -> None:
+    # The sales grouped by customer key and year in each of two tasks are 80k
+    # narrow rows, fewer bytes than the customers: they move to the task that
+    # scans the customers, where the flat quarter of the input once estimated
+    # them at four times the customers' bytes and broadcast the customers into
+    # both tasks, to group by the wide strings twice.
+    catalog = {
+        n: load_table(n, str(year_total_data / f"{n}.parquet"))
+        for n in ("sales", "dates", "customers")
+    }
+    plan = plan_query(YEAR_TOTAL, catalog, PlannerConfig(split_rows=1_000_000))
+    assert _grouped_early(plan), [s.sql for s in plan.stages]
+    (sales,) = [s for s in plan.stages if s.scan is not None and s.scan.table == "sales"]
+    assert sales.num_tasks == 2
+    assert "customers" not in {s.table for s in sales.side_scans}
+    assert not any(
+        "customers" in {s.table for s in [*([u.scan] if u.scan else []), *u.side_scans]}
+        for u in plan.stages
+        if u.id in {i.stage for i in sales.inputs}
+    )
+    con = duckdb.connect()
+    for n in catalog:
+        con.execute(
+            f"CREATE VIEW {n} AS SELECT * FROM read_parquet('{year_total_data / n}.parquet')"
+        )
+    expected = con.sql(YEAR_TOTAL).to_arrow_table()
+    assert expected.num_rows > 1000
     assert_same_result(run_plan(plan), expected, ordered=False)

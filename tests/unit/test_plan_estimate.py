@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import sqlglot
-from helpers import tpch_query
+from helpers import assert_same_result, tpch_query
+from plan_runner import run_plan
 
 from mangonel.catalog import ColumnStats, Table, load_table
 from mangonel.plan.estimate import Size, join_size, scan_size, selectivity
@@ -169,6 +172,33 @@ def test_a_scan_records_each_columns_span_before_its_filter(table: Table) -> Non
     size = scan_size(table, "t", sqlglot.parse_one("grp = 1", read="duckdb"))
     assert size.domain[("t", "grp")] == 20 and size.domain[("t", "id")] == 10_000
     assert size.distinct[("t", "id")] == pytest.approx(500)
+
+
+@pytest.mark.parametrize(
+    ("cond", "column", "count"),
+    [
+        ("grp IN (1, 2, 3)", "grp", 3),
+        ("(grp = 3 OR grp = 4) AND id < 5000", "grp", 2),
+        ("kind = 'red' AND grp = 1", "kind", 1),
+        ("day = DATE '2000-01-05'", "day", 1),
+    ],
+)
+def test_a_filter_to_a_few_values_bounds_the_columns_distinct_count(
+    table: Table, cond: str, column: str, count: int
+) -> None:
+    # an aggregate by such a column over the filtered rows makes that many groups
+    # (TPC-DS q04: two of date_dim's 201 years), not the table's count of them
+    size = scan_size(table, "t", sqlglot.parse_one(cond, read="duckdb"))
+    assert size.distinct[("t", column)] == count
+    assert size.domain[("t", column)] > count  # the span stays the table's
+
+
+@pytest.mark.parametrize(
+    "cond", ["grp > 3", "grp = 3 OR id = 4", "grp IN (SELECT 1)", "NOT grp = 3"]
+)
+def test_other_filters_leave_the_distinct_count_to_the_rows(table: Table, cond: str) -> None:
+    size = scan_size(table, "t", sqlglot.parse_one(cond, read="duckdb"))
+    assert size.distinct[("t", "grp")] == min(20, size.rows)
 
 
 def test_q21_meets_the_filtered_nation_before_lineitem_is_shuffled(
@@ -357,3 +387,77 @@ def test_a_small_side_that_cuts_a_big_one_is_joined_first(
     monkeypatch.setattr(join_order, "REDUCER_ROWS", 5_000)
     partner = first_partner_of_lineitem()
     assert "supplier" in partner and "orders" not in partner, partner
+
+
+def test_ors_of_equalities_in_normal_form_are_counted_together(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    # Every (y, m) pair of 200 years and 12 months, 10 rows each: the columns are
+    # independent, as the estimate assumes.
+    path = tmp_path_factory.mktemp("joint") / "d.parquet"
+    n = 24_000
+    years = [1900 + i % 200 for i in range(n)]
+    months = [1 + (i // 200) % 12 for i in range(n)]
+    pq.write_table(pa.table({"y": years, "m": months}), path, row_group_size=6000)
+    d = load_table("d", str(path))
+    # sqlglot's normal form of TPC-DS q47's ``y = 1999 OR (y = 1998 AND m = 12)
+    # OR (y = 2000 AND m = 1)``: four ORs, true together of a year and two months.
+    cnf = sqlglot.parse_one(
+        "SELECT 1 FROM d WHERE (m = 1 OR m = 12 OR y = 1999) AND (m = 1 OR y = 1998 OR "
+        "y = 1999) AND (m = 12 OR y = 1999 OR y = 2000) AND (y IN (1998, 1999, 2000))",
+        read="duckdb",
+    )
+    cond = cnf.args["where"].this
+    actual = sum(
+        1
+        for y, m in zip(years, months, strict=True)
+        if y == 1999 or (y == 1998 and m == 12) or (y == 2000 and m == 1)
+    )
+    assert actual == 140
+    assert selectivity(cond, d.stats, d.rows) * n == pytest.approx(actual, rel=0.01)
+    # One conjunct at a time, their product says under 2 rows.
+    product = 1.0
+    for c in cnf.args["where"].this.flatten():
+        product *= selectivity(c, d.stats, d.rows)
+    assert product * n < 2
+    # A range among the ORs: conjuncts multiply as before.
+    mixed = (
+        sqlglot.parse_one(
+            "SELECT 1 FROM d WHERE (m < 3 OR y = 1999) AND (m = 1 OR y = 1998)", read="duckdb"
+        )
+        .args["where"]
+        .this
+    )
+    parts = [selectivity(c, d.stats, d.rows) for c in mixed.flatten()]
+    assert selectivity(mixed, d.stats, d.rows) == pytest.approx(parts[0] * parts[1])
+
+
+def test_a_full_join_builds_on_its_smaller_side(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # DuckDB builds a FULL join's hash table on its right side (the executors keep
+    # its build-side rule off): the side written first, here the small one, goes
+    # right. NULL and repeated keys on both sides keep rows of each unmatched.
+    root = tmp_path_factory.mktemp("full")
+    pq.write_table(
+        pa.table({"k": [i % 40 if i % 9 else None for i in range(300)], "v": list(range(300))}),
+        root / "small.parquet",
+    )
+    pq.write_table(
+        pa.table({"k": [i % 70 if i % 7 else None for i in range(3000)], "w": list(range(3000))}),
+        root / "big.parquet",
+    )
+    catalog = {n: load_table(n, str(root / f"{n}.parquet")) for n in ("small", "big")}
+    sql = (
+        "SELECT s.k AS sk, b.k AS bk, count(*) AS n, sum(s.v) AS v, sum(b.w) AS w "
+        "FROM small s FULL JOIN big b ON s.k = b.k GROUP BY ALL"
+    )
+    plan = plan_query(sql, catalog)
+    (stage,) = plan.stages
+    scans = {s.name: s.table for s in [stage.scan, *stage.side_scans] if s is not None}
+    built = re.search(r'FULL JOIN.*?FROM "(__scan\d*)"', stage.sql, re.S)
+    assert built is not None and scans[built.group(1)] == "small", stage.sql
+    con = duckdb.connect()
+    for n in ("small", "big"):
+        con.execute(f"CREATE VIEW {n} AS SELECT * FROM read_parquet('{root / n}.parquet')")
+    expected = con.sql(sql).to_arrow_table()
+    assert None in expected.column("sk").to_pylist() and None in expected.column("bk").to_pylist()
+    assert_same_result(run_plan(plan), expected, ordered=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from mangonel.plan import planner as planner_module
 from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.plan.planner import PlannerConfig
 from mangonel.proto import mangonel_pb2 as pb
+from mangonel.scheduler import core as core_module
 from mangonel.scheduler import service as service_module
 from mangonel.scheduler.core import CoreConfig, SchedulerCore
 from mangonel.scheduler.events import (
@@ -49,6 +51,7 @@ from mangonel.scheduler.registry import CLOSE, ExecutorEntry
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, TaskRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView, StageView
+from mangonel.scheduler.store import MemoryStateStore
 from mangonel.scheduler.tickets import TicketIssuer
 from mangonel.security.tickets import TicketSigner
 from mangonel.task import (
@@ -475,3 +478,29 @@ def test_a_small_result_comes_with_the_jobs_end_where_it_needs_no_ticket(
     state.next = [ReleaseOutputs(11, entry.id, record.id, None)]
     core.heartbeat(entry.id)
     assert record.result_files == {}
+
+
+def test_a_slow_commit_to_the_state_store_is_logged(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every event waits for its commit: a store slower than ``SLOW_COMMIT_S`` (a virtual
+    disk's sync, etcd far away) says so in the scheduler's log; a quick one does not."""
+    monkeypatch.setattr(planner_module, "plan_query", lambda *args: PLAN)
+
+    class SlowStore(MemoryStateStore):
+        delay_s = 0.0
+
+        def commit(self, puts: Mapping[str, str], deletes: Collection[str] = ()) -> None:
+            time.sleep(self.delay_s)
+            super().commit(puts, deletes)
+
+    store = SlowStore()
+    store.acquire("scheduler")
+    core = SchedulerCore(ScriptedState(), store=store)
+    caplog.set_level(logging.WARNING, logger="mangonel.scheduler.core")
+    core.submit("SELECT 1")
+    assert not [r for r in caplog.records if "to commit" in r.getMessage()]
+    store.delay_s = core_module.SLOW_COMMIT_S + 0.01
+    core.submit("SELECT 1")
+    (slow,) = [r.getMessage() for r in caplog.records if "to commit" in r.getMessage()]
+    assert slow.startswith("the state store took ") and "every event and launch waited" in slow

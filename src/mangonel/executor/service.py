@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from mangonel import pauses
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.events import (
     Action,
@@ -246,7 +247,7 @@ class ExecutorService:
         # Not a daemon: a process told to stop during the warm-up waits for it
         # (a second or two at most), since DuckDB still running on a daemon thread
         # while the interpreter shuts down aborts the process (SIGABRT).
-        threading.Thread(target=warm_up, args=(self._spill.path,), name="warm-up").start()
+        threading.Thread(target=_warm_up, args=(self._spill.path,), name="warm-up").start()
         log.info("executor flight server on %s", self.flight_address)
 
     def serve(self) -> None:
@@ -600,6 +601,15 @@ then needs no Flight read of its own: 2 to 4 ms of a short query (TPC-H, TPC-DS 
 SF1; issue 19). Most results of analytical queries are a few rows; 64 KiB bounds what
 a report carries and the scheduler holds per unread result.
 """
+
+
+def _warm_up(directory: str) -> None:
+    """The executor's warm-up (``runner.warm_up``), then what the start left frozen
+    (``pauses.settle``: a full collection no longer walks it)."""
+    try:
+        warm_up(directory)
+    finally:
+        pauses.settle()
 
 
 def _small_file(outputs: tuple[PartitionOutput, ...]) -> dict[str, bytes]:

@@ -12,7 +12,8 @@ estimates (``plan.estimate``) to order joins:
 * a pair where a small side cuts a big one (``REDUCER_ROWS``) goes before any
   other;
 * a condition is applied as soon as the sources it names are joined;
-* sources with no equality to the rest are joined last, the smallest first.
+* sources with no equality to the rest are joined last, the smallest first;
+* a FULL join (not reordered) has its smaller side on the right.
 """
 
 from __future__ import annotations
@@ -58,9 +59,21 @@ def _visit(node: Node, estimator: Estimator, done: dict[Node, Node]) -> Node:
             value = getattr(node, f.name)
             if isinstance(value, Node):
                 setattr(node, f.name, _visit(value, estimator, done))
+        if isinstance(node, Join) and node.kind is JoinKind.FULL:
+            _smaller_right(node, estimator)
         result = node
     done[node] = result
     return result
+
+
+def _smaller_right(join: Join, estimator: Estimator) -> None:
+    """A FULL join with its smaller side on the right, where DuckDB builds its hash
+    table (the executors keep its build-side rule off: ``executor.runner``). A FULL
+    join keeps both sides' rows either way round, and its readers name columns,
+    not positions: TPC-DS q51 built 499k store rows against 138k web rows."""
+    if estimator.size(join.left).rows < estimator.size(join.right).rows:
+        join.left, join.right = join.right, join.left
+        join.left_keys, join.right_keys = join.right_keys, join.left_keys
 
 
 class _Source:

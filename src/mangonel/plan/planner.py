@@ -39,6 +39,7 @@ from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.probe import FileIdentity
 from mangonel.plan.prune import prune_columns
 from mangonel.plan.pushdown import push_filters
+from mangonel.plan.semi_joins import semi_joins
 from mangonel.plan.types import TypeOracle, oracle_for
 from mangonel.sql.frontend import DEFAULT_DIALECT, optimize_query, parse, to_duckdb
 from mangonel.storage import is_remote
@@ -212,6 +213,7 @@ def _plan(
         pruned_by = prune_row_groups([node, *binder.subqueries.values()], tables, _probe(tables))
         estimator = Estimator(tables, binder.subqueries)
         node = order_joins(node, binder.subqueries, estimator)
+        semi_joins(node, binder.subqueries, estimator, tables)
         aggregate_early([node, *binder.subqueries.values()], estimator, tables)
         distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
         root = distributor.plan_tree(node)

@@ -389,6 +389,8 @@ def _warm_up() -> None:
     except Exception:  # noqa: BLE001 - a warm-up must never stop the scheduler
         log.info("warming up the planner failed; the first query pays for it", exc_info=True)
         return
+    finally:
+        pauses.settle()  # what the start and the warm-up left stays: out of the collector's way
     log.info("planner warmed up in %.3f s", time.monotonic() - started)
 
 

@@ -16,12 +16,18 @@ on an output column means the same as on the column it comes from: a plain
 column, a GROUP BY key if the select aggregates (not of grouping sets: a rolled-up
 row mixes groups), no window function, LIMIT or DISTINCT ON, and into a CTE read
 only there when no outer join could turn a filtered-out row into a NULL-padded one.
-Where it can go no deeper, it joins that select's WHERE.
+It goes into each branch of a UNION [ALL], by position. A term that cannot go
+down (an aggregate's output, a branch's constant) is dropped from its AND, which
+only weakens the filter: every row a reader keeps still passes it. Where it can go
+no deeper, it joins that select's WHERE, unless the select keeps those rows only
+already (the same condition, or fewer literals of the column).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from functools import partial
 
 from sqlglot import exp
 
@@ -86,7 +92,10 @@ def _reader_filter(table: exp.Table) -> exp.Expr | None:
 
 def _push(query: exp.Expr, cond: exp.Expr, ctes: dict[str, exp.CTE], reads: Counter[str]) -> bool:
     """Filter ``query``'s rows by ``cond`` (over its output names), as deep as it
-    means the same; False (``query`` untouched) where it cannot."""
+    means the same; False where all of it could not go (``query`` is then untouched,
+    or, below a set operation, filtered only in some of its branches)."""
+    if isinstance(query, exp.Union):
+        return _push_union(query, cond, ctes, reads)
     if not isinstance(query, exp.Select) or _not_pushable(query):
         return False
     group = query.args.get("group")
@@ -99,12 +108,19 @@ def _push(query: exp.Expr, cond: exp.Expr, ctes: dict[str, exp.CTE], reads: Coun
     outputs = {
         e.alias_or_name: e.this if isinstance(e, exp.Alias) else e for e in query.expressions
     }
-    mapping: dict[str, exp.Column] = {}
-    for c in cond.find_all(exp.Column):
-        source = outputs.get(c.name)
-        if not isinstance(source, exp.Column) or (grouped and source not in keys):
-            return False
-        mapping[c.name] = source
+
+    def passes(leaf: exp.Expr) -> bool:
+        for c in leaf.find_all(exp.Column):
+            source = outputs.get(c.name)
+            if not isinstance(source, exp.Column) or (grouped and source not in keys):
+                return False
+        return True
+
+    weaker = _weaken(cond, passes)
+    if weaker is None:
+        return False
+    cond = _distinct_terms(weaker)
+    mapping = {c.name: outputs[c.name].copy() for c in cond.find_all(exp.Column)}
     inner = cond.copy().transform(
         lambda n: mapping[n.name].copy() if isinstance(n, exp.Column) else n
     )
@@ -118,8 +134,193 @@ def _push(query: exp.Expr, cond: exp.Expr, ctes: dict[str, exp.CTE], reads: Coun
             )
             if _push(cte.this, below, ctes, reads):
                 return True
-    query.where(inner, copy=False)
+    if not _implied(query, inner, ctes):
+        query.where(inner, copy=False)
     return True
+
+
+def _push_union(
+    query: exp.Union, cond: exp.Expr, ctes: dict[str, exp.CTE], reads: Counter[str]
+) -> bool:
+    """Filter each branch of a UNION [ALL] by ``cond``, its columns renamed to the
+    branch's by position: a row of the union passes exactly where it passed in its
+    branch (and duplicates dropped after the filter are the ones dropped before).
+
+    Only terms over columns that every branch takes from a column of one name (q04's
+    ``dyear``: ``d_year`` in each channel) go down: a union's column has the type its
+    branches' types meet in, and a condition may mean another thing in a branch's
+    own type (a VARCHAR union of an INTEGER branch: ``k = '01'`` holds for the
+    integer 1, not for the string '1')."""
+    names = query.named_selects
+    if (
+        query.args.get("by_name")
+        or query.args.get("limit")
+        or query.args.get("offset")
+        or query.args.get("order")
+        or len(set(names)) != len(names)
+        or any(c.name not in names for c in cond.find_all(exp.Column))
+    ):
+        return False
+    alike = _alike_positions(query, len(names))
+    uniform = {name for i, name in enumerate(names) if i in alike}
+    weaker = _weaken(cond, lambda leaf: all(c.name in uniform for c in leaf.find_all(exp.Column)))
+    if weaker is None:
+        return False
+    cond = weaker
+    pushed = True
+    for branch in (query.left, query.right):
+        while isinstance(branch, exp.Subquery) and not any(
+            v is not None for k, v in branch.args.items() if k != "this"
+        ):
+            branch = branch.this  # parentheses only
+        if not isinstance(branch, exp.Query) or len(branch.named_selects) != len(names):
+            return False
+        by_position = dict(zip(names, branch.named_selects, strict=True))
+        renamed = cond.copy().transform(partial(_renamed, by_position))
+        pushed = _push(branch, renamed, ctes, reads) and pushed
+    return pushed
+
+
+def _alike_positions(query: exp.Expr, width: int) -> set[int]:
+    """The output positions where every SELECT of a union (nested unions and
+    parentheses looked through) is a plain column, of one name in all of them."""
+    selects: list[exp.Select] = []
+    stack = [query]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, exp.Subquery):
+            stack.append(node.this)
+        elif isinstance(node, exp.Union):
+            stack += [node.left, node.right]
+        elif isinstance(node, exp.Select) and len(node.expressions) == width:
+            selects.append(node)
+        else:
+            return set()
+    alike = set()
+    for i in range(width):
+        sources = [s.expressions[i] for s in selects]
+        sources = [e.this if isinstance(e, exp.Alias) else e for e in sources]
+        if all(isinstance(e, exp.Column) for e in sources) and len({e.name for e in sources}) == 1:
+            alike.add(i)
+    return alike
+
+
+def _renamed(names: dict[str, str], node: exp.Expr) -> exp.Expr:
+    return exp.column(names[node.name]) if isinstance(node, exp.Column) else node
+
+
+def _weaken(cond: exp.Expr, passes: Callable[[exp.Expr], bool]) -> exp.Expr | None:
+    """``cond`` without the conditions ``passes`` refuses, taken as TRUE, through its
+    ANDs and ORs; None where nothing is left (TRUE).
+
+    A weaker filter is still one every row the readers keep passes (each reader
+    keeps its own filter): q04's readers keep ``sale_type = 's' AND dyear = 2001
+    AND year_total > 0``, where ``year_total`` is an aggregate and ``sale_type`` a
+    constant of each branch, and the years alone go down."""
+    if isinstance(cond, exp.Paren):
+        inner = _weaken(cond.this, passes)
+        return None if inner is None else exp.paren(inner, copy=False)
+    if isinstance(cond, exp.Or):
+        left, right = _weaken(cond.left, passes), _weaken(cond.right, passes)
+        return None if left is None or right is None else exp.or_(left, right, copy=False)
+    if isinstance(cond, exp.And):
+        sides = (_weaken(cond.left, passes), _weaken(cond.right, passes))
+        kept = [p for p in sides if p is not None]
+        return exp.and_(*kept, copy=False) if kept else None
+    return cond.copy() if passes(cond) else None
+
+
+def _distinct_terms(cond: exp.Expr) -> exp.Expr:
+    """``cond`` with each term of its top OR once (readers that weakened alike)."""
+    terms = {_bare(t).sql(): t for t in _disjuncts(cond)}
+    if len(terms) == 1:
+        return next(iter(terms.values()))
+    return exp.paren(exp.or_(*terms.values(), copy=False), copy=False)
+
+
+def _bare(cond: exp.Expr) -> exp.Expr:
+    while isinstance(cond, exp.Paren):
+        cond = cond.this
+    return cond
+
+
+def _disjuncts(cond: exp.Expr) -> list[exp.Expr]:
+    if isinstance(cond, exp.Or):
+        return _disjuncts(cond.left) + _disjuncts(cond.right)
+    if isinstance(cond, exp.Paren) and isinstance(cond.this, exp.Or):
+        return _disjuncts(cond.this)
+    return [cond]
+
+
+def _implied(query: exp.Select, cond: exp.Expr, ctes: dict[str, exp.CTE]) -> bool:
+    """Whether a conjunct of ``query``'s WHERE (or of an inner join's ON, where no
+    join is outer), or of the CTE that ``cond``'s one source reads, already keeps
+    only rows that pass ``cond``: the same condition, or a column's values among
+    ``cond``'s values of it. Such a filter adds nothing, and the estimates would
+    count it twice: TPC-DS q74's CTE keeps ``d_year IN (2001, 2002)`` itself (in a
+    CTE of ``date_dim`` that both its branches read), and its readers the years
+    2001 and 2002 again."""
+    qualifiers = {c.table for c in cond.find_all(exp.Column)}
+    if len(qualifiers) == 1 and not _outer_joins(query):
+        cte = _cte_source(query, next(iter(qualifiers)), ctes)
+        body = cte.this if cte is not None else None
+        if isinstance(body, exp.Select) and not _not_pushable(body) and not body.args.get("group"):
+            outputs = {
+                e.alias_or_name: e.this if isinstance(e, exp.Alias) else e for e in body.expressions
+            }
+            sources = [outputs.get(c.name) for c in cond.find_all(exp.Column)]
+            if all(isinstance(source, exp.Column) for source in sources):
+                inside = cond.copy().transform(
+                    lambda n: outputs[n.name].copy() if isinstance(n, exp.Column) else n
+                )
+                if _implied(body, inside, ctes):
+                    return True
+    where = query.args.get("where")
+    held_by: list[exp.Expr] = _conjuncts(where.this) if where is not None else []
+    if not _outer_joins(query):
+        for join in query.args.get("joins") or []:
+            if join.args.get("on") is not None:
+                held_by += _conjuncts(join.args["on"])
+    wanted = _values(cond)
+    for have in held_by:
+        if have == cond:
+            return True
+        held = _values(have)
+        if (
+            wanted is not None
+            and held is not None
+            and held[0] == wanted[0]
+            and held[1] <= wanted[1]
+        ):
+            return True
+    return False
+
+
+def _values(cond: exp.Expr) -> tuple[exp.Column, frozenset[tuple[bool, str]]] | None:
+    """``(column, literals)`` where ``cond`` holds exactly when the column is one of
+    the literals (``=``, ``IN``, ORs of them on one column); None otherwise."""
+    if isinstance(cond, exp.Paren):
+        return _values(cond.this)
+    if isinstance(cond, exp.Or):
+        left, right = _values(cond.left), _values(cond.right)
+        if left is None or right is None or left[0] != right[0]:
+            return None
+        return left[0], left[1] | right[1]
+    if isinstance(cond, exp.EQ):
+        pairs = [(cond.this, cond.expression), (cond.expression, cond.this)]
+        for col, lit in pairs:
+            if isinstance(col, exp.Column) and isinstance(lit, exp.Literal):
+                return col, frozenset({(lit.is_string, lit.this)})
+        return None
+    if (
+        isinstance(cond, exp.In)
+        and isinstance(cond.this, exp.Column)
+        and not cond.args.get("query")
+    ):
+        items = cond.expressions
+        if items and all(isinstance(i, exp.Literal) for i in items):
+            return cond.this, frozenset((i.is_string, i.this) for i in items)
+    return None
 
 
 def _not_pushable(query: exp.Select) -> bool:
