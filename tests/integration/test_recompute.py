@@ -14,7 +14,9 @@ reader computes again), and no table scanned by each task for its size alone
 (``--inline-scan-bytes 0``: at SF 0.1 every side here would be, whatever this
 rule says; with ``--recompute-bytes 0`` all three tests fail). EXPLAIN shows
 the shape (several tasks that scan the producer's tables themselves, no stage of
-the producer) and every answer is checked against single-process DuckDB.
+the producer) and every answer is checked against single-process DuckDB. A
+producer that draws random values is not computed again: each copy would draw
+its own.
 """
 
 from __future__ import annotations
@@ -120,3 +122,29 @@ def test_q15_final_task_computes_revenue_for_the_join_and_its_maximum(
     assert "reads  table lineitem (" in stages[0] and _tasks(stages[0]) > 1, text
     assert "(final)" in stages[1] and "reads  stage 1 " in stages[1], text
     _answer(15, session, duckdb_ref)
+
+
+def test_a_random_sample_is_drawn_once_not_by_each_reader(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # Cheap to compute again, but each copy would draw its own ten parts: the
+    # sample is a stage of its own, which every lineitem task reads.
+    sql = (
+        "SELECT l_orderkey, l_linenumber, l_partkey FROM lineitem JOIN (SELECT p_partkey "
+        "FROM part WHERE p_size = 3 ORDER BY random() LIMIT 10) p ON l_partkey = p.p_partkey"
+    )
+    text = session.explain(sql)
+    lineitem = _lineitem_stage(text, "inner join")
+    assert _tasks(lineitem) > 1 and "table part (" not in lineitem, text
+    assert "reads  stage" in lineitem, text
+    for _ in range(3):
+        actual = session.sql(sql).to_arrow()
+        keys = sorted(set(actual.column("l_partkey").to_pylist()))
+        assert 0 < len(keys) <= 10, keys
+        # Every line item of the parts drawn, each once.
+        expected = duckdb_ref.sql(
+            "SELECT l_orderkey, l_linenumber, l_partkey FROM lineitem "
+            f"WHERE l_partkey IN {(*keys, -1)} "
+            "AND l_partkey IN (SELECT p_partkey FROM part WHERE p_size = 3)"
+        ).to_arrow_table()
+        assert_same_result(actual, expected, ordered=False)

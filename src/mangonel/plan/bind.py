@@ -38,6 +38,7 @@ from mangonel.plan.logical import (
     Sort,
     Values,
     Window,
+    volatile,
     walk,
 )
 from mangonel.sql.exprs import (
@@ -672,8 +673,11 @@ def _worth_sharing(node: Node) -> bool:
     of ``store_sales`` with four filtered dimensions three times, and computed it
     three times. A join with no filter (q95's self-join of ``web_sales``) may give
     more rows than it reads: each reader computes its own, where its own filters
-    reach.
+    reach. One that draws random values (``volatile``) is one draw for all of its
+    readers, as DuckDB computes a CTE read twice once.
     """
+    if volatile(node):
+        return True
     nodes = list(walk(node))
     if any(isinstance(n, _COMPUTED) for n in nodes):
         return True

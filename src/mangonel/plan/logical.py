@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from sqlglot import exp
 
 from mangonel.catalog import Table
+from mangonel.sql.exprs import VOLATILE
 
 Ref = tuple[str, str]
 
@@ -278,6 +279,25 @@ def walk(node: Node) -> Iterator[Node]:
     yield node
     for child in node.children():
         yield from walk(child)
+
+
+def expressions(node: Node) -> Iterator[exp.Expr]:
+    """The expressions ``node`` itself holds: its fields that are expressions, or
+    lists of them, or of (name, expression) pairs."""
+    for value in vars(node).values():
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            for part in item if isinstance(item, tuple) else (item,):
+                if isinstance(part, exp.Expr):
+                    yield part
+
+
+def volatile(node: Node) -> bool:
+    """True when ``node`` or a node under it (not past a stage's read) holds an
+    expression whose value may change call by call (``random()``, ``VOLATILE``):
+    computed twice, it may give other rows, so it is computed once, in one
+    place, and its rows read from there (a sample of ``ORDER BY random() LIMIT
+    10`` joined by two tasks is one sample, not two)."""
+    return any(e.find(*VOLATILE) is not None for n in walk(node) for e in expressions(n))
 
 
 def walk_once(roots: list[Node]) -> Iterator[Node]:

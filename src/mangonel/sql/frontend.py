@@ -282,7 +282,7 @@ def optimize_query(
             partial(qualified, isolate_tables=False),
             normalize,
             optimize_joins,
-            *([merge_subqueries] if derived else []),
+            *([_merge_subqueries] if derived else []),
             partial(_simplify_conditions, dialect=dialect_),
             quoted,
         )
@@ -313,7 +313,7 @@ def optimize_query(
         partial(_pushdown_predicates, dialect=dialect_),
         optimize_joins,
         eliminate_subqueries,
-        merge_subqueries,
+        _merge_subqueries,
         eliminate_joins,
         eliminate_ctes,
         restore,
@@ -353,6 +353,42 @@ def _pushdown_predicates(expression: exp.Expr, dialect: Dialect) -> exp.Expr:
             where = exp.Where(this=exp.and_(where.this, pushed.this, copy=False))
         select.set("where", where)
     return _simplify_conditions(out, dialect)
+
+
+_DRAWS = (exp.Rand, exp.Randn, exp.Randstr, exp.Uuid)
+"""Functions that draw a new value at each call."""
+
+_KEEP_APART = [exp.Literal.string("mangonel: draws random values")]
+"""The mark by which ``_merge_subqueries`` keeps a SELECT from being merged: a
+value of an argument sqlglot's rule does not merge across (``SETTINGS``)."""
+
+
+def _merge_subqueries(expression: exp.Expr) -> exp.Expr:
+    """sqlglot's ``merge_subqueries``, but not of a SELECT whose list or WHERE
+    draws random values (``_DRAWS``).
+
+    Merged, ``FROM (SELECT o_orderkey FROM orders WHERE random() < 0.5) o JOIN
+    lineitem ...`` draws once per row of the join where the query drew once per
+    order (an order's line items kept or dropped one by one), and an item
+    ``random() AS r`` read twice above draws twice. The rule has no test of its
+    own for such functions; a SELECT it may not merge is marked for its run.
+    """
+    marked = [
+        select
+        for select in expression.find_all(exp.Select)
+        if not select.args.get("settings")
+        and any(
+            part is not None and part.find(*_DRAWS) is not None
+            for part in (*select.expressions, select.args.get("where"))
+        )
+    ]
+    for select in marked:
+        select.set("settings", [m.copy() for m in _KEEP_APART])
+    try:
+        return merge_subqueries(expression)
+    finally:
+        for select in marked:
+            select.set("settings", None)
 
 
 def _derived_tables_only(query: exp.Query) -> bool | None:

@@ -33,6 +33,7 @@ from mangonel.plan.logical import (
     Scan,
     Sort,
     scan_table,
+    volatile,
     walk,
 )
 from mangonel.task import FileSplit, InputMode
@@ -284,6 +285,8 @@ def _sliceable(f: Frag) -> bool:
         return False
     if f.subqueries:
         return False  # each task that read it would compute them again
+    if volatile(f.node):
+        return False  # a row group read by two tasks would be two draws of ``random()``
     if any(i.mode is not InputMode.ALL for i in f.inputs.values()):
         return False
     if any(len(splits) != 1 for _, splits in f.side_scans):

@@ -23,7 +23,7 @@ from mangonel.plan.distribute.stages import Frag, StageBuilder
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.logical import Aggregate, Filter, Join, JoinKind, Node, Project, Ref, Scan, walk
 from mangonel.plan.physical import StageInput
-from mangonel.sql.exprs import and_all, conjuncts, has_placeholder, qualifiers
+from mangonel.sql.exprs import VOLATILE, and_all, conjuncts, has_placeholder, qualifiers
 from mangonel.task import InputMode, OutputKind, OutputSpec
 
 
@@ -99,6 +99,12 @@ class Reductions:
         if found is None:
             return  # an unfiltered table has every key: the semi join would keep all
         scan, conditions = found
+        # A condition that draws ``random()`` draws again in a copy: the copy
+        # would keep other keys than the side's own rows have. Without it the
+        # semi join keeps a superset, as it must.
+        conditions = [c for c in conditions if c.find(*VOLATILE) is None]
+        if not conditions:
+            return
         alias = f"_sj{next(self._names)}"
 
         def rename(e: exp.Expr) -> exp.Expr:

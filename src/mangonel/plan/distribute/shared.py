@@ -13,8 +13,6 @@ Nodes are keyed by themselves: logical nodes compare and hash by identity
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from sqlglot import exp
 
 from mangonel.plan.distribute.stages import Frag, StageBuilder, copy_frag
@@ -23,6 +21,7 @@ from mangonel.plan.logical import (
     Node,
     Ref,
     StageRead,
+    expressions,
     phys,
     required_columns,
     walk,
@@ -64,7 +63,7 @@ class SharedNodes:
         self._shared = {node for node, n in parents.items() if n > 1}
         self._parents = parents
         for node in walk_once(trees):
-            self._count_readers(list(_expressions(node)))
+            self._count_readers(list(expressions(node)))
         for tree in trees:
             for node in walk(tree):
                 if node in self._shared:
@@ -173,16 +172,6 @@ def _scans(f: Frag) -> bool:
         or bool(f.side_scans)
         or any(_scans(sub) for sub in f.subqueries.values())
     )
-
-
-def _expressions(node: Node) -> Iterator[exp.Expr]:
-    """The expressions a node holds: its fields that are expressions, or lists of
-    them, or of (name, expression) pairs."""
-    for value in vars(node).values():
-        for item in value if isinstance(value, (list, tuple)) else (value,):
-            for part in item if isinstance(item, tuple) else (item,):
-                if isinstance(part, exp.Expr):
-                    yield part
 
 
 def _count_parents(node: Node, parents: dict[Node, int]) -> None:

@@ -57,6 +57,7 @@ from mangonel.plan.logical import (
     Window,
     phys,
     scan_table,
+    volatile,
 )
 from mangonel.plan.physical import ScanInput, Stage, StageInput
 from mangonel.sql.exprs import PLACEHOLDER_PREFIX
@@ -459,6 +460,8 @@ class StageBuilder:
         launch and fetch: ~15-25 ms on a 2-core host), where the copies run
         on other cores or hosts at the same time.
         """
+        if copies > 1 and computes_volatile(f):
+            return False
         read = self.read_bytes(f, stages)
         return read is not None and read * max(0, copies - 1) <= self._recompute_bytes
 
@@ -496,6 +499,8 @@ class StageBuilder:
     def _inlinable(self, source: Frag, target: Frag) -> bool:
         if source.scan is None or source.tasks != 1 or len(source.splits) != 1:
             return False
+        if target.tasks > 1 and computes_volatile(source):
+            return False  # each task would draw its own ``random()``: one stage draws
         if any(
             i.mode is not InputMode.ALL or not name.startswith(PLACEHOLDER_PREFIX)
             for name, i in source.inputs.items()
@@ -553,6 +558,13 @@ def copy_frag(f: Frag) -> Frag:
 def same_inputs(target: Frag, source: Frag) -> bool:
     """True when no input name of ``source`` means another input in ``target``."""
     return all(target.inputs.get(name, inp) == inp for name, inp in source.inputs.items())
+
+
+def computes_volatile(f: Frag) -> bool:
+    """True when ``f``'s task computes an expression whose value may change call
+    by call (``logical.volatile``), in its node or in a subquery it computes: it
+    is computed by one task, never again by each of several readers."""
+    return volatile(f.node) or any(computes_volatile(s) for s in f.subqueries.values())
 
 
 def one_task(f: Frag) -> bool:
