@@ -3,7 +3,8 @@
 The fixed costs of a query (planning, the durable commit per event, launching a
 task, opening its scan database, the report round trip, the result fetch) are
 invisible in a big query and most of a short one. On one 2-executor
-``LocalCluster`` over TPC-DS, in the order given, it runs each query once (its
+``LocalCluster`` over TPC-DS (or TPC-H, ``--suite tpch``, either ``--layout``),
+in the order given, it runs each query once (its
 first run: not planned before, its tables maybe not scanned before; the first
 query of all also pays the processes' own first use of DuckDB and pyarrow) and
 then ``--repeat`` more times (the plan cache and the slots' scan databases
@@ -30,6 +31,7 @@ Usage::
     .venv/bin/python benchmarks/latency.py --scale 1 --queries 0,21,41,12,1 [--repeat 5]
     git archive main src | tar -x -C /tmp/base   # then, A (this checkout) against B:
     .venv/bin/python benchmarks/latency.py --no-planning --base-src /tmp/base/src
+    .venv/bin/python benchmarks/latency.py --suite tpch --layout random --queries 1-22
 """
 
 from __future__ import annotations
@@ -50,16 +52,33 @@ import duckdb
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-from helpers import TPCDS_TABLES, duckdb_views_sql, ensure_tpcds, tpcds_query  # noqa: E402
+from helpers import (  # noqa: E402
+    TPCDS_TABLES,
+    TPCH_TABLES,
+    duckdb_views_sql,
+    ensure_tpcds,
+    ensure_tpch,
+    tpcds_query,
+    tpch_query,
+)
 
-TRIVIAL = "SELECT count(*) AS n FROM store"
+TRIVIAL = {"tpcds": "SELECT count(*) AS n FROM store", "tpch": "SELECT count(*) AS n FROM nation"}
+TABLES = {"tpcds": TPCDS_TABLES, "tpch": TPCH_TABLES}
 PHASES = ("submit", "tasks", "gaps", "watch", "fetch", "total")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--queries", default="0,21,41,12,1", help="TPC-DS numbers; 0 = trivial")
+    parser.add_argument("--suite", choices=("tpcds", "tpch"), default="tpcds")
+    parser.add_argument(
+        "--layout",
+        choices=("generated", "random"),
+        default="generated",
+        help="TPC-H only: the tables as generated, or their rows in a fixed random order "
+        "(tpch.py's --layout random)",
+    )
+    parser.add_argument("--queries", default="0,21,41,12,1", help="query numbers; 0 = trivial")
     parser.add_argument("--repeat", type=int, default=5, help="warm runs after the first")
     parser.add_argument("--no-planning", action="store_true", help="skip the in-process planning")
     parser.add_argument(
@@ -71,8 +90,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def query_text(number: int) -> str:
-    return TRIVIAL if number == 0 else tpcds_query(number)
+def query_text(suite: str, number: int) -> str:
+    if number == 0:
+        return TRIVIAL[suite]
+    return tpch_query(number) if suite == "tpch" else tpcds_query(number)
+
+
+def suite_data(args: argparse.Namespace) -> Path:
+    """The directory of the suite's tables at ``--scale`` (generated once, cached)."""
+    if args.suite == "tpcds":
+        return ensure_tpcds(args.scale)
+    data = ensure_tpch(args.scale)
+    if args.layout == "random":
+        from tpch import random_layout
+
+        data = random_layout(data, data.parent, args.scale)
+    return data
 
 
 def job_detail(web_url: str, job_id: str) -> dict[str, Any]:
@@ -133,7 +166,7 @@ def one_run(session: Any, web_url: str, sql: str) -> dict[str, float]:
     }
 
 
-def planning(numbers: list[int], data: Path) -> dict[int, dict[str, float]]:
+def planning(suite: str, numbers: list[int], data: Path) -> dict[int, dict[str, float]]:
     """Plan each query in this process twice, without the plan cache: the first
     time (nothing of the query warm) and again. A trivial query is planned first,
     so the process's own start (imports) is not in the first query's time."""
@@ -141,7 +174,7 @@ def planning(numbers: list[int], data: Path) -> dict[int, dict[str, float]]:
     from mangonel.plan.planner import PlannerConfig, plan_query
 
     started = time.perf_counter()
-    catalog = {t: load_table(t, str(data / f"{t}.parquet")) for t in TPCDS_TABLES}
+    catalog = {t: load_table(t, str(data / f"{t}.parquet")) for t in TABLES[suite]}
     print(f"catalog load (footers of {len(catalog)} tables): "
           f"{(time.perf_counter() - started) * 1e3:.0f} ms", file=sys.stderr)  # fmt: skip
     started = time.perf_counter()
@@ -150,7 +183,7 @@ def planning(numbers: list[int], data: Path) -> dict[int, dict[str, float]]:
           f"{(time.perf_counter() - started) * 1e3:.0f} ms", file=sys.stderr)  # fmt: skip
     out: dict[int, dict[str, float]] = {}
     for number in numbers:
-        sql = query_text(number)
+        sql = query_text(suite, number)
         times = []
         for _ in range(2):
             started = time.perf_counter()
@@ -160,7 +193,7 @@ def planning(numbers: list[int], data: Path) -> dict[int, dict[str, float]]:
     return out
 
 
-def started(work: Path, src: str | None, data: Path) -> tuple[Any, Any]:
+def started(work: Path, src: str | None, data: Path, suite: str) -> tuple[Any, Any]:
     """A 2-executor cluster running ``src`` (this checkout's when ``None``), tables registered."""
     import mangonel
 
@@ -175,18 +208,25 @@ def started(work: Path, src: str | None, data: Path) -> tuple[Any, Any]:
         else:
             os.environ["PYTHONPATH"] = before
     session = cluster.connect()
-    for name in TPCDS_TABLES:
+    for name in TABLES[suite]:
         session.register_parquet(name, str(data / f"{name}.parquet"))
     return cluster, session
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    numbers = [int(n) for n in args.queries.split(",")]
-    data = ensure_tpcds(args.scale)
-    results: dict[str, Any] = {"scale": args.scale, "queries": {}}
+    from tpcds import parse_queries  # ranges too: "1-22"
+
+    numbers = parse_queries(args.queries)
+    data = suite_data(args)
+    results: dict[str, Any] = {
+        "suite": args.suite,
+        "layout": args.layout,
+        "scale": args.scale,
+        "queries": {},
+    }
     if not args.no_planning:
-        plans = planning(numbers, data)
+        plans = planning(args.suite, numbers, data)
         results["planning"] = {str(k): v for k, v in plans.items()}
         print("| query | plan first ms | plan again ms |")
         print("|---|---:|---:|")
@@ -196,15 +236,17 @@ def main(argv: list[str] | None = None) -> int:
     print("| query | run | " + " | ".join(PHASES) + " | stages/tasks |")
     print("|---|---|" + "---:|" * len(PHASES) + "---|")
     ref = duckdb.connect()
-    for statement in duckdb_views_sql({t: data / f"{t}.parquet" for t in TPCDS_TABLES}):
+    for statement in duckdb_views_sql({t: data / f"{t}.parquet" for t in TABLES[args.suite]}):
         ref.execute(statement)
     summary: list[tuple[int, list[float], dict[str, list[float]]]] = []
     with tempfile.TemporaryDirectory(prefix="mangonel-latency-") as work:
         sides = {"A": None} if args.base_src is None else {"A": None, "B": args.base_src}
-        clusters = {name: started(Path(work) / name, src, data) for name, src in sides.items()}
+        clusters = {
+            name: started(Path(work) / name, src, data, args.suite) for name, src in sides.items()
+        }
         try:
             for turn, number in enumerate(numbers):
-                sql = query_text(number)
+                sql = query_text(args.suite, number)
                 order = list(clusters) if turn % 2 == 0 else list(reversed(clusters))
                 runs: dict[str, list[dict[str, float]]] = {name: [] for name in clusters}
                 duck: list[float] = []

@@ -106,6 +106,10 @@ class ExecutorInfo:
     flight_address: str
     """``host:port`` of its Arrow Flight server."""
     slots: int
+    cores: int = 0
+    """The cores its tasks share, as it counts them (its host's); 0: unknown."""
+    threads: int = 0
+    """DuckDB threads each slot's task uses; 0: unknown."""
 
 
 @dataclass(frozen=True)

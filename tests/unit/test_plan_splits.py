@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from helpers import assert_same_result, tpch_query
+from plan_runner import run_plan
 
-from mangonel.catalog import load_table
-from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.catalog import Table, load_table
+from mangonel.plan.planner import ONE_WAVE_SPLITS, PlannerConfig, plan_query
 
 
 def test_adaptive_split_size_follows_the_bytes_scanned_within_bounds() -> None:
@@ -53,6 +56,42 @@ def test_a_scan_of_three_tasks_runs_as_two_on_two_slots(tmp_path: Path) -> None:
     assert scan_tasks(0) == [100_000] * 3
     assert scan_tasks(3) == [100_000] * 3
     assert scan_tasks(2) == [150_000] * 2
+
+
+def test_a_scan_is_one_wave_of_the_tasks_the_hosts_run_at_full_speed() -> None:
+    # ``parallel``: two slots whose host's cores one task already fills run one task
+    # at full speed; a scan of more tasks is one wave of bigger ones, within
+    # ``ONE_WAVE_SPLITS`` splits a task.
+    assert ONE_WAVE_SPLITS == 4
+    assert PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 6_000_000) == 6_000_000
+    assert PlannerConfig(slots=4, parallel=2).scan_split_rows(96.0, 10_000_000) == 5_000_000
+    # As many tasks as run at once, or fewer: as before.
+    assert PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 6_000_000) == 4_000_000
+    assert PlannerConfig(slots=4, parallel=4).scan_split_rows(96.0, 6_000_000) == 2_097_152
+    # Past four splits' rows (16M), or bytes (768 MiB of 96-byte rows: 8.4M rows),
+    # the split size is the bytes' again, in whole waves of the slots.
+    assert PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 20_000_000) == 4_000_000
+    assert PlannerConfig(slots=2, parallel=1).scan_split_rows(96.0, 9_000_000) == 2_250_000
+    # Not unknown slots, nor a split size the settings fix.
+    assert PlannerConfig(parallel=1).scan_split_rows(16.0, 6_000_000) == 4_000_000
+    config = PlannerConfig(split_rows=1000, slots=2, parallel=1)
+    assert config.scan_split_rows(16.0, 3000) == 1000
+
+
+def test_a_scan_in_one_wave_gives_the_same_rows(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-H q06 at SF 0.1 (600k rows) with splits of at most 160k rows: several tasks on
+    # two slots, one where one task runs at full speed; the same answer as DuckDB's.
+    sql = tpch_query(6)
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    tasks = {}
+    for parallel in (2, 1):
+        config = PlannerConfig(max_split_rows=160_000, slots=2, parallel=parallel)
+        plan = plan_query(sql, catalog, config)
+        tasks[parallel] = plan.stages[0].num_tasks
+        assert_same_result(run_plan(plan), expected, ordered=False)
+    assert tasks[2] > 1 and tasks[1] == 1, tasks
 
 
 def test_exchanges_get_partitions_by_their_estimated_bytes(tmp_path: Path) -> None:

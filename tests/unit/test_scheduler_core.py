@@ -82,6 +82,8 @@ class ScriptedState:
         self.next: list[Command] = []
         self.job_views: dict[JobId, JobView] = {}
         self.executor_views: dict[ExecutorId, ExecutorView] = {}
+        self.parallel: int | None = None
+        """What ``job_parallel`` answers; None: ``job_slots``."""
 
     def handle(self, event: Event) -> list[Command]:
         self.events.append(event)
@@ -109,6 +111,9 @@ class ScriptedState:
     def job_slots(self) -> int:
         alive = (v for v in self.executor_views.values() if v.state is ExecutorState.ALIVE)
         return sum(v.slots for v in alive)
+
+    def job_parallel(self) -> int:
+        return self.parallel if self.parallel is not None else self.job_slots()
 
     # Persistence: the shell writes what these return to its (in-memory) store.
     def export_finished(self, job_id: JobId) -> FinishedJob | None:
@@ -165,9 +170,10 @@ def test_event_ids_increase_and_the_state_machine_answers_the_rpcs(
     shell: tuple[SchedulerCore, ScriptedState],
 ) -> None:
     core, state = shell
-    entry = core.register_executor("h", "127.0.0.1:1", 2, pid=42)
+    entry = core.register_executor("h", "127.0.0.1:1", 2, pid=42, cores=8, threads=4)
     (registered,) = state.events
     assert isinstance(registered, ExecutorRegistered) and registered.executor.id == entry.id
+    assert (registered.executor.cores, registered.executor.threads) == (8, 4)
     assert (registered.resume, entry.resumed, entry.pid) == (None, False, 42)
     core.executor_connected(entry.id)
     assert state.events[-1] == ExecutorConnected(2, state.events[-1].time, entry.id)
@@ -190,10 +196,10 @@ def test_event_ids_increase_and_the_state_machine_answers_the_rpcs(
 def test_queries_are_planned_for_the_slots_a_job_may_hold_now(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    seen: list[int] = []
+    seen: list[tuple[int, int]] = []
 
     def plan_query(sql: str, catalog: object, config: PlannerConfig, *rest: object) -> object:
-        seen.append(config.slots)
+        seen.append((config.slots, config.parallel))
         return PLAN
 
     monkeypatch.setattr(planner_module, "plan_query", plan_query)
@@ -204,7 +210,10 @@ def test_queries_are_planned_for_the_slots_a_job_may_hold_now(
     core.register_executor("h", "127.0.0.1:2", 2)
     core.plan("SELECT 1 AS x")
     core.submit("SELECT 1 AS x")
-    assert seen == [0, 4, 4]
+    # The host's cores run fewer at full speed (``SchedulerState.job_parallel``).
+    state.parallel = 1
+    core.plan("SELECT 1 AS x")
+    assert seen == [(0, 0), (4, 4), (4, 4), (4, 1)]
 
 
 def test_launch_goes_to_the_executor_queue_and_completion_finishes_the_job(

@@ -15,6 +15,7 @@ import pytest
 from test_state_machine import (
     E1,
     E2,
+    E3,
     J1,
     J2,
     Harness,
@@ -25,8 +26,8 @@ from test_state_machine import (
 
 from mangonel.client import cli
 from mangonel.ids import ExecutorId, JobId
-from mangonel.scheduler.events import Limits
-from mangonel.task import ExecutionError
+from mangonel.scheduler.events import ExecutorConnected, ExecutorRegistered, Limits
+from mangonel.task import ExecutionError, ExecutorInfo
 
 J3 = JobId("j3")
 
@@ -177,6 +178,29 @@ def test_the_slots_a_job_may_hold_are_the_alive_ones_within_the_cap() -> None:
     assert capped.state.job_slots() == 4
     capped.lose(E2)
     assert capped.state.job_slots() == 2
+
+
+def test_a_job_is_planned_for_the_tasks_the_hosts_run_at_full_speed() -> None:
+    # ``PlannerConfig.parallel``: a host's slots, no more than its cores hold
+    # tasks of their threads; executors that did not say count every slot.
+    h = Harness(Limits())
+    for executor, host in ((E1, "h1"), (E2, "h1"), (E3, "h2")):
+        info = ExecutorInfo(executor, host, f"{host}:{executor}", 1, cores=2, threads=2)
+        h.send(ExecutorRegistered, info)
+        h.send(ExecutorConnected, executor)
+    # Host h1 (two executors of one slot, each on both of its two cores): one task.
+    assert (h.state.job_slots(), h.state.job_parallel()) == (3, 2)
+    h.register(ExecutorId("e4"), 4)  # host h4 (cores unknown): its four slots
+    assert (h.state.job_slots(), h.state.job_parallel()) == (7, 6)
+    h.lose(E3)
+    assert (h.state.job_slots(), h.state.job_parallel()) == (6, 5)
+    capped = Harness(Limits(max_job_share=0.5))
+    for executor in (E1, E2):
+        info = ExecutorInfo(executor, "h", f"h:{executor}", 4, cores=16, threads=2)
+        capped.send(ExecutorRegistered, info)
+        capped.send(ExecutorConnected, executor)
+    # Eight slots on sixteen cores run at full speed; the cap holds a job to four.
+    assert (capped.state.job_slots(), capped.state.job_parallel()) == (4, 4)
 
 
 def test_a_cap_is_at_least_one_slot_and_a_share_in_range() -> None:

@@ -68,6 +68,10 @@ class Registration:
     """Output files that life still has."""
     held_jobs: tuple[str, ...] = ()
     """Jobs that life has files of."""
+    cores: int = 0
+    """The cores its tasks share (``ExecutorInfo.cores``)."""
+    threads: int = 0
+    """DuckDB threads of each slot (``ExecutorInfo.threads``)."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +201,8 @@ class GrpcSchedulerLink:
             resume_executor_id=registration.resume or "",
             held_paths=list(registration.held_paths),
             held_jobs=list(registration.held_jobs),
+            cores=registration.cores,
+            threads=registration.threads,
         )
         errors = []
         hint = ""

@@ -407,6 +407,8 @@ class ExecutorService:
             resume=resume,
             held_paths=held_paths,
             held_jobs=held_jobs,
+            cores=os.cpu_count() or 1,
+            threads=self.config.threads_per_slot,
         )
 
     def _claim(self, executor: ExecutorId) -> Event:

@@ -226,7 +226,7 @@ class FetchFailure(_message.Message):
     def __init__(self, executor: _Optional[str] = ..., stage: _Optional[int] = ..., map_partition: _Optional[int] = ..., message: _Optional[str] = ..., output_lost: _Optional[bool] = ...) -> None: ...
 
 class RegisterExecutorRequest(_message.Message):
-    __slots__ = ("host", "flight_address", "slots", "pid", "work_dir", "resume_executor_id", "held_paths", "held_jobs")
+    __slots__ = ("host", "flight_address", "slots", "pid", "work_dir", "resume_executor_id", "held_paths", "held_jobs", "cores", "threads")
     HOST_FIELD_NUMBER: _ClassVar[int]
     FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     SLOTS_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +235,8 @@ class RegisterExecutorRequest(_message.Message):
     RESUME_EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     HELD_PATHS_FIELD_NUMBER: _ClassVar[int]
     HELD_JOBS_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    THREADS_FIELD_NUMBER: _ClassVar[int]
     host: str
     flight_address: str
     slots: int
@@ -243,7 +245,9 @@ class RegisterExecutorRequest(_message.Message):
     resume_executor_id: str
     held_paths: _containers.RepeatedScalarFieldContainer[str]
     held_jobs: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., work_dir: _Optional[str] = ..., resume_executor_id: _Optional[str] = ..., held_paths: _Optional[_Iterable[str]] = ..., held_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
+    cores: int
+    threads: int
+    def __init__(self, host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., work_dir: _Optional[str] = ..., resume_executor_id: _Optional[str] = ..., held_paths: _Optional[_Iterable[str]] = ..., held_jobs: _Optional[_Iterable[str]] = ..., cores: _Optional[int] = ..., threads: _Optional[int] = ...) -> None: ...
 
 class RegisterExecutorResponse(_message.Message):
     __slots__ = ("executor_id", "heartbeat_interval_s", "resumed")

@@ -141,6 +141,8 @@ class StateMachine(PersistedState, Protocol):
 
     def job_slots(self) -> int: ...
 
+    def job_parallel(self) -> int: ...
+
     def restore(
         self,
         executors: RegistrySnapshot | None,
@@ -460,12 +462,17 @@ class SchedulerCore:
         resume: ExecutorId | None = None,
         held: frozenset[str] = frozenset(),
         held_jobs: tuple[str, ...] = (),
+        cores: int = 0,
+        threads: int = 0,
     ) -> ExecutorEntry:
         """Give an executor its id; it takes tasks once its stream connects.
 
         An executor whose stream broke asks to ``resume`` its id with the
         outputs it ``held``; the state machine decides whether it goes on under
         that id (``entry.resumed``) or under a fresh one, as a new executor.
+        ``cores`` and ``threads`` (0: unknown) say how many of its tasks its host
+        runs at full speed at once (``ExecutorInfo``; the planner's
+        ``PlannerConfig.parallel``).
         """
         if slots < 1:
             raise MangonelError(f"an executor needs at least one slot, got {slots}")
@@ -473,7 +480,7 @@ class SchedulerCore:
             self._executor_seq += 1
             # The random suffix keeps ids unique across scheduler restarts.
             fresh = ExecutorId(f"exec-{self._executor_seq}-{secrets.token_hex(2)}")
-            info = ExecutorInfo(fresh, host, flight_address, slots)
+            info = ExecutorInfo(fresh, host, flight_address, slots, max(0, cores), max(0, threads))
             jobs = tuple(JobId(j) for j in held_jobs)
             commands = self._emit(
                 lambda eid, now: ExecutorRegistered(eid, now, info, resume, held, jobs)
@@ -487,12 +494,14 @@ class SchedulerCore:
                 else "registered"
             )
             log.info(
-                "executor %s %s (host %s, flight %s, %d slots, pid %d)",
+                "executor %s %s (host %s, flight %s, %d slots of %s threads, %s cores, pid %d)",
                 entry.id,
                 what,
                 host,
                 flight_address,
                 slots,
+                threads or "?",
+                cores or "?",
                 pid,
             )
             return entry
@@ -636,7 +645,8 @@ class SchedulerCore:
         made again."""
         with self._lock:
             slots = self._state.job_slots()
-        return replace(self.config.planner, slots=slots)
+            parallel = self._state.job_parallel()
+        return replace(self.config.planner, slots=slots, parallel=parallel)
 
     def result_schema(self, sql: str, dialect: str | None = None) -> pa.Schema:
         """The Arrow schema of the query's result as DuckDB types it; nothing runs."""

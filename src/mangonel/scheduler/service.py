@@ -293,6 +293,8 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
             resume=resume,
             held=frozenset(request.held_paths),
             held_jobs=tuple(request.held_jobs),
+            cores=request.cores,
+            threads=request.threads,
         )
         return pb.RegisterExecutorResponse(
             executor_id=entry.id,

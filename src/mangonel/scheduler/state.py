@@ -95,7 +95,7 @@ import math
 import operator
 from collections import OrderedDict
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.scheduler import adaptive
@@ -159,7 +159,6 @@ from mangonel.scheduler.state_views import (
 from mangonel.task import (
     CancelTask,
     ExecutionError,
-    ExecutorInfo,
     FetchFailed,
     FetchProblem,
     FragmentRejected,
@@ -872,12 +871,7 @@ class SchedulerState:
     def _registered(self, event: ExecutorRegistered, step: _Step) -> None:
         """A new executor, or one the restored state awaits asking to resume its id."""
         if event.resume is not None:
-            info = ExecutorInfo(
-                event.resume,
-                event.executor.host,
-                event.executor.flight_address,
-                event.executor.slots,
-            )
+            info = replace(event.executor, id=event.resume)
             offer = Resume(info, event.held, event.held_jobs)
             if self._executors.resume(event.resume, offer):
                 step.commands.append(ResumeExecutor(step.cause, event.resume))
@@ -1097,6 +1091,12 @@ class SchedulerState:
         alive = self._executors.alive_slots()
         cap = self._job_slot_cap()
         return alive if cap is None or not alive else min(alive, cap)
+
+    def job_parallel(self) -> int:
+        """The tasks of one job the alive executors' hosts run at full speed at
+        once (``ExecutorRegistry.parallel_slots``), at most ``job_slots``; the
+        planner sizes scans by it (``PlannerConfig.parallel``)."""
+        return min(self.job_slots(), self._executors.parallel_slots())
 
     def _job_slot_cap(self) -> int | None:
         """The most slots one job may hold now (``Limits.max_job_share`` of the

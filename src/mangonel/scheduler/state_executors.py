@@ -293,6 +293,31 @@ class ExecutorRegistry:
             if r.state is ExecutorState.ALIVE and not r.awaiting
         )
 
+    def parallel_slots(self) -> int:
+        """How many tasks the alive executors run at full speed at once: on each
+        host, its slots, but no more than its cores hold tasks of their DuckDB
+        threads (executors that did not say count every slot).
+
+        ``LocalCluster`` on two cores starts two executors of one slot each, and
+        each slot's DuckDB takes two threads (``ExecutorConfig.threads_per_slot``:
+        the cores over the executor's own slots): one task already has every
+        core, and a scan split in two runs no faster than whole, paying each
+        task's fixed costs and its own build of every side it joins.
+        """
+        hosts: dict[str, list[ExecutorInfo]] = {}
+        for r in self._live.values():
+            if r.state is ExecutorState.ALIVE and not r.awaiting:
+                hosts.setdefault(r.info.host, []).append(r.info)
+        total = 0
+        for infos in hosts.values():
+            slots = sum(i.slots for i in infos)
+            if all(i.cores > 0 and i.threads > 0 for i in infos):
+                cores = max(i.cores for i in infos)
+                threads = min(i.threads for i in infos)
+                slots = min(slots, max(1, cores // threads))
+            total += slots
+        return total
+
     def takers(self) -> list[ExecutorRecord]:
         """Executors that take tasks, or will: alive ones (excluded included)
         and those awaiting their reattachment or still connecting."""
