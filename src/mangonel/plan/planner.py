@@ -93,7 +93,9 @@ class PlannerConfig:
             the planner makes anyway, and a cluster of many hosts spreads what it
             cannot hold. On one host (two executors, TPC-DS SF1, the 19 plans it
             changes) it ran as fast as no bound (time ratio 0.94 and 0.99 in two
-            A/B runs, ``benchmarks/latency.py``). 0: no bound.
+            A/B runs, ``benchmarks/latency.py``). 0: no bound. None where the
+            hosts run one task at full speed at a time (``parallel`` 1): no other
+            executor runs the producer at the same time at full speed.
         recompute_bytes: a producer of one task that reads only tables (and
             the subqueries it computes) is computed again by each task that
             reads it, instead of once in a stage of its own, while the copies
@@ -523,7 +525,8 @@ def _distributor(
         estimator,
         config.partition_bytes or None,
         config.inline_scan_bytes,
-        config.fuse_bytes or None,
+        # One task at full speed at a time: a producer apart runs no sooner.
+        (config.fuse_bytes or None) if config.parallel != 1 else None,
         config.slots,
         config.recompute_bytes,
     )
