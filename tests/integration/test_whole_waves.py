@@ -14,6 +14,13 @@ A scan split by its bytes (``--split-bytes``, not ``--split-rows``) into more
 tasks than slots, not whole waves, runs as the next fewer count that is
 (``PlannerConfig.scan_split_rows``): SF 0.1's ``lineitem`` at 3 MiB a task is 3
 tasks of the 250k-row minimum by the bytes alone, 2 on 2 slots.
+
+The executors here say they have 8 cores and one DuckDB thread a slot
+(``--cores``, ``--threads``), so every slot runs at full speed: the tests are
+about the slots. The last one is about the cores: two executors of one slot
+on one host of two cores, each slot's DuckDB on both, run one task at full
+speed, and a scan of more tasks is one wave of one (``PlannerConfig.parallel``);
+on two hosts (``--host-id``), two.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from mangonel.testing.cluster import TestCluster
 SQL = "SELECT l_partkey, sum(l_quantity) AS q, count(*) AS n FROM lineitem GROUP BY l_partkey"
 SPLIT_ROWS = 100_000
 PARTITION_BYTES = 1 << 20
+EVERY_SLOT_AT_FULL_SPEED = ("--cores", "8", "--threads", "1")
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -80,6 +88,7 @@ def test_the_aggregate_runs_whole_waves_of_the_clusters_slots(
         partition_bytes=PARTITION_BYTES,
         adaptive=False,
         scheduler_args=("--split-rows", str(SPLIT_ROWS)),
+        executor_args=EVERY_SLOT_AT_FULL_SPEED,
     )
     scan, aggregate = _run(cluster, SQL, tpch_tables, duckdb_ref)
     assert (scan.tasks_total, scan.tasks_done) == (6, 6), scan
@@ -118,7 +127,41 @@ def test_the_scan_runs_whole_waves_of_the_clusters_slots(
         executors=executors,
         slots=slots,
         scheduler_args=("--split-bytes", str(SPLIT_BYTES)),
+        executor_args=EVERY_SLOT_AT_FULL_SPEED,
     )
     scan, final = _run(cluster, SCAN_SQL, tpch_tables, duckdb_ref)
     assert (scan.tasks_total, scan.tasks_done) == (tasks, tasks), scan
     assert final.tasks_total == 1, final
+
+
+ONE_WAVE_SPLIT_BYTES = 4 << 20
+"""3 tasks of the 250k-row minimum by the bytes; the whole scan (600k rows of 26
+bytes) within four splits' worth."""
+
+
+@pytest.mark.parametrize(
+    ("hosts", "tasks", "stages"),
+    [(1, 1, 1), (2, 2, 2)],
+    ids=["one-host-one-task", "two-hosts-two-tasks"],
+)
+def test_a_scan_is_one_wave_of_the_tasks_the_hosts_run_at_full_speed(
+    hosts: int,
+    tasks: int,
+    stages: int,
+    work_dir: Path,
+    tpch_tables: dict[str, Path],
+    duckdb_ref: duckdb.DuckDBPyConnection,
+) -> None:
+    cluster = TestCluster(
+        work_dir=work_dir / "cluster",
+        executors=2,
+        slots=1,
+        scheduler_args=("--split-bytes", str(ONE_WAVE_SPLIT_BYTES)),
+        executor_args=("--cores", "2", "--threads", "2"),
+        executor_args_for=lambda i: ("--host-id", f"host-{i % hosts}"),
+    )
+    ran = _run(cluster, SCAN_SQL, tpch_tables, duckdb_ref)
+    assert (ran[0].tasks_total, ran[0].tasks_done) == (tasks, tasks), ran
+    # One task aggregates its rows itself (no fusion bound where one task at a
+    # time runs at full speed); two hand their partial rows to a final task.
+    assert len(ran) == stages and ran[-1].tasks_total == 1, ran

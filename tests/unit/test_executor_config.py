@@ -27,3 +27,14 @@ def test_the_fetch_timeout_is_an_option_with_the_shared_default() -> None:
     assert parse_args(["--fetch-timeout", "4.5"]).fetch_timeout_s == 4.5
     with pytest.raises(ValueError, match="fetch_timeout_s"):
         ExecutorConfig(fetch_timeout_s=0)
+
+
+def test_threads_per_slot_share_the_cores_the_executor_may_use() -> None:
+    # ``--cores`` (a container's quota, say) in place of the host's count.
+    assert ExecutorConfig(slots=2, cores=8).threads_per_slot == 4
+    assert ExecutorConfig(slots=4, cores=2).threads_per_slot == 1  # at least one
+    assert ExecutorConfig(slots=2, cores=8, threads=3).threads_per_slot == 3
+    assert parse_args(["--cores", "6", "--slots", "3"]).threads_per_slot == 2
+    assert ExecutorConfig(slots=2).cores_available >= 1
+    with pytest.raises(ValueError, match="cores must be at least 1"):
+        ExecutorConfig(cores=0)

@@ -166,6 +166,8 @@ def test_registers_runs_reports_and_serves(cluster: tuple[ExecutorService, FakeL
     service, link = cluster
     reg = link.registrations[0]
     assert (reg.host, reg.slots, reg.pid) == ("h1", 2, os.getpid())
+    # The scheduler counts the tasks its host runs at full speed by these.
+    assert (reg.cores, reg.threads) == (os.cpu_count(), 1)
     link.send(launch(attempt(0)))
     wait_for(lambda: len(link.reports) == 1)
     executor, att, result = link.reports[0]

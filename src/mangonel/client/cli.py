@@ -203,7 +203,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="deprecated: DuckDB memory limit of each slot (use --memory, the whole "
         "executor's budget); when given, it overrides --memory's share",
     )
-    p.add_argument("--threads", type=int, help="DuckDB threads of each slot")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="DuckDB threads of each slot (default: --cores over --slots, at least one)",
+    )
+    p.add_argument(
+        "--cores",
+        type=int,
+        help="cores the tasks may use (default: the host's CPU count); the scheduler plans "
+        "scans for the tasks a host runs at full speed at once, from this and --threads",
+    )
     p.add_argument("--host", default="127.0.0.1", help="interface of the Flight server")
     p.add_argument("--port", type=int, default=0, help="Flight server port; 0 picks one")
     p.add_argument(
@@ -743,6 +753,7 @@ def cmd_executor(args: argparse.Namespace) -> int:
             memory_limit=args.memory_limit,
             spill=args.spill,
             threads=args.threads,
+            cores=args.cores,
             drain_timeout_s=args.drain_timeout,
             fetch_timeout_s=args.fetch_timeout,
             cleanup_interval_s=args.cleanup_interval,

@@ -65,6 +65,10 @@ class ExecutorConfig:
             when the executor starts.
         threads: DuckDB threads of each slot; ``None`` means
             ``max(1, cores // slots)`` so that full slots do not oversubscribe.
+        cores: The cores this executor's tasks may use (``--cores``; where a
+            container's CPU quota is less than the host's count, say); ``None``:
+            ``os.cpu_count()``. The scheduler counts how many tasks a host runs
+            at full speed at once from it and ``threads`` (``ExecutorInfo``).
         work_dir: The work root: shuffle and DuckDB spill files live in
             directories of this executor under it (see ``executor.workdir``);
             executors of one host may share it, and each deletes what dead
@@ -101,6 +105,7 @@ class ExecutorConfig:
     memory_limit: str | None = None
     spill: str | None = None
     threads: int | None = None
+    cores: int | None = None
     work_dir: str = field(default_factory=_default_work_dir)
     heartbeat_interval_s: float = 1.0
     fetch_timeout_s: float = defaults.FETCH_TIMEOUT_S
@@ -117,6 +122,8 @@ class ExecutorConfig:
             raise ValueError(f"slots must be at least 1, got {self.slots}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be at least 1, got {self.threads}")
+        if self.cores is not None and self.cores < 1:
+            raise ValueError(f"cores must be at least 1, got {self.cores}")
         if self.fetch_timeout_s <= 0:
             raise ValueError(f"fetch_timeout_s must be positive, got {self.fetch_timeout_s}")
         if self.fetch_retries < 1:
@@ -141,7 +148,12 @@ class ExecutorConfig:
         """DuckDB threads each slot uses."""
         if self.threads is not None:
             return self.threads
-        return max(1, (os.cpu_count() or 1) // self.slots)
+        return max(1, self.cores_available // self.slots)
+
+    @property
+    def cores_available(self) -> int:
+        """The cores this executor's tasks may use (``cores``, else the host's)."""
+        return self.cores if self.cores is not None else os.cpu_count() or 1
 
     def slot_budget(self) -> mem.SlotBudget:
         """What each slot's DuckDB may use: its share of the memory and spill budgets."""

@@ -149,6 +149,9 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
         "--memory-limit", default=None, help="deprecated: DuckDB memory_limit per slot"
     )
     parser.add_argument("--threads", type=int, default=None, help="DuckDB threads per slot")
+    parser.add_argument(
+        "--cores", type=int, default=None, help="cores the tasks may use (default: the host's)"
+    )
     parser.add_argument("--work-dir", default=defaults.work_dir, help="work root (shareable)")
     add_recovery_options(parser, defaults)
     storage.add_arguments(parser)
@@ -169,6 +172,7 @@ def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
         memory_limit=args.memory_limit,
         spill=args.spill,
         threads=args.threads,
+        cores=args.cores,
         work_dir=args.work_dir,
         drain_timeout_s=args.drain_timeout,
         fetch_timeout_s=args.fetch_timeout,

@@ -407,7 +407,7 @@ class ExecutorService:
             resume=resume,
             held_paths=held_paths,
             held_jobs=held_jobs,
-            cores=os.cpu_count() or 1,
+            cores=self.config.cores_available,
             threads=self.config.threads_per_slot,
         )
 
