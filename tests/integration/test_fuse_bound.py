@@ -5,7 +5,9 @@ each a scan of ``lineitem`` (one split here). Without a bound they are all compu
 in the reader's one task, on one executor (what a cluster of many hosts cannot
 spread); with ``--fuse-bytes`` below their sum, those that do not fit are stages of
 their own, which the scheduler launches at once on the free slots of different
-executors. A ``TestCluster`` of four executors of one slot each; the spread is
+executors. A ``TestCluster`` of four executors of one slot each, each as a host of
+its own (``--host-id``: on one host of two cores, one task at a time runs at full
+speed, and the planner fuses without a bound, ``PlannerConfig.parallel``); the spread is
 read from the scheduler's record of attempts (``/api/jobs/ID``: executors and
 launch times), not from wall time, as the host has only two cores.
 """
@@ -64,6 +66,7 @@ def bounded(work_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[Bounded]:
         slots=1,
         work_dir=work_dir / "cluster",
         scheduler_args=("--split-rows", str(SPLIT_ROWS), "--fuse-bytes", str(FUSE_BYTES)),
+        executor_args_for=lambda i: ("--host-id", f"host-{i}"),
         web_port=0,
     )
     cluster.start()
