@@ -58,20 +58,22 @@ def test_a_scan_of_three_tasks_runs_as_two_on_two_slots(tmp_path: Path) -> None:
     assert scan_tasks(2) == [150_000] * 2
 
 
-def test_a_scan_is_one_wave_of_the_tasks_the_hosts_run_at_full_speed() -> None:
-    # ``parallel``: two slots whose host's cores one task already fills run one task
-    # at full speed; a scan of more tasks is one wave of bigger ones, within
-    # ``ONE_WAVE_SPLITS`` splits a task.
+def test_where_cores_bound_the_tasks_at_once_a_scan_is_whole_waves_of_bigger_tasks() -> None:
+    # ``parallel`` below the slots: two slots whose host's cores one task already
+    # fills run one task at full speed; a scan is whole waves of that many tasks,
+    # each reading up to ``ONE_WAVE_SPLITS`` splits' worth (rows and bytes).
     assert ONE_WAVE_SPLITS == 4
     assert PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 6_000_000) == 6_000_000
+    assert PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 60_000_000) == 15_000_000
+    # 96-byte rows: four splits' bytes (768 MiB) are 8.4M rows, so 9M rows are 2 tasks.
+    assert PlannerConfig(slots=2, parallel=1).scan_split_rows(96.0, 9_000_000) == 4_500_000
+    # Two of four slots at full speed: 10M rows of 96 bytes in one wave of two.
     assert PlannerConfig(slots=4, parallel=2).scan_split_rows(96.0, 10_000_000) == 5_000_000
-    # As many tasks as run at once, or fewer: as before.
+    # Every slot at full speed (``parallel`` = slots): as before.
     assert PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 6_000_000) == 4_000_000
-    assert PlannerConfig(slots=4, parallel=4).scan_split_rows(96.0, 6_000_000) == 2_097_152
-    # Past four splits' rows (16M), or bytes (768 MiB of 96-byte rows: 8.4M rows),
-    # the split size is the bytes' again, in whole waves of the slots.
-    assert PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 20_000_000) == 4_000_000
-    assert PlannerConfig(slots=2, parallel=1).scan_split_rows(96.0, 9_000_000) == 2_250_000
+    assert PlannerConfig(slots=2, parallel=2).scan_split_rows(96.0, 6_000_000) == 3_000_000
+    # As many tasks as run at once, or fewer: as before.
+    assert PlannerConfig(slots=4, parallel=2).scan_split_rows(16.0, 6_000_000) == 4_000_000
     # Not unknown slots, nor a split size the settings fix.
     assert PlannerConfig(parallel=1).scan_split_rows(16.0, 6_000_000) == 4_000_000
     config = PlannerConfig(split_rows=1000, slots=2, parallel=1)

@@ -49,8 +49,8 @@ __all__ = ["PlanCache", "PlannerConfig", "plan_query"]
 
 
 ONE_WAVE_SPLITS = 4
-"""A scan of more tasks than the cluster runs at once is one wave of bigger tasks
-where each reads at most this many splits' worth (``PlannerConfig.scan_split_rows``)."""
+"""Where the hosts' cores bound how many tasks run at full speed at once, a scan
+task reads up to this many splits' worth (``PlannerConfig.scan_split_rows``)."""
 
 
 @dataclass(frozen=True)
@@ -118,9 +118,9 @@ class PlannerConfig:
             (``distribute.stages.whole_waves``). 0: unknown, counts from bytes alone.
         parallel: of those, how many tasks the executors' hosts run at full speed
             at once (the scheduler's ``job_parallel``: a host's slots, but no more
-            than its cores hold tasks of their DuckDB threads); a scan of more
-            tasks than this is one wave of bigger ones where that is within
-            ``ONE_WAVE_SPLITS`` splits a task (``scan_split_rows``). 0: unknown.
+            than its cores hold tasks of their DuckDB threads); where it is below
+            the slots, a scan is whole waves of this many tasks of up to
+            ``ONE_WAVE_SPLITS`` splits each (``scan_split_rows``). 0: unknown.
     """
 
     partitions: int = defaults.PARTITIONS
@@ -176,35 +176,38 @@ class PlannerConfig:
         >>> PlannerConfig(slots=0).scan_split_rows(96.0, 6_000_000)  # slots unknown
         2097152
 
-        More tasks than the cluster runs at full speed at once (``parallel``) run
-        no sooner for being split finer: where each of ``parallel`` tasks would
-        read at most ``ONE_WAVE_SPLITS`` splits' worth (bytes and rows), the scan
-        is that one wave. ``LocalCluster`` on two cores (two executors of one
-        slot, each slot's DuckDB on both cores) runs one task at full speed:
-        TPC-H SF1's ``lineitem`` was two tasks at once, each on half the cores,
-        each filtering its row groups by row number (about a tenth of a scan's
-        CPU), building its own hash table of every side it joins, and leaving a
-        partial aggregate to merge; as one task the 22 queries took 0.86 of the
-        time (interleaved A/B, ``benchmarks/ab.py``).
+        Where the hosts' cores, not their slots, bound how many tasks run at full
+        speed at once (``parallel`` below the slots and the tasks), tasks past
+        that many share cores: a finer split runs no sooner and pays more tasks'
+        costs. The scan is then whole waves of ``parallel`` tasks, each reading up
+        to ``ONE_WAVE_SPLITS`` splits' worth (bytes and rows). ``LocalCluster`` on
+        two cores (two executors of one slot, each slot's DuckDB on both cores)
+        runs one task at full speed: TPC-H SF1's ``lineitem`` was two tasks at
+        once, each on half the cores, each filtering its row groups by row number
+        (about a tenth of a scan's CPU), building its own hash table of every
+        side it joins, and leaving a partial aggregate to merge; as one task the
+        22 queries took 0.84 (generated) and 0.80 (random) of the time, and at
+        SF10 four tasks of 15M rows instead of fifteen 0.82 on the eight queries
+        furthest from DuckDB (interleaved A/B, ``benchmarks/ab.py``).
 
         >>> PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 6_000_000)  # 2 -> 1
         6000000
-        >>> PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 6_000_000)  # 2 already
-        4000000
-        >>> PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 60_000_000)  # too big
+        >>> PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 60_000_000)  # 15 -> 4
+        15000000
+        >>> PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 6_000_000)  # as before
         4000000
         """
         per = self.split_rows_for(row_width)
         if self.split_rows is not None or self.slots < 1:
             return per
         tasks = -(-rows // max(1, per))
-        if 0 < self.parallel < tasks:
-            wave = -(-rows // self.parallel)
-            if (
-                wave <= ONE_WAVE_SPLITS * self.max_split_rows
-                and wave * row_width <= ONE_WAVE_SPLITS * self.split_bytes
-            ):
-                return wave
+        if 0 < self.parallel < min(self.slots, tasks):
+            biggest = min(
+                ONE_WAVE_SPLITS * self.max_split_rows,
+                int(ONE_WAVE_SPLITS * self.split_bytes / max(1.0, row_width)),
+            )
+            waves = -(-rows // (self.parallel * max(1, biggest)))
+            return -(-rows // (waves * self.parallel))
         if tasks <= self.slots or tasks % self.slots == 0:
             return per
         wider = -(-rows // (tasks // self.slots * self.slots))
