@@ -186,9 +186,9 @@ class PlannerConfig:
         once, each on half the cores, each filtering its row groups by row number
         (about a tenth of a scan's CPU), building its own hash table of every
         side it joins, and leaving a partial aggregate to merge; as one task the
-        22 queries took 0.84 (generated) and 0.80 (random) of the time, and at
-        SF10 four tasks of 15M rows instead of fifteen 0.82 on the eight queries
-        furthest from DuckDB (interleaved A/B, ``benchmarks/ab.py``).
+        22 queries took 0.84 (generated) and 0.80 (random) of the time; at SF10,
+        four tasks of 15M rows instead of fifteen of 4M, 0.85 (interleaved A/B
+        against the code before, ``benchmarks/ab.py --base-src``).
 
         >>> PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 6_000_000)  # 2 -> 1
         6000000
