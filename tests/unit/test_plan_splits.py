@@ -74,6 +74,11 @@ def test_where_cores_bound_the_tasks_at_once_a_scan_is_whole_waves_of_bigger_tas
     assert PlannerConfig(slots=2, parallel=2).scan_split_rows(96.0, 6_000_000) == 3_000_000
     # As many tasks as run at once, or fewer: as before.
     assert PlannerConfig(slots=4, parallel=2).scan_split_rows(16.0, 6_000_000) == 4_000_000
+    # Never smaller tasks than the slots alone make: rows too wide (or splits too
+    # small) for four splits' bytes to reach the minimum split.
+    config = PlannerConfig(slots=2, parallel=1, split_bytes=1 << 20)
+    assert config.scan_split_rows(26.0, 600_000) == 300_000  # as with parallel unknown
+    assert PlannerConfig(slots=4, parallel=1).scan_split_rows(4000.0, 2_000_000) == 250_000
     # Not unknown slots, nor a split size the settings fix.
     assert PlannerConfig(parallel=1).scan_split_rows(16.0, 6_000_000) == 4_000_000
     config = PlannerConfig(split_rows=1000, slots=2, parallel=1)

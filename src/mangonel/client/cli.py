@@ -211,8 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--cores",
         type=int,
-        help="cores the tasks may use (default: the host's CPU count); the scheduler plans "
-        "scans for the tasks a host runs at full speed at once, from this and --threads",
+        help="cores of its host the tasks may use (default: the host's CPU count; executors "
+        "that share a --host-id share them); the scheduler plans scans for the tasks a host "
+        "runs at full speed at once, from this and --threads",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface of the Flight server")
     p.add_argument("--port", type=int, default=0, help="Flight server port; 0 picks one")

@@ -209,6 +209,10 @@ class Binder:
 
     def _source(self, item: exp.Expr, ctes: dict[str, exp.Query]) -> _Source:
         alias = item.alias_or_name
+        if item.args.get("sample"):
+            # ``t TABLESAMPLE ...`` (a CTE's name or a derived table too): the
+            # whole query runs in one task, where DuckDB samples it.
+            raise Unsupported("TABLESAMPLE on a FROM item")
         if isinstance(item, exp.Table):
             if item.name in ctes:
                 query = ctes[item.name]
@@ -216,7 +220,9 @@ class Binder:
                     node, names = self._ctes[id(query)]
                 else:
                     node, names = self._query(query, ctes)
-                    if _worth_sharing(node):
+                    # One that draws in a subquery of its own draws there too:
+                    # its lifted subqueries are not under ``node``.
+                    if _worth_sharing(node) or query.find(*VOLATILE) is not None:
                         self._ctes[id(query)] = (node, names)
                 return _Source(self._rename(node, names, alias), {alias})
             if item.name not in self._tables:
@@ -632,8 +638,8 @@ class Binder:
                 raise Unsupported("correlated subquery")
             # Not shared: a subquery over a CTE (a name other scopes may bind
             # otherwise) or with a function that differs call by call.
-            private = any(t.name in ctes for t in query.find_all(exp.Table)) or any(
-                query.find_all(exp.Rand, exp.Randn, exp.Uuid)
+            private = any(t.name in ctes for t in query.find_all(exp.Table)) or (
+                query.find(*VOLATILE) is not None
             )
             text = None if private else query.sql()
             name = self._lifted.get(text) if text is not None else None

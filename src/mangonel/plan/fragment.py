@@ -272,6 +272,8 @@ class Renderer:
                 exp.Subquery(
                     this=sqlglot.parse_one(derived[1:-1], read=DIALECT),
                     alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
+                    # ``t TABLESAMPLE ...``: the sample goes with the table.
+                    sample=table.args.get("sample"),
                 )
             )
         cols = ", ".join(ident(phys(r)) for r in n.outputs())

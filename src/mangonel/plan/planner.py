@@ -201,17 +201,21 @@ class PlannerConfig:
         if self.split_rows is not None or self.slots < 1:
             return per
         tasks = -(-rows // max(1, per))
+        if tasks <= self.slots or tasks % self.slots == 0:
+            by_slots = per
+        else:
+            wider = -(-rows // (tasks // self.slots * self.slots))
+            by_slots = wider if wider <= self.max_split_rows else per
         if 0 < self.parallel < min(self.slots, tasks):
             biggest = min(
                 ONE_WAVE_SPLITS * self.max_split_rows,
                 int(ONE_WAVE_SPLITS * self.split_bytes / max(1.0, row_width)),
             )
             waves = -(-rows // (self.parallel * max(1, biggest)))
-            return -(-rows // (waves * self.parallel))
-        if tasks <= self.slots or tasks % self.slots == 0:
-            return per
-        wider = -(-rows // (tasks // self.slots * self.slots))
-        return wider if wider <= self.max_split_rows else per
+            # Never smaller tasks than the slots alone make (rows too wide for
+            # four splits' bytes to reach the minimum split).
+            return max(by_slots, -(-rows // (waves * self.parallel)))
+        return by_slots
 
 
 def plan_query(

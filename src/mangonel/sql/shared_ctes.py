@@ -31,9 +31,9 @@ from functools import partial
 
 from sqlglot import exp
 
-__all__ = ["push_into_shared_ctes"]
+from mangonel.sql.exprs import VOLATILE
 
-_VOLATILE = (exp.Rand,)
+__all__ = ["push_into_shared_ctes"]
 
 
 def push_into_shared_ctes(query: exp.Expr) -> exp.Expr:
@@ -362,5 +362,5 @@ def _only(cond: exp.Expr, alias: str) -> bool:
     columns = list(cond.find_all(exp.Column))
     if not columns or any(c.table != alias for c in columns):
         return False
-    banned = (exp.Query, exp.AggFunc, exp.Window, *_VOLATILE)
+    banned = (exp.Query, exp.AggFunc, exp.Window, *VOLATILE)
     return not any(isinstance(n, banned) for n in cond.walk())
