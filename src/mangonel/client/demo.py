@@ -164,9 +164,13 @@ class KillReport:
 
 
 def halfway_tasks(fault_free: Result, executors: int) -> int:
-    """The task count at which one executor is half-way through its share of a query."""
+    """The task count at which one executor is half-way through its share of a query
+    (rounded down: q12's six tasks on two executors, 1). Rounded up, the kill could
+    come after the executor's last scan task, when the final task may already have
+    read every output: a CI run under load killed it there and nothing was left to
+    recompute."""
     total = sum(s.tasks_total for s in fault_free.stages)
-    return max(1, round(total / max(1, executors) / 2))
+    return max(1, total // max(1, executors) // 2)
 
 
 class FaultableCluster(Protocol):
