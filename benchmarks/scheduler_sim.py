@@ -46,7 +46,8 @@ def _point(cfg: SimConfig) -> dict[str, Any]:
         f"loss_ms max={summary['loss_ms_max']} "
         f"(failing no job {summary['loss_ms_max_failing_no_job']}; "
         f"{summary['losses_failing_jobs']}/{summary['losses']} failed jobs) "
-        f"(outputs held {summary['outputs_at_loss_max']}) "
+        f"(most outputs held {summary['outputs_at_loss_max']}: "
+        f"{summary['loss_ms_holding_most']} ms) "
         f"store B/event={summary['store_bytes_per_event']:>9} "
         f"jobs ok={summary['jobs_succeeded']} complete={summary['complete']} "
         f"wall={summary['wall_s']}s",
@@ -57,13 +58,31 @@ def _point(cfg: SimConfig) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--executors", type=_sizes, default=[10, 100, 1000])
-    ap.add_argument("--tasks", type=_sizes, default=[1000, 10_000, 100_000])
+    ap.add_argument(
+        "--executors",
+        type=_sizes,
+        default=[10, 100, 1000],
+        help="cluster sizes, comma-separated: one point each at the largest --tasks "
+        "(default 10,100,1000)",
+    )
+    ap.add_argument(
+        "--tasks",
+        type=_sizes,
+        default=[1000, 10_000, 100_000],
+        help="tasks of each job, comma-separated: one point each at the largest "
+        "--executors (default 1000,10000,100000)",
+    )
     ap.add_argument("--jobs", type=int, default=10, help="jobs, all running at once")
-    ap.add_argument("--slots", type=int, default=8)
+    ap.add_argument("--slots", type=int, default=8, help="task slots of each executor")
     ap.add_argument("--losses", type=int, default=5, help="executors lost per run")
     ap.add_argument("--loss-every", type=int, default=0, help="and one every N task events")
-    ap.add_argument("--max-seconds", type=float, default=None)
+    ap.add_argument(
+        "--max-seconds",
+        type=float,
+        default=None,
+        help="stop each point this long after its setup (wall time; default: run its "
+        "jobs to the end)",
+    )
     ap.add_argument("--no-store", action="store_true", help="skip the persistence")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()

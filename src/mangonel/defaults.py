@@ -73,8 +73,10 @@ NO_EXECUTOR_GRACE_S = 30.0
 MAX_TASK_ATTEMPTS = 4
 """Failed attempts of one task before its job fails."""
 
-MAX_STAGE_RERUNS = 4
-"""Times one stage may lose outputs and run again before its job fails."""
+MAX_TASK_RECOMPUTES = 4
+"""Times one task's finished output may be lost and made again before its job
+fails (per task, not per stage: a loss among many executors takes a few outputs
+of every big stage, and is routine; the same output lost again and again is not)."""
 
 UNREACHABLE_WINDOW_S = 300.0
 """Seconds over which the scheduler counts the executors whose fetches from one

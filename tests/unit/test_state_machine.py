@@ -762,7 +762,7 @@ def test_heartbeat_timeout_via_tick() -> None:
 
 
 def test_executors_timing_out_together_are_one_stage_rerun() -> None:
-    h = Harness(Limits(heartbeat_timeout_s=10.0, max_stage_reruns=1))
+    h = Harness(Limits(heartbeat_timeout_s=10.0, max_task_recomputes=1))
     h.register(E1, 1)
     h.register(E2, 1)
     h.submit(three_stage_plan(maps=2, reducers=1))
@@ -778,8 +778,8 @@ def test_executors_timing_out_together_are_one_stage_rerun() -> None:
     assert launches(cmds) == [("e3", "j1/s1/p0/a1"), ("e3", "j1/s1/p1/a1")]
 
 
-def test_stage_reruns_exhausted_fails_job() -> None:
-    h = Harness(Limits(max_stage_reruns=1))
+def test_task_recomputes_exhausted_fails_job() -> None:
+    h = Harness(Limits(max_task_recomputes=1))
     for e in (E1, E2, E3):
         h.register(e, 1)
     h.submit(three_stage_plan(maps=1, reducers=1))
@@ -792,7 +792,7 @@ def test_stage_reruns_exhausted_fails_job() -> None:
     assert cmds[0] == DeclareExecutorLost(h.last_id, E2, LossReason.FETCH_FAILURES)
     assert len(cmds) == 2 and isinstance(cmds[1], JobFailed)
     msg = cmds[1].message
-    assert "stage 1 (scan t)" in msg and "2 times" in msg and "limit is 1" in msg
+    assert "task 0 of stage 1 (scan t)" in msg and "2 times" in msg and "limit is 1" in msg
     assert "e2" in msg
 
 

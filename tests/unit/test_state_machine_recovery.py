@@ -20,6 +20,7 @@ from test_state_machine import (
     three_stage_plan,
 )
 
+from mangonel.ids import ExecutorId
 from mangonel.scheduler.events import (
     DeclareExecutorLost,
     ExecutorDraining,
@@ -29,7 +30,7 @@ from mangonel.scheduler.events import (
     LossReason,
     ResultRead,
 )
-from mangonel.scheduler.state import ExecutorState
+from mangonel.scheduler.state import ExecutorState, JobState
 from mangonel.task import FetchFailed, FetchProblem, ReleaseOutputs
 
 # ------------------------------------------------------------- one lost output
@@ -66,8 +67,8 @@ def test_output_lost_about_an_output_already_made_again_changes_nothing() -> Non
     assert view is not None and view.stages[0].outputs_recomputed == 1
 
 
-def test_outputs_that_keep_going_bad_use_up_the_stage_reruns() -> None:
-    h = Harness(Limits(max_stage_reruns=1))
+def test_outputs_that_keep_going_bad_use_up_the_task_recomputes() -> None:
+    h = Harness(Limits(max_task_recomputes=1))
     h.register(E1, 2)
     h.submit(three_stage_plan(maps=1, reducers=1))
     h.complete(att(1, 0), E1)
@@ -77,10 +78,62 @@ def test_outputs_that_keep_going_bad_use_up_the_stage_reruns() -> None:
     cmds = h.fail(att(2, 0, 1), E1, bad)
     failed = [c for c in cmds if isinstance(c, JobFailed)]
     assert len(failed) == 1
-    assert "stage 1 (scan t) of job j1 lost its outputs 2 times (the limit is 1" in (
-        failed[0].message
+    assert (
+        "the output of task 0 of stage 1 (scan t) of job j1 was lost 2 times (the limit is 1"
+        in failed[0].message
     )
     assert "checksum mismatch" in failed[0].message and "executor e1" in failed[0].message
+
+
+# ------------------------------------------------ losses that add up, per task
+
+E3, E4 = ExecutorId("e3"), ExecutorId("e4")
+
+
+def _lose_two_holders_of_different_outputs() -> Harness:
+    """Map 0 is lost with e1 and made again on e4, then map 1 with e2, also
+    made again on e4: two losses of the stage's outputs, one per task."""
+    h = Harness(Limits(max_task_recomputes=1))
+    for e in (E1, E2, E3):
+        h.register(e, 1)
+    assert launches(h.submit(three_stage_plan(maps=3, reducers=1))) == [
+        ("e1", "j1/s1/p0/a0"),
+        ("e2", "j1/s1/p1/a0"),
+        ("e3", "j1/s1/p2/a0"),
+    ]
+    h.complete(att(1, 0), E1)
+    h.lose(E1)
+    assert launches(h.register(E4, 1)) == [("e4", "j1/s1/p0/a1")]
+    h.complete(att(1, 0, 1), E4)
+    h.complete(att(1, 1), E2)
+    assert launches(h.lose(E2)) == [("e4", "j1/s1/p1/a1")]
+    h.complete(att(1, 1, 1), E4)
+    return h
+
+
+def test_losses_that_take_different_outputs_of_a_stage_do_not_add_up() -> None:
+    # Among many executors every loss takes a few outputs of every big stage:
+    # the bound is per task, so two losses under a limit of one are routine.
+    h = _lose_two_holders_of_different_outputs()
+    view = h.state.job(J1)
+    assert view is not None and view.state is JobState.RUNNING
+    assert view.stages[0].outputs_recomputed == 2
+    assert launches(h.complete(att(1, 2), E3)) == [("e3", "j1/s2/p0/a0")]
+    assert launches(h.complete(att(2, 0), E3)) == [("e3", "j1/s3/p0/a0")]
+    assert any(isinstance(c, JobSucceeded) for c in h.complete(att(3, 0), E3))
+
+
+def test_a_task_whose_output_is_lost_past_the_limit_fails_the_job() -> None:
+    h = _lose_two_holders_of_different_outputs()
+    # e4 holds maps 0 and 1, both made once again already.
+    cmds = h.lose(E4)
+    failed = [c for c in cmds if isinstance(c, JobFailed)]
+    assert len(failed) == 1
+    assert failed[0].message.startswith(
+        "the output of task 0 of stage 1 (scan t) of job j1 was lost 2 times "
+        "(the limit is 1; last with executor(s) e4). Executors keep being lost"
+    )
+    assert "raise max_task_recomputes" in failed[0].message
 
 
 # --------------------------------------------------------------------- drains

@@ -131,12 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="failed attempts of one task before its job fails (default %(default)s)",
     )
     p.add_argument(
-        "--max-stage-reruns",
+        "--max-task-recomputes",
         type=int,
-        default=defaults.MAX_STAGE_RERUNS,
+        default=defaults.MAX_TASK_RECOMPUTES,
         metavar="N",
-        help="times one stage may lose outputs and run again before its job fails "
-        "(default %(default)s)",
+        help="times one task's finished output may be lost (with its executor, or a "
+        "bad file) and made again before its job fails; per task, so routine losses in "
+        "a big cluster never add up to a failure (default %(default)s)",
     )
     p.add_argument(
         "--result-ttl",
@@ -699,7 +700,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         heartbeat_timeout_s=args.heartbeat_timeout,
         no_executor_grace_s=args.grace,
         max_task_attempts=args.max_task_attempts,
-        max_stage_reruns=args.max_stage_reruns,
+        max_task_recomputes=args.max_task_recomputes,
         result_ttl_s=args.result_ttl,
         adaptive=args.adaptive,
         adaptive_partition_bytes=args.adaptive_partition_bytes,

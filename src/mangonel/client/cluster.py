@@ -189,7 +189,7 @@ class LocalCluster:
         heartbeat_timeout: Seconds of executor silence before it is declared lost.
         no_executor_grace: Seconds a job may wait with no executor alive before it fails.
         max_task_attempts: Failed attempts of one task before its job fails.
-        max_stage_reruns: Times one stage may lose outputs and run again.
+        max_task_recomputes: Times one task's finished output may be lost and made again.
         speculation: Copy straggling task attempts onto other executors
             (``mangonel scheduler --speculation``); the scheduler's default when
             ``None``. ``speculation_min``: the shortest run time a copied attempt
@@ -254,7 +254,7 @@ class LocalCluster:
         scheduler_port: int = 0,
         no_executor_grace: float = defaults.NO_EXECUTOR_GRACE_S,
         max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS,
-        max_stage_reruns: int = defaults.MAX_STAGE_RERUNS,
+        max_task_recomputes: int = defaults.MAX_TASK_RECOMPUTES,
         speculation: bool | None = None,
         speculation_min: float | None = None,
         exclusion_failures: int | None = None,
@@ -311,7 +311,7 @@ class LocalCluster:
         self.scheduler_port = scheduler_port
         self.no_executor_grace = no_executor_grace
         self.max_task_attempts = max_task_attempts
-        self.max_stage_reruns = max_stage_reruns
+        self.max_task_recomputes = max_task_recomputes
         self.speculation = speculation
         self.speculation_min = speculation_min
         self.exclusion_failures = exclusion_failures
@@ -557,7 +557,7 @@ class LocalCluster:
             "--heartbeat-timeout", str(self.heartbeat_timeout),
             "--no-executor-grace", str(self.no_executor_grace),
             "--max-task-attempts", str(self.max_task_attempts),
-            "--max-stage-reruns", str(self.max_stage_reruns),
+            "--max-task-recomputes", str(self.max_task_recomputes),
         ]  # fmt: skip
         if self.result_ttl is not None:
             args += ["--result-ttl", str(self.result_ttl)]

@@ -244,7 +244,7 @@ class Limits:
     """Bounds that keep recovery from looping."""
 
     max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS
-    max_stage_reruns: int = defaults.MAX_STAGE_RERUNS
+    max_task_recomputes: int = defaults.MAX_TASK_RECOMPUTES
     heartbeat_timeout_s: float = defaults.HEARTBEAT_TIMEOUT_S
     no_executor_grace_s: float = defaults.NO_EXECUTOR_GRACE_S
     connect_timeout_s: float = defaults.CONNECT_TIMEOUT_S

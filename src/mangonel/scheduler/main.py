@@ -90,7 +90,8 @@ class SchedulerConfig:
         heartbeat_timeout_s: An executor silent this long is lost.
         no_executor_grace_s: A job with no executor for this long fails.
         max_task_attempts: Attempts of one task before its job fails.
-        max_stage_reruns: Re-runs of one stage before its job fails.
+        max_task_recomputes: Times one task's output may be lost and made again
+            before its job fails.
         result_ttl_s: Results no client released are deleted after this long.
         speculation: Copy straggling task attempts onto other executors; the
             first to finish wins (``speculation_*``: when an attempt straggles).
@@ -152,7 +153,7 @@ class SchedulerConfig:
     heartbeat_timeout_s: float = defaults.HEARTBEAT_TIMEOUT_S
     no_executor_grace_s: float = defaults.NO_EXECUTOR_GRACE_S
     max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS
-    max_stage_reruns: int = defaults.MAX_STAGE_RERUNS
+    max_task_recomputes: int = defaults.MAX_TASK_RECOMPUTES
     result_ttl_s: float = defaults.RESULT_TTL_S
     speculation: bool = defaults.SPECULATION
     speculation_quantile: float = defaults.SPECULATION_QUANTILE
@@ -191,7 +192,7 @@ class SchedulerConfig:
             plan_cache=self.plan_cache,
             limits=Limits(
                 max_task_attempts=self.max_task_attempts,
-                max_stage_reruns=self.max_stage_reruns,
+                max_task_recomputes=self.max_task_recomputes,
                 heartbeat_timeout_s=self.heartbeat_timeout_s,
                 no_executor_grace_s=self.no_executor_grace_s,
                 result_ttl_s=self.result_ttl_s,

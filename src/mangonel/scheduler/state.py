@@ -48,15 +48,16 @@ What each event does, in one place:
   up to ``Limits.max_task_attempts``; a ``FetchFailed`` re-queues the reader without
   charging it an attempt and, by its ``problem``: ``OUTPUT_LOST`` (a missing or
   corrupt file on an executor that still answers) makes only the one map output
-  it names again (a re-run of its stage charged); ``UNREACHABLE`` about a live
+  it names again (one of the task's ``Limits.max_task_recomputes``); ``UNREACHABLE`` about a live
   holder is a cut between two executors: one side gives way for the job (it is
   excluded from it, see ``_unreachable_holder``), unless readers on two
   executors failed to reach the holder, which then is lost.
 * losing an executor, in one event: its running tasks go back to pending (an
   attempt charged), running tasks elsewhere that read its outputs are cancelled
   (``CancelTask``, not charged), the outputs it held that an unfinished stage still needs go
-  back to pending (a re-run of their stage charged, at most
-  ``Limits.max_stage_reruns``), recursively when their own inputs went too.
+  back to pending (a re-run of their stage counted; a task whose output is lost
+  more than ``Limits.max_task_recomputes`` times fails the job), recursively when
+  their own inputs went too.
 * with no executor alive for ``Limits.no_executor_grace_s``, a ``Tick`` fails the
   waiting jobs with a message that says so.
 * a job that fails (``JobFailed``) releases its files wherever it ran, like a
@@ -200,6 +201,15 @@ def _is_running(state: object, attempt: TaskAttemptId, executor: ExecutorId) -> 
     return isinstance(state, Running) and state.attempt == attempt and state.executor == executor
 
 
+def _output_of(stage: StageRecord, task: TaskRecord) -> str:
+    """``the output of task 3 of stage 1 (scan t) of job j1``, for errors."""
+    label = f" ({stage.stage.label})" if stage.stage.label else ""
+    return (
+        f"the output of task {task.id.partition} of stage {stage.stage.id}{label} "
+        f"of job {task.id.job}"
+    )
+
+
 @dataclass(frozen=True)
 class _Loss:
     executor: ExecutorId
@@ -309,6 +319,15 @@ class SchedulerState:
         """Unfinished and recently finished jobs, oldest submission first."""
         views = [f.view for f in self._finished.values()] + [j.view() for j in self._jobs.values()]
         return sorted(views, key=lambda v: v.submitted)
+
+    def outputs_held(self, executor: ExecutorId) -> int:
+        """Finished task outputs of unfinished jobs on ``executor``: at most what
+        its loss would have to make again."""
+        return sum(
+            len(rec.done_on.get(executor, ()))
+            for job in self._jobs.values()
+            for rec in job.stages.values()
+        )
 
     def running_attempts(self, executor: ExecutorId) -> list[TaskAttemptId]:
         """Attempts running on ``executor`` now (empty once it is lost)."""
@@ -676,7 +695,7 @@ class SchedulerState:
     def _exclude(self, job: JobRecord, executor: ExecutorId, why: str, step: _Step) -> None:
         """The job stops using a live executor ``executor``: its attempts and the
         readers of its outputs are cancelled (uncharged), and the outputs it held
-        that the job still needs are made again (a re-run of their stages charged)."""
+        that the job still needs are made again (a recompute of each task)."""
         job.excluded.add(executor)
         for task in job.tasks():
             copy = task.speculative
@@ -781,11 +800,11 @@ class SchedulerState:
         """One map output is gone from an executor that still answers: make it again.
 
         Only that map task goes back to pending (its executor keeps everything
-        else); a re-run of its stage is charged, so a file that keeps going bad
-        ends the job instead of looping. A failure about an output that was
-        already made again elsewhere changes nothing.
+        else); it counts as one of the task's recomputes, so a file that keeps
+        going bad ends the job instead of looping. A failure about an output that
+        was already made again elsewhere changes nothing.
 
-        Returns the job's error when the stage used up ``Limits.max_stage_reruns``.
+        Returns the job's error when the task used up ``Limits.max_task_recomputes``.
         """
         rec = job.stages.get(failure.stage)
         if rec is None or not 0 <= failure.map_partition < len(rec.tasks):
@@ -796,14 +815,13 @@ class SchedulerState:
         task.state = PENDING
         task.recomputes += 1
         rec.reruns += 1
-        if rec.reruns <= self.limits.max_stage_reruns:
+        if task.recomputes <= self.limits.max_task_recomputes:
             return None
-        label = f" ({rec.stage.label})" if rec.stage.label else ""
         return (
-            f"stage {rec.stage.id}{label} of job {job.id} lost its outputs {rec.reruns} "
-            f"times (the limit is {self.limits.max_stage_reruns}; last: {failure.message}). "
-            f"Its files keep going missing or bad on executor {failure.executor}: check that "
-            f"executor's disk, or raise max_stage_reruns."
+            f"{_output_of(rec, task)} was lost {task.recomputes} times (the limit is "
+            f"{self.limits.max_task_recomputes}; last: {failure.message}). Its files keep "
+            f"going missing or bad on executor {failure.executor}: check that executor's "
+            f"disk, or raise max_task_recomputes."
         )
 
     def _fail_if_unrecoverable(self, job: JobRecord, step: _Step) -> None:
@@ -820,7 +838,15 @@ class SchedulerState:
         stage's completeness before its inputs are looked at, so one pass also
         recomputes inputs of the tasks it just sent back.
 
-        Returns the job's error when a stage used up ``Limits.max_stage_reruns``.
+        The bound is per task, not per stage: among many executors every loss
+        takes a few outputs of every big stage, and a count per stage would
+        fail any long job after a handful of routine losses (the simulator's
+        jobs of 100,000 tasks on 1,000 executors all failed so); a loss takes
+        the same task's output again only when something is wrong with it.
+        Every loss that sets the job back either charges a running attempt or
+        recomputes some output, so both bounds together end any loop.
+
+        Returns the job's error when a task used up ``Limits.max_task_recomputes``.
         """
         is_live = job.usable(self._executors.is_live)
         needed = {job.plan.final.id}
@@ -832,19 +858,20 @@ class SchedulerState:
                     for t in rec.done_tasks_on(executor)
                 ]
                 gone_from = sorted({t.state.executor for t in lost if isinstance(t.state, Done)})
+                worst: TaskRecord | None = None
                 for t in lost:
                     t.state = PENDING
                     t.recomputes += 1
-                if lost:
+                    if worst is None or t.recomputes > worst.recomputes:
+                        worst = t
+                if worst is not None:
                     rec.reruns += 1
-                    if rec.reruns > self.limits.max_stage_reruns:
-                        label = f" ({rec.stage.label})" if rec.stage.label else ""
+                    if worst.recomputes > self.limits.max_task_recomputes:
                         return (
-                            f"stage {rec.stage.id}{label} of job {job.id} lost its outputs "
-                            f"{rec.reruns} times (the limit is {self.limits.max_stage_reruns}; "
-                            f"last lost with executor(s) {', '.join(gone_from)}). Executors keep "
-                            f"being lost: check their logs, memory and network, or raise "
-                            f"max_stage_reruns."
+                            f"{_output_of(rec, worst)} was lost {worst.recomputes} times (the "
+                            f"limit is {self.limits.max_task_recomputes}; last with executor(s) "
+                            f"{', '.join(gone_from)}). Executors keep being lost: check their "
+                            f"logs, memory and network, or raise max_task_recomputes."
                         )
             if not rec.complete:
                 needed.update(rec.stage.upstream)
@@ -929,13 +956,14 @@ class SchedulerState:
                     task.recomputes += 1
                 if gone:
                     stage.reruns += 1
-                    if stage.reruns > self.limits.max_stage_reruns and problem is None:
+                    worst = max(gone, key=lambda t: t.recomputes)
+                    if worst.recomputes > self.limits.max_task_recomputes and problem is None:
                         problem = (
-                            f"stage {stage.stage.id} of job {job.id} lost its outputs "
-                            f"{stage.reruns} times (the limit is {self.limits.max_stage_reruns}; "
-                            f"last: executor {rec.id} came back after a scheduler restart "
-                            f"without {len(gone)} of them). Check that executor's disk, or "
-                            f"raise max_stage_reruns."
+                            f"{_output_of(stage, worst)} was lost {worst.recomputes} times "
+                            f"(the limit is {self.limits.max_task_recomputes}; last: executor "
+                            f"{rec.id} came back after a scheduler restart without it and "
+                            f"{len(gone) - 1} other output(s) of the stage). Check that "
+                            f"executor's disk, or raise max_task_recomputes."
                         )
             if problem is not None:
                 self._finish(job, JobState.FAILED, problem, step)

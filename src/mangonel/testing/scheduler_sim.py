@@ -52,7 +52,6 @@ from mangonel.scheduler.events import (
 )
 from mangonel.scheduler.persist import StateWriter, StoredPlan, job_key, state_changes
 from mangonel.scheduler.state import SchedulerState
-from mangonel.scheduler.state_jobs import Done
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import (
     CancelTask,
@@ -172,6 +171,11 @@ class SimResult:
             "losses_failing_jobs": sum(1 for n in self.jobs_failed_at_loss if n),
             "loss_with_store_ms_max": round(max(both, default=0.0) * 1000, 2),
             "outputs_at_loss_max": max(self.outputs_at_loss, default=0),
+            "loss_ms_holding_most": (
+                round(max(zip(self.outputs_at_loss, self.loss_seconds, strict=True))[1] * 1000, 2)
+                if self.loss_seconds
+                else None
+            ),
             "jobs_succeeded": self.jobs_succeeded,
             "jobs_failed": self.jobs_failed,
             "complete": self.complete,
@@ -393,7 +397,7 @@ class Simulator:
 
     def lose_one(self) -> None:
         executor = self.rng.choice(self.live)
-        self.result.outputs_at_loss.append(self.outputs_on(executor))
+        self.result.outputs_at_loss.append(self.state.outputs_held(executor))
         self.live.remove(executor)
         event = ExecutorLost(self.next_id(), self.now, executor, LossReason.CONNECTION_LOST)
         commands, handled, persisted, _ = self.emit(event)
@@ -401,17 +405,6 @@ class Simulator:
         self.result.jobs_failed_at_loss.append(sum(isinstance(c, JobFailed) for c in commands))
         self.result.loss_persist_seconds.append(persisted)
         self.add_executor()
-
-    def outputs_on(self, executor: ExecutorId) -> int:
-        """Finished outputs ``executor`` holds (outside the timed part)."""
-        count = 0
-        for job in self.state.unfinished_jobs():
-            progress = self.state.export_job(job)
-            for stage in progress.stages.values() if progress is not None else ():
-                for task in stage.tasks:
-                    if isinstance(task.state, Done) and task.state.executor == executor:
-                        count += 1
-        return count
 
 
 def simulate(config: SimConfig) -> SimResult:
