@@ -852,18 +852,12 @@ class SchedulerState:
         needed = {job.plan.final.id}
         for rec in reversed(job.stages.values()):
             if rec.stage.id in needed:
-                lost = [
-                    t
-                    for executor in [e for e in rec.done_on if not is_live(e)]
-                    for t in rec.done_tasks_on(executor)
-                ]
-                gone_from = sorted({t.state.executor for t in lost if isinstance(t.state, Done)})
+                gone_from = sorted(e for e in rec.done_on if not is_live(e))
                 worst: TaskRecord | None = None
-                for t in lost:
-                    t.state = PENDING
-                    t.recomputes += 1
-                    if worst is None or t.recomputes > worst.recomputes:
-                        worst = t
+                for executor in gone_from:
+                    for t in rec.send_back(executor):
+                        if worst is None or t.recomputes > worst.recomputes:
+                            worst = t
                 if worst is not None:
                     rec.reruns += 1
                     if worst.recomputes > self.limits.max_task_recomputes:

@@ -159,6 +159,24 @@ class StageState(enum.Enum):
     COMPLETE = "complete"
 
 
+class Held:
+    """The finished outputs of one stage on one executor: which partitions, and
+    their rows and bytes (what its loss takes off the stage's, at once)."""
+
+    __slots__ = ("partitions", "rows", "bytes")
+
+    def __init__(self) -> None:
+        self.partitions: set[int] = set()
+        self.rows = 0
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.partitions)
+
+
 @dataclass
 class StageRecord:
     """A stage of an unfinished job: its tasks, and counts kept as they change.
@@ -227,11 +245,14 @@ class StageRecord:
         self._queued: set[int] = set()
         self.running: set[int] = set()
         """Running partitions."""
-        self.done_on: dict[ExecutorId, set[int]] = {}
-        """Executor -> the partitions whose output it holds."""
+        self.done_on: dict[ExecutorId, Held] = {}
+        """Executor -> the outputs it holds (never empty)."""
         self.done = 0
         self.durations: list[float] = []
-        """Of the done tasks, sorted."""
+        """How long its tasks took, sorted: every attempt that finished with its
+        output. An output lost later keeps its duration: it still says how long
+        the stage's tasks take (speculation's median), and taking it out moved
+        the rest of the sorted list, for each of the thousands a loss may take."""
         self.totals = {"attempts_launched": 0, "reruns": 0, "recomputes": 0}
         self.speculative_running = 0
         self.rows = 0
@@ -274,11 +295,20 @@ class StageRecord:
         elif isinstance(state, Running):
             self.running.add(partition)
         else:
-            self.done_on.setdefault(state.executor, set()).add(partition)
+            held = self.done_on.get(state.executor)
+            if held is None:
+                held = self.done_on[state.executor] = Held()
+            held.partitions.add(partition)
             self.done += 1
             bisect.insort(self.durations, state.duration)
-            self.rows += sum(o.rows for o in state.outputs)
-            self.bytes += sum(o.bytes for o in state.outputs)
+            rows = bytes_ = 0
+            for o in state.outputs:
+                rows += o.rows
+                bytes_ += o.bytes
+            held.rows += rows
+            held.bytes += bytes_
+            self.rows += rows
+            self.bytes += bytes_
 
     def _leave(self, partition: int, state: TaskState) -> None:
         if isinstance(state, Pending):
@@ -287,13 +317,18 @@ class StageRecord:
             self.running.discard(partition)
         else:
             held = self.done_on[state.executor]
-            held.discard(partition)
-            if not held:
+            held.partitions.discard(partition)
+            if not held.partitions:
                 del self.done_on[state.executor]
             self.done -= 1
-            del self.durations[bisect.bisect_left(self.durations, state.duration)]
-            self.rows -= sum(o.rows for o in state.outputs)
-            self.bytes -= sum(o.bytes for o in state.outputs)
+            rows = bytes_ = 0
+            for o in state.outputs:
+                rows += o.rows
+                bytes_ += o.bytes
+            held.rows -= rows
+            held.bytes -= bytes_
+            self.rows -= rows
+            self.bytes -= bytes_
 
     @property
     def pending_count(self) -> int:
@@ -324,6 +359,34 @@ class StageRecord:
     def running_tasks(self) -> list[TaskRecord]:
         """Running tasks, in partition order."""
         return [self.tasks[p] for p in sorted(self.running)]
+
+    def send_back(self, executor: ExecutorId) -> list[TaskRecord]:
+        """Every done task whose output ``executor`` held back to pending, each
+        a recompute more; returns them in partition order.
+
+        What assigning ``state`` and ``recomputes`` task by task would do, in
+        one pass: a lost executor may hold thousands of a stage's outputs.
+        """
+        held = self.done_on.pop(executor, None)
+        if held is None:
+            return []
+        partitions = sorted(held.partitions)
+        tasks = [self.tasks[p] for p in partitions]
+        self.rows -= held.rows
+        self.bytes -= held.bytes
+        for task in tasks:
+            fields_ = task.__dict__
+            fields_["state"] = PENDING
+            fields_["recomputes"] += 1
+            self.changed.add(task.id)
+        self.done -= len(tasks)
+        self.totals["recomputes"] += len(tasks)
+        self._pending.update(partitions)
+        fresh = [p for p in partitions if p not in self._queued]
+        self._queued.update(fresh)
+        self._queue.extend(fresh)
+        heapq.heapify(self._queue)
+        return tasks
 
     def done_tasks_on(self, executor: ExecutorId) -> list[TaskRecord]:
         """Done tasks whose output ``executor`` holds, in partition order."""
