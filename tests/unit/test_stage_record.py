@@ -113,3 +113,22 @@ def test_tasks_sent_back_run_and_finish_again_with_the_counts_kept() -> None:
     assert _counts(rec) == _afresh(rec)
     assert _counts(rec)["held"] == {E1: ([0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11], 231, 2200)}
     assert not rec.complete  # task 9 still runs on e2
+
+
+def test_a_few_sent_back_into_a_long_queue_come_out_in_partition_order() -> None:
+    # Most of a big stage still pending: the few sent back are pushed one by
+    # one rather than the queue ordered again; the order must be the same.
+    stage = three_stage_plan(maps=100, reducers=2).stages[0]
+    rec = StageRecord(stage, [TaskRecord.fresh(TaskId(JOB, stage.id, p)) for p in range(100)])
+    launched = []
+    for task in rec.pending_tasks():  # as the state machine launches: off the queue
+        if len(launched) == 3:
+            break
+        task.state = Running(task.next_attempt(), E1, 0.0)
+        launched.append(task)
+    for task in launched:
+        task.state = _done(rec, task.id.partition, E1, seconds=1.0)
+    assert 0 not in rec._queued  # left the queue: sending it back must push it
+    rec.send_back(E1)
+    assert _counts(rec) == _afresh(rec)
+    assert _counts(rec)["next"] == list(range(100))

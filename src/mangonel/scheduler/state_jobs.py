@@ -384,8 +384,15 @@ class StageRecord:
         self._pending.update(partitions)
         fresh = [p for p in partitions if p not in self._queued]
         self._queued.update(fresh)
-        self._queue.extend(fresh)
-        heapq.heapify(self._queue)
+        queue = self._queue
+        if len(fresh) * 16 < len(queue):
+            # A few into a long queue (most of a big stage still pending):
+            # pushing each costs less than ordering the whole queue again.
+            for partition in fresh:
+                heapq.heappush(queue, partition)
+        else:
+            queue.extend(fresh)
+            heapq.heapify(queue)
         return tasks
 
     def done_tasks_on(self, executor: ExecutorId) -> list[TaskRecord]:
