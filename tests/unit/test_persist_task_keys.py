@@ -13,6 +13,7 @@ import pytest
 
 from mangonel.errors import StateStoreError
 from mangonel.ids import ExecutorId, JobId
+from mangonel.scheduler import persist
 from mangonel.scheduler.events import (
     Event,
     ExecutorConnected,
@@ -33,6 +34,7 @@ from mangonel.scheduler.persist import (
 )
 from mangonel.scheduler.state import SchedulerState
 from mangonel.scheduler.state_jobs import JobProgress, JobRecord
+from mangonel.scheduler.state_views import JobState
 from mangonel.task import ExecutorInfo, LaunchTask, PartitionOutput
 from mangonel.testing.scheduler_sim import CountingStore, SimConfig, simulate, synthetic_plan
 
@@ -182,3 +184,47 @@ def test_a_crash_between_the_commits_of_a_job_s_end_keeps_its_outcome() -> None:
     jobs = read_snapshot(store.load(), "test").jobs
     assert len(jobs) == 1, "the job's progress went before its outcome was written"
     assert jobs[0].outcome is not None
+
+
+def test_a_job_head_equal_to_the_last_one_written_is_not_encoded_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every task event gives the writer its job's head, built afresh; encoding
+    # one whose ``ran_on`` lists 1,000 executors cost more than the event.
+    encoded: list[object] = []
+    real = persist.encode
+
+    def counting(value: object) -> str:
+        encoded.append(value)
+        return real(value)
+
+    monkeypatch.setattr(persist, "encode", counting)
+    store = CountingStore()
+    writer = StateWriter(store, {})
+    key = job_key(J1, "progress")
+
+    def head(*ran_on: str) -> JobProgress:
+        return JobProgress(J1, 0.0, JobState.RUNNING, {}, ran_on=tuple(map(ExecutorId, ran_on)))
+
+    writer.commit({key: head("e1", "e2")})
+    written = store.bytes_written
+    writer.commit({key: head("e1", "e2")})  # equal, another object: neither encoded nor written
+    assert len(encoded) == 1 and store.bytes_written == written
+    writer.commit({key: head("e1", "e2", "e3")})
+    assert len(encoded) == 2 and store.bytes_written > written
+    assert decode(store.load()[key], JobProgress).ran_on == ("e1", "e2", "e3")
+    writer.commit({}, [key])
+    assert key not in store.load()
+    writer.commit({key: head("e1", "e2", "e3")})  # written again once the key went
+    assert decode(store.load()[key], JobProgress).ran_on == ("e1", "e2", "e3")
+
+
+def test_a_job_s_sorted_executors_follow_its_ran_on_as_it_grows() -> None:
+    plan = synthetic_plan(10, 2)
+    job = JobRecord.create(J1, plan, 0.0)
+    assert job.head().ran_on == ()
+    job.ran_on.add(ExecutorId("e2"))
+    job.ran_on.add(ExecutorId("e1"))
+    assert job.head().ran_on == ("e1", "e2")
+    job.ran_on.add(ExecutorId("e0"))
+    assert job.head().ran_on == job.progress().ran_on == ("e0", "e1", "e2")

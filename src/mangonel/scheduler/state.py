@@ -451,7 +451,7 @@ class SchedulerState:
             view=job.view(finished=step.now, error=None if state is JobState.SUCCEEDED else error),
             result=result,
             intermediate=intermediate,
-            ran_on=tuple(sorted(job.ran_on)),
+            ran_on=job.ran_on_sorted(),
         )
 
     def _release_result(self, job_id: JobId, step: _Step) -> None:

@@ -503,12 +503,25 @@ class JobRecord:
     """Tasks changed since the store was last given them (``take_changed``)."""
     scan_files: tuple[str, ...] = field(init=False)
     """The files its tasks' scan databases may read (``job_files``, ``TaskSpec.job_files``)."""
+    _ran_on_sorted: tuple[ExecutorId, ...] = field(default=(), init=False, repr=False)
 
     def __post_init__(self) -> None:
         for rec in self.stages.values():
             rec.changed = self.changed
         self.changed.clear()  # as created or restored: the store has them
         self.scan_files = job_files(self.plan)
+
+    def ran_on_sorted(self) -> tuple[ExecutorId, ...]:
+        """``ran_on`` in order, sorted again only when it grew.
+
+        ``ran_on`` only grows (an attempt's files stay until the job ends), so
+        one of the same size is the same set. The store's head asks on every
+        task event, and sorting a job's 1,000 executors each time cost more than
+        the event itself.
+        """
+        if len(self._ran_on_sorted) != len(self.ran_on):
+            self._ran_on_sorted = tuple(sorted(self.ran_on))
+        return self._ran_on_sorted
 
     @classmethod
     def create(cls, job: JobId, plan: DistributedPlan, now: float) -> JobRecord:
@@ -555,7 +568,7 @@ class JobRecord:
                 sid: StageProgress(rec.reruns, rec.tasks, rec.bounds)
                 for sid, rec in self.stages.items()
             },
-            ran_on=tuple(sorted(self.ran_on)),
+            ran_on=self.ran_on_sorted(),
             excluded=tuple(sorted(self.excluded)),
         )
 
@@ -568,7 +581,7 @@ class JobRecord:
             stages={
                 sid: StageProgress(rec.reruns, [], rec.bounds) for sid, rec in self.stages.items()
             },
-            ran_on=tuple(sorted(self.ran_on)),
+            ran_on=self.ran_on_sorted(),
             excluded=tuple(sorted(self.excluded)),
         )
 
