@@ -217,6 +217,12 @@ def test_a_job_head_equal_to_the_last_one_written_is_not_encoded_again(
     assert key not in store.load()
     writer.commit({key: head("e1", "e2", "e3")})  # written again once the key went
     assert decode(store.load()[key], JobProgress).ran_on == ("e1", "e2", "e3")
+    # A whole progress holds the live task lists: never taken as unchanged.
+    whole = JobRecord.create(J1, synthetic_plan(10, 2), 0.0).progress()
+    before = len(encoded)
+    writer.commit({key: whole})
+    writer.commit({key: whole})
+    assert len(encoded) == before + 2
 
 
 def test_a_job_s_sorted_executors_follow_its_ran_on_as_it_grows() -> None:

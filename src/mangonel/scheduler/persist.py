@@ -157,11 +157,15 @@ EXECUTORS_KEY = "executors"
 META_KEY = "meta"
 _CACHED = frozenset({EXECUTORS_KEY})
 """Keys whose objects are never changed once given to ``StateWriter.commit``."""
-_SNAPSHOTS = (JobProgress,)
-"""Types built afresh for every commit and never changed after (a job's head,
-``JobRecord.head``): one equal to the last put at its key has the same text.
-Comparing costs microseconds; encoding a head whose ``ran_on`` lists 1,000
-executors cost more than the task event that asked for it."""
+
+
+def _is_snapshot(value: object) -> bool:
+    """A value built afresh for every commit and never changed after: a job's
+    head (``JobRecord.head``, a ``JobProgress`` without tasks; one with tasks
+    holds the live task lists). One equal to the last put at its key has the
+    same text: comparing costs microseconds, while encoding a head whose
+    ``ran_on`` lists 1,000 executors cost more than the task event that asked."""
+    return isinstance(value, JobProgress) and not any(s.tasks for s in value.stages.values())
 
 
 def encode(value: object) -> str:
@@ -363,7 +367,7 @@ class StateWriter:
         changed: dict[str, str] = {}
         for key, value in puts.items():
             last = self._encoded.get(key)
-            snapshot = isinstance(value, _SNAPSHOTS)
+            snapshot = _is_snapshot(value)
             if last is not None and (last[0] is value or (snapshot and last[0] == value)):
                 text = last[1]
             else:

@@ -503,7 +503,9 @@ class JobRecord:
     """Tasks changed since the store was last given them (``take_changed``)."""
     scan_files: tuple[str, ...] = field(init=False)
     """The files its tasks' scan databases may read (``job_files``, ``TaskSpec.job_files``)."""
-    _ran_on_sorted: tuple[ExecutorId, ...] = field(default=(), init=False, repr=False)
+    _ran_on_sorted: tuple[ExecutorId, ...] = field(
+        default=(), init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         for rec in self.stages.values():
