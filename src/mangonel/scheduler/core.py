@@ -91,6 +91,7 @@ from mangonel.scheduler.events import (
 from mangonel.scheduler.hooks import NO_HOOK, EventHook
 from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.persist import (
+    BrokenJob,
     PersistedState,
     StateWriter,
     StoredPlan,
@@ -104,7 +105,7 @@ from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorListing
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob
 from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
-from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
+from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
 from mangonel.scheduler.telemetry import Telemetry
 from mangonel.security.auth import ANONYMOUS
@@ -278,7 +279,17 @@ class SchedulerCore:
                     dropped.append(table_key(name))
             running: list[StateJobRecord] = []
             finished: list[FinishedJob] = []
+            broken = list(snap.broken)
             for stored in snap.jobs:
+                if stored.outcome is None and stored.progress is not None:
+                    try:
+                        running.append(StateJobRecord.restore(stored.plan.plan, stored.progress))
+                    except Exception as exc:  # one job's record never stops the scheduler
+                        problem = f"its progress does not fit its plan ({exc})"
+                        log.exception("job %s cannot be restored: %s", stored.id, problem)
+                        keys = [k for k in data if k.startswith(job_key(stored.id, ""))]
+                        broken.append(BrokenJob(stored.id, problem, keys, stored.plan))
+                        continue
                 record = JobRecord.create(
                     stored.id, stored.plan.sql, stored.plan.plan, stored.plan.submitted
                 )
@@ -288,12 +299,18 @@ class SchedulerCore:
                 if stored.outcome is not None:
                     finished.append(stored.outcome)
                     record.update(stored.outcome.view, stored.plan.submitted, stored.outcome.result)
-                elif stored.progress is not None:
-                    running.append(StateJobRecord.restore(stored.plan.plan, stored.progress))
                 self._jobs[stored.id] = record
+            puts: dict[str, object] = {}
+            deletes = dropped + snap.stale
+            for job in broken:
+                outcome, plan = self._fail_broken(job)
+                finished.append(outcome)
+                puts[job_key(job.id, "plan")] = plan
+                puts[job_key(job.id, "outcome")] = outcome
+                deletes += [k for k in job.keys if k not in puts]
             self._state.restore(snap.executors, running, finished, snap.meta.no_executor_since)
-            if dropped:
-                self._write({}, dropped)
+            if puts or deletes:
+                self._write(puts, deletes)
             self._emit(lambda eid, now: SchedulerRecovered(eid, now))
             log.info(
                 "recovered from %s: %d tables, %d unfinished and %d finished jobs, %d executors "
@@ -306,10 +323,44 @@ class SchedulerCore:
             )
             return len(running)
 
+    def _fail_broken(self, job: BrokenJob) -> tuple[FinishedJob, StoredPlan]:
+        """A failed job in place of one whose record cannot be restored: its client
+        hears why, and the store holds a record a restart reads (what could be read
+        of its plan, else an empty plan with what its raw entry still said)."""
+        now = self._clock()
+        plan = job.plan
+        if plan is None:
+            f = job.fields
+            submitted = float(f.get("submitted", now))
+            plan = StoredPlan(
+                str(f.get("sql", "")),
+                submitted,
+                float(f.get("submitted_wall", submitted)),
+                DistributedPlan((), ()),
+                str(f.get("request_id", "")),
+                str(f.get("owner", "")),
+            )
+        error = (
+            f"the scheduler restarted and could not restore this job from its state store "
+            f"{self.store.url}: {job.problem}. The job was failed; submit the query again. "
+            "(The store was damaged or written by another mangonel version; the "
+            "scheduler's log has the details.)"
+        )
+        view = JobView(job.id, JobState.FAILED, plan.submitted, now, error, (), plan.sql)
+        record = JobRecord.create(job.id, plan.sql, plan.plan, plan.submitted)
+        record.submitted_wall = plan.submitted_wall
+        record.request_id = plan.request_id
+        record.owner = plan.owner
+        record.update(view, now)
+        self._jobs[job.id] = record
+        return FinishedJob(view), plan
+
     def final_stage(self, job: str) -> StageId | None:
         """The last stage of ``job``'s plan (``None`` once the job is forgotten)."""
         record = self._jobs.get(JobId(job))
-        return record.plan.final.id if record is not None else None
+        if record is None or not record.plan.stages:
+            return None
+        return record.plan.final.id
 
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.config.tick_interval_s):

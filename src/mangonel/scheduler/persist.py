@@ -124,17 +124,44 @@ class StoredJob:
 
 
 @dataclass
+class BrokenJob:
+    """A job whose record a restarted scheduler cannot take back: it fails the job
+    (its client hears why) and serves everything else.
+
+    Attributes:
+        id: The job.
+        problem: What is wrong, for the log and the client's error.
+        keys: Every key the store holds of the job (to be replaced by its outcome).
+        plan: Its plan, where that much was readable.
+        fields: What could be read of a plan that could not be decoded whole
+            (its SQL, owner, request id, submission time), as plain JSON values.
+    """
+
+    id: JobId
+    problem: str
+    keys: list[str] = field(default_factory=list)
+    plan: StoredPlan | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Snapshot:
     """Everything a restarted scheduler reads back."""
 
     tables: dict[str, StoredTable] = field(default_factory=dict)
     jobs: list[StoredJob] = field(default_factory=list)
+    broken: list[BrokenJob] = field(default_factory=list)
+    """Jobs whose records cannot be restored (see ``BrokenJob``)."""
+    stale: list[str] = field(default_factory=list)
+    """Keys left behind by a crash between the commits of one state change (a
+    finished job's progress and tasks beside its outcome, a forgotten job's
+    outcome without its plan): recovery deletes them."""
     executors: RegistrySnapshot | None = None
     meta: StoredMeta = field(default_factory=StoredMeta)
 
     @property
     def empty(self) -> bool:
-        return not self.tables and not self.jobs and self.executors is None
+        return not self.tables and not self.jobs and not self.broken and self.executors is None
 
 
 def table_key(name: str) -> str:
@@ -179,35 +206,39 @@ def decode(text: str, kind: type[Any]) -> Any:
 def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
     """Decode a store's keys.
 
+    A job's keys that cannot be read, or that do not fit its plan, make it a
+    ``BrokenJob`` (logged with what is wrong): one damaged job never keeps the
+    scheduler from starting. A table's entry that cannot be read is dropped
+    (logged) like a table whose files are gone.
+
     Raises:
-        StateStoreError: a key holds something this mangonel cannot read; the
-            message names the store and the key.
+        StateStoreError: a scheduler-wide key (``executors``, ``meta``, or one this
+            mangonel does not know) holds something this mangonel cannot read;
+            the message names the store and the key.
     """
     snap = Snapshot()
     plans: dict[JobId, StoredPlan] = {}
     progress: dict[JobId, JobProgress] = {}
     outcomes: dict[JobId, FinishedJob] = {}
     tasks: dict[JobId, list[TaskRecord]] = {}
+    keys: dict[JobId, list[str]] = {}
+    problems: dict[JobId, str] = {}
+    raw_plans: dict[JobId, str] = {}
     for key, text in sorted(data.items()):
+        parts = key.split("/")
+        if parts[0] == "jobs" and len(parts) >= 3:
+            job = JobId(parts[1])
+            keys.setdefault(job, []).append(key)
+            try:
+                _read_job_key(job, parts, text, plans, progress, outcomes, tasks)
+            except Exception as exc:
+                problems.setdefault(job, f"its entry {key!r} cannot be read ({exc})")
+                if parts[2:] == ["plan"]:
+                    raw_plans[job] = text
+            continue
         try:
-            parts = key.split("/")
             if parts[0] == "tables" and len(parts) == 2:
                 snap.tables[parts[1]] = decode(text, StoredTable)
-            elif parts[0] == "jobs" and len(parts) == 3:
-                job = JobId(parts[1])
-                if parts[2] == "plan":
-                    plans[job] = decode(text, StoredPlan)
-                elif parts[2] == "progress":
-                    progress[job] = decode(text, JobProgress)
-                elif parts[2] == "outcome":
-                    outcomes[job] = decode(text, FinishedJob)
-                else:
-                    raise ValueError("unknown job part")
-            elif parts[0] == "jobs" and len(parts) == 5 and parts[2] == "tasks":
-                task = decode(text, TaskRecord)
-                if (str(task.id.stage), str(task.id.partition)) != (parts[3], parts[4]):
-                    raise ValueError(f"the key holds task {task.id}")
-                tasks.setdefault(JobId(parts[1]), []).append(task)
             elif key == EXECUTORS_KEY:
                 snap.executors = decode(text, RegistrySnapshot)
             elif key == META_KEY:
@@ -215,29 +246,107 @@ def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
             else:
                 raise ValueError("unknown key")
         except Exception as exc:
+            if parts[0] == "tables":
+                log.error("the table entry %r cannot be read, so it is dropped: %s", key, exc)
+                continue
             raise StateStoreError(
                 f"the state store {where} holds an entry this mangonel cannot read "
                 f"({key!r}: {exc}); it was written by another version or damaged. Move the "
                 "store aside (or use another --state) to start with an empty state."
             ) from exc
-    for job, plan in plans.items():
+    for job in keys:
+        plan = plans.get(job)
         head = progress.get(job)
-        if head is not None and job in tasks:
-            try:
-                _fill_tasks(head, plan, tasks[job])
-            except ValueError as exc:
-                raise StateStoreError(
-                    f"the state store {where} holds tasks of job {job} that do not match its "
-                    f"plan ({exc}); it was damaged. Move the store aside (or use another "
-                    "--state) to start with an empty state."
-                ) from exc
-        stored = StoredJob(job, plan, head, outcomes.get(job))
-        if stored.progress is None and stored.outcome is None:
-            log.warning("job %s has a plan but no progress in the store; it is dropped", job)
+        outcome = outcomes.get(job)
+        problem = problems.get(job)
+        if outcome is not None:
+            # It ended: whatever else is left of it (a crash between the commits of
+            # its end) is superseded by its outcome; without its plan it was being
+            # forgotten (``ForgetJob``).
+            ended = [job_key(job, "plan"), job_key(job, "outcome")]
+            if plan is None:
+                snap.stale += keys[job]
+            else:
+                snap.jobs.append(StoredJob(job, plan, None, outcome))
+                snap.stale += [k for k in keys[job] if k not in ended]
             continue
-        snap.jobs.append(stored)
+        if problem is None and plan is None:
+            problem = "its plan is missing"
+        if problem is None and plan is not None and head is not None:
+            try:
+                _fill_tasks(head, plan, tasks.get(job, []))
+            except ValueError as exc:
+                problem = f"its tasks do not match its plan ({exc})"
+        if problem is None and head is None:
+            if plan is not None and job not in tasks:
+                # Planned, and the scheduler died before its first state was written.
+                log.warning("job %s has a plan but no progress in the store; it is dropped", job)
+                snap.stale += keys[job]
+                continue
+            problem = "its progress is missing"
+        if problem is not None:
+            snap.broken.append(_broken(job, problem, keys[job], plan, raw_plans.get(job), where))
+            continue
+        assert plan is not None
+        snap.jobs.append(StoredJob(job, plan, head, None))
     snap.jobs.sort(key=lambda j: j.plan.submitted)
     return snap
+
+
+def _read_job_key(
+    job: JobId,
+    parts: list[str],
+    text: str,
+    plans: dict[JobId, StoredPlan],
+    progress: dict[JobId, JobProgress],
+    outcomes: dict[JobId, FinishedJob],
+    tasks: dict[JobId, list[TaskRecord]],
+) -> None:
+    """Decode one of a job's keys into its dictionary; raises what decoding raises."""
+    if len(parts) == 3 and parts[2] == "plan":
+        plans[job] = decode(text, StoredPlan)
+    elif len(parts) == 3 and parts[2] == "progress":
+        progress[job] = decode(text, JobProgress)
+    elif len(parts) == 3 and parts[2] == "outcome":
+        outcomes[job] = decode(text, FinishedJob)
+    elif len(parts) == 5 and parts[2] == "tasks":
+        task = decode(text, TaskRecord)
+        if (str(task.id.stage), str(task.id.partition)) != (parts[3], parts[4]):
+            raise ValueError(f"the key holds task {task.id}")
+        tasks.setdefault(job, []).append(task)
+    else:
+        raise ValueError("unknown job part")
+
+
+def _broken(
+    job: JobId,
+    problem: str,
+    keys: list[str],
+    plan: StoredPlan | None,
+    raw_plan: str | None,
+    where: str,
+) -> BrokenJob:
+    log.error(
+        "the state store %s holds job %s in a form this scheduler cannot restore: %s; "
+        "the job is failed and everything else served",
+        where,
+        job,
+        problem,
+    )
+    fields: dict[str, Any] = {}
+    if raw_plan is not None:
+        try:
+            loaded = json.loads(raw_plan)
+        except ValueError:
+            loaded = None
+        if isinstance(loaded, dict):
+            fields = {
+                k: v
+                for k, v in loaded.items()
+                if k in ("sql", "submitted", "submitted_wall", "request_id", "owner")
+                and isinstance(v, str | float | int)
+            }
+    return BrokenJob(job, problem, keys, plan, fields)
 
 
 def _fill_tasks(head: JobProgress, plan: StoredPlan, tasks: list[TaskRecord]) -> None:
