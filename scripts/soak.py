@@ -194,7 +194,9 @@ class Soak:
             try:
                 getattr(self, fault)(cluster)
             except Exception as exc:  # noqa: BLE001 - reported, the run goes on
-                self.fail(f"fault {fault} could not be carried out: {type(exc).__name__}: {exc}")
+                # A process's error carries its log's tail: its end says why.
+                said = str(exc)[-1500:]
+                self.fail(f"fault {fault} could not be carried out: {type(exc).__name__}: {said}")
             else:
                 self.faults[fault] += 1
                 print(f"fault: {fault}", flush=True)
