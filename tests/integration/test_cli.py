@@ -133,11 +133,17 @@ def test_status_lists_executors(standalone: str) -> None:
     assert done.stdout.count(" alive ") == 2
 
 
-def test_unreachable_scheduler_says_how_to_start_one() -> None:
-    done = mangonel("--scheduler", "127.0.0.1:1", "tables")
+def test_unreachable_scheduler_is_waited_for_saying_so_then_says_how_to_start_one() -> None:
+    started = time.monotonic()
+    done = mangonel("--scheduler", "127.0.0.1:1", "tables", "--connect-wait", "1.5")
+    took = time.monotonic() - started
     assert done.returncode == 1
-    assert "cannot reach the scheduler at 127.0.0.1:1" in done.stderr
-    assert "mangonel standalone" in done.stderr
+    told, error = done.stderr.strip().splitlines()  # one line of each, nothing else
+    assert told.startswith("mangonel: waiting up to 1.5 s for the scheduler at 127.0.0.1:1")
+    assert "(connection refused)" in told and "--connect-wait" in told
+    assert error.startswith("error: cannot reach the scheduler at 127.0.0.1:1")
+    assert "tried for 1.5 s" in error and "mangonel standalone" in error
+    assert took >= 1.5  # it waited, and then gave up (in well under the default 30 s)
 
 
 def test_standalone_stops_its_processes(tmp_path: Path) -> None:
