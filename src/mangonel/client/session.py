@@ -800,10 +800,9 @@ def connect(
     started yet, restarting, its standby taking over) is waited for up to
     ``connect_wait_s`` (30 s), then ``ClusterError``. Later, a scheduler that
     restarts or fails over is waited for up to ``reconnect_s``: a running query
-    just takes longer. On a
-    scheduler with users give ``user`` and ``password`` (a login on the first
-    call; a wrong one raises ``AuthenticationError``), or a ``token``.
-    See ``Session`` for the other arguments.
+    just takes longer. On a scheduler with users give ``user`` and ``password``
+    (a login on the first call; a wrong one raises ``AuthenticationError``), or
+    a ``token``. See ``Session`` for the other arguments.
     """
     return Session(
         address,
