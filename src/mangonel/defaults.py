@@ -186,6 +186,18 @@ MINTED_TOKEN_TTL_S = 30 * 24 * 3600.0
 """Seconds a token made with ``mangonel users token`` (for scripts and BI
 tools, which hold no password) is valid unless ``--ttl`` says otherwise."""
 
+# --------------------------------------------------------------------- client
+
+CONNECT_WAIT_S = 30.0
+"""Seconds a client session waits for a scheduler it never reached that refuses
+connections (not started yet, restarting, its standby taking over) before the
+error: long enough for a scheduler's start or a failover, short enough that a
+wrong address fails soon (the command line says that it waits, and for whom)."""
+
+RECONNECT_S = 60.0
+"""Seconds a client session keeps trying once a scheduler answered and then none
+does (a restart, a failover, a cut link) before the error."""
+
 # -------------------------------------------------------------- local cluster
 
 LOCAL_EXECUTORS = 2

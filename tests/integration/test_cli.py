@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -133,11 +134,46 @@ def test_status_lists_executors(standalone: str) -> None:
     assert done.stdout.count(" alive ") == 2
 
 
-def test_unreachable_scheduler_says_how_to_start_one() -> None:
-    done = mangonel("--scheduler", "127.0.0.1:1", "tables")
+def test_unreachable_scheduler_is_waited_for_saying_so_then_says_how_to_start_one() -> None:
+    started = time.monotonic()
+    done = mangonel("--scheduler", "127.0.0.1:1", "tables", "--connect-wait", "1.5")
+    took = time.monotonic() - started
     assert done.returncode == 1
-    assert "cannot reach the scheduler at 127.0.0.1:1" in done.stderr
-    assert "mangonel standalone" in done.stderr
+    told, error = done.stderr.strip().splitlines()  # one line of each, nothing else
+    assert told.startswith("mangonel: waiting up to 1.5 s for the scheduler at 127.0.0.1:1")
+    assert "(connection refused)" in told and "--connect-wait" in told
+    assert error.startswith("error: cannot reach the scheduler at 127.0.0.1:1")
+    assert "tried for 1.5 s" in error and "mangonel standalone" in error
+    assert took >= 1.5  # it waited, and then gave up (in well under the default 30 s)
+
+
+@pytest.mark.timeout(120)
+def test_a_query_sent_before_the_cluster_starts_waits_for_it(work_dir: Path) -> None:
+    """`mangonel sql` started before its scheduler and executors (as in a compose
+    file that starts them all at once): it says once that it waits, then answers."""
+    from mangonel import LocalCluster
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address = f"127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mangonel", "--scheduler", address, "sql",
+         "SELECT sum(x) AS n FROM (VALUES (20), (22)) t(x)"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        told = proc.stderr.readline()  # blocks until the client waits (or exits)
+        assert told.startswith(f"mangonel: waiting up to 30 s for the scheduler at {address}")
+        assert "(connection refused)" in told
+        with LocalCluster(executors=1, scheduler_port=port, work_dir=work_dir / "c"):
+            out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "42" in out.split(), out
+    assert "waiting" not in err  # said once
 
 
 def test_standalone_stops_its_processes(tmp_path: Path) -> None:

@@ -207,12 +207,16 @@ def test_killed_executor_is_lost_at_once(cluster: Any, session: Any) -> None:
     assert session.sql("SELECT count(*) AS n FROM nation").num_rows == 1
 
 
-def test_unreachable_scheduler_is_a_cluster_error() -> None:
+def test_unreachable_scheduler_is_a_cluster_error_after_connect_wait_s() -> None:
+    told: list[str] = []
+    started = time.monotonic()
     with (
-        mangonel.connect("127.0.0.1:1") as s,
+        mangonel.connect("127.0.0.1:1", connect_wait_s=1.0, on_wait=told.append) as s,
         pytest.raises(mangonel.ClusterError, match="cannot reach the scheduler at 127.0.0.1:1"),
     ):
         s.tables()
+    assert time.monotonic() - started >= 1.0
+    assert told == ["waiting up to 1 s for the scheduler at 127.0.0.1:1 (connection refused)"]
 
 
 def test_cluster_stops_every_process(tmp_path: Path) -> None:

@@ -187,6 +187,72 @@ def test_secured_scheduler_killed_and_restarted_mid_query(
         assert "refused a Flight ticket" not in path.read_text(errors="replace"), path
 
 
+def new_jobs(session: Session, before: set[str]) -> list[str]:
+    return [j.job_id for j in session.status().jobs if j.job_id not in before]
+
+
+def test_a_query_sent_while_the_scheduler_is_down_waits_for_it_and_runs_once(
+    cluster: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """A session that never reached a scheduler, whose query is sent while none
+    listens: it says that it waits (connection refused), tries again with growing
+    pauses, and once the scheduler is back the query runs, once."""
+    number = 3
+    with cluster.connect() as session:
+        before = {j.job_id for j in session.status().jobs}
+    cluster.kill_scheduler()
+    told: list[str] = []
+    outcome: dict[str, Any] = {}
+    with Session(cluster.address, security=cluster.client_security, on_wait=told.append) as fresh:
+
+        def run() -> None:
+            try:
+                outcome["result"] = fresh.sql(tpch_query(number))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                outcome["error"] = exc
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        deadline = time.monotonic() + 10
+        while not told and runner.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert told, f"the client did not say it waits: {outcome}"
+        time.sleep(1.0)  # a few more refused tries: the scheduler comes back later
+        cluster.restart_scheduler()
+        runner.join(120)
+    assert not runner.is_alive(), "the query did not finish after the scheduler came back"
+    assert "error" not in outcome, f"the query failed: {outcome['error']!r}"
+    result: Result = outcome["result"]
+    check(result, number, duckdb_ref)
+    assert len(result.stages) > 1, result.stages  # it ran distributed
+    assert told == [
+        f"waiting up to 30 s for the scheduler at {cluster.address} (connection refused)"
+    ]
+    with cluster.connect() as session:
+        assert new_jobs(session, before) == [result.job_id]
+        wait_for_reattach(cluster, session)
+
+
+def test_a_first_submission_lost_to_a_crash_is_sent_again_and_runs_once(
+    cluster: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """The scheduler dies having stored the job but before answering the submission,
+    the session's first call: the session waits for it (the call failed, then
+    connections are refused) and submits again with the same request id, which
+    the restarted scheduler read back from its store: the stored job, not another."""
+    number = 18
+    with cluster.connect() as session:
+        before = {j.job_id for j in session.status().jobs}
+    with Session(cluster.address, security=cluster.client_security) as fresh:
+        result, _ = run_through_crash(
+            cluster, fresh, tpch_query(number), CRASH_POINTS["after_planning"]
+        )
+    check(result, number, duckdb_ref)
+    with cluster.connect() as session:
+        assert new_jobs(session, before) == [result.job_id]
+        wait_for_reattach(cluster, session)
+
+
 def holders_of_final_inputs(cluster: LocalCluster) -> set[str]:
     """Executors that hold, per the stopped scheduler's store, outputs its final stages read."""
     store = SqliteStateStore(cluster.state.removeprefix("sqlite://"))

@@ -13,6 +13,9 @@ Every client command talks to the scheduler given by ``--scheduler`` (default
 of ``--tls-dir`` (default ``$MANGONEL_TLS_DIR``) when given, as the user given by
 ``--user`` (password from ``$MANGONEL_PASSWORD`` or a prompt) or with the token
 given by ``--token`` (default ``$MANGONEL_TOKEN``) when the scheduler has users.
+A scheduler that refuses connections (not started yet, restarting, its standby
+taking over) is waited for up to ``--connect-wait`` seconds (default
+``$MANGONEL_CONNECT_WAIT`` or 30), saying so once on stderr.
 Errors are printed in one line and exit with code 1, without a traceback.
 """
 
@@ -67,6 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("MANGONEL_SCHEDULER", DEFAULT_ADDRESS),
         metavar="HOST:PORT",
         help="scheduler to talk to (default: $MANGONEL_SCHEDULER or %(default)s)",
+    )
+    parser.add_argument(
+        "--connect-wait",
+        type=_seconds,
+        default=os.environ.get("MANGONEL_CONNECT_WAIT", f"{defaults.CONNECT_WAIT_S:g}"),
+        metavar="SECONDS",
+        help=_CONNECT_WAIT_HELP
+        + f" (default: $MANGONEL_CONNECT_WAIT or {defaults.CONNECT_WAIT_S:g})",
     )
     parser.add_argument(
         "--user",
@@ -461,7 +472,32 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="HOST:PORT",
                 help="scheduler to talk to",
             )
+        if name not in ("scheduler", "standalone", "demo", "executor", "certs", "users"):
+            command.add_argument(
+                "--connect-wait",
+                type=_seconds,
+                default=argparse.SUPPRESS,
+                metavar="SECONDS",
+                help=_CONNECT_WAIT_HELP,
+            )
     return parser
+
+
+_CONNECT_WAIT_HELP = (
+    "how long to wait for a scheduler that refuses connections or whose name does not "
+    "resolve (not started yet, restarting, its standby taking over) before giving up, "
+    "saying so once on stderr; 0: fail at once. A query submitted meanwhile runs once"
+)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
 
 
 def _web_options(p: argparse.ArgumentParser) -> None:
@@ -870,7 +906,8 @@ def _query_text(args: argparse.Namespace) -> str | None:
 
 def _session(args: argparse.Namespace) -> Session:
     """A session with ``--scheduler`` as ``--user`` (or with ``--token``), if given,
-    over TLS with ``--tls-dir``'s client files."""
+    over TLS with ``--tls-dir``'s client files, waiting ``--connect-wait`` for a
+    scheduler that is not there yet (said once on stderr)."""
     tls_dir = getattr(args, "tls_dir", None)
     given = security.SecurityOptions.from_tls_dir(tls_dir, "client") if tls_dir else None
     if args.user:
@@ -884,8 +921,22 @@ def _session(args: argparse.Namespace) -> Session:
             import getpass
 
             password = getpass.getpass(f"password for {args.user}: ")
-        return Session(args.scheduler, security=given, user=args.user, password=password)
-    return Session(args.scheduler, security=given, token=args.token or None)
+    else:
+        password = None
+    return Session(
+        args.scheduler,
+        security=given,
+        user=args.user or None,
+        password=password,
+        token=None if args.user else (args.token or None),
+        connect_wait_s=args.connect_wait,
+        on_wait=_tell_waiting,
+    )
+
+
+def _tell_waiting(line: str) -> None:
+    # Said once, so that a wrong address is not a silent wait.
+    print(f"mangonel: {line}; Ctrl-C to stop, --connect-wait to change", file=sys.stderr)
 
 
 def _print_result(result: Result, max_rows: int, stages: bool = False) -> None:

@@ -694,7 +694,9 @@ class LocalCluster:
         """
         count = len(self.executors) if count is None else count
         deadline = time.monotonic() + (self.start_timeout if timeout is None else timeout)
-        with self.connect() as session:
+        # No waiting inside the session: this loop polls, and looks at the processes
+        # between polls (a scheduler that died is an error now, not in 30 s).
+        with self.connect(connect_wait_s=0) as session:
             while True:
                 if self.scheduler is not None:
                     self._check_alive(self.scheduler)
@@ -726,16 +728,27 @@ class LocalCluster:
     # ------------------------------------------------------------------- clients
 
     def connect(
-        self, user: str | None = None, password: str | None = None, token: str | None = None
+        self,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        connect_wait_s: float = defaults.CONNECT_WAIT_S,
     ) -> Session:
         """A client session with this cluster's scheduler (with its client files when secure).
 
         With ``users`` and no credentials given: logged in as the first admin.
+        ``connect_wait_s``: how long the session waits for a scheduler it never
+        reached that refuses connections (``Session``).
         """
         if self.users is not None and user is None and token is None:
             user, (password, _) = next((n, u) for n, u in self.users.items() if u[1])
         return Session(
-            self.address, security=self.client_security, user=user, password=password, token=token
+            self.address,
+            security=self.client_security,
+            user=user,
+            password=password,
+            token=token,
+            connect_wait_s=connect_wait_s,
         )
 
     # ------------------------------------------------------------------ processes
@@ -790,7 +803,7 @@ class LocalCluster:
 
     def add_executor(self, wait: bool = True) -> ExecutorHandle:
         """Start one more executor; by default wait until it registered."""
-        with self.connect() as session:
+        with self.connect(connect_wait_s=0) as session:
             registered = self._match_ids(session)
         handle = self._spawn_executor()
         if wait:

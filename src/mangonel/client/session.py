@@ -17,6 +17,11 @@ link into an error within seconds. How long all this goes on is the caller's
 choice: the query's ``timeout_s`` (then ``QueryTimeoutError``), else
 ``reconnect_s`` without an answer (then ``ClusterError``).
 
+A scheduler never reached yet that refuses connections (it is starting or
+restarting, its standby is taking over) is waited for up to ``connect_wait_s``,
+with growing pauses (``client.retry``); a submission made meanwhile keeps its
+request id, so it runs once.
+
 On a scheduler with users, a session logs in once (``user`` and ``password``:
 the ``Authenticate`` call) or holds a ``token``, and sends the token with every
 call (``authorization: Bearer``). A session with the password logs in again
@@ -40,6 +45,7 @@ import grpc
 import pyarrow as pa
 
 from mangonel import defaults
+from mangonel.client import retry
 from mangonel.client.fetch import (
     FlightPool,
     ResultUnavailableError,
@@ -68,6 +74,7 @@ from mangonel.errors import (
     ClusterError,
     JobCancelledError,
     JobFailedError,
+    MangonelError,
     QueryTimeoutError,
 )
 from mangonel.proto import convert
@@ -219,9 +226,8 @@ class Session:
         reconnect_s: Once a scheduler answered, how long to keep trying when
             none does (it restarts, the standby takes over, or the network
             between is cut): a waiting query watches its job again on the
-            scheduler that answers. A scheduler never reached at all is an
-            error at once. A query with a timeout keeps trying until its
-            timeout instead.
+            scheduler that answers. A query with a timeout keeps trying until
+            its timeout instead.
         query_timeout_s: The default ``timeout_s`` of ``sql``: the most a query
             may take, from submission to its last byte read; ``None``: no limit.
         keepalive_s: Ping the scheduler and executors this often during a call
@@ -234,6 +240,15 @@ class Session:
         password: ``user``'s password; kept to log in again when the token expires.
         token: A bearer token (``mangonel users token``, or another session's)
             instead of a user name and password.
+        connect_wait_s: Before any scheduler answered this session, how long
+            to keep trying one that refuses connections, or whose name does
+            not resolve yet (it is starting, restarting, or its standby is
+            taking over); 0: an error at once. A failure waiting does not mend
+            (a TLS mismatch) is an error after a second try, and an answer (a
+            ``QueryError``, a refused login) is never tried again. A query's
+            timeout bounds the wait too.
+        on_wait: Called once with a line to show (whom the session waits for,
+            how long, and why) when it starts such a wait; ``None``: logged.
 
     Raises:
         ValueError: a password without a user, or a user without a password or token.
@@ -243,7 +258,7 @@ class Session:
         self,
         address: str = DEFAULT_ADDRESS,
         timeout_s: float = 60.0,
-        reconnect_s: float = 60.0,
+        reconnect_s: float = defaults.RECONNECT_S,
         query_timeout_s: float | None = None,
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
         security: SecurityOptions | None = None,
@@ -251,10 +266,14 @@ class Session:
         user: str | None = None,
         password: str | None = None,
         token: str | None = None,
+        connect_wait_s: float = defaults.CONNECT_WAIT_S,
+        on_wait: Callable[[str], None] | None = None,
     ) -> None:
         self.addresses = [a.strip() for a in address.split(",") if a.strip()] or [DEFAULT_ADDRESS]
         self._timeout_s = timeout_s
         self._reconnect_s = reconnect_s
+        self._connect_wait_s = connect_wait_s
+        self._on_wait = on_wait
         self._query_timeout_s = query_timeout_s
         tls_material = TlsMaterial.load(security)
         self._tls = tls_material is not None
@@ -303,7 +322,7 @@ class Session:
         is tried again too, and trying ends at the deadline. A session with a
         password logs in first when due, and again once if the token is refused.
         """
-        give_up: float | None = None
+        trying: retry.Trying | None = None
         logged_in_again = False
         if method != "Authenticate" and self._login.due():
             self.log_in()
@@ -317,7 +336,7 @@ class Session:
                 if method != "Authenticate" and not logged_in_again and self._refused(err):
                     logged_in_again = True
                     continue
-                give_up = self._next_scheduler(err, give_up, deadline=deadline)
+                trying = self._next_scheduler(err, trying, deadline=deadline)
 
     def _refused(self, err: grpc.RpcError) -> bool:
         """Whether ``err`` refused our token and a new login got another (try again)."""
@@ -352,45 +371,76 @@ class Session:
     def _next_scheduler(
         self,
         err: grpc.RpcError,
-        give_up: float | None,
+        trying: retry.Trying | None,
         gone: tuple[grpc.StatusCode, ...] = (),
         deadline: _Deadline | None = None,
-    ) -> float:
-        """After ``err``, move to the next scheduler and return the time to give up at.
+    ) -> retry.Trying:
+        """After ``err``, move to the next scheduler (pausing after a full round of
+        them) and return the stretch of trying that ``err`` is part of.
 
-        Raises the error itself unless it says the scheduler is unreachable (or
+        Raises the error itself unless it says the scheduler is unavailable (or
         its code is in ``gone``, or it timed out under a query's ``deadline``);
-        ``ClusterError`` once no scheduler answered for ``reconnect_s`` (at once
-        when none ever answered this session); ``QueryTimeoutError`` once the
-        query's deadline passed.
+        ``ClusterError`` once no scheduler answered for ``reconnect_s``, or,
+        before any answered this session, once they refused connections for
+        ``connect_wait_s`` (after a second try for a failure that waiting does
+        not mend: ``retry.Trying.note``);
+        ``QueryTimeoutError`` once the query's deadline passed.
         """
         code = err.code() if isinstance(err, grpc.Call) else None
-        retry = code is grpc.StatusCode.UNAVAILABLE or code in gone
+        unavailable = code is grpc.StatusCode.UNAVAILABLE
+        again = unavailable or code in gone
         if deadline is not None and code is grpc.StatusCode.DEADLINE_EXCEEDED:
-            retry = True  # a silent link, or the query's deadline: see below
-        if not retry:
+            again = True  # a silent link, or the query's deadline: see below
+        if not again:
             raise translate(err, self.address, self._tls) from None
-        if deadline is not None and self._answered:
+        if deadline is not None:
             deadline.check(f"the scheduler at {self.address} did not answer")
         now = time.monotonic()
-        if give_up is None:
-            if not self._answered:
-                give_up = now
-            elif deadline is not None and deadline.at is not None:
-                give_up = deadline.at
-            else:
-                give_up = now + self._reconnect_s
+        if trying is None:
+            trying = retry.Trying(now, self._give_up_at(now, deadline))
+        if not self._answered:
+            details = (err.details() if isinstance(err, grpc.Call) else None) or ""
+            trying.note(retry.absent_reason(details) if unavailable else None, now)
         failed = self.address
         self._current = (self._current + 1) % len(self.addresses)
-        if self._current == 0 and now >= give_up:
-            if len(self.addresses) == 1:
-                raise translate(err, failed, self._tls) from None
-            raise ClusterError(
-                f"cannot reach any scheduler of {', '.join(self.addresses)}; are they running?"
-            ) from None
-        if self._current == 0:
-            time.sleep(0.2)  # a full round failed: the leader may be restarting
-        return give_up
+        if self._current != 0:
+            return trying  # the next address, at once
+        if now >= trying.until:
+            raise self._gave_up(err, failed, trying, now) from None
+        if trying.absent is not None and not trying.told:
+            trying.told = True
+            wait_s = trying.until - trying.started
+            line = retry.waiting_message(self.addresses, trying.absent, wait_s)
+            if self._on_wait is not None:
+                self._on_wait(line)
+            else:
+                log.warning("%s", line)
+        # A full round failed: the leader may be restarting, or not there yet.
+        pause = trying.pause(now)
+        time.sleep(pause if deadline is None else deadline.cap(pause))
+        return trying
+
+    def _give_up_at(self, now: float, deadline: _Deadline | None) -> float:
+        """When a stretch of trying that begins ``now`` ends (``time.monotonic()``)."""
+        at = None if deadline is None else deadline.at
+        span = self._reconnect_s if self._answered else self._connect_wait_s
+        if self._answered and at is not None:
+            return at  # a query with a timeout tries until then
+        return now + span if at is None else min(at, now + span)
+
+    def _gave_up(
+        self, err: grpc.RpcError, failed: str, trying: retry.Trying, now: float
+    ) -> MangonelError:
+        """The error once ``trying`` ended without an answer (``failed``: the last tried)."""
+        if trying.absent is not None:
+            return ClusterError(
+                retry.gave_up_message(self.addresses, trying.absent, now - trying.started)
+            )
+        if len(self.addresses) == 1:
+            return translate(err, failed, self._tls)
+        return ClusterError(
+            f"cannot reach any scheduler of {', '.join(self.addresses)}; are they running?"
+        )
 
     def close(self) -> None:
         self._flight.close()
@@ -662,7 +712,7 @@ class Session:
     ) -> pb.JobStatus:
         """Follow the job to its end: across a scheduler restart or failover, and a
         cut link (noticed by keepalive pings), watching it again where it stands."""
-        give_up: float | None = None
+        trying: retry.Trying | None = None
         broken: float | None = None  # since when the watch is down
         logged_in_again = False
         while True:
@@ -675,7 +725,7 @@ class Session:
                     timeout=deadline.left(),
                 )
                 for msg in call:
-                    self._answered, give_up = True, None
+                    self._answered, trying = True, None
                     if broken is not None:
                         log.info(
                             "watching job %s again on the scheduler at %s, %.1f s after "
@@ -703,16 +753,17 @@ class Session:
                     broken = time.monotonic()
                     log.info("the watch of job %s broke (%s); trying again", job_id, _why(err))
                 # A scheduler that stops cancels its streams: it went away too.
-                give_up = self._next_scheduler(err, give_up, (grpc.StatusCode.CANCELLED,), deadline)
+                trying = self._next_scheduler(err, trying, (grpc.StatusCode.CANCELLED,), deadline)
                 continue
             if final is None:
                 # The stream ended without an end state: the scheduler stopped.
                 deadline.check(f"the scheduler at {self.address} stopped")
-                if give_up is None:
-                    give_up = time.monotonic() + self._reconnect_s
-                if time.monotonic() >= give_up:
+                now = time.monotonic()
+                if trying is None:
+                    trying = retry.Trying(now, self._give_up_at(now, deadline))
+                if now >= trying.until:
                     raise unreachable(self.address)
-                time.sleep(0.2)
+                time.sleep(deadline.cap(trying.pause(now)))
                 continue
             return final
 
@@ -732,7 +783,7 @@ class Session:
 def connect(
     address: str = DEFAULT_ADDRESS,
     timeout_s: float = 60.0,
-    reconnect_s: float = 60.0,
+    reconnect_s: float = defaults.RECONNECT_S,
     query_timeout_s: float | None = None,
     keepalive_s: float = DEFAULT_KEEPALIVE_S,
     security: SecurityOptions | None = None,
@@ -740,15 +791,18 @@ def connect(
     user: str | None = None,
     password: str | None = None,
     token: str | None = None,
+    connect_wait_s: float = defaults.CONNECT_WAIT_S,
+    on_wait: Callable[[str], None] | None = None,
 ) -> Session:
     """A session with the scheduler at ``address`` (``host:port``, or several comma-separated).
 
-    The connection opens on the first call; an unreachable scheduler raises
-    ``ClusterError`` there. Later, a scheduler that restarts or fails over is
-    waited for up to ``reconnect_s``: a running query just takes longer. On a
-    scheduler with users give ``user`` and ``password`` (a login on the first
-    call; a wrong one raises ``AuthenticationError``), or a ``token``.
-    See ``Session`` for the other arguments.
+    The connection opens on the first call: a scheduler that refuses it (not
+    started yet, restarting, its standby taking over) is waited for up to
+    ``connect_wait_s`` (30 s), then ``ClusterError``. Later, a scheduler that
+    restarts or fails over is waited for up to ``reconnect_s``: a running query
+    just takes longer. On a scheduler with users give ``user`` and ``password``
+    (a login on the first call; a wrong one raises ``AuthenticationError``), or
+    a ``token``. See ``Session`` for the other arguments.
     """
     return Session(
         address,
@@ -760,4 +814,6 @@ def connect(
         user=user,
         password=password,
         token=token,
+        connect_wait_s=connect_wait_s,
+        on_wait=on_wait,
     )
