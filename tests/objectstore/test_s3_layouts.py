@@ -1,18 +1,20 @@
-"""TPC-H from object storage as the planner plans it by default: small tables, one task.
+"""TPC-H and TPC-DS from object storage as planned by default: small tables, one task.
 
-At SF 0.1 and the default split sizes, most TPC-H plans are one stage whose task
-scans every table it reads, each an Arrow stream that pyarrow reads from S3
-(``runner._read_scan``). Such a fragment may name one scan twice: q20's filter on
-``part``, a subquery the planner copies into the semi-join that cuts ``lineitem``
-down, read it twice, and the stream failed its second read ("This
+At SF 0.1 and the default split sizes, most plans are one stage whose task scans
+every table it reads, each an Arrow stream that pyarrow reads from S3
+(``runner._read_scan``). Such a fragment may name one scan twice: TPC-H q20's
+filter on ``part``, a subquery the planner copies into the semi-join that cuts
+``lineitem`` down, read it twice, and the stream failed its second read ("This
 RecordBatchReader has already been consumed"), where local files, read by
 DuckDB's own reader, are read again. ``test_s3_cluster.py`` runs with small
-splits, whose plans are several stages, and never met it.
+splits, whose plans are several stages, and never met it. TPC-DS met it too:
+q33, q56 and q60 name a filter on ``item`` twice, q58 and q83 one on ``date_dim``
+(the only one-stage TPC-DS plans at SF 0.1 that name a scan twice).
 
 A scheduler and 2 executor processes read the tables from a real S3 server
-(moto's), every table registered the same way in each layout (one object per
-table, a prefix, a glob); every answer is checked against single-process DuckDB
-over the same data as local files.
+(moto's), every TPC-H table registered the same way in each layout (one object
+per table, a prefix, a glob), TPC-DS one object per table; every answer is
+checked against single-process DuckDB over the same data as local files.
 """
 
 from __future__ import annotations
@@ -24,7 +26,17 @@ from typing import Any
 
 import duckdb
 import pytest
-from helpers import TPCH_ORDER_BY, assert_same_result, explain_stage_count, tpch_query
+from helpers import (
+    TPCDS_TABLES,
+    TPCH_ORDER_BY,
+    assert_same_result,
+    duckdb_views_sql,
+    ensure_tpcds,
+    explain_stage_count,
+    order_by_outputs,
+    tpcds_query,
+    tpch_query,
+)
 from s3server import S3TestServer
 
 from mangonel.storage import StorageOptions
@@ -32,6 +44,11 @@ from mangonel.storage import StorageOptions
 QUERIES = list(range(1, 23))
 LAYOUTS = ("object", "prefix", "glob")
 """The ways every table is registered (``s3_tpch_layouts``)."""
+TPCDS_READ_TWICE = [33, 56, 58, 60, 83]
+"""The TPC-DS queries whose one-stage plan at SF 0.1 names a scan twice."""
+TPCDS_EMPTY = frozenset({58, 83})
+"""Of those, the ones whose answer at SF 0.1 has no row, DuckDB's included: they
+still prove that the task read its scan twice and finished."""
 
 _SCAN_NAME = re.compile(r"\bas (__scan\d*)\b")
 
@@ -47,6 +64,27 @@ def cluster(module_dir: Path, s3: S3TestServer) -> Iterator[Any]:
         storage=StorageOptions(endpoint_url=s3.url),
     ) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def s3_tpcds(s3: S3TestServer) -> dict[str, str]:
+    """TPC-DS SF 0.1 in ``s3://tpcds/``, one object per table: name -> location."""
+    data = ensure_tpcds(0.1)
+    client = s3.client()
+    client.create_bucket(Bucket="tpcds")
+    for name in TPCDS_TABLES:
+        client.upload_file(str(data / f"{name}.parquet"), "tpcds", f"sf0.1/{name}.parquet")
+    return {name: f"s3://tpcds/sf0.1/{name}.parquet" for name in TPCDS_TABLES}
+
+
+@pytest.fixture(scope="module")
+def tpcds_ref() -> Iterator[duckdb.DuckDBPyConnection]:
+    data = ensure_tpcds(0.1)
+    con = duckdb.connect()
+    for statement in duckdb_views_sql({name: data / f"{name}.parquet" for name in TPCDS_TABLES}):
+        con.execute(statement)
+    yield con
+    con.close()
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +143,22 @@ def test_tpch_planned_by_default_from_object_storage_matches_duckdb(
     # Several objects per table: a task's scan reads several objects.
     use_layout(session, s3_tpch_layouts["prefix"])
     assert_tpch_matches(number, session, duckdb_ref)
+
+
+@pytest.mark.parametrize("number", TPCDS_READ_TWICE, ids=[f"q{n:02d}" for n in TPCDS_READ_TWICE])
+def test_tpcds_reading_a_scan_twice_in_one_task_matches_duckdb(
+    number: int,
+    session: Any,
+    s3_tpcds: dict[str, str],
+    tpcds_ref: duckdb.DuckDBPyConnection,
+) -> None:
+    use_layout(session, s3_tpcds)
+    sql = tpcds_query(number)
+    text = session.explain(sql)
+    assert explain_stage_count(text) == 1, text
+    assert scans_named_twice(text), text
+    expected = tpcds_ref.sql(sql).to_arrow_table()
+    assert (expected.num_rows == 0) == (number in TPCDS_EMPTY), expected.num_rows
+    actual = session.sql(sql).to_arrow()
+    order_by = order_by_outputs(sql, expected.column_names)
+    assert_same_result(actual, expected, ordered=bool(order_by), order_by=order_by or ())
