@@ -7,6 +7,10 @@
   an option (``StorageOptions(endpoint_url=...)``, ``--s3-endpoint-url``).
 * ``s3_tpch``: TPC-H SF 0.1 uploaded to ``s3://tpch/sf0.1/``: one object per
   table, except ``lineitem``, three objects under ``lineitem/`` (a prefix).
+* ``s3_tpch_layouts``: TPC-H SF 0.1 in ``s3://tpch-layouts/`` registered three
+  ways, each table the same way: ``object`` (one object per table), ``prefix``
+  and ``glob`` (each table's row groups split over up to three objects under a
+  prefix of its own, which the glob matches).
 """
 
 from __future__ import annotations
@@ -91,3 +95,26 @@ def s3_tpch(s3: S3TestServer, tpch_dir: Path, module_dir: Path) -> dict[str, str
     # One more way in: a glob that matches the customer table alone.
     locations["customer"] = f"s3://{BUCKET}/{PREFIX}/cust*.parquet"
     return locations
+
+
+LAYOUTS_BUCKET = "tpch-layouts"
+
+
+@pytest.fixture(scope="module")
+def s3_tpch_layouts(
+    s3: S3TestServer, tpch_dir: Path, module_dir: Path
+) -> dict[str, dict[str, str]]:
+    """Layout (``object``, ``prefix``, ``glob``) -> TPC-H table name -> its s3:// location."""
+    client = s3.client()
+    client.create_bucket(Bucket=LAYOUTS_BUCKET)
+    layouts: dict[str, dict[str, str]] = {"object": {}, "prefix": {}, "glob": {}}
+    for source in sorted(tpch_dir.glob("*.parquet")):
+        name = source.stem
+        client.upload_file(str(source), LAYOUTS_BUCKET, f"object/{source.name}")
+        groups = pq.ParquetFile(source).metadata.num_row_groups
+        for part in split_parquet(source, module_dir / "layouts" / name, min(groups, 3)):
+            client.upload_file(str(part), LAYOUTS_BUCKET, f"parts/{name}/{part.name}")
+        layouts["object"][name] = f"s3://{LAYOUTS_BUCKET}/object/{source.name}"
+        layouts["prefix"][name] = f"s3://{LAYOUTS_BUCKET}/parts/{name}/"
+        layouts["glob"][name] = f"s3://{LAYOUTS_BUCKET}/parts/{name}/part-*.parquet"
+    return layouts

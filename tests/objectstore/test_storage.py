@@ -11,8 +11,10 @@ import argparse
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from s3server import S3TestServer
@@ -26,11 +28,21 @@ from mangonel.errors import (
     ObjectNotFoundError,
     ObjectStoreUnavailableError,
 )
+from mangonel.executor import runner as runner_mod
 from mangonel.executor.failures import classify
-from mangonel.executor.runner import _locked_connection
+from mangonel.executor.runner import TaskRunner, _locked_connection
+from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
+from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan.types import TypeOracle
 from mangonel.storage import StorageOptions
-from mangonel.task import ExecutionError, QueryError
+from mangonel.task import (
+    ExecutionError,
+    OutputKind,
+    OutputSpec,
+    QueryError,
+    ScanSpec,
+    TaskSpec,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -102,6 +114,68 @@ def test_a_task_reads_only_its_row_groups_and_columns(
     # That column chunk, and nothing else of the 2 row groups x 16 columns.
     assert column.total_compressed_size <= fetched < column.total_compressed_size + 16_384
     assert source.bytes_read < source.version.size / 10
+
+
+@pytest.mark.parametrize(
+    ("sql", "streamed"),
+    [
+        ('SELECT count(*) AS n FROM "__scan" WHERE n_regionkey = 1', True),
+        # Named twice, as the planner writes a copied subquery (TPC-H q20's part filter).
+        (
+            'SELECT count(*) AS n FROM "__scan" WHERE n_regionkey = 1 AND n_nationkey IN '
+            "(SELECT n_nationkey FROM \"__scan\" WHERE n_name < 'P')",
+            False,
+        ),
+        (
+            'WITH t AS (SELECT * FROM "__scan" WHERE n_regionkey = 1) SELECT count(*) AS n FROM t',
+            False,
+        ),
+    ],
+    ids=["once", "twice", "with"],
+)
+def test_a_task_reads_an_object_as_often_as_its_fragment_names_it(
+    sql: str,
+    streamed: bool,
+    s3_tpch: dict[str, str],
+    tpch_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A split read by pyarrow is streamed only where DuckDB reads it in one pass: a
+    fragment that names its scan twice (or through a CTE) reads it whole, where the
+    stream, spent by the first read, failed the second."""
+    read_scan = runner_mod._read_scan
+    handed: list[type] = []
+
+    def spy(*args: Any) -> pa.Table | pa.RecordBatchReader:
+        read = read_scan(*args)
+        handed.append(type(read))
+        return read
+
+    monkeypatch.setattr(runner_mod, "_read_scan", spy)
+    table = load_table("nation", s3_tpch["nation"])
+    (splits,) = table.splits(1_000_000)
+    writer = ShuffleWriter(str(tmp_path / "shuffle"), OutputRegistry())
+    runner = TaskRunner(writer, ShuffleReader("host"), str(tmp_path / "spill"), "256MB", 1)
+    try:
+        attempt = TaskAttemptId(TaskId(JobId("job"), StageId(1), 0), 0)
+        spec = TaskSpec(
+            attempt=attempt,
+            sql=sql,
+            output=OutputSpec(OutputKind.SINGLE),
+            columns=("n",),
+            scans=(ScanSpec("__scan", "nation", ("n_nationkey", "n_name", "n_regionkey"), splits),),
+        )
+        (out,) = runner.run(spec)
+        with pa.memory_map(out.path) as source:
+            got = pa.ipc.open_file(source).read_all().column("n").to_pylist()
+    finally:
+        runner.close()
+    local = duckdb.connect()
+    local.execute(f"CREATE VIEW \"__scan\" AS FROM read_parquet('{tpch_dir / 'nation.parquet'}')")
+    expected = [local.execute(sql).fetchall()[0][0]]
+    assert got == expected and 0 < expected[0] < 25, (got, expected)
+    assert handed == [pa.RecordBatchReader if streamed else pa.Table]
 
 
 # ------------------------------------------------------------------ bad input

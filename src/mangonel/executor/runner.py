@@ -245,7 +245,8 @@ class TaskRunner:
             for scan in spec.scans:
                 read = sqls[scan.name]
                 if read is None:
-                    reader = _read_scan(scan.columns, scan.splits, opened)
+                    once = _read_once(spec.sql, scan.name)
+                    reader = _read_scan(scan.columns, scan.splits, opened, once)
                     self._register(con, scan.name, reader, registered)
                 elif as_views:
                     con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(scan.name)} AS {read}")
@@ -787,14 +788,19 @@ def _read_scan(
     columns: Sequence[str],
     splits: Sequence[FileSplit],
     opened: list[storage.ObjectFile] | None = None,
+    once: bool = False,
 ) -> pa.Table | pa.RecordBatchReader:
-    """Some splits of a table: a stream of their row groups' needed columns.
+    """Some splits of a table: their row groups' needed columns, streamed where ``once``.
 
-    A stream, not a table: DuckDB consumes a ``RecordBatchReader`` batch by
-    batch through the Arrow C stream (measured at SF1, 750k ``lineitem`` rows:
-    0.075 s to scan and hash vs 0.10 s for the same rows read whole first),
-    and a task never holds its decoded split in memory. The fragment names the
-    scan once, so the one pass a stream allows is enough.
+    Where DuckDB reads the scan in one pass (``once``: ``_read_once``), a stream:
+    DuckDB consumes a ``RecordBatchReader`` batch by batch through the Arrow C
+    stream (measured at SF1, 750k ``lineitem`` rows: 0.075 s to scan and hash vs
+    0.10 s for the same rows read whole first), and a task never holds its decoded
+    split in memory. Else a table: a fragment may name a scan more than once (a
+    subquery the planner copied, such as TPC-H q20's ``part`` filter, rendered both
+    in its ``IN`` and in the semi-join that cuts ``lineitem`` down, reads the same
+    scan twice), and a stream, consumed by the first read, fails the second. A local
+    split has no such limit: DuckDB's reader reads the file again for each.
 
     Objects in object storage are opened (and checked against the version the
     catalog saw) here, before the stream starts, so that a changed or missing
@@ -809,7 +815,8 @@ def _read_scan(
         return pa.table({c: pa.nulls(0) for c in columns})
     files = [(_parquet_file(split, opened), split) for split in splits]
     schema = pa.schema([files[0][0].schema_arrow.field(c) for c in columns])
-    return pa.RecordBatchReader.from_batches(schema, _split_batches(files, list(columns)))
+    stream = pa.RecordBatchReader.from_batches(schema, _split_batches(files, list(columns)))
+    return stream if once else stream.read_all()
 
 
 def _split_batches(
@@ -849,11 +856,11 @@ def _split_rows(split: FileSplit, opened: list[storage.ObjectFile]) -> int:
 
 
 def _read_once(sql: str, name: str) -> bool:
-    """Whether DuckDB reads the input ``name`` in one pass: the fragment names it
-    once and has no WITH (a CTE named twice is read twice). Such an input is
-    streamed (``ShuffleReader.stream_many``), which DuckDB can read only once; any
-    other is read whole (a fragment naming its input unquoted, which the planner
-    does not write, is read whole too)."""
+    """Whether DuckDB reads the input or scan ``name`` in one pass: the fragment names
+    it once and has no WITH (a CTE named twice is read twice). Such an input is
+    streamed (``ShuffleReader.stream_many``, ``_read_scan``), which DuckDB can read
+    only once; any other is read whole (a fragment naming its input unquoted, which
+    the planner does not write, is read whole too)."""
     return sql.count(_quote(name)) == 1 and _ANY_WITH.search(sql) is None
 
 
