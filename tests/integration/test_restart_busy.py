@@ -105,6 +105,11 @@ def stored_states(cluster: LocalCluster) -> list[StoredState]:
     return [j.progress.state for j in snap.jobs if j.progress is not None]
 
 
+def cancel(cluster: LocalCluster, job: str) -> None:
+    with cluster.connect() as session:
+        session.cancel(job)
+
+
 @pytest.mark.parametrize("moment", sorted(MOMENTS))
 def test_a_scheduler_killed_with_jobs_in_flight_finishes_them_all_after_a_restart(
     busy: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection, moment: str
@@ -115,6 +120,7 @@ def test_a_scheduler_killed_with_jobs_in_flight_finishes_them_all_after_a_restar
     outcomes: dict[int, Any] = {}
     jobs: dict[int, str] = {}
     submitted = threading.Semaphore(0)
+    canceller: threading.Thread | None = None
 
     def client(i: int) -> None:
         with busy.connect() as session:
@@ -135,10 +141,10 @@ def test_a_scheduler_killed_with_jobs_in_flight_finishes_them_all_after_a_restar
         for _ in QUERIES:
             assert submitted.acquire(timeout=30)
         if cancelled is not None:
-            with busy.connect() as session:
-                # The scheduler dies while it handles this call; the session asks
-                # again once it is back, and the job is cancelled by then.
-                session.cancel(jobs[cancelled])
+            # The scheduler dies while it handles this call; the session asks
+            # again once it is back (here, below), and the job is cancelled by then.
+            canceller = threading.Thread(target=cancel, args=(busy, jobs[cancelled]))
+            canceller.start()
         else:
             busy.executors[1].signal(signal.SIGTERM)  # drains: finishes its tasks, then exits
     try:
@@ -151,6 +157,9 @@ def test_a_scheduler_killed_with_jobs_in_flight_finishes_them_all_after_a_restar
         assert StoredState.QUEUED in states, states
     crash.write_text("[]")
     busy.restart_scheduler()
+    if canceller is not None:
+        canceller.join(60)
+        assert not canceller.is_alive(), "the cancel never got an answer"
     for t in threads:
         t.join(150)
         assert not t.is_alive(), "a client still waits after the scheduler came back"
