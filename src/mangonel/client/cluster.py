@@ -39,6 +39,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -501,10 +502,11 @@ class LocalCluster:
     def _start_scheduler(self) -> None:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self._make_certs()
-        if self.num_schedulers == 1:
-            self._scheduler_ports = [self.scheduler_port]
-        else:  # every address is known up front: executors and clients get them all
-            self._scheduler_ports = [_free_port() for _ in range(self.num_schedulers)]
+        # Every address is known up front (executors and clients get them all), on
+        # ports a restart can bind again (``stable_port``).
+        self._scheduler_ports = [
+            self.scheduler_port or stable_port() for _ in range(self.num_schedulers)
+        ]
         self._launch_scheduler(0, wait=True)
         if self.num_schedulers > 1:
             self._address = ",".join(self.scheduler_address(i) for i in range(self.num_schedulers))
@@ -811,9 +813,30 @@ class LocalCluster:
         return handle
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+def stable_port(host: str = "127.0.0.1") -> int:
+    """A free port outside the kernel's ephemeral range, for a server that restarts.
+
+    A port the kernel handed out (bind to port 0) lies in the range it also takes
+    the local ports of outgoing connections from: while the server is down, the
+    executors and clients reconnecting to it, or any other connection, may be given
+    that very port as their own (a client may even connect to itself), and the
+    restarted server then fails to bind it ("Address already in use"). Below the
+    range no connection is ever given a port by the kernel.
+    """
+    low = 32768
+    with contextlib.suppress(OSError, ValueError):
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    candidates = list(range(max(1024, low - 12000), low))
+    random.SystemRandom().shuffle(candidates)
+    for port in candidates[:200]:
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # all taken: let the kernel choose
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 

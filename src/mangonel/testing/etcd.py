@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -40,6 +39,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
+
+from mangonel.client.cluster import stable_port
 
 _START_TIMEOUT_S = 20.0
 _START_ATTEMPTS = 3  # a free port may be taken by someone else before etcd binds it
@@ -136,7 +137,7 @@ class EtcdServer:
         attempts = 1 if self._started else _START_ATTEMPTS
         for _ in range(attempts):
             if not self._started:
-                self.client_port, self.peer_port = _free_port(), _free_port()
+                self.client_port, self.peer_port = stable_port(), stable_port()
             error = self._start_once()
             if not error:
                 if not self._started and self.user is not None:
@@ -273,12 +274,6 @@ class EtcdServer:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _tail(path: Path, lines: int = 20) -> str:
