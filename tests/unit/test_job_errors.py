@@ -10,6 +10,7 @@ tested end to end in ``tests/objectstore/test_s3_cluster.py`` and
 
 from __future__ import annotations
 
+import duckdb
 import pytest
 
 from mangonel import errors
@@ -26,6 +27,9 @@ from mangonel.errors import (
     QueryError,
     job_failure,
 )
+from mangonel.executor.failures import classify
+from mangonel.task import ExecutionError, FragmentRejected
+from mangonel.task import QueryError as QueryFailure
 
 FIX_IT = "fix it and submit it again"
 
@@ -69,3 +73,33 @@ def test_only_the_query_s_own_error_says_to_fix_the_query() -> None:
     assert "once it is reachable" in ErrorType.OBJECT_STORE_UNAVAILABLE.advice
     assert "credentials" in ErrorType.OBJECT_ACCESS.advice
     assert "bug in mangonel" in ErrorType.INTERNAL.advice
+
+
+# ------------------------------------------------------------------ the executor
+
+
+def test_the_executor_names_the_store_s_error_on_the_task_s_failure() -> None:
+    # Every attempt would meet the same object: failed at once, typed.
+    for exc, error_type in [
+        (ObjectChangedError("s3://b/k was overwritten"), ErrorType.OBJECT_CHANGED),
+        (ObjectNotFoundError("s3://b/k"), ErrorType.OBJECT_NOT_FOUND),
+        (ObjectAccessError("s3://b/k"), ErrorType.OBJECT_ACCESS),
+        (ObjectStoreError("s3://b/k is not a readable Parquet file"), ErrorType.OBJECT_STORE),
+    ]:
+        assert classify(exc) == QueryFailure(str(exc), error_type)
+    # The store did not answer: retried, and typed should no attempt succeed.
+    away = classify(ObjectStoreUnavailableError("s3://b/k did not answer"))
+    assert away == ExecutionError(
+        "s3://b/k did not answer", error_type=ErrorType.OBJECT_STORE_UNAVAILABLE
+    )
+
+
+def test_duckdb_s_errors_keep_their_blame() -> None:
+    conversion = classify(duckdb.ConversionException("Conversion Error: Could not convert 'a'"))
+    assert conversion == QueryFailure("Conversion Error: Could not convert 'a'", ErrorType.QUERY)
+    out_of_range = classify(duckdb.OutOfRangeException("Out of Range Error: Overflow"))
+    assert isinstance(out_of_range, QueryFailure) and out_of_range.error_type is ErrorType.QUERY
+    binder = classify(duckdb.BinderException("Binder Error: no column x"))
+    assert isinstance(binder, FragmentRejected)  # the planner's SQL: an internal error
+    io = classify(duckdb.IOException("IO Error: Cannot open file"))
+    assert isinstance(io, ExecutionError) and io.error_type is ErrorType.JOB_FAILED
