@@ -16,7 +16,10 @@
     │       └── ObjectStoreUnavailableError  unreachable or timing out, after retries
     ├── InternalError              a bug in mangonel, not in the query (how to report it)
     ├── JobFailedError             the job failed while running (which task, where, why)
-    ├── JobCancelledError          the job was cancelled
+    │   ├── JobCancelledError      the job was cancelled
+    │   └── Job<X>Error            failed while running for a typed reason: also an <X>Error
+    │                              (QueryError, InternalError, ObjectStoreError and the four
+    │                              kinds of it), see ``ErrorType``
     ├── QueryTimeoutError          the query outlasted the caller's timeout
     ├── ClusterError               the scheduler or executors cannot be reached
     ├── SecurityError              a request was refused
@@ -27,9 +30,25 @@
         └── StoreFencedError       another scheduler took the store over (this one must stop)
 
 Each message says what happened and what to do about it.
+
+A job that fails while it runs keeps its error's type on the way to the client:
+the executor names it on the task's failure, the scheduler on the job's
+(``ErrorType``, whose value is the class's name: ``JobStatus.error_type`` on the
+wire, ``error_type`` in the REST API, the prefix of a Flight SQL error), and the
+Python client raises a class that is both that error and a ``JobFailedError``
+(``job_failure``): ``except ObjectChangedError`` and ``except JobFailedError``
+both catch an object overwritten under a running query. Only a ``QueryError``
+tells the user to fix the query: that is what DuckDB reports as the query's own
+operations failing on the data (a value that does not convert, an overflow, a
+division by zero, an invalid argument to a function), since no retry can change
+it, and rewriting the query (``TRY_CAST``, a filter) can. A changed object, a
+store that is down and a bug of mangonel each say what to do instead.
 """
 
 from __future__ import annotations
+
+import enum
+from typing import ClassVar
 
 
 class MangonelError(Exception):
@@ -86,7 +105,15 @@ class InternalError(MangonelError):
 
 
 class JobFailedError(MangonelError):
-    """The job failed while it ran."""
+    """The job failed while it ran.
+
+    Where the scheduler knows why in a type, the client raises a subclass that is
+    that type too (``job_failure``); this class itself: no more precise type
+    (attempts used up, executors lost, none alive).
+    """
+
+    advice: ClassVar[str] = ""
+    """What to do, as the end of the job's message (the scheduler appends it)."""
 
 
 class JobCancelledError(JobFailedError):
@@ -120,3 +147,144 @@ class StateStoreError(MangonelError):
 
 class StoreFencedError(StateStoreError):
     """Another scheduler leads now: this one may not write, and must stop serving."""
+
+
+# ------------------------------------------------------- failed while running
+
+
+class JobQueryError(QueryError, JobFailedError):
+    """The query's own operations failed on the data while it ran (a value that
+    does not convert, an overflow, a division by zero): fix the query."""
+
+    advice = "The query cannot run as written; fix it and submit it again."
+
+
+class JobInternalError(InternalError, JobFailedError):
+    """A bug in mangonel met while the job ran (DuckDB refused the SQL the planner
+    wrote, or the plan cannot run): report it."""
+
+    advice = (
+        "This is a bug in mangonel, not in the query: please report it with the query's "
+        "text and this message; the scheduler's log has more under the job's id."
+    )
+
+
+class JobObjectStoreError(ObjectStoreError, JobFailedError):
+    """A table's object could not be read while the job ran (no longer Parquet,
+    or the store failed in a way no more precise class names)."""
+
+    advice = (
+        "Check that the object is still there and still Parquet, register the table "
+        "again if it changed, then run the query again."
+    )
+
+
+class JobObjectNotFoundError(ObjectNotFoundError, JobFailedError):
+    """A table's object was gone when the job read it."""
+
+    advice = "Register the table again (its objects changed), then run the query again."
+
+
+class JobObjectAccessError(ObjectAccessError, JobFailedError):
+    """The store refused the executors' reads of a table's object."""
+
+    advice = (
+        "Check the credentials in the executors' environment and that they may read "
+        "the bucket, then run the query again."
+    )
+
+
+class JobObjectChangedError(ObjectChangedError, JobFailedError):
+    """A table's object was overwritten or deleted after the table was registered
+    (or while the job read it)."""
+
+    advice = (
+        "A file of a table the query reads changed after the table was registered: "
+        "register the table again to read what it holds now, then run the query again."
+    )
+
+
+class JobObjectStoreUnavailableError(ObjectStoreUnavailableError, JobFailedError):
+    """The store did not answer the job's reads, even after every retry."""
+
+    advice = (
+        "The object store did not answer, even after retries: run the query again once "
+        "it is reachable."
+    )
+
+
+class ErrorType(enum.Enum):
+    """Why a job failed while it ran, as the error class it is blamed on.
+
+    The value is that class's name, which the wire carries
+    (``JobStatus.error_type``); ``raised`` is the class a client raises for it,
+    both that class and a ``JobFailedError``.
+
+    >>> ErrorType.of(ObjectChangedError("s3://b/k was overwritten")).raised.__name__
+    'JobObjectChangedError'
+    """
+
+    JOB_FAILED = "JobFailedError"
+    """No more precise type: attempts used up, executors lost, none alive."""
+    QUERY = "QueryError"
+    INTERNAL = "InternalError"
+    OBJECT_STORE = "ObjectStoreError"
+    OBJECT_NOT_FOUND = "ObjectNotFoundError"
+    OBJECT_ACCESS = "ObjectAccessError"
+    OBJECT_CHANGED = "ObjectChangedError"
+    OBJECT_STORE_UNAVAILABLE = "ObjectStoreUnavailableError"
+
+    @classmethod
+    def of(cls, exc: BaseException) -> ErrorType:
+        """The type of ``exc``: its nearest class among the members' (else ``JOB_FAILED``)."""
+        names = {t.value: t for t in cls}
+        for klass in type(exc).__mro__:
+            if klass.__name__ in names and klass.__module__ == __name__:
+                return names[klass.__name__]
+        return cls.JOB_FAILED
+
+    @property
+    def raised(self) -> type[JobFailedError]:
+        """The class a client raises for a job that failed so."""
+        return _RAISED[self]
+
+    @property
+    def advice(self) -> str:
+        """What to do about it: the end of the job's message ("" for ``JOB_FAILED``,
+        whose messages each say it)."""
+        return self.raised.advice
+
+
+_RAISED: dict[ErrorType, type[JobFailedError]] = {
+    ErrorType.JOB_FAILED: JobFailedError,
+    ErrorType.QUERY: JobQueryError,
+    ErrorType.INTERNAL: JobInternalError,
+    ErrorType.OBJECT_STORE: JobObjectStoreError,
+    ErrorType.OBJECT_NOT_FOUND: JobObjectNotFoundError,
+    ErrorType.OBJECT_ACCESS: JobObjectAccessError,
+    ErrorType.OBJECT_CHANGED: JobObjectChangedError,
+    ErrorType.OBJECT_STORE_UNAVAILABLE: JobObjectStoreUnavailableError,
+}
+
+
+def job_failure(error_type: str, message: str) -> JobFailedError:
+    """The error a client raises for a job that ended without a result.
+
+    Args:
+        error_type: ``JobStatus.error_type``: an ``ErrorType`` value or
+            ``JobCancelledError``; anything else (empty from an older scheduler,
+            or a type a newer one knows) gives a plain ``JobFailedError``.
+        message: The job's error, as the scheduler wrote it.
+
+    >>> type(job_failure("ObjectChangedError", "...")).__name__
+    'JobObjectChangedError'
+    >>> type(job_failure("SomethingNew", "...")).__name__
+    'JobFailedError'
+    """
+    if error_type == JobCancelledError.__name__:
+        return JobCancelledError(message)
+    try:
+        kind = ErrorType(error_type)
+    except ValueError:
+        kind = ErrorType.JOB_FAILED
+    return kind.raised(message)

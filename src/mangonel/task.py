@@ -1,7 +1,8 @@
 """The task vocabulary: what the scheduler, the executors, the client and the wire share.
 
-A bottom-layer module (it imports only ``mangonel.ids``): the scheduler and the
-executor never import each other, and meet here, in ``proto`` and in ``plan``.
+A bottom-layer module (it imports only ``mangonel.ids`` and ``mangonel.errors``):
+the scheduler and the executor never import each other, and meet here, in
+``proto`` and in ``plan``.
 
 * What a task reads and writes: ``FileSplit`` (part of a Parquet file),
   ``ScanSpec`` (a table read under a name), ``InputMode`` and ``InputLocations``
@@ -9,8 +10,11 @@ executor never import each other, and meet here, in ``proto`` and in ``plan``.
   splits its result), ``TaskSpec`` (one attempt, everything an executor needs).
 * What a task leaves: ``PartitionOutput`` (a file it wrote) and, once the
   scheduler knows where, ``PartitionLocation``.
-* Why an attempt failed, typed: ``QueryError`` (the SQL itself), ``ExecutionError``
-  (a retry may help; ``ExecutionProblem`` says whether memory or disk ran out),
+* Why an attempt failed, typed: ``QueryError`` (no retry can help: the query's
+  own operations, or a table's object), ``FragmentRejected`` (the planner's SQL),
+  ``ExecutionError`` (a retry may help; ``ExecutionProblem`` says whether memory or
+  disk ran out); the first and the last name the error the job would end with
+  (``errors.ErrorType``),
   ``FetchFailed`` (an upstream output could not be read; ``FetchProblem`` says
   whether its executor or only that file is gone).
 * What an executor is: ``ExecutorInfo``; and the orders the scheduler sends it over
@@ -24,6 +28,7 @@ import builtins
 import enum
 from dataclasses import dataclass
 
+from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 
 # ----------------------------------------------------------------- what a task reads
@@ -190,9 +195,16 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class QueryError:
-    """The task's SQL failed in a way a retry cannot fix (bad query, type error)."""
+    """The task failed in a way a retry cannot fix: the job fails at once.
+
+    ``error_type`` says whose fault: ``QUERY``, the query's own operations on the
+    data (a conversion, an overflow); or one of the object store's, a table's
+    object gone, changed, refused or no longer Parquet (the same object meets
+    every attempt).
+    """
 
     message: str
+    error_type: ErrorType = ErrorType.QUERY
 
 
 class ExecutionProblem(enum.Enum):
@@ -221,10 +233,16 @@ class FragmentRejected:
 
 @dataclass(frozen=True)
 class ExecutionError:
-    """The task failed for a reason a retry may fix (out of memory, I/O)."""
+    """The task failed for a reason a retry may fix (out of memory, I/O).
+
+    ``error_type``: the error the job ends with if no attempt succeeds
+    (``OBJECT_STORE_UNAVAILABLE`` for a store that did not answer; else
+    ``JOB_FAILED``).
+    """
 
     message: str
     problem: ExecutionProblem = ExecutionProblem.OTHER
+    error_type: ErrorType = ErrorType.JOB_FAILED
 
 
 class FetchProblem(enum.Enum):

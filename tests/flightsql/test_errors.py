@@ -58,6 +58,20 @@ def test_statements_other_than_select_are_refused(
     _still_serves(flight_client, duckdb_ref)
 
 
+def test_a_query_that_fails_while_running_is_named_by_its_error(
+    adbc: Any, flight_client: flight.FlightClient, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # The query's own operations fail on the data: a QueryError (not a bare
+    # JobFailedError), which alone tells the user to fix the query.
+    sql = "SELECT CAST(o_comment AS INTEGER) AS x FROM orders"
+    words = r"(?s)^QueryError: task .*Conversion Error.*fix it and submit it again"
+    with pytest.raises(flight.FlightServerError, match=words):
+        flight_client.get_flight_info(statement(sql))
+    with pytest.raises(adbc_driver_manager.Error, match="QueryError: task"), adbc.cursor() as cur:
+        cur.execute(sql)
+    _still_serves(flight_client, duckdb_ref)
+
+
 def test_updates_through_do_put_are_refused(
     flight_client: flight.FlightClient, duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:

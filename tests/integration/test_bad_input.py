@@ -23,6 +23,7 @@ from mangonel.errors import (
     ForbiddenStatementError,
     JobCancelledError,
     JobFailedError,
+    JobQueryError,
     MangonelError,
     QueryError,
     SqlSyntaxError,
@@ -50,6 +51,7 @@ class Bad:
 # What each refusal must tell the user to do, in the front end's words.
 ONLY_SELECT = r"select|register"
 REGISTER = r"register"
+FIX_IT = r"the query cannot run as written; fix it and submit it again"
 
 BAD_QUERIES: list[Bad] = [
     # --- syntax: the message points at the place
@@ -194,26 +196,28 @@ BAD_QUERIES: list[Bad] = [
         ONLY_SELECT,
         dialect="postgres",
     ),
-    # --- failures while running: the job fails with DuckDB's words
+    # --- failures while running: the job fails with DuckDB's words, as the query's
+    # fault (a QueryError that is a JobFailedError too), telling the user to fix it
     Bad(
         "runtime_cast_failure",
         "SELECT CAST(o_comment AS INTEGER) AS x FROM orders",
-        JobFailedError,
-        r"convert|conversion|cast",
+        JobQueryError,
+        r"(convert|conversion|cast).*" + FIX_IT,
     ),
     Bad(
         "runtime_division_by_zero",
         "SELECT o_orderkey // (o_custkey - o_custkey) AS x FROM orders",
-        JobFailedError,
-        r"division by zero",
+        JobQueryError,
+        r"division by zero.*" + FIX_IT,
     ),
     Bad(
         "runtime_decimal_overflow",
         "SELECT CAST(l_orderkey AS DECIMAL(2, 0)) AS x FROM lineitem",
-        JobFailedError,
-        r"cast|convert|decimal",
+        JobQueryError,
+        r"(cast|convert|decimal).*" + FIX_IT,
     ),
 ]
+RUNTIME = [b for b in BAD_QUERIES if b.error is JobQueryError]
 
 
 @pytest.mark.parametrize("bad", BAD_QUERIES, ids=[b.id for b in BAD_QUERIES])
@@ -221,6 +225,8 @@ def test_bad_query_is_refused_and_cluster_still_serves(bad: Bad, session: Any) -
     with pytest.raises(bad.error) as caught:
         session.sql(bad.sql, dialect=bad.dialect)
     assert not isinstance(caught.value, JobCancelledError)
+    if bad in RUNTIME:  # both: callers catch either
+        assert isinstance(caught.value, QueryError) and isinstance(caught.value, JobFailedError)
     message = str(caught.value)
     assert re.search(bad.message, message, re.IGNORECASE | re.DOTALL), message
     assert "root:x:" not in message  # no file content leaks into an error
@@ -229,8 +235,8 @@ def test_bad_query_is_refused_and_cluster_still_serves(bad: Bad, session: Any) -
 
 @pytest.mark.parametrize(
     "bad",
-    [b for b in BAD_QUERIES if b.error is not JobFailedError],
-    ids=[b.id for b in BAD_QUERIES if b.error is not JobFailedError],
+    [b for b in BAD_QUERIES if b not in RUNTIME],
+    ids=[b.id for b in BAD_QUERIES if b not in RUNTIME],
 )
 def test_bad_query_is_refused_by_explain_too(bad: Bad, session: Any) -> None:
     with pytest.raises(bad.error):

@@ -174,7 +174,8 @@ def test_a_store_cut_for_good_fails_the_query_in_bounded_time(
             f"(bound {bound:.0f} s; one read gives up after at most {READ_GIVEN_UP_S:.1f} s, "
             f"{MAX_TASK_ATTEMPTS} task attempts); error: {message.strip().splitlines()[-1]}"
         )
-        assert "JobFailedError" in message, message
+        # Typed as the store's error (a JobFailedError too: JobObjectStoreUnavailableError).
+        assert "ObjectStoreUnavailableError" in message, message
         assert "s3://tpch/lineitem.parquet" in message, message
         assert net.store.url in message, message
         assert "did not answer" in message, message

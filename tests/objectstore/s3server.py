@@ -8,7 +8,10 @@ brings back the same buckets (a store that went away and came back). Faults:
   clients meet their timeouts);
 * ``fail_next(n)``: the next ``n`` requests get ``503 Slow Down`` (a store that
   fails for a moment);
-* ``stop()``: the port is closed (connection refused) until ``start()``.
+* ``stop()``: the port is closed (connection refused) until ``start()``;
+* ``denied(bucket, prefix)``: a context in which the store refuses the user of
+  ``enable_auth`` every request for the objects under ``prefix`` (403 Access
+  Denied), as a bucket policy that changed would.
 
 ``requests`` logs every request (method, path, Range header, bytes sent back),
 so a test or a benchmark counts what clients fetched from the store.
@@ -21,10 +24,11 @@ process: ``reset()`` forgets them (a second server in the process needs it).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,6 +208,32 @@ class S3TestServer:
         requests.post(f"{self.url}/moto-api/reset-auth", data=b"0", timeout=10).raise_for_status()
         self.access_key, self.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
         return self.access_key, self.secret_key
+
+    @contextlib.contextmanager
+    def denied(self, bucket: str, prefix: str) -> Iterator[None]:
+        """Refuse the ``enable_auth`` user the objects under ``bucket/prefix`` within."""
+        import boto3
+
+        iam = boto3.client(
+            "iam",
+            endpoint_url=self.url,
+            region_name=REGION,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+        )
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Deny", "Action": "s3:*", "Resource": f"arn:aws:s3:::{bucket}/{prefix}*"}
+            ],
+        }
+        iam.put_user_policy(
+            UserName="mangonel", PolicyName="denied", PolicyDocument=json.dumps(policy)
+        )
+        try:
+            yield
+        finally:
+            iam.delete_user_policy(UserName="mangonel", PolicyName="denied")
 
     def env(self) -> dict[str, str]:
         """The environment of a process that may read this store (no endpoint: an option)."""

@@ -10,6 +10,7 @@ their environment; the test checks they appear nowhere mangonel writes or serves
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -27,6 +28,8 @@ from s3server import S3TestServer
 from mangonel.errors import (
     CatalogError,
     JobFailedError,
+    ObjectAccessError,
+    ObjectChangedError,
     ObjectNotFoundError,
     ObjectStoreUnavailableError,
 )
@@ -34,6 +37,8 @@ from mangonel.storage import StorageOptions
 
 QUERIES = list(range(1, 23))
 GOOD_QUERY = "SELECT count(*) AS n, sum(l_quantity) AS q FROM lineitem"
+# Said of a query only when the query itself is wrong.
+FIX_IT = "fix it and submit it again"
 
 
 @pytest.fixture(scope="module")
@@ -194,10 +199,57 @@ def test_an_object_changed_after_register_fails_the_query(
     else:
         client.delete_object(Bucket="tpch", Key=key)
     started = time.monotonic()
-    with pytest.raises(JobFailedError, match=f"s3://tpch/{key} was {change}"):
+    with pytest.raises(ObjectChangedError, match=f"s3://tpch/{key} was {change}") as raised:
         session.sql(f"SELECT max(n_name) AS m FROM nation_{change}")
-    # A QueryError: failed at the first attempt, not retried with backoff.
+    # Failed at the first attempt, not retried with backoff: every one would meet it.
     assert time.monotonic() - started < 5
+    # Typed, and what it always was too; it tells what to do, and does not blame the query.
+    assert isinstance(raised.value, JobFailedError)
+    message = str(raised.value)
+    assert "register the table again to read what it holds now" in message, message
+    assert FIX_IT not in message and "cannot run as written" not in message, message
+    assert_serves(session, duckdb_ref)
+
+
+def test_a_store_that_stays_away_fails_the_query_as_unavailable(
+    session: Any, s3: S3TestServer, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """The store's port closes after the table is registered: each task attempt gives
+    up after the store's tries, and the job after its attempts, with the store's error.
+    One object, one scan task: no executor fails the three distinct tasks that would
+    exclude it."""
+    session.register_parquet("nation_away", "s3://tpch/sf0.1/nation.parquet")
+    s3.stop()
+    try:
+        with pytest.raises(ObjectStoreUnavailableError, match="did not answer") as raised:
+            session.sql("SELECT max(n_name) AS m FROM nation_away")
+    finally:
+        s3.start()
+    assert isinstance(raised.value, JobFailedError)
+    message = str(raised.value)
+    assert "s3://tpch/sf0.1/nation.parquet" in message, message
+    assert re.search(r"failed [2-9] attempts", message), message  # retried, then given up
+    assert "run the query again once it is reachable" in message, message
+    assert FIX_IT not in message, message
+    assert_serves(session, duckdb_ref)
+
+
+def test_access_refused_while_running_fails_the_query_as_an_access_error(
+    session: Any, s3: S3TestServer, tpch_dir: Path, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """Registered while allowed, then refused (a bucket policy changed): the query fails
+    at its first attempt with the store's refusal, typed, naming the object."""
+    key = "refused/nation.parquet"
+    s3.client().upload_file(str(tpch_dir / "nation.parquet"), "tpch", key)
+    session.register_parquet("nation_refused", f"s3://tpch/{key}")
+    started = time.monotonic()
+    with s3.denied("tpch", "refused/"), pytest.raises(ObjectAccessError) as raised:
+        session.sql("SELECT max(n_name) AS m FROM nation_refused")
+    assert time.monotonic() - started < 5  # not retried: every attempt is refused
+    assert isinstance(raised.value, JobFailedError)
+    message = str(raised.value)
+    assert f"access to s3://tpch/{key} was refused" in message, message
+    assert "check the credentials" in message.lower() and FIX_IT not in message, message
     assert_serves(session, duckdb_ref)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
@@ -96,14 +97,26 @@ def test_task_spec_round_trip(spec: TaskSpec) -> None:
     "failure",
     [
         QueryError("bad"),
+        QueryError("s3://b/k was overwritten", ErrorType.OBJECT_CHANGED),
         FragmentRejected("Binder Error: no column x"),
         ExecutionError("oom"),
+        ExecutionError("no answer", error_type=ErrorType.OBJECT_STORE_UNAVAILABLE),
         FetchFailed(ExecutorId("e2"), StageId(1), 3, "refused"),
         FetchFailed(ExecutorId("e2"), StageId(1), 3, "checksum", FetchProblem.OUTPUT_LOST),
     ],
 )
 def test_failure_round_trip(failure: TaskFailure) -> None:
     assert convert.failure_from_proto(convert.failure_to_proto(failure)) == failure
+
+
+def test_a_failure_from_an_older_or_newer_executor_keeps_its_kind() -> None:
+    # No error type (an older executor), or one this scheduler does not know (a
+    # newer one): the failure's kind still decides what is done, typed by default.
+    for error_type in ("", "SomeNewError"):
+        query = pb.TaskFailure(query=pb.QueryFailure(message="m", error_type=error_type))
+        assert convert.failure_from_proto(query) == QueryError("m", ErrorType.QUERY)
+        run = pb.TaskFailure(execution=pb.ExecutionFailure(message="m", error_type=error_type))
+        assert convert.failure_from_proto(run) == ExecutionError("m")
 
 
 def test_outputs_and_locations_round_trip() -> None:

@@ -10,6 +10,7 @@ results, cancel, timeouts) are the state machine's and tested there
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mangonel.errors import JobCancelledError, JobFailedError, MangonelError
+from mangonel.errors import ErrorType, JobCancelledError, JobFailedError, MangonelError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan import planner as planner_module
 from mangonel.plan.physical import DistributedPlan, Stage
@@ -313,6 +314,33 @@ def test_cancel_and_failure_reach_watchers_with_their_error_type(
         core.job(JobId("missing"))
     with pytest.raises(MangonelError, match="no job"):
         core.cancel(JobId("missing"))
+
+
+def test_a_failure_reaches_watchers_with_the_error_it_is_blamed_on(
+    shell: tuple[SchedulerCore, ScriptedState], caplog: pytest.LogCaptureFixture
+) -> None:
+    core, state = shell
+    record = core.submit("SELECT 1")
+    message = "task ...: s3://b/k was overwritten ..."
+    view = _finished(record.id, JobState.FAILED, message)
+    state.job_views[record.id] = dataclasses.replace(view, error_type=ErrorType.OBJECT_CHANGED)
+    state.next = [JobFailed(7, record.id, message, ErrorType.OBJECT_CHANGED)]
+    with caplog.at_level(logging.INFO, logger="mangonel.scheduler.core"):
+        core.register_executor("h", "a:1", 1)  # any event lets the scripted state answer
+    assert (record.error, record.error_type) == (message, "ObjectChangedError")
+    logged = [r for r in caplog.records if f"job {record.id} failed" in r.getMessage()]
+    assert [r.levelno for r in logged] == [logging.INFO]
+    assert "(ObjectChangedError)" in logged[0].getMessage()
+    # An internal error is logged as an error, under the job's id its message names.
+    other = core.submit("SELECT 2")
+    view = _finished(other.id, JobState.FAILED, "internal error: ...")
+    state.job_views[other.id] = dataclasses.replace(view, error_type=ErrorType.INTERNAL)
+    state.next = [JobFailed(8, other.id, "internal error: ...", ErrorType.INTERNAL)]
+    with caplog.at_level(logging.INFO, logger="mangonel.scheduler.core"):
+        core.register_executor("h", "a:2", 1)
+    assert other.error_type == "InternalError"
+    (internal,) = [r for r in caplog.records if f"job {other.id} failed" in r.getMessage()]
+    assert internal.levelno == logging.ERROR
 
 
 def test_a_rejected_fragment_is_logged_with_its_sql_and_query(

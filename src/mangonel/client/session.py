@@ -73,9 +73,9 @@ from mangonel.client.status import (
 from mangonel.errors import (
     ClusterError,
     JobCancelledError,
-    JobFailedError,
     MangonelError,
     QueryTimeoutError,
+    job_failure,
 )
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
@@ -544,7 +544,12 @@ class Session:
 
         Raises:
             QueryError: (a subclass) the query cannot run as written.
-            JobFailedError: it failed while running; ``JobCancelledError`` if cancelled.
+            JobFailedError: it failed while running; ``JobCancelledError`` if
+                cancelled. A subclass that is also the error it is blamed on where
+                the scheduler knows it (``errors.ErrorType``): ``ObjectChangedError``,
+                ``ObjectAccessError``, ``ObjectStoreUnavailableError``, a
+                ``QueryError`` (the query's own operations failed on the data),
+                an ``InternalError``.
             QueryTimeoutError: it outlasted ``timeout_s``.
             ClusterError: the scheduler or the executors cannot be reached.
         """
@@ -602,7 +607,8 @@ class Session:
                 until ``reconnect_s`` passes without an answer).
 
         Raises:
-            JobFailedError: it failed; ``JobCancelledError`` if it was cancelled.
+            JobFailedError: it failed (typed as in ``sql``); ``JobCancelledError``
+                if it was cancelled.
             QueryTimeoutError: ``timeout_s`` passed first (the job runs on).
             ResultUnavailableError: the executor holding the result is gone.
         """
@@ -621,7 +627,9 @@ class Session:
         if status.state is JobState.CANCELLED:
             raise JobCancelledError(status.error or f"job {job_id} was cancelled")
         if status.state is not JobState.SUCCEEDED:
-            raise JobFailedError(status.error or f"job {job_id} failed")
+            # Typed as the scheduler blamed it (an object changed, a store away, the
+            # query's own error), and a JobFailedError all the same.
+            raise job_failure(status.error_type, status.error or f"job {job_id} failed")
         tables = [
             carried_partition(m)
             or self._read_partition(job_id, convert.partition_location_from_proto(m), deadline)

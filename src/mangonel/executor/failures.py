@@ -25,7 +25,10 @@ say *why* precisely:
 Object storage (``mangonel.storage``): an object that is gone, changed since it
 was registered, refused or not Parquet is a ``QueryError`` (every attempt would
 meet the same object); a store that did not answer after its own retries is an
-``ExecutionError``, so the task is tried again, a bounded number of times.
+``ExecutionError``, so the task is tried again, a bounded number of times. Each
+carries the store's error as its ``error_type`` (``ErrorType.of``), which the
+job's failure and the client's error keep: the user is told that the object
+changed or that the store was away, not that the query is wrong.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import errno
 
 import duckdb
 
-from mangonel.errors import CatalogError, ObjectStoreUnavailableError
+from mangonel.errors import CatalogError, ErrorType, ObjectStoreUnavailableError
 from mangonel.executor.memory import SlotBudget, format_size
 from mangonel.task import (
     ExecutionError,
@@ -138,9 +141,9 @@ def classify(exc: BaseException, budget: SlotBudget | None = None) -> TaskFailur
         return exc.failure
     message = str(exc) or type(exc).__name__
     if isinstance(exc, ObjectStoreUnavailableError):
-        return ExecutionError(message)
+        return ExecutionError(message, error_type=ErrorType.OBJECT_STORE_UNAVAILABLE)
     if isinstance(exc, CatalogError):  # an object gone, changed, refused, not Parquet
-        return QueryError(message)
+        return QueryError(message, ErrorType.of(exc))
     if isinstance(exc, _FRAGMENT_ERRORS) or (
         isinstance(exc, OSError) and message.startswith(_FRAGMENT_ERROR_PREFIXES)
     ):

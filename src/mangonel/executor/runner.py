@@ -92,7 +92,6 @@ from mangonel.task import (
     InputLocations,
     OutputKind,
     PartitionOutput,
-    QueryError,
     TaskSpec,
 )
 
@@ -499,7 +498,8 @@ class TaskRunner:
             sql = "WITH " + ", ".join(f"{_quote(n)} AS ({s})" for n, s in ctes) + "\n" + sql
         relation = con.sql(sql)
         if relation is None:
-            raise TaskFailedError(QueryError(f"the fragment is not a query: {spec.sql!r}"))
+            # The planner wrote it: mangonel's bug, not the query's.
+            raise TaskFailedError(FragmentRejected(f"the fragment is not a query: {spec.sql!r}"))
         # The stream must be closed on every path: an open result blocks the
         # connection ("connection has an open result") for the next task.
         with relation.to_arrow_reader(BATCH_ROWS) as stream:

@@ -8,6 +8,7 @@ Each ``*_to_proto`` has a matching ``*_from_proto``; a round trip is the identit
 
 from __future__ import annotations
 
+from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.task import (
@@ -232,13 +233,17 @@ def task_spec_from_proto(msg: pb.TaskSpec) -> TaskSpec:
 
 def failure_to_proto(failure: TaskFailure) -> pb.TaskFailure:
     if isinstance(failure, QueryError):
-        return pb.TaskFailure(query=pb.QueryFailure(message=failure.message))
+        error_type = "" if failure.error_type is ErrorType.QUERY else failure.error_type.value
+        return pb.TaskFailure(query=pb.QueryFailure(message=failure.message, error_type=error_type))
     if isinstance(failure, FragmentRejected):
         return pb.TaskFailure(fragment=pb.FragmentFailure(message=failure.message))
     if isinstance(failure, ExecutionError):
         problem = "" if failure.problem is ExecutionProblem.OTHER else failure.problem.value
+        error_type = "" if failure.error_type is ErrorType.JOB_FAILED else failure.error_type.value
         return pb.TaskFailure(
-            execution=pb.ExecutionFailure(message=failure.message, problem=problem)
+            execution=pb.ExecutionFailure(
+                message=failure.message, problem=problem, error_type=error_type
+            )
         )
     return pb.TaskFailure(
         fetch=pb.FetchFailure(
@@ -251,10 +256,19 @@ def failure_to_proto(failure: TaskFailure) -> pb.TaskFailure:
     )
 
 
+def _error_type(value: str, default: ErrorType) -> ErrorType:
+    """An ``ErrorType`` off the wire: ``default`` when unset (an older executor) or
+    unknown (a type a newer one knows; the failure is still acted on by its kind)."""
+    try:
+        return ErrorType(value) if value else default
+    except ValueError:
+        return default
+
+
 def failure_from_proto(msg: pb.TaskFailure) -> TaskFailure:
     kind = msg.WhichOneof("kind")
     if kind == "query":
-        return QueryError(msg.query.message)
+        return QueryError(msg.query.message, _error_type(msg.query.error_type, ErrorType.QUERY))
     if kind == "fragment":
         return FragmentRejected(msg.fragment.message)
     if kind == "execution":
@@ -262,7 +276,8 @@ def failure_from_proto(msg: pb.TaskFailure) -> TaskFailure:
             kind = ExecutionProblem(msg.execution.problem or ExecutionProblem.OTHER.value)
         except ValueError:  # a kind a newer executor knows: still a retryable failure
             kind = ExecutionProblem.OTHER
-        return ExecutionError(msg.execution.message, kind)
+        error_type = _error_type(msg.execution.error_type, ErrorType.JOB_FAILED)
+        return ExecutionError(msg.execution.message, kind, error_type)
     if kind == "fetch":
         f = msg.fetch
         problem = FetchProblem.OUTPUT_LOST if f.output_lost else FetchProblem.UNREACHABLE

@@ -198,18 +198,22 @@ class FragmentFailure(_message.Message):
     def __init__(self, message: _Optional[str] = ...) -> None: ...
 
 class QueryFailure(_message.Message):
-    __slots__ = ("message",)
+    __slots__ = ("message", "error_type")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     message: str
-    def __init__(self, message: _Optional[str] = ...) -> None: ...
+    error_type: str
+    def __init__(self, message: _Optional[str] = ..., error_type: _Optional[str] = ...) -> None: ...
 
 class ExecutionFailure(_message.Message):
-    __slots__ = ("message", "problem")
+    __slots__ = ("message", "problem", "error_type")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
     message: str
     problem: str
-    def __init__(self, message: _Optional[str] = ..., problem: _Optional[str] = ...) -> None: ...
+    error_type: str
+    def __init__(self, message: _Optional[str] = ..., problem: _Optional[str] = ..., error_type: _Optional[str] = ...) -> None: ...
 
 class FetchFailure(_message.Message):
     __slots__ = ("executor", "stage", "map_partition", "message", "output_lost")

@@ -15,7 +15,8 @@ them:
 * ``ResumeExecutor`` / ``RefuseStream``: the answer to the registration or
   Connect RPC that sent the event.
 * ``JobSucceeded`` / ``JobFailed`` / ``JobCancelled``: copy the job's final
-  view (and result) into its watchers' record; its watchers wake.
+  view (and result) into its watchers' record; its watchers wake. A failure is
+  logged under the job's id with its type (an internal error as an error).
 * ``ForgetJob``: drop the job's watchers' record (its stored keys went with
   the event's commit).
 
@@ -57,7 +58,7 @@ import pyarrow as pa
 
 from mangonel import defaults
 from mangonel.catalog import Table, load_table
-from mangonel.errors import InternalError, MangonelError, StateStoreError
+from mangonel.errors import ErrorType, InternalError, MangonelError, StateStoreError
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
@@ -467,6 +468,16 @@ class SchedulerCore:
                 result = command.result if isinstance(command, JobSucceeded) else None
                 job.update(self._state.job(command.job), now, result)
                 self.telemetry.job_finished(job.id, job.state.value, job.elapsed(now), now)
+            if isinstance(command, JobFailed):
+                # Under the job's id, which an internal error's message asks to report.
+                internal = command.error_type is ErrorType.INTERNAL
+                log.log(
+                    logging.ERROR if internal else logging.INFO,
+                    "job %s failed (%s): %s",
+                    command.job,
+                    command.error_type.value,
+                    command.message,
+                )
         elif isinstance(command, LogRejectedFragment):
             log.error(
                 "job %s: internal error, DuckDB refused the SQL of stage %s in task %s: %s\n"

@@ -16,6 +16,7 @@ import enum
 from dataclasses import dataclass
 
 from mangonel import defaults
+from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.task import (
@@ -177,6 +178,8 @@ class JobFailed(SchedulerCommand):
     job: JobId
     message: str
     """Says what failed (which task, executor, why, how many attempts) and what to do."""
+    error_type: ErrorType = ErrorType.JOB_FAILED
+    """The error it is blamed on, which the client raises (``errors.job_failure``)."""
 
 
 @dataclass(frozen=True)

@@ -514,11 +514,12 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         while True:
             with record.changed:
                 record.changed.wait_for(lambda: record.state.finished, timeout=_CANCEL_POLL_S)
-                state, error = record.state, record.error
+                state, error, error_type = record.state, record.error, record.error_type
             if state is JobState.SUCCEEDED:
                 return
             if state is JobState.FAILED:
-                raise _refused(f"JobFailedError: {error or f'job {record.id} failed'}")
+                # Named by the error it is blamed on, as every refusal here is.
+                raise _refused(f"{error_type}: {error or f'job {record.id} failed'}")
             if state is JobState.CANCELLED:
                 raise flight.FlightCancelledError(error or f"job {record.id} was cancelled")
             if context.is_cancelled():

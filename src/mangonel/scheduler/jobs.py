@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from mangonel.errors import JobCancelledError, JobFailedError
+from mangonel.errors import ErrorType, JobCancelledError
 from mangonel.ids import JobId, StageId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.state_views import JobState, JobView, StageView
@@ -97,11 +97,14 @@ class JobRecord:
 
     @property
     def error_type(self) -> str:
-        """The ``mangonel.errors`` class a client raises for this job's end."""
-        if self.state is JobState.CANCELLED:
+        """The ``mangonel.errors`` class this job's end is blamed on: an
+        ``ErrorType`` value, ``JobCancelledError``, or "" (it has not failed).
+        A client raises a class that is both it and a ``JobFailedError``."""
+        view = self.view
+        if view is not None and view.state is JobState.CANCELLED:
             return JobCancelledError.__name__
-        if self.state is JobState.FAILED:
-            return JobFailedError.__name__
+        if view is not None and view.state is JobState.FAILED:
+            return (view.error_type or ErrorType.JOB_FAILED).value
         return ""
 
     def elapsed(self, now: float) -> float:

@@ -42,10 +42,14 @@ What each event does, in one place:
 * ``CancelRequested`` ends an unfinished job: ``CancelTask`` for its running
   attempts, ``JobCancelled``, ``ReleaseOutputs`` wherever it ran. A finished
   job is left as it is (no command).
-* ``TaskFailed``: a ``QueryError`` fails the job; so does a ``FragmentRejected``,
-  as an internal error (the planner's SQL, not the query, is wrong), with
-  ``LogRejectedFragment`` before ``JobFailed``; an ``ExecutionError`` is retried
-  up to ``Limits.max_task_attempts``; a ``FetchFailed`` re-queues the reader without
+* ``TaskFailed``: a ``QueryError`` fails the job, typed as the failure says (the
+  query's fault, or an object's in the store: ``errors.ErrorType``) and telling
+  the user what to do (fix the query only for the query's fault); so does a
+  ``FragmentRejected``, as an internal error (the planner's SQL, not the query,
+  is wrong), with ``LogRejectedFragment`` before ``JobFailed``; an
+  ``ExecutionError`` is retried up to ``Limits.max_task_attempts``, then fails the
+  job with the last attempt's error type (a store that did not answer is
+  ``OBJECT_STORE_UNAVAILABLE``); a ``FetchFailed`` re-queues the reader without
   charging it an attempt and, by its ``problem``: ``OUTPUT_LOST`` (a missing or
   corrupt file on an executor that still answers) makes only the one map output
   it names again (one of the task's ``Limits.max_task_recomputes``); ``UNREACHABLE`` about a live
@@ -98,6 +102,7 @@ from collections import OrderedDict
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field, replace
 
+from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.scheduler import adaptive
 from mangonel.scheduler.events import (
@@ -407,12 +412,22 @@ class SchedulerState:
         if problem is not None:
             msg = (
                 f"internal error: the planner produced a plan the scheduler cannot run "
-                f"({problem}); please report it together with the query"
+                f"({problem}). {ErrorType.INTERNAL.advice} (job {job.id})"
             )
-            self._finish(job, JobState.FAILED, msg, step)
+            self._finish(job, JobState.FAILED, msg, step, ErrorType.INTERNAL)
 
-    def _finish(self, job: JobRecord, state: JobState, error: str, step: _Step) -> None:
-        """End a job: stop its attempts, report it, release its files, forget it."""
+    def _finish(
+        self,
+        job: JobRecord,
+        state: JobState,
+        error: str,
+        step: _Step,
+        error_type: ErrorType = ErrorType.JOB_FAILED,
+    ) -> None:
+        """End a job: stop its attempts, report it, release its files, forget it.
+
+        ``error_type``: what a failed job is blamed on (the client raises it).
+        """
         for task in job.running_tasks():
             if isinstance(task.state, Running):
                 # Cancelled attempts free their slot at once: the executor kills
@@ -441,14 +456,18 @@ class SchedulerState:
         elif state is JobState.CANCELLED:
             step.commands.append(JobCancelled(step.cause, job.id, error))
         else:
-            step.commands.append(JobFailed(step.cause, job.id, error))
+            step.commands.append(JobFailed(step.cause, job.id, error, error_type))
         for executor in sorted(holders):
             if self._executors.is_live(executor):
                 step.commands.append(ReleaseOutputs(step.cause, executor, job.id, release))
         job.state = state
         del self._jobs[job.id]
         self._finished[job.id] = FinishedJob(
-            view=job.view(finished=step.now, error=None if state is JobState.SUCCEEDED else error),
+            view=job.view(
+                finished=step.now,
+                error=None if state is JobState.SUCCEEDED else error,
+                error_type=error_type if state is JobState.FAILED else None,
+            ),
             result=result,
             intermediate=intermediate,
             ran_on=job.ran_on_sorted(),
@@ -576,12 +595,10 @@ class SchedulerState:
                     step.commands.append(CancelTask(step.cause, running.executor, running.attempt))
                     self._executors.stop(running.executor, running.attempt)
                 task.state = PENDING
-                msg = (
-                    f"task {event.attempt} failed on executor {event.executor}: "
-                    f"{failure.message}. The query cannot run as written; fix it and "
-                    f"submit it again."
-                )
-                self._finish(job, JobState.FAILED, msg, step)
+                msg = f"task {event.attempt} failed on executor {event.executor}: {failure.message}"
+                advice = failure.error_type.advice
+                msg = f"{msg}. {advice}" if advice else msg
+                self._finish(job, JobState.FAILED, msg, step, failure.error_type)
             case FragmentRejected():
                 task.state = PENDING
                 stage = job.plan.stage(task.id.stage)
@@ -604,16 +621,24 @@ class SchedulerState:
                     f"query. Please report it with the query's text and this message; the "
                     f"scheduler's log has the stage's SQL (job {job.id})."
                 )
-                self._finish(job, JobState.FAILED, msg, step)
+                self._finish(job, JobState.FAILED, msg, step, ErrorType.INTERNAL)
             case ExecutionError():
                 self._count_failure(event.executor, task, failure.message, step)
                 if is_copy:
                     task.last_error = failure.message
-                elif self._requeue(task, event.executor, failure.message, charge=True):
-                    self._finish(job, JobState.FAILED, self._exhausted(task), step)
+                    task.last_error_type = failure.error_type
+                elif self._requeue(
+                    task,
+                    event.executor,
+                    failure.message,
+                    charge=True,
+                    error_type=failure.error_type,
+                ):
+                    msg = self._exhausted(task)
+                    self._finish(job, JobState.FAILED, msg, step, task.last_error_type)
                 else:
                     self._fail_if_unrecoverable(job, step)
-                self._fail_if_all_excluded(step)
+                self._fail_if_all_excluded(step, failure.error_type)
             case FetchFailed():
                 # Not the reader's fault: re-queue it without charging an attempt.
                 # The lost output is charged to its stage as a re-run instead.
@@ -737,9 +762,18 @@ class SchedulerState:
             self._executors.stop(copy.executor, copy.attempt)
             task.speculative = None
 
-    def _requeue(self, task: TaskRecord, executor: ExecutorId, error: str, *, charge: bool) -> bool:
+    def _requeue(
+        self,
+        task: TaskRecord,
+        executor: ExecutorId,
+        error: str,
+        *,
+        charge: bool,
+        error_type: ErrorType = ErrorType.JOB_FAILED,
+    ) -> bool:
         """A task's running attempt on ``executor`` ended without output: back to
         pending, or, when a speculative copy of it still runs, on with the copy.
+        ``error`` and ``error_type`` say why (the job's error should it be the last).
 
         Returns whether it has now used up ``Limits.max_task_attempts``.
         """
@@ -748,6 +782,7 @@ class SchedulerState:
         task.state = copy if copy is not None and copy.executor != executor else PENDING
         task.reruns += 1
         task.last_error = error
+        task.last_error_type = error_type
         if not charge:
             return False
         task.failures += 1
@@ -756,11 +791,15 @@ class SchedulerState:
         return task.failures >= self.limits.max_task_attempts
 
     def _exhausted(self, task: TaskRecord) -> str:
+        """The error of a job whose ``task`` used up its attempts (the job's type is
+        ``task.last_error_type``)."""
+        advice = task.last_error_type.advice or (
+            "Check those executors' logs; if the failure is transient, raise max_task_attempts."
+        )
         return (
             f"task {task.id} failed {task.failures} attempts (the limit is "
             f"{self.limits.max_task_attempts}) on executor(s) {', '.join(task.failed_on)}; "
-            f"last error: {task.last_error}. Check those executors' logs; if the failure "
-            f"is transient, raise max_task_attempts."
+            f"last error: {task.last_error}. {advice}"
         )
 
     # ------------------------------------------------------------------ recovery
@@ -1246,12 +1285,15 @@ class SchedulerState:
         if rec is not None:
             count_failure(rec, task.id, why, step.now, self.limits)
 
-    def _fail_if_all_excluded(self, step: _Step) -> None:
+    def _fail_if_all_excluded(self, step: _Step, error_type: ErrorType) -> None:
         """Fail jobs that wait for a slot when every executor is excluded.
 
         Waiting out the exclusions would only cycle their tasks through the
         same bad executors again. Executors still connecting or awaited after
-        a restart count as hope: then nothing fails.
+        a restart count as hope: then nothing fails. The jobs are blamed on
+        ``error_type``, that of the failure just counted: the one that excluded
+        the last executor, as a rule (a store that does not answer fails the
+        tasks of every executor, and so excludes them all).
         """
         why = excluded_everywhere(self._executors.takers())
         if why is None:
@@ -1265,4 +1307,6 @@ class SchedulerState:
                 f"data they read; an exclusion ends after {self.limits.exclusion_s:g} s "
                 f"(--exclusion-time), and --exclusion-failures 0 turns exclusion off."
             )
-            self._finish(job, JobState.FAILED, msg, step)
+            if error_type.advice:
+                msg = f"{msg} {error_type.advice}"
+            self._finish(job, JobState.FAILED, msg, step, error_type)

@@ -65,6 +65,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
+from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.scheduler.adaptive import coalescible, ranges
@@ -116,6 +117,9 @@ class TaskRecord:
     """Attempts that count against ``Limits.max_task_attempts``."""
     failed_on: tuple[ExecutorId, ...] = ()
     last_error: str = ""
+    last_error_type: ErrorType = ErrorType.JOB_FAILED
+    """What ``last_error`` is blamed on: the job's error type should the task use
+    up its attempts (a store that did not answer, say)."""
     reruns: int = 0
     recomputes: int = 0
     speculative: Running | None = None
@@ -678,7 +682,12 @@ class JobRecord:
                 needed.update(rec.stage.upstream)
         return any(executor in self.stages[sid].done_on for sid in needed)
 
-    def view(self, finished: float | None = None, error: str | None = None) -> JobView:
+    def view(
+        self,
+        finished: float | None = None,
+        error: str | None = None,
+        error_type: ErrorType | None = None,
+    ) -> JobView:
         return JobView(
             id=self.id,
             state=self.state,
@@ -687,6 +696,7 @@ class JobRecord:
             error=error,
             stages=tuple(s.view() for s in self.stages.values()),
             sql=self.plan.sql,
+            error_type=error_type,
         )
 
     def partition_bytes(self, stage: Stage) -> list[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId
 from mangonel.scheduler.events import LossReason
 
@@ -120,6 +121,9 @@ class JobView:
     """The message of a failed or cancelled job; ``None`` otherwise."""
     stages: tuple[StageView, ...]
     sql: str = ""
+    error_type: ErrorType | None = None
+    """The error a failed job is blamed on; ``None`` otherwise (and for jobs that
+    failed before the type was kept: a plain ``JobFailedError``)."""
 
     @property
     def tasks_rerun(self) -> int:
