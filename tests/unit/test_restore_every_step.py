@@ -378,6 +378,7 @@ def test_one_record_that_cannot_be_restored_fails_its_job_and_the_rest_is_served
     failed = core.job(victim)
     assert failed.state is JobState.FAILED
     assert "could not restore this job" in failed.error and "submit the query again" in failed.error
+    assert failed.error_type == "InternalError"
     if damage == "plan":
         assert (failed.sql, failed.request_id, failed.owner) == ("SELECT 42", "r-1", "ann")
     # The others are restored as they were, and the store now reads back whole.

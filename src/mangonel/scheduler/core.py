@@ -344,10 +344,12 @@ class SchedulerCore:
         error = (
             f"the scheduler restarted and could not restore this job from its state store "
             f"{self.store.url}: {job.problem}. The job was failed; submit the query again. "
-            "(The store was damaged or written by another mangonel version; the "
-            "scheduler's log has the details.)"
+            "The store was damaged or written by another mangonel version: the "
+            f"scheduler's log has the details under job {job.id}."
         )
-        view = JobView(job.id, JobState.FAILED, plan.submitted, now, error, (), plan.sql)
+        view = JobView(
+            job.id, JobState.FAILED, plan.submitted, now, error, (), plan.sql, ErrorType.INTERNAL
+        )
         record = JobRecord.create(job.id, plan.sql, plan.plan, plan.submitted)
         record.submitted_wall = plan.submitted_wall
         record.request_id = plan.request_id
