@@ -29,6 +29,7 @@ from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
 from mangonel.client.cluster import LocalCluster
 from mangonel.client.session import Result, Session
 from mangonel.client.status import ExecutorState, JobState
+from mangonel.errors import InternalError, JobFailedError
 from mangonel.scheduler.persist import read_snapshot
 from mangonel.scheduler.state_jobs import Done
 from mangonel.scheduler.store.sqlite import SqliteStateStore
@@ -349,3 +350,43 @@ def test_an_unreachable_etcd_stops_the_scheduler_at_start_with_a_clear_error() -
     assert done.returncode != 0
     assert "127.0.0.1:1" in done.stderr and "etcd" in done.stderr, done.stderr
     assert "listening" not in done.stdout
+
+
+def test_a_job_record_that_cannot_be_restored_fails_that_job_and_the_rest_is_served(
+    cluster: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """A damaged record (here: a job's head that is not JSON) never keeps the scheduler
+    from starting: that job fails with an error that says why, and its client hears
+    it; the scheduler serves every other job and the next query."""
+    with cluster.connect() as session:
+        crash_file(cluster).write_text(json.dumps([CRASH_POINTS["mid_stage"]]))
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["result"] = session.sql(tpch_query(9))
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                outcome["error"] = exc
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        assert cluster.scheduler is not None
+        assert cluster.scheduler.process.wait(60) == -signal.SIGKILL
+        store = SqliteStateStore(cluster.state.removeprefix("sqlite://"))
+        try:
+            assert store.acquire("test", timeout_s=10)
+            heads = [k for k in store.load() if k.endswith("/progress")]
+            assert len(heads) == 1, heads
+            store.commit({heads[0]: '{"id": "damaged'})
+        finally:
+            store.close()
+        crash_file(cluster).write_text("[]")
+        cluster.restart_scheduler()
+        runner.join(60)
+        assert not runner.is_alive()
+        error = outcome.get("error")
+        assert isinstance(error, JobFailedError) and isinstance(error, InternalError), outcome
+        assert "could not restore this job" in str(error), error
+        assert "submit the query again" in str(error), error
+        check(session.sql(tpch_query(3)), 3, duckdb_ref)
+        wait_for_reattach(cluster, session)
