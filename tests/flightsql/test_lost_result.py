@@ -52,6 +52,7 @@ class StandInCore:
             sql=sql,
             state=JobState.SUCCEEDED,
             error="",
+            error_type="",
             result=(_location(address),),
             plan=SimpleNamespace(columns=("name", "n")),
             changed=threading.Condition(),
