@@ -14,10 +14,14 @@ _MIB = 1024 * 1024
 # ------------------------------------------------------------------ addresses
 
 SCHEDULER_PORT = 50050
-"""The scheduler's gRPC port (``mangonel scheduler --port``)."""
+"""The scheduler's gRPC port (``mangonel scheduler --port``): clients' (and
+executors', without TLS)."""
 
 SCHEDULER_ADDRESS = f"127.0.0.1:{SCHEDULER_PORT}"
 """Where clients and executors look for the scheduler unless told."""
+
+CLUSTER_PORT = 50052
+"""With TLS, the scheduler's gRPC port for executors (``--cluster-port``): mutual TLS."""
 
 WEB_PORT = 50080
 """The scheduler's web UI, REST API and metrics port (next to gRPC's)."""

@@ -1,13 +1,19 @@
 """A secured cluster, with real processes: every channel under TLS, every refusal.
 
-One secured ``LocalCluster`` per module (``secure=True``: a CA, node and client
-certificates and a cluster secret made by ``certs.init_cluster``), whose two
-executors report different hosts, so shuffle partitions cross between them over
-Flight (with signed tickets) instead of being read from disk. Against it:
+One secured ``LocalCluster`` per module (``secure=True``: a CA, the members'
+certificate and a cluster secret in ``tls/cluster``, the CA alone in
+``tls/client``, made by ``certs.init_cluster``; users ``root`` (admin), ``alice``
+and ``bob``), whose two executors report different hosts, so shuffle partitions
+cross between them over Flight (with signed tickets) instead of being read from
+disk. Against it:
 
-* queries over every channel give DuckDB's answers (client -> scheduler gRPC,
-  scheduler <-> executor gRPC, executor <-> executor Flight, client <- executor
-  Flight, HTTPS web UI);
+* a user holding only the client bundle (the CA's certificate) and a password
+  queries through the Python API and the command line, over every channel
+  (client -> scheduler gRPC, scheduler <-> executor gRPC on the cluster port,
+  executor <-> executor Flight, client <- executor Flight, HTTPS web UI), and
+  gets DuckDB's answers;
+* that bundle cannot mint a token (no secret in it; a token signed with another
+  secret is refused), start an executor, or register one at either port;
 * an executor with no certificate, another CA's, or a client's cannot register
   (the scheduler's log says why), and a scheduler of another CA cannot command a
   real executor (the executor refuses its TLS);
@@ -15,7 +21,7 @@ Flight (with signed tickets) instead of being read from disk. Against it:
   name the host dialled are refused with a clear ``ClusterError``;
 * a forged, expired, unsigned or another session's ticket is refused by the
   executor's Flight server, which logs it and keeps serving the rightful reader;
-* plain HTTP to the HTTPS web UI fails.
+* plain HTTP to the HTTPS web UI fails; the API wants a token, even over TLS.
 
 After each refusal the cluster still answers a query.
 """
@@ -37,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import grpc
 import pyarrow.flight as flight
 import pytest
 from helpers import assert_same_result, tpch_query, wait_until
@@ -44,12 +51,12 @@ from helpers import assert_same_result, tpch_query, wait_until
 from mangonel import LocalCluster
 from mangonel.client.cluster import child_env
 from mangonel.client.session import Session
-from mangonel.errors import ClusterError
+from mangonel.errors import AuthenticationError, ClusterError
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.scheduler.main import SchedulerConfig, start_scheduler
-from mangonel.security import certs, tls
+from mangonel.security import certs, tls, tokens
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tickets import (
     SESSION_HEADER,
@@ -67,6 +74,10 @@ GROUP BY o_orderpriority
 ORDER BY o_orderpriority
 """
 
+PASSWORDS = {"root": "root-secret", "alice": "alice-secret", "bob": "bob-secret!"}
+USERS = {"root": (PASSWORDS["root"], True), "alice": (PASSWORDS["alice"], False),
+         "bob": (PASSWORDS["bob"], False)}  # fmt: skip
+
 
 @pytest.fixture(scope="module")
 def secure_cluster(module_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[LocalCluster]:
@@ -79,6 +90,7 @@ def secure_cluster(module_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[L
         executor_args_for=lambda i: ["--host-id", f"secure-host-{i}"],
         web_port=0,
         secure=True,
+        users=USERS,
     ) as cluster:
         with cluster.connect() as session:
             for name, path in tpch_tables.items():
@@ -92,9 +104,15 @@ def reference(duckdb_ref: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnectio
     return duckdb_ref
 
 
+def as_user(cluster: LocalCluster, user: str = "alice") -> Session:
+    """A session of ``user`` holding the client bundle alone (the cluster's CA) and a password."""
+    bundle = SecurityOptions.from_tls_dir(str(cluster.client_tls_dir), "client")
+    return Session(cluster.address, security=bundle, user=user, password=PASSWORDS[user])
+
+
 def check_query(cluster: LocalCluster, reference: duckdb.DuckDBPyConnection) -> None:
     """The cluster answers QUERY as DuckDB does, distributed."""
-    with cluster.connect() as session:
+    with as_user(cluster) as session:
         result = session.sql(QUERY)
     assert len(result.stages) >= 3, result.stages
     assert_same_result(
@@ -141,12 +159,15 @@ def log_has(path: Path, text: str) -> bool:
 # ------------------------------------------------------------------ legitimate use
 
 
-def test_secured_cluster_answers_over_every_channel(
+def test_a_user_with_the_client_bundle_and_a_password_queries_over_every_channel(
     secure_cluster: LocalCluster, reference: duckdb.DuckDBPyConnection
 ) -> None:
-    with secure_cluster.connect() as session:
-        hosts = {e.host for e in session.status().executors}
+    # All a client holds: the CA's certificate.
+    assert sorted(p.name for p in secure_cluster.client_tls_dir.iterdir()) == ["ca.pem"]
+    with secure_cluster.connect() as root:
+        hosts = {e.host for e in root.status().executors}
         assert len(hosts) == 2, hosts  # shuffles cross executors over Flight
+    with as_user(secure_cluster) as session:
         for number in (3, 12):
             text = tpch_query(number)
             result = session.sql(text)
@@ -154,6 +175,7 @@ def test_secured_cluster_answers_over_every_channel(
             assert_same_result(
                 result.to_arrow(), reference.sql(text).to_arrow_table(), ordered=False
             )
+        assert session.user == "alice" and not session.admin
     check_query(secure_cluster, reference)
     for name in ("scheduler", "executor-0", "executor-1"):
         text = (secure_cluster.log_dir / f"{name}.log").read_text()
@@ -164,11 +186,19 @@ def test_secured_cluster_answers_over_every_channel(
 def test_web_ui_speaks_https_only(secure_cluster: LocalCluster) -> None:
     url = secure_cluster.web_url
     assert url.startswith("https://")
-    context = ssl.create_default_context(cafile=str(secure_cluster.tls_dir / "ca.pem"))
-    with urllib.request.urlopen(f"{url}/api/executors", context=context, timeout=10) as reply:
+    context = ssl.create_default_context(cafile=str(secure_cluster.client_tls_dir / "ca.pem"))
+    # Trusting the CA lets no one in: the API wants a user's token.
+    with pytest.raises(urllib.error.HTTPError, match="401"):
+        urllib.request.urlopen(f"{url}/api/executors", context=context, timeout=10)
+    with as_user(secure_cluster, "root") as root:
+        root.log_in()
+        bearer = {"Authorization": f"Bearer {root.token}"}
+    request = urllib.request.Request(f"{url}/api/executors", headers=bearer)
+    with urllib.request.urlopen(request, context=context, timeout=10) as reply:
         assert reply.status == 200
         assert len(json.loads(reply.read())) == 2
-    with urllib.request.urlopen(f"{url}/metrics", context=context, timeout=10) as reply:
+    metrics = urllib.request.Request(f"{url}/metrics", headers=bearer)
+    with urllib.request.urlopen(metrics, context=context, timeout=10) as reply:
         assert reply.status == 200
     plain = url.replace("https://", "http://")
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
@@ -181,36 +211,46 @@ def test_web_ui_speaks_https_only(secure_cluster: LocalCluster) -> None:
 # -------------------------------------------------------------- executors refused
 
 
-@pytest.mark.parametrize("kind", ["no-certificate", "other-ca", "client-certificate"])
+@pytest.mark.parametrize(
+    "kind", ["no-certificate", "other-ca", "client-certificate", "client-port"]
+)
 def test_executor_without_a_cluster_certificate_cannot_register(
     kind: str,
     secure_cluster: LocalCluster,
     reference: duckdb.DuckDBPyConnection,
     work_dir: Path,
 ) -> None:
-    tls_dir = secure_cluster.tls_dir
+    members = secure_cluster.member_tls_dir
+    secret = ["--cluster-secret-file", str(members / "cluster-secret")]
+    address = secure_cluster.cluster_address
     if kind == "no-certificate":
         extra: list[str] = []
         refusal = "WRONG_VERSION_NUMBER"  # gRPC's log: a plaintext hello at a TLS port
     elif kind == "other-ca":  # trusts the cluster CA, shows another CA's node certificate
-        other = other_ca_dir(work_dir)
+        other = other_ca_dir(work_dir) / "cluster"
         extra = [
             "--tls-cert", str(other / "node.pem"),
             "--tls-key", str(other / "node-key.pem"),
-            "--tls-ca", str(tls_dir / "ca.pem"),
+            "--tls-ca", str(members / "ca.pem"), *secret,
         ]  # fmt: skip
         refusal = "CERTIFICATE_VERIFY_FAILED"
-    else:  # the cluster's own CA, but a client's certificate
+    elif kind == "client-certificate":  # the cluster's own CA, but a client's certificate
+        ca = certs.read_ca(str(secure_cluster.tls_dir))
+        certs.write_pair(str(work_dir), "client", certs.issue(ca, "client"))
         extra = [
-            "--tls-cert", str(tls_dir / "client.pem"),
-            "--tls-key", str(tls_dir / "client-key.pem"),
-            "--tls-ca", str(tls_dir / "ca.pem"),
+            "--tls-cert", str(work_dir / "client.pem"),
+            "--tls-key", str(work_dir / "client-key.pem"),
+            "--tls-ca", str(members / "ca.pem"), *secret,
         ]  # fmt: skip
         refusal = "is not a cluster member's (mangonel-node)"
+    else:  # a real member's files, at the port that serves clients (and asks no certificate)
+        extra = ["--tls-dir", str(members)]
+        address = secure_cluster.address
+        refusal = "none: the client port asks for none"
     scheduler_log = secure_cluster.log_dir / "scheduler.log"
     before = scheduler_log.read_text(errors="replace").count(refusal)
     log = work_dir / "executor.log"
-    proc = spawn_executor(secure_cluster.address, log, *extra)
+    proc = spawn_executor(address, log, *extra)
     try:
         wait_until(
             lambda: log_has(log, "cannot register with the scheduler"),
@@ -228,6 +268,9 @@ def test_executor_without_a_cluster_certificate_cannot_register(
     assert "registered as executor" not in text
     if kind == "client-certificate":
         assert "PERMISSION_DENIED" in text and "cluster member" in text
+    if kind == "client-port":
+        assert "PERMISSION_DENIED" in text and "this port serves clients" in text
+        assert secure_cluster.cluster_address in text  # it says where to register instead
     with secure_cluster.connect() as session:
         assert len(session.status().executors) == 2
     check_query(secure_cluster, reference)
@@ -245,7 +288,8 @@ def test_scheduler_of_another_ca_cannot_command_an_executor(
     log = work_dir / "executor.log"
     try:
         # A real executor with the cluster's files, told to join the fake scheduler.
-        proc = spawn_executor(fake.address, log, "--tls-dir", str(secure_cluster.tls_dir))
+        members = str(secure_cluster.member_tls_dir)
+        proc = spawn_executor(fake.cluster_address, log, "--tls-dir", members)
         try:
             wait_until(
                 lambda: log_has(log, "cannot register with the scheduler"),
@@ -256,7 +300,7 @@ def test_scheduler_of_another_ca_cannot_command_an_executor(
             stop(proc)
         text = log.read_text(errors="replace")
         assert "CERTIFICATE_VERIFY_FAILED" in text, text[-2000:]
-        assert "not signed by this process's --tls-ca" in text
+        assert "not signed by this process's CA" in text
         assert not fake.core.executors()
     finally:
         fake.stop()
@@ -273,19 +317,31 @@ def test_plaintext_client_gets_a_clear_error(secure_cluster: LocalCluster) -> No
         session.tables()
 
 
-def test_command_line_client_with_and_without_the_cluster_files(
+def test_command_line_user_with_the_client_bundle_and_a_password(
     secure_cluster: LocalCluster,
 ) -> None:
     base = [sys.executable, "-m", "mangonel", "--scheduler", secure_cluster.address]
     query = ["sql", "SELECT count(*) AS n FROM nation"]
     env = child_env()
-    ok = subprocess.run(
-        [*base, "--tls-dir", str(secure_cluster.tls_dir), *query],
+    for name in ("MANGONEL_TLS_DIR", "MANGONEL_TLS_CA", "MANGONEL_TOKEN", "MANGONEL_USER"):
+        env.pop(name, None)
+    env["MANGONEL_PASSWORD"] = PASSWORDS["alice"]
+    bundle = secure_cluster.client_tls_dir
+    for files in (["--tls-dir", str(bundle)], ["--tls-ca", str(bundle / "ca.pem")]):
+        ok = subprocess.run(
+            [*base, *files, "--user", "alice", *query],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert ok.returncode == 0, ok.stderr
+        assert "25" in ok.stdout
+    # The bundle without a password: the CA lets no one in.
+    env.pop("MANGONEL_PASSWORD")
+    anonymous = subprocess.run(
+        [*base, "--tls-dir", str(bundle), *query],
         capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
-    assert ok.returncode == 0, ok.stderr
-    assert "25" in ok.stdout
-    env.pop("MANGONEL_TLS_DIR", None)
+    assert anonymous.returncode == 1
+    assert "lets only known users in" in anonymous.stderr
     refused = subprocess.run([*base, *query], capture_output=True, text=True, env=env, timeout=60)
     assert refused.returncode == 1
     assert refused.stderr.startswith("error: cannot reach the scheduler")
@@ -299,30 +355,24 @@ def test_client_of_another_ca_is_refused(secure_cluster: LocalCluster, work_dir:
         pytest.raises(ClusterError, match="TLS handshake failed"),
     ):
         session.tables()
-    # Trusting the right CA but showing another CA's certificate: the server refuses.
-    mixed = dataclasses.replace(other, tls_ca=str(secure_cluster.tls_dir / "ca.pem"))
-    with (
-        Session(secure_cluster.address, timeout_s=10, security=mixed) as session,
-        pytest.raises(ClusterError, match="refused this process's certificate"),
-    ):
-        session.tables()
 
 
-def test_expired_client_certificate_is_refused(
+def test_expired_member_certificate_is_refused(
     secure_cluster: LocalCluster, work_dir: Path
 ) -> None:
+    """The cluster port checks a member's certificate: an expired one is refused."""
     ca = certs.read_ca(str(secure_cluster.tls_dir))
     past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=30)
-    certs.write_pair(str(work_dir), "client", certs.issue(ca, "client", days=1, start=past))
+    certs.write_pair(str(work_dir), "node", certs.issue(ca, "node", days=1, start=past))
     expired = SecurityOptions(
-        tls_cert=str(work_dir / "client.pem"),
-        tls_key=str(work_dir / "client-key.pem"),
-        tls_ca=str(secure_cluster.tls_dir / "ca.pem"),
+        tls_cert=str(work_dir / "node.pem"),
+        tls_key=str(work_dir / "node-key.pem"),
+        tls_ca=str(secure_cluster.client_tls_dir / "ca.pem"),
     )
     scheduler_log = secure_cluster.log_dir / "scheduler.log"
     before = scheduler_log.read_text(errors="replace").count("certificate has expired")
     with (
-        Session(secure_cluster.address, timeout_s=10, security=expired) as session,
+        Session(secure_cluster.cluster_address, timeout_s=10, security=expired) as session,
         pytest.raises(ClusterError, match="refused this process's certificate"),
     ):
         session.tables()
@@ -331,7 +381,7 @@ def test_expired_client_certificate_is_refused(
         "the scheduler logs the expired certificate",
         timeout=10,
     )
-    with secure_cluster.connect() as session:  # the rightful clients still get in
+    with as_user(secure_cluster) as session:  # the rightful clients still get in
         assert {t.name for t in session.tables()} >= {"lineitem", "orders"}
 
 
@@ -354,20 +404,122 @@ def test_certificate_that_does_not_name_the_host_is_refused(work_dir: Path) -> N
         scheduler.stop()
 
 
+# -------------------------------------------------- what the client bundle cannot do
+
+
+def test_the_client_bundle_cannot_mint_a_token(
+    secure_cluster: LocalCluster, reference: duckdb.DuckDBPyConnection
+) -> None:
+    bundle = secure_cluster.client_tls_dir
+    assert not (bundle / "cluster-secret").exists()
+    mint = subprocess.run(
+        [sys.executable, "-m", "mangonel", "users", "token", "root", "--admin",
+         "--cluster-secret-file", str(bundle / "cluster-secret")],
+        capture_output=True, text=True, env=child_env(), timeout=60,
+    )  # fmt: skip
+    assert mint.returncode == 1 and "cannot read the cluster secret" in mint.stderr
+    assert "mgt1." not in mint.stdout
+    # A token signed with anything but the cluster's secret is refused, admin claims or not.
+    ca = SecurityOptions.from_tls_dir(str(bundle), "client")
+    for secret in (b"y" * 64, (bundle / "ca.pem").read_bytes()):
+        forged = tokens.mint(secret, "root", admin=True)
+        with (
+            Session(secure_cluster.address, security=ca, token=forged) as session,
+            pytest.raises(AuthenticationError, match="signature is not valid"),
+        ):
+            session.tables()
+    check_query(secure_cluster, reference)
+
+
+def test_the_client_bundle_cannot_pass_as_an_executor(
+    secure_cluster: LocalCluster, work_dir: Path
+) -> None:
+    bundle = str(secure_cluster.client_tls_dir)
+    # An executor process given the bundle does not start: it has no certificate to serve
+    # its Flight files with, nor the secret to check tickets with.
+    log = work_dir / "executor.log"
+    proc = spawn_executor(secure_cluster.cluster_address, log, "--tls-dir", bundle)
+    assert proc.wait(60) == 1
+    said = log.read_text(errors="replace")
+    assert "cannot read the TLS certificate" in said and "DIR/client is a client's" in said
+    # By hand, over a channel that trusts the CA and shows nothing: the client port refuses
+    # every executor call, the cluster port the TLS handshake.
+    material = tls.TlsMaterial.load(SecurityOptions.from_tls_dir(bundle, "client"))
+    request = pb.RegisterExecutorRequest(host="intruder", flight_address="127.0.0.1:1", slots=4)
+    for address, code, says in (
+        (secure_cluster.address, grpc.StatusCode.PERMISSION_DENIED, "this port serves clients"),
+        (secure_cluster.cluster_address, grpc.StatusCode.UNAVAILABLE, ""),
+    ):
+        channel = tls.open_channel(address, material, [])
+        try:
+            stub = pb_grpc.ExecutorControlStub(channel)  # type: ignore[no-untyped-call]
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.RegisterExecutor(request, timeout=10)
+        finally:
+            channel.close()
+        error: Any = refused.value
+        assert error.code() == code, error
+        assert says in error.details()
+    with secure_cluster.connect() as root:
+        assert {e.host for e in root.status().executors} == {"secure-host-0", "secure-host-1"}
+
+
+def test_tls_without_users_lets_in_only_the_secrets_tokens(work_dir: Path) -> None:
+    """Clients show no certificate, so without a users file the CA must not make anyone
+    the admin: only a token signed with the cluster secret gets in."""
+    directory = work_dir / "tls"
+    certs.init_cluster(str(directory))
+    scheduler = start_scheduler(
+        SchedulerConfig(
+            port=0, state="memory://", security=SecurityOptions.from_tls_dir(str(directory), "node")
+        )
+    )
+    bundle = SecurityOptions.from_tls_dir(str(directory / "client"), "client")
+    secret = (directory / "cluster" / "cluster-secret").read_bytes().strip()
+    try:
+        with (
+            Session(scheduler.address, security=bundle) as anonymous,
+            pytest.raises(AuthenticationError, match="lets only known users in"),
+        ):
+            anonymous.tables()
+        with (
+            Session(scheduler.address, security=bundle, user="root", password="whatever-1") as pw,
+            pytest.raises(AuthenticationError, match="no users file"),
+        ):
+            pw.tables()
+        forged = tokens.mint(b"z" * 64, "ops", admin=True)
+        with (
+            Session(scheduler.address, security=bundle, token=forged) as bad,
+            pytest.raises(AuthenticationError, match="signature is not valid"),
+        ):
+            bad.tables()
+        minted = tokens.mint(secret, "ops", admin=True)
+        with Session(scheduler.address, security=bundle, token=minted) as ops:
+            assert ops.tables() == []
+    finally:
+        scheduler.stop()
+
+
 # ---------------------------------------------------------------- tickets refused
 
 
 def _finished_job(cluster: LocalCluster, session_key: str) -> pb.JobStatus:
-    """Run QUERY through the raw gRPC API; the final status with signed result locations."""
+    """Run QUERY through the raw gRPC API as alice, with the client bundle alone; the
+    final status with signed result locations."""
     material = tls.TlsMaterial.load(cluster.client_security)
     channel = tls.open_channel(cluster.address, material, [])
+    bearer = (("authorization", f"Bearer {cluster.token('alice')}"),)
     try:
         stub = pb_grpc.QueryServiceStub(channel)  # type: ignore[no-untyped-call]
         reply = stub.Submit(
-            pb.SubmitRequest(sql=QUERY, request_id=f"{session_key}.0001"), timeout=30
+            pb.SubmitRequest(sql=QUERY, request_id=f"{session_key}.0001"),
+            timeout=30,
+            metadata=bearer,
         )
         final = None
-        for status in stub.WatchJob(pb.WatchJobRequest(job_id=reply.job_id), timeout=120):
+        for status in stub.WatchJob(
+            pb.WatchJobRequest(job_id=reply.job_id), timeout=120, metadata=bearer
+        ):
             final = status
         assert final is not None and final.state == pb.JOB_STATE_SUCCEEDED, final
         return final
@@ -378,16 +530,14 @@ def _finished_job(cluster: LocalCluster, session_key: str) -> pb.JobStatus:
 def test_result_tickets_are_signed_and_bound_to_the_session(
     secure_cluster: LocalCluster, reference: duckdb.DuckDBPyConnection
 ) -> None:
-    tls_dir = secure_cluster.tls_dir
     final = _finished_job(secure_cluster, "session-a")
     locations = [convert.partition_location_from_proto(m) for m in final.result]
     assert locations and all(loc.ticket.startswith("mgt1.") for loc in locations)
     loc = locations[0]
+    # A client with the CA alone reads where the result is.
     client = flight.FlightClient(
         f"grpc+tls://{loc.flight_address}",
-        tls_root_certs=read(tls_dir / "ca.pem"),
-        cert_chain=read(tls_dir / "client.pem"),
-        private_key=read(tls_dir / "client-key.pem"),
+        tls_root_certs=read(secure_cluster.client_tls_dir / "ca.pem"),
     )
 
     def get(ticket: bytes, key: str | None) -> Any:
@@ -395,7 +545,8 @@ def test_result_tickets_are_signed_and_bound_to_the_session(
         options = flight.FlightCallOptions(timeout=10, headers=headers)
         return client.do_get(flight.Ticket(ticket), options).read_all()
 
-    signer = TicketSigner((tls_dir / "cluster-secret").read_bytes().strip())
+    secret_file = secure_cluster.member_tls_dir / "cluster-secret"
+    signer = TicketSigner(secret_file.read_bytes().strip())
     claims = signer.verify(loc.flight_ticket, "session-a")
     forged_path = loc.ticket[:-4] + ("AAAA" if not loc.ticket.endswith("AAAA") else "BBBB")
     expired = signer.sign(dataclasses.replace(claims, expires=time.time() - 5))
@@ -431,29 +582,31 @@ def test_result_tickets_are_signed_and_bound_to_the_session(
     check_query(secure_cluster, reference)
 
 
-def test_shuffle_fetch_with_a_plaintext_or_foreign_client_is_refused(
+def test_executor_flight_refuses_plaintext_a_foreign_ca_and_unsigned_tickets(
     secure_cluster: LocalCluster, work_dir: Path
 ) -> None:
     with secure_cluster.connect() as session:
         address = session.status().executors[0].flight_address
     other = other_ca_dir(work_dir)
-    attempts = {
+    ca = read(secure_cluster.client_tls_dir / "ca.pem")
+    unavailable = {
         "plaintext": flight.FlightClient(f"grpc://{address}"),
-        "no certificate": flight.FlightClient(
-            f"grpc+tls://{address}", tls_root_certs=read(secure_cluster.tls_dir / "ca.pem")
-        ),
-        "other CA": flight.FlightClient(
-            f"grpc+tls://{address}",
-            tls_root_certs=read(secure_cluster.tls_dir / "ca.pem"),
-            cert_chain=read(other / "node.pem"),
-            private_key=read(other / "node-key.pem"),
+        "trusting another CA": flight.FlightClient(
+            f"grpc+tls://{address}", tls_root_certs=read(other / "ca.pem")
         ),
     }
-    for what, client in attempts.items():
+    for what, client in unavailable.items():
         with pytest.raises(flight.FlightUnavailableError):
             client.do_get(flight.Ticket(b"x"), flight.FlightCallOptions(timeout=5)).read_all()
         client.close()
         assert what
+    # The CA alone gets through TLS (clients read results so), and then the ticket
+    # decides: one the scheduler did not sign is refused.
+    with (
+        flight.FlightClient(f"grpc+tls://{address}", tls_root_certs=ca) as client,
+        pytest.raises(flight.FlightUnauthenticatedError, match="not signed"),
+    ):
+        client.do_get(flight.Ticket(b"/etc/passwd"), flight.FlightCallOptions(timeout=5)).read_all()
 
 
 # ------------------------------------------------------------------ loud defaults
@@ -501,7 +654,7 @@ def test_state_store_on_an_etcd_with_tls_and_client_certificates(work_dir: Path)
         # A client that does not trust etcd's CA refuses etcd.
         other = other_ca_dir(work_dir)
         with pytest.raises(StateStoreError, match="TLS failed"):
-            open_store(url.replace(str(tls_dir / "ca.pem"), str(other / "ca.pem")))
+            open_store(url.replace(str(tls_dir / "cluster" / "ca.pem"), str(other / "ca.pem")))
 
 
 def test_state_store_on_an_etcd_with_tls_and_its_own_authentication(work_dir: Path) -> None:

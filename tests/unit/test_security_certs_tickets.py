@@ -16,7 +16,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.scheduler.tickets import TicketIssuer
 from mangonel.security import certs, tls
-from mangonel.security.options import SecurityOptions
+from mangonel.security.options import SecurityConfigError, SecurityOptions
 from mangonel.security.tickets import (
     TicketClaims,
     TicketError,
@@ -32,24 +32,24 @@ def _cert(path: Path) -> x509.Certificate:
     return x509.load_pem_x509_certificate(path.read_bytes())
 
 
-def test_init_cluster_writes_a_ca_node_and_client_certificates_and_a_secret(
-    tmp_path: Path,
-) -> None:
+def test_init_cluster_keeps_the_members_files_apart_from_the_clients(tmp_path: Path) -> None:
     directory = tmp_path / "tls"
     written = certs.init_cluster(str(directory), hosts=["db1.example.com", "10.0.0.5"])
-    names = sorted(os.path.basename(p) for p in written)
+    names = sorted(os.path.relpath(p, directory) for p in written)
     assert names == [
-        "ca-key.pem", "ca.pem", "client-key.pem", "client.pem",
-        "cluster-secret", "node-key.pem", "node.pem",
+        "ca-key.pem", "ca.pem", "client/ca.pem",
+        "cluster/ca.pem", "cluster/cluster-secret", "cluster/node-key.pem", "cluster/node.pem",
     ]  # fmt: skip
-    for private in ("ca-key.pem", "node-key.pem", "client-key.pem", "cluster-secret"):
+    # All a client gets is the CA's certificate: nothing that signs a token or a
+    # certificate, nothing that passes as a member.
+    assert sorted(os.listdir(directory / "client")) == ["ca.pem"]
+    for private in ("ca-key.pem", "cluster/node-key.pem", "cluster/cluster-secret"):
         assert stat.S_IMODE((directory / private).stat().st_mode) == 0o600, private
     ca = _cert(directory / "ca.pem")
-    node = _cert(directory / "node.pem")
-    client = _cert(directory / "client.pem")
-    for issued in (node, client):
-        assert issued.issuer == ca.subject
-        issued.verify_directly_issued_by(ca)
+    assert _cert(directory / "client" / "ca.pem") == ca == _cert(directory / "cluster" / "ca.pem")
+    node = _cert(directory / "cluster" / "node.pem")
+    assert node.issuer == ca.subject
+    node.verify_directly_issued_by(ca)
     san = node.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert san.get_values_for_type(x509.DNSName) == ["localhost", "db1.example.com"]
     assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == [
@@ -57,13 +57,61 @@ def test_init_cluster_writes_a_ca_node_and_client_certificates_and_a_secret(
     ]  # fmt: skip
     node_usage = node.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert set(node_usage) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
-    client_usage = client.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
-    assert list(client_usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]  # it cannot serve
     cn = node.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value
     assert cn == certs.NODE_NAME
-    options = SecurityOptions.from_tls_dir(str(directory), "node")
-    assert options.cluster_secret() is not None and len(options.cluster_secret() or b"") == 64
-    assert tls.TlsMaterial.load(options) is not None
+    # --tls-dir takes the whole directory or one role's copy alike.
+    for given in (directory, directory / "cluster"):
+        options = SecurityOptions.from_tls_dir(str(given), "node")
+        assert options.tls_cert == str(directory / "cluster" / "node.pem")
+        assert len(options.cluster_secret() or b"") == 64
+        assert tls.TlsMaterial.load(options) is not None
+    for given in (directory, directory / "client"):
+        client = SecurityOptions.from_tls_dir(str(given), "client")
+        assert client == SecurityOptions(tls_ca=str(directory / "client" / "ca.pem"))
+        material = tls.TlsMaterial.load(client)
+        assert material is not None and material.cert is None and material.ca == ca_bytes(ca)
+        assert client.cluster_secret() is None
+
+
+def ca_bytes(ca: x509.Certificate) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    return ca.public_bytes(serialization.Encoding.PEM)
+
+
+def test_a_directory_made_before_the_split_still_reads(tmp_path: Path) -> None:
+    """The single directory of an older ``certs init`` (every file side by side,
+    a client certificate among them): members read it as before, and a client
+    takes only its CA from it (it presents no certificate any more)."""
+    ca = certs.make_ca()
+    (tmp_path / "ca.pem").write_bytes(ca.cert)
+    (tmp_path / "cluster-secret").write_bytes(certs.new_secret())
+    certs.write_pair(str(tmp_path), "node", certs.issue(ca, "node"))
+    certs.write_pair(str(tmp_path), "client", certs.issue(ca, "client"))
+    node = SecurityOptions.from_tls_dir(str(tmp_path), "node")
+    assert node.tls_cert == str(tmp_path / "node.pem") and node.cluster_secret() is not None
+    client = SecurityOptions.from_tls_dir(str(tmp_path), "client")
+    assert client == SecurityOptions(tls_ca=str(tmp_path / "ca.pem"))
+
+
+def test_a_member_with_tls_needs_its_certificate_and_the_secret(tmp_path: Path) -> None:
+    from mangonel.security.options import SecurityConfigError
+
+    certs.init_cluster(str(tmp_path))
+    SecurityOptions.from_tls_dir(str(tmp_path), "node").check_member("executor")
+    SecurityOptions().check_member("executor")  # no TLS: nothing to check
+    client = SecurityOptions.from_tls_dir(str(tmp_path), "client")
+    with pytest.raises(SecurityConfigError, match="its certificate and key was not given"):
+        client.check_member("executor")
+    no_secret = dataclasses.replace(
+        SecurityOptions.from_tls_dir(str(tmp_path), "node"), cluster_secret_file=None
+    )
+    with pytest.raises(SecurityConfigError, match="the cluster secret was not given"):
+        no_secret.check_member("scheduler")
+    with pytest.raises(SecurityConfigError, match="needs its key"):
+        SecurityOptions(tls_cert="c.pem", tls_ca="ca.pem")
+    with pytest.raises(SecurityConfigError, match="cluster CA too"):
+        SecurityOptions(tls_cert="c.pem", tls_key="k.pem")
 
 
 def test_init_cluster_refuses_to_overwrite_a_ca(tmp_path: Path) -> None:
@@ -169,12 +217,18 @@ def test_tls_settings_of_each_channel(tmp_path: Path) -> None:
     material = tls.TlsMaterial.load(options)
     assert material is not None
     assert tls.flight_scheme(material) == "grpc+tls"
-    assert tls.flight_server_kwargs(material)["verify_client"] is True
+    # Flight asks callers for no certificate: the signed ticket decides.
+    assert set(tls.flight_server_kwargs(material)) == {"tls_certificates"}
     assert tls.flight_client_kwargs(material)["tls_root_certs"] == material.ca
     assert tls.uvicorn_ssl_kwargs(options) == {
-        "ssl_certfile": str(tmp_path / "node.pem"),
-        "ssl_keyfile": str(tmp_path / "node-key.pem"),
+        "ssl_certfile": str(tmp_path / "cluster" / "node.pem"),
+        "ssl_keyfile": str(tmp_path / "cluster" / "node-key.pem"),
     }
+    client = tls.TlsMaterial.load(SecurityOptions.from_tls_dir(str(tmp_path), "client"))
+    assert client is not None
+    assert tls.flight_client_kwargs(client) == {"tls_root_certs": material.ca}
+    with pytest.raises(SecurityConfigError, match="serving TLS needs a certificate"):
+        tls.flight_server_kwargs(client)
 
 
 @pytest.mark.parametrize(
@@ -192,7 +246,7 @@ def test_tls_settings_of_each_channel(tmp_path: Path) -> None:
 def test_listening_beyond_loopback_without_tls_warns(
     host: str, secured: bool, warns: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    options = SecurityOptions("c.pem", "k.pem", "ca.pem") if secured else SecurityOptions()
+    options = SecurityOptions(tls_ca="ca.pem") if secured else SecurityOptions()
     log = logging.getLogger("test.security")
     with caplog.at_level(logging.WARNING, logger="test.security"):
         assert tls.warn_if_exposed(log, "scheduler", host, options) is warns
@@ -206,6 +260,7 @@ def test_listening_beyond_loopback_without_tls_warns(
         ("Hostname Verification Check failed.", True, "does not name the host dialled"),
         ("CERTIFICATE_VERIFY_FAILED: unable to get local issuer", True, "not signed by"),
         ("Socket closed", True, "refused this process's certificate"),
+        ("Socket closed", True, "clients connect to its --port"),
     ],
 )
 def test_connection_failures_get_a_hint(details: str, tls_on: bool, hint: str) -> None:
@@ -218,8 +273,9 @@ def test_certs_init_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     target = tmp_path / "tls"
     assert main(["certs", "init", str(target), "--host", "db1.example.com"]) == 0
     out = capsys.readouterr().out
-    assert "wrote 7 files" in out and "db1.example.com" in out and "--tls-dir" in out
-    node = _cert(target / "node.pem")
+    assert "wrote 7 files" in out and "db1.example.com" in out
+    assert f"--tls-dir {target / 'cluster'}" in out and f"--tls-dir {target / 'client'}" in out
+    node = _cert(target / "cluster" / "node.pem")
     san = node.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     assert "db1.example.com" in san.get_values_for_type(x509.DNSName)
     assert main(["certs", "init", str(target)]) == 1
@@ -240,5 +296,8 @@ def test_security_options_travel_on_every_command_line() -> None:
         assert again == got
     args = parser.parse_args(["sql", "SELECT 1", "--tls-dir", "/etc/tls"])
     assert args.tls_dir == "/etc/tls"
+    args = parser.parse_args(["--tls-ca", "/etc/ca.pem", "sql", "SELECT 1"])
+    assert args.tls_ca == "/etc/ca.pem"
+    assert parser.parse_args(["scheduler", "--port", "0"]).cluster_port is None
     args = parser.parse_args(["standalone", "--secure", "--tls-dir", "/tmp/x"])
     assert args.secure and args.tls_dir == "/tmp/x"

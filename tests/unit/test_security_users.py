@@ -239,8 +239,21 @@ def test_authenticator_for_the_options(tmp_path: Path, users_file: Path) -> None
     assert OPEN.verify("").admin and not OPEN.required
     secret = tmp_path / "secret"
     secret.write_bytes(SECRET)
-    # A secret without users (a cluster with TLS only): no accounts, no tokens asked.
+    # A secret without users and without TLS: no accounts, no tokens asked.
     assert authenticator_for(SecurityOptions(cluster_secret_file=str(secret))) is OPEN
+    # With TLS clients show no certificate, so only the secret's tokens let them in:
+    # a CA certificate, which every client holds, makes nobody the admin.
+    tls_only = authenticator_for(
+        SecurityOptions(tls_ca=str(tmp_path / "ca.pem"), cluster_secret_file=str(secret))
+    )
+    assert tls_only.required
+    assert tls_only.verify(tokens.mint(SECRET, "ops", admin=True)).admin
+    with pytest.raises(tokens.ForgedTokenError):
+        tls_only.verify(tokens.mint(OTHER_SECRET, "ops", admin=True))
+    with pytest.raises(AuthenticationError, match="no users file"):
+        tls_only.login("ops", "whatever-pw")
+    with pytest.raises(SecurityConfigError, match="needs the cluster secret"):
+        authenticator_for(SecurityOptions(tls_ca=str(tmp_path / "ca.pem")))
     with_secret = authenticator_for(
         SecurityOptions(cluster_secret_file=str(secret), users_file=str(users_file))
     )

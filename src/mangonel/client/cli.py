@@ -9,10 +9,12 @@
     mangonel certs init /etc/mangonel/tls --host db1.example.com   # a secured cluster's files
 
 Every client command talks to the scheduler given by ``--scheduler`` (default
-``$MANGONEL_SCHEDULER`` or ``127.0.0.1:50050``), over TLS with the client files
-of ``--tls-dir`` (default ``$MANGONEL_TLS_DIR``) when given, as the user given by
-``--user`` (password from ``$MANGONEL_PASSWORD`` or a prompt) or with the token
-given by ``--token`` (default ``$MANGONEL_TOKEN``) when the scheduler has users.
+``$MANGONEL_SCHEDULER`` or ``127.0.0.1:50050``), over TLS trusting the cluster
+CA of ``--tls-ca`` or ``--tls-dir`` (default ``$MANGONEL_TLS_CA``,
+``$MANGONEL_TLS_DIR``; ``DIR/client`` of ``mangonel certs init DIR`` holds all a
+client needs) when given, as the user given by ``--user`` (password from
+``$MANGONEL_PASSWORD`` or a prompt) or with the token given by ``--token``
+(default ``$MANGONEL_TOKEN``) when the scheduler has users.
 A scheduler that refuses connections (not started yet, restarting, its standby
 taking over) is waited for up to ``--connect-wait`` seconds (default
 ``$MANGONEL_CONNECT_WAIT`` or 30), saying so once on stderr.
@@ -103,8 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--tls-dir",
         default=os.environ.get("MANGONEL_TLS_DIR"),
         metavar="DIR",
-        help="a secured cluster's files (`mangonel certs init`): talk TLS with its client "
-        "certificate (default: $MANGONEL_TLS_DIR; none: plaintext)",
+        help="a secured cluster's client files, DIR/client of `mangonel certs init DIR` "
+        "(the CA's certificate): talk TLS (default: $MANGONEL_TLS_DIR; none: plaintext)",
+    )
+    parser.add_argument(
+        "--tls-ca",
+        default=os.environ.get("MANGONEL_TLS_CA"),
+        metavar="FILE",
+        help="a secured cluster's CA certificate (ca.pem): talk TLS, trusting only it "
+        "(default: $MANGONEL_TLS_CA; overrides --tls-dir)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
@@ -115,7 +124,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     p.add_argument(
-        "--port", type=int, default=defaults.SCHEDULER_PORT, help="port to listen on; 0 picks one"
+        "--port",
+        type=int,
+        default=defaults.SCHEDULER_PORT,
+        help="port clients connect to (and executors, without TLS); 0 picks one",
+    )
+    p.add_argument(
+        "--cluster-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="with TLS, the port executors register at, over mutual TLS (the cluster's "
+        f"node certificate); 0 picks a free one (default {defaults.CLUSTER_PORT}, or a "
+        "free one with --port 0)",
     )
     _planner_options(p)
     p.add_argument(
@@ -318,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="secure every channel: make a CA, certificates and a cluster secret in "
         "--tls-dir (default: WORK_DIR/tls; kept if it holds them) and start every process "
-        "with them; clients then need `--tls-dir DIR`",
+        "with them; clients then need `--tls-dir DIR/client` and a token",
     )
     p.add_argument(
         "--tls-dir",
@@ -430,16 +451,18 @@ def build_parser() -> argparse.ArgumentParser:
         "certs",
         help="make a secured cluster's CA, certificates and secret",
         description="Make the files that secure a cluster (`certs init DIR`): a new CA, "
-        "the certificate of the scheduler(s) and executors, a client certificate, and "
-        "a cluster secret. Give DIR to every process with --tls-dir DIR; copy it to the "
-        "cluster's machines, and keep ca-key.pem off them once done.",
+        "the certificate of the scheduler(s) and executors and a cluster secret in "
+        "DIR/cluster (copy it to the cluster's machines: --tls-dir DIR/cluster), and the "
+        "CA's certificate in DIR/client (all a client needs: --tls-dir DIR/client). Keep "
+        "DIR/ca-key.pem off every machine once done.",
     )
     certs_sub = p.add_subparsers(dest="certs_command", metavar="ACTION", required=True)
     c = certs_sub.add_parser(
         "init",
-        help="make a new CA, node and client certificates and a cluster secret in DIR",
-        description="Make ca.pem, ca-key.pem, node.pem, node-key.pem, client.pem, "
-        "client-key.pem and cluster-secret in DIR (keys and secret mode 0600).",
+        help="make a new CA, the node certificate and a cluster secret in DIR",
+        description="Make ca.pem and ca-key.pem in DIR; ca.pem, node.pem, node-key.pem and "
+        "cluster-secret in DIR/cluster (the scheduler's and executors'); ca.pem in "
+        "DIR/client (the clients'). Keys and secret have mode 0600.",
     )
     c.add_argument("dir", metavar="DIR", help="directory to write (created if missing)")
     c.add_argument(
@@ -462,7 +485,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "--tls-dir",
                 default=argparse.SUPPRESS,
                 metavar="DIR",
-                help="a secured cluster's files: talk TLS with its client certificate",
+                help="a secured cluster's client files (DIR/client of `mangonel certs "
+                "init DIR`): talk TLS",
             )
         if name not in ("scheduler", "standalone", "demo", "users"):
             # Also accepted after the command (`mangonel executor --scheduler ...`).
@@ -537,6 +561,13 @@ def _flight_sql_port(args: argparse.Namespace) -> int | None:
     if args.flight_sql_port is None:
         return 0 if args.port == 0 else defaults.FLIGHT_SQL_PORT
     return None if args.flight_sql_port < 0 else int(args.flight_sql_port)
+
+
+def _cluster_port(args: argparse.Namespace) -> int:
+    """The cluster port to ask for, as ``_web_port`` decides the web UI's."""
+    if args.cluster_port is None:
+        return 0 if args.port == 0 else defaults.CLUSTER_PORT
+    return int(args.cluster_port)
 
 
 def _web_port(args: argparse.Namespace) -> int | None:
@@ -724,6 +755,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
     config = SchedulerConfig(
         host=args.host,
         port=args.port,
+        cluster_port=_cluster_port(args),
         partitions=args.partitions,
         partition_bytes=args.partition_bytes,
         broadcast_bytes=args.broadcast_bytes,
@@ -856,7 +888,12 @@ def cmd_standalone(args: argparse.Namespace) -> int:
             flush=True,
         )
         if args.secure:
-            print(f"secured: clients connect with --tls-dir {cluster.tls_dir}", flush=True)
+            print(
+                f"secured: clients connect with --tls-dir {cluster.client_tls_dir} and a "
+                f"token: export MANGONEL_TOKEN=$(mangonel users token admin --admin "
+                f"--cluster-secret-file {cluster.cluster_secret_file})",
+                flush=True,
+            )
         if cluster.web_port is not None:
             print(f"mangonel web UI at {cluster.web_url}", flush=True)
         if cluster.flight_sql_port is not None:
@@ -904,12 +941,20 @@ def _query_text(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _client_security(args: argparse.Namespace) -> security.SecurityOptions | None:
+    """The TLS a client command speaks: the CA of ``--tls-ca``, else of ``--tls-dir``."""
+    tls_ca = getattr(args, "tls_ca", None)
+    if tls_ca:
+        return security.SecurityOptions(tls_ca=tls_ca)
+    tls_dir = getattr(args, "tls_dir", None)
+    return security.SecurityOptions.from_tls_dir(tls_dir, "client") if tls_dir else None
+
+
 def _session(args: argparse.Namespace) -> Session:
     """A session with ``--scheduler`` as ``--user`` (or with ``--token``), if given,
-    over TLS with ``--tls-dir``'s client files, waiting ``--connect-wait`` for a
-    scheduler that is not there yet (said once on stderr)."""
-    tls_dir = getattr(args, "tls_dir", None)
-    given = security.SecurityOptions.from_tls_dir(tls_dir, "client") if tls_dir else None
+    over TLS under ``--tls-ca`` (or ``--tls-dir``'s CA), waiting ``--connect-wait`` for
+    a scheduler that is not there yet (said once on stderr)."""
+    given = _client_security(args)
     if args.user:
         password = os.environ.get("MANGONEL_PASSWORD")
         if password is None:
@@ -998,7 +1043,7 @@ def _web_url(args: argparse.Namespace) -> str:
     if args.web:
         return str(args.web).rstrip("/")
     host = str(args.scheduler).rsplit(":", 1)[0] or "127.0.0.1"
-    scheme = "https" if getattr(args, "tls_dir", None) else "http"
+    scheme = "https" if _client_security(args) is not None else "http"
     return f"{scheme}://{host}:{defaults.WEB_PORT}"
 
 
@@ -1023,11 +1068,11 @@ def _draw_plan(query: str, args: argparse.Namespace) -> None:
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     context = None
-    tls_dir = getattr(args, "tls_dir", None)
-    if tls_dir:  # a secured cluster's web API: HTTPS under the cluster CA
+    given = _client_security(args)
+    if given is not None:  # a secured cluster's web API: HTTPS under the cluster CA
         import ssl
 
-        context = ssl.create_default_context(cafile=os.path.join(tls_dir, "ca.pem"))
+        context = ssl.create_default_context(cafile=given.tls_ca)
     try:
         with urllib.request.urlopen(request, timeout=60, context=context) as response:
             plan = ExplainModel.model_validate_json(response.read())
@@ -1057,10 +1102,15 @@ def cmd_certs(args: argparse.Namespace) -> int:
     for path in written:
         print(f"  {path}")
     names = ", ".join(["localhost", "127.0.0.1", "::1", *args.host])
+    cluster, client = os.path.join(args.dir, "cluster"), os.path.join(args.dir, "client")
     print(
-        f"the node certificate names {names}. Start the scheduler and executors with "
-        f"--tls-dir {args.dir}; clients with `mangonel --tls-dir {args.dir} ...` (or "
-        "$MANGONEL_TLS_DIR). Keep ca-key.pem off the cluster's machines."
+        f"the node certificate names {names}.\n"
+        f"  scheduler(s) and executors: copy {cluster} to them, start them with "
+        f"--tls-dir {cluster}\n"
+        f"  clients: copy {client} (the CA's certificate alone) to them: `mangonel "
+        f"--tls-dir {client} --user NAME ...`; they log in with a password or token\n"
+        f"  keep {os.path.join(args.dir, 'ca-key.pem')} off every machine: it signs "
+        "certificates"
     )
     return 0
 

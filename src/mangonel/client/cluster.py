@@ -23,6 +23,9 @@ Layout under ``work_dir``::
     executors/            the work root all executors share (``executor.workdir``:
                           one locked directory per executor life, swept when dead)
     users, cluster-secret the users file and the secret that signs tokens (with ``users``)
+    tls/                  with ``secure``, what ``mangonel certs init`` makes: cluster/ (the
+                          scheduler's and executors' files) and client/ (the CA alone,
+                          all ``connect()`` hands its sessions)
     logs/                 scheduler.log (scheduler-<i>.log with several), executor-<i>.log
 
 Processes can be taken away and added while queries run: ``kill_executor``
@@ -59,7 +62,7 @@ from mangonel import defaults
 from mangonel.client.session import Session
 from mangonel.client.status import ExecutorState
 from mangonel.errors import ClusterError, MangonelError
-from mangonel.security.options import SECRET_FILE, SecurityOptions
+from mangonel.security.options import SECRET_FILE, SecurityOptions, role_dir
 from mangonel.storage import StorageOptions
 
 _LOG_TAIL_BYTES = 4000
@@ -226,9 +229,12 @@ class LocalCluster:
             credentials reach them through the environment (``AWS_*``), which
             the processes inherit.
         secure: Secure every channel: make a CA, certificates and a cluster
-            secret in ``tls_dir`` (``mangonel certs init``), give them to every
-            process (TLS everywhere, signed Flight tickets, HTTPS web UI) and the
-            client files to ``connect()``'s sessions (see ``client_security``).
+            secret in ``tls_dir`` (``mangonel certs init``), give the members'
+            files to every process (TLS everywhere, executors on the scheduler's
+            cluster port, signed Flight tickets, HTTPS web UI) and only the
+            clients' (the CA) to ``connect()``'s sessions (``client_security``),
+            which log in as the first admin of ``users``, or without ``users``
+            with a token for ``admin`` signed with the secret (``token``).
         tls_dir: The cluster's files when ``secure``: made there unless it holds
             a CA already (a cluster started again keeps its files);
             ``work_dir/tls`` when ``None``.
@@ -310,6 +316,7 @@ class LocalCluster:
         self.secure = secure
         self.tls_dir = Path(tls_dir).resolve() if tls_dir else self.work_dir / "tls"
         self.scheduler_port = scheduler_port
+        self._cluster_ports: list[int] = []
         self.no_executor_grace = no_executor_grace
         self.max_task_attempts = max_task_attempts
         self.max_task_recomputes = max_task_recomputes
@@ -338,11 +345,29 @@ class LocalCluster:
         self._failed = False
         self.users = dict(users) if users is not None else None
         self.users_file = self.work_dir / "users" if users is not None else None
-        self.cluster_secret_file: Path | None = None
-        if secure:
-            self.cluster_secret_file = self.tls_dir / SECRET_FILE
-        elif users is not None:
-            self.cluster_secret_file = self.work_dir / SECRET_FILE
+
+    @property
+    def member_tls_dir(self) -> Path:
+        """The scheduler's and executors' files of ``tls_dir`` (its ``cluster/``, or
+        ``tls_dir`` itself when it holds a single directory made before the split)."""
+        if (self.tls_dir / "ca.pem").exists() and not (self.tls_dir / "cluster").is_dir():
+            return self.tls_dir
+        return self.tls_dir / "cluster"
+
+    @property
+    def client_tls_dir(self) -> Path:
+        """All a client of this cluster holds: ``tls_dir``'s ``client/`` (the CA)."""
+        return Path(role_dir(str(self.tls_dir), "client"))
+
+    @property
+    def cluster_secret_file(self) -> Path | None:
+        """The secret that signs tokens and tickets: the members' (``secure``), or one
+        of its own for ``users``; ``None`` without either."""
+        if self.secure:
+            return self.member_tls_dir / SECRET_FILE
+        if self.users is not None:
+            return self.work_dir / SECRET_FILE
+        return None
 
     @property
     def executor_slots(self) -> int:
@@ -377,9 +402,17 @@ class LocalCluster:
         return f"127.0.0.1:{self._scheduler_ports[index]}"
 
     @property
+    def cluster_address(self) -> str:
+        """Where executors register: with ``secure``, the schedulers' cluster ports
+        (mutual TLS), comma-separated; else ``address``."""
+        if not self.secure:
+            return self.address
+        return ",".join(f"127.0.0.1:{port}" for port in self._cluster_ports)
+
+    @property
     def web_url(self) -> str:
         """``http://host:port`` of the scheduler's web UI (``/api``, ``/metrics``);
-        ``https://`` when ``secure`` (its CA: ``tls_dir / "ca.pem"``)."""
+        ``https://`` when ``secure`` (its CA: ``client_tls_dir / "ca.pem"``)."""
         if self.web_port is None:
             raise ClusterError("this cluster serves no web UI; start it with web_port=0")
         if self._web_url is None:
@@ -447,14 +480,15 @@ class LocalCluster:
         """The scheduler's and executors' files (nothing when not ``secure``)."""
         if not self.secure:
             return SecurityOptions()
-        return SecurityOptions.from_tls_dir(str(self.tls_dir), "node")
+        return SecurityOptions.from_tls_dir(str(self.member_tls_dir), "node")
 
     @property
     def client_security(self) -> SecurityOptions | None:
-        """A client's files for ``Session(..., security=...)``; ``None`` when not ``secure``."""
+        """A client's files for ``Session(..., security=...)``, the CA alone; ``None``
+        when not ``secure``."""
         if not self.secure:
             return None
-        return SecurityOptions.from_tls_dir(str(self.tls_dir), "client")
+        return SecurityOptions.from_tls_dir(str(self.client_tls_dir), "client")
 
     def _make_certs(self) -> None:
         if not self.secure or (self.tls_dir / "ca.pem").exists():
@@ -466,13 +500,14 @@ class LocalCluster:
 
     def _write_users(self) -> None:
         """The users file and cluster secret of a cluster with ``users`` (once)."""
-        if self.users is None or self.users_file is None or self.cluster_secret_file is None:
+        secret_file = self.cluster_secret_file
+        if self.users is None or self.users_file is None or secret_file is None:
             return
         from mangonel.security.users import add_user
 
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        if not self.cluster_secret_file.exists():
-            fd = os.open(self.cluster_secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        if not secret_file.exists():
+            fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_hex(32))
         if not self.users_file.exists():
@@ -482,21 +517,26 @@ class LocalCluster:
     def _security_args(self) -> list[str]:
         """The scheduler's options for its users: the file, and the secret when
         ``secure`` does not give one already (``node_security``)."""
-        if self.users_file is None or self.cluster_secret_file is None:
+        secret_file = self.cluster_secret_file
+        if self.users_file is None or secret_file is None:
             return []
         args = ["--users-file", str(self.users_file)]
         if not self.secure:
-            args += ["--cluster-secret-file", str(self.cluster_secret_file)]
+            args += ["--cluster-secret-file", str(secret_file)]
         return args
 
     def token(self, user: str, admin: bool = False, ttl_s: float = 3600.0) -> str:
         """A token for ``user`` signed with this cluster's secret (as ``mangonel users
         token`` makes them); for a cluster started with ``users``."""
-        if self.cluster_secret_file is None:
-            raise ClusterError("this cluster has no users; start it with users={...}")
+        secret_file = self.cluster_secret_file
+        if secret_file is None:
+            raise ClusterError(
+                "this cluster has no users and no cluster secret; start it with users={...} "
+                "or secure=True"
+            )
         from mangonel.security import tokens
 
-        secret = self.cluster_secret_file.read_bytes().strip()
+        secret = secret_file.read_bytes().strip()
         return tokens.mint(secret, user, admin=admin, ttl_s=ttl_s)
 
     def _start_scheduler(self) -> None:
@@ -507,6 +547,7 @@ class LocalCluster:
         self._scheduler_ports = [
             self.scheduler_port or stable_port() for _ in range(self.num_schedulers)
         ]
+        self._cluster_ports = [stable_port() for _ in range(self.num_schedulers)]
         self._launch_scheduler(0, wait=True)
         if self.num_schedulers > 1:
             self._address = ",".join(self.scheduler_address(i) for i in range(self.num_schedulers))
@@ -555,6 +596,7 @@ class LocalCluster:
         args = [
             sys.executable, "-m", "mangonel", "--log-level", self.log_level,
             "scheduler", "--host", "127.0.0.1", "--port", str(port),
+            "--cluster-port", str(self._cluster_ports[index]),
             "--address-file", str(address_file), "--state", self.state,
             "--heartbeat-timeout", str(self.heartbeat_timeout),
             "--no-executor-grace", str(self.no_executor_grace),
@@ -626,7 +668,7 @@ class LocalCluster:
             index = len(self.executors)
             args = [
                 sys.executable, "-m", "mangonel", "--log-level", self.log_level,
-                "executor", "--scheduler", self.address, "--port", "0",
+                "executor", "--scheduler", self.cluster_address, "--port", "0",
                 "--work-dir", str(self.executor_root), "--index", str(index),
                 "--drain-timeout", str(self.drain_timeout),
                 "--cleanup-interval", str(self.cleanup_interval),
@@ -736,7 +778,7 @@ class LocalCluster:
         token: str | None = None,
         connect_wait_s: float = defaults.CONNECT_WAIT_S,
     ) -> Session:
-        """A client session with this cluster's scheduler (with its client files when secure).
+        """A client session with this cluster's scheduler (with the CA alone when secure).
 
         With ``users`` and no credentials given: logged in as the first admin.
         ``connect_wait_s``: how long the session waits for a scheduler it never
@@ -744,6 +786,8 @@ class LocalCluster:
         """
         if self.users is not None and user is None and token is None:
             user, (password, _) = next((n, u) for n, u in self.users.items() if u[1])
+        elif self.secure and user is None and token is None:
+            token = self.token("admin", admin=True)  # TLS without users: tokens only
         return Session(
             self.address,
             security=self.client_security,

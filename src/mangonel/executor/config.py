@@ -42,7 +42,8 @@ class ExecutorConfig:
     """Settings of one executor process.
 
     Attributes:
-        scheduler_address: ``host:port`` of the scheduler's gRPC service.
+        scheduler_address: ``host:port`` of the scheduler's gRPC service: its
+            cluster port (``--cluster-port``) when the cluster speaks TLS.
         host: The name this executor reports as its host. Two executors that
             report the same host read each other's shuffle files from disk
             instead of over Flight, so it must really identify the machine

@@ -68,7 +68,7 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         registry: The files this executor wrote.
         bind_host: Interface to listen on.
         port: Port to listen on; 0 picks a free one (see ``port``).
-        tls_material: Serve TLS and demand a certificate of its CA; ``None``: plaintext.
+        tls_material: Serve TLS with its certificate; ``None``: plaintext.
         signer: Serve only tickets it verifies; ``None``: a ticket is a path.
     """
 

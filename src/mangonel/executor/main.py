@@ -50,6 +50,7 @@ def start_executor(
     keep_batch_memory()
     pauses.watch()
     storage.configure(config.storage)
+    config.security.check_member("executor")
     link = link or GrpcSchedulerLink(
         config.scheduler_address, tls_material=TlsMaterial.load(config.security)
     )

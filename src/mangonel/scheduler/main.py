@@ -65,7 +65,10 @@ class SchedulerConfig:
 
     Attributes:
         host: Interface to listen on.
-        port: Port to listen on; 0 picks a free one.
+        port: Port to listen on (clients; and executors, without TLS); 0 picks a free one.
+        cluster_port: With TLS, the port executors register at (mutual TLS: a
+            member's certificate); 0 picks a free one. Without TLS there is no
+            certificate to ask for, and ``port`` serves executors too.
         partitions: The most output partitions of a hash exchange.
         partition_bytes: One partition per this many estimated bytes of an
             exchange; 0: always ``partitions``.
@@ -122,11 +125,11 @@ class SchedulerConfig:
             region, addressing, timeouts, retries); the AWS environment decides
             what it leaves out. Credentials are never part of it.
         security: TLS files, the cluster secret and the users file (``--tls-dir``...).
-            With TLS the gRPC port demands a certificate of the cluster CA from
-            every caller (and a node certificate from executors) and the web UI
-            serves HTTPS; with a secret, Flight tickets are signed; with a users
-            file or a cluster secret every client must log in or bring a token
-            (``mangonel.security.authenticator_for``).
+            With TLS (which needs the cluster secret) ``port`` serves clients
+            over TLS without client certificates, ``cluster_port`` executors over
+            mutual TLS, and the web UI HTTPS; with a secret, Flight tickets are
+            signed; with TLS or a users file every client must log in or bring a
+            token (``mangonel.security.authenticator_for``).
         shuffle_ticket_ttl_s: Validity of a signed shuffle ticket.
         flight_sql_port: Port of the Arrow Flight SQL endpoint
             (``scheduler.flightsql``); 0 picks a free one, ``None`` serves none.
@@ -138,6 +141,7 @@ class SchedulerConfig:
 
     host: str = "127.0.0.1"
     port: int = defaults.SCHEDULER_PORT
+    cluster_port: int = 0
     partitions: int = defaults.PARTITIONS
     partition_bytes: int = defaults.PARTITION_BYTES
     broadcast_bytes: int = defaults.BROADCAST_BYTES
@@ -212,12 +216,21 @@ class SchedulerConfig:
 
 
 class SchedulerServer:
-    """A running scheduler: its gRPC server, its core and its bound address."""
+    """A running scheduler: its gRPC server, its core and its bound addresses."""
 
-    def __init__(self, server: grpc.Server, core: SchedulerCore, address: str) -> None:
+    def __init__(
+        self,
+        server: grpc.Server,
+        core: SchedulerCore,
+        address: str,
+        cluster_address: str | None = None,
+    ) -> None:
         self.server = server
         self.core = core
         self.address = address
+        """Where clients connect (and executors, without TLS)."""
+        self.cluster_address = cluster_address or address
+        """Where executors register: the cluster port with TLS, else ``address``."""
         self.web: WebServer | None = None
         """The web UI's server (``web.url``), when one was asked for."""
         self.flight_sql: FlightSqlServer | None = None
@@ -262,6 +275,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     pauses.watch()
     storage.configure(config.storage)  # before recover(): it reads s3:// footers again
     # Read the security files first: a typo in a path fails here, before the store is taken.
+    config.security.check_member("scheduler")
     material = tls.TlsMaterial.load(config.security)
     secret = config.security.cluster_secret()
     tickets = (
@@ -305,23 +319,34 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         options=GRPC_OPTIONS,
         maximum_concurrent_rpcs=None,
     )
+    # One server, two ports with TLS: gRPC's Python server either demands a
+    # certificate of every caller of a port or asks none for one. The client port
+    # asks none (clients prove who they are with a token); the cluster port demands
+    # one, so that the executor service can see a member's (``_admit``), which no
+    # caller of the client port can show.
     try:
         if material is None:
             port = server.add_insecure_port(f"{config.host}:{config.port}")
+            cluster_address = None
         else:
             port = server.add_secure_port(
-                f"{config.host}:{config.port}", tls.server_credentials(material)
+                f"{config.host}:{config.port}", tls.client_server_credentials(material)
             )
+            cluster_port = _bind_cluster_port(server, config, material)
+            cluster_address = f"{config.host}:{cluster_port}"
     except RuntimeError as exc:
         store.close()
         raise ClusterError(
             f"cannot listen on {config.host}:{config.port} ({exc}); is another scheduler "
-            "running there? pick another port with --port"
+            "running there? pick another port with --port (and --cluster-port)"
         ) from exc
     address = f"{config.host}:{port}"
     # The generated registration functions carry no annotations.
     pb_grpc.add_ExecutorControlServicer_to_server(  # type: ignore[no-untyped-call]
-        ExecutorControlServicer(core, tickets, members_only=material is not None), server
+        ExecutorControlServicer(
+            core, tickets, members_only=material is not None, cluster_address=cluster_address
+        ),
+        server,
     )
     pb_grpc.add_QueryServiceServicer_to_server(  # type: ignore[no-untyped-call]
         QueryServiceServicer(core, address, tickets, authenticator), server
@@ -331,15 +356,19 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     # Not a daemon: DuckDB still running on a daemon thread while the interpreter
     # shuts down aborts the process; a scheduler stopped meanwhile waits for it.
     threading.Thread(target=_warm_up, name="warm-up").start()
-    log.info(
-        "scheduler listening on %s (%s)",
-        address,
-        "TLS, cluster certificates required" if material else "plaintext",
-    )
+    if cluster_address is None:
+        log.info("scheduler listening on %s (plaintext: clients and executors)", address)
+    else:
+        log.info(
+            "scheduler listening on %s (clients: TLS, a user's token) and %s (executors: "
+            "mutual TLS, the cluster's node certificate)",
+            address,
+            cluster_address,
+        )
     tls.warn_if_exposed(log, "scheduler", config.host, config.security)
     if config.address_file:
         _write_atomically(config.address_file, address)
-    running = SchedulerServer(server, core, address)
+    running = SchedulerServer(server, core, address, cluster_address)
     _stop_when_deposed(running)
     if config.web_port is not None:
         from mangonel.web.server import start_web_server  # only schedulers with a UI pay for it
@@ -379,6 +408,20 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         if config.flight_sql_address_file:
             _write_atomically(config.flight_sql_address_file, running.flight_sql.url)
     return running
+
+
+def _bind_cluster_port(
+    server: grpc.Server, config: SchedulerConfig, material: tls.TlsMaterial
+) -> int:
+    """Bind the cluster port (mutual TLS); its number."""
+    try:
+        return int(
+            server.add_secure_port(
+                f"{config.host}:{config.cluster_port}", tls.member_server_credentials(material)
+            )
+        )
+    except RuntimeError as exc:
+        raise RuntimeError(f"cluster port {config.cluster_port}: {exc}") from exc
 
 
 def _warm_up() -> None:
@@ -446,6 +489,8 @@ def run_scheduler(config: SchedulerConfig) -> int:
     running = start_scheduler(config)
     started.set()
     print(f"mangonel scheduler listening on {running.address}", flush=True)
+    if running.cluster_address != running.address:
+        print(f"mangonel scheduler: executors register at {running.cluster_address}", flush=True)
     if running.web is not None:
         print(f"mangonel web UI at {running.web.url}", flush=True)
     if running.flight_sql is not None:

@@ -245,9 +245,10 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
         tickets: Signs the input locations of launched tasks (a cluster with a
             secret); ``None``: the paths go out as they are.
         members_only: (TLS) Every call must come with a cluster member's
-            certificate (common name ``mangonel-node``): the TLS handshake already
-            proved the caller's certificate is the cluster CA's, and the port is
-            shared with clients, whose certificates are the CA's too.
+            certificate (common name ``mangonel-node``). Only the cluster port
+            asks callers for a certificate (and its TLS handshake proved it the
+            cluster CA's); a caller of the client port shows none, and is refused.
+        cluster_address: The cluster port's address, for the refusal's message.
     """
 
     def __init__(
@@ -255,27 +256,36 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
         core: SchedulerCore,
         tickets: TicketIssuer | None = None,
         members_only: bool = False,
+        cluster_address: str | None = None,
     ) -> None:
         self.core = core
         self.tickets = tickets
         self.members_only = members_only
+        self.cluster_address = cluster_address
 
     def _admit(self, context: grpc.ServicerContext, what: str) -> None:
         """Refuse a caller that is not a cluster member (see ``members_only``)."""
         if not self.members_only or tls.is_node(context):
             return
-        role = tls.peer_role(context) or "no certificate"
+        role = tls.peer_role(context)
         log.warning(
             "refused %s from %s: its certificate (%s) is not a cluster member's (%s)",
             what,
             context.peer(),
-            role,
+            role or "none: the client port asks for none",
             NODE_NAME,
         )
+        if role is None:
+            port = self.cluster_address or "--cluster-port"
+            raise PermissionDeniedError(
+                f"only a cluster member may {what}, and this port serves clients: executors "
+                f"register at the scheduler's cluster port ({port}) with the node files of "
+                "`mangonel certs init` (--tls-dir DIR/cluster)"
+            )
         raise PermissionDeniedError(
             f"only a cluster member may {what}: this certificate ({role}) is not the cluster's "
             f"node certificate ({NODE_NAME}); start executors with the node files of "
-            "`mangonel certs init` (--tls-dir)"
+            "`mangonel certs init` (--tls-dir DIR/cluster)"
         )
 
     @rpc

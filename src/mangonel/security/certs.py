@@ -1,19 +1,22 @@
 """The cluster's trust: a CA, the certificates it signs, and the cluster secret.
 
-``init_cluster(DIR)`` (``mangonel certs init DIR``) writes the files that
-``SecurityOptions.from_tls_dir`` reads:
+``init_cluster(DIR)`` (``mangonel certs init DIR``) writes two kinds of
+credentials apart, the files ``SecurityOptions.from_tls_dir`` reads:
 
-* ``ca.pem`` / ``ca-key.pem``: a new CA, the cluster's root of trust. Keep the
-  key off the cluster's machines once the certificates are made.
-* ``node.pem`` / ``node-key.pem``: the certificate of the scheduler(s) and
-  executors, usable as a server and as a client certificate (they dial each
-  other). Its common name ``mangonel-node`` is what the scheduler demands of a
-  process that registers as an executor. Its names (subject alternative names)
-  are ``localhost``, ``127.0.0.1`` and ``::1`` plus every ``--host``: a peer
-  that dials a name the certificate does not hold refuses it.
-* ``client.pem`` / ``client-key.pem``: the certificate clients present (TLS
-  client authentication only: it cannot serve as a scheduler or an executor).
-* ``cluster-secret``: 32 random bytes (hex) that sign tickets and tokens.
+* ``DIR/ca.pem`` / ``DIR/ca-key.pem``: a new CA, the cluster's root of trust.
+  Its key signs certificates; keep it off the cluster's machines and the
+  clients' once the certificates are made.
+* ``DIR/cluster/``: what the scheduler(s) and executors get. ``node.pem`` /
+  ``node-key.pem``, their certificate, usable as a server and as a client
+  certificate (they dial each other); its common name ``mangonel-node`` is what
+  the scheduler demands of a process that registers as an executor, and its
+  names (subject alternative names) are ``localhost``, ``127.0.0.1`` and ``::1``
+  plus every ``--host``: a peer that dials a name the certificate does not hold
+  refuses it. ``cluster-secret``: 32 random bytes (hex) that sign tickets and
+  tokens. ``ca.pem``.
+* ``DIR/client/``: what a client gets, ``ca.pem`` alone: it checks that it talks
+  to the cluster; it proves who it is with a password or token, never with a
+  certificate, so nothing a client holds can mint a token or pass as a member.
 
 Every key is an ECDSA P-256 key written with mode 0600; the certificates are
 valid for ``days`` (default a year). All cryptography is the ``cryptography``
@@ -41,6 +44,7 @@ from mangonel.security.options import (
     CA_KEY_FILE,
     CLIENT_NAME,
     NODE_NAME,
+    ROLE_DIRS,
     SECRET_FILE,
     Role,
     cert_files,
@@ -209,14 +213,14 @@ def init_cluster(
     days: float = DEFAULT_DAYS,
     force: bool = False,
 ) -> list[str]:
-    """Make a cluster CA, node and client certificates and a cluster secret in ``directory``.
+    """Make a cluster CA, the members' certificate and secret, and the clients' CA copy.
 
     Args:
-        directory: Created if missing (mode 0700).
+        directory: Created if missing (mode 0700), with ``cluster/`` and ``client/``.
         hosts: Names and addresses of the machines the scheduler(s) and
             executors run on (the node certificate's names), beside loopback's.
         loopback: Include ``localhost``, ``127.0.0.1`` and ``::1``.
-        days: Validity of the node and client certificates.
+        days: Validity of the node certificate.
         force: Overwrite the files of an earlier ``init_cluster``.
 
     Returns:
@@ -233,17 +237,20 @@ def init_cluster(
             "every process that has the old files. Use another directory, or --force"
         )
     ca = make_ca()
+    node = issue(ca, "node", hosts, loopback=loopback, days=days)
+    cert_name, key_name = cert_files("node")
+    members, clients = ROLE_DIRS["node"], ROLE_DIRS["client"]
     files: dict[str, tuple[bytes, bool]] = {
         CA_FILE: (ca.cert, False),
         CA_KEY_FILE: (ca.key, True),
-        SECRET_FILE: (new_secret(), True),
+        os.path.join(members, CA_FILE): (ca.cert, False),
+        os.path.join(members, cert_name): (node.cert, False),
+        os.path.join(members, key_name): (node.key, True),
+        os.path.join(members, SECRET_FILE): (new_secret(), True),
+        os.path.join(clients, CA_FILE): (ca.cert, False),
     }
-    roles: tuple[tuple[Role, Sequence[str]], ...] = (("node", hosts), ("client", ()))
-    for role, role_hosts in roles:
-        issued = issue(ca, role, role_hosts, loopback=loopback and role == "node", days=days)
-        cert_name, key_name = cert_files(role)
-        files[cert_name] = (issued.cert, False)
-        files[key_name] = (issued.key, True)
+    for sub in (members, clients):
+        os.makedirs(os.path.join(directory, sub), mode=0o700, exist_ok=True)
     written = []
     for name, (data, private) in files.items():
         path = os.path.join(directory, name)
@@ -253,7 +260,8 @@ def init_cluster(
 
 
 def write_pair(directory: str, role: Role, issued: Issued) -> None:
-    """Write ``issued`` as ``role``'s certificate and key in ``directory`` (tests)."""
+    """Write ``issued`` as ``role``'s certificate and key in ``directory`` (tests:
+    ``certs init`` makes no client certificate, ``issue`` still can)."""
     cert_name, key_name = cert_files(role)
     os.makedirs(directory, mode=0o700, exist_ok=True)
     _write(os.path.join(directory, cert_name), issued.cert, False)

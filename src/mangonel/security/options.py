@@ -1,22 +1,25 @@
 """The security settings of one process, and the command-line options that give them.
 
-A secured cluster shares one directory made by ``mangonel certs init DIR``:
+``mangonel certs init DIR`` makes two kinds of credentials, kept apart::
 
-=====================  ======================================================
-``ca.pem``             the cluster CA's certificate: every process trusts it
-``node.pem``           certificate of the scheduler(s) and executors (signed by
-``node-key.pem``       the CA; presented and demanded on the cluster's own
-                       channels: mutual TLS)
-``client.pem``         certificate a client may present (the clients' own proof
-``client-key.pem``     of identity is their user's token or password)
-``cluster-secret``     random bytes that sign tokens and shuffle/result tickets
-=====================  ======================================================
+    DIR/ca-key.pem         the CA's key: signs certificates; keep it off every machine
+    DIR/ca.pem             the CA's certificate (beside its key, for `certs` to read)
+    DIR/cluster/           the cluster members' files (scheduler(s), executors):
+        ca.pem             the CA: every member trusts it
+        node.pem           certificate of the scheduler(s) and executors (mutual TLS
+        node-key.pem       between them: presented and demanded on their own channels)
+        cluster-secret     random bytes that sign tokens and shuffle/result tickets
+    DIR/client/            all a client holds:
+        ca.pem             to check that it talks to the cluster (server-side TLS);
+                           a client proves who it is with its user's password or token
 
-``--tls-dir DIR`` takes the files of a process's role from there;
-``--tls-cert/--tls-key/--tls-ca`` and ``--cluster-secret-file`` name them one by
-one and win over the directory. The scheduler also takes ``--users-file`` (see
-``mangonel users add``). With none of them a process runs unprotected, as a
-local cluster on loopback always has.
+``--tls-dir DIR`` takes the files of a process's role: ``DIR/cluster`` or
+``DIR/client`` when ``DIR`` holds them, else ``DIR`` itself (one role's copy, or
+the single directory of ``certs init`` before the split, whose client certificate
+a client no longer presents). ``--tls-cert/--tls-key/--tls-ca`` and
+``--cluster-secret-file`` name them one by one and win over the directory. The
+scheduler also takes ``--users-file`` (see ``mangonel users add``). With none of
+them a process runs unprotected, as a local cluster on loopback always has.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from mangonel.errors import MangonelError
 Role = Literal["node", "client"]
 """``node``: the scheduler and executors (the cluster's members); ``client``: everyone else."""
 
+ROLE_DIRS: dict[str, str] = {"node": "cluster", "client": "client"}
+"""The subdirectory of a ``mangonel certs init`` directory that holds a role's files."""
+
 CA_FILE = "ca.pem"
 CA_KEY_FILE = "ca-key.pem"
 SECRET_FILE = "cluster-secret"
@@ -39,12 +45,20 @@ MIN_SECRET_BYTES = 32
 NODE_NAME = "mangonel-node"
 """Common name of the cluster members' certificate (the scheduler checks it)."""
 CLIENT_NAME = "mangonel-client"
-"""Common name of the clients' certificate."""
+"""Common name of a client certificate (``certs init`` made one before clients
+needed none; the scheduler still refuses it the members' service)."""
 
 
 def cert_files(role: Role) -> tuple[str, str]:
     """The certificate and key file names of ``role`` in a TLS directory."""
     return f"{role}.pem", f"{role}-key.pem"
+
+
+def role_dir(directory: str, role: Role) -> str:
+    """The directory of ``role``'s files: ``directory/cluster`` or ``directory/client``
+    when ``directory`` holds it (the whole of ``certs init``), else ``directory``."""
+    inner = os.path.join(directory, ROLE_DIRS[role])
+    return inner if os.path.isdir(inner) else directory
 
 
 class SecurityConfigError(MangonelError):
@@ -56,10 +70,12 @@ class SecurityOptions:
     """The files that secure one process; all ``None``: nothing is secured.
 
     Attributes:
-        tls_cert: PEM certificate this process presents.
+        tls_cert: PEM certificate this process presents (cluster members; a
+            client presents none).
         tls_key: PEM private key of ``tls_cert``.
-        tls_ca: PEM certificate of the cluster CA; peers must present a
-            certificate it signed (mutual TLS between cluster members).
+        tls_ca: PEM certificate of the cluster CA: the servers this process
+            dials must show a certificate it signed, and so must the members
+            that dial a member (mutual TLS between them). Alone: a client's TLS.
         cluster_secret_file: File of random bytes (at least 32) shared by the
             scheduler(s) and executors; signs tokens and tickets.
         users_file: Scheduler only: the users and their salted password hashes
@@ -74,23 +90,37 @@ class SecurityOptions:
     users_file: str | None = None
 
     def __post_init__(self) -> None:
-        given = [f for f in (self.tls_cert, self.tls_key, self.tls_ca) if f]
-        if given and len(given) != 3:
+        if (self.tls_cert is None) != (self.tls_key is None):
             raise SecurityConfigError(
-                "TLS needs a certificate, its key and the cluster CA together: give "
-                "--tls-dir, or all of --tls-cert, --tls-key and --tls-ca"
+                "a TLS certificate needs its key: give both --tls-cert and --tls-key (or --tls-dir)"
+            )
+        if self.tls_cert is not None and self.tls_ca is None:
+            raise SecurityConfigError(
+                "TLS needs the cluster CA too: give --tls-ca (or --tls-dir) with --tls-cert"
             )
 
     @classmethod
     def from_tls_dir(
         cls, directory: str, role: Role, users_file: str | None = None
     ) -> SecurityOptions:
-        """The files of ``role`` in a directory made by ``mangonel certs init``."""
+        """The files of ``role`` in a directory made by ``mangonel certs init``.
+
+        A member (``node``) gets its certificate, key, the CA and the cluster
+        secret; a client the CA alone. ``directory`` is the whole of ``certs
+        init`` or one role's copy (``role_dir``).
+
+        >>> SecurityOptions.from_tls_dir("/etc/mangonel/client", "client").tls_cert is None
+        True
+        """
+        directory = role_dir(directory, role)
+        ca = os.path.join(directory, CA_FILE)
+        if role == "client":
+            return cls(tls_ca=ca, users_file=users_file)
         cert, key = cert_files(role)
         return cls(
             tls_cert=os.path.join(directory, cert),
             tls_key=os.path.join(directory, key),
-            tls_ca=os.path.join(directory, CA_FILE),
+            tls_ca=ca,
             cluster_secret_file=os.path.join(directory, SECRET_FILE),
             users_file=users_file,
         )
@@ -98,7 +128,30 @@ class SecurityOptions:
     @property
     def tls(self) -> bool:
         """Whether this process speaks TLS."""
-        return self.tls_cert is not None
+        return self.tls_ca is not None
+
+    def check_member(self, what: str) -> None:
+        """Refuse a cluster member (``what``: "scheduler", "executor") whose TLS
+        lacks its certificate or the cluster secret.
+
+        A member serves TLS with its certificate, and with TLS clients present
+        no certificate: the signed tickets and tokens are what keep a stranger
+        from the cluster's files and services, so TLS without the secret would
+        open them to anyone who reaches a port.
+
+        Raises:
+            SecurityConfigError: TLS on, and no certificate or no cluster secret.
+        """
+        if not self.tls:
+            return
+        if self.tls_cert is None or self.cluster_secret_file is None:
+            missing = "its certificate and key" if self.tls_cert is None else "the cluster secret"
+            raise SecurityConfigError(
+                f"a {what} with TLS needs the cluster's node certificate and key and the "
+                f"cluster secret, and {missing} was not given: start it with --tls-dir "
+                "DIR/cluster (of `mangonel certs init DIR`), or --tls-cert, --tls-key, "
+                "--tls-ca and --cluster-secret-file"
+            )
 
     @property
     def secured(self) -> bool:
@@ -128,29 +181,44 @@ class SecurityOptions:
             )
         return secret
 
-    def read_tls(self) -> tuple[bytes, bytes, bytes] | None:
-        """The PEM bytes of (certificate, key, CA); ``None`` without TLS.
+    def read_tls(self) -> tuple[bytes | None, bytes | None, bytes] | None:
+        """The PEM bytes of (certificate, key, CA); ``None`` without TLS, and no
+        certificate or key for a client's options (the CA alone).
 
         Raises:
             SecurityConfigError: a file is missing or unreadable.
         """
-        if not self.tls:
+        if self.tls_ca is None:
             return None
-        out: list[bytes] = []
+        out: list[bytes | None] = []
         for what, path in (
             ("certificate", self.tls_cert),
             ("key", self.tls_key),
             ("CA", self.tls_ca),
         ):
-            assert path is not None
+            if path is None:
+                out.append(None)
+                continue
             try:
                 with open(path, "rb") as f:
                     out.append(f.read())
             except OSError as exc:
+                if what == "CA":
+                    hint = (
+                        "; a client needs the cluster's CA certificate: DIR/client/ca.pem "
+                        "of `mangonel certs init DIR`"
+                    )
+                else:
+                    hint = (
+                        "; the scheduler and executors need the cluster's node files, "
+                        "DIR/cluster of `mangonel certs init DIR` (DIR/client is a client's)"
+                    )
                 raise SecurityConfigError(
-                    f"cannot read the TLS {what} {path}: {exc.strerror}"
+                    f"cannot read the TLS {what} {path}: {exc.strerror}{hint}"
                 ) from exc
-        return out[0], out[1], out[2]
+        ca = out[2]
+        assert ca is not None
+        return out[0], out[1], ca
 
     def to_args(self) -> list[str]:
         """The command-line options that give these settings."""
@@ -181,8 +249,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, users: bool = False) -> No
     group.add_argument(
         "--tls-dir",
         metavar="DIR",
-        help="directory made by `mangonel certs init`: its CA, this role's certificate "
-        "and key, and the cluster secret",
+        help="the cluster's files: DIR/cluster of `mangonel certs init DIR` (its CA, the "
+        "node certificate and key, and the cluster secret), or DIR itself",
     )
     group.add_argument("--tls-cert", metavar="FILE", help="PEM certificate (overrides --tls-dir)")
     group.add_argument("--tls-key", metavar="FILE", help="PEM key of --tls-cert")

@@ -1,18 +1,24 @@
 """TLS for each kind of channel, from one ``SecurityOptions``.
 
-Every channel of a secured cluster is mutual TLS under the cluster CA:
+A secured cluster speaks TLS on every channel, under the cluster CA; only the
+cluster's members (scheduler, executors) present certificates:
 
-* gRPC (client and executors to the scheduler): ``server_credentials`` demands
-  a certificate the CA signed from every caller; ``channel_credentials`` trusts
-  only the CA and presents this process's certificate. One port serves clients
-  and executors, so the executor service also checks the caller's role: only a
-  ``mangonel-node`` certificate may act as an executor (``peer_role``).
-* Arrow Flight (shuffle fetches between executors, result reads by clients):
-  ``flight_server_kwargs`` and ``flight_client_kwargs``; the tickets are signed
-  too (``tickets``).
-* The web UI, REST API and metrics: HTTPS (``uvicorn_ssl_kwargs``) without
-  client certificates, since browsers rarely have one; the UI's own login (the
-  users layer) guards what it shows.
+* gRPC, the scheduler's two ports. Its cluster port (``--cluster-port``), where
+  executors register and take their tasks, is mutual TLS
+  (``member_server_credentials``): a caller must show a certificate the CA signed,
+  and the executor service checks that it is a member's (``is_node``). Its
+  client port (``--port``) is server-side TLS (``client_server_credentials``):
+  clients check the scheduler's certificate and prove who they are with a
+  password or token. Two ports, because gRPC's Python server either demands a
+  certificate of every caller of a port or asks none for one.
+  ``channel_credentials`` trusts only the CA and presents this process's
+  certificate when it has one.
+* Arrow Flight (shuffle fetches between executors, result reads by clients, the
+  Flight SQL endpoint): server-side TLS (``flight_server_kwargs``); what a
+  caller may read is decided by the signed ticket it presents (``tickets``),
+  which only the cluster secret's holders make.
+* The web UI, REST API and metrics: HTTPS (``uvicorn_ssl_kwargs``); the users
+  layer guards what it shows.
 
 A peer always checks that the certificate it is shown names the host it dialled
 (gRPC and Flight do this themselves), so ``mangonel certs init --host`` must list
@@ -31,16 +37,30 @@ from typing import Any
 
 import grpc
 
-from mangonel.security.options import NODE_NAME, SecurityOptions
+from mangonel.security.options import NODE_NAME, SecurityConfigError, SecurityOptions
 
 
 @dataclass(frozen=True)
 class TlsMaterial:
-    """The PEM bytes one process needs: its certificate and key, and the CA."""
+    """The PEM bytes one process needs: the CA, and a member's certificate and key
+    (``None`` for a client, which presents none)."""
 
-    cert: bytes
-    key: bytes
+    cert: bytes | None
+    key: bytes | None
     ca: bytes
+
+    def identity(self) -> tuple[bytes, bytes]:
+        """This process's key and certificate, to serve with.
+
+        Raises:
+            SecurityConfigError: a client's material (no certificate).
+        """
+        if self.cert is None or self.key is None:
+            raise SecurityConfigError(
+                "serving TLS needs a certificate and key: give the cluster's node files "
+                "(--tls-dir DIR/cluster of `mangonel certs init DIR`)"
+            )
+        return self.key, self.cert
 
     @classmethod
     def load(cls, options: SecurityOptions | None) -> TlsMaterial | None:
@@ -56,15 +76,21 @@ class TlsMaterial:
 # ----------------------------------------------------------------------- gRPC
 
 
-def server_credentials(tls: TlsMaterial) -> grpc.ServerCredentials:
-    """Serve TLS with this certificate; demand one the CA signed from every caller."""
+def member_server_credentials(tls: TlsMaterial) -> grpc.ServerCredentials:
+    """The cluster port: serve TLS with this certificate; demand one the CA signed
+    from every caller."""
     return grpc.ssl_server_credentials(
-        [(tls.key, tls.cert)], root_certificates=tls.ca, require_client_auth=True
+        [tls.identity()], root_certificates=tls.ca, require_client_auth=True
     )
 
 
+def client_server_credentials(tls: TlsMaterial) -> grpc.ServerCredentials:
+    """The client port: serve TLS with this certificate; ask no caller for one."""
+    return grpc.ssl_server_credentials([tls.identity()])
+
+
 def channel_credentials(tls: TlsMaterial) -> grpc.ChannelCredentials:
-    """Trust only the cluster CA; present this process's certificate."""
+    """Trust only the cluster CA; present this process's certificate, if it has one."""
     return grpc.ssl_channel_credentials(
         root_certificates=tls.ca, private_key=tls.key, certificate_chain=tls.cert
     )
@@ -102,19 +128,22 @@ def describe_failure(details: str, tls: bool) -> str:
     if tls and "certificate_verify_failed" in lowered:
         return (
             "the TLS handshake failed: the server's certificate is not signed by this "
-            "process's --tls-ca, or does not name the host dialled (add it with "
-            "`mangonel certs init --host NAME`)"
+            "process's CA (--tls-ca, or ca.pem of --tls-dir), or does not name the host "
+            "dialled (add it with `mangonel certs init --host NAME`)"
         )
     if tls and ("handshake" in lowered or "ssl" in lowered):
         return "the TLS handshake failed: check that both sides use the same cluster's files"
     if tls:
         return (
-            "if it runs, it may have refused this process's certificate (signed by "
-            "another CA?) or speak plaintext (started without --tls-dir)"
+            "if it runs, it may speak plaintext (started without --tls-dir), have refused "
+            "this process's certificate (signed by another CA?), or this may be its "
+            "cluster port, which only members (executors) reach: clients connect to its "
+            "--port"
         )
     return (
-        "if it runs with TLS (--tls-dir), connect with the cluster's files too: "
-        "--tls-dir DIR, or $MANGONEL_TLS_DIR"
+        "if it runs with TLS (--tls-dir), connect over TLS with the cluster's CA: "
+        "--tls-dir DIR/client (of `mangonel certs init DIR`), --tls-ca FILE, or "
+        "$MANGONEL_TLS_DIR"
     )
 
 
@@ -127,22 +156,22 @@ def flight_scheme(tls: TlsMaterial | None) -> str:
 
 
 def flight_server_kwargs(tls: TlsMaterial | None) -> dict[str, Any]:
-    """``FlightServerBase`` arguments: TLS, and a client certificate from the CA."""
+    """``FlightServerBase`` arguments: TLS with this certificate, no client certificate
+    asked for (the signed ticket decides what a caller may read)."""
     if tls is None:
         return {}
     import pyarrow.flight as flight
 
-    return {
-        "tls_certificates": [flight.CertKeyPair(tls.cert, tls.key)],
-        "verify_client": True,
-        "root_certificates": tls.ca,
-    }
+    key, cert = tls.identity()
+    return {"tls_certificates": [flight.CertKeyPair(cert, key)]}
 
 
 def flight_client_kwargs(tls: TlsMaterial | None) -> dict[str, Any]:
-    """``FlightClient`` arguments: trust only the CA, present this certificate."""
+    """``FlightClient`` arguments: trust only the CA (and present this certificate, if any)."""
     if tls is None:
         return {}
+    if tls.cert is None or tls.key is None:
+        return {"tls_root_certs": tls.ca}
     return {"tls_root_certs": tls.ca, "cert_chain": tls.cert, "private_key": tls.key}
 
 

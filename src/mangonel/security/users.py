@@ -24,10 +24,13 @@ front door (gRPC, web UI and REST API, Flight SQL) shares one, made by
   role wins over the token's.
 - users file, no cluster secret: the same, with a random secret of this
   process: tokens die with it (sessions that hold a password log in again).
-- no users file: ``OPEN``, everyone is the anonymous admin. On a local cluster
-  on loopback that is everyone on the machine; with TLS (``--tls-dir``) it is
-  everyone holding a certificate of the cluster CA, which the scheduler's port
-  demands of every caller: users are an addition to TLS, not a requirement.
+- TLS (which brings the cluster secret), no users file: nobody logs in with a
+  password; tokens signed with the secret (``mangonel users token NAME
+  [--admin]``, made by whoever holds the cluster's files) are the only way in.
+  Clients present no certificate, so the transport lets everyone through who
+  trusts the CA: without this, a CA certificate would make anyone the admin.
+- neither: ``OPEN``, everyone is the anonymous admin. On a local cluster on
+  loopback that is everyone on the machine.
 """
 
 from __future__ import annotations
@@ -315,8 +318,9 @@ class UsersAuthenticator:
         """
         if self.users_file is None:
             raise AuthenticationError(
-                "this authenticator has no users file, so nobody can log in with a "
-                "password; start the scheduler with --users-file"
+                "this scheduler has no users file, so nobody logs in with a password: "
+                "connect with a token its admins make (`mangonel users token NAME "
+                "--cluster-secret-file ...`), or ask them to start it with --users-file"
             )
         known = self.users().get(user)
         # Check a hash even for an unknown user: the time taken tells nothing.
@@ -352,16 +356,26 @@ class UsersAuthenticator:
 def authenticator_for(options: SecurityOptions) -> Authenticator:
     """The authenticator a process with ``options`` checks users with.
 
-    ``OPEN`` without a users file; else a ``UsersAuthenticator`` (see this
-    module's docstring for the combinations).
+    ``OPEN`` without a users file and without TLS; else a ``UsersAuthenticator``
+    (see this module's docstring for the combinations).
 
     Raises:
-        SecurityConfigError: the cluster secret or users file cannot be read.
+        SecurityConfigError: the cluster secret or users file cannot be read, or
+            TLS without a cluster secret.
     """
     if options.users_file is None:
-        # No accounts: who gets through the transport (with TLS, a certificate of
-        # the cluster CA) is the admin, as on a cluster without any security.
-        return OPEN
+        if not options.tls:
+            # No accounts: everyone who reaches the scheduler is the admin.
+            return OPEN
+        # TLS lets in everyone who trusts the CA (clients show no certificate):
+        # only the cluster secret's tokens decide who gets in.
+        tokens_only = options.cluster_secret()
+        if tokens_only is None:
+            raise SecurityConfigError(
+                "a scheduler with TLS needs the cluster secret: its tokens are how clients "
+                "get in (--tls-dir DIR/cluster, or --cluster-secret-file)"
+            )
+        return UsersAuthenticator(None, tokens_only)
     secret = options.cluster_secret()
     if secret is None:
         log.warning(

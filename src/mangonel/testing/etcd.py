@@ -41,6 +41,7 @@ from pathlib import Path
 from types import TracebackType
 
 from mangonel.client.cluster import stable_port
+from mangonel.security.options import role_dir
 
 _START_TIMEOUT_S = 20.0
 _START_ATTEMPTS = 3  # a free port may be taken by someone else before etcd binds it
@@ -84,7 +85,8 @@ class EtcdServer:
         self.max_request_bytes = max_request_bytes
         self.client_port = 0
         self.peer_port = 0
-        self.tls_dir = Path(tls_dir) if tls_dir is not None else None
+        # The members' files (``cluster/`` of a ``certs init`` directory).
+        self.tls_dir = Path(role_dir(str(tls_dir), "node")) if tls_dir is not None else None
         self.user = user
         self.password = password
         self.password_file = self.log_path.parent / "etcd-password"
