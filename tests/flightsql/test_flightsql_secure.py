@@ -1,10 +1,13 @@
-"""Flight SQL on a secured cluster: TLS, users, signed result tickets; real processes.
+"""Flight SQL on a secured cluster: TLS, users, user-bound result tickets; real processes.
 
 ``LocalCluster(secure=True, users=...)``: the endpoint speaks TLS with the
 scheduler's certificate (its URL is ``grpc+tls://``), clients hold the client
 bundle alone (the cluster's CA) and log in with a user name and password, and
 the result endpoints name the executors, whose Flight servers ask for no
-certificate and serve a partition only for a ticket the scheduler signed.
+certificate and serve a partition only for a ticket the scheduler signed for the
+user who ran the statement, presented with that user's token (the ADBC driver
+sends its token to every location). Another user replaying the ticket, at an
+executor or at the scheduler, is refused.
 """
 
 from __future__ import annotations
@@ -73,8 +76,8 @@ def test_a_secured_query_answers_like_duckdb(
         actual = cur.fetch_arrow_table()
     expected = duckdb_ref.sql(sql).to_arrow_table()
     assert_same_result(actual, expected, ordered=True, order_by=TPCH_ORDER_BY[3])
-    # The driver read every partition at its executor: none was refused there and
-    # left to the scheduler's fallback.
+    # The driver read every partition at its executor (with alice's token): none was
+    # refused there and left to the scheduler's fallback.
     assert _refusals(secure_cluster) == before
 
 
@@ -84,10 +87,10 @@ def _login(cluster: Any, user: str) -> tuple[flight.FlightClient, flight.FlightC
     return client, flight.FlightCallOptions(headers=[token], timeout=30)
 
 
-def test_the_endpoints_carry_signed_tickets(secure_cluster: Any) -> None:
+def test_the_endpoints_carry_user_bound_tickets(secure_cluster: Any) -> None:
     """A result endpoint's ticket is the scheduler's signature, not a file's path; an
-    executor serves it to a client with the CA alone, and refuses the bare path of the
-    same file."""
+    executor serves it to a client with the CA alone and the user's token, and refuses
+    it without the token, and the bare path of the same file."""
     client, alice = _login(secure_cluster, "alice")
     with client:
         info = client.get_flight_info(statement("SELECT n_name FROM nation"), alice)
@@ -97,8 +100,31 @@ def test_the_endpoints_carry_signed_tickets(secure_cluster: Any) -> None:
     executor = str(endpoint.locations[0].uri.decode())
     with flight.connect(executor, tls_root_certs=_ca(secure_cluster)) as ex:
         assert ex.do_get(endpoint.ticket, alice).read_all().num_rows == 25
+        with pytest.raises(flight.FlightUnauthenticatedError, match="no token came with it"):
+            ex.do_get(endpoint.ticket).read_all()
         with pytest.raises(flight.FlightUnauthenticatedError, match="ticket refused"):
             ex.do_get(flight.Ticket(view.ticket.split(b".")[0] + b".forged"), alice).read_all()
+
+
+def test_another_user_cannot_replay_a_result_ticket(secure_cluster: Any) -> None:
+    """The admin's endpoint ticket, presented by another user at the executor or at the
+    scheduler, is refused; the admin still reads it at both."""
+    admin, root = _login(secure_cluster, "root")
+    other, alice = _login(secure_cluster, "alice")
+    with admin, other:
+        info = admin.get_flight_info(statement("SELECT r_name FROM region"), root)
+        endpoint = info.endpoints[0]
+        executor = str(endpoint.locations[0].uri.decode())
+        with flight.connect(executor, tls_root_certs=_ca(secure_cluster)) as ex:
+            with pytest.raises(flight.FlightUnauthenticatedError, match="another user"):
+                ex.do_get(endpoint.ticket, alice).read_all()
+            assert ex.do_get(endpoint.ticket, root).read_all().num_rows > 0
+        with pytest.raises(flight.FlightUnauthorizedError, match="another user's"):
+            other.do_get(endpoint.ticket, alice).read_all()
+        assert admin.do_get(endpoint.ticket, root).read_all().num_rows > 0
+    log = Path(secure_cluster.log_dir) / "executor-0.log"
+    logs = log.read_text() + (Path(secure_cluster.log_dir) / "executor-1.log").read_text()
+    assert "belongs to another user" in logs
 
 
 def test_plaintext_to_the_tls_endpoint_is_refused(secure_cluster: Any) -> None:

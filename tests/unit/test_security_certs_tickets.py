@@ -13,6 +13,7 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.scheduler.tickets import TicketIssuer
 from mangonel.security import certs, tls
@@ -173,6 +174,34 @@ def test_result_ticket_is_good_only_for_its_session() -> None:
         signer.verify(raw)
     assert session_key_of("key-a.00ff") == "key-a"
     assert session_key_of("plain") == "plain"
+
+
+def test_a_flight_sql_result_ticket_is_good_only_for_its_user() -> None:
+    from mangonel.security import tokens
+
+    signer = TicketSigner(SECRET, clock=lambda: 1000.0)
+    raw = signer.sign(_claims(user="root"))
+    root = tokens.mint(SECRET, "root", admin=True, now=990.0)
+    assert signer.verify(raw, bearer=root).user == "root"
+    alice = tokens.mint(SECRET, "alice", admin=False, now=990.0)
+    with pytest.raises(TicketError, match="belongs to another user"):
+        signer.verify(raw, bearer=alice)
+    with pytest.raises(TicketError, match="no token came with it"):
+        signer.verify(raw)
+    # A token of root's name signed with another secret proves nothing.
+    with pytest.raises(TicketError, match="token that came with the ticket is refused"):
+        signer.verify(raw, bearer=tokens.mint(b"t" * 64, "root", admin=True))
+    # A session key is no substitute for the user's token.
+    with pytest.raises(TicketError, match="no token came with it"):
+        signer.verify(raw, session_key="key-a")
+    issuer = TicketIssuer(signer, shuffle_ttl_s=86400, result_ttl_s=600)
+    loc = convert.partition_location_from_proto(
+        pb.PartitionLocation(stage=1, map_partition=0, partition=2, path="/w/j9/s1/x.arrow")
+    )
+    signed = issuer.sign_location(loc, "j9", "root")
+    assert signer.verify(signed.flight_ticket, bearer=root).partition == 2
+    anyone = issuer.sign_location(loc, "j9", "")  # no users: the anonymous admin's
+    assert signer.verify(anyone.flight_ticket).user == ""
 
 
 def test_issuer_signs_launch_inputs_and_results_on_the_wire() -> None:

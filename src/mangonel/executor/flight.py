@@ -12,11 +12,13 @@ when they differ: a peer never takes a torn file as valid data. Checking the who
 file before the first batch made a fetch from another executor 69 % of the raw
 Flight loopback rate; checking as it streams, 92 % (``benchmarks/micro.py``, 314 MB).
 
-In a secured cluster the server speaks TLS and demands a certificate of the
-cluster CA from every caller (executors show the node certificate, clients
-theirs), and, given the cluster secret, serves only tickets the scheduler signed
-(``security.tickets``): a forged, expired or another session's ticket is refused
-with ``FlightUnauthenticatedError`` and logged, and the server goes on serving.
+In a secured cluster the server speaks TLS (asking callers for no certificate:
+clients hold the CA alone) and, given the cluster secret (which TLS requires),
+serves only tickets the scheduler signed (``security.tickets``): a forged or
+expired ticket, or a result ticket presented by anyone but its reader (the
+session that ran the query, with its key; the Flight SQL user, with a token of
+theirs) is refused with ``FlightUnauthenticatedError`` and logged, and the
+server goes on serving.
 
 A Flight SQL client reads a result partition through a view ticket
 (``proto.results.ResultView``): the partition's own ticket, checked as above,
@@ -37,6 +39,7 @@ from isal import isal_zlib
 from mangonel.executor.shuffle import OutputRegistry, checksum_text
 from mangonel.proto.results import ResultView
 from mangonel.security import tls
+from mangonel.security.auth import AUTHORIZATION, bearer_token
 from mangonel.security.tickets import SESSION_HEADER, TicketError, TicketSigner, is_signed
 from mangonel.task import PartitionOutput
 
@@ -46,7 +49,7 @@ _HEADERS = "headers"
 
 
 class _Headers(flight.ServerMiddleware):  # type: ignore[misc]
-    """Holds a call's headers, for ``do_get`` to read the session key."""
+    """Holds a call's headers, for ``do_get`` to read the session key and token."""
 
     def __init__(self, headers: dict[str, list[str]]) -> None:
         self.headers = headers
@@ -130,9 +133,12 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
                 )
             return raw
         headers: _Headers | None = context.get_middleware(_HEADERS)
-        keys = headers.headers.get(SESSION_HEADER, []) if headers is not None else []
+        given = headers.headers if headers is not None else {}
+        keys = given.get(SESSION_HEADER, [])
+        authorization = given.get(AUTHORIZATION, [])
+        bearer = bearer_token(authorization[0]) if authorization else None
         try:
-            claims = self._signer.verify(raw, keys[0] if keys else None)
+            claims = self._signer.verify(raw, keys[0] if keys else None, bearer)
         except TicketError as exc:
             self.refused += 1
             log.warning(

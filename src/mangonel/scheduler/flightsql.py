@@ -36,7 +36,11 @@ Who asks: ``FlightSqlAuthMiddleware`` reads ``authorization`` on every call:
 ``Basic`` (the handshake) logs in with the ``Authenticator`` and answers
 ``authorization: Bearer <token>``; ``Bearer`` is verified. A session is the
 bearer token (one login), or without one the client's connection; prepared
-statements and results belong to the session that made them.
+statements and results belong to the session that made them. A result is read
+only by the user who ran it, wherever the ticket is presented: on a cluster
+with a secret its tickets name that user, and the executor wants the user's
+token with them (``security.tickets``); here the same user, and this server
+forwards the caller's token when it reads the partition from the executor.
 Results are released when their session closes (``CloseSession``) or the
 client cancels them; else after the scheduler's ``--result-ttl``.
 """
@@ -138,10 +142,19 @@ def _flight_errors(method: F) -> F:
 class FlightSqlAuthMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
     """Who a call comes from, and the token to send back after a login."""
 
-    def __init__(self, principal: Principal, session: str, send_token: str | None) -> None:
+    def __init__(
+        self,
+        principal: Principal,
+        session: str,
+        send_token: str | None,
+        token: str | None = None,
+    ) -> None:
         self.principal = principal
         self.session = session
         self._send_token = send_token
+        self.token = token
+        """The caller's bearer token (its login's): what proves it the reader of
+        its results to an executor, which this server forwards when it reads them."""
 
     def sending_headers(self) -> dict[str, str]:
         if self._send_token is None:
@@ -174,10 +187,10 @@ class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc
                     token = f"open-{secrets.token_hex(16)}"
                     with self._lock:
                         self._open_tokens.add(token)
-                return FlightSqlAuthMiddleware(self._principal(token), token, token)
+                return FlightSqlAuthMiddleware(self._principal(token), token, token, token)
             bearer = parse_bearer(header)
             if bearer is not None:
-                return FlightSqlAuthMiddleware(self._principal(bearer), bearer, None)
+                return FlightSqlAuthMiddleware(self._principal(bearer), bearer, None, bearer)
         except AuthenticationError as exc:
             raise flight.FlightUnauthenticatedError(str(exc)) from None
         if self._auth.required:
@@ -263,9 +276,9 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             executors with it.
         tickets: Signs the result locations (a cluster with a secret). Flight
             SQL clients cannot send the session key a ``Session`` proves its
-            results with, so these tickets name no session: they go only to the
-            client that ran the statement, over TLS, and an executor serves them
-            only to callers with a certificate of the cluster CA.
+            results with, so these tickets name the user instead (when the
+            authenticator has users: without, everyone is the anonymous admin),
+            and an executor serves them only with a token of that user.
     """
 
     def __init__(
@@ -294,6 +307,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         )
         self._tls = tls_material
         self._tickets = tickets
+        self._bind_user = authenticator.required
         self.core = core
         self.results_from = results
         self.url = f"{tls.flight_scheme(tls_material)}://{advertise_host or host}:{self.port}"
@@ -491,9 +505,12 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             self._wait(record, context)
             locations = record.result
             if self._tickets is not None:
-                locations = tuple(self._tickets.sign_location(loc, record.id) for loc in locations)
+                reader = who.principal.user if self._bind_user else ""
+                locations = tuple(
+                    self._tickets.sign_location(loc, record.id, reader) for loc in locations
+                )
             try:
-                schema = self._schema_of(record, locations)
+                schema = self._schema_of(record, locations, who)
             except _LostResult as exc:
                 if attempt == _RESULT_RETRIES:
                     raise flight.FlightUnavailableError(
@@ -527,14 +544,18 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
                 self.core.cancel(record.id, "cancelled by the Flight SQL client")
                 raise flight.FlightCancelledError(f"job {record.id} was cancelled")
 
-    def _schema_of(self, record: JobRecord, locations: tuple[PartitionLocation, ...]) -> pa.Schema:
+    def _schema_of(
+        self,
+        record: JobRecord,
+        locations: tuple[PartitionLocation, ...],
+        who: FlightSqlAuthMiddleware,
+    ) -> pa.Schema:
         if not locations:
             return self.core.result_schema(record.sql)
         first = locations[0]
         try:
             reader = self._client(first.flight_address).do_get(
-                flight.Ticket(partition_ticket(first)),
-                flight.FlightCallOptions(timeout=_FETCH_TIMEOUT_S),
+                flight.Ticket(partition_ticket(first)), _as_reader(who)
             )
             file_schema = reader.schema
             reader.cancel()
@@ -565,8 +586,12 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
                 f"stale or forged ticket: no result of job {view.job!r} is held here (it was "
                 "released, cancelled or never existed); execute the statement again"
             )
-        if not who.principal.may_see(result.owner):
-            raise flight.FlightUnauthorizedError(f"the result of job {view.job} is another user's")
+        if who.principal.user != result.owner:
+            # The reader only, admin or not: the rule the executors apply to the ticket.
+            raise flight.FlightUnauthorizedError(
+                f"the result of job {view.job} is another user's: only the user who ran the "
+                "query may read it"
+            )
         if (
             not 0 <= view.partition < len(result.locations)
             or partition_ticket(result.locations[view.partition]) != view.ticket
@@ -575,7 +600,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         loc = result.locations[view.partition]
         try:
             reader = self._client(loc.flight_address).do_get(
-                flight.Ticket(view.ticket), flight.FlightCallOptions(timeout=_FETCH_TIMEOUT_S)
+                flight.Ticket(view.ticket), _as_reader(who)
             )
             reader.schema  # noqa: B018 - fails here, not in the stream, when it is gone
         except (flight.FlightError, OSError, pa.ArrowException) as exc:
@@ -837,6 +862,13 @@ def _no_params(sql: str) -> str:
     """``sql`` with NULL for each parameter, to type its result without values."""
     parameters = count_parameters(sql)
     return bind_parameters(sql, [None] * parameters) if parameters else sql
+
+
+def _as_reader(who: FlightSqlAuthMiddleware) -> flight.FlightCallOptions:
+    """Options of a read from an executor on behalf of ``who``: its token goes along,
+    so that the executor serves a result ticket bound to its user."""
+    headers = [(AUTHORIZATION.encode(), f"Bearer {who.token}".encode())] if who.token else []
+    return flight.FlightCallOptions(timeout=_FETCH_TIMEOUT_S, headers=headers)
 
 
 def _as_view(batch: pa.RecordBatch, view: ResultView, schema: pa.Schema) -> pa.RecordBatch:

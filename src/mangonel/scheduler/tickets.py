@@ -6,7 +6,8 @@ locations get shuffle tickets (any executor that holds one may fetch, for
 ``defaults.SHUFFLE_TICKET_TTL_S``); a finished job's result locations get result
 tickets bound to the session that submitted it (the session key is the front
 part of the submission's request id, kept with the job, so a restarted scheduler
-binds to the same session) and valid as long as the result is kept.
+binds to the same session), or, for a Flight SQL client, to its user, valid as
+long as the result is kept.
 See ``mangonel.security.tickets`` for the format and the checks.
 """
 
@@ -63,9 +64,11 @@ class TicketIssuer:
         for loc in msg.result:
             self._sign(loc, msg.job_id, expires, session)
 
-    def sign_location(self, loc: PartitionLocation, job: str) -> PartitionLocation:
-        """A result location with a ticket that names no session (a Flight SQL
-        client's: see ``scheduler.flightsql``), valid as long as the result is kept."""
+    def sign_location(self, loc: PartitionLocation, job: str, user: str) -> PartitionLocation:
+        """A result location with a ticket for ``user`` (a Flight SQL client's, which
+        presents a token of theirs: see ``scheduler.flightsql``; empty on a cluster
+        without users, where everyone is the same anonymous admin), valid as long as
+        the result is kept."""
         claims = TicketClaims(
             path=loc.path,
             job=job,
@@ -73,6 +76,6 @@ class TicketIssuer:
             map_partition=loc.map_partition,
             partition=loc.partition,
             expires=self.signer.now() + self.result_ttl_s,
-            session="",
+            user=user,
         )
         return dataclasses.replace(loc, ticket=self.signer.sign_text(claims))

@@ -1,20 +1,30 @@
 """Signed Flight tickets: knowing a file's name is not enough to read it.
 
 An executor's Flight server serves a shuffle or result file to whoever presents
-its ticket. In a cluster with a secret, the scheduler signs every ticket it hands
-out (``TicketSigner.sign``), and the executor serves only tickets whose signature
-holds, that have not expired, and, for a result, that are presented by the session
-that ran the query (``TicketSigner.verify``)::
+its ticket: Flight asks callers for no certificate, so the ticket is the whole
+of the permission. In a cluster with a secret, the scheduler signs every ticket
+it hands out (``TicketSigner.sign``), and the executor serves only tickets whose
+signature holds, that have not expired, and, for a result, that are presented by
+its reader (``TicketSigner.verify``); the scheduler's Flight SQL endpoint applies
+the same rule to the results it streams::
 
     mgt1.<claims: base64url JSON>.<HMAC-SHA256 of the claims: base64url>
 
 The claims name the file (its path, which also names the map attempt that wrote
 it), the job, the stage, the map task, the partition, the expiry (unix time)
-and, for a result, ``sha256(session key)``: the client presents the session key
-itself in the ``x-mangonel-session`` header of its ``do_get``, so a ticket read
-off a log or a screen is useless elsewhere. The key that signs is derived from
-the cluster secret (HMAC with a fixed label), never the secret itself, so the
-tokens signed with the same secret can never pass as tickets.
+and, for a result, its one reader:
+
+* ``session``: ``sha256(session key)`` of the ``Session`` (gRPC client) that ran
+  the query, which presents the key itself in the ``x-mangonel-session`` header
+  of its ``do_get``, so a ticket read off a log or a screen is useless elsewhere;
+* ``user``: the user who ran a Flight SQL statement; the reader presents a
+  bearer token of that user (``authorization: Bearer``, which Flight SQL
+  clients send to every location of a result), checked with the token key of
+  the same secret. Another user's token, or none, is refused, admin or not.
+
+The key that signs is derived from the cluster secret (HMAC with a fixed label),
+never the secret itself, so the tokens signed with the same secret can never
+pass as tickets.
 
 Shuffle tickets live ``defaults.SHUFFLE_TICKET_TTL_S`` (a day: a long query's
 consumers must not find their inputs' tickets expired); result tickets as long as
@@ -38,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from mangonel.errors import AuthenticationError
+from mangonel.security import tokens
 
 PREFIX = b"mgt1."
 SESSION_HEADER = "x-mangonel-session"
@@ -60,8 +71,10 @@ class TicketClaims:
         map_partition: The map task that wrote it.
         partition: The output partition.
         expires: Unix time after which the ticket is refused.
-        session: ``session_hash`` of the session that may read it; empty: any
-            holder (a shuffle ticket, which only executors receive).
+        session: ``session_hash`` of the session that may read it; empty: no
+            session asked (a shuffle ticket, which only executors receive).
+        user: The user who may read it (with a token of theirs); empty: no
+            user asked.
     """
 
     path: str
@@ -71,6 +84,7 @@ class TicketClaims:
     partition: int
     expires: float
     session: str = ""
+    user: str = ""
 
 
 def session_hash(session_key: str) -> str:
@@ -101,6 +115,7 @@ class TicketSigner:
 
     def __init__(self, secret: bytes, clock: Callable[[], float] = time.time) -> None:
         self._key = hmac.new(secret, _KEY_LABEL, hashlib.sha256).digest()
+        self._secret = secret  # checks the bearer tokens of user-bound tickets
         self._clock = clock
 
     def now(self) -> float:
@@ -116,17 +131,21 @@ class TicketSigner:
         """The ticket for ``claims`` as text (it is ASCII), for a wire field."""
         return self.sign(claims).decode("ascii")
 
-    def verify(self, raw: bytes, session_key: str | None = None) -> TicketClaims:
+    def verify(
+        self, raw: bytes, session_key: str | None = None, bearer: str | None = None
+    ) -> TicketClaims:
         """The claims of a valid ticket.
 
         Args:
             raw: The ticket as presented.
             session_key: The session key the caller presented (header
                 ``x-mangonel-session``), if any.
+            bearer: The bearer token the caller presented (header
+                ``authorization``), if any.
 
         Raises:
             TicketError: unsigned, malformed, forged, expired, or bound to a
-                session the caller did not prove to be.
+                session or user the caller did not prove to be.
         """
         if not is_signed(raw):
             raise TicketError(
@@ -168,7 +187,26 @@ class TicketSigner:
                     f"the result ticket of job {claims.job} belongs to another session: "
                     "only the session that ran the query may read its result"
                 )
+        if claims.user:
+            self._check_reader(claims, bearer)
         return claims
+
+    def _check_reader(self, claims: TicketClaims, bearer: str | None) -> None:
+        """Refuse a user-bound ticket unless ``bearer`` is a valid token of its user."""
+        if not bearer:
+            raise TicketError(
+                f"the result ticket of job {claims.job} is bound to the user who ran the "
+                "query, and no token came with it (header authorization: Bearer)"
+            )
+        try:
+            reader = tokens.verify(self._secret, bearer, now=self._clock()).user
+        except AuthenticationError as exc:
+            raise TicketError(f"the token that came with the ticket is refused: {exc}") from exc
+        if not hmac.compare_digest(reader.encode(), claims.user.encode()):
+            raise TicketError(
+                f"the result ticket of job {claims.job} belongs to another user: only the "
+                "user who ran the query may read its result"
+            )
 
 
 def session_key_of(request_id: str) -> str:
