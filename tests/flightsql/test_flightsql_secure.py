@@ -127,6 +127,30 @@ def test_another_user_cannot_replay_a_result_ticket(secure_cluster: Any) -> None
     assert "belongs to another user" in logs
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT current_setting('memory_limit') AS m",
+        "SELECT current_setting('temp_directory') AS spill",
+        "SELECT version() AS v",
+    ],
+)
+def test_no_host_setting_answers_a_flight_sql_client(secure_cluster: Any, sql: str) -> None:
+    with (
+        adbc_connect(
+            secure_cluster.flight_sql_url,
+            username="alice",
+            password="wonderland",
+            **{ROOT: _ca(secure_cluster).decode()},
+        ) as conn,
+        conn.cursor() as cur,
+    ):
+        with pytest.raises(adbc_driver_manager.Error, match="answers about the cluster's hosts"):
+            cur.execute(sql)
+        cur.execute("SELECT count(*) AS n FROM nation")  # the connection goes on serving
+        assert cur.fetchall() == [(25,)]
+
+
 def test_plaintext_to_the_tls_endpoint_is_refused(secure_cluster: Any) -> None:
     plain = secure_cluster.flight_sql_url.replace("grpc+tls://", "grpc://")
     with pytest.raises(adbc_driver_manager.Error):

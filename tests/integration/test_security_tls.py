@@ -51,7 +51,7 @@ from helpers import assert_same_result, tpch_query, wait_until
 from mangonel import LocalCluster
 from mangonel.client.cluster import child_env
 from mangonel.client.session import Session
-from mangonel.errors import AuthenticationError, ClusterError
+from mangonel.errors import AuthenticationError, ClusterError, ForbiddenStatementError
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
@@ -607,6 +607,49 @@ def test_executor_flight_refuses_plaintext_a_foreign_ca_and_unsigned_tickets(
         pytest.raises(flight.FlightUnauthenticatedError, match="not signed"),
     ):
         client.do_get(flight.Ticket(b"/etc/passwd"), flight.FlightCallOptions(timeout=5)).read_all()
+
+
+# ------------------------------------------------------------ nothing of the hosts
+
+HOST_QUESTIONS = [
+    "SELECT current_setting('memory_limit') AS m FROM nation",
+    "SELECT current_setting('temp_directory') AS spill",  # an executor's path, with its pid
+    "SELECT version() AS v",
+]
+
+
+def test_no_user_learns_a_host_setting(secure_cluster: LocalCluster) -> None:
+    """Settings, paths, versions, pids: refused to every user (the admin too) at the
+    gRPC and web front doors (Flight SQL: ``tests/flightsql``), and a user's status
+    and executor list name no host and no pid."""
+    for user in ("alice", "root"):
+        with as_user(secure_cluster, user) as session:
+            for sql in HOST_QUESTIONS:
+                with pytest.raises(ForbiddenStatementError, match="answers about the cluster"):
+                    session.sql(sql)
+                with pytest.raises(ForbiddenStatementError, match="answers about the cluster"):
+                    session.explain(sql)
+    context = ssl.create_default_context(cafile=str(secure_cluster.client_tls_dir / "ca.pem"))
+    with as_user(secure_cluster) as alice:
+        alice.log_in()
+        bearer = {"Authorization": f"Bearer {alice.token}", "Content-Type": "application/json"}
+        for sql in HOST_QUESTIONS:
+            body = json.dumps({"sql": sql}).encode()
+            request = urllib.request.Request(
+                f"{secure_cluster.web_url}/api/explain", data=body, headers=bearer, method="POST"
+            )
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, context=context, timeout=10)
+            assert "answers about the cluster" in refused.value.read().decode()
+        seen = alice.status().executors
+        assert seen and all(e.pid == 0 and e.host == "" and e.flight_address for e in seen)
+        request = urllib.request.Request(f"{secure_cluster.web_url}/api/executors", headers=bearer)
+        with urllib.request.urlopen(request, context=context, timeout=10) as reply:
+            listed = json.loads(reply.read())
+        assert listed and all(e["pid"] == 0 and e["host"] == "" for e in listed)
+    with secure_cluster.connect() as root:  # the admins run the hosts: they see them
+        pids = {e.pid for e in root.status().executors}
+    assert pids == {e.pid for e in secure_cluster.executors}
 
 
 # ------------------------------------------------------------------ loud defaults

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from mangonel.errors import ForbiddenStatementError
 from mangonel.sql.frontend import parse
 
 
@@ -20,3 +23,44 @@ def test_parse_keeps_other_metadata() -> None:
     parsed = parse("SELECT x /* sqlglot.meta nonnull */ FROM t", {"t"})
     kept = [n._meta for n in parsed.query.walk() if n._meta]
     assert kept == [{"nonnull": True}]
+
+
+HOST_QUERIES = [
+    "SELECT current_setting('memory_limit')",
+    "SELECT current_setting('temp_directory') AS spill FROM t",
+    "SELECT CURRENT_SETTING('threads')",
+    "SELECT 'memory_limit'.current_setting()",  # DuckDB's method-call syntax
+    "SELECT version()",
+    'SELECT "version"()',
+    "SELECT system.main.version()",
+    "SELECT current_query()",
+    "SELECT current_database(), current_schema()",
+    "SELECT current_user",
+    "SELECT session_user",
+    "SELECT current_catalog",
+    "SELECT current_schemas(true)",
+    "SELECT current_connection_id()",
+    "SELECT txid_current()",
+    "SELECT getvariable('x')",
+    "SELECT pg_postmaster_start_time()",
+    "SELECT has_table_privilege('t', 'select')",
+    "SELECT x FROM t WHERE x > (SELECT length(version()))",
+    "WITH s AS (SELECT current_setting('memory_limit') AS m) SELECT m FROM s",
+]
+
+
+@pytest.mark.parametrize("sql", HOST_QUERIES)
+def test_functions_that_answer_about_the_host_are_refused(sql: str) -> None:
+    with pytest.raises(ForbiddenStatementError, match="answers about the cluster's hosts"):
+        parse(sql, {"t"})
+    with pytest.raises(ForbiddenStatementError, match="answers about the cluster's hosts"):
+        parse(sql, {"t"}, "postgres")
+
+
+def test_what_computes_on_the_data_alone_still_runs() -> None:
+    for sql in (
+        "SELECT now(), current_date, pg_typeof(x), pg_size_pretty(x) FROM t",
+        "SELECT x AS version, x AS current_setting FROM t",
+        "SELECT v.version FROM (SELECT x AS version FROM t) AS v",
+    ):
+        parse(sql, {"t"})

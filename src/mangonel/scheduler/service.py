@@ -49,6 +49,7 @@ from mangonel.security import tls, tokens
 from mangonel.security.auth import (
     ANONYMOUS,
     AUTHORIZATION,
+    HIDDEN_UNHEALTHY,
     OPEN,
     Authenticator,
     Principal,
@@ -215,22 +216,24 @@ def _stage_elapsed(record: JobRecord, view: StageView, now: float) -> float:
     return timing.elapsed(end, complete=view.done >= view.num_tasks)
 
 
-def executor_status(entry: ExecutorListing, now: float) -> pb.ExecutorStatus:
-    """One executor; ``now`` is the shell's clock (for the heartbeat age)."""
+def executor_status(entry: ExecutorListing, now: float, hosts: bool = True) -> pb.ExecutorStatus:
+    """One executor; ``now`` is the shell's clock (for the heartbeat age); without
+    ``hosts`` (``Principal.sees_hosts``) nothing of its host's particulars."""
     view = entry.view
+    unhealthy = view.unhealthy if entry.usable else ""
     return pb.ExecutorStatus(
         id=view.id,
-        host=view.host,
+        host=view.host if hosts else "",
         flight_address=view.flight_address,
         slots=view.slots,
-        pid=entry.pid,
+        pid=entry.pid if hosts else 0,
         state=_EXECUTOR_STATE[view.state],
         since=view.since,
         reason=view.reason.value if view.reason else "",
-        detail=view.detail,
+        detail=view.detail if hosts else "",
         running_tasks=view.running,
         heartbeat_age_s=max(0.0, now - view.last_heartbeat) if entry.usable else 0.0,
-        unhealthy=view.unhealthy if entry.usable else "",
+        unhealthy=unhealthy if hosts or not unhealthy else HIDDEN_UNHEALTHY,
     )
 
 
@@ -563,7 +566,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
         now = self.core.now()
         return pb.ClusterStatusResponse(
             scheduler_address=self.address,
-            executors=[executor_status(e, now) for e in self.core.executors()],
+            executors=[executor_status(e, now, caller.sees_hosts) for e in self.core.executors()],
             jobs=[
                 job_status(j, now, with_result=False)
                 for j in self.core.jobs()

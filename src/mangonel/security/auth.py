@@ -43,8 +43,21 @@ class Principal:
         """Whether this user may see (watch, read, cancel) a job ``owner`` submitted."""
         return self.admin or self.user == owner
 
+    @property
+    def sees_hosts(self) -> bool:
+        """Whether this user sees the particulars of the cluster's hosts (executors'
+        host names, pids, why one was lost or is unhealthy, which name paths): the
+        admins, who run the hosts. Every front door (gRPC status, the web API) asks
+        this; other users see what the cluster can do for them (states, slots,
+        running tasks, the Flight addresses they read results at)."""
+        return self.admin
+
 
 ANONYMOUS = Principal("anonymous", admin=True)
+
+HIDDEN_UNHEALTHY = "takes no task for now: its host is in trouble (an admin sees which)"
+"""What a user who does not see hosts (``Principal.sees_hosts``) is told of an
+unhealthy executor, whose own words name its work directory."""
 
 
 class Authenticator(Protocol):

@@ -5,7 +5,12 @@ tables may run. Everything else — COPY, ATTACH, INSTALL, LOAD, SET, PRAGMA, DD
 DML, table functions that read files (``read_csv``, ``read_parquet``, ``glob``),
 quoted file paths used as tables — is refused here, before anything is planned.
 The executors also run DuckDB with external access disabled, so this is the first
-of two walls, not the only one.
+of two walls, not the only one. So are the functions that answer about the host
+a query runs on rather than about the data (``current_setting('memory_limit')``,
+``current_setting('temp_directory')``: an executor's spill path, with its pid;
+``version()``; the text of the task's own SQL, DuckDB's catalog and session):
+refused for every user, and every front door (gRPC, Flight SQL, the web UI)
+plans through ``parse``.
 
 The output is a sqlglot AST (``optimize_query``); ``plan.bind`` turns it into the
 logical plan. This package knows nothing of the plan.
@@ -62,6 +67,18 @@ _FORBIDDEN_FUNCTION = re.compile(
     r"^(read_\w+|\w+_scan|glob|parquet_\w+|sniff_csv|getenv|query|query_table|"
     r"duckdb_\w+|pragma_\w+|iceberg_\w+|delta_\w+|sqlite_\w+|postgres_\w+|mysql_\w+|"
     r"which_secret|load_extension|install_extension)$",
+    re.IGNORECASE,
+)
+
+# Function names (as written, or sqlglot's names of the ones it knows) that answer
+# about the host a task runs on, not about the data: DuckDB's settings (memory,
+# threads, the spill directory), its version, the SQL text and ids of the task's own
+# query and connection, its catalog, session and role. ``pg_typeof`` and
+# ``pg_size_pretty`` compute on their argument alone.
+_HOST_FUNCTION = re.compile(
+    r"^(current_(setting|version|query|query_id|connection_id|transaction_id|database|"
+    r"catalog|schemas?|user|role)|version|session_user|user|txid_current|getvariable|"
+    r"in_search_path|get_block_size|has_\w+_privilege|pg_(?!typeof$|size_pretty$)\w+)$",
     re.IGNORECASE,
 )
 
@@ -216,6 +233,14 @@ def _check_sources(stmt: exp.Query, catalog: set[str]) -> set[str]:
                 raise ForbiddenStatementError(
                     f"function {name.lower()}() is not allowed: queries may read only "
                     "registered tables; register the file with register_parquet first"
+                )
+            if _HOST_FUNCTION.match(name):
+                if not isinstance(node, exp.Anonymous):  # as DuckDB spells it: version()
+                    name = node.sql(dialect=DEFAULT_DIALECT).partition("(")[0]
+                raise ForbiddenStatementError(
+                    f"function {name.lower()}() is not allowed: it answers about the "
+                    "cluster's hosts (settings, versions, paths, sessions), not about the "
+                    "data; queries may compute only on registered tables"
                 )
         if not isinstance(node, exp.Table):
             continue

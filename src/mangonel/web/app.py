@@ -242,8 +242,9 @@ def create_app(
 
     @app.get("/api/executors", tags=["cluster"], responses=REFUSED)
     def get_executors(who: Caller) -> list[ExecutorModel]:
-        """Every executor: alive and draining first, then lost ones (newest first)."""
-        return views.executors(core)
+        """Every executor: alive and draining first, then lost ones (newest first); an
+        admin sees their hosts' particulars (host names, pids, why lost or unhealthy)."""
+        return views.executors(core, who)
 
     @app.get("/api/jobs", tags=["jobs"], responses=REFUSED)
     def get_jobs(who: Caller) -> list[JobSummary]:

@@ -19,10 +19,10 @@ class ExecutorModel(BaseModel):
         description="why it left: connection lost, heartbeat timeout, fetch failures, "
         "drained, process exited; empty while alive"
     )
-    detail: str
-    host: str
+    detail: str = Field(description="the scheduler's words on its state; admins only")
+    host: str = Field(description="its host's name; admins only (empty for other users)")
     flight_address: str
-    pid: int
+    pid: int = Field(description="its process id; admins only (0 for other users)")
     slots: int
     running_tasks: int
     heartbeat_age_s: float = Field(description="seconds since it was last heard from")

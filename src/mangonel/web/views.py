@@ -14,7 +14,7 @@ from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.registry import ExecutorListing
 from mangonel.scheduler.state_views import StageView
 from mangonel.scheduler.telemetry import AttemptOutcome, AttemptRecord
-from mangonel.security.auth import ANONYMOUS, Principal
+from mangonel.security.auth import ANONYMOUS, HIDDEN_UNHEALTHY, Principal
 from mangonel.task import OutputKind
 from mangonel.web.models import (
     AttemptModel,
@@ -27,21 +27,26 @@ from mangonel.web.models import (
 )
 
 
-def executor_model(entry: ExecutorListing, held: int, now: float) -> ExecutorModel:
+def executor_model(
+    entry: ExecutorListing, held: int, now: float, hosts: bool = True
+) -> ExecutorModel:
+    """One executor; without ``hosts`` (``Principal.sees_hosts``) nothing of its
+    host's particulars, as ``scheduler.service.executor_status``."""
     view = entry.view
+    unhealthy = view.unhealthy if entry.usable else ""
     return ExecutorModel(
         id=view.id,
         state=view.state.value,
         since=view.since,
         reason=view.reason.value if view.reason else "",
-        detail=view.detail,
-        host=view.host,
+        detail=view.detail if hosts else "",
+        host=view.host if hosts else "",
         flight_address=view.flight_address,
-        pid=entry.pid,
+        pid=entry.pid if hosts else 0,
         slots=view.slots,
         running_tasks=view.running if entry.usable else 0,
         heartbeat_age_s=max(0.0, now - view.last_heartbeat) if entry.usable else 0.0,
-        unhealthy=view.unhealthy if entry.usable else "",
+        unhealthy=unhealthy if hosts or not unhealthy else HIDDEN_UNHEALTHY,
         shuffle_bytes_held=held if entry.usable else 0,
         excluded_until=view.excluded_until,
         exclusion=view.exclusion,
@@ -50,12 +55,12 @@ def executor_model(entry: ExecutorListing, held: int, now: float) -> ExecutorMod
     )
 
 
-def executors(core: SchedulerCore) -> list[ExecutorModel]:
+def executors(core: SchedulerCore, who: Principal = ANONYMOUS) -> list[ExecutorModel]:
     """Every executor the scheduler lists: alive and draining first, then lost, newest first."""
     held = core.telemetry.held_bytes()
     now = core.now()
     order = {"alive": 0, "draining": 1, "connecting": 2, "lost": 3}
-    models = [executor_model(e, held.get(e.id, 0), now) for e in core.executors()]
+    models = [executor_model(e, held.get(e.id, 0), now, who.sees_hosts) for e in core.executors()]
     return sorted(models, key=lambda m: (order.get(m.state, 4), -m.since))
 
 

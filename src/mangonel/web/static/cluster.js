@@ -37,7 +37,7 @@ function executorRow(e) {
     `<div class="detail">${esc(ago(e.since))}</div></td>` +
     `<td class="why">${why(e)}</td>` +
     `<td><code>${esc(e.flight_address)}</code></td>` +
-    `<td>${esc(e.pid)}</td>` +
+    `<td>${esc(e.pid || "")}</td>` +
     `<td class="num">${esc(e.slots)}</td>` +
     `<td class="num">${usable ? esc(e.running_tasks) : "–"}</td>` +
     `<td class="num">${usable ? esc(bytes(e.shuffle_bytes_held)) : "–"}</td>` +
