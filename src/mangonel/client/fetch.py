@@ -52,7 +52,7 @@ class FlightPool:
     Args:
         timeout_s: The most one partition's read may take.
         keepalive: gRPC options for the channels (``rpc.keepalive_options``).
-        tls_material: Read over TLS, showing the client certificate; ``None``: plaintext.
+        tls_material: Read over TLS, trusting its CA; ``None``: plaintext.
         session_key: Presented with each read (header ``x-mangonel-session``): a
             secured cluster's executors serve a result only to its session.
     """

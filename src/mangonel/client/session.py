@@ -233,9 +233,11 @@ class Session:
         keepalive_s: Ping the scheduler and executors this often during a call
             (a ping unanswered for half as long fails it): how soon a silently
             cut link is noticed and the call tried again.
-        security: The cluster's TLS files (client role: ``SecurityOptions.
-            from_tls_dir(DIR, "client")``) for a secured cluster; ``None``:
-            plaintext.
+        security: A secured cluster's CA, all a client holds
+            (``SecurityOptions(tls_ca=FILE)``, or ``SecurityOptions.from_tls_dir(DIR,
+            "client")`` for ``DIR/client`` of ``mangonel certs init DIR``); ``None``:
+            plaintext. A client proves who it is with ``user`` and ``password`` or
+            ``token``, never with a certificate.
         user: Log in as this user (with ``password``) on a scheduler with users.
         password: ``user``'s password; kept to log in again when the token expires.
         token: A bearer token (``mangonel users token``, or another session's)

@@ -4,11 +4,13 @@
   certificate, key and CA, the cluster secret, the users file) and the
   ``--tls-*`` / ``--cluster-secret-file`` / ``--users-file`` options.
 - ``certs``: ``init_cluster`` (``mangonel certs init``): a cluster CA, the node
-  and client certificates it signs, and the cluster secret.
+  certificate it signs and the cluster secret (the members' files), and the CA
+  alone for the clients, kept apart.
 - ``tls``: the TLS settings of each channel (gRPC, Flight, the web UI) from one
   ``SecurityOptions``, and the warning of a process exposed without TLS.
 - ``tickets``: signed Flight tickets (HMAC over the file, job, stage, partition,
-  expiry and the session), checked by the executors' Flight servers.
+  expiry and the result's reader: a session or a user), checked by the executors'
+  Flight servers.
 - ``auth``: ``Principal`` (who a request comes from) and the ``Authenticator``
   interface every front door (the gRPC query service, the web UI and REST API,
   the Flight SQL endpoint) checks credentials with.
