@@ -1,8 +1,8 @@
 """What the cluster's processes hold in memory, checked on real processes (issue 19).
 
-Each check here guards a cut in the cluster's peak memory (``docs/architecture.md``,
-"Memory and disk"): a change that brings the cost back fails here, not only as a
-slower creep in the benchmark's peak RSS.
+Each check here guards a cut in the cluster's peak memory (``docs/memory.md``): a
+change that brings the cost back fails here, not only as a slower creep in the
+benchmark's peak RSS.
 """
 
 from __future__ import annotations
