@@ -222,7 +222,9 @@ def test_the_slot_spill_watch_starts_from_zero_for_each_task(tmp_path: Path) -> 
 
 def test_a_slot_watches_its_spill_on_one_thread_for_all_its_tasks(tmp_path: Path) -> None:
     writer = ShuffleWriter(str(tmp_path / "shuffle"))
-    before = {t.ident for t in threading.enumerate() if t.name == "spill-watch"}
+    # Thread objects, not idents: a watcher of an earlier test that ends meanwhile
+    # leaves its ident (its pthread's address) free for this runner's watcher.
+    before = {t for t in threading.enumerate() if t.name == "spill-watch"}
     runner = TaskRunner(writer, ShuffleReader("h"), str(tmp_path / "spill"), None, 1)
     try:
         for i in range(3):
@@ -230,7 +232,7 @@ def test_a_slot_watches_its_spill_on_one_thread_for_all_its_tasks(tmp_path: Path
             spec = TaskSpec(attempt, "SELECT 1 AS x", OutputSpec(OutputKind.SINGLE, 1), ("x",))
             (output,) = runner.run(spec)
             assert output.rows == 1
-        watchers = {t.ident for t in threading.enumerate() if t.name == "spill-watch"} - before
+        watchers = {t for t in threading.enumerate() if t.name == "spill-watch"} - before
         assert len(watchers) == 1
     finally:
         runner.close()
