@@ -20,6 +20,7 @@ the scheduler and the executor never import each other, and meet here, in
 * What an executor is: ``ExecutorInfo``; and the orders the scheduler sends it over
   its command stream: ``LaunchTask``, ``CancelTask``, ``ReleaseOutputs``
   (``ExecutorCommand``).
+* Where an attempt's time went on its executor, as its report says: ``TaskTimings``.
 """
 
 from __future__ import annotations
@@ -306,3 +307,57 @@ class ReleaseOutputs(ExecutorCommand):
 
     job: JobId
     stages: tuple[StageId, ...] | None = None
+
+
+# ------------------------------------------------- where an attempt's time went
+
+
+@dataclass(frozen=True)
+class TaskTimings:
+    """Where one attempt's time went on its executor, sent with its report.
+
+    ``*_at`` are Unix times of the executor's host (``time.time()``): set against
+    the scheduler's own (launch, report), they are as exact as the hosts' clocks
+    agree, which on one host they do. The ``*_s`` phases are measured on the slot's
+    thread with a monotonic clock, one after the other, so they never overlap and
+    add up to at most ``ended_at - started_at`` (the rest is ``other_s``):
+
+    * ``setup_s``: the scan database, the scans' SQL, inputs registered in DuckDB;
+    * ``fetch_s``: the upstream partitions read before DuckDB starts: over Flight
+      (transfer, and spooling to disk; ``fetch_remote_s`` of it) or memory-mapped
+      on this host (checksum);
+    * ``execute_s``: DuckDB planning the fragment and making its rows (reading
+      the registered inputs: an Arrow IPC file on a memory map is read in place);
+    * ``write_s``: the rows split into partitions, encoded as Arrow IPC, written and
+      renamed into place; ``write_io_s`` of it in the file writes and their CRC;
+    * ``cleanup_s``: inputs unregistered, memory handed back.
+    """
+
+    received_at: float
+    """The ``LaunchTask`` reached the executor."""
+    started_at: float
+    """A slot began it."""
+    ended_at: float
+    """It ended on its slot, before its report went out."""
+    setup_s: float = 0.0
+    fetch_s: float = 0.0
+    execute_s: float = 0.0
+    write_s: float = 0.0
+    cleanup_s: float = 0.0
+    fetch_remote_s: float = 0.0
+    write_io_s: float = 0.0
+    fetched_local_bytes: int = 0
+    """Bytes of upstream partitions read from this host's disk."""
+    fetched_remote_bytes: int = 0
+    """Bytes of upstream partitions fetched from other hosts over Flight."""
+
+    @property
+    def run_s(self) -> float:
+        """Its time on the slot."""
+        return max(0.0, self.ended_at - self.started_at)
+
+    @property
+    def other_s(self) -> float:
+        """Time on the slot outside the phases (the slot's own bookkeeping)."""
+        phases = self.setup_s + self.fetch_s + self.execute_s + self.write_s + self.cleanup_s
+        return max(0.0, self.run_s - phases)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 
 from mangonel.executor import runner as runner_mod
 from mangonel.executor.failures import TaskCancelledError, TaskFailedError
+from mangonel.executor.phases import Phase, PhaseClock
 from mangonel.executor.runner import SCAN_DATABASES, TaskRunner
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
@@ -183,6 +185,34 @@ def test_scan_hash_then_reduce_matches_duckdb(runner: TaskRunner, data: list[str
     assert got.column("revenue").to_pylist() == pytest.approx(
         expected.column("revenue").to_pylist()
     )
+
+
+def test_the_phase_clock_times_each_step_of_a_task(runner: TaskRunner, data: list[str]) -> None:
+    maps = map_stage(runner, data)
+    spec = TaskSpec(
+        attempt=attempt(2, 0),
+        sql="SELECT mode, sum(n) AS n FROM s1 GROUP BY mode",
+        output=OutputSpec(OutputKind.HASH, 2, ("mode",)),
+        columns=("mode", "n"),
+        inputs=(
+            InputLocations(
+                "s1", StageId(1), InputMode.PARTITION, locations(1, maps, 0), ("mode", "n")
+            ),
+        ),
+    )
+    clock = PhaseClock()
+    started = time.perf_counter()
+    runner.run(spec, clock=clock)
+    wall = time.perf_counter() - started
+    s = clock.seconds
+    for phase in (Phase.SETUP, Phase.FETCH, Phase.EXECUTE, Phase.WRITE, Phase.CLEANUP):
+        assert s[phase] > 0, phase
+    assert clock.phase is Phase.IDLE and s[Phase.IDLE] == 0
+    assert sum(s.values()) <= wall  # one after the other, never overlapping
+    assert 0 < clock.write_io_s < s[Phase.WRITE]
+    # Both map outputs lie on this host: mapped, none fetched over Flight.
+    assert clock.fetched_local_bytes == sum(outs[0].bytes for outs in maps.values()) > 0
+    assert (clock.fetched_remote_bytes, clock.fetch_remote_s) == (0, 0.0)
 
 
 def test_equal_keys_land_in_one_partition(runner: TaskRunner, data: list[str]) -> None:

@@ -33,6 +33,7 @@ from mangonel.task import (
     ReleaseOutputs,
     TaskFailure,
     TaskSpec,
+    TaskTimings,
 )
 from mangonel.testing.faults import write_rules
 
@@ -73,6 +74,8 @@ class FakeLink:
         ] = []
         self.files: list[dict[str, bytes]] = []
         """The files each completion report carried, in report order."""
+        self.timings: list[TaskTimings | None] = []
+        """Where each reported attempt's time went, in report order."""
         self.known = True
         self.drains: list[ExecutorId] = []
         self.failures_before_register = failures_before_register
@@ -106,16 +109,24 @@ class FakeLink:
         outputs: tuple[PartitionOutput, ...],
         elapsed_s: float,
         files: Mapping[str, bytes] | None = None,
+        timings: TaskTimings | None = None,
     ) -> None:
         with self.lock:
             self.reports.append((executor, attempt, outputs))
             self.files.append(dict(files or {}))
+            self.timings.append(timings)
 
     def report_failed(
-        self, executor: ExecutorId, attempt: TaskAttemptId, failure: TaskFailure, elapsed_s: float
+        self,
+        executor: ExecutorId,
+        attempt: TaskAttemptId,
+        failure: TaskFailure,
+        elapsed_s: float,
+        timings: TaskTimings | None = None,
     ) -> None:
         with self.lock:
             self.reports.append((executor, attempt, failure))
+            self.timings.append(timings)
 
     def drain(self, executor: ExecutorId) -> None:
         with self.lock:
@@ -177,6 +188,27 @@ def test_registers_runs_reports_and_serves(cluster: tuple[ExecutorService, FakeL
     table = client.do_get(flight.Ticket(result[0].path.encode())).read_all()
     client.close()
     assert table.column("n").to_pylist() == [42]
+
+
+def test_reports_say_where_the_time_went(cluster: tuple[ExecutorService, FakeLink]) -> None:
+    _, link = cluster
+    before = time.time()
+    link.send(launch(attempt(0), "SELECT count(*) AS n FROM range(3000000)"))
+    link.send(launch(attempt(1), "SELECT nope"))
+    wait_for(lambda: len(link.reports) == 2)
+    after = time.time()
+    for t in link.timings:
+        assert t is not None
+        assert before <= t.received_at <= t.started_at <= t.ended_at <= after
+        phases = (t.setup_s, t.fetch_s, t.execute_s, t.write_s, t.cleanup_s)
+        assert all(p >= 0 for p in phases)
+        # One after the other on the slot's thread: never more than its time there.
+        assert sum(phases) <= t.run_s + 1e-6
+        assert t.fetched_local_bytes == t.fetched_remote_bytes == 0  # it read no stage
+    done = link.timings[[r[1] for r in link.reports].index(attempt(0))]
+    assert done is not None and done.execute_s > 0 and done.write_s > 0
+    assert done.execute_s > done.setup_s  # counting 3M rows is DuckDB's work
+    assert done.other_s < 0.5 * done.run_s
 
 
 def test_failures_are_reported_typed(cluster: tuple[ExecutorService, FakeLink]) -> None:
@@ -453,8 +485,9 @@ class _SlowAnswers(FakeLink):
         outputs: tuple[PartitionOutput, ...],
         elapsed_s: float,
         files: Mapping[str, bytes] | None = None,
+        timings: TaskTimings | None = None,
     ) -> None:
-        super().report_completed(executor, attempt, outputs, elapsed_s, files)
+        super().report_completed(executor, attempt, outputs, elapsed_s, files, timings)
         if len(self.reports) == 1:
             assert self.answer.wait(30), "the test never let the first report's answer come"
 

@@ -27,6 +27,7 @@ from mangonel.task import (
     ScanSpec,
     TaskFailure,
     TaskSpec,
+    TaskTimings,
 )
 
 ATTEMPT = TaskAttemptId(TaskId(JobId("ab12"), StageId(3), 2), 1)
@@ -123,6 +124,15 @@ def test_outputs_and_locations_round_trip() -> None:
     out = PartitionOutput(1, "/p", 3, 30, "x")
     assert convert.partition_output_from_proto(convert.partition_output_to_proto(out)) == out
     assert convert.partition_location_from_proto(convert.partition_location_to_proto(LOC)) == LOC
+
+
+def test_timings_round_trip_and_an_old_executors_report_has_none() -> None:
+    timings = TaskTimings(10.0, 10.5, 12.0, 0.1, 0.2, 0.9, 0.15, 0.01, 0.05, 0.02, 300, 400)
+    msg = pb.ReportTaskRequest(timings=convert.timings_to_proto(timings))
+    msg = pb.ReportTaskRequest.FromString(msg.SerializeToString())
+    assert convert.timings_from_proto(msg) == timings
+    assert convert.timings_from_proto(pb.ReportTaskRequest()) is None
+    assert convert.timings_to_proto(None) is None
 
 
 @pytest.mark.parametrize(

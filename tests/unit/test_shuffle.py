@@ -412,3 +412,23 @@ def test_stream_many_fails_a_fetch_of_the_wrong_row_count(
     with pytest.raises(FetchFailedError, match="expected 99 rows, received 100"):
         reader.stream_many([wrong])
     reader.close()
+
+
+def test_the_reader_counts_what_a_task_read_here_and_over_flight(
+    writer: ShuffleWriter, server: ShuffleFlightServer, tmp_path: Path
+) -> None:
+    table = sample(20_000)
+    with writer.open(attempt(), 1, table.schema) as sink:
+        sink.write_table(0, table)
+        assert sink.io_s > 0  # the writes and their CRC, timed apart from the encoding
+        (out,) = sink.commit()
+    reader = ShuffleReader(HOST, spool_dir=str(tmp_path / "fetched"))
+    here, there = location(out), location(out, f"127.0.0.1:{server.port}", host="host-b")
+    reader.read_many([here, there])
+    assert (reader.fetched.local_bytes, reader.fetched.remote_bytes) == (out.bytes, out.bytes)
+    assert reader.fetched.remote_s > 0
+    reader.stream_many([there]).read_all()
+    assert reader.fetched.remote_bytes == 2 * out.bytes
+    reader.reset()  # the slot's next task counts from nothing
+    assert (reader.fetched.local_bytes, reader.fetched.remote_bytes) == (0, 0)
+    reader.close()

@@ -7,6 +7,8 @@ running attempts become, what an executor holds, the duration histogram.
 
 from __future__ import annotations
 
+import time
+
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.scheduler.events import LossReason
 from mangonel.scheduler.telemetry import (
@@ -28,6 +30,7 @@ from mangonel.task import (
     PartitionOutput,
     ReleaseOutputs,
     TaskSpec,
+    TaskTimings,
 )
 
 JOB = JobId("j1")
@@ -176,3 +179,17 @@ def test_speculative_copies_are_counted_launched_won_and_lost() -> None:
     assert records[(0, 0)].reason == "attempt 1 of the task finished first"
     assert records[(1, 1)].outcome is AttemptOutcome.CANCELLED
     assert records[(1, 1)].reason == "attempt 0 of the task finished first"
+
+
+def test_an_attempt_keeps_the_timings_its_report_carried() -> None:
+    t = Telemetry()
+    timings = TaskTimings(1.0, 1.5, 2.0, setup_s=0.1, execute_s=0.3)
+    t.command_sent(LaunchTask(1, A, spec(attempt(1, 0, 0))), now=0.0)
+    t.command_sent(LaunchTask(2, B, spec(attempt(1, 1, 0))), now=0.0)
+    before = time.time()
+    t.task_completed(attempt(1, 0, 0), A, output(1, 1), 0.5, now=1.0, timings=timings)
+    t.task_failed(attempt(1, 1, 0), B, ExecutionError("x"), 0.2, now=1.0, timings=timings)
+    records, _ = t.attempts(JOB)
+    for r in records:
+        assert r.timings == timings
+        assert r.reported_wall is not None and before <= r.reported_wall <= time.time()

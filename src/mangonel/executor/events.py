@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
-from mangonel.task import PartitionOutput, TaskFailure, TaskSpec
+from mangonel.task import PartitionOutput, TaskFailure, TaskSpec, TaskTimings
 
 # ---------------------------------------------------------------------- events
 
@@ -139,6 +139,8 @@ class TaskFinished:
     attempt: TaskAttemptId
     outcome: TaskOutcome
     elapsed_s: float = 0.0
+    timings: TaskTimings | None = None
+    """Where its time went (the report carries it)."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,7 @@ class ReportCompleted:
     attempt: TaskAttemptId
     outputs: tuple[PartitionOutput, ...]
     elapsed_s: float
+    timings: TaskTimings | None = None
 
 
 @dataclass(frozen=True)
@@ -281,6 +284,7 @@ class ReportFailed:
     attempt: TaskAttemptId
     failure: TaskFailure
     elapsed_s: float
+    timings: TaskTimings | None = None
 
 
 @dataclass(frozen=True)

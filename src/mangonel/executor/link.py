@@ -28,7 +28,7 @@ from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.security import tls
-from mangonel.task import PartitionOutput, TaskFailure
+from mangonel.task import PartitionOutput, TaskFailure, TaskTimings
 
 ExecutorCommand = convert.ExecutorCommandKind
 """``LaunchTask | CancelTask | ReleaseOutputs``."""
@@ -118,13 +118,20 @@ class SchedulerLink(Protocol):
         outputs: tuple[PartitionOutput, ...],
         elapsed_s: float,
         files: Mapping[str, bytes] | None = None,
+        timings: TaskTimings | None = None,
     ) -> None:
         """``files``: the whole files of some outputs, by path, sent along (a small
-        result the scheduler hands the client with the job's end)."""
+        result the scheduler hands the client with the job's end); ``timings``:
+        where the attempt's time went."""
         ...
 
     def report_failed(
-        self, executor: ExecutorId, attempt: TaskAttemptId, failure: TaskFailure, elapsed_s: float
+        self,
+        executor: ExecutorId,
+        attempt: TaskAttemptId,
+        failure: TaskFailure,
+        elapsed_s: float,
+        timings: TaskTimings | None = None,
     ) -> None: ...
 
     def drain(self, executor: ExecutorId) -> None:
@@ -246,6 +253,7 @@ class GrpcSchedulerLink:
         outputs: tuple[PartitionOutput, ...],
         elapsed_s: float,
         files: Mapping[str, bytes] | None = None,
+        timings: TaskTimings | None = None,
     ) -> None:
         completed = pb.TaskCompletedReport(
             outputs=[convert.partition_output_to_proto(o) for o in outputs]
@@ -261,11 +269,17 @@ class GrpcSchedulerLink:
                 executor_id=executor,
                 completed=completed,
                 elapsed_s=elapsed_s,
+                timings=convert.timings_to_proto(timings),
             )
         )
 
     def report_failed(
-        self, executor: ExecutorId, attempt: TaskAttemptId, failure: TaskFailure, elapsed_s: float
+        self,
+        executor: ExecutorId,
+        attempt: TaskAttemptId,
+        failure: TaskFailure,
+        elapsed_s: float,
+        timings: TaskTimings | None = None,
     ) -> None:
         self._report(
             pb.ReportTaskRequest(
@@ -273,6 +287,7 @@ class GrpcSchedulerLink:
                 executor_id=executor,
                 failed=convert.failure_to_proto(failure),
                 elapsed_s=elapsed_s,
+                timings=convert.timings_to_proto(timings),
             )
         )
 

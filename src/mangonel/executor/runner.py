@@ -21,6 +21,9 @@ much the task spilled at most. The steps:
    files, every partition written even when empty;
 4. unregister everything, whether the task succeeded or not.
 
+Each step is marked on the task's ``PhaseClock`` (``executor.phases``: setup, fetch,
+execute, write, cleanup), whose times go with the task's report.
+
 User SQL reaches this DuckDB, so after configuring it the runner turns off
 external access (no file, network or extension access from SQL; registered
 Arrow tables still work) and locks the configuration (no ``SET`` from SQL).
@@ -84,6 +87,7 @@ from mangonel.executor.memory import (
     parse_size,
     release_duckdb_memory,
 )
+from mangonel.executor.phases import Phase, PhaseClock
 from mangonel.executor.shuffle import PartitionSink, ShuffleReader, ShuffleWriter
 from mangonel.ids import TaskAttemptId
 from mangonel.task import (
@@ -202,7 +206,10 @@ class TaskRunner:
         of files this slot has none for (``_scan_connection``)."""
 
     def run(
-        self, spec: TaskSpec, writer: ShuffleWriter | None = None
+        self,
+        spec: TaskSpec,
+        writer: ShuffleWriter | None = None,
+        clock: PhaseClock | None = None,
     ) -> tuple[PartitionOutput, ...]:
         """Run one task attempt and return its output partitions, in order.
 
@@ -210,11 +217,15 @@ class TaskRunner:
             spec: The attempt.
             writer: Where its output goes; the slot's own writer when ``None``
                 (the executor passes the writer of the life the task belongs to).
+            clock: Marked at each change of phase (setup, fetch, execute, write,
+                cleanup), with what the task read and wrote; for its report.
 
         Raises:
             TaskFailedError: the task failed; ``failure`` says why.
             TaskCancelledError: ``cancel()`` was called while it ran.
         """
+        clock = clock if clock is not None else PhaseClock()
+        clock.switch(Phase.SETUP)
         with self._lock:
             self._active = spec.attempt
             # Under the lock: a cancel of this attempt that comes after this
@@ -254,7 +265,9 @@ class TaskRunner:
                     ctes.append((scan.name, read))
             for inp in spec.inputs:
                 self._check_cancelled()
+                clock.switch(Phase.FETCH)
                 read = self._read_input(inp, _read_once(spec.sql, inp.name))
+                clock.switch(Phase.SETUP)
                 if isinstance(read, pa.RecordBatchReader):
                     streams.append(read)
                 self._register(con, inp.name, read, registered)
@@ -262,7 +275,7 @@ class TaskRunner:
             target = writer or self.writer
             if target is None:
                 raise TypeError("TaskRunner.run needs a writer: none given and none by default")
-            return self._execute(con, spec, target, ctes)
+            return self._execute(con, spec, target, ctes, clock)
         except TaskCancelledError:
             raise
         except Exception as exc:
@@ -272,6 +285,11 @@ class TaskRunner:
                 raise
             raise TaskFailedError(classify(exc, self.budget)) from exc
         finally:
+            clock.switch(Phase.CLEANUP)
+            fetched = self.reader.fetched
+            clock.fetched_local_bytes = fetched.local_bytes
+            clock.fetched_remote_bytes = fetched.remote_bytes
+            clock.fetch_remote_s = fetched.remote_s
             spilled = self._spill_watch.stop()
             if spilled:
                 log.info("task %s spilled %s at most", spec.attempt, format_size(spilled))
@@ -301,6 +319,7 @@ class TaskRunner:
                 )
                 for f in opened:
                     f.close()
+            clock.stop()
 
     def cancel(self, attempt: TaskAttemptId | None = None) -> None:
         """Stop a task of this slot: it raises ``TaskCancelledError``.
@@ -486,7 +505,10 @@ class TaskRunner:
         spec: TaskSpec,
         writer: ShuffleWriter,
         ctes: Sequence[tuple[str, str]] = (),
+        clock: PhaseClock | None = None,
     ) -> tuple[PartitionOutput, ...]:
+        clock = clock if clock is not None else PhaseClock()
+        clock.switch(Phase.EXECUTE)
         output = spec.output
         if output.kind is OutputKind.HASH and output.partitions > 1:
             sql, partitions = _hash_sql(spec), output.partitions
@@ -505,16 +527,24 @@ class TaskRunner:
         with relation.to_arrow_reader(BATCH_ROWS) as stream:
             split = partitions > 1
             schema = _output_schema(stream.schema, spec, split)
+            clock.switch(Phase.WRITE)
             with writer.open(spec.attempt, partitions, schema) as sink:
+                clock.switch(Phase.EXECUTE)
                 for batch in self._batches(stream):
+                    clock.switch(Phase.WRITE)
                     if split:
                         _write_split(sink, batch, schema)
                     else:
                         sink.write_batch(
                             0, pa.RecordBatch.from_arrays(batch.columns, schema=schema)
                         )
+                    clock.switch(Phase.EXECUTE)
                 self._check_cancelled()
-                return sink.commit()
+                clock.switch(Phase.WRITE)
+                try:
+                    return sink.commit()
+                finally:
+                    clock.write_io_s += sink.io_s
 
     def _batches(self, stream: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
         for batch in stream:

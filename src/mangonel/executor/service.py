@@ -91,6 +91,7 @@ from mangonel.executor.health import DiskHealth, DiskSpace
 from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import CommandStream, ExecutorCommand, Registration, SchedulerLink
 from mangonel.executor.memory import format_size
+from mangonel.executor.phases import PhaseClock
 from mangonel.executor.runner import TaskRunner, warm_up
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter, checksum_of
 from mangonel.executor.state import (
@@ -310,7 +311,7 @@ class ExecutorService:
         """Carry out an action that needs no reply (the control loop's are in ``_serve``)."""
         match action:
             case QueueTask(spec=spec):
-                self._pool.submit(self._run_task, spec)
+                self._pool.submit(self._run_task, spec, time.time())
             case CancelStream(executor=executor):
                 with self._lock:
                     stream = self._stream
@@ -452,7 +453,7 @@ class ExecutorService:
 
     # ------------------------------------------------------------------ tasks
 
-    def _run_task(self, spec: TaskSpec) -> None:
+    def _run_task(self, spec: TaskSpec, received_at: float = 0.0) -> None:
         """On a task thread: take a slot; run the attempt if the state says so; report it.
 
         The slot is free again before the report goes out. The scheduler launches the
@@ -470,7 +471,7 @@ class ExecutorService:
                 log.info("task %s cancelled before it started", spec.attempt)
             for action in actions:
                 if isinstance(action, StartTask):
-                    outcome, finished = self._start(action, spec)
+                    outcome, finished = self._start(action, spec, received_at)
                 else:
                     self._carry_out(action)
         finally:
@@ -484,21 +485,27 @@ class ExecutorService:
         if isinstance(outcome, Completed):
             self.hooks.task_finished(spec.attempt, before_report=False)
 
-    def _start(self, start: StartTask, spec: TaskSpec) -> tuple[TaskOutcome, list[Action]]:
+    def _start(
+        self, start: StartTask, spec: TaskSpec, received_at: float
+    ) -> tuple[TaskOutcome, list[Action]]:
         """Run the attempt; its outcome and what the state says to do about it (the
-        report, which the caller carries out once the slot is free)."""
+        report, which the caller carries out once the slot is free, with where the
+        attempt's time went: ``received_at`` is when its order arrived, Unix time)."""
         attempt = spec.attempt
-        started = time.monotonic()
-        outcome = self._attempt(start, spec)
-        return outcome, self._feed(TaskFinished(attempt, outcome, time.monotonic() - started))
+        clock = PhaseClock()
+        started, started_at = time.monotonic(), time.time()
+        outcome = self._attempt(start, spec, clock)
+        elapsed = time.monotonic() - started
+        timings = clock.timings(received_at or started_at, started_at, started_at + elapsed)
+        return outcome, self._feed(TaskFinished(attempt, outcome, elapsed, timings))
 
-    def _attempt(self, start: StartTask, spec: TaskSpec) -> TaskOutcome:
+    def _attempt(self, start: StartTask, spec: TaskSpec, clock: PhaseClock) -> TaskOutcome:
         attempt = spec.attempt
         try:
             with self._lock:
                 writer = self._homes[start.executor].writer  # its life holds it
             self.hooks.task_started(attempt)
-            outputs = self._slots[start.slot].run(spec, writer)
+            outputs = self._slots[start.slot].run(spec, writer, clock)
         except TaskCancelledError:
             log.info("task %s cancelled", attempt)
             return Stopped()
@@ -536,11 +543,13 @@ class ExecutorService:
             if isinstance(report, ReportCompleted):
                 log.info("task %s done in %.3f s", attempt, elapsed_s)
                 self.link.report_completed(
-                    report.executor, attempt, report.outputs, elapsed_s, files
+                    report.executor, attempt, report.outputs, elapsed_s, files, report.timings
                 )
             else:
                 log.info("task %s failed in %.3f s: %s", attempt, elapsed_s, report.failure)
-                self.link.report_failed(report.executor, attempt, report.failure, elapsed_s)
+                self.link.report_failed(
+                    report.executor, attempt, report.failure, elapsed_s, report.timings
+                )
         except Exception as exc:
             log.warning("cannot report task %s: %s", attempt, exc)
 

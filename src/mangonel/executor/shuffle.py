@@ -63,6 +63,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, overload
 
@@ -271,6 +272,11 @@ class PartitionSink:
     def partitions(self) -> int:
         return len(self._final)
 
+    @property
+    def io_s(self) -> float:
+        """Time in the files' writes and their CRC so far (``commit`` flushes the last)."""
+        return sum(f.io_s for f in self._files)
+
     def write_batch(self, partition: int, batch: pa.RecordBatch) -> None:
         """Append a batch to one partition (its schema must be the sink's)."""
         if batch.num_rows:
@@ -351,15 +357,19 @@ class _ChecksummedFile(io.RawIOBase):
         self._file = open(path, "wb", buffering=_WRITE_BUFFER)  # noqa: SIM115 (closed in close())
         self._crc = 0
         self.size = 0
+        self.io_s = 0.0
+        """Time in the writes and their CRC (the rest of writing is encoding)."""
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        started = time.perf_counter()
         self._crc = isal_zlib.crc32(data, self._crc)
         self._file.write(data)
         size = len(memoryview(data).cast("B"))
         self.size += size
+        self.io_s += time.perf_counter() - started
         return size
 
     def checksum(self) -> str:
@@ -367,9 +377,11 @@ class _ChecksummedFile(io.RawIOBase):
 
     def close(self) -> None:
         if not self.closed:
+            started = time.perf_counter()
             try:
                 self._file.close()
             finally:
+                self.io_s += time.perf_counter() - started
                 super().close()
 
 
@@ -417,6 +429,8 @@ class ShuffleReader:
         self._clients: dict[str, flight.FlightClient] = {}
         self._clients_lock = threading.Lock()
         self._cancelled = threading.Event()
+        self.fetched = FetchCounts()
+        """What the running task read so far (``reset`` starts it anew)."""
 
     def cancel(self) -> None:
         """Stop the fetch in progress, and every later one until ``reset()``:
@@ -424,14 +438,16 @@ class ShuffleReader:
         self._cancelled.set()
 
     def reset(self) -> None:
-        """Accept fetches again (a new task starts on the slot)."""
+        """Accept fetches again (a new task starts on the slot); count its reads anew."""
         self._cancelled.clear()
+        self.fetched = FetchCounts()
 
     def read(self, location: PartitionLocation) -> pa.Table:
         """One map output partition as a table; raises ``FetchFailedError``."""
         if location.host == self.host and os.path.isfile(location.path):
+            self.fetched.local_bytes += location.bytes
             return self._read_local(location)
-        return self._read_flight(location)
+        return self._counted_flight(location, keep_file=False)
 
     def read_many(self, locations: Sequence[PartitionLocation]) -> pa.Table:
         """The concatenation of several partitions (at least one)."""
@@ -475,8 +491,19 @@ class ShuffleReader:
 
     def _open(self, location: PartitionLocation) -> pa.Table | _FileSource:
         if location.host == self.host and os.path.isfile(location.path):
+            self.fetched.local_bytes += location.bytes
             return self._open_local(location)
-        return self._read_flight(location, keep_file=True)
+        return self._counted_flight(location, keep_file=True)
+
+    def _counted_flight(
+        self, location: PartitionLocation, keep_file: bool
+    ) -> pa.Table | _FileSource:
+        started = time.perf_counter()
+        try:
+            return self._read_flight(location, keep_file)
+        finally:
+            self.fetched.remote_s += time.perf_counter() - started
+            self.fetched.remote_bytes += location.bytes
 
     def _open_local(self, location: PartitionLocation) -> _FileSource:
         try:
@@ -730,6 +757,18 @@ def _close_all(sources: Iterable[pa.Table | _FileSource]) -> None:
     for source in sources:
         if isinstance(source, _FileSource):
             source.close()
+
+
+@dataclass
+class FetchCounts:
+    """What one task's reads of upstream partitions came to (``ShuffleReader.fetched``)."""
+
+    local_bytes: int = 0
+    """Bytes of the files on this host it read (memory-mapped)."""
+    remote_bytes: int = 0
+    """Bytes of the files it fetched from other hosts over Flight."""
+    remote_s: float = 0.0
+    """Time in those fetches: transfer, and spooling to disk."""
 
 
 class _SpoolFull(Exception):

@@ -433,9 +433,15 @@ class ExecutorState:
         executor = life.executor
         match event.outcome:
             case Completed(outputs):
-                out.append(ReportCompleted(executor, event.attempt, outputs, event.elapsed_s))
+                out.append(
+                    ReportCompleted(
+                        executor, event.attempt, outputs, event.elapsed_s, event.timings
+                    )
+                )
             case Failed(failure):
-                out.append(ReportFailed(executor, event.attempt, failure, event.elapsed_s))
+                out.append(
+                    ReportFailed(executor, event.attempt, failure, event.elapsed_s, event.timings)
+                )
             case Stopped():
                 pass
         task_id = event.attempt.task

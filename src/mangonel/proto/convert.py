@@ -8,6 +8,8 @@ Each ``*_to_proto`` has a matching ``*_from_proto``; a round trip is the identit
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.proto import mangonel_pb2 as pb
@@ -31,6 +33,7 @@ from mangonel.task import (
     ScanSpec,
     TaskFailure,
     TaskSpec,
+    TaskTimings,
 )
 
 ExecutorCommandKind = LaunchTask | CancelTask | ReleaseOutputs
@@ -285,6 +288,23 @@ def failure_from_proto(msg: pb.TaskFailure) -> TaskFailure:
             ExecutorId(f.executor), StageId(f.stage), f.map_partition, f.message, problem
         )
     raise ProtocolError("TaskFailure without a kind")
+
+
+_TIMING_FIELDS = tuple(f.name for f in fields(TaskTimings))
+
+
+def timings_to_proto(timings: TaskTimings | None) -> pb.TaskTimings | None:
+    """The message of an attempt's timings; ``None`` leaves the field unset."""
+    if timings is None:
+        return None
+    return pb.TaskTimings(**{name: getattr(timings, name) for name in _TIMING_FIELDS})
+
+
+def timings_from_proto(msg: pb.ReportTaskRequest) -> TaskTimings | None:
+    """The timings a report carries; ``None`` from an executor that sent none."""
+    if not msg.HasField("timings"):
+        return None
+    return TaskTimings(**{name: getattr(msg.timings, name) for name in _TIMING_FIELDS})
 
 
 # ------------------------------------------------------------------------ commands

@@ -325,19 +325,49 @@ class TaskCompletedReport(_message.Message):
     outputs: _containers.RepeatedCompositeFieldContainer[PartitionOutput]
     def __init__(self, outputs: _Optional[_Iterable[_Union[PartitionOutput, _Mapping]]] = ...) -> None: ...
 
+class TaskTimings(_message.Message):
+    __slots__ = ("received_at", "started_at", "ended_at", "setup_s", "fetch_s", "execute_s", "write_s", "cleanup_s", "fetch_remote_s", "write_io_s", "fetched_local_bytes", "fetched_remote_bytes")
+    RECEIVED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ENDED_AT_FIELD_NUMBER: _ClassVar[int]
+    SETUP_S_FIELD_NUMBER: _ClassVar[int]
+    FETCH_S_FIELD_NUMBER: _ClassVar[int]
+    EXECUTE_S_FIELD_NUMBER: _ClassVar[int]
+    WRITE_S_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_S_FIELD_NUMBER: _ClassVar[int]
+    FETCH_REMOTE_S_FIELD_NUMBER: _ClassVar[int]
+    WRITE_IO_S_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_LOCAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_REMOTE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    received_at: float
+    started_at: float
+    ended_at: float
+    setup_s: float
+    fetch_s: float
+    execute_s: float
+    write_s: float
+    cleanup_s: float
+    fetch_remote_s: float
+    write_io_s: float
+    fetched_local_bytes: int
+    fetched_remote_bytes: int
+    def __init__(self, received_at: _Optional[float] = ..., started_at: _Optional[float] = ..., ended_at: _Optional[float] = ..., setup_s: _Optional[float] = ..., fetch_s: _Optional[float] = ..., execute_s: _Optional[float] = ..., write_s: _Optional[float] = ..., cleanup_s: _Optional[float] = ..., fetch_remote_s: _Optional[float] = ..., write_io_s: _Optional[float] = ..., fetched_local_bytes: _Optional[int] = ..., fetched_remote_bytes: _Optional[int] = ...) -> None: ...
+
 class ReportTaskRequest(_message.Message):
-    __slots__ = ("attempt", "executor_id", "completed", "failed", "elapsed_s")
+    __slots__ = ("attempt", "executor_id", "completed", "failed", "elapsed_s", "timings")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
     ELAPSED_S_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
     attempt: TaskAttemptId
     executor_id: str
     completed: TaskCompletedReport
     failed: TaskFailure
     elapsed_s: float
-    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., executor_id: _Optional[str] = ..., completed: _Optional[_Union[TaskCompletedReport, _Mapping]] = ..., failed: _Optional[_Union[TaskFailure, _Mapping]] = ..., elapsed_s: _Optional[float] = ...) -> None: ...
+    timings: TaskTimings
+    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., executor_id: _Optional[str] = ..., completed: _Optional[_Union[TaskCompletedReport, _Mapping]] = ..., failed: _Optional[_Union[TaskFailure, _Mapping]] = ..., elapsed_s: _Optional[float] = ..., timings: _Optional[_Union[TaskTimings, _Mapping]] = ...) -> None: ...
 
 class ReportTaskResponse(_message.Message):
     __slots__ = ()
@@ -446,7 +476,7 @@ class WatchJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., final_only: _Optional[bool] = ...) -> None: ...
 
 class StageStatus(_message.Message):
-    __slots__ = ("stage", "label", "tasks_total", "tasks_done", "tasks_running", "rows", "bytes", "elapsed_s", "attempts", "tasks_pending", "tasks_rerun", "outputs_recomputed", "tasks_planned")
+    __slots__ = ("stage", "label", "tasks_total", "tasks_done", "tasks_running", "rows", "bytes", "elapsed_s", "attempts", "tasks_pending", "tasks_rerun", "outputs_recomputed", "tasks_planned", "phases")
     STAGE_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     TASKS_TOTAL_FIELD_NUMBER: _ClassVar[int]
@@ -460,6 +490,7 @@ class StageStatus(_message.Message):
     TASKS_RERUN_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_RECOMPUTED_FIELD_NUMBER: _ClassVar[int]
     TASKS_PLANNED_FIELD_NUMBER: _ClassVar[int]
+    PHASES_FIELD_NUMBER: _ClassVar[int]
     stage: int
     label: str
     tasks_total: int
@@ -473,7 +504,44 @@ class StageStatus(_message.Message):
     tasks_rerun: int
     outputs_recomputed: int
     tasks_planned: int
-    def __init__(self, stage: _Optional[int] = ..., label: _Optional[str] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_running: _Optional[int] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., elapsed_s: _Optional[float] = ..., attempts: _Optional[int] = ..., tasks_pending: _Optional[int] = ..., tasks_rerun: _Optional[int] = ..., outputs_recomputed: _Optional[int] = ..., tasks_planned: _Optional[int] = ...) -> None: ...
+    phases: StagePhases
+    def __init__(self, stage: _Optional[int] = ..., label: _Optional[str] = ..., tasks_total: _Optional[int] = ..., tasks_done: _Optional[int] = ..., tasks_running: _Optional[int] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., elapsed_s: _Optional[float] = ..., attempts: _Optional[int] = ..., tasks_pending: _Optional[int] = ..., tasks_rerun: _Optional[int] = ..., outputs_recomputed: _Optional[int] = ..., tasks_planned: _Optional[int] = ..., phases: _Optional[_Union[StagePhases, _Mapping]] = ...) -> None: ...
+
+class StagePhases(_message.Message):
+    __slots__ = ("tasks", "executors", "launch_s", "setup_s", "fetch_s", "execute_s", "write_s", "cleanup_s", "other_s", "report_s", "task_median_s", "task_max_s", "fetched_local_bytes", "fetched_remote_bytes", "fetch_remote_s", "write_io_s")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTORS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCH_S_FIELD_NUMBER: _ClassVar[int]
+    SETUP_S_FIELD_NUMBER: _ClassVar[int]
+    FETCH_S_FIELD_NUMBER: _ClassVar[int]
+    EXECUTE_S_FIELD_NUMBER: _ClassVar[int]
+    WRITE_S_FIELD_NUMBER: _ClassVar[int]
+    CLEANUP_S_FIELD_NUMBER: _ClassVar[int]
+    OTHER_S_FIELD_NUMBER: _ClassVar[int]
+    REPORT_S_FIELD_NUMBER: _ClassVar[int]
+    TASK_MEDIAN_S_FIELD_NUMBER: _ClassVar[int]
+    TASK_MAX_S_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_LOCAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FETCHED_REMOTE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FETCH_REMOTE_S_FIELD_NUMBER: _ClassVar[int]
+    WRITE_IO_S_FIELD_NUMBER: _ClassVar[int]
+    tasks: int
+    executors: int
+    launch_s: float
+    setup_s: float
+    fetch_s: float
+    execute_s: float
+    write_s: float
+    cleanup_s: float
+    other_s: float
+    report_s: float
+    task_median_s: float
+    task_max_s: float
+    fetched_local_bytes: int
+    fetched_remote_bytes: int
+    fetch_remote_s: float
+    write_io_s: float
+    def __init__(self, tasks: _Optional[int] = ..., executors: _Optional[int] = ..., launch_s: _Optional[float] = ..., setup_s: _Optional[float] = ..., fetch_s: _Optional[float] = ..., execute_s: _Optional[float] = ..., write_s: _Optional[float] = ..., cleanup_s: _Optional[float] = ..., other_s: _Optional[float] = ..., report_s: _Optional[float] = ..., task_median_s: _Optional[float] = ..., task_max_s: _Optional[float] = ..., fetched_local_bytes: _Optional[int] = ..., fetched_remote_bytes: _Optional[int] = ..., fetch_remote_s: _Optional[float] = ..., write_io_s: _Optional[float] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("job_id", "state", "sql", "columns", "stages", "submitted_at", "elapsed_s", "error", "error_type", "result", "tasks_rerun", "outputs_recomputed", "owner")

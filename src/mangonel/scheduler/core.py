@@ -117,6 +117,7 @@ from mangonel.task import (
     PartitionOutput,
     ReleaseOutputs,
     TaskFailure,
+    TaskTimings,
 )
 
 log = logging.getLogger(__name__)
@@ -621,12 +622,16 @@ class SchedulerCore:
         outputs: tuple[PartitionOutput, ...],
         elapsed_s: float | None = None,
         files: Mapping[str, bytes] | None = None,
+        timings: TaskTimings | None = None,
     ) -> None:
         """A task completed; ``files``: the small files its report carried, by path
-        (kept for the client if they may be the job's result)."""
+        (kept for the client if they may be the job's result); ``timings``: where
+        its time went on the executor (kept by ``telemetry``)."""
         with self._lock:
             if self._is_live(executor):
-                self.telemetry.task_completed(attempt, executor, outputs, elapsed_s, self._clock())
+                self.telemetry.task_completed(
+                    attempt, executor, outputs, elapsed_s, self._clock(), timings
+                )
                 record = self._jobs.get(attempt.task.job)
                 if files and record is not None:
                     record.keep_result_files(attempt.task.stage, files)
@@ -638,10 +643,13 @@ class SchedulerCore:
         executor: ExecutorId,
         failure: TaskFailure,
         elapsed_s: float | None = None,
+        timings: TaskTimings | None = None,
     ) -> None:
         with self._lock:
             if self._is_live(executor):
-                self.telemetry.task_failed(attempt, executor, failure, elapsed_s, self._clock())
+                self.telemetry.task_failed(
+                    attempt, executor, failure, elapsed_s, self._clock(), timings
+                )
             self._emit(lambda eid, now: TaskFailed(eid, now, attempt, executor, failure))
 
     def _is_live(self, executor: ExecutorId) -> bool:
@@ -758,6 +766,7 @@ class SchedulerCore:
             while job in self._jobs:
                 job = JobId(secrets.token_hex(4))
             record = JobRecord.create(job, sql, plan, self._clock())
+            record.planning_s = time.perf_counter() - started
             record.request_id = request_id
             record.owner = owner
             self._jobs[job] = record

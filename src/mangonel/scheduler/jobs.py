@@ -65,6 +65,9 @@ class JobRecord:
     which then reads them from there, not over Flight. Memory only; a restarted
     scheduler's clients read their results over Flight."""
     timing: dict[StageId, StageTiming] = field(default_factory=dict)
+    planning_s: float = 0.0
+    """From the submission's arrival to its plan (or its cached plan) in hand; the
+    job's times (``submitted``, ``elapsed``) start after it."""
     request_id: str = ""
     """The client's id of the submission (a retried submission finds this job)."""
     owner: str = ANONYMOUS.user

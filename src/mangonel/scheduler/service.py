@@ -358,16 +358,19 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
         self._admit(context, "report a task")
         attempt = convert.attempt_from_proto(request.attempt)
         executor = ExecutorId(request.executor_id)
+        timings = convert.timings_from_proto(request)
         kind = request.WhichOneof("result")
         if kind == "completed":
             outputs = tuple(
                 convert.partition_output_from_proto(o) for o in request.completed.outputs
             )
             files = {o.path: o.data for o in request.completed.outputs if o.data}
-            self.core.report_completed(attempt, executor, outputs, request.elapsed_s, files)
+            self.core.report_completed(
+                attempt, executor, outputs, request.elapsed_s, files, timings
+            )
         elif kind == "failed":
             failure = convert.failure_from_proto(request.failed)
-            self.core.report_failed(attempt, executor, failure, request.elapsed_s)
+            self.core.report_failed(attempt, executor, failure, request.elapsed_s, timings)
         else:
             raise convert.ProtocolError("ReportTask without a result")
         return pb.ReportTaskResponse()

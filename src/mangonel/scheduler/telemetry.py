@@ -10,7 +10,9 @@ each command it sends and each report it accepts, and keeps:
   ``keep_attempts`` attempts each): executor, launch time, duration, outcome,
   failure reason, rows and bytes written, and whether the attempt was a first
   run, a re-run after an attempt that made no output, or a recompute of an
-  output that was lost;
+  output that was lost; and where its time went, as its report said
+  (``TaskTimings``), with when the report arrived (``scheduler.breakdown``
+  sums them up per stage and per job);
 * counters: attempts launched, ended by outcome, retries, recomputes,
   speculative copies launched, won (their output was kept) and lost (the
   attempt they copied finished first), shuffle bytes written and read,
@@ -44,6 +46,7 @@ from mangonel.task import (
     ReleaseOutputs,
     TaskFailure,
     TaskSpec,
+    TaskTimings,
 )
 
 JOB_SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -94,6 +97,11 @@ class AttemptRecord:
     """Bytes of the shuffle files it was given to read."""
     output_lost: bool = False
     """It succeeded, but its output was lost later and another attempt made it again."""
+    timings: TaskTimings | None = None
+    """Where its time went on the executor, as its report said (``None``: no report,
+    or one without them)."""
+    reported_wall: float | None = None
+    """Unix time its report (success or failure) reached the scheduler."""
 
 
 @dataclass
@@ -250,14 +258,17 @@ class Telemetry:
         outputs: tuple[PartitionOutput, ...],
         elapsed_s: float | None,
         now: float,
+        timings: TaskTimings | None = None,
     ) -> None:
         written = sum(o.bytes for o in outputs)
+        reported = time.time()
         with self._lock:
             self._written += written
             key = (executor, attempt.task.job, attempt.task.stage)
             self._held[key] = self._held.get(key, 0) + written
             record = self._end(attempt, AttemptOutcome.SUCCEEDED, now, elapsed_s)
             if record is not None:
+                record.timings, record.reported_wall = timings, reported
                 if record.kind is AttemptKind.SPECULATIVE:
                     self._speculation_won += 1
                 record.rows = sum(o.rows for o in outputs)
@@ -272,9 +283,14 @@ class Telemetry:
         failure: TaskFailure,
         elapsed_s: float | None,
         now: float,
+        timings: TaskTimings | None = None,
     ) -> None:
+        reported = time.time()
         with self._lock:
-            self._end(attempt, AttemptOutcome.FAILED, now, elapsed_s, describe_failure(failure))
+            why = describe_failure(failure)
+            record = self._end(attempt, AttemptOutcome.FAILED, now, elapsed_s, why)
+            if record is not None:
+                record.timings, record.reported_wall = timings, reported
 
     def task_cancelled(self, attempt: TaskAttemptId, now: float) -> None:
         with self._lock:
