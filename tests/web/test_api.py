@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from web_support import get, get_json, post_json, wait_until, web_cluster
 
 import mangonel
+from mangonel.client import render
 from mangonel.testing.cluster import TestCluster
 
 Q12 = tpch_query(12)
@@ -115,6 +116,57 @@ def test_finished_query_is_described_by_the_api(
     boxes = [g for g in svg.iter("{http://www.w3.org/2000/svg}g") if "stage" in g.get("class", "")]
     assert sorted(int(g.get("data-stage", "0")) for g in boxes) == [1, 2, 3, 4, 5]
     assert all("stage-done" in g.get("class", "") for g in boxes)
+
+
+def test_each_tasks_time_is_told_phase_by_phase_and_every_slot_second_is_accounted_for(
+    cluster: TestCluster, reference: duckdb.DuckDBPyConnection
+) -> None:
+    with cluster.connect() as session:
+        result = session.sql(Q12)
+    check_q12(result, reference)
+    # The client's final status says where each stage's time went (`sql --stages`).
+    assert all(s.phases is not None and s.phases.tasks == s.tasks_done for s in result.stages)
+    table = render.format_phases(result.stages)
+    assert len(table.splitlines()) == 2 + len(result.stages), table
+
+    job = get_json(f"{cluster.web_url}/api/jobs/{result.job_id}")
+    attempts, stages = job["attempts"], {s["id"]: s for s in job["stages"]}
+    assert len(stages) == 5 and all(a["phases"] is not None for a in attempts)
+    on_slot = ("setup_s", "fetch_s", "execute_s", "write_s", "cleanup_s")
+    for a in attempts:
+        p = a["phases"]
+        assert all(v >= 0 for v in p.values()), p
+        # The phases run one after the other within the executor's own time of the task.
+        assert sum(p[k] for k in on_slot) <= a["elapsed_s"] + 1e-6, (p, a["elapsed_s"])
+        assert p["execute_s"] > 0 and p["write_s"] > 0
+    for stage in stages.values():
+        p = stage["phases"]
+        mine = [a["phases"] for a in attempts if a["stage"] == stage["id"]]
+        assert p["tasks"] == stage["num_tasks"] == len(mine)
+        assert p["execute_s"] == pytest.approx(sum(m["execute_s"] for m in mine))
+        assert p["task_max_s"] >= p["task_median_s"] > 0 and p["skew"] >= 1
+        # What the stage's tasks read is what the stages it reads wrote: each hash
+        # partition once, a gathered stage once per reading task.
+        expected = sum(
+            stages[i["stage"]]["bytes"] * (stage["num_tasks"] if i["mode"] == "all" else 1)
+            for i in stage["inputs"]
+        )
+        assert p["fetched_local_bytes"] + p["fetched_remote_bytes"] == expected > 0 or (
+            not stage["inputs"] and p["fetch_s"] == 0
+        )
+        assert p["fetched_remote_bytes"] == 0  # the executors share one host: files are mapped
+
+    # Every slot's time over the job's window: the phases, idling and nothing else.
+    b = job["breakdown"]
+    assert b["slots"] == 2 * 2 and len(b["executors"]) == 2
+    assert b["window_s"] == pytest.approx(job["elapsed_s"] + job["planning_s"])
+    assert sum(b["seconds"].values()) == pytest.approx(b["capacity_s"], rel=1e-6)
+    assert b["seconds"]["wasted"] == 0 and b["seconds"]["execute"] > 0
+    assert b["seconds"]["execute"] == pytest.approx(sum(a["phases"]["execute_s"] for a in attempts))
+    for e in b["executors"]:
+        assert e["busy_s"] + sum(v for k, v in e.items() if k.startswith("idle_")) == (
+            pytest.approx(e["slots"] * b["window_s"], rel=1e-6)
+        )
 
 
 def test_running_query_shows_progress_and_cancels_through_the_api(

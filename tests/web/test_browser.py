@@ -212,6 +212,10 @@ def test_running_graph_then_lost_executor_and_reruns(
         assert all(victim_id not in r.text for r in reruns)
         assert len(css(browser, "#graph svg g.stage-done")) == STAGES
         assert css(browser, "#graph svg rect.badge"), "no re-run badge on the graph"
+        # Where the time went: a row per stage, and the lost attempts' time as wasted.
+        assert len(css(browser, "#phases tbody tr.phase")) == STAGES
+        assert css(browser, "#breakdown .stack .seg[data-part='wasted']")
+        assert css(browser, "#breakdown .stack .seg[data-part='execute']")
         screenshot(browser, "job-rerun.png")
         css(browser, "#only-problems")[0].click()
         wait_page(

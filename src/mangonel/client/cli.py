@@ -378,7 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="after the result, print what each stage ran (EXPLAIN ANALYZE-style): tasks "
         "done (and the planned count where adaptive execution ran fewer), rows and bytes "
-        "out, time",
+        "out, time; and where its tasks' time went: launch, setup, fetch, execute, write, "
+        "report back (summed over the tasks), the slowest task against the median, bytes "
+        "fetched over the network",
     )
 
     p = sub.add_parser(
@@ -990,6 +992,9 @@ def _print_result(result: Result, max_rows: int, stages: bool = False) -> None:
     print(f"{result.num_rows} {noun} in {result.elapsed_s:.2f} s", file=sys.stderr)
     if stages and result.stages:
         print(render.format_stages(result.stages))
+        if any(s.phases is not None for s in result.stages):
+            print("\nwhere the tasks' time went (seconds, summed over each stage's tasks):")
+            print(render.format_phases(result.stages))
 
 
 def _run_query(session: Session, query: str, args: argparse.Namespace) -> Result:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from mangonel.client.status import StageStatus
+from mangonel.client.status import PHASES, StagePhases, StageStatus
 
 MAX_ROWS = 100
 """Rows printed by default; the rest is summarised in one line."""
@@ -86,3 +86,26 @@ def format_stages(stages: Sequence[StageStatus]) -> str:
         }
     )
     return format_table(table, max_rows=len(stages) or 1)
+
+
+def format_phases(stages: Sequence[StageStatus]) -> str:
+    """One line per stage: its tasks' time by phase (seconds, summed over them), the
+    executors they ran on, the slowest task's time on its slot against the median, and
+    the upstream bytes they fetched over the network (and read on their own host)."""
+    timed = [s for s in stages if s.phases is not None]
+    columns: dict[str, list[object]] = {"stage": [s.stage for s in timed]}
+    columns["tasks"] = [f"{p.tasks} on {p.executors}" for p in _phases(timed)]
+    for name in PHASES:
+        columns[name] = [f"{p.seconds[name]:.3f}" for p in _phases(timed)]
+    columns["slowest/median"] = [
+        f"{p.task_max_s:.3f}/{p.task_median_s:.3f} s" for p in _phases(timed)
+    ]
+    columns["fetched remote (local)"] = [
+        f"{human_bytes(p.fetched_remote_bytes)} ({human_bytes(p.fetched_local_bytes)})"
+        for p in _phases(timed)
+    ]
+    return format_table(pa.table(columns), max_rows=len(timed) or 1)
+
+
+def _phases(stages: Sequence[StageStatus]) -> list[StagePhases]:
+    return [s.phases for s in stages if s.phases is not None]

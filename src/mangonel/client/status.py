@@ -54,6 +54,36 @@ class TableInfo:
     files: tuple[str, ...]
 
 
+PHASES = ("launch", "setup", "fetch", "execute", "write", "cleanup", "other", "report")
+"""A task's span, in order, from the scheduler's launch to its report (``StagePhases``)."""
+
+
+@dataclass(frozen=True)
+class StagePhases:
+    """Where a stage's succeeded tasks' time went, summed over them (seconds).
+
+    A task's span runs from the scheduler's launch to its report in the scheduler's
+    hands: ``launch`` (to a slot starting it), on the slot ``setup`` (scan database,
+    inputs registered), ``fetch`` (upstream partitions: over Flight or from this
+    host's disk), ``execute`` (DuckDB), ``write`` (its output partitions), ``cleanup``
+    and ``other``, then ``report`` (back to the scheduler).
+    """
+
+    tasks: int
+    executors: int
+    seconds: dict[str, float]
+    """``PHASES`` -> seconds."""
+    task_median_s: float
+    task_max_s: float
+    fetched_local_bytes: int = 0
+    fetched_remote_bytes: int = 0
+
+    @property
+    def skew(self) -> float:
+        """The slowest task's time on its slot over the median (1: none)."""
+        return self.task_max_s / self.task_median_s if self.task_median_s > 0 else 1.0
+
+
 @dataclass(frozen=True)
 class StageStatus:
     stage: int
@@ -73,6 +103,9 @@ class StageStatus:
     tasks_planned: int | None = None
     """The planner's task count where adaptive execution ran the stage as fewer
     tasks (``tasks_total``), each reading a range of hash partitions; ``None``: as planned."""
+    phases: StagePhases | None = None
+    """Where its tasks' time went; in a finished job's final status (a ``Result``'s
+    stages), ``None`` before."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +190,19 @@ def stage_from_proto(msg: pb.StageStatus) -> StageStatus:
         tasks_rerun=msg.tasks_rerun,
         outputs_recomputed=msg.outputs_recomputed,
         tasks_planned=msg.tasks_planned or None,
+        phases=phases_from_proto(msg.phases) if msg.HasField("phases") else None,
+    )
+
+
+def phases_from_proto(msg: pb.StagePhases) -> StagePhases:
+    return StagePhases(
+        tasks=msg.tasks,
+        executors=msg.executors,
+        seconds={name: float(getattr(msg, f"{name}_s")) for name in PHASES},
+        task_median_s=msg.task_median_s,
+        task_max_s=msg.task_max_s,
+        fetched_local_bytes=msg.fetched_local_bytes,
+        fetched_remote_bytes=msg.fetched_remote_bytes,
     )
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
@@ -36,10 +36,11 @@ from mangonel.errors import (
     PermissionDeniedError,
     QueryError,
 )
-from mangonel.ids import ExecutorId, JobId
+from mangonel.ids import ExecutorId, JobId, StageId
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
+from mangonel.scheduler.breakdown import StagePhases, stage_phases
 from mangonel.scheduler.core import ExecutorNotFoundError, JobNotFoundError, SchedulerCore
 from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.registry import CLOSE, ExecutorListing
@@ -164,11 +165,19 @@ def attach_result_files(msg: pb.JobStatus, record: JobRecord) -> None:
                 loc.data = data
 
 
-def job_status(record: JobRecord, now: float, with_result: bool) -> pb.JobStatus:
-    """A snapshot of a job: the state machine's counters, the shell's times.
+def job_status(
+    record: JobRecord,
+    now: float,
+    with_result: bool,
+    phases: Mapping[StageId, StagePhases] | None = None,
+) -> pb.JobStatus:
+    """A snapshot of a job: the state machine's counters, the shell's times, and
+    where each stage's task time went (``phases``, given for a finished job's
+    final status: ``mangonel sql --stages`` shows them).
 
     Takes the record's lock so that the counters are of one moment.
     """
+    phases = phases or {}
     with record.changed:
         views = record.stage_views()
         stages = [
@@ -186,6 +195,7 @@ def job_status(record: JobRecord, now: float, with_result: bool) -> pb.JobStatus
                 tasks_rerun=v.tasks_rerun,
                 outputs_recomputed=v.outputs_recomputed,
                 tasks_planned=v.planned_tasks or 0,
+                phases=stage_phases_to_proto(phases.get(v.id)),
             )
             for v in views
         ]
@@ -206,6 +216,22 @@ def job_status(record: JobRecord, now: float, with_result: bool) -> pb.JobStatus
         if with_result:
             msg.result.extend(convert.partition_location_to_proto(loc) for loc in record.result)
         return msg
+
+
+def stage_phases_to_proto(p: StagePhases | None) -> pb.StagePhases | None:
+    if p is None:
+        return None
+    return pb.StagePhases(
+        tasks=p.tasks,
+        executors=p.executors,
+        **{f"{name}_s": value for name, value in p.seconds.items()},
+        task_median_s=p.task_median_s,
+        task_max_s=p.task_max_s,
+        fetched_local_bytes=p.fetched_local_bytes,
+        fetched_remote_bytes=p.fetched_remote_bytes,
+        fetch_remote_s=p.fetch_remote_s,
+        write_io_s=p.write_io_s,
+    )
 
 
 def _stage_elapsed(record: JobRecord, view: StageView, now: float) -> float:
@@ -529,7 +555,10 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             if version != seen:
                 seen = version
                 last_sent = time.monotonic()
-                msg = job_status(record, self.core.now(), with_result=finished)
+                phases = None
+                if finished:
+                    phases = stage_phases(self.core.telemetry.attempts(record.id)[0])
+                msg = job_status(record, self.core.now(), finished, phases)
                 if finished and self.tickets is not None:
                     self.tickets.sign_result(msg, record.request_id)
                 elif finished:

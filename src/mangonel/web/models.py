@@ -77,6 +77,61 @@ class StageInputModel(BaseModel):
     mode: str = Field(description="partition (hash exchange) or all (broadcast / gather)")
 
 
+class PhasesModel(BaseModel):
+    """Seconds of a task attempt's span by phase, from the scheduler's launch to its
+    report in the scheduler's hands (``scheduler.breakdown``)."""
+
+    launch_s: float = Field(description="the scheduler's launch to a slot starting it")
+    setup_s: float = Field(description="scan database, scans' SQL, inputs registered")
+    fetch_s: float = Field(description="upstream partitions read: over Flight or mapped")
+    execute_s: float = Field(description="DuckDB planning the fragment and making its rows")
+    write_s: float = Field(description="rows split into partitions, encoded, written")
+    cleanup_s: float = Field(description="inputs unregistered, memory handed back")
+    other_s: float = Field(description="on the slot outside the phases")
+    report_s: float = Field(description="the slot's end to the scheduler having the report")
+    fetched_local_bytes: int = Field(default=0, description="upstream bytes read on its host")
+    fetched_remote_bytes: int = Field(default=0, description="upstream bytes fetched over Flight")
+    fetch_remote_s: float = Field(default=0.0, description="of fetch_s: over Flight")
+    write_io_s: float = Field(default=0.0, description="of write_s: file writes and their CRC")
+
+
+class StagePhasesModel(PhasesModel):
+    """Where a stage's succeeded tasks' time went, summed over them."""
+
+    tasks: int = Field(description="succeeded attempts that reported their timings")
+    executors: int = Field(description="executors they ran on")
+    task_median_s: float = Field(description="time on the slot, median over the tasks")
+    task_max_s: float = Field(description="time on the slot of the slowest task")
+    skew: float = Field(description="task_max_s / task_median_s (1: no skew)")
+
+
+class ExecutorTimeModel(BaseModel):
+    """One executor's slot-seconds in a job's window."""
+
+    executor: str
+    slots: int
+    attempts: int
+    busy_s: float = Field(description="holding attempts of the job (launch to report)")
+    idle_planning_s: float = Field(description="idle before the job's first launch")
+    idle_barrier_s: float = Field(description="idle while another slot ran a task of the job")
+    idle_scheduler_s: float = Field(description="idle while no slot ran one (stage hops, end)")
+
+
+class BreakdownModel(BaseModel):
+    """Every slot's time over the job's window (planning to end), by what it did."""
+
+    window_s: float = Field(description="planning plus the job's run")
+    planning_s: float
+    slots: int = Field(description="slots counted: the cluster's executors'")
+    capacity_s: float = Field(description="window_s * slots")
+    seconds: dict[str, float] = Field(
+        description="slot-seconds by category: the phases of succeeded attempts "
+        "(launch ... report), wasted (attempts that failed, were lost or cancelled), "
+        "idle_planning, idle_barrier, idle_scheduler; they add up to capacity_s"
+    )
+    executors: list[ExecutorTimeModel]
+
+
 class StageModel(BaseModel):
     """One stage: what it reads and writes, its SQL, and its tasks' progress."""
 
@@ -119,6 +174,10 @@ class StageModel(BaseModel):
     )
     sql: str
     final: bool
+    phases: StagePhasesModel | None = Field(
+        default=None,
+        description="where its succeeded tasks' time went; null before any reported",
+    )
 
 
 class AttemptModel(BaseModel):
@@ -136,6 +195,9 @@ class AttemptModel(BaseModel):
     rows: int
     bytes: int
     output_lost: bool
+    phases: PhasesModel | None = Field(
+        default=None, description="where its time went; null until its executor reported"
+    )
 
 
 class JobDetail(JobSummary):
@@ -144,6 +206,10 @@ class JobDetail(JobSummary):
     stages: list[StageModel]
     attempts: list[AttemptModel]
     attempts_not_kept: int = Field(description="attempts beyond the kept history")
+    planning_s: float = Field(default=0.0, description="planning, before submitted_at")
+    breakdown: BreakdownModel | None = Field(
+        default=None, description="every slot's time over the job's window, by what it did"
+    )
 
 
 class ClusterModel(BaseModel):

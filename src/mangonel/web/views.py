@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from collections import Counter
 
+from mangonel.ids import StageId
 from mangonel.plan.physical import DistributedPlan, Stage
+from mangonel.scheduler.breakdown import (
+    JobBreakdown,
+    StagePhases,
+    job_breakdown,
+    split_attempt,
+    stage_phases,
+)
 from mangonel.scheduler.core import SchedulerCore
 from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.registry import ExecutorListing
@@ -18,12 +26,16 @@ from mangonel.security.auth import ANONYMOUS, HIDDEN_UNHEALTHY, Principal
 from mangonel.task import OutputKind
 from mangonel.web.models import (
     AttemptModel,
+    BreakdownModel,
     ClusterModel,
     ExecutorModel,
+    ExecutorTimeModel,
     JobDetail,
     JobSummary,
+    PhasesModel,
     StageInputModel,
     StageModel,
+    StagePhasesModel,
 )
 
 
@@ -124,9 +136,11 @@ def stage_models(
     elapsed: dict[int, float] | None = None,
     failed: Counter[int] | None = None,
     lost: Counter[int] | None = None,
+    phases: dict[StageId, StagePhases] | None = None,
 ) -> list[StageModel]:
     """The plan's stages with their progress (zeros for a plan that did not run)."""
     by_id = {v.id: v for v in views or ()}
+    phases = phases or {}
     models = []
     for stage in plan.stages:
         v = by_id.get(stage.id)
@@ -160,9 +174,59 @@ def stage_models(
                 ranged_tables=[s.table for s in stage.side_scans if len(s.task_splits) > 1],
                 sql=stage.sql,
                 final=stage is plan.final,
+                phases=stage_phases_model(phases[stage.id]) if stage.id in phases else None,
             )
         )
     return models
+
+
+def stage_phases_model(p: StagePhases) -> StagePhasesModel:
+    return StagePhasesModel(
+        **{f"{name}_s": value for name, value in p.seconds.items()},
+        tasks=p.tasks,
+        executors=p.executors,
+        task_median_s=p.task_median_s,
+        task_max_s=p.task_max_s,
+        skew=p.skew,
+        fetched_local_bytes=p.fetched_local_bytes,
+        fetched_remote_bytes=p.fetched_remote_bytes,
+        fetch_remote_s=p.fetch_remote_s,
+        write_io_s=p.write_io_s,
+    )
+
+
+def attempt_phases(record: AttemptRecord) -> PhasesModel | None:
+    t = record.timings
+    if t is None or record.reported_wall is None:
+        return None
+    parts = split_attempt(record, record.reported_wall)
+    return PhasesModel(
+        **{f"{name}_s": value for name, value in parts.items()},
+        fetched_local_bytes=t.fetched_local_bytes,
+        fetched_remote_bytes=t.fetched_remote_bytes,
+        fetch_remote_s=t.fetch_remote_s,
+        write_io_s=t.write_io_s,
+    )
+
+
+def breakdown_model(b: JobBreakdown) -> BreakdownModel:
+    return BreakdownModel(
+        window_s=b.window_s,
+        planning_s=b.planning_s,
+        slots=b.slots,
+        capacity_s=b.capacity_s,
+        seconds=b.seconds,
+        executors=[
+            ExecutorTimeModel(
+                executor=e.executor,
+                slots=e.slots,
+                attempts=e.attempts,
+                busy_s=e.busy_s,
+                **{f"idle_{reason}_s": value for reason, value in e.idle_s.items()},
+            )
+            for e in b.executors
+        ],
+    )
 
 
 def attempt_model(record: AttemptRecord) -> AttemptModel:
@@ -180,6 +244,7 @@ def attempt_model(record: AttemptRecord) -> AttemptModel:
         rows=record.rows,
         bytes=record.bytes,
         output_lost=record.output_lost,
+        phases=attempt_phases(record),
     )
 
 
@@ -192,6 +257,10 @@ def job_detail(core: SchedulerCore, record: JobRecord) -> JobDetail:
     lost: Counter[int] = Counter(
         int(a.attempt.task.stage) for a in attempts if a.outcome is AttemptOutcome.LOST
     )
+    # The cluster's slots: those of the executors alive now, and of those that ran
+    # attempts of the job (lost since, they held slots then).
+    ran = {a.executor for a in attempts}
+    slots = {e.view.id: e.view.slots for e in core.executors() if e.usable or e.view.id in ran}
     with record.changed:
         fields = _summary_fields(record, now)
         views = record.stage_views()
@@ -201,13 +270,21 @@ def job_detail(core: SchedulerCore, record: JobRecord) -> JobDetail:
             timing = record.timing.get(v.id)
             if timing is not None:
                 elapsed[int(v.id)] = timing.elapsed(end, complete=v.done >= v.num_tasks)
-        stages = stage_models(record.plan, views, elapsed, failed, lost)
+        stages = stage_models(record.plan, views, elapsed, failed, lost, stage_phases(attempts))
+        planning_s, submitted_wall, run_s = (
+            record.planning_s,
+            record.submitted_wall,
+            record.elapsed(now),
+        )
+    breakdown = job_breakdown(attempts, slots, submitted_wall, run_s, planning_s)
     return JobDetail.model_validate(
         {
             **fields,
             "stages": stages,
             "attempts": [attempt_model(a) for a in attempts],
             "attempts_not_kept": dropped,
+            "planning_s": planning_s,
+            "breakdown": breakdown_model(breakdown),
         }
     )
 

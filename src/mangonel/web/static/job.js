@@ -50,6 +50,57 @@ function stageRow(s) {
     `<td><details><summary>SQL</summary><pre>${esc(s.sql)}</pre></details></td></tr>`;
 }
 
+// Where the time went: the colour of each part of a task's span, and of a slot's idle time.
+const PARTS = [
+  ["launch", "launch", "#9aa5b8", "the scheduler's launch to a slot starting the task"],
+  ["setup", "setup", "#c9a227", "scan database, inputs registered"],
+  ["fetch", "fetch", "#e08a1e", "upstream partitions: over Flight, or mapped on the host"],
+  ["execute", "execute", "#2e9d57", "DuckDB running the stage's SQL"],
+  ["write", "write", "#2f6fd6", "output partitions split, encoded, written"],
+  ["cleanup", "cleanup", "#7a8494", "inputs unregistered, memory handed back"],
+  ["other", "other", "#b8bec9", "on the slot outside the phases"],
+  ["report", "report", "#6b4fbb", "the task's end to the scheduler having its report"],
+  ["wasted", "wasted", "#d64545", "attempts that failed, were lost or cancelled"],
+  ["idle_planning", "idle: planning", "#e3e6eb", "no task launched yet (planning, first commit)"],
+  ["idle_barrier", "idle: barrier", "#f3d2a2", "another slot ran a task of the job"],
+  ["idle_scheduler", "idle: scheduler", "#d9d2ee", "no slot ran one (between stages, at the end)"],
+];
+
+function drawBreakdown(b) {
+  const box = document.getElementById("breakdown");
+  if (!b || !b.capacity_s) { box.innerHTML = ""; return; }
+  const segments = PARTS.filter(([key]) => b.seconds[key] > 0).map(([key, label, colour, why]) => {
+    const share = (100 * b.seconds[key]) / b.capacity_s;
+    return `<span class="seg" data-part="${esc(key)}" style="width:${share}%;background:${colour}" ` +
+      `title="${esc(label)}: ${esc(duration(b.seconds[key]))} (${share.toFixed(0)}%): ${esc(why)}"></span>`;
+  }).join("");
+  const legend = PARTS.filter(([key]) => b.seconds[key] > 0)
+    .sort((x, y) => b.seconds[y[0]] - b.seconds[x[0]])
+    .map(([key, label, colour]) => `<span><i style="background:${colour}"></i>${esc(label)} ` +
+      `${((100 * b.seconds[key]) / b.capacity_s).toFixed(0)}%</span>`).join("");
+  box.innerHTML =
+    `<div class="detail">${esc(b.slots)} slots × ${esc(duration(b.window_s))} ` +
+    `(planning ${esc(duration(b.planning_s))}, then the job): what each slot did</div>` +
+    `<div class="stack">${segments}</div><div class="legend wrap">${legend}</div>`;
+}
+
+function phaseRow(s) {
+  const p = s.phases;
+  const cell = (v) => `<td class="num">${esc(duration(v))}</td>`;
+  const total = PARTS.slice(0, 8).reduce((sum, [key]) => sum + p[key + "_s"], 0);
+  const bar = PARTS.slice(0, 8).filter(([key]) => p[key + "_s"] > 0).map(([key, label, colour]) =>
+    `<span class="seg" style="width:${(100 * p[key + "_s"]) / total}%;background:${colour}" ` +
+    `title="${esc(label)} ${esc(duration(p[key + "_s"]))}"></span>`).join("");
+  return `<tr class="phase" data-stage="${esc(s.id)}"><td><b>${esc(s.id)}</b></td>` +
+    `<td>${esc(p.tasks)} on ${esc(p.executors)} executor${p.executors === 1 ? "" : "s"}</td>` +
+    cell(p.launch_s) + cell(p.setup_s) + cell(p.fetch_s) + cell(p.execute_s) + cell(p.write_s) +
+    cell(p.cleanup_s + p.other_s) + cell(p.report_s) +
+    `<td><div class="stack small">${bar}</div></td>` +
+    `<td class="num">${esc(duration(p.task_max_s))} / ${esc(duration(p.task_median_s))}` +
+    (p.skew >= 1.5 ? `<div class="detail">skew ${esc(p.skew.toFixed(1))}×</div>` : "") + `</td>` +
+    `<td class="num">${esc(bytes(p.fetched_remote_bytes))} (${esc(bytes(p.fetched_local_bytes))})</td></tr>`;
+}
+
 function isProblem(a) {
   return a.kind !== "first" || a.state === "failed" || a.state === "lost" || a.output_lost;
 }
@@ -65,7 +116,8 @@ function attemptRow(a) {
     `<td><code>${esc(a.executor)}</code></td>` +
     `<td>${pill(a.state)}</td>` +
     `<td>${esc(clock(a.launched_at))}</td>` +
-    `<td class="num">${a.state === "running"
+    `<td class="num"${a.phases ? ` title="${esc(PARTS.slice(0, 8).map(([key, label]) =>
+      `${label} ${duration(a.phases[key + "_s"])}`).join(", "))}"` : ""}>${a.state === "running"
       ? `<span class="detail">${esc(duration(Math.max(0, Date.now() / 1000 - a.launched_at)))} so far</span>`
       : esc(duration(a.elapsed_s))}</td>` +
     `<td class="num">${a.state === "succeeded" ? esc(count(a.rows)) : ""}</td>` +
@@ -117,6 +169,11 @@ async function refresh() {
     : "";
   document.getElementById("graph").innerHTML = svg;
   document.querySelector("#stages tbody").innerHTML = job.stages.map(stageRow).join("");
+  drawBreakdown(job.breakdown);
+  const timed = job.stages.filter((s) => s.phases);
+  document.querySelector("#phases tbody").innerHTML = timed.length
+    ? timed.map(phaseRow).join("")
+    : `<tr><td colspan="12" class="detail">no task has reported yet</td></tr>`;
   document.getElementById("sql").textContent = job.sql;
   drawAttempts();
   stamp("updated");
