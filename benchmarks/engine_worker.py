@@ -15,9 +15,12 @@ The first line on stdout is ``{"ready": true}`` once the tables are registered,
 or ``{"error": ...}`` when the engine cannot start (e.g. ``import ballista``
 fails). Anything an engine prints goes to stderr: fd 1 is the protocol's.
 
-Usage (by ``tpch.py``, not by hand)::
+Usage (by ``tpch.py`` and ``scaleout.py``, not by hand)::
 
-    python benchmarks/engine_worker.py ENGINE DATA_DIR
+    python benchmarks/engine_worker.py ENGINE DATA_DIR [THREADS [TABLE,TABLE,...]]
+
+``THREADS`` (DuckDB only; 0 or absent: DuckDB's default, one per core it may run
+on) and the tables (default: TPC-H's eight, one ``<table>.parquet`` each).
 """
 
 from __future__ import annotations
@@ -50,11 +53,13 @@ def vmhwm_kb(pid: int | str = "self") -> int:
     return 0
 
 
-def duckdb_runner(data: Path) -> Runner:
+def duckdb_runner(data: Path, threads: int = 0, tables: tuple[str, ...] = TABLES) -> Runner:
     import duckdb
 
     con = duckdb.connect()
-    for name in TABLES:
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    for name in tables:
         path = str(data / f"{name}.parquet").replace("'", "''")
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{path}')")
     return lambda sql: con.sql(sql).to_arrow_table()
@@ -93,9 +98,14 @@ def reply(out: TextIO, payload: dict[str, Any]) -> None:
     out.flush()
 
 
-def serve(engine: str, data: Path, inp: TextIO, out: TextIO) -> int:
+def serve(
+    engine: str, data: Path, inp: TextIO, out: TextIO, threads: int = 0, tables: str = ""
+) -> int:
     try:
-        run = RUNNERS[engine](data)
+        if engine == "duckdb":
+            run = duckdb_runner(data, threads, tuple(tables.split(",")) if tables else TABLES)
+        else:
+            run = RUNNERS[engine](data)
     except Exception as exc:  # the parent prints why the engine is skipped
         reply(out, {"error": f"{type(exc).__name__}: {exc}".splitlines()[0]})
         return 1
@@ -122,11 +132,13 @@ def serve(engine: str, data: Path, inp: TextIO, out: TextIO) -> int:
 
 def main() -> int:
     engine, data = sys.argv[1], Path(sys.argv[2])
+    threads = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    tables = sys.argv[4] if len(sys.argv) > 4 else ""
     # Keep fd 1 for the protocol; whatever the engine prints lands on stderr.
     protocol = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    return serve(engine, data, sys.stdin, protocol)
+    return serve(engine, data, sys.stdin, protocol, threads, tables)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,14 +47,34 @@ class Engine(Protocol):
 
 
 class WorkerEngine:
-    """A single-process engine in its own child process."""
+    """A single-process engine in its own child process.
 
-    def __init__(self, name: str, data: Path) -> None:
+    Args:
+        name: ``duckdb``, ``datafusion`` or ``ballista``.
+        data: The directory of ``<table>.parquet`` files.
+        threads: DuckDB's threads (``None``: its default, a thread per core it may use).
+        cpus: The cores the process may run on (``taskset``); ``None``: any.
+        tables: The tables to register (``None``: TPC-H's).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        data: Path,
+        threads: int | None = None,
+        cpus: Sequence[int] | None = None,
+        tables: Sequence[str] | None = None,
+    ) -> None:
         self.name = name
         self._dir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
         self._count = 0
+        command = [sys.executable, str(WORKER), name, str(data)]
+        if threads is not None or tables is not None:
+            command += [str(threads or 0), ",".join(tables or ())]
+        if cpus is not None:
+            command = pinned(command, cpus)
         self._proc = subprocess.Popen(
-            [sys.executable, str(WORKER), name, str(data)],
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -130,6 +151,11 @@ class MangonelEngine:
 
     def close(self) -> None:
         pass  # the session belongs to whoever made it
+
+
+def pinned(command: Sequence[str], cpus: Sequence[int]) -> list[str]:
+    """``command`` run by ``taskset``, on ``cpus`` alone (it and the threads it starts)."""
+    return ["taskset", "--cpu-list", ",".join(str(c) for c in cpus), *command]
 
 
 def ballista_unavailable() -> str | None:
