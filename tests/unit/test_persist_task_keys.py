@@ -42,7 +42,8 @@ J1 = JobId("j1")
 
 
 class Driven:
-    """A state machine whose every event is written to a counting store."""
+    """A state machine whose every event is written to a counting store (its
+    invariants checked after each)."""
 
     def __init__(self) -> None:
         self.state = SchedulerState()
@@ -55,6 +56,7 @@ class Driven:
         self.ids += 1
         event = make(self.ids, float(self.ids), *args)  # type: ignore[call-arg]
         commands = self.state.handle(event)
+        self.state.validate()
         self.launched += [c for c in commands if isinstance(c, LaunchTask)]
         changes = state_changes(self.state, event, commands, {J1})
         before = self.store.bytes_written

@@ -105,11 +105,13 @@ class Cluster:
         self.writer = StateWriter(self.store, {})
 
     def emit(self, make: type[Event], *args: object) -> list[Command]:
-        """Handle and persist one event as ``SchedulerCore._emit`` does; carry it out."""
+        """Handle one event, check the state's invariants (``validate``), persist it
+        as ``SchedulerCore._emit`` does, and carry it out."""
         self.last_id += 1
         self.now += 0.1
         event = make(self.last_id, self.now, *args)  # type: ignore[call-arg]
         commands = self.state.handle(event)
+        self.state.validate()
         changes = state_changes(self.state, event, commands, self.known)
         if changes is not None:
             puts, deletes = changes
@@ -291,7 +293,11 @@ def test_the_store_after_every_event_restores_into_the_live_state(seeds: range) 
     for seed, cluster in runs(seeds):
         for step in range(250):
             cluster.step()
-            assert_same(cluster.state, restored_from(cluster), f"seed {seed} step {step}")
+            restored = restored_from(cluster)
+            assert_same(cluster.state, restored, f"seed {seed} step {step}")
+            # What a restarted scheduler does first keeps every invariant too.
+            restored.handle(SchedulerRecovered(cluster.last_id + 1, cluster.now))
+            restored.validate()
             checked += 1
     assert checked == 250 * len(seeds)
 

@@ -3,7 +3,8 @@
 It must keep running as the state machine changes: every job finishes, the
 executors it loses are recovered from (their outputs made again), and the
 figures it reports are sane. The scale itself is measured by
-``benchmarks/scheduler_sim.py``, not here.
+``benchmarks/scheduler_sim.py``, not here; here every event is followed by
+``SchedulerState.validate`` (``SimConfig.validate``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,15 @@ from mangonel.testing.scheduler_sim import SimConfig, Simulator, simulate, synth
 
 
 def test_a_small_cluster_finishes_every_job_and_recovers_from_its_losses() -> None:
-    cfg = SimConfig(executors=6, slots=2, tasks_per_job=300, jobs=4, concurrent_jobs=2, losses=3)
+    cfg = SimConfig(
+        executors=6,
+        slots=2,
+        tasks_per_job=300,
+        jobs=4,
+        concurrent_jobs=2,
+        losses=3,
+        validate=True,
+    )
     result = simulate(cfg)
     assert result.complete
     assert (result.jobs_succeeded, result.jobs_failed) == (4, 0)
@@ -32,7 +41,9 @@ def test_a_small_cluster_finishes_every_job_and_recovers_from_its_losses() -> No
 
 
 def test_the_store_it_writes_reads_back_and_holds_no_finished_job_progress() -> None:
-    sim = Simulator(SimConfig(executors=3, slots=2, tasks_per_job=50, jobs=2, losses=1))
+    sim = Simulator(
+        SimConfig(executors=3, slots=2, tasks_per_job=50, jobs=2, losses=1, validate=True)
+    )
     result = sim.run()
     assert result.complete and result.jobs_succeeded == 2
     snap = read_snapshot(sim.store.load(), "sim")

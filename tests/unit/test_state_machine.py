@@ -181,7 +181,8 @@ def launches(commands: Sequence[Command]) -> list[tuple[str, str]]:
 
 
 class Harness:
-    """Feeds events with increasing ids at a settable time; remembers the plans."""
+    """Feeds events with increasing ids at a settable time, checking the state's
+    invariants after each; remembers the plans."""
 
     def __init__(self, limits: Limits | None = None, **kwargs: int) -> None:
         self.state = SchedulerState(limits or Limits(), **kwargs)
@@ -190,10 +191,12 @@ class Harness:
         self.plans: dict[JobId, DistributedPlan] = {}
 
     def send(self, make: type[Event], *args: object, **kwargs: object) -> list[Command]:
+        """Handle one event, then check every invariant of the state (``validate``)."""
         self.last_id += 1
         event = make(self.last_id, self.now, *args, **kwargs)
         commands = self.state.handle(event)
         assert all(c.cause == self.last_id for c in commands), commands
+        self.state.validate()
         return commands
 
     def register(self, executor: ExecutorId, slots: int = 4) -> list[Command]:

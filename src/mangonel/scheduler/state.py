@@ -90,7 +90,9 @@ What each event does, in one place:
   task that failed avoids the executors it failed on while another may take it.
 
 The life cycles of executors, jobs, tasks and stages are drawn in
-``state_executors`` and ``state_jobs``.
+``state_executors`` and ``state_jobs``; what holds between any two events is
+listed in docs/architecture.md ("Invariants of the state") and checked by
+``validate``.
 """
 
 from __future__ import annotations
@@ -131,6 +133,7 @@ from mangonel.scheduler.events import (
     TaskFailed,
     Tick,
 )
+from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.state_executors import (
     ExecutorRecord,
     ExecutorRegistry,
@@ -149,6 +152,7 @@ from mangonel.scheduler.state_jobs import (
     FinishedJob,
     JobProgress,
     JobRecord,
+    Pending,
     Running,
     StageRecord,
     StageState,
@@ -342,6 +346,105 @@ class SchedulerState:
         """Whether ``executor`` is live but has not reattached since a restart."""
         rec = self._executors.live(executor)
         return rec is not None and rec.awaiting
+
+    # ---------------------------------------------------------------- self-check
+
+    def validate(self) -> None:
+        """Check every invariant of the state (docs/architecture.md, "Invariants
+        of the state"): each incremental count and index against a fresh pass
+        over the state, and each rule that must hold between events.
+
+        For the tests and the simulator, after every event: it costs a pass over
+        every job, task and executor, so the shell never calls it.
+
+        Raises:
+            StateInvariantError: naming the invariant broken and the ids involved.
+        """
+        limits = self.limits
+        is_live = self._executors.is_live
+        running: dict[ExecutorId, set[TaskAttemptId]] = {}
+        for job_id, job in self._jobs.items():
+            if job_id != job.id or job_id in self._finished:
+                raise StateInvariantError("job-state", f"job {job_id} is kept twice, or misnamed")
+            job.validate(is_live, limits.max_task_attempts, limits.max_task_recomputes)
+            for rec in job.stages.values():
+                for task in rec.running_tasks():
+                    for run in (task.state, task.speculative):
+                        if isinstance(run, Running):
+                            running.setdefault(run.executor, set()).add(run.attempt)
+        self._executors.validate(running)
+        self._validate_assigned()
+        for rec in self._executors.draining():
+            if not (
+                rec.running
+                or any(job.needs_outputs_of(rec.id) for job in self._jobs.values())
+                or any(f.holds_result(rec.id) for f in self._finished.values())
+            ):
+                raise StateInvariantError(
+                    "drains-finish", f"executor {rec.id} drains with nothing left to do"
+                )
+        settled = 0
+        for job_id, done in self._finished.items():
+            view = done.view
+            if (
+                view.id != job_id
+                or not view.state.finished
+                or view.finished is None
+                or (done.result_read and view.state is not JobState.SUCCEEDED)
+            ):
+                raise StateInvariantError(
+                    "finished-jobs", f"job {job_id} kept as finished is {view.state.name}"
+                )
+            if done.unread and not {loc.executor for loc in done.result} <= set(done.ran_on):
+                raise StateInvariantError(
+                    "job-ran-on", f"job {job_id}'s unread result is on executors not in ran_on"
+                )
+            settled += not done.unread
+        if settled > self._keep_finished:
+            raise StateInvariantError(
+                "finished-jobs", f"{settled} settled jobs kept (at most {self._keep_finished})"
+            )
+        if self._executors.any_live() and self._no_executor_since is not None:
+            raise StateInvariantError(
+                "no-executor-since",
+                f"no executor alive since {self._no_executor_since}, yet "
+                f"{self._executors.live_ids()} are",
+            )
+        if any(not is_live(holder) for holder in self._unreachable):
+            raise StateInvariantError(
+                "unreachable-reports",
+                f"fetch reports kept about executors no longer alive: {sorted(self._unreachable)}",
+            )
+
+    def _validate_assigned(self) -> None:
+        """The ``nothing-launchable`` invariant: after an event, no pending task
+        of a runnable stage could take a free slot (the rules of ``_assign`` and
+        ``_launch_next``, from scratch)."""
+        free = self._executors.with_free_slots()
+        if not free:
+            return
+        cap = self._job_slot_cap()
+        held = self._executors.slots_held()
+        for job in self._jobs.values():
+            usable = [r.id for r in free if r.id not in job.excluded]
+            if not usable or (cap is not None and held.get(job.id, 0) >= cap):
+                continue
+            live = job.usable(self._executors.is_live)
+            for sid, rec in job.stages.items():
+                if not rec.pending_count or job.stage_state(sid, live) is not StageState.RUNNABLE:
+                    continue
+                for task in rec.tasks:
+                    if not isinstance(task.state, Pending):
+                        continue
+                    elsewhere = [e for e in usable if e not in task.failed_on]
+                    if elsewhere or not self._executors.any_taker(
+                        job.excluded | set(task.failed_on)
+                    ):
+                        raise StateInvariantError(
+                            "nothing-launchable",
+                            f"task {task.id} is pending in a runnable stage while executor(s) "
+                            f"{', '.join(elsewhere or usable)} have a free slot it may take",
+                        )
 
     # ---------------------------------------------------------------- persistence
 

@@ -44,13 +44,14 @@ which is treated the same way as lost (its reports are ignored).
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
-from collections.abc import Iterable
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId, TaskId
 from mangonel.scheduler.events import LossReason
+from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView
 from mangonel.task import ExecutorInfo
 
@@ -368,6 +369,85 @@ class ExecutorRegistry:
         """Connecting executors registered (or heard from) more than ``timeout_s`` ago."""
         return [e for e, r in self._connecting.items() if now - r.last_heartbeat > timeout_s]
 
+    def with_free_slots(self) -> list[ExecutorRecord]:
+        """Alive executors with a free slot, in registration order (a pass over
+        every executor: for ``SchedulerState.validate``, not for placing tasks)."""
+        return [r for r in self._live.values() if r.free_slots > 0]
+
+    def validate(self, running: Mapping[ExecutorId, set[TaskAttemptId]]) -> None:
+        """Check the ``executor-sets`` and ``executor-index`` invariants, and the
+        registry's part of ``running-placed`` (docs/architecture.md, "Invariants
+        of the state"). ``running``: executor -> the attempts the jobs say run there."""
+        groups = (
+            (self._connecting, (ExecutorState.CONNECTING,)),
+            (self._live, (ExecutorState.ALIVE, ExecutorState.DRAINING)),
+            (self._lost, (ExecutorState.LOST,)),
+        )
+        seqs = []
+        for records, states in groups:
+            for eid, rec in records.items():
+                lost = rec.state is ExecutorState.LOST
+                if (
+                    rec.id != eid
+                    or rec.state not in states
+                    or rec.registry is not self
+                    or (rec.awaiting and records is not self._live)
+                    or (rec.resuming is not None and not rec.awaiting)
+                    or (rec.running and records is not self._live)
+                    or lost != (rec.reason is not None)
+                ):
+                    raise StateInvariantError(
+                        "executor-sets",
+                        f"executor {eid} ({rec.state.name}, awaiting {rec.awaiting}, "
+                        f"reason {rec.reason}) kept as {states[0].name}",
+                    )
+            seqs += [r.seq for r in records.values()] if records is self._live else []
+        ids = [*self._connecting, *self._live, *self._lost]
+        draining = {e for e, r in self._live.items() if r.state is ExecutorState.DRAINING}
+        if (
+            len(set(ids)) != len(ids)
+            or self._draining != draining
+            or len(set(seqs)) != len(seqs)
+            or not all(0 < q <= self._seq for q in seqs)
+            or len(self._lost) > self._keep_lost
+        ):
+            raise StateInvariantError(
+                "executor-sets", f"connecting, live and lost overlap or miscount: {ids}"
+            )
+        entries = set(self._ranks)
+        ranks = self._ranks
+        if not all(ranks[(i - 1) // 2] <= ranks[i] for i in range(1, len(ranks))) or any(
+            (*r.rank, r.id) not in entries for r in self._live.values()
+        ):
+            raise StateInvariantError(
+                "executor-index", "the rank heap misses a live executor's rank, or is no heap"
+            )
+        if self._snapshot is not None and self._snapshot != self._fresh_snapshot():
+            raise StateInvariantError(
+                "executor-index", "the cached snapshot differs from the registry (a stale cache)"
+            )
+        held = Counter(a.task.job for r in self._live.values() for a in r.running)
+        if self._held != dict(held):
+            raise StateInvariantError(
+                "executor-index", f"slots held per job {self._held}, the executors say {held}"
+            )
+        for eid, attempts in running.items():
+            rec = self._live.get(eid)
+            if attempts and (rec is None or rec.awaiting):
+                raise StateInvariantError(
+                    "running-placed",
+                    f"{sorted(map(str, attempts))} run on executor {eid}, which is not "
+                    f"alive or is awaiting its reattachment",
+                )
+        for eid, rec in self._live.items():
+            said = running.get(eid, set())
+            if rec.running != said or len(rec.running) > max(0, rec.info.slots):
+                raise StateInvariantError(
+                    "running-placed",
+                    f"executor {eid} ({rec.info.slots} slots) runs "
+                    f"{sorted(map(str, rec.running))}, the jobs say {sorted(map(str, said))}",
+                )
+
     # ---------------------------------------------------------------- transitions
 
     def register(self, info: ExecutorInfo, now: float) -> bool:
@@ -471,6 +551,14 @@ class ExecutorRegistry:
     # ------------------------------------------------------------ persistence
 
     def snapshot(self) -> RegistrySnapshot:
+        if self._snapshot is None:
+            # Kept until a stored field changes: most events change none, and
+            # a thousand executors take a while to copy (and the shell to encode:
+            # ``StateWriter`` knows the same object again).
+            self._snapshot = self._fresh_snapshot()
+        return self._snapshot
+
+    def _fresh_snapshot(self) -> RegistrySnapshot:
         def bare(rec: ExecutorRecord) -> ExecutorRecord:
             # A resume accepted but not connected is void after a restart: the
             # executor's stream is refused and it asks to resume again.
@@ -489,16 +577,11 @@ class ExecutorRegistry:
                 slow=False,
             )
 
-        if self._snapshot is None:
-            # Kept until a stored field changes: most events change none, and
-            # a thousand executors take a while to copy (and the shell to encode:
-            # ``StateWriter`` knows the same object again).
-            self._snapshot = RegistrySnapshot(
-                live=[bare(r) for r in self._live.values()],
-                lost=[bare(r) for r in self._lost.values()],
-                seq=self._seq,
-            )
-        return self._snapshot
+        return RegistrySnapshot(
+            live=[bare(r) for r in self._live.values()],
+            lost=[bare(r) for r in self._lost.values()],
+            seq=self._seq,
+        )
 
     def restore(self, snapshot: RegistrySnapshot) -> None:
         self._live = {r.id: self._adopt(r) for r in snapshot.live}

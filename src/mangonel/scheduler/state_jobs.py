@@ -60,6 +60,7 @@ from __future__ import annotations
 import bisect
 import enum
 import heapq
+from collections import Counter
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import MISSING, dataclass, field, fields
@@ -69,6 +70,7 @@ from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.scheduler.adaptive import coalescible, ranges
+from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.state_views import JobState, JobView, StageView
 from mangonel.task import InputLocations, InputMode, PartitionLocation, ScanSpec, TaskSpec
 
@@ -149,6 +151,42 @@ class TaskRecord:
         self.attempts_launched += 1
         return attempt
 
+    def validate(self) -> None:
+        """Check the ``task-attempts`` and ``task-outputs`` invariants
+        (docs/architecture.md, "Invariants of the state")."""
+        state, copy = self.state, self.speculative
+        for run in (state, copy):
+            if isinstance(run, Running | Done) and (
+                run.attempt.task != self.id or not 0 <= run.attempt.attempt < self.attempts_launched
+            ):
+                raise StateInvariantError(
+                    "task-attempts",
+                    f"task {self.id} holds attempt {run.attempt} but launched "
+                    f"{self.attempts_launched}",
+                )
+        if copy is not None and (not isinstance(state, Running) or copy.executor == state.executor):
+            raise StateInvariantError(
+                "task-attempts", f"task {self.id} has a copy {copy} beside {state}"
+            )
+        failed_on = self.failed_on
+        if not len(set(failed_on)) == len(failed_on) <= self.failures <= self.attempts_launched:
+            raise StateInvariantError(
+                "task-attempts",
+                f"task {self.id} failed {self.failures} of {self.attempts_launched} attempts, "
+                f"on {failed_on}",
+            )
+        if isinstance(state, Done) and (
+            any(
+                (o.executor, o.stage, o.map_partition)
+                != (state.executor, self.id.stage, self.id.partition)
+                for o in state.outputs
+            )
+            or list(state.outputs) != sorted(state.outputs, key=lambda o: o.partition)
+        ):
+            raise StateInvariantError(
+                "task-outputs", f"task {self.id} done on {state.executor}: {state.outputs}"
+            )
+
 
 _FRESH_TASK = {
     f.name: f.default_factory() if f.default_factory is not MISSING else f.default
@@ -161,6 +199,14 @@ class StageState(enum.Enum):
     WAITING = "waiting"
     RUNNABLE = "runnable"
     COMPLETE = "complete"
+
+
+def _valid_bounds(bounds: tuple[int, ...], partitions: int) -> bool:
+    """Whether ``bounds`` are first partitions of ranges over ``partitions``:
+    from 0, strictly increasing, each below ``partitions`` (empty: as planned)."""
+    if not bounds:
+        return True
+    return bounds[0] == 0 and list(bounds) == sorted(set(bounds)) and bounds[-1] < partitions
 
 
 class Held:
@@ -225,7 +271,7 @@ class StageRecord:
         if self.totals["attempts_launched"]:
             raise ValueError(f"stage {self.stage.id} already launched tasks")
         n = self.stage.num_tasks
-        if not bounds or bounds[0] != 0 or list(bounds) != sorted(set(bounds)) or bounds[-1] >= n:
+        if not bounds or not _valid_bounds(bounds, n):
             raise ValueError(f"bad partition ranges {bounds} for stage {self.stage.id}")
         self.bounds = bounds
         self._ranges = ranges(bounds, n)
@@ -337,6 +383,76 @@ class StageRecord:
     @property
     def pending_count(self) -> int:
         return len(self._pending)
+
+    def validate(self, job: JobId) -> None:
+        """Count the tasks afresh and compare with what ``observe`` kept: the
+        ``stage-tasks`` and ``stage-counts`` invariants (docs/architecture.md,
+        "Invariants of the state"), and each task's own (``TaskRecord.validate``)."""
+        where = f"stage {self.stage.id} of job {job}"
+        planned = self.stage.num_tasks
+        if (
+            len(self.tasks) != (len(self.bounds) if self.bounds else planned)
+            or not _valid_bounds(self.bounds, planned)
+            or self._ranges != ranges(self.bounds, planned)
+            or (self.adaptable and (self.bounds or self.totals["attempts_launched"]))
+        ):
+            raise StateInvariantError(
+                "stage-tasks",
+                f"{where}: {len(self.tasks)} tasks of {planned} planned, bounds "
+                f"{self.bounds}, adaptable {self.adaptable}",
+            )
+        pending: set[int] = set()
+        running: set[int] = set()
+        done_on: dict[ExecutorId, tuple[set[int], int, int]] = {}
+        durations: Counter[float] = Counter()
+        totals = dict.fromkeys(self.totals, 0)
+        copies = 0
+        for p, task in enumerate(self.tasks):
+            if task.id != TaskId(job, self.stage.id, p) or task.owner is not self:
+                raise StateInvariantError(
+                    "stage-tasks", f"{where}: its task {p} is {task.id}, or counted elsewhere"
+                )
+            task.validate()
+            state = task.state
+            if isinstance(state, Pending):
+                pending.add(p)
+            elif isinstance(state, Running):
+                running.add(p)
+            else:
+                parts, rows, bytes_ = done_on.get(state.executor, (set(), 0, 0))
+                parts.add(p)
+                rows += sum(o.rows for o in state.outputs)
+                bytes_ += sum(o.bytes for o in state.outputs)
+                done_on[state.executor] = (parts, rows, bytes_)
+                durations[state.duration] += 1
+            for name in totals:
+                totals[name] += getattr(task, name)
+            copies += task.speculative is not None
+        kept = {e: (h.partitions, h.rows, h.bytes) for e, h in self.done_on.items()}
+        queue = self._queue
+        for what, mine, fresh in (
+            ("pending", self._pending, pending),
+            ("running", self.running, running),
+            ("done_on", kept, done_on),
+            ("done", self.done, sum(len(parts) for parts, _, _ in done_on.values())),
+            ("rows, bytes", (self.rows, self.bytes),
+             (sum(r for _, r, _ in done_on.values()), sum(b for _, _, b in done_on.values()))),
+            ("totals", self.totals, totals),
+            ("speculative_running", self.speculative_running, copies),
+            # Partitions that left pending may wait in the queue until they surface.
+            ("queue", (set(queue), len(queue), pending <= self._queued),
+             (self._queued, len(self._queued), True)),
+            ("queue order", _is_heap(queue), True),
+            # An output lost keeps its run time (see ``durations``).
+            ("durations", (self.durations == sorted(self.durations),
+                           not durations - Counter(self.durations)), (True, True)),
+            ("speculation counts",
+             self.speculated >= self.speculation_won + self.speculation_lost + copies, True),
+        ):  # fmt: skip
+            if mine != fresh:
+                raise StateInvariantError(
+                    "stage-counts", f"{where}: {what} is {mine!r}, its tasks say {fresh!r}"
+                )
 
     def pending_tasks(self) -> Iterator[TaskRecord]:
         """Pending tasks in partition order, each as it is reached: the caller
@@ -657,30 +773,99 @@ class JobRecord:
             for e in rec.done_on
         }  # fmt: skip
 
-    def needed_outputs(self, is_live: LiveCheck) -> dict[ExecutorId, int]:
-        """Executor -> how many finished outputs the job still needs it holds."""
+    def needed_stages(self) -> set[StageId]:
+        """The stages whose finished outputs the job still needs: the final
+        stage's until the job succeeds, any other's while a stage that reads it
+        is not complete."""
         needed = {self.plan.final.id}
         for rec in self.stages.values():
             if not rec.complete:
                 needed.update(rec.stage.upstream)
+        return needed
+
+    def needed_outputs(self, is_live: LiveCheck) -> dict[ExecutorId, int]:
+        """Executor -> how many finished outputs the job still needs it holds."""
         counts: dict[ExecutorId, int] = {}
-        for sid in needed:
+        for sid in self.needed_stages():
             for executor, held in self.stages[sid].done_on.items():
                 if is_live(executor):
                     counts[executor] = counts.get(executor, 0) + len(held)
         return counts
 
     def needs_outputs_of(self, executor: ExecutorId) -> bool:
-        """Whether a finished output on ``executor`` is still needed by this job.
+        """Whether a finished output on ``executor`` is still needed by this job
+        (``needed_stages``)."""
+        return any(executor in self.stages[sid].done_on for sid in self.needed_stages())
 
-        The final stage's outputs are needed until the job succeeds; any other
-        stage's while a stage that reads it is not complete.
-        """
-        needed = {self.plan.final.id}
+    def validate(
+        self, is_live: LiveCheck, max_task_attempts: int, max_task_recomputes: int
+    ) -> None:
+        """Check the job's invariants (docs/architecture.md, "Invariants of the
+        state"): ``job-shape``, ``job-state``, ``job-ran-on``, ``task-limits``,
+        ``needed-outputs-held``, ``job-progress``, the part of ``running-placed``
+        the job knows (no attempt on an executor it excludes), and each stage's
+        own (``StageRecord.validate``). ``is_live``: alive or draining."""
+        plan = self.plan
+        if (
+            [(sid, rec.stage) for sid, rec in self.stages.items()]
+            != [(s.id, s) for s in plan.stages]
+            or any(rec.changed is not self.changed for rec in self.stages.values())
+            or set(self._ran_on_sorted) - self.ran_on
+            or (len(self._ran_on_sorted) == len(self.ran_on)
+                and self._ran_on_sorted != tuple(sorted(self.ran_on)))
+            or self.scan_files != job_files(plan)
+        ):  # fmt: skip
+            raise StateInvariantError(
+                "job-shape", f"job {self.id}: its stages or caches are not its plan's"
+            )
+        launched = 0
         for rec in self.stages.values():
-            if not rec.complete:
-                needed.update(rec.stage.upstream)
-        return any(executor in self.stages[sid].done_on for sid in needed)
+            rec.validate(self.id)
+            launched += rec.totals["attempts_launched"]
+            for task in rec.tasks:
+                if (task.failures and task.failures >= max_task_attempts) or (
+                    task.recomputes > max_task_recomputes
+                ):
+                    raise StateInvariantError(
+                        "task-limits",
+                        f"task {task.id} of an unfinished job: {task.failures} failed attempts "
+                        f"(limit {max_task_attempts}), {task.recomputes} recomputes "
+                        f"(limit {max_task_recomputes})",
+                    )
+                for run in (task.state, task.speculative):
+                    if isinstance(run, Running | Done) and run.executor not in self.ran_on:
+                        raise StateInvariantError(
+                            "job-ran-on", f"task {task.id}: {run} not on an executor in ran_on"
+                        )
+                    if isinstance(run, Running) and run.executor in self.excluded:
+                        raise StateInvariantError(
+                            "running-placed",
+                            f"task {task.id}: {run} on an executor job {self.id} excludes",
+                        )
+        if self.state not in (JobState.QUEUED, JobState.RUNNING) or (
+            (self.state is JobState.RUNNING) != (launched > 0)
+        ):
+            raise StateInvariantError(
+                "job-state", f"job {self.id} is {self.state.name} with {launched} launches"
+            )
+        usable = self.usable(is_live)
+        if not any(
+            not rec.complete and self.stage_state(sid, usable) is StageState.RUNNABLE
+            for sid, rec in self.stages.items()
+        ):
+            states = {sid: self.stage_state(sid, usable).name for sid in self.stages}
+            raise StateInvariantError(
+                "job-progress", f"job {self.id} has no runnable stage left: {states}"
+            )
+        for sid in sorted(self.needed_stages()):
+            gone = sorted(e for e in self.stages[sid].done_on if not usable(e))
+            if gone:
+                raise StateInvariantError(
+                    "needed-outputs-held",
+                    f"job {self.id} needs outputs of stage {sid} that executor(s) "
+                    f"{', '.join(gone)} held, lost or excluded by the job, and does not "
+                    f"make them again",
+                )
 
     def view(
         self,
@@ -763,6 +948,10 @@ class JobRecord:
         """The final stage's outputs, in partition order."""
         final = self.plan.final
         return self._input_locations(final.id, InputMode.ALL, range(0))
+
+
+def _is_heap(items: list[int]) -> bool:
+    return all(items[(i - 1) // 2] <= items[i] for i in range(1, len(items)))
 
 
 def job_files(plan: DistributedPlan) -> tuple[str, ...]:

@@ -87,6 +87,9 @@ class SimConfig:
             the first jobs were submitted, every job finished or
             not (``SimResult.complete`` says which): how a slow code base is
             still measured.
+        validate: Check the state's invariants after every event
+            (``SchedulerState.validate``, a pass over the whole state, outside
+            the measured times): for tests, not for measuring scale.
     """
 
     executors: int = 1000
@@ -102,6 +105,7 @@ class SimConfig:
     persist: bool = True
     seed: int = 0
     max_seconds: float | None = None
+    validate: bool = False
 
 
 @dataclass
@@ -321,12 +325,15 @@ class Simulator:
         t0 = time.process_time()
         commands = self.state.handle(event)
         t1 = time.process_time()
+        if self.config.validate:
+            self.state.validate()  # measured by neither time
         written = self.store.bytes_written
+        t2 = time.process_time()
         if self.config.persist:
             self.persist(event, commands)
-        t2 = time.process_time()
+        t3 = time.process_time()
         self.carry_out(commands)
-        return commands, t1 - t0, t2 - t1, self.store.bytes_written - written
+        return commands, t1 - t0, t3 - t2, self.store.bytes_written - written
 
     def persist(self, event: Event, commands: list[Command]) -> None:
         """What ``SchedulerCore._persist`` does, against the counting store."""
