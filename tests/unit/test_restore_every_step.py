@@ -199,8 +199,9 @@ class Cluster:
         inputs = [loc for i in launch.task.inputs for loc in i.locations]
         if inputs and self.rng.random() < 0.5:
             loc = self.rng.choice(inputs)
+            problem = self.rng.choice((FetchProblem.UNREACHABLE, FetchProblem.OUTPUT_LOST))
             failure: object = FetchFailed(
-                loc.executor, loc.stage, loc.map_partition, "simulated", FetchProblem.UNREACHABLE
+                loc.executor, loc.stage, loc.map_partition, "simulated", problem
             )
         else:
             failure = ExecutionError("simulated task error")
@@ -285,6 +286,17 @@ def runs(seeds: range) -> Iterator[tuple[int, Cluster]]:
         for _ in range(3):
             cluster.submit(9)
         yield seed, cluster
+
+
+@pytest.mark.parametrize("seed", [217, 239])
+def test_runs_where_an_output_lost_once_left_a_job_waiting_for_ever(seed: int) -> None:
+    # A reader found an output lost (``OUTPUT_LOST``) whose own inputs had gone
+    # with an executor lost while nothing needed them: they were not made again,
+    # and the job waited for them for ever (``job-progress``, checked
+    # after every event by ``Cluster.emit``).
+    for _, cluster in runs(range(seed, seed + 1)):
+        for _ in range(250):
+            cluster.step()
 
 
 @pytest.mark.parametrize("seeds", [range(0, 10), range(10, 20)])

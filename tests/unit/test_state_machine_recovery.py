@@ -67,6 +67,35 @@ def test_output_lost_about_an_output_already_made_again_changes_nothing() -> Non
     assert view is not None and view.stages[0].outputs_recomputed == 1
 
 
+def test_an_output_lost_whose_own_inputs_went_with_an_earlier_loss_makes_those_too() -> None:
+    # Stage 2 was complete when e3 was lost, so nothing needed the map output e3
+    # held and it was not made again. Then the final task finds stage 2's output
+    # 0 bad: task 0 of stage 2 must run again, and so must the map output it
+    # reads, or stage 2 waits for it for ever with two executors idle (the
+    # state's ``job-progress`` invariant found this).
+    h = Harness()
+    for e in (E1, E2, E3):
+        h.register(e, 4)
+    h.submit(three_stage_plan(maps=4, reducers=2))
+    finish_maps(h, {0: E1, 1: E2, 2: E3, 3: E1})
+    h.complete(att(2, 0), E1)
+    assert launches(h.complete(att(2, 1), E2)) == [("e1", "j1/s3/p0/a0")]
+    assert h.lose(E3) == []
+    bad = FetchFailed(E1, S2, 0, "checksum mismatch", FetchProblem.OUTPUT_LOST)
+    cmds = h.fail(att(3, 0), E1, bad)
+    assert launches(cmds) == [("e1", "j1/s1/p2/a1")]
+    view = h.state.job(J1)
+    assert view is not None
+    assert [(s.done, s.pending, s.outputs_recomputed) for s in view.stages] == [
+        (3, 0, 1),
+        (1, 1, 1),
+        (0, 1, 0),
+    ]
+    assert launches(h.complete(att(1, 2, 1), E1)) == [("e1", "j1/s2/p0/a1")]
+    assert launches(h.complete(att(2, 0, 1), E1)) == [("e1", "j1/s3/p0/a1")]
+    assert isinstance(h.complete(att(3, 0, 1), E1)[0], JobSucceeded)
+
+
 def test_outputs_that_keep_going_bad_use_up_the_task_recomputes() -> None:
     h = Harness(Limits(max_task_recomputes=1))
     h.register(E1, 2)

@@ -52,8 +52,9 @@ What each event does, in one place:
   ``OBJECT_STORE_UNAVAILABLE``); a ``FetchFailed`` re-queues the reader without
   charging it an attempt and, by its ``problem``: ``OUTPUT_LOST`` (a missing or
   corrupt file on an executor that still answers) makes only the one map output
-  it names again (one of the task's ``Limits.max_task_recomputes``); ``UNREACHABLE`` about a live
-  holder is a cut between two executors: one side gives way for the job (it is
+  it names again (one of the task's ``Limits.max_task_recomputes``), with
+  that task's own inputs if an executor lost earlier held them; ``UNREACHABLE``
+  about a live holder is a cut between two executors: one side gives way for the job (it is
   excluded from it, see ``_unreachable_holder``), unless readers on two
   executors failed to reach the holder, which then is lost.
 * losing an executor, in one event: its running tasks go back to pending (an
@@ -757,7 +758,10 @@ class SchedulerState:
                 elif failure.executor in job.excluded:
                     pass  # its outputs are being made again elsewhere
                 elif failure.problem is FetchProblem.OUTPUT_LOST:
-                    problem = self._output_lost(job, failure)
+                    # The map stage is incomplete again, so its own inputs are
+                    # needed again: any lost with an executor meanwhile are made
+                    # again too (``_restore_lost_outputs``).
+                    problem = self._output_lost(job, failure) or self._restore_lost_outputs(job)
                     if problem is not None:
                         self._finish(job, JobState.FAILED, problem, step)
                 else:
