@@ -60,7 +60,7 @@ from mangonel.scheduler.persist import (
 )
 from mangonel.scheduler.state import SchedulerState
 from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
-from mangonel.scheduler.state_views import JobState, JobView
+from mangonel.scheduler.state_views import ExecutorState, JobState, JobView
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import (
     CancelTask,
@@ -248,12 +248,27 @@ def assert_same(live: SchedulerState, restored: SchedulerState, where: str) -> N
     assert restored.no_executor_since == live.no_executor_since, where
 
 
-def run_on_after_restart(cluster: Cluster, state: SchedulerState) -> None:
+def run_on_after_restart(cluster: Cluster, state: SchedulerState, rough: bool = False) -> None:
     """Drive a restored scheduler on: the executors reattach with what they hold,
-    then tasks finish, until every job has ended (none may hang)."""
+    then tasks finish, until every job has ended (none may hang).
+
+    ``rough``: some executors never come back (and time out first), and the
+    others come back without some of their files.
+    """
     cluster.state = state
     cluster.running.clear()
     cluster.emit(SchedulerRecovered)
+    if rough:
+        for eid in cluster.live():
+            if cluster.rng.random() < 0.3:
+                cluster._drop(eid)
+            else:
+                kept = {p for p in sorted(cluster.files[eid]) if cluster.rng.random() < 0.8}
+                cluster.files[eid] = kept
+        cluster.now += LIMITS.heartbeat_timeout_s
+        for eid in cluster.live():
+            cluster.emit(ExecutorHeartbeat, eid)
+        cluster.emit(Tick)  # those not coming back are lost
     for eid in cluster.live():
         fresh = ExecutorInfo(ExecutorId(f"fresh-{eid}"), f"h{eid}", f"h{eid}:1", 2)
         jobs = tuple(sorted(cluster.known))
@@ -273,8 +288,8 @@ def run_on_after_restart(cluster: Cluster, state: SchedulerState) -> None:
             for eid in cluster.live():
                 cluster.emit(ExecutorHeartbeat, eid)
             cluster.emit(Tick)
-        if not cluster.live():
-            cluster.add_executor(2)
+        if not any(v.state is ExecutorState.ALIVE for v in state.executors()):
+            cluster.add_executor(2)  # none, or only draining ones: jobs need one
     raise AssertionError(f"jobs never ended after the restart: {state.unfinished_jobs()}")
 
 
@@ -341,6 +356,25 @@ def test_a_restart_at_a_random_moment_ends_every_job(seed: int) -> None:
     run_on_after_restart(cluster, state)
     assert not state.unfinished_jobs()
     assert all(v.state.finished for v in state.jobs())
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3, 197])
+def test_a_restart_where_executors_come_back_without_files_or_not_at_all_ends_every_job(
+    seed: int,
+) -> None:
+    # Seed 197: an executor came back without an output whose own input had
+    # been on an executor that did not come back; that input was not made
+    # again and the job waited for it for ever (``job-progress``).
+    cluster = Cluster(random.Random(200 + seed))
+    cluster.add_executor(1)
+    cluster.add_executor(2)
+    cluster.add_executor(2)
+    for _ in range(3):
+        cluster.submit(9)
+    for _ in range(random.Random(seed).randrange(20, 120)):
+        cluster.step()
+    run_on_after_restart(cluster, restored_from(cluster), rough=True)
+    assert all(v.state.finished for v in cluster.state.jobs())
 
 
 # ------------------------------------------------- records that cannot be restored

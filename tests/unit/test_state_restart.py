@@ -14,6 +14,7 @@ from collections.abc import Collection, Mapping
 from test_state_machine import (
     E1,
     E2,
+    E3,
     J1,
     S1,
     Harness,
@@ -31,9 +32,11 @@ from mangonel.scheduler.events import (
     ExecutorHeartbeat,
     ExecutorRegistered,
     JobSucceeded,
+    Limits,
     LossReason,
     ResumeExecutor,
     SchedulerRecovered,
+    Tick,
 )
 from mangonel.scheduler.persist import StateWriter, decode, encode
 from mangonel.scheduler.state import ExecutorState, JobState, SchedulerState
@@ -130,6 +133,40 @@ def test_a_reattached_executor_without_an_output_makes_it_again() -> None:
     assert launches(cmds) == [("e2", "j1/s1/p1/a1")]
     view = r.state.job(J1)
     assert view is not None and view.stages[0].outputs_recomputed == 1
+
+
+def test_an_executor_back_without_an_output_whose_inputs_were_lost_makes_those_too() -> None:
+    # e3 did not come back after the restart and was lost; it held a map output
+    # that nothing needed then (stage 2 was complete). e1 comes back without
+    # stage 2's output 0: that task runs again, and so must the map output on e3
+    # it reads, or stage 2 waits for it for ever (``job-progress``).
+    h = Harness(Limits(heartbeat_timeout_s=10.0))
+    for e in (E1, E2, E3):
+        h.register(e, 4)
+    h.submit(three_stage_plan(maps=4, reducers=2))
+    finish_maps(h, {0: E1, 1: E2, 2: E3, 3: E1})
+    h.complete(att(2, 0), E1)
+    h.complete(att(2, 1), E2)  # the final task runs on e1
+    r = restarted(h)
+    r.send(SchedulerRecovered)
+    r.now = 5.0
+    r.send(ExecutorHeartbeat, E1)
+    r.send(ExecutorHeartbeat, E2)
+    r.now = 12.0
+    assert r.send(Tick) == [DeclareExecutorLost(r.last_id, E3, LossReason.HEARTBEAT_TIMEOUT)]
+    cmds = reattach(r, E1, held(h, E1, att(1, 0), att(1, 3)))
+    assert launches(cmds) == [("e1", "j1/s1/p2/a1")]
+    view = r.state.job(J1)
+    assert view is not None
+    assert [(s.done, s.running, s.pending) for s in view.stages] == [
+        (3, 1, 0),
+        (1, 0, 1),
+        (0, 0, 1),
+    ]
+    assert reattach(r, E2, held(h, E2, att(1, 1), att(2, 1))) == []
+    assert launches(r.complete(att(1, 2, 1), E1)) == [("e1", "j1/s2/p0/a1")]
+    assert launches(r.complete(att(2, 0, 1), E1)) == [("e1", "j1/s3/p0/a1")]
+    assert isinstance(r.complete(att(3, 0, 1), E1)[0], JobSucceeded)
 
 
 def test_an_executor_that_does_not_come_back_is_lost_after_the_heartbeat_timeout() -> None:

@@ -31,8 +31,9 @@ What each event does, in one place:
   An ``ExecutorRegistered`` asking to ``resume`` an awaited id is answered with
   ``ResumeExecutor`` (else it is a new executor); the ``ExecutorConnected`` that
   follows reattaches it: finished tasks whose files it no longer ``held`` are
-  made again, and files of its ``held_jobs`` that ended while it was away are
-  released (``ReleaseOutputs``; a result still unread is kept).
+  made again (with their stage's inputs lost meanwhile), and files of its
+  ``held_jobs`` that ended while it was away are released (``ReleaseOutputs``;
+  a result still unread is kept).
 * ``TaskCompleted`` records map outputs; a job whose final stage is done emits
   ``JobSucceeded`` and ``ReleaseOutputs`` for the intermediate files, on every
   live executor that ran an attempt of the job (superseded attempts leave files
@@ -1084,6 +1085,7 @@ class SchedulerState:
         self._no_executor_since = None
         for job in list(self._jobs.values()):
             problem: str | None = None
+            sent_back = False
             for stage in job.stages.values():
                 gone = [
                     t
@@ -1095,6 +1097,7 @@ class SchedulerState:
                     task.state = PENDING
                     task.recomputes += 1
                 if gone:
+                    sent_back = True
                     stage.reruns += 1
                     worst = max(gone, key=lambda t: t.recomputes)
                     if worst.recomputes > self.limits.max_task_recomputes and problem is None:
@@ -1105,6 +1108,11 @@ class SchedulerState:
                             f"{len(gone) - 1} other output(s) of the stage). Check that "
                             f"executor's disk, or raise max_task_recomputes."
                         )
+            if sent_back and problem is None:
+                # Stages incomplete again need their inputs again: any lost with
+                # an executor meanwhile (one not back after the restart) are
+                # made again too.
+                problem = self._restore_lost_outputs(job)
             if problem is not None:
                 self._finish(job, JobState.FAILED, problem, step)
 
