@@ -154,38 +154,44 @@ class TaskRecord:
     def validate(self) -> None:
         """Check the ``task-attempts`` and ``task-outputs`` invariants
         (docs/architecture.md, "Invariants of the state")."""
+        # Written for speed: the tests run it for every task after every event.
+        failed_on, failures, launched = self.failed_on, self.failures, self.attempts_launched
+        if (failed_on and (len(set(failed_on)) != len(failed_on) or len(failed_on) > failures)) or (
+            not 0 <= failures <= launched
+        ):
+            raise StateInvariantError(
+                "task-attempts",
+                f"task {self.id} failed {failures} of {launched} attempts, on {failed_on}",
+            )
         state, copy = self.state, self.speculative
+        if copy is None and isinstance(state, Pending):
+            return
         for run in (state, copy):
             if isinstance(run, Running | Done) and (
-                run.attempt.task != self.id or not 0 <= run.attempt.attempt < self.attempts_launched
+                (run.attempt.task is not self.id and run.attempt.task != self.id)
+                or not 0 <= run.attempt.attempt < launched
             ):
                 raise StateInvariantError(
-                    "task-attempts",
-                    f"task {self.id} holds attempt {run.attempt} but launched "
-                    f"{self.attempts_launched}",
+                    "task-attempts", f"task {self.id} holds attempt {run.attempt} of {launched}"
                 )
         if copy is not None and (not isinstance(state, Running) or copy.executor == state.executor):
             raise StateInvariantError(
                 "task-attempts", f"task {self.id} has a copy {copy} beside {state}"
             )
-        failed_on = self.failed_on
-        if not len(set(failed_on)) == len(failed_on) <= self.failures <= self.attempts_launched:
-            raise StateInvariantError(
-                "task-attempts",
-                f"task {self.id} failed {self.failures} of {self.attempts_launched} attempts, "
-                f"on {failed_on}",
-            )
-        if isinstance(state, Done) and (
-            any(
-                (o.executor, o.stage, o.map_partition)
-                != (state.executor, self.id.stage, self.id.partition)
-                for o in state.outputs
-            )
-            or list(state.outputs) != sorted(state.outputs, key=lambda o: o.partition)
-        ):
-            raise StateInvariantError(
-                "task-outputs", f"task {self.id} done on {state.executor}: {state.outputs}"
-            )
+        if isinstance(state, Done):
+            executor, stage, partition = state.executor, self.id.stage, self.id.partition
+            last = -1
+            for o in state.outputs:
+                if (
+                    o.executor != executor
+                    or o.stage != stage
+                    or o.map_partition != partition
+                    or o.partition < last
+                ):
+                    raise StateInvariantError(
+                        "task-outputs", f"task {self.id} done on {executor}: {state.outputs}"
+                    )
+                last = o.partition
 
 
 _FRESH_TASK = {
@@ -405,12 +411,13 @@ class StageRecord:
         running: set[int] = set()
         done_on: dict[ExecutorId, tuple[set[int], int, int]] = {}
         durations: Counter[float] = Counter()
-        totals = dict.fromkeys(self.totals, 0)
-        copies = 0
+        launched = reruns = recomputes = copies = 0
+        sid = self.stage.id
         for p, task in enumerate(self.tasks):
-            if task.id != TaskId(job, self.stage.id, p) or task.owner is not self:
+            tid = task.id
+            if tid.partition != p or tid.stage != sid or tid.job != job or task.owner is not self:
                 raise StateInvariantError(
-                    "stage-tasks", f"{where}: its task {p} is {task.id}, or counted elsewhere"
+                    "stage-tasks", f"{where}: its task {p} is {tid}, or counted elsewhere"
                 )
             task.validate()
             state = task.state
@@ -421,13 +428,16 @@ class StageRecord:
             else:
                 parts, rows, bytes_ = done_on.get(state.executor, (set(), 0, 0))
                 parts.add(p)
-                rows += sum(o.rows for o in state.outputs)
-                bytes_ += sum(o.bytes for o in state.outputs)
+                for o in state.outputs:
+                    rows += o.rows
+                    bytes_ += o.bytes
                 done_on[state.executor] = (parts, rows, bytes_)
                 durations[state.duration] += 1
-            for name in totals:
-                totals[name] += getattr(task, name)
+            launched += task.attempts_launched
+            reruns += task.reruns
+            recomputes += task.recomputes
             copies += task.speculative is not None
+        totals = {"attempts_launched": launched, "reruns": reruns, "recomputes": recomputes}
         kept = {e: (h.partitions, h.rows, h.bytes) for e, h in self.done_on.items()}
         queue = self._queue
         for what, mine, fresh in (
@@ -820,20 +830,29 @@ class JobRecord:
             )
         launched = 0
         for rec in self.stages.values():
-            rec.validate(self.id)
+            rec.validate(self.id)  # so its counts can be trusted below
             launched += rec.totals["attempts_launched"]
-            for task in rec.tasks:
-                if (task.failures and task.failures >= max_task_attempts) or (
-                    task.recomputes > max_task_recomputes
-                ):
-                    raise StateInvariantError(
-                        "task-limits",
-                        f"task {task.id} of an unfinished job: {task.failures} failed attempts "
-                        f"(limit {max_task_attempts}), {task.recomputes} recomputes "
-                        f"(limit {max_task_recomputes})",
-                    )
+            worst = max(rec.tasks, key=lambda t: t.failures, default=None)
+            if worst is not None and worst.failures and worst.failures >= max_task_attempts:
+                raise StateInvariantError(
+                    "task-limits",
+                    f"task {worst.id} of an unfinished job failed {worst.failures} attempts "
+                    f"(the limit is {max_task_attempts})",
+                )
+            worst = max(rec.tasks, key=lambda t: t.recomputes, default=None)
+            if worst is not None and worst.recomputes > max_task_recomputes:
+                raise StateInvariantError(
+                    "task-limits",
+                    f"task {worst.id} of an unfinished job was recomputed {worst.recomputes} "
+                    f"times (the limit is {max_task_recomputes})",
+                )
+            if not self.ran_on.issuperset(rec.done_on):
+                raise StateInvariantError(
+                    "job-ran-on", f"stage {rec.stage.id}: outputs on executors not in ran_on"
+                )
+            for task in rec.running_tasks():
                 for run in (task.state, task.speculative):
-                    if isinstance(run, Running | Done) and run.executor not in self.ran_on:
+                    if isinstance(run, Running) and run.executor not in self.ran_on:
                         raise StateInvariantError(
                             "job-ran-on", f"task {task.id}: {run} not on an executor in ran_on"
                         )
