@@ -254,6 +254,34 @@ class LimitedStore(MemoryStateStore):
         super().commit(puts, deletes)
 
 
+def test_a_meta_document_older_than_the_executors_one_does_not_shorten_the_grace() -> None:
+    """``executors`` and ``meta`` are written last, and a change split over several
+    commits may end between them: the store then says an executor is alive and
+    that none has been since long ago. Recovery trusts the executors (the
+    ``no-executor-since`` invariant): the grace starts when the last one is lost."""
+    h = Harness(Limits(heartbeat_timeout_s=10.0, no_executor_grace_s=30.0))
+    h.register(E1)
+    h.lose(E1)  # none alive from t=0
+    h.now = 100.0
+    h.register(E2)
+    h.submit(three_stage_plan(maps=1, reducers=1))
+    assert h.state.no_executor_since is None
+    r = restarted(h)
+    r.state = SchedulerState(h.state.limits)
+    executors = decode(encode(h.state.export_executors()), RegistrySnapshot)
+    jobs = [JobRecord.restore(h.plans[J1], decode(encode(h.state.export_job(J1)), JobProgress))]
+    r.state.restore(executors, jobs, [], 0.0)  # ``meta`` as it was before e2 came
+    r.now = 101.0
+    r.send(SchedulerRecovered)
+    r.now = 112.0
+    assert r.send(Tick) == [DeclareExecutorLost(r.last_id, E2, LossReason.HEARTBEAT_TIMEOUT)]
+    assert r.state.no_executor_since == 112.0
+    r.now = 140.0
+    assert r.send(Tick) == []  # 28 s without an executor: the job still waits
+    view = r.state.job(J1)
+    assert view is not None and not view.state.finished
+
+
 def test_a_change_larger_than_one_commit_is_written_in_several_scheduler_wide_last() -> None:
     store = LimitedStore()
     store.acquire("test")

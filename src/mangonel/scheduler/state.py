@@ -1029,7 +1029,11 @@ class SchedulerState:
                 if isinstance(task.state, Running):
                     self._requeue(task, task.state.executor, why, charge=False)
         self._executors.recovered(step.now)
-        if not self._executors.any_live() and self._no_executor_since is None:
+        if self._executors.any_live():
+            # ``meta`` may be older than ``executors`` (a change written in
+            # several commits ends with them): an executor is alive now.
+            self._no_executor_since = None
+        elif self._no_executor_since is None:
             self._no_executor_since = step.now
         # A state change written in several commits (store limits) may have
         # left a job naming outputs of an executor already stored as lost.
