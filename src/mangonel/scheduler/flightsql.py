@@ -63,6 +63,7 @@ from google.protobuf.message import DecodeError, Message
 from mangonel.errors import AuthenticationError, ClusterError, MangonelError
 from mangonel.ids import JobId
 from mangonel.proto import flightsql_pb2 as sql_pb
+from mangonel.proto.batches import fitted
 from mangonel.proto.results import ResultView, partition_ticket, result_schema
 from mangonel.scheduler import flightsql_meta as meta
 from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
@@ -393,7 +394,8 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
                 "stale or forged ticket: this server gives no TicketStatementQuery tickets; "
                 "execute the statement again"
             )
-        return flight.RecordBatchStream(self._metadata(command))
+        table = self._metadata(command)
+        return flight.GeneratorStream(table.schema, fitted(table.to_batches()))
 
     @_flight_errors
     def do_put(
@@ -613,7 +615,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             except (flight.FlightError, OSError, pa.ArrowException) as exc:
                 raise self._lost(result, loc, exc) from None
 
-        return flight.GeneratorStream(result.schema, batches())
+        return flight.GeneratorStream(result.schema, fitted(batches()))
 
     def _lost(
         self, result: _Result, loc: PartitionLocation, exc: BaseException
