@@ -58,6 +58,22 @@ def test_statements_other_than_select_are_refused(
     _still_serves(flight_client, duckdb_ref)
 
 
+def test_errors_are_plain_text(adbc: Any, flight_client: flight.FlightClient) -> None:
+    """sqlglot underlines the token it stopped at with terminal escape codes; a client
+    gets the line and column instead, of the text as the user wrote it."""
+    for sql, where in [
+        ("SELECT * FROM region WHERE = 1", "line 1, column 30 near '1'"),
+        ("SELECT * FROM region WHERE r_name = ? AND = 1", "line 1, column 45 near '1'"),
+    ]:
+        with pytest.raises(adbc_driver_manager.Error) as caught, adbc.cursor() as cur:
+            cur.execute(sql)
+        with pytest.raises(flight.FlightError) as direct:
+            flight_client.get_flight_info(statement(sql))
+        for message in (str(caught.value), str(direct.value)):
+            assert f"SqlSyntaxError: syntax error at {where}" in message
+            assert "\x1b" not in message
+
+
 def test_a_query_that_fails_while_running_is_named_by_its_error(
     adbc: Any, flight_client: flight.FlightClient, duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:

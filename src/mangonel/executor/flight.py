@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -130,6 +131,49 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             return flight.GeneratorStream(view.schema, fitted(view.apply(b) for b in batches))
         return flight.GeneratorStream(reader.schema, batches)
 
+    # Every other Flight method is refused in words a client can act on. Not
+    # pyarrow's default (``NotImplementedError``, which reaches the client with the
+    # server's traceback pasted into the message), nor ``ArrowNotImplementedError``
+    # (gRPC UNIMPLEMENTED, but with the same traceback): ``FlightServerError``
+    # travels as UNKNOWN with the message alone.
+
+    def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[Any]:
+        raise _only_do_get("ListFlights")
+
+    def get_flight_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
+        raise _only_do_get("GetFlightInfo")
+
+    def get_schema(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.SchemaResult:
+        raise _only_do_get("GetSchema")
+
+    def do_put(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        raise _only_do_get("DoPut")
+
+    def do_exchange(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.MetadataRecordBatchWriter,
+    ) -> None:
+        raise _only_do_get("DoExchange")
+
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return []
+
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[Any]:
+        raise _only_do_get(f"action {action.type!r}")
+
     def _check_ticket(self, context: flight.ServerCallContext, raw: bytes) -> bytes:
         """The path a ticket grants, once its signature, expiry and session hold."""
         if self._signer is None:
@@ -173,6 +217,15 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
                 f"ticket {given!r} does not name an output this executor wrote"
             )
         return real, output
+
+
+def _only_do_get(what: str) -> flight.FlightServerError:
+    return flight.FlightServerError(
+        f"{what} is not served here: this is a mangonel executor's Flight port, which only "
+        "streams the result and shuffle partitions of tickets the scheduler handed out "
+        "(DoGet); Flight SQL clients connect to the scheduler's Flight SQL port "
+        "(--flight-sql-port, 50051 by default)"
+    )
 
 
 def _checked(
