@@ -52,8 +52,9 @@ def read_endpoints(info: flight.FlightInfo, scheduler: flight.FlightClient) -> A
 def raw_status(
     url: str, method: str, body: bytes, metadata: tuple[tuple[str, str], ...] = ()
 ) -> tuple[Any, str]:
-    """Call a Flight method with plain gRPC, as a client in any language does, and
-    return the status code and message it ended with (``OK``, "" if it did not fail).
+    """Call a Flight method with plain gRPC, as a client in any language does, on a
+    connection of its own, and return the status code and message it ended with
+    (``OK``, "" if it did not fail).
 
     Args:
         url: ``grpc://host:port``.
@@ -64,7 +65,7 @@ def raw_status(
     import grpc
 
     path = f"/arrow.flight.protocol.FlightService/{method}"
-    with grpc.insecure_channel(url.removeprefix("grpc://")) as channel:
+    with own_channel(url) as channel:
         try:
             if method == "DoAction":
                 list(channel.unary_stream(path)(body, metadata=metadata))
@@ -73,3 +74,13 @@ def raw_status(
         except grpc.RpcError as err:
             return err.code(), err.details()  # type: ignore[attr-defined]
     return grpc.StatusCode.OK, ""
+
+
+def own_channel(url: str) -> Any:
+    """A gRPC channel on a connection of its own (grpcio shares one between the
+    channels of a process by default): a client that never logged in has its
+    connection for a session."""
+    import grpc
+
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    return grpc.insecure_channel(url.removeprefix("grpc://"), options=options)

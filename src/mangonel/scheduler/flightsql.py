@@ -254,6 +254,8 @@ class _Poll:
     """Each statement's job: the latest run."""
     runs: list[int] = field(default_factory=list)
     results: list[_Result | None] = field(default_factory=list)
+    progress: float = 0.0
+    """The last progress told: the next is never less."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -842,15 +844,16 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
                     self._polls.pop(poll.handle, None)
                 info = self._info(results, poll.descriptor)
                 return sql_pb.PollInfo(info=info.serialize(), progress=1.0)
-        # Finished statements count whole; a job's stages by their tasks done.
-        finished = len(results) / len(poll.results)
-        running = done / total / len(poll.results) if total else 0.0
+            # Finished statements count whole, a running job by its tasks done; never
+            # backwards (a stage planned late adds tasks, a lost result a run).
+            finished = len(results) / len(poll.results)
+            running = done / total / len(poll.results) if total else 0.0
+            poll.progress = max(poll.progress, min(finished + running, 0.99))
+            progress = poll.progress
         again = _poll_descriptor(poll.handle)
         partial = flight.FlightInfo(poll.schema, again, [], -1, -1)
         return sql_pb.PollInfo(
-            info=partial.serialize(),
-            flight_descriptor=again.serialize(),
-            progress=min(finished + running, 0.99),
+            info=partial.serialize(), flight_descriptor=again.serialize(), progress=progress
         )
 
     def _poll_of(self, handle: bytes, who: FlightSqlAuthMiddleware) -> _Poll:
