@@ -98,7 +98,7 @@ from mangonel.security import tls
 from mangonel.security.auth import ANONYMOUS, AUTHORIZATION, OPEN, Authenticator, Principal
 from mangonel.security.auth import bearer_token as parse_bearer
 from mangonel.security.tls import TlsMaterial
-from mangonel.sql.params import bind_parameters, count_parameters
+from mangonel.sql.params import bind_parameters, count_parameters, numbered
 from mangonel.task import PartitionLocation
 
 log = logging.getLogger(__name__)
@@ -749,7 +749,11 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         handle = secrets.token_bytes(16)
         with self._lock:
             self._prepared[handle] = _Prepared(sql, parameters, who.principal.user, who.session)
-        params = pa.schema([pa.field(f"parameter_{i + 1}", pa.null()) for i in range(parameters)])
+        # Each parameter typed where the query tells (``l_quantity < ?``), else null.
+        kinds = self.core.parameter_types(numbered(sql), parameters) if parameters else []
+        params = pa.schema(
+            [pa.field(f"parameter_{i + 1}", kind or pa.null()) for i, kind in enumerate(kinds)]
+        )
         return sql_pb.ActionCreatePreparedStatementResult(
             prepared_statement_handle=handle,
             dataset_schema=schema.serialize().to_pybytes(),

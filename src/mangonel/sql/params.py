@@ -29,14 +29,14 @@ from mangonel.errors import BindError, SqlSyntaxError
 from mangonel.sql.frontend import DEFAULT_DIALECT, describe_parse_error
 
 
-def _numbered(sql: str, dialect: str) -> str:
+def numbered(sql: str, dialect: str | None = None) -> str:
     """``sql`` with its n-th ``?`` token written ``$n``: a parse tree keeps no
     positions, and its walk order is not the reading order (a ``WITH`` comes
     last), so the positional parameters are numbered on the tokens first. Only
     placeholder tokens are rewritten, into placeholders."""
     tokens = [
         t
-        for t in Dialect.get_or_raise(dialect).tokenize(sql)
+        for t in Dialect.get_or_raise((dialect or DEFAULT_DIALECT).lower()).tokenize(sql)
         if t.token_type is TokenType.PLACEHOLDER and t.text == "?"
     ]
     for n, token in reversed(list(enumerate(tokens, start=1))):
@@ -51,7 +51,7 @@ def _placeholders(sql: str, dialect: str | None) -> tuple[exp.Expr, list[exp.Pla
             mixed = sqlglot.parse_one(sql, read=d).find_all(exp.Placeholder)
             if len({bool(_name(p)) for p in mixed}) > 1:
                 raise BindError("a statement mixes ? and $N parameters; use one kind")
-        tree = sqlglot.parse_one(_numbered(sql, d), read=d)
+        tree = sqlglot.parse_one(numbered(sql, d), read=d)
     except TokenError as err:
         raise SqlSyntaxError(f"syntax error: {err}") from None
     except ParseError as err:
