@@ -62,7 +62,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf.message import Message
 
-from mangonel.errors import AuthenticationError, ClusterError, MangonelError, job_failure
+from mangonel.errors import AuthenticationError, ClusterError, MangonelError
 from mangonel.ids import JobId
 from mangonel.proto import flightsql_pb2 as sql_pb
 from mangonel.proto.batches import fitted
@@ -76,8 +76,8 @@ from mangonel.scheduler.flightsql_front import (
     FlightSqlFront,
 )
 from mangonel.scheduler.flightsql_wire import (
-    code_of,
     command_of,
+    failure,
     flight_errors,
     invalid,
     not_found,
@@ -86,6 +86,8 @@ from mangonel.scheduler.flightsql_wire import (
     parse,
     parse_descriptor,
     parse_info,
+    poll_descriptor,
+    poll_handle,
     status,
     unpack,
     unpack_as,
@@ -261,35 +263,6 @@ class _Poll:
     def __post_init__(self) -> None:
         self.runs = self.runs or [1] * len(self.jobs)
         self.results = self.results or [None] * len(self.jobs)
-
-
-POLL_PREFIX = b"mangonel-poll:"
-"""The command of the descriptor a PollInfo answers while the query runs."""
-
-
-def _poll_descriptor(handle: bytes) -> flight.FlightDescriptor:
-    return flight.FlightDescriptor.for_command(POLL_PREFIX + handle.hex().encode())
-
-
-def _poll_handle(descriptor: flight.FlightDescriptor | None) -> bytes | None:
-    """The poll a descriptor names; ``None`` when it names none."""
-    if descriptor is None or descriptor.descriptor_type != flight.DescriptorType.CMD:
-        return None
-    raw = descriptor.command
-    if not raw.startswith(POLL_PREFIX):
-        return None
-    try:
-        return bytes.fromhex(raw[len(POLL_PREFIX) :].decode())
-    except (ValueError, UnicodeDecodeError):
-        raise invalid("malformed poll descriptor: use the one the last PollInfo gave") from None
-
-
-def _failure(job: JobId, error: str, error_type: str) -> flight.FlightError:
-    """What a client gets for a job that ended without a result: the status of the
-    error it is blamed on (``JobCancelledError``: CANCELLED), the message named by
-    it, as every refusal here is."""
-    blamed = job_failure(error_type, error)
-    return status(code_of(blamed), f"{error_type}: {error or f'job {job} did not finish'}")
 
 
 # ------------------------------------------------------------------- server
@@ -647,7 +620,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
             if state is JobState.SUCCEEDED:
                 return
             if state.finished:
-                raise _failure(record.id, error, error_type)
+                raise failure(record.id, error, error_type)
             if context.is_cancelled():
                 log.info("flight sql: the client cancelled job %s", record.id)
                 self.core.cancel(record.id, "cancelled by the Flight SQL client")
@@ -800,7 +773,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         how far they got, and the last the complete ``FlightInfo``. A failed job
         fails the call, as ``GetFlightInfo`` would have.
         """
-        handle = _poll_handle(descriptor)
+        handle = poll_handle(descriptor)
         if handle is not None:
             return self._advance(self._poll_of(handle, who), who)
         command = command_of(descriptor)
@@ -839,7 +812,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
                         poll.runs[i] += 1
                 elif state.finished:
                     self._drop_poll(poll)
-                    raise _failure(record.id, error, error_type)
+                    raise failure(record.id, error, error_type)
                 done += sum(v.done for v in views)
                 total += sum(v.num_tasks for v in views)
             results = [r for r in poll.results if r is not None]
@@ -854,7 +827,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
             running = done / total / len(poll.results) if total else 0.0
             poll.progress = max(poll.progress, min(finished + running, 0.99))
             progress = poll.progress
-        again = _poll_descriptor(poll.handle)
+        again = poll_descriptor(poll.handle)
         partial = flight.FlightInfo(poll.schema, again, [], -1, -1)
         return sql_pb.PollInfo(
             info=partial.serialize(), flight_descriptor=again.serialize(), progress=progress
@@ -885,7 +858,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
 
     def _cancel(self, info: flight.FlightInfo, who: FlightSqlAuthMiddleware) -> Any:
         """Cancel the jobs of a FlightInfo (finished ones: release their result)."""
-        handle = _poll_handle(info.descriptor)
+        handle = poll_handle(info.descriptor)
         if handle is not None:  # a PollInfo's FlightInfo, the query not done
             poll = self._poll_of(handle, who)
             self._drop_poll(poll)

@@ -1,7 +1,10 @@
-"""Flight SQL as it travels: the commands clients send, and the status of each failure.
+"""Flight SQL as it travels: the commands clients send, the status of each failure,
+the descriptors polls are named by.
 
 Commands arrive packed in ``google.protobuf.Any`` (``unpack``); action bodies
-and Flight's own messages are bare (``parse``).
+and Flight's own messages are bare (``parse``). A query polled for
+(``PollFlightInfo``) is named, until it is done, by a descriptor whose command is
+``POLL_PREFIX`` and a random handle (``poll_descriptor``).
 
 Every failure ends the call with the gRPC status that says what happened, in
 plain text. The service raises a Flight error carrying the code's name in its
@@ -59,6 +62,7 @@ from mangonel.errors import (
     QueryTimeoutError,
     StateStoreError,
     UnknownTableError,
+    job_failure,
     plain_text,
 )
 from mangonel.proto import flightsql_pb2 as sql_pb
@@ -167,6 +171,14 @@ def flight_errors(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def failure(job: str, error: str, error_type: str) -> flight.FlightError:
+    """What a client gets for a job that ended without a result: the status of the
+    error it is blamed on (``JobCancelledError``: CANCELLED), the message named by
+    it, as every refusal here is."""
+    blamed = job_failure(error_type, error)
+    return status(code_of(blamed), f"{error_type}: {error or f'job {job} did not finish'}")
+
+
 # ------------------------------------------------------------------ messages
 
 _COMMANDS: dict[str, type[Message]] = {
@@ -264,3 +276,27 @@ def parse_info(raw: bytes) -> flight.FlightInfo:
 def opt(message: Message, name: str) -> Any:
     """An optional field's value, ``None`` when unset."""
     return getattr(message, name) if message.HasField(name) else None
+
+
+# --------------------------------------------------------------------- polls
+
+POLL_PREFIX = b"mangonel-poll:"
+"""The command of the descriptor a PollInfo answers while the query runs."""
+
+
+def poll_descriptor(handle: bytes) -> flight.FlightDescriptor:
+    """The descriptor a PollInfo names its poll by, while the query runs."""
+    return flight.FlightDescriptor.for_command(POLL_PREFIX + handle.hex().encode())
+
+
+def poll_handle(descriptor: flight.FlightDescriptor | None) -> bytes | None:
+    """The poll a descriptor names; ``None`` when it names none."""
+    if descriptor is None or descriptor.descriptor_type != flight.DescriptorType.CMD:
+        return None
+    raw = descriptor.command
+    if not raw.startswith(POLL_PREFIX):
+        return None
+    try:
+        return bytes.fromhex(raw[len(POLL_PREFIX) :].decode())
+    except (ValueError, UnicodeDecodeError):
+        raise invalid("malformed poll descriptor: use the one the last PollInfo gave") from None
