@@ -16,7 +16,7 @@ batches whole.
 >>> import pyarrow as pa
 >>> batch = pa.record_batch({"x": pa.array(range(1_000_000), pa.int64())})
 >>> [b.num_rows for b in fitted([batch])]
-[333334, 333334, 333332]
+[333336, 333336, 333328]
 """
 
 from __future__ import annotations
@@ -55,7 +55,12 @@ def _cut(batch: pa.RecordBatch, size: int) -> Iterator[pa.RecordBatch]:
         yield batch
         return
     pieces = -(-size // BATCH_BYTES)
+    # Whole bytes of the validity bitmaps: a slice at a multiple of 8 rows refers to
+    # them as they are, any other the IPC writer copies shifted (half of the cut's
+    # cost on SELECT * FROM lineitem).
     step = -(-batch.num_rows // pieces)
+    if step >= 8:
+        step = -(-step // 8) * 8
     for start in range(0, batch.num_rows, step):
         piece = batch.slice(start, step)
         # Rows of uneven width (long strings in one part) leave a piece over the
