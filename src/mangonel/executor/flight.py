@@ -28,7 +28,7 @@ to it as they go out.
 Through a view, every batch goes out cut to fit one gRPC message of any
 client (``proto.batches``): a file's batches are as large as DuckDB made them
 (up to 18 MiB), which only ``pyarrow.flight``'s client, the peers' and the Python
-client's, accepts whole. Cut, they cost the server about a quarter more CPU per
+client's, accepts whole. Cut, they cost the server up to a third more CPU per
 byte sent, which a shuffle does not pay.
 """
 

@@ -23,7 +23,7 @@ changes:
   logged in has its connection for a session), which the front sets on every call.
 
 What passes through costs one more local hop (``BENCHMARKS.md``, "Flight SQL on the
-wire"): about 1.5 ms a call, and half again the time of a result read through
+wire"): about 1.6 ms a call, and half again the time of a result read through
 the scheduler, whose bytes the front relays once more.
 """
 
