@@ -29,7 +29,10 @@
     └── StateStoreError            the scheduler's state store cannot be opened or written
         └── StoreFencedError       another scheduler took the store over (this one must stop)
 
-Each message says what happened and what to do about it.
+Each message says what happened and what to do about it, in plain text: every
+door a message leaves by (the gRPC API, Flight SQL, the web UI and REST API)
+sends it through ``plain_text``, which drops terminal escape sequences (sqlglot
+underlines the token it stopped at with them) and control characters.
 
 A job that fails while it runs keeps its error's type on the way to the client:
 the executor names it on the task's failure, the scheduler on the job's
@@ -48,6 +51,7 @@ store that is down and a bug of mangonel each say what to do instead.
 from __future__ import annotations
 
 import enum
+import re
 from typing import ClassVar
 
 
@@ -288,3 +292,19 @@ def job_failure(error_type: str, message: str) -> JobFailedError:
     except ValueError:
         kind = ErrorType.JOB_FAILED
     return kind.raised(message)
+
+
+_ESCAPES = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+"""Terminal escape sequences: CSI (colours, underline: ``ESC [ 4 m``), OSC, and the
+two-character ones."""
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def plain_text(message: str) -> str:
+    """``message`` without terminal escape sequences and control characters (line
+    breaks and tabs stay): how an error's text leaves mangonel.
+
+    >>> plain_text("near '\\x1b[4m=\\x1b[0m'")
+    "near '='"
+    """
+    return _CONTROLS.sub("", _ESCAPES.sub("", message))

@@ -47,3 +47,40 @@ def read_endpoints(info: flight.FlightInfo, scheduler: flight.FlightClient) -> A
         else:
             tables.append(scheduler.do_get(endpoint.ticket).read_all())
     return pa.concat_tables(tables) if tables else info.schema.empty_table()
+
+
+def raw_status(
+    url: str, method: str, body: bytes, metadata: tuple[tuple[str, str], ...] = ()
+) -> tuple[Any, str]:
+    """Call a Flight method with plain gRPC, as a client in any language does, on a
+    connection of its own, and return the status code and message it ended with
+    (``OK``, "" if it did not fail).
+
+    Args:
+        url: ``grpc://host:port``.
+        method: ``GetFlightInfo``, ``GetSchema`` or ``PollFlightInfo`` (one message
+            in, one out), or ``DoAction`` (one in, a stream out).
+        body: The serialized request.
+    """
+    import grpc
+
+    path = f"/arrow.flight.protocol.FlightService/{method}"
+    with own_channel(url) as channel:
+        try:
+            if method == "DoAction":
+                list(channel.unary_stream(path)(body, metadata=metadata))
+            else:
+                channel.unary_unary(path)(body, metadata=metadata)
+        except grpc.RpcError as err:
+            return err.code(), err.details()  # type: ignore[attr-defined]
+    return grpc.StatusCode.OK, ""
+
+
+def own_channel(url: str) -> Any:
+    """A gRPC channel on a connection of its own (grpcio shares one between the
+    channels of a process by default): a client that never logged in has its
+    connection for a session."""
+    import grpc
+
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    return grpc.insecure_channel(url.removeprefix("grpc://"), options=options)

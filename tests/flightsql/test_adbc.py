@@ -100,6 +100,32 @@ def test_parameters(adbc: Any, duckdb_ref: duckdb.DuckDBPyConnection) -> None:
     assert_same_result(actual, expected, ordered=True)
 
 
+def test_prepared_statement_declares_its_parameter_types(
+    adbc: Any, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """Each parameter as the column it is compared with (null where nothing tells), so
+    that a client can convert its values before binding them."""
+    sql = (
+        "SELECT ? AS tag, l_orderkey, l_linenumber FROM lineitem WHERE l_quantity < ? "
+        "AND l_shipdate >= ? AND l_shipmode = ? ORDER BY l_orderkey, l_linenumber LIMIT ?"
+    )
+    with adbc.cursor() as cur:
+        params = cur.adbc_prepare(sql)
+        assert params.types == [
+            pa.null(),
+            pa.decimal128(15, 2),
+            pa.date32(),
+            pa.string(),
+            pa.int64(),
+        ]
+        values = ("x", decimal.Decimal("3"), dt.date(1998, 1, 1), "AIR", 10)
+        cur.execute(sql, values)
+        actual = cur.fetch_arrow_table()
+    expected = duckdb_ref.sql(sql, params=list(values)).to_arrow_table()
+    assert expected.num_rows == 10
+    assert_same_result(actual, expected, ordered=True)
+
+
 def test_prepared_statement_runs_again_with_new_parameters(
     adbc: Any, duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:

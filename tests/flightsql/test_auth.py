@@ -105,7 +105,7 @@ def test_prepared_statement_of_another_session_is_refused(secured: FlightSqlServ
             list(client.do_action(action, bob))
         # Its own session closes it; then it is gone for everyone.
         assert list(client.do_action(action, alice)) == []
-        with pytest.raises(flight.FlightServerError, match="unknown prepared statement"):
+        with pytest.raises(pa.ArrowKeyError, match="unknown prepared statement"):
             list(client.do_action(action, alice))
 
 

@@ -94,3 +94,33 @@ def test_refuses_a_released_file(writer: ShuffleWriter, client: flight.FlightCli
     writer.release(JobId("j1"))
     with pytest.raises(flight.FlightServerError, match="does not name an output"):
         get(client, path)
+
+
+def test_other_flight_methods_are_refused_in_words(client: flight.FlightClient) -> None:
+    """Not pyarrow's default: a NotImplementedError with the server's traceback."""
+    descriptor = flight.FlightDescriptor.for_command(b"SELECT 1")
+    calls = [
+        lambda: list(client.list_flights()),
+        lambda: client.get_flight_info(descriptor),
+        lambda: list(client.do_action(flight.Action("CreatePreparedStatement", b""))),
+        lambda: client.do_put(descriptor, pa.schema([("x", pa.int64())]))[0].close(),
+        lambda: _exchange(client, descriptor),
+    ]
+    for call in calls:
+        with pytest.raises(flight.FlightServerError) as refused:
+            call()
+        message = str(refused.value)
+        assert "only streams the result and shuffle partitions" in message
+        assert "--flight-sql-port" in message
+        assert "Traceback" not in message and "_flight.pyx" not in message
+    assert list(client.list_actions()) == []
+    # pyarrow 26 passes no error of GetSchema through as a Flight error: the
+    # words arrive, after them the traceback (and as UNKNOWN).
+    with pytest.raises(pa.ArrowException, match="only streams the result and shuffle"):
+        client.get_schema(descriptor)
+
+
+def _exchange(client: flight.FlightClient, descriptor: flight.FlightDescriptor) -> None:
+    writer, reader = client.do_exchange(descriptor)
+    with writer:
+        reader.read_chunk()

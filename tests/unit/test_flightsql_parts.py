@@ -1,4 +1,5 @@
-"""The pure parts of the Flight SQL endpoint: parameters, metadata rows, result views."""
+"""The pure parts of the Flight SQL endpoint: parameters, metadata rows, result views,
+batches cut to fit a message."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from mangonel.errors import BindError
+from mangonel.proto.batches import BATCH_BYTES, MAX_MESSAGE_BYTES, fitted
 from mangonel.proto.results import ResultView, result_schema
 from mangonel.scheduler import flightsql_meta as meta
 from mangonel.sql.params import bind_parameters, count_parameters
@@ -115,3 +117,31 @@ def test_result_view_round_trip_and_apply() -> None:
     out = view.apply(batch)
     assert out.schema == schema
     assert out.to_pylist() == [{"name": "a", "n": 1}, {"name": None, "n": 2}]
+
+
+def test_batches_are_cut_to_fit_one_message_of_any_client() -> None:
+    rows = 200_000
+    # Uneven rows: the first 1,400 carry 3 KB each, the rest 12 bytes; cut in two
+    # halves of equal rows, the first half would still be 5 MB.
+    text = pa.array(["x" * 3000] * 1400 + [""] * (rows - 1400))
+    batch = pa.record_batch({"k": pa.array(range(rows), pa.int64()), "s": text})
+    assert batch.slice(0, rows // 2).nbytes > MAX_MESSAGE_BYTES
+    pieces = list(fitted([batch]))
+    assert all(pa.ipc.get_record_batch_size(p) <= MAX_MESSAGE_BYTES for p in pieces)
+    assert pa.Table.from_batches(pieces).equals(pa.Table.from_batches([batch]))
+    small = batch.slice(0, 10)
+    assert list(fitted([small])) == [small]
+    nested = pa.record_batch({"n": pa.array([{"a": "y" * 100}] * 50_000)})
+    assert len(list(fitted([nested]))) > 1
+
+
+def test_a_batch_with_views_goes_whole() -> None:
+    """Every slice of a view column refers to all of its data buffers: cutting it
+    would send them again with each slice."""
+    views = pa.array(["y" * 100] * 50_000).cast(pa.string_view())
+    batch = pa.record_batch({"v": views})
+    assert batch.nbytes > BATCH_BYTES
+    assert list(fitted([batch])) == [batch]
+    kind = pa.struct([("a", pa.list_(pa.binary_view()))])
+    nested = pa.record_batch({"n": pa.array([{"a": [b"y" * 100]}] * 50_000).cast(kind)})
+    assert list(fitted([nested])) == [nested]

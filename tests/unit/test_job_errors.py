@@ -239,3 +239,14 @@ def test_documents_written_before_error_types_still_read() -> None:
     task = json.loads(encode(TaskRecord.fresh(TaskId(J1, att(1, 0).task.stage, 0))))
     del task["last_error_type"]
     assert decode(json.dumps(task), TaskRecord).last_error_type is ErrorType.JOB_FAILED
+
+
+def test_error_text_leaves_as_plain_text() -> None:
+    """What every door (gRPC, Flight SQL, web) sends: no terminal escape sequences."""
+    underlined = (
+        "syntax error near '\x1b[4m=\x1b[0m'\n\tSELECT \x1b]8;;http://x\x07link\x1b]8;;\x07\r\x00"
+    )
+    assert errors.plain_text(underlined) == "syntax error near '='\n\tSELECT link"
+    assert errors.plain_text('Binder Error: column "x" not found') == (
+        'Binder Error: column "x" not found'
+    )

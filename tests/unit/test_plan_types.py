@@ -1,4 +1,5 @@
-"""The type oracle: DuckDB over empty tables, shared between queries on the same tables."""
+"""The type oracle: DuckDB over empty tables, shared between queries on the same tables;
+the types of a query's parameters."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from plan_runner import run_plan
 from mangonel.catalog import Table, load_table
 from mangonel.errors import BindError
 from mangonel.plan import types
-from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.plan.planner import PlannerConfig, parameter_types, plan_query
 from mangonel.plan.types import oracle_for
+from mangonel.sql.params import count_parameters, numbered
 
 
 def test_one_oracle_serves_queries_on_the_same_tables(tmp_path: Path) -> None:
@@ -215,3 +217,21 @@ def test_a_process_that_planned_exits_without_duckdb_leak_reports(tmp_path: Path
     )
     assert done.returncode == 0, done.stderr
     assert "leaked" not in done.stderr, done.stderr
+
+
+def test_parameters_take_the_types_of_where_they_stand(catalog: dict[str, Table]) -> None:
+    def kinds(sql: str) -> list[pa.DataType | None]:
+        return parameter_types(numbered(sql), count_parameters(sql), catalog)
+
+    assert kinds(
+        "SELECT l_orderkey FROM lineitem WHERE l_quantity < ? AND l_shipdate >= ? "
+        "AND l_comment LIKE ? AND l_linenumber IN (?, 2) LIMIT ?"
+    ) == [pa.decimal128(15, 2), pa.date32(), pa.string(), pa.int32(), pa.int64()]
+    # In a subquery, numbered out of order, used twice.
+    assert kinds(
+        "SELECT o_orderkey FROM orders WHERE o_custkey = $2 AND o_orderkey IN "
+        "(SELECT l_orderkey FROM lineitem WHERE l_tax = $1 OR l_discount = $1)"
+    ) == [pa.decimal128(15, 2), pa.int64()]
+    # Nothing tells the type of a bare parameter: null, the others still typed.
+    assert kinds("SELECT ?, o_orderkey FROM orders WHERE o_custkey = ?") == [None, pa.int64()]
+    assert kinds("SELECT ? + 1 AS x") == [None]

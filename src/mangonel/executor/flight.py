@@ -24,6 +24,12 @@ A Flight SQL client reads a result partition through a view ticket
 (``proto.results.ResultView``): the partition's own ticket, checked as above,
 plus the schema the client expects; the batches are renamed, trimmed and cast
 to it as they go out.
+
+Through a view, every batch goes out cut to fit one gRPC message of any
+client (``proto.batches``): a file's batches are as large as DuckDB made them
+(up to 18 MiB), which only ``pyarrow.flight``'s client, the peers' and the Python
+client's, accepts whole. Cut, they cost the server up to a third more CPU per
+byte sent, which a shuffle does not pay.
 """
 
 from __future__ import annotations
@@ -31,12 +37,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 from isal import isal_zlib
 
 from mangonel.executor.shuffle import OutputRegistry, checksum_text
+from mangonel.proto.batches import fitted
 from mangonel.proto.results import ResultView
 from mangonel.security import tls
 from mangonel.security.auth import AUTHORIZATION, bearer_token
@@ -120,8 +128,51 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         # alive even if the file is released (unlinked) while streaming.
         batches = _checked(reader, data, output, path)
         if view is not None:
-            return flight.GeneratorStream(view.schema, (view.apply(b) for b in batches))
+            return flight.GeneratorStream(view.schema, fitted(view.apply(b) for b in batches))
         return flight.GeneratorStream(reader.schema, batches)
+
+    # Every other Flight method is refused in words a client can act on. Not
+    # pyarrow's default (``NotImplementedError``, which reaches the client with the
+    # server's traceback pasted into the message), nor ``ArrowNotImplementedError``
+    # (gRPC UNIMPLEMENTED, but with the same traceback): ``FlightServerError``
+    # travels as UNKNOWN with the message alone.
+
+    def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Iterator[Any]:
+        raise _only_do_get("ListFlights")
+
+    def get_flight_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
+        raise _only_do_get("GetFlightInfo")
+
+    def get_schema(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> flight.SchemaResult:
+        raise _only_do_get("GetSchema")
+
+    def do_put(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        raise _only_do_get("DoPut")
+
+    def do_exchange(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.MetadataRecordBatchWriter,
+    ) -> None:
+        raise _only_do_get("DoExchange")
+
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        return []
+
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[Any]:
+        raise _only_do_get(f"action {action.type!r}")
 
     def _check_ticket(self, context: flight.ServerCallContext, raw: bytes) -> bytes:
         """The path a ticket grants, once its signature, expiry and session hold."""
@@ -166,6 +217,15 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
                 f"ticket {given!r} does not name an output this executor wrote"
             )
         return real, output
+
+
+def _only_do_get(what: str) -> flight.FlightServerError:
+    return flight.FlightServerError(
+        f"{what} is not served here: this is a mangonel executor's Flight port, which only "
+        "streams the result and shuffle partitions of tickets the scheduler handed out "
+        "(DoGet); Flight SQL clients connect to the scheduler's Flight SQL port "
+        "(--flight-sql-port, 50051 by default)"
+    )
 
 
 def _checked(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import sqlglot
+from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from mangonel import defaults
@@ -323,6 +324,33 @@ def result_schema(sql: str, catalog: Mapping[str, Table], dialect: str | None = 
     oracle = oracle_for({name: catalog[name] for name in parsed.tables})
     schema = oracle.arrow_schema(to_duckdb(parsed.query))
     return pa.schema([pa.field(f.name, f.type, nullable=True) for f in schema])
+
+
+def parameter_types(
+    sql: str, count: int, catalog: Mapping[str, Table], dialect: str | None = None
+) -> list[pa.DataType | None]:
+    """The Arrow type of each of a query's ``count`` parameters (``$1``, ``$2``...: see
+    ``sql.params.numbered``), as DuckDB infers it from where it stands; ``None``
+    where the query does not tell.
+
+    Raises:
+        mangonel.errors.QueryError: (a subclass) the query may not run, as ``parse``.
+    """
+    parsed = parse(sql, set(catalog), dialect)
+    oracle = oracle_for({name: catalog[name] for name in parsed.tables})
+    kinds = oracle.parameter_types(to_duckdb(parsed.query), count)
+    if count < 2 or any(kinds):
+        return kinds
+    # DuckDB binds no plan where one parameter's type is open (``SELECT ?``): ask
+    # for each one alone, the others NULL.
+    alone: list[pa.DataType | None] = []
+    for number in range(1, count + 1):
+        query = parsed.query.copy()
+        for node in list(query.find_all(exp.Placeholder)):
+            if str(node.args.get("this") or "") != str(number):
+                node.replace(exp.Null())
+        alone.append(oracle.parameter_types(to_duckdb(query), count)[number - 1])
+    return alone
 
 
 _gc_lock = threading.Lock()

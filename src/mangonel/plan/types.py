@@ -3,20 +3,32 @@
 The planner asks it (a) whether a query binds — DuckDB's own message for an
 unknown column or a type error reaches the user — and (b) the types of a
 fragment's columns, so that both sides of a join key or set operation are cast
-to one type before hashing (DuckDB's ``hash()`` depends on the type).
+to one type before hashing (DuckDB's ``hash()`` depends on the type). Flight SQL
+asks it (c) the types of a prepared statement's parameters, as DuckDB's binder
+infers them from where they stand (``l_quantity < ?``: ``l_quantity``'s type).
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from mangonel.catalog import Table
 from mangonel.errors import BindError
+
+_CONFIG = {
+    "threads": 1,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+}
+"""No extension is ever installed or loaded behind our back (``httpfs`` for an
+s3:// path would be downloaded): mangonel reads object storage itself."""
 
 
 class TypeOracle:
@@ -28,21 +40,17 @@ class TypeOracle:
     """
 
     def __init__(self, catalog: Mapping[str, Table] | None = None) -> None:
-        # No extension is ever installed or loaded behind our back (``httpfs`` for
-        # an s3:// path would be downloaded): mangonel reads object storage itself.
-        self._con = duckdb.connect(
-            ":memory:",
-            config={
-                "threads": 1,
-                "autoinstall_known_extensions": False,
-                "autoload_known_extensions": False,
-            },
-        )
+        self._con = duckdb.connect(":memory:", config=_CONFIG)
         self._lock = threading.Lock()
         self._supertypes: dict[tuple[str, str], str] = {}
         self._tables: dict[str, dict[str, str]] = {}
         self._held: dict[str, _TableKey] = {}
         """Name -> identity of each table registered here."""
+        self._schemas: dict[str, pa.Schema] = {}
+        self._bound: duckdb.DuckDBPyConnection | None = None
+        """Empty DuckDB tables of the same schemas, for ``parameter_types``: DuckDB
+        serializes no plan that reads a registered Arrow table. Made on first use."""
+        self._bound_tables: set[str] = set()
         self.add(catalog or {})
 
     def fits(self, keys: Mapping[str, _TableKey]) -> bool:
@@ -67,6 +75,7 @@ class TypeOracle:
                 # (about 40 MB of a scheduler's memory, for nothing).
                 self._con.register(name, pa.Table.from_batches([], table.schema))
                 self._held[name] = keys[name]
+                self._schemas[name] = table.schema
 
     def describe(self, sql: str) -> list[tuple[str, str]]:
         """(column name, DuckDB type) of a query's result; BindError if it does not bind."""
@@ -106,8 +115,117 @@ class TypeOracle:
             self._supertypes[key] = self.describe(sql)[0][1]
         return self._supertypes[key]
 
+    def parameter_types(self, sql: str, count: int) -> list[pa.DataType | None]:
+        """The Arrow type of each of a query's ``count`` parameters (``$1``, ``$2``...)
+        as DuckDB's binder infers it from where it stands; ``None`` where nothing
+        tells (``SELECT $1``), or for all of them when the query does not bind.
+
+        DuckDB's Python API cannot prepare a statement without running it; its
+        ``json_serialize_plan`` binds one and writes each parameter's type.
+        """
+        with self._lock:
+            con = self._bound_connection()
+            try:
+                raw = con.execute(
+                    "SELECT json_serialize_plan($1, optimize := false)", [sql]
+                ).fetchall()[0][0]
+            except duckdb.Error:
+                self._drop_bound()  # it may be DuckDB's internal error: start afresh
+                return [None] * count
+            plan = json.loads(raw)
+            if plan.get("error"):
+                return [None] * count
+            found: dict[int, str] = {}
+            for node in _walk(plan):
+                if node.get("expression_class") == "BOUND_PARAMETER":
+                    text = _type_text(node.get("return_type") or {})
+                    number = int(node.get("identifier", "0") or 0)
+                    if text is not None and number not in found:
+                        found[number] = text
+            arrow: dict[int, pa.DataType] = {}
+            if found:
+                columns = ", ".join(f'CAST(NULL AS {t}) AS "{n}"' for n, t in found.items())
+                try:
+                    schema = con.sql(f"SELECT {columns}").limit(0).to_arrow_table().schema
+                except duckdb.Error:
+                    return [None] * count
+                arrow = {int(f.name): f.type for f in schema}
+        return [arrow.get(n) for n in range(1, count + 1)]
+
+    def _bound_connection(self) -> duckdb.DuckDBPyConnection:
+        """The connection of empty DuckDB tables, each table held here in it (the
+        caller holds the lock)."""
+        if self._bound is None:
+            self._bound = duckdb.connect(":memory:", config=_CONFIG)
+        for name in self._held.keys() - self._bound_tables:
+            self._bound.register("__mangonel_empty", pa.Table.from_batches([], self._schemas[name]))
+            quoted = '"' + name.replace('"', '""') + '"'
+            self._bound.execute(f"CREATE TABLE {quoted} AS SELECT * FROM __mangonel_empty")
+            self._bound.unregister("__mangonel_empty")
+            self._bound_tables.add(name)
+        return self._bound
+
+    def _drop_bound(self) -> None:
+        if self._bound is not None:
+            self._bound.close()
+        self._bound = None
+        self._bound_tables.clear()
+
     def close(self) -> None:
         self._con.close()
+        if self._bound is not None:
+            self._bound.close()
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    """Every JSON object in a serialized plan."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+_SCALARS = {
+    "BOOLEAN": "BOOLEAN",
+    "TINYINT": "TINYINT",
+    "SMALLINT": "SMALLINT",
+    "INTEGER": "INTEGER",
+    "BIGINT": "BIGINT",
+    "HUGEINT": "HUGEINT",
+    "UTINYINT": "UTINYINT",
+    "USMALLINT": "USMALLINT",
+    "UINTEGER": "UINTEGER",
+    "UBIGINT": "UBIGINT",
+    "FLOAT": "FLOAT",
+    "DOUBLE": "DOUBLE",
+    "VARCHAR": "VARCHAR",
+    "BLOB": "BLOB",
+    "DATE": "DATE",
+    "TIME": "TIME",
+    "TIMESTAMP": "TIMESTAMP",
+    "TIMESTAMP_SEC": "TIMESTAMP_S",
+    "TIMESTAMP_MS": "TIMESTAMP_MS",
+    "TIMESTAMP_NS": "TIMESTAMP_NS",
+    "TIMESTAMP_TZ": "TIMESTAMPTZ",
+    "INTERVAL": "INTERVAL",
+}
+"""DuckDB's type ids in a serialized plan -> the type's SQL name."""
+
+
+def _type_text(kind: dict[str, Any]) -> str | None:
+    """A serialized DuckDB type as SQL (``DECIMAL(15,2)``, ``VARCHAR[]``); ``None``
+    for a type no parameter can be given (UNKNOWN, ANY, NULL) or not written here."""
+    name = kind.get("id")
+    info = kind.get("type_info") or {}
+    if name == "DECIMAL":
+        return f"DECIMAL({int(info['width'])},{int(info['scale'])})"
+    if name == "LIST":
+        child = _type_text(info.get("child_type") or {})
+        return f"{child}[]" if child is not None else None
+    return _SCALARS.get(str(name))
 
 
 def _clean(message: str) -> str:

@@ -217,3 +217,27 @@ class CloseSessionResult(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     status: CloseSessionResult.Status
     def __init__(self, status: _Optional[_Union[CloseSessionResult.Status, str]] = ...) -> None: ...
+
+class Action(_message.Message):
+    __slots__ = ("type", "body")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    body: bytes
+    def __init__(self, type: _Optional[str] = ..., body: _Optional[bytes] = ...) -> None: ...
+
+class Result(_message.Message):
+    __slots__ = ("body",)
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    def __init__(self, body: _Optional[bytes] = ...) -> None: ...
+
+class PollInfo(_message.Message):
+    __slots__ = ("info", "flight_descriptor", "progress")
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    FLIGHT_DESCRIPTOR_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    info: bytes
+    flight_descriptor: bytes
+    progress: float
+    def __init__(self, info: _Optional[bytes] = ..., flight_descriptor: _Optional[bytes] = ..., progress: _Optional[float] = ...) -> None: ...

@@ -62,7 +62,7 @@ from mangonel.errors import ErrorType, InternalError, MangonelError, StateStoreE
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
-from mangonel.plan.planner import PlanCache, PlannerConfig, result_schema
+from mangonel.plan.planner import PlanCache, PlannerConfig, parameter_types, result_schema
 from mangonel.scheduler.events import (
     CancelRequested,
     Command,
@@ -723,6 +723,12 @@ class SchedulerCore:
     def result_schema(self, sql: str, dialect: str | None = None) -> pa.Schema:
         """The Arrow schema of the query's result as DuckDB types it; nothing runs."""
         return result_schema(sql, self.catalog.snapshot(), dialect)
+
+    def parameter_types(
+        self, sql: str, count: int, dialect: str | None = None
+    ) -> list[pa.DataType | None]:
+        """The Arrow types of a query's parameters (``$1``...) where it tells them."""
+        return parameter_types(sql, count, self.catalog.snapshot(), dialect)
 
     def explain(self, sql: str, dialect: str | None = None) -> str:
         return render(self.plan(sql, dialect))

@@ -49,23 +49,50 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import secrets
+import shutil
+import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
-from google.protobuf import any_pb2
-from google.protobuf.message import DecodeError, Message
+from google.protobuf.message import Message
 
 from mangonel.errors import AuthenticationError, ClusterError, MangonelError
 from mangonel.ids import JobId
 from mangonel.proto import flightsql_pb2 as sql_pb
+from mangonel.proto.batches import fitted
 from mangonel.proto.results import ResultView, partition_ticket, result_schema
 from mangonel.scheduler import flightsql_meta as meta
 from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
+from mangonel.scheduler.flightsql_front import (
+    PEER_HEADER,
+    POLL_ACTION,
+    SCHEMA_ACTION,
+    FlightSqlFront,
+)
+from mangonel.scheduler.flightsql_wire import (
+    command_of,
+    failure,
+    flight_errors,
+    invalid,
+    not_found,
+    opt,
+    pack,
+    parse,
+    parse_descriptor,
+    parse_info,
+    poll_descriptor,
+    poll_handle,
+    status,
+    unpack,
+    unpack_as,
+    unsupported,
+)
 from mangonel.scheduler.jobs import JobRecord
 from mangonel.scheduler.state_views import ExecutorState, JobState
 from mangonel.scheduler.tickets import TicketIssuer
@@ -73,7 +100,7 @@ from mangonel.security import tls
 from mangonel.security.auth import ANONYMOUS, AUTHORIZATION, OPEN, Authenticator, Principal
 from mangonel.security.auth import bearer_token as parse_bearer
 from mangonel.security.tls import TlsMaterial
-from mangonel.sql.params import bind_parameters, count_parameters
+from mangonel.sql.params import bind_parameters, count_parameters, numbered
 from mangonel.task import PartitionLocation
 
 log = logging.getLogger(__name__)
@@ -84,56 +111,12 @@ RESULTS_FROM = ("executors", "scheduler")
 REUSE_CONNECTION = "arrow-flight-reuse-connection://?"
 """Flight's location for "the service that gave you this FlightInfo"."""
 
-_TYPE_PREFIX = "type.googleapis.com/arrow.flight.protocol.sql."
 # Runs of a query whose result was lost before its FlightInfo was built.
 _RESULT_RETRIES = 2
 # How often a waiting GetFlightInfo looks whether its client went away.
 _CANCEL_POLL_S = 0.1
 _FETCH_TIMEOUT_S = 60.0
 _AUTH_MIDDLEWARE = "auth"
-
-M = TypeVar("M", bound=Message)
-
-
-# ------------------------------------------------------------------ errors
-
-
-def _refused(message: str) -> flight.FlightServerError:
-    """A request the server will not do as sent (gRPC UNKNOWN with this message:
-    pyarrow gives INVALID_ARGUMENT only with the server's traceback in the text)."""
-    return flight.FlightServerError(message)
-
-
-def _translate(exc: BaseException) -> BaseException:
-    """A mangonel error as the Flight error a client should see."""
-    translated: BaseException = exc
-    if isinstance(exc, flight.FlightError):
-        pass
-    elif isinstance(exc, AuthenticationError):
-        translated = flight.FlightUnauthenticatedError(str(exc))
-    elif isinstance(exc, MangonelError):
-        translated = _refused(f"{type(exc).__name__}: {exc}")
-    return translated
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _flight_errors(method: F) -> F:
-    """Give every failure of a handler the Flight error a client should see."""
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(*args, **kwargs)
-        except Exception as exc:
-            translated = _translate(exc)
-            if translated is exc:
-                raise
-            raise translated from None
-
-    wrapper.__name__ = method.__name__
-    wrapper.__doc__ = method.__doc__
-    return wrapper  # type: ignore[return-value]
 
 
 # ------------------------------------------------------------ authentication
@@ -148,9 +131,12 @@ class FlightSqlAuthMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
         session: str,
         send_token: str | None,
         token: str | None = None,
+        peer: str = "",
     ) -> None:
         self.principal = principal
         self.session = session
+        self.peer = peer
+        """The client's address, as the front saw it (``PEER_HEADER``)."""
         self._send_token = send_token
         self.token = token
         """The caller's bearer token (its login's): what proves it the reader of
@@ -179,6 +165,7 @@ class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc
     ) -> FlightSqlAuthMiddleware:
         values = headers.get(AUTHORIZATION) or headers.get(AUTHORIZATION.title()) or []
         header: str | None = values[0] if values else None
+        peer = (headers.get(PEER_HEADER) or [""])[0]
         try:
             if header is not None and header.startswith("Basic "):
                 user, password = _basic(header)
@@ -187,10 +174,10 @@ class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc
                     token = f"open-{secrets.token_hex(16)}"
                     with self._lock:
                         self._open_tokens.add(token)
-                return FlightSqlAuthMiddleware(self._principal(token), token, token, token)
+                return FlightSqlAuthMiddleware(self._principal(token), token, token, token, peer)
             bearer = parse_bearer(header)
             if bearer is not None:
-                return FlightSqlAuthMiddleware(self._principal(bearer), bearer, None, bearer)
+                return FlightSqlAuthMiddleware(self._principal(bearer), bearer, None, bearer, peer)
         except AuthenticationError as exc:
             raise flight.FlightUnauthenticatedError(str(exc)) from None
         if self._auth.required:
@@ -198,7 +185,7 @@ class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc
                 "this cluster needs a user: connect with a user name and password "
                 "(Basic authentication), or send 'authorization: Bearer <token>'"
             )
-        return FlightSqlAuthMiddleware(ANONYMOUS, "", None)
+        return FlightSqlAuthMiddleware(ANONYMOUS, "", None, None, peer)
 
     def _principal(self, token: str) -> Principal:
         with self._lock:
@@ -254,11 +241,39 @@ class _Result:
     locations: tuple[PartitionLocation, ...]
 
 
+@dataclass
+class _Poll:
+    """A statement a client polls for (PollFlightInfo): one job per bound row."""
+
+    handle: bytes
+    session: str
+    descriptor: flight.FlightDescriptor
+    """The client's: the complete ``FlightInfo`` names it."""
+    schema: pa.Schema
+    """The result's as DuckDB types it, for the ``FlightInfo`` of a query not done."""
+    statements: list[str]
+    jobs: list[JobRecord]
+    """Each statement's job: the latest run."""
+    runs: list[int] = field(default_factory=list)
+    results: list[_Result | None] = field(default_factory=list)
+    progress: float = 0.0
+    """The last progress told: the next is never less."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.runs = self.runs or [1] * len(self.jobs)
+        self.results = self.results or [None] * len(self.jobs)
+
+
 # ------------------------------------------------------------------- server
 
 
-class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
-    """The Flight SQL endpoint of a scheduler; it listens once constructed.
+class FlightSqlServer:
+    """The Flight SQL endpoint of a scheduler: the service behind its front; it
+    listens once constructed.
+
+    The service (``FlightSqlService``) listens on a Unix socket in a private
+    directory of its own; the front (``flightsql_front``) on ``host:port``.
 
     Args:
         core: The scheduler's core.
@@ -279,6 +294,9 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             results with, so these tickets name the user instead (when the
             authenticator has users: without, everyone is the anonymous admin),
             and an executor serves them only with a token of that user.
+
+    Raises:
+        OSError: the port cannot be bound.
     """
 
     def __init__(
@@ -294,26 +312,64 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
     ) -> None:
         if results not in RESULTS_FROM:
             raise ValueError(f"results must be one of {RESULTS_FROM}, got {results!r}")
-        server_tls: dict[str, Any] = {}
-        if tls_material is not None:
-            server_tls["tls_certificates"] = [
-                flight.CertKeyPair(tls_material.cert, tls_material.key)
-            ]
+        # Private (mode 0700): the service trusts whoever reaches it to be the front.
+        self._dir = tempfile.mkdtemp(prefix="mangonel-flight-sql-")
+        socket = os.path.join(self._dir, "service.sock")
+        try:
+            self.service = FlightSqlService(
+                core, f"grpc+unix://{socket}", authenticator, results, tls_material, tickets
+            )
+            try:
+                self.front = FlightSqlFront(f"unix:{socket}", host, port, tls_material)
+            except OSError:
+                self.service.shutdown()
+                raise
+        except BaseException:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise
+        self.port = self.front.port
+        self.url = f"{tls.flight_scheme(tls_material)}://{advertise_host or host}:{self.port}"
+
+    def shutdown(self) -> None:
+        """Stop serving: the front first (its calls are cancelled), then the service."""
+        self.front.stop()
+        self.service.shutdown()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
+    """The Flight SQL service, behind the front (``FlightSqlServer``).
+
+    Args:
+        core: The scheduler's core.
+        location: Where it listens (the front's Unix socket).
+        authenticator, results, tls_material, tickets: As ``FlightSqlServer``'s;
+            ``tls_material`` reads results from the executors.
+    """
+
+    def __init__(
+        self,
+        core: SchedulerCore,
+        location: str,
+        authenticator: Authenticator = OPEN,
+        results: str = "executors",
+        tls_material: TlsMaterial | None = None,
+        tickets: TicketIssuer | None = None,
+    ) -> None:
         super().__init__(
-            location=f"{tls.flight_scheme(tls_material)}://{host}:{port}",
+            location=location,
             auth_handler=_AcceptHandshake(),
             middleware={_AUTH_MIDDLEWARE: FlightSqlAuthFactory(authenticator)},
-            **server_tls,
         )
         self._tls = tls_material
         self._tickets = tickets
         self._bind_user = authenticator.required
         self.core = core
         self.results_from = results
-        self.url = f"{tls.flight_scheme(tls_material)}://{advertise_host or host}:{self.port}"
         self._lock = threading.Lock()
         self._prepared: dict[bytes, _Prepared] = {}
         self._results: dict[JobId, _Result] = {}
+        self._polls: dict[bytes, _Poll] = {}
         self._clients: dict[str, flight.FlightClient] = {}
 
     # ------------------------------------------------------------ plumbing
@@ -325,7 +381,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         if not mw.session:
             # No login: the client's connection is its session (the ADBC driver keeps
             # one per database), so one client's CloseSession leaves the others' alone.
-            mw.session = f"peer:{context.peer()}"
+            mw.session = f"peer:{mw.peer or context.peer()}"
         return mw
 
     def _client(self, address: str) -> flight.FlightClient:
@@ -348,35 +404,39 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
 
     # -------------------------------------------------------- Flight methods
 
-    @_flight_errors
+    @flight_errors
     def get_flight_info(
         self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
     ) -> flight.FlightInfo:
         who = self._who(context)
-        command = _command(descriptor)
+        command = command_of(descriptor)
         if isinstance(command, sql_pb.CommandStatementQuery):
             return self._execute([command.query], who, context, descriptor)
         if isinstance(command, sql_pb.CommandPreparedStatementQuery):
             prepared = self._prepared_of(command.prepared_statement_handle, who)
             return self._execute(self._bound_statements(prepared), who, context, descriptor)
-        table = self._metadata(command)
-        endpoint = flight.FlightEndpoint(descriptor.command, [])
-        return flight.FlightInfo(table.schema, descriptor, [endpoint], table.num_rows, -1)
+        return self._metadata_info(command, descriptor)
 
-    @_flight_errors
+    @flight_errors
     def get_schema(
         self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
     ) -> flight.SchemaResult:
-        self._who(context)
-        command = _command(descriptor)
+        # The front sends GetSchema as SCHEMA_ACTION: pyarrow passes no error of
+        # get_schema on as a Flight error (its code, its message alone).
+        return self._schema(descriptor, self._who(context))
+
+    def _schema(
+        self, descriptor: flight.FlightDescriptor, who: FlightSqlAuthMiddleware
+    ) -> flight.SchemaResult:
+        command = command_of(descriptor)
         if isinstance(command, sql_pb.CommandStatementQuery):
             return flight.SchemaResult(self.core.result_schema(_no_params(command.query)))
         if isinstance(command, sql_pb.CommandPreparedStatementQuery):
-            prepared = self._prepared_of(command.prepared_statement_handle, self._who(context))
+            prepared = self._prepared_of(command.prepared_statement_handle, who)
             return flight.SchemaResult(self.core.result_schema(_no_params(prepared.sql)))
         return flight.SchemaResult(self._metadata(command).schema)
 
-    @_flight_errors
+    @flight_errors
     def do_get(
         self, context: flight.ServerCallContext, ticket: flight.Ticket
     ) -> flight.FlightDataStream:
@@ -384,18 +444,19 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         try:
             view = ResultView.decode(ticket.ticket)
         except ValueError as exc:
-            raise _refused(f"{exc}; use the tickets of a FlightInfo this server gave") from None
+            raise invalid(f"{exc}; use the tickets of a FlightInfo this server gave") from None
         if view is not None:
             return self._serve_partition(view, who)
-        command = _unpack(ticket.ticket, "ticket")
+        command = unpack(ticket.ticket, "ticket")
         if isinstance(command, sql_pb.TicketStatementQuery):
-            raise _refused(
+            raise not_found(
                 "stale or forged ticket: this server gives no TicketStatementQuery tickets; "
                 "execute the statement again"
             )
-        return flight.RecordBatchStream(self._metadata(command))
+        table = self._metadata(command)
+        return flight.GeneratorStream(table.schema, fitted(table.to_batches()))
 
-    @_flight_errors
+    @flight_errors
     def do_put(
         self,
         context: flight.ServerCallContext,
@@ -404,7 +465,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         writer: flight.FlightMetadataWriter,
     ) -> None:
         who = self._who(context)
-        command = _command(descriptor)
+        command = command_of(descriptor)
         if isinstance(command, sql_pb.CommandPreparedStatementQuery):
             handle = command.prepared_statement_handle
             prepared = self._prepared_of(handle, who)
@@ -414,7 +475,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             values = [list(row) for row in zip(*columns, strict=True)] if columns else []
             for row in values:
                 if len(row) != prepared.parameters:
-                    raise _refused(
+                    raise invalid(
                         f"BindError: the statement takes {prepared.parameters} parameters, "
                         f"{len(row)} were bound"
                     )
@@ -426,11 +487,11 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             command,
             sql_pb.CommandStatementUpdate | sql_pb.CommandPreparedStatementUpdate,
         ):
-            raise _refused(
+            raise invalid(
                 "ForbiddenStatementError: mangonel is read-only: it runs SELECT queries over "
                 "registered tables; register data with register_parquet"
             )
-        raise pa.ArrowNotImplementedError(f"DoPut of {type(command).__name__} is not supported")
+        raise unsupported(f"DoPut of {type(command).__name__} is not supported")
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [
@@ -441,31 +502,35 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             ("CloseSession", "close prepared statements and release results of a session"),
         ]
 
-    @_flight_errors
+    @flight_errors
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> list[bytes]:
         who = self._who(context)
         body = action.body.to_pybytes() if action.body is not None else b""
         kind = action.type
         if kind == "CreatePreparedStatement":
-            request = _unpack_as(body, sql_pb.ActionCreatePreparedStatementRequest)
-            return [_pack(self._create_prepared(request.query, who))]
+            request = unpack_as(body, sql_pb.ActionCreatePreparedStatementRequest)
+            return [pack(self._create_prepared(request.query, who))]
         if kind == "ClosePreparedStatement":
-            request = _unpack_as(body, sql_pb.ActionClosePreparedStatementRequest)
+            request = unpack_as(body, sql_pb.ActionClosePreparedStatementRequest)
             self._close_prepared(request.prepared_statement_handle, who)
             return []
         if kind == "CancelFlightInfo":
-            info = _parse_info(_parse(body, sql_pb.CancelFlightInfoRequest).info)
-            status = self._cancel(info, who)
-            return [sql_pb.CancelFlightInfoResult(status=status).SerializeToString()]
+            info = parse_info(parse(body, sql_pb.CancelFlightInfoRequest).info)
+            outcome = self._cancel(info, who)
+            return [sql_pb.CancelFlightInfoResult(status=outcome).SerializeToString()]
         if kind == "CancelQuery":
-            request = _unpack_as(body, sql_pb.ActionCancelQueryRequest)
-            status = self._cancel(_parse_info(request.info), who)
-            return [_pack(sql_pb.ActionCancelQueryResult(result=status))]  # same numbers
+            request = unpack_as(body, sql_pb.ActionCancelQueryRequest)
+            outcome = self._cancel(parse_info(request.info), who)
+            return [pack(sql_pb.ActionCancelQueryResult(result=outcome))]  # same numbers
         if kind == "CloseSession":
             self._close_session(who)
             closed = sql_pb.CloseSessionResult.Status.CLOSED
             return [sql_pb.CloseSessionResult(status=closed).SerializeToString()]
-        raise pa.ArrowNotImplementedError(
+        if kind == POLL_ACTION:
+            return [self._poll(parse_descriptor(body), who).SerializeToString()]
+        if kind == SCHEMA_ACTION:
+            return [self._schema(parse_descriptor(body), who).serialize()]
+        raise unsupported(
             f"action {kind!r} is not supported: mangonel has no transactions, savepoints or "
             "Substrait plans; ListActions lists what it does"
         )
@@ -480,12 +545,17 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         descriptor: flight.FlightDescriptor,
     ) -> flight.FlightInfo:
         """Run each statement (one per bound parameter row) and list their results."""
-        results = [self._run(sql, who, context) for sql in statements]
+        return self._info([self._run(sql, who, context) for sql in statements], descriptor)
+
+    def _info(
+        self, results: list[_Result], descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
+        """The ``FlightInfo`` of the statements' results, one after the other."""
         schema = results[0].schema
         endpoints = []
         for result in results:
             if result.schema != schema:
-                raise _refused(
+                raise invalid(
                     "the parameter rows give results of different types "
                     f"({result.schema} vs {schema}); bind one row at a time"
                 )
@@ -500,31 +570,46 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         """Submit, wait, and learn the result's schema; run again while the
         result is lost before that."""
         for attempt in range(_RESULT_RETRIES + 1):
-            record = self.core.submit(sql, owner=who.principal.user)
-            log.info("flight sql: job %s for %s", record.id, who.principal.user)
+            record = self._submit(sql, who)
             self._wait(record, context)
-            locations = record.result
-            if self._tickets is not None:
-                reader = who.principal.user if self._bind_user else ""
-                locations = tuple(
-                    self._tickets.sign_location(loc, record.id, reader) for loc in locations
-                )
-            try:
-                schema = self._schema_of(record, locations, who)
-            except _LostResult as exc:
-                if attempt == _RESULT_RETRIES:
-                    raise flight.FlightUnavailableError(
-                        f"the result of job {record.id} was lost before it could be read "
-                        f"({exc}); execute the statement again"
-                    ) from None
-                log.warning("result of job %s lost (%s); running the query again", record.id, exc)
-                continue
-            result = _Result(record.id, who.principal.user, who.session, schema, locations)
-            self._forget_expired()
-            with self._lock:
-                self._results[record.id] = result
-            return result
+            result = self._finish(record, who, last=attempt == _RESULT_RETRIES)
+            if result is not None:
+                return result
         raise AssertionError("unreachable")
+
+    def _submit(self, sql: str, who: FlightSqlAuthMiddleware) -> JobRecord:
+        record = self.core.submit(sql, owner=who.principal.user)
+        log.info("flight sql: job %s for %s", record.id, who.principal.user)
+        return record
+
+    def _finish(
+        self, record: JobRecord, who: FlightSqlAuthMiddleware, last: bool
+    ) -> _Result | None:
+        """The result of a job that succeeded, held for the client; ``None`` when it
+        was lost before its schema could be read (run the query again), unless this
+        was the ``last`` run."""
+        locations = record.result
+        if self._tickets is not None:
+            reader = who.principal.user if self._bind_user else ""
+            locations = tuple(
+                self._tickets.sign_location(loc, record.id, reader) for loc in locations
+            )
+        try:
+            schema = self._schema_of(record, locations, who)
+        except _LostResult as exc:
+            if last:
+                raise status(
+                    "UNAVAILABLE",
+                    f"the result of job {record.id} was lost before it could be read ({exc}); "
+                    "execute the statement again",
+                ) from None
+            log.warning("result of job %s lost (%s); running the query again", record.id, exc)
+            return None
+        result = _Result(record.id, who.principal.user, who.session, schema, locations)
+        self._forget_expired()
+        with self._lock:
+            self._results[record.id] = result
+        return result
 
     def _wait(self, record: JobRecord, context: flight.ServerCallContext) -> None:
         """Until the job ends; a client that cancels its call (or goes away) cancels it."""
@@ -534,11 +619,8 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
                 state, error, error_type = record.state, record.error, record.error_type
             if state is JobState.SUCCEEDED:
                 return
-            if state is JobState.FAILED:
-                # Named by the error it is blamed on, as every refusal here is.
-                raise _refused(f"{error_type}: {error or f'job {record.id} failed'}")
-            if state is JobState.CANCELLED:
-                raise flight.FlightCancelledError(error or f"job {record.id} was cancelled")
+            if state.finished:
+                raise failure(record.id, error, error_type)
             if context.is_cancelled():
                 log.info("flight sql: the client cancelled job %s", record.id)
                 self.core.cancel(record.id, "cancelled by the Flight SQL client")
@@ -582,7 +664,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         with self._lock:
             result = self._results.get(JobId(view.job))
         if result is None:
-            raise _refused(
+            raise not_found(
                 f"stale or forged ticket: no result of job {view.job!r} is held here (it was "
                 "released, cancelled or never existed); execute the statement again"
             )
@@ -596,7 +678,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             not 0 <= view.partition < len(result.locations)
             or partition_ticket(result.locations[view.partition]) != view.ticket
         ):
-            raise _refused(f"forged ticket: it names no result partition of job {view.job}")
+            raise invalid(f"forged ticket: it names no result partition of job {view.job}")
         loc = result.locations[view.partition]
         try:
             reader = self._client(loc.flight_address).do_get(
@@ -613,7 +695,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             except (flight.FlightError, OSError, pa.ArrowException) as exc:
                 raise self._lost(result, loc, exc) from None
 
-        return flight.GeneratorStream(result.schema, batches())
+        return flight.GeneratorStream(result.schema, fitted(batches()))
 
     def _lost(
         self, result: _Result, loc: PartitionLocation, exc: BaseException
@@ -640,7 +722,11 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         handle = secrets.token_bytes(16)
         with self._lock:
             self._prepared[handle] = _Prepared(sql, parameters, who.principal.user, who.session)
-        params = pa.schema([pa.field(f"parameter_{i + 1}", pa.null()) for i in range(parameters)])
+        # Each parameter typed where the query tells (``l_quantity < ?``), else null.
+        kinds = self.core.parameter_types(numbered(sql), parameters) if parameters else []
+        params = pa.schema(
+            [pa.field(f"parameter_{i + 1}", kind or pa.null()) for i, kind in enumerate(kinds)]
+        )
         return sql_pb.ActionCreatePreparedStatementResult(
             prepared_statement_handle=handle,
             dataset_schema=schema.serialize().to_pybytes(),
@@ -652,7 +738,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         with self._lock:
             prepared = self._prepared.get(handle)
         if prepared is None:
-            raise _refused(
+            raise not_found(
                 "unknown prepared statement handle (closed, or made by a scheduler that "
                 "restarted since); prepare the statement again"
             )
@@ -666,7 +752,7 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         if prepared.parameters == 0:
             return [prepared.sql]
         if not prepared.rows:
-            raise _refused(
+            raise invalid(
                 f"BindError: the statement takes {prepared.parameters} parameters and none "
                 "were bound"
             )
@@ -677,10 +763,106 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         with self._lock:
             self._prepared.pop(handle, None)
 
+    # ----------------------------------------------------------- polling
+
+    def _poll(self, descriptor: flight.FlightDescriptor, who: FlightSqlAuthMiddleware) -> Any:
+        """PollFlightInfo: a statement's jobs started, then where they stand.
+
+        The first call (the client's descriptor) submits the jobs and answers at
+        once; each later one (the descriptor it answered, naming this poll) says
+        how far they got, and the last the complete ``FlightInfo``. A failed job
+        fails the call, as ``GetFlightInfo`` would have.
+        """
+        handle = poll_handle(descriptor)
+        if handle is not None:
+            return self._advance(self._poll_of(handle, who), who)
+        command = command_of(descriptor)
+        if isinstance(command, sql_pb.CommandStatementQuery):
+            statements = [command.query]
+        elif isinstance(command, sql_pb.CommandPreparedStatementQuery):
+            prepared = self._prepared_of(command.prepared_statement_handle, who)
+            statements = self._bound_statements(prepared)
+        else:
+            info = self._metadata_info(command, descriptor)
+            return sql_pb.PollInfo(info=info.serialize(), progress=1.0)
+        schema = self.core.result_schema(statements[0])
+        jobs = [self._submit(sql, who) for sql in statements]
+        poll = _Poll(secrets.token_bytes(16), who.session, descriptor, schema, statements, jobs)
+        with self._lock:
+            self._polls[poll.handle] = poll
+        return self._advance(poll, who)
+
+    def _advance(self, poll: _Poll, who: FlightSqlAuthMiddleware) -> Any:
+        """Where a poll's jobs stand: each finished one's result held (run again if
+        it was lost before its schema could be read), and the complete
+        ``FlightInfo`` once every one has its result."""
+        with poll.lock:  # one poll call at a time moves it on
+            done = total = 0
+            for i, record in enumerate(poll.jobs):
+                if poll.results[i] is not None:
+                    continue
+                with record.changed:
+                    state, error, error_type = record.state, record.error, record.error_type
+                    views = record.stage_views()
+                if state is JobState.SUCCEEDED:
+                    last = poll.runs[i] > _RESULT_RETRIES
+                    poll.results[i] = self._finish(record, who, last)
+                    if poll.results[i] is None:
+                        poll.jobs[i] = self._submit(poll.statements[i], who)
+                        poll.runs[i] += 1
+                elif state.finished:
+                    self._drop_poll(poll)
+                    raise failure(record.id, error, error_type)
+                done += sum(v.done for v in views)
+                total += sum(v.num_tasks for v in views)
+            results = [r for r in poll.results if r is not None]
+            if len(results) == len(poll.results):
+                with self._lock:
+                    self._polls.pop(poll.handle, None)
+                info = self._info(results, poll.descriptor)
+                return sql_pb.PollInfo(info=info.serialize(), progress=1.0)
+            # Finished statements count whole, a running job by its tasks done; never
+            # backwards (a stage planned late adds tasks, a lost result a run).
+            finished = len(results) / len(poll.results)
+            running = done / total / len(poll.results) if total else 0.0
+            poll.progress = max(poll.progress, min(finished + running, 0.99))
+            progress = poll.progress
+        again = poll_descriptor(poll.handle)
+        partial = flight.FlightInfo(poll.schema, again, [], -1, -1)
+        return sql_pb.PollInfo(
+            info=partial.serialize(), flight_descriptor=again.serialize(), progress=progress
+        )
+
+    def _poll_of(self, handle: bytes, who: FlightSqlAuthMiddleware) -> _Poll:
+        with self._lock:
+            poll = self._polls.get(handle)
+        if poll is None:
+            raise not_found(
+                "unknown query to poll: it finished and was answered, was cancelled, or the "
+                "scheduler restarted since; execute the statement again"
+            )
+        if poll.session != who.session:
+            raise flight.FlightUnauthorizedError(
+                "this query belongs to another session; execute the statement in yours"
+            )
+        return poll
+
+    def _drop_poll(self, poll: _Poll) -> None:
+        """Forget a poll, and cancel its jobs (release the results they hold)."""
+        with self._lock:
+            self._polls.pop(poll.handle, None)
+        for record in poll.jobs:
+            self._release(record.id)
+
     # ---------------------------------------------------- cancel, sessions
 
     def _cancel(self, info: flight.FlightInfo, who: FlightSqlAuthMiddleware) -> Any:
         """Cancel the jobs of a FlightInfo (finished ones: release their result)."""
+        handle = poll_handle(info.descriptor)
+        if handle is not None:  # a PollInfo's FlightInfo, the query not done
+            poll = self._poll_of(handle, who)
+            self._drop_poll(poll)
+            return sql_pb.CANCEL_STATUS_CANCELLED
         jobs = []
         for endpoint in info.endpoints:
             try:
@@ -703,12 +885,19 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
         """Drop the results the scheduler forgot (expired after ``--result-ttl``)."""
         with self._lock:
             jobs = list(self._results)
+            polls = list(self._polls.values())
         for job in jobs:
             try:
                 self.core.job(job)
             except JobNotFoundError:
                 with self._lock:
                     self._results.pop(job, None)
+        for poll in polls:  # abandoned by their clients
+            try:
+                for record in poll.jobs:
+                    self.core.job(record.id)
+            except JobNotFoundError:
+                self._drop_poll(poll)
 
     def _release(self, job: JobId) -> None:
         with self._lock:
@@ -725,8 +914,11 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             for handle in handles:
                 del self._prepared[handle]
             jobs = [j for j, r in self._results.items() if r.session == who.session]
+            polls = [p for p in self._polls.values() if p.session == who.session]
         for job in jobs:
             self._release(job)
+        for poll in polls:
+            self._drop_poll(poll)
         log.info(
             "flight sql: session of %s closed (%d prepared statements, %d results)",
             who.principal.user,
@@ -736,6 +928,14 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
 
     # -------------------------------------------------------------- metadata
 
+    def _metadata_info(
+        self, command: Message, descriptor: flight.FlightDescriptor
+    ) -> flight.FlightInfo:
+        """A metadata command's ``FlightInfo``: one endpoint, the command its ticket."""
+        table = self._metadata(command)
+        endpoint = flight.FlightEndpoint(descriptor.command, [])
+        return flight.FlightInfo(table.schema, descriptor, [endpoint], table.num_rows, -1)
+
     def _metadata(self, command: Message) -> pa.Table:
         if isinstance(command, sql_pb.CommandGetSqlInfo):
             return meta.sql_info(list(command.info))
@@ -743,119 +943,32 @@ class FlightSqlServer(flight.FlightServerBase):  # type: ignore[misc]
             return meta.catalogs()
         if isinstance(command, sql_pb.CommandGetDbSchemas):
             return meta.db_schemas(
-                _opt(command, "catalog"), _opt(command, "db_schema_filter_pattern")
+                opt(command, "catalog"), opt(command, "db_schema_filter_pattern")
             )
         if isinstance(command, sql_pb.CommandGetTables):
             return meta.tables(
                 self.core.tables(),
-                _opt(command, "catalog"),
-                _opt(command, "db_schema_filter_pattern"),
-                _opt(command, "table_name_filter_pattern"),
+                opt(command, "catalog"),
+                opt(command, "db_schema_filter_pattern"),
+                opt(command, "table_name_filter_pattern"),
                 list(command.table_types),
                 command.include_schema,
             )
         if isinstance(command, sql_pb.CommandGetTableTypes):
             return meta.table_types()
         if isinstance(command, sql_pb.CommandGetXdbcTypeInfo):
-            return meta.xdbc_type_info(_opt(command, "data_type"))
+            return meta.xdbc_type_info(opt(command, "data_type"))
         if isinstance(command, sql_pb.CommandGetPrimaryKeys):
             return meta.empty(meta.PRIMARY_KEYS_SCHEMA)
         if isinstance(command, sql_pb.CommandGetExportedKeys | sql_pb.CommandGetImportedKeys):
             return meta.empty(meta.KEYS_SCHEMA)
         if isinstance(command, sql_pb.CommandStatementSubstraitPlan):
-            raise pa.ArrowNotImplementedError("Substrait plans are not supported; send SQL")
-        raise pa.ArrowNotImplementedError(
-            f"{type(command).__name__} is not supported by this Flight SQL server"
-        )
+            raise unsupported("Substrait plans are not supported; send SQL")
+        raise unsupported(f"{type(command).__name__} is not supported by this Flight SQL server")
 
 
 class _LostResult(Exception):
     """A result partition could not be read from its executor."""
-
-
-# ---------------------------------------------------------------- messages
-
-_COMMANDS: dict[str, type[Message]] = {
-    name: getattr(sql_pb, name)
-    for name in (
-        "CommandGetSqlInfo",
-        "CommandGetXdbcTypeInfo",
-        "CommandGetCatalogs",
-        "CommandGetDbSchemas",
-        "CommandGetTables",
-        "CommandGetTableTypes",
-        "CommandGetPrimaryKeys",
-        "CommandGetExportedKeys",
-        "CommandGetImportedKeys",
-        "CommandStatementQuery",
-        "CommandStatementUpdate",
-        "CommandStatementSubstraitPlan",
-        "CommandPreparedStatementQuery",
-        "CommandPreparedStatementUpdate",
-        "TicketStatementQuery",
-        "ActionCreatePreparedStatementRequest",
-        "ActionClosePreparedStatementRequest",
-        "ActionCancelQueryRequest",
-    )
-}
-
-
-def _unpack(raw: bytes, what: str) -> Message:
-    """The Flight SQL message packed in ``raw`` (a ``google.protobuf.Any``)."""
-    packed = any_pb2.Any()
-    try:
-        packed.ParseFromString(raw)
-    except DecodeError:
-        raise _refused(f"malformed {what}: not a Flight SQL command (a packed protobuf)") from None
-    if not packed.type_url.startswith(_TYPE_PREFIX):
-        raise pa.ArrowNotImplementedError(
-            f"unknown {what} {packed.type_url or '(no type)'!r}: not a Flight SQL command"
-        )
-    cls = _COMMANDS.get(packed.type_url[len(_TYPE_PREFIX) :])
-    if cls is None:
-        raise pa.ArrowNotImplementedError(
-            f"{packed.type_url[len(_TYPE_PREFIX) :]} is not supported by this Flight SQL server"
-        )
-    return _parse(packed.value, cls)
-
-
-def _unpack_as(raw: bytes, cls: type[M]) -> M:
-    message = _unpack(raw, "action body")
-    if not isinstance(message, cls):
-        raise _refused(f"expected {cls.__name__}, got {type(message).__name__}")
-    return message
-
-
-def _parse(raw: bytes, cls: type[M]) -> M:
-    message: M = cls()
-    try:
-        message.ParseFromString(raw)
-    except DecodeError:
-        raise _refused(f"malformed {cls.__name__}") from None
-    return message
-
-
-def _pack(message: Message) -> bytes:
-    packed = any_pb2.Any()
-    packed.Pack(message, type_url_prefix="type.googleapis.com/")
-    return bytes(packed.SerializeToString())
-
-
-def _command(descriptor: flight.FlightDescriptor) -> Message:
-    if descriptor.descriptor_type != flight.DescriptorType.CMD:
-        raise _refused("a Flight SQL request is a command descriptor, not a path")
-    return _unpack(descriptor.command, "command")
-
-
-def _parse_info(raw: bytes) -> flight.FlightInfo:
-    try:
-        return flight.FlightInfo.deserialize(raw)
-    except (pa.ArrowException, ValueError, TypeError):
-        raise _refused("malformed FlightInfo in the cancel request") from None
-
-
-def _opt(message: Message, name: str) -> Any:
-    return getattr(message, name) if message.HasField(name) else None
 
 
 def _no_params(sql: str) -> str:

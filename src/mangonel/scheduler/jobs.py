@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from mangonel.errors import ErrorType, JobCancelledError
+from mangonel.errors import ErrorType, JobCancelledError, plain_text
 from mangonel.ids import JobId, StageId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.state_views import JobState, JobView, StageView
@@ -96,7 +96,9 @@ class JobRecord:
 
     @property
     def error(self) -> str:
-        return (self.view.error or "") if self.view is not None else ""
+        """Why the job failed, as every door sends it (plain text: the task's error
+        holds what DuckDB or the store said)."""
+        return plain_text(self.view.error or "") if self.view is not None else ""
 
     @property
     def error_type(self) -> str:

@@ -35,6 +35,7 @@ from mangonel.errors import (
     MangonelError,
     PermissionDeniedError,
     QueryError,
+    plain_text,
 )
 from mangonel.ids import ExecutorId, JobId, StageId
 from mangonel.proto import convert
@@ -111,7 +112,7 @@ def abort(context: grpc.ServicerContext, exc: BaseException, method: str = "") -
         code = grpc.StatusCode.INTERNAL
     if isinstance(exc, MangonelError):
         context.set_trailing_metadata(((ERROR_METADATA_KEY, _error_name(exc)),))
-    message = str(exc) or type(exc).__name__
+    message = plain_text(str(exc)) or type(exc).__name__
     if code is grpc.StatusCode.INTERNAL:
         message = f"internal scheduler error: {type(exc).__name__}: {message}"
     context.abort(code, message)

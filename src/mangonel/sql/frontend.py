@@ -165,7 +165,7 @@ def parse(sql: str, tables: frozenset[str] | set[str], dialect: str | None = Non
     try:
         statements = [s for s in sqlglot.parse(text, read=dialect) if s is not None]
     except ParseError as err:
-        raise SqlSyntaxError(_describe_parse_error(err)) from None
+        raise SqlSyntaxError(describe_parse_error(err)) from None
     except TokenError as err:
         raise SqlSyntaxError(f"syntax error: {err}") from None
     except ValueError as err:  # unknown dialect name
@@ -210,7 +210,12 @@ def _forget_positions(stmt: exp.Expr) -> None:
             node._meta = None
 
 
-def _describe_parse_error(err: ParseError) -> str:
+def describe_parse_error(err: ParseError) -> str:
+    """sqlglot's parse error in plain words: where, near which token, what.
+
+    Not ``str(err)``: that quotes the statement with the token underlined by
+    terminal escape codes.
+    """
     if err.errors:
         first = err.errors[0]
         desc = str(first.get("description") or "syntax error")

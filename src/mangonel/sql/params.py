@@ -26,17 +26,17 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType  # type: ignore[attr-defined]
 
 from mangonel.errors import BindError, SqlSyntaxError
-from mangonel.sql.frontend import DEFAULT_DIALECT
+from mangonel.sql.frontend import DEFAULT_DIALECT, describe_parse_error
 
 
-def _numbered(sql: str, dialect: str) -> str:
+def numbered(sql: str, dialect: str | None = None) -> str:
     """``sql`` with its n-th ``?`` token written ``$n``: a parse tree keeps no
     positions, and its walk order is not the reading order (a ``WITH`` comes
     last), so the positional parameters are numbered on the tokens first. Only
     placeholder tokens are rewritten, into placeholders."""
     tokens = [
         t
-        for t in Dialect.get_or_raise(dialect).tokenize(sql)
+        for t in Dialect.get_or_raise((dialect or DEFAULT_DIALECT).lower()).tokenize(sql)
         if t.token_type is TokenType.PLACEHOLDER and t.text == "?"
     ]
     for n, token in reversed(list(enumerate(tokens, start=1))):
@@ -51,9 +51,11 @@ def _placeholders(sql: str, dialect: str | None) -> tuple[exp.Expr, list[exp.Pla
             mixed = sqlglot.parse_one(sql, read=d).find_all(exp.Placeholder)
             if len({bool(_name(p)) for p in mixed}) > 1:
                 raise BindError("a statement mixes ? and $N parameters; use one kind")
-        tree = sqlglot.parse_one(_numbered(sql, d), read=d)
-    except (ParseError, TokenError) as err:
+        tree = sqlglot.parse_one(numbered(sql, d), read=d)
+    except TokenError as err:
         raise SqlSyntaxError(f"syntax error: {err}") from None
+    except ParseError as err:
+        raise SqlSyntaxError(describe_parse_error(_as_written(sql, d, err))) from None
     if tree is None:
         raise SqlSyntaxError("the query is empty; write a SELECT statement")
     found = list(tree.find_all(exp.Placeholder))
@@ -61,6 +63,18 @@ def _placeholders(sql: str, dialect: str | None) -> tuple[exp.Expr, list[exp.Pla
     if named:
         raise BindError(f"named parameter ${named[0]} is not supported; use ? or $1, $2, ...")
     return tree, found
+
+
+def _as_written(sql: str, dialect: str, numbered: ParseError) -> ParseError:
+    """The parse error of ``sql`` itself: its line and column are the user's, not
+    those of the text with ``?`` numbered."""
+    try:
+        sqlglot.parse_one(sql, read=dialect)
+    except ParseError as err:
+        return err
+    except TokenError:
+        pass
+    return numbered
 
 
 def _name(node: exp.Placeholder) -> str:

@@ -42,7 +42,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from mangonel.errors import AuthenticationError, MangonelError
+from mangonel.errors import AuthenticationError, MangonelError, plain_text
 from mangonel.ids import JobId
 from mangonel.plan.explain import render
 from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
@@ -105,7 +105,7 @@ def _refuse(request: Request, status: int, message: str) -> HTTPException:
     client = request.client.host if request.client else "?"
     log.warning("refused %s %s from %s: %s", request.method, request.url.path, client, message)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    return HTTPException(status_code=status, detail=message, headers=headers)
+    return HTTPException(status_code=status, detail=plain_text(message), headers=headers)
 
 
 def caller(request: Request) -> Principal:
@@ -163,7 +163,7 @@ def create_app(
         try:
             found = core.job(JobId(job_id))
         except JobNotFoundError as exc:
-            raise HTTPException(status_code=404, detail=str(exc)) from None
+            raise HTTPException(status_code=404, detail=plain_text(str(exc))) from None
         if not who.may_see(found.owner):
             raise _refuse(
                 request,
@@ -288,7 +288,7 @@ def create_app(
             # submission go: each reuses the plan the others made of the same SQL.
             plan = core.plan(request.sql, request.dialect)
         except MangonelError as exc:
-            raise HTTPException(status_code=400, detail=str(exc)) from None
+            raise HTTPException(status_code=400, detail=plain_text(str(exc))) from None
         return ExplainModel(text=render(plan), stages=views.stage_models(plan))
 
     @app.get("/metrics", include_in_schema=False)
