@@ -62,32 +62,10 @@ def _tables() -> Path:
 def serve_files() -> None:
     """Child: write the shuffle files and serve them; print where, as one JSON line."""
     import duckdb
-
-    from mangonel.executor.flight import ShuffleFlightServer
-    from mangonel.executor.runner import BATCH_ROWS
-    from mangonel.executor.shuffle import ShuffleWriter
-    from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
+    from micro import serve_table
 
     path = _tables() / "lineitem.parquet"
-    table = duckdb.sql(f"SELECT * FROM '{path}' LIMIT {LINEITEM_ROWS}").to_arrow_table()
-    with tempfile.TemporaryDirectory(prefix="bench-wire-") as root:
-        writer = ShuffleWriter(root)
-        attempt = TaskAttemptId(TaskId(JobId("j"), StageId(1), 0), 0)
-        step = -(-table.num_rows // 4)
-        with writer.open(attempt, 4, table.schema) as sink:
-            for p in range(4):
-                for batch in table.slice(p * step, step).to_batches(BATCH_ROWS):
-                    sink.write_batch(p, batch)
-            outputs = sink.commit()
-        server = ShuffleFlightServer(root, writer.registry)
-        described = [
-            {"partition": o.partition, "path": o.path, "rows": o.rows, "bytes": o.bytes,
-             "checksum": o.checksum}
-            for o in outputs
-        ]  # fmt: skip
-        print(json.dumps({"port": server.port, "outputs": described}), flush=True)
-        sys.stdin.read()
-        server.shutdown()
+    serve_table(duckdb.sql(f"SELECT * FROM '{path}' LIMIT {LINEITEM_ROWS}").to_arrow_table(), 4)
 
 
 def measure_files(kind: str, repeat: int = 5) -> dict[str, Any]:

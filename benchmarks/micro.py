@@ -159,6 +159,13 @@ def serve_shuffle(nbytes: int, partitions: int = 4) -> None:
     """Child process: write ``synthetic_table(nbytes)`` as a map task's ``partitions``
     shuffle files and serve them with the executor's Flight server; print its port and
     the outputs as one JSON line."""
+    serve_table(synthetic_table(nbytes), partitions)
+
+
+def serve_table(table: pa.Table, partitions: int = 4) -> None:
+    """Child process: write ``table`` as a map task's ``partitions`` shuffle files and
+    serve them with the executor's Flight server; print its port and the outputs as
+    one JSON line; serve until the parent closes standard input."""
     import json
 
     from mangonel.executor.flight import ShuffleFlightServer
@@ -166,7 +173,6 @@ def serve_shuffle(nbytes: int, partitions: int = 4) -> None:
     from mangonel.executor.shuffle import ShuffleWriter
     from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
 
-    table = synthetic_table(nbytes)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
         writer = ShuffleWriter(root)
         attempt = TaskAttemptId(TaskId(JobId("j"), StageId(1), 0), 0)
