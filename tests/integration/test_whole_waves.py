@@ -165,3 +165,42 @@ def test_a_scan_is_one_wave_of_the_tasks_the_hosts_run_at_full_speed(
     # One task aggregates its rows itself (no fusion bound where one task at a
     # time runs at full speed); two hand their partial rows to a final task.
     assert len(ran) == stages and ran[-1].tasks_total == 1, ran
+
+
+SPREAD_SQL = (
+    "SELECT c_count, count(*) AS custdist FROM (SELECT c_custkey, count(o_orderkey) AS c_count "
+    "FROM customer LEFT OUTER JOIN orders ON c_custkey = o_custkey "
+    "AND o_comment NOT LIKE '%special%requests%' GROUP BY c_custkey) AS c_orders "
+    "GROUP BY c_count ORDER BY custdist DESC, c_count DESC"
+)
+"""TPC-H q13: SF 0.1's ``orders`` (150k rows in two row groups) is one split by
+the bytes, and the whole query one task, wherever the hosts run one task at once."""
+SPREAD_BYTES = 1 << 20
+"""``--spread-bytes`` scaled down to SF 0.1 (32 MiB at SF 1 and up)."""
+
+
+def test_on_hosts_of_one_core_each_a_scan_of_one_split_is_spread_over_them(
+    work_dir: Path,
+    tpch_tables: dict[str, Path],
+    duckdb_ref: duckdb.DuckDBPyConnection,
+) -> None:
+    catalog = {t: load_table(t, str(tpch_tables[t])) for t in ("customer", "orders")}
+    one_host = PlannerConfig(slots=2, parallel=1, spread_bytes=SPREAD_BYTES)
+    assert [s.num_tasks for s in plan_query(SPREAD_SQL, catalog, one_host).stages] == [1]
+    cluster = TestCluster(
+        work_dir=work_dir / "cluster",
+        executors=2,
+        slots=1,
+        scheduler_args=("--spread-bytes", str(SPREAD_BYTES)),
+        executor_args=("--cores", "1", "--threads", "1"),
+        executor_args_for=lambda i: ("--host-id", f"host-{i}"),
+    )
+    with cluster, cluster.connect() as session:
+        for table in ("customer", "orders"):
+            session.register_parquet(table, str(tpch_tables[table]))
+        result = session.sql(SPREAD_SQL)
+    assert_same_result(result.to_arrow(), duckdb_ref.sql(SPREAD_SQL).to_arrow_table(), ordered=True)
+    spread = [s for s in result.stages if s.tasks_total == 2]
+    assert spread, result.stages
+    # Each of the two tasks ran on a host of its own.
+    assert all(s.phases is not None and s.phases.executors == 2 for s in spread), spread

@@ -101,6 +101,45 @@ def test_a_scan_in_one_wave_gives_the_same_rows(
     assert tasks[2] > 1 and tasks[1] == 1, tasks
 
 
+def test_where_hosts_run_tasks_at_once_a_scan_of_one_split_is_spread_over_them() -> None:
+    # Two hosts of one core each (``parallel`` 2): 1.5M rows of 96 bytes are one
+    # split by the bytes (192 MiB a task), and would keep the second host idle.
+    assert PlannerConfig(slots=2, parallel=2).scan_split_rows(96.0, 1_500_000) == 750_000
+    assert PlannerConfig(slots=4, parallel=4).scan_split_rows(96.0, 1_500_000) == 375_000
+    # One task at full speed at a time (one host), or the count unknown: one split.
+    assert PlannerConfig(slots=2, parallel=1).scan_split_rows(96.0, 1_500_000) == 2_097_152
+    assert PlannerConfig(slots=2).scan_split_rows(96.0, 1_500_000) == 2_097_152
+    # Each share reads at least ``spread_bytes`` (32 MiB): 600k rows of 128 bytes
+    # are two tasks of 300k on four hosts, and 1.5M rows of 16 bytes (23 MiB) stay
+    # one task, where the fixed costs of a second outweigh its core.
+    assert PlannerConfig(slots=4, parallel=4).scan_split_rows(128.0, 600_000) == 300_000
+    assert PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 1_500_000) == 4_000_000
+    # Enough splits already: as before.
+    assert PlannerConfig(slots=2, parallel=2).scan_split_rows(96.0, 6_000_000) == 3_000_000
+    # A split size the settings fix is kept.
+    assert (
+        PlannerConfig(split_rows=2_000_000, slots=2, parallel=2).scan_split_rows(96.0, 1_500_000)
+        == 2_000_000
+    )
+
+
+def test_a_spread_scan_gives_the_same_rows(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-H q13 at SF 0.1 (150k orders in two row groups): one task where one task
+    # runs at full speed; on two hosts (``parallel`` 2), with thresholds scaled
+    # down to SF 0.1, the orders scan is two tasks, and the answer is DuckDB's.
+    sql = tpch_query(13)
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    widest = {}
+    for parallel in (1, 2):
+        config = PlannerConfig(slots=2, parallel=parallel, spread_bytes=1 << 20)
+        plan = plan_query(sql, catalog, config)
+        widest[parallel] = max(s.num_tasks for s in plan.stages)
+        assert_same_result(run_plan(plan), expected, ordered=True)
+    assert widest == {1: 1, 2: 2}, widest
+
+
 def test_exchanges_get_partitions_by_their_estimated_bytes(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     n = 400_000
@@ -126,6 +165,21 @@ def test_exchanges_get_partitions_by_their_estimated_bytes(tmp_path: Path) -> No
     assert aggregate_tasks(4, 512 << 10) == 4
     assert aggregate_tasks(3, 512 << 10) == 3  # never more than ``partitions``
     assert aggregate_tasks(4, 0) == 4  # 0: always ``partitions``
+
+    # Several hosts running a task each at once: an exchange of at least
+    # ``spread_bytes`` a partition gets one for each of them, whatever its size
+    # by ``partition_bytes`` (the scheduler merges partitions that turn out small).
+    def spread_tasks(parallel: int, spread_bytes: int) -> int:
+        config = PlannerConfig(
+            4, 64 << 20, split_rows=50_000, slots=4, parallel=parallel, spread_bytes=spread_bytes
+        )
+        plan = plan_query(sql, catalog, config)
+        return next(s.num_tasks for s in plan.stages if s.label.startswith("aggregate"))
+
+    assert spread_tasks(4, 512 << 10) == 4
+    assert spread_tasks(4, 1200 << 10) == 2  # 3.2 MB: two shares of at least 1200 KiB
+    assert spread_tasks(4, 32 << 20) == 1  # too small to spread
+    assert spread_tasks(1, 512 << 10) == 1  # one task at full speed at a time
 
 
 def test_exchanges_of_several_waves_are_sized_to_whole_waves_of_the_slots(

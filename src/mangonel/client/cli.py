@@ -635,6 +635,14 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
         f"executor at the same time (default {_mib(defaults.FUSE_BYTES)}); 0: no bound",
     )
     p.add_argument(
+        "--spread-bytes",
+        type=int,
+        default=defaults.SPREAD_BYTES,
+        help="where the executors' hosts run several tasks at full speed at once "
+        "(hosts of their own cores), spread a scan or an exchange over them while "
+        f"each task gets at least this many bytes (default {_mib(defaults.SPREAD_BYTES)})",
+    )
+    p.add_argument(
         "--recompute-bytes",
         type=int,
         default=defaults.RECOMPUTE_BYTES,
@@ -765,6 +773,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         split_bytes=args.split_bytes,
         inline_scan_bytes=args.inline_scan_bytes,
         fuse_bytes=args.fuse_bytes,
+        spread_bytes=args.spread_bytes,
         recompute_bytes=args.recompute_bytes,
         plan_cache=args.plan_cache,
         heartbeat_timeout_s=args.heartbeat_timeout,
@@ -867,6 +876,7 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         scheduler_args=("--split-bytes", str(args.split_bytes))
         + ("--inline-scan-bytes", str(args.inline_scan_bytes))
         + ("--fuse-bytes", str(args.fuse_bytes))
+        + ("--spread-bytes", str(args.spread_bytes))
         + ("--recompute-bytes", str(args.recompute_bytes))
         + ("--plan-cache", str(args.plan_cache))
         + ("--adaptive-partition-bytes", str(args.adaptive_partition_bytes))

@@ -114,6 +114,11 @@ class PlannerConfig:
         min_split_rows: adaptive splits are at least this big ...
         max_split_rows: ... and at most this big, so that a task's output stays
             within a slot's memory.
+        spread_bytes: where several tasks run at full speed at once
+            (``parallel``), a scan or an exchange carrying at least this many
+            bytes a task is spread over them (``spread_tasks``,
+            ``StageBuilder.partitions_for``) rather than run as one task while
+            the other hosts idle.
         slots: task slots one job may hold (the scheduler's count when it plans);
             an exchange sized to more partitions than this gets a multiple of it
             (``distribute.stages.whole_waves``). 0: unknown, counts from bytes alone.
@@ -133,6 +138,7 @@ class PlannerConfig:
     fuse_bytes: int = defaults.FUSE_BYTES
     recompute_bytes: int = defaults.RECOMPUTE_BYTES
     min_split_rows: int = defaults.MIN_SPLIT_ROWS
+    spread_bytes: int = defaults.SPREAD_BYTES
     max_split_rows: int = defaults.MAX_SPLIT_ROWS
     slots: int = 0
     parallel: int = 0
@@ -153,6 +159,33 @@ class PlannerConfig:
             return self.split_rows
         wanted = int(self.split_bytes / max(1.0, row_width))
         return max(self.min_split_rows, min(self.max_split_rows, wanted))
+
+    def spread_tasks(self, rows: int, row_width: float) -> int:
+        """The fewest tasks a scan of ``rows`` rows of ``row_width`` bytes runs as,
+        so that every task the hosts run at full speed at once (``parallel``)
+        has a share, each reading at least ``spread_bytes`` of the columns:
+        below that a task's fixed cost (a launch, a report, a DuckDB query, and
+        the exchange after it) outweighs the core it adds.
+        1 where one task at a time runs at full speed or the count is unknown.
+
+        On hosts of one core each, a scan of one split kept every other host
+        idle for as long as it ran: 50-80 % of what a second host lost at SF1
+        (``benchmarks/scaleout.py``, 2026-12-04 ``f63a4a2``), where 5 of the 22
+        TPC-H queries and 76 of the 99 TPC-DS queries ran on one host.
+
+        >>> PlannerConfig(slots=4, parallel=4).spread_tasks(1_500_000, 96.0)
+        4
+        >>> PlannerConfig(slots=4, parallel=4).spread_tasks(600_000, 128.0)  # 32 MiB each
+        2
+        >>> PlannerConfig(slots=4, parallel=4).spread_tasks(1_500_000, 24.0)  # 32 MiB each
+        1
+        >>> PlannerConfig(slots=4, parallel=1).spread_tasks(1_500_000, 96.0)
+        1
+        """
+        if self.parallel < 2:
+            return 1
+        by_bytes = int(rows * row_width // max(1, self.spread_bytes))
+        return max(1, min(self.parallel, by_bytes))
 
     def scan_split_rows(self, row_width: float, rows: int) -> int:
         """Rows per scan task of a table of ``rows`` rows: ``split_rows_for``, but
@@ -197,11 +230,23 @@ class PlannerConfig:
         15000000
         >>> PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 6_000_000)  # as before
         4000000
+
+        Where several tasks run at full speed at once (``parallel`` over 1: hosts
+        of their own cores), a scan of fewer splits than that is spread over
+        them (``spread_tasks``): one split would keep the other hosts idle.
+
+        >>> PlannerConfig(slots=2, parallel=2).scan_split_rows(96.0, 1_500_000)  # 1 -> 2
+        750000
+        >>> PlannerConfig(slots=2, parallel=1).scan_split_rows(96.0, 1_500_000)  # one split
+        2097152
         """
         per = self.split_rows_for(row_width)
         if self.split_rows is not None or self.slots < 1:
             return per
         tasks = -(-rows // max(1, per))
+        spread = self.spread_tasks(rows, row_width)
+        if spread > tasks:
+            return -(-rows // spread)
         if tasks <= self.slots or tasks % self.slots == 0:
             by_slots = per
         else:
@@ -564,6 +609,8 @@ def _distributor(
         (config.fuse_bytes or None) if config.parallel != 1 else None,
         config.slots,
         config.recompute_bytes,
+        config.parallel,
+        config.spread_bytes,
     )
 
 

@@ -82,6 +82,9 @@ class SchedulerConfig:
         fuse_bytes: A stage of one task is planned inside its one reader's task
             while the two scan at most this many bytes of tables
             (``PlannerConfig.fuse_bytes``); 0: no bound.
+        spread_bytes: Where hosts run several tasks at full speed at once, a scan
+            or an exchange is spread over them while each task gets at least this
+            many bytes (``PlannerConfig.spread_bytes``).
         recompute_bytes: A stage of one task that reads only tables is computed
             again by each task that reads it while the copies beyond the first
             scan at most this many bytes (``PlannerConfig.recompute_bytes``); 0: never.
@@ -149,6 +152,7 @@ class SchedulerConfig:
     split_bytes: int = defaults.SPLIT_BYTES
     inline_scan_bytes: int = defaults.INLINE_SCAN_BYTES
     fuse_bytes: int = defaults.FUSE_BYTES
+    spread_bytes: int = defaults.SPREAD_BYTES
     recompute_bytes: int = defaults.RECOMPUTE_BYTES
     plan_cache: int = defaults.PLAN_CACHE
     adaptive: bool = defaults.ADAPTIVE
@@ -191,6 +195,7 @@ class SchedulerConfig:
                 split_bytes=self.split_bytes,
                 inline_scan_bytes=self.inline_scan_bytes,
                 fuse_bytes=self.fuse_bytes,
+                spread_bytes=self.spread_bytes,
                 recompute_bytes=self.recompute_bytes,
             ),
             plan_cache=self.plan_cache,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 from sqlglot import exp
 
+from mangonel import defaults
 from mangonel.catalog import Table
 from mangonel.ids import StageId
 from mangonel.plan.distribute.aggregates import common_grouping_keys, split_aggs
@@ -95,6 +96,8 @@ class Distributor:
         fuse_bytes: see ``PlannerConfig.fuse_bytes`` (None: no bound).
         slots: task slots a job may hold (``PlannerConfig.slots``); 0: unknown.
         recompute_bytes: see ``PlannerConfig.recompute_bytes`` (0: never).
+        parallel: see ``PlannerConfig.parallel`` (0: unknown).
+        spread_bytes: see ``PlannerConfig.spread_bytes``.
     """
 
     def __init__(
@@ -111,6 +114,8 @@ class Distributor:
         fuse_bytes: float | None = None,
         slots: int = 0,
         recompute_bytes: float = 0,
+        parallel: int = 0,
+        spread_bytes: float = defaults.SPREAD_BYTES,
     ) -> None:
         self._catalog = catalog
         self._estimator = estimator or Estimator(catalog)
@@ -135,6 +140,8 @@ class Distributor:
             fuse_bytes,
             slots,
             recompute_bytes,
+            parallel,
+            spread_bytes,
         )
         self._keys = KeyTypes(oracle, subqueries)
         self._ranges = KeyRanges(catalog)

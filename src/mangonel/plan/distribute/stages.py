@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 
 from sqlglot import exp
 
+from mangonel import defaults
 from mangonel.catalog import Table
 from mangonel.ids import StageId
 from mangonel.plan.fragment import Renderer, rewrite, sql
@@ -150,6 +151,9 @@ class StageBuilder:
         recompute_bytes: the most bytes of tables the copies beyond the first of
             a producer computed again by each task that reads it may scan
             (``recomputable``); 0: never.
+        parallel: tasks the hosts run at full speed at once
+            (``PlannerConfig.parallel``); 0: unknown.
+        spread_bytes: see ``PlannerConfig.spread_bytes``.
     """
 
     def __init__(
@@ -161,9 +165,13 @@ class StageBuilder:
         fuse_bytes: float | None = None,
         slots: int = 0,
         recompute_bytes: float = 0,
+        parallel: int = 0,
+        spread_bytes: float = defaults.SPREAD_BYTES,
     ) -> None:
         self._catalog = catalog
         self._n = max(1, partitions)
+        self._parallel = max(0, parallel)
+        self._spread_bytes = max(1.0, spread_bytes)
         self._partition_bytes = partition_bytes
         self._slots = max(0, slots)
         self._inline_scan_bytes = inline_scan_bytes
@@ -296,10 +304,19 @@ class StageBuilder:
         A task has a fixed cost (a DuckDB query, files, scheduling) and small
         exchanges do not need many. More partitions than slots are made whole
         waves (``whole_waves``).
+
+        Where several tasks run at full speed at once (``parallel`` over 1), an
+        exchange of at least ``spread_bytes`` a task gets a partition for each
+        of them: one reader task would keep the other hosts idle. The
+        scheduler merges partitions that turn out smaller
+        (``scheduler.adaptive``), so an estimate too high costs files, not tasks.
         """
         if not self._partition_bytes:
             return self._n
         wanted = max(1, min(self._n, -int(-est // self._partition_bytes)))
+        if self._parallel > 1 and wanted < self._parallel:
+            spread = min(self._n, self._parallel, int(est // self._spread_bytes))
+            wanted = max(wanted, spread)
         return whole_waves(wanted, self._slots, self._n)
 
     def exchange(self, f: Frag, keys: list[exp.Expr], partitions: int | None = None) -> Frag:
