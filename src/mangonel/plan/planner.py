@@ -231,6 +231,12 @@ class PlannerConfig:
         >>> PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 6_000_000)  # as before
         4000000
 
+        A job of one slot (one executor of one slot, or ``--max-job-share``) runs
+        its tasks one after another: its scans are whole waves of one task too.
+
+        >>> PlannerConfig(slots=1, parallel=1).scan_split_rows(16.0, 6_000_000)  # 2 -> 1
+        6000000
+
         Where several tasks run at full speed at once (``parallel`` over 1: hosts
         of their own cores), a scan of fewer splits than that is spread over
         them (``spread_tasks``): one split would keep the other hosts idle.
@@ -252,7 +258,8 @@ class PlannerConfig:
         else:
             wider = -(-rows // (tasks // self.slots * self.slots))
             by_slots = wider if wider <= self.max_split_rows else per
-        if 0 < self.parallel < min(self.slots, tasks):
+        one_slot = self.slots == 1  # its tasks run one after another anyway
+        if 0 < self.parallel < tasks and (self.parallel < self.slots or one_slot):
             biggest = min(
                 ONE_WAVE_SPLITS * self.max_split_rows,
                 int(ONE_WAVE_SPLITS * self.split_bytes / max(1.0, row_width)),
