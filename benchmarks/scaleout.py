@@ -34,6 +34,10 @@ Usage::
     .venv/bin/python benchmarks/scaleout.py --scale 1 --hosts 1,2 --cores-per-host 1 \\
         --repeat 3 --json scaleout.json
 
+``--base-src DIR`` also runs another checkout's code (``DIR`` is its ``src/``) on
+clusters of its own, beside this checkout's, query by query, and adds an A/B table:
+one run, the same machine state for both.
+
 Prints markdown tables and, with ``--json``, writes every run's figures. Not a test:
 timings belong here. The machine should be quiet: the load average at the start and
 end, and the spread of each engine's runs, are printed to say how noisy it was.
@@ -178,6 +182,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help="where data is cached")
     parser.add_argument("--work-dir", type=Path, help="the clusters' work dirs (default: temp)")
+    parser.add_argument(
+        "--base-src",
+        help="another checkout's src/ (e.g. `git worktree add /tmp/base BASE`, then "
+        "/tmp/base/src): its clusters of every host count run beside this checkout's, "
+        "query by query, and an A/B table compares the two",
+    )
     args = parser.parse_args(argv)
     args.hosts = sorted({int(h) for h in args.hosts.split(",")})
     if args.hosts[0] != 1:
@@ -200,14 +210,21 @@ def host_cpus(args: argparse.Namespace, hosts: int) -> list[list[int]]:
 
 @contextlib.contextmanager
 def cluster(
-    args: argparse.Namespace, hosts: int, tables: dict[str, Path], work: Path
+    args: argparse.Namespace,
+    hosts: int,
+    tables: dict[str, Path],
+    work: Path,
+    src: str | None = None,
 ) -> Iterator[Mangonel]:
+    """A pinned cluster of ``hosts`` hosts, running the code under ``src`` (another
+    checkout's ``src/``, for ``--base-src``) or this checkout's."""
     threads = args.cores_per_host // args.slots_per_host
     pinned_to = host_cpus(args, hosts)
+    name = f"mangonel-{hosts}h" + ("-base" if src else "")
     started = PinnedCluster(
         pinned_to,
         executors=hosts,
-        work_dir=str(work / f"hosts-{hosts}"),
+        work_dir=str(work / name),
         slots=args.slots_per_host,
         web_port=0,
         log_level="warning",
@@ -220,10 +237,30 @@ def cluster(
             str(threads),
         ],  # fmt: skip
     )
-    with started, started.connect() as session:
-        for name, path in tables.items():
-            session.register_parquet(name, str(path))
-        yield Mangonel(f"mangonel-{hosts}h", started, session)
+    with with_pythonpath(src):
+        started.start()
+    try:
+        with started.connect() as session:
+            for table, path in tables.items():
+                session.register_parquet(table, str(path))
+            yield Mangonel(name, started, session)
+    finally:
+        started.stop()
+
+
+@contextlib.contextmanager
+def with_pythonpath(src: str | None) -> Iterator[None]:
+    """``PYTHONPATH`` set to ``src`` (when given) for the processes started inside."""
+    before = os.environ.get("PYTHONPATH")
+    if src:
+        os.environ["PYTHONPATH"] = src
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def check(suite: str, number: int, sql: str, actual: pa.Table, expected: pa.Table) -> str | None:
@@ -387,6 +424,37 @@ def times_table(rows: list[Row], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def ab_table(rows: list[Row], args: argparse.Namespace) -> str:
+    """Per query and host count, this checkout's median time over the base's, with
+    both plans' shapes; totals last."""
+    head, sep = "| query |", "|---|"
+    for n in args.hosts:
+        head += f" {n} host(s): base s | this s | this/base | shapes (base → this) |"
+        sep += "---:|---:|---:|---|"
+    lines = [head, sep]
+    totals: dict[str, float] = {}
+    for row in rows:
+        cells = [f"q{row.query:02d}"]
+        for n in args.hosts:
+            base, mine = row.runs[f"mangonel-{n}h-base"], row.runs[f"mangonel-{n}h"]
+            for key, run in (("base", base), ("this", mine)):
+                totals[f"{n}{key}"] = totals.get(f"{n}{key}", 0.0) + (run.median_s or 0.0)
+            shapes = [run.median_job() for run in (base, mine)]
+            cells += [
+                fmt(base.median_s),
+                fmt(mine.median_s),
+                fmt(ratio(mine.median_s, base.median_s), 2),
+                " → ".join("/".join(map(str, job_shape(j))) if j else "-" for j in shapes),
+            ]
+        lines.append("| " + " | ".join(cells) + " |")
+    cells = ["**total**"]
+    for n in args.hosts:
+        base, mine = totals.get(f"{n}base"), totals.get(f"{n}this")
+        cells += [fmt(base), fmt(mine), f"**{fmt(ratio(mine, base), 2)}**", ""]
+    lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 SHOWN = ("execute", "setup", "fetch", "write", "launch", "report", "idle_barrier",
          "idle_scheduler", "idle_planning", "idle_client")  # fmt: skip
 """The columns of the per-query breakdown; the rest goes into ``rest``."""
@@ -538,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
                 engines[f"duckdb-{len(cpus)}c"] = worker
             for n in args.hosts:
                 engines[f"mangonel-{n}h"] = stack.enter_context(cluster(args, n, tables, work))
+                if args.base_src:
+                    base = cluster(args, n, tables, work, args.base_src)
+                    engines[f"mangonel-{n}h-base"] = stack.enter_context(base)
             reference = f"duckdb-{c}c"
             for number in args.queries:
                 row = bench_query(args.suite, number, engines, args.repeat, reference)
@@ -559,6 +630,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nLoad average {load[0]:.2f} at the start, {end_load[0]:.2f} at the end. "
           "The spread of each engine's runs (noise):\n")  # fmt: skip
     print(noise_table(rows))
+    if args.base_src:
+        print(f"\n### A/B: this checkout against {args.base_src}, side by side\n")
+        print(ab_table(rows, args))
     payload: dict[str, Any] = {
         "suite": args.suite,
         "scale": args.scale,
