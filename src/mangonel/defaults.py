@@ -52,8 +52,8 @@ MIN_SPLIT_ROWS = 250_000
 """Scan tasks sized by ``SPLIT_BYTES`` read at least this many rows ..."""
 
 SPREAD_BYTES = 32 * _MIB
-"""Where hosts run several tasks at full speed at once, a scan or an exchange of
-at least this many bytes a task is spread over them (``PlannerConfig.spread_bytes``).
+"""Where hosts run several tasks at full speed at once, a scan of at least this
+many bytes of columns a task is spread over them (``PlannerConfig.spread_bytes``).
 A floor of 250k rows instead spread TPC-H q02, q11, q16 and q22 at SF1 (tens of
 milliseconds on one core) and made them 1.05-1.8x slower on two hosts of one core
 than on one (one run, 2026-12-04, ``benchmarks/scaleout.py``); 32 MiB leaves

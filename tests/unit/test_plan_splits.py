@@ -8,10 +8,12 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from helpers import assert_same_result, tpch_query
 from plan_runner import run_plan
 
 from mangonel.catalog import Table, load_table
+from mangonel.plan.distribute import stages
 from mangonel.plan.planner import ONE_WAVE_SPLITS, PlannerConfig, plan_query
 
 
@@ -166,20 +168,34 @@ def test_exchanges_get_partitions_by_their_estimated_bytes(tmp_path: Path) -> No
     assert aggregate_tasks(3, 512 << 10) == 3  # never more than ``partitions``
     assert aggregate_tasks(4, 0) == 4  # 0: always ``partitions``
 
+
+def test_where_hosts_run_tasks_at_once_an_exchange_is_spread_over_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Several hosts running a task each at once: an exchange of at least
-    # ``spread_bytes`` a partition gets one for each of them, whatever its size
-    # by ``partition_bytes`` (the scheduler merges partitions that turn out small).
-    def spread_tasks(parallel: int, spread_bytes: int) -> int:
-        config = PlannerConfig(
-            4, 64 << 20, split_rows=50_000, slots=4, parallel=parallel, spread_bytes=spread_bytes
-        )
+    # ``SPREAD_PARTITION_BYTES`` a partition gets one for each of them, whatever its
+    # size by ``partition_bytes`` (the scheduler merges partitions that turn out
+    # small). The floor (4 MiB) is scaled down to this 3.2 MB exchange.
+    path = tmp_path / "t.parquet"
+    n = 400_000
+    keys = [i * 7919 % n for i in range(n)]
+    pq.write_table(
+        pa.table({"k": keys, "v": [i % 7 for i in range(n)]}), path, row_group_size=50_000
+    )
+    catalog = {"t": load_table("t", str(path))}
+    sql = "SELECT k, count(*) AS c FROM t GROUP BY k"
+
+    def aggregate_tasks(parallel: int, floor: int) -> int:
+        monkeypatch.setattr(stages, "SPREAD_PARTITION_BYTES", floor)
+        config = PlannerConfig(4, 64 << 20, split_rows=50_000, slots=4, parallel=parallel)
         plan = plan_query(sql, catalog, config)
         return next(s.num_tasks for s in plan.stages if s.label.startswith("aggregate"))
 
-    assert spread_tasks(4, 512 << 10) == 4
-    assert spread_tasks(4, 1200 << 10) == 2  # 3.2 MB: two shares of at least 1200 KiB
-    assert spread_tasks(4, 32 << 20) == 1  # too small to spread
-    assert spread_tasks(1, 512 << 10) == 1  # one task at full speed at a time
+    assert stages.SPREAD_PARTITION_BYTES == 4 << 20
+    assert aggregate_tasks(4, 512 << 10) == 4
+    assert aggregate_tasks(4, 1200 << 10) == 2  # 3.2 MB: two shares of at least 1200 KiB
+    assert aggregate_tasks(4, 4 << 20) == 1  # too small to spread
+    assert aggregate_tasks(1, 512 << 10) == 1  # one task at full speed at a time
 
 
 def test_exchanges_of_several_waves_are_sized_to_whole_waves_of_the_slots(

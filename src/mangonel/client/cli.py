@@ -639,8 +639,8 @@ def _planner_options(p: argparse.ArgumentParser) -> None:
         type=int,
         default=defaults.SPREAD_BYTES,
         help="where the executors' hosts run several tasks at full speed at once "
-        "(hosts of their own cores), spread a scan or an exchange over them while "
-        f"each task gets at least this many bytes (default {_mib(defaults.SPREAD_BYTES)})",
+        "(hosts of their own cores), spread a scan over them while each task reads at "
+        f"least this many bytes of its columns (default {_mib(defaults.SPREAD_BYTES)})",
     )
     p.add_argument(
         "--recompute-bytes",

@@ -115,10 +115,9 @@ class PlannerConfig:
         max_split_rows: ... and at most this big, so that a task's output stays
             within a slot's memory.
         spread_bytes: where several tasks run at full speed at once
-            (``parallel``), a scan or an exchange carrying at least this many
-            bytes a task is spread over them (``spread_tasks``,
-            ``StageBuilder.partitions_for``) rather than run as one task while
-            the other hosts idle.
+            (``parallel``), a scan of at least this many bytes of columns a task
+            is spread over them (``spread_tasks``) rather than run as one task
+            while the other hosts idle.
         slots: task slots one job may hold (the scheduler's count when it plans);
             an exchange sized to more partitions than this gets a multiple of it
             (``distribute.stages.whole_waves``). 0: unknown, counts from bytes alone.
@@ -617,7 +616,6 @@ def _distributor(
         config.slots,
         config.recompute_bytes,
         config.parallel,
-        config.spread_bytes,
     )
 
 

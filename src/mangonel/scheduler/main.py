@@ -83,8 +83,8 @@ class SchedulerConfig:
             while the two scan at most this many bytes of tables
             (``PlannerConfig.fuse_bytes``); 0: no bound.
         spread_bytes: Where hosts run several tasks at full speed at once, a scan
-            or an exchange is spread over them while each task gets at least this
-            many bytes (``PlannerConfig.spread_bytes``).
+            is spread over them while each task reads at least this many bytes
+            (``PlannerConfig.spread_bytes``).
         recompute_bytes: A stage of one task that reads only tables is computed
             again by each task that reads it while the copies beyond the first
             scan at most this many bytes (``PlannerConfig.recompute_bytes``); 0: never.

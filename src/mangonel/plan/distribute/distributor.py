@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 
 from sqlglot import exp
 
-from mangonel import defaults
 from mangonel.catalog import Table
 from mangonel.ids import StageId
 from mangonel.plan.distribute.aggregates import common_grouping_keys, split_aggs
@@ -97,7 +96,6 @@ class Distributor:
         slots: task slots a job may hold (``PlannerConfig.slots``); 0: unknown.
         recompute_bytes: see ``PlannerConfig.recompute_bytes`` (0: never).
         parallel: see ``PlannerConfig.parallel`` (0: unknown).
-        spread_bytes: see ``PlannerConfig.spread_bytes``.
     """
 
     def __init__(
@@ -115,7 +113,6 @@ class Distributor:
         slots: int = 0,
         recompute_bytes: float = 0,
         parallel: int = 0,
-        spread_bytes: float = defaults.SPREAD_BYTES,
     ) -> None:
         self._catalog = catalog
         self._estimator = estimator or Estimator(catalog)
@@ -141,7 +138,6 @@ class Distributor:
             slots,
             recompute_bytes,
             parallel,
-            spread_bytes,
         )
         self._keys = KeyTypes(oracle, subqueries)
         self._ranges = KeyRanges(catalog)

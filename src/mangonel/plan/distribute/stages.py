@@ -107,6 +107,14 @@ class Frag:
     (``StageBuilder.finish``, ``Distributor._inline_subquery``)."""
 
 
+SPREAD_PARTITION_BYTES = defaults.ADAPTIVE_MIN_PARTITION_BYTES
+"""An exchange spread over the hosts' parallel tasks carries at least this many
+estimated bytes a partition (``StageBuilder.partitions_for``): the size below
+which the scheduler merges partitions anyway (``Limits.adaptive_min_partition_bytes``).
+Spreading them at this floor ran TPC-H q09, q17, q18 and q20 at SF1 in 0.7-0.8 of
+the time on two hosts of one core (one run, a loaded machine, 2026-12-04)."""
+
+
 def whole_waves(partitions: int, slots: int, most: int) -> int:
     """``partitions`` reader tasks, made a multiple of ``slots`` where there are
     more than ``slots`` of them (up to ``most``, else down), so that their last
@@ -153,7 +161,6 @@ class StageBuilder:
             (``recomputable``); 0: never.
         parallel: tasks the hosts run at full speed at once
             (``PlannerConfig.parallel``); 0: unknown.
-        spread_bytes: see ``PlannerConfig.spread_bytes``.
     """
 
     def __init__(
@@ -166,12 +173,10 @@ class StageBuilder:
         slots: int = 0,
         recompute_bytes: float = 0,
         parallel: int = 0,
-        spread_bytes: float = defaults.SPREAD_BYTES,
     ) -> None:
         self._catalog = catalog
         self._n = max(1, partitions)
         self._parallel = max(0, parallel)
-        self._spread_bytes = max(1.0, spread_bytes)
         self._partition_bytes = partition_bytes
         self._slots = max(0, slots)
         self._inline_scan_bytes = inline_scan_bytes
@@ -306,8 +311,8 @@ class StageBuilder:
         waves (``whole_waves``).
 
         Where several tasks run at full speed at once (``parallel`` over 1), an
-        exchange of at least ``spread_bytes`` a task gets a partition for each
-        of them: one reader task would keep the other hosts idle. The
+        exchange of at least ``SPREAD_PARTITION_BYTES`` a partition gets one for
+        each of them: one reader task would keep the other hosts idle. The
         scheduler merges partitions that turn out smaller
         (``scheduler.adaptive``), so an estimate too high costs files, not tasks.
         """
@@ -315,7 +320,7 @@ class StageBuilder:
             return self._n
         wanted = max(1, min(self._n, -int(-est // self._partition_bytes)))
         if self._parallel > 1 and wanted < self._parallel:
-            spread = min(self._n, self._parallel, int(est // self._spread_bytes))
+            spread = min(self._n, self._parallel, int(est // SPREAD_PARTITION_BYTES))
             wanted = max(wanted, spread)
         return whole_waves(wanted, self._slots, self._n)
 
