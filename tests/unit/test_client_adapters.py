@@ -1,12 +1,16 @@
-"""``mangonel://`` URLs and Arrow type text: the pure parts under the ibis backend and the
-SQLAlchemy dialect."""
+"""The pure parts under the ibis backend and the SQLAlchemy dialect: ``mangonel://`` URLs,
+Arrow type text, and the DB-API driver's parameters written in as literals."""
 
 from __future__ import annotations
+
+import datetime as dt
+import decimal
 
 import pyarrow as pa
 import pytest
 
 from mangonel.client import arrow_types
+from mangonel.client.dbapi import NotSupportedError, ProgrammingError, bind, literal
 from mangonel.client.url import ConnectOptionError, ConnectOptions, parse_url
 
 
@@ -70,3 +74,40 @@ def test_a_nested_type_is_left_to_the_cluster() -> None:
     assert arrow_types.parse(str(nested)) is None
     assert arrow_types.parse_schema((("a", "int64"), ("b", str(nested)))) is None
     assert arrow_types.parse_schema((("a", "int64"),)) == pa.schema([("a", pa.int64())])
+
+
+def test_parameters_go_where_the_placeholders_are_outside_literals_and_comments() -> None:
+    text = "SELECT '?' AS \"?\", x FROM t /* ? */ WHERE a = ? AND b IN ? -- ?\nAND c = ?"
+    assert bind(text, ["it's", (1, 2.5), None]) == (
+        "SELECT '?' AS \"?\", x FROM t /* ? */ WHERE a = 'it''s' AND b IN (1, 2.5) -- ?\n"
+        "AND c = NULL"
+    )
+    # SQL written by hand goes through as written: a % is no placeholder.
+    assert bind("SELECT 1 WHERE n LIKE '%A%'", {}) == "SELECT 1 WHERE n LIKE '%A%'"
+
+
+@pytest.mark.parametrize(
+    ("value", "sql"),
+    [
+        (True, "TRUE"),
+        (7, "7"),
+        (0.5, "0.5"),
+        (float("nan"), "CAST('nan' AS DOUBLE)"),
+        (decimal.Decimal("12.50"), "12.50"),
+        (dt.date(1995, 3, 15), "DATE '1995-03-15'"),
+        (dt.datetime(1995, 3, 15, 1, 2, 3), "TIMESTAMP '1995-03-15 01:02:03'"),
+        (b"\x00\xff", "'\\x00\\xff'::BLOB"),
+    ],
+    ids=repr,
+)
+def test_literals(value: object, sql: str) -> None:
+    assert literal(value) == sql
+
+
+def test_parameters_that_do_not_fit_say_how_to_write_them() -> None:
+    with pytest.raises(ProgrammingError, match="1 \\? placeholder\\(s\\) and 2 parameter"):
+        bind("SELECT ?", [1, 2])
+    with pytest.raises(ProgrammingError, match="qmark"):
+        bind("SELECT ?", {"x": 1})
+    with pytest.raises(NotSupportedError, match="no SQL literal"):
+        literal(object())
