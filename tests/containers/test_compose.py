@@ -129,7 +129,7 @@ class Compose:
             "--entrypoint",
             "python",
         ]
-        command += ["-d"] if detach else []
+        command += ["-d"] if detach else ["--rm"]
         command += [IMAGE, "/work/client.py", "scheduler:50050", "/out", *args]
         self.run("podman", "rm", "-f", name, check=False)
         return self.run(*command, timeout=600)
@@ -223,6 +223,7 @@ def cluster(
     finally:
         compose.save_logs()
         compose.compose("down", timeout=120)
+        compose.run("podman", "network", "rm", "-f", NETWORK, check=False)
 
 
 def check_answer(out: Path, number: int, duckdb_ref: duckdb.DuckDBPyConnection) -> dict[str, Any]:
