@@ -5,12 +5,18 @@
 # graph pictures), and iproute2 (ip, bridge, tc: the multi-host tests build a
 # network of namespaces; unshare, setpriv and mount come with util-linux, which
 # Debian always has). Needs root (or sudo); does nothing when all are present.
+# With --containers, also what tests/containers needs: podman (with runc, netavark,
+# aardvark-dns and iptables for its networks), podman-compose and debootstrap.
 #
-# Usage: scripts/install-system-deps.sh
+# Usage: scripts/install-system-deps.sh [--containers]
 set -euo pipefail
 
 packages=(etcd-server chromium chromium-driver graphviz iproute2)
 binaries=(etcd chromium chromedriver dot ip bridge tc)
+if [[ "${1:-}" == "--containers" ]]; then
+    packages+=(podman runc netavark aardvark-dns iptables uidmap podman-compose debootstrap)
+    binaries+=(podman runc podman-compose debootstrap)
+fi
 
 missing=false
 for binary in "${binaries[@]}"; do

@@ -1,11 +1,12 @@
-"""The container image and the Kubernetes manifests in deploy/ run real commands.
+"""The container image, deploy/compose.yaml and the Kubernetes manifests in deploy/ run
+real commands.
 
-No container runtime or Kubernetes runs where this project is tested, so this
-checks what can be checked here: the image's entry point is the ``mangonel``
-command, and every mangonel container's command line in the manifests parses with
-mangonel's own CLI parser (an option renamed or removed fails here, not in a
-cluster). The same ``mangonel scheduler`` / ``mangonel executor`` commands run on
-separate hosts in tests/multihost.
+No Kubernetes runs where this project is tested, so this checks what can be checked
+without it: the image's entry point is the ``mangonel`` command, and every mangonel
+container's command line in the manifests and in compose.yaml parses with mangonel's
+own CLI parser (an option renamed or removed fails here, not in a cluster). The same
+``mangonel scheduler`` / ``mangonel executor`` commands run on separate hosts in
+tests/multihost; tests/containers builds the image and runs compose.yaml's cluster.
 """
 
 from __future__ import annotations
@@ -64,3 +65,28 @@ def test_each_containers_command_parses_with_the_cli(container: dict[str, object
         assert "," in parsed.scheduler  # both schedulers of the pair, whichever leads
     else:
         assert parsed.state.startswith("etcd://")
+
+
+def _compose_services() -> dict[str, dict[str, object]]:
+    spec = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    return {
+        name: service
+        for name, service in spec["services"].items()
+        if "mangonel" in str(service.get("image", ""))
+    }
+
+
+def test_compose_runs_a_scheduler_on_etcd_and_two_executors() -> None:
+    services = _compose_services()
+    assert sorted(services) == ["executor-1", "executor-2", "scheduler"]
+    for name, service in services.items():
+        args = service["command"]
+        assert isinstance(args, list)
+        parsed = build_parser().parse_args(args)
+        assert "healthcheck" in service, name
+        if args[0] == "executor":
+            # Peers and clients reach it by its service name on the compose network.
+            assert parsed.host == "0.0.0.0" and parsed.advertise_host == name
+            assert parsed.scheduler == "scheduler:50050"
+        else:
+            assert parsed.state == "etcd://etcd:2379/mangonel/"
