@@ -52,6 +52,8 @@ class TableInfo:
     rows: int
     bytes: int
     files: tuple[str, ...]
+    format: str = "parquet"
+    """How its files are written: parquet, csv or json."""
 
 
 PHASES = ("launch", "setup", "fetch", "execute", "write", "cleanup", "other", "report")
@@ -172,6 +174,7 @@ def table_from_proto(msg: pb.TableInfo) -> TableInfo:
         rows=msg.rows,
         bytes=msg.bytes,
         files=tuple(msg.files),
+        format=msg.format or "parquet",
     )
 
 

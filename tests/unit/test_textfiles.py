@@ -1,0 +1,71 @@
+"""CSV and JSON splits at line boundaries, and their options (pure: local files only)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from mangonel.errors import CatalogError
+from mangonel.task import Compression, FileFormat
+from mangonel.textfiles import _copy_lines, chunks, compression_of, is_table_file, text_format
+
+
+def _lines_of(data: bytes, start: int, stop: int) -> list[bytes]:
+    out = io.BytesIO()
+    _copy_lines(io.BytesIO(data), start, stop, out)
+    return out.getvalue().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("ending", [b"\n", b""], ids=["newline-at-end", "no-newline-at-end"])
+def test_every_split_size_reads_every_line_once(ending: bytes) -> None:
+    """Whatever the split points, the splits' lines are the file's lines, once each
+    and in order (empty lines too)."""
+    lines = [b"a" * n + b"\n" for n in (0, 1, 5, 0, 2, 13, 1, 0, 7)]
+    data = b"".join(lines) + b"last" + ending
+    expected = data.splitlines(keepends=True)
+    for size in range(1, len(data) + 2):
+        got: list[bytes] = []
+        for start in range(0, len(data), size):
+            got += _lines_of(data, start, min(len(data), start + size))
+        assert got == expected, f"split size {size}"
+
+
+def test_a_split_with_no_line_beginning_in_it_reads_nothing() -> None:
+    data = b"x" * 50 + b"\n" + b"y\n"
+    assert _lines_of(data, 10, 20) == []
+    assert _lines_of(data, 0, 10) == [b"x" * 50 + b"\n"]
+    assert _lines_of(data, 20, 53) == [b"y\n"]
+
+
+def test_chunks_cover_the_file_and_compressed_ones_are_whole() -> None:
+    fmt, _ = text_format(FileFormat.CSV, {})
+    parts = chunks("/d/t.csv", 1000, fmt, 300, 10.0)
+    assert [(c.start, c.stop) for c in parts] == [(0, 250), (250, 500), (500, 750), (750, 1000)]
+    assert [(c.start, c.stop) for c in chunks("/d/t.csv.gz", 1000, fmt, 300, 10.0)] == [(0, 0)]
+    multiline, _ = text_format(FileFormat.CSV, {"multiline": "true"})
+    assert [(c.start, c.stop) for c in chunks("/d/t.csv", 1000, multiline, 300, 10.0)] == [(0, 0)]
+
+
+def test_options_are_checked() -> None:
+    fmt, split = text_format(
+        FileFormat.CSV, {"DELIM": "|", "header": "false", "split_size": "1000", "null": "NA"}
+    )
+    assert (fmt.delimiter, fmt.header, fmt.null, split) == ("|", False, "NA", 1000)
+    assert compression_of("/d/t.csv.zst", fmt) is Compression.ZSTD
+    assert compression_of("/d/t.csv", fmt) is Compression.NONE
+    with pytest.raises(CatalogError, match="unknown option 'colour'"):
+        text_format(FileFormat.CSV, {"colour": "red"})
+    with pytest.raises(CatalogError, match="true or false"):
+        text_format(FileFormat.CSV, {"header": "maybe"})
+    with pytest.raises(CatalogError, match="split_size"):
+        text_format(FileFormat.CSV, {"split_size": "-5"})
+    with pytest.raises(CatalogError, match="compression"):
+        text_format(FileFormat.JSON, {"compression": "lz4"})
+
+
+def test_table_files_by_suffix() -> None:
+    assert is_table_file("a/b.csv.gz", FileFormat.CSV)
+    assert is_table_file("b.ndjson", FileFormat.JSON)
+    assert not is_table_file("b.json", FileFormat.CSV)
+    assert not is_table_file("_SUCCESS", FileFormat.JSON)
