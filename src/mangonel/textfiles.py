@@ -486,24 +486,28 @@ def _bad_row(
     scratch_file: str,
     opened: list[storage.ObjectFile],
 ) -> BadRowError:
-    """DuckDB's error over a split as one naming the file and its line in the file."""
+    """DuckDB's error over a split as one line naming the file and its line in the file."""
     message = str(exc)
-    detail = message.split("\n\n")[0].replace(scratch_file, split.path)
-    # DuckDB names the scratch file; the user's file is named below.
-    detail = re.sub(r'\s*in file "[^"]*",?', "", detail).strip()
     match = _LINE.search(message)
-    where = f"{split.path}"
+    where = split.path
     if match:
         line = int(match.group(1) or match.group(2))
         if begin:
             with _open(split.path, split, opened) as source:
                 line += sum(block.count(b"\n") for block in _blocks(source, 0, begin))
         where = f"{split.path}, line {line}"
-        detail = _LINE.sub("", detail, count=1).strip(" :,\n")
+    # DuckDB's first paragraph says what is wrong; it names the scratch file, and its
+    # line number counts from the split's start: both are said above instead.
+    parts = []
+    for text in message.split("\n\n")[0].splitlines():
+        text = re.sub(r'\s*in file "[^"]*",?', "", text.replace(scratch_file, split.path))
+        text = _LINE.sub("", text).strip(" :,")
+        if text and text.rstrip(" :") not in ("Conversion Error: CSV Error on", "CSV Error on"):
+            parts.append(text)
     return BadRowError(
-        f"a row of {where} cannot be read as the table's columns say: {detail}; fix the "
-        "file, declare other column types, or register the table with ignore_errors=true "
-        "to skip such rows"
+        f"a row of {where} cannot be read as the table's columns say: {'; '.join(parts)}; "
+        "fix the file, declare other column types, or register the table with "
+        "ignore_errors=true to skip such rows"
     )
 
 

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 
-from mangonel.errors import CatalogError
+from mangonel.catalog import load_table
+from mangonel.errors import BadRowError, CatalogError
 from mangonel.task import Compression, FileFormat
-from mangonel.textfiles import _copy_lines, chunks, compression_of, is_table_file, text_format
+from mangonel.textfiles import (
+    _copy_lines,
+    chunks,
+    compression_of,
+    is_table_file,
+    read_splits,
+    text_format,
+)
 
 
 def _lines_of(data: bytes, start: int, stop: int) -> list[bytes]:
@@ -69,3 +78,32 @@ def test_table_files_by_suffix() -> None:
     assert is_table_file("b.ndjson", FileFormat.JSON)
     assert not is_table_file("b.json", FileFormat.CSV)
     assert not is_table_file("_SUCCESS", FileFormat.JSON)
+
+
+def test_a_bad_row_in_a_later_split_is_named_by_its_line_in_the_file(tmp_path: Path) -> None:
+    """The split's own line number plus the newlines before it: the line in the file."""
+    path = tmp_path / "bad.csv"
+    lines = ["k,v"] + [f"{i},{i}" for i in range(2, 3001)]
+    lines[2500 - 1] = "oops,1"
+    path.write_text("\n".join(lines) + "\n")
+    table = load_table("bad", str(path), FileFormat.CSV, {"split_size": "1000"})
+    # Inferred from the first MiB, which holds the bad line: k is text.
+    assert table.text is not None and table.text.columns == (("k", "VARCHAR"), ("v", "BIGINT"))
+    table = load_table(
+        "bad", str(path), FileFormat.CSV, {"split_size": "1000"}, [("k", "BIGINT"), ("v", "INT")]
+    )
+    later = list(table.split_of(list(table.row_groups[5:])))
+    assert later[0].start > 0
+    with pytest.raises(BadRowError, match=f"{path}, line 2500 cannot be read .*oops"):
+        read_splits(later, ["k"], str(tmp_path / "scratch"))
+    skipping = load_table(
+        "bad",
+        str(path),
+        FileFormat.CSV,
+        {"split_size": "1000", "ignore_errors": "true"},
+        [("k", "BIGINT"), ("v", "INT")],
+    )
+    every = [s for t in skipping.splits(1) for s in t]
+    assert len(every) > 5
+    read = read_splits(every, ["k"], str(tmp_path / "scratch"))
+    assert sorted(read.column("k").to_pylist()) == [i for i in range(2, 3001) if i != 2500]
