@@ -408,11 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "register",
         help="register a Parquet, CSV or JSON table",
-        description="Register a file, directory, glob or s3:// location of Parquet, CSV or "
-        "newline-delimited JSON files as a table. A CSV or JSON table's columns are "
-        "declared with --column, or inferred once from the start of its first file. "
-        "Options (--option KEY=VALUE): "
-        + "; ".join(f"{k}: {v}" for k, v in textfiles.OPTIONS.items()),
+        description="Register a file, directory, glob or s3:// location of Parquet, CSV or\n"
+        "newline-delimited JSON files as a table. A CSV or JSON table's columns are\n"
+        "declared with --column, or inferred once from the start of its first file."
+        "\n\noptions of a CSV or JSON table (--option KEY=VALUE):\n"
+        + "\n".join(f"  {k}: {v}" for k, v in textfiles.OPTIONS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", help="table name")
