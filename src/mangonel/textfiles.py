@@ -35,6 +35,7 @@ newline without it.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import tempfile
@@ -201,6 +202,12 @@ def check_columns(columns: Sequence[tuple[str, str]]) -> pa.Schema:
     Raises:
         CatalogError: no columns, a name twice, or a type DuckDB does not know.
     """
+    return _schema_of(tuple(columns))
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_of(columns: tuple[tuple[str, str], ...]) -> pa.Schema:
+    # Cached: every task of a text table asks, and the answer needs a DuckDB.
     if not columns:
         raise CatalogError("a table needs at least one column")
     seen: set[str] = set()
@@ -357,10 +364,11 @@ def read_splits(
     scratch: str,
     opened: list[storage.ObjectFile] | None = None,
     rows_column: str = "__rows",
+    memory_bytes: int | None = None,
 ) -> pa.Table:
     """Some splits of one text table, only ``columns`` (none: a column of NULLs
     named ``rows_column``, one a row, for ``count(*)``), as the catalog's schema
-    types them.
+    types them. ``memory_bytes`` bounds the parsing DuckDB (the slot's share).
 
     Raises:
         BadRowError: a row does not parse (and the table does not ignore errors).
@@ -379,7 +387,7 @@ def read_splits(
             for s in splits
             if not storage.is_remote(s.path) and s.stop == 0
         ]
-        con = _connect(local_whole, work)
+        con = _connect(local_whole, work, memory_bytes)
         try:
             for i, split in enumerate(splits):
                 parts.append(_read_split(con, split, fmt, wanted, work, i, opened))
@@ -531,14 +539,19 @@ class _Local:
 
 
 class _Remote:
-    def __init__(self, source: storage.ObjectFile) -> None:
+    """An object opened for reading; closed on exit unless a task closes it with its
+    other objects (``owned``: the catalog's reads)."""
+
+    def __init__(self, source: storage.ObjectFile, owned: bool) -> None:
         self.source = source
+        self.owned = owned
 
     def __enter__(self) -> BinaryIO:
         return self.source  # type: ignore[return-value]
 
     def __exit__(self, *exc: object) -> None:
-        return None  # closed with the task's other objects
+        if self.owned:
+            self.source.close()
 
 
 def _open(
@@ -552,7 +565,7 @@ def _open(
     source = storage.open_object(path, expected)
     if opened is not None:
         opened.append(source)
-    return _Remote(source)
+    return _Remote(source, owned=opened is None)
 
 
 def _reader(
@@ -589,12 +602,16 @@ def _reader(
     return f"read_csv({', '.join(args)})"
 
 
-def _connect(readable: Sequence[str], directory: str | None = None) -> duckdb.DuckDBPyConnection:
+def _connect(
+    readable: Sequence[str], directory: str | None = None, memory_bytes: int | None = None
+) -> duckdb.DuckDBPyConnection:
     """A DuckDB that may read ``readable`` files and ``directory``, and nothing else."""
     con = duckdb.connect(
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     )
     con.execute("SET threads = 2")
+    if memory_bytes:
+        con.execute("SET memory_limit = ?", [f"{max(1, memory_bytes // 1024)}KiB"])
     con.execute("SET enable_progress_bar = false")
     if readable:
         con.execute("SET allowed_paths = ?", [list(readable)])

@@ -258,8 +258,9 @@ class TaskRunner:
                     once = _read_once(spec.sql, scan.name)
                     if scan.splits and scan.splits[0].text is not None:
                         scratch = os.path.join(self._spill_dir, "text")
+                        memory = self.budget.memory if self.budget is not None else None
                         reader = textfiles.read_splits(
-                            scan.splits, scan.columns, scratch, opened, _ROWS_COLUMN
+                            scan.splits, scan.columns, scratch, opened, _ROWS_COLUMN, memory
                         )
                     else:
                         reader = _read_scan(scan.columns, scan.splits, opened, once)

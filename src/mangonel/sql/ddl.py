@@ -60,6 +60,9 @@ def parse_ddl(sql: str) -> Statement | None:
     Raises:
         SqlSyntaxError: it is one of them, written wrong (the message says where).
     """
+    head = sql[:4096].upper()
+    if "EXTERNAL" not in head and "DROP" not in head:
+        return None  # a query: not worth tokenizing here
     try:
         tokens = [t for t in Tokenizer().tokenize(sql) if t.token_type != TokenType.SEMICOLON]
     except TokenError:
