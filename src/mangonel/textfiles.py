@@ -36,6 +36,7 @@ newline without it.
 from __future__ import annotations
 
 import functools
+import io
 import os
 import re
 import tempfile
@@ -443,9 +444,36 @@ def _copy_lines(source: BinaryIO, start: int, stop: int, out: BinaryIO) -> int:
     if begin < 0 or begin >= stop:
         return max(begin, start)
     end = _next_newline(source, stop - 1)
-    for block in _blocks(source, begin, (end if end >= 0 else _size(source)) - begin):
-        out.write(block)
+    length = (end if end >= 0 else _size(source)) - begin
+    if not _copy_in_kernel(source, begin, length, out):
+        for block in _blocks(source, begin, length):
+            out.write(block)
     return begin
+
+
+def _copy_in_kernel(source: BinaryIO, start: int, length: int, out: BinaryIO) -> bool:
+    """Copy a local file's bytes without passing them through Python (``copy_file_range``:
+    at SF1, 96 MB of ``lineitem.csv`` took 0.39 s read and written in blocks, as long
+    as DuckDB then took to parse them). False where it cannot (an object, a pipe)."""
+    try:
+        src, dst = source.fileno(), out.fileno()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return False
+    out.flush()
+    offset, left = start, length
+    try:
+        while left > 0:
+            done = os.copy_file_range(src, dst, left, offset)
+            if done == 0:
+                break
+            offset += done
+            left -= done
+    except OSError:
+        if offset != start:
+            raise  # part of it copied: the caller's block copy would write it twice
+        return False
+    out.seek(0, os.SEEK_END)
+    return True
 
 
 def _next_newline(source: BinaryIO, at: int) -> int:
