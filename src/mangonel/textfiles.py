@@ -512,7 +512,10 @@ def _size(source: BinaryIO) -> int:
     return end
 
 
-_LINE = re.compile(r"\bLine:\s*(\d+)|\bin line (\d+)", re.IGNORECASE)
+_LINE = re.compile(r"\bError on Line:\s*(\d+)|\bin line (\d+)", re.IGNORECASE)
+"""Where DuckDB says which line of its file (the split's) is bad: CSV, then JSON."""
+_CSV_HEADLINE = re.compile(r"^(\w+ Error: )?CSV Error on Line:\s*\d+\s*$")
+_JSON_LINE = re.compile(r",?\s*in line \d+")
 
 
 def _bad_row(
@@ -536,9 +539,11 @@ def _bad_row(
     # line number counts from the split's start: both are said above instead.
     parts = []
     for text in message.split("\n\n")[0].splitlines():
+        if _CSV_HEADLINE.match(text):
+            continue  # "CSV Error on Line: N": said above
         text = re.sub(r'\s*in file "[^"]*",?', "", text.replace(scratch_file, split.path))
-        text = _LINE.sub("", text).strip(" :,")
-        if text and text.rstrip(" :") not in ("Conversion Error: CSV Error on", "CSV Error on"):
+        text = _JSON_LINE.sub("", text).strip(" :,")
+        if text:
             parts.append(text)
     return BadRowError(
         f"a row of {where} cannot be read as the table's columns say: {'; '.join(parts)}; "
