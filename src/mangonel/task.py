@@ -88,8 +88,8 @@ class TextFormat:
     null: str = ""
     compression: Compression = Compression.AUTO
     ignore_errors: bool = False
-    """Skip rows that do not parse (CSV), or read their bad values as NULL (JSON);
-    else such a row fails the query, naming its file and line."""
+    """Skip CSV rows and JSON lines that do not parse (a JSON value that does not
+    convert reads as NULL); else such a row fails the query, naming its file and line."""
     multiline: bool = False
     """Quoted CSV fields may hold newlines: each file is read whole by one task."""
 

@@ -24,7 +24,8 @@ register) and the executor (in a task):
 A row DuckDB cannot read fails the task with ``errors.BadRowError``, naming the
 file and the line in the file (the split's own line number plus the newlines
 before the split, counted only then). With ``ignore_errors`` such rows are
-skipped (CSV) or their bad values read as NULL (JSON: DuckDB's reader).
+skipped (CSV); a JSON line that does not parse is skipped, and a value that does
+not convert to its column's type reads as NULL.
 
 Quoted newlines: a CSV field holding a newline would be cut by a split that
 starts inside it, so such files must be registered with ``multiline=true``,
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import os
 import re
 import tempfile
@@ -83,8 +85,9 @@ OPTIONS: Mapping[str, str] = {
     "escape": 'the character that escapes a quote inside quotes (default ")',
     "null": "the text that reads as NULL in CSV (default: the empty field)",
     "compression": "auto (by suffix: .gz, .zst), none, gzip or zstd (default auto)",
-    "ignore_errors": "true: skip CSV rows that do not parse, read bad JSON values as "
-    "NULL (default false: such a row fails the query, naming its file and line)",
+    "ignore_errors": "true: skip CSV rows and JSON lines that do not parse, read JSON "
+    "values that do not convert as NULL (default false: such a row fails the query, "
+    "naming its file and line)",
     "multiline": "true: quoted CSV fields hold newlines; each file is read whole "
     "by one task (default false)",
     "split_size": f"bytes of text per chunk that tasks are made of (default {DEFAULT_SPLIT_BYTES})",
@@ -617,6 +620,16 @@ def _reader(
         args.append(f"columns = {{{spec}}}")
     ignore = fmt.ignore_errors or lenient
     if fmt.format is FileFormat.JSON:
+        if ignore and columns:
+            # DuckDB's read_json with ignore_errors keeps a malformed line as a row
+            # of NULLs; each line as a JSON value instead, the malformed ones (NULL)
+            # dropped, then typed (a value that does not convert is NULL).
+            lines = f"read_ndjson_objects({args[0]}, {args[1]}, ignore_errors = true)"
+            shape = _literal(json.dumps(dict(columns)))
+            return (
+                f"(SELECT unnest(json_transform(json, {shape})) FROM {lines} "
+                "WHERE json IS NOT NULL)"
+            )
         args += ["format = 'newline_delimited'"]
         if ignore:
             args.append("ignore_errors = true")

@@ -108,3 +108,22 @@ def test_a_bad_row_in_a_later_split_is_named_by_its_line_in_the_file(tmp_path: P
     assert len(every) > 5
     read = read_splits(every, ["k"], str(tmp_path / "scratch"))
     assert sorted(read.column("k").to_pylist()) == [i for i in range(2, 3001) if i != 2500]
+
+
+def test_ignore_errors_skips_malformed_json_lines(tmp_path: Path) -> None:
+    """A malformed line is skipped (DuckDB's read_json would keep it as NULLs), a value
+    that does not convert reads as NULL, and an empty object is a row of NULLs."""
+    path = tmp_path / "t.json"
+    path.write_text('{"a":1,"b":"x"}\n{"a":"zz","b":"y"}\n{"a":3,\n{}\n{"a":5}\n')
+    columns = [("a", "BIGINT"), ("b", "VARCHAR")]
+    failing = load_table("t", str(path), FileFormat.JSON, {}, columns)
+    with pytest.raises(BadRowError, match=f"{path}"):
+        read_splits(failing.splits(1)[0], ["a", "b"], str(tmp_path / "scratch"))
+    skipping = load_table("t", str(path), FileFormat.JSON, {"ignore_errors": "true"}, columns)
+    read = read_splits(skipping.splits(1)[0], ["a", "b"], str(tmp_path / "scratch"))
+    assert read.to_pylist() == [
+        {"a": 1, "b": "x"},
+        {"a": None, "b": "y"},
+        {"a": None, "b": None},
+        {"a": 5, "b": None},
+    ]
