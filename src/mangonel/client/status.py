@@ -44,7 +44,8 @@ _EXECUTOR_STATE = {
 
 @dataclass(frozen=True)
 class TableInfo:
-    """A registered table: ``columns`` are (name, Arrow type) pairs."""
+    """A registered table: ``columns`` are (name, Arrow type) pairs; ``rows`` and
+    ``bytes`` are exact for Parquet, estimated from a sample for CSV and JSON."""
 
     name: str
     location: str
