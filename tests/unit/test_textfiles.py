@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from mangonel.catalog import load_table
@@ -127,3 +128,22 @@ def test_ignore_errors_skips_malformed_json_lines(tmp_path: Path) -> None:
         {"a": None, "b": None},
         {"a": 5, "b": None},
     ]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "copy"),
+    [
+        ("t.csv.zst", FileFormat.CSV, "HEADER, COMPRESSION zstd"),
+        ("t.json.gz", FileFormat.JSON, "FORMAT json, COMPRESSION gzip"),
+    ],
+)
+def test_compressed_files_are_one_chunk_and_read_whole(
+    tmp_path: Path, name: str, kind: FileFormat, copy: str
+) -> None:
+    path = tmp_path / name
+    duckdb.sql(f"COPY (SELECT i, 'x' || i AS s FROM range(5000) t(i)) TO '{path}' ({copy})")
+    table = load_table("t", str(path), kind, {"split_size": "100"})
+    assert table.text is not None and table.text.columns == (("i", "BIGINT"), ("s", "VARCHAR"))
+    assert [(g.start, g.stop) for g in table.row_groups] == [(0, 0)]
+    read = read_splits(table.splits(1)[0], ["i"], str(tmp_path / "scratch"))
+    assert sorted(read.column("i").to_pylist()) == list(range(5000))
