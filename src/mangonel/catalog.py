@@ -1,4 +1,8 @@
-"""Tables: Parquet files, directories or globs, with the metadata the planner needs.
+"""Tables: Parquet, CSV or JSON files, directories or globs, with the metadata the planner needs.
+
+A CSV or JSON table's row groups are chunks of its files (byte ranges cut by
+``textfiles.chunks``, rows estimated), which the planner groups into tasks as it
+groups Parquet row groups; its splits carry the table's ``TextFormat``.
 
 A ``Table`` is resolved once, when it is registered: its files, Arrow schema,
 DuckDB column types, row counts and row groups. The planner splits a scan into
@@ -13,20 +17,21 @@ object overwritten or deleted fails instead of reading another table's rows.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import glob
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mangonel import storage
+from mangonel import storage, textfiles
 from mangonel.errors import CatalogError, ObjectStoreError
-from mangonel.task import FileSplit
+from mangonel.task import FileFormat, FileSplit, TextFormat
 
 Value = int | float | Decimal | dt.date | dt.datetime | str
 
@@ -42,6 +47,10 @@ class RowGroup:
     bytes: int
     """Uncompressed size in memory, from the Parquet footer."""
     ranges: Mapping[str, Range] = field(default_factory=dict, hash=False, compare=False)
+    start: int = 0
+    stop: int = 0
+    """A CSV or JSON table's chunk: the lines beginning in bytes ``[start, stop)`` of the
+    file (``stop`` 0: the whole file); ``rows`` and ``bytes`` are estimates."""
     """Per integer or date column whose footer statistics are exact: its range here
     (the planner joins a table's row groups only with the rows their keys may meet,
     and aggregates in place where tasks' ranges do not overlap; ``plan.distribute``)."""
@@ -94,6 +103,14 @@ class Table:
         default_factory=dict, hash=False, compare=False
     )
     """Per file in object storage: its size and ETag when the table was registered."""
+    text: TextFormat | None = None
+    """How to read a CSV or JSON table's files (``None``: Parquet)."""
+    options: Mapping[str, str] = field(default_factory=dict, hash=False, compare=False)
+    """The options it was registered with, as given (what a restarted scheduler reuses)."""
+
+    @property
+    def format(self) -> FileFormat:
+        return FileFormat.PARQUET if self.text is None else self.text.format
 
     @functools.cached_property
     def rows(self) -> int:
@@ -147,7 +164,7 @@ class Table:
 
     def split_of(self, groups: list[RowGroup]) -> tuple[FileSplit, ...]:
         """The splits that read exactly ``groups``."""
-        return _merge(groups, self.objects)
+        return _merge(groups, self.objects, self.text)
 
     def splits(self, target_rows: int) -> tuple[tuple[FileSplit, ...], ...]:
         """Group row groups into task splits of about ``target_rows`` rows, evenly.
@@ -167,15 +184,26 @@ class Table:
             middle = before + rg.rows / 2
             tasks[min(n - 1, int(middle * n / max(1, total)))].append(rg)
             before += rg.rows
-        return tuple(_merge(t, self.objects) for t in tasks if t) or (_merge([], self.objects),)
+        return tuple(_merge(t, self.objects, self.text) for t in tasks if t) or (
+            _merge([], self.objects, self.text),
+        )
 
 
 def _merge(
-    groups: list[RowGroup], objects: Mapping[str, storage.ObjectVersion]
+    groups: list[RowGroup],
+    objects: Mapping[str, storage.ObjectVersion],
+    text: TextFormat | None = None,
 ) -> tuple[FileSplit, ...]:
-    by_file: dict[str, list[RowGroup]] = {}
+    """One split per file of the groups; for a text table, one per run of adjacent
+    chunks of a file (a split reads one byte range)."""
+    by_file: dict[tuple[str, int], list[RowGroup]] = {}
+    run = 0
+    last: RowGroup | None = None
     for rg in groups:
-        by_file.setdefault(rg.path, []).append(rg)
+        if text is not None and (last is None or last.path != rg.path or last.stop != rg.start):
+            run += 1
+        by_file.setdefault((rg.path, run), []).append(rg)
+        last = rg
     return tuple(
         FileSplit(
             path=path,
@@ -184,16 +212,21 @@ def _merge(
             bytes=sum(rg.bytes for rg in rgs),
             object_size=objects[path].size if path in objects else 0,
             version=objects[path].version if path in objects else "",
+            start=rgs[0].start,
+            stop=rgs[-1].stop,
+            text=text,
         )
-        for path, rgs in by_file.items()
+        for (path, _), rgs in by_file.items()
     )
 
 
-def resolve_files(location: str) -> tuple[str, ...]:
-    """The Parquet files behind a file, directory or glob, sorted.
+def resolve_files(location: str, kind: FileFormat = FileFormat.PARQUET) -> tuple[str, ...]:
+    """The Parquet (or ``kind``) files behind a file, directory or glob, sorted.
 
     An ``s3://`` location gives ``s3://`` URIs (``storage.list_objects``).
     """
+    if kind is not FileFormat.PARQUET:
+        return _resolve_text_files(location, kind)
     if storage.is_remote(location):
         return storage.list_objects(location)
     if any(ch in location for ch in "*?["):
@@ -219,12 +252,60 @@ def resolve_files(location: str) -> tuple[str, ...]:
     )
 
 
-def load_table(name: str, location: str) -> Table:
-    """Read the footers of every file of a table; raise ``CatalogError`` when unreadable."""
+def _resolve_text_files(location: str, kind: FileFormat) -> tuple[str, ...]:
+    """The CSV or JSON files behind a file, directory (by suffix) or glob, sorted."""
+    what = f"{kind.value} file (" + ", ".join(textfiles.SUFFIXES[kind]) + ", maybe .gz or .zst)"
+    if storage.is_remote(location):
+        return storage.list_objects(
+            location, wanted=lambda key: textfiles.is_table_file(key, kind), kind=what
+        )
+    if os.path.isdir(location):
+        files = sorted(
+            os.path.join(root, f)
+            for root, _, names in os.walk(location)
+            for f in names
+            if textfiles.is_table_file(f, kind)
+        )
+        if not files:
+            raise CatalogError(f"directory {location!r} holds no {what}")
+        return tuple(os.path.abspath(f) for f in files)
+    if any(ch in location for ch in "*?[") or os.path.isfile(location):
+        return resolve_files(location)
+    raise CatalogError(
+        f"{location!r} does not exist; give the path of a {kind.value} file, "
+        "a directory of them, or a glob"
+    )
+
+
+def load_table(
+    name: str,
+    location: str,
+    kind: FileFormat = FileFormat.PARQUET,
+    options: Mapping[str, str] | None = None,
+    columns: Sequence[tuple[str, str]] = (),
+) -> Table:
+    """Resolve a table's files and read what the planner needs of them.
+
+    Parquet: every file's footer. CSV and JSON (``mangonel.textfiles``): the
+    ``options``, and the ``columns`` (name, DuckDB type) as declared, else inferred
+    from the first file's start; each file's size, cut into chunks.
+
+    Raises:
+        CatalogError: a missing or unreadable path, a bad name, option or column.
+    """
     if not name.isidentifier():
         raise CatalogError(
             f"table name {name!r} is not a valid identifier; use letters, digits and underscores"
         )
+    if kind is not FileFormat.PARQUET:
+        return _load_text_table(name, location, kind, options or {}, columns)
+    if options:
+        raise CatalogError(
+            f"a Parquet table takes no options (got {', '.join(sorted(options))}); "
+            "its files say how they are written"
+        )
+    if columns:
+        raise CatalogError("a Parquet table's columns come from its files; declare none")
     files = resolve_files(location)
     schema: pa.Schema | None = None
     groups: list[RowGroup] = []
@@ -268,6 +349,38 @@ def load_table(name: str, location: str) -> Table:
         {f.name: _column_stats(f.type, stats.get(f.name), rows) for f in schema},
         objects,
     )
+
+
+def _load_text_table(
+    name: str,
+    location: str,
+    kind: FileFormat,
+    options: Mapping[str, str],
+    columns: Sequence[tuple[str, str]],
+) -> Table:
+    fmt, split_bytes = textfiles.text_format(kind, options)
+    files = resolve_files(location, kind)
+    objects: dict[str, storage.ObjectVersion] = {}
+    sizes: dict[str, int] = {}
+    for path in files:
+        if storage.is_remote(path):
+            source = storage.open_object(path)
+            objects[path] = source.version
+            sizes[path] = source.version.size
+            source.close()
+        else:
+            sizes[path] = os.path.getsize(path)
+    first = files[0]
+    if not columns:
+        columns = textfiles.infer_columns(first, sizes[first], fmt)
+    fmt = dataclasses.replace(fmt, columns=tuple((str(n), str(t)) for n, t in columns))
+    schema = textfiles.check_columns(fmt.columns)
+    per_line = textfiles.line_bytes(first, sizes[first], fmt)
+    groups: list[RowGroup] = []
+    for path in files:
+        for i, c in enumerate(textfiles.chunks(path, sizes[path], fmt, split_bytes, per_line)):
+            groups.append(RowGroup(path, i, c.rows, c.bytes, start=c.start, stop=c.stop))
+    return Table(name, location, files, schema, tuple(groups), {}, objects, fmt, dict(options))
 
 
 @dataclass

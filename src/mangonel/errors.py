@@ -7,7 +7,8 @@
     │   ├── SqlSyntaxError         the parser rejected it (with line and column)
     │   ├── ForbiddenStatementError not a SELECT over catalog tables (COPY, ATTACH, SET, ...)
     │   ├── UnknownTableError      a table that the catalog does not hold
-    │   └── BindError              unknown column, wrong types, ... (DuckDB's words)
+    │   ├── BindError              unknown column, wrong types, ... (DuckDB's words)
+    │   └── BadRowError            a CSV or JSON table's row does not parse (file and line)
     ├── CatalogError               registering a table failed (missing path, not Parquet)
     │   └── ObjectStoreError       object storage (S3) failed; names the object
     │       ├── ObjectNotFoundError     no such bucket, key or prefix
@@ -77,6 +78,11 @@ class UnknownTableError(QueryError):
 
 class BindError(QueryError):
     """Unknown column, type mismatch or another semantic error."""
+
+
+class BadRowError(QueryError):
+    """A row of a CSV or JSON table cannot be read as its columns say; names the file
+    and the line."""
 
 
 class CatalogError(MangonelError):

@@ -377,13 +377,19 @@ class ObjectVersion:
     version: str
 
 
-def list_objects(location: str, options: StorageOptions | None = None) -> tuple[str, ...]:
+def list_objects(
+    location: str,
+    options: StorageOptions | None = None,
+    wanted: Callable[[str], bool] | None = None,
+    kind: str = ".parquet",
+) -> tuple[str, ...]:
     """The objects behind an ``s3://`` location, sorted, as ``s3://bucket/key`` URIs.
 
     Like local paths (``catalog.resolve_files``): a glob (``*``, ``?``, ``[``;
     ``**`` crosses ``/``) gives every object it matches; a key that is an object
     gives it; a prefix (a "directory") gives every ``.parquet`` / ``.parq``
-    object under it.
+    object under it (or every one whose key ``wanted`` accepts; ``kind`` names
+    them in the error of a prefix that holds none).
 
     Raises:
         ObjectNotFoundError: no bucket, nothing matches, or an empty prefix.
@@ -419,10 +425,10 @@ def list_objects(location: str, options: StorageOptions | None = None) -> tuple[
     found = [
         f
         for f in _list(fs, uri.bucket, uri.key.rstrip("/"), location, options)
-        if f.path.endswith(_PARQUET_SUFFIXES)
+        if (wanted(f.path) if wanted is not None else f.path.endswith(_PARQUET_SUFFIXES))
     ]
     if not found:
-        raise ObjectNotFoundError(f"prefix {location!r} holds no .parquet object")
+        raise ObjectNotFoundError(f"prefix {location!r} holds no {kind} object")
     return tuple(sorted(f"{SCHEME}{f.path}" for f in found))
 
 

@@ -4,7 +4,8 @@ A bottom-layer module (it imports only ``mangonel.ids`` and ``mangonel.errors``)
 the scheduler and the executor never import each other, and meet here, in
 ``proto`` and in ``plan``.
 
-* What a task reads and writes: ``FileSplit`` (part of a Parquet file),
+* What a task reads and writes: ``FileSplit`` (part of a Parquet file, or a
+  byte range of a CSV or JSON file read as its ``TextFormat`` says),
   ``ScanSpec`` (a table read under a name), ``InputMode`` and ``InputLocations``
   (another stage's output files), ``OutputKind`` / ``OutputSpec`` (how a task
   splits its result), ``TaskSpec`` (one attempt, everything an executor needs).
@@ -51,9 +52,55 @@ class OutputKind(enum.Enum):
     SINGLE = "single"
 
 
+class FileFormat(enum.Enum):
+    """How a table's files are written."""
+
+    PARQUET = "parquet"
+    CSV = "csv"
+    JSON = "json"
+    """Newline-delimited JSON: one object a line."""
+
+
+class Compression(enum.Enum):
+    """How a CSV or JSON file is compressed; ``AUTO``: by its name's suffix."""
+
+    AUTO = "auto"
+    NONE = "none"
+    GZIP = "gzip"
+    ZSTD = "zstd"
+
+
+@dataclass(frozen=True)
+class TextFormat:
+    """How to read a CSV or newline-delimited JSON file: what the catalog fixed at
+    register (``mangonel.textfiles``), the same for every task of every executor.
+
+    ``columns`` are the table's columns and their DuckDB types, declared or
+    inferred once from a sample: no task infers anything.
+    """
+
+    format: FileFormat
+    columns: tuple[tuple[str, str], ...]
+    header: bool = True
+    delimiter: str = ","
+    quote: str = '"'
+    escape: str = '"'
+    null: str = ""
+    compression: Compression = Compression.AUTO
+    ignore_errors: bool = False
+    """Skip CSV rows and JSON lines that do not parse (a JSON value that does not
+    convert reads as NULL); else such a row fails the query, naming its file and line."""
+    multiline: bool = False
+    """Quoted CSV fields may hold newlines: each file is read whole by one task."""
+
+
 @dataclass(frozen=True)
 class FileSplit:
     """Part of one Parquet file: some of its row groups (all when empty).
+
+    Or, where ``text`` is set, part of a CSV or JSON file: the lines that begin
+    at a byte in ``[start, stop)`` (``stop`` 0: the whole file), as Hadoop's
+    line reader splits text; ``row_groups`` then number the catalog's chunks.
 
     A file in object storage (``s3://bucket/key``) also carries what the catalog
     saw of it at register, ``object_size`` and ``version`` (its ETag): a task
@@ -67,6 +114,9 @@ class FileSplit:
     bytes: int = 0
     object_size: int = 0
     version: str = ""
+    start: int = 0
+    stop: int = 0
+    text: TextFormat | None = None
 
 
 @dataclass(frozen=True)

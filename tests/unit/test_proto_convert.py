@@ -10,9 +10,11 @@ from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.task import (
     CancelTask,
+    Compression,
     ExecutionError,
     FetchFailed,
     FetchProblem,
+    FileFormat,
     FileSplit,
     FragmentRejected,
     InputLocations,
@@ -28,6 +30,7 @@ from mangonel.task import (
     TaskFailure,
     TaskSpec,
     TaskTimings,
+    TextFormat,
 )
 
 ATTEMPT = TaskAttemptId(TaskId(JobId("ab12"), StageId(3), 2), 1)
@@ -86,6 +89,37 @@ def _spec(**overrides: object) -> TaskSpec:
         ),
         _spec(
             scans=(ScanSpec("__scan1", "supplier", ("s_suppkey",), (FileSplit("/d/s.parquet"),)),),
+        ),
+        _spec(
+            scans=(
+                ScanSpec(
+                    "__scan",
+                    "events",
+                    ("k",),
+                    (
+                        FileSplit(
+                            "s3://b/e.json.gz",
+                            (3, 4),
+                            10,
+                            99,
+                            object_size=7,
+                            version="etag",
+                            start=100,
+                            stop=300,
+                            text=TextFormat(
+                                FileFormat.JSON,
+                                (("k", "BIGINT"), ("d", "DECIMAL(15,2)")),
+                                header=False,
+                                delimiter="|",
+                                null="NA",
+                                compression=Compression.GZIP,
+                                ignore_errors=True,
+                                multiline=True,
+                            ),
+                        ),
+                    ),
+                ),
+            ),
         ),
     ],
 )

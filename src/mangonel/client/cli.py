@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mangonel import defaults, storage
+from mangonel import defaults, storage, textfiles
 from mangonel.client import render
 from mangonel.client.progress import ProgressBar
 from mangonel.client.session import DEFAULT_ADDRESS, Result, Session
@@ -44,6 +44,7 @@ from mangonel.client.status import ExecutorState, ExecutorStatus, JobStatus
 from mangonel.errors import MangonelError
 from mangonel.security import options as security
 from mangonel.security import users_cli
+from mangonel.task import FileFormat
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -406,11 +407,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "register",
-        help="register a Parquet table",
-        description="Register a Parquet file, directory or glob as a table.",
+        help="register a Parquet, CSV or JSON table",
+        description="Register a file, directory, glob or s3:// location of Parquet, CSV or\n"
+        "newline-delimited JSON files as a table. A CSV or JSON table's columns are\n"
+        "declared with --column, or inferred once from the start of its first file."
+        "\n\noptions of a CSV or JSON table (--option KEY=VALUE):\n"
+        + "\n".join(f"  {k}: {v}" for k, v in textfiles.OPTIONS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("name", help="table name")
-    p.add_argument("path", help="Parquet file, directory or glob (read by the cluster)")
+    p.add_argument("path", help="file, directory, glob or s3:// location (read by the cluster)")
+    p.add_argument(
+        "--format",
+        choices=[f.value for f in FileFormat],
+        default=FileFormat.PARQUET.value,
+        help="how the files are written (default %(default)s)",
+    )
+    p.add_argument(
+        "--option",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an option of a CSV or JSON table, e.g. delimiter='|' or header=false (repeatable)",
+    )
+    p.add_argument(
+        "--column",
+        action="append",
+        default=[],
+        metavar="NAME:TYPE",
+        help="a declared column and its DuckDB type, in file order (repeatable), "
+        "e.g. --column l_orderkey:BIGINT",
+    )
 
     sub.add_parser("tables", help="list the tables", description="List the registered tables.")
     sub.add_parser(
@@ -1132,12 +1160,26 @@ def cmd_certs(args: argparse.Namespace) -> int:
 
 def cmd_register(args: argparse.Namespace) -> int:
     with _session(args) as session:
-        info = session.register_parquet(args.name, args.path)
+        info = session.register(
+            args.name,
+            args.path,
+            args.format,
+            [_pair(c, ":", "--column", "NAME:TYPE") for c in args.column],
+            **dict(_pair(o, "=", "--option", "KEY=VALUE") for o in args.option),
+        )
+    estimated = "" if info.format == FileFormat.PARQUET.value else "about "
     print(
-        f"registered {info.name}: {info.rows} rows, {len(info.columns)} columns, "
+        f"registered {info.name}: {estimated}{info.rows} rows, {len(info.columns)} columns, "
         f"{len(info.files)} files"
     )
     return 0
+
+
+def _pair(text: str, sep: str, option: str, form: str) -> tuple[str, str]:
+    key, found, value = text.partition(sep)
+    if not found or not key.strip():
+        raise UsageError(f"{option} takes {form}, got {text!r}")
+    return key.strip(), value.strip()
 
 
 def cmd_tables(args: argparse.Namespace) -> int:

@@ -36,7 +36,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -82,6 +82,7 @@ from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tls import TlsMaterial
+from mangonel.sql.ddl import CreateExternalTable, Statement, parse_ddl
 from mangonel.sql.explain import is_explain
 from mangonel.task import PartitionLocation
 
@@ -480,7 +481,45 @@ class Session:
         Raises:
             CatalogError: the path is missing or not Parquet, or the name is invalid.
         """
-        msg = self._call("RegisterTable", pb.RegisterTableRequest(name=name, path=path))
+        return self.register(name, path)
+
+    def register(
+        self,
+        name: str,
+        path: str,
+        format: str = "parquet",
+        columns: Sequence[tuple[str, str]] | Mapping[str, str] = (),
+        **options: str | int | bool,
+    ) -> TableInfo:
+        """Register data (a file, a directory, a glob or an ``s3://`` location) as table
+        ``name``: Parquet, CSV or newline-delimited JSON.
+
+        >>> session.register("orders", "/data/orders/", format="csv", delimiter="|")
+        ... # doctest: +SKIP
+
+        The path is read by the scheduler and the executors, not by this process.
+
+        Args:
+            format: ``parquet``, ``csv`` or ``json``.
+            columns: A CSV or JSON table's columns and their DuckDB types, in file
+                order; none: inferred once from the start of the first file.
+            options: A CSV or JSON table's options (``mangonel.textfiles.OPTIONS``):
+                ``header``, ``delimiter``, ``quote``, ``escape``, ``null``,
+                ``compression``, ``ignore_errors``, ``multiline``, ``split_size``.
+
+        Raises:
+            CatalogError: the path is missing or unreadable, or a name, option or
+                column is invalid.
+        """
+        pairs = list(columns.items()) if isinstance(columns, Mapping) else list(columns)
+        request = pb.RegisterTableRequest(
+            name=name,
+            path=path,
+            format=format,
+            options={k: _option_text(v) for k, v in options.items()},
+            columns=[pb.Column(name=n, type=t) for n, t in pairs],
+        )
+        msg = self._call("RegisterTable", request)
         assert isinstance(msg, pb.TableInfo)
         return table_from_proto(msg)
 
@@ -556,6 +595,9 @@ class Session:
             ClusterError: the scheduler or the executors cannot be reached.
         """
         start = time.monotonic()
+        ddl = parse_ddl(text)
+        if ddl is not None:
+            return self._run_ddl(ddl, start)
         if is_explain(text):
             # EXPLAIN SELECT ...: the plan as a one-column result, one row per line.
             lines = self.explain(text, dialect).splitlines()
@@ -578,6 +620,26 @@ class Session:
                     f"job {job_id}: {exc}; {self._cancel_late(job_id)}"
                 ) from exc
         raise AssertionError("unreachable")
+
+    def _run_ddl(self, ddl: Statement, start: float) -> Result:
+        """``CREATE EXTERNAL TABLE`` as ``register``, ``DROP TABLE`` as ``drop_table``;
+        the result is one row that says what was done."""
+        if isinstance(ddl, CreateExternalTable):
+            if ddl.if_not_exists and any(t.name == ddl.name for t in self.tables()):
+                done = f"table {ddl.name} exists"
+            else:
+                info = self.register(
+                    ddl.name, ddl.location, ddl.format, ddl.columns, **dict(ddl.options)
+                )
+                done = f"registered {info.name}: {len(info.columns)} columns, "
+                done += f"{len(info.files)} files"
+        elif ddl.if_exists and all(t.name != ddl.name for t in self.tables()):
+            done = f"no table {ddl.name}"
+        else:
+            self.drop_table(ddl.name)
+            done = f"dropped {ddl.name}"
+        table = pa.table({"status": pa.array([done], pa.string())})
+        return Result("", ("status",), table, (), time.monotonic() - start, 0.0)
 
     def _cancel_late(self, job_id: str) -> str:
         """Cancel a job whose deadline passed, without waiting long; say what came of it."""
@@ -827,3 +889,8 @@ def connect(
         connect_wait_s=connect_wait_s,
         on_wait=on_wait,
     )
+
+
+def _option_text(value: str | int | bool) -> str:
+    """An option's value as the wire carries it (``True`` as ``true``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)

@@ -44,7 +44,8 @@ _EXECUTOR_STATE = {
 
 @dataclass(frozen=True)
 class TableInfo:
-    """A registered table: ``columns`` are (name, Arrow type) pairs."""
+    """A registered table: ``columns`` are (name, Arrow type) pairs; ``rows`` and
+    ``bytes`` are exact for Parquet, estimated from a sample for CSV and JSON."""
 
     name: str
     location: str
@@ -52,6 +53,8 @@ class TableInfo:
     rows: int
     bytes: int
     files: tuple[str, ...]
+    format: str = "parquet"
+    """How its files are written: parquet, csv or json."""
 
 
 PHASES = ("launch", "setup", "fetch", "execute", "write", "cleanup", "other", "report")
@@ -172,6 +175,7 @@ def table_from_proto(msg: pb.TableInfo) -> TableInfo:
         rows=msg.rows,
         bytes=msg.bytes,
         files=tuple(msg.files),
+        format=msg.format or "parquet",
     )
 
 

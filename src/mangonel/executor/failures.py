@@ -37,7 +37,7 @@ import errno
 
 import duckdb
 
-from mangonel.errors import CatalogError, ErrorType, ObjectStoreUnavailableError
+from mangonel.errors import BadRowError, CatalogError, ErrorType, ObjectStoreUnavailableError
 from mangonel.executor.memory import SlotBudget, format_size
 from mangonel.task import (
     ExecutionError,
@@ -142,6 +142,8 @@ def classify(exc: BaseException, budget: SlotBudget | None = None) -> TaskFailur
     message = str(exc) or type(exc).__name__
     if isinstance(exc, ObjectStoreUnavailableError):
         return ExecutionError(message, error_type=ErrorType.OBJECT_STORE_UNAVAILABLE)
+    if isinstance(exc, BadRowError):  # a CSV or JSON row that does not parse
+        return QueryError(message)
     if isinstance(exc, CatalogError):  # an object gone, changed, refused, not Parquet
         return QueryError(message, ErrorType.of(exc))
     if isinstance(exc, _FRAGMENT_ERRORS) or (

@@ -74,7 +74,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mangonel import storage
+from mangonel import storage, textfiles
 from mangonel.errors import ObjectStoreError
 from mangonel.executor.failures import (
     TaskCancelledError,
@@ -256,7 +256,14 @@ class TaskRunner:
                 read = sqls[scan.name]
                 if read is None:
                     once = _read_once(spec.sql, scan.name)
-                    reader = _read_scan(scan.columns, scan.splits, opened, once)
+                    if scan.splits and scan.splits[0].text is not None:
+                        scratch = os.path.join(self._spill_dir, "text")
+                        memory = self.budget.memory if self.budget is not None else None
+                        reader = textfiles.read_splits(
+                            scan.splits, scan.columns, scratch, opened, _ROWS_COLUMN, memory
+                        )
+                    else:
+                        reader = _read_scan(scan.columns, scan.splits, opened, once)
                     self._register(con, scan.name, reader, registered)
                 elif as_views:
                     con.execute(f"CREATE OR REPLACE TEMP VIEW {_quote(scan.name)} AS {read}")
@@ -466,6 +473,8 @@ class TaskRunner:
         """
         if not columns or not splits or any(storage.is_remote(s.path) for s in splits):
             return None
+        if any(s.text is not None for s in splits):
+            return None  # CSV or JSON: byte ranges that ``textfiles`` cuts at lines
         parts = []
         for split in splits:
             path = os.path.realpath(split.path)

@@ -197,6 +197,8 @@ def candidates(roots: list[Node], catalog: Mapping[str, Table]) -> Iterator[Cand
                 continue
             dim_scan, dim_column = dim
             dim_table = catalog[dim_scan.table]
+            if dim_table.text is not None:
+                continue  # the probe reads Parquet only; a CSV or JSON dimension prunes nothing
             if dim_table.column_bytes(dim_scan.columns) > DIMENSION_BYTES:
                 continue
             if estimator.size(dim_side).rows > DIMENSION_KEEPS * max(1, dim_table.rows):

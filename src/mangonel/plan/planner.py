@@ -355,7 +355,13 @@ def readable_files(catalog: Mapping[str, Table]) -> tuple[str, ...]:
     task's own files), 2 keyed by the catalog's (the sweep of the 99: 28.2-28.8 ->
     22.6 s).
     """
-    files = {f for table in catalog.values() for f in table.files if not is_remote(f)}
+    files = {
+        f
+        for table in catalog.values()
+        if table.text is None  # a CSV or JSON table's files are read by ``textfiles``
+        for f in table.files
+        if not is_remote(f)
+    }
     if len(files) > READABLE_FILES_LIMIT:
         return ()
     return tuple(sorted(files))

@@ -15,10 +15,12 @@ from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.task import (
     CancelTask,
+    Compression,
     ExecutionError,
     ExecutionProblem,
     FetchFailed,
     FetchProblem,
+    FileFormat,
     FileSplit,
     FragmentRejected,
     InputLocations,
@@ -34,6 +36,7 @@ from mangonel.task import (
     TaskFailure,
     TaskSpec,
     TaskTimings,
+    TextFormat,
 )
 
 ExecutorCommandKind = LaunchTask | CancelTask | ReleaseOutputs
@@ -84,14 +87,19 @@ def output_spec_from_proto(msg: pb.OutputSpec) -> OutputSpec:
 
 
 def file_split_to_proto(split: FileSplit) -> pb.FileSplit:
-    return pb.FileSplit(
+    msg = pb.FileSplit(
         path=split.path,
         row_groups=list(split.row_groups),
         rows=split.rows,
         bytes=split.bytes,
         object_size=split.object_size,
         version=split.version,
+        start=split.start,
+        stop=split.stop,
     )
+    if split.text is not None:
+        msg.text.CopyFrom(text_format_to_proto(split.text))
+    return msg
 
 
 def file_split_from_proto(msg: pb.FileSplit) -> FileSplit:
@@ -102,6 +110,43 @@ def file_split_from_proto(msg: pb.FileSplit) -> FileSplit:
         bytes=msg.bytes,
         object_size=msg.object_size,
         version=msg.version,
+        start=msg.start,
+        stop=msg.stop,
+        text=text_format_from_proto(msg.text) if msg.HasField("text") else None,
+    )
+
+
+def text_format_to_proto(fmt: TextFormat) -> pb.TextFormat:
+    return pb.TextFormat(
+        format=fmt.format.value,
+        columns=[pb.Column(name=n, type=t) for n, t in fmt.columns],
+        header=fmt.header,
+        delimiter=fmt.delimiter,
+        quote=fmt.quote,
+        escape=fmt.escape,
+        null=fmt.null,
+        compression=fmt.compression.value,
+        ignore_errors=fmt.ignore_errors,
+        multiline=fmt.multiline,
+    )
+
+
+def text_format_from_proto(msg: pb.TextFormat) -> TextFormat:
+    try:
+        kind, compression = FileFormat(msg.format), Compression(msg.compression)
+    except ValueError:
+        raise ProtocolError(f"unknown text format {msg.format!r} / {msg.compression!r}") from None
+    return TextFormat(
+        format=kind,
+        columns=tuple((c.name, c.type) for c in msg.columns),
+        header=msg.header,
+        delimiter=msg.delimiter,
+        quote=msg.quote,
+        escape=msg.escape,
+        null=msg.null,
+        compression=compression,
+        ignore_errors=msg.ignore_errors,
+        multiline=msg.multiline,
     )
 
 

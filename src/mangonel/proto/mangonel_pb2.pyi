@@ -74,20 +74,50 @@ class OutputSpec(_message.Message):
     def __init__(self, kind: _Optional[_Union[OutputKind, str]] = ..., partitions: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FileSplit(_message.Message):
-    __slots__ = ("path", "row_groups", "rows", "bytes", "object_size", "version")
+    __slots__ = ("path", "row_groups", "rows", "bytes", "object_size", "version", "start", "stop", "text")
     PATH_FIELD_NUMBER: _ClassVar[int]
     ROW_GROUPS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     OBJECT_SIZE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
     path: str
     row_groups: _containers.RepeatedScalarFieldContainer[int]
     rows: int
     bytes: int
     object_size: int
     version: str
-    def __init__(self, path: _Optional[str] = ..., row_groups: _Optional[_Iterable[int]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., object_size: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
+    start: int
+    stop: int
+    text: TextFormat
+    def __init__(self, path: _Optional[str] = ..., row_groups: _Optional[_Iterable[int]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., object_size: _Optional[int] = ..., version: _Optional[str] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., text: _Optional[_Union[TextFormat, _Mapping]] = ...) -> None: ...
+
+class TextFormat(_message.Message):
+    __slots__ = ("format", "columns", "header", "delimiter", "quote", "escape", "null", "compression", "ignore_errors", "multiline")
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DELIMITER_FIELD_NUMBER: _ClassVar[int]
+    QUOTE_FIELD_NUMBER: _ClassVar[int]
+    ESCAPE_FIELD_NUMBER: _ClassVar[int]
+    NULL_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSION_FIELD_NUMBER: _ClassVar[int]
+    IGNORE_ERRORS_FIELD_NUMBER: _ClassVar[int]
+    MULTILINE_FIELD_NUMBER: _ClassVar[int]
+    format: str
+    columns: _containers.RepeatedCompositeFieldContainer[Column]
+    header: bool
+    delimiter: str
+    quote: str
+    escape: str
+    null: str
+    compression: str
+    ignore_errors: bool
+    multiline: bool
+    def __init__(self, format: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., header: _Optional[bool] = ..., delimiter: _Optional[str] = ..., quote: _Optional[str] = ..., escape: _Optional[str] = ..., null: _Optional[str] = ..., compression: _Optional[str] = ..., ignore_errors: _Optional[bool] = ..., multiline: _Optional[bool] = ...) -> None: ...
 
 class PartitionLocation(_message.Message):
     __slots__ = ("executor", "host", "flight_address", "stage", "map_partition", "partition", "path", "rows", "bytes", "checksum", "ticket", "data")
@@ -392,28 +422,43 @@ class Column(_message.Message):
     def __init__(self, name: _Optional[str] = ..., type: _Optional[str] = ...) -> None: ...
 
 class TableInfo(_message.Message):
-    __slots__ = ("name", "location", "columns", "rows", "bytes", "files")
+    __slots__ = ("name", "location", "columns", "rows", "bytes", "files", "format")
     NAME_FIELD_NUMBER: _ClassVar[int]
     LOCATION_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     BYTES_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
     name: str
     location: str
     columns: _containers.RepeatedCompositeFieldContainer[Column]
     rows: int
     bytes: int
     files: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., location: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., files: _Optional[_Iterable[str]] = ...) -> None: ...
+    format: str
+    def __init__(self, name: _Optional[str] = ..., location: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., files: _Optional[_Iterable[str]] = ..., format: _Optional[str] = ...) -> None: ...
 
 class RegisterTableRequest(_message.Message):
-    __slots__ = ("name", "path")
+    __slots__ = ("name", "path", "format", "options", "columns")
+    class OptionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     name: str
     path: str
-    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+    format: str
+    options: _containers.ScalarMap[str, str]
+    columns: _containers.RepeatedCompositeFieldContainer[Column]
+    def __init__(self, name: _Optional[str] = ..., path: _Optional[str] = ..., format: _Optional[str] = ..., options: _Optional[_Mapping[str, str]] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ...) -> None: ...
 
 class ListTablesRequest(_message.Message):
     __slots__ = ()

@@ -50,7 +50,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -113,6 +113,7 @@ from mangonel.security.auth import ANONYMOUS
 from mangonel.task import (
     CancelTask,
     ExecutorInfo,
+    FileFormat,
     LaunchTask,
     PartitionOutput,
     ReleaseOutputs,
@@ -275,7 +276,7 @@ class SchedulerCore:
             dropped = []
             for name, table in snap.tables.items():
                 try:
-                    self.catalog.put(load_table(name, table.path))
+                    self.catalog.put(_load_stored(name, table))
                 except MangonelError as exc:
                     log.error("table %s cannot be read any more, so it is dropped: %s", name, exc)
                     dropped.append(table_key(name))
@@ -683,20 +684,36 @@ class SchedulerCore:
 
     # ---------------------------------------------------------------- catalog
 
-    def register_table(self, name: str, path: str) -> Table:
-        """Read the table's Parquet footers and add it to the catalog.
+    def register_table(
+        self,
+        name: str,
+        path: str,
+        kind: FileFormat = FileFormat.PARQUET,
+        options: Mapping[str, str] | None = None,
+        columns: Sequence[tuple[str, str]] = (),
+    ) -> Table:
+        """Read what the planner needs of the table (Parquet footers; a CSV or JSON
+        table's columns, declared or inferred once, and sizes) and add it to the catalog.
 
         Raises:
-            CatalogError: the path is missing, not Parquet, or the name is invalid.
+            CatalogError: the path is missing or unreadable, or a name, option or
+                column is invalid.
         """
-        table = load_table(name, path)
+        table = load_table(name, path, kind, options, columns)
+        stored = StoredTable(
+            table.location,
+            table.format.value,
+            dict(table.options),
+            list(table.text.columns) if table.text is not None else [],
+        )
         with self._lock:
-            self._write({table_key(name): StoredTable(table.location)})
+            self._write({table_key(name): stored})
             self.catalog.put(table)
         log.info("table %s registered: %d files, %d rows", name, len(table.files), table.rows)
         return table
 
     def drop_table(self, name: str) -> bool:
+        """Forget a table (its files stay where they are)."""
         with self._lock:
             self._write({}, [table_key(name)])
             return self.catalog.drop(name)
@@ -826,3 +843,10 @@ def describe(item: Event | Command) -> str:
     if isinstance(item, JobSucceeded):
         return f"JobSucceeded job={item.job} ({len(item.result)} result partitions)"
     return repr(item)
+
+
+def _load_stored(name: str, stored: StoredTable) -> Table:
+    """A table as the store recorded it: a CSV or JSON one with its columns of register."""
+    kind = FileFormat(stored.format)
+    columns = [(n, t) for n, t in stored.columns]
+    return load_table(name, stored.path, kind, stored.options, columns)

@@ -3,7 +3,8 @@
 The layout, one JSON document per key (encoded with cattrs from the domain
 dataclasses, so the store holds the same types the state machine uses)::
 
-    tables/<name>          StoredTable: the table's path (footers are re-read at start)
+    tables/<name>          StoredTable: the table's path, format, options and (CSV,
+                           JSON) columns (footers, sizes are re-read at start)
     jobs/<id>/plan         StoredPlan: SQL, submission time, owner, the distributed plan
                            (written once)
     jobs/<id>/progress     JobProgress without its tasks: the job's state, stage
@@ -96,6 +97,11 @@ _converter.register_unstructure_hook(
 @dataclass(frozen=True)
 class StoredTable:
     path: str
+    format: str = "parquet"
+    options: dict[str, str] = field(default_factory=dict)
+    columns: list[tuple[str, str]] = field(default_factory=list)
+    """A CSV or JSON table's columns (name, DuckDB type) as fixed at register: a
+    restarted scheduler reads its files with the same schema, never infers again."""
 
 
 @dataclass(frozen=True)

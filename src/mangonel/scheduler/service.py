@@ -27,6 +27,7 @@ from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 
+from mangonel import textfiles
 from mangonel.catalog import Table
 from mangonel.errors import (
     AuthenticationError,
@@ -58,6 +59,7 @@ from mangonel.security.auth import (
     bearer_token,
 )
 from mangonel.security.options import NODE_NAME
+from mangonel.task import FileFormat
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +156,7 @@ def table_info(table: Table) -> pb.TableInfo:
         rows=table.rows,
         bytes=table.bytes,
         files=list(table.files),
+        format=table.format.value,
     )
 
 
@@ -500,7 +503,12 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
         self, request: pb.RegisterTableRequest, context: grpc.ServicerContext
     ) -> pb.TableInfo:
         self._admin(self._caller(context), "register tables")
-        return table_info(self.core.register_table(request.name, request.path))
+        kind = textfiles.file_format(request.format or FileFormat.PARQUET.value)
+        columns = [(c.name, c.type) for c in request.columns]
+        table = self.core.register_table(
+            request.name, request.path, kind, dict(request.options), columns
+        )
+        return table_info(table)
 
     @rpc
     def ListTables(
