@@ -76,6 +76,7 @@ from mangonel.scheduler.flightsql_front import (
     FlightSqlFront,
 )
 from mangonel.scheduler.flightsql_wire import (
+    code_of,
     command_of,
     failure,
     flight_errors,
@@ -99,6 +100,7 @@ from mangonel.scheduler.tickets import TicketIssuer
 from mangonel.security import tls
 from mangonel.security.auth import ANONYMOUS, AUTHORIZATION, OPEN, Authenticator, Principal
 from mangonel.security.auth import bearer_token as parse_bearer
+from mangonel.security.login_limits import peer_host
 from mangonel.security.tls import TlsMaterial
 from mangonel.sql.params import bind_parameters, count_parameters, numbered
 from mangonel.task import PartitionLocation
@@ -169,7 +171,7 @@ class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc
         try:
             if header is not None and header.startswith("Basic "):
                 user, password = _basic(header)
-                token = self._auth.login(user, password)
+                token = self._auth.login(user, password, peer_host(peer))
                 if not token:
                     token = f"open-{secrets.token_hex(16)}"
                     with self._lock:
@@ -179,7 +181,7 @@ class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc
             if bearer is not None:
                 return FlightSqlAuthMiddleware(self._principal(bearer), bearer, None, bearer, peer)
         except AuthenticationError as exc:
-            raise flight.FlightUnauthenticatedError(str(exc)) from None
+            raise status(code_of(exc), str(exc)) from None
         if self._auth.required:
             raise flight.FlightUnauthenticatedError(
                 "this cluster needs a user: connect with a user name and password "

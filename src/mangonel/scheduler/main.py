@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -29,7 +30,7 @@ from mangonel.scheduler.events import Limits
 from mangonel.scheduler.service import ExecutorControlServicer, QueryServiceServicer
 from mangonel.scheduler.store import open_store
 from mangonel.scheduler.tickets import TicketIssuer
-from mangonel.security import authenticator_for, tls
+from mangonel.security import UsersAuthenticator, authenticator_for, tls
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tickets import TicketSigner
 
@@ -243,6 +244,17 @@ class SchedulerServer:
         self.stopping = threading.Event()
         self.deposed = threading.Event()
         """Set when it stopped because another scheduler took the lead."""
+        self.reloaders: list[Callable[[], None]] = []
+        """What ``reload`` calls: each reads a file of the scheduler's again."""
+
+    def reload(self) -> None:
+        """Read the users file again (SIGHUP), whether or not it looks changed."""
+        log.info("reloading: the users file")
+        for reload in self.reloaders:
+            try:
+                reload()
+            except Exception:  # one that fails leaves the others, and the old files
+                log.exception("reloading failed; what was read before stays in use")
 
     def stop(self, grace: float = 1.0) -> None:
         """Stop serving: end executor streams, then the server; give up the lead."""
@@ -374,6 +386,8 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     if config.address_file:
         _write_atomically(config.address_file, address)
     running = SchedulerServer(server, core, address, cluster_address)
+    if isinstance(authenticator, UsersAuthenticator):
+        running.reloaders.append(authenticator.reload)
     _stop_when_deposed(running)
     if config.web_port is not None:
         from mangonel.web.server import start_web_server  # only schedulers with a UI pay for it
@@ -489,8 +503,11 @@ def run_scheduler(config: SchedulerConfig) -> int:
         if not started.is_set():
             raise SystemExit(0)  # still waiting for the lead: nothing to clean up
 
+    hangup = threading.Event()
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # The handler only notes it: the reload takes locks the interrupted code may hold.
+    signal.signal(signal.SIGHUP, lambda signum, frame: hangup.set())
     running = start_scheduler(config)
     started.set()
     print(f"mangonel scheduler listening on {running.address}", flush=True)
@@ -502,7 +519,9 @@ def run_scheduler(config: SchedulerConfig) -> int:
         print(f"mangonel Flight SQL at {running.flight_sql.url}", flush=True)
     try:
         while not done.wait(0.2) and not running.stopping.is_set():
-            pass
+            if hangup.is_set():
+                hangup.clear()
+                running.reload()
     finally:
         running.stop()
     if running.deposed.is_set():
