@@ -3,6 +3,8 @@ secured cluster (TLS, a users file, the cluster secret: ``LocalCluster(secure=Tr
 users=...)``), at each of its front doors: the gRPC client port, Flight SQL and
 the web API. Nothing is restarted: every change reaches the running scheduler.
 
+The last test rotates the scheduler's certificate under a running query (SIGHUP).
+
 The tests share one cluster and run in order: ``alice`` is locked by the first
 for the rest of the module, and the failed logins of each test count against
 127.0.0.1, so the address test comes from 127.0.0.2 (all of 127/8 is loopback).
@@ -14,6 +16,7 @@ import http.client
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -28,11 +31,13 @@ import pytest
 from google.protobuf import any_pb2
 from helpers import assert_same_result, explain_stage_count, wait_until
 
-import mangonel
 from mangonel.client.cluster import child_env
+from mangonel.client.status import JobState
 from mangonel.errors import AuthenticationError, LoginThrottledError
 from mangonel.proto import flightsql_pb2 as sql_pb
 from mangonel.security import tokens
+from mangonel.security.certs import issue, read_ca, write_pair
+from mangonel.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -52,7 +57,7 @@ THROTTLED = "too many failed logins for user 'alice'; try again in"
 
 @pytest.fixture(scope="module")
 def cluster(module_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[Any]:
-    with mangonel.LocalCluster(
+    with TestCluster(  # executors that take fault rules: a delay keeps a query running
         executors=2,
         work_dir=str(module_dir / "cluster"),
         partitions=4,
@@ -286,3 +291,80 @@ def test_the_users_file_is_reloaded_without_a_restart(
     )
     assert cluster.scheduler.alive
     assert_serves(cluster, duckdb_ref, "root", PASSWORDS["root"])
+
+
+def served_certificate(cluster: Any, address: str, member: bool = False) -> bytes:
+    """The certificate (DER) a new TLS connection to ``address`` is shown; ``member``:
+    present the node certificate, as the cluster port demands."""
+    host, port = address.removeprefix("https://").removeprefix("grpc+tls://").rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(ca_file(cluster)))
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    if member:
+        node = Path(cluster.member_tls_dir)
+        context.load_cert_chain(node / "node.pem", node / "node-key.pem")
+    with (
+        socket.create_connection((host, int(port)), timeout=30) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return der
+
+
+def test_the_certificate_is_rotated_under_a_running_query(
+    cluster: Any, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    node = Path(cluster.member_tls_dir)
+    addresses = {
+        "client port": cluster.address,
+        "Flight SQL": cluster.flight_sql_url,
+        "web UI": cluster.web_url,
+    }
+    cluster_port = cluster.cluster_address  # one scheduler: one port
+    old = {door: served_certificate(cluster, a) for door, a in addresses.items()}
+    old_member = served_certificate(cluster, cluster_port, member=True)
+    assert len(set(old.values())) == 1 and old_member in old.values()
+
+    # Each scan task waits 2 s at its start: the query is still running when the
+    # certificate changes, and reads its results after.
+    cluster.set_faults_all([{"action": "delay", "seconds": 2.0, "stage": 1}])
+    with cluster.connect(user="root", password=PASSWORDS["root"]) as root:
+        job = root.submit(QUERY)
+        wait_until(
+            lambda: any(
+                s.tasks_running for j in root.status().jobs if j.job_id == job for s in j.stages
+            ),  # fmt: skip
+            "the query runs tasks",
+        )
+        # A new node certificate, from the same CA, replaces the files; SIGHUP.
+        new = issue(read_ca(str(cluster.tls_dir)), "node")
+        write_pair(str(node), "node", new)
+        before = scheduler_log(cluster).count("reloaded the TLS certificate")
+        os.kill(cluster.scheduler.pid, signal.SIGHUP)
+        wait_until(
+            lambda: scheduler_log(cluster).count("reloaded the TLS certificate") > before,
+            "the scheduler reloads its certificate",
+        )
+        assert [j.state for j in root.status().jobs if j.job_id == job] == [JobState.RUNNING]
+        cluster.set_faults_all([])
+        result = root.wait(job)
+    assert_same_result(result.to_arrow(), duckdb_ref.sql(QUERY).to_arrow_table(), ordered=True)
+    assert len(result.stages) >= 3  # distributed: scans, join, aggregate
+
+    # New connections, at every door of the scheduler, are shown the new certificate.
+    fresh = ssl.PEM_cert_to_DER_cert(new.cert.decode())
+    for door, address in addresses.items():
+        assert served_certificate(cluster, address) == fresh, door
+    assert served_certificate(cluster, cluster_port, member=True) == fresh
+    # ... and clients that trust the CA carry on: a new login, a new query, each door.
+    assert_serves(cluster, duckdb_ref, "bob", PASSWORDS["bob"])
+    assert flight_query(cluster, flight_login(cluster, "bob", PASSWORDS["bob"])).names == ["n"]
+    status, body = web(cluster, "/api/login", {"user": "bob", "password": PASSWORDS["bob"]})
+    assert status == 200 and body["user"] == "bob"
+
+    # A broken pair (another key) is refused: the certificate in use stays.
+    (node / "node-key.pem").write_bytes(issue(read_ca(str(cluster.tls_dir)), "node").key)
+    os.kill(cluster.scheduler.pid, signal.SIGHUP)
+    assert_logged(cluster, "the TLS files cannot be used, so the certificate in use stays")
+    assert served_certificate(cluster, cluster.address) == fresh
+    write_pair(str(node), "node", new)  # as it was: the cluster stops cleanly

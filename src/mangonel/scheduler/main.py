@@ -248,8 +248,9 @@ class SchedulerServer:
         """What ``reload`` calls: each reads a file of the scheduler's again."""
 
     def reload(self) -> None:
-        """Read the users file again (SIGHUP), whether or not it looks changed."""
-        log.info("reloading: the users file")
+        """Read the users file and the TLS files again (SIGHUP), whether or not
+        they look changed."""
+        log.info("reloading the users file and the TLS certificate")
         for reload in self.reloaders:
             try:
                 reload()
@@ -294,6 +295,8 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     # Read the security files first: a typo in a path fails here, before the store is taken.
     config.security.check_member("scheduler")
     material = tls.TlsMaterial.load(config.security)
+    # What the scheduler's ports present, read again on SIGHUP.
+    serving = None if material is None else tls.ServingCertificates(config.security, material)
     secret = config.security.cluster_secret()
     tickets = (
         None
@@ -347,9 +350,9 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
             cluster_address = None
         else:
             port = server.add_secure_port(
-                f"{config.host}:{config.port}", tls.client_server_credentials(material)
+                f"{config.host}:{config.port}", serving.grpc_credentials(require_client_auth=False)
             )
-            cluster_port = _bind_cluster_port(server, config, material)
+            cluster_port = _bind_cluster_port(server, config, serving)
             cluster_address = f"{config.host}:{cluster_port}"
     except RuntimeError as exc:
         store.close()
@@ -388,6 +391,8 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     running = SchedulerServer(server, core, address, cluster_address)
     if isinstance(authenticator, UsersAuthenticator):
         running.reloaders.append(authenticator.reload)
+    if serving is not None:
+        running.reloaders.append(serving.reload)
     _stop_when_deposed(running)
     if config.web_port is not None:
         from mangonel.web.server import start_web_server  # only schedulers with a UI pay for it
@@ -404,6 +409,8 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         except ClusterError:
             running.stop()
             raise
+        if serving is not None:
+            serving.on_reload(running.web.reload_tls)
         if config.web_address_file:
             _write_atomically(config.web_address_file, running.web.url)
     if config.flight_sql_port is not None:
@@ -419,6 +426,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
                 results=config.flight_sql_results,
                 tls_material=material,
                 tickets=tickets,
+                serving=serving,
             )
         except ClusterError:
             running.stop()
@@ -430,15 +438,12 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
 
 
 def _bind_cluster_port(
-    server: grpc.Server, config: SchedulerConfig, material: tls.TlsMaterial
+    server: grpc.Server, config: SchedulerConfig, serving: tls.ServingCertificates
 ) -> int:
     """Bind the cluster port (mutual TLS); its number."""
+    credentials = serving.grpc_credentials(require_client_auth=True)
     try:
-        return int(
-            server.add_secure_port(
-                f"{config.host}:{config.cluster_port}", tls.member_server_credentials(material)
-            )
-        )
+        return int(server.add_secure_port(f"{config.host}:{config.cluster_port}", credentials))
     except RuntimeError as exc:
         raise RuntimeError(f"cluster port {config.cluster_port}: {exc}") from exc
 
