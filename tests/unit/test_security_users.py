@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import stat
+import threading
 import time
 from pathlib import Path
 
@@ -314,6 +315,26 @@ def test_failed_logins_lock_the_user_then_the_address(
         auth.login("root", "root-secret", "10.0.0.9")
     assert "too many failed logins of the address" in caplog.text
     assert auth.login("root", "root-secret", "10.0.0.1")
+
+
+def test_parallel_guesses_are_counted_before_more_are_checked(users_file: Path) -> None:
+    limits = LoginLimits(user_failures=3, address_failures=100, window_s=60, lockout_s=60)
+    auth = UsersAuthenticator(str(users_file), SECRET, limits=limits)
+    refusals: list[Exception] = []
+
+    def guess(i: int) -> None:
+        try:
+            auth.login("alice", f"guess-{i}", f"10.0.1.{i}")
+        except AuthenticationError as exc:
+            refusals.append(exc)
+
+    threads = [threading.Thread(target=guess, args=(i,)) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    throttled = [e for e in refusals if isinstance(e, LoginThrottledError)]
+    assert len(refusals) == 10 and len(throttled) == 7  # 3 passwords checked, no more
 
 
 def test_revoked_tokens_are_refused_and_others_are_not(users_file: Path) -> None:

@@ -120,7 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "scheduler",
         help="run a scheduler",
-        description="Run a scheduler in the foreground until SIGTERM or Ctrl-C.",
+        description="Run a scheduler in the foreground until SIGTERM or Ctrl-C. SIGHUP "
+        "makes it read the users file and its TLS certificate and key again (new "
+        "connections get the new certificate; a pair that does not fit is refused and "
+        "the one in use stays).",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     p.add_argument(

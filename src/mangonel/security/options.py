@@ -264,7 +264,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, users: bool = False) -> No
         group.add_argument(
             "--users-file",
             metavar="FILE",
-            help="users and salted password hashes (`mangonel users add NAME --users-file FILE`)",
+            help="users, salted password hashes and revoked tokens (`mangonel users add NAME "
+            "--users-file FILE`); read again when it changes and on SIGHUP",
         )
 
 

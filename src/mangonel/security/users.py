@@ -418,6 +418,10 @@ class UsersAuthenticator:
         self._file = UsersFile()
         self._limiter = LoginLimiter(limits)
         self._clock = clock
+        # One user name's logins are checked one at a time (a stripe of locks, not a
+        # lock per name: names cost no memory): else a burst of parallel guesses
+        # would all be checked before the first failure counted.
+        self._login_locks = [threading.Lock() for _ in range(_LOGIN_STRIPES)]
         if users_file is not None:
             with self._lock:
                 # A broken file is an error at start, not at the first login.
@@ -478,6 +482,11 @@ class UsersAuthenticator:
                 "connect with a token its admins make (`mangonel users token NAME "
                 "--cluster-secret-file ...`), or ask them to start it with --users-file"
             )
+        stripe = self._login_locks[hash(user) % _LOGIN_STRIPES]
+        with stripe:
+            return self._login(user, password, address)
+
+    def _login(self, user: str, password: str, address: str) -> str:
         with self._lock:
             refusal = self._limiter.check(user, address, self._clock())
         if refusal is not None:
@@ -529,6 +538,9 @@ class UsersAuthenticator:
                 "new token"
             )
         return Principal(known.name, known.admin)
+
+
+_LOGIN_STRIPES = 64
 
 
 def _signature(path: str) -> tuple[int, int, int]:
