@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from mangonel import defaults
+from mangonel.client.cli import build_parser
 from mangonel.security.login_limits import (
     MAX_KEYS,
     LimitedBy,
@@ -11,6 +13,7 @@ from mangonel.security.login_limits import (
     LoginLimits,
     peer_host,
 )
+from mangonel.security.options import login_limits_from_args
 
 LIMITS = LoginLimits(user_failures=3, address_failures=5, window_s=60.0, lockout_s=100.0)
 
@@ -106,3 +109,14 @@ def test_the_keys_remembered_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
 )
 def test_peer_host(peer: str, host: str) -> None:
     assert peer_host(peer) == host
+
+
+def test_the_schedulers_options_give_the_limits() -> None:
+    args = build_parser().parse_args(["scheduler"])
+    assert login_limits_from_args(args) == LoginLimits()
+    assert LoginLimits().user_failures == defaults.LOGIN_USER_FAILURES
+    args = build_parser().parse_args(
+        ["scheduler", "--login-failures", "3", "--login-address-failures", "0",
+         "--login-lockout", "60"]
+    )  # fmt: skip
+    assert login_limits_from_args(args) == LoginLimits(3, 0, 60.0, 60.0)

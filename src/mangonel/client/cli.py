@@ -44,6 +44,7 @@ from mangonel.client.status import ExecutorState, ExecutorStatus, JobStatus
 from mangonel.errors import MangonelError
 from mangonel.security import options as security
 from mangonel.security import users_cli
+from mangonel.security.login_limits import LoginLimits
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -806,12 +807,22 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
         storage=storage.options_from_args(args),
         security=security.options_from_args(args, "node"),
+        login_limits=_login_limits(args),
     )
     try:
         config.core_config()  # checks the limits (``Limits.__post_init__``)
     except ValueError as exc:  # a setting out of range: one line, no traceback
         raise UsageError(str(exc)) from None
     return run_scheduler(config)
+
+
+def _login_limits(args: argparse.Namespace) -> LoginLimits:
+    try:
+        return security.login_limits_from_args(args)
+    except ValueError as exc:
+        raise UsageError(
+            f"{exc} (--login-failures, --login-address-failures, --login-lockout)"
+        ) from None
 
 
 def _standby_timeout(state: str | None, given: float | None) -> float | None:

@@ -31,6 +31,7 @@ from mangonel.scheduler.service import ExecutorControlServicer, QueryServiceServ
 from mangonel.scheduler.store import open_store
 from mangonel.scheduler.tickets import TicketIssuer
 from mangonel.security import UsersAuthenticator, authenticator_for, tls
+from mangonel.security.login_limits import LoginLimits
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tickets import TicketSigner
 
@@ -134,6 +135,8 @@ class SchedulerConfig:
             mutual TLS, and the web UI HTTPS; with a secret, Flight tickets are
             signed; with TLS or a users file every client must log in or bring a
             token (``mangonel.security.authenticator_for``).
+        login_limits: How many failed password logins lock a user name or a
+            client address, and for how long (``security.login_limits``).
         shuffle_ticket_ttl_s: Validity of a signed shuffle ticket.
         flight_sql_port: Port of the Arrow Flight SQL endpoint
             (``scheduler.flightsql``); 0 picks a free one, ``None`` serves none.
@@ -181,6 +184,7 @@ class SchedulerConfig:
     crash_file: str | None = None
     storage: storage.StorageOptions = field(default_factory=storage.StorageOptions)
     security: SecurityOptions = field(default_factory=SecurityOptions)
+    login_limits: LoginLimits = field(default_factory=LoginLimits)
     shuffle_ticket_ttl_s: float = defaults.SHUFFLE_TICKET_TTL_S
     flight_sql_port: int | None = None
     flight_sql_address_file: str | None = None
@@ -303,7 +307,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         if secret is None
         else TicketIssuer(TicketSigner(secret), config.shuffle_ticket_ttl_s, config.result_ttl_s)
     )
-    authenticator = authenticator_for(config.security)
+    authenticator = authenticator_for(config.security, config.login_limits)
     url = config.state or default_state_url()
     store = open_store(url)
     owner = f"{config.host}:{config.port} (pid {os.getpid()})"

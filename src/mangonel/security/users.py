@@ -553,8 +553,9 @@ def _signature(path: str) -> tuple[int, int, int]:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def authenticator_for(options: SecurityOptions) -> Authenticator:
-    """The authenticator a process with ``options`` checks users with.
+def authenticator_for(options: SecurityOptions, limits: LoginLimits | None = None) -> Authenticator:
+    """The authenticator a process with ``options`` checks users with; ``limits``:
+    of failed password logins (``login_limits``; the defaults when ``None``).
 
     ``OPEN`` without a users file and without TLS; else a ``UsersAuthenticator``
     (see this module's docstring for the combinations).
@@ -583,4 +584,4 @@ def authenticator_for(options: SecurityOptions) -> Authenticator:
             "are void after a restart; give --cluster-secret-file (or --tls-dir) to keep them"
         )
         secret = secrets.token_bytes(32)
-    return UsersAuthenticator(options.users_file, secret)
+    return UsersAuthenticator(options.users_file, secret, limits=limits)
