@@ -198,6 +198,22 @@ MINTED_TOKEN_TTL_S = 30 * 24 * 3600.0
 """Seconds a token made with ``mangonel users token`` (for scripts and BI
 tools, which hold no password) is valid unless ``--ttl`` says otherwise."""
 
+LOGIN_USER_FAILURES = 5
+"""Failed password logins of one user name within ``LOGIN_WINDOW_S`` after which
+its logins are refused for ``LOGIN_LOCKOUT_S``: few enough that guessing a
+password of ``users.MIN_PASSWORD_CHARS`` takes years, enough for typos."""
+
+LOGIN_ADDRESS_FAILURES = 20
+"""Failed password logins from one client address (any user names) within
+``LOGIN_WINDOW_S`` after which its logins are refused for ``LOGIN_LOCKOUT_S``:
+higher than a user's, since many people may share an address (a NAT, a BI server)."""
+
+LOGIN_WINDOW_S = 300.0
+"""Seconds over which failed logins are counted."""
+
+LOGIN_LOCKOUT_S = 300.0
+"""Seconds a user name or address that failed too often is refused."""
+
 # --------------------------------------------------------------------- client
 
 CONNECT_WAIT_S = 30.0

@@ -25,7 +25,8 @@
     ├── ClusterError               the scheduler or executors cannot be reached
     ├── SecurityError              a request was refused
     │   ├── AuthenticationError    no credentials, or a wrong password, an unknown user,
-    │   │                          an expired, forged or malformed token
+    │   │   │                      an expired, forged, malformed or revoked token
+    │   │   └── LoginThrottledError too many failed logins: try again in N s
     │   └── PermissionDeniedError  another user's job, or an admin's action
     └── StateStoreError            the scheduler's state store cannot be opened or written
         └── StoreFencedError       another scheduler took the store over (this one must stop)
@@ -145,6 +146,11 @@ class SecurityError(MangonelError):
 
 class AuthenticationError(SecurityError):
     """Credentials missing, wrong, expired or forged: log in again with valid ones."""
+
+
+class LoginThrottledError(AuthenticationError):
+    """Too many failed logins of this user name, or from this address: the message
+    says in how many seconds to try again (``security.login_limits``)."""
 
 
 class PermissionDeniedError(SecurityError):

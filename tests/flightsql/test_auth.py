@@ -37,7 +37,7 @@ class PasswordsForTests:
         self.passwords = {"alice": "wonderland", "bob": "builder"}
         self.tokens: dict[str, str] = {}
 
-    def login(self, user: str, password: str) -> str:
+    def login(self, user: str, password: str, address: str = "") -> str:
         if self.passwords.get(user) != password:
             raise AuthenticationError(f"wrong user name or password for {user!r}")
         token = secrets.token_urlsafe(16)

@@ -38,9 +38,9 @@ class FakeCore:
 class CountingAuthenticator(UsersAuthenticator):
     logins = 0
 
-    def login(self, user: str, password: str) -> str:
+    def login(self, user: str, password: str, address: str = "") -> str:
         self.logins += 1
-        return super().login(user, password)
+        return super().login(user, password, address)
 
 
 @pytest.fixture

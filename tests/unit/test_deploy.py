@@ -55,16 +55,23 @@ def test_the_manifests_name_a_scheduler_and_executors() -> None:
     "container", [pytest.param(c, id=name) for name, c in _mangonel_containers()]
 )
 def test_each_containers_command_parses_with_the_cli(container: dict[str, object]) -> None:
-    env = {"POD_IP": "192.0.2.10"}  # Kubernetes expands $(VAR) from the container's env
+    env = {"POD_NAME": "executor-0"}  # Kubernetes expands $(VAR) from the container's env
     args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in container["args"]]  # type: ignore[attr-defined]
     parsed = build_parser().parse_args(args)
     assert parsed.command == args[0]
+    # Secured as `mangonel certs init DIR` lays it out: the members get DIR/cluster.
+    assert parsed.tls_dir == "/etc/mangonel/tls"
     if args[0] == "executor":
-        # Peers and clients must reach it at its pod address, not the wildcard it binds.
-        assert parsed.host == "0.0.0.0" and parsed.advertise_host == env["POD_IP"]
-        assert "," in parsed.scheduler  # both schedulers of the pair, whichever leads
+        # Peers and clients reach it at its pod's name, which the certificate's
+        # wildcard covers ('*.executor.mangonel.svc.cluster.local'), not the
+        # wildcard address it binds.
+        assert parsed.host == "0.0.0.0"
+        assert parsed.advertise_host == "executor-0.executor.mangonel.svc.cluster.local"
+        # Both schedulers of the pair, whichever leads, at their cluster port.
+        assert parsed.scheduler == "scheduler-0.scheduler:50052,scheduler-1.scheduler:50052"
     else:
         assert parsed.state.startswith("etcd://")
+        assert parsed.cluster_port == 50052 and parsed.users_file
 
 
 def _compose_services() -> dict[str, dict[str, object]]:

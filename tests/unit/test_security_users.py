@@ -13,13 +13,14 @@ import json
 import logging
 import os
 import stat
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from mangonel.client.cli import main as cli_main
-from mangonel.errors import AuthenticationError
+from mangonel.errors import AuthenticationError, LoginThrottledError
 from mangonel.security import (
     OPEN,
     UsersAuthenticator,
@@ -28,6 +29,7 @@ from mangonel.security import (
     bearer_token,
     tokens,
 )
+from mangonel.security.login_limits import LoginLimits
 from mangonel.security.options import SecurityConfigError, SecurityOptions
 from mangonel.security.users import (
     UsersFileError,
@@ -35,7 +37,10 @@ from mangonel.security.users import (
     check_password,
     hash_password,
     read_users,
+    read_users_file,
     remove_user,
+    revoke_token,
+    revoke_user,
 )
 
 SECRET = b"s" * 32
@@ -283,6 +288,139 @@ def test_a_broken_users_file_stops_the_start(tmp_path: Path) -> None:
         UsersAuthenticator(str(path), SECRET)
 
 
+# ---------------------------------------------------- limits, revocation, reload
+
+
+def test_failed_logins_lock_the_user_then_the_address(
+    users_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = [0.0]
+    limits = LoginLimits(user_failures=2, address_failures=4, window_s=60, lockout_s=30)
+    auth = UsersAuthenticator(str(users_file), SECRET, limits=limits, clock=lambda: now[0])
+    for _ in range(2):
+        with pytest.raises(AuthenticationError, match="wrong user name or password"):
+            auth.login("alice", "not-it", "10.0.0.1")
+    # Locked: even the right password is refused, and says when to come back.
+    with pytest.raises(LoginThrottledError, match=r"user 'alice'; try again in 30 s"):
+        auth.login("alice", "alice-secret", "10.0.0.2")
+    assert auth.verify(auth.login("root", "root-secret", "10.0.0.1")).admin
+    now[0] = 31.0
+    assert auth.verify(auth.login("alice", "alice-secret", "10.0.0.2")).user == "alice"
+    # Unknown names count against the address they come from.
+    for name in ("a1", "a2", "a3", "a4"):
+        with pytest.raises(AuthenticationError, match="wrong user name"):
+            auth.login(name, "whatever", "10.0.0.9")
+    throttled = pytest.raises(LoginThrottledError, match="from your address 10.0.0.9; try again")
+    with caplog.at_level(logging.WARNING), throttled:
+        auth.login("root", "root-secret", "10.0.0.9")
+    assert "too many failed logins of the address" in caplog.text
+    assert auth.login("root", "root-secret", "10.0.0.1")
+
+
+def test_parallel_guesses_are_counted_before_more_are_checked(users_file: Path) -> None:
+    limits = LoginLimits(user_failures=3, address_failures=100, window_s=60, lockout_s=60)
+    auth = UsersAuthenticator(str(users_file), SECRET, limits=limits)
+    refusals: list[Exception] = []
+
+    def guess(i: int) -> None:
+        try:
+            auth.login("alice", f"guess-{i}", f"10.0.1.{i}")
+        except AuthenticationError as exc:
+            refusals.append(exc)
+
+    threads = [threading.Thread(target=guess, args=(i,)) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    throttled = [e for e in refusals if isinstance(e, LoginThrottledError)]
+    assert len(refusals) == 10 and len(throttled) == 7  # 3 passwords checked, no more
+
+
+def test_revoked_tokens_are_refused_and_others_are_not(users_file: Path) -> None:
+    now = time.time()
+    auth = UsersAuthenticator(str(users_file), SECRET)
+    old = tokens.mint(SECRET, "alice", admin=False, now=now - 10)
+    one = tokens.mint(SECRET, "alice", admin=False, now=now - 5)
+    root = tokens.mint(SECRET, "root", admin=True, now=now - 10)
+    claims = tokens.unverified_claims(one)
+    assert claims is not None and claims.token_id
+    revoke_token(str(users_file), claims)
+    with pytest.raises(AuthenticationError, match=f"token {claims.token_id} was revoked"):
+        auth.verify(one)
+    assert auth.verify(old).user == "alice"  # only that one
+    assert revoke_user(str(users_file), "alice", now=now - 1)
+    with pytest.raises(AuthenticationError, match="tokens of user 'alice' issued before"):
+        auth.verify(old)
+    assert auth.verify(tokens.mint(SECRET, "alice", admin=False, now=now)).user == "alice"
+    assert auth.verify(root).admin
+    assert not revoke_user(str(users_file), "nobody")
+    # Kept in the file: a new process (a restart) refuses them too, and adding a
+    # user keeps the revocations.
+    add_user(str(users_file), "bob", "bob-secret!")
+    again = UsersAuthenticator(str(users_file), SECRET)
+    for token in (old, one):
+        with pytest.raises(AuthenticationError, match="revoked"):
+            again.verify(token)
+    assert set(read_users(str(users_file))) == {"alice", "bob", "root"}
+
+
+def test_a_removed_user_added_again_does_not_get_old_tokens_back(users_file: Path) -> None:
+    auth = UsersAuthenticator(str(users_file), SECRET)
+    token = tokens.mint(SECRET, "alice", admin=False, now=time.time() - 5)
+    remove_user(str(users_file), "alice")
+    add_user(str(users_file), "alice", "alice-new-secret")
+    with pytest.raises(AuthenticationError, match="revoked"):
+        auth.verify(token)
+    assert auth.verify(auth.login("alice", "alice-new-secret")).user == "alice"
+
+
+def test_expired_token_revocations_are_dropped_when_the_file_is_written(
+    users_file: Path,
+) -> None:
+    gone = tokens.unverified_claims(tokens.mint(SECRET, "alice", admin=False, ttl_s=1, now=1.0))
+    live = tokens.unverified_claims(tokens.mint(SECRET, "alice", admin=False))
+    assert gone is not None and live is not None
+    revoke_token(str(users_file), gone)
+    revoke_token(str(users_file), live)
+    assert set(read_users_file(str(users_file)).revoked.tokens) == {live.token_id}
+
+
+def test_a_bad_users_file_keeps_the_users_read_last(
+    users_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    auth = UsersAuthenticator(str(users_file), SECRET)
+    token = auth.login("alice", "alice-secret")
+    good = users_file.read_text()
+    with caplog.at_level(logging.ERROR):
+        users_file.write_text(good + "mallory:superuser:x\n")
+        assert auth.verify(token).user == "alice"
+        assert auth.login("root", "root-secret")
+    assert "the users file changed and cannot be used, so the users read last stay" in caplog.text
+    assert "line 4 of the users file" in caplog.text
+    users_file.write_text(good.replace("alice:", "alicia:"))
+    with pytest.raises(AuthenticationError, match="not in the users file"):
+        auth.verify(token)
+    with pytest.raises(UsersFileError, match="not a revocation"):
+        users_file.write_text(good + "!user:alice:soon\n")
+        read_users_file(str(users_file))
+
+
+def test_reload_reads_a_file_whose_change_went_unseen(users_file: Path) -> None:
+    auth = UsersAuthenticator(str(users_file), SECRET)
+    st = os.stat(users_file)
+    users = read_users(str(users_file))
+    text = users_file.read_text()
+    # alice's password set to root's: the same size, mtime and inode, a change
+    # that the stat check misses (an editor within one mtime tick).
+    users_file.write_text(text.replace(users["alice"].password_hash, users["root"].password_hash))
+    os.utime(users_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(AuthenticationError, match="wrong user name or password"):
+        auth.login("alice", "root-secret")
+    auth.reload()
+    assert auth.verify(auth.login("alice", "root-secret")).user == "alice"
+
+
 # ----------------------------------------------------------------- the commands
 
 
@@ -321,6 +459,19 @@ def test_users_commands(
     assert "error: no user 'nobody'" in err
     assert cli_main(["users", "remove", "alice", "--users-file", users]) == 0
     assert set(read_users(users)) == {"root"}
+
+    assert cli_main(["users", "revoke", "--token", token, "--users-file", users]) == 0
+    assert cli_main(["users", "revoke", "root", "--users-file", users]) == 0
+    out = capsys.readouterr().out
+    assert f"revoked token {claims.token_id} of root" in out
+    assert "revoked the tokens of root made until now" in out
+    revoked = read_users_file(users).revoked
+    assert claims.token_id in revoked.tokens and "root" in revoked.users
+    assert cli_main(["users", "revoke", "--users-file", users]) == 1
+    assert cli_main(["users", "revoke", "--token", "nope", "--users-file", users]) == 1
+    assert cli_main(["users", "revoke", "nobody", "--users-file", users]) == 1
+    err = capsys.readouterr().err
+    assert "name a user" in err and "not a mangonel token" in err and "no user 'nobody'" in err
 
 
 # ------------------------------------------------------------ header parsing

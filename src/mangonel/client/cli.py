@@ -44,6 +44,7 @@ from mangonel.client.status import ExecutorState, ExecutorStatus, JobStatus
 from mangonel.errors import MangonelError
 from mangonel.security import options as security
 from mangonel.security import users_cli
+from mangonel.security.login_limits import LoginLimits
 from mangonel.task import FileFormat
 
 if TYPE_CHECKING:
@@ -121,7 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "scheduler",
         help="run a scheduler",
-        description="Run a scheduler in the foreground until SIGTERM or Ctrl-C.",
+        description="Run a scheduler in the foreground until SIGTERM or Ctrl-C. SIGHUP "
+        "makes it read the users file and its TLS certificate and key again (new "
+        "connections get the new certificate; a pair that does not fit is refused and "
+        "the one in use stays).",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     p.add_argument(
@@ -831,12 +835,22 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
         storage=storage.options_from_args(args),
         security=security.options_from_args(args, "node"),
+        login_limits=_login_limits(args),
     )
     try:
         config.core_config()  # checks the limits (``Limits.__post_init__``)
     except ValueError as exc:  # a setting out of range: one line, no traceback
         raise UsageError(str(exc)) from None
     return run_scheduler(config)
+
+
+def _login_limits(args: argparse.Namespace) -> LoginLimits:
+    try:
+        return security.login_limits_from_args(args)
+    except ValueError as exc:
+        raise UsageError(
+            f"{exc} (--login-failures, --login-address-failures, --login-lockout)"
+        ) from None
 
 
 def _standby_timeout(state: str | None, given: float | None) -> float | None:

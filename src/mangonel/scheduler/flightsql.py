@@ -76,6 +76,7 @@ from mangonel.scheduler.flightsql_front import (
     FlightSqlFront,
 )
 from mangonel.scheduler.flightsql_wire import (
+    code_of,
     command_of,
     failure,
     flight_errors,
@@ -99,7 +100,9 @@ from mangonel.scheduler.tickets import TicketIssuer
 from mangonel.security import tls
 from mangonel.security.auth import ANONYMOUS, AUTHORIZATION, OPEN, Authenticator, Principal
 from mangonel.security.auth import bearer_token as parse_bearer
-from mangonel.security.tls import TlsMaterial
+from mangonel.security.login_limits import peer_host
+from mangonel.security.options import SecurityOptions
+from mangonel.security.tls import ServingCertificates, TlsMaterial
 from mangonel.sql.params import bind_parameters, count_parameters, numbered
 from mangonel.task import PartitionLocation
 
@@ -169,7 +172,7 @@ class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc
         try:
             if header is not None and header.startswith("Basic "):
                 user, password = _basic(header)
-                token = self._auth.login(user, password)
+                token = self._auth.login(user, password, peer_host(peer))
                 if not token:
                     token = f"open-{secrets.token_hex(16)}"
                     with self._lock:
@@ -179,7 +182,7 @@ class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc
             if bearer is not None:
                 return FlightSqlAuthMiddleware(self._principal(bearer), bearer, None, bearer, peer)
         except AuthenticationError as exc:
-            raise flight.FlightUnauthenticatedError(str(exc)) from None
+            raise status(code_of(exc), str(exc)) from None
         if self._auth.required:
             raise flight.FlightUnauthenticatedError(
                 "this cluster needs a user: connect with a user name and password "
@@ -294,6 +297,8 @@ class FlightSqlServer:
             results with, so these tickets name the user instead (when the
             authenticator has users: without, everyone is the anonymous admin),
             and an executor serves them only with a token of that user.
+        serving: The certificate the port presents, following its reloads
+            (SIGHUP); ``None``: ``tls_material``'s, for good.
 
     Raises:
         OSError: the port cannot be bound.
@@ -309,6 +314,7 @@ class FlightSqlServer:
         advertise_host: str | None = None,
         tls_material: TlsMaterial | None = None,
         tickets: TicketIssuer | None = None,
+        serving: ServingCertificates | None = None,
     ) -> None:
         if results not in RESULTS_FROM:
             raise ValueError(f"results must be one of {RESULTS_FROM}, got {results!r}")
@@ -320,7 +326,9 @@ class FlightSqlServer:
                 core, f"grpc+unix://{socket}", authenticator, results, tls_material, tickets
             )
             try:
-                self.front = FlightSqlFront(f"unix:{socket}", host, port, tls_material)
+                if serving is None and tls_material is not None:
+                    serving = ServingCertificates(SecurityOptions(), tls_material)
+                self.front = FlightSqlFront(f"unix:{socket}", host, port, serving)
             except OSError:
                 self.service.shutdown()
                 raise
@@ -996,6 +1004,7 @@ def start_flight_sql(
     results: str = "executors",
     tls_material: TlsMaterial | None = None,
     tickets: TicketIssuer | None = None,
+    serving: ServingCertificates | None = None,
 ) -> FlightSqlServer:
     """Start serving Flight SQL for ``core``; the caller stops it with ``shutdown()``.
 
@@ -1004,7 +1013,14 @@ def start_flight_sql(
     """
     try:
         return FlightSqlServer(
-            core, host, port, authenticator, results, tls_material=tls_material, tickets=tickets
+            core,
+            host,
+            port,
+            authenticator,
+            results,
+            tls_material=tls_material,
+            tickets=tickets,
+            serving=serving,
         )
     except (OSError, pa.ArrowException) as exc:
         raise ClusterError(

@@ -38,7 +38,7 @@ import grpc
 
 from mangonel.errors import plain_text
 from mangonel.proto import flightsql_pb2 as sql_pb
-from mangonel.security.tls import TlsMaterial
+from mangonel.security.tls import ServingCertificates
 
 log = logging.getLogger(__name__)
 
@@ -88,15 +88,15 @@ class FlightSqlFront:
         service: gRPC target of the service (``unix:/path``).
         host: Interface to listen on.
         port: Port; 0 picks a free one (``port`` tells).
-        tls_material: Serve TLS with this certificate; clients prove who they are
-            by logging in, so none is asked for a certificate.
+        serving: Serve TLS with this certificate (and the ones it reloads); clients
+            prove who they are by logging in, so none is asked for a certificate.
 
     Raises:
         OSError: the port cannot be bound.
     """
 
     def __init__(
-        self, service: str, host: str, port: int, tls_material: TlsMaterial | None = None
+        self, service: str, host: str, port: int, serving: ServingCertificates | None = None
     ) -> None:
         self._channel = grpc.insecure_channel(service, options=_UNLIMITED)
         self._server = grpc.server(
@@ -106,12 +106,10 @@ class FlightSqlFront:
         )
         address = f"{host}:{port}"
         try:
-            if tls_material is None:
+            if serving is None:
                 bound = self._server.add_insecure_port(address)
             else:
-                credentials = grpc.ssl_server_credentials(
-                    [(tls_material.key, tls_material.cert)], require_client_auth=False
-                )
+                credentials = serving.grpc_credentials(require_client_auth=False)
                 bound = self._server.add_secure_port(address, credentials)
         except RuntimeError as exc:  # grpcio raises this where it cannot bind
             raise OSError(f"cannot listen on {address}: {exc}") from None

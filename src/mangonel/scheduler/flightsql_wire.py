@@ -15,6 +15,7 @@ mangonel error gets its code from ``code_of``:
 ==========================  ====================  ===================================
 error                       status                a client should
 ==========================  ====================  ===================================
+LoginThrottledError         RESOURCE_EXHAUSTED    wait the seconds it says, then log in
 AuthenticationError         UNAUTHENTICATED       log in (again)
 PermissionDeniedError       PERMISSION_DENIED     use its own jobs, or ask an admin
 JobCancelledError           CANCELLED             run it again if it still wants it
@@ -54,6 +55,7 @@ from mangonel.errors import (
     InternalError,
     JobCancelledError,
     JobFailedError,
+    LoginThrottledError,
     MangonelError,
     ObjectNotFoundError,
     ObjectStoreUnavailableError,
@@ -78,6 +80,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 # ------------------------------------------------------------------ statuses
 
 _CODES: tuple[tuple[type[MangonelError], str], ...] = (
+    (LoginThrottledError, "RESOURCE_EXHAUSTED"),
     (AuthenticationError, "UNAUTHENTICATED"),
     (PermissionDeniedError, "PERMISSION_DENIED"),
     (JobCancelledError, "CANCELLED"),

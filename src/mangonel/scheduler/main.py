@@ -14,6 +14,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -29,7 +30,8 @@ from mangonel.scheduler.events import Limits
 from mangonel.scheduler.service import ExecutorControlServicer, QueryServiceServicer
 from mangonel.scheduler.store import open_store
 from mangonel.scheduler.tickets import TicketIssuer
-from mangonel.security import authenticator_for, tls
+from mangonel.security import UsersAuthenticator, authenticator_for, tls
+from mangonel.security.login_limits import LoginLimits
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tickets import TicketSigner
 
@@ -133,6 +135,8 @@ class SchedulerConfig:
             mutual TLS, and the web UI HTTPS; with a secret, Flight tickets are
             signed; with TLS or a users file every client must log in or bring a
             token (``mangonel.security.authenticator_for``).
+        login_limits: How many failed password logins lock a user name or a
+            client address, and for how long (``security.login_limits``).
         shuffle_ticket_ttl_s: Validity of a signed shuffle ticket.
         flight_sql_port: Port of the Arrow Flight SQL endpoint
             (``scheduler.flightsql``); 0 picks a free one, ``None`` serves none.
@@ -180,6 +184,7 @@ class SchedulerConfig:
     crash_file: str | None = None
     storage: storage.StorageOptions = field(default_factory=storage.StorageOptions)
     security: SecurityOptions = field(default_factory=SecurityOptions)
+    login_limits: LoginLimits = field(default_factory=LoginLimits)
     shuffle_ticket_ttl_s: float = defaults.SHUFFLE_TICKET_TTL_S
     flight_sql_port: int | None = None
     flight_sql_address_file: str | None = None
@@ -243,6 +248,18 @@ class SchedulerServer:
         self.stopping = threading.Event()
         self.deposed = threading.Event()
         """Set when it stopped because another scheduler took the lead."""
+        self.reloaders: list[Callable[[], None]] = []
+        """What ``reload`` calls: each reads a file of the scheduler's again."""
+
+    def reload(self) -> None:
+        """Read the users file and the TLS files again (SIGHUP), whether or not
+        they look changed."""
+        log.info("reloading the users file and the TLS certificate")
+        for reload in self.reloaders:
+            try:
+                reload()
+            except Exception:  # one that fails leaves the others, and the old files
+                log.exception("reloading failed; what was read before stays in use")
 
     def stop(self, grace: float = 1.0) -> None:
         """Stop serving: end executor streams, then the server; give up the lead."""
@@ -282,13 +299,15 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     # Read the security files first: a typo in a path fails here, before the store is taken.
     config.security.check_member("scheduler")
     material = tls.TlsMaterial.load(config.security)
+    # What the scheduler's ports present, read again on SIGHUP.
+    serving = None if material is None else tls.ServingCertificates(config.security, material)
     secret = config.security.cluster_secret()
     tickets = (
         None
         if secret is None
         else TicketIssuer(TicketSigner(secret), config.shuffle_ticket_ttl_s, config.result_ttl_s)
     )
-    authenticator = authenticator_for(config.security)
+    authenticator = authenticator_for(config.security, config.login_limits)
     url = config.state or default_state_url()
     store = open_store(url)
     owner = f"{config.host}:{config.port} (pid {os.getpid()})"
@@ -335,9 +354,9 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
             cluster_address = None
         else:
             port = server.add_secure_port(
-                f"{config.host}:{config.port}", tls.client_server_credentials(material)
+                f"{config.host}:{config.port}", serving.grpc_credentials(require_client_auth=False)
             )
-            cluster_port = _bind_cluster_port(server, config, material)
+            cluster_port = _bind_cluster_port(server, config, serving)
             cluster_address = f"{config.host}:{cluster_port}"
     except RuntimeError as exc:
         store.close()
@@ -374,6 +393,10 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     if config.address_file:
         _write_atomically(config.address_file, address)
     running = SchedulerServer(server, core, address, cluster_address)
+    if isinstance(authenticator, UsersAuthenticator):
+        running.reloaders.append(authenticator.reload)
+    if serving is not None:
+        running.reloaders.append(serving.reload)
     _stop_when_deposed(running)
     if config.web_port is not None:
         from mangonel.web.server import start_web_server  # only schedulers with a UI pay for it
@@ -390,6 +413,8 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
         except ClusterError:
             running.stop()
             raise
+        if serving is not None:
+            serving.on_reload(running.web.reload_tls)
         if config.web_address_file:
             _write_atomically(config.web_address_file, running.web.url)
     if config.flight_sql_port is not None:
@@ -405,6 +430,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
                 results=config.flight_sql_results,
                 tls_material=material,
                 tickets=tickets,
+                serving=serving,
             )
         except ClusterError:
             running.stop()
@@ -416,15 +442,12 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
 
 
 def _bind_cluster_port(
-    server: grpc.Server, config: SchedulerConfig, material: tls.TlsMaterial
+    server: grpc.Server, config: SchedulerConfig, serving: tls.ServingCertificates
 ) -> int:
     """Bind the cluster port (mutual TLS); its number."""
+    credentials = serving.grpc_credentials(require_client_auth=True)
     try:
-        return int(
-            server.add_secure_port(
-                f"{config.host}:{config.cluster_port}", tls.member_server_credentials(material)
-            )
-        )
+        return int(server.add_secure_port(f"{config.host}:{config.cluster_port}", credentials))
     except RuntimeError as exc:
         raise RuntimeError(f"cluster port {config.cluster_port}: {exc}") from exc
 
@@ -489,8 +512,11 @@ def run_scheduler(config: SchedulerConfig) -> int:
         if not started.is_set():
             raise SystemExit(0)  # still waiting for the lead: nothing to clean up
 
+    hangup = threading.Event()
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    # The handler only notes it: the reload takes locks the interrupted code may hold.
+    signal.signal(signal.SIGHUP, lambda signum, frame: hangup.set())
     running = start_scheduler(config)
     started.set()
     print(f"mangonel scheduler listening on {running.address}", flush=True)
@@ -502,7 +528,9 @@ def run_scheduler(config: SchedulerConfig) -> int:
         print(f"mangonel Flight SQL at {running.flight_sql.url}", flush=True)
     try:
         while not done.wait(0.2) and not running.stopping.is_set():
-            pass
+            if hangup.is_set():
+                hangup.clear()
+                running.reload()
     finally:
         running.stop()
     if running.deposed.is_set():

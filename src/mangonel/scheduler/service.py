@@ -33,6 +33,7 @@ from mangonel.errors import (
     AuthenticationError,
     CatalogError,
     InternalError,
+    LoginThrottledError,
     MangonelError,
     PermissionDeniedError,
     QueryError,
@@ -58,6 +59,7 @@ from mangonel.security.auth import (
     Principal,
     bearer_token,
 )
+from mangonel.security.login_limits import peer_host
 from mangonel.security.options import NODE_NAME
 from mangonel.task import FileFormat
 
@@ -94,7 +96,9 @@ def abort(context: grpc.ServicerContext, exc: BaseException, method: str = "") -
     """
     if isinstance(exc, AuthenticationError | PermissionDeniedError):
         log.warning("refused %s from %s: %s", method or "a call", context.peer(), exc)
-    if isinstance(exc, AuthenticationError):
+    if isinstance(exc, LoginThrottledError):
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    elif isinstance(exc, AuthenticationError):
         code = grpc.StatusCode.UNAUTHENTICATED
     elif isinstance(exc, PermissionDeniedError):
         code = grpc.StatusCode.PERMISSION_DENIED
@@ -486,7 +490,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
     def Authenticate(
         self, request: pb.AuthenticateRequest, context: grpc.ServicerContext
     ) -> pb.AuthenticateResponse:
-        token = self.auth.login(request.user, request.password)
+        token = self.auth.login(request.user, request.password, peer_host(context.peer()))
         who = self.auth.verify(token) if token else ANONYMOUS
         expires = tokens.expires_at(token) if token else None
         log.info("user %r logged in from %s", who.user, context.peer())

@@ -68,8 +68,10 @@ class Authenticator(Protocol):
         """Whether requests without a token are refused."""
         ...
 
-    def login(self, user: str, password: str) -> str:
-        """A bearer token for ``user`` after checking ``password``."""
+    def login(self, user: str, password: str, address: str = "") -> str:
+        """A bearer token for ``user`` after checking ``password``; ``address`` is
+        the client's host (``login_limits.peer_host``), ``""`` when unknown: failed
+        logins are limited per user name and per address."""
         ...
 
     def verify(self, token: str) -> Principal:
@@ -82,7 +84,7 @@ class OpenAuthenticator:
 
     required = False
 
-    def login(self, user: str, password: str) -> str:
+    def login(self, user: str, password: str, address: str = "") -> str:
         return ""
 
     def verify(self, token: str) -> Principal:

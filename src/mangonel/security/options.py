@@ -30,7 +30,9 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
+from mangonel import defaults
 from mangonel.errors import MangonelError
+from mangonel.security.login_limits import LoginLimits
 
 Role = Literal["node", "client"]
 """``node``: the scheduler and executors (the cluster's members); ``client``: everyone else."""
@@ -262,10 +264,50 @@ def add_arguments(parser: argparse.ArgumentParser, *, users: bool = False) -> No
     )
     if users:
         group.add_argument(
+            "--login-failures",
+            type=int,
+            default=defaults.LOGIN_USER_FAILURES,
+            metavar="N",
+            help="failed password logins of one user name within --login-lockout that lock "
+            "it for that long (default %(default)s; 0: no limit)",
+        )
+        group.add_argument(
+            "--login-address-failures",
+            type=int,
+            default=defaults.LOGIN_ADDRESS_FAILURES,
+            metavar="N",
+            help="failed password logins from one client address, of any user names, that "
+            "lock it (default %(default)s; 0: no limit)",
+        )
+        group.add_argument(
+            "--login-lockout",
+            type=float,
+            default=defaults.LOGIN_LOCKOUT_S,
+            metavar="S",
+            help="seconds over which failed logins count, and that a lock lasts "
+            "(default %(default)g)",
+        )
+        group.add_argument(
             "--users-file",
             metavar="FILE",
-            help="users and salted password hashes (`mangonel users add NAME --users-file FILE`)",
+            help="users, salted password hashes and revoked tokens (`mangonel users add NAME "
+            "--users-file FILE`); read again when it changes and on SIGHUP",
         )
+
+
+def login_limits_from_args(args: argparse.Namespace) -> LoginLimits:
+    """The ``LoginLimits`` of ``--login-failures``, ``--login-address-failures`` and
+    ``--login-lockout`` (the window failures count over is the lockout).
+
+    Raises:
+        ValueError: a count below 0 or seconds not above 0.
+    """
+    return LoginLimits(
+        user_failures=args.login_failures,
+        address_failures=args.login_address_failures,
+        window_s=args.login_lockout,
+        lockout_s=args.login_lockout,
+    )
 
 
 def options_from_args(args: argparse.Namespace, role: Role) -> SecurityOptions:

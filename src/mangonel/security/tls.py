@@ -5,9 +5,10 @@ cluster's members (scheduler, executors) present certificates:
 
 * gRPC, the scheduler's two ports. Its cluster port (``--cluster-port``), where
   executors register and take their tasks, is mutual TLS
-  (``member_server_credentials``): a caller must show a certificate the CA signed,
-  and the executor service checks that it is a member's (``is_node``). Its
-  client port (``--port``) is server-side TLS (``client_server_credentials``):
+  (``ServingCertificates.grpc_credentials(True)``): a caller must show a
+  certificate the CA signed, and the executor service checks that it is a
+  member's (``is_node``). Its client port (``--port``) is server-side TLS
+  (``grpc_credentials(False)``):
   clients check the scheduler's certificate and prove who they are with a
   password or token. Two ports, because gRPC's Python server either demands a
   certificate of every caller of a port or asks none for one.
@@ -24,6 +25,16 @@ A peer always checks that the certificate it is shown names the host it dialled
 (gRPC and Flight do this themselves), so ``mangonel certs init --host`` must list
 the names and addresses the cluster's machines are reached at.
 
+``ServingCertificates`` lets the scheduler take a new certificate and key
+without a restart (SIGHUP): its gRPC ports and the Flight SQL port are served
+with ``grpc.dynamic_ssl_server_credentials``, whose fetcher gRPC calls at each
+new connection's handshake, and the web UI's ``ssl.SSLContext`` loads the new
+pair for the connections that follow. Connections already open keep the
+certificate they were made with. An executor cannot: pyarrow's Flight server
+takes its certificate once, at start (``FlightServerBase(tls_certificates=)``),
+and has no call that changes it; an executor takes a new one when restarted
+(drain it first: ``mangonel drain``).
+
 ``warn_if_exposed`` is the loud side of the safe default: a process that
 listens beyond loopback without TLS logs a warning at start.
 """
@@ -32,12 +43,16 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from mangonel.security.options import NODE_NAME, SecurityConfigError, SecurityOptions
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -73,20 +88,110 @@ class TlsMaterial:
         return None if files is None else cls(*files)
 
 
-# ----------------------------------------------------------------------- gRPC
+def check_pair(material: TlsMaterial) -> None:
+    """Refuse a certificate that does not parse, or whose key is not its key.
+
+    Raises:
+        SecurityConfigError: saying which.
+    """
+    from cryptography import x509  # only secured processes load ``cryptography``
+    from cryptography.hazmat.primitives import serialization
+
+    key_pem, cert_pem = material.identity()
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        x509.load_pem_x509_certificate(material.ca)
+    except ValueError as exc:
+        raise SecurityConfigError(f"a TLS file is not PEM it should be: {exc}") from None
+    raw = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    if cert.public_key().public_bytes(*raw) != key.public_key().public_bytes(*raw):
+        raise SecurityConfigError("the TLS key is not the key of the certificate beside it")
 
 
-def member_server_credentials(tls: TlsMaterial) -> grpc.ServerCredentials:
-    """The cluster port: serve TLS with this certificate; demand one the CA signed
-    from every caller."""
-    return grpc.ssl_server_credentials(
-        [tls.identity()], root_certificates=tls.ca, require_client_auth=True
+class ServingCertificates:
+    """The certificate a server presents, read again by ``reload`` (SIGHUP).
+
+    Thread-safe. ``reload`` keeps the pair in use when the new files cannot be
+    read, do not parse, or the key does not fit the certificate (a rotation
+    caught half-written), and says why in the log.
+
+    Args:
+        options: Where the files are.
+        material: What was read of them at start.
+    """
+
+    def __init__(self, options: SecurityOptions, material: TlsMaterial) -> None:
+        material.identity()  # a member's: it serves
+        self._options = options
+        self._lock = threading.Lock()
+        self._material = material
+        self._generation = 0
+        self._listeners: list[Callable[[SecurityOptions], None]] = []
+
+    @property
+    def material(self) -> TlsMaterial:
+        with self._lock:
+            return self._material
+
+    def reload(self) -> bool:
+        """Read the certificate, key and CA again; whether the new ones are in use."""
+        try:
+            material = TlsMaterial.load(self._options)
+            if material is None:
+                raise SecurityConfigError("TLS is off in the options")
+            check_pair(material)
+        except SecurityConfigError as exc:
+            log.error("the TLS files cannot be used, so the certificate in use stays: %s", exc)
+            return False
+        with self._lock:
+            changed = material != self._material
+            self._material = material
+            self._generation += 1 if changed else 0
+            listeners = list(self._listeners)
+        if changed:
+            for listener in listeners:
+                listener(self._options)
+            log.info("reloaded the TLS certificate %s", self._options.tls_cert)
+        else:
+            log.info("the TLS files are unchanged: %s", self._options.tls_cert)
+        return changed
+
+    def on_reload(self, listener: Callable[[SecurityOptions], None]) -> None:
+        """Call ``listener`` with the options after each reload that changed them."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def grpc_credentials(self, require_client_auth: bool) -> grpc.ServerCredentials:
+        """A port's credentials that follow ``reload``: the client port and Flight
+        SQL (no client certificate asked) or the cluster port (one the CA signed)."""
+        with self._lock:
+            served = [self._generation]
+            initial = _configuration(self._material, require_client_auth)
+
+        def fetch() -> grpc.ServerCertificateConfiguration | None:
+            # Called by gRPC at each new connection's handshake: None keeps the current.
+            with self._lock:
+                if self._generation == served[0]:
+                    return None
+                served[0] = self._generation
+                material = self._material
+            return _configuration(material, require_client_auth)
+
+        return grpc.dynamic_ssl_server_credentials(
+            initial, fetch, require_client_authentication=require_client_auth
+        )
+
+
+def _configuration(
+    material: TlsMaterial, require_client_auth: bool
+) -> grpc.ServerCertificateConfiguration:
+    return grpc.ssl_server_certificate_configuration(
+        [material.identity()], root_certificates=material.ca if require_client_auth else None
     )
 
 
-def client_server_credentials(tls: TlsMaterial) -> grpc.ServerCredentials:
-    """The client port: serve TLS with this certificate; ask no caller for one."""
-    return grpc.ssl_server_credentials([tls.identity()])
+# ----------------------------------------------------------------------- gRPC
 
 
 def channel_credentials(tls: TlsMaterial) -> grpc.ChannelCredentials:

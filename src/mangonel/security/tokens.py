@@ -3,8 +3,10 @@
 A token is three dot-separated parts, ``mgt1.<claims>.<signature>``:
 
 - ``claims``: base64url (no padding) of a compact JSON object: ``u`` the user,
-  ``a`` whether an admin, ``iat`` and ``exp`` (Unix seconds, issued and
-  expires), ``n`` a random nonce (two tokens of one second differ);
+  ``a`` whether an admin, ``iat`` and ``exp`` (Unix seconds, issued to the
+  millisecond, so that a revocation of "every token issued before now" spares a
+  token of the next login, and expires), ``n`` a random nonce (two tokens of one
+  second differ; the token's id, by which ``mangonel users revoke`` names it);
 - ``signature``: base64url of HMAC-SHA256 over ``mgt1.<claims>``, keyed with a
   key derived from the cluster secret for this purpose alone (the same secret
   signs shuffle and result tickets with other keys, so neither can pass for
@@ -64,12 +66,14 @@ class Claims:
         admin: Whether with the admin role (as it was at issue time).
         issued_at: Unix seconds.
         expires_at: Unix seconds; refused from then on.
+        token_id: The token's nonce: names it to ``mangonel users revoke``.
     """
 
     user: str
     admin: bool
     issued_at: float
     expires_at: float
+    token_id: str = ""
 
 
 def _key(secret: bytes) -> bytes:
@@ -98,12 +102,12 @@ def mint(
     """A token for ``user``, valid for ``ttl_s`` seconds from ``now`` (default: the clock)."""
     if ttl_s <= 0:
         raise ValueError(f"a token's lifetime must be positive, got {ttl_s:g} s")
-    issued = int(time.time() if now is None else now)
+    issued = round(time.time() if now is None else now, 3)
     claims = {
         "u": user,
         "a": admin,
         "iat": issued,
-        "exp": issued + max(1, round(ttl_s)),
+        "exp": int(issued) + max(1, round(ttl_s)),
         "n": secrets.token_hex(8),
     }
     body = f"{PREFIX}.{_b64(json.dumps(claims, separators=(',', ':')).encode())}"
@@ -141,9 +145,9 @@ def verify(secret: bytes, token: str, *, now: float | None = None) -> Claims:
         )
     try:
         claims = json.loads(raw)
-        user, admin = claims["u"], claims["a"]
+        user, admin, token_id = claims["u"], claims["a"], claims.get("n", "")
         issued, expires = float(claims["iat"]), float(claims["exp"])
-        if not isinstance(user, str) or not isinstance(admin, bool):
+        if not all(isinstance(v, str) for v in (user, token_id)) or not isinstance(admin, bool):
             raise TypeError("claims of the wrong type")
     except (ValueError, KeyError, TypeError):
         # Signed by us but unreadable: only a mangonel of another token version makes these.
@@ -157,14 +161,28 @@ def verify(secret: bytes, token: str, *, now: float | None = None) -> Claims:
             f"the token of user {user!r} expired at {when} ({current - expires:.0f} s ago); "
             "log in again, or ask for a new token (`mangonel users token`)"
         )
-    return Claims(user, admin, issued, expires)
+    return Claims(user, admin, issued, expires, token_id)
+
+
+def unverified_claims(token: str) -> Claims | None:
+    """What a token says, *without verifying it*: for a client that plans its next
+    login, or ``mangonel users revoke`` (which needs no secret to name a token),
+    never for letting anyone in; ``None`` when unreadable."""
+    try:
+        claims = json.loads(_unb64(token.strip().split(".")[1]))
+        return Claims(
+            str(claims["u"]),
+            bool(claims["a"]),
+            float(claims["iat"]),
+            float(claims["exp"]),
+            str(claims.get("n", "")),
+        )
+    except (IndexError, ValueError, KeyError, TypeError, AttributeError, binascii.Error):
+        return None
 
 
 def expires_at(token: str) -> float | None:
     """When a token says it expires, *without verifying it*: for a client that
     plans its next login, never for a decision; ``None`` when unreadable."""
-    try:
-        claims = json.loads(_unb64(token.split(".")[1]))
-        return float(claims["exp"])
-    except (IndexError, ValueError, KeyError, TypeError, binascii.Error):
-        return None
+    claims = unverified_claims(token)
+    return None if claims is None else claims.expires_at

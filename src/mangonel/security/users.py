@@ -11,8 +11,20 @@ line; ``#`` starts a comment::
 or ``user`` (its own jobs only). ``HASH`` is scrypt (``hashlib.scrypt``: n, r
 and p, then base64 salt and key): a stolen file gives no password away cheaply.
 The file is written with mode 0600 and replaced atomically (a reader never sees
-half a file); a scheduler reads it again when it changes, so adding or removing
-a user needs no restart, and removing one refuses their tokens at once.
+half a file); a scheduler reads it again when it changes (and on SIGHUP), so
+adding or removing a user needs no restart, and removing one refuses their
+tokens at once. A file that cannot be read, or has a bad line, is logged as an
+error and the scheduler goes on with the users it read last.
+
+Revoked tokens (``mangonel users revoke``) are kept in the same file, so that
+every scheduler that reads it refuses them, and a restart forgets none. A line
+starting with ``!`` (no user name can) is one revocation::
+
+    !user:alice:1764892800.25      alice's tokens issued before that Unix time
+    !token:9f0c2a7e41d3b8a6:1767484800   that token (its id), until it expires
+
+Removing a user revokes the tokens they hold, so adding the name again later
+does not bring them back.
 
 ``UsersAuthenticator`` is the ``Authenticator`` of a secured scheduler: every
 front door (gRPC, web UI and REST API, Flight SQL) shares one, made by
@@ -42,19 +54,22 @@ import functools
 import hashlib
 import hmac
 import logging
+import math
 import os
 import re
 import secrets
 import stat
 import tempfile
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 from mangonel import defaults
-from mangonel.errors import AuthenticationError
+from mangonel.errors import AuthenticationError, LoginThrottledError
 from mangonel.security import tokens
 from mangonel.security.auth import OPEN, Authenticator, Principal
+from mangonel.security.login_limits import LoginLimiter, LoginLimits
 from mangonel.security.options import SecurityConfigError, SecurityOptions
 
 log = logging.getLogger(__name__)
@@ -77,6 +92,10 @@ _KEY_BYTES = 32
 _MAX_MEM = 64 * 1024 * 1024
 
 _HEADER = "# mangonel users: NAME:ROLE:HASH, one a line (mangonel users add/remove/list)\n"
+_REVOKED_HEADER = (
+    "# revoked tokens: !user:NAME:ISSUED_BEFORE, !token:ID:EXPIRES (mangonel users revoke)\n"
+)
+_REVOKED = "!"
 
 WRONG_CREDENTIALS = "wrong user name or password"
 
@@ -96,6 +115,37 @@ class User:
     @property
     def role(self) -> str:
         return ADMIN if self.admin else USER
+
+
+@dataclass(frozen=True)
+class Revocations:
+    """The tokens refused before they expire (``mangonel users revoke``).
+
+    Attributes:
+        users: User name -> Unix time: that user's tokens issued before it are refused.
+        tokens: Token id -> when that token expires (after which it is forgotten).
+    """
+
+    users: Mapping[str, float] = field(default_factory=dict)
+    tokens: Mapping[str, float] = field(default_factory=dict)
+
+    def why_refused(self, claims: tokens.Claims) -> str | None:
+        """Why a token with ``claims`` is revoked; ``None``: it is not."""
+        if claims.token_id and claims.token_id in self.tokens:
+            return f"the token {claims.token_id} was revoked"
+        before = self.users.get(claims.user)
+        if before is not None and claims.issued_at < before:
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(before))
+            return f"the tokens of user {claims.user!r} issued before {when} were revoked"
+        return None
+
+
+@dataclass(frozen=True)
+class UsersFile:
+    """What a users file holds: its users, and the tokens it revokes."""
+
+    users: dict[str, User] = field(default_factory=dict)
+    revoked: Revocations = field(default_factory=Revocations)
 
 
 # --------------------------------------------------------------------- hashing
@@ -178,12 +228,22 @@ def read_users(path: str) -> dict[str, User]:
         UsersFileError: the file cannot be read, or a line is not ``NAME:ROLE:HASH``
             (the message names the line).
     """
+    return read_users_file(path).users
+
+
+def read_users_file(path: str) -> UsersFile:
+    """The users of a users file and the tokens it revokes; an absent file has none.
+
+    Raises:
+        UsersFileError: the file cannot be read, or a line is not ``NAME:ROLE:HASH``
+            or a revocation (the message names the line).
+    """
     try:
         with open(path, encoding="utf-8") as f:
             mode = os.fstat(f.fileno()).st_mode
             text = f.read()
     except FileNotFoundError:
-        return {}
+        return UsersFile()
     except OSError as exc:
         raise UsersFileError(f"cannot read the users file {path}: {exc.strerror}") from exc
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -194,9 +254,14 @@ def read_users(path: str) -> dict[str, User]:
             path,
         )
     users: dict[str, User] = {}
+    revoked_users: dict[str, float] = {}
+    revoked_tokens: dict[str, float] = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
+            continue
+        if line.startswith(_REVOKED):
+            _read_revocation(line, revoked_users, revoked_tokens, f"line {number} of {path}")
             continue
         parts = line.split(":")
         if (
@@ -210,11 +275,34 @@ def read_users(path: str) -> dict[str, User]:
                 "admin or user; fix it, or write the file with `mangonel users add`"
             )
         users[parts[0]] = User(parts[0], parts[1] == ADMIN, parts[2])
-    return users
+    return UsersFile(users, Revocations(revoked_users, revoked_tokens))
 
 
-def write_users(path: str, users: Mapping[str, User]) -> None:
-    """Replace the users file atomically with ``users``, readable by its owner only."""
+def _read_revocation(
+    line: str, users: dict[str, float], token_ids: dict[str, float], where: str
+) -> None:
+    kind, _, rest = line[len(_REVOKED) :].partition(":")
+    key, _, when = rest.rpartition(":")
+    try:
+        at = float(when)
+    except ValueError:
+        at = math.nan
+    if kind not in ("user", "token") or not key or not math.isfinite(at):
+        raise UsersFileError(
+            f"{where} is not a revocation (!user:NAME:TIME or !token:ID:EXPIRES); fix "
+            "it, or write the file with `mangonel users revoke`"
+        )
+    if kind == "user":
+        users[key] = max(at, users.get(key, at))
+    else:
+        token_ids[key] = at
+
+
+def write_users(path: str, users: Mapping[str, User], revoked: Revocations | None = None) -> None:
+    """Replace the users file atomically with ``users`` and the revocations, of
+    which those of tokens expired are dropped; readable by its owner only."""
+    revoked = revoked or Revocations()
+    now = time.time()
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".users-", dir=directory)  # mode 0600
@@ -223,6 +311,13 @@ def write_users(path: str, users: Mapping[str, User]) -> None:
             f.write(_HEADER)
             for user in sorted(users.values(), key=lambda u: u.name):
                 f.write(f"{user.name}:{user.role}:{user.password_hash}\n")
+            live = {i: exp for i, exp in revoked.tokens.items() if exp > now}
+            if revoked.users or live:
+                f.write(_REVOKED_HEADER)
+            for name, before in sorted(revoked.users.items()):
+                f.write(f"{_REVOKED}user:{name}:{before:.3f}\n")
+            for token_id, expires in sorted(live.items()):
+                f.write(f"{_REVOKED}token:{token_id}:{expires:.0f}\n")
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o600)
@@ -242,20 +337,49 @@ def add_user(path: str, name: str, password: str, *, admin: bool = False) -> boo
     """
     check_name(name)
     check_new_password(password)
-    users = read_users(path)
-    new = name not in users
-    users[name] = User(name, admin, hash_password(password))
-    write_users(path, users)
+    file = read_users_file(path)
+    new = name not in file.users
+    file.users[name] = User(name, admin, hash_password(password))
+    write_users(path, file.users, file.revoked)
     return new
 
 
-def remove_user(path: str, name: str) -> bool:
-    """Remove ``name``; False when it was not there. Its tokens are refused from now on."""
-    users = read_users(path)
-    if users.pop(name, None) is None:
+def remove_user(path: str, name: str, now: float | None = None) -> bool:
+    """Remove ``name``; False when it was not there. Its tokens are refused from now
+    on, and stay refused if the name is added again (``revoke_user``)."""
+    file = read_users_file(path)
+    if file.users.pop(name, None) is None:
         return False
-    write_users(path, users)
+    write_users(path, file.users, _revoked_user(file.revoked, name, now))
     return True
+
+
+def revoke_user(path: str, name: str, now: float | None = None) -> bool:
+    """Refuse every token of ``name`` issued before ``now`` (default: the clock);
+    False when no such user is in the file (nothing is written)."""
+    file = read_users_file(path)
+    if name not in file.users:
+        return False
+    write_users(path, file.users, _revoked_user(file.revoked, name, now))
+    return True
+
+
+def revoke_token(path: str, claims: tokens.Claims) -> None:
+    """Refuse the token ``claims`` were read from, until it expires.
+
+    Raises:
+        ValueError: the token has no id (made by a mangonel before ids).
+    """
+    if not claims.token_id:
+        raise ValueError("this token has no id; revoke every token of its user instead")
+    file = read_users_file(path)
+    token_ids = {**file.revoked.tokens, claims.token_id: claims.expires_at}
+    write_users(path, file.users, Revocations(file.revoked.users, token_ids))
+
+
+def _revoked_user(revoked: Revocations, name: str, now: float | None) -> Revocations:
+    at = time.time() if now is None else now
+    return Revocations({**revoked.users, name: at}, revoked.tokens)
 
 
 # ------------------------------------------------------------ authenticator
@@ -264,13 +388,16 @@ def remove_user(path: str, name: str) -> bool:
 class UsersAuthenticator:
     """Logs users in against a users file; verifies tokens signed with the cluster secret.
 
-    Thread-safe; shared by every front door of one scheduler. Implements
+    Thread-safe; shared by every front door of one scheduler, and so is its
+    ``LoginLimiter``: failed logins at one door count at every other. Implements
     ``mangonel.security.auth.Authenticator``.
 
     Args:
         users_file: The users file; ``None``: nobody logs in, tokens only.
         secret: The cluster secret (at least 32 bytes) that signs tokens.
         token_ttl_s: Lifetime of the tokens ``login`` gives.
+        limits: How many failed logins lock a user name or an address.
+        clock: Monotonic seconds, for the login limits (tests pass their own).
     """
 
     required = True
@@ -280,39 +407,72 @@ class UsersAuthenticator:
         users_file: str | None,
         secret: bytes,
         token_ttl_s: float = defaults.TOKEN_TTL_S,
+        limits: LoginLimits | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.users_file = users_file
         self._secret = secret
         self.token_ttl_s = token_ttl_s
         self._lock = threading.Lock()
         self._seen: tuple[int, int, int] | None = None
-        self._users: dict[str, User] = {}
+        self._file = UsersFile()
+        self._limiter = LoginLimiter(limits)
+        self._clock = clock
+        # One user name's logins are checked one at a time (a stripe of locks, not a
+        # lock per name: names cost no memory): else a burst of parallel guesses
+        # would all be checked before the first failure counted.
+        self._login_locks = [threading.Lock() for _ in range(_LOGIN_STRIPES)]
         if users_file is not None:
-            self.users()  # a broken file is an error at start, not at the first login
+            with self._lock:
+                # A broken file is an error at start, not at the first login.
+                self._file = read_users_file(users_file)
+                self._seen = _signature(users_file)
 
     def users(self) -> dict[str, User]:
         """The users file's users, read again whenever the file changed.
 
-        Raises:
-            UsersFileError: it cannot be read.
+        A file that changed and cannot be read (a bad line, a half-written file
+        of an editor) is logged as an error once, and the users read last stay.
         """
-        if self.users_file is None:
-            return {}
-        with self._lock:
-            try:
-                st = os.stat(self.users_file)
-                seen = (st.st_mtime_ns, st.st_size, st.st_ino)
-            except FileNotFoundError:
-                seen = (0, 0, 0)
-            if seen != self._seen:
-                self._users = read_users(self.users_file)
-                self._seen = seen
-            return self._users
+        return self._current().users
 
-    def login(self, user: str, password: str) -> str:
+    def reload(self) -> None:
+        """Read the users file again now, changed or not (SIGHUP)."""
+        with self._lock:
+            self._seen = None
+        self._current()
+
+    def _current(self) -> UsersFile:
+        if self.users_file is None:
+            return self._file
+        with self._lock:
+            seen = _signature(self.users_file)
+            if seen != self._seen:
+                self._seen = seen
+                try:
+                    self._file = read_users_file(self.users_file)
+                except UsersFileError as exc:
+                    log.error(
+                        "the users file changed and cannot be used, so the users read last "
+                        "stay (%d of them): %s",
+                        len(self._file.users),
+                        exc,
+                    )
+                else:
+                    log.info(
+                        "read the users file %s: %d users", self.users_file, len(self._file.users)
+                    )
+            return self._file
+
+    def login(self, user: str, password: str, address: str = "") -> str:
         """A token for ``user`` once ``password`` matches the users file's hash.
 
+        Args:
+            address: The client's host (``login_limits.peer_host``); ``""``: unknown.
+
         Raises:
+            LoginThrottledError: too many failed logins of ``user`` or from
+                ``address`` lately (``login_limits``); the password is not checked.
             AuthenticationError: no users file, an unknown user or a wrong password
                 (the latter two say the same to the caller; the log says which).
         """
@@ -322,12 +482,32 @@ class UsersAuthenticator:
                 "connect with a token its admins make (`mangonel users token NAME "
                 "--cluster-secret-file ...`), or ask them to start it with --users-file"
             )
+        stripe = self._login_locks[hash(user) % _LOGIN_STRIPES]
+        with stripe:
+            return self._login(user, password, address)
+
+    def _login(self, user: str, password: str, address: str) -> str:
+        with self._lock:
+            refusal = self._limiter.check(user, address, self._clock())
+        if refusal is not None:
+            log.warning(
+                "login refused for user %r from %s: too many failed logins of the %s",
+                user,
+                address or "an unknown address",
+                refusal.by.value,
+            )
+            raise LoginThrottledError(refusal.message())
         known = self.users().get(user)
         # Check a hash even for an unknown user: the time taken tells nothing.
         matches = check_password(password, known.password_hash if known else _dummy_hash())
+        with self._lock:
+            if known is None or not matches:
+                self._limiter.failed(user, address, self._clock())
+            else:
+                self._limiter.succeeded(user)
         if known is None or not matches:
             why = "no such user" if known is None else "wrong password"
-            log.warning("login refused for user %r: %s", user, why)
+            log.warning("login refused for user %r: %s (from %s)", user, why, address or "?")
             raise AuthenticationError(
                 f"login refused: {WRONG_CREDENTIALS} (user {user!r}); check them, or ask an "
                 "admin to set the password with `mangonel users add`"
@@ -338,23 +518,44 @@ class UsersAuthenticator:
         """The principal of a valid token.
 
         Raises:
-            AuthenticationError: malformed, forged or expired (``tokens``), or its
-                user was removed from the users file.
+            AuthenticationError: malformed, forged or expired (``tokens``), revoked,
+                or its user was removed from the users file.
         """
         claims = tokens.verify(self._secret, token)
         if self.users_file is None:
             return Principal(claims.user, claims.admin)
-        known = self.users().get(claims.user)
+        file = self._current()
+        known = file.users.get(claims.user)
         if known is None:
             raise AuthenticationError(
                 f"the token's user {claims.user!r} is not in the users file any more; "
                 "ask an admin to add the user again"
             )
+        revoked = file.revoked.why_refused(claims)
+        if revoked is not None:
+            raise AuthenticationError(
+                f"{revoked} (`mangonel users revoke`); log in again, or ask an admin for a "
+                "new token"
+            )
         return Principal(known.name, known.admin)
 
 
-def authenticator_for(options: SecurityOptions) -> Authenticator:
-    """The authenticator a process with ``options`` checks users with.
+_LOGIN_STRIPES = 64
+
+
+def _signature(path: str) -> tuple[int, int, int]:
+    """What tells that a file changed: its mtime, size and inode (a replace by
+    rename changes the inode even within one mtime tick)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return (0, 0, 0)
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def authenticator_for(options: SecurityOptions, limits: LoginLimits | None = None) -> Authenticator:
+    """The authenticator a process with ``options`` checks users with; ``limits``:
+    of failed password logins (``login_limits``; the defaults when ``None``).
 
     ``OPEN`` without a users file and without TLS; else a ``UsersAuthenticator``
     (see this module's docstring for the combinations).
@@ -383,4 +584,4 @@ def authenticator_for(options: SecurityOptions) -> Authenticator:
             "are void after a restart; give --cluster-secret-file (or --tls-dir) to keep them"
         )
         secret = secrets.token_bytes(32)
-    return UsersAuthenticator(options.users_file, secret)
+    return UsersAuthenticator(options.users_file, secret, limits=limits)

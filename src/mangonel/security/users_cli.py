@@ -7,8 +7,11 @@
     mangonel users list --users-file users
     mangonel users remove alice --users-file users         # her tokens stop working
     mangonel users token etl --users-file users --cluster-secret-file tls/cluster-secret
+    mangonel users revoke etl --users-file users           # etl's tokens made until now
+    mangonel users revoke --token "$TOKEN" --users-file users   # that token alone
 
-A running scheduler reads the file again when it changes: no restart needed.
+A running scheduler reads the file again when it changes (or on SIGHUP): no
+restart needed, and a revoked token is refused at its next call.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import argparse
 import getpass
 import os
 import sys
+import time
 
 from mangonel import defaults
 from mangonel.errors import MangonelError
@@ -29,6 +33,8 @@ from mangonel.security.users import (
     check_new_password,
     read_users,
     remove_user,
+    revoke_token,
+    revoke_user,
 )
 
 USERS_FILE_ENV = "MANGONEL_USERS_FILE"
@@ -110,6 +116,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     q.add_argument("--admin", action="store_true", help="admin role (without --users-file)")
     users_file(q, required=False)
 
+    q = commands.add_parser(
+        "revoke",
+        help="refuse tokens before they expire",
+        description="Refuse every token of user NAME made until now (by a login or "
+        "`mangonel users token`), or the one token given with --token. The revocation "
+        "is written to the users file, which every scheduler reading it obeys from the "
+        "token's next call (gRPC, Flight SQL, web UI), a restart included. Logging in "
+        "again still works: to keep a user out, also `mangonel users remove` them or "
+        "set a new password. Results already handed out stay readable at the executors "
+        "for the life of their tickets (the scheduler's --result-ttl at most).",
+    )
+    q.add_argument("name", nargs="?", help="the user whose tokens to revoke")
+    q.add_argument("--token", metavar="TOKEN", help="revoke this token only (the whole token)")
+    users_file(q)
+
 
 def _password(args: argparse.Namespace) -> str:
     if args.password_stdin:
@@ -175,4 +196,31 @@ def _run(args: argparse.Namespace) -> int:
             admin = listed.admin
         print(tokens.mint(secret, args.name, admin=admin, ttl_s=args.ttl))
         return 0
+    if action == "revoke":
+        return _revoke(args)
     raise UsersCommandError(f"unknown action {action!r}")
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    if (args.name is None) == (args.token is None):
+        raise UsersCommandError(
+            "name a user (`mangonel users revoke NAME`: all of its tokens made until now) "
+            "or give one token (`--token TOKEN`), not both"
+        )
+    if args.name is not None:
+        if not revoke_user(args.users_file, args.name):
+            raise UsersCommandError(f"no user {args.name!r} in {args.users_file}")
+        print(f"revoked the tokens of {args.name} made until now, in {args.users_file}")
+        return 0
+    claims = tokens.unverified_claims(args.token)
+    if claims is None:
+        raise UsersCommandError(
+            "that is not a mangonel token (three parts, starting 'mgt1.'); copy it whole"
+        )
+    revoke_token(args.users_file, claims)
+    print(
+        f"revoked token {claims.token_id} of {claims.user} (it would have expired at "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(claims.expires_at))}), "
+        f"in {args.users_file}"
+    )
+    return 0

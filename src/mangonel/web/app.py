@@ -42,7 +42,7 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from mangonel.errors import AuthenticationError, MangonelError, plain_text
+from mangonel.errors import AuthenticationError, LoginThrottledError, MangonelError, plain_text
 from mangonel.ids import JobId
 from mangonel.plan.explain import render
 from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
@@ -186,8 +186,11 @@ def create_app(
         """Log in with a user name and password (or check a token): the token, also
         set as the HttpOnly cookie ``mangonel_token`` the pages then send."""
         try:
-            token = body.token.strip() or authenticator.login(body.user, body.password)
+            address = request.client.host if request.client else ""
+            token = body.token.strip() or authenticator.login(body.user, body.password, address)
             who = authenticator.verify(token) if token else ANONYMOUS
+        except LoginThrottledError as exc:
+            raise _refuse(request, 429, str(exc)) from None
         except AuthenticationError as exc:
             raise _refuse(request, 401, str(exc)) from None
         expires = tokens.expires_at(token) if token else None

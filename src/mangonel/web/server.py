@@ -37,6 +37,14 @@ class WebServer:
         self._thread = thread
         self.url = url
 
+    def reload_tls(self, security: SecurityOptions) -> None:
+        """Serve the certificate and key of ``security``'s files to the connections
+        that follow (those open keep theirs): the ``ssl.SSLContext`` uvicorn made
+        at start loads them, replacing the pair it had."""
+        context = self._server.config.ssl
+        if context is not None and security.tls_cert and security.tls_key:
+            context.load_cert_chain(security.tls_cert, security.tls_key)
+
     def stop(self, timeout_s: float = 5.0) -> None:
         self._server.should_exit = True
         self._thread.join(timeout_s)
