@@ -17,14 +17,14 @@ import datetime as dt
 import functools
 import glob
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mangonel import storage
+from mangonel import output, storage
 from mangonel.errors import CatalogError, ObjectStoreError
 from mangonel.task import FileSplit
 
@@ -194,8 +194,15 @@ def resolve_files(location: str) -> tuple[str, ...]:
 
     An ``s3://`` location gives ``s3://`` URIs (``storage.list_objects``).
     """
+    if not any(ch in location for ch in "*?["):
+        # A location mangonel wrote: exactly the files its manifest names.
+        committed = output.manifest_files(location)
+        if committed is not None:
+            if not committed:
+                raise CatalogError(f"{location!r} holds a committed output of no file")
+            return committed
     if storage.is_remote(location):
-        return storage.list_objects(location)
+        return _not_staged(storage.list_objects(location))
     if any(ch in location for ch in "*?["):
         files = sorted(f for f in glob.glob(location, recursive=True) if os.path.isfile(f))
         if not files:
@@ -204,7 +211,7 @@ def resolve_files(location: str) -> tuple[str, ...]:
     if os.path.isdir(location):
         files = sorted(
             os.path.join(root, f)
-            for root, _, names in os.walk(location)
+            for root, _, names in _walk(location)
             for f in names
             if f.endswith(".parquet") or f.endswith(".parq")
         )
@@ -217,6 +224,18 @@ def resolve_files(location: str) -> tuple[str, ...]:
         f"{location!r} does not exist; give the path of a Parquet file, "
         "a directory of them, or a glob"
     )
+
+
+def _walk(location: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk`` that never enters a write's staging directory (``output.STAGING``)."""
+    for root, dirs, names in os.walk(location):
+        dirs[:] = [d for d in dirs if d != output.STAGING]
+        yield root, dirs, names
+
+
+def _not_staged(uris: tuple[str, ...]) -> tuple[str, ...]:
+    """Objects outside any write's staging prefix (``output.STAGING``)."""
+    return tuple(u for u in uris if f"/{output.STAGING}/" not in u)
 
 
 def load_table(name: str, location: str) -> Table:

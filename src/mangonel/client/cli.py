@@ -192,6 +192,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--crash-file", help=argparse.SUPPRESS)  # crash tests (testing.crash)
     p.add_argument(
+        "--warehouse",
+        metavar="DIR|s3://BUCKET/PREFIX",
+        default=None,
+        help="where CREATE TABLE AS writes its tables, one directory each (default: a "
+        "'warehouse' directory beside a SQLite --state, else ~/.local/state/mangonel/warehouse)",
+    )
+    p.add_argument(
+        "--write-root",
+        dest="write_roots",
+        action="append",
+        default=[],
+        metavar="DIR|s3://BUCKET/PREFIX",
+        help="COPY ... TO may write under this location (repeatable); without one, COPY is "
+        "refused. Symbolic links and '..' are resolved before the check",
+    )
+    p.add_argument(
         "--standby-timeout",
         type=float,
         default=None,
@@ -791,6 +807,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         flight_sql_results=args.flight_sql_results,
         state=args.state,
         crash_file=args.crash_file,
+        warehouse=args.warehouse,
+        write_roots=tuple(args.write_roots),
         standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
         storage=storage.options_from_args(args),
         security=security.options_from_args(args, "node"),

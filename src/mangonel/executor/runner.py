@@ -89,6 +89,7 @@ from mangonel.executor.memory import (
 )
 from mangonel.executor.phases import Phase, PhaseClock
 from mangonel.executor.shuffle import PartitionSink, ShuffleReader, ShuffleWriter
+from mangonel.executor.sink import write_rows
 from mangonel.ids import TaskAttemptId
 from mangonel.task import (
     FileSplit,
@@ -96,6 +97,7 @@ from mangonel.task import (
     InputLocations,
     OutputKind,
     PartitionOutput,
+    SinkSpec,
     TaskSpec,
 )
 
@@ -525,6 +527,8 @@ class TaskRunner:
         # The stream must be closed on every path: an open result blocks the
         # connection ("connection has an open result") for the next task.
         with relation.to_arrow_reader(BATCH_ROWS) as stream:
+            if spec.sink is not None:
+                return self._write_sink(spec, spec.sink, stream, writer, clock)
             split = partitions > 1
             schema = _output_schema(stream.schema, spec, split)
             clock.switch(Phase.WRITE)
@@ -545,6 +549,31 @@ class TaskRunner:
                     return sink.commit()
                 finally:
                     clock.write_io_s += sink.io_s
+
+    def _write_sink(
+        self,
+        spec: TaskSpec,
+        sink: SinkSpec,
+        stream: pa.RecordBatchReader,
+        writer: ShuffleWriter,
+        clock: PhaseClock,
+    ) -> tuple[PartitionOutput, ...]:
+        """A writing task: its rows go to files in its staging directory
+        (``executor.sink``), its output is one row, how many it wrote."""
+        clock.switch(Phase.WRITE)
+        memory = f"{max(1, self.budget.memory // 1024)}KiB" if self.budget is not None else None
+        rows = write_rows(
+            stream, sink, self._spill_dir, self._check_cancelled, memory, self._threads
+        )
+        self._check_cancelled()
+        schema = pa.schema([pa.field(spec.columns[0], pa.int64())])
+        with writer.open(spec.attempt, 1, schema) as out:
+            count = pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], schema=schema)
+            out.write_batch(0, count)
+            try:
+                return out.commit()
+            finally:
+                clock.write_io_s += out.io_s
 
     def _batches(self, stream: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
         for batch in stream:

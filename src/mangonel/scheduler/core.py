@@ -47,6 +47,7 @@ messages; this module never sees a protobuf message.
 from __future__ import annotations
 
 import logging
+import queue
 import secrets
 import threading
 import time
@@ -56,16 +57,28 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from mangonel import defaults
+from mangonel import defaults, output
 from mangonel.catalog import Table, load_table
-from mangonel.errors import ErrorType, InternalError, MangonelError, StateStoreError
+from mangonel.errors import (
+    ErrorType,
+    InternalError,
+    MangonelError,
+    PermissionDeniedError,
+    QueryError,
+    StateStoreError,
+    UnknownTableError,
+)
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
+from mangonel.output import CommitMode
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlanCache, PlannerConfig, parameter_types, result_schema
+from mangonel.plan.write import plan_write
 from mangonel.scheduler.events import (
+    AbortWrite,
     CancelRequested,
     Command,
+    CommitWrite,
     DeclareExecutorLost,
     Event,
     ExecutorConnected,
@@ -88,6 +101,8 @@ from mangonel.scheduler.events import (
     TaskCompleted,
     TaskFailed,
     Tick,
+    WriteCommitFailed,
+    WriteCommitted,
 )
 from mangonel.scheduler.hooks import NO_HOOK, EventHook
 from mangonel.scheduler.jobs import JobRecord
@@ -109,7 +124,15 @@ from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
 from mangonel.scheduler.telemetry import Telemetry
+from mangonel.scheduler.writes import (
+    WRITER_HINT,
+    allowed_location,
+    default_warehouse,
+    insert_query,
+    table_location,
+)
 from mangonel.security.auth import ANONYMOUS
+from mangonel.sql.writes import WriteKind, WriteStatement, parse_write
 from mangonel.task import (
     CancelTask,
     ExecutorInfo,
@@ -118,6 +141,7 @@ from mangonel.task import (
     ReleaseOutputs,
     TaskFailure,
     TaskTimings,
+    WriteFormat,
 )
 
 log = logging.getLogger(__name__)
@@ -183,6 +207,11 @@ class CoreConfig:
     limits: Limits = field(default_factory=Limits)
     tick_interval_s: float = 0.25
     keep_jobs: int = 200
+    warehouse: str = ""
+    """Where ``CREATE TABLE AS`` writes its tables (``scheduler.writes``); empty:
+    ``default_warehouse`` of a memory store."""
+    write_roots: tuple[str, ...] = ()
+    """The locations ``COPY ... TO`` may write under; none: ``COPY`` is refused."""
 
     @property
     def heartbeat_interval_s(self) -> float:
@@ -237,6 +266,16 @@ class SchedulerCore:
         # Attempt history, counters and bytes held, for the web UI and /metrics.
         self.telemetry = Telemetry(keep_jobs=self.config.keep_jobs)
         self.plans = PlanCache(self.config.plan_cache)
+        self.warehouse = self.config.warehouse or default_warehouse(store.url)
+        self._owned: set[str] = set()
+        """Tables the warehouse owns (``CREATE TABLE AS``): ``DROP TABLE`` deletes their files."""
+        # Commits run one at a time, off the lock: an S3 commit copies every file,
+        # and two INSERTs into one table must not interleave their manifests.
+        self._write_queue: queue.Queue[CommitWrite | AbortWrite | None] = queue.Queue()
+        self._write_thread = threading.Thread(
+            target=self._write_loop, name="scheduler-commit", daemon=True
+        )
+        self._write_thread.start()
 
     # ------------------------------------------------------------- life cycle
 
@@ -248,6 +287,7 @@ class SchedulerCore:
     def stop(self) -> None:
         """Stop ticking and end every executor's command stream."""
         self._stop.set()
+        self._write_queue.put(None)
         if self._ticker is not None:
             self._ticker.join(timeout=5)
         with self._lock:
@@ -274,6 +314,8 @@ class SchedulerCore:
                 return 0
             dropped = []
             for name, table in snap.tables.items():
+                if table.owned:
+                    self._owned.add(name)
                 try:
                     self.catalog.put(load_table(name, table.path))
                 except MangonelError as exc:
@@ -481,6 +523,8 @@ class SchedulerCore:
                     command.error_type.value,
                     command.message,
                 )
+        elif isinstance(command, CommitWrite | AbortWrite):
+            self._write_queue.put(command)
         elif isinstance(command, LogRejectedFragment):
             log.error(
                 "job %s: internal error, DuckDB refused the SQL of stage %s in task %s: %s\n"
@@ -697,9 +741,151 @@ class SchedulerCore:
         return table
 
     def drop_table(self, name: str) -> bool:
+        """Forget a table; a table the warehouse owns loses its files too."""
         with self._lock:
+            table = self.catalog.snapshot().get(name)
             self._write({}, [table_key(name)])
-            return self.catalog.drop(name)
+            dropped = self.catalog.drop(name)
+            owned = name in self._owned
+            self._owned.discard(name)
+        if owned and table is not None:
+            output.remove_all(output.normalize(table.location))
+            log.info("table %s dropped with its files at %s", name, table.location)
+        return dropped
+
+    # ------------------------------------------------------------ writing data
+
+    def _write_loop(self) -> None:
+        """Carry out ``CommitWrite`` and ``AbortWrite``, one at a time, in order."""
+        while True:
+            command = self._write_queue.get()
+            if command is None:
+                return
+            if isinstance(command, AbortWrite):
+                try:
+                    output.abort(command.target.location, command.job)
+                except Exception:  # swept by the next commit's staging cleanup
+                    log.exception("job %s: its staged files could not be removed", command.job)
+                continue
+            self._commit_write(command)
+
+    def _commit_write(self, command: CommitWrite) -> None:
+        """Commit a write statement's output and register its table; report the outcome."""
+        target = command.target
+        job = command.job
+
+        def crash_point(point: str) -> None:
+            self.hook.check(WriteCommitted(0, self._clock(), job), [command], point)
+
+        try:
+            done = output.commit(
+                target.location,
+                job,
+                dict(command.winners),
+                target.format.value,
+                target.mode,
+                after_intent=lambda: crash_point("commit-intent"),
+            )
+            if target.table:
+                table = load_table(target.table, target.location)
+                with self._lock:
+                    self._write({table_key(target.table): StoredTable(target.location, True)})
+                    self.catalog.put(table)
+                    self._owned.add(target.table)
+        except Exception as exc:
+            if isinstance(exc, StateStoreError):
+                return  # fatal: the scheduler stops, and a restart commits again
+            msg = f"the output of job {job} could not be committed to {target.location}: {exc}"
+            log.error("%s", msg)
+            self._emit(lambda eid, now: WriteCommitFailed(eid, now, job, msg))
+            return
+        log.info(
+            "job %s committed %d files to %s (%d in its manifest)",
+            job,
+            len(done.added),
+            target.location,
+            len(done.files),
+        )
+        crash_point("committed")
+        self._emit(lambda eid, now: WriteCommitted(eid, now, job))
+
+    def _submit_write(
+        self,
+        statement: WriteStatement,
+        dialect: str | None,
+        request_id: str,
+        owner: str,
+        may_write: bool,
+    ) -> tuple[str, DistributedPlan] | str:
+        """Check a write statement and plan it; or carry out a ``DROP TABLE`` (and a
+        ``CREATE TABLE IF NOT EXISTS`` of a table there is) and return the query
+        that answers it.
+
+        Raises:
+            PermissionDeniedError: the user may not write, or not there.
+            QueryError: (a subclass) the statement cannot run as written.
+        """
+        if not may_write:
+            raise PermissionDeniedError(f"{statement.kind.value} is refused: {WRITER_HINT}")
+        catalog = self.catalog.snapshot()
+        name = statement.table
+        if statement.kind is WriteKind.DROP_TABLE:
+            if not self.drop_table(name) and not statement.if_not_exists:
+                raise UnknownTableError(f"there is no table {name!r} to drop")
+            return 'SELECT true AS "Success" WHERE false'
+        table = ""
+        query = statement.query
+        fmt = statement.format
+        partition_by = statement.partition_by
+        if statement.kind is WriteKind.COPY:
+            location = allowed_location(statement.location, self.config.write_roots)
+            mode = CommitMode.REPLACE if statement.overwrite else CommitMode.CREATE
+            if mode is CommitMode.CREATE and output.has_files(location):
+                raise QueryError(
+                    f"{statement.location!r} already holds files; add OVERWRITE to replace "
+                    "them, or write to another location"
+                )
+        elif statement.kind is WriteKind.CREATE_TABLE:
+            if name in catalog and statement.if_not_exists:
+                return 'SELECT CAST(0 AS BIGINT) AS "Count"'
+            if name in catalog and not statement.overwrite:
+                raise QueryError(
+                    f"table {name!r} exists; use CREATE OR REPLACE TABLE, or DROP TABLE it first"
+                )
+            if name in catalog and name not in self._owned:
+                raise QueryError(
+                    f"table {name!r} was registered from files mangonel does not own; "
+                    "DROP TABLE it first"
+                )
+            if not name.isidentifier():
+                raise QueryError(f"table name {name!r} is not a valid identifier")
+            table, location, mode = name, table_location(self.warehouse, name), CommitMode.REPLACE
+            fmt, partition_by = WriteFormat.PARQUET, ()
+        else:
+            existing = catalog.get(name)
+            if existing is None:
+                raise UnknownTableError(f"there is no table {name!r} to insert into")
+            if name not in self._owned:
+                raise QueryError(
+                    f"table {name!r} was registered from files; mangonel inserts only into "
+                    "tables it created (CREATE TABLE ... AS)"
+                )
+            columns = self.plan(statement.query, dialect).columns
+            query = insert_query(statement.query, existing.schema, columns, name)
+            table, location, mode = name, output.normalize(existing.location), CommitMode.APPEND
+            fmt, partition_by = WriteFormat.PARQUET, ()
+        plan = plan_write(
+            query,
+            catalog,
+            self._planner(),
+            location=location,
+            format=fmt,
+            mode=mode,
+            partition_by=partition_by,
+            table=table,
+            dialect=dialect,
+        )
+        return query, plan
 
     def tables(self) -> list[Table]:
         return sorted(self.catalog.snapshot().values(), key=lambda t: t.name)
@@ -739,8 +925,12 @@ class SchedulerCore:
         dialect: str | None = None,
         request_id: str = "",
         owner: str = ANONYMOUS.user,
+        may_write: bool = True,
     ) -> JobRecord:
         """Plan the query (outside the lock: it can take a while) and start the job.
+
+        A write statement (``sql.writes``) is checked and planned to write
+        (``plan.write``); ``may_write``: whether its user may write at all.
 
         A ``request_id`` the scheduler has seen from the same ``owner`` (a client
         retrying a submission whose answer it lost) gets the job it started then.
@@ -759,7 +949,15 @@ class SchedulerCore:
                         return existing
         started = time.perf_counter()
         try:
-            plan = self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
+            statement = parse_write(sql, dialect)
+            if statement is None:
+                plan = self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
+            else:
+                planned = self._submit_write(statement, dialect, request_id, owner, may_write)
+                if isinstance(planned, str):  # done already: its answer is a query
+                    plan = self.plans.plan(planned, self.catalog.snapshot(), self._planner())
+                else:
+                    plan = planned[1]
         except InternalError as err:
             log.error("planning failed, a bug in mangonel: %s\n-- the query:\n%s", err, sql)
             raise

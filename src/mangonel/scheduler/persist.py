@@ -48,8 +48,10 @@ from mangonel.errors import StateStoreError
 from mangonel.ids import JobId, StageId, TaskId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.events import (
+    AbortWrite,
     CancelRequested,
     Command,
+    CommitWrite,
     Event,
     ExecutorHeartbeat,
     ForgetJob,
@@ -61,6 +63,8 @@ from mangonel.scheduler.events import (
     TaskCompleted,
     TaskFailed,
     Tick,
+    WriteCommitFailed,
+    WriteCommitted,
 )
 from mangonel.scheduler.state_executors import ExecutorRecord, RegistrySnapshot
 from mangonel.scheduler.state_jobs import (
@@ -96,6 +100,8 @@ _converter.register_unstructure_hook(
 @dataclass(frozen=True)
 class StoredTable:
     path: str
+    owned: bool = False
+    """Written by ``CREATE TABLE AS`` into the warehouse: ``DROP TABLE`` deletes its files."""
 
 
 @dataclass(frozen=True)
@@ -427,6 +433,8 @@ def state_changes(
 def _job_of(item: Event | Command) -> JobId | None:
     """The one job an event or command is about, or ``None`` when it may touch any job."""
     if isinstance(item, JobSubmitted | CancelRequested | ResultRead):
+        return item.job
+    if isinstance(item, WriteCommitted | WriteCommitFailed | CommitWrite | AbortWrite):
         return item.job
     if isinstance(item, JobSucceeded | JobFailed | JobCancelled | ForgetJob | ReleaseOutputs):
         return item.job
