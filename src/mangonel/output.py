@@ -17,7 +17,10 @@ the job's staging directory, the losing attempts' files with it. Every step can 
 run again after a crash: ``commit`` reads the intent back instead of listing the
 staging directory again, moves only what is still staged, and writes the manifest
 only if it does not already name the job. ``abort`` removes a failed job's
-staging directory. docs/architecture.md, "Writing data", says why this is
+staging directory; a failed or cancelled attempt removes its own
+(``discard_attempt``); what a killed executor or a late attempt left is swept by
+the next commit to the location (every job's staging directory but those of
+running jobs). docs/architecture.md, "Writing data", says why this is
 exactly once and what a reader sees at every moment.
 
 A local target must be a filesystem that every executor and the scheduler see at
@@ -31,7 +34,7 @@ import enum
 import json
 import os
 import posixpath
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 
 import pyarrow.fs as pafs
@@ -193,6 +196,7 @@ def commit(
     fmt: str,
     mode: CommitMode,
     after_intent: Callable[[], None] | None = None,
+    running: Container[str] = (),
 ) -> Committed:
     """Make ``job``'s output at ``target`` visible: exactly the files of the attempt
     ``winners[partition]`` of each task. Idempotent: safe to run again after a
@@ -248,8 +252,19 @@ def commit(
         for old in set(before) - set(files):
             _delete_file(fs, f"{base}/{old}")
     _remove(fs, staging)
-    _remove_if_empty(fs, f"{base}/{STAGING}")
+    _sweep(fs, f"{base}/{STAGING}", running)
     return Committed(files, added)
+
+
+def _sweep(fs: pafs.FileSystem, root: str, running: Container[str]) -> None:
+    """Remove what jobs that are not ``running`` left staged under ``root``: an attempt
+    that finished writing after its job had failed, or one whose executor died."""
+    if fs.get_file_info(root).type is not pafs.FileType.Directory:
+        return
+    for entry in fs.get_file_info(pafs.FileSelector(root)):
+        if entry.base_name not in running:
+            _remove(fs, entry.path)
+    _remove_if_empty(fs, root)
 
 
 def abort(target: str, job: str) -> None:
@@ -267,6 +282,18 @@ def abort(target: str, job: str) -> None:
         for _, final in intent["moves"]:
             _delete_file(fs, f"{base}/{final}")
     _remove(fs, staging)
+    _remove_if_empty(fs, f"{base}/{STAGING}")
+
+
+def discard_attempt(staging: str) -> None:
+    """Remove what one failed or cancelled attempt staged (``attempt_staging``), and
+    its job's staging directories if nothing else is left in them."""
+    remote = storage.is_remote(staging)
+    fs, path = _fs(staging) if remote else (pafs.LocalFileSystem(), staging)
+    _remove(fs, path)
+    job_dir = posixpath.dirname(path)
+    _remove_if_empty(fs, job_dir)
+    _remove_if_empty(fs, posixpath.dirname(job_dir))
 
 
 def remove_all(target: str) -> None:

@@ -91,6 +91,7 @@ from mangonel.executor.phases import Phase, PhaseClock
 from mangonel.executor.shuffle import PartitionSink, ShuffleReader, ShuffleWriter
 from mangonel.executor.sink import write_rows
 from mangonel.ids import TaskAttemptId
+from mangonel.output import discard_attempt
 from mangonel.task import (
     FileSplit,
     FragmentRejected,
@@ -562,10 +563,19 @@ class TaskRunner:
         (``executor.sink``), its output is one row, how many it wrote."""
         clock.switch(Phase.WRITE)
         memory = f"{max(1, self.budget.memory // 1024)}KiB" if self.budget is not None else None
-        rows = write_rows(
-            stream, sink, self._spill_dir, self._check_cancelled, memory, self._threads
-        )
-        self._check_cancelled()
+        try:
+            rows = write_rows(
+                stream, sink, self._spill_dir, self._check_cancelled, memory, self._threads
+            )
+            self._check_cancelled()
+        except BaseException:
+            # Nothing of a failed or cancelled attempt is ever committed: its files
+            # go now, not only with its job's staging directory at the job's end.
+            try:
+                discard_attempt(sink.staging)
+            except OSError:
+                log.exception("task %s: its staged files could not be removed", spec.attempt)
+            raise
         schema = pa.schema([pa.field(spec.columns[0], pa.int64())])
         with writer.open(spec.attempt, 1, schema) as out:
             count = pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], schema=schema)

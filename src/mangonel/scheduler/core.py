@@ -785,6 +785,7 @@ class SchedulerCore:
                 target.format.value,
                 target.mode,
                 after_intent=lambda: crash_point("commit-intent"),
+                running=self._running_jobs(),
             )
             if target.table:
                 table = load_table(target.table, target.location)
@@ -808,6 +809,10 @@ class SchedulerCore:
         )
         crash_point("committed")
         self._emit(lambda eid, now: WriteCommitted(eid, now, job))
+
+    def _running_jobs(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(j for j, r in self._jobs.items() if not r.state.finished)
 
     def _submit_write(
         self,

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from mangonel import output, storage
-from mangonel.errors import PermissionDeniedError, QueryError
+from mangonel.errors import ForbiddenStatementError, PermissionDeniedError, QueryError
 
 WRITER_HINT = (
     "only admins may write (a users file's admin role, or a cluster without users); "
@@ -44,11 +44,12 @@ def allowed_location(location: str, roots: Sequence[str]) -> str:
     """``location`` normalized (``output.normalize``) if it lies under one of ``roots``.
 
     Raises:
-        PermissionDeniedError: no root is given, or the location is outside every
-            one (after ``..`` and symbolic links are resolved).
+        ForbiddenStatementError: no root is given: this scheduler writes nowhere.
+        PermissionDeniedError: the location is outside every root (after ``..``
+            and symbolic links are resolved).
     """
     if not roots:
-        raise PermissionDeniedError(
+        raise ForbiddenStatementError(
             f"COPY to {location!r} is refused: this scheduler allows no write location; "
             "start it with --write-root DIR (or s3://bucket/prefix), repeatable"
         )
