@@ -81,6 +81,7 @@ from mangonel.executor.failures import (
     TaskFailedError,
     classify,
 )
+from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.memory import (
     SlotBudget,
     format_size,
@@ -199,6 +200,8 @@ class TaskRunner:
         self._running_con = self._con
         """The database the active task runs in (what ``cancel`` interrupts)."""
         self._spill_watch = _SpillWatch(spill_dir)
+        self.hooks: TaskHooks = NO_HOOKS
+        """Test hooks (``executor.hooks``); the executor gives its own."""
         self._scan_cons: OrderedDict[frozenset[str], duckdb.DuckDBPyConnection] = OrderedDict()
         self._scan_seq = 0
         self.scan_databases_opened = 0
@@ -565,7 +568,13 @@ class TaskRunner:
         memory = f"{max(1, self.budget.memory // 1024)}KiB" if self.budget is not None else None
         try:
             rows = write_rows(
-                stream, sink, self._spill_dir, self._check_cancelled, memory, self._threads
+                stream,
+                sink,
+                self._spill_dir,
+                self._check_cancelled,
+                memory,
+                self._threads,
+                midway=lambda: self.hooks.writing(spec.attempt),
             )
             self._check_cancelled()
         except BaseException:

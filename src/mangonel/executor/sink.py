@@ -57,6 +57,7 @@ def write_rows(
     check: Callable[[], None],
     memory_limit: str | None = None,
     threads: int = 1,
+    midway: Callable[[], None] | None = None,
 ) -> int:
     """Write every row of ``stream`` under ``sink.staging``; return how many.
 
@@ -67,13 +68,21 @@ def write_rows(
         check: Called before each batch; raises to stop the write (a cancel).
         memory_limit: The writing database's DuckDB ``memory_limit``.
         threads: Its DuckDB threads.
+        midway: Called once, when DuckDB asks for more rows after its first batch
+            (the file is open, not finished): a test hook's point.
     """
     schema = pa.schema([f.with_name(n) for f, n in zip(stream.schema, sink.columns, strict=True)])
 
     def batches() -> Iterator[pa.RecordBatch]:
+        given = 0
         for batch in stream:
             check()
+            if given == 1 and midway is not None:
+                midway()
             yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+            given += 1
+        if given == 1 and midway is not None:
+            midway()
 
     remote = storage.is_remote(sink.staging)
     local = tempfile.mkdtemp(prefix="sink-", dir=scratch) if remote else sink.staging
