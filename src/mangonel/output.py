@@ -210,8 +210,9 @@ def commit(
     staging = f"{base}/{STAGING}/{job}"
     intent_path = f"{staging}/{INTENT}"
     current = read_manifest(target)
-    if current is not None and current.job == job:
-        # Committed before a crash: only the staging directory may be left.
+    if current is not None and (current.job == job or _names_job(current, job)):
+        # Committed before a crash (and maybe appended to since): only the staging
+        # directory may be left.
         _remove(fs, staging)
         return Committed(current.files, ())
     if fs.get_file_info(intent_path).type is pafs.FileType.File:
@@ -267,11 +268,17 @@ def _sweep(fs: pafs.FileSystem, root: str, running: Container[str]) -> None:
     _remove_if_empty(fs, root)
 
 
+def _names_job(manifest: Manifest, job: str) -> bool:
+    """Whether the manifest lists a file ``job`` committed (``final_name``)."""
+    mark = f"part-{job}-p"
+    return any(posixpath.basename(f).startswith(mark) for f in manifest.files)
+
+
 def abort(target: str, job: str) -> None:
     """Remove what ``job`` staged at ``target`` (nothing of it was committed)."""
     fs, base = _fs(target)
     current = read_manifest(target)
-    if current is not None and current.job == job:
+    if current is not None and (current.job == job or _names_job(current, job)):
         return  # committed after all: keep it
     staging = f"{base}/{STAGING}/{job}"
     intent_path = f"{staging}/{INTENT}"

@@ -439,6 +439,8 @@ class SchedulerState:
             usable = [r.id for r in free if r.id not in job.excluded]
             if not usable or (cap is not None and held.get(job.id, 0) >= cap):
                 continue
+            if job.commit is not None:
+                continue  # being committed: it launches nothing (``_commit``)
             live = job.usable(self._executors.is_live)
             for sid, rec in job.stages.items():
                 if not rec.pending_count or job.stage_state(sid, live) is not StageState.RUNNABLE:

@@ -886,6 +886,16 @@ class JobRecord:
             raise StateInvariantError(
                 "job-state", f"job {self.id} is {self.state.name} with {launched} launches"
             )
+        if self.commit is not None:
+            # Being committed: its tasks no longer matter, only its winners do.
+            write = plan.write
+            if write is None or set(self.commit) != set(range(len(self.stages[write.stage].tasks))):
+                raise StateInvariantError(
+                    "job-commit",
+                    f"job {self.id} commits winners {self.commit} that are not "
+                    "one attempt for each task of its writing stage",
+                )
+            return
         usable = self.usable(is_live)
         if not any(
             not rec.complete and self.stage_state(sid, usable) is StageState.RUNNABLE
