@@ -157,9 +157,8 @@ def has_files(target: str) -> bool:
 def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
     """Write a small file in one step a reader sees whole or not at all: on local
     disk under a temporary name renamed into place, on S3 one PUT."""
-    parent = posixpath.dirname(path)
-    fs.create_dir(parent, recursive=True)
     if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(posixpath.dirname(path), recursive=True)
         tmp = f"{path}.tmp-{os.getpid()}"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -243,7 +242,8 @@ def commit(
     for staged, final in moves:
         src, dst = f"{staging}/{staged}", f"{base}/{final}"
         if fs.get_file_info(src).type is pafs.FileType.File:
-            fs.create_dir(posixpath.dirname(dst), recursive=True)
+            if isinstance(fs, pafs.LocalFileSystem):  # S3 has no directories to make
+                fs.create_dir(posixpath.dirname(dst), recursive=True)
             fs.move(src, dst)
     added = tuple(sorted(final for _, final in moves))
     files = tuple(sorted({*before, *added})) if mode is CommitMode.APPEND else added
