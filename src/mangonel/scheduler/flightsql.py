@@ -589,7 +589,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         raise AssertionError("unreachable")
 
     def _submit(self, sql: str, who: FlightSqlAuthMiddleware) -> JobRecord:
-        record = self.core.submit(sql, owner=who.principal.user, may_write=who.principal.admin)
+        record = self.core.submit(sql, owner=who.principal.user, may_write=who.principal.may_write)
         log.info("flight sql: job %s for %s", record.id, who.principal.user)
         return record
 

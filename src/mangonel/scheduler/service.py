@@ -533,7 +533,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             request.dialect or None,
             request.request_id,
             owner=caller.user,
-            may_write=caller.admin,
+            may_write=caller.may_write,
         )
         return pb.SubmitResponse(job_id=record.id, columns=list(record.plan.columns))
 

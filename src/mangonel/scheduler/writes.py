@@ -23,8 +23,8 @@ from mangonel import output, storage
 from mangonel.errors import ForbiddenStatementError, PermissionDeniedError, QueryError
 
 WRITER_HINT = (
-    "only admins may write (a users file's admin role, or a cluster without users); "
-    "ask an admin to run it"
+    "only admins and writers may write (a users file's admin or writer role, or a cluster "
+    "without users); ask an admin for the writer role (`mangonel users add NAME --writer`)"
 )
 
 
