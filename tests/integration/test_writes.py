@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ import mangonel
 from mangonel.errors import (
     CatalogError,
     ForbiddenStatementError,
+    JobFailedError,
     JobQueryError,
     PermissionDeniedError,
     QueryError,
@@ -295,3 +297,54 @@ def test_writes_outside_the_write_roots_are_refused(
     with pytest.raises(ForbiddenStatementError, match="FORMAT"):
         session.sql(f"COPY (SELECT 1 AS one) TO '{out_root}/y' (FORMAT xlsx)")
     assert session.sql("SELECT 1 AS one").to_arrow()["one"].to_pylist() == [1]
+
+
+def test_two_writes_to_one_location_at_once(
+    session: Any, cluster: Any, duckdb_ref: duckdb.DuckDBPyConnection, out_root: Path
+) -> None:
+    """Two COPYs to one empty location: one wins, the other is told; two INSERTs both append."""
+    target = out_root / "contested"
+    queries = [
+        "SELECT o_orderkey, o_totalprice FROM orders WHERE o_orderkey % 2 = 0",
+        "SELECT o_orderkey, o_totalprice FROM orders WHERE o_orderkey % 2 = 1",
+    ]
+    outcomes: list[Any] = [None, None]
+
+    def run(i: int) -> None:
+        with cluster.connect() as own:
+            try:
+                outcomes[i] = own.sql(f"COPY ({queries[i]}) TO '{target}' (FORMAT parquet)")
+            except Exception as exc:  # noqa: BLE001 - checked below
+                outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    won = [i for i, o in enumerate(outcomes) if not isinstance(o, Exception)]
+    lost = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(won) == 1 and len(lost) == 1, outcomes
+    assert isinstance(lost[0], QueryError | JobFailedError)
+    assert "OVERWRITE" in str(lost[0])
+    expected = duckdb_ref.sql(queries[won[0]]).to_arrow_table()
+    assert_same_result(read_back(committed(target), "parquet"), expected, ordered=False)
+    assert data_files(target) == sorted(committed(target))
+
+    session.sql("CREATE TABLE contested AS SELECT o_orderkey, o_totalprice FROM orders LIMIT 0")
+    inserts: list[Any] = [None, None]
+
+    def insert(i: int) -> None:
+        with cluster.connect() as own:
+            inserts[i] = own.sql(f"INSERT INTO contested {queries[i]}")
+
+    threads = [threading.Thread(target=insert, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(r is not None for r in inserts)
+    actual = session.sql("SELECT * FROM contested").to_arrow()
+    both = f"{queries[0]} UNION ALL {queries[1]}"
+    assert_same_result(actual, duckdb_ref.sql(both).to_arrow_table(), ordered=False)
+    session.sql("DROP TABLE contested")
