@@ -31,7 +31,10 @@ from mangonel.testing.cluster import TestCluster
 
 pytestmark = pytest.mark.timeout(150)
 
-QUERY = "SELECT l_orderkey, l_linenumber, l_extendedprice, l_comment FROM lineitem"
+QUERY = (
+    "SELECT l_orderkey, l_linenumber, l_extendedprice, l_comment FROM lineitem "
+    "WHERE l_orderkey % 8 = 0"
+)
 WRITING = 1
 """The writing stage: the query is one stage (then the count's)."""
 

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.timeout(180)
 
 LINEITEM_QUERY = (
     "SELECT l_orderkey, l_linenumber, l_quantity, l_extendedprice, l_shipdate, l_comment "
-    "FROM lineitem WHERE l_quantity > 10"
+    "FROM lineitem WHERE l_quantity > 10 AND l_orderkey % 8 = 0"
 )
 
 
@@ -124,7 +124,7 @@ def test_copy_parquet_is_written_by_the_tasks_on_every_executor(
     result = session.sql(f"COPY ({LINEITEM_QUERY}) TO '{target}' (FORMAT parquet)")
     expected_count = duckdb_copy(duckdb_ref, LINEITEM_QUERY, work_dir / "ref", "FORMAT parquet")
     assert_same_result(result.to_arrow(), expected_count, ordered=True)
-    assert expected_count["Count"][0].as_py() > 100_000
+    assert expected_count["Count"][0].as_py() > 50_000
     # Exactly the manifest's files are there, nothing staged is left.
     files = committed(target)
     assert data_files(target) == sorted(files)

@@ -30,7 +30,10 @@ from mangonel.testing.cluster import TestCluster
 pytestmark = pytest.mark.timeout(180)
 
 OUT = "out"
-QUERY = "SELECT l_orderkey, l_linenumber, l_extendedprice, l_shipmode FROM lineitem"
+QUERY = (
+    "SELECT l_orderkey, l_linenumber, l_extendedprice, l_shipmode FROM lineitem "
+    "WHERE l_orderkey % 8 = 0"
+)
 
 
 @pytest.fixture(scope="module")
