@@ -64,16 +64,13 @@ from mangonel.errors import (
     InternalError,
     MangonelError,
     PermissionDeniedError,
-    QueryError,
     StateStoreError,
     UnknownTableError,
 )
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
-from mangonel.output import CommitMode
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlanCache, PlannerConfig, parameter_types, result_schema
-from mangonel.plan.write import plan_write
 from mangonel.scheduler.events import (
     AbortWrite,
     CancelRequested,
@@ -125,11 +122,11 @@ from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
 from mangonel.scheduler.telemetry import Telemetry
 from mangonel.scheduler.writes import (
+    DROPPED,
     WRITER_HINT,
-    allowed_location,
+    WriteSettings,
     default_warehouse,
-    insert_query,
-    table_location,
+    plan_statement,
 )
 from mangonel.security.auth import ANONYMOUS
 from mangonel.sql.writes import WriteKind, WriteStatement, parse_write
@@ -141,7 +138,6 @@ from mangonel.task import (
     ReleaseOutputs,
     TaskFailure,
     TaskTimings,
-    WriteFormat,
 )
 
 log = logging.getLogger(__name__)
@@ -815,16 +811,10 @@ class SchedulerCore:
             return frozenset(j for j, r in self._jobs.items() if not r.state.finished)
 
     def _submit_write(
-        self,
-        statement: WriteStatement,
-        dialect: str | None,
-        request_id: str,
-        owner: str,
-        may_write: bool,
-    ) -> tuple[str, DistributedPlan] | str:
-        """Check a write statement and plan it; or carry out a ``DROP TABLE`` (and a
-        ``CREATE TABLE IF NOT EXISTS`` of a table there is) and return the query
-        that answers it.
+        self, statement: WriteStatement, dialect: str | None, may_write: bool
+    ) -> DistributedPlan | str:
+        """Check a write statement and plan it (``scheduler.writes.plan_statement``);
+        or carry out a ``DROP TABLE`` and return the query that answers it.
 
         Raises:
             PermissionDeniedError: the user may not write, or not there.
@@ -832,65 +822,20 @@ class SchedulerCore:
         """
         if not may_write:
             raise PermissionDeniedError(f"{statement.kind.value} is refused: {WRITER_HINT}")
-        catalog = self.catalog.snapshot()
-        name = statement.table
         if statement.kind is WriteKind.DROP_TABLE:
-            if not self.drop_table(name) and not statement.if_not_exists:
-                raise UnknownTableError(f"there is no table {name!r} to drop")
-            return 'SELECT true AS "Success" WHERE false'
-        table = ""
-        query = statement.query
-        fmt = statement.format
-        partition_by = statement.partition_by
-        if statement.kind is WriteKind.COPY:
-            location = allowed_location(statement.location, self.config.write_roots)
-            mode = CommitMode.REPLACE if statement.overwrite else CommitMode.CREATE
-            if mode is CommitMode.CREATE and output.has_files(location):
-                raise QueryError(
-                    f"{statement.location!r} already holds files; add OVERWRITE to replace "
-                    "them, or write to another location"
-                )
-        elif statement.kind is WriteKind.CREATE_TABLE:
-            if name in catalog and statement.if_not_exists:
-                return 'SELECT CAST(0 AS BIGINT) AS "Count"'
-            if name in catalog and not statement.overwrite:
-                raise QueryError(
-                    f"table {name!r} exists; use CREATE OR REPLACE TABLE, or DROP TABLE it first"
-                )
-            if name in catalog and name not in self._owned:
-                raise QueryError(
-                    f"table {name!r} was registered from files mangonel does not own; "
-                    "DROP TABLE it first"
-                )
-            if not name.isidentifier():
-                raise QueryError(f"table name {name!r} is not a valid identifier")
-            table, location, mode = name, table_location(self.warehouse, name), CommitMode.REPLACE
-            fmt, partition_by = WriteFormat.PARQUET, ()
-        else:
-            existing = catalog.get(name)
-            if existing is None:
-                raise UnknownTableError(f"there is no table {name!r} to insert into")
-            if name not in self._owned:
-                raise QueryError(
-                    f"table {name!r} was registered from files; mangonel inserts only into "
-                    "tables it created (CREATE TABLE ... AS)"
-                )
-            columns = self.plan(statement.query, dialect).columns
-            query = insert_query(statement.query, existing.schema, columns, name)
-            table, location, mode = name, output.normalize(existing.location), CommitMode.APPEND
-            fmt, partition_by = WriteFormat.PARQUET, ()
-        plan = plan_write(
-            query,
-            catalog,
+            if not self.drop_table(statement.table) and not statement.if_not_exists:
+                raise UnknownTableError(f"there is no table {statement.table!r} to drop")
+            return DROPPED
+        with self._lock:
+            owned = frozenset(self._owned)
+        return plan_statement(
+            statement,
+            self.catalog.snapshot(),
+            owned,
+            WriteSettings(self.warehouse, self.config.write_roots),
             self._planner(),
-            location=location,
-            format=fmt,
-            mode=mode,
-            partition_by=partition_by,
-            table=table,
-            dialect=dialect,
+            dialect,
         )
-        return query, plan
 
     def tables(self) -> list[Table]:
         return sorted(self.catalog.snapshot().values(), key=lambda t: t.name)
@@ -958,11 +903,11 @@ class SchedulerCore:
             if statement is None:
                 plan = self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
             else:
-                planned = self._submit_write(statement, dialect, request_id, owner, may_write)
+                planned = self._submit_write(statement, dialect, may_write)
                 if isinstance(planned, str):  # done already: its answer is a query
                     plan = self.plans.plan(planned, self.catalog.snapshot(), self._planner())
                 else:
-                    plan = planned[1]
+                    plan = planned
         except InternalError as err:
             log.error("planning failed, a bug in mangonel: %s\n-- the query:\n%s", err, sql)
             raise

@@ -15,17 +15,44 @@ by the shell when the state machine says ``CommitWrite``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 from mangonel import output, storage
-from mangonel.errors import ForbiddenStatementError, PermissionDeniedError, QueryError
+from mangonel.catalog import Table
+from mangonel.errors import (
+    ForbiddenStatementError,
+    PermissionDeniedError,
+    QueryError,
+    UnknownTableError,
+)
+from mangonel.output import CommitMode
+from mangonel.plan.physical import DistributedPlan
+from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.plan.write import plan_write
+from mangonel.sql.writes import WriteKind, WriteStatement
+from mangonel.task import WriteFormat
 
 WRITER_HINT = (
     "only admins and writers may write (a users file's admin or writer role, or a cluster "
     "without users); ask an admin for the writer role (`mangonel users add NAME --writer`)"
 )
+
+
+DROPPED = 'SELECT true AS "Success" WHERE false'
+"""What ``DROP TABLE`` answers (as DuckDB does: no row, a ``Success`` column)."""
+EXISTS = 'SELECT CAST(0 AS BIGINT) AS "Count"'
+"""What ``CREATE TABLE IF NOT EXISTS`` of a table there is answers."""
+
+
+@dataclass(frozen=True)
+class WriteSettings:
+    """Where this scheduler writes: its warehouse and its write roots."""
+
+    warehouse: str
+    write_roots: tuple[str, ...] = ()
 
 
 def default_warehouse(state_url: str) -> str:
@@ -104,3 +131,75 @@ def insert_query(query: str, schema: pa.Schema, query_columns: Sequence[str], ta
         for i, name in enumerate(schema.names)
     )
     return f"SELECT {cols} FROM ({query}) AS __insert({', '.join(q)})"
+
+
+def plan_statement(
+    statement: WriteStatement,
+    catalog: Mapping[str, Table],
+    owned: frozenset[str],
+    settings: WriteSettings,
+    planner: PlannerConfig,
+    dialect: str | None = None,
+) -> DistributedPlan | str:
+    """The plan of a ``COPY``, ``CREATE TABLE AS`` or ``INSERT`` after its checks; or,
+    for a ``CREATE TABLE IF NOT EXISTS`` of a table there is, the query that answers it.
+
+    ``owned``: the tables the warehouse owns (only those take ``INSERT`` and
+    ``CREATE OR REPLACE``).
+
+    Raises:
+        PermissionDeniedError, ForbiddenStatementError: ``COPY`` outside the write roots.
+        QueryError: (a subclass) the statement cannot run as written.
+    """
+    name = statement.table
+    query, fmt, partition_by, table = statement.query, statement.format, statement.partition_by, ""
+    if statement.kind is WriteKind.COPY:
+        location = allowed_location(statement.location, settings.write_roots)
+        mode = CommitMode.REPLACE if statement.overwrite else CommitMode.CREATE
+        if mode is CommitMode.CREATE and output.has_files(location):
+            raise QueryError(
+                f"{statement.location!r} already holds files; add OVERWRITE to replace "
+                "them, or write to another location"
+            )
+    elif statement.kind is WriteKind.CREATE_TABLE:
+        if name in catalog and statement.if_not_exists:
+            return EXISTS
+        if name in catalog and not statement.overwrite:
+            raise QueryError(
+                f"table {name!r} exists; use CREATE OR REPLACE TABLE, or DROP TABLE it first"
+            )
+        if name in catalog and name not in owned:
+            raise QueryError(
+                f"table {name!r} was registered from files mangonel does not own; "
+                "DROP TABLE it first"
+            )
+        if not name.isidentifier():
+            raise QueryError(f"table name {name!r} is not a valid identifier")
+        table, location, mode = name, table_location(settings.warehouse, name), CommitMode.REPLACE
+        fmt, partition_by = WriteFormat.PARQUET, ()
+    elif statement.kind is WriteKind.INSERT:
+        existing = catalog.get(name)
+        if existing is None:
+            raise UnknownTableError(f"there is no table {name!r} to insert into")
+        if name not in owned:
+            raise QueryError(
+                f"table {name!r} was registered from files; mangonel inserts only into "
+                "tables it created (CREATE TABLE ... AS)"
+            )
+        columns = plan_query(statement.query, catalog, planner, dialect).columns
+        query = insert_query(statement.query, existing.schema, columns, name)
+        table, location, mode = name, output.normalize(existing.location), CommitMode.APPEND
+        fmt, partition_by = WriteFormat.PARQUET, ()
+    else:
+        raise ValueError(f"{statement.kind.value} is not planned")
+    return plan_write(
+        query,
+        catalog,
+        planner,
+        location=location,
+        format=fmt,
+        mode=mode,
+        partition_by=partition_by,
+        table=table,
+        dialect=dialect,
+    )
