@@ -774,6 +774,13 @@ class SchedulerCore:
             self.hook.check(WriteCommitted(0, self._clock(), job), [command], point)
 
         try:
+            if (
+                target.mode is output.CommitMode.APPEND
+                and target.table not in self.catalog.snapshot()
+            ):
+                raise UnknownTableError(
+                    f"table {target.table} was dropped while this INSERT ran; nothing was added"
+                )
             done = output.commit(
                 target.location,
                 job,
