@@ -22,14 +22,14 @@ import datetime as dt
 import functools
 import glob
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mangonel import storage, textfiles
+from mangonel import output, storage, textfiles
 from mangonel.errors import CatalogError, ObjectStoreError
 from mangonel.task import FileFormat, FileSplit, TextFormat
 
@@ -225,10 +225,17 @@ def resolve_files(location: str, kind: FileFormat = FileFormat.PARQUET) -> tuple
 
     An ``s3://`` location gives ``s3://`` URIs (``storage.list_objects``).
     """
+    if not any(ch in location for ch in "*?["):
+        # A location mangonel wrote: exactly the files its manifest names.
+        committed = output.manifest_files(location)
+        if committed is not None:
+            if not committed:
+                raise CatalogError(f"{location!r} holds a committed output of no file")
+            return committed
     if kind is not FileFormat.PARQUET:
         return _resolve_text_files(location, kind)
     if storage.is_remote(location):
-        return storage.list_objects(location)
+        return _not_staged(storage.list_objects(location))
     if any(ch in location for ch in "*?["):
         files = sorted(f for f in glob.glob(location, recursive=True) if os.path.isfile(f))
         if not files:
@@ -237,7 +244,7 @@ def resolve_files(location: str, kind: FileFormat = FileFormat.PARQUET) -> tuple
     if os.path.isdir(location):
         files = sorted(
             os.path.join(root, f)
-            for root, _, names in os.walk(location)
+            for root, _, names in _walk(location)
             for f in names
             if f.endswith(".parquet") or f.endswith(".parq")
         )
@@ -252,17 +259,31 @@ def resolve_files(location: str, kind: FileFormat = FileFormat.PARQUET) -> tuple
     )
 
 
+def _walk(location: str) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk`` that never enters a write's staging directory (``output.STAGING``)."""
+    for root, dirs, names in os.walk(location):
+        dirs[:] = [d for d in dirs if d != output.STAGING]
+        yield root, dirs, names
+
+
+def _not_staged(uris: tuple[str, ...]) -> tuple[str, ...]:
+    """Objects outside any write's staging prefix (``output.STAGING``)."""
+    return tuple(u for u in uris if f"/{output.STAGING}/" not in u)
+
+
 def _resolve_text_files(location: str, kind: FileFormat) -> tuple[str, ...]:
     """The CSV or JSON files behind a file, directory (by suffix) or glob, sorted."""
     what = f"{kind.value} file (" + ", ".join(textfiles.SUFFIXES[kind]) + ", maybe .gz or .zst)"
     if storage.is_remote(location):
-        return storage.list_objects(
-            location, wanted=lambda key: textfiles.is_table_file(key, kind), kind=what
+        return _not_staged(
+            storage.list_objects(
+                location, wanted=lambda key: textfiles.is_table_file(key, kind), kind=what
+            )
         )
     if os.path.isdir(location):
         files = sorted(
             os.path.join(root, f)
-            for root, _, names in os.walk(location)
+            for root, _, names in _walk(location)
             for f in names
             if textfiles.is_table_file(f, kind)
         )

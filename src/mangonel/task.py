@@ -216,6 +216,35 @@ class InputLocations:
     """The upstream stage's column names (for an empty input: its schema)."""
 
 
+class WriteFormat(enum.Enum):
+    """The file format a write statement produces."""
+
+    PARQUET = "parquet"
+    CSV = "csv"
+    JSON = "json"
+
+    @property
+    def extension(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """Where a task of a writing stage puts its rows instead of passing them on.
+
+    The task writes its rows as ``format`` files (hive directories by
+    ``partition_by``) under ``staging``, the directory only its attempt writes
+    (``output.attempt_staging``), and its own output is one row: how many it wrote.
+    """
+
+    target: str
+    format: WriteFormat
+    staging: str
+    columns: tuple[str, ...]
+    """The written files' column names (the statement's, not the stage's)."""
+    partition_by: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class TaskSpec:
     """Everything an executor needs to run one task attempt.
@@ -239,6 +268,8 @@ class TaskSpec:
     inputs: tuple[InputLocations, ...] = ()
     job_files: tuple[str, ...] = ()
     result: bool = False
+    sink: SinkSpec | None = None
+    """Set on the tasks of a write statement's writing stage."""
 
 
 # ------------------------------------------------------------------ failure reasons

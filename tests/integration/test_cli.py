@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,7 +58,7 @@ def standalone(module_dir: Path) -> Iterator[str]:
     """``mangonel standalone`` on a free port; yields the scheduler address."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "mangonel", "standalone", "--port", "0", "--executors", "2",
-         "--work-dir", str(module_dir / "standalone")],
+         "--work-dir", str(module_dir / "standalone"), "--write-root", str(module_dir / "out")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )  # fmt: skip
     try:
@@ -96,6 +97,26 @@ def test_register_and_query(standalone: str, tpch_tables: dict[str, Path]) -> No
     assert lines[0].split() == ["n_regionkey", "|", "nations"]
     assert [line.split() for line in lines[2:]] == [[str(r), "|", "5"] for r in range(5)]
     assert "5 rows in" in done.stderr
+
+
+def test_write_statements(
+    standalone: str, tpch_tables: dict[str, Path], module_dir: Path, duckdb_ref: Any
+) -> None:
+    mangonel("--scheduler", standalone, "register", "nation", str(tpch_tables["nation"]))
+    target = module_dir / "out" / "nations"
+    query = "SELECT n_nationkey, n_name FROM nation WHERE n_regionkey < 3"
+    expected = duckdb_ref.sql(f"SELECT count(*) FROM ({query})").fetchall()[0][0]
+    done = mangonel("--scheduler", standalone, "sql", f"COPY ({query}) TO '{target}' (FORMAT csv)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].strip() == str(expected)
+    copied = duckdb_ref.sql(f"SELECT count(*) FROM read_csv('{target}/part-*.csv')").fetchall()
+    assert copied[0][0] == expected
+    done = mangonel("--scheduler", standalone, "sql", f"CREATE TABLE few AS {query}")
+    assert done.returncode == 0, done.stderr
+    done = mangonel("--scheduler", standalone, "sql", "SELECT count(*) AS n FROM few")
+    assert done.stdout.splitlines()[-1].strip() == str(expected)
+    done = mangonel("--scheduler", standalone, "sql", "COPY nation TO '/tmp/x' (FORMAT csv)")
+    assert done.returncode == 1 and "write root" in done.stderr
 
 
 def test_query_from_stdin_and_file(

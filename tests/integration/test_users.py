@@ -28,6 +28,7 @@ import mangonel
 from mangonel.client.cluster import child_env
 from mangonel.errors import AuthenticationError, JobCancelledError, PermissionDeniedError
 from mangonel.security import tokens
+from mangonel.security.users import add_user
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -315,3 +316,23 @@ def test_owners_and_tokens_survive_a_scheduler_restart(cluster: Any) -> None:
         with pytest.raises(PermissionDeniedError):
             alice.cancel(job)
         assert bob.cancel(job) is False  # it had finished
+
+
+# --------------------------------------------------------------------- writing
+
+
+def test_only_admins_and_writers_write(cluster: Any, duckdb_ref: duckdb.DuckDBPyConnection) -> None:
+    create = "CREATE TABLE nations_by_writer AS SELECT n_nationkey, n_name FROM nation"
+    with session(cluster, "alice") as alice, pytest.raises(PermissionDeniedError, match="writer"):
+        alice.sql(create)
+    add_user(str(cluster.users_file), "wendy", "wendy-secret", writer=True)
+    with cluster.connect(user="wendy", password="wendy-secret") as wendy:
+        counted = wendy.sql(create).to_arrow()
+        assert counted["Count"].to_pylist() == [25]
+        actual = wendy.sql("SELECT * FROM nations_by_writer").to_arrow()
+        expected = duckdb_ref.sql("SELECT n_nationkey, n_name FROM nation").to_arrow_table()
+        assert_same_result(actual, expected, ordered=False)
+    with session(cluster, "alice") as alice, pytest.raises(PermissionDeniedError):
+        alice.sql("DROP TABLE nations_by_writer")
+    with session(cluster, "root") as root:
+        root.sql("DROP TABLE nations_by_writer")

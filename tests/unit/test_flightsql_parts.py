@@ -76,7 +76,7 @@ def test_sql_info_has_the_reference_schema_and_real_values() -> None:
     assert table.schema == meta.SQL_INFO_SCHEMA
     assert table.to_pylist()[:2] == [
         {"info_name": meta.SERVER_NAME, "value": "mangonel"},
-        {"info_name": meta.SERVER_READ_ONLY, "value": True},
+        {"info_name": meta.SERVER_READ_ONLY, "value": False},  # it takes write statements
     ]
     assert table.num_rows == 3  # an unknown code is left out
     everything = meta.sql_info([])

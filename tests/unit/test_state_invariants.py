@@ -137,6 +137,8 @@ CASES: list[tuple[str, Callable[[], Harness], Callable[[Harness], object]]] = [
     ("job-state", maps_done, lambda h: setattr(job(h), "state", JobState.QUEUED)),
     ("job-ran-on", maps_done, _forget_e2_ran),
     ("job-progress", maps_done, lambda h: _lose_quietly(h, E1)),
+    # A commit of winners on a job that writes nothing.
+    ("job-commit", maps_done, lambda h: setattr(job(h), "commit", {0: 0})),
     ("needed-outputs-held", half_done, lambda h: job(h).excluded.add(E2)),
     ("executor-sets", maps_done, lambda h: registry(h)._draining.add(E1)),
     ("executor-index", maps_done, _stale_snapshot),

@@ -196,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
         "standby and takes over when the leader dies), or memory:// (nothing is kept)",
     )
     p.add_argument("--crash-file", help=argparse.SUPPRESS)  # crash tests (testing.crash)
+    _write_options(p)
     p.add_argument(
         "--standby-timeout",
         type=float,
@@ -336,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="register a Parquet table once started (repeatable)",
     )
     p.add_argument("--tpch", metavar="DIR", help="register the 8 TPC-H tables of DIR")
+    _write_options(p)
     _web_options(p)
     _flight_sql_options(p)
     storage.add_arguments(p)
@@ -791,6 +793,32 @@ def _gray_failure_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _write_options(p: argparse.ArgumentParser) -> None:
+    """Where the write statements may write (the scheduler's, and standalone's)."""
+    p.add_argument(
+        "--warehouse",
+        metavar="DIR|s3://BUCKET/PREFIX",
+        default=None,
+        help="where CREATE TABLE AS writes its tables, one directory each (default: a "
+        "'warehouse' directory beside a SQLite --state, else ~/.local/state/mangonel/warehouse)",
+    )
+    p.add_argument(
+        "--write-root",
+        dest="write_roots",
+        action="append",
+        default=[],
+        metavar="DIR|s3://BUCKET/PREFIX",
+        help="COPY ... TO may write under this location (repeatable); without one, COPY is "
+        "refused. Symbolic links and '..' are resolved before the check",
+    )
+
+
+def _write_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """``_write_options`` as a scheduler's arguments."""
+    roots = tuple(x for root in args.write_roots for x in ("--write-root", root))
+    return roots + (("--warehouse", args.warehouse) if args.warehouse else ())
+
+
 def cmd_scheduler(args: argparse.Namespace) -> int:
     from mangonel.scheduler.main import SchedulerConfig, run_scheduler
 
@@ -832,6 +860,8 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         flight_sql_results=args.flight_sql_results,
         state=args.state,
         crash_file=args.crash_file,
+        warehouse=args.warehouse,
+        write_roots=tuple(args.write_roots),
         standby_timeout_s=_standby_timeout(args.state, args.standby_timeout),
         storage=storage.options_from_args(args),
         security=security.options_from_args(args, "node"),
@@ -923,7 +953,8 @@ def cmd_standalone(args: argparse.Namespace) -> int:
         + ("--plan-cache", str(args.plan_cache))
         + ("--adaptive-partition-bytes", str(args.adaptive_partition_bytes))
         + ("--adaptive-min-partition-bytes", str(args.adaptive_min_partition_bytes))
-        + (("--split-rows", str(args.split_rows)) if args.split_rows else ()),
+        + (("--split-rows", str(args.split_rows)) if args.split_rows else ())
+        + _write_args(args),
         web_port=_web_port(args),
         flight_sql_port=_flight_sql_port(args),
         flight_sql_results=args.flight_sql_results,

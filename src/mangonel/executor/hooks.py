@@ -2,7 +2,9 @@
 
 ``ExecutorService`` calls these at fixed points of every task attempt::
 
-    slot taken ──▶ task_started ──▶ runner.run (writes and commits the files)
+    slot taken ──▶ task_started ──▶ runner.run (writes and commits the files;
+      a write statement's writing task calls ``writing`` once DuckDB has its first
+      rows and the staged file is open, not finished)
       ──▶ outputs_written ──▶ task_finished(before_report=True)
       ──▶ report to the scheduler ──▶ task_finished(before_report=False)
 
@@ -34,6 +36,10 @@ class TaskHooks(Protocol):
         """Before the runner starts; a ``TaskFailedError`` raised here fails the attempt."""
         ...
 
+    def writing(self, attempt: TaskAttemptId) -> None:
+        """A writing task is half-way through its staged files (``executor.sink``)."""
+        ...
+
     def outputs_written(self, attempt: TaskAttemptId, outputs: Sequence[PartitionOutput]) -> None:
         """After the attempt committed its files, before it is reported (``OSError`` is logged)."""
         ...
@@ -47,6 +53,9 @@ class NoHooks:
     """The production hooks: nothing happens."""
 
     def task_started(self, attempt: TaskAttemptId) -> None:
+        pass
+
+    def writing(self, attempt: TaskAttemptId) -> None:
         pass
 
     def outputs_written(self, attempt: TaskAttemptId, outputs: Sequence[PartitionOutput]) -> None:

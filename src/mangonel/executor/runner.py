@@ -81,6 +81,7 @@ from mangonel.executor.failures import (
     TaskFailedError,
     classify,
 )
+from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.memory import (
     SlotBudget,
     format_size,
@@ -89,13 +90,16 @@ from mangonel.executor.memory import (
 )
 from mangonel.executor.phases import Phase, PhaseClock
 from mangonel.executor.shuffle import PartitionSink, ShuffleReader, ShuffleWriter
+from mangonel.executor.sink import write_rows
 from mangonel.ids import TaskAttemptId
+from mangonel.output import discard_attempt
 from mangonel.task import (
     FileSplit,
     FragmentRejected,
     InputLocations,
     OutputKind,
     PartitionOutput,
+    SinkSpec,
     TaskSpec,
 )
 
@@ -196,6 +200,8 @@ class TaskRunner:
         self._running_con = self._con
         """The database the active task runs in (what ``cancel`` interrupts)."""
         self._spill_watch = _SpillWatch(spill_dir)
+        self.hooks: TaskHooks = NO_HOOKS
+        """Test hooks (``executor.hooks``); the executor gives its own."""
         self._scan_cons: OrderedDict[frozenset[str], duckdb.DuckDBPyConnection] = OrderedDict()
         self._scan_seq = 0
         self.scan_databases_opened = 0
@@ -534,6 +540,8 @@ class TaskRunner:
         # The stream must be closed on every path: an open result blocks the
         # connection ("connection has an open result") for the next task.
         with relation.to_arrow_reader(BATCH_ROWS) as stream:
+            if spec.sink is not None:
+                return self._write_sink(spec, spec.sink, stream, writer, clock)
             split = partitions > 1
             schema = _output_schema(stream.schema, spec, split)
             clock.switch(Phase.WRITE)
@@ -554,6 +562,46 @@ class TaskRunner:
                     return sink.commit()
                 finally:
                     clock.write_io_s += sink.io_s
+
+    def _write_sink(
+        self,
+        spec: TaskSpec,
+        sink: SinkSpec,
+        stream: pa.RecordBatchReader,
+        writer: ShuffleWriter,
+        clock: PhaseClock,
+    ) -> tuple[PartitionOutput, ...]:
+        """A writing task: its rows go to files in its staging directory
+        (``executor.sink``), its output is one row, how many it wrote."""
+        clock.switch(Phase.WRITE)
+        memory = f"{max(1, self.budget.memory // 1024)}KiB" if self.budget is not None else None
+        try:
+            rows = write_rows(
+                stream,
+                sink,
+                self._spill_dir,
+                self._check_cancelled,
+                memory,
+                self._threads,
+                midway=lambda: self.hooks.writing(spec.attempt),
+            )
+            self._check_cancelled()
+        except BaseException:
+            # Nothing of a failed or cancelled attempt is ever committed: its files
+            # go now, not only with its job's staging directory at the job's end.
+            try:
+                discard_attempt(sink.staging)
+            except OSError:
+                log.exception("task %s: its staged files could not be removed", spec.attempt)
+            raise
+        schema = pa.schema([pa.field(spec.columns[0], pa.int64())])
+        with writer.open(spec.attempt, 1, schema) as out:
+            count = pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], schema=schema)
+            out.write_batch(0, count)
+            try:
+                return out.commit()
+            finally:
+                clock.write_io_s += out.io_s
 
     def _batches(self, stream: pa.RecordBatchReader) -> Iterator[pa.RecordBatch]:
         for batch in stream:

@@ -242,6 +242,7 @@ class ExecutorService:
                 budget,
                 self.config.threads_per_slot,
             )
+            runner.hooks = self.hooks
             self._slots.append(runner)
             self._free_slots.put(slot)
         # While the executor registers: its first task would pay this otherwise.

@@ -31,7 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mangonel.ids import StageId
-from mangonel.task import FileSplit, InputMode, OutputSpec
+from mangonel.output import CommitMode
+from mangonel.task import FileSplit, InputMode, OutputSpec, WriteFormat
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,27 @@ class Stage:
 
 
 @dataclass(frozen=True)
+class WriteTarget:
+    """Where a write statement's rows go (``COPY ... TO``, ``CREATE TABLE AS``,
+    ``INSERT INTO``), and how its output is committed (``output.commit``).
+
+    The tasks of ``stage`` write their rows to files in their staging directories;
+    the plan's final stage adds up how many they wrote (the statement's result).
+    """
+
+    location: str
+    """``output.normalize``d: an absolute local path or an ``s3://`` URI."""
+    format: WriteFormat
+    stage: StageId
+    columns: tuple[str, ...]
+    """The files' column names (the query's result columns)."""
+    mode: CommitMode
+    partition_by: tuple[str, ...] = ()
+    table: str = ""
+    """A warehouse table the commit (re)registers (``CREATE TABLE``, ``INSERT``)."""
+
+
+@dataclass(frozen=True)
 class DistributedPlan:
     """Stages in topological order; the last one produces the result.
 
@@ -106,6 +128,8 @@ class DistributedPlan:
     plan's scans while planning (``plan.dynamic_pruning``): the plan is right only
     while they hold the rows read then, and a plan cache reuses it only while a local
     one keeps its size and modification time (``probe.unchanged``)."""
+    write: WriteTarget | None = None
+    """Set for a write statement: where its rows go."""
 
     @property
     def final(self) -> Stage:

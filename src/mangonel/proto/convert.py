@@ -33,10 +33,12 @@ from mangonel.task import (
     QueryError,
     ReleaseOutputs,
     ScanSpec,
+    SinkSpec,
     TaskFailure,
     TaskSpec,
     TaskTimings,
     TextFormat,
+    WriteFormat,
 )
 
 ExecutorCommandKind = LaunchTask | CancelTask | ReleaseOutputs
@@ -253,6 +255,35 @@ def task_spec_to_proto(spec: TaskSpec) -> pb.TaskSpec:
         ],
         job_files=list(spec.job_files),
         result=spec.result,
+        sink=_sink_to_proto(spec.sink),
+    )
+
+
+def _sink_to_proto(sink: SinkSpec | None) -> pb.SinkSpec | None:
+    if sink is None:
+        return None
+    return pb.SinkSpec(
+        target=sink.target,
+        format=sink.format.value,
+        staging=sink.staging,
+        partition_by=list(sink.partition_by),
+        columns=list(sink.columns),
+    )
+
+
+def _sink_from_proto(msg: pb.TaskSpec) -> SinkSpec | None:
+    if not msg.HasField("sink"):
+        return None
+    try:
+        fmt = WriteFormat(msg.sink.format)
+    except ValueError as err:
+        raise ProtocolError(f"unknown write format {msg.sink.format!r}") from err
+    return SinkSpec(
+        msg.sink.target,
+        fmt,
+        msg.sink.staging,
+        tuple(msg.sink.columns),
+        tuple(msg.sink.partition_by),
     )
 
 
@@ -276,6 +307,7 @@ def task_spec_from_proto(msg: pb.TaskSpec) -> TaskSpec:
         inputs=tuple(input_locations_from_proto(i) for i in msg.inputs),
         job_files=tuple(msg.job_files),
         result=msg.result,
+        sink=_sink_from_proto(msg),
     )
 
 

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0f\x66lightsql.proto\x12\x19\x61rrow.flight.protocol.sql\"!\n\x11\x43ommandGetSqlInfo\x12\x0c\n\x04info\x18\x01 \x03(\r\">\n\x16\x43ommandGetXdbcTypeInfo\x12\x16\n\tdata_type\x18\x01 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_data_type\"\x14\n\x12\x43ommandGetCatalogs\"{\n\x13\x43ommandGetDbSchemas\x12\x14\n\x07\x63\x61talog\x18\x01 \x01(\tH\x00\x88\x01\x01\x12%\n\x18\x64\x62_schema_filter_pattern\x18\x02 \x01(\tH\x01\x88\x01\x01\x42\n\n\x08_catalogB\x1b\n\x19_db_schema_filter_pattern\"\xeb\x01\n\x10\x43ommandGetTables\x12\x14\n\x07\x63\x61talog\x18\x01 \x01(\tH\x00\x88\x01\x01\x12%\n\x18\x64\x62_schema_filter_pattern\x18\x02 \x01(\tH\x01\x88\x01\x01\x12&\n\x19table_name_filter_pattern\x18\x03 \x01(\tH\x02\x88\x01\x01\x12\x13\n\x0btable_types\x18\x04 \x03(\t\x12\x16\n\x0einclude_schema\x18\x05 \x01(\x08\x42\n\n\x08_catalogB\x1b\n\x19_db_schema_filter_patternB\x1c\n\x1a_table_name_filter_pattern\"\x16\n\x14\x43ommandGetTableTypes\"n\n\x15\x43ommandGetPrimaryKeys\x12\x14\n\x07\x63\x61talog\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tdb_schema\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\r\n\x05table\x18\x03 \x01(\tB\n\n\x08_catalogB\x0c\n\n_db_schema\"o\n\x16\x43ommandGetExportedKeys\x12\x14\n\x07\x63\x61talog\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tdb_schema\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\r\n\x05table\x18\x03 \x01(\tB\n\n\x08_catalogB\x0c\n\n_db_schema\"o\n\x16\x43ommandGetImportedKeys\x12\x14\n\x07\x63\x61talog\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tdb_schema\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\r\n\x05table\x18\x03 \x01(\tB\n\n\x08_catalogB\x0c\n\n_db_schema\"V\n\x15\x43ommandStatementQuery\x12\r\n\x05query\x18\x01 \x01(\t\x12\x1b\n\x0etransaction_id\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\x11\n\x0f_transaction_id\"0\n\x14TicketStatementQuery\x12\x18\n\x10statement_handle\x18\x01 \x01(\x0c\"W\n\x16\x43ommandStatementUpdate\x12\r\n\x05query\x18\x01 \x01(\t\x12\x1b\n\x0etransaction_id\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\x11\n\x0f_transaction_id\"]\n\x1d\x43ommandStatementSubstraitPlan\x12\x0c\n\x04plan\x18\x01 \x01(\x0c\x12\x1b\n\x0etransaction_id\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\x11\n\x0f_transaction_id\"e\n$ActionCreatePreparedStatementRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x1b\n\x0etransaction_id\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\x11\n\x0f_transaction_id\"\xa0\x01\n#ActionCreatePreparedStatementResult\x12!\n\x19prepared_statement_handle\x18\x01 \x01(\x0c\x12\x16\n\x0e\x64\x61taset_schema\x18\x02 \x01(\x0c\x12\x18\n\x10parameter_schema\x18\x03 \x01(\x0c\x12\x16\n\tis_update\x18\x04 \x01(\x08H\x00\x88\x01\x01\x42\x0c\n\n_is_update\"H\n#ActionClosePreparedStatementRequest\x12!\n\x19prepared_statement_handle\x18\x01 \x01(\x0c\"B\n\x1d\x43ommandPreparedStatementQuery\x12!\n\x19prepared_statement_handle\x18\x01 \x01(\x0c\"C\n\x1e\x43ommandPreparedStatementUpdate\x12!\n\x19prepared_statement_handle\x18\x01 \x01(\x0c\"d\n\x1c\x44oPutPreparedStatementResult\x12&\n\x19prepared_statement_handle\x18\x01 \x01(\x0cH\x00\x88\x01\x01\x42\x1c\n\x1a_prepared_statement_handle\"(\n\x18\x41\x63tionCancelQueryRequest\x12\x0c\n\x04info\x18\x01 \x01(\x0c\"\xf8\x01\n\x17\x41\x63tionCancelQueryResult\x12O\n\x06result\x18\x01 \x01(\x0e\x32?.arrow.flight.protocol.sql.ActionCancelQueryResult.CancelResult\"\x8b\x01\n\x0c\x43\x61ncelResult\x12\x1d\n\x19\x43\x41NCEL_RESULT_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41NCEL_RESULT_CANCELLED\x10\x01\x12\x1c\n\x18\x43\x41NCEL_RESULT_CANCELLING\x10\x02\x12!\n\x1d\x43\x41NCEL_RESULT_NOT_CANCELLABLE\x10\x03\"\'\n\x17\x43\x61ncelFlightInfoRequest\x12\x0c\n\x04info\x18\x01 \x01(\x0c\"Q\n\x16\x43\x61ncelFlightInfoResult\x12\x37\n\x06status\x18\x01 \x01(\x0e\x32\'.arrow.flight.protocol.sql.CancelStatus\"\x15\n\x13\x43loseSessionRequest\"\xa1\x01\n\x12\x43loseSessionResult\x12\x44\n\x06status\x18\x01 \x01(\x0e\x32\x34.arrow.flight.protocol.sql.CloseSessionResult.Status\"E\n\x06Status\x12\x0f\n\x0bUNSPECIFIED\x10\x00\x12\n\n\x06\x43LOSED\x10\x01\x12\x0b\n\x07\x43LOSING\x10\x02\x12\x11\n\rNOT_CLOSEABLE\x10\x03\"$\n\x06\x41\x63tion\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\"\x16\n\x06Result\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\"W\n\x08PollInfo\x12\x0c\n\x04info\x18\x01 \x01(\x0c\x12\x19\n\x11\x66light_descriptor\x18\x02 \x01(\x0c\x12\x15\n\x08progress\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\x0b\n\t_progress*\x8b\x01\n\x0c\x43\x61ncelStatus\x12\x1d\n\x19\x43\x41NCEL_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41NCEL_STATUS_CANCELLED\x10\x01\x12\x1c\n\x18\x43\x41NCEL_STATUS_CANCELLING\x10\x02\x12!\n\x1d\x43\x41NCEL_STATUS_NOT_CANCELLABLE\x10\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0f\x66lightsql.proto\x12\x19\x61rrow.flight.protocol.sql\"!\n\x11\x43ommandGetSqlInfo\x12\x0c\n\x04info\x18\x01 \x03(\r\">\n\x16\x43ommandGetXdbcTypeInfo\x12\x16\n\tdata_type\x18\x01 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_data_type\"\x14\n\x12\x43ommandGetCatalogs\"{\n\x13\x43ommandGetDbSchemas\x12\x14\n\x07\x63\x61talog\x18\x01 \x01(\tH\x00\x88\x01\x01\x12%\n\x18\x64\x62_schema_filter_pattern\x18\x02 \x01(\tH\x01\x88\x01\x01\x42\n\n\x08_catalogB\x1b\n\x19_db_schema_filter_pattern\"\xeb\x01\n\x10\x43ommandGetTables\x12\x14\n\x07\x63\x61talog\x18\x01 \x01(\tH\x00\x88\x01\x01\x12%\n\x18\x64\x62_schema_filter_pattern\x18\x02 \x01(\tH\x01\x88\x01\x01\x12&\n\x19table_name_filter_pattern\x18\x03 \x01(\tH\x02\x88\x01\x01\x12\x13\n\x0btable_types\x18\x04 \x03(\t\x12\x16\n\x0einclude_schema\x18\x05 \x01(\x08\x42\n\n\x08_catalogB\x1b\n\x19_db_schema_filter_patternB\x1c\n\x1a_table_name_filter_pattern\"\x16\n\x14\x43ommandGetTableTypes\"n\n\x15\x43ommandGetPrimaryKeys\x12\x14\n\x07\x63\x61talog\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tdb_schema\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\r\n\x05table\x18\x03 \x01(\tB\n\n\x08_catalogB\x0c\n\n_db_schema\"o\n\x16\x43ommandGetExportedKeys\x12\x14\n\x07\x63\x61talog\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tdb_schema\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\r\n\x05table\x18\x03 \x01(\tB\n\n\x08_catalogB\x0c\n\n_db_schema\"o\n\x16\x43ommandGetImportedKeys\x12\x14\n\x07\x63\x61talog\x18\x01 \x01(\tH\x00\x88\x01\x01\x12\x16\n\tdb_schema\x18\x02 \x01(\tH\x01\x88\x01\x01\x12\r\n\x05table\x18\x03 \x01(\tB\n\n\x08_catalogB\x0c\n\n_db_schema\"V\n\x15\x43ommandStatementQuery\x12\r\n\x05query\x18\x01 \x01(\t\x12\x1b\n\x0etransaction_id\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\x11\n\x0f_transaction_id\"0\n\x14TicketStatementQuery\x12\x18\n\x10statement_handle\x18\x01 \x01(\x0c\"W\n\x16\x43ommandStatementUpdate\x12\r\n\x05query\x18\x01 \x01(\t\x12\x1b\n\x0etransaction_id\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\x11\n\x0f_transaction_id\"]\n\x1d\x43ommandStatementSubstraitPlan\x12\x0c\n\x04plan\x18\x01 \x01(\x0c\x12\x1b\n\x0etransaction_id\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\x11\n\x0f_transaction_id\"e\n$ActionCreatePreparedStatementRequest\x12\r\n\x05query\x18\x01 \x01(\t\x12\x1b\n\x0etransaction_id\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\x11\n\x0f_transaction_id\"\xa0\x01\n#ActionCreatePreparedStatementResult\x12!\n\x19prepared_statement_handle\x18\x01 \x01(\x0c\x12\x16\n\x0e\x64\x61taset_schema\x18\x02 \x01(\x0c\x12\x18\n\x10parameter_schema\x18\x03 \x01(\x0c\x12\x16\n\tis_update\x18\x04 \x01(\x08H\x00\x88\x01\x01\x42\x0c\n\n_is_update\"H\n#ActionClosePreparedStatementRequest\x12!\n\x19prepared_statement_handle\x18\x01 \x01(\x0c\"B\n\x1d\x43ommandPreparedStatementQuery\x12!\n\x19prepared_statement_handle\x18\x01 \x01(\x0c\"C\n\x1e\x43ommandPreparedStatementUpdate\x12!\n\x19prepared_statement_handle\x18\x01 \x01(\x0c\"d\n\x1c\x44oPutPreparedStatementResult\x12&\n\x19prepared_statement_handle\x18\x01 \x01(\x0cH\x00\x88\x01\x01\x42\x1c\n\x1a_prepared_statement_handle\")\n\x11\x44oPutUpdateResult\x12\x14\n\x0crecord_count\x18\x01 \x01(\x03\"(\n\x18\x41\x63tionCancelQueryRequest\x12\x0c\n\x04info\x18\x01 \x01(\x0c\"\xf8\x01\n\x17\x41\x63tionCancelQueryResult\x12O\n\x06result\x18\x01 \x01(\x0e\x32?.arrow.flight.protocol.sql.ActionCancelQueryResult.CancelResult\"\x8b\x01\n\x0c\x43\x61ncelResult\x12\x1d\n\x19\x43\x41NCEL_RESULT_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41NCEL_RESULT_CANCELLED\x10\x01\x12\x1c\n\x18\x43\x41NCEL_RESULT_CANCELLING\x10\x02\x12!\n\x1d\x43\x41NCEL_RESULT_NOT_CANCELLABLE\x10\x03\"\'\n\x17\x43\x61ncelFlightInfoRequest\x12\x0c\n\x04info\x18\x01 \x01(\x0c\"Q\n\x16\x43\x61ncelFlightInfoResult\x12\x37\n\x06status\x18\x01 \x01(\x0e\x32\'.arrow.flight.protocol.sql.CancelStatus\"\x15\n\x13\x43loseSessionRequest\"\xa1\x01\n\x12\x43loseSessionResult\x12\x44\n\x06status\x18\x01 \x01(\x0e\x32\x34.arrow.flight.protocol.sql.CloseSessionResult.Status\"E\n\x06Status\x12\x0f\n\x0bUNSPECIFIED\x10\x00\x12\n\n\x06\x43LOSED\x10\x01\x12\x0b\n\x07\x43LOSING\x10\x02\x12\x11\n\rNOT_CLOSEABLE\x10\x03\"$\n\x06\x41\x63tion\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04\x62ody\x18\x02 \x01(\x0c\"\x16\n\x06Result\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\"W\n\x08PollInfo\x12\x0c\n\x04info\x18\x01 \x01(\x0c\x12\x19\n\x11\x66light_descriptor\x18\x02 \x01(\x0c\x12\x15\n\x08progress\x18\x03 \x01(\x01H\x00\x88\x01\x01\x42\x0b\n\t_progress*\x8b\x01\n\x0c\x43\x61ncelStatus\x12\x1d\n\x19\x43\x41NCEL_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43\x41NCEL_STATUS_CANCELLED\x10\x01\x12\x1c\n\x18\x43\x41NCEL_STATUS_CANCELLING\x10\x02\x12!\n\x1d\x43\x41NCEL_STATUS_NOT_CANCELLABLE\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'flightsql_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CANCELSTATUS']._serialized_start=2549
-  _globals['_CANCELSTATUS']._serialized_end=2688
+  _globals['_CANCELSTATUS']._serialized_start=2592
+  _globals['_CANCELSTATUS']._serialized_end=2731
   _globals['_COMMANDGETSQLINFO']._serialized_start=46
   _globals['_COMMANDGETSQLINFO']._serialized_end=79
   _globals['_COMMANDGETXDBCTYPEINFO']._serialized_start=81
@@ -71,26 +71,28 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_COMMANDPREPAREDSTATEMENTUPDATE']._serialized_end=1689
   _globals['_DOPUTPREPAREDSTATEMENTRESULT']._serialized_start=1691
   _globals['_DOPUTPREPAREDSTATEMENTRESULT']._serialized_end=1791
-  _globals['_ACTIONCANCELQUERYREQUEST']._serialized_start=1793
-  _globals['_ACTIONCANCELQUERYREQUEST']._serialized_end=1833
-  _globals['_ACTIONCANCELQUERYRESULT']._serialized_start=1836
-  _globals['_ACTIONCANCELQUERYRESULT']._serialized_end=2084
-  _globals['_ACTIONCANCELQUERYRESULT_CANCELRESULT']._serialized_start=1945
-  _globals['_ACTIONCANCELQUERYRESULT_CANCELRESULT']._serialized_end=2084
-  _globals['_CANCELFLIGHTINFOREQUEST']._serialized_start=2086
-  _globals['_CANCELFLIGHTINFOREQUEST']._serialized_end=2125
-  _globals['_CANCELFLIGHTINFORESULT']._serialized_start=2127
-  _globals['_CANCELFLIGHTINFORESULT']._serialized_end=2208
-  _globals['_CLOSESESSIONREQUEST']._serialized_start=2210
-  _globals['_CLOSESESSIONREQUEST']._serialized_end=2231
-  _globals['_CLOSESESSIONRESULT']._serialized_start=2234
-  _globals['_CLOSESESSIONRESULT']._serialized_end=2395
-  _globals['_CLOSESESSIONRESULT_STATUS']._serialized_start=2326
-  _globals['_CLOSESESSIONRESULT_STATUS']._serialized_end=2395
-  _globals['_ACTION']._serialized_start=2397
-  _globals['_ACTION']._serialized_end=2433
-  _globals['_RESULT']._serialized_start=2435
-  _globals['_RESULT']._serialized_end=2457
-  _globals['_POLLINFO']._serialized_start=2459
-  _globals['_POLLINFO']._serialized_end=2546
+  _globals['_DOPUTUPDATERESULT']._serialized_start=1793
+  _globals['_DOPUTUPDATERESULT']._serialized_end=1834
+  _globals['_ACTIONCANCELQUERYREQUEST']._serialized_start=1836
+  _globals['_ACTIONCANCELQUERYREQUEST']._serialized_end=1876
+  _globals['_ACTIONCANCELQUERYRESULT']._serialized_start=1879
+  _globals['_ACTIONCANCELQUERYRESULT']._serialized_end=2127
+  _globals['_ACTIONCANCELQUERYRESULT_CANCELRESULT']._serialized_start=1988
+  _globals['_ACTIONCANCELQUERYRESULT_CANCELRESULT']._serialized_end=2127
+  _globals['_CANCELFLIGHTINFOREQUEST']._serialized_start=2129
+  _globals['_CANCELFLIGHTINFOREQUEST']._serialized_end=2168
+  _globals['_CANCELFLIGHTINFORESULT']._serialized_start=2170
+  _globals['_CANCELFLIGHTINFORESULT']._serialized_end=2251
+  _globals['_CLOSESESSIONREQUEST']._serialized_start=2253
+  _globals['_CLOSESESSIONREQUEST']._serialized_end=2274
+  _globals['_CLOSESESSIONRESULT']._serialized_start=2277
+  _globals['_CLOSESESSIONRESULT']._serialized_end=2438
+  _globals['_CLOSESESSIONRESULT_STATUS']._serialized_start=2369
+  _globals['_CLOSESESSIONRESULT_STATUS']._serialized_end=2438
+  _globals['_ACTION']._serialized_start=2440
+  _globals['_ACTION']._serialized_end=2476
+  _globals['_RESULT']._serialized_start=2478
+  _globals['_RESULT']._serialized_end=2500
+  _globals['_POLLINFO']._serialized_start=2502
+  _globals['_POLLINFO']._serialized_end=2589
 # @@protoc_insertion_point(module_scope)

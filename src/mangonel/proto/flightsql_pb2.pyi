@@ -164,6 +164,12 @@ class DoPutPreparedStatementResult(_message.Message):
     prepared_statement_handle: bytes
     def __init__(self, prepared_statement_handle: _Optional[bytes] = ...) -> None: ...
 
+class DoPutUpdateResult(_message.Message):
+    __slots__ = ("record_count",)
+    RECORD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    record_count: int
+    def __init__(self, record_count: _Optional[int] = ...) -> None: ...
+
 class ActionCancelQueryRequest(_message.Message):
     __slots__ = ("info",)
     INFO_FIELD_NUMBER: _ClassVar[int]

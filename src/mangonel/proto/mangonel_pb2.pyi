@@ -162,7 +162,7 @@ class InputLocations(_message.Message):
     def __init__(self, name: _Optional[str] = ..., stage: _Optional[int] = ..., mode: _Optional[_Union[InputMode, str]] = ..., locations: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("attempt", "sql", "output", "columns", "inputs", "scans", "job_files", "result")
+    __slots__ = ("attempt", "sql", "output", "columns", "inputs", "scans", "job_files", "result", "sink")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SQL_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +171,7 @@ class TaskSpec(_message.Message):
     SCANS_FIELD_NUMBER: _ClassVar[int]
     JOB_FILES_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    SINK_FIELD_NUMBER: _ClassVar[int]
     attempt: TaskAttemptId
     sql: str
     output: OutputSpec
@@ -179,7 +180,22 @@ class TaskSpec(_message.Message):
     scans: _containers.RepeatedCompositeFieldContainer[ScanSpec]
     job_files: _containers.RepeatedScalarFieldContainer[str]
     result: bool
-    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ..., scans: _Optional[_Iterable[_Union[ScanSpec, _Mapping]]] = ..., job_files: _Optional[_Iterable[str]] = ..., result: _Optional[bool] = ...) -> None: ...
+    sink: SinkSpec
+    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ..., scans: _Optional[_Iterable[_Union[ScanSpec, _Mapping]]] = ..., job_files: _Optional[_Iterable[str]] = ..., result: _Optional[bool] = ..., sink: _Optional[_Union[SinkSpec, _Mapping]] = ...) -> None: ...
+
+class SinkSpec(_message.Message):
+    __slots__ = ("target", "format", "staging", "partition_by", "columns")
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    STAGING_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_BY_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    target: str
+    format: str
+    staging: str
+    partition_by: _containers.RepeatedScalarFieldContainer[str]
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, target: _Optional[str] = ..., format: _Optional[str] = ..., staging: _Optional[str] = ..., partition_by: _Optional[_Iterable[str]] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ScanSpec(_message.Message):
     __slots__ = ("name", "table", "columns", "splits")

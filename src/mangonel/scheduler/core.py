@@ -47,6 +47,7 @@ messages; this module never sees a protobuf message.
 from __future__ import annotations
 
 import logging
+import queue
 import secrets
 import threading
 import time
@@ -56,16 +57,25 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from mangonel import defaults
+from mangonel import defaults, output
 from mangonel.catalog import Table, load_table
-from mangonel.errors import ErrorType, InternalError, MangonelError, StateStoreError
+from mangonel.errors import (
+    ErrorType,
+    InternalError,
+    MangonelError,
+    PermissionDeniedError,
+    StateStoreError,
+    UnknownTableError,
+)
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlanCache, PlannerConfig, parameter_types, result_schema
 from mangonel.scheduler.events import (
+    AbortWrite,
     CancelRequested,
     Command,
+    CommitWrite,
     DeclareExecutorLost,
     Event,
     ExecutorConnected,
@@ -88,6 +98,8 @@ from mangonel.scheduler.events import (
     TaskCompleted,
     TaskFailed,
     Tick,
+    WriteCommitFailed,
+    WriteCommitted,
 )
 from mangonel.scheduler.hooks import NO_HOOK, EventHook
 from mangonel.scheduler.jobs import JobRecord
@@ -109,7 +121,15 @@ from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
 from mangonel.scheduler.telemetry import Telemetry
+from mangonel.scheduler.writes import (
+    DROPPED,
+    WRITER_HINT,
+    WriteSettings,
+    default_warehouse,
+    plan_statement,
+)
 from mangonel.security.auth import ANONYMOUS
+from mangonel.sql.writes import WriteKind, WriteStatement, parse_write
 from mangonel.task import (
     CancelTask,
     ExecutorInfo,
@@ -184,6 +204,11 @@ class CoreConfig:
     limits: Limits = field(default_factory=Limits)
     tick_interval_s: float = 0.25
     keep_jobs: int = 200
+    warehouse: str = ""
+    """Where ``CREATE TABLE AS`` writes its tables (``scheduler.writes``); empty:
+    ``default_warehouse`` of a memory store."""
+    write_roots: tuple[str, ...] = ()
+    """The locations ``COPY ... TO`` may write under; none: ``COPY`` is refused."""
 
     @property
     def heartbeat_interval_s(self) -> float:
@@ -238,6 +263,16 @@ class SchedulerCore:
         # Attempt history, counters and bytes held, for the web UI and /metrics.
         self.telemetry = Telemetry(keep_jobs=self.config.keep_jobs)
         self.plans = PlanCache(self.config.plan_cache)
+        self.warehouse = self.config.warehouse or default_warehouse(store.url)
+        self._owned: set[str] = set()
+        """Tables the warehouse owns (``CREATE TABLE AS``): ``DROP TABLE`` deletes their files."""
+        # Commits run one at a time, off the lock: an S3 commit copies every file,
+        # and two INSERTs into one table must not interleave their manifests.
+        self._write_queue: queue.Queue[CommitWrite | AbortWrite | None] = queue.Queue()
+        self._write_thread = threading.Thread(
+            target=self._write_loop, name="scheduler-commit", daemon=True
+        )
+        self._write_thread.start()
 
     # ------------------------------------------------------------- life cycle
 
@@ -249,6 +284,7 @@ class SchedulerCore:
     def stop(self) -> None:
         """Stop ticking and end every executor's command stream."""
         self._stop.set()
+        self._write_queue.put(None)
         if self._ticker is not None:
             self._ticker.join(timeout=5)
         with self._lock:
@@ -275,6 +311,8 @@ class SchedulerCore:
                 return 0
             dropped = []
             for name, table in snap.tables.items():
+                if table.owned:
+                    self._owned.add(name)
                 try:
                     self.catalog.put(_load_stored(name, table))
                 except MangonelError as exc:
@@ -482,6 +520,8 @@ class SchedulerCore:
                     command.error_type.value,
                     command.message,
                 )
+        elif isinstance(command, CommitWrite | AbortWrite):
+            self._write_queue.put(command)
         elif isinstance(command, LogRejectedFragment):
             log.error(
                 "job %s: internal error, DuckDB refused the SQL of stage %s in task %s: %s\n"
@@ -713,10 +753,112 @@ class SchedulerCore:
         return table
 
     def drop_table(self, name: str) -> bool:
-        """Forget a table (its files stay where they are)."""
+        """Forget a table; a table the warehouse owns loses its files too."""
         with self._lock:
+            table = self.catalog.snapshot().get(name)
             self._write({}, [table_key(name)])
-            return self.catalog.drop(name)
+            dropped = self.catalog.drop(name)
+            owned = name in self._owned
+            self._owned.discard(name)
+        if owned and table is not None:
+            output.remove_all(output.normalize(table.location))
+            log.info("table %s dropped with its files at %s", name, table.location)
+        return dropped
+
+    # ------------------------------------------------------------ writing data
+
+    def _write_loop(self) -> None:
+        """Carry out ``CommitWrite`` and ``AbortWrite``, one at a time, in order."""
+        while True:
+            command = self._write_queue.get()
+            if command is None:
+                return
+            if isinstance(command, AbortWrite):
+                try:
+                    output.abort(command.target.location, command.job)
+                except Exception:  # swept by the next commit's staging cleanup
+                    log.exception("job %s: its staged files could not be removed", command.job)
+                continue
+            self._commit_write(command)
+
+    def _commit_write(self, command: CommitWrite) -> None:
+        """Commit a write statement's output and register its table; report the outcome."""
+        target = command.target
+        job = command.job
+
+        def crash_point(point: str) -> None:
+            self.hook.check(WriteCommitted(0, self._clock(), job), [command], point)
+
+        try:
+            if (
+                target.mode is output.CommitMode.APPEND
+                and target.table not in self.catalog.snapshot()
+            ):
+                raise UnknownTableError(
+                    f"table {target.table} was dropped while this INSERT ran; nothing was added"
+                )
+            done = output.commit(
+                target.location,
+                job,
+                dict(command.winners),
+                target.format.value,
+                target.mode,
+                after_intent=lambda: crash_point("commit-intent"),
+                running=self._running_jobs(),
+            )
+            if target.table:
+                table = load_table(target.table, target.location)
+                with self._lock:
+                    self._write({table_key(target.table): StoredTable(target.location, owned=True)})
+                    self.catalog.put(table)
+                    self._owned.add(target.table)
+        except Exception as exc:
+            if isinstance(exc, StateStoreError):
+                return  # fatal: the scheduler stops, and a restart commits again
+            msg = f"the output of job {job} could not be committed to {target.location}: {exc}"
+            log.error("%s", msg)
+            self._emit(lambda eid, now: WriteCommitFailed(eid, now, job, msg))
+            return
+        log.info(
+            "job %s committed %d files to %s (%d in its manifest)",
+            job,
+            len(done.added),
+            target.location,
+            len(done.files),
+        )
+        crash_point("committed")
+        self._emit(lambda eid, now: WriteCommitted(eid, now, job))
+
+    def _running_jobs(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(j for j, r in self._jobs.items() if not r.state.finished)
+
+    def _submit_write(
+        self, statement: WriteStatement, dialect: str | None, may_write: bool
+    ) -> DistributedPlan | str:
+        """Check a write statement and plan it (``scheduler.writes.plan_statement``);
+        or carry out a ``DROP TABLE`` and return the query that answers it.
+
+        Raises:
+            PermissionDeniedError: the user may not write, or not there.
+            QueryError: (a subclass) the statement cannot run as written.
+        """
+        if not may_write:
+            raise PermissionDeniedError(f"{statement.kind.value} is refused: {WRITER_HINT}")
+        if statement.kind is WriteKind.DROP_TABLE:
+            if not self.drop_table(statement.table) and not statement.if_not_exists:
+                raise UnknownTableError(f"there is no table {statement.table!r} to drop")
+            return DROPPED
+        with self._lock:
+            owned = frozenset(self._owned)
+        return plan_statement(
+            statement,
+            self.catalog.snapshot(),
+            owned,
+            WriteSettings(self.warehouse, self.config.write_roots),
+            self._planner(),
+            dialect,
+        )
 
     def tables(self) -> list[Table]:
         return sorted(self.catalog.snapshot().values(), key=lambda t: t.name)
@@ -756,8 +898,12 @@ class SchedulerCore:
         dialect: str | None = None,
         request_id: str = "",
         owner: str = ANONYMOUS.user,
+        may_write: bool = True,
     ) -> JobRecord:
         """Plan the query (outside the lock: it can take a while) and start the job.
+
+        A write statement (``sql.writes``) is checked and planned to write
+        (``plan.write``); ``may_write``: whether its user may write at all.
 
         A ``request_id`` the scheduler has seen from the same ``owner`` (a client
         retrying a submission whose answer it lost) gets the job it started then.
@@ -776,7 +922,15 @@ class SchedulerCore:
                         return existing
         started = time.perf_counter()
         try:
-            plan = self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
+            statement = parse_write(sql, dialect)
+            if statement is None:
+                plan = self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
+            else:
+                planned = self._submit_write(statement, dialect, may_write)
+                if isinstance(planned, str):  # done already: its answer is a query
+                    plan = self.plans.plan(planned, self.catalog.snapshot(), self._planner())
+                else:
+                    plan = planned
         except InternalError as err:
             log.error("planning failed, a bug in mangonel: %s\n-- the query:\n%s", err, sql)
             raise

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from mangonel import defaults
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
-from mangonel.plan.physical import DistributedPlan
+from mangonel.plan.physical import DistributedPlan, WriteTarget
 from mangonel.task import (
     ExecutorCommand,
     ExecutorInfo,
@@ -53,6 +53,22 @@ class Event:
 class JobSubmitted(Event):
     job: JobId
     plan: DistributedPlan
+
+
+@dataclass(frozen=True)
+class WriteCommitted(Event):
+    """The shell committed a write statement's output (``CommitWrite``): it is visible."""
+
+    job: JobId
+
+
+@dataclass(frozen=True)
+class WriteCommitFailed(Event):
+    """The shell could not commit a write statement's output; nothing of it is visible."""
+
+    job: JobId
+    message: str
+    error_type: ErrorType = ErrorType.JOB_FAILED
 
 
 @dataclass(frozen=True)
@@ -180,6 +196,27 @@ class JobFailed(SchedulerCommand):
     """Says what failed (which task, executor, why, how many attempts) and what to do."""
     error_type: ErrorType = ErrorType.JOB_FAILED
     """The error it is blamed on, which the client raises (``errors.job_failure``)."""
+
+
+@dataclass(frozen=True)
+class CommitWrite(SchedulerCommand):
+    """Make a write statement's output visible (``output.commit``): exactly the files
+    of attempt ``winners[p]`` of each task ``p`` of its writing stage; answer with
+    ``WriteCommitted`` or ``WriteCommitFailed``. Idempotent: sent again after a
+    restart that finds the job committing."""
+
+    job: JobId
+    target: WriteTarget
+    winners: tuple[tuple[int, int], ...]
+    """(task partition, attempt), in partition order."""
+
+
+@dataclass(frozen=True)
+class AbortWrite(SchedulerCommand):
+    """Remove what a failed or cancelled write statement's attempts staged."""
+
+    job: JobId
+    target: WriteTarget
 
 
 @dataclass(frozen=True)

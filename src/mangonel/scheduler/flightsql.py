@@ -104,6 +104,7 @@ from mangonel.security.login_limits import peer_host
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tls import ServingCertificates, TlsMaterial
 from mangonel.sql.params import bind_parameters, count_parameters, numbered
+from mangonel.sql.writes import is_write
 from mangonel.task import PartitionLocation
 
 log = logging.getLogger(__name__)
@@ -491,13 +492,23 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
             result = sql_pb.DoPutPreparedStatementResult(prepared_statement_handle=handle)
             writer.write(pa.py_buffer(result.SerializeToString()))
             return
-        if isinstance(
-            command,
-            sql_pb.CommandStatementUpdate | sql_pb.CommandPreparedStatementUpdate,
-        ):
+        if isinstance(command, sql_pb.CommandStatementUpdate):
+            if not is_write(command.query):
+                raise invalid(
+                    "ForbiddenStatementError: an update is one of COPY ... TO, CREATE TABLE "
+                    "... AS SELECT, INSERT INTO ... SELECT and DROP TABLE; run queries with "
+                    "Execute"
+                )
+            record = self._submit(command.query, who)
+            self._wait(record, context)
+            count = self._rows_written(record, who)
+            result = sql_pb.DoPutUpdateResult(record_count=count)
+            writer.write(pa.py_buffer(result.SerializeToString()))
+            return
+        if isinstance(command, sql_pb.CommandPreparedStatementUpdate):
             raise invalid(
-                "ForbiddenStatementError: mangonel is read-only: it runs SELECT queries over "
-                "registered tables; register data with register_parquet"
+                "ForbiddenStatementError: prepared updates are not supported; send the write "
+                "statement itself (COPY ... TO, CREATE TABLE ... AS SELECT, INSERT INTO ... SELECT)"
             )
         raise unsupported(f"DoPut of {type(command).__name__} is not supported")
 
@@ -586,7 +597,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         raise AssertionError("unreachable")
 
     def _submit(self, sql: str, who: FlightSqlAuthMiddleware) -> JobRecord:
-        record = self.core.submit(sql, owner=who.principal.user)
+        record = self.core.submit(sql, owner=who.principal.user, may_write=who.principal.may_write)
         log.info("flight sql: job %s for %s", record.id, who.principal.user)
         return record
 
@@ -618,6 +629,24 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         with self._lock:
             self._results[record.id] = result
         return result
+
+    def _rows_written(self, record: JobRecord, who: FlightSqlAuthMiddleware) -> int:
+        """A write statement's answer (its ``Count`` rows), read from where it is;
+        the result is then released."""
+        count = 0
+        try:
+            for loc in record.result:
+                reader = self._client(loc.flight_address).do_get(
+                    flight.Ticket(partition_ticket(loc)), _as_reader(who)
+                )
+                table = reader.read_all()
+                if table.num_columns and table.num_rows:
+                    count += sum(v for v in table.column(0).to_pylist() if isinstance(v, int))
+        except (flight.FlightError, OSError, pa.ArrowException) as exc:
+            log.warning("job %s: its count could not be read (%s)", record.id, exc)
+            count = -1
+        self.core.release_result(record.id)
+        return count
 
     def _wait(self, record: JobRecord, context: flight.ServerCallContext) -> None:
         """Until the job ends; a client that cancels its call (or goes away) cancels it."""

@@ -291,7 +291,8 @@ def _server_info() -> dict[int, object]:
         SERVER_NAME: "mangonel",
         SERVER_VERSION: mangonel_version(),
         SERVER_ARROW_VERSION: pa.__version__,
-        SERVER_READ_ONLY: True,
+        # Not read-only: the write statements run as updates (``CommandStatementUpdate``).
+        SERVER_READ_ONLY: False,
         SERVER_SQL: True,
         SERVER_SUBSTRAIT: False,
         SERVER_TRANSACTION: _Int32(_TRANSACTION_NONE),

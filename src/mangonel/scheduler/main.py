@@ -30,6 +30,7 @@ from mangonel.scheduler.events import Limits
 from mangonel.scheduler.service import ExecutorControlServicer, QueryServiceServicer
 from mangonel.scheduler.store import open_store
 from mangonel.scheduler.tickets import TicketIssuer
+from mangonel.scheduler.writes import default_warehouse
 from mangonel.security import UsersAuthenticator, authenticator_for, tls
 from mangonel.security.login_limits import LoginLimits
 from mangonel.security.options import SecurityOptions
@@ -144,6 +145,9 @@ class SchedulerConfig:
         flight_sql_results: Where its clients read results: ``executors`` (each
             result partition where it is, the scheduler as the fallback) or
             ``scheduler`` (every partition through the scheduler).
+        warehouse: Where ``CREATE TABLE AS`` writes its tables
+            (``scheduler.writes.default_warehouse`` when ``None``).
+        write_roots: Locations ``COPY ... TO`` may write under; none: ``COPY`` is refused.
     """
 
     host: str = "127.0.0.1"
@@ -189,9 +193,13 @@ class SchedulerConfig:
     flight_sql_port: int | None = None
     flight_sql_address_file: str | None = None
     flight_sql_results: str = "executors"
+    warehouse: str | None = None
+    write_roots: tuple[str, ...] = ()
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
+            warehouse=self.warehouse or default_warehouse(self.state or default_state_url()),
+            write_roots=self.write_roots,
             planner=PlannerConfig(
                 partitions=self.partitions,
                 partition_bytes=self.partition_bytes,

@@ -49,8 +49,10 @@ from mangonel.errors import StateStoreError
 from mangonel.ids import JobId, StageId, TaskId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.events import (
+    AbortWrite,
     CancelRequested,
     Command,
+    CommitWrite,
     Event,
     ExecutorHeartbeat,
     ForgetJob,
@@ -62,6 +64,8 @@ from mangonel.scheduler.events import (
     TaskCompleted,
     TaskFailed,
     Tick,
+    WriteCommitFailed,
+    WriteCommitted,
 )
 from mangonel.scheduler.state_executors import ExecutorRecord, RegistrySnapshot
 from mangonel.scheduler.state_jobs import (
@@ -102,6 +106,8 @@ class StoredTable:
     columns: list[tuple[str, str]] = field(default_factory=list)
     """A CSV or JSON table's columns (name, DuckDB type) as fixed at register: a
     restarted scheduler reads its files with the same schema, never infers again."""
+    owned: bool = False
+    """Written by ``CREATE TABLE AS`` into the warehouse: ``DROP TABLE`` deletes its files."""
 
 
 @dataclass(frozen=True)
@@ -433,6 +439,8 @@ def state_changes(
 def _job_of(item: Event | Command) -> JobId | None:
     """The one job an event or command is about, or ``None`` when it may touch any job."""
     if isinstance(item, JobSubmitted | CancelRequested | ResultRead):
+        return item.job
+    if isinstance(item, WriteCommitted | WriteCommitFailed | CommitWrite | AbortWrite):
         return item.job
     if isinstance(item, JobSucceeded | JobFailed | JobCancelled | ForgetJob | ReleaseOutputs):
         return item.job

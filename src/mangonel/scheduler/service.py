@@ -541,7 +541,11 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
     def Submit(self, request: pb.SubmitRequest, context: grpc.ServicerContext) -> pb.SubmitResponse:
         caller = self._caller(context)
         record = self.core.submit(
-            request.sql, request.dialect or None, request.request_id, owner=caller.user
+            request.sql,
+            request.dialect or None,
+            request.request_id,
+            owner=caller.user,
+            may_write=caller.may_write,
         )
         return pb.SubmitResponse(job_id=record.id, columns=list(record.plan.columns))
 

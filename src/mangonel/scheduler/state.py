@@ -110,8 +110,10 @@ from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.scheduler import adaptive
 from mangonel.scheduler.events import (
+    AbortWrite,
     CancelRequested,
     Command,
+    CommitWrite,
     DeclareExecutorLost,
     Event,
     ExecutorConnected,
@@ -134,6 +136,8 @@ from mangonel.scheduler.events import (
     TaskCompleted,
     TaskFailed,
     Tick,
+    WriteCommitFailed,
+    WriteCommitted,
 )
 from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.state_executors import (
@@ -271,6 +275,10 @@ class SchedulerState:
                 self._task_failed(event, step)
             case JobSubmitted():
                 self._job_submitted(event, step)
+            case WriteCommitted():
+                self._write_committed(event, step)
+            case WriteCommitFailed():
+                self._write_commit_failed(event, step)
             case CancelRequested():
                 job = self._jobs.get(event.job)
                 if job is not None:
@@ -431,6 +439,8 @@ class SchedulerState:
             usable = [r.id for r in free if r.id not in job.excluded]
             if not usable or (cap is not None and held.get(job.id, 0) >= cap):
                 continue
+            if job.commit is not None:
+                continue  # being committed: it launches nothing (``_commit``)
             live = job.usable(self._executors.is_live)
             for sid, rec in job.stages.items():
                 if not rec.pending_count or job.stage_state(sid, live) is not StageState.RUNNABLE:
@@ -528,11 +538,19 @@ class SchedulerState:
         error: str,
         step: _Step,
         error_type: ErrorType = ErrorType.JOB_FAILED,
+        *,
+        committed: bool = False,
     ) -> None:
         """End a job: stop its attempts, report it, release its files, forget it.
 
         ``error_type``: what a failed job is blamed on (the client raises it).
+        A write statement's job being committed ends only by its commit's outcome
+        (``committed``); a failed or cancelled one has its staged files removed.
         """
+        if job.commit is not None and not committed:
+            return
+        if job.plan.write is not None and state is not JobState.SUCCEEDED:
+            step.commands.append(AbortWrite(step.cause, job.id, job.plan.write))
         for task in job.running_tasks():
             if isinstance(task.state, Running):
                 # Cancelled attempts free their slot at once: the executor kills
@@ -676,7 +694,48 @@ class SchedulerState:
         if self.limits.speculation:
             observe_speed(executor, job.stages[task.id.stage], step.now - started, self.limits)
         if job.stages[job.plan.final.id].complete:
-            self._finish(job, JobState.SUCCEEDED, "", step)
+            if job.plan.write is not None:
+                self._commit(job, step)
+            else:
+                self._finish(job, JobState.SUCCEEDED, "", step)
+
+    # ------------------------------------------------------------ writing data
+
+    def _commit(self, job: JobRecord, step: _Step) -> None:
+        """Every task of a write statement is done: name the winning attempt of
+        each writing task, once, and have the shell commit their files.
+
+        From here the job launches nothing and no failure, loss or cancel ends
+        it (``_finish`` refuses): the commit's outcome alone does, so what a
+        reader sees never disagrees with how the job ended.
+        """
+        write = job.plan.write
+        if write is None or job.commit is not None:
+            return
+        winners: dict[int, int] = {}
+        for task in job.stages[write.stage].tasks:
+            if not isinstance(task.state, Done):
+                msg = (
+                    f"internal error: task {task.id} of the writing stage is not done at "
+                    f"commit. {ErrorType.INTERNAL.advice} (job {job.id})"
+                )
+                self._finish(job, JobState.FAILED, msg, step, ErrorType.INTERNAL)
+                return
+            winners[task.id.partition] = task.state.attempt.attempt
+        job.commit = winners
+        step.commands.append(CommitWrite(step.cause, job.id, write, tuple(sorted(winners.items()))))
+
+    def _write_committed(self, event: WriteCommitted, step: _Step) -> None:
+        job = self._jobs.get(event.job)
+        if job is None or job.commit is None:
+            return
+        self._finish(job, JobState.SUCCEEDED, "", step, committed=True)
+
+    def _write_commit_failed(self, event: WriteCommitFailed, step: _Step) -> None:
+        job = self._jobs.get(event.job)
+        if job is None or job.commit is None:
+            return
+        self._finish(job, JobState.FAILED, event.message, step, event.error_type, committed=True)
 
     def _task_failed(self, event: TaskFailed, step: _Step) -> None:
         self._executors.heard_from(event.executor, event.time)
@@ -1039,6 +1098,12 @@ class SchedulerState:
         # left a job naming outputs of an executor already stored as lost.
         for job in list(self._jobs.values()):
             self._fail_if_unrecoverable(job, step)
+        for job in self._jobs.values():
+            if job.commit is not None and job.plan.write is not None:
+                # It may have been done, in part or whole: ``output.commit`` is
+                # idempotent, and finishes it.
+                winners = tuple(sorted(job.commit.items()))
+                step.commands.append(CommitWrite(step.cause, job.id, job.plan.write, winners))
 
     def _registered(self, event: ExecutorRegistered, step: _Step) -> None:
         """A new executor, or one the restored state awaits asking to resume its id."""
@@ -1233,7 +1298,12 @@ class SchedulerState:
         held = self._executors.slots_held() if len(self._jobs) > 1 or cap is not None else {}
         # (slots held, submission order, job); the order is unique, so the heap
         # never compares the jobs.
-        queue = [(held.get(job.id, 0), order, job) for order, job in enumerate(self._jobs.values())]
+        # A job being committed (``_commit``) launches nothing more.
+        queue = [
+            (held.get(job.id, 0), order, job)
+            for order, job in enumerate(self._jobs.values())
+            if job.commit is None
+        ]
         # A job's walk over its launchable tasks, started when it first comes
         # to the top: a completion frees one slot, and starting a walk for each
         # of ten jobs to launch one task cost a third of the event.

@@ -68,11 +68,19 @@ from typing import Any
 
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
+from mangonel.output import attempt_staging
 from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.scheduler.adaptive import coalescible, ranges
 from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.state_views import JobState, JobView, StageView
-from mangonel.task import InputLocations, InputMode, PartitionLocation, ScanSpec, TaskSpec
+from mangonel.task import (
+    InputLocations,
+    InputMode,
+    PartitionLocation,
+    ScanSpec,
+    SinkSpec,
+    TaskSpec,
+)
 
 # ------------------------------------------------------------------- task states
 
@@ -585,6 +593,9 @@ class JobProgress:
     stages: dict[StageId, StageProgress]
     ran_on: tuple[ExecutorId, ...] = ()
     excluded: tuple[ExecutorId, ...] = ()
+    commit: dict[int, int] | None = None
+    """A write statement's job being committed: the winning attempt of each task
+    of its writing stage (``JobRecord.commit``)."""
 
 
 @dataclass
@@ -631,6 +642,11 @@ class JobRecord:
     them no task, and their outputs count as lost to it."""
     changed: set[TaskId] = field(default_factory=set)
     """Tasks changed since the store was last given them (``take_changed``)."""
+    commit: dict[int, int] | None = None
+    """A write statement's job whose tasks are all done, being committed: task
+    partition -> the attempt of the writing stage whose files win. Set once, when
+    the last task finishes; from then on nothing the job's tasks do changes it,
+    and the job launches nothing: only the commit's outcome ends it."""
     scan_files: tuple[str, ...] = field(init=False)
     """The files its tasks' scan databases may read (``job_files``, ``TaskSpec.job_files``)."""
     _ran_on_sorted: tuple[ExecutorId, ...] = field(
@@ -674,6 +690,7 @@ class JobRecord:
         job.state = progress.state
         job.ran_on = set(progress.ran_on)
         job.excluded = set(progress.excluded)
+        job.commit = dict(progress.commit) if progress.commit is not None else None
         for sid, stored in progress.stages.items():
             rec = job.stages.get(sid)
             if rec is not None and stored.bounds:
@@ -702,6 +719,7 @@ class JobRecord:
             },
             ran_on=self.ran_on_sorted(),
             excluded=tuple(sorted(self.excluded)),
+            commit=dict(self.commit) if self.commit is not None else None,
         )
 
     def head(self) -> JobProgress:
@@ -715,6 +733,7 @@ class JobRecord:
             },
             ran_on=self.ran_on_sorted(),
             excluded=tuple(sorted(self.excluded)),
+            commit=dict(self.commit) if self.commit is not None else None,
         )
 
     def take_changed(self) -> list[TaskRecord]:
@@ -867,6 +886,16 @@ class JobRecord:
             raise StateInvariantError(
                 "job-state", f"job {self.id} is {self.state.name} with {launched} launches"
             )
+        if self.commit is not None:
+            # Being committed: its tasks no longer matter, only its winners do.
+            write = plan.write
+            if write is None or set(self.commit) != set(range(len(self.stages[write.stage].tasks))):
+                raise StateInvariantError(
+                    "job-commit",
+                    f"job {self.id} commits winners {self.commit} that are not "
+                    "one attempt for each task of its writing stage",
+                )
+            return
         usable = self.usable(is_live)
         if not any(
             not rec.complete and self.stage_state(sid, usable) is StageState.RUNNABLE
@@ -947,7 +976,18 @@ class JobRecord:
             inputs=inputs,
             job_files=self.scan_files,
             result=stage.id == self.plan.final.id,
+            sink=self._sink(stage, attempt),
         )
+
+    def _sink(self, stage: Stage, attempt: TaskAttemptId) -> SinkSpec | None:
+        """Where an attempt of a write statement's writing stage puts its rows."""
+        write = self.plan.write
+        if write is None or stage.id != write.stage:
+            return None
+        staging = attempt_staging(
+            write.location, str(self.id), attempt.task.partition, attempt.attempt
+        )
+        return SinkSpec(write.location, write.format, staging, write.columns, write.partition_by)
 
     def _input_locations(
         self, upstream: StageId, mode: InputMode, partitions: range

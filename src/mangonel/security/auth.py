@@ -34,10 +34,19 @@ class Principal:
     Attributes:
         user: The user's name; ``anonymous`` on an unsecured cluster.
         admin: Sees and cancels every user's jobs and may register tables.
+        writer: May write data (``may_write``) without being an admin.
     """
 
     user: str
     admin: bool = False
+    writer: bool = False
+    """The users file's ``writer`` role: may run the write statements."""
+
+    @property
+    def may_write(self) -> bool:
+        """Whether this user may run the write statements (``COPY ... TO``, ``CREATE
+        TABLE ... AS``, ``INSERT``, ``DROP TABLE``): the admins and the writers."""
+        return self.admin or self.writer
 
     def may_see(self, owner: str) -> bool:
         """Whether this user may see (watch, read, cancel) a job ``owner`` submitted."""

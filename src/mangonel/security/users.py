@@ -7,8 +7,10 @@ line; ``#`` starts a comment::
     alice:user:scrypt$16384$8$1$<salt>$<hash>
     root:admin:scrypt$16384$8$1$<salt>$<hash>
 
-``ROLE`` is ``admin`` (sees and cancels every job, registers and drops tables)
-or ``user`` (its own jobs only). ``HASH`` is scrypt (``hashlib.scrypt``: n, r
+``ROLE`` is ``admin`` (sees and cancels every job, registers and drops tables,
+writes data), ``writer`` (its own jobs only, and may run the write statements:
+``COPY ... TO``, ``CREATE TABLE ... AS``, ``INSERT``, ``DROP TABLE``) or ``user``
+(its own jobs only, queries only). ``HASH`` is scrypt (``hashlib.scrypt``: n, r
 and p, then base64 salt and key): a stolen file gives no password away cheaply.
 The file is written with mode 0600 and replaced atomically (a reader never sees
 half a file); a scheduler reads it again when it changes (and on SIGHUP), so
@@ -75,8 +77,9 @@ from mangonel.security.options import SecurityConfigError, SecurityOptions
 log = logging.getLogger(__name__)
 
 ADMIN = "admin"
+WRITER = "writer"
 USER = "user"
-ROLES = (ADMIN, USER)
+ROLES = (ADMIN, WRITER, USER)
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}")
 """A user name: letters, digits, ``_ . @ -``, at most 64, no ``:`` (the file's separator)."""
@@ -111,10 +114,12 @@ class User:
     name: str
     admin: bool
     password_hash: str
+    writer: bool = False
+    """May run the write statements (``Principal.may_write``); an admin may anyway."""
 
     @property
     def role(self) -> str:
-        return ADMIN if self.admin else USER
+        return ADMIN if self.admin else WRITER if self.writer else USER
 
 
 @dataclass(frozen=True)
@@ -272,9 +277,9 @@ def read_users_file(path: str) -> UsersFile:
         ):
             raise UsersFileError(
                 f"line {number} of the users file {path} is not NAME:ROLE:HASH with ROLE "
-                "admin or user; fix it, or write the file with `mangonel users add`"
+                "admin, writer or user; fix it, or write the file with `mangonel users add`"
             )
-        users[parts[0]] = User(parts[0], parts[1] == ADMIN, parts[2])
+        users[parts[0]] = User(parts[0], parts[1] == ADMIN, parts[2], parts[1] == WRITER)
     return UsersFile(users, Revocations(revoked_users, revoked_tokens))
 
 
@@ -328,7 +333,9 @@ def write_users(path: str, users: Mapping[str, User], revoked: Revocations | Non
         raise
 
 
-def add_user(path: str, name: str, password: str, *, admin: bool = False) -> bool:
+def add_user(
+    path: str, name: str, password: str, *, admin: bool = False, writer: bool = False
+) -> bool:
     """Add ``name`` (or set its password and role); True when it is new.
 
     Raises:
@@ -339,7 +346,7 @@ def add_user(path: str, name: str, password: str, *, admin: bool = False) -> boo
     check_new_password(password)
     file = read_users_file(path)
     new = name not in file.users
-    file.users[name] = User(name, admin, hash_password(password))
+    file.users[name] = User(name, admin, hash_password(password), writer)
     write_users(path, file.users, file.revoked)
     return new
 
@@ -537,7 +544,7 @@ class UsersAuthenticator:
                 f"{revoked} (`mangonel users revoke`); log in again, or ask an admin for a "
                 "new token"
             )
-        return Principal(known.name, known.admin)
+        return Principal(known.name, known.admin, known.writer)
 
 
 _LOGIN_STRIPES = 64

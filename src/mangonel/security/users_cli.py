@@ -79,6 +79,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="an admin sees and cancels every user's jobs and registers and drops tables",
     )
+    q.add_argument(
+        "--writer",
+        action="store_true",
+        help="a writer may run COPY ... TO, CREATE TABLE ... AS, INSERT and DROP TABLE",
+    )
     q.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
     users_file(q)
 
@@ -165,8 +170,10 @@ def _run(args: argparse.Namespace) -> int:
     action = args.users_command
     if action == "add":
         check_name(args.name)
-        new = add_user(args.users_file, args.name, _password(args), admin=args.admin)
-        role = "admin" if args.admin else "user"
+        new = add_user(
+            args.users_file, args.name, _password(args), admin=args.admin, writer=args.writer
+        )
+        role = "admin" if args.admin else "writer" if args.writer else "user"
         print(f"{'added' if new else 'updated'} {role} {args.name} in {args.users_file}")
         return 0
     if action == "remove":

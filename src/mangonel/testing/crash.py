@@ -48,7 +48,7 @@ from mangonel.task import LaunchTask
 
 log = logging.getLogger(__name__)
 
-POINTS = ("persisted", "executed")
+POINTS = ("persisted", "executed", "commit-intent", "committed")
 
 
 @dataclass(frozen=True)

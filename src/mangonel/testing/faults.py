@@ -14,6 +14,8 @@ each task start and end) and applies the rules at these points of a task::
 
     task start ──▶ kill/freeze (when=task_started), then delay, then fail
     task runs, writes and commits its output files
+      (a write statement's task: kill/freeze (when=task_writing) half-way
+      through its staged file)
     ──▶ corrupt/delete those files
     ──▶ kill/freeze (when=task_finished, before_report=true)
     ──▶ report to the scheduler
@@ -24,7 +26,7 @@ The rules, one JSON object each (a file holds a list of them; ``[]`` clears):
 * ``{"action": "fail", "stage": S, "partition": P, "attempt": A}``: that attempt
   fails with the retryable ``ExecutionError("injected fault: ...")``.
   ``partition``: any when absent; ``attempt``: 0 when absent.
-* ``{"action": "kill" | "freeze", "when": "task_started" | "task_finished",
+* ``{"action": "kill" | "freeze", "when": "task_started" | "task_writing" | "task_finished",
   "stage": S, "attempt": A, "nth": N, "before_report": B}``: SIGKILL / SIGSTOP
   this process at that point of its N-th task (1-based, default 1) of stage S
   (any stage when absent) whose attempt number is A (any when absent: attempt 1
@@ -43,8 +45,9 @@ The rules, one JSON object each (a file holds a list of them; ``[]`` clears):
   process ends: under a cgroup memory limit below that (``TestCluster``'s
   ``executor_memory``), the kernel's OOM killer SIGKILLs the executor mid-task.
 * ``{"action": "delay", "seconds": X, "stage": S, "partition": P, "attempt": A}``:
-  matching tasks sleep ``X`` seconds at their start, holding their slot, as on
-  a slow executor (a straggler). ``stage``, ``partition``, ``attempt``: any when
+  matching tasks sleep ``X`` seconds at their start (or, with ``"when":
+  "task_writing"``, half-way through a write statement's staged file), holding
+  their slot, as on a slow executor (a straggler). ``stage``, ``partition``, ``attempt``: any when
   absent. Unlike the other rules, a delay is not spent: it slows every task it
   matches for as long as it is in the file.
 * ``{"action": "corrupt" | "delete", "stage": S, "map_partition": M, "partition": P}``:
@@ -98,6 +101,8 @@ class Action(enum.Enum):
 
 class When(enum.Enum):
     TASK_STARTED = "task_started"
+    TASK_WRITING = "task_writing"
+    """A write statement's writing task, its staged file open and not finished."""
     TASK_FINISHED = "task_finished"
 
 
@@ -153,7 +158,7 @@ _ALLOWED = {
     Action.DELETE: {"stage", "map_partition", "partition"},
     Action.FILL_DISK: {"stage", "partition", "attempt", "leave"},
     Action.HOG_MEMORY: {"stage", "partition", "attempt", "bytes"},
-    Action.DELAY: {"seconds", "stage", "partition", "attempt"},
+    Action.DELAY: {"seconds", "stage", "partition", "attempt", "when"},
 }
 _AT_ATTEMPT = (Action.FAIL, Action.FILL_DISK, Action.HOG_MEMORY)
 """Actions that hit one attempt of a task at its start."""
@@ -195,7 +200,7 @@ def parse_rule(raw: Mapping[str, Any]) -> FaultRule:
         when = When(when_raw)
     except ValueError:
         raise FaultFileError(
-            f"rule {dict(raw)}: when must be task_started or task_finished"
+            f"rule {dict(raw)}: when must be task_started, task_writing or task_finished"
         ) from None
     before_report = raw.get("before_report", False)
     if not isinstance(before_report, bool):
@@ -361,7 +366,7 @@ class FaultInjector:
         """
         self.reload_if_changed()
         self._signal_at(When.TASK_STARTED, attempt, before_report=False)
-        self._delay(attempt)
+        self._delay(attempt, When.TASK_STARTED)
         for action in (Action.FILL_DISK, Action.HOG_MEMORY, Action.FAIL):
 
             def hits(r: FaultRule, action: Action = action) -> bool:
@@ -420,6 +425,12 @@ class FaultInjector:
             )
         self._spend_file_rules(attempt, outputs)
 
+    def writing(self, attempt: TaskAttemptId) -> None:
+        """Kill or freeze a write statement's task half-way through its staged file."""
+        self.reload_if_changed()
+        self._signal_at(When.TASK_WRITING, attempt, before_report=False)
+        self._delay(attempt, When.TASK_WRITING)
+
     def task_finished(self, attempt: TaskAttemptId, *, before_report: bool) -> None:
         """Kill or freeze after a task wrote its output, before or after its report."""
         self.reload_if_changed()
@@ -427,13 +438,14 @@ class FaultInjector:
 
     # -------------------------------------------------------------- helpers
 
-    def _delay(self, attempt: TaskAttemptId) -> None:
-        """Sleep as long as the longest delay rule matching ``attempt`` says."""
+    def _delay(self, attempt: TaskAttemptId, when: When) -> None:
+        """Sleep as long as the longest delay rule matching ``attempt`` here says."""
         with self._lock:
             rules = [
                 a.rule
                 for a in self._armed
                 if a.rule.action is Action.DELAY
+                and a.rule.when is when
                 and a.rule.stage in (None, attempt.task.stage)
                 and a.rule.partition in (None, attempt.task.partition)
                 and a.rule.attempt in (None, attempt.attempt)

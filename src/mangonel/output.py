@@ -1,0 +1,334 @@
+"""Written data: where a write's files are staged, how a job's output is committed.
+
+The layout of a location a statement writes (``COPY ... TO``, a warehouse table)::
+
+    <target>/_mangonel_manifest.json                      the committed files: readers
+                                                          honour it (``manifest_files``)
+    <target>/[k=v/]part-<job>-p<partition>-<name>         committed data files
+    <target>/_mangonel_staging/<job>/p<p>-a<attempt>/...  one task attempt's files
+    <target>/_mangonel_staging/<job>/_commit.json         the commit's intent
+
+Each task attempt writes only under its own staging directory, a name no other
+attempt uses (job, partition, attempt). The scheduler alone commits (``commit``):
+it names the one attempt per task whose files win, writes the intent (which
+staged file becomes which committed name), moves the files, then replaces the
+manifest in one atomic step (a rename on local disk, one PUT on S3), then deletes
+the job's staging directory, the losing attempts' files with it. Every step can be
+run again after a crash: ``commit`` reads the intent back instead of listing the
+staging directory again, moves only what is still staged, and writes the manifest
+only if it does not already name the job. ``abort`` removes a failed job's
+staging directory; a failed or cancelled attempt removes its own
+(``discard_attempt``); what a killed executor or a late attempt left is swept by
+the next commit to the location (every job's staging directory but those of
+running jobs). docs/architecture.md, "Writing data", says why this is
+exactly once and what a reader sees at every moment.
+
+A local target must be a filesystem that every executor and the scheduler see at
+the same path (one host, or a shared mount); ``s3://`` needs nothing shared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import posixpath
+from collections.abc import Callable, Container, Mapping
+from dataclasses import dataclass
+
+import pyarrow.fs as pafs
+
+from mangonel import storage
+from mangonel.errors import CatalogError, MangonelError
+
+MANIFEST = "_mangonel_manifest.json"
+STAGING = "_mangonel_staging"
+INTENT = "_commit.json"
+
+
+class WriteConflictError(MangonelError):
+    """Another job's output was committed to the location first."""
+
+
+class CommitMode(enum.Enum):
+    """What a commit does with what the location held before."""
+
+    CREATE = "create"
+    """The location must hold no committed output (``COPY`` without ``OVERWRITE``,
+    ``CREATE TABLE``): another job's manifest there is a conflict."""
+    REPLACE = "replace"
+    """The new manifest replaces the old one, whose files are then deleted
+    (``OVERWRITE``, ``CREATE OR REPLACE``)."""
+    APPEND = "append"
+    """The new manifest lists the old files and the new ones (``INSERT INTO``)."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a committed location holds: the job that wrote it last, and its files."""
+
+    job: str
+    files: tuple[str, ...]
+    """Relative to the location, ``/``-separated, sorted."""
+    format: str
+
+
+# --------------------------------------------------------------------- locations
+
+
+def normalize(location: str) -> str:
+    """A target location as stored: an absolute local path or an ``s3://`` URI,
+    without a trailing ``/``."""
+    if storage.is_remote(location):
+        return location.rstrip("/")
+    return os.path.abspath(location).rstrip("/") or "/"
+
+
+def _fs(location: str) -> tuple[pafs.FileSystem, str]:
+    """The filesystem of a location and the location's path on it."""
+    if storage.is_remote(location):
+        return storage.filesystem(), storage.parse(location).fs_path
+    return pafs.LocalFileSystem(), location
+
+
+def job_staging(target: str, job: str) -> str:
+    """Where every attempt of ``job`` stages its files under ``target``."""
+    return f"{target}/{STAGING}/{job}"
+
+
+def attempt_staging(target: str, job: str, partition: int, attempt: int) -> str:
+    """The directory only this attempt writes."""
+    return f"{job_staging(target, job)}/p{partition}-a{attempt}"
+
+
+def final_name(job: str, partition: int, staged: str) -> str:
+    """The committed name of a staged file (relative to the attempt's directory):
+    its hive directories kept, its name prefixed by the job and the task."""
+    head, _, name = staged.rpartition("/")
+    named = f"part-{job}-p{partition:05d}-{name}"
+    return f"{head}/{named}" if head else named
+
+
+# ---------------------------------------------------------------------- manifest
+
+
+def read_manifest(target: str) -> Manifest | None:
+    """The location's manifest; ``None`` where it has none."""
+    fs, base = _fs(target)
+    path = f"{base}/{MANIFEST}"
+    if fs.get_file_info(path).type is not pafs.FileType.File:
+        return None
+    with fs.open_input_stream(path) as f:
+        doc = json.loads(f.read())
+    return Manifest(str(doc["job"]), tuple(doc["files"]), str(doc["format"]))
+
+
+def manifest_files(location: str) -> tuple[str, ...] | None:
+    """The committed files of a location that has a manifest, as full paths or
+    URIs; ``None`` where it has none (a plain directory or file)."""
+    target = normalize(location)
+    try:
+        manifest = read_manifest(target)
+    except (OSError, ValueError, KeyError) as err:
+        raise CatalogError(
+            f"the manifest of {location!r} ({MANIFEST}) cannot be read: {err}; "
+            "write the location again"
+        ) from err
+    if manifest is None:
+        return None
+    return tuple(f"{target}/{f}" for f in manifest.files)
+
+
+def has_files(target: str) -> bool:
+    """Whether anything but mangonel's staging directory lies at ``target``."""
+    fs, base = _fs(target)
+    info = fs.get_file_info(base)
+    if info.type is pafs.FileType.NotFound:
+        return False
+    if info.type is pafs.FileType.File:
+        return True
+    for entry in fs.get_file_info(pafs.FileSelector(base, recursive=False)):
+        if entry.base_name != STAGING:
+            return True
+    return False
+
+
+def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
+    """Write a small file in one step a reader sees whole or not at all: on local
+    disk under a temporary name renamed into place, on S3 one PUT."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(posixpath.dirname(path), recursive=True)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    else:
+        with fs.open_output_stream(path) as f:
+            f.write(data)
+
+
+# ------------------------------------------------------------------------ commit
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What ``commit`` left: the manifest's files, the ones this job added."""
+
+    files: tuple[str, ...]
+    added: tuple[str, ...]
+
+
+def _list(fs: pafs.FileSystem, base: str) -> list[str]:
+    if fs.get_file_info(base).type is not pafs.FileType.Directory:
+        return []
+    found = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+    return sorted(posixpath.relpath(f.path, base) for f in found if f.type is pafs.FileType.File)
+
+
+def commit(
+    target: str,
+    job: str,
+    winners: Mapping[int, int],
+    fmt: str,
+    mode: CommitMode,
+    after_intent: Callable[[], None] | None = None,
+    running: Container[str] = (),
+) -> Committed:
+    """Make ``job``'s output at ``target`` visible: exactly the files of the attempt
+    ``winners[partition]`` of each task. Idempotent: safe to run again after a
+    crash at any point of an earlier run.
+
+    Raises:
+        WriteConflictError: ``CREATE`` and another job committed there first.
+        OSError: the filesystem or store failed (the commit may be run again).
+    """
+    fs, base = _fs(target)
+    staging = f"{base}/{STAGING}/{job}"
+    intent_path = f"{staging}/{INTENT}"
+    current = read_manifest(target)
+    if current is not None and (current.job == job or _names_job(current, job)):
+        # Committed before a crash (and maybe appended to since): only the staging
+        # directory may be left.
+        _remove(fs, staging)
+        return Committed(current.files, ())
+    if fs.get_file_info(intent_path).type is pafs.FileType.File:
+        with fs.open_input_stream(intent_path) as f:
+            intent = json.loads(f.read())
+        moves = [(str(a), str(b)) for a, b in intent["moves"]]
+        before = tuple(intent["before"])
+        if current is not None and {final for _, final in moves} <= set(current.files):
+            # Committed, and another job's commit (an INSERT) came after it.
+            _remove(fs, staging)
+            return Committed(current.files, ())
+    else:
+        if mode is CommitMode.CREATE and current is not None:
+            raise WriteConflictError(
+                f"{target} already holds the output of job {current.job}, committed while "
+                f"this job ran; write with OVERWRITE to replace it, or to another location"
+            )
+        moves = []
+        for partition, attempt in sorted(winners.items()):
+            src = f"p{partition}-a{attempt}"
+            for rel in _list(fs, f"{staging}/{src}"):
+                moves.append((f"{src}/{rel}", final_name(job, partition, rel)))
+        before = current.files if current is not None else ()
+        doc = {"job": job, "moves": moves, "before": list(before), "mode": mode.value}
+        _put(fs, intent_path, json.dumps(doc).encode())
+    if after_intent is not None:
+        after_intent()  # a test's crash point: files staged, none moved yet
+    for staged, final in moves:
+        src, dst = f"{staging}/{staged}", f"{base}/{final}"
+        if fs.get_file_info(src).type is pafs.FileType.File:
+            if isinstance(fs, pafs.LocalFileSystem):  # S3 has no directories to make
+                fs.create_dir(posixpath.dirname(dst), recursive=True)
+            fs.move(src, dst)
+    added = tuple(sorted(final for _, final in moves))
+    files = tuple(sorted({*before, *added})) if mode is CommitMode.APPEND else added
+    manifest = {"job": job, "format": fmt, "files": list(files)}
+    _put(fs, f"{base}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+    if mode is CommitMode.REPLACE:
+        for old in set(before) - set(files):
+            _delete_file(fs, f"{base}/{old}")
+    _remove(fs, staging)
+    _sweep(fs, f"{base}/{STAGING}", running)
+    return Committed(files, added)
+
+
+def _sweep(fs: pafs.FileSystem, root: str, running: Container[str]) -> None:
+    """Remove what jobs that are not ``running`` left staged under ``root``: an attempt
+    that finished writing after its job had failed, or one whose executor died."""
+    if fs.get_file_info(root).type is not pafs.FileType.Directory:
+        return
+    for entry in fs.get_file_info(pafs.FileSelector(root)):
+        if entry.base_name not in running:
+            _remove(fs, entry.path)
+    _remove_if_empty(fs, root)
+
+
+def _names_job(manifest: Manifest, job: str) -> bool:
+    """Whether the manifest lists a file ``job`` committed (``final_name``)."""
+    mark = f"part-{job}-p"
+    return any(posixpath.basename(f).startswith(mark) for f in manifest.files)
+
+
+def abort(target: str, job: str) -> None:
+    """Remove what ``job`` staged at ``target`` (nothing of it was committed)."""
+    fs, base = _fs(target)
+    current = read_manifest(target)
+    if current is not None and (current.job == job or _names_job(current, job)):
+        return  # committed after all: keep it
+    staging = f"{base}/{STAGING}/{job}"
+    intent_path = f"{staging}/{INTENT}"
+    if fs.get_file_info(intent_path).type is pafs.FileType.File:
+        # A commit that failed half-way may have moved some files already.
+        with fs.open_input_stream(intent_path) as f:
+            intent = json.loads(f.read())
+        for _, final in intent["moves"]:
+            _delete_file(fs, f"{base}/{final}")
+    _remove(fs, staging)
+    _remove_if_empty(fs, f"{base}/{STAGING}")
+
+
+def discard_attempt(staging: str) -> None:
+    """Remove what one failed or cancelled attempt staged (``attempt_staging``), and
+    its job's staging directories if nothing else is left in them."""
+    remote = storage.is_remote(staging)
+    fs, path = _fs(staging) if remote else (pafs.LocalFileSystem(), staging)
+    _remove(fs, path)
+    job_dir = posixpath.dirname(path)
+    _remove_if_empty(fs, job_dir)
+    _remove_if_empty(fs, posixpath.dirname(job_dir))
+
+
+def remove_all(target: str) -> None:
+    """Delete everything at a location a dropped table owned."""
+    fs, base = _fs(target)
+    _remove(fs, base)
+
+
+def _remove(fs: pafs.FileSystem, path: str) -> None:
+    try:
+        if fs.get_file_info(path).type is pafs.FileType.Directory:
+            fs.delete_dir(path)
+    except FileNotFoundError:
+        pass
+
+
+def _remove_if_empty(fs: pafs.FileSystem, path: str) -> None:
+    """Remove the staging root once no job stages there (another may start at once:
+    its ``create_dir`` makes it again, and a race only leaves an empty directory)."""
+    try:
+        if fs.get_file_info(path).type is pafs.FileType.Directory and not fs.get_file_info(
+            pafs.FileSelector(path)
+        ):
+            fs.delete_dir(path)
+    except OSError:
+        pass
+
+
+def _delete_file(fs: pafs.FileSystem, path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_file(path)

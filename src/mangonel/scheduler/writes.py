@@ -1,0 +1,205 @@
+"""Who may write where: the write roots, the warehouse, and the checks at submission.
+
+The scheduler's shell (``scheduler.core``) asks these before it plans a write
+statement (``sql.writes``); the commit itself is ``output.commit``, carried out
+by the shell when the state machine says ``CommitWrite``.
+
+* ``COPY ... TO`` writes only under a root the scheduler was given
+  (``--write-root``, repeatable): the location's real path (symbolic links
+  followed, ``..`` resolved) must lie under a root's real path; an ``s3://``
+  location must start with an ``s3://`` root. No root: ``COPY`` is refused.
+* ``CREATE TABLE AS`` and ``INSERT INTO`` write under the warehouse
+  (``--warehouse``), one directory per table, which the scheduler owns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from mangonel import output, storage
+from mangonel.catalog import Table
+from mangonel.errors import (
+    ForbiddenStatementError,
+    PermissionDeniedError,
+    QueryError,
+    UnknownTableError,
+)
+from mangonel.output import CommitMode
+from mangonel.plan.physical import DistributedPlan
+from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.plan.write import plan_write
+from mangonel.sql.writes import WriteKind, WriteStatement
+from mangonel.task import WriteFormat
+
+WRITER_HINT = (
+    "only admins and writers may write (a users file's admin or writer role, or a cluster "
+    "without users); ask an admin for the writer role (`mangonel users add NAME --writer`)"
+)
+
+
+DROPPED = 'SELECT true AS "Success" WHERE false'
+"""What ``DROP TABLE`` answers (as DuckDB does: no row, a ``Success`` column)."""
+EXISTS = 'SELECT CAST(0 AS BIGINT) AS "Count"'
+"""What ``CREATE TABLE IF NOT EXISTS`` of a table there is answers."""
+
+
+@dataclass(frozen=True)
+class WriteSettings:
+    """Where this scheduler writes: its warehouse and its write roots."""
+
+    warehouse: str
+    write_roots: tuple[str, ...] = ()
+
+
+def default_warehouse(state_url: str) -> str:
+    """Beside a SQLite state file (``sqlite:///dir/x.db`` -> ``dir/warehouse``); else
+    ``~/.local/state/mangonel/warehouse``."""
+    if state_url.startswith("sqlite:///"):
+        return os.path.join(os.path.dirname(state_url[len("sqlite://") :]), "warehouse")
+    return os.path.expanduser("~/.local/state/mangonel/warehouse")
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def allowed_location(location: str, roots: Sequence[str]) -> str:
+    """``location`` normalized (``output.normalize``) if it lies under one of ``roots``.
+
+    Raises:
+        ForbiddenStatementError: no root is given: this scheduler writes nowhere.
+        PermissionDeniedError: the location is outside every root (after ``..``
+            and symbolic links are resolved).
+    """
+    if not roots:
+        raise ForbiddenStatementError(
+            f"COPY to {location!r} is refused: this scheduler allows no write location; "
+            "start it with --write-root DIR (or s3://bucket/prefix), repeatable"
+        )
+    if storage.is_remote(location):
+        uri = storage.parse(location)
+        if ".." in uri.key.split("/"):
+            raise PermissionDeniedError(f"{location!r}: '..' is not allowed in a location")
+        target = output.normalize(location)
+        for root in roots:
+            if storage.is_remote(root):
+                base = root.rstrip("/")
+                if target == base or target.startswith(base + "/"):
+                    return target
+    else:
+        target = output.normalize(location)
+        real = _real(target)
+        for root in roots:
+            if storage.is_remote(root):
+                continue
+            base = _real(root)
+            if real == base or real.startswith(base.rstrip("/") + "/"):
+                return target
+    raise PermissionDeniedError(
+        f"COPY to {location!r} is refused: it is outside every write root of this scheduler "
+        f"({', '.join(roots)}); write under one of them"
+    )
+
+
+def table_location(warehouse: str, table: str) -> str:
+    """Where the warehouse keeps a table's files."""
+    return output.normalize(f"{warehouse.rstrip('/')}/{table}")
+
+
+def insert_query(query: str, schema: pa.Schema, query_columns: Sequence[str], table: str) -> str:
+    """``query`` with its columns renamed and cast to ``schema``'s, by position, as
+    DuckDB's ``INSERT INTO t SELECT`` does (files of one table share one schema).
+
+    Raises:
+        QueryError: the query has another number of columns than the table.
+    """
+    if len(query_columns) != len(schema):
+        raise QueryError(
+            f"table {table} has {len(schema)} columns ({', '.join(schema.names)}) but the query "
+            f"gives {len(query_columns)}; select one value per column, in the table's order"
+        )
+    import duckdb
+
+    types = duckdb.from_arrow(schema.empty_table()).types
+    q = [f'"q{i}"' for i in range(len(schema))]
+    cols = ", ".join(
+        f"CAST({q[i]} AS {types[i]}) AS " + '"' + name.replace('"', '""') + '"'
+        for i, name in enumerate(schema.names)
+    )
+    return f"SELECT {cols} FROM ({query}) AS __insert({', '.join(q)})"
+
+
+def plan_statement(
+    statement: WriteStatement,
+    catalog: Mapping[str, Table],
+    owned: frozenset[str],
+    settings: WriteSettings,
+    planner: PlannerConfig,
+    dialect: str | None = None,
+) -> DistributedPlan | str:
+    """The plan of a ``COPY``, ``CREATE TABLE AS`` or ``INSERT`` after its checks; or,
+    for a ``CREATE TABLE IF NOT EXISTS`` of a table there is, the query that answers it.
+
+    ``owned``: the tables the warehouse owns (only those take ``INSERT`` and
+    ``CREATE OR REPLACE``).
+
+    Raises:
+        PermissionDeniedError, ForbiddenStatementError: ``COPY`` outside the write roots.
+        QueryError: (a subclass) the statement cannot run as written.
+    """
+    name = statement.table
+    query, fmt, partition_by, table = statement.query, statement.format, statement.partition_by, ""
+    if statement.kind is WriteKind.COPY:
+        location = allowed_location(statement.location, settings.write_roots)
+        mode = CommitMode.REPLACE if statement.overwrite else CommitMode.CREATE
+        if mode is CommitMode.CREATE and output.has_files(location):
+            raise QueryError(
+                f"{statement.location!r} already holds files; add OVERWRITE to replace "
+                "them, or write to another location"
+            )
+    elif statement.kind is WriteKind.CREATE_TABLE:
+        if name in catalog and statement.if_not_exists:
+            return EXISTS
+        if name in catalog and not statement.overwrite:
+            raise QueryError(
+                f"table {name!r} exists; use CREATE OR REPLACE TABLE, or DROP TABLE it first"
+            )
+        if name in catalog and name not in owned:
+            raise QueryError(
+                f"table {name!r} was registered from files mangonel does not own; "
+                "DROP TABLE it first"
+            )
+        if not name.isidentifier():
+            raise QueryError(f"table name {name!r} is not a valid identifier")
+        table, location, mode = name, table_location(settings.warehouse, name), CommitMode.REPLACE
+        fmt, partition_by = WriteFormat.PARQUET, ()
+    elif statement.kind is WriteKind.INSERT:
+        existing = catalog.get(name)
+        if existing is None:
+            raise UnknownTableError(f"there is no table {name!r} to insert into")
+        if name not in owned:
+            raise QueryError(
+                f"table {name!r} was registered from files; mangonel inserts only into "
+                "tables it created (CREATE TABLE ... AS)"
+            )
+        columns = plan_query(statement.query, catalog, planner, dialect).columns
+        query = insert_query(statement.query, existing.schema, columns, name)
+        table, location, mode = name, output.normalize(existing.location), CommitMode.APPEND
+        fmt, partition_by = WriteFormat.PARQUET, ()
+    else:
+        raise ValueError(f"{statement.kind.value} is not planned")
+    return plan_write(
+        query,
+        catalog,
+        planner,
+        location=location,
+        format=fmt,
+        mode=mode,
+        partition_by=partition_by,
+        table=table,
+        dialect=dialect,
+    )

@@ -1,0 +1,199 @@
+"""Write statements: ``COPY ... TO``, ``CREATE TABLE ... AS``, ``INSERT INTO``, ``DROP TABLE``.
+
+``parse_write`` tells a write statement from a query by its first word, reads it
+with sqlglot (DuckDB's syntax), and hands back what it writes (``WriteStatement``)
+and the ``SELECT`` whose rows it writes, which the front end then checks like any
+query (``frontend.parse``). Every other statement is left to the front end, which
+refuses what is not a query. Who may write, and where, is the scheduler's
+question (``scheduler.writes``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from mangonel.errors import ForbiddenStatementError, SqlSyntaxError
+from mangonel.sql.frontend import _COMMENTS, _FIRST_WORD, to_duckdb
+from mangonel.task import WriteFormat
+
+_WRITE_WORDS = frozenset({"copy", "create", "insert", "drop"})
+
+
+class WriteKind(enum.Enum):
+    COPY = "copy"
+    CREATE_TABLE = "create table"
+    INSERT = "insert"
+    DROP_TABLE = "drop table"
+
+
+@dataclass(frozen=True)
+class WriteStatement:
+    """One write statement, as parsed (nothing checked against the catalog yet)."""
+
+    kind: WriteKind
+    query: str = ""
+    """The ``SELECT`` whose rows are written, as DuckDB SQL (empty for ``DROP``)."""
+    location: str = ""
+    """``COPY``'s target, as written."""
+    format: WriteFormat = WriteFormat.PARQUET
+    partition_by: tuple[str, ...] = ()
+    overwrite: bool = False
+    """``COPY ... (OVERWRITE)``, ``CREATE OR REPLACE TABLE``."""
+    table: str = ""
+    if_not_exists: bool = False
+    """``CREATE TABLE IF NOT EXISTS``; for ``DROP``: ``IF EXISTS``."""
+
+
+def is_write(sql: str) -> bool:
+    """Whether the statement's first word is one of a write statement's."""
+    body = sql[_COMMENTS.match(sql).end() :]  # type: ignore[union-attr]
+    word = _FIRST_WORD.match(body)
+    return word is not None and word.group(0).lower() in _WRITE_WORDS
+
+
+def parse_write(sql: str, dialect: str | None = None) -> WriteStatement | None:
+    """The write statement ``sql`` is, or ``None`` for anything else.
+
+    Raises:
+        SqlSyntaxError: it does not parse.
+        ForbiddenStatementError: a ``CREATE`` or ``DROP`` of something other than a
+            table from a query, or an option mangonel does not write.
+    """
+    if not is_write(sql):
+        return None
+    try:
+        stmts = sqlglot.parse(sql, read=dialect or "duckdb")
+    except ParseError as err:
+        raise SqlSyntaxError(f"the statement does not parse: {err}") from err
+    stmts = [s for s in stmts if s is not None]
+    if len(stmts) != 1:
+        raise ForbiddenStatementError("send one statement at a time")
+    stmt = stmts[0]
+    if isinstance(stmt, exp.Copy):
+        return _copy(stmt)
+    if isinstance(stmt, exp.Create):
+        return _create(stmt)
+    if isinstance(stmt, exp.Insert):
+        return _insert(stmt)
+    if isinstance(stmt, exp.Drop):
+        return _drop(stmt)
+    return None
+
+
+def _query_sql(node: exp.Expr | None, what: str) -> str:
+    if isinstance(node, exp.Subquery):
+        node = node.this
+    if isinstance(node, exp.Table):
+        return f"SELECT * FROM {node.sql(dialect='duckdb')}"
+    if not isinstance(node, exp.Query):
+        raise ForbiddenStatementError(
+            f"{what} writes the rows of a query: write {what} ... (SELECT ...) or name a table"
+        )
+    return to_duckdb(node)
+
+
+def _table_name(node: exp.Expr | None, what: str) -> str:
+    if isinstance(node, exp.Schema):
+        raise ForbiddenStatementError(
+            f"{what} with a column list is not supported: name the columns in the SELECT"
+        )
+    if not isinstance(node, exp.Table) or node.args.get("db") or node.args.get("catalog"):
+        raise ForbiddenStatementError(f"{what} needs a plain table name")
+    return node.name
+
+
+def _copy(stmt: exp.Copy) -> WriteStatement:
+    if stmt.args.get("kind"):
+        raise ForbiddenStatementError(
+            "COPY ... FROM is not supported: register the files as a table instead"
+        )
+    files = stmt.args.get("files") or []
+    if len(files) != 1 or not isinstance(files[0], exp.Literal) or not files[0].is_string:
+        raise ForbiddenStatementError(
+            "COPY ... TO needs one quoted target: TO 'dir/' or 's3://...'"
+        )
+    location = files[0].this
+    fmt: WriteFormat | None = None
+    partition_by: tuple[str, ...] = ()
+    overwrite = False
+    for param in stmt.args.get("params") or []:
+        name = param.this.name.upper()
+        value = param.expression
+        if name == "FORMAT":
+            text = (value.name if value is not None else "").lower()
+            try:
+                fmt = WriteFormat(text)
+            except ValueError:
+                raise ForbiddenStatementError(
+                    f"COPY writes FORMAT parquet, csv or json, not {text!r}"
+                ) from None
+        elif name == "PARTITION_BY":
+            if isinstance(value, exp.Paren):
+                value = value.this
+            cols = value.expressions if isinstance(value, exp.Tuple) else [value]
+            if not all(isinstance(c, exp.Column) for c in cols):
+                raise ForbiddenStatementError(
+                    "PARTITION_BY takes column names: PARTITION_BY (a, b)"
+                )
+            partition_by = tuple(c.name for c in cols)
+        elif name in ("OVERWRITE", "OVERWRITE_OR_IGNORE"):
+            overwrite = not (isinstance(value, exp.Boolean) and not value.this)
+        else:
+            raise ForbiddenStatementError(
+                f"COPY option {name} is not supported; mangonel takes FORMAT, PARTITION_BY "
+                "and OVERWRITE"
+            )
+    if fmt is None:
+        fmt = WriteFormat.CSV if location.lower().endswith(".csv") else WriteFormat.PARQUET
+        if location.lower().endswith(".json"):
+            fmt = WriteFormat.JSON
+    return WriteStatement(
+        WriteKind.COPY,
+        query=_query_sql(stmt.this, "COPY"),
+        location=location,
+        format=fmt,
+        partition_by=partition_by,
+        overwrite=overwrite,
+    )
+
+
+def _create(stmt: exp.Create) -> WriteStatement:
+    if str(stmt.args.get("kind") or "").upper() != "TABLE" or stmt.expression is None:
+        raise ForbiddenStatementError(
+            "only CREATE TABLE name AS SELECT ... is supported (to read files, register them)"
+        )
+    if stmt.args.get("replace") and stmt.args.get("exists"):
+        raise ForbiddenStatementError("CREATE OR REPLACE and IF NOT EXISTS do not go together")
+    return WriteStatement(
+        WriteKind.CREATE_TABLE,
+        query=_query_sql(stmt.expression, "CREATE TABLE AS"),
+        table=_table_name(stmt.this, "CREATE TABLE"),
+        overwrite=bool(stmt.args.get("replace")),
+        if_not_exists=bool(stmt.args.get("exists")),
+    )
+
+
+def _insert(stmt: exp.Insert) -> WriteStatement:
+    if stmt.args.get("overwrite") or stmt.args.get("conflict") or stmt.args.get("returning"):
+        raise ForbiddenStatementError("only INSERT INTO name SELECT ... is supported")
+    return WriteStatement(
+        WriteKind.INSERT,
+        query=_query_sql(stmt.expression, "INSERT INTO"),
+        table=_table_name(stmt.this, "INSERT INTO"),
+    )
+
+
+def _drop(stmt: exp.Drop) -> WriteStatement:
+    tables = stmt.args.get("tables") or [stmt.this]
+    if str(stmt.args.get("kind") or "").upper() != "TABLE" or len(tables) != 1:
+        raise ForbiddenStatementError("only DROP TABLE name is supported")
+    return WriteStatement(
+        WriteKind.DROP_TABLE,
+        table=_table_name(tables[0], "DROP TABLE"),
+        if_not_exists=bool(stmt.args.get("exists")),
+    )

@@ -1,0 +1,350 @@
+"""Write statements on a real cluster: COPY TO, CREATE TABLE AS, INSERT INTO, DROP TABLE.
+
+One scheduler and two executor processes (``LocalCluster``), TPC-H SF 0.1 with
+scans of at most 100 000 rows, so ``lineitem`` is read (and written) by six
+tasks. Every output is read back and compared with what DuckDB's own ``COPY``
+or ``CREATE TABLE AS`` of the same query holds; what a reader of the location
+sees is exactly the files the manifest names (``output.MANIFEST``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from helpers import assert_same_result, wait_until
+
+import mangonel
+from mangonel.errors import (
+    CatalogError,
+    ForbiddenStatementError,
+    JobFailedError,
+    JobQueryError,
+    PermissionDeniedError,
+    QueryError,
+    UnknownTableError,
+)
+from mangonel.output import MANIFEST, STAGING
+
+pytestmark = pytest.mark.timeout(180)
+
+LINEITEM_QUERY = (
+    "SELECT l_orderkey, l_linenumber, l_quantity, l_extendedprice, l_shipdate, l_comment "
+    "FROM lineitem WHERE l_quantity > 10 AND l_orderkey % 8 = 0"
+)
+
+
+@pytest.fixture(scope="module")
+def out_root(module_dir: Path) -> Path:
+    root = module_dir / "out"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def cluster(module_dir: Path, out_root: Path) -> Iterator[Any]:
+    with mangonel.LocalCluster(
+        executors=2,
+        work_dir=str(module_dir / "cluster"),
+        partitions=4,
+        web_port=0,
+        scheduler_args=(
+            "--split-rows",
+            "100000",
+            "--write-root",
+            str(out_root),
+            "--warehouse",
+            str(module_dir / "warehouse"),
+        ),
+    ) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def session(cluster: Any, tpch_tables: dict[str, Path]) -> Iterator[Any]:
+    client = cluster.connect()
+    for name in ("lineitem", "orders", "nation"):
+        client.register_parquet(name, str(tpch_tables[name]))
+    yield client
+    client.close()
+
+
+def committed(location: Path) -> list[str]:
+    """The files the location's manifest names (full paths)."""
+    doc = json.loads((location / MANIFEST).read_text())
+    return [str(location / f) for f in doc["files"]]
+
+
+def data_files(location: Path) -> list[str]:
+    """Every file under the location but the manifest."""
+    return sorted(
+        os.path.join(root, f)
+        for root, _, names in os.walk(location)
+        for f in names
+        if f != MANIFEST
+    )
+
+
+def read_back(files: list[str], fmt: str, hive: bool = False) -> pa.Table:
+    con = duckdb.connect()
+    reader = {"parquet": "read_parquet", "csv": "read_csv", "json": "read_json"}[fmt]
+    extra = ", hive_partitioning = true" if hive else ""
+    return con.sql(f"SELECT * FROM {reader}({files!r}{extra})").to_arrow_table()
+
+
+def duckdb_copy(ref: duckdb.DuckDBPyConnection, query: str, target: Path, options: str) -> pa.Table:
+    """DuckDB's own COPY of ``query``, read back the way mangonel's output is."""
+    count = ref.execute(f"COPY ({query}) TO '{target}' ({options})").fetchone()
+    assert count is not None
+    return pa.table({"Count": [count[0]]})
+
+
+def writing_attempts(cluster: Any, job_id: str, stage: int) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{cluster.web_url}/api/jobs/{job_id}", timeout=10) as answer:
+        doc = json.load(answer)
+    return [a for a in doc["attempts"] if a["stage"] == stage and a["state"] == "succeeded"]
+
+
+def test_copy_parquet_is_written_by_the_tasks_on_every_executor(
+    cluster: Any,
+    session: Any,
+    duckdb_ref: duckdb.DuckDBPyConnection,
+    out_root: Path,
+    work_dir: Path,
+) -> None:
+    target = out_root / "lineitem_big"
+    result = session.sql(f"COPY ({LINEITEM_QUERY}) TO '{target}' (FORMAT parquet)")
+    expected_count = duckdb_copy(duckdb_ref, LINEITEM_QUERY, work_dir / "ref", "FORMAT parquet")
+    assert_same_result(result.to_arrow(), expected_count, ordered=True)
+    assert expected_count["Count"][0].as_py() > 50_000
+    # Exactly the manifest's files are there, nothing staged is left.
+    files = committed(target)
+    assert data_files(target) == sorted(files)
+    assert not (target / STAGING).exists()
+    expected = read_back([str(work_dir / "ref")], "parquet")
+    assert_same_result(read_back(files, "parquet"), expected, ordered=False)
+    # Written in parallel: six writing tasks, on both executors.
+    status = session.status().job(result.job_id)
+    writing = status.stages[-2]
+    assert writing.tasks_total == 6, status.stages
+    attempts = writing_attempts(cluster, result.job_id, writing.stage)
+    assert len({a["executor"] for a in attempts}) == 2, attempts
+    assert len({f.split("-p")[-1].split("-")[0] for f in files}) == 6
+
+
+def test_copy_csv_partitioned_and_json_match_duckdb(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection, out_root: Path, work_dir: Path
+) -> None:
+    query = (
+        "SELECT l_returnflag, l_linestatus, l_shipmode, count(*) AS n, sum(l_quantity) AS q "
+        "FROM lineitem GROUP BY ALL"
+    )
+    target = out_root / "by_flag"
+    result = session.sql(
+        f"COPY ({query}) TO '{target}' (FORMAT csv, PARTITION_BY (l_returnflag, l_linestatus))"
+    )
+    options = "FORMAT csv, PARTITION_BY (l_returnflag, l_linestatus)"
+    expected_count = duckdb_copy(duckdb_ref, query, work_dir / "ref_csv", options)
+    assert_same_result(result.to_arrow(), expected_count, ordered=True)
+    files = committed(target)
+    assert all("l_returnflag=" in f and "/l_linestatus=" in f for f in files), files
+    ref_files = data_files(work_dir / "ref_csv")
+    actual = read_back(files, "csv", hive=True).select(["l_shipmode", "n", "q"])
+    expected = read_back(ref_files, "csv", hive=True).select(["l_shipmode", "n", "q"])
+    assert_same_result(actual, expected, ordered=False)
+    flags = read_back(files, "csv", hive=True).select(["l_returnflag", "l_linestatus", "n"])
+    ref_flags = read_back(ref_files, "csv", hive=True).select(["l_returnflag", "l_linestatus", "n"])
+    assert_same_result(flags, ref_flags, ordered=False)
+
+    target = out_root / "nation_json"
+    query = "SELECT n_nationkey, n_name, n_regionkey FROM nation"
+    session.sql(f"COPY ({query}) TO '{target}' (FORMAT json)")
+    duckdb_copy(duckdb_ref, query, work_dir / "ref.json", "FORMAT json")
+    assert_same_result(
+        read_back(committed(target), "json"),
+        read_back([str(work_dir / "ref.json")], "json"),
+        ordered=False,
+    )
+
+
+def test_an_ordered_copy_is_written_in_order_by_one_task(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection, out_root: Path, work_dir: Path
+) -> None:
+    query = "SELECT o_orderkey, o_totalprice FROM orders ORDER BY o_totalprice DESC LIMIT 500"
+    target = out_root / "top_orders"
+    result = session.sql(f"COPY ({query}) TO '{target}' (FORMAT parquet)")
+    assert result.to_arrow()["Count"].to_pylist() == [500]
+    files = committed(target)
+    assert len(files) == 1
+    duckdb_copy(duckdb_ref, query, work_dir / "ref.parquet", "FORMAT parquet")
+    expected = read_back([str(work_dir / "ref.parquet")], "parquet")
+    assert_same_result(
+        read_back(files, "parquet"), expected, ordered=True, order_by=["o_totalprice"]
+    )
+
+
+def test_copy_onto_files_needs_overwrite_which_replaces_them(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection, out_root: Path
+) -> None:
+    target = out_root / "nations"
+    session.sql(f"COPY (SELECT * FROM nation WHERE n_regionkey = 1) TO '{target}' (FORMAT parquet)")
+    first = committed(target)
+    with pytest.raises(QueryError, match="OVERWRITE"):
+        session.sql(f"COPY (SELECT * FROM nation) TO '{target}' (FORMAT parquet)")
+    assert committed(target) == first
+    session.sql(f"COPY (SELECT * FROM nation) TO '{target}' (FORMAT parquet, OVERWRITE)")
+    second = committed(target)
+    assert not set(first) & set(second)
+    assert data_files(target) == sorted(second)  # the replaced files are gone
+    expected = duckdb_ref.sql("SELECT * FROM nation").to_arrow_table()
+    assert_same_result(read_back(second, "parquet"), expected, ordered=False)
+    # mangonel's own readers honour the manifest.
+    session.register_parquet("nations_copy", str(target))
+    actual = session.sql("SELECT count(*) AS n, sum(n_nationkey) AS s FROM nations_copy").to_arrow()
+    reference = duckdb_ref.sql("SELECT count(*) AS n, sum(n_nationkey) AS s FROM nation")
+    assert_same_result(actual, reference.to_arrow_table(), ordered=False)
+
+
+def test_create_table_as_insert_and_drop_match_duckdb(
+    session: Any, tpch_tables: dict[str, Path], module_dir: Path
+) -> None:
+    ref = duckdb.connect()
+    ref.execute(f"CREATE VIEW orders AS SELECT * FROM read_parquet('{tpch_tables['orders']}')")
+    create = (
+        "CREATE TABLE big_orders AS SELECT o_orderkey, o_custkey, o_totalprice, o_orderdate "
+        "FROM orders WHERE o_totalprice > 300000"
+    )
+    insert = (
+        "INSERT INTO big_orders SELECT o_orderkey, o_custkey, o_totalprice * 2, o_orderdate "
+        "FROM orders WHERE o_totalprice < 2000"
+    )
+    check = "SELECT * FROM big_orders"
+    counted = session.sql(create).to_arrow()
+    assert_same_result(counted, ref.execute(create).to_arrow_table(), ordered=True)
+    assert_same_result(
+        session.sql(check).to_arrow(), ref.sql(check).to_arrow_table(), ordered=False
+    )
+    counted = session.sql(insert).to_arrow()
+    assert_same_result(counted, ref.execute(insert).to_arrow_table(), ordered=True)
+    assert_same_result(
+        session.sql(check).to_arrow(), ref.sql(check).to_arrow_table(), ordered=False
+    )
+    location = module_dir / "warehouse" / "big_orders"
+    assert len(json.loads((location / MANIFEST).read_text())["files"]) >= 2
+
+    with pytest.raises(QueryError, match="exists"):
+        session.sql(create)
+    assert session.sql(create.replace("TABLE", "TABLE IF NOT EXISTS")).to_arrow().num_rows == 1
+    replace = "CREATE OR REPLACE TABLE big_orders AS SELECT o_orderkey FROM orders LIMIT 7"
+    session.sql(replace)
+    assert session.sql("SELECT count(*) AS n FROM big_orders").to_arrow()["n"].to_pylist() == [7]
+    assert len(data_files(location)) == len(committed(location))
+
+    session.sql("DROP TABLE big_orders")
+    assert not location.exists()
+    with pytest.raises(UnknownTableError):
+        session.sql(check)
+    with pytest.raises(UnknownTableError):
+        session.sql("DROP TABLE big_orders")
+    session.sql("DROP TABLE IF EXISTS big_orders")
+    with pytest.raises(QueryError, match="registered from files"):
+        session.sql("INSERT INTO nation SELECT * FROM nation")
+
+
+def test_a_failed_write_leaves_nothing_visible(cluster: Any, session: Any, out_root: Path) -> None:
+    # Only the last of the six scan tasks meets a row it cannot convert: the other
+    # five have written and staged their files by the time the job fails.
+    query = (
+        "SELECT l_orderkey, CAST(CASE WHEN l_orderkey > 590000 THEN 'x' ELSE '1' END AS INTEGER) "
+        "AS v FROM lineitem"
+    )
+    target = out_root / "doomed"
+    with pytest.raises(JobQueryError, match="[Cc]onversion|convert"):
+        session.sql(f"COPY ({query}) TO '{target}' (FORMAT parquet)")
+    wait_until(lambda: not (target / STAGING).exists(), "the staged files are removed")
+    assert not (target / MANIFEST).exists()
+    assert not target.exists() or data_files(target) == []
+    with pytest.raises(CatalogError):
+        session.register_parquet("doomed", str(target))
+    # The cluster still serves, and the location can be written.
+    session.sql(f"COPY (SELECT 1 AS one) TO '{target}' (FORMAT parquet)")
+    assert len(committed(target)) == 1
+
+
+def test_writes_outside_the_write_roots_are_refused(
+    session: Any, out_root: Path, work_dir: Path
+) -> None:
+    outside = work_dir / "outside"
+    outside.mkdir()
+    (out_root / "escape").symlink_to(outside)
+    for location in (
+        str(outside / "x"),
+        f"{out_root}/../{out_root.name}-sibling/x",
+        str(out_root / "escape" / "x"),
+        "s3://bucket/x",
+    ):
+        with pytest.raises(PermissionDeniedError, match="write root"):
+            session.sql(f"COPY (SELECT 1 AS one) TO '{location}' (FORMAT parquet)")
+    assert os.listdir(outside) == []
+    with pytest.raises(ForbiddenStatementError, match="FORMAT"):
+        session.sql(f"COPY (SELECT 1 AS one) TO '{out_root}/y' (FORMAT xlsx)")
+    assert session.sql("SELECT 1 AS one").to_arrow()["one"].to_pylist() == [1]
+
+
+def test_two_writes_to_one_location_at_once(
+    session: Any, cluster: Any, duckdb_ref: duckdb.DuckDBPyConnection, out_root: Path
+) -> None:
+    """Two COPYs to one empty location: one wins, the other is told; two INSERTs both append."""
+    target = out_root / "contested"
+    queries = [
+        "SELECT o_orderkey, o_totalprice FROM orders WHERE o_orderkey % 2 = 0",
+        "SELECT o_orderkey, o_totalprice FROM orders WHERE o_orderkey % 2 = 1",
+    ]
+    outcomes: list[Any] = [None, None]
+
+    def run(i: int) -> None:
+        with cluster.connect() as own:
+            try:
+                outcomes[i] = own.sql(f"COPY ({queries[i]}) TO '{target}' (FORMAT parquet)")
+            except Exception as exc:  # noqa: BLE001 - checked below
+                outcomes[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    won = [i for i, o in enumerate(outcomes) if not isinstance(o, Exception)]
+    lost = [o for o in outcomes if isinstance(o, Exception)]
+    assert len(won) == 1 and len(lost) == 1, outcomes
+    assert isinstance(lost[0], QueryError | JobFailedError)
+    assert "OVERWRITE" in str(lost[0])
+    expected = duckdb_ref.sql(queries[won[0]]).to_arrow_table()
+    assert_same_result(read_back(committed(target), "parquet"), expected, ordered=False)
+    assert data_files(target) == sorted(committed(target))
+
+    session.sql("CREATE TABLE contested AS SELECT o_orderkey, o_totalprice FROM orders LIMIT 0")
+    inserts: list[Any] = [None, None]
+
+    def insert(i: int) -> None:
+        with cluster.connect() as own:
+            inserts[i] = own.sql(f"INSERT INTO contested {queries[i]}")
+
+    threads = [threading.Thread(target=insert, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(r is not None for r in inserts)
+    actual = session.sql("SELECT * FROM contested").to_arrow()
+    both = f"{queries[0]} UNION ALL {queries[1]}"
+    assert_same_result(actual, duckdb_ref.sql(both).to_arrow_table(), ordered=False)
+    session.sql("DROP TABLE contested")

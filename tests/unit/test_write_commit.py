@@ -1,0 +1,275 @@
+"""Pure parts of writing data: the statements' parser, the commit's steps, the state machine.
+
+* ``sql.writes.parse_write``: what each statement becomes, and what is refused.
+* ``output.commit`` on a local directory: exactly the winners' files, idempotent
+  after a crash at any step (a step that raises stands in for the crash).
+* ``SchedulerState`` (driven by the harness of ``test_state_machine``): a write
+  job names its winners once and commits; nothing but the commit's outcome ends it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from test_state_machine import E1, E2, J1, S1, S2, Harness, two_stage_plan
+
+from mangonel.errors import ForbiddenStatementError
+from mangonel.output import (
+    INTENT,
+    MANIFEST,
+    STAGING,
+    CommitMode,
+    WriteConflictError,
+    abort,
+    attempt_staging,
+    commit,
+    manifest_files,
+)
+from mangonel.plan.physical import DistributedPlan, Stage, StageInput, WriteTarget
+from mangonel.scheduler.events import (
+    AbortWrite,
+    CancelRequested,
+    CommitWrite,
+    JobFailed,
+    JobSucceeded,
+    SchedulerRecovered,
+    WriteCommitFailed,
+    WriteCommitted,
+)
+from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.sql.writes import WriteKind, parse_write
+from mangonel.task import InputMode, LaunchTask, OutputKind, OutputSpec, QueryError, WriteFormat
+
+# --------------------------------------------------------------------- statements
+
+
+def test_write_statements_parse_into_what_they_write() -> None:
+    copy = parse_write(
+        "COPY (SELECT a FROM t) TO 's3://b/p/' (FORMAT csv, PARTITION_BY (a, b), OVERWRITE)"
+    )
+    assert copy is not None and copy.kind is WriteKind.COPY
+    assert (copy.location, copy.format, copy.partition_by, copy.overwrite) == (
+        "s3://b/p/",
+        WriteFormat.CSV,
+        ("a", "b"),
+        True,
+    )
+    assert copy.query == "SELECT a FROM t"
+    table = parse_write("COPY lineitem TO 'out' (FORMAT 'json')")
+    assert table is not None and table.query == "SELECT * FROM lineitem"
+    assert table.format is WriteFormat.JSON and not table.overwrite
+    ctas = parse_write("CREATE OR REPLACE TABLE x AS SELECT 1 AS a")
+    assert ctas is not None and (ctas.kind, ctas.table, ctas.overwrite) == (
+        WriteKind.CREATE_TABLE,
+        "x",
+        True,
+    )
+    exists = parse_write("CREATE TABLE IF NOT EXISTS x AS (SELECT 1 AS a)")
+    assert exists is not None and exists.if_not_exists
+    insert = parse_write("INSERT INTO x SELECT * FROM y")
+    assert insert is not None and (insert.kind, insert.table) == (WriteKind.INSERT, "x")
+    drop = parse_write("-- gone\nDROP TABLE IF EXISTS x")
+    assert drop is not None and (drop.kind, drop.if_not_exists) == (WriteKind.DROP_TABLE, True)
+    assert parse_write("SELECT 1") is None
+    assert parse_write("WITH c AS (SELECT 1) SELECT * FROM c") is None
+
+
+@pytest.mark.parametrize(
+    ("sql", "words"),
+    [
+        ("COPY t FROM 'x'", "register"),
+        ("COPY t TO 'x' (FORMAT xlsx)", "parquet, csv or json"),
+        ("COPY t TO 'x' (COMPRESSION zstd)", "FORMAT, PARTITION_BY and OVERWRITE"),
+        ("CREATE TABLE x (a INT)", "AS SELECT"),
+        ("CREATE VIEW v AS SELECT 1", "AS SELECT"),
+        ("INSERT INTO x VALUES (1)", "rows of a query"),
+        ("INSERT INTO x (a) SELECT 1", "column list"),
+        ("DROP VIEW v", "DROP TABLE"),
+    ],
+)
+def test_other_shapes_are_refused_saying_what_is_taken(sql: str, words: str) -> None:
+    with pytest.raises(ForbiddenStatementError, match=words):
+        parse_write(sql)
+
+
+# ------------------------------------------------------------------------ commit
+
+
+def stage_files(target: str, job: str, attempts: dict[int, list[int]]) -> None:
+    """Each task's attempts, each with two files (one in a hive directory)."""
+    for partition, numbers in attempts.items():
+        for attempt in numbers:
+            base = Path(attempt_staging(target, job, partition, attempt))
+            (base / "k=1").mkdir(parents=True)
+            (base / "data_0.parquet").write_text(f"p{partition} a{attempt}")
+            (base / "k=1" / "data_0.parquet").write_text(f"p{partition} a{attempt} k1")
+
+
+def contents(target: Path) -> list[str]:
+    return sorted(Path(f).read_text() for f in manifest_files(str(target)) or ())
+
+
+def test_commit_makes_exactly_the_winners_visible(tmp_path: Path) -> None:
+    target = str(tmp_path / "out")
+    stage_files(target, "j1", {0: [0, 1], 1: [0]})
+    done = commit(target, "j1", {0: 1, 1: 0}, "parquet", CommitMode.CREATE)
+    assert contents(tmp_path / "out") == ["p0 a1", "p0 a1 k1", "p1 a0", "p1 a0 k1"]
+    assert "k=1/part-j1-p00000-data_0.parquet" in done.files
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        MANIFEST,
+        "k=1",
+        "part-j1-p00000-data_0.parquet",
+        "part-j1-p00001-data_0.parquet",
+    ]
+    # Again: nothing changes (a restarted scheduler commits again).
+    assert commit(target, "j1", {0: 1, 1: 0}, "parquet", CommitMode.CREATE).files == done.files
+
+
+class Crash(Exception):
+    pass
+
+
+def test_a_commit_crashed_after_its_intent_finishes_with_the_same_files(tmp_path: Path) -> None:
+    target = str(tmp_path / "out")
+    stage_files(target, "j1", {0: [0, 1], 1: [0]})
+
+    def crash() -> None:
+        raise Crash
+
+    with pytest.raises(Crash):
+        commit(target, "j1", {0: 1, 1: 0}, "parquet", CommitMode.CREATE, after_intent=crash)
+    assert not (tmp_path / "out" / MANIFEST).exists()
+    assert (tmp_path / "out" / STAGING / "j1" / INTENT).exists()
+    # Half the moves done, as if the crash came in the middle of them.
+    intent = json.loads((tmp_path / "out" / STAGING / "j1" / INTENT).read_text())
+    staged, final = intent["moves"][0]
+    (tmp_path / "out" / STAGING / "j1" / staged).rename(tmp_path / "out" / final)
+    commit(target, "j1", {0: 0, 1: 0}, "parquet", CommitMode.CREATE)  # winners from the intent
+    assert contents(tmp_path / "out") == ["p0 a1", "p0 a1 k1", "p1 a0", "p1 a0 k1"]
+    assert not (tmp_path / "out" / STAGING).exists()
+
+
+def test_append_replace_conflict_and_abort(tmp_path: Path) -> None:
+    target = str(tmp_path / "out")
+    stage_files(target, "j1", {0: [0]})
+    commit(target, "j1", {0: 0}, "parquet", CommitMode.CREATE)
+    stage_files(target, "j2", {0: [0]})
+    stage_files(target, "j3", {0: [2]})
+    with pytest.raises(WriteConflictError, match="j1"):
+        commit(target, "j2", {0: 0}, "parquet", CommitMode.CREATE)
+    abort(target, "j2")
+    commit(target, "j3", {0: 2}, "parquet", CommitMode.APPEND)
+    assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1", "p0 a2", "p0 a2 k1"]
+    # j1's commit run again after j3 appended: it was done, nothing changes.
+    commit(target, "j1", {0: 0}, "parquet", CommitMode.CREATE)
+    assert len(contents(tmp_path / "out")) == 4
+    stage_files(target, "j4", {0: [0]})
+    commit(target, "j4", {0: 0}, "parquet", CommitMode.REPLACE)
+    assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1"]
+    left = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.*"))
+    assert left == [MANIFEST, "k=1/part-j4-p00000-data_0.parquet", "part-j4-p00000-data_0.parquet"]
+
+
+def test_abort_removes_files_a_failed_commit_moved(tmp_path: Path) -> None:
+    target = str(tmp_path / "out")
+    stage_files(target, "j1", {0: [0]})
+
+    def crash() -> None:
+        raise Crash
+
+    with pytest.raises(Crash):
+        commit(target, "j1", {0: 0}, "parquet", CommitMode.CREATE, after_intent=crash)
+    intent = json.loads((tmp_path / "out" / STAGING / "j1" / INTENT).read_text())
+    staged, final = intent["moves"][0]
+    (tmp_path / "out" / STAGING / "j1" / staged).rename(tmp_path / "out" / final)
+    abort(target, "j1")
+    assert [p for p in (tmp_path / "out").rglob("*") if p.is_file()] == []
+
+
+# ------------------------------------------------------------------ state machine
+
+TARGET = WriteTarget("/out/x", WriteFormat.PARQUET, S1, ("k", "v"), CommitMode.CREATE)
+
+
+def write_plan(maps: int = 3) -> DistributedPlan:
+    """Stage 1 writes (``maps`` tasks), stage 2 counts."""
+    plan = two_stage_plan(maps, 1, InputMode.ALL)
+    writing = dataclasses.replace(plan.stages[0], output=OutputSpec(OutputKind.SINGLE))
+    count = Stage(
+        id=S2,
+        sql="SELECT sum(rows) AS Count FROM s1",
+        output=OutputSpec(OutputKind.SINGLE),
+        num_tasks=1,
+        columns=("Count",),
+        inputs=(StageInput("s1", S1, InputMode.ALL),),
+    )
+    return DistributedPlan((writing, count), ("Count",), write=TARGET)
+
+
+def run_to_commit(h: Harness) -> list[object]:
+    h.register(E1, 2)
+    h.register(E2, 2)
+    cmds = h.submit(write_plan())
+    specs = {c.task.attempt: c for c in cmds if isinstance(c, LaunchTask)}
+    assert all(c.task.sink is not None for c in specs.values())
+    assert {c.task.sink.staging for c in specs.values() if c.task.sink} == {
+        attempt_staging("/out/x", "j1", p, 0) for p in range(3)
+    }
+    out: list[object] = []
+    for attempt, c in specs.items():
+        out += h.complete(attempt, c.executor)
+    launched = [c for c in out if isinstance(c, LaunchTask)]
+    assert [c.task.sink for c in launched] == [None]  # the count
+    return h.complete(launched[0].task.attempt, launched[0].executor)  # type: ignore[return-value]
+
+
+def test_a_write_job_commits_its_winners_then_succeeds() -> None:
+    h = Harness()
+    cmds = run_to_commit(h)
+    commits = [c for c in cmds if isinstance(c, CommitWrite)]
+    assert commits == [CommitWrite(h.last_id, J1, TARGET, ((0, 0), (1, 0), (2, 0)))]
+    assert not [c for c in cmds if isinstance(c, JobSucceeded)]
+    # Committing: a cancel, or the loss of an executor, ends nothing.
+    assert not [c for c in h.send(CancelRequested, J1, "cancelled") if isinstance(c, JobFailed)]
+    lost = h.lose(E1)
+    assert not [c for c in lost if isinstance(c, LaunchTask | JobFailed)]
+    done = h.send(WriteCommitted, J1)
+    assert [type(c) for c in done if isinstance(c, JobSucceeded)] == [JobSucceeded]
+    assert h.send(WriteCommitted, J1) == []  # a late duplicate changes nothing
+
+
+def test_a_commit_that_fails_fails_the_job_and_aborts() -> None:
+    h = Harness()
+    run_to_commit(h)
+    cmds = h.send(WriteCommitFailed, J1, "disk full")
+    assert [type(c) for c in cmds if isinstance(c, JobFailed | AbortWrite)] == [
+        AbortWrite,
+        JobFailed,
+    ]
+
+
+def test_a_failed_write_job_aborts_and_a_restart_commits_again() -> None:
+    h = Harness()
+    h.register(E1, 4)
+    cmds = h.submit(write_plan())
+    first = next(c for c in cmds if isinstance(c, LaunchTask))
+    failed = h.fail(first.task.attempt, E1, QueryError("bad row"))
+    assert [type(c) for c in failed if isinstance(c, AbortWrite | JobFailed)] == [
+        AbortWrite,
+        JobFailed,
+    ]
+    # A job restored while committing sends its commit again, with the same winners.
+    h2 = Harness()
+    run_to_commit(h2)
+    progress = h2.state.export_job_head(J1)
+    assert progress is not None and progress.commit == {0: 0, 1: 0, 2: 0}
+    restored = JobRecord.restore(write_plan(), copy.deepcopy(h2.state._jobs[J1].progress()))
+    assert restored.commit == {0: 0, 1: 0, 2: 0}
+    again = h2.send(SchedulerRecovered)
+    assert [c for c in again if isinstance(c, CommitWrite)] == [
+        CommitWrite(h2.last_id, J1, TARGET, ((0, 0), (1, 0), (2, 0)))
+    ]
