@@ -286,9 +286,7 @@ def test_create_external_table_and_drop_table(
     sql = "SELECT n_regionkey, count(*) AS n FROM nation_decl GROUP BY 1"
     expected = reference.sql(sql.replace("nation_decl", "nation")).to_arrow_table()
     assert_same_result(session.sql(sql).to_arrow(), expected, ordered=False)
-    assert session.sql("DROP TABLE nation_decl").to_arrow().column(0)[0].as_py() == (
-        "dropped nation_decl"
-    )
+    session.sql("DROP TABLE nation_decl")
     assert "nation_decl" not in {t.name for t in session.tables()}
     assert (text_dir / "nation.csv").exists()  # only the registration went
     session.sql("DROP TABLE IF EXISTS nation_decl")

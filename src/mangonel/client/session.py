@@ -82,7 +82,7 @@ from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tls import TlsMaterial
-from mangonel.sql.ddl import CreateExternalTable, Statement, parse_ddl
+from mangonel.sql.ddl import CreateExternalTable, parse_ddl
 from mangonel.sql.explain import is_explain
 from mangonel.task import PartitionLocation
 
@@ -596,8 +596,8 @@ class Session:
         """
         start = time.monotonic()
         ddl = parse_ddl(text)
-        if ddl is not None:
-            return self._run_ddl(ddl, start)
+        if isinstance(ddl, CreateExternalTable):
+            return self._register_external(ddl, start)
         if is_explain(text):
             # EXPLAIN SELECT ...: the plan as a one-column result, one row per line.
             lines = self.explain(text, dialect).splitlines()
@@ -621,23 +621,18 @@ class Session:
                 ) from exc
         raise AssertionError("unreachable")
 
-    def _run_ddl(self, ddl: Statement, start: float) -> Result:
-        """``CREATE EXTERNAL TABLE`` as ``register``, ``DROP TABLE`` as ``drop_table``;
-        the result is one row that says what was done."""
-        if isinstance(ddl, CreateExternalTable):
-            if ddl.if_not_exists and any(t.name == ddl.name for t in self.tables()):
-                done = f"table {ddl.name} exists"
-            else:
-                info = self.register(
-                    ddl.name, ddl.location, ddl.format, ddl.columns, **dict(ddl.options)
-                )
-                done = f"registered {info.name}: {len(info.columns)} columns, "
-                done += f"{len(info.files)} files"
-        elif ddl.if_exists and all(t.name != ddl.name for t in self.tables()):
-            done = f"no table {ddl.name}"
+    def _register_external(self, ddl: CreateExternalTable, start: float) -> Result:
+        """``CREATE EXTERNAL TABLE`` as ``register``; the result is one row that says
+        what was done. (``DROP TABLE`` is the scheduler's, as the write statements
+        are: it also removes the files of a table the warehouse owns.)"""
+        if ddl.if_not_exists and any(t.name == ddl.name for t in self.tables()):
+            done = f"table {ddl.name} exists"
         else:
-            self.drop_table(ddl.name)
-            done = f"dropped {ddl.name}"
+            info = self.register(
+                ddl.name, ddl.location, ddl.format, ddl.columns, **dict(ddl.options)
+            )
+            done = f"registered {info.name}: {len(info.columns)} columns, "
+            done += f"{len(info.files)} files"
         table = pa.table({"status": pa.array([done], pa.string())})
         return Result("", ("status",), table, (), time.monotonic() - start, 0.0)
 

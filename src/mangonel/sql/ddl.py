@@ -1,4 +1,5 @@
-"""``CREATE EXTERNAL TABLE`` and ``DROP TABLE``: the SQL spelling of register and drop.
+"""``CREATE EXTERNAL TABLE``: the SQL spelling of register (``DROP TABLE`` is the
+scheduler's, with the write statements: ``sql.writes``).
 
 Ballista's (and DataFusion's) DDL::
 
@@ -6,7 +7,6 @@ Ballista's (and DataFusion's) DDL::
         STORED AS PARQUET | CSV | JSON | NDJSON
         LOCATION 'path, directory, glob or s3:// location'
         [OPTIONS ('key' 'value', ...)]
-    DROP TABLE [IF EXISTS] name
 
 sqlglot 30 reads the statement without a column list or ``OPTIONS`` and falls
 back to an opaque command with them, so this module parses the one statement
@@ -38,30 +38,22 @@ class CreateExternalTable:
     if_not_exists: bool = False
 
 
-@dataclass(frozen=True)
-class DropTable:
-    name: str
-    if_exists: bool = False
-
-
-Statement = CreateExternalTable | DropTable
-
 _FORMATS = ("PARQUET", "CSV", "JSON", "NDJSON")
 
 
-def parse_ddl(sql: str) -> Statement | None:
-    """The statement, when ``sql`` is a ``CREATE EXTERNAL TABLE`` or ``DROP TABLE``.
+def parse_ddl(sql: str) -> CreateExternalTable | None:
+    """The statement, when ``sql`` is a ``CREATE EXTERNAL TABLE``.
 
-    >>> parse_ddl("DROP TABLE IF EXISTS t")
-    DropTable(name='t', if_exists=True)
+    >>> parse_ddl("CREATE EXTERNAL TABLE t STORED AS CSV LOCATION 't.csv'").format
+    'csv'
     >>> parse_ddl("SELECT 1") is None
     True
 
     Raises:
-        SqlSyntaxError: it is one of them, written wrong (the message says where).
+        SqlSyntaxError: it is one, written wrong (the message says where).
     """
     head = sql[:4096].upper()
-    if "EXTERNAL" not in head and "DROP" not in head:
+    if "EXTERNAL" not in head:
         return None  # a query: not worth tokenizing here
     try:
         tokens = [t for t in Tokenizer().tokenize(sql) if t.token_type != TokenType.SEMICOLON]
@@ -70,8 +62,6 @@ def parse_ddl(sql: str) -> Statement | None:
     words = [t.text.upper() for t in tokens[:3]]
     if words[:3] == ["CREATE", "EXTERNAL", "TABLE"]:
         return _Parser(tokens[3:], sql).create()
-    if words[:2] == ["DROP", "TABLE"]:
-        return _Parser(tokens[2:], sql).drop()
     return None
 
 
@@ -113,13 +103,6 @@ class _Parser:
         return CreateExternalTable(
             name, location, kind.lower(), tuple(columns), tuple(options), exists
         )
-
-    def drop(self) -> DropTable:
-        exists = self._words("IF", "EXISTS")
-        name = self._name("the table's name")
-        if self.at < len(self.tokens):
-            self._fail("DROP TABLE takes one table name")
-        return DropTable(name, exists)
 
     def _options(self) -> list[tuple[str, str]]:
         self._expect(TokenType.L_PAREN, "'(' after OPTIONS")
@@ -209,6 +192,5 @@ class _Parser:
             where = f" (line {token.line}, column {token.col})"
         raise SqlSyntaxError(
             f"{problem}{where}; write CREATE EXTERNAL TABLE name [(column type, ...)] "
-            "STORED AS PARQUET|CSV|JSON LOCATION '...' [OPTIONS ('key' 'value', ...)], "
-            "or DROP TABLE [IF EXISTS] name"
+            "STORED AS PARQUET|CSV|JSON LOCATION '...' [OPTIONS ('key' 'value', ...)]"
         )
