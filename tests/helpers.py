@@ -514,6 +514,31 @@ def explain_stage_count(text: str) -> int:
     return stated
 
 
+def explain_fallback(text: str) -> str | None:
+    """Why the plan an ``explain`` text describes runs the whole query as one task over
+    its gathered tables (the planner's fallback, ``DistributedPlan.fallback``), or
+    ``None`` where the planner split it. A fallback plan still has several stages
+    (each table of several splits is scanned in a stage of its own), so a stage count
+    cannot tell it apart."""
+    from mangonel.plan.explain import FALLBACK_NOTE
+
+    for line in text.splitlines():
+        if line.startswith(FALLBACK_NOTE + ": "):
+            return line[len(FALLBACK_NOTE) + 2 :]
+    return None
+
+
+def assert_fallback_as_listed(what: str, text: str, listed: dict[Any, str], key: Any) -> None:
+    """The ``explain`` text of ``what`` falls back to one task exactly where ``key`` is in
+    ``listed`` (a suite's queries known to fall back, each with the reason): a new
+    fallback fails, and so does a listed query the planner now splits."""
+    why = explain_fallback(text)
+    if key in listed:
+        assert why is not None, f"{what} no longer falls back ({listed[key]}): unlist it"
+    else:
+        assert why is None, f"{what} runs whole in one task, not distributed: {why}\n{text}"
+
+
 # ------------------------------------------------------------------------ polling
 
 

@@ -29,6 +29,7 @@ import duckdb
 import pytest
 from helpers import (
     TPCDS_TABLES,
+    assert_fallback_as_listed,
     assert_same_result,
     duckdb_views_sql,
     ensure_tpcds,
@@ -67,6 +68,10 @@ ONE_STAGE = {
 """Queries that plan to one stage on the default cluster, with the reason; every other
 must plan to several (on the hash-joins-only cluster, all of them), and one moving in
 or out of this list fails."""
+
+FALLBACK: dict[int, str] = {}
+"""Queries the planner runs whole in one task (``DistributedPlan.fallback``), with the
+reason: none. A query moving in or out of this list fails."""
 
 EMPTY_AT_SF01 = frozenset({4, 8, 24, 25, 29, 37, 41, 44, 54, 58, 64, 65, 73, 82, 83, 85, 91, 93})
 """Queries whose answer at SF 0.1 has no row, DuckDB's included: their filters meet
@@ -128,7 +133,10 @@ def _check(
         assert expected.num_rows == 0, f"q{number:02d} has rows at SF 0.1 now"
     else:
         assert expected.num_rows > 0, f"q{number:02d}: an empty reference proves nothing"
-    stages = explain_stage_count(session.explain(sql))
+    text = session.explain(sql)
+    # A fallback plan (the whole query in one task) has several stages too.
+    assert_fallback_as_listed(f"q{number:02d}", text, FALLBACK, number)
+    stages = explain_stage_count(text)
     if number in one_stage:
         assert stages == 1, f"q{number:02d} planned as {stages} stages now: {one_stage[number]}"
     else:

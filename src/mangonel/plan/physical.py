@@ -106,6 +106,11 @@ class DistributedPlan:
     plan's scans while planning (``plan.dynamic_pruning``): the plan is right only
     while they hold the rows read then, and a plan cache reuses it only while a local
     one keeps its size and modification time (``probe.unchanged``)."""
+    fallback: str | None = None
+    """Why the whole query runs as one task over its gathered tables (the binder
+    raised ``Unsupported``: ``plan.planner``), or ``None`` where the planner split it.
+    EXPLAIN shows it as a note, and the scheduler counts the jobs that ran so
+    (``mangonel_plan_fallbacks_total``)."""
 
     @property
     def final(self) -> Stage:
