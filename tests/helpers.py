@@ -167,6 +167,7 @@ TPCDS_TABLES: tuple[str, ...] = (
     "web_sales", "web_site",
 )  # fmt: skip
 TPCDS_QUERIES_DIR = REPO_ROOT / "tests" / "tpcds" / "queries"
+TPCDS_SF01_DIR = REPO_ROOT / "tests" / "tpcds" / "queries_sf01"
 TPCDS_GENERATOR = CACHE_DIR / "tpcds-generator"
 
 
@@ -205,6 +206,23 @@ def ensure_tpcds(scale: float, cache_dir: Path = CACHE_DIR) -> Path:
 def tpcds_query(number: int) -> str:
     """The text of TPC-DS query ``number`` (1-99), as checked in under tests/tpcds/queries."""
     return (TPCDS_QUERIES_DIR / f"q{number:02d}.sql").read_text(encoding="utf-8")
+
+
+def tpcds_sf01_variant(number: int) -> str | None:
+    """TPC-DS query ``number`` with other constants, where its standard text returns no
+    row at SF 0.1 (``tests/tpcds/queries_sf01``; each file's header says what changed and
+    why); ``None`` for the others."""
+    path = TPCDS_SF01_DIR / f"q{number:02d}.sql"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def stated_rows(sql: str) -> int:
+    """The row count a ``tests/tpcds/queries_sf01`` file's header states (``-- Rows at SF
+    0.1: N.``), so that a test can keep it true."""
+    found = re.search(r"^-- Rows at SF 0\.1: (\d+)\.$", sql, re.MULTILINE)
+    if found is None:
+        raise ValueError(f"no '-- Rows at SF 0.1: N.' line in:\n{sql[:400]}")
+    return int(found.group(1))
 
 
 def order_by_outputs(sql: str, names: Sequence[str]) -> list[str] | None:
