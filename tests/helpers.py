@@ -167,6 +167,7 @@ TPCDS_TABLES: tuple[str, ...] = (
     "web_sales", "web_site",
 )  # fmt: skip
 TPCDS_QUERIES_DIR = REPO_ROOT / "tests" / "tpcds" / "queries"
+TPCDS_SF01_DIR = REPO_ROOT / "tests" / "tpcds" / "queries_sf01"
 TPCDS_GENERATOR = CACHE_DIR / "tpcds-generator"
 
 
@@ -205,6 +206,23 @@ def ensure_tpcds(scale: float, cache_dir: Path = CACHE_DIR) -> Path:
 def tpcds_query(number: int) -> str:
     """The text of TPC-DS query ``number`` (1-99), as checked in under tests/tpcds/queries."""
     return (TPCDS_QUERIES_DIR / f"q{number:02d}.sql").read_text(encoding="utf-8")
+
+
+def tpcds_sf01_variant(number: int) -> str | None:
+    """TPC-DS query ``number`` with other constants, where its standard text returns no
+    row at SF 0.1 (``tests/tpcds/queries_sf01``; each file's header says what changed and
+    why); ``None`` for the others."""
+    path = TPCDS_SF01_DIR / f"q{number:02d}.sql"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def stated_rows(sql: str) -> int:
+    """The row count a ``tests/tpcds/queries_sf01`` file's header states (``-- Rows at SF
+    0.1: N.``), so that a test can keep it true."""
+    found = re.search(r"^-- Rows at SF 0\.1: (\d+)\.$", sql, re.MULTILINE)
+    if found is None:
+        raise ValueError(f"no '-- Rows at SF 0.1: N.' line in:\n{sql[:400]}")
+    return int(found.group(1))
 
 
 def order_by_outputs(sql: str, names: Sequence[str]) -> list[str] | None:
@@ -512,6 +530,31 @@ def explain_stage_count(text: str) -> int:
     if headers and headers != stated:
         raise ValueError(f"explain states {stated} stages but describes {headers}:\n{text}")
     return stated
+
+
+def explain_fallback(text: str) -> str | None:
+    """Why the plan an ``explain`` text describes runs the whole query as one task over
+    its gathered tables (the planner's fallback, ``DistributedPlan.fallback``), or
+    ``None`` where the planner split it. A fallback plan still has several stages
+    (each table of several splits is scanned in a stage of its own), so a stage count
+    cannot tell it apart."""
+    from mangonel.plan.explain import FALLBACK_NOTE
+
+    for line in text.splitlines():
+        if line.startswith(FALLBACK_NOTE + ": "):
+            return line[len(FALLBACK_NOTE) + 2 :]
+    return None
+
+
+def assert_fallback_as_listed(what: str, text: str, listed: dict[Any, str], key: Any) -> None:
+    """The ``explain`` text of ``what`` falls back to one task exactly where ``key`` is in
+    ``listed`` (a suite's queries known to fall back, each with the reason): a new
+    fallback fails, and so does a listed query the planner now splits."""
+    why = explain_fallback(text)
+    if key in listed:
+        assert why is not None, f"{what} no longer falls back ({listed[key]}): unlist it"
+    else:
+        assert why is None, f"{what} runs whole in one task, not distributed: {why}\n{text}"
 
 
 # ------------------------------------------------------------------------ polling

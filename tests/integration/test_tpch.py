@@ -2,7 +2,9 @@
 
 Runs on SF 0.1 with 4 partitions per exchange, so every query's plan has shuffles and
 several tasks per stage; the explain test makes sure the plan really is distributed
-(but for the queries in ``ONE_STAGE``, whose every table is one split here).
+(but for the queries in ``ONE_STAGE``, whose every table is one split here) and that the
+planner did not fall back to running the whole query in one task (``FALLBACK``): a
+fallback plan has several stages too, a scan stage per table of several splits.
 """
 
 from __future__ import annotations
@@ -11,7 +13,13 @@ from typing import Any
 
 import duckdb
 import pytest
-from helpers import TPCH_ORDER_BY, assert_same_result, explain_stage_count, tpch_query
+from helpers import (
+    TPCH_ORDER_BY,
+    assert_fallback_as_listed,
+    assert_same_result,
+    explain_stage_count,
+    tpch_query,
+)
 
 QUERIES = list(range(1, 23))
 
@@ -29,6 +37,10 @@ def test_tpch_answer_matches_duckdb(
     assert_same_result(actual, expected, ordered=bool(order_by), order_by=order_by)
 
 
+FALLBACK: dict[int, str] = {}
+"""Queries the planner runs whole in one task (``DistributedPlan.fallback``), with the
+reason: none. A query moving in or out of this list fails."""
+
 ONE_STAGE = {
     11: "partsupp (80k rows), supplier and nation are one split each, and its subquery "
     "(the same join, summed) is one task read by one task: every stage would be one task",
@@ -43,6 +55,7 @@ this list fails."""
 @pytest.mark.parametrize("number", QUERIES, ids=[f"q{n:02d}" for n in QUERIES])
 def test_tpch_plan_has_several_stages(number: int, session: Any) -> None:
     text = session.explain(tpch_query(number))
+    assert_fallback_as_listed(f"q{number:02d}", text, FALLBACK, number)
     stages = explain_stage_count(text)
     if number in ONE_STAGE:
         assert stages == 1, f"q{number:02d} planned as {stages} stages now: {ONE_STAGE[number]}"
@@ -85,6 +98,8 @@ def test_tpch_with_hash_joins_only(
     actual = hash_join_session.sql(sql).to_arrow()
     order_by = TPCH_ORDER_BY[number]
     assert_same_result(actual, expected, ordered=bool(order_by), order_by=order_by)
+    # The plan the job ran (the plan cache's, keyed by the same text and tables).
+    text = hash_join_session.explain(sql)
+    assert_fallback_as_listed(f"q{number:02d}", text, FALLBACK, number)
     if number in (3, 12, 18):  # queries whose plan joins two big tables
-        text = hash_join_session.explain(sql)
         assert "hash(" in text and "partition i of each map task" in text, text

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
+from helpers import TPCH_ORDER_BY, assert_fallback_as_listed, assert_same_result, tpch_query
 from net_support import start_cluster
 
 from mangonel.client.status import ExecutorState
@@ -62,6 +62,8 @@ def test_tpch_answer_matches_duckdb(
     actual = net.client.sql(sql).result.to_arrow()
     order_by = TPCH_ORDER_BY[number]
     assert_same_result(actual, expected, ordered=bool(order_by), order_by=order_by)
+    # Not the planner's fallback (the whole query in one task): the job's plan is split.
+    assert_fallback_as_listed(f"q{number:02d}", net.client.explain(sql), {}, number)
 
 
 def test_shuffle_bytes_cross_the_switch(

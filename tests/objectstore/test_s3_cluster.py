@@ -87,14 +87,19 @@ def assert_serves(session: Any, duckdb_ref: duckdb.DuckDBPyConnection) -> None:
 
 @pytest.mark.parametrize("number", QUERIES, ids=[f"q{n:02d}" for n in QUERIES])
 def test_tpch_from_object_storage_matches_duckdb(
-    number: int, session: Any, duckdb_ref: duckdb.DuckDBPyConnection
+    number: int, session: Any, cluster: Any, duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     sql = tpch_query(number)
     expected = duckdb_ref.sql(sql).to_arrow_table()
     assert expected.num_rows > 0  # an empty reference would prove nothing
-    actual = session.sql(sql).to_arrow()
+    result = session.sql(sql)
     order_by = TPCH_ORDER_BY[number]
-    assert_same_result(actual, expected, ordered=bool(order_by), order_by=order_by)
+    assert_same_result(result.to_arrow(), expected, ordered=bool(order_by), order_by=order_by)
+    # The job ran distributed: its plan was split, not run whole in one task (the
+    # planner's fallback, which also plans a scan stage per table of several splits).
+    with urllib.request.urlopen(f"{cluster.web_url}/api/jobs/{result.job_id}", timeout=10) as r:
+        job = json.loads(r.read())
+    assert job["fallback"] is None, f"q{number:02d} ran whole in one task: {job['fallback']}"
 
 
 def test_the_plans_are_distributed_over_the_objects(session: Any) -> None:

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from helpers import TPCH_ORDER_BY, TPCH_TABLES, assert_same_result, is_stopped, tpch_query
+from helpers import (
+    TPCH_ORDER_BY,
+    TPCH_TABLES,
+    assert_same_result,
+    explain_fallback,
+    is_stopped,
+    tpch_query,
+)
 from prometheus_client.parser import text_string_to_metric_families
 from web_support import get, get_json, post_json, wait_until, web_cluster
 
@@ -239,6 +246,40 @@ def test_metrics_count_what_a_query_did(
     assert after[("mangonel_executors", (("state", "alive"),))] == 2
     for reason in ("connection lost", "heartbeat timeout", "fetch failures", "drained"):
         assert ("mangonel_executors_lost_total", (("reason", reason),)) in after
+
+
+def test_a_query_the_planner_runs_whole_is_counted_and_says_why(
+    cluster: TestCluster, reference: duckdb.DuckDBPyConnection
+) -> None:
+    """The planner's fallback (the binder does not split ``DISTINCT ON``: the whole
+    query runs in one task) shows in EXPLAIN, on the job and in /metrics; a query it
+    splits does not move the count."""
+    url = cluster.web_url
+    whole = (
+        "SELECT DISTINCT ON (l_returnflag) l_returnflag, l_linenumber FROM lineitem "
+        "ORDER BY l_returnflag, l_linenumber"
+    )
+
+    def fallbacks() -> float:
+        return metrics(url)[("mangonel_plan_fallbacks_total", ())]
+
+    with cluster.connect() as session:
+        before = fallbacks()
+        result = session.sql(whole)
+        assert_same_result(
+            result.to_arrow(),
+            reference.sql(whole).to_arrow_table(),
+            ordered=True,
+            order_by=("l_returnflag",),
+        )
+        assert explain_fallback(session.explain(whole)) == "DISTINCT ON"
+        assert get_json(f"{url}/api/jobs/{result.job_id}")["fallback"] == "DISTINCT ON"
+        assert fallbacks() == before + 1
+        split = session.sql(Q12)
+        check_q12(split, reference)
+        assert explain_fallback(session.explain(Q12)) is None
+        assert get_json(f"{url}/api/jobs/{split.job_id}")["fallback"] is None
+        assert fallbacks() == before + 1
 
 
 def test_the_same_query_again_reuses_its_plan_until_a_table_changes(

@@ -7,6 +7,10 @@ import sqlglot
 from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.task import InputMode, OutputKind
 
+FALLBACK_NOTE = "note: runs whole in one task over its gathered tables"
+"""How EXPLAIN begins the line that says a plan fell back (``DistributedPlan.fallback``),
+followed by the reason."""
+
 
 def _output(stage: Stage) -> str:
     if stage.output.kind is OutputKind.HASH:
@@ -26,6 +30,8 @@ def render(plan: DistributedPlan, with_sql: bool = True) -> str:
     lines = [
         f"Distributed plan: {len(plan.stages)} stages; result columns: {', '.join(plan.columns)}"
     ]
+    if plan.fallback is not None:
+        lines.append(f"{FALLBACK_NOTE}: {plan.fallback}")
     lines += [f"note: {n}" for n in plan.notes]
     for stage in plan.stages:
         final = " (final)" if stage is plan.final else ""

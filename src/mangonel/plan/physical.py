@@ -130,6 +130,11 @@ class DistributedPlan:
     one keeps its size and modification time (``probe.unchanged``)."""
     write: WriteTarget | None = None
     """Set for a write statement: where its rows go."""
+    fallback: str | None = None
+    """Why the whole query runs as one task over its gathered tables (the binder
+    raised ``Unsupported``: ``plan.planner``), or ``None`` where the planner split it.
+    EXPLAIN shows it as a note, and the scheduler counts the jobs that ran so
+    (``mangonel_plan_fallbacks_total``)."""
 
     @property
     def final(self) -> Stage:

@@ -298,6 +298,7 @@ def _plan(
     schema: dict[str, object] = {t: oracle.table_types(t) for t in sorted(parsed.tables)}
     notes: list[str] = []
     pruned_by: tuple[FileIdentity, ...] = ()
+    fallback: str | None = None
     distributor = _distributor(catalog, oracle, config, {})
     try:
         # Not copied: ``duck_sql`` above is all this function needs of it otherwise.
@@ -324,7 +325,7 @@ def _plan(
         ) from err
     except (Unsupported, SqlglotError) as why:
         pruned_by = ()
-        notes.append(f"runs whole in one task over its gathered tables: {why}")
+        fallback = str(why) or type(why).__name__
         distributor = _distributor(catalog, oracle, config, {})
         root = distributor.plan_tree(_opaque(duck_sql, names, parsed.tables, catalog))
     distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
@@ -336,6 +337,7 @@ def _plan(
         tuple(notes),
         readable_files(catalog),
         pruned_by,
+        fallback,
     )
 
 

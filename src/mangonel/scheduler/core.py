@@ -947,6 +947,7 @@ class SchedulerCore:
             record.request_id = request_id
             record.owner = owner
             self._jobs[job] = record
+            self.telemetry.job_submitted(plan.fallback)
             # The planning time says what a query's first run paid (a plan the
             # cache held takes well under a millisecond).
             log.info(
@@ -957,6 +958,12 @@ class SchedulerCore:
                 sum(s.num_tasks for s in plan.stages),
                 (time.perf_counter() - started) * 1e3,
             )
+            if plan.fallback is not None:
+                log.warning(
+                    "job %s runs whole in one task (the planner does not split it): %s",
+                    job,
+                    plan.fallback,
+                )
             self._emit(lambda eid, now: JobSubmitted(eid, now, job, plan))
             return record
 

@@ -16,7 +16,8 @@ each command it sends and each report it accepts, and keeps:
 * counters: attempts launched, ended by outcome, retries, recomputes,
   speculative copies launched, won (their output was kept) and lost (the
   attempt they copied finished first), shuffle bytes written and read,
-  executors lost by reason, job durations (histogram);
+  executors lost by reason, job durations (histogram), jobs whose plan fell
+  back to running the whole query in one task (``DistributedPlan.fallback``);
 * shuffle bytes each executor holds on disk: outputs it wrote, until they are
   released or the executor is lost.
 
@@ -133,6 +134,9 @@ class Counters:
     job_seconds_buckets: dict[str, tuple[int, ...]]
     """Job outcome -> cumulative counts per ``JOB_SECONDS_BUCKETS`` bound, then +Inf."""
     job_seconds_sum: dict[str, float]
+    plan_fallbacks: int = 0
+    """Jobs submitted whose plan runs the whole query in one task (the planner's
+    fallback: ``DistributedPlan.fallback``)."""
 
 
 def describe_failure(failure: TaskFailure) -> str:
@@ -177,6 +181,7 @@ class Telemetry:
         self._job_buckets: dict[str, list[int]] = {}
         self._job_sum: dict[str, float] = {}
         self._jobs_finished: set[JobId] = set()
+        self._fallbacks = 0
         self._held: dict[tuple[ExecutorId, JobId, StageId], int] = {}
 
     # ------------------------------------------------------------ observations
@@ -327,6 +332,12 @@ class Telemetry:
                     if record.executor == executor and record.outcome is AttemptOutcome.RUNNING:
                         self._end(record.attempt, AttemptOutcome.LOST, now, None, why)
 
+    def job_submitted(self, fallback: str | None) -> None:
+        """A job was submitted; ``fallback``: why its plan runs whole in one task, if it does."""
+        with self._lock:
+            if fallback is not None:
+                self._fallbacks += 1
+
     def job_finished(self, job: JobId, outcome: str, seconds: float, now: float) -> None:
         """A job ended (``outcome``: succeeded, failed, cancelled); counted once per job."""
         with self._lock:
@@ -383,4 +394,5 @@ class Telemetry:
                 executors_lost=dict(self._lost),
                 job_seconds_buckets=cumulative,
                 job_seconds_sum=dict(self._job_sum),
+                plan_fallbacks=self._fallbacks,
             )

@@ -25,6 +25,9 @@ Metrics (all prefixed ``mangonel_``):
 * ``shuffle_bytes_fetched_total``: bytes of shuffle files given to tasks that
   completed, as their inputs (broadcast inputs count once per reading task);
 * ``job_duration_seconds{outcome}``: histogram of job durations, submit to end;
+* ``plan_fallbacks_total``: jobs whose plan runs the whole query in one task over
+  its gathered tables, because the planner does not split it (EXPLAIN's note says
+  why: ``DistributedPlan.fallback``);
 * ``plans_total{cache}``: queries planned (``miss``) or whose plan was reused
   (``hit``: the same SQL against the same tables).
 """
@@ -153,6 +156,11 @@ class SchedulerCollector(Collector):
                 sum_value=totals.job_seconds_sum.get(job_outcome, 0.0),
             )
         yield latency
+        yield CounterMetricFamily(
+            "mangonel_plan_fallbacks",
+            "Jobs whose plan runs the whole query in one task (the planner does not split it)",
+            value=totals.plan_fallbacks,
+        )
         plans = CounterMetricFamily(
             "mangonel_plans",
             "Queries planned (miss) or whose plan was reused (hit), since start",

@@ -207,6 +207,11 @@ class JobDetail(JobSummary):
     attempts: list[AttemptModel]
     attempts_not_kept: int = Field(description="attempts beyond the kept history")
     planning_s: float = Field(default=0.0, description="planning, before submitted_at")
+    fallback: str | None = Field(
+        default=None,
+        description="why the planner runs the whole query in one task over its gathered "
+        "tables; null: the plan is split into stages",
+    )
     breakdown: BreakdownModel | None = Field(
         default=None, description="every slot's time over the job's window, by what it did"
     )

@@ -271,6 +271,7 @@ def job_detail(core: SchedulerCore, record: JobRecord) -> JobDetail:
             if timing is not None:
                 elapsed[int(v.id)] = timing.elapsed(end, complete=v.done >= v.num_tasks)
         stages = stage_models(record.plan, views, elapsed, failed, lost, stage_phases(attempts))
+        fallback = record.plan.fallback
         planning_s, submitted_wall, run_s = (
             record.planning_s,
             record.submitted_wall,
@@ -284,6 +285,7 @@ def job_detail(core: SchedulerCore, record: JobRecord) -> JobDetail:
             "attempts": [attempt_model(a) for a in attempts],
             "attempts_not_kept": dropped,
             "planning_s": planning_s,
+            "fallback": fallback,
             "breakdown": breakdown_model(breakdown),
         }
     )
