@@ -337,7 +337,7 @@ def _plan(
         tuple(notes),
         readable_files(catalog),
         pruned_by,
-        fallback,
+        fallback=fallback,
     )
 
 
