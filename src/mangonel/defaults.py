@@ -71,6 +71,15 @@ PLAN_CACHE = 256
 HEARTBEAT_TIMEOUT_S = 10.0
 """Seconds of silence after which the scheduler declares an executor lost."""
 
+SUSPECT_PHI = 8.0
+"""The failure detector's phi at which a silent executor is suspected and gets
+no new task (Akka's threshold; ``scheduler.detector``): with heartbeats every
+0.5 s, about 2.1 s of silence. Infinite: never suspected, only lost."""
+
+ISOLATION_GRACE_S = 30.0
+"""Seconds more that losses for silence wait while most executors are silent at
+once (the scheduler's own link is the likely cut: ``scheduler.state_liveness``)."""
+
 NO_EXECUTOR_GRACE_S = 30.0
 """Seconds a job may wait with no executor alive before it fails."""
 

@@ -13,6 +13,7 @@ The usual plan (``three_stage_plan``)::
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
@@ -731,7 +732,9 @@ def test_outputs_no_longer_needed_are_not_recomputed_until_they_are() -> None:
 
 
 def test_heartbeat_timeout_via_tick() -> None:
-    h = Harness(Limits(heartbeat_timeout_s=10.0))
+    # The timeout alone: the detector's suspicion (and an isolation of the
+    # scheduler, both executors silent) is ``test_state_liveness``'s.
+    h = Harness(Limits(heartbeat_timeout_s=10.0, suspect_phi=math.inf))
     h.register(E1, 1)
     h.register(E2, 2)
     assert launches(h.submit(three_stage_plan(maps=2))) == [
@@ -765,7 +768,7 @@ def test_heartbeat_timeout_via_tick() -> None:
 
 
 def test_executors_timing_out_together_are_one_stage_rerun() -> None:
-    h = Harness(Limits(heartbeat_timeout_s=10.0, max_task_recomputes=1))
+    h = Harness(Limits(heartbeat_timeout_s=10.0, max_task_recomputes=1, suspect_phi=math.inf))
     h.register(E1, 1)
     h.register(E2, 1)
     h.submit(three_stage_plan(maps=2, reducers=1))

@@ -186,8 +186,7 @@ class CoreConfig:
 
     @property
     def heartbeat_interval_s(self) -> float:
-        # Several beats per timeout, so one delayed beat never looks like a loss.
-        return max(0.05, min(1.0, self.limits.heartbeat_timeout_s / 4))
+        return self.limits.heartbeat_interval_s
 
 
 class SchedulerCore:
@@ -494,6 +493,13 @@ class SchedulerCore:
                 command.query,
             )
         elif isinstance(command, DeclareExecutorLost):
+            # Every loss in the log with what it rests on: false losses are counted from it.
+            log.warning(
+                "executor %s lost (%s): %s",
+                command.executor,
+                command.reason.value,
+                command.detail or "-",
+            )
             self._closed(command.executor)
         elif isinstance(command, ForgetJob):
             self._jobs.pop(command.job, None)
@@ -597,6 +603,7 @@ class SchedulerCore:
                 return  # the state machine let it go already (and closed the stream)
             detail = detail or "its command stream closed"
             reason = LossReason.CONNECTION_LOST
+            log.warning("executor %s lost (%s): %s", executor, reason.value, detail)
             self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
             self._closed(executor)
 

@@ -109,6 +109,7 @@ from dataclasses import dataclass, field, replace
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.scheduler import adaptive
+from mangonel.scheduler.detector import silence_for_phi
 from mangonel.scheduler.events import (
     CancelRequested,
     Command,
@@ -161,6 +162,7 @@ from mangonel.scheduler.state_jobs import (
     TaskRecord,
     invalid_plan_reason,
 )
+from mangonel.scheduler.state_liveness import judge
 from mangonel.scheduler.state_views import (
     ExecutorState,
     ExecutorView,
@@ -245,7 +247,11 @@ class SchedulerState:
         keep_lost_executors: int = 100,
     ) -> None:
         self.limits = limits
-        self._executors = ExecutorRegistry(keep_lost=keep_lost_executors)
+        self._executors = ExecutorRegistry(
+            keep_lost=keep_lost_executors,
+            heartbeat_interval_s=limits.heartbeat_interval_s,
+            long_gap_s=silence_for_phi(limits.heartbeat_interval_s, limits.suspect_phi),
+        )
         self._jobs: dict[JobId, JobRecord] = {}
         self._finished: OrderedDict[JobId, FinishedJob] = OrderedDict()
         """In the order they finished."""
@@ -284,7 +290,7 @@ class SchedulerState:
             case ExecutorConnected():
                 self._connected(event, step)
             case ExecutorHeartbeat():
-                self._executors.heard_from(event.executor, event.time, event.unhealthy)
+                self._executors.heard_from(event.executor, event.time, event.unhealthy, beat=True)
             case ExecutorDraining():
                 self._executors.drain(event.executor, event.time)
             case ExecutorLost():
@@ -798,7 +804,9 @@ class SchedulerState:
             # Not heard from since the scheduler restarted: nothing says it is
             # alive, and a reader could not reach it. Lost, as any silent one.
             detail = f"not back since the scheduler restarted; task {event.attempt} {error}"
-            step.commands.append(DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES))
+            step.commands.append(
+                DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES, detail)
+            )
             self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
             return
         window = self.limits.unreachable_window_s
@@ -822,7 +830,9 @@ class SchedulerState:
             f"readers on {', '.join(readers)} could not reach it; "
             f"last: task {event.attempt} {error}"
         )
-        step.commands.append(DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES))
+        step.commands.append(
+            DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES, detail)
+        )
         self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
 
     def _exclude(self, job: JobRecord, executor: ExecutorId, why: str, step: _Step) -> None:
@@ -1126,28 +1136,19 @@ class SchedulerState:
         for over in self._executors.exclusions_over(step.now):
             over.excluded_until = None
             over.exclusion = f"was excluded: {over.exclusion}" if over.exclusion else ""
-        timeout = self.limits.heartbeat_timeout_s
+        judged = judge(self._executors, step.now, self.limits)
         losses = []
-        for executor in self._executors.timed_out(step.now, timeout):
-            rec = self._executors.live(executor)
-            silent = step.now - rec.last_heartbeat if rec is not None else timeout
+        for executor, detail in judged.lost:
             step.commands.append(
-                DeclareExecutorLost(step.cause, executor, LossReason.HEARTBEAT_TIMEOUT)
+                DeclareExecutorLost(step.cause, executor, LossReason.HEARTBEAT_TIMEOUT, detail)
             )
-            if rec is not None and rec.awaiting:
-                detail = (
-                    f"did not reconnect within {silent:.1f} s after the scheduler restarted "
-                    f"(the heartbeat timeout is {timeout:g} s)"
-                )
-            else:
-                detail = f"no heartbeat for {silent:.1f} s (the timeout is {timeout:g} s)"
             losses.append(_Loss(executor, LossReason.HEARTBEAT_TIMEOUT, detail))
         connect = self.limits.connect_timeout_s
         for executor in self._executors.connect_timed_out(step.now, connect):
-            step.commands.append(
-                DeclareExecutorLost(step.cause, executor, LossReason.CONNECTION_LOST)
-            )
             detail = f"registered but opened no command stream in {connect:g} s"
+            step.commands.append(
+                DeclareExecutorLost(step.cause, executor, LossReason.CONNECTION_LOST, detail)
+            )
             self._executors.mark_lost(executor, LossReason.CONNECTION_LOST, detail, step.now)
         if losses:
             self._lose(losses, step)
@@ -1376,7 +1377,17 @@ class SchedulerState:
         Called after ``_assign``, so pending tasks always come first. The first
         of the two to finish wins (``_task_completed``).
         """
-        found = stragglers(self._jobs.values(), self._executors.is_live, step.now, self.limits)
+        distrusted = any(
+            r.suspected_since is not None or r.quarantined_until is not None
+            for r in self._executors.live_records()
+        )
+        found = stragglers(
+            self._jobs.values(),
+            self._executors.is_live,
+            step.now,
+            self.limits,
+            self._distrusted if distrusted else None,
+        )
         cap = self._job_slot_cap()
         held = self._executors.slots_held() if cap is not None and found else {}
         for s in found:
@@ -1396,6 +1407,14 @@ class SchedulerState:
             step.commands.append(LaunchTask(step.cause, executor.id, spec, speculative=True))
 
     # --------------------------------------------------------------- bad executors
+
+    def _distrusted(self, executor: ExecutorId) -> bool:
+        """Whether ``executor`` is suspected or quarantined (``state_liveness``):
+        its running attempts are copied at once."""
+        rec = self._executors.live(executor)
+        return rec is not None and (
+            rec.suspected_since is not None or rec.quarantined_until is not None
+        )
 
     def _count_failure(self, executor: ExecutorId, task: TaskRecord, why: str, step: _Step) -> None:
         """An attempt failed on ``executor`` for an execution reason: count it
