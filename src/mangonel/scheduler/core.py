@@ -79,6 +79,7 @@ from mangonel.scheduler.events import (
     JobSubmitted,
     JobSucceeded,
     Limits,
+    LogExecutorHealth,
     LogRejectedFragment,
     LossReason,
     RefuseStream,
@@ -480,6 +481,9 @@ class SchedulerCore:
                     command.error_type.value,
                     command.message,
                 )
+        elif isinstance(command, LogExecutorHealth):
+            who = f"executor {command.executor}" if command.executor else "the scheduler"
+            log.warning("%s %s: %s", who, command.change.value, command.detail)
         elif isinstance(command, LogRejectedFragment):
             log.error(
                 "job %s: internal error, DuckDB refused the SQL of stage %s in task %s: %s\n"

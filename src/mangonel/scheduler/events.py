@@ -40,6 +40,22 @@ class LossReason(enum.Enum):
     PROCESS_EXITED = "process exited"
 
 
+class HealthChange(enum.Enum):
+    """What the failure detector decided about an executor, or about the scheduler's
+    own link (``scheduler.state_liveness``)."""
+
+    SUSPECTED = "suspected"
+    """Its silence is improbable: no new task; its running attempts are copied."""
+    TRUSTED = "trusted again"
+    """A suspected executor was heard from."""
+    QUARANTINED = "quarantined"
+    """A flapping link: no new task for a while, its outputs still served."""
+    ISOLATED = "isolated"
+    """Most executors are silent at once: the scheduler takes itself for cut off."""
+    RECONNECTED = "reconnected"
+    """The isolation is over: enough executors are heard again."""
+
+
 # --------------------------------------------------------------------------- events
 
 
@@ -197,6 +213,18 @@ class LogRejectedFragment(SchedulerCommand):
     """The stage's SQL, as the planner wrote it."""
     query: str
     """The user's query."""
+
+
+@dataclass(frozen=True)
+class LogExecutorHealth(SchedulerCommand):
+    """Write to the scheduler's log what the failure detector decided: a suspicion,
+    the trust back, a quarantine, the scheduler's own isolation and its end.
+    Nothing to carry out; the log is how false suspicions are counted."""
+
+    change: HealthChange
+    executor: ExecutorId | None
+    """``None`` for the scheduler's isolation."""
+    detail: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)

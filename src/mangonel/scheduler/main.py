@@ -92,6 +92,8 @@ class SchedulerConfig:
         adaptive_min_partition_bytes: And at least, even where slots are left idle.
         heartbeat_timeout_s: An executor silent this long is lost.
         no_executor_grace_s: A job with no executor for this long fails.
+        isolation_grace_s: Losses for silence wait this much longer while most
+            executors are silent at once (``scheduler.state_liveness``).
         max_task_attempts: Attempts of one task before its job fails.
         max_task_recomputes: Times one task's output may be lost and made again
             before its job fails.
@@ -156,6 +158,7 @@ class SchedulerConfig:
     adaptive_min_partition_bytes: int = defaults.ADAPTIVE_MIN_PARTITION_BYTES
     heartbeat_timeout_s: float = defaults.HEARTBEAT_TIMEOUT_S
     no_executor_grace_s: float = defaults.NO_EXECUTOR_GRACE_S
+    isolation_grace_s: float = defaults.ISOLATION_GRACE_S
     max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS
     max_task_recomputes: int = defaults.MAX_TASK_RECOMPUTES
     result_ttl_s: float = defaults.RESULT_TTL_S
@@ -199,6 +202,7 @@ class SchedulerConfig:
                 max_task_recomputes=self.max_task_recomputes,
                 heartbeat_timeout_s=self.heartbeat_timeout_s,
                 no_executor_grace_s=self.no_executor_grace_s,
+                isolation_grace_s=self.isolation_grace_s,
                 result_ttl_s=self.result_ttl_s,
                 adaptive=self.adaptive,
                 adaptive_partition_bytes=self.adaptive_partition_bytes,

@@ -121,11 +121,13 @@ from mangonel.scheduler.events import (
     ExecutorLost,
     ExecutorRegistered,
     ForgetJob,
+    HealthChange,
     JobCancelled,
     JobFailed,
     JobSubmitted,
     JobSucceeded,
     Limits,
+    LogExecutorHealth,
     LogRejectedFragment,
     LossReason,
     RefuseStream,
@@ -162,7 +164,7 @@ from mangonel.scheduler.state_jobs import (
     TaskRecord,
     invalid_plan_reason,
 )
-from mangonel.scheduler.state_liveness import judge
+from mangonel.scheduler.state_liveness import Judgement, judge
 from mangonel.scheduler.state_views import (
     ExecutorState,
     ExecutorView,
@@ -290,7 +292,13 @@ class SchedulerState:
             case ExecutorConnected():
                 self._connected(event, step)
             case ExecutorHeartbeat():
-                self._executors.heard_from(event.executor, event.time, event.unhealthy, beat=True)
+                ex, t = event.executor, event.time
+                since = self._executors.heard_from(ex, t, event.unhealthy, beat=True)
+                if since is not None:
+                    why = f"heard from again after {t - since:.1f} s of suspicion"
+                    step.commands.append(
+                        LogExecutorHealth(step.cause, HealthChange.TRUSTED, ex, why)
+                    )
             case ExecutorDraining():
                 self._executors.drain(event.executor, event.time)
             case ExecutorLost():
@@ -1137,6 +1145,7 @@ class SchedulerState:
             over.excluded_until = None
             over.exclusion = f"was excluded: {over.exclusion}" if over.exclusion else ""
         judged = judge(self._executors, step.now, self.limits)
+        self._log_health(judged, step)
         losses = []
         for executor, detail in judged.lost:
             step.commands.append(
@@ -1407,6 +1416,27 @@ class SchedulerState:
             step.commands.append(LaunchTask(step.cause, executor.id, spec, speculative=True))
 
     # --------------------------------------------------------------- bad executors
+
+    def _log_health(self, judged: Judgement, step: _Step) -> None:
+        """``LogExecutorHealth`` for what ``state_liveness.judge`` changed."""
+        cause, now = step.cause, step.now
+        for rec in judged.suspected:
+            why = f"silent for {now - rec.last_heartbeat:.1f} s" + (
+                f"; {rec.arrivals.evidence(now, rec.last_heartbeat)}" if rec.arrivals else ""
+            )
+            step.commands.append(LogExecutorHealth(cause, HealthChange.SUSPECTED, rec.id, why))
+        for rec in judged.quarantined:
+            why = f"{rec.quarantine}; until {rec.quarantined_until}"
+            step.commands.append(LogExecutorHealth(cause, HealthChange.QUARANTINED, rec.id, why))
+        if judged.isolation_began:
+            why = (
+                "most executors are silent at once: the scheduler's own link is the likely "
+                f"cut, so losses for silence wait {self.limits.isolation_grace_s:g} s more"
+            )
+            step.commands.append(LogExecutorHealth(cause, HealthChange.ISOLATED, None, why))
+        if judged.isolation_ended:
+            why = "enough executors are heard again"
+            step.commands.append(LogExecutorHealth(cause, HealthChange.RECONNECTED, None, why))
 
     def _distrusted(self, executor: ExecutorId) -> bool:
         """Whether ``executor`` is suspected or quarantined (``state_liveness``):

@@ -552,14 +552,16 @@ class ExecutorRegistry:
 
     def heard_from(
         self, executor: ExecutorId, now: float, unhealthy: str | None = None, beat: bool = False
-    ) -> None:
+    ) -> float | None:
         """A word from the executor: a heartbeat (``beat``) or a report.
 
         A heartbeat feeds its failure detector; any word ends a suspicion (not
         a quarantine). ``unhealthy`` (when given) replaces what the last
-        heartbeat said.
+        heartbeat said. Returns since when it was suspected, if this ended a
+        suspicion.
         """
         rec = self._live.get(executor) or self._connecting.get(executor)
+        ended = None
         if rec is not None:
             rec.last_heartbeat = max(rec.last_heartbeat, now)
             if beat:
@@ -570,9 +572,10 @@ class ExecutorRegistry:
                     rec.gaps.append(now)
                 rec.arrivals.heard(now)
             if rec.suspected_since is not None and now >= rec.suspected_since:
-                rec.suspected_since = None
+                ended, rec.suspected_since = rec.suspected_since, None
             if unhealthy is not None:
                 rec.unhealthy = unhealthy
+        return ended
 
     def drain(self, executor: ExecutorId, now: float) -> None:
         rec = self._live.get(executor)

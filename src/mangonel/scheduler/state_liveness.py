@@ -95,6 +95,8 @@ class Judgement:
     """Lost for silence, each with its evidence."""
     isolated: bool = False
     """Whether the scheduler takes itself for cut off now."""
+    isolation_began: bool = False
+    isolation_ended: bool = False
 
 
 def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
@@ -127,8 +129,10 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
     out.isolated = len(judged) >= 2 and suspected >= math.ceil(ISOLATION_SHARE * len(judged))
     if out.isolated and registry.isolated_since is None:
         registry.isolated_since = now
-    elif not out.isolated:
+        out.isolation_began = True
+    elif not out.isolated and registry.isolated_since is not None:
         registry.isolated_since = None
+        out.isolation_ended = True
     flapping = [r for r in judged if len(r.gaps) >= FLAP_GAPS]
     # Most executors flapping together is the scheduler's own link: quarantine none.
     if flapping and len(flapping) < math.ceil(ISOLATION_SHARE * len(judged)):
