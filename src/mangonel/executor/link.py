@@ -41,11 +41,13 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
     # The command stream is idle between queries: pings find a dead scheduler
     # (or a cut link) instead of waiting on a silent socket forever.
+    # 20 s for the answer, as the scheduler's own (``scheduler.main``): a short
+    # cut of the scheduler must not break the stream, which would end this life.
     ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
     # gRPC 1.85 waits this long for a ping's answer, whatever the keepalive
     # timeout (default 60 s): see ``client.rpc.keepalive_options``.
-    ("grpc.http2.ping_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
     # A restarted scheduler is found again within a second.
     ("grpc.initial_reconnect_backoff_ms", 100),

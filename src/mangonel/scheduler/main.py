@@ -41,16 +41,21 @@ log = logging.getLogger(__name__)
 
 # Task specs list every upstream partition location; big plans exceed gRPC's 4 MB.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+KEEPALIVE_TIMEOUT_MS = 20_000
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     # Executors' Connect streams are idle for long stretches: keep them open and
     # let a dead peer be found by keepalive pings rather than never.
+    # The answer may take 20 s: a ping lost in a cut the scheduler rides out
+    # (``state_liveness``: most executors silent at once) must not break every
+    # stream and throw the executors' outputs away; a dead executor is found by
+    # its heartbeats' silence in seconds anyway.
     ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     # gRPC 1.85 waits this long for a ping's answer, whatever the keepalive
     # timeout (default 60 s): see ``client.rpc.keepalive_options``.
-    ("grpc.http2.ping_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.keepalive_permit_without_calls", 1),
     # Clients ping under a watched job's quiet stream (``client.rpc``, as often
     # as every second): a server that allowed fewer would close their connection
