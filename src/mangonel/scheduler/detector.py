@@ -16,11 +16,13 @@ distribution, so the same silence then says less: the detector adapts to the
 host instead of the operator guessing a timeout for the worst one.
 
 Two floors keep it from being too eager where it has seen little: each interval
-is taken ``pause_margin`` longer than it was (one beat may always come late),
-and the deviation is never below ``min_std``. Both are fractions of the
-heartbeat interval the scheduler asked for, so the defaults (a beat every
-0.5 s, ``SUSPECT_PHI`` 8) suspect a cut executor after about 2.1 s of silence,
-and a cluster with a 2 s heartbeat timeout (0.1 s beats) after about 0.45 s.
+is taken ``PAUSE_MARGIN`` longer than it was (one beat may always come late),
+and the deviation is never below ``MIN_STD``. Both are half the heartbeat
+interval the scheduler asked for, and at least 0.25 s, so the defaults (a beat
+every 0.5 s, ``SUSPECT_PHI`` 8) suspect a cut executor after about 2.1 s of
+silence, and a cluster with a 2 s heartbeat timeout (0.1 s beats) after about
+1.75 s: a thread that misses a few short beats on a busy machine is not
+suspected for it.
 
 Pure and clock-free: every time is an argument.
 
@@ -51,12 +53,16 @@ SUSPECT_PHI = defaults.SUSPECT_PHI
 
 PAUSE_MARGIN = 0.5
 """Each interval is counted this many heartbeat intervals longer (Akka's
-``acceptable-heartbeat-pause``, scaled to the beat)."""
+``acceptable-heartbeat-pause``, scaled to the beat) ..."""
 
 MIN_STD = 0.5
 """The deviation is never taken below this many heartbeat intervals (Akka's
 ``min-std-deviation``): a perfectly regular history must not make the first
-late beat a failure."""
+late beat a failure ..."""
+
+FLOOR_S = 0.25
+"""... and neither floor below this many seconds: beats far shorter than a
+machine's scheduling hiccups must not make the detector that much more eager."""
 
 _PHI_CAP = 100.0
 """Phi once the normal tail underflows (``erfc`` is 0 beyond about z = 27)."""
@@ -121,7 +127,8 @@ class ArrivalWindow:
         else:
             mean = self._sum / n
             std = math.sqrt(max(0.0, self._sumsq / n - mean * mean))
-        return mean + PAUSE_MARGIN * self.expected_s, max(std, MIN_STD * self.expected_s)
+        floor = max(FLOOR_S, MIN_STD * self.expected_s)
+        return mean + max(FLOOR_S, PAUSE_MARGIN * self.expected_s), max(std, floor)
 
     def phi(self, now: float, since: float | None = None) -> float:
         """Phi of the silence from ``since`` (default: the last heartbeat) to ``now``."""
@@ -138,7 +145,7 @@ class ArrivalWindow:
         return Evidence(
             silence_s=max(0.0, now - since),
             phi=self.phi(now, since),
-            mean_s=mean - PAUSE_MARGIN * self.expected_s,
+            mean_s=mean - max(FLOOR_S, PAUSE_MARGIN * self.expected_s),
             std_s=std,
             samples=len(self.intervals),
         )

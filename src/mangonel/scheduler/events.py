@@ -321,8 +321,8 @@ class Limits:
     def heartbeat_interval_s(self) -> float:
         """How often executors heartbeat: a twentieth of the timeout, between
         0.05 and 0.5 s. The failure detector suspects a regular executor after
-        about four intervals of silence (``detector.silence_for_phi``): 2.1 s
-        with the 10 s default."""
+        about four intervals of silence, and 1.75 s at least
+        (``detector.silence_for_phi``): 2.1 s with the 10 s default."""
         return max(0.05, min(0.5, self.heartbeat_timeout_s / 20))
 
     def __post_init__(self) -> None:
