@@ -28,7 +28,9 @@ from mangonel.scheduler.events import (
     Command,
     DeclareExecutorLost,
     ExecutorHeartbeat,
+    HealthChange,
     Limits,
+    LogExecutorHealth,
     LossReason,
 )
 from mangonel.scheduler.state import StageView
@@ -212,6 +214,29 @@ def test_a_scheduler_cut_off_from_everyone_for_6_s_loses_no_one_and_recomputes_n
     assert [c for _, c in cmds if isinstance(c, LaunchTask)] == []
     assert maps_view(h).outputs_recomputed == 0 and maps_view(h).done == 3
     assert h.state._executors.isolated_since is None  # over once they were heard again
+
+
+def test_executors_heard_one_by_one_after_the_heal_are_all_kept() -> None:
+    # The link heals for e1 first; e2 and e3 are heard 2.5 s and 2.9 s later. The
+    # first one heard ends the isolation, and must not lose the others at once.
+    h = isolated_cluster()
+    back = {E1: 11.0, E2: 13.5, E3: 13.9}
+    cmds = run(h, 20.0, lambda e, t: not 5.0 <= t < back[e])
+    assert losses(cmds) == []
+    logged = [(c.change, c.executor) for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert logged[3:5] == [(HealthChange.ISOLATED, None), (HealthChange.TRUSTED, E1)]
+    assert (HealthChange.RECONNECTED, None) in logged
+    assert maps_view(h).outputs_recomputed == 0
+
+
+def test_a_straggler_after_the_heal_is_lost_a_timeout_after_the_isolation_ended() -> None:
+    h = isolated_cluster()
+    # e1 and e2 are heard again at the heal; e3 never is (it died during the cut).
+    cmds = run(h, 30.0, lambda e, t: t < 5.0 or (e != E3 and t >= 11.0))
+    ended = next(t for t, c in cmds if isinstance(c, LogExecutorHealth)
+                 and c.change is HealthChange.RECONNECTED)  # fmt: skip
+    assert losses(cmds) == [(losses(cmds)[0][0], E3)]
+    assert 0.0 < losses(cmds)[0][0] - (ended + 3.0) <= TICK
 
 
 def test_executors_that_really_died_are_lost_once_the_isolation_grace_is_over() -> None:

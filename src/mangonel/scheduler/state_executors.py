@@ -228,6 +228,9 @@ class ExecutorRegistry:
         self.isolated_since: float | None = None
         """Since when most live executors are suspected at once (the scheduler
         takes itself for cut off, ``state_liveness``); in memory only."""
+        self.isolation_ended: float | None = None
+        """When the last isolation ended (the executors silent since before get
+        one more timeout to be heard)."""
         self._connecting: dict[ExecutorId, ExecutorRecord] = {}
         self._live: dict[ExecutorId, ExecutorRecord] = {}
         self._lost: OrderedDict[ExecutorId, ExecutorRecord] = OrderedDict()

@@ -132,6 +132,7 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
         out.isolation_began = True
     elif not out.isolated and registry.isolated_since is not None:
         registry.isolated_since = None
+        registry.isolation_ended = now
         out.isolation_ended = True
     flapping = [r for r in judged if len(r.gaps) >= FLAP_GAPS]
     # Most executors flapping together is the scheduler's own link: quarantine none.
@@ -153,7 +154,6 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
                     f"{rec.gaps[-1] - rec.gaps[0]:.0f} s (a flapping link?)"
                 )
                 out.quarantined.append(rec)
-    grace = limits.isolation_grace_s if registry.isolated_since is not None else 0.0
     for rec in registry.live_records():
         silence = now - rec.last_heartbeat
         if rec.awaiting:
@@ -167,6 +167,7 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
                 )
             continue
         factor = QUARANTINE_LOSS_FACTOR if rec.quarantined_until is not None else 1.0
+        grace = _isolation_grace(registry, rec, now, limits)
         bound = factor * timeout + grace
         if silence > bound:
             window = rec.arrivals or ArrivalWindow(interval_s)
@@ -180,3 +181,20 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
             )
             out.lost.append((rec.id, detail))
     return out
+
+
+def _isolation_grace(
+    registry: ExecutorRegistry, rec: ExecutorRecord, now: float, limits: Limits
+) -> float:
+    """How much longer than the timeout ``rec`` may be silent: the isolation
+    grace while the scheduler is isolated; once the isolation ended, still for
+    the executors silent since before its end, each until a timeout after it
+    (the link heals for them one by one: the first heard must not lose the
+    others at once)."""
+    grace = limits.isolation_grace_s
+    if registry.isolated_since is not None:
+        return grace
+    ended = registry.isolation_ended
+    if ended is None or rec.last_heartbeat >= ended:
+        return 0.0
+    return max(0.0, min(grace, ended - rec.last_heartbeat))
