@@ -158,11 +158,11 @@ DRAIN_TIMEOUT_S = 30.0
 """On SIGTERM an executor finishes its tasks and serves its outputs for at most this long."""
 
 FETCH_TIMEOUT_S = 30.0
-"""Limit on one Flight fetch of a shuffle partition (the whole stream, not an
-idle gap): a silent peer fails the fetch after this long. It must cover a large
-partition on a slow link, so it is far above the heartbeat timeout; a reader
-whose input's executor is declared lost does not wait it out, since the
-scheduler cancels it."""
+"""Longest a Flight fetch of a shuffle partition may go without receiving
+anything (an idle gap, not the whole stream): a silent or cut-off peer fails the
+fetch after this long, while a large partition on a slow link that keeps
+arriving is never failed for being slow. A reader whose input's executor is
+declared lost does not wait it out, since the scheduler cancels it."""
 
 CLEANUP_INTERVAL_S = 10.0
 """Seconds between an executor's sweeps of the work root for dead executors' files."""

@@ -287,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=defaults.FETCH_TIMEOUT_S,
         metavar="S",
-        help="give up a Flight fetch of a shuffle partition after S seconds (default %(default)g)",
+        help="give up a Flight fetch of a shuffle partition that received nothing for S seconds "
+        "(a slow one that keeps receiving goes on) (default %(default)g)",
     )
     p.add_argument(
         "--cleanup-interval",

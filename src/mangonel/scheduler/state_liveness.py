@@ -187,14 +187,17 @@ def _isolation_grace(
     registry: ExecutorRegistry, rec: ExecutorRecord, now: float, limits: Limits
 ) -> float:
     """How much longer than the timeout ``rec`` may be silent: the isolation
-    grace while the scheduler is isolated; once the isolation ended, still for
-    the executors silent since before its end, each until a timeout after it
-    (the link heals for them one by one: the first heard must not lose the
-    others at once)."""
+    grace while the scheduler is isolated; once the isolation ended, the
+    executors silent since before its end get a whole timeout after it (the
+    link heals for them one by one: the first heard must not lose the others
+    at once)."""
     grace = limits.isolation_grace_s
     if registry.isolated_since is not None:
         return grace
     ended = registry.isolation_ended
     if ended is None or rec.last_heartbeat >= ended:
         return 0.0
-    return max(0.0, min(grace, ended - rec.last_heartbeat))
+    # Not capped by the grace: the silence ended within it (else the executor
+    # would have been lost meanwhile), and TCP's retries after a long cut may
+    # take a second or two more to reach it.
+    return max(0.0, ended - rec.last_heartbeat)
