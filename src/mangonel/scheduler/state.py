@@ -21,9 +21,14 @@ What each event does, in one place:
   proposed id, ``ExecutorConnected`` makes it ALIVE (any other stream gets
   ``RefuseStream``); ``ExecutorHeartbeat`` / ``ExecutorDraining`` /
   ``ExecutorLost`` (a draining executor's closed stream is a ``DRAINED`` loss).
-  A ``Tick`` declares lost (``DeclareExecutorLost``) any live executor silent
-  for longer than ``Limits.heartbeat_timeout_s`` and any connecting one that
-  opened no stream in ``Limits.connect_timeout_s``.
+  A ``Tick`` judges silence (``state_liveness``): an executor whose silence
+  the phi accrual detector finds improbable is suspected (no new task, its
+  attempts copied), one that flaps is quarantined, and any live executor
+  silent for longer than ``Limits.heartbeat_timeout_s`` (more while
+  quarantined, or while most are silent at once: the scheduler's own link) is
+  declared lost (``DeclareExecutorLost``, with the evidence), as is any
+  connecting one that opened no stream in ``Limits.connect_timeout_s``; each
+  change is logged (``LogExecutorHealth``).
 * a scheduler restart: ``restore`` loads what the shell stored (``export_job``,
   ``export_finished``, ``export_executors``); ``SchedulerRecovered`` sends the
   attempts that were running back to pending (not charged) and makes every
