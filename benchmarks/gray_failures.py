@@ -62,12 +62,13 @@ def lost(cluster: NetCluster) -> float:
     )
 
 
-def logged_at(log: str, pattern: str) -> float | None:
-    """The time of the first line of ``log`` that matches ``pattern``."""
+def logged_at(log: str, pattern: str, after: float) -> float | None:
+    """The time of the first line of ``log`` after ``after`` that matches ``pattern``."""
     for line in log.splitlines():
         if re.search(pattern, line):
-            stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
-            return stamp.timestamp()
+            stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            if stamp >= after:
+                return stamp
     return None
 
 
@@ -227,8 +228,8 @@ def main() -> int:
         while time.time() - cut < 60 and gone is None:
             # The scheduler's log says when (its clock is this machine's).
             log = cluster.scheduler.log_path.read_text()
-            suspected = suspected or logged_at(log, rf"executor {victim} suspected")
-            gone = logged_at(log, rf"executor {victim} lost")
+            suspected = suspected or logged_at(log, rf"executor {victim} suspected", cut)
+            gone = logged_at(log, rf"executor {victim} lost", cut)
             time.sleep(0.2)
         suspected = suspected - cut if suspected else None
         gone = gone - cut if gone else None
