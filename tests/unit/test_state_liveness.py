@@ -256,3 +256,14 @@ def test_two_of_three_silent_is_not_the_schedulers_cut() -> None:
     (when,) = {t for t, _ in losses(cmds)}
     last_beat = h.state.executor(E1).last_heartbeat
     assert 3.0 < when - last_beat <= 3.0 + TICK
+
+
+def test_a_long_silence_does_not_teach_the_detector_to_tolerate_the_next() -> None:
+    # After the scheduler's 6 s cut, a silent e2 is suspected as soon as before:
+    # the cut's intervals count only up to the suspicion bar.
+    h = isolated_cluster()
+    run(h, 20.0, lambda e, t: not 5.0 <= t < 11.0)
+    cmds = run(h, 30.0, lambda e, t: e != E2 or t < 20.0)
+    (when,) = [t for t, c in cmds if isinstance(c, LogExecutorHealth) and c.executor == E2]
+    bar = h.state._executors.long_gap_s  # a regular executor's suspicion time
+    assert when - 20.0 <= bar + 2 * TICK, (when, bar)

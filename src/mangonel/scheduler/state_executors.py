@@ -569,7 +569,7 @@ class ExecutorRegistry:
             rec.last_heartbeat = max(rec.last_heartbeat, now)
             if beat:
                 if rec.arrivals is None:
-                    rec.arrivals = ArrivalWindow(self.heartbeat_interval_s)
+                    rec.arrivals = ArrivalWindow(self.heartbeat_interval_s, self.long_gap_s)
                 last = rec.arrivals.last
                 if last is not None and now - last >= self.long_gap_s:
                     rec.gaps.append(now)
