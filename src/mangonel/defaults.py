@@ -79,6 +79,15 @@ PLAN_CACHE = 256
 HEARTBEAT_TIMEOUT_S = 10.0
 """Seconds of silence after which the scheduler declares an executor lost."""
 
+SUSPECT_PHI = 8.0
+"""The failure detector's phi at which a silent executor is suspected and gets
+no new task (Akka's threshold; ``scheduler.detector``): with heartbeats every
+0.5 s, about 2.1 s of silence. Infinite: never suspected, only lost."""
+
+ISOLATION_GRACE_S = 30.0
+"""Seconds more that losses for silence wait while most executors are silent at
+once (the scheduler's own link is the likely cut: ``scheduler.state_liveness``)."""
+
 NO_EXECUTOR_GRACE_S = 30.0
 """Seconds a job may wait with no executor alive before it fails."""
 
@@ -157,11 +166,11 @@ DRAIN_TIMEOUT_S = 30.0
 """On SIGTERM an executor finishes its tasks and serves its outputs for at most this long."""
 
 FETCH_TIMEOUT_S = 30.0
-"""Limit on one Flight fetch of a shuffle partition (the whole stream, not an
-idle gap): a silent peer fails the fetch after this long. It must cover a large
-partition on a slow link, so it is far above the heartbeat timeout; a reader
-whose input's executor is declared lost does not wait it out, since the
-scheduler cancels it."""
+"""Longest a Flight fetch of a shuffle partition may go without receiving
+anything (an idle gap, not the whole stream): a silent or cut-off peer fails the
+fetch after this long, while a large partition on a slow link that keeps
+arriving is never failed for being slow. A reader whose input's executor is
+declared lost does not wait it out, since the scheduler cancels it."""
 
 CLEANUP_INTERVAL_S = 10.0
 """Seconds between an executor's sweeps of the work root for dead executors' files."""

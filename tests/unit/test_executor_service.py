@@ -591,3 +591,46 @@ def test_a_damaged_result_file_is_not_carried_with_the_report(tmp_path: Path) ->
         assert link.files == [{}]
     finally:
         stop_executor(service, thread)
+
+
+class _CutOffReports(FakeLink):
+    """A scheduler that cannot be reached for the first ``failures`` reports."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.tries = 0
+
+    def report_completed(
+        self,
+        executor: ExecutorId,
+        attempt: TaskAttemptId,
+        outputs: tuple[PartitionOutput, ...],
+        elapsed_s: float,
+        files: Mapping[str, bytes] | None = None,
+        timings: TaskTimings | None = None,
+    ) -> None:
+        with self.lock:
+            self.tries += 1
+            if self.tries <= self.failures:
+                raise ClusterError("cannot report a task to the scheduler: UNAVAILABLE")
+        super().report_completed(executor, attempt, outputs, elapsed_s, files, timings)
+
+
+def test_a_report_the_scheduler_cannot_take_is_tried_again_while_the_life_goes_on(
+    tmp_path: Path,
+) -> None:
+    # A scheduler cut off for a while keeps this executor (it defers losses when
+    # most executors fall silent at once): a report dropped then would leave
+    # the task running there forever.
+    link = _CutOffReports(failures=2)
+    config = ExecutorConfig(host="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
+    service, thread = start_executor(config, link)
+    try:
+        wait_for(lambda: bool(link.streams))
+        link.send(launch(attempt(0)))
+        wait_for(lambda: len(link.reports) == 1)
+        assert link.tries == 3 and link.reports[0][1] == attempt(0)
+        assert len(link.registrations) == 1  # the same life throughout
+    finally:
+        stop_executor(service, thread)

@@ -269,13 +269,67 @@ def test_a_peer_that_never_answers_fails_after_one_timeout(writer: ShuffleWriter
     try:
         reader = ShuffleReader("host-b", retries=3, backoff_s=0.01, timeout_s=0.5)
         started = time.monotonic()
-        with pytest.raises(FetchFailedError, match="timed out") as info:
+        with pytest.raises(FetchFailedError, match="stalled: nothing received") as info:
             reader.read(location(out, f"127.0.0.1:{silent.getsockname()[1]}"))
         assert time.monotonic() - started < 1.4  # one timeout, not three
         assert info.value.failure.problem is FetchProblem.UNREACHABLE
         reader.close()
     finally:
         silent.close()
+
+
+class _Trickle(flight.FlightServerBase):  # type: ignore[misc]
+    """Serves ``table`` a batch every ``pause_s``, stopping for ``stall_s`` after
+    ``stall_after`` batches: a peer behind a slow link, or one cut off mid-stream."""
+
+    def __init__(
+        self, table: pa.Table, pause_s: float, stall_after: int = -1, stall_s: float = 0.0
+    ) -> None:
+        super().__init__("grpc://127.0.0.1:0")
+        self.table, self.pause_s = table, pause_s
+        self.stall_after, self.stall_s = stall_after, stall_s
+
+    def do_get(self, context: object, ticket: flight.Ticket) -> flight.GeneratorStream:
+        def batches() -> Iterator[pa.RecordBatch]:
+            for i, batch in enumerate(self.table.to_batches(max_chunksize=1000)):
+                if i == self.stall_after:
+                    time.sleep(self.stall_s)
+                time.sleep(self.pause_s)
+                yield batch
+
+        return flight.GeneratorStream(self.table.schema, batches())
+
+
+def test_a_fetch_that_keeps_receiving_is_never_failed_for_being_slow(
+    writer: ShuffleWriter,
+) -> None:
+    # Ten batches 0.25 s apart: 2.5 s in all, five times the 0.5 s bound. Judged
+    # by its whole duration, it would have failed after 0.5 s.
+    table = sample(10_000)
+    out = writer.write_table(attempt(), 0, table)
+    with _Trickle(table, pause_s=0.25) as slow:
+        reader = ShuffleReader("host-b", retries=1, timeout_s=0.5)
+        started = time.monotonic()
+        got = reader.read(location(out, f"127.0.0.1:{slow.port}"))
+        assert time.monotonic() - started > 2.0
+        assert got.equals(table)
+        reader.close()
+
+
+def test_a_fetch_that_stalls_mid_stream_fails_unreachable_after_the_bound(
+    writer: ShuffleWriter,
+) -> None:
+    table = sample(10_000)
+    out = writer.write_table(attempt(), 0, table)
+    with _Trickle(table, pause_s=0.05, stall_after=3, stall_s=2.0) as stalled:
+        reader = ShuffleReader("host-b", retries=3, timeout_s=0.5)
+        started = time.monotonic()
+        with pytest.raises(FetchFailedError, match="stalled: nothing received") as info:
+            reader.read(location(out, f"127.0.0.1:{stalled.port}"))
+        assert time.monotonic() - started < 3.0  # the bound after the last batch, once
+        assert info.value.failure.problem is FetchProblem.UNREACHABLE
+        assert "bytes before" in str(info.value) and " 0 bytes before" not in str(info.value)
+        reader.close()
 
 
 def test_cancel_stops_a_fetch_from_a_silent_peer_at_once(writer: ShuffleWriter) -> None:
@@ -297,7 +351,7 @@ def test_cancel_stops_a_fetch_from_a_silent_peer_at_once(writer: ShuffleWriter) 
             reader.read(location(out, "127.0.0.1:1"))
         reader.reset()
         reader.timeout_s = 0.3
-        with pytest.raises(FetchFailedError, match="timed out"):
+        with pytest.raises(FetchFailedError, match="stalled"):
             reader.read(location(out, f"127.0.0.1:{silent.getsockname()[1]}"))
     finally:
         silent.close()

@@ -126,6 +126,12 @@ def _too_many_held(h: Harness) -> None:
     registry(h)._held[J1] += 1
 
 
+def _one_executor() -> Harness:
+    h = Harness()
+    h.register(E1, 1)
+    return h
+
+
 CASES: list[tuple[str, Callable[[], Harness], Callable[[Harness], object]]] = [
     ("task-attempts", maps_done, lambda h: setattr(task(h, S2, 0), "attempts_launched", 0)),
     ("task-outputs", maps_done, _set_outputs_unsorted),
@@ -144,6 +150,8 @@ CASES: list[tuple[str, Callable[[], Harness], Callable[[Harness], object]]] = [
     ("executor-index", maps_done, _stale_snapshot),
     ("executor-index", maps_done, _too_many_held),
     ("executor-index", maps_done, lambda h: registry(h)._ranks.clear()),
+    ("executor-health", maps_done, lambda h: setattr(registry(h).live(E1), "gaps", [2, 1])),
+    ("executor-health", _one_executor, lambda h: setattr(registry(h), "isolated_since", 0.0)),
     ("running-placed", maps_done, _too_few_slots),
     ("running-placed", maps_done, lambda h: job(h).excluded.add(E1)),
     ("nothing-launchable", queued, lambda h: add_idle_executor(h, E3)),

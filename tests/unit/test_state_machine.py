@@ -13,6 +13,7 @@ The usual plan (``three_stage_plan``)::
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
@@ -27,11 +28,13 @@ from mangonel.scheduler.events import (
     ExecutorHeartbeat,
     ExecutorLost,
     ExecutorRegistered,
+    HealthChange,
     JobCancelled,
     JobFailed,
     JobSubmitted,
     JobSucceeded,
     Limits,
+    LogExecutorHealth,
     LogRejectedFragment,
     LossReason,
     RefuseStream,
@@ -731,7 +734,9 @@ def test_outputs_no_longer_needed_are_not_recomputed_until_they_are() -> None:
 
 
 def test_heartbeat_timeout_via_tick() -> None:
-    h = Harness(Limits(heartbeat_timeout_s=10.0))
+    # The timeout alone: the detector's suspicion (and an isolation of the
+    # scheduler, both executors silent) is ``test_state_liveness``'s.
+    h = Harness(Limits(heartbeat_timeout_s=10.0, suspect_phi=math.inf))
     h.register(E1, 1)
     h.register(E2, 2)
     assert launches(h.submit(three_stage_plan(maps=2))) == [
@@ -765,7 +770,7 @@ def test_heartbeat_timeout_via_tick() -> None:
 
 
 def test_executors_timing_out_together_are_one_stage_rerun() -> None:
-    h = Harness(Limits(heartbeat_timeout_s=10.0, max_task_recomputes=1))
+    h = Harness(Limits(heartbeat_timeout_s=10.0, max_task_recomputes=1, suspect_phi=math.inf))
     h.register(E1, 1)
     h.register(E2, 1)
     h.submit(three_stage_plan(maps=2, reducers=1))
@@ -810,7 +815,8 @@ def test_all_executors_lost_then_one_rejoins_within_grace() -> None:
     assert launches(h.register(E2, 2)) == [("e2", "j1/s1/p0/a1"), ("e2", "j1/s1/p1/a1")]
     h.now = 95.0
     h.send(ExecutorHeartbeat, E2)
-    assert h.tick(100.0) == []
+    # Silent 5 s since: suspected (no loss); its next report clears it.
+    assert h.tick(100.0) == [LogExecutorHealth(h.last_id, HealthChange.SUSPECTED, E2)]
     finish = [h.complete(att(1, p, 1), E2) for p in (0, 1)]
     assert launches(finish[1]) == [("e2", "j1/s2/p0/a0")]
     h.complete(att(2, 0), E2)

@@ -9,6 +9,8 @@ threads and no sleeps.
 
 from __future__ import annotations
 
+import math
+
 from test_state_machine import (
     E1,
     E2,
@@ -197,7 +199,7 @@ def test_reading_a_result_releases_it_on_every_executor_that_ran_the_job() -> No
 
 
 def test_an_unread_result_expires_on_the_first_tick_after_its_time_to_live() -> None:
-    h = Harness(Limits(result_ttl_s=100.0, heartbeat_timeout_s=1e9))
+    h = Harness(Limits(result_ttl_s=100.0, heartbeat_timeout_s=1e9, suspect_phi=math.inf))
     h.register(E1, 1)
     h.now = 10.0
     h.submit(three_stage_plan(maps=1, reducers=1))

@@ -15,6 +15,8 @@ Same style as ``test_state_machine.py``, whose ``Harness`` and plans it reuses.
 
 from __future__ import annotations
 
+import math
+
 from test_state_machine import (
     E1,
     E2,
@@ -44,7 +46,7 @@ from mangonel.task import CancelTask, ExecutionError, FetchFailed, FetchProblem,
 def test_a_lost_executors_readers_are_cancelled_uncharged_and_run_again() -> None:
     # Two attempts per task: were the cancel charged, one more failure would
     # fail the job.
-    h = Harness(Limits(max_task_attempts=2, heartbeat_timeout_s=2.0))
+    h = Harness(Limits(max_task_attempts=2, heartbeat_timeout_s=2.0, suspect_phi=math.inf))
     h.register(E1, 1)
     h.register(E2, 1)
     h.submit(three_stage_plan(maps=2, reducers=2))

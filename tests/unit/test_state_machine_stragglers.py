@@ -12,6 +12,8 @@ copy goes to e1 (the least loaded executor but its own).
 
 from __future__ import annotations
 
+import math
+
 from test_state_machine import (
     E1,
     E2,
@@ -45,7 +47,11 @@ from mangonel.task import (
     ReleaseOutputs,
 )
 
-SPEC = Limits(speculation_min_s=1.0, exclusion_failures=0, heartbeat_timeout_s=1000.0)
+# No heartbeats are sent here: silence plays no part, neither the timeout nor
+# the failure detector's suspicion.
+SPEC = Limits(
+    speculation_min_s=1.0, exclusion_failures=0, heartbeat_timeout_s=1000.0, suspect_phi=math.inf
+)
 
 
 def straggling(limits: Limits = SPEC) -> Harness:
@@ -111,13 +117,13 @@ def test_no_copy_before_the_quantile_of_tasks_is_done() -> None:
 
 
 def test_no_copy_of_an_attempt_younger_than_the_minimum() -> None:
-    h = straggling(Limits(speculation_min_s=5.0, heartbeat_timeout_s=1000.0))
+    h = straggling(Limits(speculation_min_s=5.0, heartbeat_timeout_s=1000.0, suspect_phi=math.inf))
     assert h.tick(4.9) == []
     assert copies(h.tick(5.1)) == [("e1", "j1/s1/p3/a1")]
 
 
 def test_no_copy_when_speculation_is_off_or_no_other_executor_is_free() -> None:
-    h = straggling(Limits(speculation=False, heartbeat_timeout_s=1000.0))
+    h = straggling(Limits(speculation=False, heartbeat_timeout_s=1000.0, suspect_phi=math.inf))
     assert h.tick(100.0) == []
     lone = Harness(SPEC)
     lone.register(E1, 4)
@@ -328,6 +334,7 @@ EXCLUDE = Limits(
     exclusion_window_s=60.0,
     exclusion_s=30.0,
     heartbeat_timeout_s=1000.0,
+    suspect_phi=math.inf,
 )
 
 

@@ -31,8 +31,10 @@ from mangonel.scheduler.events import (
     ExecutorConnected,
     ExecutorHeartbeat,
     ExecutorRegistered,
+    HealthChange,
     JobSucceeded,
     Limits,
+    LogExecutorHealth,
     LossReason,
     ResumeExecutor,
     SchedulerRecovered,
@@ -177,7 +179,9 @@ def test_an_executor_that_does_not_come_back_is_lost_after_the_heartbeat_timeout
     r.send(SchedulerRecovered)
     reattach(r, E1, held(h, E1, att(1, 0), att(1, 2)))
     timeout = r.state.limits.heartbeat_timeout_s
-    assert r.tick(100.0 + timeout - 0.5) == []
+    # e1, back but silent since, is suspected; e2, awaited, only times out.
+    suspected = LogExecutorHealth(r.last_id + 1, HealthChange.SUSPECTED, E1)
+    assert r.tick(100.0 + timeout - 0.5) == [suspected]
     r.send(ExecutorHeartbeat, E1)  # e1 is back and beating; e2 stays silent
     cmds = r.tick(100.0 + timeout + 0.5)
     assert cmds[0] == DeclareExecutorLost(r.last_id, E2, LossReason.HEARTBEAT_TIMEOUT)

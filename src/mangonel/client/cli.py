@@ -149,7 +149,16 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=defaults.HEARTBEAT_TIMEOUT_S,
         metavar="S",
-        help="seconds of silence before an executor is lost (default %(default)g)",
+        help="seconds of silence before an executor is lost; it is suspected, and gets no "
+        "new task, after about a fifth of that (default %(default)g)",
+    )
+    p.add_argument(
+        "--isolation-grace",
+        type=float,
+        default=defaults.ISOLATION_GRACE_S,
+        metavar="S",
+        help="seconds more that losses for silence wait while most executors are silent at "
+        "once, the scheduler's own link being the likely cut (default %(default)g)",
     )
     p.add_argument(
         "--no-executor-grace",
@@ -284,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=defaults.FETCH_TIMEOUT_S,
         metavar="S",
-        help="give up a Flight fetch of a shuffle partition after S seconds (default %(default)g)",
+        help="give up a Flight fetch of a shuffle partition that received nothing for S seconds "
+        "(a slow one that keeps receiving goes on) (default %(default)g)",
     )
     p.add_argument(
         "--cleanup-interval",
@@ -838,6 +848,7 @@ def cmd_scheduler(args: argparse.Namespace) -> int:
         plan_cache=args.plan_cache,
         heartbeat_timeout_s=args.heartbeat_timeout,
         no_executor_grace_s=args.grace,
+        isolation_grace_s=args.isolation_grace,
         max_task_attempts=args.max_task_attempts,
         max_task_recomputes=args.max_task_recomputes,
         result_ttl_s=args.result_ttl,

@@ -76,8 +76,9 @@ class ExecutorConfig:
             ones left behind.
         heartbeat_interval_s: Seconds between heartbeats until the scheduler
             says otherwise (it does, when the executor registers).
-        fetch_timeout_s: Limit on one Flight ``do_get`` of a shuffle partition;
-            a frozen peer then fails the fetch instead of hanging the task.
+        fetch_timeout_s: Longest a Flight ``do_get`` of a shuffle partition may
+            receive nothing; a frozen peer then fails the fetch instead of
+            hanging the task, and a slow one that keeps sending never does.
         fetch_retries: Tries of one Flight fetch before it is reported failed.
         drain_timeout_s: On SIGTERM the executor drains: it finishes its tasks
             and serves its outputs until the scheduler lets it go, for at most

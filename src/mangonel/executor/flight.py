@@ -129,7 +129,10 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         batches = _checked(reader, data, output, path)
         if view is not None:
             return flight.GeneratorStream(view.schema, fitted(view.apply(b) for b in batches))
-        return flight.GeneratorStream(reader.schema, batches)
+        # Cut to messages of at most ``BATCH_BYTES`` (zero-copy slices): a reader
+        # judges a fetch by the batches it receives (``ShuffleReader``), and one
+        # batch of tens of megabytes on a slow link would look like a stall.
+        return flight.GeneratorStream(reader.schema, fitted(batches))
 
     # Every other Flight method is refused in words a client can act on. Not
     # pyarrow's default (``NotImplementedError``, which reaches the client with the

@@ -10,7 +10,8 @@ The conversation (``mangonel.proto``'s ``ExecutorControl`` service):
 the scheduler pushes ``LaunchTask``/``CancelTask``/``ReleaseOutputs`` the moment
 it decides them (when the stream breaks, the scheduler counts the executor as
 lost, so it must register again under a new id); ``heartbeat`` runs on its own
-thread; ``report_*`` says how each task attempt ended; ``drain`` says the
+thread and a connection of its own (bulk messages on the others cannot
+delay it); ``report_*`` says how each task attempt ended; ``drain`` says the
 executor is leaving (the scheduler then closes the stream once nothing needs it).
 """
 
@@ -40,17 +41,22 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
     # The command stream is idle between queries: pings find a dead scheduler
     # (or a cut link) instead of waiting on a silent socket forever.
+    # 20 s for the answer, as the scheduler's own (``scheduler.main``): a short
+    # cut of the scheduler must not break the stream, which would end this life.
     ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
     # gRPC 1.85 waits this long for a ping's answer, whatever the keepalive
     # timeout (default 60 s): see ``client.rpc.keepalive_options``.
-    ("grpc.http2.ping_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
     # A restarted scheduler is found again within a second.
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+
+_OWN_CONNECTION = ("grpc.use_local_subchannel_pool", 1)
+"""A channel option: this channel opens its own connection (``GrpcSchedulerLink``)."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,16 @@ class GrpcSchedulerLink:
             tls.open_channel(a, tls_material, _CHANNEL_OPTIONS) for a in self.addresses
         ]
         self._stubs = [pb_grpc.ExecutorControlStub(c) for c in self._channels]  # type: ignore[no-untyped-call]
+        # Heartbeats on a connection of their own: the command stream carries
+        # task specs (megabytes for a big plan) and the reports carry result
+        # files, and a heartbeat queued behind them on one HTTP/2 connection
+        # would look like silence to the failure detector. A local subchannel
+        # pool keeps gRPC from sharing the other channel's connection.
+        self._beat_channels = [
+            tls.open_channel(a, tls_material, [*_CHANNEL_OPTIONS, _OWN_CONNECTION])
+            for a in self.addresses
+        ]
+        self._beat_stubs = [pb_grpc.ExecutorControlStub(c) for c in self._beat_channels]  # type: ignore[no-untyped-call]
 
     @property
     def address(self) -> str:
@@ -241,7 +257,7 @@ class GrpcSchedulerLink:
             executor_id=executor, running_tasks=running_tasks, unhealthy=unhealthy
         )
         try:
-            reply = self._stub.Heartbeat(request, timeout=self.rpc_timeout_s)
+            reply = self._beat_stubs[self._current].Heartbeat(request, timeout=self.rpc_timeout_s)
         except grpc.RpcError as exc:
             raise self._error("send a heartbeat to", exc) from exc
         return not reply.reregister
@@ -298,7 +314,7 @@ class GrpcSchedulerLink:
             raise self._error("drain with", exc) from exc
 
     def close(self) -> None:
-        for channel in self._channels:
+        for channel in [*self._channels, *self._beat_channels]:
             channel.close()
 
     def _report(self, request: pb.ReportTaskRequest) -> None:

@@ -122,6 +122,11 @@ class _Home:
     writer: ShuffleWriter
 
 
+_REPORT_RETRY_S = 120.0
+"""How long a task's report is tried again while the executor's life goes on
+(its stream breaks sooner when the scheduler is gone: keepalive, 15 s)."""
+
+
 class ExecutorService:
     """An executor: Flight server, task slots and the loop that drives them.
 
@@ -480,7 +485,9 @@ class ExecutorService:
         for action in finished:
             if isinstance(action, ReportCompleted) and spec.result:
                 # The job's result: a small one goes with the report, for the client.
-                self._report(action, _small_file(action.outputs))
+                self._report(action, _small_file(action.outputs), retry=True)
+            elif isinstance(action, ReportCompleted | ReportFailed):
+                self._report(action, retry=True)  # on the task's thread: it may wait
             else:
                 self._carry_out(action)
         if isinstance(outcome, Completed):
@@ -523,11 +530,21 @@ class ExecutorService:
         return Completed(outputs)
 
     def _report(
-        self, report: ReportCompleted | ReportFailed, files: Mapping[str, bytes] | None = None
+        self,
+        report: ReportCompleted | ReportFailed,
+        files: Mapping[str, bytes] | None = None,
+        retry: bool = False,
     ) -> None:
-        """Send ``report``, with ``files`` (a result task's small output file, by path)."""
-        # A report that cannot be delivered is not retried: the scheduler has
-        # then lost this executor's stream too, and re-runs the task elsewhere.
+        """Send ``report``, with ``files`` (a result task's small output file, by
+        path); ``retry``: try again while this life goes on (only from a task's
+        own thread, never the control loop's, which must see the stream break)."""
+        # A report that cannot be delivered is tried again while this life goes
+        # on: a scheduler cut off for a while keeps the executor (it defers
+        # losses when most executors fall silent at once, ``state_liveness``),
+        # and would otherwise wait for the report forever. Once the life ends
+        # (its stream broke: the scheduler lost it, and re-runs the task
+        # elsewhere) the report is dropped. A report delivered twice (the
+        # answer lost) is ignored the second time: the attempt is no longer running.
         attempt, elapsed_s = report.attempt, report.elapsed_s
         if (
             isinstance(report, ReportFailed)
@@ -540,19 +557,37 @@ class ExecutorService:
             with self._health_lock:
                 self._health.disk_full(time.monotonic())
             self._heartbeat()
-        try:
-            if isinstance(report, ReportCompleted):
-                log.info("task %s done in %.3f s", attempt, elapsed_s)
-                self.link.report_completed(
-                    report.executor, attempt, report.outputs, elapsed_s, files, report.timings
-                )
-            else:
-                log.info("task %s failed in %.3f s: %s", attempt, elapsed_s, report.failure)
-                self.link.report_failed(
-                    report.executor, attempt, report.failure, elapsed_s, report.timings
-                )
-        except Exception as exc:
-            log.warning("cannot report task %s: %s", attempt, exc)
+        if isinstance(report, ReportCompleted):
+            log.info("task %s done in %.3f s", attempt, elapsed_s)
+        else:
+            log.info("task %s failed in %.3f s: %s", attempt, elapsed_s, report.failure)
+        pause, deadline = 0.2, time.monotonic() + _REPORT_RETRY_S
+        while True:
+            try:
+                if isinstance(report, ReportCompleted):
+                    self.link.report_completed(
+                        report.executor, attempt, report.outputs, elapsed_s, files, report.timings
+                    )
+                else:
+                    self.link.report_failed(
+                        report.executor, attempt, report.failure, elapsed_s, report.timings
+                    )
+                return
+            except Exception as exc:
+                with self._lock:
+                    same_life = self._state.serving == report.executor
+                if (
+                    not retry
+                    or not same_life
+                    or time.monotonic() >= deadline
+                    or self._stop.is_set()
+                ):
+                    log.warning("cannot report task %s (given up): %s", attempt, exc)
+                    return
+                log.warning("cannot report task %s (trying again): %s", attempt, exc)
+            if self._stop.wait(pause):
+                return
+            pause = min(2.0, pause * 2)
 
     # ------------------------------------------------------- background loops
 

@@ -395,12 +395,16 @@ class ShuffleReader:
     client nor cancelling the stream interrupts a ``do_get`` whose peer has gone
     silent (measured with pyarrow 26: both waited out the call's deadline), and
     a task cancelled because its input's executor was lost must free its slot
-    now, not after ``timeout_s``. The abandoned fetch ends by itself within
-    ``timeout_s`` (times its tries), and its result is dropped.
+    now, not after ``timeout_s``. The abandoned fetch ends by itself at its
+    call's deadline (``_ABANDONED_DEADLINE_S``), and its result is dropped.
+
+    A fetch is judged by its progress: it fails (``UNREACHABLE``) when nothing
+    arrived for ``timeout_s``, however long it has run, so a big partition on a
+    slow link is never failed for being slow.
 
     Args:
         host: This executor's host identity (``ExecutorInfo.host``).
-        timeout_s: Limit on one Flight ``do_get``.
+        timeout_s: Longest a Flight ``do_get`` may go without receiving anything.
         retries: Tries of a Flight fetch before it fails.
         backoff_s: Wait before the second try; doubled before each next one.
         spool_dir: Where fetched partitions are written as they arrive (created if
@@ -559,10 +563,11 @@ class ShuffleReader:
             raise TaskCancelledError(f"fetch of {location.path} cancelled")
         done = threading.Event()
         outcome: list[pa.Table | _FileSource | BaseException] = []
+        progress = _Progress()
 
         def fetch() -> None:
             try:
-                outcome.append(self._fetch(location, keep_file))
+                outcome.append(self._fetch(location, keep_file, progress))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                 outcome.append(exc)
             finally:
@@ -572,15 +577,34 @@ class ShuffleReader:
         while not done.wait(_CANCEL_POLL_S):
             if self._cancelled.is_set():
                 raise TaskCancelledError(f"fetch of {location.path} cancelled")
+            stalled = progress.stalled_s()
+            if stalled > self.timeout_s:
+                # Judged by progress, not by its whole duration: a fetch that
+                # keeps receiving batches over a slow link is never failed for
+                # being slow; one that received nothing for the bound is a
+                # frozen or cut-off peer. Abandoned like a cancelled one.
+                raise _fail(
+                    location,
+                    f"Flight fetch from {location.flight_address} stalled: nothing received "
+                    f"for {stalled:.1f} s (--fetch-timeout {self.timeout_s:g} s; "
+                    f"{progress.bytes} bytes before)",
+                    FetchProblem.UNREACHABLE,
+                )
         result = outcome[0]
         if isinstance(result, BaseException):
             raise result
         return result
 
-    def _fetch(self, location: PartitionLocation, keep_file: bool) -> pa.Table | _FileSource:
+    def _fetch(
+        self, location: PartitionLocation, keep_file: bool, progress: _Progress
+    ) -> pa.Table | _FileSource:
         """One partition over Flight: a table, or with ``keep_file`` and a spool
-        directory the spooled file, opened for plain reads (``stream_many``)."""
-        options = flight.FlightCallOptions(timeout=self.timeout_s)
+        directory the spooled file, opened for plain reads (``stream_many``).
+        Each batch received is marked on ``progress`` (the waiting thread
+        judges stalls by it)."""
+        # The call's own deadline only ends a call the waiting thread gave up on.
+        deadline = max(_ABANDONED_DEADLINE_S, 10 * self.timeout_s)
+        options = flight.FlightCallOptions(timeout=deadline)
         ticket = flight.Ticket(location.flight_ticket)
         last: Exception | None = None
         for attempt in range(self.retries):
@@ -588,16 +612,18 @@ class ShuffleReader:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             if self._cancelled.is_set():
                 raise TaskCancelledError(f"fetch of {location.path} cancelled")
+            progress.mark(0)
             try:
                 stream = self._client(location.flight_address).do_get(ticket, options)
+                progress.mark(0)
                 got: pa.Table | _FileSource
                 if self.spool_dir is None:
-                    got = stream.read_all()
+                    got = _read_all(stream, progress)
                     rows = got.num_rows
                 elif keep_file:
-                    got, rows = _spool_open(stream, self.spool_dir)
+                    got, rows = _spool_open(stream, self.spool_dir, progress)
                 else:
-                    got = _spool(stream, self.spool_dir)
+                    got = _spool(stream, self.spool_dir, progress)
                     rows = got.num_rows
             except _SpoolFull as full:
                 raise TaskFailedError(disk_full(str(full.__cause__))) from full.__cause__
@@ -607,7 +633,7 @@ class ShuffleReader:
                 raise _fail(
                     location,
                     f"Flight fetch from {location.flight_address} timed out after "
-                    f"{self.timeout_s:g} s: {exc}",
+                    f"{deadline:g} s: {exc}",
                     FetchProblem.UNREACHABLE,
                 ) from exc
             except (flight.FlightServerError, flight.FlightUnauthenticatedError) as exc:
@@ -653,36 +679,64 @@ class ShuffleReader:
                 client.close()
 
 
-def _spool(stream: flight.FlightStreamReader, spool_dir: str) -> pa.Table:
+class _Progress:
+    """When a fetch last received something, and how much so far: written by the
+    fetching thread, read by the waiting one (a float and an int: no lock)."""
+
+    def __init__(self) -> None:
+        self.at = time.monotonic()
+        self.bytes = 0
+
+    def mark(self, nbytes: int) -> None:
+        self.at = time.monotonic()
+        self.bytes += nbytes
+
+    def stalled_s(self) -> float:
+        return time.monotonic() - self.at
+
+
+def _read_all(stream: flight.FlightStreamReader, progress: _Progress) -> pa.Table:
+    batches = []
+    for chunk in stream:
+        progress.mark(chunk.data.nbytes)
+        batches.append(chunk.data)
+    return pa.Table.from_batches(batches, schema=stream.schema)
+
+
+def _spool(stream: flight.FlightStreamReader, spool_dir: str, progress: _Progress) -> pa.Table:
     """The stream's batches written to a file in ``spool_dir`` as they arrive, then
     read back memory-mapped (the file is unlinked at once: the map keeps it)."""
     path = os.path.join(spool_dir, f"fetch-{uuid.uuid4().hex[:12]}.arrow")
     try:
-        _spool_to(stream, path)
+        _spool_to(stream, path, progress)
         return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
     finally:
         with contextlib.suppress(OSError):
             os.remove(path)
 
 
-def _spool_open(stream: flight.FlightStreamReader, spool_dir: str) -> tuple[_FileSource, int]:
+def _spool_open(
+    stream: flight.FlightStreamReader, spool_dir: str, progress: _Progress
+) -> tuple[_FileSource, int]:
     """Like ``_spool``, but the file is opened for ``stream_many`` (the map keeps
     it after the unlink); and the rows it holds."""
     path = os.path.join(spool_dir, f"fetch-{uuid.uuid4().hex[:12]}.arrow")
     try:
-        rows = _spool_to(stream, path)
+        rows = _spool_to(stream, path, progress)
         return _FileSource(path), rows
     finally:
         with contextlib.suppress(OSError):
             os.remove(path)
 
 
-def _spool_to(stream: flight.FlightStreamReader, path: str) -> int:
-    """Write the stream's batches to an IPC file at ``path``; the rows written."""
+def _spool_to(stream: flight.FlightStreamReader, path: str, progress: _Progress) -> int:
+    """Write the stream's batches to an IPC file at ``path``, marking each on
+    ``progress``; the rows written."""
     rows = 0
     try:
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, stream.schema) as out:
             for chunk in stream:
+                progress.mark(chunk.data.nbytes)
                 out.write_batch(chunk.data)
                 rows += chunk.data.num_rows
     except OSError as exc:
@@ -782,6 +836,11 @@ def _no_space(exc: BaseException) -> bool:
 
 
 _CANCEL_POLL_S = 0.05
+
+_ABANDONED_DEADLINE_S = 600.0
+"""The Flight call's own deadline (or ten fetch timeouts, if longer): it only
+ends a ``do_get`` whose waiting thread gave up (stalled or cancelled), since a
+silent peer's call is not interrupted otherwise."""
 """How often a task waiting for a fetch looks whether it was cancelled."""
 
 

@@ -89,6 +89,7 @@ from mangonel.scheduler.events import (
     JobSubmitted,
     JobSucceeded,
     Limits,
+    LogExecutorHealth,
     LogRejectedFragment,
     LossReason,
     RefuseStream,
@@ -212,8 +213,7 @@ class CoreConfig:
 
     @property
     def heartbeat_interval_s(self) -> float:
-        # Several beats per timeout, so one delayed beat never looks like a loss.
-        return max(0.05, min(1.0, self.limits.heartbeat_timeout_s / 4))
+        return self.limits.heartbeat_interval_s
 
 
 class SchedulerCore:
@@ -522,6 +522,9 @@ class SchedulerCore:
                 )
         elif isinstance(command, CommitWrite | AbortWrite):
             self._write_queue.put(command)
+        elif isinstance(command, LogExecutorHealth):
+            who = f"executor {command.executor}" if command.executor else "the scheduler"
+            log.warning("%s %s: %s", who, command.change.value, command.detail)
         elif isinstance(command, LogRejectedFragment):
             log.error(
                 "job %s: internal error, DuckDB refused the SQL of stage %s in task %s: %s\n"
@@ -535,6 +538,13 @@ class SchedulerCore:
                 command.query,
             )
         elif isinstance(command, DeclareExecutorLost):
+            # Every loss in the log with what it rests on: false losses are counted from it.
+            log.warning(
+                "executor %s lost (%s): %s",
+                command.executor,
+                command.reason.value,
+                command.detail or "-",
+            )
             self._closed(command.executor)
         elif isinstance(command, ForgetJob):
             self._jobs.pop(command.job, None)
@@ -638,6 +648,7 @@ class SchedulerCore:
                 return  # the state machine let it go already (and closed the stream)
             detail = detail or "its command stream closed"
             reason = LossReason.CONNECTION_LOST
+            log.warning("executor %s lost (%s): %s", executor, reason.value, detail)
             self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
             self._closed(executor)
 

@@ -13,7 +13,7 @@ story can be rebuilt from the log.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mangonel import defaults
 from mangonel.errors import ErrorType
@@ -38,6 +38,22 @@ class LossReason(enum.Enum):
     FETCH_FAILURES = "fetch failures"
     DRAINED = "drained"
     PROCESS_EXITED = "process exited"
+
+
+class HealthChange(enum.Enum):
+    """What the failure detector decided about an executor, or about the scheduler's
+    own link (``scheduler.state_liveness``)."""
+
+    SUSPECTED = "suspected"
+    """Its silence is improbable: no new task; its running attempts are copied."""
+    TRUSTED = "trusted again"
+    """A suspected executor was heard from."""
+    QUARANTINED = "quarantined"
+    """A flapping link: no new task for a while, its outputs still served."""
+    ISOLATED = "isolated"
+    """Most executors are silent at once: the scheduler takes itself for cut off."""
+    RECONNECTED = "reconnected"
+    """The isolation is over: enough executors are heard again."""
 
 
 # --------------------------------------------------------------------------- events
@@ -237,6 +253,18 @@ class LogRejectedFragment(SchedulerCommand):
 
 
 @dataclass(frozen=True)
+class LogExecutorHealth(SchedulerCommand):
+    """Write to the scheduler's log what the failure detector decided: a suspicion,
+    the trust back, a quarantine, the scheduler's own isolation and its end.
+    Nothing to carry out; the log is how false suspicions are counted."""
+
+    change: HealthChange
+    executor: ExecutorId | None
+    """``None`` for the scheduler's isolation."""
+    detail: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
 class JobCancelled(SchedulerCommand):
     job: JobId
     message: str
@@ -257,6 +285,10 @@ class DeclareExecutorLost(SchedulerCommand):
 
     executor: ExecutorId
     reason: LossReason
+    detail: str = field(default="", compare=False)
+    """What the decision rests on (the silence and the detector's evidence),
+    for the scheduler's log: a false loss must be countable. Words for people,
+    so not part of the command's identity."""
 
 
 @dataclass(frozen=True)
@@ -286,6 +318,14 @@ class Limits:
     max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS
     max_task_recomputes: int = defaults.MAX_TASK_RECOMPUTES
     heartbeat_timeout_s: float = defaults.HEARTBEAT_TIMEOUT_S
+    """Silence after which an executor is lost (it is suspected, and gets no new
+    task, much sooner: ``scheduler.state_liveness``)."""
+    suspect_phi: float = defaults.SUSPECT_PHI
+    """The failure detector's threshold: an executor whose silence reaches this
+    phi is suspected and gets no new task (``math.inf``: never)."""
+    isolation_grace_s: float = defaults.ISOLATION_GRACE_S
+    """How much longer losses for silence wait while most executors are silent
+    at once (``scheduler.state_liveness``)."""
     no_executor_grace_s: float = defaults.NO_EXECUTOR_GRACE_S
     connect_timeout_s: float = defaults.CONNECT_TIMEOUT_S
     """An executor that registered but opened no stream in this long died in between."""
@@ -313,6 +353,14 @@ class Limits:
     the map side is done (``scheduler.adaptive``)."""
     adaptive_partition_bytes: int = defaults.ADAPTIVE_PARTITION_BYTES
     adaptive_min_partition_bytes: int = defaults.ADAPTIVE_MIN_PARTITION_BYTES
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        """How often executors heartbeat: a twentieth of the timeout, between
+        0.05 and 0.5 s. The failure detector suspects a regular executor after
+        about four intervals of silence, and 1.75 s at least
+        (``detector.silence_for_phi``): 2.1 s with the 10 s default."""
+        return max(0.05, min(0.5, self.heartbeat_timeout_s / 20))
 
     def __post_init__(self) -> None:
         if not 0.0 < self.max_job_share <= 1.0:

@@ -44,16 +44,21 @@ log = logging.getLogger(__name__)
 
 # Task specs list every upstream partition location; big plans exceed gRPC's 4 MB.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+KEEPALIVE_TIMEOUT_MS = 20_000
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     # Executors' Connect streams are idle for long stretches: keep them open and
     # let a dead peer be found by keepalive pings rather than never.
+    # The answer may take 20 s: a ping lost in a cut the scheduler rides out
+    # (``state_liveness``: most executors silent at once) must not break every
+    # stream and throw the executors' outputs away; a dead executor is found by
+    # its heartbeats' silence in seconds anyway.
     ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     # gRPC 1.85 waits this long for a ping's answer, whatever the keepalive
     # timeout (default 60 s): see ``client.rpc.keepalive_options``.
-    ("grpc.http2.ping_timeout_ms", 5_000),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.keepalive_permit_without_calls", 1),
     # Clients ping under a watched job's quiet stream (``client.rpc``, as often
     # as every second): a server that allowed fewer would close their connection
@@ -98,6 +103,8 @@ class SchedulerConfig:
         adaptive_min_partition_bytes: And at least, even where slots are left idle.
         heartbeat_timeout_s: An executor silent this long is lost.
         no_executor_grace_s: A job with no executor for this long fails.
+        isolation_grace_s: Losses for silence wait this much longer while most
+            executors are silent at once (``scheduler.state_liveness``).
         max_task_attempts: Attempts of one task before its job fails.
         max_task_recomputes: Times one task's output may be lost and made again
             before its job fails.
@@ -168,6 +175,7 @@ class SchedulerConfig:
     adaptive_min_partition_bytes: int = defaults.ADAPTIVE_MIN_PARTITION_BYTES
     heartbeat_timeout_s: float = defaults.HEARTBEAT_TIMEOUT_S
     no_executor_grace_s: float = defaults.NO_EXECUTOR_GRACE_S
+    isolation_grace_s: float = defaults.ISOLATION_GRACE_S
     max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS
     max_task_recomputes: int = defaults.MAX_TASK_RECOMPUTES
     result_ttl_s: float = defaults.RESULT_TTL_S
@@ -217,6 +225,7 @@ class SchedulerConfig:
                 max_task_recomputes=self.max_task_recomputes,
                 heartbeat_timeout_s=self.heartbeat_timeout_s,
                 no_executor_grace_s=self.no_executor_grace_s,
+                isolation_grace_s=self.isolation_grace_s,
                 result_ttl_s=self.result_ttl_s,
                 adaptive=self.adaptive,
                 adaptive_partition_bytes=self.adaptive_partition_bytes,

@@ -21,9 +21,14 @@ What each event does, in one place:
   proposed id, ``ExecutorConnected`` makes it ALIVE (any other stream gets
   ``RefuseStream``); ``ExecutorHeartbeat`` / ``ExecutorDraining`` /
   ``ExecutorLost`` (a draining executor's closed stream is a ``DRAINED`` loss).
-  A ``Tick`` declares lost (``DeclareExecutorLost``) any live executor silent
-  for longer than ``Limits.heartbeat_timeout_s`` and any connecting one that
-  opened no stream in ``Limits.connect_timeout_s``.
+  A ``Tick`` judges silence (``state_liveness``): an executor whose silence
+  the phi accrual detector finds improbable is suspected (no new task, its
+  attempts copied), one that flaps is quarantined, and any live executor
+  silent for longer than ``Limits.heartbeat_timeout_s`` (more while
+  quarantined, or while most are silent at once: the scheduler's own link) is
+  declared lost (``DeclareExecutorLost``, with the evidence), as is any
+  connecting one that opened no stream in ``Limits.connect_timeout_s``; each
+  change is logged (``LogExecutorHealth``).
 * a scheduler restart: ``restore`` loads what the shell stored (``export_job``,
   ``export_finished``, ``export_executors``); ``SchedulerRecovered`` sends the
   attempts that were running back to pending (not charged) and makes every
@@ -109,6 +114,7 @@ from dataclasses import dataclass, field, replace
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.scheduler import adaptive
+from mangonel.scheduler.detector import silence_for_phi
 from mangonel.scheduler.events import (
     AbortWrite,
     CancelRequested,
@@ -122,11 +128,13 @@ from mangonel.scheduler.events import (
     ExecutorLost,
     ExecutorRegistered,
     ForgetJob,
+    HealthChange,
     JobCancelled,
     JobFailed,
     JobSubmitted,
     JobSucceeded,
     Limits,
+    LogExecutorHealth,
     LogRejectedFragment,
     LossReason,
     RefuseStream,
@@ -165,6 +173,7 @@ from mangonel.scheduler.state_jobs import (
     TaskRecord,
     invalid_plan_reason,
 )
+from mangonel.scheduler.state_liveness import Judgement, judge
 from mangonel.scheduler.state_views import (
     ExecutorState,
     ExecutorView,
@@ -249,7 +258,11 @@ class SchedulerState:
         keep_lost_executors: int = 100,
     ) -> None:
         self.limits = limits
-        self._executors = ExecutorRegistry(keep_lost=keep_lost_executors)
+        self._executors = ExecutorRegistry(
+            keep_lost=keep_lost_executors,
+            heartbeat_interval_s=limits.heartbeat_interval_s,
+            long_gap_s=silence_for_phi(limits.heartbeat_interval_s, limits.suspect_phi),
+        )
         self._jobs: dict[JobId, JobRecord] = {}
         self._finished: OrderedDict[JobId, FinishedJob] = OrderedDict()
         """In the order they finished."""
@@ -292,7 +305,13 @@ class SchedulerState:
             case ExecutorConnected():
                 self._connected(event, step)
             case ExecutorHeartbeat():
-                self._executors.heard_from(event.executor, event.time, event.unhealthy)
+                ex, t = event.executor, event.time
+                since = self._executors.heard_from(ex, t, event.unhealthy, beat=True)
+                if since is not None:
+                    why = f"heard from again after {t - since:.1f} s of suspicion"
+                    step.commands.append(
+                        LogExecutorHealth(step.cause, HealthChange.TRUSTED, ex, why)
+                    )
             case ExecutorDraining():
                 self._executors.drain(event.executor, event.time)
             case ExecutorLost():
@@ -857,7 +876,9 @@ class SchedulerState:
             # Not heard from since the scheduler restarted: nothing says it is
             # alive, and a reader could not reach it. Lost, as any silent one.
             detail = f"not back since the scheduler restarted; task {event.attempt} {error}"
-            step.commands.append(DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES))
+            step.commands.append(
+                DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES, detail)
+            )
             self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
             return
         window = self.limits.unreachable_window_s
@@ -881,7 +902,9 @@ class SchedulerState:
             f"readers on {', '.join(readers)} could not reach it; "
             f"last: task {event.attempt} {error}"
         )
-        step.commands.append(DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES))
+        step.commands.append(
+            DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES, detail)
+        )
         self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
 
     def _exclude(self, job: JobRecord, executor: ExecutorId, why: str, step: _Step) -> None:
@@ -1191,28 +1214,20 @@ class SchedulerState:
         for over in self._executors.exclusions_over(step.now):
             over.excluded_until = None
             over.exclusion = f"was excluded: {over.exclusion}" if over.exclusion else ""
-        timeout = self.limits.heartbeat_timeout_s
+        judged = judge(self._executors, step.now, self.limits)
+        self._log_health(judged, step)
         losses = []
-        for executor in self._executors.timed_out(step.now, timeout):
-            rec = self._executors.live(executor)
-            silent = step.now - rec.last_heartbeat if rec is not None else timeout
+        for executor, detail in judged.lost:
             step.commands.append(
-                DeclareExecutorLost(step.cause, executor, LossReason.HEARTBEAT_TIMEOUT)
+                DeclareExecutorLost(step.cause, executor, LossReason.HEARTBEAT_TIMEOUT, detail)
             )
-            if rec is not None and rec.awaiting:
-                detail = (
-                    f"did not reconnect within {silent:.1f} s after the scheduler restarted "
-                    f"(the heartbeat timeout is {timeout:g} s)"
-                )
-            else:
-                detail = f"no heartbeat for {silent:.1f} s (the timeout is {timeout:g} s)"
             losses.append(_Loss(executor, LossReason.HEARTBEAT_TIMEOUT, detail))
         connect = self.limits.connect_timeout_s
         for executor in self._executors.connect_timed_out(step.now, connect):
-            step.commands.append(
-                DeclareExecutorLost(step.cause, executor, LossReason.CONNECTION_LOST)
-            )
             detail = f"registered but opened no command stream in {connect:g} s"
+            step.commands.append(
+                DeclareExecutorLost(step.cause, executor, LossReason.CONNECTION_LOST, detail)
+            )
             self._executors.mark_lost(executor, LossReason.CONNECTION_LOST, detail, step.now)
         if losses:
             self._lose(losses, step)
@@ -1446,7 +1461,17 @@ class SchedulerState:
         Called after ``_assign``, so pending tasks always come first. The first
         of the two to finish wins (``_task_completed``).
         """
-        found = stragglers(self._jobs.values(), self._executors.is_live, step.now, self.limits)
+        distrusted = any(
+            r.suspected_since is not None or r.quarantined_until is not None
+            for r in self._executors.live_records()
+        )
+        found = stragglers(
+            self._jobs.values(),
+            self._executors.is_live,
+            step.now,
+            self.limits,
+            self._distrusted if distrusted else None,
+        )
         cap = self._job_slot_cap()
         held = self._executors.slots_held() if cap is not None and found else {}
         for s in found:
@@ -1466,6 +1491,35 @@ class SchedulerState:
             step.commands.append(LaunchTask(step.cause, executor.id, spec, speculative=True))
 
     # --------------------------------------------------------------- bad executors
+
+    def _log_health(self, judged: Judgement, step: _Step) -> None:
+        """``LogExecutorHealth`` for what ``state_liveness.judge`` changed."""
+        cause, now = step.cause, step.now
+        for rec in judged.suspected:
+            why = f"silent for {now - rec.last_heartbeat:.1f} s" + (
+                f"; {rec.arrivals.evidence(now, rec.last_heartbeat)}" if rec.arrivals else ""
+            )
+            step.commands.append(LogExecutorHealth(cause, HealthChange.SUSPECTED, rec.id, why))
+        for rec in judged.quarantined:
+            why = f"{rec.quarantine}; until {rec.quarantined_until}"
+            step.commands.append(LogExecutorHealth(cause, HealthChange.QUARANTINED, rec.id, why))
+        if judged.isolation_began:
+            why = (
+                "most executors are silent at once: the scheduler's own link is the likely "
+                f"cut, so losses for silence wait {self.limits.isolation_grace_s:g} s more"
+            )
+            step.commands.append(LogExecutorHealth(cause, HealthChange.ISOLATED, None, why))
+        if judged.isolation_ended:
+            why = "enough executors are heard again"
+            step.commands.append(LogExecutorHealth(cause, HealthChange.RECONNECTED, None, why))
+
+    def _distrusted(self, executor: ExecutorId) -> bool:
+        """Whether ``executor`` is suspected or quarantined (``state_liveness``):
+        its running attempts are copied at once."""
+        rec = self._executors.live(executor)
+        return rec is not None and (
+            rec.suspected_since is not None or rec.quarantined_until is not None
+        )
 
     def _count_failure(self, executor: ExecutorId, task: TaskRecord, why: str, step: _Step) -> None:
         """An attempt failed on ``executor`` for an execution reason: count it

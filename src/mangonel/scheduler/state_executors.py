@@ -36,6 +36,13 @@ finds the exclusion over. It keeps running its attempts, serving its outputs
 and heartbeating: it is not lost. Exclusions live in memory only; a restarted
 scheduler starts with none.
 
+An ALIVE or DRAINING executor may be *suspected* (``suspected_since``: its
+silence is improbable, says the phi accrual detector) or *quarantined*
+(``quarantined_until``: suspected again and again, a flapping link); either way
+it gets no new task, and stays alive. ``state_liveness`` owns those rules, and
+the registry's ``isolated_since`` (most executors suspected at once: the
+scheduler takes itself for cut off).
+
 LOST is final. Lost executors are kept in a bounded history for the status
 views only; the registry forgets the oldest, and a forgotten id reads as unknown,
 which is treated the same way as lost (its reports are ignored).
@@ -50,6 +57,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId, TaskId
+from mangonel.scheduler.detector import ArrivalWindow
 from mangonel.scheduler.events import LossReason
 from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView
@@ -100,6 +108,18 @@ class ExecutorRecord:
     slow: bool = False
     """``slowness`` reached ``Limits.speculation_multiplier``: between executors
     equally loaded, the others get a task first (``state_gray.observe_speed``)."""
+    arrivals: ArrivalWindow | None = field(default=None, repr=False, compare=False)
+    """Its recent heartbeats' intervals (``scheduler.detector``); ``None`` until the first."""
+    suspected_since: float | None = None
+    """Since when its silence is suspect (``state_liveness``); ``None``: trusted."""
+    gaps: list[float] = field(default_factory=list)
+    """When its recent long silences ended: heartbeats that came after a silence
+    a regular executor would have been suspected for (``ExecutorRegistry.long_gap_s``),
+    within ``state_liveness.FLAP_WINDOW_S``: what tells a flapping link."""
+    quarantined_until: float | None = None
+    """Quarantined (a flapping link): no new task until then, its outputs still served."""
+    quarantine: str = ""
+    """Why it is, or last was, quarantined."""
     registry: ExecutorRegistry | None = field(default=None, repr=False, compare=False)
     """The registry that holds it and must see its changes; not stored."""
 
@@ -133,6 +153,8 @@ class ExecutorRecord:
             or self.awaiting
             or self.unhealthy
             or self.excluded_until is not None  # ``excluded``, without a call
+            or self.suspected_since is not None
+            or self.quarantined_until is not None
         ):
             return 0
         return max(0, self.info.slots - len(self.running))
@@ -160,6 +182,9 @@ class ExecutorRecord:
             exclusion=self.exclusion,
             slowness=self.slowness,
             slow=self.slow,
+            suspected_since=self.suspected_since,
+            quarantined_until=self.quarantined_until,
+            quarantine=self.quarantine,
         )
 
 
@@ -178,7 +203,8 @@ class RegistrySnapshot:
 
 _UNSTORED = frozenset(
     {"running", "last_heartbeat", "resuming", "failures", "excluded_until", "exclusion",
-     "slowness", "slow", "registry"}
+     "slowness", "slow", "registry", "arrivals", "suspected_since", "gaps",
+     "quarantined_until", "quarantine"}
 )  # fmt: skip
 """``ExecutorRecord`` fields a ``RegistrySnapshot`` leaves out."""
 _RANKED = frozenset({"slow", "seq", "info"})
@@ -190,7 +216,21 @@ _UNHEARD = _UNSTORED - _RANKED
 class ExecutorRegistry:
     """Connecting, alive and draining executors, plus a bounded history of lost ones."""
 
-    def __init__(self, keep_lost: int = 100) -> None:
+    def __init__(
+        self, keep_lost: int = 100, heartbeat_interval_s: float = 0.5, long_gap_s: float = 2.0
+    ) -> None:
+        self.heartbeat_interval_s = heartbeat_interval_s
+        """How often executors are told to heartbeat: their detectors' prior."""
+        self.long_gap_s = long_gap_s
+        """A silence this long between two heartbeats is a gap (``ExecutorRecord.gaps``):
+        the silence at which a regular executor is suspected. Fixed, unlike the
+        detector's judgement, which learns to tolerate the gaps of a flapping link."""
+        self.isolated_since: float | None = None
+        """Since when most live executors are suspected at once (the scheduler
+        takes itself for cut off, ``state_liveness``); in memory only."""
+        self.isolation_ended: float | None = None
+        """When the last isolation ended (the executors silent since before get
+        one more timeout to be heard)."""
         self._connecting: dict[ExecutorId, ExecutorRecord] = {}
         self._live: dict[ExecutorId, ExecutorRecord] = {}
         self._lost: OrderedDict[ExecutorId, ExecutorRecord] = OrderedDict()
@@ -237,6 +277,10 @@ class ExecutorRegistry:
 
     def is_live(self, executor: ExecutorId) -> bool:
         return executor in self._live
+
+    def live_records(self) -> list[ExecutorRecord]:
+        """Alive and draining executors, in registration order."""
+        return list(self._live.values())
 
     def live_ids(self) -> list[ExecutorId]:
         """Alive and draining executors, in registration order."""
@@ -414,6 +458,31 @@ class ExecutorRegistry:
             raise StateInvariantError(
                 "executor-sets", f"connecting, live and lost overlap or miscount: {ids}"
             )
+        for rec in [*self._connecting.values(), *self._lost.values()]:
+            if rec.suspected_since is not None or rec.quarantined_until is not None:
+                raise StateInvariantError(
+                    "executor-health",
+                    f"executor {rec.id} ({rec.state.name}) is suspected "
+                    f"or quarantined, which only a live one can be",
+                )
+        for rec in self._live.values():
+            if (
+                (rec.suspected_since is not None or rec.quarantined_until is not None)
+                and rec.free_slots != 0
+            ) or rec.gaps != sorted(rec.gaps):
+                raise StateInvariantError(
+                    "executor-health",
+                    f"executor {rec.id} is suspected or quarantined and still takes tasks, "
+                    f"or its long silences are out of order: {rec.gaps}",
+                )
+            if rec.awaiting and rec.suspected_since is not None:
+                raise StateInvariantError(
+                    "executor-health", f"executor {rec.id} awaits its reattachment and is suspected"
+                )
+        if self.isolated_since is not None and len(self._live) < 2:
+            raise StateInvariantError(
+                "executor-health", "isolated (most executors silent) with fewer than two live"
+            )
         entries = set(self._ranks)
         ranks = self._ranks
         if not all(ranks[(i - 1) // 2] <= ranks[i] for i in range(1, len(ranks))) or any(
@@ -484,13 +553,32 @@ class ExecutorRegistry:
         rec.resuming = offer
         return True
 
-    def heard_from(self, executor: ExecutorId, now: float, unhealthy: str | None = None) -> None:
-        """A heartbeat; ``unhealthy`` (when given) replaces what the last one said."""
+    def heard_from(
+        self, executor: ExecutorId, now: float, unhealthy: str | None = None, beat: bool = False
+    ) -> float | None:
+        """A word from the executor: a heartbeat (``beat``) or a report.
+
+        A heartbeat feeds its failure detector; any word ends a suspicion (not
+        a quarantine). ``unhealthy`` (when given) replaces what the last
+        heartbeat said. Returns since when it was suspected, if this ended a
+        suspicion.
+        """
         rec = self._live.get(executor) or self._connecting.get(executor)
+        ended = None
         if rec is not None:
             rec.last_heartbeat = max(rec.last_heartbeat, now)
+            if beat:
+                if rec.arrivals is None:
+                    rec.arrivals = ArrivalWindow(self.heartbeat_interval_s, self.long_gap_s)
+                last = rec.arrivals.last
+                if last is not None and now - last >= self.long_gap_s:
+                    rec.gaps.append(now)
+                rec.arrivals.heard(now)
+            if rec.suspected_since is not None and now >= rec.suspected_since:
+                ended, rec.suspected_since = rec.suspected_since, None
             if unhealthy is not None:
                 rec.unhealthy = unhealthy
+        return ended
 
     def drain(self, executor: ExecutorId, now: float) -> None:
         rec = self._live.get(executor)
@@ -517,6 +605,9 @@ class ExecutorRegistry:
         rec.reason = reason
         rec.detail = detail
         rec.awaiting, rec.resuming = False, None
+        rec.suspected_since = rec.quarantined_until = None
+        if len(self._live) < 2:
+            self.isolated_since = None  # too few left to be silent "at once"
         self._lost[executor] = rec
         while len(self._lost) > self._keep_lost:
             self._lost.popitem(last=False)
@@ -575,6 +666,11 @@ class ExecutorRegistry:
                 exclusion="",
                 slowness=1.0,
                 slow=False,
+                arrivals=None,
+                suspected_since=None,
+                gaps=[],
+                quarantined_until=None,
+                quarantine="",
             )
 
         return RegistrySnapshot(
@@ -596,6 +692,7 @@ class ExecutorRegistry:
         """After a restart: every live executor waits to reattach, from ``now``."""
         for rec in self._live.values():
             rec.awaiting = True
+            rec.suspected_since = rec.quarantined_until = None
             self._release(rec.running)
             rec.running.clear()
             self._push(rec)

@@ -75,24 +75,39 @@ def threshold(durations: Sequence[float], limits: Limits) -> float:
 
 
 def stragglers(
-    jobs: Iterable[JobRecord], is_live: LiveCheck, now: float, limits: Limits
+    jobs: Iterable[JobRecord],
+    is_live: LiveCheck,
+    now: float,
+    limits: Limits,
+    distrusted: LiveCheck | None = None,
 ) -> list[Straggler]:
-    """Attempts of runnable stages to copy, the longest-running first."""
+    """Attempts of runnable stages to copy, the longest-running first.
+
+    An attempt on a ``distrusted`` executor (suspected or quarantined by
+    ``state_liveness``) is copied whatever its stage's progress: it may never
+    report, and its executor is not lost yet. ``None``: no executor is.
+    """
     found: list[Straggler] = []
     for job in jobs:
         usable = job.usable(is_live)
         for sid, rec in job.stages.items():
             if job.stage_state(sid, usable) is not StageState.RUNNABLE:
                 continue
-            if rec.done < max(1, math.floor(limits.speculation_quantile * len(rec.tasks))):
+            quantile = rec.done >= max(1, math.floor(limits.speculation_quantile * len(rec.tasks)))
+            if not quantile and distrusted is None:
                 continue
-            longest = max(limits.speculation_multiplier * rec.median_duration(),
-                          limits.speculation_min_s)  # fmt: skip
+            longest = (
+                max(limits.speculation_multiplier * rec.median_duration(), limits.speculation_min_s)
+                if quantile
+                else math.inf
+            )
             for task in rec.running_tasks():
                 running = task.state
                 if isinstance(running, Running) and task.speculative is None:
                     ran = now - running.started
-                    if ran > longest:
+                    if (quantile and ran > longest) or (
+                        distrusted is not None and distrusted(running.executor)
+                    ):
                         found.append(Straggler(ran, job, rec, task, running))
     return sorted(found, key=lambda s: -s.ran_s)
 

@@ -71,6 +71,14 @@ class ExecutorView:
     """Its recent tasks' run times against their stages' medians (moving average)."""
     slow: bool = False
     """Marked slow: equally loaded executors get tasks before it."""
+    suspected_since: float | None = None
+    """Since when its silence is suspect (no new task until it is heard from);
+    ``None`` while it is trusted."""
+    quarantined_until: float | None = None
+    """While it is quarantined for a flapping link (no new task, its outputs
+    still served): until when."""
+    quarantine: str = ""
+    """Why it is (or last was) quarantined; empty if it never was."""
 
 
 @dataclass(frozen=True)

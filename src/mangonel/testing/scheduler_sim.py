@@ -24,6 +24,7 @@ simulator injects. ``benchmarks/scheduler_sim.py`` runs it over a grid of sizes.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections import deque
@@ -260,11 +261,13 @@ class Simulator:
         self.config = config
         self.result = SimResult(config)
         self.rng = random.Random(config.seed)
-        # No heartbeats are simulated: the timeout lies past any run. The
+        # No heartbeats are simulated: the timeout lies past any run, and the
+        # failure detector never suspects (its silences would be the simulator's
+        # own, not the executors'). The
         # simulated outputs are tiny, and adaptive execution would coalesce every
         # reader stage into one task: the jobs would not have the sizes asked for.
         self.state = SchedulerState(
-            Limits(heartbeat_timeout_s=1e9, result_ttl_s=1e9, adaptive=False)
+            Limits(heartbeat_timeout_s=1e9, result_ttl_s=1e9, adaptive=False, suspect_phi=math.inf)
         )
         self.store = CountingStore()
         self.writer = StateWriter(self.store, {})

@@ -19,6 +19,8 @@ Metrics (all prefixed ``mangonel_``):
 * ``speculative_attempts_total{result}``: copies of straggling attempts
   ``launched``, and how they ended: ``won`` (finished first, their output
   kept) or ``lost`` (cancelled: the attempt they copied finished first);
+* ``executors_distrusted{executor,as}``: 1 for each executor now suspected
+  (its silence is improbable) or quarantined (a flapping link), by ``as``.
 * ``executors_excluded{executor}``: 1 for each executor now excluded from new
   tasks for failing them (the reason is on the web UI's executors page);
 * ``shuffle_bytes_written_total``: bytes of shuffle files reported by tasks;
@@ -133,6 +135,17 @@ class SchedulerCollector(Collector):
             if entry.view.excluded_until is not None:
                 excluded.add_metric([entry.view.id], 1)
         yield excluded
+        distrusted = GaugeMetricFamily(
+            "mangonel_executors_distrusted",
+            "Executors now suspected (silent) or quarantined (a flapping link)",
+            labels=["executor", "as"],
+        )
+        for entry in core.executors():
+            if entry.view.quarantined_until is not None:
+                distrusted.add_metric([entry.view.id, "quarantined"], 1)
+            elif entry.view.suspected_since is not None:
+                distrusted.add_metric([entry.view.id, "suspected"], 1)
+        yield distrusted
         yield CounterMetricFamily(
             "mangonel_shuffle_bytes_written",
             "Bytes of shuffle files written by task attempts",

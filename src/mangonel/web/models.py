@@ -46,6 +46,19 @@ class ExecutorModel(BaseModel):
     slowness: float = Field(
         default=1.0, description="moving average of its tasks' run times / their stages' medians"
     )
+    suspected_since: float | None = Field(
+        default=None,
+        description="Unix time since which its silence is suspect (the failure detector): "
+        "it gets no new task, and its running ones are copied; null while it is trusted",
+    )
+    quarantined_until: float | None = Field(
+        default=None,
+        description="Unix time until which it is quarantined for a flapping link: no new "
+        "task, its outputs still served; null when it is not",
+    )
+    quarantine: str = Field(
+        default="", description="why it is (or last was) quarantined; empty if it never was"
+    )
 
 
 class JobSummary(BaseModel):

@@ -64,6 +64,9 @@ def executor_model(
         exclusion=view.exclusion,
         slow=view.slow,
         slowness=view.slowness,
+        suspected_since=view.suspected_since,
+        quarantined_until=view.quarantined_until,
+        quarantine=view.quarantine,
     )
 
 

@@ -11,6 +11,14 @@ function why(e) {
     return `<span class="reason">${esc(e.reason)}</span>` +
       (e.detail ? `<div class="detail">${esc(e.detail)}</div>` : "");
   }
+  if (e.quarantined_until) {
+    return `<span class="reason">quarantined until ${esc(clock(e.quarantined_until))}</span>` +
+      `<div class="detail">${esc(e.quarantine)}</div>`;
+  }
+  if (e.suspected_since) {
+    return `<span class="reason">suspected since ${esc(clock(e.suspected_since))}</span>` +
+      `<div class="detail">silent for ${e.heartbeat_age_s.toFixed(1)} s: no new task</div>`;
+  }
   if (e.excluded_until) {
     return `<span class="reason">excluded until ${esc(clock(e.excluded_until))}</span>` +
       `<div class="detail">${esc(e.exclusion)}</div>`;

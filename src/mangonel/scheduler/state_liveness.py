@@ -1,0 +1,203 @@
+"""Whether the scheduler still counts on an executor: suspicion, quarantine, loss.
+
+Pure rules over the executor registry that ``SchedulerState`` applies on each
+``Tick`` (time arrives on the event). Silence is judged by the phi accrual
+detector (``scheduler.detector``), fed by each executor's heartbeats::
+
+      ALIVE (trusted) ── phi >= suspect_phi ──▶ suspected ── silence past the ──▶ LOST
+         ▲   ▲                                    │         heartbeat timeout
+         │   └────── heard from again ────────────┘         (evidence logged)
+         │
+         │   FLAP_GAPS long silences within FLAP_WINDOW_S (suspected or not)
+         │                        ▼
+         └── QUARANTINE_S after ── quarantined ── silence past twice the ──▶ LOST
+             its last long silence                heartbeat timeout
+
+* **Suspected**: it gets no new task at once (``ExecutorRecord.free_slots``),
+  and the attempts it runs are copied onto trusted executors
+  (``state_gray.stragglers``), so a query does not wait for the loss. A word
+  from it (a heartbeat, a report) clears the suspicion. Nothing is recomputed.
+* **Lost** only if the silence lasts: ``Limits.heartbeat_timeout_s``.
+* **Quarantined**: a host whose link flaps falls silent again and again; lost
+  and registered anew each time, it would throw its outputs away with every
+  flap. The detector learns to tolerate its silences (they widen its
+  distribution), so flaps are counted apart, against a fixed bar: a *long
+  silence* is a gap between two heartbeats that a regular executor would have
+  been suspected for (``ExecutorRegistry.long_gap_s``, kept in
+  ``ExecutorRecord.gaps``). Quarantined, it takes no task but stays alive, so its outputs are still
+  served and fetched whenever it is reachable; it is lost only after twice the
+  heartbeat timeout of silence. Never the last trusted executor: with no other
+  to run tasks, a flapping one is better than none.
+* **Isolated**: when at least ``ISOLATION_SHARE`` of the live executors (two
+  or more) are suspected at once, the likeliest fault is the scheduler's own
+  link, not that many deaths at the same moment. Losses for silence then wait
+  ``Limits.isolation_grace_s`` longer, so that when the link returns the
+  executors go on with their outputs instead of all being made again. A
+  broken stream (a process that died) is still a loss at once, and an
+  isolation that lasts past the grace ends in the losses a death would have
+  caused: slower, never wrong.
+
+Executors awaited after a scheduler restart are judged by the plain timeout:
+they have no heartbeat history in this life of the scheduler.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from mangonel.ids import ExecutorId
+from mangonel.scheduler.detector import ArrivalWindow
+from mangonel.scheduler.events import Limits
+from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry
+from mangonel.scheduler.state_views import ExecutorState
+
+__all__ = [
+    "FLAP_GAPS",
+    "FLAP_WINDOW_S",
+    "ISOLATION_SHARE",
+    "QUARANTINE_LOSS_FACTOR",
+    "QUARANTINE_S",
+    "Judgement",
+    "judge",
+]
+
+FLAP_GAPS = 3
+"""Long silences within ``FLAP_WINDOW_S`` that quarantine an executor."""
+
+FLAP_WINDOW_S = 20.0
+"""Seconds over which an executor's long silences are counted: a link cut every
+few seconds shows three in it, a runtime that pauses 2 s every 10 s (and
+another beat late) does not."""
+
+QUARANTINE_S = 60.0
+"""A quarantine ends this long after the executor's last long silence."""
+
+QUARANTINE_LOSS_FACTOR = 2.0
+"""A quarantined executor is lost after this many heartbeat timeouts of silence:
+it runs nothing, so waiting costs only its outputs' readers, and its silences
+have so far always ended."""
+
+ISOLATION_SHARE = 0.75
+"""Share of the live executors (at least two) suspected at once that makes the
+scheduler take itself for the one cut off."""
+
+
+@dataclass
+class Judgement:
+    """What one ``Tick`` found."""
+
+    suspected: list[ExecutorRecord] = field(default_factory=list)
+    """Newly suspected."""
+    quarantined: list[ExecutorRecord] = field(default_factory=list)
+    """Newly quarantined."""
+    lost: list[tuple[ExecutorId, str]] = field(default_factory=list)
+    """Lost for silence, each with its evidence."""
+    isolated: bool = False
+    """Whether the scheduler takes itself for cut off now."""
+    isolation_began: bool = False
+    isolation_ended: bool = False
+
+
+def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
+    """Suspect, quarantine and lose executors by their silence at ``now``.
+
+    Marks the records (suspicions, quarantines begun and over, the
+    registry's isolation) and returns what changed and whom to lose; the
+    caller loses them.
+    """
+    out = Judgement()
+    timeout = limits.heartbeat_timeout_s
+    interval_s = registry.heartbeat_interval_s
+    judged = [r for r in registry.live_records() if not r.awaiting]
+    for rec in judged:
+        if rec.gaps and now - rec.gaps[0] >= FLAP_WINDOW_S:
+            rec.gaps = [t for t in rec.gaps if now - t < FLAP_WINDOW_S]
+        if rec.quarantined_until is not None:
+            if rec.gaps:
+                rec.quarantined_until = max(rec.quarantined_until, rec.gaps[-1] + QUARANTINE_S)
+            if now >= rec.quarantined_until:
+                rec.quarantined_until = None
+                rec.quarantine = f"was quarantined: {rec.quarantine}"
+        if rec.suspected_since is not None:
+            continue
+        window = rec.arrivals or ArrivalWindow(interval_s)
+        if window.phi(now, rec.last_heartbeat) >= limits.suspect_phi:
+            rec.suspected_since = now
+            out.suspected.append(rec)
+    suspected = sum(1 for r in judged if r.suspected_since is not None)
+    out.isolated = len(judged) >= 2 and suspected >= math.ceil(ISOLATION_SHARE * len(judged))
+    if out.isolated and registry.isolated_since is None:
+        registry.isolated_since = now
+        out.isolation_began = True
+    elif not out.isolated and registry.isolated_since is not None:
+        registry.isolated_since = None
+        registry.isolation_ended = now
+        out.isolation_ended = True
+    flapping = [r for r in judged if len(r.gaps) >= FLAP_GAPS]
+    # Most executors flapping together is the scheduler's own link: quarantine none.
+    if flapping and len(flapping) < math.ceil(ISOLATION_SHARE * len(judged)):
+        for rec in flapping:
+            if rec.quarantined_until is not None:
+                continue
+            trusted = any(
+                r is not rec
+                and r.state is ExecutorState.ALIVE
+                and r.suspected_since is None
+                and r.quarantined_until is None
+                for r in judged
+            )
+            if trusted:
+                rec.quarantined_until = rec.gaps[-1] + QUARANTINE_S
+                rec.quarantine = (
+                    f"its heartbeats stopped {len(rec.gaps)} times in "
+                    f"{rec.gaps[-1] - rec.gaps[0]:.0f} s (a flapping link?)"
+                )
+                out.quarantined.append(rec)
+    for rec in registry.live_records():
+        silence = now - rec.last_heartbeat
+        if rec.awaiting:
+            if silence > timeout:
+                out.lost.append(
+                    (
+                        rec.id,
+                        f"did not reconnect within {silence:.1f} s after the scheduler "
+                        f"restarted (the heartbeat timeout is {timeout:g} s)",
+                    )
+                )
+            continue
+        factor = QUARANTINE_LOSS_FACTOR if rec.quarantined_until is not None else 1.0
+        grace = _isolation_grace(registry, rec, now, limits)
+        bound = factor * timeout + grace
+        if silence > bound:
+            window = rec.arrivals or ArrivalWindow(interval_s)
+            detail = (
+                f"no heartbeat for {silence:.1f} s (the timeout is {timeout:g} s"
+                + (", twice that while quarantined" if factor > 1 else "")
+                + (f", {grace:g} s more while most executors were silent at once" if grace else "")
+                + f"); evidence: {window.evidence(now, rec.last_heartbeat)}; "
+                + f"{len(rec.gaps)} long silence(s) before this one in the last "
+                + f"{FLAP_WINDOW_S:g} s"
+            )
+            out.lost.append((rec.id, detail))
+    return out
+
+
+def _isolation_grace(
+    registry: ExecutorRegistry, rec: ExecutorRecord, now: float, limits: Limits
+) -> float:
+    """How much longer than the timeout ``rec`` may be silent: the isolation
+    grace while the scheduler is isolated; once the isolation ended, the
+    executors silent since before its end get a whole timeout after it (the
+    link heals for them one by one: the first heard must not lose the others
+    at once)."""
+    grace = limits.isolation_grace_s
+    if registry.isolated_since is not None:
+        return grace
+    ended = registry.isolation_ended
+    if ended is None or rec.last_heartbeat >= ended:
+        return 0.0
+    # Not capped by the grace: the silence ended within it (else the executor
+    # would have been lost meanwhile), and TCP's retries after a long cut may
+    # take a second or two more to reach it.
+    return max(0.0, ended - rec.last_heartbeat)

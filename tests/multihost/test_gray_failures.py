@@ -1,0 +1,314 @@
+"""Gray failures on the multi-host lab: a silent cut, a flapping link, a slow link,
+and the scheduler cut off from every executor (``scheduler.state_liveness``).
+
+One cluster for the module: a scheduler, three one-slot executors and a client,
+each on a host of its own, with the scheduler's default heartbeat timeout
+(10 s: the failure detector suspects a silent executor after about 2.1 s) and
+speculation on (a suspected executor's running attempts are copied at once).
+TPC-H at SF 0.1. Every answer is checked against DuckDB; times are printed
+(``-s``), never asserted: ``scripts/gray_failures.py`` measures the targets.
+
+The moment of each fault is chosen by a fault rule, not a sleep: an executor
+freezes itself (SIGSTOP) at the start of a task of stage 1, the test cuts, then
+thaws it, so the cut lands while the query runs.
+
+These tests need root for the lab's network namespaces: without them they fail,
+saying why; they never skip.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
+
+from mangonel.testing.netclient import Answer
+from mangonel.testing.netcluster import NetCluster
+from mangonel.testing.netlab import NetLab
+
+QUERY = 12
+SPLIT_ROWS = 50_000  # lineitem in 12 tasks at SF 0.1: every executor runs several
+ISOLATION_GRACE_S = 30.0  # the default
+FREEZER = 0  # the executor that freezes itself to time a fault
+
+
+@pytest.fixture(scope="module")
+def net(lab_root: Path, tpch_tables: dict[str, Path]) -> Iterator[NetCluster]:
+    problem = NetLab.unavailable()
+    if problem is not None:
+        pytest.fail(f"the gray-failure tests need network namespaces (root, iproute2): {problem}")
+    cluster = NetCluster(
+        lab_root,
+        executors=3,
+        slots=1,
+        scheduler_args=(
+            "--partitions",
+            "4",
+            "--partition-bytes",
+            "0",
+            "--split-rows",
+            str(SPLIT_ROWS),
+        ),  # fmt: skip
+        speculation=True,
+    ).start()
+    try:
+        for name, path in tpch_tables.items():
+            cluster.client.register_parquet(name, str(path))
+        time.sleep(2.0)  # a few heartbeats: the detectors learn their rhythm
+    except BaseException:
+        cluster.stop()
+        raise
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def expected(net: NetCluster, duckdb_ref: duckdb.DuckDBPyConnection) -> pa.Table:
+    """DuckDB's answer, after one run on the cluster warmed the executors."""
+    table = duckdb_ref.sql(tpch_query(QUERY)).to_arrow_table()
+    assert table.num_rows > 0  # an empty reference would prove nothing
+    _check(net.client.sql(tpch_query(QUERY)), table)
+    return table
+
+
+def _check(answer: Answer, expected: pa.Table) -> None:
+    assert_same_result(
+        answer.result.to_arrow(), expected, ordered=True, order_by=TPCH_ORDER_BY[QUERY]
+    )
+
+
+class _Query:
+    """The module's query, run on the client host from a thread of the test."""
+
+    def __init__(self, net: NetCluster) -> None:
+        self.outcome: list[Answer | BaseException] = []
+
+        def run() -> None:
+            try:
+                self.outcome.append(net.client.sql(tpch_query(QUERY)))
+            except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+                self.outcome.append(exc)
+
+        self._thread = threading.Thread(target=run, name="query", daemon=True)
+        self._thread.start()
+
+    def answer(self, timeout: float = 120.0) -> Answer:
+        self._thread.join(timeout)
+        assert self.outcome, f"no answer within {timeout:g} s"
+        outcome = self.outcome[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
+_ARMED = itertools.count(1)
+
+
+def _fault_mid_query(net: NetCluster, query: _Query, fault: Callable[[], None]) -> float:
+    """Freeze the freezer at its next stage-1 task, apply ``fault``, thaw it; the
+    fault's time. A rule fires once per process; one more copy is a new one."""
+    net.set_faults(FREEZER, [{"action": "freeze", "stage": 1, "nth": 1}] * next(_ARMED))
+    freezer = net.executors[FREEZER]
+    wait_until(lambda: is_stopped(freezer.pid) or query.outcome, "the executor froze", 60)
+    try:
+        assert not query.outcome, f"the query ended before the breakpoint: {query.outcome}"
+        fault()
+        return time.time()
+    finally:
+        os.kill(freezer.pid, signal.SIGCONT)
+
+
+def _lost(net: NetCluster) -> float:
+    """Executors the scheduler has lost since it started, for any reason."""
+    return sum(v for k, v in net.metrics().items() if k.startswith("mangonel_executors_lost_total"))
+
+
+def _distrusted(net: NetCluster, executor: str) -> str | None:
+    """``suspected`` or ``quarantined`` while the scheduler says so, else ``None``."""
+    for key, value in net.metrics().items():
+        found = re.match(r"mangonel_executors_distrusted\{(.*)\}", key)
+        if found and value and f'executor="{executor}"' in found.group(1):
+            return re.search(r'as="(\w+)"', found.group(1)).group(1)  # type: ignore[union-attr]
+    return None
+
+
+def _scheduler_log(net: NetCluster) -> str:
+    assert net.scheduler is not None
+    return net.scheduler.log_path.read_text()
+
+
+def test_a_silently_cut_executor_is_suspected_in_seconds_and_lost_at_the_timeout(
+    net: NetCluster, expected: pa.Table
+) -> None:
+    """Executor 1's port goes silent mid-query: suspected in about 2 s (no new
+    task, its running attempt copied), lost at the 10 s timeout (or sooner, when
+    its stream's keepalive finds it dead); the answer is correct, and once
+    healed it rejoins under a new id. (The readers of its outputs wait for the
+    loss: a suspicion recomputes nothing.)"""
+    ids = net.wait_for_executors(3)
+    victim, host = ids[1], net.executor_hosts[1]
+    query = _Query(net)
+    cut_at = _fault_mid_query(net, query, lambda: net.lab.cut(host))
+    suspected = wait_until(lambda: _distrusted(net, victim), "the cut executor is suspected", 20)
+    suspected_after = time.time() - cut_at
+    assert suspected == "suspected"
+    answer = query.answer()
+    _check(answer, expected)
+    lost = wait_until(
+        lambda: re.search(rf"executor {victim} lost \((.*?)\): (.*)", _scheduler_log(net)),
+        "the cut executor is lost",
+        40,
+    )
+    lost_after = time.time() - cut_at
+    # The heartbeat timeout, or the command stream's keepalive found it dead first;
+    # either way with what the loss rests on, and suspected before.
+    assert lost.group(1) in ("heartbeat timeout", "connection lost"), lost.group(0)
+    if lost.group(1) == "heartbeat timeout":
+        assert "phi" in lost.group(2), lost.group(0)
+    assert re.search(rf"executor {victim} suspected: silent for .* phi", _scheduler_log(net))
+    net.lab.heal(host)
+    back = net.wait_for_executors(3)
+    assert victim not in back.values()
+    print(
+        f"silent cut: suspected {suspected_after:.2f} s after the cut (polled every ~0.1 s), "
+        f"lost ({lost.group(1)}) by {lost_after:.1f} s; answer "
+        f"{answer.finished_at - cut_at:.2f} s after the cut"
+    )
+
+
+def test_the_scheduler_cut_off_for_6_s_keeps_every_executor_and_recomputes_nothing(
+    net: NetCluster, expected: pa.Table
+) -> None:
+    ids = net.wait_for_executors(3)
+    lost_before = _lost(net)
+    query = _Query(net)
+    cut_at = _fault_mid_query(net, query, lambda: net.lab.cut(net.scheduler_host))
+    time.sleep(max(0.0, cut_at + 6.0 - time.time()))
+    net.lab.heal(net.scheduler_host)
+    healed_at = time.time()
+    answer = query.answer()
+    _check(answer, expected)
+    assert _lost(net) == lost_before
+    assert net.wait_for_executors(3) == ids
+    assert answer.result.outputs_recomputed == 0, answer.result.stages
+    assert "the scheduler isolated" in _scheduler_log(net)
+    print(
+        f"scheduler cut 6 s: answer {answer.finished_at - healed_at:.2f} s after the heal, "
+        f"nothing recomputed"
+    )
+
+
+def test_executors_that_die_while_the_scheduler_is_cut_off_are_replaced_correctly(
+    net: NetCluster, expected: pa.Table
+) -> None:
+    """The other reading of silence from everyone: the scheduler is cut off, and
+    meanwhile every executor dies. New ones start; healed, the scheduler loses
+    the dead (their streams reset, or the timeout) and the query finishes on the
+    new ones, correct."""
+    old = net.wait_for_executors(3)
+    query = _Query(net)
+
+    def cut_and_kill() -> None:
+        net.lab.cut(net.scheduler_host)
+        for proc in net.executors:
+            os.kill(proc.pid, signal.SIGKILL)
+
+    cut_at = _fault_mid_query(net, query, cut_and_kill)
+    net.set_faults(FREEZER, [])  # the new process must not freeze at its first task
+    for index, proc in enumerate(net.executors):
+        proc.process.wait(10)
+        net.restart_executor(index)
+    time.sleep(max(0.0, cut_at + 6.0 - time.time()))
+    net.lab.heal(net.scheduler_host)
+    healed_at = time.time()
+    answer = query.answer()
+    _check(answer, expected)
+    new = net.wait_for_executors(3)
+    assert not set(new.values()) & set(old.values())
+    assert answer.result.tasks_rerun + answer.result.outputs_recomputed >= 1
+    print(f"scheduler cut, executors killed: answer {answer.finished_at - healed_at:.2f} s "
+          f"after the heal")  # fmt: skip
+
+
+def test_a_slow_link_loses_no_executor(net: NetCluster, expected: pa.Table) -> None:
+    """Executor 0's link limited to 20 mbit: its heartbeats ride a connection of
+    their own, and it is never lost; the answer is correct."""
+    net.wait_for_executors(3)
+    healthy = net.client.sql(tpch_query(QUERY))
+    _check(healthy, expected)
+    lost_before = _lost(net)
+    net.lab.slow(net.executor_hosts[0], "20mbit")
+    try:
+        answer = net.client.sql(tpch_query(QUERY))
+    finally:
+        net.lab.heal(net.executor_hosts[0])
+    _check(answer, expected)
+    assert _lost(net) == lost_before
+    print(
+        f"20 mbit: {answer.finished_at - answer.started_at:.2f} s against "
+        f"{healthy.finished_at - healthy.started_at:.2f} s healthy"
+    )
+
+
+def test_a_flapping_link_is_quarantined_never_lost(net: NetCluster, expected: pa.Table) -> None:
+    """Executor 2's port cut for 1.5 s and healed for 1.5 s, for 20 s, while
+    queries run: quarantined (no new task, its outputs still fetched), never
+    lost for its silences, nor anyone else; every answer correct.
+
+    Last in the module: the flaps can hold a keepalive ping of its command
+    stream unanswered past the 20 s keepalive timeout (TCP's retries back off
+    into the next cut, again and again), and then the stream breaks and it
+    comes back under a new id, after the flapping (a known limit,
+    docs/architecture.md). That is printed, not asserted."""
+    ids = net.wait_for_executors(3)
+    flapper, host = ids[2], net.executor_hosts[2]
+    lost_ids = {e for e, _ in re.findall(r"executor (\S+) lost \((.*?)\)", _scheduler_log(net))}
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def flap() -> None:
+        end = time.time() + 20.0
+        while time.time() < end and not stop.is_set():
+            net.lab.cut(host)
+            time.sleep(1.5)
+            net.lab.heal(host)
+            state = _distrusted(net, flapper)
+            if state:
+                seen.add(state)
+            time.sleep(1.5)
+
+    flapping = threading.Thread(target=flap, name="flap", daemon=True)
+    started = time.time()
+    flapping.start()
+    answers = []
+    try:
+        while flapping.is_alive():
+            answer = net.client.sql(tpch_query(QUERY))
+            _check(answer, expected)
+            answers.append(answer.finished_at - answer.started_at)
+    finally:
+        stop.set()
+        flapping.join()
+        net.lab.heal(host)
+    log = _scheduler_log(net)
+    losses = re.findall(r"executor (\S+) lost \((.*?)\)", log)
+    assert f"executor {flapper} quarantined" in log, seen
+    assert (flapper, "heartbeat timeout") not in losses, losses
+    others = {e for e, _ in losses} - {flapper} - set(lost_ids)
+    assert not others, losses  # nobody else lost
+    stream = [r for e, r in losses if e == flapper]
+    print(
+        f"flapping 1.5 s cuts for {time.time() - started:.0f} s: {len(answers)} answers, "
+        f"{min(answers):.2f}-{max(answers):.2f} s each; detector said {sorted(seen)}; "
+        f"the flapper lost by: {stream or 'nothing'}"
+    )

@@ -1,0 +1,269 @@
+"""Suspicion, quarantine, loss and the scheduler's own isolation in the pure
+state machine (``scheduler.state_liveness``).
+
+Same style as ``test_state_machine.py``: hand-built events at hand-set times;
+heartbeats are sent as a healthy executor sends them (every
+``Limits.heartbeat_interval_s``), and the ``Tick``s come every 0.25 s as the
+shell sends them, so the times the tests find are the ones a cluster would see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from test_state_machine import (
+    E1,
+    E2,
+    E3,
+    J1,
+    Harness,
+    att,
+    finish_maps,
+    launches,
+    three_stage_plan,
+)
+
+from mangonel.ids import ExecutorId
+from mangonel.scheduler.events import (
+    Command,
+    DeclareExecutorLost,
+    ExecutorHeartbeat,
+    HealthChange,
+    Limits,
+    LogExecutorHealth,
+    LossReason,
+)
+from mangonel.scheduler.state import StageView
+from mangonel.scheduler.state_liveness import FLAP_GAPS, QUARANTINE_S
+from mangonel.task import LaunchTask
+
+TICK = 0.25
+
+
+def run(
+    h: Harness,
+    until: float,
+    beating: Callable[[ExecutorId, float], bool],
+    executors: Iterable[ExecutorId] = (E1, E2, E3),
+) -> list[tuple[float, Command]]:
+    """From ``h.now`` to ``until``: heartbeats of ``executors`` every interval
+    while ``beating(executor, t)``, a ``Tick`` every 0.25 s; the commands with
+    their times."""
+    interval = h.state.limits.heartbeat_interval_s
+    live = [e for e in executors if h.state.executor(e) is not None]
+    out: list[tuple[float, Command]] = []
+    next_beat = {e: h.now for e in live}
+    next_tick = h.now
+    while True:
+        t = min([next_tick, *next_beat.values()])
+        if t >= until:
+            h.now = until
+            return out
+        h.now = t
+        for e in live:
+            if next_beat[e] <= t:
+                next_beat[e] = t + interval
+                view = h.state.executor(e)
+                if beating(e, t) and view is not None and view.reason is None:
+                    out += [(t, c) for c in h.send(ExecutorHeartbeat, e)]
+        if next_tick <= t:
+            next_tick = t + TICK
+            out += [(t, c) for c in h.tick(t)]
+
+
+def maps_view(h: Harness) -> StageView:
+    view = h.state.job(J1)
+    assert view is not None
+    return view.stages[0]
+
+
+def losses(cmds: list[tuple[float, Command]]) -> list[tuple[float, ExecutorId]]:
+    return [(t, c.executor) for t, c in cmds if isinstance(c, DeclareExecutorLost)]
+
+
+def copies(cmds: list[tuple[float, Command]]) -> list[tuple[str, str]]:
+    return [(c.executor, str(c.task.attempt)) for _, c in cmds if isinstance(c, LaunchTask)]
+
+
+def two_running() -> Harness:
+    """e1 and e2 (2 slots each, default limits); j1's four map tasks run, two on each."""
+    h = Harness()
+    h.register(E1, 2)
+    h.register(E2, 2)
+    assert sorted(launches(h.submit(three_stage_plan(maps=4, reducers=1)))) == [
+        ("e1", "j1/s1/p0/a0"),
+        ("e1", "j1/s1/p2/a0"),
+        ("e2", "j1/s1/p1/a0"),
+        ("e2", "j1/s1/p3/a0"),
+    ]
+    return h
+
+
+def test_a_silent_executor_is_suspected_in_about_two_seconds_and_its_attempts_copied() -> None:
+    h = two_running()
+    run(h, 10.0, lambda e, t: True, (E1, E2))
+    assert h.state.executor(E2).suspected_since is None
+    h.complete(att(1, 0), E1)  # e1 has a free slot for a copy
+    cmds = run(h, 14.0, lambda e, t: e == E1 or t < 10.0, (E1, E2))
+    suspected = h.state.executor(E2).suspected_since
+    assert suspected is not None and 2.0 <= suspected - 9.5 <= 2.5  # last beat at 9.5
+    # Its running attempts are copied onto e1 at once (one free slot there);
+    # nothing is lost, and no output is made again.
+    assert copies(cmds) == [("e1", "j1/s1/p1/a1")]
+    assert [t for t, c in cmds if isinstance(c, LaunchTask)] == [suspected]
+    assert losses(cmds) == []
+    # Heard from again, it is trusted again.
+    cmds = run(h, 15.0, lambda e, t: True, (E1, E2))
+    assert h.state.executor(E2).suspected_since is None and losses(cmds) == []
+
+
+def test_a_suspected_executor_gets_no_new_task_and_is_lost_only_if_the_silence_lasts() -> None:
+    h = Harness(Limits(speculation=False))
+    h.register(E1, 1)
+    h.register(E2, 1)
+    run(h, 5.0, lambda e, t: e == E1, (E1, E2))  # e2 silent from the start
+    assert h.state.executor(E2).suspected_since is not None
+    cmds = h.submit(three_stage_plan(maps=2, reducers=1))
+    assert launches(cmds) == [("e1", "j1/s1/p0/a0")]  # p1 waits rather than go to e2
+    cmds = run(h, 10.5, lambda e, t: e == E1, (E1, E2))
+    assert losses(cmds) == [(10.25, E2)]  # silent past the 10 s timeout
+    lost = h.state.executor(E2)
+    assert lost.reason is LossReason.HEARTBEAT_TIMEOUT
+    # The evidence is in the detail (and in the scheduler's log).
+    assert "phi" in lost.detail and "0 long silence(s)" in lost.detail
+
+
+def test_pauses_of_one_to_two_seconds_and_a_saturated_cpu_lose_no_executor() -> None:
+    # e2 pauses 1.5 s or 2 s (a GC, a frozen runtime) every 12 s for a minute,
+    # and a third of its beats come a beat late besides, as on a saturated CPU;
+    # e1 is healthy. Neither lost nor quarantined.
+    h = two_running()
+
+    def beating(e: ExecutorId, t: float) -> bool:
+        if e == E1:
+            return True
+        phase = t % 12.0
+        pause = 2.0 if int(t // 12) % 2 else 1.5
+        late = int(t * 4) % 3 == 0  # a third of the beats are dropped (come late)
+        return not (5.0 <= phase < 5.0 + pause) and not late
+
+    cmds = run(h, 60.0, beating, (E1, E2))
+    assert losses(cmds) == []
+    assert h.state.executor(E2).quarantined_until is None
+
+
+def test_a_flapping_executor_is_quarantined_and_never_lost() -> None:
+    # The lab's flapping link: a 3 s heartbeat timeout, e2's link cut for 1.5 s
+    # every 3 s for 20 s; each silence runs up to 2.5 s (TCP's retries after
+    # the heal). e2 holds map outputs the running reducers need.
+    h = Harness(Limits(heartbeat_timeout_s=3.0))
+    h.register(E1, 2)
+    h.register(E2, 2)
+    h.submit(three_stage_plan(maps=4, reducers=2))
+    finish_maps(h, {0: E1, 1: E2, 2: E1, 3: E2})
+    run(h, 5.0, lambda e, t: True, (E1, E2))
+
+    def beating(e: ExecutorId, t: float) -> bool:
+        return e == E1 or t < 5.0 or t >= 25.0 or (t - 5.0) % 3.0 >= 2.5
+
+    cmds = run(h, 26.0, beating, (E1, E2))
+    view = h.state.executor(E2)
+    assert losses(cmds) == []
+    assert view.quarantined_until is not None and "3 times" in view.quarantine
+    gaps = h.state._executors.live(E2).gaps
+    assert len(gaps) >= FLAP_GAPS
+    # Its outputs still count: nothing was made again.
+    assert maps_view(h).outputs_recomputed == 0 and maps_view(h).done == 4
+    # The quarantine ends a while after its last suspicion.
+    run(h, gaps[-1] + QUARANTINE_S + 1.0, lambda e, t: True, (E1, E2))
+    view = h.state.executor(E2)
+    assert view.quarantined_until is None and view.quarantine.startswith("was quarantined")
+
+
+def test_the_last_trusted_executor_is_never_quarantined() -> None:
+    h = Harness(Limits(heartbeat_timeout_s=3.0))
+    h.register(E1, 1)
+    h.register(E2, 1)
+    run(h, 2.0, lambda e, t: True, (E1, E2))
+
+    # e1 is down for good (a cut of 2.9 s, every time), e2 flaps.
+    def beating(e: ExecutorId, t: float) -> bool:
+        return (t - 2.0) % 3.0 >= 2.5
+
+    cmds = run(h, 20.0, beating, (E1, E2))
+    assert losses(cmds) == []
+    assert [h.state.executor(e).quarantined_until for e in (E1, E2)] == [None, None]
+
+
+def isolated_cluster() -> Harness:
+    """e1, e2, e3 (one slot each, the lab's 3 s timeout); j1's maps done on all
+    three, its reducer running on e1."""
+    h = Harness(Limits(heartbeat_timeout_s=3.0))
+    for e in (E1, E2, E3):
+        h.register(e, 1)
+    h.submit(three_stage_plan(maps=3, reducers=1))
+    finish_maps(h, {0: E1, 1: E2, 2: E3})
+    run(h, 5.0, lambda e, t: True)
+    return h
+
+
+def test_a_scheduler_cut_off_from_everyone_for_6_s_loses_no_one_and_recomputes_nothing() -> None:
+    h = isolated_cluster()
+    cmds = run(h, 15.0, lambda e, t: not 5.0 <= t < 11.0)
+    assert losses(cmds) == []
+    assert [c for _, c in cmds if isinstance(c, LaunchTask)] == []
+    assert maps_view(h).outputs_recomputed == 0 and maps_view(h).done == 3
+    assert h.state._executors.isolated_since is None  # over once they were heard again
+
+
+def test_executors_heard_one_by_one_after_the_heal_are_all_kept() -> None:
+    # The link heals for e1 first; e2 and e3 are heard 2.5 s and 2.9 s later. The
+    # first one heard ends the isolation, and must not lose the others at once.
+    h = isolated_cluster()
+    back = {E1: 11.0, E2: 13.5, E3: 13.9}
+    cmds = run(h, 20.0, lambda e, t: not 5.0 <= t < back[e])
+    assert losses(cmds) == []
+    logged = [(c.change, c.executor) for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert logged[3:5] == [(HealthChange.ISOLATED, None), (HealthChange.TRUSTED, E1)]
+    assert (HealthChange.RECONNECTED, None) in logged
+    assert maps_view(h).outputs_recomputed == 0
+
+
+def test_a_straggler_after_the_heal_is_lost_a_timeout_after_the_isolation_ended() -> None:
+    h = isolated_cluster()
+    # e1 and e2 are heard again at the heal; e3 never is (it died during the cut).
+    cmds = run(h, 30.0, lambda e, t: t < 5.0 or (e != E3 and t >= 11.0))
+    ended = next(t for t, c in cmds if isinstance(c, LogExecutorHealth)
+                 and c.change is HealthChange.RECONNECTED)  # fmt: skip
+    assert losses(cmds) == [(losses(cmds)[0][0], E3)]
+    assert 0.0 < losses(cmds)[0][0] - (ended + 3.0) <= TICK
+
+
+def test_executors_that_really_died_are_lost_once_the_isolation_grace_is_over() -> None:
+    h = isolated_cluster()
+    grace = h.state.limits.isolation_grace_s
+    cmds = run(h, 5.0 + 3.0 + grace + 1.0, lambda e, t: t < 5.0)
+    assert sorted(e for _, e in losses(cmds)) == [E1, E2, E3]
+    assert {t for t, _ in losses(cmds)} == {5.0 + 3.0 + grace}  # all in one step
+    assert "most executors were silent at once" in h.state.executor(E1).detail
+
+
+def test_two_of_three_silent_is_not_the_schedulers_cut() -> None:
+    # e3 still heartbeats: the scheduler's link works, e1 and e2 are lost at the timeout.
+    h = isolated_cluster()
+    cmds = run(h, 9.0, lambda e, t: e == E3 or t < 5.0)
+    assert sorted(e for _, e in losses(cmds)) == [E1, E2]
+    (when,) = {t for t, _ in losses(cmds)}
+    last_beat = h.state.executor(E1).last_heartbeat
+    assert 3.0 < when - last_beat <= 3.0 + TICK
+
+
+def test_a_long_silence_does_not_teach_the_detector_to_tolerate_the_next() -> None:
+    # After the scheduler's 6 s cut, a silent e2 is suspected as soon as before:
+    # the cut's intervals count only up to the suspicion bar.
+    h = isolated_cluster()
+    run(h, 20.0, lambda e, t: not 5.0 <= t < 11.0)
+    cmds = run(h, 30.0, lambda e, t: e != E2 or t < 20.0)
+    (when,) = [t for t, c in cmds if isinstance(c, LogExecutorHealth) and c.executor == E2]
+    bar = h.state._executors.long_gap_s  # a regular executor's suspicion time
+    assert when - 20.0 <= bar + 2 * TICK, (when, bar)
