@@ -225,13 +225,11 @@ def resolve_files(location: str, kind: FileFormat = FileFormat.PARQUET) -> tuple
 
     An ``s3://`` location gives ``s3://`` URIs (``storage.list_objects``).
     """
-    if not any(ch in location for ch in "*?["):
-        # A location mangonel wrote: exactly the files its manifest names.
-        committed = output.manifest_files(location)
-        if committed is not None:
-            if not committed:
-                raise CatalogError(f"{location!r} holds a committed output of no file")
-            return committed
+    committed = _committed_files(location)
+    if committed is not None:
+        if not committed:
+            raise CatalogError(f"{location!r} holds a committed output of no file")
+        return committed
     if kind is not FileFormat.PARQUET:
         return _resolve_text_files(location, kind)
     if storage.is_remote(location):
@@ -257,6 +255,20 @@ def resolve_files(location: str, kind: FileFormat = FileFormat.PARQUET) -> tuple
         f"{location!r} does not exist; give the path of a Parquet file, "
         "a directory of them, or a glob"
     )
+
+
+def _committed_files(location: str) -> tuple[str, ...] | None:
+    """The files a write's manifest names, where ``location`` is a directory (or an
+    object store's prefix) mangonel wrote; ``None`` for anything else (a file, an
+    object, a glob, a directory of files no write committed)."""
+    if any(ch in location for ch in "*?["):
+        return None
+    if storage.is_remote(location):
+        if storage.is_object(location):
+            return None
+    elif not os.path.isdir(location):
+        return None
+    return output.manifest_files(location)
 
 
 def _walk(location: str) -> Iterator[tuple[str, list[str], list[str]]]:

@@ -117,10 +117,19 @@ def read_manifest(target: str) -> Manifest | None:
     """The location's manifest; ``None`` where it has none."""
     fs, base = _fs(target)
     path = f"{base}/{MANIFEST}"
-    if fs.get_file_info(path).type is not pafs.FileType.File:
+
+    def load() -> bytes | None:
+        if fs.get_file_info(path).type is not pafs.FileType.File:
+            return None
+        with fs.open_input_stream(path) as f:
+            return bytes(f.read())
+
+    # On a store, with its retries, time limits and typed errors (refused
+    # credentials, a store down) like every other read of it.
+    data = storage.retrying(f"{target}/{MANIFEST}", load) if storage.is_remote(target) else load()
+    if data is None:
         return None
-    with fs.open_input_stream(path) as f:
-        doc = json.loads(f.read())
+    doc = json.loads(data)
     return Manifest(str(doc["job"]), tuple(doc["files"]), str(doc["format"]))
 
 

@@ -432,6 +432,21 @@ def list_objects(
     return tuple(sorted(f"{SCHEME}{f.path}" for f in found))
 
 
+def is_object(location: str, options: StorageOptions | None = None) -> bool:
+    """Whether an ``s3://`` location names one object (not a prefix, nor nothing).
+
+    Raises:
+        ObjectStoreError: the store failed to answer (a subclass says why).
+    """
+    import pyarrow.fs as pafs
+
+    options = current_options() if options is None else options
+    uri = parse(location)
+    fs = filesystem(options)
+    info = retrying(location, lambda: fs.get_file_info(uri.fs_path), options)
+    return info.type == pafs.FileType.File and not uri.key.endswith("/")
+
+
 def _list(
     fs: pafs.S3FileSystem, bucket: str, prefix: str, location: str, options: StorageOptions
 ) -> list[pafs.FileInfo]:
