@@ -44,7 +44,7 @@ class StandInCore:
         self.addresses = ["127.0.0.1:1", live_address]
         self.submitted: list[str] = []
 
-    def submit(self, sql: str, owner: str = "anonymous") -> Any:
+    def submit(self, sql: str, owner: str = "anonymous", may_write: bool = True) -> Any:
         address = self.addresses[len(self.submitted)]
         self.submitted.append(sql)
         return SimpleNamespace(
