@@ -1,0 +1,1316 @@
+"""A deterministic simulation of a whole cluster in one process, with faults at any step.
+
+The real pure state machines run here: one ``SchedulerState``, persisted after
+every event through the shell's own ``persist.state_changes`` into an in-memory
+store, and one ``ExecutorState`` per simulated executor process. Around them
+this module plays everything else, driven by one ``random.Random(seed)``:
+
+* **the network**: every message takes a random time; a stream delivers in
+  order, unary calls (reports, heartbeats, registrations) overtake each other;
+  calls may be delivered twice; links are cut both ways, one way, between
+  executors only (``PEER_CUT``), or flap; a stream on a cut link breaks after
+  ``keepalive_s`` (gRPC's pings), and a call over it fails.
+* **the executor shells**: slots, task work (durations, slow executors),
+  fetches from other executors' disks (unreachable holder, missing file, a
+  checksum that does not match), out of memory, disk full, task errors,
+  crashes, freezes and thaws, drains.
+* **the scheduler shell**: what ``SchedulerCore`` does (ids, streams,
+  heartbeats of unknown executors, ticks), crashes at any event (before its
+  write, after it, between two of its commands) and restarts from the store.
+* **clients**: jobs submitted (several at once), cancelled, results read.
+
+Each task's outputs are values computed from exactly what it read
+(``testing.sim_data``), so the result of a job that succeeded is checked
+against the answer computed without faults. After every scheduler event the
+invariants are checked (``SimChecks``); faults stop at ``faults_until_s`` and
+every job must end within ``liveness_s`` after that. A run is a pure function of
+``(seed, SimConfig)``: ``python -m mangonel.testing.cluster_sim --seed N``
+replays one, and ``shrink`` removes faults from a failing run's schedule while
+it still fails.
+
+>>> result = run(SimConfig(seed=3, jobs=2))
+>>> result.violation is None and result.jobs_ended == 2
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+import enum
+import heapq
+import json
+import random
+import sys
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from mangonel.executor import events as ex
+from mangonel.executor.state import ExecutorState
+from mangonel.ids import ExecutorId, JobId, TaskAttemptId
+from mangonel.plan.physical import DistributedPlan
+from mangonel.scheduler.events import (
+    CancelRequested,
+    Command,
+    DeclareExecutorLost,
+    Event,
+    ExecutorConnected,
+    ExecutorDraining,
+    ExecutorHeartbeat,
+    ExecutorLost,
+    ExecutorRegistered,
+    ForgetJob,
+    JobCancelled,
+    JobFailed,
+    JobSubmitted,
+    JobSucceeded,
+    Limits,
+    LossReason,
+    RefuseStream,
+    ResultRead,
+    ResumeExecutor,
+    SchedulerRecovered,
+    TaskCompleted,
+    TaskFailed,
+    Tick,
+)
+from mangonel.scheduler.persist import (
+    StateWriter,
+    StoredPlan,
+    encode,
+    job_key,
+    read_snapshot,
+    state_changes,
+)
+from mangonel.scheduler.state import SchedulerState
+from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.state_views import ExecutorState as SchedExecutorState
+from mangonel.scheduler.store import MemoryStateStore
+from mangonel.task import (
+    CancelTask,
+    ExecutionError,
+    ExecutionProblem,
+    ExecutorInfo,
+    FetchFailed,
+    FetchProblem,
+    InputMode,
+    LaunchTask,
+    PartitionLocation,
+    PartitionOutput,
+    ReleaseOutputs,
+    TaskSpec,
+)
+from mangonel.testing import sim_data
+from mangonel.testing.scheduler_sim import synthetic_plan
+
+SCHEDULER = "sched"
+STORE_URL = "memory://cluster-sim"
+
+
+class Fault(enum.Enum):
+    """A fault the simulator injects at a random moment (``SimConfig.faults``)."""
+
+    EXECUTOR_CRASH = "executor-crash"
+    """The process dies with its files; a fresh one starts on its host later."""
+    FREEZE = "freeze"
+    """The process stops (SIGSTOP) and thaws later, its timers and messages waiting."""
+    CUT = "cut"
+    """The link between an executor and the scheduler drops everything both ways."""
+    CUT_TO_SCHEDULER = "cut-to-scheduler"
+    """One way: the executor's calls are lost, the scheduler's stream still flows."""
+    CUT_FROM_SCHEDULER = "cut-from-scheduler"
+    """One way: the scheduler's stream stalls, the executor's calls arrive."""
+    PEER_CUT = "peer-cut"
+    """Two executors cannot fetch from each other; both reach the scheduler."""
+    FLAP = "flap"
+    """An executor's link to the scheduler goes down and up several times."""
+    SLOW = "slow"
+    """An executor's tasks take several times longer for a while."""
+    CORRUPT = "corrupt"
+    """A shuffle file's bytes change on disk (its checksum no longer matches)."""
+    DISK_FULL = "disk-full"
+    """An executor's next task fails for lack of disk; it is unhealthy a while."""
+    SCHEDULER_CRASH = "scheduler-crash"
+    """The scheduler dies at its next persisted event: before its write, after
+    it, or between two of its commands; it restarts from the store."""
+    CANCEL = "cancel"
+    """A client cancels a random unfinished job."""
+    DRAIN = "drain"
+    """An executor is asked to leave (SIGTERM)."""
+    TASK_ERROR = "task-error"
+    """Raise the chance of task failures (errors, out of memory, fetch flakes) a while."""
+
+
+class CrashPoint(enum.Enum):
+    BEFORE_WRITE = "before-write"
+    AFTER_WRITE = "after-write"
+    MID_COMMANDS = "mid-commands"
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One simulated run; with the seed, everything it does.
+
+    Attributes:
+        seed: Of every random choice.
+        executors: Executor hosts (each runs one process at a time).
+        slots: Task slots of each executor.
+        jobs: Jobs submitted in all.
+        concurrent: Jobs a client keeps in flight at once.
+        tasks: Tasks of each job's plan (``synthetic_plan``), and its ``partitions``.
+        partitions: Hash partitions of each exchange.
+        faults: The kinds injected.
+        fault_every_s: Mean simulated seconds between two injected faults.
+        faults_until_s: No fault starts after this; the network heals, frozen
+            processes thaw, crashed ones restart, the scheduler comes back.
+        task_fault_rate: Chance of an execution error or fetch flake per task.
+        duplicate_rate: Chance a unary call is delivered twice.
+        latency_s: Most simulated seconds a message takes (at least a tenth of it).
+        liveness_s: Every job must end this long after faults stop.
+        max_steps: Most simulation steps (a bound, never the expected end).
+        check_restore: Check after every persisted event that the store restores
+            into the live state (a pass over the store: the costly check).
+        skip: Indexes of scheduled faults to leave out (the shrinker's knob).
+    """
+
+    seed: int = 0
+    executors: int = 3
+    slots: int = 2
+    jobs: int = 3
+    concurrent: int = 2
+    tasks: int = 9
+    partitions: int = 3
+    faults: tuple[Fault, ...] = tuple(Fault)
+    fault_every_s: float = 3.0
+    faults_until_s: float = 40.0
+    task_fault_rate: float = 0.03
+    duplicate_rate: float = 0.02
+    latency_s: float = 0.05
+    liveness_s: float = 400.0
+    max_steps: int = 200_000
+    check_restore: bool = True
+    skip: tuple[int, ...] = ()
+
+    def command(self) -> str:
+        """The one command that replays this run."""
+        default = SimConfig()
+        args = [f"--seed {self.seed}"]
+        for f in fields(self):
+            if f.name in ("seed",):
+                continue
+            value = getattr(self, f.name)
+            if value == getattr(default, f.name):
+                continue
+            if f.name == "faults":
+                value = ",".join(k.value for k in value)
+            elif f.name == "skip":
+                value = ",".join(str(i) for i in value)
+            elif isinstance(value, bool):
+                value = int(value)
+            args.append(f"--{f.name.replace('_', '-')} {value}")
+        return "python -m mangonel.testing.cluster_sim " + " ".join(args)
+
+
+LIMITS = Limits(
+    heartbeat_timeout_s=5.0,
+    connect_timeout_s=10.0,
+    no_executor_grace_s=30.0,
+    result_ttl_s=60.0,
+    unreachable_window_s=30.0,
+    speculation=True,
+    speculation_min_s=0.5,
+    exclusion_window_s=30.0,
+    exclusion_s=10.0,
+    adaptive=True,
+    adaptive_partition_bytes=1500,
+    adaptive_min_partition_bytes=200,
+)
+KEEPALIVE_S = 3.0
+"""A stream over a link that carries nothing this long breaks (gRPC's keepalive)."""
+TICK_S = 0.5
+HEARTBEAT_S = LIMITS.heartbeat_timeout_s / 4
+
+
+class Violation(AssertionError):
+    """An invariant failed; ``invariant`` names it (docs/architecture.md)."""
+
+    def __init__(self, invariant: str, detail: str) -> None:
+        super().__init__(f"[{invariant}] {detail}")
+        self.invariant = invariant
+        self.detail = detail
+
+
+@dataclass
+class SimResult:
+    config: SimConfig
+    steps: int = 0
+    scheduler_events: int = 0
+    sim_time: float = 0.0
+    jobs_succeeded: int = 0
+    jobs_failed: int = 0
+    jobs_cancelled: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    """Injected faults by kind (``Fault`` values, task faults as ``task:<kind>``)."""
+    schedule: list[str] = field(default_factory=list)
+    """The faults injected, in order (``skip`` indexes into it)."""
+    violation: Violation | None = None
+
+    @property
+    def jobs_ended(self) -> int:
+        return self.jobs_succeeded + self.jobs_failed + self.jobs_cancelled
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "seed": self.config.seed,
+            "steps": self.steps,
+            "scheduler_events": self.scheduler_events,
+            "sim_time": round(self.sim_time, 2),
+            "succeeded": self.jobs_succeeded,
+            "failed": self.jobs_failed,
+            "cancelled": self.jobs_cancelled,
+            "faults": dict(self.faults),
+            "violation": str(self.violation) if self.violation else None,
+        }
+
+
+# ------------------------------------------------------------------ the processes
+
+
+@dataclass
+class SimFile:
+    job: JobId
+    stage: int
+    map_partition: int
+    partition: int
+    value: int
+
+
+@dataclass
+class Proc:
+    """One executor process: its pure state machine and what its shell holds."""
+
+    host: str
+    slots: int
+    state: ExecutorState = field(default_factory=ExecutorState)
+    alive: bool = True
+    frozen: bool = False
+    inbox: list[Callable[[], None]] = field(default_factory=list)
+    """What happened to it while frozen, run in order when it thaws."""
+    free: list[int] = field(default_factory=list)
+    queue: deque[tuple[ExecutorId, TaskSpec]] = field(default_factory=deque)
+    running: dict[TaskAttemptId, tuple[ExecutorId, TaskSpec]] = field(default_factory=dict)
+    homes: dict[ExecutorId, dict[str, SimFile]] = field(default_factory=dict)
+    """Each life's directory: path -> file."""
+    stream: Stream | None = None
+    """Its current command stream, as the executor sees it."""
+    unhealthy_until: float = 0.0
+    slow_until: float = 0.0
+    disk_full_next: bool = False
+    exited: bool = False
+
+    def __post_init__(self) -> None:
+        self.free = list(range(self.slots))
+
+    def file(self, path: str) -> SimFile | None:
+        for home in self.homes.values():
+            found = home.get(path)
+            if found is not None:
+                return found
+        return None
+
+
+@dataclass
+class Stream:
+    """A scheduler -> executor command stream."""
+
+    executor: ExecutorId
+    proc: Proc
+    open: bool = True
+    last_delivery: float = 0.0
+    cut_since: float | None = None
+
+
+# ------------------------------------------------------------------ the simulator
+
+
+class ClusterSim:
+    """One run. ``run()`` returns its ``SimResult``; a broken invariant ends it."""
+
+    def __init__(self, config: SimConfig, checks: SimChecks | None = None) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.result = SimResult(config)
+        self.checks = checks or SimChecks()
+        self.now = 0.0
+        self._seq = 0
+        self._queue: list[tuple[float, int, Callable[[], None]]] = []
+        self.plan: DistributedPlan = synthetic_plan(config.tasks, config.partitions)
+        self.expected = sim_data.expected_result(self.plan)
+        # The scheduler and its store.
+        self.store = MemoryStateStore(STORE_URL)
+        self.store.acquire("sim")
+        self.up = True
+        self.life = 0
+        self.state = SchedulerState(LIMITS)
+        self.writer = StateWriter(self.store, {})
+        self.known: set[JobId] = set()
+        self.event_id = 0
+        self.fresh_ids = 0
+        self.streams: dict[ExecutorId, Stream] = {}
+        self.crash_at: tuple[CrashPoint, int] | None = None
+        # The world.
+        self.procs: dict[str, Proc] = {}
+        self.cut: set[tuple[str, str]] = set()
+        """Directed links that drop everything: (from host, to host)."""
+        self.task_fault_until = 0.0
+        self.submitted = 0
+        self.fault_index = 0
+
+    # ---------------------------------------------------------------- the clock
+
+    def at(self, delay: float, what: Callable[[], None]) -> None:
+        self._seq += 1
+        heapq.heappush(self._queue, (self.now + delay, self._seq, what))
+
+    def latency(self) -> float:
+        hi = self.config.latency_s
+        return hi / 10 + self.rng.random() * hi * 0.9
+
+    def run(self) -> SimResult:
+        cfg = self.config
+        for i in range(cfg.executors):
+            self.start_proc(f"h{i}")
+        for _ in range(min(cfg.concurrent, cfg.jobs)):
+            self.at(self.rng.random(), self.submit)
+        self.at(TICK_S, self.tick)
+        self.at(1.0, self.net_tick)
+        self.at(self.rng.expovariate(1 / cfg.fault_every_s), self.inject)
+        self.at(cfg.faults_until_s, self.heal_all)
+        deadline = cfg.faults_until_s + cfg.liveness_s
+        try:
+            while self._queue:
+                when, _, what = heapq.heappop(self._queue)
+                self.now = when
+                self.result.steps += 1
+                what()
+                if self.done():
+                    break
+                if self.now > deadline or self.result.steps >= cfg.max_steps:
+                    open_jobs = sorted(j for j in self.known if self.checks.outcome.get(j) is None)
+                    raise Violation(
+                        "liveness",
+                        f"jobs {open_jobs} had not ended {self.now - cfg.faults_until_s:.0f} s "
+                        f"after faults stopped ({self.result.steps} steps)",
+                    )
+            if self.result.violation is None:
+                self.checks.at_end(self)
+        except Violation as exc:
+            self.result.violation = exc
+        self.result.sim_time = self.now
+        return self.result
+
+    def done(self) -> bool:
+        return (
+            self.submitted == self.config.jobs
+            and all(self.checks.outcome.values())
+            and self.now > self.config.faults_until_s
+            and all(
+                j in self.checks.read or s is not JobSucceeded
+                for j, s in self.checks.outcome.items()
+            )
+        )
+
+    # -------------------------------------------------------------- the network
+
+    def reachable(self, src: str, dst: str) -> bool:
+        return (src, dst) not in self.cut
+
+    def transmit(
+        self, src: str, dst: str, deliver: Callable[[], None], fail: Callable[[], None]
+    ) -> None:
+        """One message over TCP: held while its direction is cut (retransmitted),
+        lost with its connection once the cut outlasts ``KEEPALIVE_S``."""
+        started = self.now
+
+        def attempt() -> None:
+            if self.reachable(src, dst):
+                deliver()
+            elif self.now - started >= KEEPALIVE_S:
+                fail()
+            else:
+                self.at(0.25, attempt)
+
+        self.at(self.latency(), attempt)
+
+    def call(
+        self,
+        proc: Proc,
+        handler: Callable[[], Any],
+        answer: Callable[[Any], None],
+        failed: Callable[[], None] | None = None,
+        duplicate: bool = True,
+    ) -> None:
+        """A unary call from ``proc`` to the scheduler: ``handler`` runs there,
+        ``answer`` back on the executor with what it returned (``failed`` when
+        no answer came: its connection broke, the scheduler was down, or it
+        crashed while handling the call)."""
+
+        def fail() -> None:
+            if failed is not None:
+                self.on_proc(proc, failed)
+
+        def arrive() -> None:
+            if not self.up:
+                self.at(self.latency(), fail)  # connection refused
+                return
+            life = self.life
+            reply = handler()
+            if not self.up or self.life != life:
+                self.at(self.latency(), fail)
+                return
+            self.transmit(
+                SCHEDULER, proc.host, lambda: self.on_proc(proc, lambda: answer(reply)), fail
+            )
+
+        self.transmit(proc.host, SCHEDULER, arrive, fail)
+        if duplicate and self.rng.random() < self.config.duplicate_rate:
+            # A retry of a call whose first copy got through after all.
+            self.result.faults["duplicate"] += 1
+            self.transmit(proc.host, SCHEDULER, lambda: arrive() if self.up else None, lambda: None)
+
+    def send(self, command: Command) -> None:
+        """A command onto an executor's stream: in order, held while the link is cut."""
+        stream = self.streams.get(command.executor)  # type: ignore[union-attr]
+        if stream is None or not stream.open:
+            return  # as ``SchedulerCore._execute``: dropped, no stream
+        when = max(stream.last_delivery, self.now + self.latency())
+        stream.last_delivery = when
+        self.at(when - self.now, lambda: self.deliver(stream, command))
+
+    def deliver(self, stream: Stream, command: Command) -> None:
+        if not stream.open:
+            return
+        if not self.reachable(SCHEDULER, stream.proc.host):
+            stream.last_delivery = max(stream.last_delivery, self.now + 0.5)
+            self.at(stream.last_delivery - self.now, lambda: self.deliver(stream, command))
+            return
+        proc = stream.proc
+        self.on_proc(
+            proc,
+            lambda: (
+                self.proc_command(proc, stream.executor, command) if proc.stream is stream else None
+            ),
+        )
+
+    def break_stream(self, stream: Stream) -> None:
+        """Both ends learn the stream is gone."""
+        if stream.open:
+            stream.open = False
+            if self.streams.get(stream.executor) is stream:
+                del self.streams[stream.executor]
+            if self.up:
+                self.connection_closed(stream.executor)
+        self.at(self.latency(), lambda: self.end_on_executor(stream))
+
+    def net_tick(self) -> None:
+        for stream in list(self.streams.values()):
+            host = stream.proc.host
+            if self.reachable(SCHEDULER, host) and self.reachable(host, SCHEDULER):
+                stream.cut_since = None
+            elif stream.cut_since is None:
+                stream.cut_since = self.now
+            elif self.now - stream.cut_since >= KEEPALIVE_S:
+                self.break_stream(stream)
+        self.at(1.0, self.net_tick)
+
+    # ------------------------------------------------------- the scheduler shell
+
+    def emit(self, make: Callable[[int, float], Event]) -> list[Command]:
+        """What ``SchedulerCore._emit`` does: handle, persist, carry out; the
+        invariants after it; a crash where one is armed."""
+        self.event_id += 1
+        event = make(self.event_id, self.now)
+        self.result.scheduler_events += 1
+        commands = self.state.handle(event)
+        changes = state_changes(self.state, event, commands, self.known)
+        crash = self.crash_at if changes is not None else None
+        if crash is not None and crash[0] is CrashPoint.BEFORE_WRITE:
+            self.crash_scheduler()
+            return []
+        self.checks.after_handle(self, event, commands)
+        if changes is not None:
+            puts, deletes = changes
+            if isinstance(event, JobSubmitted):
+                puts[job_key(event.job, "plan")] = StoredPlan("sim", event.time, 0.0, event.plan)
+            self.writer.commit(puts, deletes)
+            if self.config.check_restore:
+                self.checks.restore_equivalent(self)
+        if crash is not None and crash[0] is CrashPoint.AFTER_WRITE:
+            self.crash_scheduler()
+            return []
+        for i, command in enumerate(commands):
+            if crash is not None and i == crash[1] % max(1, len(commands)):
+                self.crash_scheduler()
+                return []
+            self.carry_out(command)
+        return commands
+
+    def carry_out(self, command: Command) -> None:
+        self.checks.carried_out(self, command)
+        if isinstance(command, LaunchTask | CancelTask | ReleaseOutputs):
+            self.send(command)
+        elif isinstance(command, DeclareExecutorLost):
+            stream = self.streams.get(command.executor)
+            if stream is not None:
+                self.break_stream(stream)
+        elif isinstance(command, ForgetJob):
+            self.known.discard(command.job)
+
+    def connection_closed(self, executor: ExecutorId) -> None:
+        view = self.state.executor(executor)
+        if view is None or view.state not in (
+            SchedExecutorState.ALIVE,
+            SchedExecutorState.DRAINING,
+        ):
+            return
+        self.emit(lambda i, t: ExecutorLost(i, t, executor, LossReason.CONNECTION_LOST))
+
+    def tick(self) -> None:
+        if self.up:
+            self.emit(lambda i, t: Tick(i, t))
+        self.at(TICK_S, self.tick)
+
+    def crash_scheduler(self) -> None:
+        self.crash_at = None
+        self.up = False
+        self.life += 1
+        for stream in list(self.streams.values()):
+            stream.open = False
+            self.at(self.latency(), lambda s=stream: self.end_on_executor(s))
+        self.streams.clear()
+        self.at(0.5 + self.rng.random() * 3, self.restart_scheduler)
+
+    def restart_scheduler(self) -> None:
+        """What ``SchedulerCore.recover`` does: read the store, restore, recover."""
+        self.state = restored_state(self.store)
+        self.writer = StateWriter(self.store, self.store.load())
+        self.known = set(self.state.unfinished_jobs()) | {
+            v.id for v in self.state.jobs() if v.state.finished
+        }
+        self.up = True
+        self.checks.restarted(self)
+        self.emit(lambda i, t: SchedulerRecovered(i, t))
+
+    # The calls an executor makes (``SchedulerCore``'s methods of the same names).
+
+    def register(self, proc: Proc, resume: ExecutorId | None) -> tuple[ExecutorId, bool]:
+        self.fresh_ids += 1
+        fresh = ExecutorId(f"e{self.life}-{self.fresh_ids}")
+        info = ExecutorInfo(fresh, proc.host, f"{proc.host}:1", proc.slots)
+        held: frozenset[str] = frozenset()
+        jobs: tuple[JobId, ...] = ()
+        if resume is not None:
+            home = proc.homes.get(resume, {})
+            held = frozenset(home)
+            jobs = tuple(sorted({f.job for f in home.values()}))
+        commands = self.emit(lambda i, t: ExecutorRegistered(i, t, info, resume, held, jobs))
+        resumed = next((c.executor for c in commands if isinstance(c, ResumeExecutor)), None)
+        return (resumed or fresh), resumed is not None
+
+    def connect(self, stream: Stream) -> None:
+        """The executor's stream reaches the scheduler (``SchedulerCore.executor_connected``)."""
+        executor = stream.executor
+        # Open before the event: the launches it decides go onto this stream
+        # (``SchedulerCore`` queues them on the executor's entry).
+        old = self.streams.get(executor)
+        stream.open = True
+        stream.last_delivery = self.now
+        self.streams[executor] = stream
+        commands = self.emit(lambda i, t: ExecutorConnected(i, t, executor))
+        if not self.up or any(isinstance(c, RefuseStream) for c in commands):
+            stream.open = False
+            if self.streams.get(executor) is stream:
+                if old is not None:
+                    self.streams[executor] = old
+                else:
+                    del self.streams[executor]
+            self.at(self.latency(), lambda: self.end_on_executor(stream))
+        elif old is not None and old is not stream:
+            old.open = False
+
+    def heartbeat(self, executor: ExecutorId, unhealthy: str) -> bool:
+        view = self.state.executor(executor)
+        if view is None or view.state is SchedExecutorState.LOST:
+            return False
+        self.emit(lambda i, t: ExecutorHeartbeat(i, t, executor, unhealthy))
+        return True
+
+    def drain(self, executor: ExecutorId) -> bool:
+        view = self.state.executor(executor)
+        if view is None or view.state not in (
+            SchedExecutorState.ALIVE,
+            SchedExecutorState.DRAINING,
+        ):
+            return False
+        self.emit(lambda i, t: ExecutorDraining(i, t, executor))
+        return True
+
+    # ---------------------------------------------------------------- clients
+
+    def submit(self) -> None:
+        if self.submitted >= self.config.jobs:
+            return
+        if not self.up:
+            self.at(1.0, self.submit)
+            return
+        job = JobId(f"j{self.submitted}")
+        self.submitted += 1
+        self.known.add(job)
+        self.checks.submitted(job)
+        plan = self.plan
+        self.emit(lambda i, t: JobSubmitted(i, t, job, plan))
+        self.at(1.0, lambda: self.watch(job))
+
+    def watch(self, job: JobId) -> None:
+        """The client polls its job; when it ended, reads the result and submits the next."""
+        if not self.up:
+            self.at(1.0, lambda: self.watch(job))
+            return
+        view = self.state.job(job)
+        if view is None or not view.state.finished:
+            self.at(1.0, lambda: self.watch(job))
+            return
+        if job in self.checks.succeeded_results:
+            self.checks.read_result(self, job)
+            self.emit(lambda i, t: ResultRead(i, t, job))
+        self.at(self.rng.random(), self.submit)
+
+    # --------------------------------------------------------- executor shells
+
+    def start_proc(self, host: str) -> None:
+        proc = Proc(host, self.config.slots)
+        self.procs[host] = proc
+        self.feed(proc, ex.ServiceStarted())
+        self.at(HEARTBEAT_S, lambda: self.beat(proc))
+
+    def on_proc(self, proc: Proc, what: Callable[[], None]) -> None:
+        """Run ``what`` in ``proc``'s shell (later, if it is frozen; never, if dead)."""
+        if not proc.alive or proc.exited:
+            return
+        if proc.frozen:
+            proc.inbox.append(what)
+            return
+        what()
+
+    def feed(self, proc: Proc, event: ex.Event) -> None:
+        if not proc.alive or proc.exited:
+            return
+        for action in proc.state.handle(event):
+            self.act(proc, action)
+
+    def act(self, proc: Proc, action: ex.Action) -> None:
+        match action:
+            case ex.Register(resume):
+                self.call(
+                    proc,
+                    lambda: self.register(proc, resume),
+                    lambda reply: self.feed(proc, ex.Registered(*reply)),
+                    lambda: self.feed(proc, ex.RegistrationFailed()),
+                    duplicate=False,
+                )
+            case ex.ClaimHome(executor):
+                proc.homes.setdefault(executor, {})
+                self.feed(proc, ex.HomeClaimed(executor))
+            case ex.Connect(executor):
+                self.open_stream(proc, executor)
+            case ex.Wait(delay):
+                self.at(delay, lambda: self.on_proc(proc, lambda: self.feed(proc, ex.WaitEnded())))
+            case ex.Exit():
+                proc.exited = True
+                self.at(5.0, lambda: self.start_proc(proc.host))
+            case ex.CancelStream(executor):
+                if proc.stream is not None and proc.stream.executor == executor:
+                    self.break_stream(proc.stream)
+            case ex.QueueTask(executor, spec):
+                proc.queue.append((executor, spec))
+                self.take_slots(proc)
+            case ex.StartTask(attempt=attempt):
+                self.start_task(proc, attempt)
+            case ex.InterruptTask(attempt=attempt):
+                self.at(
+                    0.01,
+                    lambda: self.on_proc(
+                        proc, lambda: self.task_ended(proc, attempt, ex.Stopped())
+                    ),
+                )
+            case ex.ReportCompleted(executor, attempt, outputs):
+                self.call(
+                    proc,
+                    lambda: self.emit(lambda i, t: TaskCompleted(i, t, attempt, executor, outputs)),
+                    lambda _: None,
+                )
+            case ex.ReportFailed(executor, attempt, failure):
+                self.call(
+                    proc,
+                    lambda: self.emit(lambda i, t: TaskFailed(i, t, attempt, executor, failure)),
+                    lambda _: None,
+                )
+            case ex.DeleteOutputs(executor, job, stages):
+                home = proc.homes.get(executor, {})
+                for path in [p for p, f in home.items() if f.job == job]:
+                    if stages is None or home[path].stage in {int(s) for s in stages}:
+                        self.checks.deleted(proc, path, home[path], released=True)
+                        del home[path]
+            case ex.DeleteLifeDir(executor):
+                for path, f in proc.homes.pop(executor, {}).items():
+                    self.checks.deleted(proc, path, f, released=False)
+            case ex.TellDrain(executor):
+                self.call(
+                    proc,
+                    lambda: self.drain(executor),
+                    lambda ok: None if ok else self.feed(proc, ex.DrainUndelivered(executor)),
+                    lambda: self.feed(proc, ex.DrainUndelivered(executor)),
+                    duplicate=False,
+                )
+            case ex.Stop():
+                self.feed(proc, ex.StopRequested())
+            case _:
+                raise TypeError(f"unknown action {action!r}")
+
+    def open_stream(self, proc: Proc, executor: ExecutorId) -> None:
+        """``Connect``: as the real shell, the executor counts itself connected at
+        once; the stream fails later if it never reaches the scheduler or is refused."""
+        stream = Stream(executor, proc, open=False)
+        proc.stream = stream
+        self.feed(proc, ex.Connected(executor))
+
+        def arrive() -> None:
+            if not self.up:
+                self.at(self.latency(), lambda: self.end_on_executor(stream))
+            elif proc.alive and proc.stream is stream:
+                self.connect(stream)
+
+        self.transmit(proc.host, SCHEDULER, arrive, lambda: self.end_on_executor(stream))
+
+    def end_on_executor(self, stream: Stream) -> None:
+        proc = stream.proc
+
+        def ended() -> None:
+            if proc.stream is stream:
+                proc.stream = None
+                self.feed(proc, ex.StreamEnded(stream.executor))
+
+        self.on_proc(proc, ended)
+
+    def proc_command(self, proc: Proc, executor: ExecutorId, command: Command) -> None:
+        if isinstance(command, LaunchTask):
+            self.feed(proc, ex.TaskLaunched(executor, command.task))
+        elif isinstance(command, CancelTask):
+            self.feed(proc, ex.CancelRequested(executor, command.attempt))
+        elif isinstance(command, ReleaseOutputs):
+            self.feed(proc, ex.OutputsReleased(executor, command.job, command.stages))
+
+    def beat(self, proc: Proc) -> None:
+        if not proc.alive or proc.exited:
+            return
+        if not proc.frozen:
+            executor = proc.state.serving
+            if executor is not None:
+                unhealthy = "disk full" if self.now < proc.unhealthy_until else ""
+                self.call(
+                    proc,
+                    lambda: self.heartbeat(executor, unhealthy),
+                    lambda known: None if known else self.feed(proc, ex.HeartbeatRefused(executor)),
+                )
+        self.at(HEARTBEAT_S, lambda: self.beat(proc))
+
+    def take_slots(self, proc: Proc) -> None:
+        while proc.free and proc.queue:
+            executor, spec = proc.queue.popleft()
+            slot = proc.free.pop()
+            proc.running[spec.attempt] = (executor, spec)
+            self.feed(proc, ex.SlotTaken(spec.attempt, slot))
+            if spec.attempt in proc.running and proc.state.task_state(spec.attempt) is None:
+                self.free_slot(proc, spec.attempt)  # cancelled before it started
+
+    def free_slot(self, proc: Proc, attempt: TaskAttemptId) -> None:
+        if proc.running.pop(attempt, None) is not None:
+            proc.free.append(len(proc.free))
+            proc.free.sort()
+            self.at(0.0, lambda: self.on_proc(proc, lambda: self.take_slots(proc)))
+
+    def start_task(self, proc: Proc, attempt: TaskAttemptId) -> None:
+        duration = 0.2 + self.rng.random() * 1.5
+        if self.now < proc.slow_until:
+            duration *= 6
+        self.at(duration, lambda: self.on_proc(proc, lambda: self.finish_task(proc, attempt)))
+
+    def finish_task(self, proc: Proc, attempt: TaskAttemptId) -> None:
+        if attempt not in proc.running:
+            return
+        executor, spec = proc.running[attempt]
+        outcome = self.work(proc, executor, spec)
+        self.task_ended(proc, attempt, outcome)
+
+    def task_ended(self, proc: Proc, attempt: TaskAttemptId, outcome: ex.TaskOutcome) -> None:
+        if attempt not in proc.running:
+            return
+        self.free_slot(proc, attempt)
+        self.feed(proc, ex.TaskFinished(attempt, outcome, 0.1))
+
+    def work(self, proc: Proc, executor: ExecutorId, spec: TaskSpec) -> ex.TaskOutcome:
+        """What the task computes: read its inputs, write its outputs."""
+        rate = self.config.task_fault_rate * (5 if self.now < self.task_fault_until else 1)
+        if proc.disk_full_next:
+            proc.disk_full_next = False
+            proc.unhealthy_until = self.now + 3.0
+            self.result.faults["task:disk-full"] += 1
+            return ex.Failed(ExecutionError("simulated: disk full", ExecutionProblem.DISK_FULL))
+        roll = self.rng.random()
+        if roll < rate / 3:
+            self.result.faults["task:error"] += 1
+            return ex.Failed(ExecutionError("simulated task error"))
+        if roll < rate * 2 / 3:
+            self.result.faults["task:out-of-memory"] += 1
+            return ex.Failed(ExecutionError("simulated", ExecutionProblem.OUT_OF_MEMORY))
+        stage = next(s for s in self.plan.stages if s.id == spec.attempt.task.stage)
+        read: list[tuple[str, InputMode, PartitionLocation, int]] = []
+        flake = roll < rate
+        for inp in spec.inputs:
+            for loc in inp.locations:
+                failure = self.fetch(proc, loc, flake)
+                if isinstance(failure, FetchFailed):
+                    if flake:
+                        self.result.faults["task:fetch-flake"] += 1
+                    return ex.Failed(failure)
+                read.append((inp.name, inp.mode, loc, failure))
+        values = (
+            sim_data.scan_outputs(stage, spec.attempt.task.partition)
+            if not stage.inputs
+            else sim_data.reader_outputs(stage, read)
+        )
+        home = proc.homes.get(executor)
+        assert home is not None, f"{executor} runs {spec.attempt} without a home"
+        outputs = []
+        job = spec.attempt.task.job
+        for p, value in sorted(values.items()):
+            path = f"/{proc.host}/{executor}/{spec.attempt}/{p}"
+            sid, mp = int(stage.id), spec.attempt.task.partition
+            home[path] = SimFile(job, sid, mp, p, value)
+            size = sim_data.output_bytes(sid, mp, p)
+            outputs.append(PartitionOutput(p, path, 1, size, sim_data.encode_value(value)))
+        return ex.Completed(tuple(outputs))
+
+    def fetch(self, reader: Proc, loc: PartitionLocation, flake: bool) -> FetchFailed | int:
+        holder = self.procs.get(loc.host)
+        if (
+            flake
+            or holder is None
+            or not holder.alive
+            or holder.exited
+            or holder.frozen
+            or not self.reachable(reader.host, holder.host)
+            or not self.reachable(holder.host, reader.host)
+        ):
+            problem = FetchProblem.UNREACHABLE
+            return FetchFailed(loc.executor, loc.stage, loc.map_partition, "unreachable", problem)
+        found = holder.file(loc.path)
+        self.checks.fetched(self, loc)
+        if found is None or sim_data.encode_value(found.value) != loc.checksum:
+            problem = FetchProblem.OUTPUT_LOST
+            return FetchFailed(
+                loc.executor, loc.stage, loc.map_partition, "lost or corrupt", problem
+            )
+        return found.value
+
+    # ------------------------------------------------------------------- faults
+
+    def inject(self) -> None:
+        cfg = self.config
+        if self.now >= cfg.faults_until_s or not cfg.faults:
+            return
+        self.at(self.rng.expovariate(1 / cfg.fault_every_s), self.inject)
+        kind = self.rng.choice(cfg.faults)
+        index = self.fault_index
+        self.fault_index += 1
+        # Every choice is drawn whether or not the fault is skipped, so a
+        # shrunk schedule leaves the other faults where they were.
+        host = self.rng.choice(sorted(self.procs))
+        other = self.rng.choice(sorted(self.procs))
+        length = 1.0 + self.rng.random() * 8.0
+        pick = self.rng.random()
+        if index in cfg.skip:
+            return
+        self.result.schedule.append(f"{index}:{kind.value}@{self.now:.2f}:{host}")
+        self.result.faults[kind.value] += 1
+        proc = self.procs[host]
+        match kind:
+            case Fault.EXECUTOR_CRASH:
+                self.crash_proc(proc, restart_after=length)
+            case Fault.FREEZE:
+                proc.frozen = True
+                self.at(length, lambda: self.thaw(proc))
+            case Fault.CUT:
+                self.cut_link((host, SCHEDULER), (SCHEDULER, host), length=length)
+            case Fault.CUT_TO_SCHEDULER:
+                self.cut_link((host, SCHEDULER), length=length)
+            case Fault.CUT_FROM_SCHEDULER:
+                self.cut_link((SCHEDULER, host), length=length)
+            case Fault.PEER_CUT:
+                if other != host:
+                    self.cut_link((host, other), (other, host), length=length)
+            case Fault.FLAP:
+                for k in range(4):
+                    self.at(
+                        k * 1.5,
+                        lambda: self.cut_link((host, SCHEDULER), (SCHEDULER, host), length=0.7),
+                    )
+            case Fault.SLOW:
+                proc.slow_until = self.now + length * 2
+            case Fault.CORRUPT:
+                files = sorted(p for home in proc.homes.values() for p in home)
+                if files:
+                    path = files[int(pick * len(files))]
+                    found = proc.file(path)
+                    assert found is not None
+                    found.value = (found.value + 1) % sim_data.MODULUS
+            case Fault.DISK_FULL:
+                proc.disk_full_next = True
+            case Fault.SCHEDULER_CRASH:
+                if self.up:
+                    point = list(CrashPoint)[int(pick * 3)]
+                    self.crash_at = (point, int(pick * 1000))
+            case Fault.CANCEL:
+                open_jobs = sorted(j for j in self.known if self.checks.outcome.get(j) is None)
+                if open_jobs and self.up:
+                    job = open_jobs[int(pick * len(open_jobs))]
+                    self.emit(lambda i, t: CancelRequested(i, t, job))
+            case Fault.DRAIN:
+                self.on_proc(proc, lambda: self.feed(proc, ex.DrainRequested()))
+            case Fault.TASK_ERROR:
+                self.task_fault_until = self.now + length
+
+    def cut_link(self, *links: tuple[str, str], length: float) -> None:
+        for link in links:
+            self.cut.add(link)
+        self.at(length, lambda: self.cut.difference_update(links))
+
+    def crash_proc(self, proc: Proc, restart_after: float) -> None:
+        if not proc.alive:
+            return
+        proc.alive = False
+        for stream in [s for s in self.streams.values() if s.proc is proc]:
+            stream.open = False
+            del self.streams[stream.executor]
+            if self.up:
+                # The process exited: its socket closes at once.
+                self.at(
+                    self.latency(),
+                    lambda e=stream.executor: self.connection_closed(e) if self.up else None,
+                )
+        for path, f in sorted((p, f) for home in proc.homes.values() for p, f in home.items()):
+            self.checks.deleted(proc, path, f, released=False)
+        self.at(
+            restart_after,
+            lambda: self.start_proc(proc.host) if self.procs[proc.host] is proc else None,
+        )
+
+    def thaw(self, proc: Proc) -> None:
+        if not proc.frozen:
+            return
+        proc.frozen = False
+        inbox, proc.inbox = proc.inbox, []
+        for what in inbox:
+            self.on_proc(proc, what)
+
+    def heal_all(self) -> None:
+        """Faults stop: links heal, processes thaw or start again, the scheduler returns."""
+        self.cut.clear()
+        self.task_fault_until = 0.0
+        for proc in list(self.procs.values()):
+            proc.slow_until = 0.0
+            proc.disk_full_next = False
+            self.thaw(proc)
+        self.crash_at = None
+
+
+# ------------------------------------------------------------------ restore
+
+
+def restored_state(store: MemoryStateStore) -> SchedulerState:
+    """A fresh state machine from ``store``, as ``SchedulerCore.recover`` builds it."""
+    snap = read_snapshot(store.load(), STORE_URL)
+    if snap.broken:
+        raise Violation("restore", f"the store holds records that cannot be read: {snap.broken}")
+    running, finished = [], []
+    for stored in snap.jobs:
+        if stored.outcome is not None:
+            finished.append(stored.outcome)
+        elif stored.progress is not None:
+            running.append(JobRecord.restore(stored.plan.plan, stored.progress))
+    state = SchedulerState(LIMITS)
+    state.restore(snap.executors, running, finished, snap.meta.no_executor_since)
+    return state
+
+
+def state_documents(state: SchedulerState) -> dict[str, str]:
+    """Everything the store keeps of ``state``, encoded: equal documents, equal states."""
+    docs = {"executors": encode(state.export_executors()), "since": repr(state.no_executor_since)}
+    for job in state.unfinished_jobs():
+        docs[f"job/{job}"] = encode(state.export_job(job))
+    for view in state.jobs():
+        if view.state.finished:
+            docs[f"finished/{view.id}"] = encode(state.export_finished(view.id))
+    return docs
+
+
+# ------------------------------------------------------------------ the checks
+
+
+class SimChecks:
+    """The invariants the simulator checks, beyond ``SchedulerState.validate``.
+
+    Each method is called at one point of the run and raises ``Violation``
+    naming the invariant it found broken (docs/architecture.md, "Simulation").
+    """
+
+    def __init__(self) -> None:
+        self.outcome: dict[JobId, type[Command] | None] = {}
+        """Each submitted job's end, once it ended (``None``: not yet)."""
+        self.succeeded_results: dict[JobId, tuple[PartitionLocation, ...]] = {}
+        self.read: set[JobId] = set()
+        self.released: set[tuple[ExecutorId, JobId, int | None]] = set()
+        self.deleted_by_release: set[str] = set()
+
+    def submitted(self, job: JobId) -> None:
+        self.outcome[job] = None
+
+    def after_handle(self, sim: ClusterSim, event: Event, commands: list[Command]) -> None:
+        sim.state.validate()
+        for view in sim.state.jobs():
+            ended = self.outcome.get(view.id)
+            if ended is not None and not view.state.finished:
+                raise Violation(
+                    "job-ends-once", f"job {view.id} ended ({ended.__name__}) and runs again"
+                )
+
+    def carried_out(self, sim: ClusterSim, command: Command) -> None:
+        now = sim.now
+        if isinstance(command, JobSucceeded | JobFailed | JobCancelled):
+            job = command.job
+            if self.outcome.get(job) is not None:
+                raise Violation(
+                    "job-ends-once",
+                    f"job {job} ended as {type(command).__name__} after it had ended as "
+                    f"{self.outcome[job].__name__}",  # type: ignore[union-attr]
+                )
+            self.outcome[job] = type(command)
+            if isinstance(command, JobSucceeded):
+                self.check_result(sim, job, command.result)
+                sim.result.jobs_succeeded += 1
+            elif isinstance(command, JobFailed):
+                sim.result.jobs_failed += 1
+            else:
+                sim.result.jobs_cancelled += 1
+        elif isinstance(command, LaunchTask):
+            view = sim.state.executor(command.executor)
+            if (
+                view is None
+                or view.state is not SchedExecutorState.ALIVE
+                or (view.excluded_until is not None and view.excluded_until > now)
+            ):
+                raise Violation(
+                    "launch-on-live",
+                    f"{command.task.attempt} launched on {command.executor}, which is "
+                    f"{view.state.name if view else 'unknown'}"
+                    + (
+                        f", excluded until {view.excluded_until}"
+                        if view and view.excluded_until
+                        else ""
+                    ),
+                )
+            job = command.task.attempt.task.job
+            for inp in command.task.inputs:
+                for loc in inp.locations:
+                    self.not_released(loc, job, f"{command.task.attempt} is given")
+        elif isinstance(command, ReleaseOutputs):
+            stages = [None] if command.stages is None else [int(s) for s in command.stages]
+            for s in stages:
+                self.released.add((command.executor, command.job, s))
+
+    def not_released(self, loc: PartitionLocation, job: JobId, who: str) -> None:
+        for key in ((loc.executor, job, int(loc.stage)), (loc.executor, job, None)):
+            if key in self.released:
+                raise Violation(
+                    "read-after-release",
+                    f"{who} {loc.path} (stage {loc.stage} of {job} on {loc.executor}), "
+                    "whose outputs were released",
+                )
+
+    def fetched(self, sim: ClusterSim, loc: PartitionLocation) -> None:
+        job = loc.path.split("/")[3]
+        if loc.path in self.deleted_by_release and self.outcome.get(JobId(job)) is None:
+            raise Violation(
+                "read-after-release", f"{loc.path} is read after its release deleted it"
+            )
+
+    def deleted(self, proc: Proc, path: str, f: SimFile, released: bool) -> None:
+        if released:
+            self.deleted_by_release.add(path)
+
+    def check_result(
+        self, sim: ClusterSim, job: JobId, result: tuple[PartitionLocation, ...]
+    ) -> None:
+        final = sim.plan.stages[-1]
+        parts = [(loc.map_partition, loc.partition) for loc in result]
+        if len(parts) != len(set(parts)) or len(result) != len(sim.expected):
+            raise Violation(
+                "result-once", f"job {job} succeeded with outputs {parts}, not one per partition"
+            )
+        for loc in result:
+            if loc.stage != final.id:
+                raise Violation("result-once", f"job {job}'s result names stage {loc.stage}")
+            self.not_released(loc, job, f"job {job}'s result is")
+        got = tuple(sim_data.decode_value(loc.checksum) for loc in result)
+        if got != sim.expected:
+            raise Violation(
+                "result-checksum", f"job {job} succeeded with {got}, expected {sim.expected}"
+            )
+        self.succeeded_results[job] = result
+
+    def read_result(self, sim: ClusterSim, job: JobId) -> None:
+        self.read.add(job)
+
+    def restore_equivalent(self, sim: ClusterSim) -> None:
+        live = state_documents(sim.state)
+        restored = state_documents(restored_state(sim.store))
+        if live != restored:
+            differ = sorted(
+                k for k in live.keys() | restored.keys() if live.get(k) != restored.get(k)
+            )
+            raise Violation("restore-equals-live", f"the store restores another state: {differ}")
+
+    def restarted(self, sim: ClusterSim) -> None:
+        for view in sim.state.jobs():
+            if view.state.finished and self.outcome.get(view.id) is None:
+                # Its end was written, and the crash came before the client heard.
+                finished = sim.state.export_finished(view.id)
+                assert finished is not None
+                kind = {
+                    "SUCCEEDED": JobSucceeded,
+                    "FAILED": JobFailed,
+                    "CANCELLED": JobCancelled,
+                }[view.state.name]
+                self.carried_out(
+                    sim,
+                    kind(0, view.id, finished.result)  # type: ignore[arg-type]
+                    if kind is JobSucceeded
+                    else (
+                        JobFailed(0, view.id, "")
+                        if kind is JobFailed
+                        else JobCancelled(0, view.id, "")
+                    ),
+                )
+
+    def at_end(self, sim: ClusterSim) -> None:
+        """Once every job ended: nothing runs, no slot or file of theirs is held."""
+        for view in sim.state.executors():
+            if view.running:
+                raise Violation(
+                    "slots-conserved", f"{view.id} runs {view.running} attempts at the end"
+                )
+        for proc in sim.procs.values():
+            if proc.alive and not proc.exited and not proc.frozen and proc.running:
+                raise Violation(
+                    "slots-conserved", f"{proc.host} still runs {sorted(map(str, proc.running))}"
+                )
+
+
+# ------------------------------------------------------------------ running
+
+
+def run(config: SimConfig, checks: SimChecks | None = None) -> SimResult:
+    """One simulated run; ``result.violation`` says what broke, if anything did."""
+    return ClusterSim(config, checks).run()
+
+
+def shrink(config: SimConfig, checks: Callable[[], SimChecks] = SimChecks) -> SimConfig:
+    """A configuration whose run still fails the same invariant with as few faults
+    as removing them one at a time allows (each fault's random draws stay where
+    they were, so the others land where they did)."""
+    first = run(config, checks())
+    assert first.violation is not None, "shrink a failing run"
+    invariant = first.violation.invariant
+    count = len(first.schedule) + len(config.skip)
+    skip = set(config.skip)
+    for index in range(count):
+        if index in skip:
+            continue
+        trial = replace(config, skip=tuple(sorted(skip | {index})))
+        again = run(trial, checks())
+        if again.violation is not None and again.violation.invariant == invariant:
+            skip.add(index)
+    return replace(config, skip=tuple(sorted(skip)))
+
+
+def _parse(argv: list[str] | None) -> tuple[SimConfig, bool]:
+    parser = argparse.ArgumentParser(
+        prog="python -m mangonel.testing.cluster_sim",
+        description="Replay one seed of the whole-cluster simulation (and shrink it if it fails).",
+    )
+    default = SimConfig()
+    for f in fields(SimConfig):
+        flag = f"--{f.name.replace('_', '-')}"
+        value = getattr(default, f.name)
+        if f.name == "faults":
+            parser.add_argument(flag, default=",".join(k.value for k in value))
+        elif f.name == "skip":
+            parser.add_argument(flag, default="")
+        elif isinstance(value, bool):
+            parser.add_argument(flag, type=int, default=int(value))
+        else:
+            parser.add_argument(flag, type=type(value), default=value)
+    parser.add_argument(
+        "--shrink", action="store_true", help="shrink the fault schedule if it fails"
+    )
+    args = vars(parser.parse_args(argv))
+    shrinking = args.pop("shrink")
+    args["faults"] = tuple(Fault(k) for k in args["faults"].split(",") if k)
+    args["skip"] = tuple(int(i) for i in args["skip"].split(",") if i)
+    args["check_restore"] = bool(args["check_restore"])
+    return SimConfig(**args), shrinking
+
+
+def main(argv: list[str] | None = None) -> int:
+    config, shrinking = _parse(argv)
+    result = run(config)
+    print(json.dumps(result.summary(), indent=1))
+    print("faults:", " ".join(result.schedule))
+    if result.violation is None:
+        return 0
+    print(f"FAILED: {result.violation}\nreplay: {config.command()}", file=sys.stderr)
+    if shrinking:
+        small = shrink(config)
+        again = run(small)
+        print(
+            f"shrunk to {len(again.schedule)} faults: {' '.join(again.schedule)}", file=sys.stderr
+        )
+        print(f"replay: {small.command()}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = [
+    "ClusterSim",
+    "Fault",
+    "SimChecks",
+    "SimConfig",
+    "SimResult",
+    "Violation",
+    "run",
+    "shrink",
+]
