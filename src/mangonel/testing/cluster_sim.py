@@ -75,6 +75,7 @@ from mangonel.scheduler.events import (
     TaskFailed,
     Tick,
 )
+from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.persist import (
     StateWriter,
     StoredPlan,
@@ -229,6 +230,8 @@ LIMITS = Limits(
 KEEPALIVE_S = 3.0
 """A stream over a link that carries nothing this long breaks (gRPC's keepalive)."""
 TICK_S = 0.5
+SETTLE_S = 5.0
+"""Simulated time between the last job's end (and its result read) and the end checks."""
 HEARTBEAT_S = LIMITS.heartbeat_timeout_s / 4
 
 
@@ -292,7 +295,7 @@ class Proc:
 
     host: str
     slots: int
-    state: ExecutorState = field(default_factory=ExecutorState)
+    state: ExecutorState
     alive: bool = True
     frozen: bool = False
     inbox: list[Callable[[], None]] = field(default_factory=list)
@@ -337,7 +340,15 @@ class Stream:
 class ClusterSim:
     """One run. ``run()`` returns its ``SimResult``; a broken invariant ends it."""
 
-    def __init__(self, config: SimConfig, checks: SimChecks | None = None) -> None:
+    def __init__(
+        self,
+        config: SimConfig,
+        checks: SimChecks | None = None,
+        scheduler: type[SchedulerState] = SchedulerState,
+        executor: type[ExecutorState] = ExecutorState,
+    ) -> None:
+        self.scheduler_type = scheduler
+        self.executor_type = executor
         self.config = config
         self.rng = random.Random(config.seed)
         self.result = SimResult(config)
@@ -352,7 +363,7 @@ class ClusterSim:
         self.store.acquire("sim")
         self.up = True
         self.life = 0
-        self.state = SchedulerState(LIMITS)
+        self.state = scheduler(LIMITS)
         self.writer = StateWriter(self.store, {})
         self.known: set[JobId] = set()
         self.event_id = 0
@@ -365,6 +376,8 @@ class ClusterSim:
         """Directed links that drop everything: (from host, to host)."""
         self.task_fault_until = 0.0
         self.submitted = 0
+        """Jobs the client saw accepted."""
+        self.next_job = 0
         self.fault_index = 0
 
     # ---------------------------------------------------------------- the clock
@@ -388,13 +401,17 @@ class ClusterSim:
         self.at(self.rng.expovariate(1 / cfg.fault_every_s), self.inject)
         self.at(cfg.faults_until_s, self.heal_all)
         deadline = cfg.faults_until_s + cfg.liveness_s
+        settle_until: float | None = None
         try:
             while self._queue:
                 when, _, what = heapq.heappop(self._queue)
                 self.now = when
                 self.result.steps += 1
                 what()
-                if self.done():
+                if settle_until is None and self.done():
+                    # What the ends set off (releases, cancels) lands before the last checks.
+                    settle_until = self.now + SETTLE_S
+                if settle_until is not None and self.now >= settle_until:
                     break
                 if self.now > deadline or self.result.steps >= cfg.max_steps:
                     open_jobs = sorted(j for j in self.known if self.checks.outcome.get(j) is None)
@@ -416,7 +433,7 @@ class ClusterSim:
             and all(self.checks.outcome.values())
             and self.now > self.config.faults_until_s
             and all(
-                j in self.checks.read or s is not JobSucceeded
+                j in self.checks.read or j in self.checks.orphans or s is not JobSucceeded
                 for j, s in self.checks.outcome.items()
             )
         )
@@ -593,7 +610,7 @@ class ClusterSim:
 
     def restart_scheduler(self) -> None:
         """What ``SchedulerCore.recover`` does: read the store, restore, recover."""
-        self.state = restored_state(self.store)
+        self.state = restored_state(self.store, self.scheduler_type)
         self.writer = StateWriter(self.store, self.store.load())
         self.known = set(self.state.unfinished_jobs()) | {
             v.id for v in self.state.jobs() if v.state.finished
@@ -659,21 +676,30 @@ class ClusterSim:
     # ---------------------------------------------------------------- clients
 
     def submit(self) -> None:
+        """A client submits a job; one whose answer was lost (the scheduler crashed
+        while handling it) it submits again, under a new id."""
         if self.submitted >= self.config.jobs:
             return
         if not self.up:
             self.at(1.0, self.submit)
             return
-        job = JobId(f"j{self.submitted}")
-        self.submitted += 1
+        job = JobId(f"j{self.next_job}")
+        self.next_job += 1
         self.known.add(job)
         self.checks.submitted(job)
         plan = self.plan
+        life = self.life
         self.emit(lambda i, t: JobSubmitted(i, t, job, plan))
+        if self.life != life:
+            self.checks.orphans.add(job)
+            self.at(1.0, self.submit)
+            return
+        self.submitted += 1
         self.at(1.0, lambda: self.watch(job))
 
     def watch(self, job: JobId) -> None:
-        """The client polls its job; when it ended, reads the result and submits the next."""
+        """The client polls its job; once it ended, reads its result (again if the
+        scheduler crashed before it took the read) and submits the next."""
         if not self.up:
             self.at(1.0, lambda: self.watch(job))
             return
@@ -681,15 +707,19 @@ class ClusterSim:
         if view is None or not view.state.finished:
             self.at(1.0, lambda: self.watch(job))
             return
-        if job in self.checks.succeeded_results:
-            self.checks.read_result(self, job)
+        if job in self.checks.succeeded_results and job not in self.checks.read:
+            life = self.life
             self.emit(lambda i, t: ResultRead(i, t, job))
+            if self.life != life:
+                self.at(1.0, lambda: self.watch(job))
+                return
+            self.checks.read_result(self, job)
         self.at(self.rng.random(), self.submit)
 
     # --------------------------------------------------------- executor shells
 
     def start_proc(self, host: str) -> None:
-        proc = Proc(host, self.config.slots)
+        proc = Proc(host, self.config.slots, self.executor_type())
         self.procs[host] = proc
         self.feed(proc, ex.ServiceStarted())
         self.at(HEARTBEAT_S, lambda: self.beat(proc))
@@ -1038,7 +1068,9 @@ class ClusterSim:
 # ------------------------------------------------------------------ restore
 
 
-def restored_state(store: MemoryStateStore) -> SchedulerState:
+def restored_state(
+    store: MemoryStateStore, scheduler: type[SchedulerState] = SchedulerState
+) -> SchedulerState:
     """A fresh state machine from ``store``, as ``SchedulerCore.recover`` builds it."""
     snap = read_snapshot(store.load(), STORE_URL)
     if snap.broken:
@@ -1049,7 +1081,7 @@ def restored_state(store: MemoryStateStore) -> SchedulerState:
             finished.append(stored.outcome)
         elif stored.progress is not None:
             running.append(JobRecord.restore(stored.plan.plan, stored.progress))
-    state = SchedulerState(LIMITS)
+    state = scheduler(LIMITS)
     state.restore(snap.executors, running, finished, snap.meta.no_executor_since)
     return state
 
@@ -1082,12 +1114,17 @@ class SimChecks:
         self.read: set[JobId] = set()
         self.released: set[tuple[ExecutorId, JobId, int | None]] = set()
         self.deleted_by_release: set[str] = set()
+        self.orphans: set[JobId] = set()
+        """Jobs whose submission got no answer: the client does not read their results."""
 
     def submitted(self, job: JobId) -> None:
         self.outcome[job] = None
 
     def after_handle(self, sim: ClusterSim, event: Event, commands: list[Command]) -> None:
-        sim.state.validate()
+        try:
+            sim.state.validate()
+        except StateInvariantError as exc:
+            raise Violation(exc.invariant, f"after {type(event).__name__}: {exc.detail}") from exc
         for view in sim.state.jobs():
             ended = self.outcome.get(view.id)
             if ended is not None and not view.state.finished:
@@ -1184,7 +1221,7 @@ class SimChecks:
 
     def restore_equivalent(self, sim: ClusterSim) -> None:
         live = state_documents(sim.state)
-        restored = state_documents(restored_state(sim.store))
+        restored = state_documents(restored_state(sim.store, sim.scheduler_type))
         if live != restored:
             differ = sorted(
                 k for k in live.keys() | restored.keys() if live.get(k) != restored.get(k)
@@ -1192,6 +1229,10 @@ class SimChecks:
             raise Violation("restore-equals-live", f"the store restores another state: {differ}")
 
     def restarted(self, sim: ClusterSim) -> None:
+        for job in sorted(self.orphans):
+            if sim.state.job(job) is None and self.outcome.get(job, 0) is None:
+                del self.outcome[job]  # its submission was never written: it never was
+                sim.known.discard(job)
         for view in sim.state.jobs():
             if view.state.finished and self.outcome.get(view.id) is None:
                 # Its end was written, and the crash came before the client heard.
@@ -1214,25 +1255,48 @@ class SimChecks:
                 )
 
     def at_end(self, sim: ClusterSim) -> None:
-        """Once every job ended: nothing runs, no slot or file of theirs is held."""
+        """Once every job ended and its result was read: no slot is held, in the
+        scheduler or on an executor, and no file of an ended job is left."""
         for view in sim.state.executors():
             if view.running:
                 raise Violation(
                     "slots-conserved", f"{view.id} runs {view.running} attempts at the end"
                 )
         for proc in sim.procs.values():
-            if proc.alive and not proc.exited and not proc.frozen and proc.running:
+            if not proc.alive or proc.exited:
+                continue
+            if proc.running or proc.queue or sorted(proc.free) != list(range(proc.slots)):
                 raise Violation(
-                    "slots-conserved", f"{proc.host} still runs {sorted(map(str, proc.running))}"
+                    "slots-conserved",
+                    f"{proc.host} holds attempts {sorted(map(str, proc.running))}, queued "
+                    f"{len(proc.queue)}, free slots {sorted(proc.free)} of {proc.slots}",
                 )
+            for life, home in proc.homes.items():
+                home = {p: f for p, f in home.items() if not _unread(sim.state, f.job)}
+                if home:
+                    raise Violation(
+                        "outputs-released",
+                        f"{proc.host} still holds {len(home)} files of ended jobs in the home "
+                        f"of {life}: {sorted(home)[:3]}",
+                    )
+
+
+def _unread(state: SchedulerState, job: JobId) -> bool:
+    finished = state.export_finished(job)
+    return finished is not None and finished.unread
 
 
 # ------------------------------------------------------------------ running
 
 
-def run(config: SimConfig, checks: SimChecks | None = None) -> SimResult:
+def run(
+    config: SimConfig,
+    checks: SimChecks | None = None,
+    scheduler: type[SchedulerState] = SchedulerState,
+    executor: type[ExecutorState] = ExecutorState,
+) -> SimResult:
     """One simulated run; ``result.violation`` says what broke, if anything did."""
-    return ClusterSim(config, checks).run()
+    return ClusterSim(config, checks, scheduler, executor).run()
 
 
 def shrink(config: SimConfig, checks: Callable[[], SimChecks] = SimChecks) -> SimConfig:
