@@ -230,6 +230,8 @@ LIMITS = Limits(
 KEEPALIVE_S = 3.0
 """A stream over a link that carries nothing this long breaks (gRPC's keepalive)."""
 TICK_S = 0.5
+DRAIN_TIMEOUT_S = 15.0
+"""A draining executor stops this long after SIGTERM (``--drain-timeout``)."""
 SETTLE_S = 5.0
 """Simulated time between the last job's end (and its result read) and the end checks."""
 HEARTBEAT_S = LIMITS.heartbeat_timeout_s / 4
@@ -757,8 +759,9 @@ class ClusterSim:
             case ex.Wait(delay):
                 self.at(delay, lambda: self.on_proc(proc, lambda: self.feed(proc, ex.WaitEnded())))
             case ex.Exit():
-                proc.exited = True
-                self.at(5.0, lambda: self.start_proc(proc.host))
+                if not proc.exited:
+                    proc.exited = True
+                    self.at(5.0, lambda: self.start_proc(proc.host))
             case ex.CancelStream(executor):
                 if proc.stream is not None and proc.stream.executor == executor:
                     self.break_stream(proc.stream)
@@ -832,6 +835,14 @@ class ClusterSim:
                 self.feed(proc, ex.StreamEnded(stream.executor))
 
         self.on_proc(proc, ended)
+
+    def stop(self, proc: Proc) -> None:
+        """``executor.main``'s drain bound passed: the service stops, and the process exits."""
+        self.feed(proc, ex.StopRequested())
+        self.feed(proc, ex.SlotsClosed())
+        if not proc.exited:
+            proc.exited = True
+            self.at(5.0, lambda: self.start_proc(proc.host))
 
     def proc_command(self, proc: Proc, executor: ExecutorId, command: Command) -> None:
         if isinstance(command, LaunchTask):
@@ -1018,6 +1029,7 @@ class ClusterSim:
                     self.emit(lambda i, t: CancelRequested(i, t, job))
             case Fault.DRAIN:
                 self.on_proc(proc, lambda: self.feed(proc, ex.DrainRequested()))
+                self.at(DRAIN_TIMEOUT_S, lambda: self.on_proc(proc, lambda: self.stop(proc)))
             case Fault.TASK_ERROR:
                 self.task_fault_until = self.now + length
 
@@ -1299,21 +1311,29 @@ def run(
     return ClusterSim(config, checks, scheduler, executor).run()
 
 
-def shrink(config: SimConfig, checks: Callable[[], SimChecks] = SimChecks) -> SimConfig:
+def shrink(
+    config: SimConfig,
+    checks: Callable[[], SimChecks] = SimChecks,
+    scheduler: type[SchedulerState] = SchedulerState,
+    executor: type[ExecutorState] = ExecutorState,
+) -> SimConfig:
     """A configuration whose run still fails the same invariant with as few faults
     as removing them one at a time allows (each fault's random draws stay where
     they were, so the others land where they did)."""
-    first = run(config, checks())
-    assert first.violation is not None, "shrink a failing run"
-    invariant = first.violation.invariant
-    count = len(first.schedule) + len(config.skip)
+
+    def fails(trial: SimConfig) -> str | None:
+        result = run(trial, checks(), scheduler, executor)
+        return result.violation.invariant if result.violation else None
+
+    invariant = fails(config)
+    assert invariant is not None, "shrink a failing run"
+    count = len(run(config, checks(), scheduler, executor).schedule) + len(config.skip)
     skip = set(config.skip)
     for index in range(count):
         if index in skip:
             continue
         trial = replace(config, skip=tuple(sorted(skip | {index})))
-        again = run(trial, checks())
-        if again.violation is not None and again.violation.invariant == invariant:
+        if fails(trial) == invariant:
             skip.add(index)
     return replace(config, skip=tuple(sorted(skip)))
 
