@@ -36,14 +36,12 @@ True
 from __future__ import annotations
 
 import argparse
-import enum
 import heapq
 import json
 import random
 import sys
-from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import fields, replace
 from typing import Any
 
 from mangonel.executor import events as ex
@@ -61,11 +59,8 @@ from mangonel.scheduler.events import (
     ExecutorLost,
     ExecutorRegistered,
     ForgetJob,
-    JobCancelled,
-    JobFailed,
     JobSubmitted,
     JobSucceeded,
-    Limits,
     LossReason,
     RefuseStream,
     ResultRead,
@@ -75,17 +70,13 @@ from mangonel.scheduler.events import (
     TaskFailed,
     Tick,
 )
-from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.persist import (
     StateWriter,
     StoredPlan,
-    encode,
     job_key,
-    read_snapshot,
     state_changes,
 )
 from mangonel.scheduler.state import SchedulerState
-from mangonel.scheduler.state_jobs import JobRecord
 from mangonel.scheduler.state_views import ExecutorState as SchedExecutorState
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import (
@@ -104,237 +95,26 @@ from mangonel.task import (
 )
 from mangonel.testing import sim_data
 from mangonel.testing.scheduler_sim import synthetic_plan
-
-SCHEDULER = "sched"
-STORE_URL = "memory://cluster-sim"
-
-
-class Fault(enum.Enum):
-    """A fault the simulator injects at a random moment (``SimConfig.faults``)."""
-
-    EXECUTOR_CRASH = "executor-crash"
-    """The process dies with its files; a fresh one starts on its host later."""
-    FREEZE = "freeze"
-    """The process stops (SIGSTOP) and thaws later, its timers and messages waiting."""
-    CUT = "cut"
-    """The link between an executor and the scheduler drops everything both ways."""
-    CUT_TO_SCHEDULER = "cut-to-scheduler"
-    """One way: the executor's calls are lost, the scheduler's stream still flows."""
-    CUT_FROM_SCHEDULER = "cut-from-scheduler"
-    """One way: the scheduler's stream stalls, the executor's calls arrive."""
-    PEER_CUT = "peer-cut"
-    """Two executors cannot fetch from each other; both reach the scheduler."""
-    FLAP = "flap"
-    """An executor's link to the scheduler goes down and up several times."""
-    SLOW = "slow"
-    """An executor's tasks take several times longer for a while."""
-    CORRUPT = "corrupt"
-    """A shuffle file's bytes change on disk (its checksum no longer matches)."""
-    DISK_FULL = "disk-full"
-    """An executor's next task fails for lack of disk; it is unhealthy a while."""
-    SCHEDULER_CRASH = "scheduler-crash"
-    """The scheduler dies at its next persisted event: before its write, after
-    it, or between two of its commands; it restarts from the store."""
-    CANCEL = "cancel"
-    """A client cancels a random unfinished job."""
-    DRAIN = "drain"
-    """An executor is asked to leave (SIGTERM)."""
-    TASK_ERROR = "task-error"
-    """Raise the chance of task failures (errors, out of memory, fetch flakes) a while."""
-
-
-class CrashPoint(enum.Enum):
-    BEFORE_WRITE = "before-write"
-    AFTER_WRITE = "after-write"
-    MID_COMMANDS = "mid-commands"
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """One simulated run; with the seed, everything it does.
-
-    Attributes:
-        seed: Of every random choice.
-        executors: Executor hosts (each runs one process at a time).
-        slots: Task slots of each executor.
-        jobs: Jobs submitted in all.
-        concurrent: Jobs a client keeps in flight at once.
-        tasks: Tasks of each job's plan (``synthetic_plan``), and its ``partitions``.
-        partitions: Hash partitions of each exchange.
-        faults: The kinds injected.
-        fault_every_s: Mean simulated seconds between two injected faults.
-        faults_until_s: No fault starts after this; the network heals, frozen
-            processes thaw, crashed ones restart, the scheduler comes back.
-        task_fault_rate: Chance of an execution error or fetch flake per task.
-        duplicate_rate: Chance a unary call is delivered twice.
-        latency_s: Most simulated seconds a message takes (at least a tenth of it).
-        liveness_s: Every job must end this long after faults stop.
-        max_steps: Most simulation steps (a bound, never the expected end).
-        check_restore: Check after every persisted event that the store restores
-            into the live state (a pass over the store: the costly check).
-        skip: Indexes of scheduled faults to leave out (the shrinker's knob).
-    """
-
-    seed: int = 0
-    executors: int = 3
-    slots: int = 2
-    jobs: int = 3
-    concurrent: int = 2
-    tasks: int = 9
-    partitions: int = 3
-    faults: tuple[Fault, ...] = tuple(Fault)
-    fault_every_s: float = 3.0
-    faults_until_s: float = 40.0
-    task_fault_rate: float = 0.03
-    duplicate_rate: float = 0.02
-    latency_s: float = 0.05
-    liveness_s: float = 400.0
-    max_steps: int = 200_000
-    check_restore: bool = True
-    skip: tuple[int, ...] = ()
-
-    def command(self) -> str:
-        """The one command that replays this run."""
-        default = SimConfig()
-        args = [f"--seed {self.seed}"]
-        for f in fields(self):
-            if f.name in ("seed",):
-                continue
-            value = getattr(self, f.name)
-            if value == getattr(default, f.name):
-                continue
-            if f.name == "faults":
-                value = ",".join(k.value for k in value)
-            elif f.name == "skip":
-                value = ",".join(str(i) for i in value)
-            elif isinstance(value, bool):
-                value = int(value)
-            args.append(f"--{f.name.replace('_', '-')} {value}")
-        return "python -m mangonel.testing.cluster_sim " + " ".join(args)
-
-
-LIMITS = Limits(
-    heartbeat_timeout_s=5.0,
-    connect_timeout_s=10.0,
-    no_executor_grace_s=30.0,
-    result_ttl_s=60.0,
-    unreachable_window_s=30.0,
-    speculation=True,
-    speculation_min_s=0.5,
-    exclusion_window_s=30.0,
-    exclusion_s=10.0,
-    adaptive=True,
-    adaptive_partition_bytes=1500,
-    adaptive_min_partition_bytes=200,
+from mangonel.testing.sim_checks import SimChecks
+from mangonel.testing.sim_world import (
+    DRAIN_TIMEOUT_S,
+    HEARTBEAT_S,
+    KEEPALIVE_S,
+    LIMITS,
+    SCHEDULER,
+    SETTLE_S,
+    STORE_URL,
+    TICK_S,
+    CrashPoint,
+    Fault,
+    Proc,
+    SimConfig,
+    SimFile,
+    SimResult,
+    Stream,
+    Violation,
+    restored_state,
 )
-KEEPALIVE_S = 3.0
-"""A stream over a link that carries nothing this long breaks (gRPC's keepalive)."""
-TICK_S = 0.5
-DRAIN_TIMEOUT_S = 15.0
-"""A draining executor stops this long after SIGTERM (``--drain-timeout``)."""
-SETTLE_S = 5.0
-"""Simulated time between the last job's end (and its result read) and the end checks."""
-HEARTBEAT_S = LIMITS.heartbeat_timeout_s / 4
-
-
-class Violation(AssertionError):
-    """An invariant failed; ``invariant`` names it (docs/architecture.md)."""
-
-    def __init__(self, invariant: str, detail: str) -> None:
-        super().__init__(f"[{invariant}] {detail}")
-        self.invariant = invariant
-        self.detail = detail
-
-
-@dataclass
-class SimResult:
-    config: SimConfig
-    steps: int = 0
-    scheduler_events: int = 0
-    sim_time: float = 0.0
-    jobs_succeeded: int = 0
-    jobs_failed: int = 0
-    jobs_cancelled: int = 0
-    faults: Counter[str] = field(default_factory=Counter)
-    """Injected faults by kind (``Fault`` values, task faults as ``task:<kind>``)."""
-    schedule: list[str] = field(default_factory=list)
-    """The faults injected, in order (``skip`` indexes into it)."""
-    violation: Violation | None = None
-
-    @property
-    def jobs_ended(self) -> int:
-        return self.jobs_succeeded + self.jobs_failed + self.jobs_cancelled
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "seed": self.config.seed,
-            "steps": self.steps,
-            "scheduler_events": self.scheduler_events,
-            "sim_time": round(self.sim_time, 2),
-            "succeeded": self.jobs_succeeded,
-            "failed": self.jobs_failed,
-            "cancelled": self.jobs_cancelled,
-            "faults": dict(self.faults),
-            "violation": str(self.violation) if self.violation else None,
-        }
-
-
-# ------------------------------------------------------------------ the processes
-
-
-@dataclass
-class SimFile:
-    job: JobId
-    stage: int
-    map_partition: int
-    partition: int
-    value: int
-
-
-@dataclass
-class Proc:
-    """One executor process: its pure state machine and what its shell holds."""
-
-    host: str
-    slots: int
-    state: ExecutorState
-    alive: bool = True
-    frozen: bool = False
-    inbox: list[Callable[[], None]] = field(default_factory=list)
-    """What happened to it while frozen, run in order when it thaws."""
-    free: list[int] = field(default_factory=list)
-    queue: deque[tuple[ExecutorId, TaskSpec]] = field(default_factory=deque)
-    running: dict[TaskAttemptId, tuple[ExecutorId, TaskSpec]] = field(default_factory=dict)
-    homes: dict[ExecutorId, dict[str, SimFile]] = field(default_factory=dict)
-    """Each life's directory: path -> file."""
-    stream: Stream | None = None
-    """Its current command stream, as the executor sees it."""
-    unhealthy_until: float = 0.0
-    slow_until: float = 0.0
-    disk_full_next: bool = False
-    exited: bool = False
-
-    def __post_init__(self) -> None:
-        self.free = list(range(self.slots))
-
-    def file(self, path: str) -> SimFile | None:
-        for home in self.homes.values():
-            found = home.get(path)
-            if found is not None:
-                return found
-        return None
-
-
-@dataclass
-class Stream:
-    """A scheduler -> executor command stream."""
-
-    executor: ExecutorId
-    proc: Proc
-    open: bool = True
-    last_delivery: float = 0.0
-    cut_since: float | None = None
-
 
 # ------------------------------------------------------------------ the simulator
 
@@ -1075,227 +855,6 @@ class ClusterSim:
             proc.disk_full_next = False
             self.thaw(proc)
         self.crash_at = None
-
-
-# ------------------------------------------------------------------ restore
-
-
-def restored_state(
-    store: MemoryStateStore, scheduler: type[SchedulerState] = SchedulerState
-) -> SchedulerState:
-    """A fresh state machine from ``store``, as ``SchedulerCore.recover`` builds it."""
-    snap = read_snapshot(store.load(), STORE_URL)
-    if snap.broken:
-        raise Violation("restore", f"the store holds records that cannot be read: {snap.broken}")
-    running, finished = [], []
-    for stored in snap.jobs:
-        if stored.outcome is not None:
-            finished.append(stored.outcome)
-        elif stored.progress is not None:
-            running.append(JobRecord.restore(stored.plan.plan, stored.progress))
-    state = scheduler(LIMITS)
-    state.restore(snap.executors, running, finished, snap.meta.no_executor_since)
-    return state
-
-
-def state_documents(state: SchedulerState) -> dict[str, str]:
-    """Everything the store keeps of ``state``, encoded: equal documents, equal states."""
-    docs = {"executors": encode(state.export_executors()), "since": repr(state.no_executor_since)}
-    for job in state.unfinished_jobs():
-        docs[f"job/{job}"] = encode(state.export_job(job))
-    for view in state.jobs():
-        if view.state.finished:
-            docs[f"finished/{view.id}"] = encode(state.export_finished(view.id))
-    return docs
-
-
-# ------------------------------------------------------------------ the checks
-
-
-class SimChecks:
-    """The invariants the simulator checks, beyond ``SchedulerState.validate``.
-
-    Each method is called at one point of the run and raises ``Violation``
-    naming the invariant it found broken (docs/architecture.md, "Simulation").
-    """
-
-    def __init__(self) -> None:
-        self.outcome: dict[JobId, type[Command] | None] = {}
-        """Each submitted job's end, once it ended (``None``: not yet)."""
-        self.succeeded_results: dict[JobId, tuple[PartitionLocation, ...]] = {}
-        self.read: set[JobId] = set()
-        self.released: set[tuple[ExecutorId, JobId, int | None]] = set()
-        self.deleted_by_release: set[str] = set()
-        self.orphans: set[JobId] = set()
-        """Jobs whose submission got no answer: the client does not read their results."""
-
-    def submitted(self, job: JobId) -> None:
-        self.outcome[job] = None
-
-    def after_handle(self, sim: ClusterSim, event: Event, commands: list[Command]) -> None:
-        try:
-            sim.state.validate()
-        except StateInvariantError as exc:
-            raise Violation(exc.invariant, f"after {type(event).__name__}: {exc.detail}") from exc
-        for view in sim.state.jobs():
-            ended = self.outcome.get(view.id)
-            if ended is not None and not view.state.finished:
-                raise Violation(
-                    "job-ends-once", f"job {view.id} ended ({ended.__name__}) and runs again"
-                )
-
-    def carried_out(self, sim: ClusterSim, command: Command) -> None:
-        now = sim.now
-        if isinstance(command, JobSucceeded | JobFailed | JobCancelled):
-            job = command.job
-            if self.outcome.get(job) is not None:
-                raise Violation(
-                    "job-ends-once",
-                    f"job {job} ended as {type(command).__name__} after it had ended as "
-                    f"{self.outcome[job].__name__}",  # type: ignore[union-attr]
-                )
-            self.outcome[job] = type(command)
-            if isinstance(command, JobSucceeded):
-                self.check_result(sim, job, command.result)
-                sim.result.jobs_succeeded += 1
-            elif isinstance(command, JobFailed):
-                sim.result.jobs_failed += 1
-            else:
-                sim.result.jobs_cancelled += 1
-        elif isinstance(command, LaunchTask):
-            view = sim.state.executor(command.executor)
-            if (
-                view is None
-                or view.state is not SchedExecutorState.ALIVE
-                or (view.excluded_until is not None and view.excluded_until > now)
-            ):
-                raise Violation(
-                    "launch-on-live",
-                    f"{command.task.attempt} launched on {command.executor}, which is "
-                    f"{view.state.name if view else 'unknown'}"
-                    + (
-                        f", excluded until {view.excluded_until}"
-                        if view and view.excluded_until
-                        else ""
-                    ),
-                )
-            job = command.task.attempt.task.job
-            for inp in command.task.inputs:
-                for loc in inp.locations:
-                    self.not_released(loc, job, f"{command.task.attempt} is given")
-        elif isinstance(command, ReleaseOutputs):
-            stages = [None] if command.stages is None else [int(s) for s in command.stages]
-            for s in stages:
-                self.released.add((command.executor, command.job, s))
-
-    def not_released(self, loc: PartitionLocation, job: JobId, who: str) -> None:
-        for key in ((loc.executor, job, int(loc.stage)), (loc.executor, job, None)):
-            if key in self.released:
-                raise Violation(
-                    "read-after-release",
-                    f"{who} {loc.path} (stage {loc.stage} of {job} on {loc.executor}), "
-                    "whose outputs were released",
-                )
-
-    def fetched(self, sim: ClusterSim, loc: PartitionLocation) -> None:
-        job = loc.path.split("/")[3]
-        if loc.path in self.deleted_by_release and self.outcome.get(JobId(job)) is None:
-            raise Violation(
-                "read-after-release", f"{loc.path} is read after its release deleted it"
-            )
-
-    def deleted(self, proc: Proc, path: str, f: SimFile, released: bool) -> None:
-        if released:
-            self.deleted_by_release.add(path)
-
-    def check_result(
-        self, sim: ClusterSim, job: JobId, result: tuple[PartitionLocation, ...]
-    ) -> None:
-        final = sim.plan.stages[-1]
-        parts = [(loc.map_partition, loc.partition) for loc in result]
-        if len(parts) != len(set(parts)) or len(result) != len(sim.expected):
-            raise Violation(
-                "result-once", f"job {job} succeeded with outputs {parts}, not one per partition"
-            )
-        for loc in result:
-            if loc.stage != final.id:
-                raise Violation("result-once", f"job {job}'s result names stage {loc.stage}")
-            self.not_released(loc, job, f"job {job}'s result is")
-        got = tuple(sim_data.decode_value(loc.checksum) for loc in result)
-        if got != sim.expected:
-            raise Violation(
-                "result-checksum", f"job {job} succeeded with {got}, expected {sim.expected}"
-            )
-        self.succeeded_results[job] = result
-
-    def read_result(self, sim: ClusterSim, job: JobId) -> None:
-        self.read.add(job)
-
-    def restore_equivalent(self, sim: ClusterSim) -> None:
-        live = state_documents(sim.state)
-        restored = state_documents(restored_state(sim.store, sim.scheduler_type))
-        if live != restored:
-            differ = sorted(
-                k for k in live.keys() | restored.keys() if live.get(k) != restored.get(k)
-            )
-            raise Violation("restore-equals-live", f"the store restores another state: {differ}")
-
-    def restarted(self, sim: ClusterSim) -> None:
-        for job in sorted(self.orphans):
-            if sim.state.job(job) is None and self.outcome.get(job, 0) is None:
-                del self.outcome[job]  # its submission was never written: it never was
-                sim.known.discard(job)
-        for view in sim.state.jobs():
-            if view.state.finished and self.outcome.get(view.id) is None:
-                # Its end was written, and the crash came before the client heard.
-                finished = sim.state.export_finished(view.id)
-                assert finished is not None
-                kind = {
-                    "SUCCEEDED": JobSucceeded,
-                    "FAILED": JobFailed,
-                    "CANCELLED": JobCancelled,
-                }[view.state.name]
-                self.carried_out(
-                    sim,
-                    kind(0, view.id, finished.result)  # type: ignore[arg-type]
-                    if kind is JobSucceeded
-                    else (
-                        JobFailed(0, view.id, "")
-                        if kind is JobFailed
-                        else JobCancelled(0, view.id, "")
-                    ),
-                )
-
-    def at_end(self, sim: ClusterSim) -> None:
-        """Once every job ended and its result was read: no slot is held, in the
-        scheduler or on an executor, and no file of an ended job is left."""
-        for view in sim.state.executors():
-            if view.running:
-                raise Violation(
-                    "slots-conserved", f"{view.id} runs {view.running} attempts at the end"
-                )
-        for proc in sim.procs.values():
-            if not proc.alive or proc.exited:
-                continue
-            if proc.running or proc.queue or sorted(proc.free) != list(range(proc.slots)):
-                raise Violation(
-                    "slots-conserved",
-                    f"{proc.host} holds attempts {sorted(map(str, proc.running))}, queued "
-                    f"{len(proc.queue)}, free slots {sorted(proc.free)} of {proc.slots}",
-                )
-            for life, home in proc.homes.items():
-                home = {p: f for p, f in home.items() if not _unread(sim.state, f.job)}
-                if home:
-                    raise Violation(
-                        "outputs-released",
-                        f"{proc.host} still holds {len(home)} files of ended jobs in the home "
-                        f"of {life}: {sorted(home)[:3]}",
-                    )
-
-
-def _unread(state: SchedulerState, job: JobId) -> bool:
-    finished = state.export_finished(job)
-    return finished is not None and finished.unread
 
 
 # ------------------------------------------------------------------ running
