@@ -19,7 +19,7 @@ import multiprocessing
 import sys
 import time
 from collections import Counter
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from mangonel.testing.cluster_sim import SimConfig, run
@@ -47,6 +47,13 @@ def main(argv: list[str] | None = None) -> int:
         help="1: check after every persisted event that the store restores into the "
         "live state (the costly check); 0: skip it (restarts still run from the store)",
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="any other SimConfig field, e.g. --set tasks=20 --set fault_every_s=1.5",
+    )
     parser.add_argument("--out", default="", help="write the summary here as JSON")
     args = parser.parse_args(argv)
     first, end = (int(x) for x in args.seeds.split(":"))
@@ -56,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
         executors=args.executors,
         check_restore=bool(args.check_restore),
     )
+    types = {f.name: type(getattr(base, f.name)) for f in fields(SimConfig)}
+    for item in args.set:
+        name, _, value = item.partition("=")
+        if name not in types or name in ("faults", "skip"):
+            parser.error(f"--set {item}: not a SimConfig field of a plain type")
+        base = replace(base, **{name: types[name](value)})
     totals: Counter[str] = Counter()
     faults: Counter[str] = Counter()
     failures: list[dict[str, Any]] = []
