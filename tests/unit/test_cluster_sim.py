@@ -22,13 +22,32 @@ from mangonel.scheduler.events import (
     CancelRequested,
     Command,
     Event,
+    ExecutorConnected,
     ExecutorDraining,
+    ExecutorRegistered,
     JobCancelled,
+    JobSubmitted,
     JobSucceeded,
+    SchedulerRecovered,
     TaskCompleted,
 )
+from mangonel.scheduler.persist import (
+    StateWriter,
+    StoredPlan,
+    job_key,
+    read_snapshot,
+    state_changes,
+)
 from mangonel.scheduler.state import SchedulerState
-from mangonel.task import LaunchTask, OutputKind, ReleaseOutputs, TaskSpec
+from mangonel.scheduler.store import MemoryStateStore
+from mangonel.task import (
+    ExecutorInfo,
+    LaunchTask,
+    OutputKind,
+    PartitionOutput,
+    ReleaseOutputs,
+    TaskSpec,
+)
 from mangonel.testing.cluster_sim import (
     ClusterSim,
     Fault,
@@ -40,9 +59,11 @@ from mangonel.testing.cluster_sim import (
     run,
     shrink,
 )
+from mangonel.testing.scheduler_sim import synthetic_plan
+from mangonel.testing.sim_world import new_state, restored_state
 
-CI_SEEDS = range(0, 64)
-"""Seeds run on every push (about 25 s on one core)."""
+CI_SEEDS = range(0, 48)
+"""Seeds run on every push (about 20 s on an idle core)."""
 
 
 def _assert_holds(result: SimResult) -> None:
@@ -54,17 +75,18 @@ def _assert_holds(result: SimResult) -> None:
 
 @pytest.mark.parametrize("seeds", [CI_SEEDS[i::4] for i in range(4)])
 def test_fixed_seeds_hold_every_invariant(seeds: range) -> None:
-    ended = faults = 0
+    ended = succeeded = faults = 0
     for seed in seeds:
         result = run(SimConfig(seed=seed))
         _assert_holds(result)
+        assert result.jobs_ended == result.jobs_accepted >= result.config.jobs
         ended += result.jobs_ended
+        succeeded += result.jobs_succeeded
         faults += sum(result.faults.values())
-        assert result.jobs_ended == result.config.jobs
-    # The runs did meet faults, and most jobs still succeeded: a simulation
-    # whose every job failed would prove nothing about answers.
+    # The runs did meet faults, and most jobs still succeeded (their answers
+    # checked): a simulation whose every job failed would prove nothing.
     assert faults >= 5 * len(seeds)
-    assert ended == 3 * len(seeds)
+    assert succeeded >= ended // 2
 
 
 @pytest.mark.parametrize(
@@ -82,7 +104,7 @@ def test_fixed_seeds_hold_every_invariant(seeds: range) -> None:
 def test_shapes_and_fault_mixes_hold_every_invariant(config: SimConfig) -> None:
     result = run(config)
     _assert_holds(result)
-    assert result.jobs_ended == config.jobs
+    assert result.jobs_ended == result.jobs_accepted >= config.jobs
 
 
 def test_a_run_is_a_function_of_its_seed_and_configuration() -> None:
@@ -288,10 +310,72 @@ def test_a_state_that_breaks_its_own_invariants_is_caught() -> None:
 
 
 def test_the_shrinker_keeps_only_the_faults_a_failure_needs() -> None:
-    config = SimConfig(seed=5, jobs=2, fault_every_s=1.0, faults_until_s=15.0, liveness_s=20.0)
+    config = SimConfig(seed=5, jobs=2, fault_every_s=1.0, faults_until_s=10.0, liveness_s=15.0)
     full = run(config, scheduler=_NeverLaunchesTheFinalStage)
     assert _violation(full) == "liveness" and len(full.schedule) >= 10
     small = shrink(config, SimChecks, scheduler=_NeverLaunchesTheFinalStage)
     again = run(small, scheduler=_NeverLaunchesTheFinalStage)
     assert _violation(again) == "liveness"
     assert len(again.schedule) < len(full.schedule) // 2
+
+
+# ------------------------------------------------------ bugs the simulation found
+
+
+def test_seed_29_a_restart_before_an_adaptive_stage_launched_failed_its_job_later() -> None:
+    # The restored scheduler's ``SchedulerRecovered`` assigned every task's
+    # ``speculative`` (to ``None``), which marked every task changed and wrote a
+    # key for each, those of a stage that had not launched included. Adaptive
+    # execution then ran that stage as fewer tasks; the key of a task it no
+    # longer had stayed, and the next restart could not restore the job (failed
+    # as "could not restore this job"): ``restore-equals-live`` caught it.
+    _assert_holds(run(SimConfig(seed=29)))
+
+
+def test_a_restart_writes_no_task_of_a_stage_that_never_launched() -> None:
+    store = MemoryStateStore("memory://regression")
+    store.acquire("test")
+    config = SimConfig(faults=())
+    state = new_state(config, SchedulerState)
+    writer = StateWriter(store, {})
+    known: set[JobId] = set()
+    ids = iter(range(1, 10_000))
+
+    def emit(event: Event) -> list[Command]:
+        commands = state.handle(event)
+        changes = state_changes(state, event, commands, known)
+        if changes is not None:
+            puts, deletes = changes
+            if isinstance(event, JobSubmitted):
+                puts[job_key(event.job, "plan")] = StoredPlan("q", 0.0, 0.0, event.plan)
+            writer.commit(puts, deletes)
+        return commands
+
+    e1 = ExecutorId("e1")
+    emit(ExecutorRegistered(next(ids), 0.0, ExecutorInfo(e1, "h1", "h1:1", 2)))
+    emit(ExecutorConnected(next(ids), 0.0, e1))
+    job = JobId("j0")
+    known.add(job)
+    launched = emit(JobSubmitted(next(ids), 0.0, job, synthetic_plan(9, 3)))
+    assert not [k for k in store.load() if k.startswith("jobs/j0/tasks/3/")]
+    # The scheduler restarts before the join stage (3) launched.
+    state = restored_state(store, lambda: new_state(config, SchedulerState))
+    writer = StateWriter(store, store.load())
+    emit(SchedulerRecovered(next(ids), 1.0))
+    assert not [k for k in store.load() if k.startswith("jobs/j0/tasks/3/")]
+    emit(ExecutorRegistered(next(ids), 1.0, ExecutorInfo(ExecutorId("x"), "h1", "h1:1", 2), e1))
+    launched = emit(ExecutorConnected(next(ids), 1.0, e1))
+    # The map tasks finish with small outputs: the join stage is coalesced.
+    while not any(
+        isinstance(c, LaunchTask) and c.task.attempt.task.stage == StageId(3) for c in launched
+    ):
+        launch = next(c for c in launched if isinstance(c, LaunchTask))
+        outputs = tuple(
+            PartitionOutput(p, f"/{launch.task.attempt}/{p}", 1, 100, "c")
+            for p in range(launch.task.output.partitions)
+        )
+        launched = [c for c in launched if c is not launch]
+        launched += emit(TaskCompleted(next(ids), 2.0, launch.task.attempt, e1, outputs))
+    view = state.job(job)
+    assert view is not None and view.stages[2].num_tasks < 3, "the stage was not coalesced"
+    assert not read_snapshot(store.load(), "memory://regression").broken

@@ -100,7 +100,6 @@ from mangonel.testing.sim_world import (
     DRAIN_TIMEOUT_S,
     HEARTBEAT_S,
     KEEPALIVE_S,
-    LIMITS,
     SCHEDULER,
     SETTLE_S,
     STORE_URL,
@@ -113,6 +112,7 @@ from mangonel.testing.sim_world import (
     SimResult,
     Stream,
     Violation,
+    new_state,
     restored_state,
 )
 
@@ -138,14 +138,20 @@ class ClusterSim:
         self.now = 0.0
         self._seq = 0
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
-        self.plan: DistributedPlan = synthetic_plan(config.tasks, config.partitions)
-        self.expected = sim_data.expected_result(self.plan)
+        # Jobs differ in size (so adaptive execution groups their partitions
+        # differently): job n has ``tasks + n % 3`` tasks.
+        shapes = {k: synthetic_plan(config.tasks + k, config.partitions) for k in range(3)}
+        answers = {k: sim_data.expected_result(plan) for k, plan in shapes.items()}
+        self.shapes = shapes
+        self.answers = answers
+        self.plans: dict[JobId, DistributedPlan] = {}
+        self.expected: dict[JobId, tuple[int, ...]] = {}
         # The scheduler and its store.
         self.store = MemoryStateStore(STORE_URL)
         self.store.acquire("sim")
         self.up = True
         self.life = 0
-        self.state = scheduler(LIMITS)
+        self.state = self.new_state()
         self.writer = StateWriter(self.store, {})
         self.known: set[JobId] = set()
         self.event_id = 0
@@ -161,6 +167,9 @@ class ClusterSim:
         """Jobs the client saw accepted."""
         self.next_job = 0
         self.fault_index = 0
+
+    def new_state(self) -> SchedulerState:
+        return new_state(self.config, self.scheduler_type)
 
     # ---------------------------------------------------------------- the clock
 
@@ -207,6 +216,7 @@ class ClusterSim:
         except Violation as exc:
             self.result.violation = exc
         self.result.sim_time = self.now
+        self.result.jobs_accepted = len(self.checks.outcome)
         return self.result
 
     def done(self) -> bool:
@@ -392,7 +402,7 @@ class ClusterSim:
 
     def restart_scheduler(self) -> None:
         """What ``SchedulerCore.recover`` does: read the store, restore, recover."""
-        self.state = restored_state(self.store, self.scheduler_type)
+        self.state = restored_state(self.store, self.new_state)
         self.writer = StateWriter(self.store, self.store.load())
         self.known = set(self.state.unfinished_jobs()) | {
             v.id for v in self.state.jobs() if v.state.finished
@@ -465,11 +475,13 @@ class ClusterSim:
         if not self.up:
             self.at(1.0, self.submit)
             return
+        shape = self.next_job % 3
         job = JobId(f"j{self.next_job}")
         self.next_job += 1
         self.known.add(job)
         self.checks.submitted(job)
-        plan = self.plan
+        plan = self.plans[job] = self.shapes[shape]
+        self.expected[job] = self.answers[shape]
         life = self.life
         self.emit(lambda i, t: JobSubmitted(i, t, job, plan))
         if self.life != life:
@@ -486,7 +498,8 @@ class ClusterSim:
             self.at(1.0, lambda: self.watch(job))
             return
         view = self.state.job(job)
-        if view is None or not view.state.finished:
+        forgotten = view is None and self.checks.outcome.get(job) is not None
+        if not forgotten and (view is None or not view.state.finished):
             self.at(1.0, lambda: self.watch(job))
             return
         if job in self.checks.succeeded_results and job not in self.checks.read:
@@ -695,7 +708,8 @@ class ClusterSim:
         if roll < rate * 2 / 3:
             self.result.faults["task:out-of-memory"] += 1
             return ex.Failed(ExecutionError("simulated", ExecutionProblem.OUT_OF_MEMORY))
-        stage = next(s for s in self.plan.stages if s.id == spec.attempt.task.stage)
+        plan = self.plans[spec.attempt.task.job]
+        stage = next(s for s in plan.stages if s.id == spec.attempt.task.stage)
         read: list[tuple[str, InputMode, PartitionLocation, int]] = []
         flake = roll < rate
         for inp in spec.inputs:

@@ -45,13 +45,15 @@ class Observed(Protocol):
 
     state: SchedulerState
     store: MemoryStateStore
-    scheduler_type: type[SchedulerState]
     now: float
-    plan: DistributedPlan
-    expected: tuple[int, ...]
+    plans: dict[JobId, DistributedPlan]
+    expected: dict[JobId, tuple[int, ...]]
+    """Each job's answer, computed without faults."""
     known: set[JobId]
     procs: dict[str, Proc]
     result: SimResult
+
+    def new_state(self) -> SchedulerState: ...
 
 
 # ------------------------------------------------------------------ the checks
@@ -156,9 +158,10 @@ class SimChecks:
     def check_result(
         self, sim: Observed, job: JobId, result: tuple[PartitionLocation, ...]
     ) -> None:
-        final = sim.plan.stages[-1]
+        final = sim.plans[job].stages[-1]
+        expected = sim.expected[job]
         parts = [(loc.map_partition, loc.partition) for loc in result]
-        if len(parts) != len(set(parts)) or len(result) != len(sim.expected):
+        if len(parts) != len(set(parts)) or len(result) != len(expected):
             raise Violation(
                 "result-once", f"job {job} succeeded with outputs {parts}, not one per partition"
             )
@@ -167,9 +170,9 @@ class SimChecks:
                 raise Violation("result-once", f"job {job}'s result names stage {loc.stage}")
             self.not_released(loc, job, f"job {job}'s result is")
         got = tuple(sim_data.decode_value(loc.checksum) for loc in result)
-        if got != sim.expected:
+        if got != expected:
             raise Violation(
-                "result-checksum", f"job {job} succeeded with {got}, expected {sim.expected}"
+                "result-checksum", f"job {job} succeeded with {got}, expected {expected}"
             )
         self.succeeded_results[job] = result
 
@@ -178,7 +181,7 @@ class SimChecks:
 
     def restore_equivalent(self, sim: Observed) -> None:
         live = state_documents(sim.state)
-        restored = state_documents(restored_state(sim.store, sim.scheduler_type))
+        restored = state_documents(restored_state(sim.store, sim.new_state))
         if live != restored:
             differ = sorted(
                 k for k in live.keys() | restored.keys() if live.get(k) != restored.get(k)

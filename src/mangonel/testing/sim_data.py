@@ -76,7 +76,7 @@ def _split(stage: Stage, rows: list[int]) -> dict[int, int]:
 def output_bytes(stage: int, map_partition: int, partition: int) -> int:
     """A file's size: the same for every attempt, varied enough that adaptive
     coalescing groups partitions in different ways."""
-    return 100 + mix("bytes", stage, map_partition, partition) % 900
+    return 20 + mix("bytes", stage, map_partition, partition) % 280
 
 
 def expected_result(plan: DistributedPlan) -> tuple[int, ...]:

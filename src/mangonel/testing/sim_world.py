@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from collections import Counter, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from mangonel.executor.state import ExecutorState
@@ -95,6 +95,11 @@ class SimConfig:
         duplicate_rate: Chance a unary call is delivered twice.
         latency_s: Most simulated seconds a message takes (at least a tenth of it).
         liveness_s: Every job must end this long after faults stop.
+        max_job_share: The scheduler's ``Limits.max_job_share`` (fair shares below 1).
+        keep_finished_jobs: Settled jobs the scheduler keeps (few: jobs are
+            forgotten, and their keys deleted, within a run).
+        keep_lost_executors: Lost executors it keeps (few: reports and fetch
+            failures arrive about executors it forgot).
         max_steps: Most simulation steps (a bound, never the expected end).
         check_restore: Check after every persisted event that the store restores
             into the live state (a pass over the store: the costly check).
@@ -115,6 +120,9 @@ class SimConfig:
     duplicate_rate: float = 0.02
     latency_s: float = 0.05
     liveness_s: float = 400.0
+    max_job_share: float = 1.0
+    keep_finished_jobs: int = 4
+    keep_lost_executors: int = 4
     max_steps: int = 200_000
     check_restore: bool = True
     skip: tuple[int, ...] = ()
@@ -150,8 +158,8 @@ LIMITS = Limits(
     exclusion_window_s=30.0,
     exclusion_s=10.0,
     adaptive=True,
-    adaptive_partition_bytes=1500,
-    adaptive_min_partition_bytes=200,
+    adaptive_partition_bytes=4000,
+    adaptive_min_partition_bytes=1600,
 )
 KEEPALIVE_S = 3.0
 """A stream over a link that carries nothing this long breaks (gRPC's keepalive)."""
@@ -181,6 +189,9 @@ class SimResult:
     jobs_succeeded: int = 0
     jobs_failed: int = 0
     jobs_cancelled: int = 0
+    jobs_accepted: int = 0
+    """Jobs the scheduler took: ``SimConfig.jobs``, and any whose submission's
+    answer a crash swallowed but which the store kept (the client sent those again)."""
     faults: Counter[str] = field(default_factory=Counter)
     """Injected faults by kind (``Fault`` values, task faults as ``task:<kind>``)."""
     schedule: list[str] = field(default_factory=list)
@@ -265,10 +276,9 @@ class Stream:
 # ------------------------------------------------------------------ restore
 
 
-def restored_state(
-    store: MemoryStateStore, scheduler: type[SchedulerState] = SchedulerState
-) -> SchedulerState:
-    """A fresh state machine from ``store``, as ``SchedulerCore.recover`` builds it."""
+def restored_state(store: MemoryStateStore, fresh: Callable[[], SchedulerState]) -> SchedulerState:
+    """A state machine made by ``fresh``, restored from ``store`` as
+    ``SchedulerCore.recover`` restores it."""
     snap = read_snapshot(store.load(), STORE_URL)
     if snap.broken:
         raise Violation("restore", f"the store holds records that cannot be read: {snap.broken}")
@@ -278,9 +288,18 @@ def restored_state(
             finished.append(stored.outcome)
         elif stored.progress is not None:
             running.append(JobRecord.restore(stored.plan.plan, stored.progress))
-    state = scheduler(LIMITS)
+    state = fresh()
     state.restore(snap.executors, running, finished, snap.meta.no_executor_since)
     return state
+
+
+def new_state(config: SimConfig, scheduler: type[SchedulerState]) -> SchedulerState:
+    """A scheduler state machine with ``config``'s limits."""
+    return scheduler(
+        replace(LIMITS, max_job_share=config.max_job_share),
+        keep_finished_jobs=config.keep_finished_jobs,
+        keep_lost_executors=config.keep_lost_executors,
+    )
 
 
 def state_documents(state: SchedulerState) -> dict[str, str]:
