@@ -54,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FIELD=VALUE",
         help="any other SimConfig field, e.g. --set tasks=20 --set fault_every_s=1.5",
     )
+    parser.add_argument(
+        "--max-minutes",
+        type=float,
+        default=0.0,
+        help="stop after this long (wall clock) and summarise the seeds done; 0: no bound",
+    )
     parser.add_argument("--out", default="", help="write the summary here as JSON")
     args = parser.parse_args(argv)
     first, end = (int(x) for x in args.seeds.split(":"))
@@ -84,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             faults.update(out["faults"])
             if out["violation"]:
                 failures.append(out)
+            if args.max_minutes and time.perf_counter() - started > args.max_minutes * 60:
+                pool.terminate()
+                break
             if done % 10 == 0 or done == len(work):
                 spent = time.perf_counter() - started
                 jobs = sum(totals[k] for k in totals if k.startswith("jobs_"))
@@ -98,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     spent = time.perf_counter() - started
     summary = {
         "config": base.command(),
-        "seeds": f"{first}:{end}",
+        "seeds_asked": f"{first}:{end}",
         **totals,
         "jobs": sum(totals[k] for k in totals if k.startswith("jobs_")),
         "faults_injected": sum(faults.values()),
