@@ -10,7 +10,11 @@ that replays it; ``--shrink`` on that command finds a short fault schedule.
 
 from __future__ import annotations
 
+import json
+import os
 import shlex
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -112,6 +116,16 @@ def test_a_run_is_a_function_of_its_seed_and_configuration() -> None:
     assert a.summary() == b.summary() and a.schedule == b.schedule
     assert a.schedule, "the run met no fault"
     assert run(SimConfig(seed=12)).schedule != a.schedule
+    # Replayed by its command in another process, whose string hashes (and so
+    # the order of any set of ids) differ: the same run.
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    args = shlex.split(SimConfig(seed=11).command())[1:]
+    out = subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    summary, schedule = out.rsplit("faults:", 1)
+    assert json.loads(summary) == json.loads(json.dumps(a.summary()))
+    assert schedule.split() == a.schedule
 
 
 def test_the_replay_command_parses_back_into_its_configuration() -> None:
