@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             faults.update(out["faults"])
             if out["violation"]:
                 failures.append(out)
+                print(f"\nseed {out['seed']}: {out['violation']}", file=sys.stderr, flush=True)
             if args.max_minutes and time.perf_counter() - started > args.max_minutes * 60:
                 pool.terminate()
                 break

@@ -40,6 +40,7 @@ import heapq
 import json
 import random
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import Any
@@ -160,8 +161,11 @@ class ClusterSim:
         self.crash_at: tuple[CrashPoint, int] | None = None
         # The world.
         self.procs: dict[str, Proc] = {}
-        self.cut: set[tuple[str, str]] = set()
-        """Directed links that drop everything: (from host, to host)."""
+        self.cut: dict[tuple[str, str], int] = {}
+        """Directed links that drop everything now: (from host, to host) -> which cut."""
+        self.cuts = 0
+        self.connection: Counter[str] = Counter()
+        """How many times each executor host's connection to the scheduler broke."""
         self.task_fault_until = 0.0
         self.submitted = 0
         """Jobs the client saw accepted."""
@@ -188,7 +192,6 @@ class ClusterSim:
         for _ in range(min(cfg.concurrent, cfg.jobs)):
             self.at(self.rng.random(), self.submit)
         self.at(TICK_S, self.tick)
-        self.at(1.0, self.net_tick)
         self.at(self.rng.expovariate(1 / cfg.fault_every_s), self.inject)
         self.at(cfg.faults_until_s, self.heal_all)
         deadline = cfg.faults_until_s + cfg.liveness_s
@@ -238,19 +241,31 @@ class ClusterSim:
     def transmit(
         self, src: str, dst: str, deliver: Callable[[], None], fail: Callable[[], None]
     ) -> None:
-        """One message over TCP: held while its direction is cut (retransmitted),
-        lost with its connection once the cut outlasts ``KEEPALIVE_S``."""
-        started = self.now
+        """One message between an executor host and the scheduler, over their TCP
+        connection: held while its direction is cut (retransmitted), lost if the
+        connection breaks first (``break_connection``)."""
+        host = dst if src == SCHEDULER else src
+        connection = self.connection[host]
 
         def attempt() -> None:
-            if self.reachable(src, dst):
-                deliver()
-            elif self.now - started >= KEEPALIVE_S:
+            if self.connection[host] != connection:
                 fail()
+            elif self.reachable(src, dst):
+                deliver()
             else:
                 self.at(0.25, attempt)
 
         self.at(self.latency(), attempt)
+
+    def break_connection(self, host: str) -> None:
+        """A cut outlasted the keepalive: the connection breaks, with the streams
+        and calls on it, and both ends learn it."""
+        self.connection[host] += 1
+        for stream in [s for s in self.streams.values() if s.proc.host == host]:
+            self.break_stream(stream)
+        proc = self.procs.get(host)
+        if proc is not None and proc.stream is not None and not proc.stream.open:
+            self.end_on_executor(proc.stream)  # not yet accepted: it fails too
 
     def call(
         self,
@@ -321,17 +336,6 @@ class ClusterSim:
             if self.up:
                 self.connection_closed(stream.executor)
         self.at(self.latency(), lambda: self.end_on_executor(stream))
-
-    def net_tick(self) -> None:
-        for stream in list(self.streams.values()):
-            host = stream.proc.host
-            if self.reachable(SCHEDULER, host) and self.reachable(host, SCHEDULER):
-                stream.cut_since = None
-            elif stream.cut_since is None:
-                stream.cut_since = self.now
-            elif self.now - stream.cut_since >= KEEPALIVE_S:
-                self.break_stream(stream)
-        self.at(1.0, self.net_tick)
 
     # ------------------------------------------------------- the scheduler shell
 
@@ -829,8 +833,22 @@ class ClusterSim:
 
     def cut_link(self, *links: tuple[str, str], length: float) -> None:
         for link in links:
-            self.cut.add(link)
-        self.at(length, lambda: self.cut.difference_update(links))
+            if link in self.cut:
+                continue  # cut already, by a cut that heals on its own time
+            self.cuts += 1
+            cut = self.cut[link] = self.cuts
+
+            def heal(link: tuple[str, str] = link, cut: int = cut) -> None:
+                if self.cut.get(link) == cut:
+                    del self.cut[link]
+
+            def keepalive(link: tuple[str, str] = link, cut: int = cut) -> None:
+                if self.cut.get(link) == cut:
+                    self.break_connection(link[1] if link[0] == SCHEDULER else link[0])
+
+            self.at(length, heal)
+            if SCHEDULER in link:
+                self.at(KEEPALIVE_S, keepalive)
 
     def crash_proc(self, proc: Proc, restart_after: float) -> None:
         if not proc.alive:

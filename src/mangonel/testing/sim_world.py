@@ -270,7 +270,6 @@ class Stream:
     proc: Proc
     open: bool = True
     last_delivery: float = 0.0
-    cut_since: float | None = None
 
 
 # ------------------------------------------------------------------ restore
