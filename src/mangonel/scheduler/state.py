@@ -1107,7 +1107,13 @@ class SchedulerState:
         why = "the scheduler restarted while it ran"
         for job in self._jobs.values():
             for task in job.tasks():
-                task.speculative = None  # not resumed: the executors stop them all
+                # Copies are not resumed: the executors stop them all. Only a task
+                # that had one is assigned: an assignment marks the task changed,
+                # and a stage that never launched must have no task in the store
+                # (adaptive execution may still give it fewer tasks; a key left
+                # for a task it no longer has fails the job at the next restart).
+                if task.speculative is not None:
+                    task.speculative = None
                 if isinstance(task.state, Running):
                     self._requeue(task, task.state.executor, why, charge=False)
         self._executors.recovered(step.now)
