@@ -111,8 +111,9 @@ SPREAD_PARTITION_BYTES = defaults.ADAPTIVE_MIN_PARTITION_BYTES
 """An exchange spread over the hosts' parallel tasks carries at least this many
 estimated bytes a partition (``StageBuilder.partitions_for``): the size below
 which the scheduler merges partitions anyway (``Limits.adaptive_min_partition_bytes``).
-Spreading them at this floor ran TPC-H q09, q17, q18 and q20 at SF1 in 0.7-0.8 of
-the time on two hosts of one core (one run, a loaded machine, 2026-12-04)."""
+At SF1 on two hosts of one core it spreads an exchange of q09, q17 and q20: 0.7-0.8 of
+the time in one run on a loaded machine, 1.08-1.12 in one on a quiet one, where queries
+whose plans did not change moved by up to 15 % (2026-12-04/05, ``BENCHMARKS.md``)."""
 
 
 def whole_waves(partitions: int, slots: int, most: int) -> int:
