@@ -760,6 +760,8 @@ class SchedulerCore:
         with self._lock:
             self._write({table_key(name): stored})
             self.catalog.put(table)
+            # The name now stands for the user's files: a DROP must never delete them.
+            self._owned.discard(name)
         log.info("table %s registered: %d files, %d rows", name, len(table.files), table.rows)
         return table
 
