@@ -59,6 +59,19 @@ milliseconds on one core) and made them 1.05-1.8x slower on two hosts of one cor
 than on one (one run, 2026-12-04, ``benchmarks/scaleout.py``); 32 MiB leaves
 them whole."""
 
+FINE_SPREAD_BYTES = 4 * _MIB
+"""Where hosts run several tasks at full speed at once, the planner also plans a
+query with scans spread down to this many bytes a task, and keeps whichever plan
+takes less time by its estimate (``PlannerConfig.fine_spread_bytes``)."""
+
+STAGE_BYTES = 12 * _MIB
+"""A stage boundary's fixed cost, as bytes of table a task reads in the same time
+(``PlannerConfig.stage_bytes``). On two hosts of one core, TPC-H SF1's 57 stages
+spent about 10 ms each (2026-12-05, ``3ac6b3b``, ``benchmarks/scaleout.py``:
+launch, setup, write, cleanup, report, the scheduler's hop and the fetches),
+where a task reads 1 to 1.5 MiB of columns a millisecond (q06's ``lineitem``,
+160 MiB in 0.105 s; q01's, 290 MiB in 0.27 s)."""
+
 MAX_SPLIT_ROWS = 4_000_000
 """... and at most this many, so that a task's output stays within a slot's memory."""
 

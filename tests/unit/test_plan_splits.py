@@ -111,11 +111,18 @@ def test_where_hosts_run_tasks_at_once_a_scan_of_one_split_is_spread_over_them()
     # One task at full speed at a time (one host), or the count unknown: one split.
     assert PlannerConfig(slots=2, parallel=1).scan_split_rows(96.0, 1_500_000) == 2_097_152
     assert PlannerConfig(slots=2).scan_split_rows(96.0, 1_500_000) == 2_097_152
-    # Each share reads at least ``spread_bytes`` (32 MiB): 600k rows of 128 bytes
-    # are two tasks of 300k on four hosts, and 1.5M rows of 16 bytes (23 MiB) stay
-    # one task, where the fixed costs of a second outweigh its core.
-    assert PlannerConfig(slots=4, parallel=4).scan_split_rows(128.0, 600_000) == 300_000
-    assert PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 1_500_000) == 4_000_000
+    # Each share reads at least ``spread_bytes`` (32 MiB here): 600k rows of 128
+    # bytes are two tasks of 300k on four hosts, and 1.5M rows of 16 bytes (23 MiB)
+    # stay one task, where the fixed costs of a second outweigh its core.
+    wide = 32 << 20
+    assert (
+        PlannerConfig(slots=4, parallel=4, spread_bytes=wide).scan_split_rows(128.0, 600_000)
+        == 300_000
+    )
+    assert (
+        PlannerConfig(slots=2, parallel=2, spread_bytes=wide).scan_split_rows(16.0, 1_500_000)
+        == 4_000_000
+    )
     # Enough splits already: as before.
     assert PlannerConfig(slots=2, parallel=2).scan_split_rows(96.0, 6_000_000) == 3_000_000
     # A split size the settings fix is kept.
