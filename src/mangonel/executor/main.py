@@ -139,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a mangonel executor (the same as `mangonel executor`).",
     )
     options.option(options.Takes.CLIENT, "log_level").add_to(parser, options.Takes.CLIENT)
+    # This entry point logs what each task did (info), as it always has; `mangonel
+    # executor` takes the global --log-level (warning unless told).
+    parser.set_defaults(log_level="info")
     options.add_arguments(parser, options.Takes.EXECUTOR)
     return parser
 
