@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import statistics
@@ -75,7 +76,10 @@ def recovery(
 ) -> dict[str, Any]:
     from mangonel.client.cluster import LocalCluster
     from mangonel.client.status import ExecutorState
+    from mangonel.options import TEST_HOOKS_ENV
 
+    # --crash-file is a test-only option: the scheduler (a child) takes it with the hooks on.
+    os.environ[TEST_HOOKS_ENV] = "1"
     sql = tpch_query(args.query)
     expected = con.sql(sql).to_arrow_table()
     crash_file = work / "crash.json"

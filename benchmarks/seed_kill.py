@@ -81,8 +81,9 @@ def mismatch(actual: Any, expected: Any) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from mangonel.client.demo import describe_kill, halfway_tasks, run_with_kill
+    from mangonel.client.demo import describe_kill, halfway_tasks
     from mangonel.testing.cluster import TestCluster
+    from mangonel.testing.kill import run_with_fault_kill
 
     print(f"generating or reusing TPC-H SF {args.scale:g} ...", file=sys.stderr)
     data = ensure_tpch(args.scale, args.cache_dir)
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         fault_free = min(runs, key=lambda r: r.elapsed_s)
         nth = args.kill_after_tasks or halfway_tasks(fault_free, args.executors)
         print(f"the run with a kill after an executor's task #{nth} ...", file=sys.stderr)
-        report = run_with_kill(cluster, session, sql, nth)
+        report = run_with_fault_kill(cluster, session, sql, nth)
 
     clean_wrong = mismatch(fault_free.to_arrow(), expected)
     kill_wrong = mismatch(report.result.to_arrow(), expected)

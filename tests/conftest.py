@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,11 @@ import pytest
 from helpers import ARTIFACTS_DIR, TPCH_TABLES, duckdb_views_sql, ensure_tpch, safe_name
 
 from mangonel.catalog import Table, load_table
+from mangonel.options import TEST_HOOKS_ENV
+
+# The processes the tests start take the test-only options (--faults-file,
+# --crash-file); a production command line refuses them.
+os.environ[TEST_HOOKS_ENV] = "1"
 
 TPCH_TEST_SCALE = 0.1
 

@@ -13,6 +13,10 @@ _MIB = 1024 * 1024
 
 # ------------------------------------------------------------------ addresses
 
+LISTEN_HOST = "127.0.0.1"
+"""The interface a scheduler and an executor's Flight server listen on unless
+told (``--host``): loopback, so that nothing is exposed by default."""
+
 SCHEDULER_PORT = 50050
 """The scheduler's gRPC port (``mangonel scheduler --port``): clients' (and
 executors', without TLS)."""
@@ -86,6 +90,15 @@ the first scan at most this many bytes (``PlannerConfig.recompute_bytes``)."""
 
 PLAN_CACHE = 256
 """Plans of recent queries the scheduler keeps for the same SQL sent again."""
+
+KEEP_JOBS = 200
+"""Finished jobs the scheduler keeps for the status views (the state machine)
+and in the attempt history (telemetry)."""
+
+GRPC_MAX_MESSAGE_BYTES = 256 * _MIB
+"""The largest gRPC message the scheduler, the executors and the clients send or
+take: task specs list every upstream partition location, and big plans exceed
+gRPC's default 4 MB."""
 
 # ------------------------------------------------------------------ scheduler
 

@@ -32,6 +32,7 @@ import yaml
 from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query, wait_until
 
 import mangonel
+from mangonel.options import TEST_HOOKS_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/mangonel:test"
@@ -70,6 +71,8 @@ def compose_file_for_test(faults: Path) -> dict[str, Any]:
     for n in (1, 2):
         executor = services[f"executor-{n}"]
         executor["command"].append(f"--faults-file=/faults/executor-{n}.json")
+        # --faults-file is a test-only option: taken only with the hooks on.
+        executor.setdefault("environment", {})[TEST_HOOKS_ENV] = "1"
         executor["volumes"].append(f"{faults}:/faults:ro")
     return spec
 

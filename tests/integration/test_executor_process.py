@@ -85,7 +85,7 @@ def spawn(scheduler: SchedulerServer, work_dir: Path, host: str) -> subprocess.P
     cmd = [
         sys.executable, "-m", "mangonel.executor.main",
         "--scheduler", scheduler.address, "--slots", "2", "--threads", "1",
-        "--memory-limit", "512MB", "--work-dir", str(work_dir), "--host", host,
+        "--memory-limit", "512MB", "--work-dir", str(work_dir), "--host-id", host,
     ]  # fmt: skip
     log = open(work_dir.parent / f"{work_dir.name}.log", "w")  # noqa: SIM115 (the child owns it)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)

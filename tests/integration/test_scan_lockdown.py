@@ -90,7 +90,7 @@ def executors(scheduler: SchedulerServer, tmp_path: Path) -> Iterator[list[Path]
             cmd = [
                 sys.executable, "-m", "mangonel.executor.main",
                 "--scheduler", scheduler.address, "--slots", "1", "--threads", "1",
-                "--memory-limit", "256MB", "--work-dir", str(work), "--host", f"host{i}",
+                "--memory-limit", "256MB", "--work-dir", str(work), "--host-id", f"host{i}",
             ]  # fmt: skip
             log = open(log_path, "w")  # noqa: SIM115 (the child owns it)
             procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True))

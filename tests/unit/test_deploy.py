@@ -65,7 +65,7 @@ def test_each_containers_command_parses_with_the_cli(container: dict[str, object
         # Peers and clients reach it at its pod's name, which the certificate's
         # wildcard covers ('*.executor.mangonel.svc.cluster.local'), not the
         # wildcard address it binds.
-        assert parsed.host == "0.0.0.0"
+        assert parsed.bind_host == "0.0.0.0"
         assert parsed.advertise_host == "executor-0.executor.mangonel.svc.cluster.local"
         # Both schedulers of the pair, whichever leads, at their cluster port.
         assert parsed.scheduler == "scheduler-0.scheduler:50052,scheduler-1.scheduler:50052"
@@ -93,7 +93,7 @@ def test_compose_runs_a_scheduler_on_etcd_and_two_executors() -> None:
         assert "healthcheck" in service, name
         if args[0] == "executor":
             # Peers and clients reach it by its service name on the compose network.
-            assert parsed.host == "0.0.0.0" and parsed.advertise_host == name
+            assert parsed.bind_host == "0.0.0.0" and parsed.advertise_host == name
             assert parsed.scheduler == "scheduler:50050"
         else:
             assert parsed.state == "etcd://etcd:2379/mangonel/"

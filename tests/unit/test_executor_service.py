@@ -159,7 +159,7 @@ def launch(a: TaskAttemptId, sql: str = "SELECT 42 AS n", result: bool = False) 
 def cluster(tmp_path: Path) -> Iterator[tuple[ExecutorService, FakeLink]]:
     link = FakeLink()
     config = ExecutorConfig(
-        host="h1",
+        host_id="h1",
         slots=2,
         threads=1,
         memory_limit="256MB",
@@ -290,7 +290,7 @@ def test_an_unknown_executor_registers_again(cluster: tuple[ExecutorService, Fak
 
 def test_waits_for_the_scheduler_to_come_up(tmp_path: Path) -> None:
     link = FakeLink(failures_before_register=3)
-    config = ExecutorConfig(host="h1", slots=1, work_dir=str(tmp_path / "w"))
+    config = ExecutorConfig(host_id="h1", slots=1, work_dir=str(tmp_path / "w"))
     service, thread = start_executor(config, link)
     try:
         wait_for(lambda: service.registered.is_set())
@@ -332,7 +332,7 @@ def test_each_life_has_its_own_directory_deleted_when_the_life_ends(
 
 def test_stop_leaves_nothing_in_the_work_root(tmp_path: Path) -> None:
     link = FakeLink()
-    config = ExecutorConfig(host="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
+    config = ExecutorConfig(host_id="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
     service, thread = start_executor(config, link)
     wait_for(lambda: bool(link.streams))
     link.send(launch(attempt(0)))
@@ -348,7 +348,9 @@ def test_start_sweeps_directories_of_dead_executors(tmp_path: Path) -> None:
     (stale / "owner.lock").write_text("pid 1")  # nobody holds its lock: its owner died
     (stale / "shuffle" / "part-0.arrow").write_text("x")
     link = FakeLink()
-    service, thread = start_executor(ExecutorConfig(host="h1", slots=1, work_dir=str(root)), link)
+    service, thread = start_executor(
+        ExecutorConfig(host_id="h1", slots=1, work_dir=str(root)), link
+    )
     try:
         assert not stale.exists()
     finally:
@@ -392,7 +394,7 @@ def test_drain_tells_the_scheduler_and_returns_once_let_go(
 def test_drain_before_registering_stops_at_once(tmp_path: Path) -> None:
     link = FakeLink(failures_before_register=1000)
     service, thread = start_executor(
-        ExecutorConfig(host="h1", slots=1, work_dir=str(tmp_path)), link
+        ExecutorConfig(host_id="h1", slots=1, work_dir=str(tmp_path)), link
     )
     service.drain()
     wait_for(service.finished.is_set)
@@ -407,7 +409,7 @@ def test_fault_rules_reach_the_tasks(tmp_path: Path) -> None:
     faults = tmp_path / "faults.json"
     link = FakeLink()
     config = ExecutorConfig(
-        host="h1",
+        host_id="h1",
         slots=1,
         threads=1,
         work_dir=str(tmp_path / "w"),
@@ -448,7 +450,7 @@ def test_a_disk_full_failure_makes_the_executor_unhealthy_before_it_is_reported(
 ) -> None:
     link = FakeLink()
     config = ExecutorConfig(
-        host="h1", slots=1, threads=1, work_dir=str(tmp_path / "work"), heartbeat_interval_s=30
+        host_id="h1", slots=1, threads=1, work_dir=str(tmp_path / "work"), heartbeat_interval_s=30
     )
     service = ExecutorService(config, link, _DiskFullAtStart())
     service.start()
@@ -511,7 +513,7 @@ def test_a_slot_runs_its_next_task_while_the_last_report_waits_for_its_answer(
     # The scheduler launches the next task the moment it has a report, before it
     # answers; one slot, whose only task thread used to wait for that answer.
     link = _SlowAnswers()
-    config = ExecutorConfig(host="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
+    config = ExecutorConfig(host_id="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
     service = ExecutorService(config, link, _SeesStarts(link.started))
     service.start()
     thread = threading.Thread(target=service.serve, daemon=True)
@@ -577,7 +579,7 @@ def test_a_damaged_result_file_is_not_carried_with_the_report(tmp_path: Path) ->
     # The client trusts a carried file; the Flight read checks the checksum and has
     # the query run again. A file whose bytes no longer match stays for that read.
     link = FakeLink()
-    config = ExecutorConfig(host="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
+    config = ExecutorConfig(host_id="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
     service = ExecutorService(config, link, _DamagesOutputs())
     service.start()
     thread = threading.Thread(target=service.serve, daemon=True)
@@ -624,7 +626,7 @@ def test_a_report_the_scheduler_cannot_take_is_tried_again_while_the_life_goes_o
     # most executors fall silent at once): a report dropped then would leave
     # the task running there forever.
     link = _CutOffReports(failures=2)
-    config = ExecutorConfig(host="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
+    config = ExecutorConfig(host_id="h1", slots=1, threads=1, work_dir=str(tmp_path / "w"))
     service, thread = start_executor(config, link)
     try:
         wait_for(lambda: bool(link.streams))

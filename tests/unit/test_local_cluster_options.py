@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mangonel.client.cluster import LocalCluster
+from mangonel.options import Takes, to_argv
 from mangonel.testing.cluster import TestCluster
 
 
@@ -43,8 +46,14 @@ def test_executors_on_one_host_share_its_memory_unless_told(tmp_path: Path) -> N
     )
 
 
+def _gray_argv(cluster: LocalCluster) -> list[str]:
+    gray = ("speculation", "speculation_min_s", "exclusion_failures", "exclusion_s")
+    settings = cluster.scheduler_settings()
+    return to_argv(Takes.SCHEDULER, {k: settings[k] for k in gray})
+
+
 def test_speculation_and_exclusion_reach_the_scheduler_only_when_given(tmp_path: Path) -> None:
-    assert LocalCluster(work_dir=tmp_path).gray_failure_options() == []
+    assert _gray_argv(LocalCluster(work_dir=tmp_path)) == []
     cluster = LocalCluster(
         work_dir=tmp_path,
         speculation=False,
@@ -52,7 +61,7 @@ def test_speculation_and_exclusion_reach_the_scheduler_only_when_given(tmp_path:
         exclusion_failures=0,
         exclusion_time=5.0,
     )
-    assert cluster.gray_failure_options() == [
+    assert _gray_argv(cluster) == [
         "--no-speculation",
         "--speculation-min",
         "0.2",
@@ -61,11 +70,20 @@ def test_speculation_and_exclusion_reach_the_scheduler_only_when_given(tmp_path:
         "--exclusion-time",
         "5.0",
     ]
-    assert LocalCluster(work_dir=tmp_path, speculation=True).gray_failure_options() == [
-        "--speculation"
-    ]
+    assert _gray_argv(LocalCluster(work_dir=tmp_path, speculation=True)) == ["--speculation"]
     # A fault rule must not race a copy of the task it hits: off unless asked for.
-    assert TestCluster(work_dir=tmp_path).gray_failure_options() == ["--no-speculation"]
-    assert TestCluster(work_dir=tmp_path, speculation=True).gray_failure_options() == [
-        "--speculation"
-    ]
+    assert _gray_argv(TestCluster(work_dir=tmp_path)) == ["--no-speculation"]
+    assert _gray_argv(TestCluster(work_dir=tmp_path, speculation=True)) == ["--speculation"]
+
+
+def test_scheduler_options_win_and_a_wrong_name_fails_at_once(tmp_path: Path) -> None:
+    cluster = LocalCluster(
+        work_dir=tmp_path,
+        partitions=2,
+        scheduler_options={"partitions": 3, "split_rows": 10_000},
+    )
+    settings = cluster.scheduler_settings()
+    assert settings["partitions"] == 3
+    assert settings["split_rows"] == 10_000
+    with pytest.raises(KeyError, match="split_row"):
+        LocalCluster(work_dir=tmp_path, scheduler_options={"split_row": 1})

@@ -56,12 +56,13 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
-from mangonel import defaults
+from mangonel import defaults, options
 from mangonel.client.session import Session
 from mangonel.client.status import ExecutorState
 from mangonel.errors import ClusterError, MangonelError
+from mangonel.options import Takes
 from mangonel.security.options import SECRET_FILE, SecurityOptions, role_dir
 from mangonel.storage import StorageOptions
 
@@ -238,6 +239,9 @@ class LocalCluster:
         tls_dir: The cluster's files when ``secure``: made there unless it holds
             a CA already (a cluster started again keeps its files);
             ``work_dir/tls`` when ``None``.
+        scheduler_options: Settings of the scheduler by their field names in
+            ``SchedulerConfig`` (``mangonel.options``: ``{"split_rows": 10_000}``);
+            they win over the arguments above of the same settings.
         users: Users who may log in, ``{name: (password, admin)}``: the scheduler
             then lets only them in (a users file in ``work_dir``, and a cluster secret there
             too unless ``secure`` brings one). ``connect()`` logs in as the first admin unless given
@@ -281,6 +285,7 @@ class LocalCluster:
         users: Mapping[str, tuple[str, bool]] | None = None,
         flight_sql_port: int | None = 0,
         flight_sql_results: str = "executors",
+        scheduler_options: Mapping[str, Any] | None = None,
     ) -> None:
         if users is not None and not any(admin for _, admin in users.values()):
             raise ValueError("users needs at least one admin: connect() logs in as one")
@@ -345,6 +350,8 @@ class LocalCluster:
         self._failed = False
         self.users = dict(users) if users is not None else None
         self.users_file = self.work_dir / "users" if users is not None else None
+        self.scheduler_options = dict(scheduler_options or {})
+        options.to_argv(Takes.SCHEDULER, self.scheduler_options)  # a wrong name fails here
 
     @property
     def member_tls_dir(self) -> Path:
@@ -593,41 +600,24 @@ class LocalCluster:
         address_file = self.work_dir / f"scheduler-{index}.address"
         address_file.unlink(missing_ok=True)
         port = self._scheduler_ports[index]
-        args = [
-            sys.executable, "-m", "mangonel", "--log-level", self.log_level,
-            "scheduler", "--host", "127.0.0.1", "--port", str(port),
-            "--cluster-port", str(self._cluster_ports[index]),
-            "--address-file", str(address_file), "--state", self.state,
-            "--heartbeat-timeout", str(self.heartbeat_timeout),
-            "--no-executor-grace", str(self.no_executor_grace),
-            "--max-task-attempts", str(self.max_task_attempts),
-            "--max-task-recomputes", str(self.max_task_recomputes),
-        ]  # fmt: skip
-        if self.result_ttl is not None:
-            args += ["--result-ttl", str(self.result_ttl)]
-        args += self.gray_failure_options()
-        if self.partitions is not None:
-            args += ["--partitions", str(self.partitions)]
-        if self.partition_bytes is not None:
-            args += ["--partition-bytes", str(self.partition_bytes)]
-        if self.broadcast_bytes is not None:
-            args += ["--broadcast-bytes", str(self.broadcast_bytes)]
-        if self.adaptive is not None:
-            args.append("--adaptive" if self.adaptive else "--no-adaptive")
         web_file = self.work_dir / f"scheduler-{index}.web"
         web_file.unlink(missing_ok=True)
-        if self.web_port is None:
-            args += ["--web-port", "-1"]
-        else:
-            args += ["--web-port", str(self.web_port), "--web-address-file", str(web_file)]
         fsql_file = self.work_dir / f"scheduler-{index}.flightsql"
         fsql_file.unlink(missing_ok=True)
-        if self.flight_sql_port is None:
-            args += ["--flight-sql-port", "-1"]
-        else:
-            args += ["--flight-sql-port", str(self.flight_sql_port)]
-            args += ["--flight-sql-address-file", str(fsql_file)]
-            args += ["--flight-sql-results", self.flight_sql_results]
+        where = {
+            "host": "127.0.0.1",
+            "port": port,
+            "cluster_port": self._cluster_ports[index],
+            "address_file": str(address_file),
+            "state": self.state,
+            "web_port": -1 if self.web_port is None else self.web_port,
+            "web_address_file": None if self.web_port is None else str(web_file),
+            "flight_sql_port": -1 if self.flight_sql_port is None else self.flight_sql_port,
+            "flight_sql_address_file": None if self.flight_sql_port is None else str(fsql_file),
+            "flight_sql_results": None if self.flight_sql_port is None else self.flight_sql_results,
+        }
+        args = [sys.executable, "-m", "mangonel", "--log-level", self.log_level, "scheduler"]
+        args += options.to_argv(Takes.SCHEDULER, where | self.scheduler_settings())
         args += self.storage.to_args()
         args += self.node_security.to_args()
         args += self._security_args()
@@ -668,21 +658,28 @@ class LocalCluster:
             index = len(self.executors)
             args = [
                 sys.executable, "-m", "mangonel", "--log-level", self.log_level,
-                "executor", "--scheduler", self.cluster_address, "--port", "0",
-                "--work-dir", str(self.executor_root), "--index", str(index),
-                "--drain-timeout", str(self.drain_timeout),
-                "--cleanup-interval", str(self.cleanup_interval),
+                "executor", "--scheduler", self.cluster_address,
             ]  # fmt: skip
-            args += ["--slots", str(self.executor_slots)]
+            args += options.to_argv(
+                Takes.EXECUTOR,
+                {
+                    "flight_port": 0,
+                    "work_dir": str(self.executor_root),
+                    "index": index,
+                    "drain_timeout_s": self.drain_timeout,
+                    "cleanup_interval_s": self.cleanup_interval,
+                    "slots": self.executor_slots,
+                },
+            )
             args += self.storage.to_args()
             args += self.node_security.to_args()
             if self.users is not None and not self.secure:
                 # The scheduler signs tickets with the users' secret: executors check them.
                 args += ["--cluster-secret-file", str(self.cluster_secret_file)]
-            options = self.executor_options(index)
-            if not {"--memory", "--memory-limit"} & set(options):
+            own = self.executor_options(index)
+            if not {"--memory", "--memory-limit"} & set(own):
                 args += ["--memory", str(self.executor_memory_share())]
-            args += options
+            args += own
             handle = ExecutorHandle(
                 index,
                 self.executor_command(index, args),
@@ -693,18 +690,27 @@ class LocalCluster:
             self.executors.append(handle)
             return handle
 
-    def gray_failure_options(self) -> list[str]:
-        """The scheduler's options for stragglers and failing executors this cluster sets."""
-        args: list[str] = []
-        if self.speculation is not None:
-            args.append("--speculation" if self.speculation else "--no-speculation")
-        if self.speculation_min is not None:
-            args += ["--speculation-min", str(self.speculation_min)]
-        if self.exclusion_failures is not None:
-            args += ["--exclusion-failures", str(self.exclusion_failures)]
-        if self.exclusion_time is not None:
-            args += ["--exclusion-time", str(self.exclusion_time)]
-        return args
+    def scheduler_settings(self) -> dict[str, Any]:
+        """The scheduler's settings this cluster gives (``{field: value}``, the names of
+        ``SchedulerConfig``): its arguments', then ``scheduler_options``; ``None``
+        values are left to the scheduler's defaults (``mangonel.options.to_argv``)."""
+        settings: dict[str, Any] = {
+            "heartbeat_timeout_s": self.heartbeat_timeout,
+            "no_executor_grace_s": self.no_executor_grace,
+            "max_task_attempts": self.max_task_attempts,
+            "max_task_recomputes": self.max_task_recomputes,
+            "result_ttl_s": self.result_ttl,
+            "speculation": self.speculation,
+            "speculation_min_s": self.speculation_min,
+            "exclusion_failures": self.exclusion_failures,
+            "exclusion_s": self.exclusion_time,
+            "partitions": self.partitions,
+            "partition_bytes": self.partition_bytes,
+            "broadcast_bytes": self.broadcast_bytes,
+            "adaptive": self.adaptive,
+        }
+        settings.update(self.scheduler_options)
+        return settings
 
     def executor_options(self, index: int) -> list[str]:
         """The extra command-line options of executor ``index``: ``executor_args``,

@@ -1,11 +1,14 @@
 """``mangonel demo``: TPC-H q12 on a fresh local cluster, with how it ran.
 
 ``mangonel demo --kill`` runs q12 fault-free, then again while one executor is
-SIGKILLed half-way through its tasks (``run_with_kill``, by a fault rule, so at
-the same point on every run), and shows what the scheduler saw:
+SIGKILLed half-way through its tasks (``run_with_kill``: the others are frozen
+until it dies, so that the query needs the outputs it dies with), and shows what
+the scheduler saw:
 which executor died, when, why, how fast it was written off, which tasks ran
 again, and that the answer is the fault-free one. ``benchmarks/seed_kill.py``
-measures the same at SF 1.
+measures the same at SF 1, with the kill at a fault rule's exact point
+(``testing.kill``). Only the public API is used: ``LocalCluster``, ``Session`` and
+the job's progress.
 """
 
 from __future__ import annotations
@@ -15,17 +18,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Protocol
 
 from mangonel import defaults
 from mangonel.client import render
-from mangonel.client.cluster import ExecutorHandle, LocalCluster
+from mangonel.client.cluster import LocalCluster
 from mangonel.client.session import Result, Session
+from mangonel.client.status import JobStatus
 from mangonel.errors import ClusterError
 
 TABLES = ("customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier")
@@ -105,7 +106,7 @@ def run_demo(
             executors=executors,
             log_level=log_level,
             secure=secure,
-            scheduler_args=("--split-rows", str(DEMO_SPLIT_ROWS)),
+            scheduler_options={"split_rows": DEMO_SPLIT_ROWS},
         ) as cluster,
         cluster.connect() as session,
     ):
@@ -130,7 +131,7 @@ class KillReport:
     Attributes:
         executor_id: The killed executor's id at the scheduler.
         pid: Its process id.
-        after_tasks: It was killed right after reporting this many finished tasks.
+        after_tasks: It had finished this many of the query's tasks when killed.
         killed_after_s: Submission to the SIGKILL, seen from the client.
         detected_after_s: The SIGKILL to the scheduler marking it lost (both wall
             clocks of this machine); ``None`` if it was not marked lost.
@@ -173,67 +174,63 @@ def halfway_tasks(fault_free: Result, executors: int) -> int:
     return max(1, total // max(1, executors) // 2)
 
 
-class FaultableCluster(Protocol):
-    """A local cluster whose executors take fault rules (the test cluster of ``testing/``)."""
-
-    @property
-    def executors(self) -> Sequence[ExecutorHandle]: ...
-
-    def set_faults(self, index: int, rules: Sequence[Mapping[str, Any]]) -> None: ...
-
-
 def run_with_kill(
-    cluster: FaultableCluster, session: Session, sql: str, after_tasks: int
+    cluster: LocalCluster, session: Session, sql: str, after_tasks: int
 ) -> KillReport:
-    """Run ``sql``; SIGKILL the first executor in line after its ``after_tasks``-th task.
+    """Run ``sql``; SIGKILL one executor once it has finished ``after_tasks`` of its tasks.
 
-    The point is set by a fault rule (``cluster.set_faults``), not a timer,
-    so the kill lands at the same point of the query on every run and machine:
-    the executor stops itself (SIGSTOP) right after reporting that task, and a
-    thread waiting on the process (``os.waitid``) sends the SIGKILL and notes the
-    time, which the detection latency is measured from.
+    Public API only: ``LocalCluster``'s processes and the job's progress
+    (``on_progress``). The other executors are frozen (SIGSTOP) from the submission
+    to the kill, so that the query cannot get past the victim's outputs before it
+    dies: the tasks they were given wait, the stages that read the victim's outputs
+    with them, and those outputs must be made again. They are thawed right after
+    the SIGKILL, which is when the detection latency is measured from. (A progress
+    update comes at most every 0.1 s: a query all of whose tasks the victim could
+    finish in that time would still end without it; q12's do not.)
 
     Raises:
-        ClusterError: fewer than two executors, or the executor ran fewer tasks
-            of the query than ``after_tasks`` (so it was not killed).
+        ClusterError: fewer than two executors, or the query finished before the
+            victim finished ``after_tasks`` tasks (so it was not killed).
     """
     alive = session.status().alive_executors()
     if len(alive) < 2:
         raise ClusterError("a kill demo needs at least two executors: one must finish")
     victim = alive[0]
-    handle = next(h for h in cluster.executors if h.pid == victim.pid)
-    killed_at: list[float] = []
+    handles = {h.pid: h for h in cluster.executors}
+    others = [handles[e.pid] for e in alive[1:]]
+    killed: list[tuple[float, int]] = []  # (when, the victim's finished tasks)
 
-    def kill_when_stopped() -> None:
-        # WNOWAIT: the process stays for Popen to reap, stopped or dead.
-        info = os.waitid(os.P_PID, handle.pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
-        if info is not None and info.si_code == os.CLD_STOPPED:
-            killed_at.append(time.time())
-            os.kill(handle.pid, signal.SIGKILL)
+    def on_progress(job: JobStatus) -> None:
+        done = sum(min(s.tasks_done, s.tasks_total) for s in job.stages)
+        if killed or done < after_tasks:
+            return
+        killed.append((time.time(), done))
+        handles[victim.pid].signal(signal.SIGKILL)
+        for handle in others:
+            cluster.thaw_executor(handle.index)
 
-    killer = threading.Thread(target=kill_when_stopped, name="kill-demo", daemon=True)
-    killer.start()
-    rule = {"action": "freeze", "when": "task_finished", "nth": after_tasks}
-    cluster.set_faults(handle.index, [rule])
+    for handle in others:
+        cluster.freeze_executor(handle.index)
     submitted = time.time()
     try:
-        result = session.sql(sql)
+        result = session.sql(sql, on_progress=on_progress)
     finally:
-        if handle.alive():
-            cluster.set_faults(handle.index, [])
-    if not killed_at:
+        for handle in others:
+            cluster.thaw_executor(handle.index)
+    if not killed:
         raise ClusterError(
-            f"executor {victim.id} ran fewer than {after_tasks} tasks of the query and "
-            f"was not killed; use a smaller task count"
+            f"executor {victim.id} finished fewer than {after_tasks} tasks of the query "
+            "and was not killed; use a smaller task count"
         )
+    killed_at, tasks = killed[0]
     entry = session.status().executor(victim.id)
     lost = entry is not None and entry.reason != ""
     return KillReport(
         executor_id=victim.id,
         pid=victim.pid,
-        after_tasks=after_tasks,
-        killed_after_s=killed_at[0] - submitted,
-        detected_after_s=entry.since - killed_at[0] if entry is not None and lost else None,
+        after_tasks=tasks,
+        killed_after_s=killed_at - submitted,
+        detected_after_s=entry.since - killed_at if entry is not None and lost else None,
         reason=entry.reason if entry is not None else "",
         detail=entry.detail if entry is not None else "",
         result=result,
@@ -257,8 +254,8 @@ def describe_kill(report: KillReport, fault_free: Result) -> str:
         [
             f"executor {report.executor_id} (pid {report.pid}) was SIGKILLed "
             f"{report.killed_after_s:.2f} s into the query,",
-            f"  right after it reported its task #{report.after_tasks} (of the query's "
-            f"{report.tasks_total})",
+            f"  once it had finished {report.after_tasks} of the query's "
+            f"{report.tasks_total} tasks (the others frozen until then)",
             f"the scheduler marked it lost {detected}: {why}",
             f"tasks run again: {report.tasks_rerun} cut off or failed, "
             f"{report.outputs_recomputed} finished outputs lost and recomputed",
@@ -278,11 +275,6 @@ def run_kill_demo(
 
     Returns 0 when the answer with the kill is the fault-free one, else 1.
     """
-    # The one use of testing/ outside it: the kill is a fault rule, which only the
-    # test cluster's executors read (a fault-rules file each); the plain
-    # LocalCluster of `mangonel demo` and `standalone` carries no such plumbing.
-    from mangonel.testing.cluster import TestCluster
-
     data = ensure_tpch(cache_dir)
     print(
         f"starting a local cluster: 1 scheduler, {executors} executors, scan tasks of "
@@ -290,10 +282,10 @@ def run_kill_demo(
         file=sys.stderr,
     )
     with (
-        TestCluster(
+        LocalCluster(
             executors=executors,
             log_level=log_level,
-            scheduler_args=("--split-rows", str(DEMO_SPLIT_ROWS)),
+            scheduler_options={"split_rows": DEMO_SPLIT_ROWS},
             secure=secure,
         ) as cluster,
         cluster.connect() as session,
@@ -304,7 +296,8 @@ def run_kill_demo(
         fault_free = min((session.sql(q12_text()) for _ in range(2)), key=lambda r: r.elapsed_s)
         nth = halfway_tasks(fault_free, executors)
         print(
-            f"running it again; one executor is killed right after its task #{nth} "
+            f"running it again; one executor is killed once it has finished {nth} "
+            f"task{'' if nth == 1 else 's'} "
             f"(half-way through its share) ...\n",
             file=sys.stderr,
             flush=True,

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import grpc
 
 import mangonel.errors as errors
+from mangonel import defaults
 from mangonel.errors import ClusterError, MangonelError
 from mangonel.security import tls
 from mangonel.security.auth import AUTHORIZATION, BEARER
@@ -21,7 +22,7 @@ from mangonel.security.tls import TlsMaterial
 
 ERROR_METADATA_KEY = "mangonel-error"  # the scheduler's service.ERROR_METADATA_KEY
 
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+MAX_MESSAGE_BYTES = defaults.GRPC_MAX_MESSAGE_BYTES
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

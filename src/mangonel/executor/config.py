@@ -9,15 +9,18 @@ files live, how long it drains, and where its fault-injection rules are.
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import tempfile
 from dataclasses import dataclass, field
 
-from mangonel import defaults
+from mangonel import defaults, options
 from mangonel.executor import memory as mem
 from mangonel.security.options import SecurityOptions
+from mangonel.security.options import options_from_args as security_options_from_args
 from mangonel.storage import StorageOptions
+from mangonel.storage import options_from_args as storage_options_from_args
 
 _WILDCARDS = ("0.0.0.0", "::", "")
 """Bind addresses meaning every interface: listened on, never connected to."""
@@ -44,11 +47,11 @@ class ExecutorConfig:
     Attributes:
         scheduler_address: ``host:port`` of the scheduler's gRPC service: its
             cluster port (``--cluster-port``) when the cluster speaks TLS.
-        host: The name this executor reports as its host. Two executors that
-            report the same host read each other's shuffle files from disk
-            instead of over Flight, so it must really identify the machine
-            (and its file system).
-        bind_host: Interface the Flight server listens on.
+        host_id: The name this executor reports as its host (``--host-id``).
+            Two executors that report the same host read each other's shuffle
+            files from disk instead of over Flight, so it must really identify
+            the machine (and its file system).
+        bind_host: Interface the Flight server listens on (``--host``).
         advertise_host: Host name put in the Flight address given to others;
             defaults to ``bind_host`` (``127.0.0.1`` is only right on one machine).
             Required when ``bind_host`` is a wildcard (``0.0.0.0``, ``::``),
@@ -98,8 +101,8 @@ class ExecutorConfig:
     """
 
     scheduler_address: str = defaults.SCHEDULER_ADDRESS
-    host: str = field(default_factory=_default_host)
-    bind_host: str = "127.0.0.1"
+    host_id: str = field(default_factory=_default_host)
+    bind_host: str = defaults.LISTEN_HOST
     advertise_host: str | None = None
     flight_port: int = 0
     slots: int = field(default_factory=_default_slots)
@@ -173,6 +176,21 @@ class ExecutorConfig:
         budget = mem.default_budget()
         return mem.SlotBudget.share(
             budget, self.slots, spill, f"default: {mem.DEFAULT_SHARE:.0%} of available memory"
+        )
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ExecutorConfig:
+        """The config of ``mangonel executor``'s parsed options (``options.Takes.EXECUTOR``).
+
+        Raises:
+            ValueError: a setting is out of range.
+        """
+        given = options.values(args, options.Takes.EXECUTOR)
+        given["scheduler_address"] = given.pop("scheduler", defaults.SCHEDULER_ADDRESS)
+        return cls(
+            **given,
+            storage=storage_options_from_args(args),
+            security=security_options_from_args(args, "node"),
         )
 
     def flight_host(self) -> str:

@@ -23,6 +23,7 @@ from typing import Protocol
 
 import grpc
 
+from mangonel import defaults
 from mangonel.errors import ClusterError
 from mangonel.ids import ExecutorId, TaskAttemptId
 from mangonel.proto import convert
@@ -34,8 +35,7 @@ from mangonel.task import PartitionOutput, TaskFailure, TaskTimings
 ExecutorCommand = convert.ExecutorCommandKind
 """``LaunchTask | CancelTask | ReleaseOutputs``."""
 
-# Task specs list every upstream partition location; big plans exceed gRPC's 4 MB.
-_MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+_MAX_MESSAGE_BYTES = defaults.GRPC_MAX_MESSAGE_BYTES
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),

@@ -18,13 +18,12 @@ import signal
 import threading
 import time
 
-from mangonel import pauses, storage
+from mangonel import options, pauses, storage
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import GrpcSchedulerLink, SchedulerLink
 from mangonel.executor.runner import keep_batch_memory
 from mangonel.executor.service import ExecutorService
-from mangonel.security import options as security
 from mangonel.security.tls import TlsMaterial
 
 log = logging.getLogger(__name__)
@@ -65,8 +64,9 @@ def task_hooks(config: ExecutorConfig) -> TaskHooks:
     """The hooks on every task: fault injection with ``config.faults_file``, else none."""
     if config.faults_file is None:
         return NO_HOOKS
-    # The composition root: the one place production code reaches into
-    # the testing package, and only for an executor started with --faults-file.
+    # The composition root: the one place production code reaches into the
+    # testing package, and only for an executor started with --faults-file (a
+    # test-only option: ``$MANGONEL_TEST_HOOKS``).
     from mangonel.testing.faults import FaultInjector
 
     label = str(config.index) if config.index is not None else ""
@@ -130,91 +130,29 @@ def run_executor(config: ExecutorConfig) -> None:
         stop_executor(service, thread)
 
 
+def build_parser() -> argparse.ArgumentParser:
+    """The executor's parser: the options of ``options.Takes.EXECUTOR`` (with the
+    object storage and security ones) and ``--log-level``. ``mangonel executor``
+    takes the same."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mangonel.executor.main",
+        description="Run a mangonel executor (the same as `mangonel executor`).",
+    )
+    options.option(options.Takes.CLIENT, "log_level").add_to(parser, options.Takes.CLIENT)
+    # This entry point logs what each task did (info), as it always has; `mangonel
+    # executor` takes the global --log-level (warning unless told).
+    parser.set_defaults(log_level="info")
+    options.add_arguments(parser, options.Takes.EXECUTOR)
+    return parser
+
+
 def parse_args(argv: list[str] | None = None) -> ExecutorConfig:
     """An ``ExecutorConfig`` from command-line flags (``python -m mangonel.executor.main -h``)."""
-    parser = argparse.ArgumentParser(
-        prog="mangonel-executor", description="Run a mangonel executor."
-    )
-    defaults = ExecutorConfig()
-    parser.add_argument("--scheduler", default=defaults.scheduler_address, help="host:port")
-    parser.add_argument("--host", default=defaults.host, help="host identity (default: hostname)")
-    parser.add_argument("--bind-host", default=defaults.bind_host)
-    parser.add_argument("--advertise-host", default=None)
-    parser.add_argument("--flight-port", type=int, default=0, help="0 picks a free port")
-    parser.add_argument("--slots", type=int, default=defaults.slots)
-    parser.add_argument(
-        "--memory", default=None, metavar="SIZE", help="the executor's memory budget, e.g. 2GB"
-    )
-    parser.add_argument("--spill", default=None, metavar="SIZE", help="spill budget, all slots")
-    parser.add_argument(
-        "--memory-limit", default=None, help="deprecated: DuckDB memory_limit per slot"
-    )
-    parser.add_argument("--threads", type=int, default=None, help="DuckDB threads per slot")
-    parser.add_argument(
-        "--cores", type=int, default=None, help="cores the tasks may use (default: the host's)"
-    )
-    parser.add_argument("--work-dir", default=defaults.work_dir, help="work root (shareable)")
-    add_recovery_options(parser, defaults)
-    storage.add_arguments(parser)
-    security.add_arguments(parser)
-    parser.add_argument("--log-level", default="INFO")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    return ExecutorConfig(
-        scheduler_address=args.scheduler,
-        host=args.host,
-        bind_host=args.bind_host,
-        advertise_host=args.advertise_host,
-        flight_port=args.flight_port,
-        slots=args.slots,
-        memory=args.memory,
-        memory_limit=args.memory_limit,
-        spill=args.spill,
-        threads=args.threads,
-        cores=args.cores,
-        work_dir=args.work_dir,
-        drain_timeout_s=args.drain_timeout,
-        fetch_timeout_s=args.fetch_timeout,
-        cleanup_interval_s=args.cleanup_interval,
-        faults_file=args.faults_file,
-        index=args.index,
-        storage=storage.options_from_args(args),
-        security=security.options_from_args(args, "node"),
-    )
-
-
-def add_recovery_options(parser: argparse.ArgumentParser, defaults: ExecutorConfig) -> None:
-    """The drain, fetch, cleanup and fault-injection flags (shared with ``mangonel executor``)."""
-    parser.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=defaults.drain_timeout_s,
-        metavar="S",
-        help="on SIGTERM, finish tasks and serve outputs for at most S seconds "
-        "(default %(default)g)",
-    )
-    parser.add_argument(
-        "--fetch-timeout",
-        type=float,
-        default=defaults.fetch_timeout_s,
-        metavar="S",
-        help="give up a Flight fetch of a shuffle partition after S seconds (default %(default)g)",
-    )
-    parser.add_argument(
-        "--cleanup-interval",
-        type=float,
-        default=defaults.cleanup_interval_s,
-        metavar="S",
-        help="sweep the work root for dead executors' files every S seconds (default %(default)g)",
-    )
-    parser.add_argument(
-        "--faults-file", default=None, help="JSON fault-injection rules (tests only)"
-    )
-    parser.add_argument(
-        "--index", type=int, default=None, help="number in a local cluster (names it in logs)"
-    )
+    return ExecutorConfig.from_args(args)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -237,7 +237,7 @@ class ExecutorService:
             runner = TaskRunner(
                 None,
                 ShuffleReader(
-                    self.config.host,
+                    self.config.host_id,
                     timeout_s=self.config.fetch_timeout_s,
                     retries=self.config.fetch_retries,
                     spool_dir=os.path.join(self._spill.path, f"fetched-{slot}"),
@@ -406,7 +406,7 @@ class ExecutorService:
             held_paths = tuple(self.registry.paths_under(home.writer.root))
             held_jobs = tuple(home.writer.jobs())
         return Registration(
-            host=self.config.host,
+            host=self.config.host_id,
             flight_address=self.flight_address,
             slots=self.config.slots,
             pid=os.getpid(),

@@ -204,7 +204,7 @@ class CoreConfig:
     plan_cache: int = defaults.PLAN_CACHE
     limits: Limits = field(default_factory=Limits)
     tick_interval_s: float = 0.25
-    keep_jobs: int = 200
+    keep_jobs: int = defaults.KEEP_JOBS
     warehouse: str = ""
     """Where ``CREATE TABLE AS`` writes its tables (``scheduler.writes``); empty:
     ``default_warehouse`` of a memory store."""

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from mangonel import defaults, pauses, storage
+from mangonel import defaults, options, pauses, storage
 from mangonel.errors import ClusterError, StateStoreError
 from mangonel.plan.planner import PlannerConfig, warm_up
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
@@ -42,8 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Task specs list every upstream partition location; big plans exceed gRPC's 4 MB.
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+MAX_MESSAGE_BYTES = defaults.GRPC_MAX_MESSAGE_BYTES
 KEEPALIVE_TIMEOUT_MS = 20_000
 GRPC_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -157,7 +156,7 @@ class SchedulerConfig:
         write_roots: Locations ``COPY ... TO`` may write under; none: ``COPY`` is refused.
     """
 
-    host: str = "127.0.0.1"
+    host: str = defaults.LISTEN_HOST
     port: int = defaults.SCHEDULER_PORT
     cluster_port: int = 0
     partitions: int = defaults.PARTITIONS
@@ -205,41 +204,27 @@ class SchedulerConfig:
     write_roots: tuple[str, ...] = ()
 
     def core_config(self) -> CoreConfig:
+        """The settings of the shell and of what it holds: the planner's and the state
+        machine's fields have the names of this config's (``options.Group``).
+
+        Raises:
+            ValueError: a limit is out of range (``Limits.__post_init__``).
+        """
         return CoreConfig(
             warehouse=self.warehouse or default_warehouse(self.state or default_state_url()),
             write_roots=self.write_roots,
-            planner=PlannerConfig(
-                partitions=self.partitions,
-                partition_bytes=self.partition_bytes,
-                broadcast_bytes=self.broadcast_bytes,
-                split_rows=self.split_rows,
-                split_bytes=self.split_bytes,
-                inline_scan_bytes=self.inline_scan_bytes,
-                fuse_bytes=self.fuse_bytes,
-                spread_bytes=self.spread_bytes,
-                recompute_bytes=self.recompute_bytes,
-            ),
-            plan_cache=self.plan_cache,
-            limits=Limits(
-                max_task_attempts=self.max_task_attempts,
-                max_task_recomputes=self.max_task_recomputes,
-                heartbeat_timeout_s=self.heartbeat_timeout_s,
-                no_executor_grace_s=self.no_executor_grace_s,
-                isolation_grace_s=self.isolation_grace_s,
-                result_ttl_s=self.result_ttl_s,
-                adaptive=self.adaptive,
-                adaptive_partition_bytes=self.adaptive_partition_bytes,
-                adaptive_min_partition_bytes=self.adaptive_min_partition_bytes,
-                speculation=self.speculation,
-                speculation_quantile=self.speculation_quantile,
-                speculation_multiplier=self.speculation_multiplier,
-                speculation_min_s=self.speculation_min_s,
-                exclusion_failures=self.exclusion_failures,
-                exclusion_window_s=self.exclusion_window_s,
-                exclusion_s=self.exclusion_s,
-                max_job_share=self.max_job_share,
-            ),
+            planner=PlannerConfig(**self._group(options.Group.PLANNER)),
+            limits=Limits(**self._group(options.Group.LIMITS)),
+            **self._group(options.Group.CORE),
         )
+
+    def _group(self, group: options.Group) -> dict[str, Any]:
+        """This config's settings of ``group``, by field name."""
+        return {
+            o.dest: getattr(self, o.dest)
+            for o in options.options_of(options.Takes.SCHEDULER)
+            if o.group is group
+        }
 
 
 class SchedulerServer:

@@ -111,6 +111,7 @@ from collections import OrderedDict
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field, replace
 
+from mangonel import defaults
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.scheduler import adaptive
@@ -254,7 +255,7 @@ class SchedulerState:
         self,
         limits: Limits = _DEFAULT_LIMITS,
         *,
-        keep_finished_jobs: int = 200,
+        keep_finished_jobs: int = defaults.KEEP_JOBS,
         keep_lost_executors: int = 100,
     ) -> None:
         self.limits = limits

@@ -34,6 +34,7 @@ import time
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
 
+from mangonel import defaults
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.scheduler.events import Command, LossReason
 from mangonel.task import (
@@ -163,7 +164,7 @@ class Telemetry:
         keep_attempts: Attempts kept per job; later ones are counted, not kept.
     """
 
-    def __init__(self, keep_jobs: int = 200, keep_attempts: int = 5000) -> None:
+    def __init__(self, keep_jobs: int = defaults.KEEP_JOBS, keep_attempts: int = 5000) -> None:
         self.keep_jobs = keep_jobs
         self.keep_attempts = keep_attempts
         self._lock = threading.Lock()

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from mangonel.client.cluster import LocalCluster
+from mangonel.options import TEST_HOOKS_ENV
 from mangonel.testing.faults import write_rules
 from mangonel.testing.limits import MemoryCgroup, SmallDisk
 
@@ -73,6 +74,10 @@ class TestCluster(LocalCluster):
     def faults_path(self, index: int) -> Path:
         """The fault-rules file executor ``index`` reads (it need not exist)."""
         return self.faults_dir / f"executor-{index}.json"
+
+    def _env(self) -> dict[str, str]:
+        # The executors take --faults-file, a test-only option.
+        return {**super()._env(), TEST_HOOKS_ENV: "1"}
 
     def executor_options(self, index: int) -> list[str]:
         options = [*super().executor_options(index), "--faults-file", str(self.faults_path(index))]

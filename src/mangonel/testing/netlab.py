@@ -91,6 +91,7 @@ from typing import Self
 
 from mangonel.client.cluster import ProcessHandle, child_env
 from mangonel.errors import ClusterError
+from mangonel.options import TEST_HOOKS_ENV
 
 MOUNT_POINT = "/srv/mangonel"
 """Where a host's processes see the host's own directory."""
@@ -296,6 +297,7 @@ class NetLab:
     def host_env(self, host: Host, env: Mapping[str, str] | None = None) -> dict[str, str]:
         merged = child_env()
         merged["TMPDIR"] = f"{MOUNT_POINT}/tmp"
+        merged[TEST_HOOKS_ENV] = "1"  # the test-only options (--faults-file) are taken
         if merged.get("PYTHONPATH"):  # processes start in MOUNT_POINT: no relative entries
             merged["PYTHONPATH"] = os.pathsep.join(
                 os.path.abspath(p) for p in merged["PYTHONPATH"].split(os.pathsep) if p
