@@ -55,13 +55,18 @@ FUSE_BYTES = SPLIT_BYTES
 MIN_SPLIT_ROWS = 250_000
 """Scan tasks sized by ``SPLIT_BYTES`` read at least this many rows ..."""
 
-SPREAD_BYTES = 32 * _MIB
+SPREAD_BYTES = 16 * _MIB
 """Where hosts run several tasks at full speed at once, a scan of at least this
 many bytes of columns a task is spread over them (``PlannerConfig.spread_bytes``).
 A floor of 250k rows instead spread TPC-H q02, q11, q16 and q22 at SF1 (tens of
 milliseconds on one core) and made them 1.05-1.8x slower on two hosts of one core
-than on one (one run, 2026-12-04, ``benchmarks/scaleout.py``); 32 MiB leaves
-them whole."""
+than on one (one run, 2026-12-04, ``benchmarks/scaleout.py``); 16 MiB leaves
+them whole (their biggest scans, 12 to 27 MiB, are one task's share) and spreads
+a scan of 32 to 64 MiB over two hosts, which 32 MiB kept in one task: TPC-H q04's
+``orders``, and the one-task scans of 32 TPC-DS plans (``store_sales``,
+``web_sales``, ``catalog_sales``, ``customer_demographics``, ``inventory``: 37 to
+57 MiB of the columns read), where 34 of the 99 TPC-DS plans ran every task on
+one host at 32 MiB and 23 do at 16."""
 
 FINE_SPREAD_BYTES = 4 * _MIB
 """Where hosts run several tasks at full speed at once, the planner also plans a

@@ -176,7 +176,7 @@ SPREAD_SQL = (
 """TPC-H q13: SF 0.1's ``orders`` (150k rows in two row groups) is one split by
 the bytes, and the whole query one task, wherever the hosts run one task at once."""
 SPREAD_BYTES = 1 << 20
-"""``--spread-bytes`` scaled down to SF 0.1 (32 MiB by default)."""
+"""``--spread-bytes`` scaled down to SF 0.1 (16 MiB by default)."""
 
 
 def test_on_hosts_of_one_core_each_a_scan_of_one_split_is_spread_over_them(

@@ -28,11 +28,11 @@ from mangonel.plan.planner import PlannerConfig, _shorter, plan_query
 
 _MIB = 1 << 20
 SCALED = {
-    "spread_bytes": int(3.2 * _MIB),
+    "spread_bytes": int(1.6 * _MIB),
     "fine_spread_bytes": 400_000,
     "stage_bytes": int(1.2 * _MIB),
 }
-"""The defaults (32 MiB, 4 MiB, 12 MiB) over ten, for SF 0.1's tables."""
+"""The defaults (16 MiB, 4 MiB, 12 MiB) over ten, for SF 0.1's tables."""
 
 
 @pytest.fixture(scope="module")

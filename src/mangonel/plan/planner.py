@@ -186,9 +186,9 @@ class PlannerConfig:
 
         >>> PlannerConfig(slots=4, parallel=4).spread_tasks(1_500_000, 96.0)
         4
-        >>> PlannerConfig(slots=4, parallel=4).spread_tasks(600_000, 128.0)  # 32 MiB each
+        >>> PlannerConfig(slots=4, parallel=4).spread_tasks(300_000, 128.0)  # 16 MiB each
         2
-        >>> PlannerConfig(slots=4, parallel=4).spread_tasks(1_500_000, 24.0)  # 32 MiB each
+        >>> PlannerConfig(slots=4, parallel=4).spread_tasks(1_500_000, 8.0)  # 11 MiB: whole
         1
         >>> PlannerConfig(slots=4, parallel=1).spread_tasks(1_500_000, 96.0)
         1
