@@ -42,6 +42,7 @@ from mangonel.plan.prune import prune_columns
 from mangonel.plan.pushdown import push_filters
 from mangonel.plan.semi_joins import semi_joins
 from mangonel.plan.types import TypeOracle, oracle_for
+from mangonel.plan.union_filters import union_filters
 from mangonel.sql.frontend import DEFAULT_DIALECT, optimize_query, parse, to_duckdb
 from mangonel.storage import is_remote
 from mangonel.task import OutputKind, OutputSpec
@@ -324,6 +325,7 @@ def _plan(
         estimator = Estimator(tables, binder.subqueries)
         node = order_joins(node, binder.subqueries, estimator)
         semi_joins(node, binder.subqueries, estimator, tables)
+        node = union_filters(node, binder.subqueries, estimator, tables, config.broadcast_bytes)
         aggregate_early([node, *binder.subqueries.values()], estimator, tables)
         distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
         _close(distributor, distributor.plan_tree(node))

@@ -1,0 +1,220 @@
+"""A join that only filters a UNION ALL, moved into each of its branches.
+
+TPC-DS q05 unions each channel's sales and returns (``store_sales`` and
+``store_returns``: 3.2M rows) and joins the union with 15 days of ``date_dim``,
+which keeps 1 % of them; ``date_dim``'s columns are read by no one above. A union
+of two scans of several tasks each has no task that holds both: the planner
+hashes both sides into the union's partitions (``Distributor._union_all_on``), so
+all 3.2M rows crossed the executors before the join dropped 99 % of them. On two
+hosts of one core q05 ran 15 stages in 1.5-3 s, against 0.6 s on one host (a
+loaded machine, 2026-12-05).
+
+Where the join's other side ``D`` has a unique key (a footer's distinct count
+equal to its rows, ``Estimator.size(...).unique``) and no column of ``D`` is read
+above the join, the inner join keeps each union row at most once, as it is: a
+semi join. A semi join filters each row by itself, so over a UNION ALL it is one
+semi join per branch::
+
+    (A ∪ B) ⋈ D   ->   (A ⋉ D) ∪ (B ⋉ D)
+
+Each branch reads a copy of ``D`` of its own (``D`` is a scan under filters and
+projections: a filtered dimension, scanned again by each branch's tasks; one node
+read by both would be a shared node, a stage of its own and a stage that reads
+it), broadcast into its scan tasks (``Join.broadcast_right``), which keep their
+1 % where they are: the union hashes the rows that are left.
+
+The union may sit under the projection that names a derived table's columns
+(``FROM (... UNION ALL ...) AS salesreturns``); the keys are the union's columns
+by position, through it. Nested UNION ALLs take the semi join into every branch.
+
+Nodes are changed in place, after ``semi_joins`` and before eager aggregation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+
+from sqlglot import exp
+
+from mangonel.catalog import Table
+from mangonel.plan.estimate import Estimator
+from mangonel.plan.logical import (
+    Filter,
+    Join,
+    JoinKind,
+    Node,
+    Project,
+    Ref,
+    Scan,
+    SetKind,
+    SetOp,
+    required_columns,
+    scan_table,
+    walk,
+    walk_once,
+)
+from mangonel.sql.exprs import VOLATILE, col
+
+__all__ = ["union_filters"]
+
+
+def union_filters(
+    root: Node,
+    subqueries: MutableMapping[str, Node],
+    estimator: Estimator,
+    catalog: Mapping[str, Table],
+    broadcast_bytes: float,
+) -> Node:
+    """Move each inner join that only filters a UNION ALL into its branches (see
+    the module), where the other side is estimated within ``broadcast_bytes``.
+
+    Returns the root (a new node where the root itself was such a join);
+    ``subqueries`` are updated in place, and the estimator forgets its sizes
+    where anything changed.
+    """
+    roots = {"": root, **subqueries}
+    parents: dict[int, int] = {}
+    for node in walk_once(list(roots.values())):
+        for child in node.children():
+            parents[id(child)] = parents.get(id(child), 0) + 1
+    needs: dict[Node, set[Ref]] = {}
+    for tree in roots.values():
+        for node, cols in required_columns(tree).items():
+            needs[node] = needs.get(node, set()) | cols
+    changed: dict[int, Node] = {}
+    for node in walk_once(list(roots.values())):
+        if isinstance(node, Join) and parents.get(id(node), 0) <= 1:
+            moved = _into_branches(node, needs, parents, estimator, catalog, broadcast_bytes)
+            if moved is not None:
+                changed[id(node)] = moved
+    if not changed:
+        return root
+    estimator.forget()
+    for node in walk_once(list(roots.values())):
+        for attr in ("child", "left", "right"):
+            child = getattr(node, attr, None)
+            if child is not None and id(child) in changed:
+                setattr(node, attr, changed[id(child)])
+    for name, tree in roots.items():
+        if name and id(tree) in changed:
+            subqueries[name] = changed[id(tree)]
+    return changed.get(id(root), root)
+
+
+def _into_branches(
+    n: Join,
+    needs: dict[Node, set[Ref]],
+    parents: dict[int, int],
+    estimator: Estimator,
+    catalog: Mapping[str, Table],
+    broadcast_bytes: float,
+) -> Node | None:
+    """The node that replaces ``n`` with its filter moved into the branches of the
+    union it joins, or None where it does not only filter one."""
+    if n.kind is not JoinKind.INNER or not n.left_keys or n.residual is not None:
+        return None
+    if any(e.find(*VOLATILE) is not None for e in (*n.left_keys, *n.right_keys)):
+        return None
+    need = needs.get(n, set(n.outputs()))
+    for kept, other, kept_keys, other_keys in (
+        (n.left, n.right, n.left_keys, n.right_keys),
+        (n.right, n.left, n.right_keys, n.left_keys),
+    ):
+        if not need <= set(kept.outputs()) or not _scan_chain(other):
+            continue
+        union, positions = _union_under(kept, kept_keys, parents)
+        if union is None or positions is None:
+            continue
+        size = estimator.size(other)
+        if not all(
+            isinstance(k, exp.Column) and (k.table, k.name) in size.unique for k in other_keys
+        ):
+            continue  # a key repeated on the other side would repeat union rows
+        width = sum(
+            scan_table(catalog, s).row_width(s.columns) for s in walk(other) if isinstance(s, Scan)
+        )
+        if size.rows * width > broadcast_bytes:
+            continue
+        _filter_branches(union, positions, other, other_keys)
+        return kept
+    return None
+
+
+def _union_under(
+    node: Node, keys: list[exp.Expr], parents: dict[int, int]
+) -> tuple[SetOp | None, list[int] | None]:
+    """The UNION ALL that ``node`` is (or names the columns of, as a derived
+    table's projection of plain columns), and the positions of its columns that
+    ``keys`` (plain columns of ``node``) are; None where it is not one or is read
+    by another parent too."""
+    items: dict[Ref, exp.Expr] = {}
+    union: Node = node
+    if isinstance(node, Project):
+        items = {(node.qualifier, name): e for name, e in node.items}
+        union = node.child
+    if not _union_all(union) or parents.get(id(union), 0) > 1:
+        return None, None
+    assert isinstance(union, SetOp)
+    positions: list[int] = []
+    for key in keys:
+        if not isinstance(key, exp.Column):
+            return union, None
+        ref: Ref = (key.table, key.name)
+        if items:
+            inner = items.get(ref)
+            if not isinstance(inner, exp.Column):
+                return union, None
+            ref = (inner.table, inner.name)
+        if ref[0] != union.qualifier or ref[1] not in union.names:
+            return union, None
+        positions.append(union.names.index(ref[1]))
+    return union, positions
+
+
+def _filter_branches(
+    union: SetOp, positions: list[int], other: Node, other_keys: list[exp.Expr]
+) -> None:
+    """Make each branch of ``union`` (nested UNION ALLs included) a semi join with
+    ``other`` on its columns at ``positions``."""
+    for side in ("left", "right"):
+        branch: Node = getattr(union, side)
+        if _union_all(branch):
+            assert isinstance(branch, SetOp)
+            _filter_branches(branch, positions, other, other_keys)
+            continue
+        outputs = branch.outputs()
+        keys: list[exp.Expr] = [col(outputs[p]) for p in positions]
+        setattr(
+            union,
+            side,
+            Join(
+                branch,
+                _copy(other),
+                JoinKind.SEMI,
+                keys,
+                [k.copy() for k in other_keys],
+                broadcast_right=True,
+            ),
+        )
+
+
+def _scan_chain(node: Node) -> bool:
+    """True when ``node`` is a scan under filters and projections only."""
+    while isinstance(node, (Project, Filter)):
+        node = node.child
+    return isinstance(node, Scan)
+
+
+def _copy(node: Node) -> Node:
+    """A copy of a scan chain (``_scan_chain``): new nodes, the same columns."""
+    if isinstance(node, Project):
+        return Project(_copy(node.child), node.qualifier, [(n, e.copy()) for n, e in node.items])
+    if isinstance(node, Filter):
+        return Filter(_copy(node.child), node.condition.copy())
+    assert isinstance(node, Scan)
+    condition = node.filter.copy() if node.filter is not None else None
+    return Scan(node.table, node.alias, list(node.columns), condition, node.pruned)
+
+
+def _union_all(node: Node) -> bool:
+    return isinstance(node, SetOp) and node.kind is SetKind.UNION and not node.distinct
