@@ -174,6 +174,7 @@ from mangonel.scheduler.state_jobs import (
     invalid_plan_reason,
 )
 from mangonel.scheduler.state_liveness import Judgement, judge
+from mangonel.scheduler.state_revival import Left, Revivals, restore
 from mangonel.scheduler.state_views import (
     ExecutorState,
     ExecutorView,
@@ -204,6 +205,8 @@ __all__ = [
 
 
 _DEFAULT_LIMITS = Limits()
+_LEFT_FOR_GOOD = frozenset({LossReason.DRAINED, LossReason.PROCESS_EXITED})
+"""Losses that were no guess: an executor lost so that asks to resume is no false loss."""
 
 
 @dataclass
@@ -273,6 +276,8 @@ class SchedulerState:
         self._unreachable: dict[ExecutorId, dict[ExecutorId, float]] = {}
         """Holder -> reader executor -> when a fetch of that reader from that
         holder last failed ``UNREACHABLE`` while the holder was live."""
+        self._revivals = Revivals()
+        """Lost executors that may come back under their id (``state_revival``)."""
 
     # ------------------------------------------------------------------ entry point
 
@@ -998,6 +1003,8 @@ class SchedulerState:
         """Recover from executors lost together, in one step."""
         failing: dict[JobId, str] = {}
         for loss in losses:
+            left = Left.of(self._jobs.values(), loss.executor)
+            self._revivals.note(loss.executor, loss.reason, left)
             running = self._executors.mark_lost(loss.executor, loss.reason, loss.detail, step.now)
             why = f"executor {loss.executor} was lost ({loss.reason.value})"
             if loss.detail:
@@ -1019,6 +1026,7 @@ class SchedulerState:
         gone = {loss.executor for loss in losses}
         for executor in gone:
             self._unreachable.pop(executor, None)
+        self._revivals.forget(lambda e: self._executors.view(e) is not None)
         for job in list(self._jobs.values()):
             self._cancel_readers(job, gone, step)
             problem = failing.get(job.id) or self._restore_lost_outputs(job)
@@ -1142,7 +1150,35 @@ class SchedulerState:
             if self._executors.resume(event.resume, offer):
                 step.commands.append(ResumeExecutor(step.cause, event.resume))
                 return
+            if self._came_back(event.resume, offer, step):
+                return
         self._executors.register(event.executor, event.time)
+
+    def _came_back(self, executor: ExecutorId, offer: Resume, step: _Step) -> bool:
+        """A lost executor asks to resume its id: a false loss, logged; returns
+        whether it goes on under that id (``state_revival``)."""
+        view = self._executors.view(executor)
+        if view is None or view.state is not ExecutorState.LOST or view.reason in _LEFT_FOR_GOOD:
+            return False
+        lost_for = view.reason.value if view.reason is not None else "?"
+        left = self._revivals.left.get(executor)
+        # Worth its id only for outputs nobody made again: otherwise a new life
+        # (its old files deleted) is simpler for both sides.
+        useful = left is not None and bool(restore(self._jobs, left, offer.held, executor))
+        revived = useful and self._revivals.take(executor)
+        why = f"lost ({lost_for}) but alive; " + (
+            f"it goes on under its id with the {len(offer.held)} file(s) it holds"
+            if revived
+            else ("nothing it holds is needed any more: " if left is not None else "")
+            + "it registers anew, its files deleted"
+        )
+        step.commands.append(LogExecutorHealth(step.cause, HealthChange.CAME_BACK, executor, why))
+        if not revived:
+            return False
+        self._executors.revive(executor, offer, step.now)
+        self._no_executor_since = None
+        step.commands.append(ResumeExecutor(step.cause, executor))
+        return True
 
     def _connected(self, event: ExecutorConnected, step: _Step) -> None:
         if self._executors.connected(event.executor, event.time) is not None:
@@ -1153,6 +1189,9 @@ class SchedulerState:
             step.commands.append(RefuseStream(step.cause, event.executor))
             return
         rec, offer = back
+        left = self._revivals.returning.pop(rec.id, None)
+        if left is not None:
+            self._restore_left(rec.id, left, offer.held, step)
         self._reattached(rec, offer.held, step)
         self._release_ended(rec.id, offer.held_jobs, step)
 
@@ -1177,6 +1216,26 @@ class SchedulerState:
                     continue
                 release = done.intermediate
             step.commands.append(ReleaseOutputs(step.cause, executor, job_id, release))
+
+    def _restore_left(
+        self, executor: ExecutorId, left: Left, held: frozenset[str], step: _Step
+    ) -> None:
+        """A revived executor's stream opened: the outputs it left that were not
+        made again meanwhile are its again (``state_revival.restore``); a
+        recompute of one still running is cancelled, uncharged."""
+        for job_id, restored in restore(self._jobs, left, held, executor).items():
+            for task in restored.cancel:
+                running = task.state
+                if not isinstance(running, Running):
+                    continue  # ``restore`` cancels only running recomputes
+                self._cancel_copy(task, step)
+                step.commands.append(CancelTask(step.cause, running.executor, running.attempt))
+                self._executors.stop(running.executor, running.attempt)
+            for task, state in restored.done:
+                task.state = state
+                # Sent back at the loss, counted as a recompute: none was needed.
+                task.recomputes = max(0, task.recomputes - 1)
+            self._jobs[job_id].ran_on.add(executor)
 
     def _reattached(self, rec: ExecutorRecord, held: frozenset[str], step: _Step) -> None:
         """An executor is back after a restart: outputs it no longer has are made again."""

@@ -553,6 +553,22 @@ class ExecutorRegistry:
         rec.resuming = offer
         return True
 
+    def revive(self, executor: ExecutorId, offer: Resume, now: float) -> bool:
+        """A lost executor came back alive (``state_revival`` decided it may go
+        on under its id): it waits for its stream like an awaited executor after
+        a restart, from ``now``. ``False`` when it is not in the lost history."""
+        rec = self._lost.pop(executor, None)
+        if rec is None:
+            return False
+        rec.state, rec.since, rec.last_heartbeat = ExecutorState.ALIVE, now, now
+        rec.reason = None
+        rec.detail = "came back after it was lost; waiting for its stream"
+        rec.awaiting, rec.resuming = True, offer
+        self._live[executor] = rec
+        self._snapshot = None
+        self._push(rec)
+        return True
+
     def heard_from(
         self, executor: ExecutorId, now: float, unhealthy: str | None = None, beat: bool = False
     ) -> float | None:

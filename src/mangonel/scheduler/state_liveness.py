@@ -37,8 +37,9 @@ detector (``scheduler.detector``), fed by each executor's heartbeats::
   isolation that lasts past the grace ends in the losses a death would have
   caused: slower, never wrong.
 
-Executors awaited after a scheduler restart are judged by the plain timeout:
-they have no heartbeat history in this life of the scheduler.
+Executors awaited after a scheduler restart, or revived after a false loss
+(``state_revival``), are judged by the plain timeout until their stream opens:
+they have no heartbeat history in this life of the scheduler, or a silence in it.
 """
 
 from __future__ import annotations
@@ -161,8 +162,8 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
                 out.lost.append(
                     (
                         rec.id,
-                        f"did not reconnect within {silence:.1f} s after the scheduler "
-                        f"restarted (the heartbeat timeout is {timeout:g} s)",
+                        f"did not reconnect within {silence:.1f} s ({rec.detail}; the "
+                        f"heartbeat timeout is {timeout:g} s)",
                     )
                 )
             continue
