@@ -39,6 +39,11 @@ What each event does, in one place:
   made again (with their stage's inputs lost meanwhile), and files of its
   ``held_jobs`` that ended while it was away are released (``ReleaseOutputs``;
   a result still unread is kept).
+* a false loss: a lost executor asking to ``resume`` its id is logged
+  (``HealthChange.CAME_BACK``) and, when ``state_revival`` finds outputs it
+  holds still needed and not made again, revived under its id the same way;
+  when its stream opens those outputs are its again (a recompute still running
+  is cancelled).
 * ``TaskCompleted`` records map outputs; a job whose final stage is done emits
   ``JobSucceeded`` and ``ReleaseOutputs`` for the intermediate files, on every
   live executor that ran an attempt of the job (superseded attempts leave files

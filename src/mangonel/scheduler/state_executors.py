@@ -43,7 +43,10 @@ it gets no new task, and stays alive. ``state_liveness`` owns those rules, and
 the registry's ``isolated_since`` (most executors suspected at once: the
 scheduler takes itself for cut off).
 
-LOST is final. Lost executors are kept in a bounded history for the status
+LOST is final, but for one way back: an executor lost for silence or a broken
+stream that comes back alive may be revived (``revive``: ALIVE again, awaiting
+its stream, as after a restart), when ``state_revival`` finds it worth its id.
+Lost executors are kept in a bounded history for the status
 views only; the registry forgets the oldest, and a forgotten id reads as unknown,
 which is treated the same way as lost (its reports are ignored).
 """
