@@ -4,9 +4,11 @@ counted as a false loss. Commands are compared exactly, as in ``test_state_machi
 
 from __future__ import annotations
 
+from test_state_liveness import run
 from test_state_machine import (
     E1,
     E2,
+    E3,
     J1,
     S1,
     S2,
@@ -26,6 +28,7 @@ from mangonel.scheduler.events import (
     ExecutorRegistered,
     HealthChange,
     JobSucceeded,
+    Limits,
     LogExecutorHealth,
     LossReason,
     ResumeExecutor,
@@ -205,4 +208,70 @@ def test_a_revived_executor_whose_stream_never_opens_is_lost_again_at_the_timeou
         CancelTask(h.last_id, E2, att(1, 0, 1)),
         CancelTask(h.last_id, E2, att(1, 2, 1)),
     ]
+    assert recomputed(h) == [0, 0, 0]
+
+
+# ------------------------------------------------- outputs made again on suspicion
+
+
+def suspected_holder(slots: int = 2) -> tuple[Harness, list[tuple[float, Command]]]:
+    """e1, e2, e3; j1's maps done on one each, its reducer running on e1; e2 falls
+    silent at 5 s and is suspected about 2 s later: the commands until 8 s."""
+    h = Harness(Limits(heartbeat_timeout_s=10.0))
+    for e in (E1, E2, E3):
+        h.register(e, slots)
+    h.submit(three_stage_plan(maps=3, reducers=1))
+    assert launches(finish_maps(h, {0: E1, 1: E2, 2: E3})) == [("e1", "j1/s2/p0/a0")]
+    run(h, 5.0, lambda e, t: True)
+    return h, run(h, 8.0, lambda e, t: e != E2 or t < 5.0)
+
+
+def test_a_suspects_needed_outputs_are_made_again_and_its_again_if_it_is_heard() -> None:
+    h, cmds = suspected_holder()
+    said = [(c.change, c.executor) for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert said == [(HealthChange.SUSPECTED, E2), (HealthChange.SET_ASIDE, E2)]
+    # The reducer waits on a silent host: cancelled, uncharged; p1 made again on a
+    # trusted executor, before any loss.
+    at, _ = next(x for x in cmds if isinstance(x[1], LogExecutorHealth) and x[1].executor == E2)
+    assert 5.0 + 1.5 < at < 5.0 + 2.5
+    after = [c for t, c in cmds if t >= at]
+    assert [c.attempt for c in after if isinstance(c, CancelTask)] == [att(2, 0)]
+    launched = [c for c in after if isinstance(c, LaunchTask) and not c.speculative]
+    assert [(c.executor, str(c.task.attempt)) for c in launched] == [("e1", "j1/s1/p1/a1")]
+    assert recomputed(h) == [1, 0, 0]
+    view = h.state.executor(E2)
+    assert view is not None and view.state is ExecutorState.ALIVE
+    # e2 is heard again before the recompute finished: p1 is its again, the
+    # recompute is cancelled, the reducer runs again at once.
+    cmds2 = h.send(ExecutorHeartbeat, E2)
+    assert CancelTask(h.last_id, E1, att(1, 1, 1)) in cmds2
+    reducer = next(c for c in cmds2 if isinstance(c, LaunchTask))
+    assert str(reducer.task.attempt) == "j1/s2/p0/a1"
+    assert h.loc(att(1, 1), E2, 0) in reducer.task.inputs[0].locations
+    assert recomputed(h) == [0, 0, 0]
+
+
+def test_a_recompute_that_finishes_first_wins_over_the_suspected_copy() -> None:
+    h, _ = suspected_holder()
+    cmds = h.complete(att(1, 1, 1), E1)
+    reducer = next(c for c in cmds if isinstance(c, LaunchTask))
+    assert h.loc(att(1, 1, 1), E1, 0) in reducer.task.inputs[0].locations
+    # Heard again afterwards: nothing of it is taken back.
+    cmds = h.send(ExecutorHeartbeat, E2)
+    assert not [c for c in cmds if isinstance(c, CancelTask | LaunchTask)]
+    assert recomputed(h) == [1, 0, 0]
+
+
+def test_no_free_slot_no_recompute_on_suspicion() -> None:
+    # One slot each: e1 runs the reducer, e2 falls silent; no trusted slot is free.
+    h = Harness(Limits(heartbeat_timeout_s=10.0))
+    for e in (E1, E2):
+        h.register(e, 1)
+    h.submit(three_stage_plan(maps=2, reducers=1))
+    finish_maps(h, {0: E1, 1: E2})
+    run(h, 5.0, lambda e, t: True, (E1, E2))
+    cmds = run(h, 8.0, lambda e, t: e != E2 or t < 5.0, (E1, E2))
+    said = [c.change for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert said == [HealthChange.SUSPECTED]
+    assert not [c for _, c in cmds if isinstance(c, CancelTask | LaunchTask)]
     assert recomputed(h) == [0, 0, 0]

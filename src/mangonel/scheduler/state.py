@@ -283,6 +283,9 @@ class SchedulerState:
         holder last failed ``UNREACHABLE`` while the holder was live."""
         self._revivals = Revivals()
         """Lost executors that may come back under their id (``state_revival``)."""
+        self._set_aside: dict[ExecutorId, Left] = {}
+        """Suspected executors whose needed outputs are being made again elsewhere,
+        with those outputs: theirs again if they are trusted again first."""
 
     # ------------------------------------------------------------------ entry point
 
@@ -322,6 +325,7 @@ class SchedulerState:
                     step.commands.append(
                         LogExecutorHealth(step.cause, HealthChange.TRUSTED, ex, why)
                     )
+                    self._trusted_again(ex, step)
             case ExecutorDraining():
                 self._executors.drain(event.executor, event.time)
             case ExecutorLost():
@@ -676,7 +680,8 @@ class SchedulerState:
         return job, task, rec
 
     def _task_completed(self, event: TaskCompleted, step: _Step) -> None:
-        self._executors.heard_from(event.executor, event.time)
+        if self._executors.heard_from(event.executor, event.time) is not None:
+            self._trusted_again(event.executor, step)
         found = self._current(event.attempt, event.executor)
         if found is None:
             return
@@ -767,7 +772,8 @@ class SchedulerState:
         self._finish(job, JobState.FAILED, event.message, step, event.error_type, committed=True)
 
     def _task_failed(self, event: TaskFailed, step: _Step) -> None:
-        self._executors.heard_from(event.executor, event.time)
+        if self._executors.heard_from(event.executor, event.time) is not None:
+            self._trusted_again(event.executor, step)
         found = self._current(event.attempt, event.executor)
         if found is None:
             return
@@ -1009,6 +1015,9 @@ class SchedulerState:
         failing: dict[JobId, str] = {}
         for loss in losses:
             left = Left.of(self._jobs.values(), loss.executor)
+            aside = self._set_aside.pop(loss.executor, None)
+            if aside is not None:
+                left = aside.merged(left)
             self._revivals.note(loss.executor, loss.reason, left)
             running = self._executors.mark_lost(loss.executor, loss.reason, loss.detail, step.now)
             why = f"executor {loss.executor} was lost ({loss.reason.value})"
@@ -1222,6 +1231,58 @@ class SchedulerState:
                 release = done.intermediate
             step.commands.append(ReleaseOutputs(step.cause, executor, job_id, release))
 
+    def _recompute_suspected(self, step: _Step) -> None:
+        """Make again, before any loss, the needed outputs of a suspected executor.
+
+        While a trusted executor has a free slot (the bound: a recompute never
+        waits for a slot, nor delays another task), each suspected executor's
+        outputs that a job still needs go back to pending, once per suspicion,
+        and the running readers of its outputs are cancelled (uncharged: they
+        wait on a silent host). The outputs are set aside (``_set_aside``): if
+        it is trusted again before their recomputes finish, they are its again
+        and the recomputes cancelled (``_trusted_again``); a recompute that
+        finishes first wins, and the executor's copy goes with the job's files.
+        Not while the scheduler takes itself for cut off (the caller), nor for a
+        quarantined executor (its outputs are served whenever it is reachable)
+        or one awaiting its reattachment.
+        """
+        if self._executors.least_loaded() is None:
+            return
+        for rec in self._executors.live_records():
+            if (
+                rec.suspected_since is None
+                or rec.quarantined_until is not None
+                or rec.awaiting
+                or rec.id in self._set_aside
+            ):
+                continue
+            left = Left.of(self._jobs.values(), rec.id)
+            sent = 0
+            for job in list(self._jobs.values()):
+                if rec.id in job.excluded or not job.needs_outputs_of(rec.id):
+                    continue
+                self._cancel_readers(job, {rec.id}, step)
+                for sid in job.needed_stages():
+                    stage = job.stages[sid]
+                    back = stage.send_back(rec.id)
+                    if back:
+                        stage.reruns += 1
+                        sent += len(back)
+                self._fail_if_unrecoverable(job, step)
+            if sent:
+                self._set_aside[rec.id] = left
+                why = f"{sent} output(s) it holds that jobs need are made again elsewhere"
+                step.commands.append(
+                    LogExecutorHealth(step.cause, HealthChange.SET_ASIDE, rec.id, why)
+                )
+
+    def _trusted_again(self, executor: ExecutorId, step: _Step) -> None:
+        """A suspected executor was heard from: the outputs set aside for its
+        suspicion that were not made again yet are its again."""
+        left = self._set_aside.pop(executor, None)
+        if left is not None:
+            self._restore_left(executor, left, left.paths(), step)
+
     def _restore_left(
         self, executor: ExecutorId, left: Left, held: frozenset[str], step: _Step
     ) -> None:
@@ -1301,6 +1362,8 @@ class SchedulerState:
             self._executors.mark_lost(executor, LossReason.CONNECTION_LOST, detail, step.now)
         if losses:
             self._lose(losses, step)
+        if not judged.isolated:
+            self._recompute_suspected(step)
         ttl = self.limits.result_ttl_s
         expired = [
             j

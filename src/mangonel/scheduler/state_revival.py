@@ -58,6 +58,19 @@ class Left:
 
     outputs: dict[JobId, list[tuple[TaskId, Done]]] = field(default_factory=dict)
 
+    def merged(self, other: Left) -> Left:
+        """These outputs and ``other``'s (one job's lists joined)."""
+        out = Left({j: list(o) for j, o in self.outputs.items()})
+        for job, outputs in other.outputs.items():
+            out.outputs.setdefault(job, []).extend(outputs)
+        return out
+
+    def paths(self) -> frozenset[str]:
+        """Every file of these outputs."""
+        return frozenset(
+            o.path for outputs in self.outputs.values() for _, d in outputs for o in d.outputs
+        )
+
     @classmethod
     def of(cls, jobs: Iterable[JobRecord], executor: ExecutorId) -> Left:
         """What ``executor`` holds in ``jobs``, noted before its loss sends any of
