@@ -15,8 +15,10 @@ detector (``scheduler.detector``), fed by each executor's heartbeats::
 
 * **Suspected**: it gets no new task at once (``ExecutorRecord.free_slots``),
   and the attempts it runs are copied onto trusted executors
-  (``state_gray.stragglers``), so a query does not wait for the loss. A word
-  from it (a heartbeat, a report) clears the suspicion. Nothing is recomputed.
+  (``state_gray.stragglers``), so a query does not wait for the loss; the
+  outputs of it that jobs need are made again while trusted slots are free
+  (``SchedulerState._recompute_suspected``), and are its again if it is heard
+  first. A word from it (a heartbeat, a report) clears the suspicion.
 * **Lost** only if the silence lasts: ``Limits.heartbeat_timeout_s``.
 * **Quarantined**: a host whose link flaps falls silent again and again; lost
   and registered anew each time, it would throw its outputs away with every
