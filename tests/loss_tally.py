@@ -14,6 +14,7 @@ count is there to be read, and to move only when a test means it to.
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +35,11 @@ class Tally:
     came_back: list[str] = field(default_factory=list)
     """One line per false loss: where, which executor, what became of it."""
 
-    def add(self, root: Path) -> None:
+    def add(self, root: Path, since: float) -> None:
+        """Count the scheduler logs under ``root`` written to since ``since``."""
         for log in sorted(root.rglob("*.log")):
+            if log.stat().st_mtime < since:
+                continue  # left by an earlier run (a test not selected this time)
             text = log.read_text(errors="replace")
             if "mangonel.scheduler" not in text:
                 continue  # not a scheduler's log
@@ -44,15 +48,17 @@ class Tally:
             # shell's for a stream that closed.
             self.lost.update(reason for _, reason in _LOST.findall(text))
             for executor, what in _BACK.findall(text):
-                self.came_back.append(f"{log.relative_to(root.parent.parent)}: {executor}: {what}")
+                self.came_back.append(f"{log.relative_to(root.parent)}: {executor}: {what}")
 
 
 @dataclass
 class Tallies:
-    """The module directories a suite's clusters wrote their logs in."""
+    """The directories a suite's clusters wrote their logs in: each module's
+    folder under ``test-artifacts``, its module-wide and per-test clusters alike."""
 
     suite: str
     roots: list[Path] = field(default_factory=list)
+    since: float = field(default_factory=time.time)
 
     def summary(self, reporter: TerminalReporter) -> None:
         if not self.roots:
@@ -60,7 +66,7 @@ class Tallies:
         tally = Tally()
         for root in self.roots:
             if root.exists():
-                tally.add(root)
+                tally.add(root, self.since)
         losses = sum(tally.lost.values())
         reasons = ", ".join(f"{n} {r}" for r, n in sorted(tally.lost.items())) or "none"
         reporter.write_sep("-", f"{self.suite}: executor losses and false losses")
