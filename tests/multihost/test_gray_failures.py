@@ -153,8 +153,9 @@ def test_a_silently_cut_executor_is_suspected_in_seconds_and_lost_at_the_timeout
     """Executor 1's port goes silent mid-query: suspected in about 2 s (no new
     task, its running attempt copied), lost at the 10 s timeout (or sooner, when
     its stream's keepalive finds it dead); the answer is correct, and once
-    healed it rejoins under a new id. (The readers of its outputs wait for the
-    loss: a suspicion recomputes nothing.)"""
+    healed it rejoins under a new id (the job no longer needs what it holds).
+    The outputs of it the query needs are made again on the suspicion, while
+    the other executors have a free slot: the answer arrives before the loss."""
     ids = net.wait_for_executors(3)
     victim, host = ids[1], net.executor_hosts[1]
     query = _Query(net)
@@ -164,6 +165,8 @@ def test_a_silently_cut_executor_is_suspected_in_seconds_and_lost_at_the_timeout
     assert suspected == "suspected"
     answer = query.answer()
     _check(answer, expected)
+    log = _scheduler_log(net)
+    assert not re.search(rf"executor {victim} lost", log), "the answer waited for the loss"
     lost = wait_until(
         lambda: re.search(rf"executor {victim} lost \((.*?)\): (.*)", _scheduler_log(net)),
         "the cut executor is lost",
@@ -182,7 +185,9 @@ def test_a_silently_cut_executor_is_suspected_in_seconds_and_lost_at_the_timeout
     print(
         f"silent cut: suspected {suspected_after:.2f} s after the cut (polled every ~0.1 s), "
         f"lost ({lost.group(1)}) by {lost_after:.1f} s; answer "
-        f"{answer.finished_at - cut_at:.2f} s after the cut"
+        f"{answer.finished_at - cut_at:.2f} s after the cut; outputs made again on the "
+        f"suspicion: {'yes' if f'executor {victim} suspected, its needed' in log else 'no'}, "
+        f"recomputed {answer.result.outputs_recomputed}"
     )
 
 

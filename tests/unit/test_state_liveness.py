@@ -264,6 +264,12 @@ def test_a_long_silence_does_not_teach_the_detector_to_tolerate_the_next() -> No
     h = isolated_cluster()
     run(h, 20.0, lambda e, t: not 5.0 <= t < 11.0)
     cmds = run(h, 30.0, lambda e, t: e != E2 or t < 20.0)
-    (when,) = [t for t, c in cmds if isinstance(c, LogExecutorHealth) and c.executor == E2]
+    (when,) = [
+        t
+        for t, c in cmds
+        if isinstance(c, LogExecutorHealth)
+        and c.executor == E2
+        and c.change is HealthChange.SUSPECTED
+    ]
     bar = h.state._executors.long_gap_s  # a regular executor's suspicion time
     assert when - 20.0 <= bar + 2 * TICK, (when, bar)

@@ -198,7 +198,12 @@ def test_an_unknown_or_lost_executor_cannot_reattach() -> None:
     r = restarted(h)
     r.send(SchedulerRecovered)
     assert not r.state.awaits(E2)
-    assert reattach(r, E2, frozenset()) == []
+    # A false loss all the same, counted; after a restart nothing it left is
+    # known, so it registers anew (``state_revival``).
+    why = "lost (connection lost) but alive; it registers anew, its files deleted"
+    assert reattach(r, E2, frozenset()) == [
+        LogExecutorHealth(r.last_id, HealthChange.CAME_BACK, E2, why)  # type: ignore[arg-type]
+    ]
     assert next(v for v in r.state.executors() if v.id == E2).state is ExecutorState.LOST
 
 

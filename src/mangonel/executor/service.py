@@ -389,7 +389,7 @@ class ExecutorService:
         if registered.heartbeat_interval_s > 0:
             self._heartbeat_s = registered.heartbeat_interval_s
         if registered.resumed and registered.executor == resume:
-            log.info("reattached as executor %s after the scheduler restarted", resume)
+            log.info("reattached as executor %s: the scheduler kept its life and files", resume)
         else:
             if resume is not None:
                 log.info("the scheduler let executor %s go; starting anew", resume)

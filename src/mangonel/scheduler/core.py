@@ -84,6 +84,7 @@ from mangonel.scheduler.events import (
     ExecutorLost,
     ExecutorRegistered,
     ForgetJob,
+    HealthChange,
     JobCancelled,
     JobFailed,
     JobSubmitted,
@@ -525,6 +526,8 @@ class SchedulerCore:
         elif isinstance(command, LogExecutorHealth):
             who = f"executor {command.executor}" if command.executor else "the scheduler"
             log.warning("%s %s: %s", who, command.change.value, command.detail)
+            if command.change is HealthChange.CAME_BACK:
+                self.telemetry.false_loss()
         elif isinstance(command, LogRejectedFragment):
             log.error(
                 "job %s: internal error, DuckDB refused the SQL of stage %s in task %s: %s\n"
@@ -605,9 +608,7 @@ class SchedulerCore:
             entry = ExecutorEntry(resumed or fresh, pid, work_dir, resumed=resumed is not None)
             self._executors[entry.id] = entry
             what = (
-                f"reattached after the scheduler restarted ({len(held)} outputs held)"
-                if resumed
-                else "registered"
+                f"reattached under its id ({len(held)} outputs held)" if resumed else "registered"
             )
             log.info(
                 "executor %s %s (host %s, flight %s, %d slots of %s threads, %s cores, pid %d)",

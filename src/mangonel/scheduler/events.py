@@ -54,6 +54,12 @@ class HealthChange(enum.Enum):
     """Most executors are silent at once: the scheduler takes itself for cut off."""
     RECONNECTED = "reconnected"
     """The isolation is over: enough executors are heard again."""
+    SET_ASIDE = "suspected, its needed outputs made again"
+    """Suspected while a trusted executor had a free slot: the outputs jobs need
+    that it holds are made again elsewhere; its again if it is trusted first."""
+    CAME_BACK = "came back after it was lost"
+    """A false loss: an executor declared lost asked to resume its id, alive
+    (``scheduler.state_revival``); counted (``false_losses_total``)."""
 
 
 # --------------------------------------------------------------------------- events

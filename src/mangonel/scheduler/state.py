@@ -39,6 +39,11 @@ What each event does, in one place:
   made again (with their stage's inputs lost meanwhile), and files of its
   ``held_jobs`` that ended while it was away are released (``ReleaseOutputs``;
   a result still unread is kept).
+* a false loss: a lost executor asking to ``resume`` its id is logged
+  (``HealthChange.CAME_BACK``) and, when ``state_revival`` finds outputs it
+  holds still needed and not made again, revived under its id the same way;
+  when its stream opens those outputs are its again (a recompute still running
+  is cancelled).
 * ``TaskCompleted`` records map outputs; a job whose final stage is done emits
   ``JobSucceeded`` and ``ReleaseOutputs`` for the intermediate files, on every
   live executor that ran an attempt of the job (superseded attempts leave files
@@ -175,6 +180,7 @@ from mangonel.scheduler.state_jobs import (
     invalid_plan_reason,
 )
 from mangonel.scheduler.state_liveness import Judgement, judge
+from mangonel.scheduler.state_revival import Left, Revivals, restore
 from mangonel.scheduler.state_views import (
     ExecutorState,
     ExecutorView,
@@ -205,6 +211,8 @@ __all__ = [
 
 
 _DEFAULT_LIMITS = Limits()
+_LEFT_FOR_GOOD = frozenset({LossReason.DRAINED, LossReason.PROCESS_EXITED})
+"""Losses that were no guess: an executor lost so that asks to resume is no false loss."""
 
 
 @dataclass
@@ -274,6 +282,11 @@ class SchedulerState:
         self._unreachable: dict[ExecutorId, dict[ExecutorId, float]] = {}
         """Holder -> reader executor -> when a fetch of that reader from that
         holder last failed ``UNREACHABLE`` while the holder was live."""
+        self._revivals = Revivals()
+        """Lost executors that may come back under their id (``state_revival``)."""
+        self._set_aside: dict[ExecutorId, Left] = {}
+        """Suspected executors whose needed outputs are being made again elsewhere,
+        with those outputs: theirs again if they are trusted again first."""
 
     # ------------------------------------------------------------------ entry point
 
@@ -313,6 +326,7 @@ class SchedulerState:
                     step.commands.append(
                         LogExecutorHealth(step.cause, HealthChange.TRUSTED, ex, why)
                     )
+                    self._trusted_again(ex, step)
             case ExecutorDraining():
                 self._executors.drain(event.executor, event.time)
             case ExecutorLost():
@@ -667,7 +681,8 @@ class SchedulerState:
         return job, task, rec
 
     def _task_completed(self, event: TaskCompleted, step: _Step) -> None:
-        self._executors.heard_from(event.executor, event.time)
+        if self._executors.heard_from(event.executor, event.time) is not None:
+            self._trusted_again(event.executor, step)
         found = self._current(event.attempt, event.executor)
         if found is None:
             return
@@ -758,7 +773,8 @@ class SchedulerState:
         self._finish(job, JobState.FAILED, event.message, step, event.error_type, committed=True)
 
     def _task_failed(self, event: TaskFailed, step: _Step) -> None:
-        self._executors.heard_from(event.executor, event.time)
+        if self._executors.heard_from(event.executor, event.time) is not None:
+            self._trusted_again(event.executor, step)
         found = self._current(event.attempt, event.executor)
         if found is None:
             return
@@ -999,6 +1015,11 @@ class SchedulerState:
         """Recover from executors lost together, in one step."""
         failing: dict[JobId, str] = {}
         for loss in losses:
+            left = Left.of(self._jobs.values(), loss.executor)
+            aside = self._set_aside.pop(loss.executor, None)
+            if aside is not None:
+                left = aside.merged(left)
+            self._revivals.note(loss.executor, loss.reason, left)
             running = self._executors.mark_lost(loss.executor, loss.reason, loss.detail, step.now)
             why = f"executor {loss.executor} was lost ({loss.reason.value})"
             if loss.detail:
@@ -1020,6 +1041,7 @@ class SchedulerState:
         gone = {loss.executor for loss in losses}
         for executor in gone:
             self._unreachable.pop(executor, None)
+        self._revivals.forget(lambda e: self._executors.view(e) is not None)
         for job in list(self._jobs.values()):
             self._cancel_readers(job, gone, step)
             problem = failing.get(job.id) or self._restore_lost_outputs(job)
@@ -1143,7 +1165,35 @@ class SchedulerState:
             if self._executors.resume(event.resume, offer):
                 step.commands.append(ResumeExecutor(step.cause, event.resume))
                 return
+            if self._came_back(event.resume, offer, step):
+                return
         self._executors.register(event.executor, event.time)
+
+    def _came_back(self, executor: ExecutorId, offer: Resume, step: _Step) -> bool:
+        """A lost executor asks to resume its id: a false loss, logged; returns
+        whether it goes on under that id (``state_revival``)."""
+        view = self._executors.view(executor)
+        if view is None or view.state is not ExecutorState.LOST or view.reason in _LEFT_FOR_GOOD:
+            return False
+        lost_for = view.reason.value if view.reason is not None else "?"
+        left = self._revivals.left.get(executor)
+        # Worth its id only for outputs nobody made again: otherwise a new life
+        # (its old files deleted) is simpler for both sides.
+        useful = left is not None and bool(restore(self._jobs, left, offer.held, executor))
+        revived = useful and self._revivals.take(executor)
+        why = f"lost ({lost_for}) but alive; " + (
+            f"it goes on under its id with the {len(offer.held)} file(s) it holds"
+            if revived
+            else ("nothing it holds is needed any more: " if left is not None else "")
+            + "it registers anew, its files deleted"
+        )
+        step.commands.append(LogExecutorHealth(step.cause, HealthChange.CAME_BACK, executor, why))
+        if not revived:
+            return False
+        self._executors.revive(executor, offer, step.now)
+        self._no_executor_since = None
+        step.commands.append(ResumeExecutor(step.cause, executor))
+        return True
 
     def _connected(self, event: ExecutorConnected, step: _Step) -> None:
         if self._executors.connected(event.executor, event.time) is not None:
@@ -1154,6 +1204,9 @@ class SchedulerState:
             step.commands.append(RefuseStream(step.cause, event.executor))
             return
         rec, offer = back
+        left = self._revivals.returning.pop(rec.id, None)
+        if left is not None:
+            self._restore_left(rec.id, left, offer.held, step)
         self._reattached(rec, offer.held, step)
         self._release_ended(rec.id, offer.held_jobs, step)
 
@@ -1178,6 +1231,78 @@ class SchedulerState:
                     continue
                 release = done.intermediate
             step.commands.append(ReleaseOutputs(step.cause, executor, job_id, release))
+
+    def _recompute_suspected(self, step: _Step) -> None:
+        """Make again, before any loss, the needed outputs of a suspected executor.
+
+        While a trusted executor has a free slot (the bound: a recompute never
+        waits for a slot, nor delays another task), each suspected executor's
+        outputs that a job still needs go back to pending, once per suspicion,
+        and the running readers of its outputs are cancelled (uncharged: they
+        wait on a silent host). The outputs are set aside (``_set_aside``): if
+        it is trusted again before their recomputes finish, they are its again
+        and the recomputes cancelled (``_trusted_again``); a recompute that
+        finishes first wins, and the executor's copy goes with the job's files.
+        Not while the scheduler takes itself for cut off (the caller), nor for a
+        quarantined executor (its outputs are served whenever it is reachable)
+        or one awaiting its reattachment.
+        """
+        if self._executors.least_loaded() is None:
+            return
+        for rec in self._executors.live_records():
+            if (
+                rec.suspected_since is None
+                or rec.quarantined_until is not None
+                or rec.awaiting
+                or rec.id in self._set_aside
+            ):
+                continue
+            left = Left.of(self._jobs.values(), rec.id)
+            sent = 0
+            for job in list(self._jobs.values()):
+                if rec.id in job.excluded or not job.needs_outputs_of(rec.id):
+                    continue
+                self._cancel_readers(job, {rec.id}, step)
+                for sid in job.needed_stages():
+                    stage = job.stages[sid]
+                    back = stage.send_back(rec.id)
+                    if back:
+                        stage.reruns += 1
+                        sent += len(back)
+                self._fail_if_unrecoverable(job, step)
+            if sent:
+                self._set_aside[rec.id] = left
+                why = f"{sent} output(s) it holds that jobs need are made again elsewhere"
+                step.commands.append(
+                    LogExecutorHealth(step.cause, HealthChange.SET_ASIDE, rec.id, why)
+                )
+
+    def _trusted_again(self, executor: ExecutorId, step: _Step) -> None:
+        """A suspected executor was heard from: the outputs set aside for its
+        suspicion that were not made again yet are its again."""
+        left = self._set_aside.pop(executor, None)
+        if left is not None:
+            self._restore_left(executor, left, left.paths(), step)
+
+    def _restore_left(
+        self, executor: ExecutorId, left: Left, held: frozenset[str], step: _Step
+    ) -> None:
+        """A revived executor's stream opened: the outputs it left that were not
+        made again meanwhile are its again (``state_revival.restore``); a
+        recompute of one still running is cancelled, uncharged."""
+        for job_id, restored in restore(self._jobs, left, held, executor).items():
+            for task in restored.cancel:
+                running = task.state
+                if not isinstance(running, Running):
+                    continue  # ``restore`` cancels only running recomputes
+                self._cancel_copy(task, step)
+                step.commands.append(CancelTask(step.cause, running.executor, running.attempt))
+                self._executors.stop(running.executor, running.attempt)
+            for task, state in restored.done:
+                task.state = state
+                # Sent back at the loss, counted as a recompute: none was needed.
+                task.recomputes = max(0, task.recomputes - 1)
+            self._jobs[job_id].ran_on.add(executor)
 
     def _reattached(self, rec: ExecutorRecord, held: frozenset[str], step: _Step) -> None:
         """An executor is back after a restart: outputs it no longer has are made again."""
@@ -1238,6 +1363,8 @@ class SchedulerState:
             self._executors.mark_lost(executor, LossReason.CONNECTION_LOST, detail, step.now)
         if losses:
             self._lose(losses, step)
+        if not judged.isolated:
+            self._recompute_suspected(step)
         ttl = self.limits.result_ttl_s
         expired = [
             j

@@ -43,7 +43,10 @@ it gets no new task, and stays alive. ``state_liveness`` owns those rules, and
 the registry's ``isolated_since`` (most executors suspected at once: the
 scheduler takes itself for cut off).
 
-LOST is final. Lost executors are kept in a bounded history for the status
+LOST is final, but for one way back: an executor lost for silence or a broken
+stream that comes back alive may be revived (``revive``: ALIVE again, awaiting
+its stream, as after a restart), when ``state_revival`` finds it worth its id.
+Lost executors are kept in a bounded history for the status
 views only; the registry forgets the oldest, and a forgotten id reads as unknown,
 which is treated the same way as lost (its reports are ignored).
 """
@@ -551,6 +554,22 @@ class ExecutorRegistry:
         if rec is None or not rec.awaiting:
             return False
         rec.resuming = offer
+        return True
+
+    def revive(self, executor: ExecutorId, offer: Resume, now: float) -> bool:
+        """A lost executor came back alive (``state_revival`` decided it may go
+        on under its id): it waits for its stream like an awaited executor after
+        a restart, from ``now``. ``False`` when it is not in the lost history."""
+        rec = self._lost.pop(executor, None)
+        if rec is None:
+            return False
+        rec.state, rec.since, rec.last_heartbeat = ExecutorState.ALIVE, now, now
+        rec.reason = None
+        rec.detail = "came back after it was lost; waiting for its stream"
+        rec.awaiting, rec.resuming = True, offer
+        self._live[executor] = rec
+        self._snapshot = None
+        self._push(rec)
         return True
 
     def heard_from(

@@ -15,8 +15,10 @@ detector (``scheduler.detector``), fed by each executor's heartbeats::
 
 * **Suspected**: it gets no new task at once (``ExecutorRecord.free_slots``),
   and the attempts it runs are copied onto trusted executors
-  (``state_gray.stragglers``), so a query does not wait for the loss. A word
-  from it (a heartbeat, a report) clears the suspicion. Nothing is recomputed.
+  (``state_gray.stragglers``), so a query does not wait for the loss; the
+  outputs of it that jobs need are made again while trusted slots are free
+  (``SchedulerState._recompute_suspected``), and are its again if it is heard
+  first. A word from it (a heartbeat, a report) clears the suspicion.
 * **Lost** only if the silence lasts: ``Limits.heartbeat_timeout_s``.
 * **Quarantined**: a host whose link flaps falls silent again and again; lost
   and registered anew each time, it would throw its outputs away with every
@@ -37,8 +39,9 @@ detector (``scheduler.detector``), fed by each executor's heartbeats::
   isolation that lasts past the grace ends in the losses a death would have
   caused: slower, never wrong.
 
-Executors awaited after a scheduler restart are judged by the plain timeout:
-they have no heartbeat history in this life of the scheduler.
+Executors awaited after a scheduler restart, or revived after a false loss
+(``state_revival``), are judged by the plain timeout until their stream opens:
+they have no heartbeat history in this life of the scheduler, or a silence in it.
 """
 
 from __future__ import annotations
@@ -161,8 +164,8 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
                 out.lost.append(
                     (
                         rec.id,
-                        f"did not reconnect within {silence:.1f} s after the scheduler "
-                        f"restarted (the heartbeat timeout is {timeout:g} s)",
+                        f"did not reconnect within {silence:.1f} s ({rec.detail}; the "
+                        f"heartbeat timeout is {timeout:g} s)",
                     )
                 )
             continue

@@ -132,6 +132,8 @@ class Counters:
     shuffle_bytes_fetched: int
     executors_lost: dict[str, int]
     """``LossReason`` value -> executors lost for it."""
+    false_losses: int
+    """Executors declared lost that came back alive (``HealthChange.CAME_BACK``)."""
     job_seconds_buckets: dict[str, tuple[int, ...]]
     """Job outcome -> cumulative counts per ``JOB_SECONDS_BUCKETS`` bound, then +Inf."""
     job_seconds_sum: dict[str, float]
@@ -179,6 +181,7 @@ class Telemetry:
         self._written = 0
         self._fetched = 0
         self._lost: Counter[str] = Counter({r.value: 0 for r in LossReason})
+        self._false_losses = 0
         self._job_buckets: dict[str, list[int]] = {}
         self._job_sum: dict[str, float] = {}
         self._jobs_finished: set[JobId] = set()
@@ -320,6 +323,11 @@ class Telemetry:
                 if stages is None or key[2] in stages:
                     del self._held[key]
 
+    def false_loss(self) -> None:
+        """An executor declared lost came back alive."""
+        with self._lock:
+            self._false_losses += 1
+
     def executor_lost(
         self, executor: ExecutorId, reason: LossReason, detail: str, now: float
     ) -> None:
@@ -393,6 +401,7 @@ class Telemetry:
                 shuffle_bytes_written=self._written,
                 shuffle_bytes_fetched=self._fetched,
                 executors_lost=dict(self._lost),
+                false_losses=self._false_losses,
                 job_seconds_buckets=cumulative,
                 job_seconds_sum=dict(self._job_sum),
                 plan_fallbacks=self._fallbacks,

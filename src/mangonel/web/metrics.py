@@ -10,6 +10,9 @@ Metrics (all prefixed ``mangonel_``):
 * ``executors{state}``: executors the scheduler lists, by state (lost ones
   for a bounded history);
 * ``executors_lost_total{reason}``: executors lost since start, by reason;
+* ``executors_false_losses_total``: executors declared lost that came back
+  alive (asked to resume their id): false losses, also logged each
+  ("executor X came back after it was lost: ...");
 * ``tasks{state}``: tasks of unfinished jobs: pending, running, done;
 * ``task_attempts_launched_total``, ``task_attempts_ended_total{outcome}``;
 * ``task_retries_total``: attempts launched because an earlier attempt of the
@@ -95,6 +98,11 @@ class SchedulerCollector(Collector):
         for reason, n in sorted(totals.executors_lost.items()):
             lost.add_metric([reason], n)
         yield lost
+        yield CounterMetricFamily(
+            "mangonel_executors_false_losses",
+            "Executors declared lost that came back alive since start",
+            value=totals.false_losses,
+        )
         yield CounterMetricFamily(
             "mangonel_task_attempts_launched",
             "Task attempts launched since start",
