@@ -95,7 +95,7 @@ def test_join_keys_of_table_columns_take_the_catalog_types(tmp_path: Path) -> No
 
     oracle.describe = counting  # type: ignore[method-assign]
     try:
-        dist = Distributor(catalog, oracle, {}, 2, 1 << 20, lambda width: 1000)
+        dist = Distributor(catalog, oracle, {}, 2, 1 << 20, lambda width, rows, spread: 1000)
         t = Scan("t", "a", ["k", "v"], None)
         u = Scan("u", "b", ["k"], None)
         key_a = exp.column("k", table="a", quoted=True)

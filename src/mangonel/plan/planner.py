@@ -199,7 +199,7 @@ class PlannerConfig:
         by_bytes = int(rows * row_width // max(1, self.spread_bytes))
         return max(1, min(self.parallel, by_bytes))
 
-    def scan_split_rows(self, row_width: float, rows: int) -> int:
+    def scan_split_rows(self, row_width: float, rows: int, spread: bool = True) -> int:
         """Rows per scan task of a table of ``rows`` rows: ``split_rows_for``, but
         where that makes more tasks than ``slots`` and not whole waves of them,
         the next fewer tasks that are (bigger ones, up to ``max_split_rows``).
@@ -257,14 +257,20 @@ class PlannerConfig:
         750000
         >>> PlannerConfig(slots=2, parallel=1).scan_split_rows(96.0, 1_500_000)  # one split
         2097152
+
+        Not with ``spread`` False: a branch of a set operation (``Distributor``),
+        whose sides of several tasks are hashed whole into its partitions.
+
+        >>> PlannerConfig(slots=2, parallel=2).scan_split_rows(96.0, 1_500_000, spread=False)
+        2097152
         """
         per = self.split_rows_for(row_width)
         if self.split_rows is not None or self.slots < 1:
             return per
         tasks = -(-rows // max(1, per))
-        spread = self.spread_tasks(rows, row_width)
-        if spread > tasks:
-            return -(-rows // spread)
+        spread_to = self.spread_tasks(rows, row_width) if spread else 1
+        if spread_to > tasks:
+            return -(-rows // spread_to)
         if tasks <= self.slots or tasks % self.slots == 0:
             by_slots = per
         else:
