@@ -1,0 +1,214 @@
+"""A write statement meets a full disk or a failing state store; nothing half-written shows.
+
+One cluster (2 executors of 2 slots, TPC-H SF 0.1, scans of 100 000 rows) whose
+write root and SQLite state store each lie on a small tmpfs the test mounts
+(``mount`` needs root: without it the tests fail, they do not skip).
+
+* The write root fills up while the writing tasks write: the statement fails at
+  once with an error that names the location and its file system, every staged
+  file goes, no manifest appears, the executors stay healthy, and the next
+  statements (a write to the same disk, a query) are served.
+* The state store's disk fills up in the middle of the commit (the scheduler is
+  frozen by a crash rule right after it wrote the commit's intent; the test fills
+  the store's tmpfs, then lets it go on): the scheduler stops, as it must once its
+  store cannot follow its memory. Started again after space returns, it finishes
+  the commit: the client's ``session.sql`` gets DuckDB's count and the location
+  holds the rows once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from helpers import assert_same_result, is_stopped, wait_until
+
+from mangonel.client.cluster import LocalCluster
+from mangonel.errors import JobFailedError, WriteTargetFullError
+from mangonel.output import INTENT, MANIFEST, STAGING
+
+pytestmark = pytest.mark.timeout(240)
+
+BIG = "SELECT * FROM lineitem WHERE l_orderkey % 2 = 0"
+"""300 000 rows of every column, written by six tasks: about 12 MB of Parquet."""
+QUERY = (
+    "SELECT l_orderkey, l_linenumber, l_extendedprice, l_comment FROM lineitem "
+    "WHERE l_orderkey % 8 = 0"
+)
+"""75 000 rows: about 3 MB of Parquet, six writing tasks."""
+
+WRITE_DISK = "2m"
+STATE_DISK = "16m"
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``path`` (fails without root)."""
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+        check=True,
+        capture_output=True,
+    )
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(os.path.join(r, f) for r, _, names in os.walk(root) for f in names)
+
+
+@pytest.fixture(scope="module")
+def disks(module_dir: Path) -> Iterator[tuple[Path, Path]]:
+    with (
+        tmpfs(module_dir / "write-disk", WRITE_DISK) as out,
+        tmpfs(module_dir / "state-disk", STATE_DISK) as state,
+    ):
+        yield out, state
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    module_dir: Path, disks: tuple[Path, Path], tpch_tables: dict[str, Path]
+) -> Iterator[LocalCluster]:
+    out, state = disks
+    with LocalCluster(
+        executors=2,
+        slots=2,
+        partitions=4,
+        work_dir=module_dir / "cluster",
+        heartbeat_timeout=3.0,
+        state=f"sqlite://{state / 'state.db'}",
+        scheduler_args=(
+            "--crash-file",
+            str(module_dir / "crash.json"),
+            "--split-rows",
+            "100000",
+            "--write-root",
+            str(out),
+            "--write-root",
+            str(module_dir / "big-out"),
+        ),
+    ) as c:
+        with c.connect() as session:
+            session.register_parquet("lineitem", str(tpch_tables["lineitem"]))
+            session.register_parquet("nation", str(tpch_tables["nation"]))
+        yield c
+
+
+def read_back(target: Path) -> pa.Table:
+    """The rows the location's manifest names, and nothing else lying there."""
+    doc = json.loads((target / MANIFEST).read_text())
+    files = [str(target / f) for f in doc["files"]]
+    assert files_under(target) == sorted([*files, str(target / MANIFEST)])
+    return duckdb.connect().sql(f"SELECT * FROM read_parquet({files!r})").to_arrow_table()
+
+
+def test_a_write_root_that_fills_up_fails_the_statement_and_leaves_nothing(
+    cluster: LocalCluster,
+    disks: tuple[Path, Path],
+    duckdb_ref: duckdb.DuckDBPyConnection,
+) -> None:
+    out, _ = disks
+    target = out / "big"
+    with cluster.connect() as session:
+        with pytest.raises(WriteTargetFullError) as failed:
+            session.sql(f"COPY ({BIG}) TO '{target}' (FORMAT parquet)")
+        message = str(failed.value)
+        assert isinstance(failed.value, JobFailedError)
+        assert str(target) in message and f"mounted at {out}" in message, message
+        assert "free space on that file system" in message, message
+        # The fault landed mid-write: DuckDB's writer met the full disk in an executor.
+        logs = "".join(e.log_tail(1 << 20) for e in cluster.executors)
+        assert "No space left on device" in logs
+        # Nothing visible, nothing staged left (cancelled attempts remove theirs as
+        # they stop), the disk's space back.
+        wait_until(lambda: not files_under(out), "every staged file is removed", 30)
+        assert not (target / MANIFEST).exists()
+        # The executors blamed the target, not their own disks: both stay healthy.
+        executors = session.status().alive_executors()
+        assert len(executors) == 2 and not any(e.unhealthy for e in executors), executors
+
+        # The cluster keeps serving: a write that fits, to the same disk, and a query.
+        small = out / "nation"
+        result = session.sql(f"COPY (SELECT * FROM nation) TO '{small}' (FORMAT parquet)")
+        assert result.to_arrow()["Count"].to_pylist() == [25]
+        expected = duckdb_ref.sql("SELECT * FROM nation").to_arrow_table()
+        assert_same_result(read_back(small), expected, ordered=False)
+        check = f"SELECT count(*) AS n, sum(l_extendedprice) AS s FROM ({BIG})"
+        assert_same_result(
+            session.sql(check).to_arrow(), duckdb_ref.sql(check).to_arrow_table(), ordered=False
+        )
+
+
+def test_a_state_store_that_fills_up_mid_commit_commits_once_after_it_returns(
+    cluster: LocalCluster,
+    module_dir: Path,
+    disks: tuple[Path, Path],
+    duckdb_ref: duckdb.DuckDBPyConnection,
+) -> None:
+    _, state = disks
+    target = module_dir / "big-out" / "copied"
+    crash = cluster.work_dir.parent / "crash.json"
+    crash.write_text(
+        json.dumps([{"event": "WriteCommitted", "point": "commit-intent", "action": "freeze"}])
+    )
+    outcome: dict[str, Any] = {}
+    session = cluster.connect()
+
+    def run() -> None:
+        try:
+            outcome["result"] = session.sql(f"COPY ({QUERY}) TO '{target}' (FORMAT parquet)")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    scheduler = cluster.scheduler
+    assert scheduler is not None
+    filler = state / "filler"
+    try:
+        wait_until(lambda: is_stopped(scheduler.pid), "the scheduler freezes mid-commit", 90)
+        # Confirmed mid-commit: the intent is written, nothing moved, no manifest.
+        jobs = os.listdir(target / STAGING)
+        assert len(jobs) == 1 and (target / STAGING / jobs[0] / INTENT).exists(), jobs
+        assert not (target / MANIFEST).exists()
+        crash.write_text("[]")
+        with open(filler, "wb") as f, contextlib.suppress(OSError):
+            while True:
+                f.write(b"\0" * (1 << 16))
+        os.kill(scheduler.pid, signal.SIGCONT)
+        # The commit goes on, but its outcome cannot be stored: the scheduler stops.
+        code = scheduler.process.wait(60)
+        log = scheduler.log_tail(1 << 20)
+        assert "cannot write the state store" in log and "disk is full" in log, log[-3000:]
+        assert code != 0, code
+    finally:
+        filler.unlink(missing_ok=True)
+        crash.write_text("[]")
+        if scheduler.alive():
+            os.kill(scheduler.pid, signal.SIGCONT)
+    # Its files are in place (the commit ran to the manifest) but the job's end is
+    # not durable; the scheduler started again finishes it, once.
+    cluster.restart_scheduler()
+    runner.join(120)
+    assert not runner.is_alive(), "the COPY did not finish after the store returned"
+    session.close()
+    if "error" in outcome:
+        raise AssertionError(f"the COPY failed across the store's failure: {outcome['error']!r}")
+    expected = duckdb_ref.sql(QUERY).to_arrow_table()
+    assert outcome["result"].to_arrow()["Count"].to_pylist() == [expected.num_rows]
+    assert_same_result(read_back(target), expected, ordered=False)
+    assert not (target / STAGING).exists()
