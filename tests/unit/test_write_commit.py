@@ -27,6 +27,7 @@ from mangonel.output import (
     abort,
     attempt_staging,
     commit,
+    delete_retired,
     manifest_files,
 )
 from mangonel.plan.physical import DistributedPlan, Stage, StageInput, WriteTarget
@@ -168,10 +169,35 @@ def test_append_replace_conflict_and_abort(tmp_path: Path) -> None:
     commit(target, "j1", {0: 0}, "parquet", CommitMode.CREATE)
     assert len(contents(tmp_path / "out")) == 4
     stage_files(target, "j4", {0: [0]})
-    commit(target, "j4", {0: 0}, "parquet", CommitMode.REPLACE)
+    done = commit(target, "j4", {0: 0}, "parquet", CommitMode.REPLACE)
+    assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1"]
+    # The replaced files stay, out of the manifest, until their readers are done.
+    assert len(done.retired) == 4 and all("part-j1-" in f or "part-j3-" in f for f in done.retired)
+    assert all((tmp_path / "out" / f).exists() for f in done.retired)
+    assert delete_retired(target, "j3") == 0  # not the manifest's job: not its to delete
+    assert delete_retired(target, "j4") == 4
+    assert delete_retired(target, "j4") == 0  # done once
     assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1"]
     left = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.*"))
     assert left == [MANIFEST, "k=1/part-j4-p00000-data_0.parquet", "part-j4-p00000-data_0.parquet"]
+
+
+def test_files_a_replace_retired_and_nobody_deleted_go_with_the_next_release(
+    tmp_path: Path,
+) -> None:
+    target = str(tmp_path / "out")
+    stage_files(target, "j1", {0: [0]})
+    commit(target, "j1", {0: 0}, "parquet", CommitMode.CREATE)
+    stage_files(target, "j2", {0: [0]})
+    first = commit(target, "j2", {0: 0}, "parquet", CommitMode.REPLACE)
+    stage_files(target, "j3", {0: [0]})
+    # j2's release never ran (its scheduler restarted): j3 takes j1's files over.
+    second = commit(target, "j3", {0: 0}, "parquet", CommitMode.REPLACE)
+    assert set(first.retired) < set(second.retired) and len(second.retired) == 4
+    assert delete_retired(target, "j2") == 0
+    assert delete_retired(target, "j3") == 4
+    assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1"]
+    assert len([p for p in (tmp_path / "out").rglob("*.parquet")]) == 2
 
 
 def test_abort_removes_files_a_failed_commit_moved(tmp_path: Path) -> None:
