@@ -179,7 +179,7 @@ def commit_through_a_store_failure(
         # Confirmed mid-commit: the intent is written, nothing moved, no manifest.
         jobs = os.listdir(target / STAGING)
         assert len(jobs) == 1 and (target / STAGING / jobs[0] / INTENT).exists(), jobs
-        assert not (target / MANIFEST).exists()
+        assert not (target / MANIFEST).exists(), scheduler.log_tail(1 << 16)[-4000:]
         crash.write_text("[]")
         fail_store()
         os.kill(scheduler.pid, signal.SIGCONT)

@@ -9,6 +9,7 @@ sees is exactly the files the manifest names (``output.MANIFEST``).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import threading
@@ -348,3 +349,61 @@ def test_two_writes_to_one_location_at_once(
     both = f"{queries[0]} UNION ALL {queries[1]}"
     assert_same_result(actual, duckdb_ref.sql(both).to_arrow_table(), ordered=False)
     session.sql("DROP TABLE contested")
+
+
+def test_copy_options_compression_row_groups_header_and_delimiter_match_duckdb(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection, out_root: Path, work_dir: Path
+) -> None:
+    # CSV: gzip, no header, '|': read back as DuckDB reads its own COPY with the same.
+    target = out_root / "options_csv"
+    options = "FORMAT csv, COMPRESSION gzip, HEADER false, DELIMITER '|'"
+    result = session.sql(f"COPY ({LINEITEM_QUERY}) TO '{target}' ({options})")
+    expected_count = duckdb_copy(duckdb_ref, LINEITEM_QUERY, work_dir / "ref.csv.gz", options)
+    assert_same_result(result.to_arrow(), expected_count, ordered=True)
+    files = committed(target)
+    assert len(files) == 6 and all(f.endswith(".csv.gz") for f in files), files
+    with gzip.open(files[0], "rt") as f:
+        first = f.readline()
+    assert "|" in first and "l_orderkey" not in first, first  # no header line
+    ref_files = [str(work_dir / "ref.csv.gz")]
+
+    def csv(paths: list[str]) -> pa.Table:
+        return (
+            duckdb.connect()
+            .sql(f"SELECT * FROM read_csv({paths!r}, delim = '|', header = false)")
+            .to_arrow_table()
+        )
+
+    assert_same_result(csv(files), csv(ref_files), ordered=False)
+
+    # Parquet: zstd, row groups of about 4,000 rows instead of DuckDB's 122,880.
+    target = out_root / "options_parquet"
+    options = "FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 4000"
+    session.sql(f"COPY ({LINEITEM_QUERY}) TO '{target}' ({options})")
+    files = committed(target)
+    meta = duckdb.connect().sql(
+        f"SELECT DISTINCT file_name, row_group_id, row_group_num_rows, compression "
+        f"FROM parquet_metadata({files!r})"
+    )
+    rows = meta.fetchall()
+    assert {r[3] for r in rows} == {"ZSTD"}, rows
+    groups = {(r[0], r[1]): r[2] for r in rows}
+    assert len(groups) > 2 * len(files) and max(groups.values()) <= 8192, groups
+    duckdb_copy(duckdb_ref, LINEITEM_QUERY, work_dir / "ref_zstd", options)
+    expected = read_back([str(work_dir / "ref_zstd")], "parquet")
+    assert_same_result(read_back(files, "parquet"), expected, ordered=False)
+
+    # JSON: zstd-compressed lines.
+    target = out_root / "options_json"
+    query = "SELECT n_nationkey, n_name, n_regionkey FROM nation"
+    session.sql(f"COPY ({query}) TO '{target}' (FORMAT json, COMPRESSION zstd)")
+    files = committed(target)
+    assert files and all(f.endswith(".json.zst") for f in files), files
+    duckdb_copy(duckdb_ref, query, work_dir / "ref.json.zst", "FORMAT json, COMPRESSION zstd")
+    expected = read_back([str(work_dir / "ref.json.zst")], "json")
+    assert_same_result(read_back(files, "json"), expected, ordered=False)
+
+    # An option DuckDB's COPY has but mangonel does not write is refused, saying what is.
+    with pytest.raises(ForbiddenStatementError, match="COMPRESSION, ROW_GROUP_SIZE"):
+        session.sql(f"COPY ({query}) TO '{out_root / 'quoted'}' (FORMAT csv, QUOTE '''')")
+    assert not (out_root / "quoted").exists()

@@ -18,6 +18,7 @@ import pytest
 from test_state_machine import E1, E2, J1, S1, S2, Harness, two_stage_plan
 
 from mangonel.errors import ForbiddenStatementError
+from mangonel.executor.sink import copy_sql
 from mangonel.output import (
     INTENT,
     MANIFEST,
@@ -43,7 +44,15 @@ from mangonel.scheduler.events import (
 )
 from mangonel.scheduler.state_jobs import JobRecord
 from mangonel.sql.writes import WriteKind, parse_write
-from mangonel.task import InputMode, LaunchTask, OutputKind, OutputSpec, QueryError, WriteFormat
+from mangonel.task import (
+    InputMode,
+    LaunchTask,
+    OutputKind,
+    OutputSpec,
+    QueryError,
+    SinkSpec,
+    WriteFormat,
+)
 
 # --------------------------------------------------------------------- statements
 
@@ -84,7 +93,14 @@ def test_write_statements_parse_into_what_they_write() -> None:
     [
         ("COPY t FROM 'x'", "register"),
         ("COPY t TO 'x' (FORMAT xlsx)", "parquet, csv or json"),
-        ("COPY t TO 'x' (COMPRESSION zstd)", "FORMAT, PARTITION_BY and OVERWRITE"),
+        ("COPY t TO 'x' (QUOTE '|')", "COMPRESSION, ROW_GROUP_SIZE \\(Parquet\\), HEADER"),
+        ("COPY t TO 'x' (FORMAT csv, COMPRESSION snappy)", "uncompressed, gzip, zstd"),
+        ("COPY t TO 'x' (FORMAT parquet, COMPRESSION lzma)", "snappy, gzip, zstd"),
+        ("COPY t TO 'x' (FORMAT json, HEADER false)", "HEADER applies to FORMAT csv"),
+        ("COPY t TO 'x' (FORMAT csv, ROW_GROUP_SIZE 100)", "applies to FORMAT parquet"),
+        ("COPY t TO 'x' (ROW_GROUP_SIZE 'many')", "number of rows"),
+        ("COPY t TO 'x' (FORMAT csv, DELIMITER '||')", "one quoted character"),
+        ("COPY t TO 'x' (FORMAT csv, HEADER maybe)", "true or false"),
         ("CREATE TABLE x (a INT)", "AS SELECT"),
         ("CREATE VIEW v AS SELECT 1", "AS SELECT"),
         ("INSERT INTO x VALUES (1)", "rows of a query"),
@@ -95,6 +111,24 @@ def test_write_statements_parse_into_what_they_write() -> None:
 def test_other_shapes_are_refused_saying_what_is_taken(sql: str, words: str) -> None:
     with pytest.raises(ForbiddenStatementError, match=words):
         parse_write(sql)
+
+
+def test_copy_s_file_options_reach_duckdb_s_copy_as_it_spells_them() -> None:
+    def sql(statement: str) -> str:
+        parsed = parse_write(statement)
+        assert parsed is not None
+        sink = SinkSpec("/t", parsed.format, "/t/s", ("a",), options=parsed.options)
+        return copy_sql(sink, "/t/s")
+
+    csv = sql("COPY t TO 'x' (FORMAT csv, COMPRESSION gzip, HEADER false, DELIM '|')")
+    assert "COMPRESSION gzip" in csv and "HEADER false" in csv and "DELIMITER '|'" in csv
+    assert "HEADER true" in sql("COPY t TO 'x.csv'") and "DELIMITER ','" in sql("COPY t TO 'x.csv'")
+    assert "COMPRESSION none" in sql("COPY t TO 'x' (FORMAT json, COMPRESSION none)")
+    parquet = sql("COPY t TO 'x' (FORMAT parquet, CODEC 'ZSTD', ROW_GROUP_SIZE 10000)")
+    assert "COMPRESSION zstd" in parquet and "ROW_GROUP_SIZE 10000" in parquet
+    assert "COMPRESSION uncompressed" in sql("COPY t TO 'x' (COMPRESSION uncompressed)")
+    plain = sql("COPY t TO 'x'")
+    assert "COMPRESSION" not in plain and "ROW_GROUP_SIZE" not in plain and "HEADER" not in plain
 
 
 # ------------------------------------------------------------------------ commit

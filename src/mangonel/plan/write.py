@@ -27,7 +27,7 @@ from mangonel.ids import StageId
 from mangonel.output import CommitMode
 from mangonel.plan.physical import DistributedPlan, Stage, StageInput, WriteTarget
 from mangonel.plan.planner import PlannerConfig, plan_query
-from mangonel.task import InputMode, OutputKind, OutputSpec, WriteFormat
+from mangonel.task import InputMode, OutputKind, OutputSpec, WriteFormat, WriteOptions
 
 ROWS_COLUMN = "rows"
 COUNT_COLUMN = "Count"
@@ -44,6 +44,7 @@ def plan_write(
     partition_by: tuple[str, ...] = (),
     table: str = "",
     dialect: str | None = None,
+    options: WriteOptions | None = None,
 ) -> DistributedPlan:
     """Plan a statement that writes the rows of ``query`` to ``location``.
 
@@ -93,6 +94,7 @@ def plan_write(
         mode=mode,
         partition_by=partition_by,
         table=table,
+        options=options or WriteOptions(),
     )
     return replace(
         inner,

@@ -258,4 +258,5 @@ def plan_statement(
         partition_by=partition_by,
         table=table,
         dialect=dialect,
+        options=statement.options,
     )
