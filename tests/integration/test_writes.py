@@ -407,3 +407,38 @@ def test_copy_options_compression_row_groups_header_and_delimiter_match_duckdb(
     with pytest.raises(ForbiddenStatementError, match="COMPRESSION, ROW_GROUP_SIZE"):
         session.sql(f"COPY ({query}) TO '{out_root / 'quoted'}' (FORMAT csv, QUOTE '''')")
     assert not (out_root / "quoted").exists()
+
+
+def test_create_table_with_columns_then_insert_values_match_duckdb(
+    session: Any, tpch_tables: dict[str, Path]
+) -> None:
+    ref = duckdb.connect()
+    ref.execute(f"CREATE VIEW orders AS SELECT * FROM read_parquet('{tpch_tables['orders']}')")
+    statements = [
+        "CREATE TABLE typed (k BIGINT, name VARCHAR, price DECIMAL(12, 2), day DATE)",
+        "INSERT INTO typed VALUES (1, 'one', 1.5, DATE '2024-01-02'), (2, NULL, 20, NULL)",
+        "INSERT INTO typed SELECT o_orderkey, o_orderstatus, o_totalprice, o_orderdate "
+        "FROM orders WHERE o_orderkey % 100 = 0",
+        "INSERT INTO typed VALUES (3, 'three', '7.25', '2024-03-04')",
+    ]
+    check = "SELECT * FROM typed"
+    first = statements[0]
+    answer = session.sql(first).to_arrow()  # as DuckDB's: no row, a Count column
+    assert answer.num_rows == 0 and answer.column_names == ["Count"]
+    assert ref.execute(first).fetchall() == []
+    # Empty, with DuckDB's column names (an answer of no partition carries no types:
+    # ``fetch.assemble_result``; the table's own are checked once it has rows, below).
+    empty = session.sql(check).to_arrow()
+    assert empty.num_rows == 0 and empty.column_names == ["k", "name", "price", "day"]
+    for statement in statements[1:]:
+        counted = session.sql(statement).to_arrow()
+        assert_same_result(counted, ref.execute(statement).to_arrow_table(), ordered=True)
+    expected = ref.sql(check).to_arrow_table()
+    assert expected.num_rows > 1000
+    actual = session.sql(check).to_arrow()
+    assert actual.schema.types == expected.schema.types
+    assert_same_result(actual, expected, ordered=False)
+    with pytest.raises(JobQueryError, match="Conversion"):
+        session.sql("INSERT INTO typed VALUES ('not a number', 'x', 1, NULL)")
+    assert_same_result(session.sql(check).to_arrow(), expected, ordered=False)
+    session.sql("DROP TABLE typed")

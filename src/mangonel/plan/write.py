@@ -45,8 +45,10 @@ def plan_write(
     table: str = "",
     dialect: str | None = None,
     options: WriteOptions | None = None,
+    count: bool = True,
 ) -> DistributedPlan:
-    """Plan a statement that writes the rows of ``query`` to ``location``.
+    """Plan a statement that writes the rows of ``query`` to ``location``; its
+    answer is one row, ``Count``, or none without ``count`` (``CREATE TABLE t (a INT)``).
 
     Raises:
         mangonel.errors.QueryError: the query cannot run, its result's column names
@@ -79,7 +81,7 @@ def plan_write(
     count = Stage(
         id=count_id,
         sql=f'SELECT CAST(coalesce(sum("{ROWS_COLUMN}"), 0) AS BIGINT) AS "{COUNT_COLUMN}" '
-        f"FROM {source}",
+        f"FROM {source}" + ("" if count else " HAVING false"),
         output=OutputSpec(OutputKind.SINGLE),
         num_tasks=1,
         columns=(COUNT_COLUMN,),

@@ -259,4 +259,5 @@ def plan_statement(
         table=table,
         dialect=dialect,
         options=statement.options,
+        count=not statement.declared,
     )

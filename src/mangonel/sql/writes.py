@@ -49,6 +49,9 @@ class WriteStatement:
     """``CREATE TABLE IF NOT EXISTS``; for ``DROP``: ``IF EXISTS``."""
     options: WriteOptions = WriteOptions()
     """``COPY``'s ``COMPRESSION``, ``ROW_GROUP_SIZE``, ``HEADER``, ``DELIMITER``."""
+    declared: bool = False
+    """``CREATE TABLE t (columns)``: ``query`` is one of no rows; the statement
+    answers no row (DuckDB's answer), not a count."""
 
 
 def is_write(sql: str) -> bool:
@@ -239,27 +242,72 @@ def _file_options(given: dict[str, exp.Expr | None], fmt: WriteFormat) -> WriteO
 
 
 def _create(stmt: exp.Create) -> WriteStatement:
-    if str(stmt.args.get("kind") or "").upper() != "TABLE" or stmt.expression is None:
+    kind = str(stmt.args.get("kind") or "").upper()
+    schema = stmt.this if stmt.expression is None else None
+    if kind != "TABLE" or (stmt.expression is None and not isinstance(schema, exp.Schema)):
         raise ForbiddenStatementError(
-            "only CREATE TABLE name AS SELECT ... is supported (to read files, register them)"
+            "only CREATE TABLE name AS SELECT ... and CREATE TABLE name (column type, ...) "
+            "are supported (to read files, register them)"
         )
     if stmt.args.get("replace") and stmt.args.get("exists"):
         raise ForbiddenStatementError("CREATE OR REPLACE and IF NOT EXISTS do not go together")
+    if isinstance(schema, exp.Schema):
+        query, name = _empty_query(schema), _table_name(schema.this, "CREATE TABLE")
+    else:
+        query = _query_sql(stmt.expression, "CREATE TABLE AS")
+        name = _table_name(stmt.this, "CREATE TABLE")
     return WriteStatement(
         WriteKind.CREATE_TABLE,
-        query=_query_sql(stmt.expression, "CREATE TABLE AS"),
-        table=_table_name(stmt.this, "CREATE TABLE"),
+        query=query,
+        declared=isinstance(schema, exp.Schema),
+        table=name,
         overwrite=bool(stmt.args.get("replace")),
         if_not_exists=bool(stmt.args.get("exists")),
     )
 
 
+def _empty_query(schema: exp.Schema) -> str:
+    """The query of no rows whose columns are ``CREATE TABLE t (columns)``'s: the
+    table is then created as by ``CREATE TABLE t AS`` that query.
+
+    Raises:
+        ForbiddenStatementError: a column without a type, or with a constraint or
+            default (a Parquet table keeps neither).
+    """
+    columns = []
+    for column in schema.expressions:
+        if not isinstance(column, exp.ColumnDef) or column.args.get("kind") is None:
+            raise ForbiddenStatementError(
+                "CREATE TABLE name (column type, ...) needs a type for every column"
+            )
+        if column.args.get("constraints"):
+            raise ForbiddenStatementError(
+                f"column {column.name}: constraints and defaults are not kept (the table is "
+                "Parquet files); declare the column with its type only"
+            )
+        kind = column.args["kind"].sql(dialect="duckdb")
+        name = '"' + column.name.replace('"', '""') + '"'
+        columns.append(f"CAST(NULL AS {kind}) AS {name}")
+    if not columns:
+        raise ForbiddenStatementError("CREATE TABLE name (...) needs at least one column")
+    return f"SELECT {', '.join(columns)} WHERE false"
+
+
 def _insert(stmt: exp.Insert) -> WriteStatement:
     if stmt.args.get("overwrite") or stmt.args.get("conflict") or stmt.args.get("returning"):
-        raise ForbiddenStatementError("only INSERT INTO name SELECT ... is supported")
+        raise ForbiddenStatementError(
+            "only INSERT INTO name SELECT ... and INSERT INTO name VALUES (...) are supported"
+        )
+    rows = stmt.expression
+    if isinstance(rows, exp.Values):
+        # DuckDB reads a VALUES list as a query of its own: its columns are the
+        # table's by position, as INSERT ... SELECT's are.
+        query = f"SELECT * FROM ({rows.sql(dialect='duckdb')})"
+    else:
+        query = _query_sql(rows, "INSERT INTO")
     return WriteStatement(
         WriteKind.INSERT,
-        query=_query_sql(stmt.expression, "INSERT INTO"),
+        query=query,
         table=_table_name(stmt.this, "INSERT INTO"),
     )
 
