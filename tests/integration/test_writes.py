@@ -442,3 +442,37 @@ def test_create_table_with_columns_then_insert_values_match_duckdb(
         session.sql("INSERT INTO typed VALUES ('not a number', 'x', 1, NULL)")
     assert_same_result(session.sql(check).to_arrow(), expected, ordered=False)
     session.sql("DROP TABLE typed")
+
+
+def test_csv_and_json_outputs_read_back_as_tables_through_their_manifest(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection, out_root: Path
+) -> None:
+    check = (
+        "SELECT count(*) AS n, sum(l_quantity) AS q, max(l_comment) AS c, "
+        "count(DISTINCT l_shipdate) AS d FROM "
+    )
+    expected = duckdb_ref.sql(f"{check} ({LINEITEM_QUERY})").to_arrow_table()
+    for fmt, options, register in [
+        ("csv", "COMPRESSION gzip, DELIMITER '|'", {"delimiter": "|"}),
+        ("csv", "HEADER false", {"header": False}),
+        ("json", "COMPRESSION zstd", {}),
+    ]:
+        target = out_root / f"readable_{fmt}_{len(options)}"
+        session.sql(f"COPY ({LINEITEM_QUERY}) TO '{target}' (FORMAT {fmt}, {options})")
+        files = committed(target)
+        assert len(files) == 6, files  # one per writing task
+        # A stray file in the directory is no part of the output: readers skip it.
+        stray = target / files[0].rsplit("/", 1)[1].replace("part-", "stray-")
+        stray.write_bytes(Path(files[0]).read_bytes())
+        name = f"readable_{fmt}_{len(options)}"
+        columns = [
+            ("l_orderkey", "BIGINT"),
+            ("l_linenumber", "BIGINT"),
+            ("l_quantity", "DECIMAL(15,2)"),
+            ("l_extendedprice", "DECIMAL(15,2)"),
+            ("l_shipdate", "DATE"),
+            ("l_comment", "VARCHAR"),
+        ]
+        session.register(name, str(target), format=fmt, columns=columns, **register)
+        actual = session.sql(check + name).to_arrow()
+        assert_same_result(actual, expected, ordered=False)
