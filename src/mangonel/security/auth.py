@@ -48,6 +48,21 @@ class Principal:
         TABLE ... AS``, ``INSERT``, ``DROP TABLE``): the admins and the writers."""
         return self.admin or self.writer
 
+    def require_admin(self, what: str) -> None:
+        """Refuse ``what`` (registering or dropping tables) to a user who is no admin:
+        the one check of every door that takes it (gRPC, Flight SQL).
+
+        Raises:
+            PermissionDeniedError: the user is not an admin.
+        """
+        if not self.admin:
+            from mangonel.errors import PermissionDeniedError
+
+            raise PermissionDeniedError(
+                f"only an admin may {what}; {self.user!r} is not one (`mangonel users add "
+                f"NAME --admin` makes one)"
+            )
+
     def may_see(self, owner: str) -> bool:
         """Whether this user may see (watch, read, cancel) a job ``owner`` submitted."""
         return self.admin or self.user == owner
