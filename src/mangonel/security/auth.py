@@ -16,6 +16,8 @@ import binascii
 from dataclasses import dataclass
 from typing import Protocol
 
+from mangonel.errors import PermissionDeniedError
+
 BASIC = "Basic "
 """Prefix of an ``authorization`` value with ``base64(user:password)`` (HTTP Basic;
 what Flight SQL clients such as ADBC send for their first call)."""
@@ -56,8 +58,6 @@ class Principal:
             PermissionDeniedError: the user is not an admin.
         """
         if not self.admin:
-            from mangonel.errors import PermissionDeniedError
-
             raise PermissionDeniedError(
                 f"only an admin may {what}; {self.user!r} is not one (`mangonel users add "
                 f"NAME --admin` makes one)"
