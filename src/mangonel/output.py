@@ -177,11 +177,18 @@ def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
     if isinstance(fs, pafs.LocalFileSystem):
         fs.create_dir(posixpath.dirname(path), recursive=True)
         tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            # A full disk fails the write after the name exists: left there, the
+            # empty file would make the location look written (``has_files``).
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
     else:
         with fs.open_output_stream(path) as f:
             f.write(data)

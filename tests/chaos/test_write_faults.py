@@ -146,6 +146,61 @@ def test_a_write_root_that_fills_up_fails_the_statement_and_leaves_nothing(
         )
 
 
+def test_a_write_root_that_fills_up_during_the_commit_fails_it_and_leaves_nothing(
+    cluster: TestCluster,
+    disks: tuple[SmallDisk, SmallDisk],
+    duckdb_ref: duckdb.DuckDBPyConnection,
+) -> None:
+    out = disks[0]
+    target = Path(out.path) / "nation_commit"
+    crash = cluster.work_dir.parent / "crash.json"
+    crash.write_text(
+        json.dumps([{"event": "WriteCommitted", "point": "commit-intent", "action": "freeze"}])
+    )
+    outcome: dict[str, Any] = {}
+    session = cluster.connect()
+
+    def run() -> None:
+        try:
+            outcome["result"] = session.sql(f"COPY nation TO '{target}' (FORMAT parquet)")
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            outcome["error"] = exc
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    scheduler = cluster.scheduler
+    assert scheduler is not None
+    try:
+        wait_until(lambda: is_stopped(scheduler.pid), "the scheduler freezes mid-commit", 90)
+        jobs = os.listdir(target / STAGING)  # confirmed: the intent written, nothing moved
+        assert len(jobs) == 1 and (target / STAGING / jobs[0] / INTENT).exists(), jobs
+        crash.write_text("[]")
+        out.fill()  # the moves need no room; the manifest does
+    finally:
+        crash.write_text("[]")
+        os.kill(scheduler.pid, signal.SIGCONT)
+    runner.join(60)
+    assert not runner.is_alive()
+    session.close()
+    error = outcome.get("error")
+    assert isinstance(error, WriteTargetFullError) and isinstance(error, JobFailedError), outcome
+    assert f"could not be committed to {target}" in str(error), error
+    assert "free space on that file system" in str(error), error
+    assert "No space left on device" in str(error), error
+    # The files the commit had moved are removed again, from its intent; no manifest.
+    wait_until(
+        lambda: files_under(target) == [],
+        "the moved and staged files are removed",
+        30,
+    )
+    out.free_up()
+    with cluster.connect() as again:  # space back: the same statement now commits
+        result = again.sql(f"COPY nation TO '{target}' (FORMAT parquet)")
+    assert result.to_arrow()["Count"].to_pylist() == [25]
+    expected = duckdb_ref.sql("SELECT * FROM nation").to_arrow_table()
+    assert_same_result(read_back(target), expected, ordered=False)
+
+
 def commit_through_a_store_failure(
     cluster: TestCluster,
     target: Path,

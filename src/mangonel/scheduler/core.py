@@ -46,6 +46,7 @@ messages; this module never sees a protobuf message.
 
 from __future__ import annotations
 
+import errno
 import logging
 import queue
 import secrets
@@ -859,8 +860,12 @@ class SchedulerCore:
             if isinstance(exc, StateStoreError):
                 return  # fatal: the scheduler stops, and a restart commits again
             msg = f"the output of job {job} could not be committed to {target.location}: {exc}"
+            kind = ErrorType.JOB_FAILED
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                kind = ErrorType.WRITE_TARGET_FULL
+                msg = f"disk full: {msg}. {kind.advice}"
             log.error("%s", msg)
-            self._emit(lambda eid, now: WriteCommitFailed(eid, now, job, msg))
+            self._emit(lambda eid, now: WriteCommitFailed(eid, now, job, msg, kind))
             return
         log.info(
             "job %s committed %d files to %s (%d in its manifest)",

@@ -43,6 +43,7 @@ import json
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -53,6 +54,8 @@ from mangonel.task import LaunchTask
 log = logging.getLogger(__name__)
 
 POINTS = ("persisted", "executed", "commit-intent", "committed")
+FREEZE_SETTLE_S = 1.0
+"""How long a thread that froze its process sleeps on (the time it takes the stop to land)."""
 
 
 class CrashAction(enum.Enum):
@@ -125,6 +128,10 @@ class CrashPoints:
                 for handler in logging.getLogger().handlers:
                     handler.flush()
                 os.kill(os.getpid(), signal.SIGSTOP)
+                # The stop reaches this thread a moment after ``kill`` returns (seen:
+                # the commit it should have held ran to its end first); asleep, the
+                # thread does nothing more until the test's SIGCONT.
+                time.sleep(FREEZE_SETTLE_S)
             elif self._counts[i] == rule.nth:
                 log.critical(
                     "crash rule %s fired at event %d: killing the scheduler", rule, event.event_id
