@@ -9,7 +9,8 @@
     │   ├── UnknownTableError      a table that the catalog does not hold
     │   ├── BindError              unknown column, wrong types, ... (DuckDB's words)
     │   └── BadRowError            a CSV or JSON table's row does not parse (file and line)
-    ├── CatalogError               registering a table failed (missing path, not Parquet)
+    ├── WriteTargetFullError       a write statement's target file system had no room left
+├── CatalogError               registering a table failed (missing path, not Parquet)
     │   └── ObjectStoreError       object storage (S3) failed; names the object
     │       ├── ObjectNotFoundError     no such bucket, key or prefix
     │       ├── ObjectAccessError       credentials missing, unknown or refused
@@ -19,8 +20,8 @@
     ├── JobFailedError             the job failed while running (which task, where, why)
     │   ├── JobCancelledError      the job was cancelled
     │   └── Job<X>Error            failed while running for a typed reason: also an <X>Error
-    │                              (QueryError, InternalError, ObjectStoreError and the four
-    │                              kinds of it), see ``ErrorType``
+    │                              (QueryError, InternalError, WriteTargetFullError,
+    │                              ObjectStoreError and the four kinds of it), see ``ErrorType``
     ├── QueryTimeoutError          the query outlasted the caller's timeout
     ├── ClusterError               the scheduler or executors cannot be reached
     ├── SecurityError              a request was refused
@@ -157,6 +158,12 @@ class PermissionDeniedError(SecurityError):
     """The user is known but may not do this (another user's job, an admin's action)."""
 
 
+class WriteTargetFullError(MangonelError):
+    """A write statement's target (the ``COPY`` location, the warehouse) ran out of
+    space while its tasks wrote; the message names the location and its file system.
+    Nothing of the statement was committed, and its staged files were removed."""
+
+
 class StateStoreError(MangonelError):
     """The scheduler's durable state (SQLite file, etcd) cannot be opened, read or written."""
 
@@ -229,6 +236,15 @@ class JobObjectStoreUnavailableError(ObjectStoreUnavailableError, JobFailedError
     )
 
 
+class JobWriteTargetFullError(WriteTargetFullError, JobFailedError):
+    """A write statement's target file system filled up while the job wrote to it."""
+
+    advice = (
+        "Nothing was written: free space on that file system (or give it more), or write "
+        "to another location, then run the statement again."
+    )
+
+
 class ErrorType(enum.Enum):
     """Why a job failed while it ran, as the error class it is blamed on.
 
@@ -249,6 +265,7 @@ class ErrorType(enum.Enum):
     OBJECT_ACCESS = "ObjectAccessError"
     OBJECT_CHANGED = "ObjectChangedError"
     OBJECT_STORE_UNAVAILABLE = "ObjectStoreUnavailableError"
+    WRITE_TARGET_FULL = "WriteTargetFullError"
 
     @classmethod
     def of(cls, exc: BaseException) -> ErrorType:
@@ -280,6 +297,7 @@ _RAISED: dict[ErrorType, type[JobFailedError]] = {
     ErrorType.OBJECT_ACCESS: JobObjectAccessError,
     ErrorType.OBJECT_CHANGED: JobObjectChangedError,
     ErrorType.OBJECT_STORE_UNAVAILABLE: JobObjectStoreUnavailableError,
+    ErrorType.WRITE_TARGET_FULL: JobWriteTargetFullError,
 }
 
 

@@ -3,7 +3,8 @@
 The layout of a location a statement writes (``COPY ... TO``, a warehouse table)::
 
     <target>/_mangonel_manifest.json                      the committed files: readers
-                                                          honour it (``manifest_files``)
+                                                          honour it (``manifest_files``);
+                                                          and those a REPLACE retired
     <target>/[k=v/]part-<job>-p<partition>-<name>         committed data files
     <target>/_mangonel_staging/<job>/p<p>-a<attempt>/...  one task attempt's files
     <target>/_mangonel_staging/<job>/_commit.json         the commit's intent
@@ -13,7 +14,10 @@ attempt uses (job, partition, attempt). The scheduler alone commits (``commit``)
 it names the one attempt per task whose files win, writes the intent (which
 staged file becomes which committed name), moves the files, then replaces the
 manifest in one atomic step (a rename on local disk, one PUT on S3), then deletes
-the job's staging directory, the losing attempts' files with it. Every step can be
+the job's staging directory, the losing attempts' files with it. A ``REPLACE``
+keeps the files it took out of the manifest (its ``retired`` list) until the
+scheduler, once no job that may have planned on the old manifest still runs,
+calls ``delete_retired``. Every step can be
 run again after a crash: ``commit`` reads the intent back instead of listing the
 staging directory again, moves only what is still staged, and writes the manifest
 only if it does not already name the job. ``abort`` removes a failed job's
@@ -72,6 +76,9 @@ class Manifest:
     files: tuple[str, ...]
     """Relative to the location, ``/``-separated, sorted."""
     format: str
+    retired: tuple[str, ...] = ()
+    """Files a ``REPLACE`` took out of the manifest, not deleted yet: jobs planned on
+    the manifest before may still read them (``delete_retired``). No reader lists them."""
 
 
 # --------------------------------------------------------------------- locations
@@ -130,7 +137,8 @@ def read_manifest(target: str) -> Manifest | None:
     if data is None:
         return None
     doc = json.loads(data)
-    return Manifest(str(doc["job"]), tuple(doc["files"]), str(doc["format"]))
+    retired = tuple(str(f) for f in doc.get("retired", ()))
+    return Manifest(str(doc["job"]), tuple(doc["files"]), str(doc["format"]), retired)
 
 
 def manifest_files(location: str) -> tuple[str, ...] | None:
@@ -169,11 +177,18 @@ def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
     if isinstance(fs, pafs.LocalFileSystem):
         fs.create_dir(posixpath.dirname(path), recursive=True)
         tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            # A full disk fails the write after the name exists: left there, the
+            # empty file would make the location look written (``has_files``).
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
     else:
         with fs.open_output_stream(path) as f:
             f.write(data)
@@ -184,10 +199,12 @@ def _put(fs: pafs.FileSystem, path: str, data: bytes) -> None:
 
 @dataclass(frozen=True)
 class Committed:
-    """What ``commit`` left: the manifest's files, the ones this job added."""
+    """What ``commit`` left: the manifest's files, the ones this job added, and the
+    ones it retired (still on disk, for ``delete_retired`` once no reader needs them)."""
 
     files: tuple[str, ...]
     added: tuple[str, ...]
+    retired: tuple[str, ...] = ()
 
 
 def _list(fs: pafs.FileSystem, base: str) -> list[str]:
@@ -222,16 +239,17 @@ def commit(
         # Committed before a crash (and maybe appended to since): only the staging
         # directory may be left.
         _remove(fs, staging)
-        return Committed(current.files, ())
+        return Committed(current.files, (), current.retired)
     if fs.get_file_info(intent_path).type is pafs.FileType.File:
         with fs.open_input_stream(intent_path) as f:
             intent = json.loads(f.read())
         moves = [(str(a), str(b)) for a, b in intent["moves"]]
         before = tuple(intent["before"])
+        waiting = tuple(intent.get("retired", ()))
         if current is not None and {final for _, final in moves} <= set(current.files):
             # Committed, and another job's commit (an INSERT) came after it.
             _remove(fs, staging)
-            return Committed(current.files, ())
+            return Committed(current.files, (), current.retired)
     else:
         if mode is CommitMode.CREATE and current is not None:
             raise WriteConflictError(
@@ -244,7 +262,16 @@ def commit(
             for rel in _list(fs, f"{staging}/{src}"):
                 moves.append((f"{src}/{rel}", final_name(job, partition, rel)))
         before = current.files if current is not None else ()
-        doc = {"job": job, "moves": moves, "before": list(before), "mode": mode.value}
+        # Files an earlier REPLACE retired and nobody deleted yet (its scheduler
+        # restarted): this commit's release deletes them too.
+        waiting = current.retired if current is not None else ()
+        doc = {
+            "job": job,
+            "moves": moves,
+            "before": list(before),
+            "retired": list(waiting),
+            "mode": mode.value,
+        }
         _put(fs, intent_path, json.dumps(doc).encode())
     if after_intent is not None:
         after_intent()  # a test's crash point: files staged, none moved yet
@@ -256,14 +283,32 @@ def commit(
             fs.move(src, dst)
     added = tuple(sorted(final for _, final in moves))
     files = tuple(sorted({*before, *added})) if mode is CommitMode.APPEND else added
-    manifest = {"job": job, "format": fmt, "files": list(files)}
+    # The replaced files stay until the readers planned on the old manifest are
+    # done (``delete_retired``): deleting them here failed a scan that was reading them.
+    retired = tuple(sorted({*waiting, *before} - set(files)))
+    manifest: dict[str, object] = {"job": job, "format": fmt, "files": list(files)}
+    if retired:
+        manifest["retired"] = list(retired)
     _put(fs, f"{base}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
-    if mode is CommitMode.REPLACE:
-        for old in set(before) - set(files):
-            _delete_file(fs, f"{base}/{old}")
     _remove(fs, staging)
     _sweep(fs, f"{base}/{STAGING}", running)
-    return Committed(files, added)
+    return Committed(files, added, retired)
+
+
+def delete_retired(target: str, job: str) -> int:
+    """Delete the files ``job``'s commit retired (``Committed.retired``) and take them
+    out of the manifest; return how many. Does nothing where a later commit wrote the
+    manifest since: that one carried them over, and its own release deletes them.
+    Idempotent; the caller runs it in the same order as the commits."""
+    fs, base = _fs(target)
+    current = read_manifest(target)
+    if current is None or current.job != job or not current.retired:
+        return 0
+    for old in current.retired:
+        _delete_file(fs, f"{base}/{old}")
+    manifest = {"job": job, "format": current.format, "files": list(current.files)}
+    _put(fs, f"{base}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+    return len(current.retired)
 
 
 def _sweep(fs: pafs.FileSystem, root: str, running: Container[str]) -> None:

@@ -228,6 +228,33 @@ class WriteFormat(enum.Enum):
         return self.value
 
 
+class WriteCompression(enum.Enum):
+    """How a written file is compressed (``COPY ... (COMPRESSION c)``): Parquet takes
+    each (per column chunk); CSV and JSON take ``GZIP``, ``ZSTD`` (the whole file,
+    ``.gz`` / ``.zst``) and ``UNCOMPRESSED``."""
+
+    UNCOMPRESSED = "uncompressed"
+    SNAPPY = "snappy"
+    GZIP = "gzip"
+    ZSTD = "zstd"
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """How a ``COPY``'s files are written beyond their format, as DuckDB's ``COPY``
+    takes them; the defaults are DuckDB's (Snappy Parquet, plain CSV and JSON, a
+    header line and ``,`` in CSV, DuckDB's row groups)."""
+
+    compression: WriteCompression | None = None
+    """``None``: the format's default."""
+    row_group_size: int | None = None
+    """Parquet only: rows per row group (``None``: DuckDB's 122,880)."""
+    header: bool = True
+    """CSV only: a first line naming the columns."""
+    delimiter: str = ","
+    """CSV only: the one character between values."""
+
+
 @dataclass(frozen=True)
 class SinkSpec:
     """Where a task of a writing stage puts its rows instead of passing them on.
@@ -243,6 +270,7 @@ class SinkSpec:
     columns: tuple[str, ...]
     """The written files' column names (the statement's, not the stage's)."""
     partition_by: tuple[str, ...] = ()
+    options: WriteOptions = WriteOptions()
 
 
 @dataclass(frozen=True)

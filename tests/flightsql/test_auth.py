@@ -130,3 +130,24 @@ def test_anyone_may_log_in_to_an_open_server(tpch_tables: dict[str, Any]) -> Non
             assert conn.adbc_get_info()["vendor_name"] == "mangonel"
     finally:
         server.shutdown()
+
+
+def test_only_an_admin_registers_a_table_with_create_external_table(
+    secured: FlightSqlServer, tpch_tables: dict[str, Path]
+) -> None:
+    ddl = f"CREATE EXTERNAL TABLE orders_ext STORED AS PARQUET LOCATION '{tpch_tables['orders']}'"
+    descriptor = flight.FlightDescriptor.for_command(pack(sql_pb.CommandStatementUpdate(query=ddl)))
+    with flight.connect(secured.url) as client:
+        bob = _login(client, "bob", "builder")
+        writer, _ = client.do_put(descriptor, pa.schema([]), bob)
+        with pytest.raises(flight.FlightUnauthorizedError, match="only an admin may register"):
+            writer.close()
+        assert "orders_ext" not in [t.name for t in secured.service.core.tables()]
+        alice = _login(client, "alice", "wonderland")
+        writer, reader = client.do_put(descriptor, pa.schema([]), alice)
+        writer.done_writing()
+        answer = sql_pb.DoPutUpdateResult.FromString(reader.read().to_pybytes())
+        writer.close()
+        assert answer.record_count == 0
+    table = next(t for t in secured.service.core.tables() if t.name == "orders_ext")
+    assert table.rows == 150_000  # TPC-H SF 0.1's orders, from the files' footers

@@ -6,6 +6,7 @@ there; ``CREATE TABLE AS`` writes into its warehouse (beside its SQLite state).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import adbc_driver_manager
@@ -40,3 +41,34 @@ def test_create_table_as_insert_and_drop_through_execute_update(
         update(adbc, "COPY region TO '/tmp/mangonel-region' (FORMAT csv)")
     with pytest.raises(adbc_driver_manager.Error, match="ForbiddenStatementError"):
         update(adbc, "SELECT 1")
+
+
+def test_create_external_table_registers_through_execute_update(
+    adbc: Any,
+    fsql_cluster: Any,
+    tpch_tables: dict[str, Path],
+    duckdb_ref: duckdb.DuckDBPyConnection,
+    work_dir: Path,
+) -> None:
+    # A CSV file of its own, registered by the scheduler (not by a mangonel client).
+    csv = work_dir / "suppliers.csv"
+    duckdb_ref.execute(f"COPY (SELECT * FROM supplier) TO '{csv}' (HEADER, DELIMITER '|')")
+    ddl = (
+        "CREATE EXTERNAL TABLE suppliers_csv STORED AS CSV "
+        f"LOCATION '{csv}' OPTIONS ('delimiter' '|')"
+    )
+    assert update(adbc, ddl) == 0
+    assert update(adbc, ddl.replace("TABLE", "TABLE IF NOT EXISTS", 1)) == 0
+    with pytest.raises(adbc_driver_manager.Error, match="CatalogError"):
+        update(adbc, ddl.replace("suppliers_csv", "broken").replace(str(csv), "/no/such.csv"))
+    check = "SELECT count(*) AS n, sum(s_acctbal) AS b, max(s_name) AS m FROM "
+    with adbc.cursor() as cur:
+        cur.execute(check + "suppliers_csv")
+        actual = cur.fetch_arrow_table()
+    expected = duckdb_ref.sql(f"{check} read_csv('{csv}', delim = '|')").to_arrow_table()
+    assert_same_result(actual, expected, ordered=False)
+    # Registered in the scheduler's catalog: every client sees it.
+    with fsql_cluster.connect() as session:
+        names = [t.name for t in session.tables()]
+    assert "suppliers_csv" in names and "broken" not in names
+    assert update(adbc, "DROP TABLE suppliers_csv") == 0

@@ -156,7 +156,7 @@ def test_errors_say_what_happened_and_the_engine_keeps_serving(engine: sa.Engine
         with pytest.raises(sa.exc.ProgrammingError, match="no_such_table"):
             con.exec_driver_sql("SELECT * FROM no_such_table")
         with pytest.raises(sa.exc.ProgrammingError):
-            con.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+            con.exec_driver_sql("CREATE TABLE t (x INTEGER PRIMARY KEY)")
         with pytest.raises(sa.exc.ProgrammingError):
             con.exec_driver_sql("SELEC 1 FROM nation")
         assert con.exec_driver_sql("SELECT count(*) FROM nation").scalar() == 25

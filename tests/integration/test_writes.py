@@ -9,6 +9,7 @@ sees is exactly the files the manifest names (``output.MANIFEST``).
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import threading
@@ -348,3 +349,130 @@ def test_two_writes_to_one_location_at_once(
     both = f"{queries[0]} UNION ALL {queries[1]}"
     assert_same_result(actual, duckdb_ref.sql(both).to_arrow_table(), ordered=False)
     session.sql("DROP TABLE contested")
+
+
+def test_copy_options_compression_row_groups_header_and_delimiter_match_duckdb(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection, out_root: Path, work_dir: Path
+) -> None:
+    # CSV: gzip, no header, '|': read back as DuckDB reads its own COPY with the same.
+    target = out_root / "options_csv"
+    options = "FORMAT csv, COMPRESSION gzip, HEADER false, DELIMITER '|'"
+    result = session.sql(f"COPY ({LINEITEM_QUERY}) TO '{target}' ({options})")
+    expected_count = duckdb_copy(duckdb_ref, LINEITEM_QUERY, work_dir / "ref.csv.gz", options)
+    assert_same_result(result.to_arrow(), expected_count, ordered=True)
+    files = committed(target)
+    assert len(files) == 6 and all(f.endswith(".csv.gz") for f in files), files
+    with gzip.open(files[0], "rt") as f:
+        first = f.readline()
+    assert "|" in first and "l_orderkey" not in first, first  # no header line
+    ref_files = [str(work_dir / "ref.csv.gz")]
+
+    def csv(paths: list[str]) -> pa.Table:
+        return (
+            duckdb.connect()
+            .sql(f"SELECT * FROM read_csv({paths!r}, delim = '|', header = false)")
+            .to_arrow_table()
+        )
+
+    assert_same_result(csv(files), csv(ref_files), ordered=False)
+
+    # Parquet: zstd, row groups of about 4,000 rows instead of DuckDB's 122,880.
+    target = out_root / "options_parquet"
+    options = "FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE 4000"
+    session.sql(f"COPY ({LINEITEM_QUERY}) TO '{target}' ({options})")
+    files = committed(target)
+    meta = duckdb.connect().sql(
+        f"SELECT DISTINCT file_name, row_group_id, row_group_num_rows, compression "
+        f"FROM parquet_metadata({files!r})"
+    )
+    rows = meta.fetchall()
+    assert {r[3] for r in rows} == {"ZSTD"}, rows
+    groups = {(r[0], r[1]): r[2] for r in rows}
+    assert len(groups) > 2 * len(files) and max(groups.values()) <= 8192, groups
+    duckdb_copy(duckdb_ref, LINEITEM_QUERY, work_dir / "ref_zstd", options)
+    expected = read_back([str(work_dir / "ref_zstd")], "parquet")
+    assert_same_result(read_back(files, "parquet"), expected, ordered=False)
+
+    # JSON: zstd-compressed lines.
+    target = out_root / "options_json"
+    query = "SELECT n_nationkey, n_name, n_regionkey FROM nation"
+    session.sql(f"COPY ({query}) TO '{target}' (FORMAT json, COMPRESSION zstd)")
+    files = committed(target)
+    assert files and all(f.endswith(".json.zst") for f in files), files
+    duckdb_copy(duckdb_ref, query, work_dir / "ref.json.zst", "FORMAT json, COMPRESSION zstd")
+    expected = read_back([str(work_dir / "ref.json.zst")], "json")
+    assert_same_result(read_back(files, "json"), expected, ordered=False)
+
+    # An option DuckDB's COPY has but mangonel does not write is refused, saying what is.
+    with pytest.raises(ForbiddenStatementError, match="COMPRESSION, ROW_GROUP_SIZE"):
+        session.sql(f"COPY ({query}) TO '{out_root / 'quoted'}' (FORMAT csv, QUOTE '''')")
+    assert not (out_root / "quoted").exists()
+
+
+def test_create_table_with_columns_then_insert_values_match_duckdb(
+    session: Any, tpch_tables: dict[str, Path]
+) -> None:
+    ref = duckdb.connect()
+    ref.execute(f"CREATE VIEW orders AS SELECT * FROM read_parquet('{tpch_tables['orders']}')")
+    statements = [
+        "CREATE TABLE typed (k BIGINT, name VARCHAR, price DECIMAL(12, 2), day DATE)",
+        "INSERT INTO typed VALUES (1, 'one', 1.5, DATE '2024-01-02'), (2, NULL, 20, NULL)",
+        "INSERT INTO typed SELECT o_orderkey, o_orderstatus, o_totalprice, o_orderdate "
+        "FROM orders WHERE o_orderkey % 100 = 0",
+        "INSERT INTO typed VALUES (3, 'three', '7.25', '2024-03-04')",
+    ]
+    check = "SELECT * FROM typed"
+    first = statements[0]
+    answer = session.sql(first).to_arrow()  # as DuckDB's: no row, a Count column
+    assert answer.num_rows == 0 and answer.column_names == ["Count"]
+    assert ref.execute(first).fetchall() == []
+    # Empty, with DuckDB's column names (an answer of no partition carries no types:
+    # ``fetch.assemble_result``; the table's own are checked once it has rows, below).
+    empty = session.sql(check).to_arrow()
+    assert empty.num_rows == 0 and empty.column_names == ["k", "name", "price", "day"]
+    for statement in statements[1:]:
+        counted = session.sql(statement).to_arrow()
+        assert_same_result(counted, ref.execute(statement).to_arrow_table(), ordered=True)
+    expected = ref.sql(check).to_arrow_table()
+    assert expected.num_rows > 1000
+    actual = session.sql(check).to_arrow()
+    assert actual.schema.types == expected.schema.types
+    assert_same_result(actual, expected, ordered=False)
+    with pytest.raises(JobQueryError, match="Conversion"):
+        session.sql("INSERT INTO typed VALUES ('not a number', 'x', 1, NULL)")
+    assert_same_result(session.sql(check).to_arrow(), expected, ordered=False)
+    session.sql("DROP TABLE typed")
+
+
+def test_csv_and_json_outputs_read_back_as_tables_through_their_manifest(
+    session: Any, duckdb_ref: duckdb.DuckDBPyConnection, out_root: Path
+) -> None:
+    check = (
+        "SELECT count(*) AS n, sum(l_quantity) AS q, max(l_comment) AS c, "
+        "count(DISTINCT l_shipdate) AS d FROM "
+    )
+    expected = duckdb_ref.sql(f"{check} ({LINEITEM_QUERY})").to_arrow_table()
+    for fmt, options, register in [
+        ("csv", "COMPRESSION gzip, DELIMITER '|'", {"delimiter": "|"}),
+        ("csv", "HEADER false", {"header": False}),
+        ("json", "COMPRESSION zstd", {}),
+    ]:
+        target = out_root / f"readable_{fmt}_{len(options)}"
+        session.sql(f"COPY ({LINEITEM_QUERY}) TO '{target}' (FORMAT {fmt}, {options})")
+        files = committed(target)
+        assert len(files) == 6, files  # one per writing task
+        # A stray file in the directory is no part of the output: readers skip it.
+        stray = target / files[0].rsplit("/", 1)[1].replace("part-", "stray-")
+        stray.write_bytes(Path(files[0]).read_bytes())
+        name = f"readable_{fmt}_{len(options)}"
+        columns = [
+            ("l_orderkey", "BIGINT"),
+            ("l_linenumber", "BIGINT"),
+            ("l_quantity", "DECIMAL(15,2)"),
+            ("l_extendedprice", "DECIMAL(15,2)"),
+            ("l_shipdate", "DATE"),
+            ("l_comment", "VARCHAR"),
+        ]
+        session.register(name, str(target), format=fmt, columns=columns, **register)
+        actual = session.sql(check + name).to_arrow()
+        assert_same_result(actual, expected, ordered=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -32,7 +33,7 @@ from mangonel.errors import (
     QueryError,
     job_failure,
 )
-from mangonel.executor.failures import classify
+from mangonel.executor.failures import classify, write_target_full
 from mangonel.ids import TaskId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.events import JobFailed, Limits
@@ -114,6 +115,31 @@ def test_duckdb_s_errors_keep_their_blame() -> None:
     assert isinstance(binder, FragmentRejected)  # the planner's SQL: an internal error
     io = classify(duckdb.IOException("IO Error: Cannot open file"))
     assert isinstance(io, ExecutionError) and io.error_type is ErrorType.JOB_FAILED
+
+
+def test_a_full_write_target_is_blamed_on_the_target_only_when_it_is_the_target(
+    tmp_path: Path,
+) -> None:
+    target, work = tmp_path / "out" / "t", tmp_path / "work"
+    work.mkdir()
+    named = duckdb.IOException(
+        f'IO Error: Could not write file "{target}/_mangonel_staging/j/p0-a0/data_0.parquet": '
+        "No space left on device"
+    )
+    failure = write_target_full(str(target), str(work), named)
+    assert isinstance(failure, QueryFailure) and failure.error_type is ErrorType.WRITE_TARGET_FULL
+    assert f"the write target {target} ran out of space" in failure.message
+    assert "mounted at /" in failure.message and "No space left" in failure.message
+    # The same disk as the work directory, the target not named: the executor's own
+    # disk is full (classify's DISK_FULL), not the target's.
+    spill = duckdb.IOException(
+        f'IO Error: Could not write file "{work}/x.tmp": No space left on device'
+    )
+    assert write_target_full(str(target), str(work), spill) is None
+    assert classify(spill).problem is ExecutionProblem.DISK_FULL  # type: ignore[union-attr]
+    # Not a full disk at all.
+    other = duckdb.IOException(f'IO Error: Could not write file "{target}/x": Permission denied')
+    assert write_target_full(str(target), str(work), other) is None
 
 
 # ------------------------------------------------------------------ the scheduler

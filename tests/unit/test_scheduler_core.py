@@ -19,7 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from mangonel.errors import ErrorType, JobCancelledError, JobFailedError, MangonelError
+from mangonel.errors import (
+    ErrorType,
+    JobCancelledError,
+    JobFailedError,
+    MangonelError,
+    StateStoreError,
+)
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan import planner as planner_module
 from mangonel.plan.physical import DistributedPlan, Stage
@@ -47,6 +53,7 @@ from mangonel.scheduler.events import (
     ResultRead,
     ResumeExecutor,
     TaskCompleted,
+    Tick,
 )
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry
 from mangonel.scheduler.state_executors import RegistrySnapshot
@@ -515,6 +522,43 @@ def test_a_small_result_comes_with_the_jobs_end_where_it_needs_no_ticket(
     state.next = [ReleaseOutputs(11, entry.id, record.id, None)]
     core.heartbeat(entry.id)
     assert record.result_files == {}
+
+
+def test_after_a_failed_store_write_no_watcher_hears_what_the_store_lacks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A job's end that the store could not take stays unseen: an event after it (a
+    tick) used to copy the state machine's view, SUCCEEDED, into the job's record
+    without its result, and a watcher answered the client with an empty result."""
+    monkeypatch.setattr(planner_module, "plan_query", lambda *args: PLAN)
+
+    class FailingStore(MemoryStateStore):
+        broken = False
+
+        def commit(self, puts: Mapping[str, str], deletes: Collection[str] = ()) -> None:
+            if self.broken:
+                raise StateStoreError("cannot write the state store: disk full")
+            super().commit(puts, deletes)
+
+    store = FailingStore()
+    store.acquire("scheduler")
+    state = ScriptedState()
+    core = SchedulerCore(state, store=store)
+    entry = core.register_executor("h", "127.0.0.1:1", 1)
+    core.executor_connected(entry.id)
+    record = core.submit("SELECT 1")
+    attempt = TaskAttemptId(TaskId(record.id, StageId(1), 0), 0)
+    out = PartitionOutput(0, "/w/p0", 1, 10, "c")
+    loc = PartitionLocation(entry.id, "h", "127.0.0.1:1", StageId(1), 0, 0, "/w/p0", 1, 10, "c")
+    state.job_views[record.id] = _finished(record.id, JobState.SUCCEEDED)
+    state.next = [JobSucceeded(100, record.id, (loc,))]
+    store.broken = True
+    with pytest.raises(StateStoreError):
+        core.report_completed(attempt, entry.id, (out,))
+    with pytest.raises(StateStoreError):
+        core._emit(lambda eid, now: Tick(eid, now))
+    assert not record.state.finished and record.result == ()
+    assert core.fatal is not None
 
 
 def test_a_slow_commit_to_the_state_store_is_logged(

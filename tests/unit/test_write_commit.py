@@ -18,6 +18,7 @@ import pytest
 from test_state_machine import E1, E2, J1, S1, S2, Harness, two_stage_plan
 
 from mangonel.errors import ForbiddenStatementError
+from mangonel.executor.sink import copy_sql
 from mangonel.output import (
     INTENT,
     MANIFEST,
@@ -27,6 +28,7 @@ from mangonel.output import (
     abort,
     attempt_staging,
     commit,
+    delete_retired,
     manifest_files,
 )
 from mangonel.plan.physical import DistributedPlan, Stage, StageInput, WriteTarget
@@ -42,7 +44,15 @@ from mangonel.scheduler.events import (
 )
 from mangonel.scheduler.state_jobs import JobRecord
 from mangonel.sql.writes import WriteKind, parse_write
-from mangonel.task import InputMode, LaunchTask, OutputKind, OutputSpec, QueryError, WriteFormat
+from mangonel.task import (
+    InputMode,
+    LaunchTask,
+    OutputKind,
+    OutputSpec,
+    QueryError,
+    SinkSpec,
+    WriteFormat,
+)
 
 # --------------------------------------------------------------------- statements
 
@@ -83,10 +93,18 @@ def test_write_statements_parse_into_what_they_write() -> None:
     [
         ("COPY t FROM 'x'", "register"),
         ("COPY t TO 'x' (FORMAT xlsx)", "parquet, csv or json"),
-        ("COPY t TO 'x' (COMPRESSION zstd)", "FORMAT, PARTITION_BY and OVERWRITE"),
-        ("CREATE TABLE x (a INT)", "AS SELECT"),
+        ("COPY t TO 'x' (QUOTE '|')", "COMPRESSION, ROW_GROUP_SIZE \\(Parquet\\), HEADER"),
+        ("COPY t TO 'x' (FORMAT csv, COMPRESSION snappy)", "uncompressed, gzip, zstd"),
+        ("COPY t TO 'x' (FORMAT parquet, COMPRESSION lzma)", "snappy, gzip, zstd"),
+        ("COPY t TO 'x' (FORMAT json, HEADER false)", "HEADER applies to FORMAT csv"),
+        ("COPY t TO 'x' (FORMAT csv, ROW_GROUP_SIZE 100)", "applies to FORMAT parquet"),
+        ("COPY t TO 'x' (ROW_GROUP_SIZE 'many')", "number of rows"),
+        ("COPY t TO 'x' (FORMAT csv, DELIMITER '||')", "one quoted character"),
+        ("COPY t TO 'x' (FORMAT csv, HEADER maybe)", "true or false"),
+        ("CREATE TABLE x (a INT PRIMARY KEY)", "constraints and defaults"),
+        ("CREATE TABLE x (a)", "a type for every column"),
         ("CREATE VIEW v AS SELECT 1", "AS SELECT"),
-        ("INSERT INTO x VALUES (1)", "rows of a query"),
+        ("INSERT INTO x DEFAULT VALUES", "rows of a query"),
         ("INSERT INTO x (a) SELECT 1", "column list"),
         ("DROP VIEW v", "DROP TABLE"),
     ],
@@ -94,6 +112,24 @@ def test_write_statements_parse_into_what_they_write() -> None:
 def test_other_shapes_are_refused_saying_what_is_taken(sql: str, words: str) -> None:
     with pytest.raises(ForbiddenStatementError, match=words):
         parse_write(sql)
+
+
+def test_copy_s_file_options_reach_duckdb_s_copy_as_it_spells_them() -> None:
+    def sql(statement: str) -> str:
+        parsed = parse_write(statement)
+        assert parsed is not None
+        sink = SinkSpec("/t", parsed.format, "/t/s", ("a",), options=parsed.options)
+        return copy_sql(sink, "/t/s")
+
+    csv = sql("COPY t TO 'x' (FORMAT csv, COMPRESSION gzip, HEADER false, DELIM '|')")
+    assert "COMPRESSION gzip" in csv and "HEADER false" in csv and "DELIMITER '|'" in csv
+    assert "HEADER true" in sql("COPY t TO 'x.csv'") and "DELIMITER ','" in sql("COPY t TO 'x.csv'")
+    assert "COMPRESSION none" in sql("COPY t TO 'x' (FORMAT json, COMPRESSION none)")
+    parquet = sql("COPY t TO 'x' (FORMAT parquet, CODEC 'ZSTD', ROW_GROUP_SIZE 10000)")
+    assert "COMPRESSION zstd" in parquet and "ROW_GROUP_SIZE 10000" in parquet
+    assert "COMPRESSION uncompressed" in sql("COPY t TO 'x' (COMPRESSION uncompressed)")
+    plain = sql("COPY t TO 'x'")
+    assert "COMPRESSION" not in plain and "ROW_GROUP_SIZE" not in plain and "HEADER" not in plain
 
 
 # ------------------------------------------------------------------------ commit
@@ -168,10 +204,35 @@ def test_append_replace_conflict_and_abort(tmp_path: Path) -> None:
     commit(target, "j1", {0: 0}, "parquet", CommitMode.CREATE)
     assert len(contents(tmp_path / "out")) == 4
     stage_files(target, "j4", {0: [0]})
-    commit(target, "j4", {0: 0}, "parquet", CommitMode.REPLACE)
+    done = commit(target, "j4", {0: 0}, "parquet", CommitMode.REPLACE)
+    assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1"]
+    # The replaced files stay, out of the manifest, until their readers are done.
+    assert len(done.retired) == 4 and all("part-j1-" in f or "part-j3-" in f for f in done.retired)
+    assert all((tmp_path / "out" / f).exists() for f in done.retired)
+    assert delete_retired(target, "j3") == 0  # not the manifest's job: not its to delete
+    assert delete_retired(target, "j4") == 4
+    assert delete_retired(target, "j4") == 0  # done once
     assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1"]
     left = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.*"))
     assert left == [MANIFEST, "k=1/part-j4-p00000-data_0.parquet", "part-j4-p00000-data_0.parquet"]
+
+
+def test_files_a_replace_retired_and_nobody_deleted_go_with_the_next_release(
+    tmp_path: Path,
+) -> None:
+    target = str(tmp_path / "out")
+    stage_files(target, "j1", {0: [0]})
+    commit(target, "j1", {0: 0}, "parquet", CommitMode.CREATE)
+    stage_files(target, "j2", {0: [0]})
+    first = commit(target, "j2", {0: 0}, "parquet", CommitMode.REPLACE)
+    stage_files(target, "j3", {0: [0]})
+    # j2's release never ran (its scheduler restarted): j3 takes j1's files over.
+    second = commit(target, "j3", {0: 0}, "parquet", CommitMode.REPLACE)
+    assert set(first.retired) < set(second.retired) and len(second.retired) == 4
+    assert delete_retired(target, "j2") == 0
+    assert delete_retired(target, "j3") == 4
+    assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1"]
+    assert len([p for p in (tmp_path / "out").rglob("*.parquet")]) == 2
 
 
 def test_abort_removes_files_a_failed_commit_moved(tmp_path: Path) -> None:

@@ -22,6 +22,12 @@ say *why* precisely:
   (``max_temp_directory_size``, also an ``OutOfMemoryException``): the executor
   then reports itself unhealthy until space returns (``executor.health``).
 
+A writing task (``executor.sink``) whose *target* fills up, not the executor's
+work directory, is a ``QueryError`` of type ``WRITE_TARGET_FULL``
+(``write_target_full``): every attempt writes to that one file system, so the
+job fails at once with a message naming it, and the executor stays healthy:
+its own disk has room, and it keeps serving other queries.
+
 Object storage (``mangonel.storage``): an object that is gone, changed since it
 was registered, refused or not Parquet is a ``QueryError`` (every attempt would
 meet the same object); a store that did not answer after its own retries is an
@@ -34,6 +40,8 @@ changed or that the store was away, not that the query is wrong.
 from __future__ import annotations
 
 import errno
+import os
+import shutil
 
 import duckdb
 
@@ -194,6 +202,52 @@ def disk_full(detail: str) -> ExecutionError:
         f"and this one takes no task until space returns",
         ExecutionProblem.DISK_FULL,
     )
+
+
+def write_target_full(target: str, work_dir: str, exc: BaseException) -> QueryError | None:
+    """The failure of a writing task whose local ``target`` ran out of space, or
+    ``None`` where ``exc`` is not that (another error, or the full disk is the
+    executor's own ``work_dir`` too: then ``classify``'s ``DISK_FULL``).
+
+    The target is blamed when DuckDB's message names it, or when it lies on another
+    file system than the work directory (DuckDB may spill there as it writes).
+    """
+    if not _is_disk_full(exc):
+        return None
+    message = str(exc)
+    try:
+        elsewhere = os.stat(_existing(target)).st_dev != os.stat(_existing(work_dir)).st_dev
+    except OSError:
+        elsewhere = False
+    if target not in message and not elsewhere:
+        return None
+    mount = _mount_point(target)
+    try:
+        usage = shutil.disk_usage(_existing(target))
+        room = f"{format_size(usage.free)} free of {format_size(usage.total)}"
+    except OSError:
+        room = "its size unknown"
+    return QueryError(
+        f"disk full: the write target {target} ran out of space (its file system, mounted "
+        f"at {mount}, has {room} after the job's staged files were removed): nothing was "
+        f"written (DuckDB said: {_first_line(message)})",
+        ErrorType.WRITE_TARGET_FULL,
+    )
+
+
+def _existing(path: str) -> str:
+    """``path``, or its nearest ancestor that exists."""
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def _mount_point(path: str) -> str:
+    """The mount point of the file system ``path`` lies on."""
+    path = os.path.realpath(_existing(path))
+    while not os.path.ismount(path):
+        path = os.path.dirname(path)
+    return path
 
 
 def _is_disk_full(exc: BaseException) -> bool:

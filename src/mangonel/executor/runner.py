@@ -80,6 +80,7 @@ from mangonel.executor.failures import (
     TaskCancelledError,
     TaskFailedError,
     classify,
+    write_target_full,
 )
 from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.memory import (
@@ -586,13 +587,18 @@ class TaskRunner:
                 midway=lambda: self.hooks.writing(spec.attempt),
             )
             self._check_cancelled()
-        except BaseException:
+        except BaseException as exc:
             # Nothing of a failed or cancelled attempt is ever committed: its files
             # go now, not only with its job's staging directory at the job's end.
             try:
                 discard_attempt(sink.staging)
             except OSError:
                 log.exception("task %s: its staged files could not be removed", spec.attempt)
+            full = None
+            if isinstance(exc, Exception) and not storage.is_remote(sink.target):
+                full = write_target_full(sink.target, self._spill_dir, exc)
+            if full is not None:
+                raise TaskFailedError(full) from exc
             raise
         schema = pa.schema([pa.field(spec.columns[0], pa.int64())])
         with writer.open(spec.attempt, 1, schema) as out:

@@ -6,7 +6,9 @@ stream goes to a fresh DuckDB database that does nothing but ``COPY`` it to file
 runs no SQL of the user's: only the ``COPY`` written here, over the stream, to the
 attempt's own staging directory (``output.attempt_staging``). DuckDB's writer
 gives DuckDB's file layout: its row groups, hive directories for
-``PARTITION_BY``, a new file every ``FILE_SIZE_BYTES``. A staging directory in
+``PARTITION_BY``, a new file every ``FILE_SIZE_BYTES``, and the ``COPY``'s own
+options (``task.WriteOptions``: compression, row groups, CSV header and
+delimiter) passed through as DuckDB spells them. A staging directory in
 object storage is written on local disk first, then uploaded file by file.
 """
 
@@ -22,7 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from mangonel import storage
-from mangonel.task import SinkSpec, WriteFormat
+from mangonel.task import SinkSpec, WriteCompression, WriteFormat
 
 FILE_SIZE_BYTES = 256 * 1024 * 1024
 """A task starts a new file past this size, so no file grows without bound."""
@@ -45,8 +47,19 @@ def copy_sql(sink: SinkSpec, directory: str) -> str:
         options.append(f"PARTITION_BY ({', '.join(_quote(c) for c in sink.partition_by)})")
     options.append("FILENAME_PATTERN 'data_{i}'")
     options.append(f"FILE_SIZE_BYTES {FILE_SIZE_BYTES}")
+    given = sink.options
+    if given.compression is not None:
+        # DuckDB's word for no compression is 'uncompressed' in Parquet, 'none' in text.
+        plain = given.compression is WriteCompression.UNCOMPRESSED
+        word = (
+            "none" if plain and sink.format is not WriteFormat.PARQUET else given.compression.value
+        )
+        options.append(f"COMPRESSION {word}")
+    if given.row_group_size is not None and sink.format is WriteFormat.PARQUET:
+        options.append(f"ROW_GROUP_SIZE {int(given.row_group_size)}")
     if sink.format is WriteFormat.CSV:
-        options.append("HEADER true")
+        options.append(f"HEADER {'true' if given.header else 'false'}")
+        options.append(f"DELIMITER {_literal(given.delimiter)}")
     return f"COPY __rows TO {_literal(directory)} ({', '.join(options)})"
 
 

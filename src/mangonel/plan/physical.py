@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from mangonel.ids import StageId
 from mangonel.output import CommitMode
-from mangonel.task import FileSplit, InputMode, OutputSpec, WriteFormat
+from mangonel.task import FileSplit, InputMode, OutputSpec, WriteFormat, WriteOptions
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,8 @@ class WriteTarget:
     partition_by: tuple[str, ...] = ()
     table: str = ""
     """A warehouse table the commit (re)registers (``CREATE TABLE``, ``INSERT``)."""
+    options: WriteOptions = WriteOptions()
+    """``COPY``'s compression, row groups, CSV header and delimiter."""
 
 
 @dataclass(frozen=True)

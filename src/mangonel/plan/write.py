@@ -27,7 +27,7 @@ from mangonel.ids import StageId
 from mangonel.output import CommitMode
 from mangonel.plan.physical import DistributedPlan, Stage, StageInput, WriteTarget
 from mangonel.plan.planner import PlannerConfig, plan_query
-from mangonel.task import InputMode, OutputKind, OutputSpec, WriteFormat
+from mangonel.task import InputMode, OutputKind, OutputSpec, WriteFormat, WriteOptions
 
 ROWS_COLUMN = "rows"
 COUNT_COLUMN = "Count"
@@ -44,8 +44,11 @@ def plan_write(
     partition_by: tuple[str, ...] = (),
     table: str = "",
     dialect: str | None = None,
+    options: WriteOptions | None = None,
+    count: bool = True,
 ) -> DistributedPlan:
-    """Plan a statement that writes the rows of ``query`` to ``location``.
+    """Plan a statement that writes the rows of ``query`` to ``location``; its
+    answer is one row, ``Count``, or none without ``count`` (``CREATE TABLE t (a INT)``).
 
     Raises:
         mangonel.errors.QueryError: the query cannot run, its result's column names
@@ -78,7 +81,7 @@ def plan_write(
     count = Stage(
         id=count_id,
         sql=f'SELECT CAST(coalesce(sum("{ROWS_COLUMN}"), 0) AS BIGINT) AS "{COUNT_COLUMN}" '
-        f"FROM {source}",
+        f"FROM {source}" + ("" if count else " HAVING false"),
         output=OutputSpec(OutputKind.SINGLE),
         num_tasks=1,
         columns=(COUNT_COLUMN,),
@@ -93,6 +96,7 @@ def plan_write(
         mode=mode,
         partition_by=partition_by,
         table=table,
+        options=options or WriteOptions(),
     )
     return replace(
         inner,

@@ -38,7 +38,9 @@ from mangonel.task import (
     TaskSpec,
     TaskTimings,
     TextFormat,
+    WriteCompression,
     WriteFormat,
+    WriteOptions,
 )
 
 ExecutorCommandKind = LaunchTask | CancelTask | ReleaseOutputs
@@ -268,6 +270,10 @@ def _sink_to_proto(sink: SinkSpec | None) -> pb.SinkSpec | None:
         staging=sink.staging,
         partition_by=list(sink.partition_by),
         columns=list(sink.columns),
+        compression=sink.options.compression.value if sink.options.compression else "",
+        row_group_size=sink.options.row_group_size or 0,
+        no_header=not sink.options.header,
+        delimiter=sink.options.delimiter,
     )
 
 
@@ -278,12 +284,23 @@ def _sink_from_proto(msg: pb.TaskSpec) -> SinkSpec | None:
         fmt = WriteFormat(msg.sink.format)
     except ValueError as err:
         raise ProtocolError(f"unknown write format {msg.sink.format!r}") from err
+    try:
+        compression = WriteCompression(msg.sink.compression) if msg.sink.compression else None
+    except ValueError as err:
+        raise ProtocolError(f"unknown compression {msg.sink.compression!r}") from err
+    options = WriteOptions(
+        compression,
+        msg.sink.row_group_size or None,
+        not msg.sink.no_header,
+        msg.sink.delimiter or ",",
+    )
     return SinkSpec(
         msg.sink.target,
         fmt,
         msg.sink.staging,
         tuple(msg.sink.columns),
         tuple(msg.sink.partition_by),
+        options,
     )
 
 

@@ -46,6 +46,7 @@ messages; this module never sees a protobuf message.
 
 from __future__ import annotations
 
+import errno
 import logging
 import queue
 import secrets
@@ -126,6 +127,8 @@ from mangonel.scheduler.telemetry import Telemetry
 from mangonel.scheduler.writes import (
     DROPPED,
     WRITER_HINT,
+    DeleteRetired,
+    Retirements,
     WriteSettings,
     default_warehouse,
     plan_statement,
@@ -269,7 +272,10 @@ class SchedulerCore:
         """Tables the warehouse owns (``CREATE TABLE AS``): ``DROP TABLE`` deletes their files."""
         # Commits run one at a time, off the lock: an S3 commit copies every file,
         # and two INSERTs into one table must not interleave their manifests.
-        self._write_queue: queue.Queue[CommitWrite | AbortWrite | None] = queue.Queue()
+        self._write_queue: queue.Queue[CommitWrite | AbortWrite | DeleteRetired | None] = (
+            queue.Queue()
+        )
+        self._retirements = Retirements()
         self._write_thread = threading.Thread(
             target=self._write_loop, name="scheduler-commit", daemon=True
         )
@@ -417,6 +423,12 @@ class SchedulerCore:
 
     def _emit(self, make: Callable[[int, float], Event]) -> list[Command]:
         with self._lock:
+            if self.fatal is not None:
+                # The state machine is ahead of the store: it may hold a job's end
+                # that was never written (and whose result was never handed over).
+                # Nothing more is handled, so no watcher hears of it; the restarted
+                # scheduler takes up from what the store holds.
+                raise self.fatal
             self._last_event_id += 1
             event = make(self._last_event_id, self._clock())
             if not isinstance(event, Tick):
@@ -506,6 +518,8 @@ class SchedulerCore:
                 if job is not None:
                     job.task_launched(attempt, now)
         elif isinstance(command, JobSucceeded | JobFailed | JobCancelled):
+            for release in self._retirements.finished(command.job):
+                self._write_queue.put(release)
             job = self._jobs.get(command.job)
             if job is not None:
                 result = command.result if isinstance(command, JobSucceeded) else None
@@ -793,7 +807,24 @@ class SchedulerCore:
                 except Exception:  # swept by the next commit's staging cleanup
                     log.exception("job %s: its staged files could not be removed", command.job)
                 continue
+            if isinstance(command, DeleteRetired):
+                self._delete_retired(command)
+                continue
             self._commit_write(command)
+
+    def _delete_retired(self, command: DeleteRetired) -> None:
+        """Delete the files a commit replaced, their readers done (on the commit thread)."""
+        try:
+            deleted = output.delete_retired(command.location, command.job)
+        except Exception:  # still listed as retired: the next replace takes them
+            log.exception("the files job %s replaced could not be deleted", command.job)
+        else:
+            log.info(
+                "job %s: %d replaced files deleted at %s, their readers done",
+                command.job,
+                deleted,
+                command.location,
+            )
 
     def _commit_write(self, command: CommitWrite) -> None:
         """Commit a write statement's output and register its table; report the outcome."""
@@ -830,8 +861,12 @@ class SchedulerCore:
             if isinstance(exc, StateStoreError):
                 return  # fatal: the scheduler stops, and a restart commits again
             msg = f"the output of job {job} could not be committed to {target.location}: {exc}"
+            kind = ErrorType.JOB_FAILED
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                kind = ErrorType.WRITE_TARGET_FULL
+                msg = f"disk full: {msg}. {kind.advice}"
             log.error("%s", msg)
-            self._emit(lambda eid, now: WriteCommitFailed(eid, now, job, msg))
+            self._emit(lambda eid, now: WriteCommitFailed(eid, now, job, msg, kind))
             return
         log.info(
             "job %s committed %d files to %s (%d in its manifest)",
@@ -841,6 +876,13 @@ class SchedulerCore:
             len(done.files),
         )
         crash_point("committed")
+        if done.retired:
+            # Jobs running now may have been planned on the manifest just replaced;
+            # with none, the old files go before the statement's client hears of it.
+            with self._lock:
+                ready = self._retirements.committed(target.location, job, self._running_jobs())
+            for release in ready:
+                self._delete_retired(release)
         self._emit(lambda eid, now: WriteCommitted(eid, now, job))
 
     def _running_jobs(self) -> frozenset[str]:

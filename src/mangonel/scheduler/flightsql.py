@@ -62,6 +62,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf.message import Message
 
+from mangonel import textfiles
 from mangonel.errors import AuthenticationError, ClusterError, MangonelError
 from mangonel.ids import JobId
 from mangonel.proto import flightsql_pb2 as sql_pb
@@ -103,6 +104,7 @@ from mangonel.security.auth import bearer_token as parse_bearer
 from mangonel.security.login_limits import peer_host
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tls import ServingCertificates, TlsMaterial
+from mangonel.sql.ddl import CreateExternalTable, parse_ddl
 from mangonel.sql.params import bind_parameters, count_parameters, numbered
 from mangonel.sql.writes import is_write
 from mangonel.task import PartitionLocation
@@ -493,11 +495,17 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
             writer.write(pa.py_buffer(result.SerializeToString()))
             return
         if isinstance(command, sql_pb.CommandStatementUpdate):
+            ddl = parse_ddl(command.query)
+            if ddl is not None:
+                self._register_external(ddl, who)
+                result = sql_pb.DoPutUpdateResult(record_count=0)
+                writer.write(pa.py_buffer(result.SerializeToString()))
+                return
             if not is_write(command.query):
                 raise invalid(
                     "ForbiddenStatementError: an update is one of COPY ... TO, CREATE TABLE "
-                    "... AS SELECT, INSERT INTO ... SELECT and DROP TABLE; run queries with "
-                    "Execute"
+                    "... AS SELECT, INSERT INTO ... SELECT/VALUES, DROP TABLE and CREATE "
+                    "EXTERNAL TABLE; run queries with Execute"
                 )
             record = self._submit(command.query, who)
             self._wait(record, context)
@@ -511,6 +519,17 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
                 "statement itself (COPY ... TO, CREATE TABLE ... AS SELECT, INSERT INTO ... SELECT)"
             )
         raise unsupported(f"DoPut of {type(command).__name__} is not supported")
+
+    def _register_external(self, ddl: CreateExternalTable, who: FlightSqlAuthMiddleware) -> None:
+        """``CREATE EXTERNAL TABLE`` as gRPC's ``RegisterTable``: an admin's, durable."""
+        who.principal.require_admin("register tables")
+        if ddl.if_not_exists and any(t.name == ddl.name for t in self.core.tables()):
+            return
+        kind = textfiles.file_format(ddl.format)
+        table = self.core.register_table(
+            ddl.name, ddl.location, kind, dict(ddl.options), list(ddl.columns)
+        )
+        log.info("flight sql: %s registered %s (%s)", who.principal.user, table.name, ddl.location)
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
         return [

@@ -478,11 +478,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
 
     @staticmethod
     def _admin(caller: Principal, what: str) -> None:
-        if not caller.admin:
-            raise PermissionDeniedError(
-                f"only an admin may {what}; {caller.user!r} is not one (`mangonel users add "
-                f"NAME --admin` makes one)"
-            )
+        caller.require_admin(what)
 
     # ----------------------------------------------------------------- calls
 

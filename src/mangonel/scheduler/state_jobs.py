@@ -987,7 +987,14 @@ class JobRecord:
         staging = attempt_staging(
             write.location, str(self.id), attempt.task.partition, attempt.attempt
         )
-        return SinkSpec(write.location, write.format, staging, write.columns, write.partition_by)
+        return SinkSpec(
+            write.location,
+            write.format,
+            staging,
+            write.columns,
+            write.partition_by,
+            write.options,
+        )
 
     def _input_locations(
         self, upstream: StageId, mode: InputMode, partitions: range

@@ -10,12 +10,15 @@ by the shell when the state machine says ``CommitWrite``.
   location must start with an ``s3://`` root. No root: ``COPY`` is refused.
 * ``CREATE TABLE AS`` and ``INSERT INTO`` write under the warehouse
   (``--warehouse``), one directory per table, which the scheduler owns.
+
+It also keeps the files a commit retired (``Retirements``) until the jobs that
+may read them are done.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -53,6 +56,59 @@ class WriteSettings:
 
     warehouse: str
     write_roots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeleteRetired:
+    """Delete the files ``job``'s commit at ``location`` took out of its manifest
+    (``output.delete_retired``): no job that may read them runs any more."""
+
+    location: str
+    job: str
+
+
+class Retirements:
+    """Which commits' retired files wait for which jobs to finish.
+
+    A commit that replaces files (``OVERWRITE``, ``CREATE OR REPLACE``) takes them
+    out of the manifest at once, but a job planned before it may be about to read
+    them (its tasks name the files). So they stay until every job that was
+    unfinished when the commit landed has finished. Jobs submitted after the
+    commit are planned on the new manifest and are not waited for.
+
+    >>> r = Retirements()
+    >>> r.committed("/out/t", "j2", unfinished={"j1"})
+    []
+    >>> r.finished("j1")
+    [DeleteRetired(location='/out/t', job='j2')]
+    """
+
+    def __init__(self) -> None:
+        self._waiting: dict[DeleteRetired, set[str]] = {}
+
+    def committed(self, location: str, job: str, unfinished: Iterable[str]) -> list[DeleteRetired]:
+        """``job``'s commit at ``location`` retired files while ``unfinished`` ran;
+        the deletion to carry out now, if none of them runs."""
+        release = DeleteRetired(location, job)
+        readers = set(unfinished) - {job}
+        if not readers:
+            return [release]
+        self._waiting[release] = readers
+        return []
+
+    def finished(self, job: str) -> list[DeleteRetired]:
+        """``job`` ended: the deletions no job holds back any more."""
+        ready = []
+        for release, readers in list(self._waiting.items()):
+            readers.discard(job)
+            if not readers:
+                del self._waiting[release]
+                ready.append(release)
+        return ready
+
+    def waiting(self) -> dict[DeleteRetired, frozenset[str]]:
+        """The deletions held back, and by which jobs."""
+        return {r: frozenset(j) for r, j in self._waiting.items()}
 
 
 def default_warehouse(state_url: str) -> str:
@@ -202,4 +258,6 @@ def plan_statement(
         partition_by=partition_by,
         table=table,
         dialect=dialect,
+        options=statement.options,
+        count=not statement.declared,
     )

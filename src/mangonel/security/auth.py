@@ -16,6 +16,8 @@ import binascii
 from dataclasses import dataclass
 from typing import Protocol
 
+from mangonel.errors import PermissionDeniedError
+
 BASIC = "Basic "
 """Prefix of an ``authorization`` value with ``base64(user:password)`` (HTTP Basic;
 what Flight SQL clients such as ADBC send for their first call)."""
@@ -47,6 +49,19 @@ class Principal:
         """Whether this user may run the write statements (``COPY ... TO``, ``CREATE
         TABLE ... AS``, ``INSERT``, ``DROP TABLE``): the admins and the writers."""
         return self.admin or self.writer
+
+    def require_admin(self, what: str) -> None:
+        """Refuse ``what`` (registering or dropping tables) to a user who is no admin:
+        the one check of every door that takes it (gRPC, Flight SQL).
+
+        Raises:
+            PermissionDeniedError: the user is not an admin.
+        """
+        if not self.admin:
+            raise PermissionDeniedError(
+                f"only an admin may {what}; {self.user!r} is not one (`mangonel users add "
+                f"NAME --admin` makes one)"
+            )
 
     def may_see(self, owner: str) -> bool:
         """Whether this user may see (watch, read, cancel) a job ``owner`` submitted."""

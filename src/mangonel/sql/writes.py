@@ -11,7 +11,7 @@ question (``scheduler.writes``).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import sqlglot
 from sqlglot import exp
@@ -19,7 +19,7 @@ from sqlglot.errors import ParseError
 
 from mangonel.errors import ForbiddenStatementError, SqlSyntaxError
 from mangonel.sql.frontend import _COMMENTS, _FIRST_WORD, to_duckdb
-from mangonel.task import WriteFormat
+from mangonel.task import WriteCompression, WriteFormat, WriteOptions
 
 _WRITE_WORDS = frozenset({"copy", "create", "insert", "drop"})
 
@@ -47,6 +47,11 @@ class WriteStatement:
     table: str = ""
     if_not_exists: bool = False
     """``CREATE TABLE IF NOT EXISTS``; for ``DROP``: ``IF EXISTS``."""
+    options: WriteOptions = WriteOptions()
+    """``COPY``'s ``COMPRESSION``, ``ROW_GROUP_SIZE``, ``HEADER``, ``DELIMITER``."""
+    declared: bool = False
+    """``CREATE TABLE t (columns)``: ``query`` is one of no rows; the statement
+    answers no row (DuckDB's answer), not a count."""
 
 
 def is_write(sql: str) -> bool:
@@ -121,6 +126,7 @@ def _copy(stmt: exp.Copy) -> WriteStatement:
     fmt: WriteFormat | None = None
     partition_by: tuple[str, ...] = ()
     overwrite = False
+    given: dict[str, exp.Expr | None] = {}
     for param in stmt.args.get("params") or []:
         name = param.this.name.upper()
         value = param.expression
@@ -143,10 +149,11 @@ def _copy(stmt: exp.Copy) -> WriteStatement:
             partition_by = tuple(c.name for c in cols)
         elif name in ("OVERWRITE", "OVERWRITE_OR_IGNORE"):
             overwrite = not (isinstance(value, exp.Boolean) and not value.this)
+        elif name in _FILE_OPTIONS or name in _FILE_OPTION_SYNONYMS:
+            given[_FILE_OPTION_SYNONYMS.get(name, name)] = value
         else:
             raise ForbiddenStatementError(
-                f"COPY option {name} is not supported; mangonel takes FORMAT, PARTITION_BY "
-                "and OVERWRITE"
+                f"COPY option {name} is not supported; mangonel takes {_TAKEN}"
             )
     if fmt is None:
         fmt = WriteFormat.CSV if location.lower().endswith(".csv") else WriteFormat.PARQUET
@@ -159,31 +166,148 @@ def _copy(stmt: exp.Copy) -> WriteStatement:
         format=fmt,
         partition_by=partition_by,
         overwrite=overwrite,
+        options=_file_options(given, fmt),
     )
 
 
+_FILE_OPTIONS = {
+    "COMPRESSION": (WriteFormat.PARQUET, WriteFormat.CSV, WriteFormat.JSON),
+    "ROW_GROUP_SIZE": (WriteFormat.PARQUET,),
+    "HEADER": (WriteFormat.CSV,),
+    "DELIMITER": (WriteFormat.CSV,),
+}
+"""The options of DuckDB's ``COPY`` that say how files are written, and the
+formats that take each."""
+_FILE_OPTION_SYNONYMS = {"CODEC": "COMPRESSION", "DELIM": "DELIMITER", "SEP": "DELIMITER"}
+_TAKEN = (
+    "FORMAT, PARTITION_BY, OVERWRITE, COMPRESSION, ROW_GROUP_SIZE (Parquet), "
+    "HEADER and DELIMITER (CSV)"
+)
+_TEXT_COMPRESSIONS = (WriteCompression.UNCOMPRESSED, WriteCompression.GZIP, WriteCompression.ZSTD)
+
+
+def _option_text(value: exp.Expr | None) -> str:
+    if isinstance(value, exp.Literal | exp.Identifier | exp.Var | exp.Column):
+        return str(value.name)
+    return value.sql(dialect="duckdb") if value is not None else ""
+
+
+def _file_options(given: dict[str, exp.Expr | None], fmt: WriteFormat) -> WriteOptions:
+    """``COPY``'s file options for ``fmt``, checked as DuckDB checks them.
+
+    Raises:
+        ForbiddenStatementError: an option the format does not take, or a value
+            it cannot have (the message says which are taken).
+    """
+    for name in given:
+        if fmt not in _FILE_OPTIONS[name]:
+            takes = " and ".join(f.value for f in _FILE_OPTIONS[name])
+            raise ForbiddenStatementError(
+                f"COPY option {name} applies to FORMAT {takes}, not {fmt.value}"
+            )
+    options = WriteOptions()
+    if "COMPRESSION" in given:
+        text = _option_text(given["COMPRESSION"]).lower()
+        text = "uncompressed" if text == "none" else text
+        allowed = list(WriteCompression) if fmt is WriteFormat.PARQUET else _TEXT_COMPRESSIONS
+        if text not in [c.value for c in allowed]:
+            raise ForbiddenStatementError(
+                f"COMPRESSION {text!r} is not one mangonel writes {fmt.value} with; take one of "
+                + ", ".join(c.value for c in allowed)
+            )
+        options = replace(options, compression=WriteCompression(text))
+    if "ROW_GROUP_SIZE" in given:
+        text = _option_text(given["ROW_GROUP_SIZE"])
+        if not text.isdigit() or int(text) < 1:
+            raise ForbiddenStatementError(
+                f"ROW_GROUP_SIZE takes a number of rows (at least 1), not {text!r}"
+            )
+        options = replace(options, row_group_size=int(text))
+    if "HEADER" in given:
+        value = given["HEADER"]
+        text = "true" if value is None else _option_text(value).lower()
+        if text not in ("true", "false", "1", "0"):
+            raise ForbiddenStatementError(f"HEADER takes true or false, not {text!r}")
+        options = replace(options, header=text in ("true", "1"))
+    if "DELIMITER" in given:
+        value = given["DELIMITER"]
+        text = value.this if isinstance(value, exp.Literal) and value.is_string else ""
+        if len(text) != 1 or text in ("\n", "\r", '"'):
+            raise ForbiddenStatementError(
+                "DELIMITER takes one quoted character other than a quote or a line break, "
+                "e.g. DELIMITER '|'"
+            )
+        options = replace(options, delimiter=text)
+    return options
+
+
 def _create(stmt: exp.Create) -> WriteStatement:
-    if str(stmt.args.get("kind") or "").upper() != "TABLE" or stmt.expression is None:
+    kind = str(stmt.args.get("kind") or "").upper()
+    schema = stmt.this if stmt.expression is None else None
+    if kind != "TABLE" or (stmt.expression is None and not isinstance(schema, exp.Schema)):
         raise ForbiddenStatementError(
-            "only CREATE TABLE name AS SELECT ... is supported (to read files, register them)"
+            "only CREATE TABLE name AS SELECT ... and CREATE TABLE name (column type, ...) "
+            "are supported (to read files, register them)"
         )
     if stmt.args.get("replace") and stmt.args.get("exists"):
         raise ForbiddenStatementError("CREATE OR REPLACE and IF NOT EXISTS do not go together")
+    if isinstance(schema, exp.Schema):
+        query, name = _empty_query(schema), _table_name(schema.this, "CREATE TABLE")
+    else:
+        query = _query_sql(stmt.expression, "CREATE TABLE AS")
+        name = _table_name(stmt.this, "CREATE TABLE")
     return WriteStatement(
         WriteKind.CREATE_TABLE,
-        query=_query_sql(stmt.expression, "CREATE TABLE AS"),
-        table=_table_name(stmt.this, "CREATE TABLE"),
+        query=query,
+        declared=isinstance(schema, exp.Schema),
+        table=name,
         overwrite=bool(stmt.args.get("replace")),
         if_not_exists=bool(stmt.args.get("exists")),
     )
 
 
+def _empty_query(schema: exp.Schema) -> str:
+    """The query of no rows whose columns are ``CREATE TABLE t (columns)``'s: the
+    table is then created as by ``CREATE TABLE t AS`` that query.
+
+    Raises:
+        ForbiddenStatementError: a column without a type, or with a constraint or
+            default (a Parquet table keeps neither).
+    """
+    columns = []
+    for column in schema.expressions:
+        if not isinstance(column, exp.ColumnDef) or column.args.get("kind") is None:
+            raise ForbiddenStatementError(
+                "CREATE TABLE name (column type, ...) needs a type for every column"
+            )
+        if column.args.get("constraints"):
+            raise ForbiddenStatementError(
+                f"column {column.name}: constraints and defaults are not kept (the table is "
+                "Parquet files); declare the column with its type only"
+            )
+        kind = column.args["kind"].sql(dialect="duckdb")
+        name = '"' + column.name.replace('"', '""') + '"'
+        columns.append(f"CAST(NULL AS {kind}) AS {name}")
+    if not columns:
+        raise ForbiddenStatementError("CREATE TABLE name (...) needs at least one column")
+    return f"SELECT {', '.join(columns)} WHERE false"
+
+
 def _insert(stmt: exp.Insert) -> WriteStatement:
     if stmt.args.get("overwrite") or stmt.args.get("conflict") or stmt.args.get("returning"):
-        raise ForbiddenStatementError("only INSERT INTO name SELECT ... is supported")
+        raise ForbiddenStatementError(
+            "only INSERT INTO name SELECT ... and INSERT INTO name VALUES (...) are supported"
+        )
+    rows = stmt.expression
+    if isinstance(rows, exp.Values):
+        # DuckDB reads a VALUES list as a query of its own: its columns are the
+        # table's by position, as INSERT ... SELECT's are.
+        query = f"SELECT * FROM ({rows.sql(dialect='duckdb')})"
+    else:
+        query = _query_sql(rows, "INSERT INTO")
     return WriteStatement(
         WriteKind.INSERT,
-        query=_query_sql(stmt.expression, "INSERT INTO"),
+        query=query,
         table=_table_name(stmt.this, "INSERT INTO"),
     )
 

@@ -25,7 +25,10 @@ A rule, one JSON object (a file holds a list of them):
   stage; matched against a ``TaskCompleted`` event's task, or, with
   ``"commands": "LaunchTask"``, against the launched tasks;
 * ``"nth"`` (default 1): fire at the N-th match, counted from when the rule
-  was read.
+  was read;
+* ``"action"`` (default ``"kill"``): ``"freeze"`` stops the process (SIGSTOP)
+  instead, for the test to fault something else at that point (fill the store's
+  disk, stop etcd) before it sends SIGCONT.
 
 The file is read again when it changes (one ``stat`` per event that is
 persisted), so a test writes rules into a running scheduler, and clears them
@@ -35,10 +38,12 @@ as in a real crash.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -49,6 +54,15 @@ from mangonel.task import LaunchTask
 log = logging.getLogger(__name__)
 
 POINTS = ("persisted", "executed", "commit-intent", "committed")
+FREEZE_SETTLE_S = 1.0
+"""How long a thread that froze its process sleeps on (the time it takes the stop to land)."""
+
+
+class CrashAction(enum.Enum):
+    """What a rule does to the scheduler when it fires."""
+
+    KILL = "kill"
+    FREEZE = "freeze"
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,7 @@ class CrashRule:
     commands: str | None = None
     stage: int | str | None = None
     nth: int = 1
+    action: CrashAction = CrashAction.KILL
 
 
 def parse_rules(data: object) -> list[CrashRule]:
@@ -68,7 +83,11 @@ def parse_rules(data: object) -> list[CrashRule]:
     for item in data:
         if not isinstance(item, dict) or not isinstance(item.get("event"), str):
             raise ValueError(f"a crash rule is an object with an 'event': {item!r}")
-        rule = CrashRule(**item)
+        try:
+            action = CrashAction(item.get("action", "kill"))
+        except ValueError:
+            raise ValueError(f"'action' is 'kill' or 'freeze': {item!r}") from None
+        rule = CrashRule(**{**item, "action": action})
         if rule.point not in POINTS:
             raise ValueError(f"'point' is one of {POINTS}: {item!r}")
         if rule.stage is not None and rule.stage != "final" and not isinstance(rule.stage, int):
@@ -100,7 +119,20 @@ class CrashPoints:
             if rule.point != point or not self._matches(rule, event, commands):
                 continue
             self._counts[i] += 1
-            if self._counts[i] == rule.nth:
+            if self._counts[i] == rule.nth and rule.action is CrashAction.FREEZE:
+                log.critical(
+                    "crash rule %s fired at event %d: freezing the scheduler",
+                    rule,
+                    event.event_id,
+                )
+                for handler in logging.getLogger().handlers:
+                    handler.flush()
+                os.kill(os.getpid(), signal.SIGSTOP)
+                # The stop reaches this thread a moment after ``kill`` returns (seen:
+                # the commit it should have held ran to its end first); asleep, the
+                # thread does nothing more until the test's SIGCONT.
+                time.sleep(FREEZE_SETTLE_S)
+            elif self._counts[i] == rule.nth:
                 log.critical(
                     "crash rule %s fired at event %d: killing the scheduler", rule, event.event_id
                 )
