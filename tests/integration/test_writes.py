@@ -60,6 +60,10 @@ def cluster(module_dir: Path, out_root: Path) -> Iterator[Any]:
         scheduler_args=(
             "--split-rows",
             "100000",
+            # No straggler copies: under load a copy could win every writing task
+            # on one executor, and the test that the writes ran on both would fail
+            # for the machine's sake (speculation racing a write: tests/chaos/test_chaos_writes.py).
+            "--no-speculation",
             "--write-root",
             str(out_root),
             "--warehouse",
