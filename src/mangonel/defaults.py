@@ -274,3 +274,9 @@ LOCAL_EXECUTORS = 2
 LOCAL_HEARTBEAT_TIMEOUT_S = 5.0
 """The heartbeat timeout of a ``LocalCluster`` and of ``mangonel standalone``
 (shorter than a lone scheduler's ``HEARTBEAT_TIMEOUT_S``)."""
+
+# -------------------------------------------------------------------- catalog
+
+SCHEMA = "main"
+"""The one schema the registered tables live in, as SQL tools see it (the SQLAlchemy
+dialect lists it; it is DuckDB's default schema): ``main.orders`` is ``orders``."""

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from sqlglot import exp
 
-from mangonel.errors import ForbiddenStatementError
+from mangonel.errors import ForbiddenStatementError, UnknownTableError
 from mangonel.sql.frontend import parse
 
 
@@ -63,4 +64,18 @@ def test_what_computes_on_the_data_alone_still_runs() -> None:
         "SELECT x AS version, x AS current_setting FROM t",
         "SELECT v.version FROM (SELECT x AS version FROM t) AS v",
     ):
+        parse(sql, {"t"})
+
+
+def test_a_table_qualified_by_the_default_schema_is_the_table() -> None:
+    # BI tools (Superset) write every name as schema.table, with the one schema the
+    # SQLAlchemy dialect lists.
+    parsed = parse('SELECT o.x FROM main.t AS o JOIN "MAIN".u ON o.x = u.x', {"t", "u"})
+    assert parsed.tables == {"t", "u"}
+    assert [table.sql() for table in parsed.query.find_all(exp.Table)] == ["t AS o", "u"]
+
+
+@pytest.mark.parametrize("sql", ["SELECT x FROM other.t", "SELECT x FROM memory.main.t"])
+def test_a_table_in_another_schema_or_catalog_is_unknown(sql: str) -> None:
+    with pytest.raises(UnknownTableError, match="refer to registered tables by their plain name"):
         parse(sql, {"t"})

@@ -50,7 +50,13 @@ _TIMESTAMP = re.compile(r"timestamp\[(s|ms|us|ns)(?:, tz=(.+))?\]")
 _DURATION = re.compile(r"duration\[(s|ms|us|ns)\]")
 _FIXED_BINARY = re.compile(r"fixed_size_binary\[(\d+)\]")
 
-_DECIMALS = {"32": pa.decimal32, "64": pa.decimal64, "128": pa.decimal128, "256": pa.decimal256}
+# pyarrow 18 (what Superset's environment holds) has no decimal32 or decimal64: a column
+# of those reads as ``None`` there, and its caller asks the cluster for the schema.
+_DECIMALS = {
+    bits: getattr(pa, f"decimal{bits}")
+    for bits in ("32", "64", "128", "256")
+    if hasattr(pa, f"decimal{bits}")
+}
 
 
 def parse(text: str) -> pa.DataType | None:
@@ -58,7 +64,7 @@ def parse(text: str) -> pa.DataType | None:
     text = text.strip()
     if text in _SIMPLE:
         return _SIMPLE[text]
-    if m := _DECIMAL.fullmatch(text):
+    if (m := _DECIMAL.fullmatch(text)) and m[1] in _DECIMALS:
         return _DECIMALS[m[1]](int(m[2]), int(m[3]))
     if m := _TIMESTAMP.fullmatch(text):
         return pa.timestamp(m[1], tz=m[2])

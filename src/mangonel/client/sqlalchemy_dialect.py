@@ -12,6 +12,9 @@ user and password, ``host:port`` of the scheduler, and the options ``tls_ca``,
 The driver underneath is ``client.dbapi``; queries are compiled with SQLAlchemy's
 generic compiler, whose SQL DuckDB's dialect (mangonel's) reads.
 
+It runs on SQLAlchemy 1.4 as well as 2.x, so that it installs into a BI tool's own
+environment (Superset 6 pins ``sqlalchemy<2``): see ``requirements-client.txt``.
+
 Introspection shows one schema, ``main``, holding the registered tables (no views,
 keys or indexes) with their columns' types mapped from Arrow's.
 """
@@ -23,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 import pyarrow as pa
+import sqlalchemy
 import sqlalchemy.types as sqltypes
 from sqlalchemy import exc
 from sqlalchemy.engine import URL, Connection, default
@@ -32,8 +36,15 @@ from mangonel.client import arrow_types, dbapi
 from mangonel.client.status import TableInfo
 from mangonel.client.url import ConnectOptionError, ConnectOptions
 
-SCHEMA = "main"
-"""The one schema mangonel's tables live in, as introspection shows it."""
+SQLALCHEMY_1 = sqlalchemy.__version__.startswith("1.")
+"""SQLAlchemy 1.4: no ``DOUBLE`` type, and the driver module comes from ``dbapi()``."""
+
+# SQLAlchemy 1.4 has no DOUBLE; its FLOAT with a binary precision of 53 is one.
+_DOUBLE: Any = sqltypes.FLOAT if SQLALCHEMY_1 else getattr(sqltypes, "DOUBLE")  # noqa: B009
+
+SCHEMA = defaults.SCHEMA
+"""The one schema mangonel's tables live in, as introspection shows it (queries may
+name a table ``main.orders``, as BI tools write them)."""
 
 
 def sqlalchemy_type(arrow_type: pa.DataType | None) -> sqltypes.TypeEngine[Any]:
@@ -52,7 +63,7 @@ def sqlalchemy_type(arrow_type: pa.DataType | None) -> sqltypes.TypeEngine[Any]:
     if pa.types.is_float16(t) or pa.types.is_float32(t):
         return sqltypes.REAL()
     if pa.types.is_float64(t):
-        return sqltypes.DOUBLE()
+        return _DOUBLE(precision=53) if SQLALCHEMY_1 else _DOUBLE()
     if pa.types.is_decimal(t):
         return sqltypes.NUMERIC(t.precision, t.scale)
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
@@ -93,6 +104,12 @@ class MangonelDialect(default.DefaultDialect):
     @classmethod
     def import_dbapi(cls) -> ModuleType:
         return dbapi
+
+    if SQLALCHEMY_1:
+        # 1.4 asks the class for its driver by this name (2.x warns when it is there).
+        @classmethod
+        def dbapi(cls) -> ModuleType:  # type: ignore[no-redef]
+            return dbapi
 
     def create_connect_args(self, url: URL) -> tuple[list[Any], dict[str, Any]]:
         if url.database:

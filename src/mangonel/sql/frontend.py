@@ -41,6 +41,7 @@ from sqlglot.optimizer.simplify import simplify
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import ensure_schema
 
+from mangonel import defaults
 from mangonel.errors import ForbiddenStatementError, SqlSyntaxError, UnknownTableError
 from mangonel.sql.explain import EXPLAIN, is_explain
 from mangonel.sql.exprs import (
@@ -227,8 +228,19 @@ def describe_parse_error(err: ParseError) -> str:
     return f"syntax error: {err}"
 
 
+def _in_default_schema(table: exp.Table) -> bool:
+    """Whether ``table`` is qualified by the schema the tables live in (``main.orders``)."""
+    db = table.args.get("db")
+    return (
+        isinstance(db, exp.Identifier)
+        and db.name.lower() == defaults.SCHEMA
+        and not table.args.get("catalog")
+    )
+
+
 def _check_sources(stmt: exp.Query, catalog: set[str]) -> set[str]:
-    """Refuse table functions and unknown tables; return the catalog tables used."""
+    """Refuse table functions and unknown tables, and drop the default schema from
+    names qualified by it; return the catalog tables used."""
     cte_names = {cte.alias_or_name.lower() for cte in stmt.find_all(exp.CTE)}
     used: set[str] = set()
     for node in stmt.walk():
@@ -254,6 +266,8 @@ def _check_sources(stmt: exp.Query, catalog: set[str]) -> set[str]:
                 f"table function {node.this.sql(dialect=DEFAULT_DIALECT)} is not allowed: "
                 "queries may read only registered tables"
             )
+        if _in_default_schema(node):
+            node.set("db", None)  # main.orders is orders (BI tools qualify every name)
         if node.args.get("db") or node.args.get("catalog"):
             raise UnknownTableError(
                 f"table {node.sql(dialect=DEFAULT_DIALECT)} is not in the catalog; "
