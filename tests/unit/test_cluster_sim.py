@@ -357,7 +357,7 @@ def test_a_restart_writes_no_task_of_a_stage_that_never_launched() -> None:
 
     def emit(event: Event) -> list[Command]:
         commands = state.handle(event)
-        changes = state_changes(state, event, commands, known)
+        changes = state_changes(state, known)
         if changes is not None:
             puts, deletes = changes
             if isinstance(event, JobSubmitted):

@@ -11,9 +11,10 @@ them:
 
 * ``LaunchTask`` / ``CancelTask`` / ``ReleaseOutputs``: onto the executor's
   command queue, which its Connect stream drains.
-* ``DeclareExecutorLost``: close the executor's stream (the process exits).
-* ``ResumeExecutor`` / ``RefuseStream``: the answer to the registration or
-  Connect RPC that sent the event.
+* ``DeclareExecutorLost``: close the executor's stream (the process exits);
+  the one place a stream is closed, a closed stream's ``ExecutorLost`` included.
+* ``ResumeExecutor`` / ``RefuseStream`` / ``RefuseHeartbeat``: the answer to the
+  registration, Connect or heartbeat RPC that sent the event.
 * ``JobSucceeded`` / ``JobFailed`` / ``JobCancelled``: copy the job's final
   view (and result) into its watchers' record; its watchers wake. A failure is
   logged under the job's id with its type (an internal error as an error).
@@ -25,8 +26,9 @@ What else the shell keeps is I/O: the lock, each executor's command queue
 a condition variable, a copy of the state machine's view, SQL text, timing),
 the store writer, the ticker thread (a ``Tick`` every ``tick_interval_s``), and
 ``telemetry``, which observes the events and commands for the web UI and
-/metrics. RPC answers that only read the state (is this executor known, may it
-drain) read the state machine's views.
+/metrics. Whether a task's report counts for telemetry is the state machine's
+rule (``is_current``), and which jobs an event touched, for the store, its answer
+(``touched_jobs``); only ``drain``'s refusal of an executor not alive reads a view.
 
 Before any command of an event is carried out, what the event changed is
 committed to the state store (``scheduler.persist``: the jobs it or its
@@ -92,6 +94,7 @@ from mangonel.scheduler.events import (
     LogExecutorHealth,
     LogRejectedFragment,
     LossReason,
+    RefuseHeartbeat,
     RefuseStream,
     ResultRead,
     ResumeExecutor,
@@ -167,6 +170,8 @@ class StateMachine(PersistedState, Protocol):
     def job_slots(self) -> int: ...
 
     def job_parallel(self) -> int: ...
+
+    def is_current(self, attempt: TaskAttemptId, executor: ExecutorId) -> bool: ...
 
     def restore(
         self,
@@ -443,7 +448,7 @@ class SchedulerCore:
 
         Returns False for an event that changes nothing the store keeps.
         """
-        changes = state_changes(self._state, event, commands, self._jobs)
+        changes = state_changes(self._state, self._jobs)
         if changes is None:
             return False
         puts, deletes = changes
@@ -639,18 +644,17 @@ class SchedulerCore:
             return entry
 
     def connection_closed(self, executor: ExecutorId, detail: str = "") -> None:
-        """The executor's Connect stream ended: the executor is lost at once."""
+        """The executor's Connect stream ended: a live executor is lost at once.
+
+        The state machine answers with ``DeclareExecutorLost`` (carried out like
+        any other: logged, the stream's queue closed), or with nothing when it
+        let the executor go already.
+        """
         if self._stop.is_set():
             return
-        with self._lock:
-            view = self._state.executor(executor)
-            if view is None or view.state not in _LIVE:
-                return  # the state machine let it go already (and closed the stream)
-            detail = detail or "its command stream closed"
-            reason = LossReason.CONNECTION_LOST
-            log.warning("executor %s lost (%s): %s", executor, reason.value, detail)
-            self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
-            self._closed(executor)
+        detail = detail or "its command stream closed"
+        reason = LossReason.CONNECTION_LOST
+        self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
 
     def heartbeat(self, executor: ExecutorId, unhealthy: str = "") -> bool:
         """Record a heartbeat; return False when the executor must register again.
@@ -658,14 +662,11 @@ class SchedulerCore:
         ``unhealthy``: why the executor can take no task now, ``""`` when it can.
 
         A thawed executor that was declared lost while frozen hears False here
-        (its stream was closed too): it registers anew, under a new id.
+        (the state machine answers ``RefuseHeartbeat``; its stream was closed
+        too): it registers anew, under a new id.
         """
-        with self._lock:
-            view = self._state.executor(executor)
-            if view is None or view.state is ExecutorState.LOST:
-                return False
-            self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy))
-            return True
+        commands = self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy))
+        return not any(isinstance(c, RefuseHeartbeat) for c in commands)
 
     def report_completed(
         self,
@@ -680,7 +681,7 @@ class SchedulerCore:
         (kept for the client if they may be the job's result); ``timings``: where
         its time went on the executor (kept by ``telemetry``)."""
         with self._lock:
-            if self._is_live(executor):
+            if self._state.is_current(attempt, executor):
                 self.telemetry.task_completed(
                     attempt, executor, outputs, elapsed_s, self._clock(), timings
                 )
@@ -698,21 +699,16 @@ class SchedulerCore:
         timings: TaskTimings | None = None,
     ) -> None:
         with self._lock:
-            if self._is_live(executor):
+            if self._state.is_current(attempt, executor):
                 self.telemetry.task_failed(
                     attempt, executor, failure, elapsed_s, self._clock(), timings
                 )
             self._emit(lambda eid, now: TaskFailed(eid, now, attempt, executor, failure))
 
-    def _is_live(self, executor: ExecutorId) -> bool:
-        # Reports of a lost executor are stale (the state machine ignores them);
-        # telemetry must not count them either.
-        view = self._state.executor(executor)
-        return view is not None and view.state in _LIVE
-
     def drain(self, executor: ExecutorId) -> None:
         with self._lock:
-            if not self._is_live(executor):
+            view = self._state.executor(executor)
+            if view is None or view.state not in _LIVE:
                 raise ExecutorNotFoundError(f"executor {executor} is not alive")
             self._emit(lambda eid, now: ExecutorDraining(eid, now, executor))
 

@@ -62,7 +62,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf.message import Message
 
-from mangonel.errors import AuthenticationError, ClusterError, MangonelError
+from mangonel.errors import AuthenticationError, ClusterError, MangonelError, PermissionDeniedError
 from mangonel.ids import JobId
 from mangonel.proto import flightsql_pb2 as sql_pb
 from mangonel.proto.batches import fitted
@@ -705,12 +705,10 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
                 f"stale or forged ticket: no result of job {view.job!r} is held here (it was "
                 "released, cancelled or never existed); execute the statement again"
             )
-        if who.principal.user != result.owner:
-            # The reader only, admin or not: the rule the executors apply to the ticket.
-            raise flight.FlightUnauthorizedError(
-                f"the result of job {view.job} is another user's: only the user who ran the "
-                "query may read it"
-            )
+        try:
+            who.principal.check_reads(view.job, result.owner)
+        except PermissionDeniedError as exc:
+            raise flight.FlightUnauthorizedError(str(exc)) from None
         if (
             not 0 <= view.partition < len(result.locations)
             or partition_ticket(result.locations[view.partition]) != view.ticket
@@ -913,8 +911,11 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         for job in jobs:
             with self._lock:
                 result = self._results.get(job)
-            if result is not None and not who.principal.may_see(result.owner):
-                raise flight.FlightUnauthorizedError(f"job {job} is another user's")
+            if result is not None:
+                try:
+                    who.principal.check_sees(job, result.owner)
+                except PermissionDeniedError as exc:
+                    raise flight.FlightUnauthorizedError(str(exc)) from None
             self._release(job)
         return sql_pb.CANCEL_STATUS_CANCELLED
 

@@ -469,11 +469,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             PermissionDeniedError: another user's job, and the caller is no admin.
         """
         record = self.core.job(JobId(job_id))
-        if not caller.may_see(record.owner):
-            raise PermissionDeniedError(
-                f"job {job_id} belongs to another user; {caller.user!r} may see and cancel "
-                "only their own jobs (an admin may see all)"
-            )
+        caller.check_sees(job_id, record.owner)
         return record
 
     @staticmethod

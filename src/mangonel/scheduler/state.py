@@ -137,6 +137,7 @@ from mangonel.scheduler.events import (
     LogExecutorHealth,
     LogRejectedFragment,
     LossReason,
+    RefuseHeartbeat,
     RefuseStream,
     ResultRead,
     ResumeExecutor,
@@ -234,6 +235,37 @@ def _output_of(stage: StageRecord, task: TaskRecord) -> str:
     )
 
 
+def _job_of(item: Event | Command) -> JobId | None:
+    """The one job an event or command is about, or ``None`` when it may touch
+    any job (an executor's loss, a tick, a restart)."""
+    if isinstance(item, TaskCompleted):
+        return item.attempt.task.job
+    if isinstance(item, TaskFailed):
+        # A fetch failure may lose an executor, and with it any job's outputs.
+        return None if isinstance(item.failure, FetchFailed) else item.attempt.task.job
+    if isinstance(item, LaunchTask):
+        return item.task.attempt.task.job
+    if isinstance(item, CancelTask):
+        return item.attempt.task.job
+    if isinstance(
+        item,
+        JobSubmitted
+        | CancelRequested
+        | ResultRead
+        | WriteCommitted
+        | WriteCommitFailed
+        | CommitWrite
+        | AbortWrite
+        | JobSucceeded
+        | JobFailed
+        | JobCancelled
+        | ForgetJob
+        | ReleaseOutputs,
+    ):
+        return item.job
+    return None
+
+
 @dataclass(frozen=True)
 class _Loss:
     executor: ExecutorId
@@ -273,6 +305,8 @@ class SchedulerState:
         self._unreachable: dict[ExecutorId, dict[ExecutorId, float]] = {}
         """Holder -> reader executor -> when a fetch of that reader from that
         holder last failed ``UNREACHABLE`` while the holder was live."""
+        self._touched: list[JobId] | None = None
+        """``touched_jobs``: bookkeeping for the shell's writes, not state."""
 
     # ------------------------------------------------------------------ entry point
 
@@ -306,6 +340,8 @@ class SchedulerState:
                 self._connected(event, step)
             case ExecutorHeartbeat():
                 ex, t = event.executor, event.time
+                if not self._executors.listens(ex):
+                    step.commands.append(RefuseHeartbeat(step.cause, ex))
                 since = self._executors.heard_from(ex, t, event.unhealthy, beat=True)
                 if since is not None:
                     why = f"heard from again after {t - since:.1f} s of suspicion"
@@ -333,7 +369,19 @@ class SchedulerState:
             self._speculate(step)
         self._complete_drains(step)
         self._forget_settled(step)
+        self._touched = self._jobs_touched(event, step.commands)
         return step.commands
+
+    def _jobs_touched(self, event: Event, commands: list[Command]) -> list[JobId] | None:
+        """What ``touched_jobs`` answers after ``event``."""
+        if isinstance(event, ExecutorHeartbeat | Tick | ExecutorLost) and all(
+            isinstance(c, RefuseHeartbeat) for c in commands
+        ):
+            return None  # a heartbeat, a quiet tick, a loss already known
+        job = _job_of(event)
+        touched = [job] if job is not None else list(self._jobs)
+        touched += [j for j in map(_job_of, commands) if j is not None]
+        return list(dict.fromkeys(touched))
 
     # ----------------------------------------------------------------------- views
 
@@ -370,6 +418,12 @@ class SchedulerState:
     def running_attempts(self, executor: ExecutorId) -> list[TaskAttemptId]:
         """Attempts running on ``executor`` now (empty once it is lost)."""
         return self._executors.running_attempts(executor)
+
+    def is_current(self, attempt: TaskAttemptId, executor: ExecutorId) -> bool:
+        """Whether a report of ``attempt`` from ``executor`` counts: the attempt
+        (or its speculative copy) runs there now. Any other report is stale and
+        ``handle`` ignores it; telemetry counts reports by the same rule."""
+        return self._current(attempt, executor) is not None
 
     def awaits(self, executor: ExecutorId) -> bool:
         """Whether ``executor`` is live but has not reattached since a restart."""
@@ -481,6 +535,12 @@ class SchedulerState:
 
     def unfinished_jobs(self) -> list[JobId]:
         return list(self._jobs)
+
+    def touched_jobs(self) -> list[JobId] | None:
+        """The jobs the last event may have changed, unfinished or finished by
+        it or forgotten (what the store writes again, ``scheduler.persist``), in
+        order, once each; ``None`` when it changed nothing the store keeps."""
+        return self._touched
 
     def export_job(self, job_id: JobId) -> JobProgress | None:
         """What the store keeps of an unfinished job (``None`` once it finished)."""
@@ -876,9 +936,6 @@ class SchedulerState:
             # Not heard from since the scheduler restarted: nothing says it is
             # alive, and a reader could not reach it. Lost, as any silent one.
             detail = f"not back since the scheduler restarted; task {event.attempt} {error}"
-            step.commands.append(
-                DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES, detail)
-            )
             self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
             return
         window = self.limits.unreachable_window_s
@@ -901,9 +958,6 @@ class SchedulerState:
         detail = (
             f"readers on {', '.join(readers)} could not reach it; "
             f"last: task {event.attempt} {error}"
-        )
-        step.commands.append(
-            DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES, detail)
         )
         self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
 
@@ -995,7 +1049,12 @@ class SchedulerState:
     # ------------------------------------------------------------------ recovery
 
     def _lose(self, losses: list[_Loss], step: _Step) -> None:
-        """Recover from executors lost together, in one step."""
+        """Recover from executors lost together, in one step: ``DeclareExecutorLost``
+        for each (the shell closes its stream), then what their loss undoes."""
+        for loss in losses:
+            step.commands.append(
+                DeclareExecutorLost(step.cause, loss.executor, loss.reason, loss.detail)
+            )
         failing: dict[JobId, str] = {}
         for loss in losses:
             running = self._executors.mark_lost(loss.executor, loss.reason, loss.detail, step.now)
@@ -1224,9 +1283,6 @@ class SchedulerState:
         self._log_health(judged, step)
         losses = []
         for executor, detail in judged.lost:
-            step.commands.append(
-                DeclareExecutorLost(step.cause, executor, LossReason.HEARTBEAT_TIMEOUT, detail)
-            )
             losses.append(_Loss(executor, LossReason.HEARTBEAT_TIMEOUT, detail))
         connect = self.limits.connect_timeout_s
         for executor in self._executors.connect_timed_out(step.now, connect):
@@ -1281,8 +1337,6 @@ class SchedulerState:
                 rec.detail = "drained; it serves results not read yet"
                 continue
             done.append(rec.id)
-        for executor in done:
-            step.commands.append(DeclareExecutorLost(step.cause, executor, LossReason.DRAINED))
         if done:
             detail = "it finished its tasks and no job needs its outputs any more"
             self._lose([_Loss(e, LossReason.DRAINED, detail) for e in done], step)

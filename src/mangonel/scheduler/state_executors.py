@@ -278,6 +278,11 @@ class ExecutorRegistry:
     def is_live(self, executor: ExecutorId) -> bool:
         return executor in self._live
 
+    def listens(self, executor: ExecutorId) -> bool:
+        """Whether ``executor`` is connecting, alive or draining: one whose
+        heartbeats count (any other must register again)."""
+        return executor in self._live or executor in self._connecting
+
     def live_records(self) -> list[ExecutorRecord]:
         """Alive and draining executors, in registration order."""
         return list(self._live.values())

@@ -63,6 +63,7 @@ from mangonel.scheduler.events import (
     JobSubmitted,
     JobSucceeded,
     LossReason,
+    RefuseHeartbeat,
     RefuseStream,
     ResultRead,
     ResumeExecutor,
@@ -346,7 +347,7 @@ class ClusterSim:
         event = make(self.event_id, self.now)
         self.result.scheduler_events += 1
         commands = self.state.handle(event)
-        changes = state_changes(self.state, event, commands, self.known)
+        changes = state_changes(self.state, self.known)
         crash = self.crash_at if changes is not None else None
         if crash is not None and crash[0] is CrashPoint.BEFORE_WRITE:
             self.crash_scheduler()
@@ -381,12 +382,6 @@ class ClusterSim:
             self.known.discard(command.job)
 
     def connection_closed(self, executor: ExecutorId) -> None:
-        view = self.state.executor(executor)
-        if view is None or view.state not in (
-            SchedExecutorState.ALIVE,
-            SchedExecutorState.DRAINING,
-        ):
-            return
         self.emit(lambda i, t: ExecutorLost(i, t, executor, LossReason.CONNECTION_LOST))
 
     def tick(self) -> None:
@@ -453,11 +448,8 @@ class ClusterSim:
             old.open = False
 
     def heartbeat(self, executor: ExecutorId, unhealthy: str) -> bool:
-        view = self.state.executor(executor)
-        if view is None or view.state is SchedExecutorState.LOST:
-            return False
-        self.emit(lambda i, t: ExecutorHeartbeat(i, t, executor, unhealthy))
-        return True
+        commands = self.emit(lambda i, t: ExecutorHeartbeat(i, t, executor, unhealthy))
+        return not any(isinstance(c, RefuseHeartbeat) for c in commands)
 
     def drain(self, executor: ExecutorId) -> bool:
         view = self.state.executor(executor)
