@@ -96,6 +96,15 @@ What each event does, in one place:
   (fair shares, ``_assign``), none beyond ``Limits.max_job_share`` of them; a
   task that failed avoids the executors it failed on while another may take it.
 
+How a lost executor (and any lost output) is handled is ``state_recovery``, the
+base class ``Recovery``: one module to read top to bottom.
+
+Why this module is still over 600 lines: it holds the dispatcher and the parts
+not split out yet (job lifecycle and results, task reports, assignment and
+speculation, the self-check). The next cut is assignment and speculation
+(``_assign``, ``_launch_next``, ``_speculate``, about 250 lines) into their own
+part, as recovery was.
+
 The life cycles of executors, jobs, tasks and stages are drawn in
 ``state_executors`` and ``state_jobs``; what holds between any two events is
 listed in docs/architecture.md ("Invariants of the state") and checked by
@@ -109,7 +118,7 @@ import math
 import operator
 from collections import OrderedDict
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
@@ -175,6 +184,7 @@ from mangonel.scheduler.state_jobs import (
     invalid_plan_reason,
 )
 from mangonel.scheduler.state_liveness import Judgement, judge
+from mangonel.scheduler.state_recovery import Loss, Recovery, Step, is_running
 from mangonel.scheduler.state_views import (
     ExecutorState,
     ExecutorView,
@@ -207,32 +217,8 @@ __all__ = [
 _DEFAULT_LIMITS = Limits()
 
 
-@dataclass
-class _Step:
-    """The commands one event produces, and the event's id and time."""
-
-    cause: int
-    now: float
-    commands: list[Command] = field(default_factory=list)
-
-
 _BY_PARTITION = operator.attrgetter("partition")
 """A sort key without a Python call for each item."""
-
-
-def _is_running(state: object, attempt: TaskAttemptId, executor: ExecutorId) -> bool:
-    """``state == Running(attempt, executor)``, without building one: asked of
-    every report."""
-    return isinstance(state, Running) and state.attempt == attempt and state.executor == executor
-
-
-def _output_of(stage: StageRecord, task: TaskRecord) -> str:
-    """``the output of task 3 of stage 1 (scan t) of job j1``, for errors."""
-    label = f" ({stage.stage.label})" if stage.stage.label else ""
-    return (
-        f"the output of task {task.id.partition} of stage {stage.stage.id}{label} "
-        f"of job {task.id.job}"
-    )
 
 
 def _job_of(item: Event | Command) -> JobId | None:
@@ -266,14 +252,7 @@ def _job_of(item: Event | Command) -> JobId | None:
     return None
 
 
-@dataclass(frozen=True)
-class _Loss:
-    executor: ExecutorId
-    reason: LossReason
-    detail: str
-
-
-class SchedulerState:
+class SchedulerState(Recovery):
     """All of the scheduler's job, stage, task and executor state.
 
     Args:
@@ -312,7 +291,7 @@ class SchedulerState:
 
     def handle(self, event: Event) -> list[Command]:
         """Apply one event; return the commands the shell must carry out, in order."""
-        step = _Step(cause=event.event_id, now=event.time)
+        step = Step(cause=event.event_id, now=event.time)
         match event:
             # Task reports first: nearly every event is one, and a match tries
             # its cases in order.
@@ -356,7 +335,7 @@ class SchedulerState:
                     why = event.reason
                     if rec.state is ExecutorState.DRAINING and why is LossReason.CONNECTION_LOST:
                         why = LossReason.DRAINED  # it was on its way out
-                    self._lose([_Loss(event.executor, why, event.detail)], step)
+                    self._lose([Loss(event.executor, why, event.detail)], step)
             case Tick():
                 self._tick(step)
             case SchedulerRecovered():
@@ -597,7 +576,7 @@ class SchedulerState:
 
     # ---------------------------------------------------------------------- jobs
 
-    def _job_submitted(self, event: JobSubmitted, step: _Step) -> None:
+    def _job_submitted(self, event: JobSubmitted, step: Step) -> None:
         if event.job in self._jobs or event.job in self._finished:
             return  # a duplicate submission must not reset a job's progress
         job = JobRecord.create(event.job, event.plan, event.time)
@@ -615,7 +594,7 @@ class SchedulerState:
         job: JobRecord,
         state: JobState,
         error: str,
-        step: _Step,
+        step: Step,
         error_type: ErrorType = ErrorType.JOB_FAILED,
         *,
         committed: bool = False,
@@ -636,10 +615,7 @@ class SchedulerState:
                 # them, and whatever they report later is stale and ignored.
                 for running in (task.state, task.speculative):
                     if running is not None:
-                        step.commands.append(
-                            CancelTask(step.cause, running.executor, running.attempt)
-                        )
-                        self._executors.stop(running.executor, running.attempt)
+                        self._stop(running, step)
                 task.state = PENDING
                 if task.speculative is not None:
                     task.speculative = None
@@ -675,7 +651,7 @@ class SchedulerState:
             ran_on=job.ran_on_sorted(),
         )
 
-    def _release_result(self, job_id: JobId, step: _Step) -> None:
+    def _release_result(self, job_id: JobId, step: Step) -> None:
         """The result was read (or expired): delete what is left of the job."""
         done = self._finished.get(job_id)
         if done is None or not done.unread:
@@ -689,7 +665,7 @@ class SchedulerState:
                 # result plus whatever superseded attempts of the final stage wrote.
                 step.commands.append(ReleaseOutputs(step.cause, executor, job_id, None))
 
-    def _forget_settled(self, step: _Step) -> None:
+    def _forget_settled(self, step: Step) -> None:
         """Keep at most ``keep_finished_jobs`` settled finished jobs; an unread
         result keeps its job until it is read or expires."""
         if len(self._finished) <= self._keep_finished:
@@ -719,13 +695,13 @@ class SchedulerState:
         if job is None or task is None:
             return None
         if not (
-            _is_running(task.state, attempt, executor)
-            or _is_running(task.speculative, attempt, executor)
+            is_running(task.state, attempt, executor)
+            or is_running(task.speculative, attempt, executor)
         ):
             return None
         return job, task, rec
 
-    def _task_completed(self, event: TaskCompleted, step: _Step) -> None:
+    def _task_completed(self, event: TaskCompleted, step: Step) -> None:
         self._executors.heard_from(event.executor, event.time)
         found = self._current(event.attempt, event.executor)
         if found is None:
@@ -749,8 +725,7 @@ class SchedulerState:
             else:
                 stage.speculation_lost += 1
             task.speculative = None
-            step.commands.append(CancelTask(step.cause, other.executor, other.attempt))
-            self._executors.stop(other.executor, other.attempt)
+            self._stop(other, step)
         outputs = tuple(
             PartitionLocation(
                 executor=event.executor,
@@ -780,7 +755,7 @@ class SchedulerState:
 
     # ------------------------------------------------------------ writing data
 
-    def _commit(self, job: JobRecord, step: _Step) -> None:
+    def _commit(self, job: JobRecord, step: Step) -> None:
         """Every task of a write statement is done: name the winning attempt of
         each writing task, once, and have the shell commit their files.
 
@@ -804,19 +779,19 @@ class SchedulerState:
         job.commit = winners
         step.commands.append(CommitWrite(step.cause, job.id, write, tuple(sorted(winners.items()))))
 
-    def _write_committed(self, event: WriteCommitted, step: _Step) -> None:
+    def _write_committed(self, event: WriteCommitted, step: Step) -> None:
         job = self._jobs.get(event.job)
         if job is None or job.commit is None:
             return
         self._finish(job, JobState.SUCCEEDED, "", step, committed=True)
 
-    def _write_commit_failed(self, event: WriteCommitFailed, step: _Step) -> None:
+    def _write_commit_failed(self, event: WriteCommitFailed, step: Step) -> None:
         job = self._jobs.get(event.job)
         if job is None or job.commit is None:
             return
         self._finish(job, JobState.FAILED, event.message, step, event.error_type, committed=True)
 
-    def _task_failed(self, event: TaskFailed, step: _Step) -> None:
+    def _task_failed(self, event: TaskFailed, step: Step) -> None:
         self._executors.heard_from(event.executor, event.time)
         found = self._current(event.attempt, event.executor)
         if found is None:
@@ -834,9 +809,7 @@ class SchedulerState:
                 self._cancel_copy(task, step)
                 if is_copy and isinstance(task.state, Running):
                     # The same SQL fails everywhere: stop the original too.
-                    running = task.state
-                    step.commands.append(CancelTask(step.cause, running.executor, running.attempt))
-                    self._executors.stop(running.executor, running.attempt)
+                    self._stop(task.state, step)
                 task.state = PENDING
                 msg = f"task {event.attempt} failed on executor {event.executor}: {failure.message}"
                 advice = failure.error_type.advice
@@ -906,294 +879,9 @@ class SchedulerState:
                 else:
                     self._unreachable_holder(job, event, failure.executor, error, step)
 
-    def _unreachable_holder(
-        self, job: JobRecord, event: TaskFailed, holder: ExecutorId, error: str, step: _Step
-    ) -> None:
-        """A reader on one live executor could not reach another live executor.
-
-        A holder that has not reattached since the scheduler restarted is lost at
-        once (``FETCH_FAILURES``): the scheduler has not heard from it, so nothing
-        points to a cut rather than a death. Any other holder still heartbeats,
-        so the scheduler hears both: it is a cut between the two, not a lost
-        executor. Losing the holder would only make it register again under a
-        new id, and the cut would fail the next fetch across it the same way
-        (flapping). So:
-
-        * readers on two different executors failed to reach the holder within
-          ``Limits.unreachable_window_s``: the holder is what is cut off (or
-          its Flight server is broken), and it is lost (``FETCH_FAILURES``);
-        * else one side of the cut gives way for this job: the job stops using
-          it (``JobRecord.excluded``) and makes its outputs again on the other
-          executors, but the executor stays alive under its id and runs other
-          jobs' tasks. The side that gives way is the one holding fewer of the
-          outputs the job still needs (less to make again); on a tie, the
-          holder, the side a reader reported. A job excludes no executor when no
-          other would be left for it; then the holder is lost, as before.
-        """
-        reader = event.executor
-        held = self._executors.live(holder)
-        if held is not None and held.awaiting:
-            # Not heard from since the scheduler restarted: nothing says it is
-            # alive, and a reader could not reach it. Lost, as any silent one.
-            detail = f"not back since the scheduler restarted; task {event.attempt} {error}"
-            self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
-            return
-        window = self.limits.unreachable_window_s
-        reports = self._unreachable.setdefault(holder, {})
-        reports[reader] = step.now
-        readers = sorted(
-            r for r, at in reports.items() if step.now - at <= window and self._executors.is_live(r)
-        )
-        if len(readers) < 2 and reader != holder:
-            # Both sides are usable by the job (the reader's attempt was current,
-            # the holder is not excluded), so the side left keeps it going.
-            needed = job.needed_outputs(job.usable(self._executors.is_live))
-            side, other = (
-                (reader, holder)
-                if needed.get(reader, 0) < needed.get(holder, 0)
-                else (holder, reader)
-            )
-            self._exclude(job, side, f"cut off from executor {other} ({error})", step)
-            return
-        detail = (
-            f"readers on {', '.join(readers)} could not reach it; "
-            f"last: task {event.attempt} {error}"
-        )
-        self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
-
-    def _exclude(self, job: JobRecord, executor: ExecutorId, why: str, step: _Step) -> None:
-        """The job stops using a live executor ``executor``: its attempts and the
-        readers of its outputs are cancelled (uncharged), and the outputs it held
-        that the job still needs are made again (a recompute of each task)."""
-        job.excluded.add(executor)
-        for task in job.tasks():
-            copy = task.speculative
-            if copy is not None and copy.executor == executor:
-                self._cancel_copy(task, step)
-            if isinstance(task.state, Running) and task.state.executor == executor:
-                self._cancel(task, f"executor {executor} was {why}", step)
-        self._cancel_readers(job, {executor}, step)
-        self._fail_if_unrecoverable(job, step)
-
-    def _cancel_readers(self, job: JobRecord, gone: set[ExecutorId], step: _Step) -> None:
-        """Cancel the running tasks of ``job`` that read outputs held by ``gone``.
-
-        They would otherwise wait on a fetch from an executor given up on (up to
-        the executor's fetch timeout, holding the slot) to fail and be re-run
-        anyway. They go back to pending, uncharged, and run again once the
-        outputs are made again.
-        """
-        for task in job.readers_of(gone):
-            if isinstance(task.state, Running):
-                holders = ", ".join(sorted(gone))
-                self._cancel(task, f"an input it read on executor {holders} was lost", step)
-
-    def _cancel(self, task: TaskRecord, why: str, step: _Step) -> None:
-        """Stop a running attempt (and its copy) that is not at fault: back to
-        pending, uncharged."""
-        if not isinstance(task.state, Running):
-            return
-        self._cancel_copy(task, step)
-        running = task.state
-        step.commands.append(CancelTask(step.cause, running.executor, running.attempt))
-        self._executors.stop(running.executor, running.attempt)
-        self._requeue(task, running.executor, why, charge=False)
-
-    def _cancel_copy(self, task: TaskRecord, step: _Step) -> None:
-        copy = task.speculative
-        if copy is not None:
-            step.commands.append(CancelTask(step.cause, copy.executor, copy.attempt))
-            self._executors.stop(copy.executor, copy.attempt)
-            task.speculative = None
-
-    def _requeue(
-        self,
-        task: TaskRecord,
-        executor: ExecutorId,
-        error: str,
-        *,
-        charge: bool,
-        error_type: ErrorType = ErrorType.JOB_FAILED,
-    ) -> bool:
-        """A task's running attempt on ``executor`` ended without output: back to
-        pending, or, when a speculative copy of it still runs, on with the copy.
-        ``error`` and ``error_type`` say why (the job's error should it be the last).
-
-        Returns whether it has now used up ``Limits.max_task_attempts``.
-        """
-        copy = task.speculative
-        task.speculative = None
-        task.state = copy if copy is not None and copy.executor != executor else PENDING
-        task.reruns += 1
-        task.last_error = error
-        task.last_error_type = error_type
-        if not charge:
-            return False
-        task.failures += 1
-        if executor not in task.failed_on:
-            task.failed_on = (*task.failed_on, executor)
-        return task.failures >= self.limits.max_task_attempts
-
-    def _exhausted(self, task: TaskRecord) -> str:
-        """The error of a job whose ``task`` used up its attempts (the job's type is
-        ``task.last_error_type``)."""
-        advice = task.last_error_type.advice or (
-            "Check those executors' logs; if the failure is transient, raise max_task_attempts."
-        )
-        return (
-            f"task {task.id} failed {task.failures} attempts (the limit is "
-            f"{self.limits.max_task_attempts}) on executor(s) {', '.join(task.failed_on)}; "
-            f"last error: {task.last_error}. {advice}"
-        )
-
-    # ------------------------------------------------------------------ recovery
-
-    def _lose(self, losses: list[_Loss], step: _Step) -> None:
-        """Recover from executors lost together, in one step: ``DeclareExecutorLost``
-        for each (the shell closes its stream), then what their loss undoes."""
-        for loss in losses:
-            step.commands.append(
-                DeclareExecutorLost(step.cause, loss.executor, loss.reason, loss.detail)
-            )
-        failing: dict[JobId, str] = {}
-        for loss in losses:
-            running = self._executors.mark_lost(loss.executor, loss.reason, loss.detail, step.now)
-            why = f"executor {loss.executor} was lost ({loss.reason.value})"
-            if loss.detail:
-                why += f": {loss.detail}"
-            for attempt in running:
-                job = self._jobs.get(attempt.task.job)
-                task = job.task(attempt.task) if job is not None else None
-                if job is None or task is None:
-                    continue
-                if _is_running(task.speculative, attempt, loss.executor):
-                    task.speculative = None  # the attempt it copied goes on, uncharged
-                    continue
-                if not _is_running(task.state, attempt, loss.executor):
-                    continue
-                if self._requeue(task, loss.executor, why, charge=True):
-                    failing.setdefault(job.id, self._exhausted(task))
-        if not self._executors.any_live() and self._no_executor_since is None:
-            self._no_executor_since = step.now
-        gone = {loss.executor for loss in losses}
-        for executor in gone:
-            self._unreachable.pop(executor, None)
-        for job in list(self._jobs.values()):
-            self._cancel_readers(job, gone, step)
-            problem = failing.get(job.id) or self._restore_lost_outputs(job)
-            if problem is not None:
-                self._finish(job, JobState.FAILED, problem, step)
-
-    def _output_lost(self, job: JobRecord, failure: FetchFailed) -> str | None:
-        """One map output is gone from an executor that still answers: make it again.
-
-        Only that map task goes back to pending (its executor keeps everything
-        else); it counts as one of the task's recomputes, so a file that keeps
-        going bad ends the job instead of looping. A failure about an output that
-        was already made again elsewhere changes nothing.
-
-        Returns the job's error when the task used up ``Limits.max_task_recomputes``.
-        """
-        rec = job.stages.get(failure.stage)
-        if rec is None or not 0 <= failure.map_partition < len(rec.tasks):
-            return None
-        task = rec.tasks[failure.map_partition]
-        if not isinstance(task.state, Done) or task.state.executor != failure.executor:
-            return None
-        task.state = PENDING
-        task.recomputes += 1
-        rec.reruns += 1
-        if task.recomputes <= self.limits.max_task_recomputes:
-            return None
-        return (
-            f"{_output_of(rec, task)} was lost {task.recomputes} times (the limit is "
-            f"{self.limits.max_task_recomputes}; last: {failure.message}). Its files keep "
-            f"going missing or bad on executor {failure.executor}: check that executor's "
-            f"disk, or raise max_task_recomputes."
-        )
-
-    def _fail_if_unrecoverable(self, job: JobRecord, step: _Step) -> None:
-        problem = self._restore_lost_outputs(job)
-        if problem is not None:
-            self._finish(job, JobState.FAILED, problem, step)
-
-    def _restore_lost_outputs(self, job: JobRecord) -> str | None:
-        """Send done tasks whose output is gone but still needed back to pending.
-
-        An output is needed when it is the final stage's (the job has not
-        succeeded, or it would be gone) or when a stage that reads it is not
-        complete. Walking the stages from the last to the first settles each
-        stage's completeness before its inputs are looked at, so one pass also
-        recomputes inputs of the tasks it just sent back.
-
-        The bound is per task, not per stage: among many executors every loss
-        takes a few outputs of every big stage, and a count per stage would
-        fail any long job after a handful of routine losses (the simulator's
-        jobs of 100,000 tasks on 1,000 executors all failed so); a loss takes
-        the same task's output again only when something is wrong with it.
-        Every loss that sets the job back either charges a running attempt or
-        recomputes some output, so both bounds together end any loop.
-
-        Returns the job's error when a task used up ``Limits.max_task_recomputes``.
-        """
-        is_live = job.usable(self._executors.is_live)
-        needed = {job.plan.final.id}
-        for rec in reversed(job.stages.values()):
-            if rec.stage.id in needed:
-                gone_from = sorted(e for e in rec.done_on if not is_live(e))
-                worst: TaskRecord | None = None
-                for executor in gone_from:
-                    for t in rec.send_back(executor):
-                        if worst is None or t.recomputes > worst.recomputes:
-                            worst = t
-                if worst is not None:
-                    rec.reruns += 1
-                    if worst.recomputes > self.limits.max_task_recomputes:
-                        return (
-                            f"{_output_of(rec, worst)} was lost {worst.recomputes} times (the "
-                            f"limit is {self.limits.max_task_recomputes}; last with executor(s) "
-                            f"{', '.join(gone_from)}). Executors keep being lost: check their "
-                            f"logs, memory and network, or raise max_task_recomputes."
-                        )
-            if not rec.complete:
-                needed.update(rec.stage.upstream)
-        return None
-
     # ------------------------------------------------------------- restart
 
-    def _recovered(self, step: _Step) -> None:
-        """The scheduler restarted: nothing runs, every live executor must reattach."""
-        why = "the scheduler restarted while it ran"
-        for job in self._jobs.values():
-            for task in job.tasks():
-                # Copies are not resumed: the executors stop them all. Only a task
-                # that had one is assigned: an assignment marks the task changed,
-                # and a stage that never launched must have no task in the store
-                # (adaptive execution may still give it fewer tasks; a key left
-                # for a task it no longer has fails the job at the next restart).
-                if task.speculative is not None:
-                    task.speculative = None
-                if isinstance(task.state, Running):
-                    self._requeue(task, task.state.executor, why, charge=False)
-        self._executors.recovered(step.now)
-        if self._executors.any_live():
-            # ``meta`` may be older than ``executors`` (a change written in
-            # several commits ends with them): an executor is alive now.
-            self._no_executor_since = None
-        elif self._no_executor_since is None:
-            self._no_executor_since = step.now
-        # A state change written in several commits (store limits) may have
-        # left a job naming outputs of an executor already stored as lost.
-        for job in list(self._jobs.values()):
-            self._fail_if_unrecoverable(job, step)
-        for job in self._jobs.values():
-            if job.commit is not None and job.plan.write is not None:
-                # It may have been done, in part or whole: ``output.commit`` is
-                # idempotent, and finishes it.
-                winners = tuple(sorted(job.commit.items()))
-                step.commands.append(CommitWrite(step.cause, job.id, job.plan.write, winners))
-
-    def _registered(self, event: ExecutorRegistered, step: _Step) -> None:
+    def _registered(self, event: ExecutorRegistered, step: Step) -> None:
         """A new executor, or one the restored state awaits asking to resume its id."""
         if event.resume is not None:
             info = replace(event.executor, id=event.resume)
@@ -1203,7 +891,7 @@ class SchedulerState:
                 return
         self._executors.register(event.executor, event.time)
 
-    def _connected(self, event: ExecutorConnected, step: _Step) -> None:
+    def _connected(self, event: ExecutorConnected, step: Step) -> None:
         if self._executors.connected(event.executor, event.time) is not None:
             self._no_executor_since = None
             return
@@ -1215,7 +903,7 @@ class SchedulerState:
         self._reattached(rec, offer.held, step)
         self._release_ended(rec.id, offer.held_jobs, step)
 
-    def _release_ended(self, executor: ExecutorId, jobs: tuple[JobId, ...], step: _Step) -> None:
+    def _release_ended(self, executor: ExecutorId, jobs: tuple[JobId, ...], step: Step) -> None:
         """Delete a reattached executor's files of jobs that ended while it was away.
 
         Files of an unfinished job are released with the job; of a succeeded job
@@ -1237,45 +925,9 @@ class SchedulerState:
                 release = done.intermediate
             step.commands.append(ReleaseOutputs(step.cause, executor, job_id, release))
 
-    def _reattached(self, rec: ExecutorRecord, held: frozenset[str], step: _Step) -> None:
-        """An executor is back after a restart: outputs it no longer has are made again."""
-        self._no_executor_since = None
-        for job in list(self._jobs.values()):
-            problem: str | None = None
-            sent_back = False
-            for stage in job.stages.values():
-                gone = [
-                    t
-                    for t in stage.done_tasks_on(rec.id)
-                    if isinstance(t.state, Done)
-                    and any(o.path not in held for o in t.state.outputs)
-                ]
-                for task in gone:
-                    task.state = PENDING
-                    task.recomputes += 1
-                if gone:
-                    sent_back = True
-                    stage.reruns += 1
-                    worst = max(gone, key=lambda t: t.recomputes)
-                    if worst.recomputes > self.limits.max_task_recomputes and problem is None:
-                        problem = (
-                            f"{_output_of(stage, worst)} was lost {worst.recomputes} times "
-                            f"(the limit is {self.limits.max_task_recomputes}; last: executor "
-                            f"{rec.id} came back after a scheduler restart without it and "
-                            f"{len(gone) - 1} other output(s) of the stage). Check that "
-                            f"executor's disk, or raise max_task_recomputes."
-                        )
-            if sent_back and problem is None:
-                # Stages incomplete again need their inputs again: any lost with
-                # an executor meanwhile (one not back after the restart) are
-                # made again too.
-                problem = self._restore_lost_outputs(job)
-            if problem is not None:
-                self._finish(job, JobState.FAILED, problem, step)
-
     # ---------------------------------------------------------------------- time
 
-    def _tick(self, step: _Step) -> None:
+    def _tick(self, step: Step) -> None:
         for over in self._executors.exclusions_over(step.now):
             over.excluded_until = None
             over.exclusion = f"was excluded: {over.exclusion}" if over.exclusion else ""
@@ -1283,7 +935,7 @@ class SchedulerState:
         self._log_health(judged, step)
         losses = []
         for executor, detail in judged.lost:
-            losses.append(_Loss(executor, LossReason.HEARTBEAT_TIMEOUT, detail))
+            losses.append(Loss(executor, LossReason.HEARTBEAT_TIMEOUT, detail))
         connect = self.limits.connect_timeout_s
         for executor in self._executors.connect_timed_out(step.now, connect):
             detail = f"registered but opened no command stream in {connect:g} s"
@@ -1320,7 +972,7 @@ class SchedulerState:
 
     # --------------------------------------------------------------------- drain
 
-    def _complete_drains(self, step: _Step) -> None:
+    def _complete_drains(self, step: Step) -> None:
         """Let go of draining executors that have nothing left to do.
 
         Nothing left means no running attempt, no finished output that an
@@ -1339,11 +991,11 @@ class SchedulerState:
             done.append(rec.id)
         if done:
             detail = "it finished its tasks and no job needs its outputs any more"
-            self._lose([_Loss(e, LossReason.DRAINED, detail) for e in done], step)
+            self._lose([Loss(e, LossReason.DRAINED, detail) for e in done], step)
 
     # ------------------------------------------------------------------ assignment
 
-    def _assign(self, step: _Step) -> None:
+    def _assign(self, step: Step) -> None:
         """Hand pending tasks of runnable stages to free slots, fairly between jobs.
 
         Each free slot goes to the job that holds the fewest slots at that moment
@@ -1475,7 +1127,7 @@ class SchedulerState:
         job: JobRecord,
         tasks: Iterator[TaskRecord],
         least: ExecutorRecord,
-        step: _Step,
+        step: Step,
     ) -> bool:
         """Launch the next of ``tasks`` that may run now; ``False`` when none may
         (no slot the job may use is free, or the tasks left wait for executors
@@ -1513,7 +1165,7 @@ class SchedulerState:
 
     # ----------------------------------------------------------------- stragglers
 
-    def _speculate(self, step: _Step) -> None:
+    def _speculate(self, step: Step) -> None:
         """Copy straggling attempts onto other executors' free slots (on ``Tick``).
 
         Which attempts straggle is ``state_gray.stragglers``; each gets one copy
@@ -1552,7 +1204,7 @@ class SchedulerState:
 
     # --------------------------------------------------------------- bad executors
 
-    def _log_health(self, judged: Judgement, step: _Step) -> None:
+    def _log_health(self, judged: Judgement, step: Step) -> None:
         """``LogExecutorHealth`` for what ``state_liveness.judge`` changed."""
         cause, now = step.cause, step.now
         for rec in judged.suspected:
@@ -1581,14 +1233,14 @@ class SchedulerState:
             rec.suspected_since is not None or rec.quarantined_until is not None
         )
 
-    def _count_failure(self, executor: ExecutorId, task: TaskRecord, why: str, step: _Step) -> None:
+    def _count_failure(self, executor: ExecutorId, task: TaskRecord, why: str, step: Step) -> None:
         """An attempt failed on ``executor`` for an execution reason: count it
         (``state_gray.count_failure`` may exclude the executor)."""
         rec = self._executors.live(executor)
         if rec is not None:
             count_failure(rec, task.id, why, step.now, self.limits)
 
-    def _fail_if_all_excluded(self, step: _Step, error_type: ErrorType) -> None:
+    def _fail_if_all_excluded(self, step: Step, error_type: ErrorType) -> None:
         """Fail jobs that wait for a slot when every executor is excluded.
 
         Waiting out the exclusions would only cycle their tasks through the
