@@ -22,7 +22,7 @@ them:
   the event's commit).
 
 What else the shell keeps is I/O: the lock, each executor's command queue
-(``registry.ExecutorEntry``), each job's watchers' record (``jobs.JobRecord``:
+(``registry.ExecutorEntry``), each job's watchers' record (``jobs.JobWatch``:
 a condition variable, a copy of the state machine's view, SQL text, timing),
 the store writer, the ticker thread (a ``Tick`` every ``tick_interval_s``), and
 ``telemetry``, which observes the events and commands for the web UI and
@@ -106,7 +106,7 @@ from mangonel.scheduler.events import (
     WriteCommitted,
 )
 from mangonel.scheduler.hooks import NO_HOOK, EventHook
-from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.persist import (
     BrokenJob,
     PersistedState,
@@ -120,8 +120,7 @@ from mangonel.scheduler.persist import (
 )
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorListing
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import FinishedJob
-from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
+from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
 from mangonel.scheduler.telemetry import Telemetry
@@ -176,7 +175,7 @@ class StateMachine(PersistedState, Protocol):
     def restore(
         self,
         executors: RegistrySnapshot | None,
-        jobs: list[StateJobRecord],
+        jobs: list[JobRecord],
         finished: list[FinishedJob],
         no_executor_since: float | None,
     ) -> None: ...
@@ -262,7 +261,7 @@ class SchedulerCore:
         self._last_event_id = 0
         self._executor_seq = 0
         self._executors: dict[ExecutorId, ExecutorEntry] = {}
-        self._jobs: dict[JobId, JobRecord] = {}
+        self._jobs: dict[JobId, JobWatch] = {}
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         # Attempt history, counters and bytes held, for the web UI and /metrics.
@@ -323,20 +322,20 @@ class SchedulerCore:
                 except MangonelError as exc:
                     log.error("table %s cannot be read any more, so it is dropped: %s", name, exc)
                     dropped.append(table_key(name))
-            running: list[StateJobRecord] = []
+            running: list[JobRecord] = []
             finished: list[FinishedJob] = []
             broken = list(snap.broken)
             for stored in snap.jobs:
                 if stored.outcome is None and stored.progress is not None:
                     try:
-                        running.append(StateJobRecord.restore(stored.plan.plan, stored.progress))
+                        running.append(JobRecord.restore(stored.plan.plan, stored.progress))
                     except Exception as exc:  # one job's record never stops the scheduler
                         problem = f"its progress does not fit its plan ({exc})"
                         log.exception("job %s cannot be restored: %s", stored.id, problem)
                         keys = [k for k in data if k.startswith(job_key(stored.id, ""))]
                         broken.append(BrokenJob(stored.id, problem, keys, stored.plan))
                         continue
-                record = JobRecord.create(
+                record = JobWatch.create(
                     stored.id, stored.plan.sql, stored.plan.plan, stored.plan.submitted
                 )
                 record.submitted_wall = stored.plan.submitted_wall
@@ -395,7 +394,7 @@ class SchedulerCore:
         view = JobView(
             job.id, JobState.FAILED, plan.submitted, now, error, (), plan.sql, ErrorType.INTERNAL
         )
-        record = JobRecord.create(job.id, plan.sql, plan.plan, plan.submitted)
+        record = JobWatch.create(job.id, plan.sql, plan.plan, plan.submitted)
         record.submitted_wall = plan.submitted_wall
         record.request_id = plan.request_id
         record.owner = plan.owner
@@ -908,7 +907,7 @@ class SchedulerCore:
         request_id: str = "",
         owner: str = ANONYMOUS.user,
         may_write: bool = True,
-    ) -> JobRecord:
+    ) -> JobWatch:
         """Plan the query (outside the lock: it can take a while) and start the job.
 
         A write statement (``sql.writes``) is checked and planned to write
@@ -951,7 +950,7 @@ class SchedulerCore:
             job = JobId(secrets.token_hex(4))
             while job in self._jobs:
                 job = JobId(secrets.token_hex(4))
-            record = JobRecord.create(job, sql, plan, self._clock())
+            record = JobWatch.create(job, sql, plan, self._clock())
             record.planning_s = time.perf_counter() - started
             record.request_id = request_id
             record.owner = owner
@@ -976,7 +975,7 @@ class SchedulerCore:
             self._emit(lambda eid, now: JobSubmitted(eid, now, job, plan))
             return record
 
-    def job(self, job: JobId) -> JobRecord:
+    def job(self, job: JobId) -> JobWatch:
         with self._lock:
             record = self._jobs.get(job)
         if record is None:
@@ -985,7 +984,7 @@ class SchedulerCore:
             )
         return record
 
-    def jobs(self) -> list[JobRecord]:
+    def jobs(self) -> list[JobWatch]:
         with self._lock:
             return list(self._jobs.values())
 

@@ -45,7 +45,7 @@ from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.scheduler.breakdown import StagePhases, stage_phases
 from mangonel.scheduler.core import ExecutorNotFoundError, JobNotFoundError, SchedulerCore
-from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.registry import CLOSE, ExecutorListing
 from mangonel.scheduler.state_views import ExecutorState, JobState, StageView
 from mangonel.scheduler.tickets import TicketIssuer
@@ -164,7 +164,7 @@ def table_info(table: Table) -> pb.TableInfo:
     )
 
 
-def attach_result_files(msg: pb.JobStatus, record: JobRecord) -> None:
+def attach_result_files(msg: pb.JobStatus, record: JobWatch) -> None:
     """Put the result files the scheduler holds into the status's locations."""
     with record.changed:
         for loc in msg.result:
@@ -174,7 +174,7 @@ def attach_result_files(msg: pb.JobStatus, record: JobRecord) -> None:
 
 
 def job_status(
-    record: JobRecord,
+    record: JobWatch,
     now: float,
     with_result: bool,
     phases: Mapping[StageId, StagePhases] | None = None,
@@ -242,7 +242,7 @@ def stage_phases_to_proto(p: StagePhases | None) -> pb.StagePhases | None:
     )
 
 
-def _stage_elapsed(record: JobRecord, view: StageView, now: float) -> float:
+def _stage_elapsed(record: JobWatch, view: StageView, now: float) -> float:
     timing = record.timing.get(view.id)
     if timing is None:
         return 0.0
@@ -461,7 +461,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             return ANONYMOUS
         return self.auth.verify(token)
 
-    def _job(self, job_id: str, caller: Principal) -> JobRecord:
+    def _job(self, job_id: str, caller: Principal) -> JobWatch:
         """The job, if ``caller`` may see it.
 
         Raises:

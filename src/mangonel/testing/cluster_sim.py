@@ -2,7 +2,7 @@
 
 The real pure state machines run here: one ``SchedulerState``, persisted after
 every event through the shell's own ``persist.state_changes`` into an in-memory
-store, and one ``ExecutorState`` per simulated executor process. Around them
+store, and one ``ExecutorMachine`` per simulated executor process. Around them
 this module plays everything else, driven by one ``random.Random(seed)``:
 
 * **the network**: every message takes a random time; a stream delivers in
@@ -46,7 +46,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from mangonel.executor import events as ex
-from mangonel.executor.state import ExecutorState
+from mangonel.executor.state import ExecutorMachine
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.events import (
@@ -79,7 +79,7 @@ from mangonel.scheduler.persist import (
     state_changes,
 )
 from mangonel.scheduler.state import SchedulerState
-from mangonel.scheduler.state_views import ExecutorState as SchedExecutorState
+from mangonel.scheduler.state_views import ExecutorState
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import (
     CancelTask,
@@ -129,7 +129,7 @@ class ClusterSim:
         config: SimConfig,
         checks: SimChecks | None = None,
         scheduler: type[SchedulerState] = SchedulerState,
-        executor: type[ExecutorState] = ExecutorState,
+        executor: type[ExecutorMachine] = ExecutorMachine,
     ) -> None:
         self.scheduler_type = scheduler
         self.executor_type = executor
@@ -454,8 +454,8 @@ class ClusterSim:
     def drain(self, executor: ExecutorId) -> bool:
         view = self.state.executor(executor)
         if view is None or view.state not in (
-            SchedExecutorState.ALIVE,
-            SchedExecutorState.DRAINING,
+            ExecutorState.ALIVE,
+            ExecutorState.DRAINING,
         ):
             return False
         self.emit(lambda i, t: ExecutorDraining(i, t, executor))
@@ -888,7 +888,7 @@ def run(
     config: SimConfig,
     checks: SimChecks | None = None,
     scheduler: type[SchedulerState] = SchedulerState,
-    executor: type[ExecutorState] = ExecutorState,
+    executor: type[ExecutorMachine] = ExecutorMachine,
 ) -> SimResult:
     """One simulated run; ``result.violation`` says what broke, if anything did."""
     return ClusterSim(config, checks, scheduler, executor).run()
@@ -898,7 +898,7 @@ def shrink(
     config: SimConfig,
     checks: Callable[[], SimChecks] = SimChecks,
     scheduler: type[SchedulerState] = SchedulerState,
-    executor: type[ExecutorState] = ExecutorState,
+    executor: type[ExecutorMachine] = ExecutorMachine,
 ) -> SimConfig:
     """A configuration whose run still fails the same invariant with as few faults
     as removing them one at a time allows (each fault's random draws stay where

@@ -52,7 +52,7 @@ from mangonel.errors import (
 from mangonel.ids import JobId
 from mangonel.plan.explain import render
 from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
-from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.jobs import JobWatch
 from mangonel.security import tokens
 from mangonel.security.auth import (
     ANONYMOUS,
@@ -165,7 +165,7 @@ def create_app(
     static = static_dir()
     app.mount("/static", StaticFiles(directory=static), name="static")
 
-    def record(job_id: str, who: Principal, request: Request) -> JobRecord:
+    def record(job_id: str, who: Principal, request: Request) -> JobWatch:
         try:
             found = core.job(JobId(job_id))
         except JobNotFoundError as exc:
