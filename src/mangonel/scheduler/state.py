@@ -616,9 +616,9 @@ class SchedulerState(Recovery):
                 for running in (task.state, task.speculative):
                     if running is not None:
                         self._stop(running, step)
-                task.state = PENDING
+                task.move(PENDING)
                 if task.speculative is not None:
-                    task.speculative = None
+                    task.set_copy(None)
         intermediate = tuple(s.id for s in job.plan.stages[:-1])
         result: tuple[PartitionLocation, ...] = ()
         # Files may be wherever an attempt ran, current or superseded.
@@ -724,7 +724,7 @@ class SchedulerState(Recovery):
                     observe_speed(beaten, stage, step.now - other.started, self.limits)
             else:
                 stage.speculation_lost += 1
-            task.speculative = None
+            task.set_copy(None)
             self._stop(other, step)
         outputs = tuple(
             PartitionLocation(
@@ -741,8 +741,8 @@ class SchedulerState(Recovery):
             )
             for o in sorted(event.outputs, key=_BY_PARTITION)
         )
-        task.state = Done(
-            event.attempt, event.executor, outputs, duration=max(0.0, step.now - started)
+        task.move(
+            Done(event.attempt, event.executor, outputs, duration=max(0.0, step.now - started))
         )
         self._executors.stop(event.executor, event.attempt)
         if self.limits.speculation:
@@ -803,20 +803,20 @@ class SchedulerState(Recovery):
         # copied still runs. What its failure says about executors still counts.
         is_copy = task.speculative is not None and task.speculative.attempt == event.attempt
         if is_copy:
-            task.speculative = None
+            task.set_copy(None)
         match failure:
             case QueryError():
                 self._cancel_copy(task, step)
                 if is_copy and isinstance(task.state, Running):
                     # The same SQL fails everywhere: stop the original too.
                     self._stop(task.state, step)
-                task.state = PENDING
+                task.move(PENDING)
                 msg = f"task {event.attempt} failed on executor {event.executor}: {failure.message}"
                 advice = failure.error_type.advice
                 msg = f"{msg}. {advice}" if advice else msg
                 self._finish(job, JobState.FAILED, msg, step, failure.error_type)
             case FragmentRejected():
-                task.state = PENDING
+                task.move(PENDING)
                 stage = job.plan.stage(task.id.stage)
                 step.commands.append(
                     LogRejectedFragment(
@@ -841,8 +841,7 @@ class SchedulerState(Recovery):
             case ExecutionError():
                 self._count_failure(event.executor, task, failure.message, step)
                 if is_copy:
-                    task.last_error = failure.message
-                    task.last_error_type = failure.error_type
+                    task.note_error(failure.message, failure.error_type)
                 elif self._requeue(
                     task,
                     event.executor,
@@ -986,7 +985,7 @@ class SchedulerState(Recovery):
             if rec.running or any(job.needs_outputs_of(rec.id) for job in self._jobs.values()):
                 continue
             if any(f.holds_result(rec.id) for f in self._finished.values()):
-                rec.detail = "drained; it serves results not read yet"
+                self._executors.set_detail(rec, "drained; it serves results not read yet")
                 continue
             done.append(rec.id)
         if done:
@@ -1154,7 +1153,7 @@ class SchedulerState(Recovery):
                 executor = elsewhere or executor
             eid = executor.id
             attempt = task.next_attempt()
-            task.state = Running(attempt, eid, started=step.now)
+            task.move(Running(attempt, eid, started=step.now))
             job.ran_on.add(eid)
             self._executors.start(eid, attempt)
             job.state = JobState.RUNNING
@@ -1193,7 +1192,7 @@ class SchedulerState(Recovery):
             if executor is None:
                 continue
             attempt = s.task.next_attempt()
-            s.task.speculative = Running(attempt, executor.id, started=step.now)
+            s.task.set_copy(Running(attempt, executor.id, started=step.now))
             s.stage.speculated += 1
             s.job.ran_on.add(executor.id)
             self._executors.start(executor.id, attempt)

@@ -152,7 +152,7 @@ class Recovery:
                 if job is None or task is None:
                     continue
                 if is_running(task.speculative, attempt, loss.executor):
-                    task.speculative = None  # the attempt it copied goes on, uncharged
+                    task.set_copy(None)  # the attempt it copied goes on, uncharged
                     continue
                 if not is_running(task.state, attempt, loss.executor):
                     continue
@@ -185,17 +185,10 @@ class Recovery:
         Returns whether it has now used up ``Limits.max_task_attempts``.
         """
         copy = task.speculative
-        task.speculative = None
-        task.state = copy if copy is not None and copy.executor != executor else PENDING
-        task.reruns += 1
-        task.last_error = error
-        task.last_error_type = error_type
-        if not charge:
-            return False
-        task.failures += 1
-        if executor not in task.failed_on:
-            task.failed_on = (*task.failed_on, executor)
-        return task.failures >= self.limits.max_task_attempts
+        task.set_copy(None)
+        task.move(copy if copy is not None and copy.executor != executor else PENDING)
+        task.ended(executor, error, error_type, charge=charge)
+        return charge and task.failures >= self.limits.max_task_attempts
 
     def _exhausted(self, task: TaskRecord) -> str:
         """The error of a job whose ``task`` used up its attempts (the job's type is
@@ -236,7 +229,7 @@ class Recovery:
         copy = task.speculative
         if copy is not None:
             self._stop(copy, step)
-            task.speculative = None
+            task.set_copy(None)
 
     def _restore_lost_outputs(self, job: JobRecord) -> str | None:
         """Send done tasks whose output is gone but still needed back to pending.
@@ -302,8 +295,7 @@ class Recovery:
         task = rec.tasks[failure.map_partition]
         if not isinstance(task.state, Done) or task.state.executor != failure.executor:
             return None
-        task.state = PENDING
-        task.recomputes += 1
+        task.recompute()
         rec.reruns += 1
         return self._lost_too_often(
             rec,
@@ -393,7 +385,7 @@ class Recovery:
                 # (adaptive execution may still give it fewer tasks; a key left
                 # for a task it no longer has fails the job at the next restart).
                 if task.speculative is not None:
-                    task.speculative = None
+                    task.set_copy(None)
                 if isinstance(task.state, Running):
                     self._requeue(task, task.state.executor, why, charge=False)
         self._executors.recovered(step.now)
@@ -428,8 +420,7 @@ class Recovery:
                     and any(o.path not in held for o in t.state.outputs)
                 ]
                 for task in gone:
-                    task.state = PENDING
-                    task.recomputes += 1
+                    task.recompute()
                 if gone:
                     sent_back = True
                     stage.reruns += 1
