@@ -96,14 +96,18 @@ What each event does, in one place:
   (fair shares, ``_assign``), none beyond ``Limits.max_job_share`` of them; a
   task that failed avoids the executors it failed on while another may take it.
 
-How a lost executor (and any lost output) is handled is ``state_recovery``, the
-base class ``Recovery``: one module to read top to bottom.
+This module is the dispatcher (``handle``), the views, the self-check, the
+store's exports, and the task reports and executor arrivals it routes; the
+rules live in its parts, one module each, each its base class:
 
-Why this module is still over 600 lines: it holds the dispatcher and the parts
-not split out yet (job lifecycle and results, task reports, assignment and
-speculation, the self-check). The next cut is assignment and speculation
-(``_assign``, ``_launch_next``, ``_speculate``, about 250 lines) into their own
-part, as recovery was.
+* ``state_recovery.Recovery``: how a lost executor (or any lost output, or a
+  restart) is handled, top to bottom;
+* ``state_lifecycle.Lifecycle``: a job's start, end and forgetting; commits;
+* ``state_placement.Placement``: which task runs where; stragglers' copies;
+* ``state_health.Health``: timeouts, drains, exclusions on a ``Tick``.
+
+Why it is still over 600 lines: about 120 of them are this docstring, the one
+place that says what every event does.
 
 The life cycles of executors, jobs, tasks and stages are drawn in
 ``state_executors`` and ``state_jobs``; what holds between any two events is
@@ -113,23 +117,18 @@ listed in docs/architecture.md ("Invariants of the state") and checked by
 
 from __future__ import annotations
 
-import heapq
-import math
 import operator
 from collections import OrderedDict
-from collections.abc import Generator, Iterator
 from dataclasses import replace
 
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
-from mangonel.scheduler import adaptive
 from mangonel.scheduler.detector import silence_for_phi
 from mangonel.scheduler.events import (
     AbortWrite,
     CancelRequested,
     Command,
     CommitWrite,
-    DeclareExecutorLost,
     Event,
     ExecutorConnected,
     ExecutorDraining,
@@ -165,25 +164,20 @@ from mangonel.scheduler.state_executors import (
     Resume,
 )
 from mangonel.scheduler.state_gray import (
-    count_failure,
-    excluded_everywhere,
     observe_speed,
-    stragglers,
 )
+from mangonel.scheduler.state_health import Health
 from mangonel.scheduler.state_jobs import (
     PENDING,
     Done,
     FinishedJob,
     JobProgress,
     JobRecord,
-    Pending,
     Running,
-    StageRecord,
-    StageState,
     TaskRecord,
-    invalid_plan_reason,
 )
-from mangonel.scheduler.state_liveness import Judgement, judge
+from mangonel.scheduler.state_lifecycle import Lifecycle
+from mangonel.scheduler.state_placement import Placement
 from mangonel.scheduler.state_recovery import Loss, Recovery, Step, is_running
 from mangonel.scheduler.state_views import (
     ExecutorState,
@@ -252,7 +246,7 @@ def _job_of(item: Event | Command) -> JobId | None:
     return None
 
 
-class SchedulerState(Recovery):
+class SchedulerState(Recovery, Lifecycle, Placement, Health):
     """All of the scheduler's job, stage, task and executor state.
 
     Args:
@@ -478,38 +472,6 @@ class SchedulerState(Recovery):
                 f"fetch reports kept about executors no longer alive: {sorted(self._unreachable)}",
             )
 
-    def _validate_assigned(self) -> None:
-        """The ``nothing-launchable`` invariant: after an event, no pending task
-        of a runnable stage could take a free slot (the rules of ``_assign`` and
-        ``_launch_next``, from scratch)."""
-        free = self._executors.with_free_slots()
-        if not free:
-            return
-        cap = self._job_slot_cap()
-        held = self._executors.slots_held()
-        for job in self._jobs.values():
-            usable = [r.id for r in free if r.id not in job.excluded]
-            if not usable or (cap is not None and held.get(job.id, 0) >= cap):
-                continue
-            if job.commit is not None:
-                continue  # being committed: it launches nothing (``_commit``)
-            live = job.usable(self._executors.is_live)
-            for sid, rec in job.stages.items():
-                if not rec.pending_count or job.stage_state(sid, live) is not StageState.RUNNABLE:
-                    continue
-                for task in rec.tasks:
-                    if not isinstance(task.state, Pending):
-                        continue
-                    elsewhere = [e for e in usable if e not in task.failed_on]
-                    if elsewhere or not self._executors.any_taker(
-                        job.excluded | set(task.failed_on)
-                    ):
-                        raise StateInvariantError(
-                            "nothing-launchable",
-                            f"task {task.id} is pending in a runnable stage while executor(s) "
-                            f"{', '.join(elsewhere or usable)} have a free slot it may take",
-                        )
-
     # ---------------------------------------------------------------- persistence
 
     def unfinished_jobs(self) -> list[JobId]:
@@ -573,107 +535,6 @@ class SchedulerState(Recovery):
         for done in sorted(finished, key=lambda f: f.view.finished or 0.0):
             self._finished[done.view.id] = done
         self._no_executor_since = no_executor_since
-
-    # ---------------------------------------------------------------------- jobs
-
-    def _job_submitted(self, event: JobSubmitted, step: Step) -> None:
-        if event.job in self._jobs or event.job in self._finished:
-            return  # a duplicate submission must not reset a job's progress
-        job = JobRecord.create(event.job, event.plan, event.time)
-        self._jobs[job.id] = job
-        problem = invalid_plan_reason(event.plan)
-        if problem is not None:
-            msg = (
-                f"internal error: the planner produced a plan the scheduler cannot run "
-                f"({problem}). {ErrorType.INTERNAL.advice} (job {job.id})"
-            )
-            self._finish(job, JobState.FAILED, msg, step, ErrorType.INTERNAL)
-
-    def _finish(
-        self,
-        job: JobRecord,
-        state: JobState,
-        error: str,
-        step: Step,
-        error_type: ErrorType = ErrorType.JOB_FAILED,
-        *,
-        committed: bool = False,
-    ) -> None:
-        """End a job: stop its attempts, report it, release its files, forget it.
-
-        ``error_type``: what a failed job is blamed on (the client raises it).
-        A write statement's job being committed ends only by its commit's outcome
-        (``committed``); a failed or cancelled one has its staged files removed.
-        """
-        if job.commit is not None and not committed:
-            return
-        if job.plan.write is not None and state is not JobState.SUCCEEDED:
-            step.commands.append(AbortWrite(step.cause, job.id, job.plan.write))
-        for task in job.running_tasks():
-            if isinstance(task.state, Running):
-                # Cancelled attempts free their slot at once: the executor kills
-                # them, and whatever they report later is stale and ignored.
-                for running in (task.state, task.speculative):
-                    if running is not None:
-                        self._stop(running, step)
-                task.move(PENDING)
-                if task.speculative is not None:
-                    task.set_copy(None)
-        intermediate = tuple(s.id for s in job.plan.stages[:-1])
-        result: tuple[PartitionLocation, ...] = ()
-        # Files may be wherever an attempt ran, current or superseded.
-        holders = job.holders(None) | job.ran_on
-        release: tuple[StageId, ...] | None = None
-        if state is JobState.SUCCEEDED:
-            result = job.result()
-            step.commands.append(JobSucceeded(step.cause, job.id, result))
-            # The final stage's files stay until the client has read them.
-            release = intermediate
-            if not intermediate:
-                holders = set()
-        elif state is JobState.CANCELLED:
-            step.commands.append(JobCancelled(step.cause, job.id, error))
-        else:
-            step.commands.append(JobFailed(step.cause, job.id, error, error_type))
-        for executor in sorted(holders):
-            if self._executors.is_live(executor):
-                step.commands.append(ReleaseOutputs(step.cause, executor, job.id, release))
-        job.state = state
-        del self._jobs[job.id]
-        self._finished[job.id] = FinishedJob(
-            view=job.view(
-                finished=step.now,
-                error=None if state is JobState.SUCCEEDED else error,
-                error_type=error_type if state is JobState.FAILED else None,
-            ),
-            result=result,
-            intermediate=intermediate,
-            ran_on=job.ran_on_sorted(),
-        )
-
-    def _release_result(self, job_id: JobId, step: Step) -> None:
-        """The result was read (or expired): delete what is left of the job."""
-        done = self._finished.get(job_id)
-        if done is None or not done.unread:
-            return
-        done.result_read = True
-        holders = {loc.executor for loc in done.result} | set(done.ran_on)
-        for executor in sorted(holders):
-            # A lost executor's files went with it.
-            if self._executors.is_live(executor):
-                # All stages: the intermediate ones went at success, so this is the
-                # result plus whatever superseded attempts of the final stage wrote.
-                step.commands.append(ReleaseOutputs(step.cause, executor, job_id, None))
-
-    def _forget_settled(self, step: Step) -> None:
-        """Keep at most ``keep_finished_jobs`` settled finished jobs; an unread
-        result keeps its job until it is read or expires."""
-        if len(self._finished) <= self._keep_finished:
-            return
-        settled = [j for j, f in self._finished.items() if not f.unread]
-        for job_id in settled[: max(0, len(settled) - self._keep_finished)]:
-            del self._finished[job_id]
-            step.commands.append(ForgetJob(step.cause, job_id))
 
     # ---------------------------------------------------------------------- tasks
 
@@ -752,44 +613,6 @@ class SchedulerState(Recovery):
                 self._commit(job, step)
             else:
                 self._finish(job, JobState.SUCCEEDED, "", step)
-
-    # ------------------------------------------------------------ writing data
-
-    def _commit(self, job: JobRecord, step: Step) -> None:
-        """Every task of a write statement is done: name the winning attempt of
-        each writing task, once, and have the shell commit their files.
-
-        From here the job launches nothing and no failure, loss or cancel ends
-        it (``_finish`` refuses): the commit's outcome alone does, so what a
-        reader sees never disagrees with how the job ended.
-        """
-        write = job.plan.write
-        if write is None or job.commit is not None:
-            return
-        winners: dict[int, int] = {}
-        for task in job.stages[write.stage].tasks:
-            if not isinstance(task.state, Done):
-                msg = (
-                    f"internal error: task {task.id} of the writing stage is not done at "
-                    f"commit. {ErrorType.INTERNAL.advice} (job {job.id})"
-                )
-                self._finish(job, JobState.FAILED, msg, step, ErrorType.INTERNAL)
-                return
-            winners[task.id.partition] = task.state.attempt.attempt
-        job.commit = winners
-        step.commands.append(CommitWrite(step.cause, job.id, write, tuple(sorted(winners.items()))))
-
-    def _write_committed(self, event: WriteCommitted, step: Step) -> None:
-        job = self._jobs.get(event.job)
-        if job is None or job.commit is None:
-            return
-        self._finish(job, JobState.SUCCEEDED, "", step, committed=True)
-
-    def _write_commit_failed(self, event: WriteCommitFailed, step: Step) -> None:
-        job = self._jobs.get(event.job)
-        if job is None or job.commit is None:
-            return
-        self._finish(job, JobState.FAILED, event.message, step, event.error_type, committed=True)
 
     def _task_failed(self, event: TaskFailed, step: Step) -> None:
         self._executors.heard_from(event.executor, event.time)
@@ -878,7 +701,7 @@ class SchedulerState(Recovery):
                 else:
                     self._unreachable_holder(job, event, failure.executor, error, step)
 
-    # ------------------------------------------------------------- restart
+    # -------------------------------------------------------------- executors
 
     def _registered(self, event: ExecutorRegistered, step: Step) -> None:
         """A new executor, or one the restored state awaits asking to resume its id."""
@@ -923,344 +746,3 @@ class SchedulerState(Recovery):
                     continue
                 release = done.intermediate
             step.commands.append(ReleaseOutputs(step.cause, executor, job_id, release))
-
-    # ---------------------------------------------------------------------- time
-
-    def _tick(self, step: Step) -> None:
-        for over in self._executors.exclusions_over(step.now):
-            over.excluded_until = None
-            over.exclusion = f"was excluded: {over.exclusion}" if over.exclusion else ""
-        judged = judge(self._executors, step.now, self.limits)
-        self._log_health(judged, step)
-        losses = []
-        for executor, detail in judged.lost:
-            losses.append(Loss(executor, LossReason.HEARTBEAT_TIMEOUT, detail))
-        connect = self.limits.connect_timeout_s
-        for executor in self._executors.connect_timed_out(step.now, connect):
-            detail = f"registered but opened no command stream in {connect:g} s"
-            step.commands.append(
-                DeclareExecutorLost(step.cause, executor, LossReason.CONNECTION_LOST, detail)
-            )
-            self._executors.mark_lost(executor, LossReason.CONNECTION_LOST, detail, step.now)
-        if losses:
-            self._lose(losses, step)
-        ttl = self.limits.result_ttl_s
-        expired = [
-            j
-            for j, f in self._finished.items()
-            if f.unread and f.view.finished is not None and step.now - f.view.finished > ttl
-        ]
-        for job_id in expired:
-            self._release_result(job_id, step)
-        if self._executors.any_live():
-            return
-        grace = self.limits.no_executor_grace_s
-        for job in list(self._jobs.values()):
-            since = job.submitted
-            if self._no_executor_since is not None:
-                since = max(since, self._no_executor_since)
-            waited = step.now - since
-            if waited >= grace:
-                msg = (
-                    f"no executor was alive for {waited:.0f} s (the limit is {grace:g} s, "
-                    f"--no-executor-grace), so job {job.id} could not run. Start an executor "
-                    f"pointed at this scheduler, or see why the executors were lost "
-                    f"(`mangonel status`: a heartbeat timeout is a frozen or cut-off host)."
-                )
-                self._finish(job, JobState.FAILED, msg, step)
-
-    # --------------------------------------------------------------------- drain
-
-    def _complete_drains(self, step: Step) -> None:
-        """Let go of draining executors that have nothing left to do.
-
-        Nothing left means no running attempt, no finished output that an
-        unfinished job still needs (see ``JobRecord.needs_outputs_of``) and no
-        result a client has not read yet (closing its stream would end the
-        process, and with it the result). Losing such an executor recomputes
-        nothing; the shell then closes its stream and the executor exits.
-        """
-        done = []
-        for rec in self._executors.draining():
-            if rec.running or any(job.needs_outputs_of(rec.id) for job in self._jobs.values()):
-                continue
-            if any(f.holds_result(rec.id) for f in self._finished.values()):
-                self._executors.set_detail(rec, "drained; it serves results not read yet")
-                continue
-            done.append(rec.id)
-        if done:
-            detail = "it finished its tasks and no job needs its outputs any more"
-            self._lose([Loss(e, LossReason.DRAINED, detail) for e in done], step)
-
-    # ------------------------------------------------------------------ assignment
-
-    def _assign(self, step: Step) -> None:
-        """Hand pending tasks of runnable stages to free slots, fairly between jobs.
-
-        Each free slot goes to the job that holds the fewest slots at that moment
-        (its running attempts, speculative copies included), ties to the earliest
-        submitted: the fair sharing of Hadoop's fair scheduler and Spark's FAIR
-        mode, with one pool and equal weights. Slots are handed out one task at a
-        time, so two jobs with work for every slot end up with half each, and a
-        job submitted while another holds every slot gets each slot that frees
-        until it holds as many (tasks are never preempted). It is
-        work-conserving: a job alone takes every slot, and a job that cannot use
-        its share (no more runnable tasks, or a free slot only on executors it
-        excludes or its tasks failed on) leaves the rest to the others. Within a
-        job, stages in plan order and tasks in partition order, each to the least
-        loaded executor (``_launch_next``).
-
-        With ``Limits.max_job_share`` below 1, no job holds more than that share
-        of the slots (``_job_slot_cap``), which is no longer work-conserving: an
-        operator's choice, so that a job arriving finds slots free at once
-        however long the running tasks of the others are.
-        """
-        least = self._executors.least_loaded()
-        if least is None:
-            return
-        cap = self._job_slot_cap()
-        # Counting the held slots costs the busy slots; one job alone without a
-        # cap takes every slot it can use whatever it holds.
-        held = self._executors.slots_held() if len(self._jobs) > 1 or cap is not None else {}
-        # (slots held, submission order, job); the order is unique, so the heap
-        # never compares the jobs.
-        # A job being committed (``_commit``) launches nothing more.
-        queue = [
-            (held.get(job.id, 0), order, job)
-            for order, job in enumerate(self._jobs.values())
-            if job.commit is None
-        ]
-        # A job's walk over its launchable tasks, started when it first comes
-        # to the top: a completion frees one slot, and starting a walk for each
-        # of ten jobs to launch one task cost a third of the event.
-        walks: dict[int, Generator[TaskRecord, None, None]] = {}
-        try:
-            heapq.heapify(queue)
-            while queue:
-                count, order, job = queue[0]
-                if cap is not None and count >= cap:
-                    return  # the job holding the fewest is at the cap: so is every other
-                tasks = walks.get(order)
-                if tasks is None:
-                    tasks = walks[order] = self._pending_runnable(job)
-                if self._launch_next(job, tasks, least, step):
-                    heapq.heapreplace(queue, (count + 1, order, job))
-                else:
-                    heapq.heappop(queue)
-                    tasks.close()  # nothing more it can launch now
-                # Asked once a turn, and handed to the next job's launch: the
-                # last free slot taken ends the loop without a look at any job.
-                least = self._executors.least_loaded()
-                if least is None:
-                    return  # no free slot anywhere
-        finally:
-            # A stage's walk puts the tasks it passed over back in its queue when
-            # it is closed; closed here, not whenever the garbage collector gets
-            # to it, before the next event walks the stage again.
-            for tasks in walks.values():
-                tasks.close()
-
-    def job_slots(self) -> int:
-        """The slots one job may hold now: the alive executors', at most its
-        share of them (``Limits.max_job_share``); 0 with no executor alive. The
-        planner sizes exchanges by it (``PlannerConfig.slots``)."""
-        alive = self._executors.alive_slots()
-        cap = self._job_slot_cap()
-        return alive if cap is None or not alive else min(alive, cap)
-
-    def job_parallel(self) -> int:
-        """The tasks of one job the alive executors' hosts run at full speed at
-        once (``ExecutorRegistry.parallel_slots``), at most ``job_slots``; the
-        planner sizes scans by it (``PlannerConfig.parallel``)."""
-        return min(self.job_slots(), self._executors.parallel_slots())
-
-    def _job_slot_cap(self) -> int | None:
-        """The most slots one job may hold now (``Limits.max_job_share`` of the
-        alive executors' slots, at least one); ``None``: no cap."""
-        share = self.limits.max_job_share
-        if share >= 1.0:
-            return None
-        # The epsilon keeps 0.29 x 100 slots at 29, not 28 (binary fractions).
-        return max(1, math.floor(share * self._executors.alive_slots() + 1e-9))
-
-    def _pending_runnable(self, job: JobRecord) -> Generator[TaskRecord, None, None]:
-        """The job's pending tasks of runnable stages, stages in plan order.
-
-        Lazy, so a job with thousands of pending tasks is read only as far as
-        the free slots reach. Launching a task changes no stage's state, so
-        what was runnable when the walk started stays so until it ends.
-        """
-        is_live = job.usable(self._executors.is_live)
-        for sid, rec in job.stages.items():
-            if not rec.pending_count or job.stage_state(sid, is_live) is not StageState.RUNNABLE:
-                continue
-            if rec.adaptable:
-                self._adapt(job, rec)
-            yield from rec.pending_tasks()
-
-    def _adapt(self, job: JobRecord, rec: StageRecord) -> None:
-        """Decide, once, how many tasks a stage that is about to launch its first
-        one runs, from the real sizes of its partitioned inputs
-        (``scheduler.adaptive``). Its upstream stages are complete (it is
-        runnable) and none of its tasks launched, so no reader has seen its
-        task count yet; the decision is kept (``StageRecord.bounds``, stored
-        with the job's progress) for as long as the job runs, outputs lost and
-        made again included, since the map side writes the same partitions."""
-        rec.adaptable = False
-        limits = self.limits
-        if not limits.adaptive or rec.totals["attempts_launched"]:
-            return
-        sizes = job.partition_bytes(rec.stage)
-        target = adaptive.target_bytes(
-            sum(sizes),
-            self._executors.alive_slots(),
-            limits.adaptive_partition_bytes,
-            limits.adaptive_min_partition_bytes,
-        )
-        bounds = adaptive.coalesce(sizes, target)
-        if len(bounds) < len(sizes):
-            rec.coalesce(job.id, bounds)
-
-    def _launch_next(
-        self,
-        job: JobRecord,
-        tasks: Iterator[TaskRecord],
-        least: ExecutorRecord,
-        step: Step,
-    ) -> bool:
-        """Launch the next of ``tasks`` that may run now; ``False`` when none may
-        (no slot the job may use is free, or the tasks left wait for executors
-        other than those with a free slot). ``least`` is the least loaded
-        executor with a free slot (``ExecutorRegistry.least_loaded()``)."""
-        if job.excluded:
-            # Looked up before the next task is: with no slot free, the job's
-            # pending tasks are not read at all.
-            found = self._executors.least_loaded(job.excluded)
-            if found is None:
-                return False
-            least = found
-        for task in tasks:
-            executor = least
-            if executor.id in task.failed_on:
-                # Not again where it failed (Spark's one attempt per task and
-                # executor), while another executor may run it: it waits for
-                # a slot there rather than fail again, and a bad executor
-                # that fails at once cannot use up the task's attempts alone.
-                avoid = job.excluded | set(task.failed_on)
-                elsewhere = self._executors.least_loaded(avoid)
-                if elsewhere is None and self._executors.any_taker(avoid):
-                    continue
-                executor = elsewhere or executor
-            eid = executor.id
-            attempt = task.next_attempt()
-            task.move(Running(attempt, eid, started=step.now))
-            job.ran_on.add(eid)
-            self._executors.start(eid, attempt)
-            job.state = JobState.RUNNING
-            stage = job.stages[attempt.task.stage].stage
-            step.commands.append(LaunchTask(step.cause, eid, job.task_spec(stage, attempt)))
-            return True
-        return False
-
-    # ----------------------------------------------------------------- stragglers
-
-    def _speculate(self, step: Step) -> None:
-        """Copy straggling attempts onto other executors' free slots (on ``Tick``).
-
-        Which attempts straggle is ``state_gray.stragglers``; each gets one copy
-        on the least loaded executor other than its own that the job may use.
-        Called after ``_assign``, so pending tasks always come first. The first
-        of the two to finish wins (``_task_completed``).
-        """
-        distrusted = any(
-            r.suspected_since is not None or r.quarantined_until is not None
-            for r in self._executors.live_records()
-        )
-        found = stragglers(
-            self._jobs.values(),
-            self._executors.is_live,
-            step.now,
-            self.limits,
-            self._distrusted if distrusted else None,
-        )
-        cap = self._job_slot_cap()
-        held = self._executors.slots_held() if cap is not None and found else {}
-        for s in found:
-            if cap is not None and held.get(s.job.id, 0) >= cap:
-                continue  # a copy holds a slot too (``_assign``)
-            executor = self._executors.least_loaded(s.job.excluded | {s.running.executor})
-            if executor is None:
-                continue
-            attempt = s.task.next_attempt()
-            s.task.set_copy(Running(attempt, executor.id, started=step.now))
-            s.stage.speculated += 1
-            s.job.ran_on.add(executor.id)
-            self._executors.start(executor.id, attempt)
-            if cap is not None:
-                held[s.job.id] = held.get(s.job.id, 0) + 1
-            spec = s.job.task_spec(s.stage.stage, attempt)
-            step.commands.append(LaunchTask(step.cause, executor.id, spec, speculative=True))
-
-    # --------------------------------------------------------------- bad executors
-
-    def _log_health(self, judged: Judgement, step: Step) -> None:
-        """``LogExecutorHealth`` for what ``state_liveness.judge`` changed."""
-        cause, now = step.cause, step.now
-        for rec in judged.suspected:
-            why = f"silent for {now - rec.last_heartbeat:.1f} s" + (
-                f"; {rec.arrivals.evidence(now, rec.last_heartbeat)}" if rec.arrivals else ""
-            )
-            step.commands.append(LogExecutorHealth(cause, HealthChange.SUSPECTED, rec.id, why))
-        for rec in judged.quarantined:
-            why = f"{rec.quarantine}; until {rec.quarantined_until}"
-            step.commands.append(LogExecutorHealth(cause, HealthChange.QUARANTINED, rec.id, why))
-        if judged.isolation_began:
-            why = (
-                "most executors are silent at once: the scheduler's own link is the likely "
-                f"cut, so losses for silence wait {self.limits.isolation_grace_s:g} s more"
-            )
-            step.commands.append(LogExecutorHealth(cause, HealthChange.ISOLATED, None, why))
-        if judged.isolation_ended:
-            why = "enough executors are heard again"
-            step.commands.append(LogExecutorHealth(cause, HealthChange.RECONNECTED, None, why))
-
-    def _distrusted(self, executor: ExecutorId) -> bool:
-        """Whether ``executor`` is suspected or quarantined (``state_liveness``):
-        its running attempts are copied at once."""
-        rec = self._executors.live(executor)
-        return rec is not None and (
-            rec.suspected_since is not None or rec.quarantined_until is not None
-        )
-
-    def _count_failure(self, executor: ExecutorId, task: TaskRecord, why: str, step: Step) -> None:
-        """An attempt failed on ``executor`` for an execution reason: count it
-        (``state_gray.count_failure`` may exclude the executor)."""
-        rec = self._executors.live(executor)
-        if rec is not None:
-            count_failure(rec, task.id, why, step.now, self.limits)
-
-    def _fail_if_all_excluded(self, step: Step, error_type: ErrorType) -> None:
-        """Fail jobs that wait for a slot when every executor is excluded.
-
-        Waiting out the exclusions would only cycle their tasks through the
-        same bad executors again. Executors still connecting or awaited after
-        a restart count as hope: then nothing fails. The jobs are blamed on
-        ``error_type``, that of the failure just counted: the one that excluded
-        the last executor, as a rule (a store that does not answer fails the
-        tasks of every executor, and so excludes them all).
-        """
-        why = excluded_everywhere(self._executors.takers())
-        if why is None:
-            return
-        for job in list(self._jobs.values()):
-            if not any(rec.pending_count for rec in job.stages.values()):
-                continue
-            msg = (
-                f"every executor is excluded for failing tasks ({why}), so job {job.id} "
-                f"cannot run its tasks. Check those executors (logs, disk, memory) or the "
-                f"data they read; an exclusion ends after {self.limits.exclusion_s:g} s "
-                f"(--exclusion-time), and --exclusion-failures 0 turns exclusion off."
-            )
-            if error_type.advice:
-                msg = f"{msg} {error_type.advice}"
-            self._finish(job, JobState.FAILED, msg, step, error_type)

@@ -26,14 +26,16 @@ scheduler restart (``_recovered``; ``_reattached`` when an executor comes back
 without some of its files). Every attempt stopped is a ``CancelTask`` plus the
 slot freed (``_stop``).
 
-``Recovery`` is a part of ``scheduler.state.SchedulerState`` (its base class):
-it reads and changes the same jobs and executors, and ends a job through the
-state's ``_finish``. Pure like the rest: no I/O, the time comes on the step.
+``Recovery`` is a part of ``scheduler.state.SchedulerState`` (one of its base
+classes, with ``state_lifecycle.Lifecycle`` and ``state_placement.Placement``):
+it reads and changes the same jobs and executors, and ends a job through
+``Lifecycle._finish``. Pure like the rest: no I/O, the time comes on the step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId
@@ -100,17 +102,25 @@ class Recovery:
     _unreachable: dict[ExecutorId, dict[ExecutorId, float]]
     _no_executor_since: float | None
 
-    def _finish(
-        self,
-        job: JobRecord,
-        state: JobState,
-        error: str,
-        step: Step,
-        error_type: ErrorType = ErrorType.JOB_FAILED,
-        *,
-        committed: bool = False,
-    ) -> None:
-        raise NotImplementedError  # ``SchedulerState._finish``: a job's end
+    if TYPE_CHECKING:
+        # Another part's (``state_lifecycle.Lifecycle``): the one way a job ends.
+        def _finish(
+            self,
+            job: JobRecord,
+            state: JobState,
+            error: str,
+            step: Step,
+            error_type: ErrorType = ErrorType.JOB_FAILED,
+            *,
+            committed: bool = False,
+        ) -> None: ...
+
+    def _declare_lost(self, loss: Loss, step: Step) -> None:
+        """``DeclareExecutorLost``: the shell closes the executor's stream. Every
+        loss is declared here, with what it rests on (for the log)."""
+        step.commands.append(
+            DeclareExecutorLost(step.cause, loss.executor, loss.reason, loss.detail)
+        )
 
     def _stop(self, running: Running, step: Step) -> None:
         """Stop one attempt: ``CancelTask`` to its executor, and its slot is free
@@ -137,9 +147,7 @@ class Recovery:
         """Recover from executors lost together, in one step: ``DeclareExecutorLost``
         for each (the shell closes its stream), then what their loss undoes."""
         for loss in losses:
-            step.commands.append(
-                DeclareExecutorLost(step.cause, loss.executor, loss.reason, loss.detail)
-            )
+            self._declare_lost(loss, step)
         failing: dict[JobId, str] = {}
         for loss in losses:
             running = self._executors.mark_lost(loss.executor, loss.reason, loss.detail, step.now)
