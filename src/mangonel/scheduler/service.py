@@ -9,7 +9,8 @@ mangonel error travels with its class name in the trailing metadata key
 with the scheduler's ``Authenticator``: the token comes in the metadata
 ``authorization: Bearer <token>``; a missing, malformed, forged or expired one
 is refused with UNAUTHENTICATED (``AuthenticationError``), another user's job
-with PERMISSION_DENIED (``PermissionDeniedError``), and each refusal is logged
+with PERMISSION_DENIED (``PermissionDeniedError`` from ``Principal.check_sees``,
+the check every front door shares), and each refusal is logged
 here with the caller's address. Users see, watch, read and cancel their own
 jobs; admins every job, and only admins register and drop tables. Without
 users (``OPEN``) every caller is the anonymous admin, as before. The
