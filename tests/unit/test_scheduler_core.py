@@ -52,6 +52,7 @@ from mangonel.scheduler.events import (
     Tick,
 )
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry
+from mangonel.scheduler.state import SchedulerState
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, TaskRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView, StageView
@@ -572,3 +573,21 @@ def test_a_slow_commit_to_the_state_store_is_logged(
     core.submit("SELECT 1")
     (slow,) = [r.getMessage() for r in caplog.records if "to commit" in r.getMessage()]
     assert slow.startswith("the state store took ") and "every event and launch waited" in slow
+
+
+def test_with_the_real_state_a_closed_stream_is_one_loss_and_the_lost_register_again() -> None:
+    core = SchedulerCore(SchedulerState())
+    entry = core.register_executor("h", "127.0.0.1:1", 1)
+    assert core.heartbeat(entry.id) is True  # connecting: its heartbeats count
+    core.executor_connected(entry.id)
+    core.connection_closed(entry.id)
+    core.connection_closed(entry.id)  # the state machine let it go already: no answer
+    assert _drain(entry.commands) == [CLOSE]  # its DeclareExecutorLost, carried out once
+    assert core.telemetry.counters().executors_lost["connection lost"] == 1
+    (listing,) = core.executors()
+    assert (listing.view.state, listing.view.reason) == (
+        ExecutorState.LOST,
+        LossReason.CONNECTION_LOST,
+    )
+    assert core.heartbeat(entry.id) is False  # RefuseHeartbeat: register again
+    assert core.heartbeat(ExecutorId("nobody")) is False
