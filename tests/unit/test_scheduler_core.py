@@ -575,7 +575,10 @@ def test_a_slow_commit_to_the_state_store_is_logged(
     assert slow.startswith("the state store took ") and "every event and launch waited" in slow
 
 
-def test_with_the_real_state_a_closed_stream_is_one_loss_and_the_lost_register_again() -> None:
+def test_with_the_real_state_a_closed_stream_is_one_loss_and_the_lost_register_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="mangonel.scheduler.core")
     core = SchedulerCore(SchedulerState())
     entry = core.register_executor("h", "127.0.0.1:1", 1)
     assert core.heartbeat(entry.id) is True  # connecting: its heartbeats count
@@ -591,3 +594,6 @@ def test_with_the_real_state_a_closed_stream_is_one_loss_and_the_lost_register_a
     )
     assert core.heartbeat(entry.id) is False  # RefuseHeartbeat: register again
     assert core.heartbeat(ExecutorId("nobody")) is False
+    # Every answer is one the shell knows how to carry out.
+    assert "unknown command" not in caplog.text
+    assert caplog.text.count(f"executor {entry.id} lost (connection lost)") == 1

@@ -552,7 +552,7 @@ class SchedulerCore:
             self._closed(command.executor)
         elif isinstance(command, ForgetJob):
             self._jobs.pop(command.job, None)
-        elif isinstance(command, ResumeExecutor | RefuseStream):
+        elif isinstance(command, ResumeExecutor | RefuseStream | RefuseHeartbeat):
             pass  # answers to the RPC that sent the event: read by its caller
         else:
             log.warning("unknown command %r", command)
