@@ -16,6 +16,8 @@ import binascii
 from dataclasses import dataclass
 from typing import Protocol
 
+from mangonel.errors import PermissionDeniedError
+
 BASIC = "Basic "
 """Prefix of an ``authorization`` value with ``base64(user:password)`` (HTTP Basic;
 what Flight SQL clients such as ADBC send for their first call)."""
@@ -51,6 +53,32 @@ class Principal:
     def may_see(self, owner: str) -> bool:
         """Whether this user may see (watch, read, cancel) a job ``owner`` submitted."""
         return self.admin or self.user == owner
+
+    def check_sees(self, job: str, owner: str) -> None:
+        """The ownership check of every front door (gRPC, Flight SQL, web), each
+        of which turns the error into its own refusal.
+
+        Raises:
+            PermissionDeniedError: ``job`` is another user's (``may_see``).
+        """
+        if not self.may_see(owner):
+            raise PermissionDeniedError(
+                f"job {job} belongs to another user; {self.user!r} may see and cancel only "
+                "their own jobs (an admin may see all)"
+            )
+
+    def check_reads(self, job: str, owner: str) -> None:
+        """A result's partitions are read by the user who ran the query only, admin
+        or not: the rule the executors apply to its tickets.
+
+        Raises:
+            PermissionDeniedError: ``job`` is another user's.
+        """
+        if self.user != owner:
+            raise PermissionDeniedError(
+                f"the result of job {job} is another user's: only the user who ran the "
+                "query may read it"
+            )
 
     @property
     def sees_hosts(self) -> bool:
