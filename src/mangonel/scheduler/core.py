@@ -663,7 +663,8 @@ class SchedulerCore:
 
         A thawed executor that was declared lost while frozen hears False here
         (the state machine answers ``RefuseHeartbeat``; its stream was closed
-        too): it registers anew, under a new id.
+        too): it registers again, asking for its id, and goes on under it when
+        outputs it holds are still needed (``state_revival``), else under a new id.
         """
         commands = self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy))
         return not any(isinstance(c, RefuseHeartbeat) for c in commands)
