@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from mangonel.client.fetch import ResultUnavailableError
 from mangonel.client.session import Result, Session, connect
 from mangonel.errors import (
     AuthenticationError,
@@ -48,6 +49,7 @@ __all__ = [
     "JobCancelledError",
     "QueryTimeoutError",
     "ClusterError",
+    "ResultUnavailableError",
     "AuthenticationError",
     "PermissionDeniedError",
 ]

@@ -24,6 +24,9 @@
     │                              ObjectStoreError and the four kinds of it), see ``ErrorType``
     ├── QueryTimeoutError          the query outlasted the caller's timeout
     ├── ClusterError               the scheduler or executors cannot be reached
+    │   └── ResultUnavailableError a result partition could not be read: its executor
+    │                              is gone or refused the ticket (``client.fetch``;
+    │                              ``Session`` runs the query again before raising)
     ├── SecurityError              a request was refused
     │   ├── AuthenticationError    no credentials, or a wrong password, an unknown user,
     │   │   │                      an expired, forged, malformed or revoked token

@@ -20,7 +20,7 @@ import pyarrow.flight as flight
 import pyarrow.parquet as pq
 import pytest
 
-from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.main import SchedulerConfig, SchedulerServer, start_scheduler
 from mangonel.scheduler.state_views import ExecutorState, JobState
 
@@ -111,11 +111,11 @@ def alive(scheduler: SchedulerServer) -> int:
     return sum(e.view.state is ExecutorState.ALIVE for e in scheduler.core.executors())
 
 
-def finished(record: JobRecord) -> bool:
+def finished(record: JobWatch) -> bool:
     return record.state.finished
 
 
-def fetch(record: JobRecord) -> pa.Table:
+def fetch(record: JobWatch) -> pa.Table:
     tables = []
     for loc in record.result:
         client = flight.FlightClient(f"grpc://{loc.flight_address}")

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mangonel.plan.physical import DistributedPlan
-from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.main import SchedulerConfig, SchedulerServer, start_scheduler
 from mangonel.scheduler.state_views import ExecutorState, JobState
 
@@ -112,13 +112,13 @@ def executors(scheduler: SchedulerServer, tmp_path: Path) -> Iterator[list[Path]
             proc.wait(10)
 
 
-def run(scheduler: SchedulerServer, sql: str) -> JobRecord:
+def run(scheduler: SchedulerServer, sql: str) -> JobWatch:
     record = scheduler.core.submit(sql)
     wait_for(lambda: record.state.finished, what="job finished")
     return record
 
 
-def fetch(record: JobRecord) -> list[tuple[Any, ...]]:
+def fetch(record: JobWatch) -> list[tuple[Any, ...]]:
     tables = []
     for loc in record.result:
         client = flight.FlightClient(f"grpc://{loc.flight_address}")

@@ -20,7 +20,7 @@ from dataclasses import replace
 import pytest
 
 from mangonel.executor import events as ex
-from mangonel.executor.state import ExecutorState
+from mangonel.executor.state import ExecutorMachine
 from mangonel.ids import ExecutorId, JobId, StageId
 from mangonel.scheduler.events import (
     CancelRequested,
@@ -293,7 +293,7 @@ def test_a_slot_never_given_back_is_caught() -> None:
     assert _violation(_KeepsStoppedSlots(config).run()) == "slots-conserved"
 
 
-class _KeepsReleasedFiles(ExecutorState):
+class _KeepsReleasedFiles(ExecutorMachine):
     def handle(self, event: ex.Event) -> list[ex.Action]:
         if isinstance(event, ex.OutputsReleased):
             return []
@@ -357,7 +357,7 @@ def test_a_restart_writes_no_task_of_a_stage_that_never_launched() -> None:
 
     def emit(event: Event) -> list[Command]:
         commands = state.handle(event)
-        changes = state_changes(state, event, commands, known)
+        changes = state_changes(state, known)
         if changes is not None:
             puts, deletes = changes
             if isinstance(event, JobSubmitted):

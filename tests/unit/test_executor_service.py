@@ -16,7 +16,7 @@ from mangonel.errors import ClusterError
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.failures import TaskFailedError, disk_full
 from mangonel.executor.hooks import NoHooks
-from mangonel.executor.link import ExecutorCommand, Registered, Registration
+from mangonel.executor.link import ExecutorCommand, RegisterReply, Registration
 from mangonel.executor.main import start_executor, stop_executor
 from mangonel.executor.service import INLINE_OUTPUT_BYTES, ExecutorService
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
@@ -81,14 +81,14 @@ class FakeLink:
         self.failures_before_register = failures_before_register
         self.closed = False
 
-    def register(self, registration: Registration) -> Registered:
+    def register(self, registration: Registration) -> RegisterReply:
         with self.lock:
             if self.failures_before_register:
                 self.failures_before_register -= 1
                 raise ClusterError("scheduler not up yet")
             self.registrations.append(registration)
             self.known = True
-            return Registered(ExecutorId(f"e{len(self.registrations)}"), 0.05)
+            return RegisterReply(ExecutorId(f"e{len(self.registrations)}"), 0.05)
 
     def connect(self, executor: ExecutorId) -> FakeStream:
         stream = FakeStream()

@@ -50,7 +50,7 @@ from mangonel.executor.state import (
     BACKOFF_START_S,
     CancelledQueued,
     CancelledRunning,
-    ExecutorState,
+    ExecutorMachine,
     LifeState,
     Queued,
     Running,
@@ -81,9 +81,9 @@ def outputs(a: TaskAttemptId) -> tuple[PartitionOutput, ...]:
     return (PartitionOutput(0, path, 1, 10, "c"),)
 
 
-def serving(executor: ExecutorId = E1) -> ExecutorState:
+def serving(executor: ExecutorId = E1) -> ExecutorMachine:
     """A state whose life ``executor`` is registered, housed and connected."""
-    state = ExecutorState()
+    state = ExecutorMachine()
     assert state.handle(ServiceStarted()) == [Register(None)]
     assert state.handle(Registered(executor, resumed=False)) == [ClaimHome(executor)]
     assert state.handle(HomeClaimed(executor)) == [Connect(executor)]
@@ -92,11 +92,11 @@ def serving(executor: ExecutorId = E1) -> ExecutorState:
     return state
 
 
-def launch(state: ExecutorState, a: TaskAttemptId, executor: ExecutorId = E1) -> None:
+def launch(state: ExecutorMachine, a: TaskAttemptId, executor: ExecutorId = E1) -> None:
     assert state.handle(TaskLaunched(executor, spec(a))) == [QueueTask(executor, spec(a))]
 
 
-def start(state: ExecutorState, a: TaskAttemptId, slot: int, executor: ExecutorId = E1) -> None:
+def start(state: ExecutorMachine, a: TaskAttemptId, slot: int, executor: ExecutorId = E1) -> None:
     launch(state, a, executor)
     assert state.handle(SlotTaken(a, slot)) == [StartTask(executor, a, slot)]
 
@@ -261,7 +261,7 @@ def test_resume_refused_with_nothing_running_deletes_the_old_life_at_once() -> N
 
 
 def test_a_refused_registration_backs_off_and_a_new_order_resets_it() -> None:
-    state = ExecutorState()
+    state = ExecutorMachine()
     state.handle(ServiceStarted())
     waits = []
     for _ in range(6):
@@ -278,7 +278,7 @@ def test_a_refused_registration_backs_off_and_a_new_order_resets_it() -> None:
 
 
 def test_a_failed_connect_keeps_the_life_and_asks_to_resume_it() -> None:
-    state = ExecutorState()
+    state = ExecutorMachine()
     state.handle(ServiceStarted())
     state.handle(Registered(E1, resumed=False))
     state.handle(HomeClaimed(E1))
@@ -287,7 +287,7 @@ def test_a_failed_connect_keeps_the_life_and_asks_to_resume_it() -> None:
 
 
 def test_a_life_whose_home_cannot_be_claimed_is_given_up() -> None:
-    state = ExecutorState()
+    state = ExecutorMachine()
     state.handle(ServiceStarted())
     state.handle(Registered(E1, resumed=False))
     assert state.handle(HomeClaimFailed(E1)) == [Wait(BACKOFF_START_S)]
@@ -327,7 +327,7 @@ def test_a_drained_life_with_a_running_task_goes_when_the_task_stops() -> None:
 
 
 def test_drain_without_a_stream_or_a_reachable_scheduler_stops_at_once() -> None:
-    state = ExecutorState()
+    state = ExecutorMachine()
     state.handle(ServiceStarted())
     assert state.handle(DrainRequested()) == [Stop()]
     assert state.handle(StopRequested()) == []
@@ -352,7 +352,7 @@ def test_stop_cancels_tasks_ends_the_stream_and_exits() -> None:
 
 
 def test_a_stream_opened_after_stop_is_ended_at_once() -> None:
-    state = ExecutorState()
+    state = ExecutorMachine()
     state.handle(ServiceStarted())
     state.handle(Registered(E1, resumed=False))
     state.handle(StopRequested())

@@ -58,7 +58,7 @@ class Driven:
         commands = self.state.handle(event)
         self.state.validate()
         self.launched += [c for c in commands if isinstance(c, LaunchTask)]
-        changes = state_changes(self.state, event, commands, {J1})
+        changes = state_changes(self.state, {J1})
         before = self.store.bytes_written
         if changes is not None:
             puts, deletes = changes

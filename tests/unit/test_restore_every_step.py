@@ -112,7 +112,7 @@ class Cluster:
         event = make(self.last_id, self.now, *args)  # type: ignore[call-arg]
         commands = self.state.handle(event)
         self.state.validate()
-        changes = state_changes(self.state, event, commands, self.known)
+        changes = state_changes(self.state, self.known)
         if changes is not None:
             puts, deletes = changes
             if isinstance(event, JobSubmitted):

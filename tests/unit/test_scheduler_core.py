@@ -40,6 +40,7 @@ from mangonel.scheduler.events import (
     DeclareExecutorLost,
     Event,
     ExecutorConnected,
+    ExecutorHeartbeat,
     ExecutorLost,
     ExecutorRegistered,
     ForgetJob,
@@ -49,6 +50,7 @@ from mangonel.scheduler.events import (
     JobSucceeded,
     LogRejectedFragment,
     LossReason,
+    RefuseHeartbeat,
     RefuseStream,
     ResultRead,
     ResumeExecutor,
@@ -56,6 +58,7 @@ from mangonel.scheduler.events import (
     Tick,
 )
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry
+from mangonel.scheduler.state import SchedulerState
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, TaskRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView, StageView
@@ -79,7 +82,10 @@ PLAN = DistributedPlan(
 
 
 class ScriptedState:
-    """Records events; answers each with the commands queued in ``next``.
+    """Records events; answers each with the commands queued in ``next``, and,
+    as the real state does, ``ExecutorLost`` of a live executor with
+    ``DeclareExecutorLost`` (first) and a heartbeat of a lost or unknown one with
+    ``RefuseHeartbeat``.
 
     Its views are whatever a test puts in ``job_views`` / ``executor_views``
     (an executor that registered is listed as alive unless a test says otherwise).
@@ -92,13 +98,37 @@ class ScriptedState:
         self.executor_views: dict[ExecutorId, ExecutorView] = {}
         self.parallel: int | None = None
         """What ``job_parallel`` answers; None: ``job_slots``."""
+        self.touched: list[JobId] | None = None
 
     def handle(self, event: Event) -> list[Command]:
         self.events.append(event)
         if isinstance(event, ExecutorRegistered):
             self.set_executor(event.executor.id, ExecutorState.ALIVE)
         out, self.next = self.next, []
+        if isinstance(event, ExecutorHeartbeat) and not self.is_live(event.executor):
+            view = self.executor_views.get(event.executor)
+            if view is None or view.state is ExecutorState.LOST:
+                out.append(RefuseHeartbeat(event.event_id, event.executor))
+        if isinstance(event, ExecutorLost) and self.is_live(event.executor):
+            self.set_executor(event.executor, ExecutorState.LOST, event.reason)
+            lost = DeclareExecutorLost(event.event_id, event.executor, event.reason, event.detail)
+            out.insert(0, lost)
+        quiet = isinstance(event, ExecutorHeartbeat | Tick | ExecutorLost) and all(
+            isinstance(c, RefuseHeartbeat) for c in out
+        )
+        named = [c.job for c in out if isinstance(getattr(c, "job", None), str)]
+        self.touched = None if quiet else list(dict.fromkeys([*self.job_views, *named]))
         return out
+
+    def is_live(self, executor: ExecutorId) -> bool:
+        view = self.executor_views.get(executor)
+        return view is not None and view.state in (ExecutorState.ALIVE, ExecutorState.DRAINING)
+
+    def is_current(self, attempt: TaskAttemptId, executor: ExecutorId) -> bool:
+        return self.is_live(executor)
+
+    def touched_jobs(self) -> list[JobId] | None:
+        return self.touched
 
     def set_executor(
         self, executor: ExecutorId, state: ExecutorState, reason: LossReason | None = None
@@ -263,11 +293,13 @@ def test_a_broken_stream_is_reported_once_and_a_lost_executor_is_told_to_registe
     entry = core.register_executor("h", "127.0.0.1:1", 1)
     core.executor_connected(entry.id)
     core.connection_closed(entry.id)
+    # The state machine's DeclareExecutorLost is what closes the stream.
     assert CLOSE in _drain(entry.commands)
-    state.set_executor(entry.id, ExecutorState.LOST, LossReason.CONNECTION_LOST)
-    core.connection_closed(entry.id)  # the state machine already knows: no event
+    core.connection_closed(entry.id)  # the state machine already knows: no answer
+    assert _drain(entry.commands) == []
     lost = [e for e in state.events if isinstance(e, ExecutorLost)]
-    assert len(lost) == 1 and lost[0].reason is LossReason.CONNECTION_LOST
+    assert [e.reason for e in lost] == [LossReason.CONNECTION_LOST] * 2
+    assert core.telemetry.counters().executors_lost["connection lost"] == 1
     assert core.heartbeat(entry.id) is False  # told to register again
     assert core.heartbeat(ExecutorId("nobody")) is False
 
@@ -291,9 +323,9 @@ def test_declared_lost_closes_the_stream_with_the_state_machines_words(
     )
     assert core.telemetry.counters().executors_lost["heartbeat timeout"] == 1
     assert core.heartbeat(entry.id) is False  # a thawed executor is told to register again
-    before = len(state.events)
     core.connection_closed(entry.id)  # the closed stream must not count as a second loss
-    assert len(state.events) == before
+    assert core.telemetry.counters().executors_lost["heartbeat timeout"] == 1
+    assert core.telemetry.counters().executors_lost["connection lost"] == 0
 
 
 def test_cancel_and_failure_reach_watchers_with_their_error_type(
@@ -378,7 +410,6 @@ def test_a_forgotten_job_leaves_the_shell_and_the_store(
     record = core.submit("SELECT 1")
     state.job_views[record.id] = _finished(record.id, JobState.FAILED, "boom")
     state.next = [JobFailed(2, record.id, "boom")]
-    core.heartbeat(ExecutorId("x"))  # unknown: no event
     core.register_executor("h", "a:1", 1)
     assert any(k.startswith(f"jobs/{record.id}/") for k in core.store.load())
     del state.job_views[record.id]
@@ -585,3 +616,27 @@ def test_a_slow_commit_to_the_state_store_is_logged(
     core.submit("SELECT 1")
     (slow,) = [r.getMessage() for r in caplog.records if "to commit" in r.getMessage()]
     assert slow.startswith("the state store took ") and "every event and launch waited" in slow
+
+
+def test_with_the_real_state_a_closed_stream_is_one_loss_and_the_lost_register_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="mangonel.scheduler.core")
+    core = SchedulerCore(SchedulerState())
+    entry = core.register_executor("h", "127.0.0.1:1", 1)
+    assert core.heartbeat(entry.id) is True  # connecting: its heartbeats count
+    core.executor_connected(entry.id)
+    core.connection_closed(entry.id)
+    core.connection_closed(entry.id)  # the state machine let it go already: no answer
+    assert _drain(entry.commands) == [CLOSE]  # its DeclareExecutorLost, carried out once
+    assert core.telemetry.counters().executors_lost["connection lost"] == 1
+    (listing,) = core.executors()
+    assert (listing.view.state, listing.view.reason) == (
+        ExecutorState.LOST,
+        LossReason.CONNECTION_LOST,
+    )
+    assert core.heartbeat(entry.id) is False  # RefuseHeartbeat: register again
+    assert core.heartbeat(ExecutorId("nobody")) is False
+    # Every answer is one the shell knows how to carry out.
+    assert "unknown command" not in caplog.text
+    assert caplog.text.count(f"executor {entry.id} lost (connection lost)") == 1

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from mangonel.client.cli import main as cli_main
-from mangonel.errors import AuthenticationError, LoginThrottledError
+from mangonel.errors import AuthenticationError, LoginThrottledError, PermissionDeniedError
 from mangonel.security import (
     OPEN,
+    Principal,
     UsersAuthenticator,
     authenticator_for,
     basic_credentials,
@@ -486,3 +487,15 @@ def test_authorization_values() -> None:
     assert basic_credentials("Basic !!!") is None
     assert basic_credentials("Basic " + base64.b64encode(b"nocolon").decode()) is None
     assert basic_credentials("Bearer mgt1.a.b") is None
+
+
+def test_one_ownership_check_for_every_front_door() -> None:
+    ann, bob, root = Principal("ann"), Principal("bob"), Principal("root", admin=True)
+    ann.check_sees("j1", "ann")
+    root.check_sees("j1", "ann")  # an admin sees every job
+    with pytest.raises(PermissionDeniedError, match="job j1 belongs to another user; 'bob'"):
+        bob.check_sees("j1", "ann")
+    # A result's partitions are its reader's alone, admin or not.
+    ann.check_reads("j1", "ann")
+    with pytest.raises(PermissionDeniedError, match="the result of job j1 is another user's"):
+        root.check_reads("j1", "ann")

@@ -15,7 +15,7 @@ from typing import Any
 from test_state_machine import three_stage_plan
 
 from mangonel.ids import ExecutorId, TaskAttemptId, TaskId
-from mangonel.scheduler.state_jobs import PENDING, Done, Pending, Running, StageRecord, TaskRecord
+from mangonel.scheduler.state_jobs import Done, Pending, Running, StageRecord, TaskRecord
 from mangonel.task import PartitionLocation
 
 E1, E2 = ExecutorId("e1"), ExecutorId("e2")
@@ -48,9 +48,9 @@ def _stage(tasks: int = 12) -> StageRecord:
     rec = StageRecord(stage, [TaskRecord.fresh(TaskId(JOB, stage.id, p)) for p in range(tasks)])
     for p in range(9):
         attempt = rec.tasks[p].next_attempt()
-        rec.tasks[p].state = Running(attempt, E1 if p < 5 else E2, 0.0)
-        rec.tasks[p].state = _done(rec, p, E1 if p < 5 else E2, seconds=1.0 + p % 3)
-    rec.tasks[9].state = Running(rec.tasks[9].next_attempt(), E2, 0.0)
+        rec.tasks[p].move(Running(attempt, E1 if p < 5 else E2, 0.0))
+        rec.tasks[p].move(_done(rec, p, E1 if p < 5 else E2, seconds=1.0 + p % 3))
+    rec.tasks[9].move(Running(rec.tasks[9].next_attempt(), E2, 0.0))
     rec.changed.clear()
     return rec
 
@@ -84,21 +84,20 @@ def test_the_counts_kept_task_by_task_are_the_counts_made_afresh() -> None:
 
 def test_send_back_is_each_task_made_pending_and_recomputed_in_one_pass() -> None:
     rec = _stage()
-    by_hook = _stage()
-    for task in by_hook.done_tasks_on(E1):
-        task.state = PENDING
-        task.recomputes += 1
+    one_by_one = _stage()
+    for task in one_by_one.done_tasks_on(E1):
+        task.recompute()
 
     sent = rec.send_back(E1)
 
     assert [t.id.partition for t in sent] == [0, 1, 2, 3, 4]
     assert all(isinstance(t.state, Pending) and t.recomputes == 1 for t in sent)
-    assert rec.changed == {t.id for t in sent} == by_hook.changed
-    assert _counts(rec) == _counts(by_hook) == _afresh(rec)
+    assert rec.changed == {t.id for t in sent} == one_by_one.changed
+    assert _counts(rec) == _counts(one_by_one) == _afresh(rec)
     assert _counts(rec)["next"] == [0, 1, 2, 3, 4, 10, 11]
     assert (rec.done, rec.rows, rec.totals["recomputes"]) == (4, 84, 5)
     # How long the lost tasks took still counts for the stage's median.
-    assert rec.durations == by_hook.durations == sorted(1.0 + p % 3 for p in range(9))
+    assert rec.durations == one_by_one.durations == sorted(1.0 + p % 3 for p in range(9))
     # Sending back what the executor no longer holds changes nothing.
     assert rec.send_back(E1) == []
     assert _counts(rec) == _afresh(rec)
@@ -108,8 +107,8 @@ def test_tasks_sent_back_run_and_finish_again_with_the_counts_kept() -> None:
     rec = _stage()
     rec.send_back(E2)
     for task in list(rec.pending_tasks()):
-        task.state = Running(task.next_attempt(), E1, 5.0)
-        task.state = _done(rec, task.id.partition, E1, seconds=2.0)
+        task.move(Running(task.next_attempt(), E1, 5.0))
+        task.move(_done(rec, task.id.partition, E1, seconds=2.0))
     assert _counts(rec) == _afresh(rec)
     assert _counts(rec)["held"] == {E1: ([0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11], 231, 2200)}
     assert not rec.complete  # task 9 still runs on e2
@@ -124,10 +123,10 @@ def test_a_few_sent_back_into_a_long_queue_come_out_in_partition_order() -> None
     for task in rec.pending_tasks():  # as the state machine launches: off the queue
         if len(launched) == 3:
             break
-        task.state = Running(task.next_attempt(), E1, 0.0)
+        task.move(Running(task.next_attempt(), E1, 0.0))
         launched.append(task)
     for task in launched:
-        task.state = _done(rec, task.id.partition, E1, seconds=1.0)
+        task.move(_done(rec, task.id.partition, E1, seconds=1.0))
     assert 0 not in rec._queued  # left the queue: sending it back must push it
     rec.send_back(E1)
     assert _counts(rec) == _afresh(rec)

@@ -95,6 +95,14 @@ def _set_outputs_unsorted(h: Harness) -> None:
     done.state = replace(done.state, outputs=done.state.outputs[::-1])
 
 
+def _set_count(h: Harness, stage: StageId, name: str, value: int) -> None:
+    """Set one task's count, and its stage's total with it: only the task's own
+    invariant is broken (a transition never sets a count like this)."""
+    t = task(h, stage, 0)
+    job(h).stages[stage].totals[name] += value - getattr(t, name)
+    setattr(t, name, value)
+
+
 def _forget_e2_ran(h: Harness) -> None:
     job(h).ran_on.discard(E2)
     job(h).ran_on_sorted()  # the cache follows, so only ``job-ran-on`` is wrong
@@ -112,14 +120,18 @@ def _lose_quietly(h: Harness, executor: ExecutorId) -> None:
 
 def _stale_snapshot(h: Harness) -> None:
     registry(h).snapshot()
-    # Past ``__setattr__``, which would have dropped the cached snapshot.
-    object.__setattr__(registry(h).live(E1), "detail", "changed behind the cache")
+    # Not through the registry (``set_detail``), which would drop the cached snapshot.
+    rec = registry(h).live(E1)
+    assert rec is not None
+    rec.detail = "changed behind the cache"
 
 
 def _too_few_slots(h: Harness) -> None:
     rec = registry(h).live(E1)
     assert rec is not None
     rec.info = replace(rec.info, slots=0)  # and it runs a reducer
+    registry(h).stored_changed()  # what the registry's transitions would say
+    registry(h).rank_changed(rec)
 
 
 def _too_many_held(h: Harness) -> None:
@@ -133,9 +145,9 @@ def _one_executor() -> Harness:
 
 
 CASES: list[tuple[str, Callable[[], Harness], Callable[[Harness], object]]] = [
-    ("task-attempts", maps_done, lambda h: setattr(task(h, S2, 0), "attempts_launched", 0)),
+    ("task-attempts", maps_done, lambda h: _set_count(h, S2, "attempts_launched", 0)),
     ("task-outputs", maps_done, _set_outputs_unsorted),
-    ("task-limits", maps_done, lambda h: setattr(task(h, S1, 0), "recomputes", 99)),
+    ("task-limits", maps_done, lambda h: _set_count(h, S1, "recomputes", 99)),
     ("stage-tasks", maps_done, lambda h: job(h).stages[S1].tasks.reverse()),
     ("stage-counts", maps_done, lambda h: setattr(job(h).stages[S1], "done", 3)),
     ("stage-counts", maps_done, lambda h: job(h).stages[S2].running.clear()),

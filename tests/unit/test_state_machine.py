@@ -37,6 +37,7 @@ from mangonel.scheduler.events import (
     LogExecutorHealth,
     LogRejectedFragment,
     LossReason,
+    RefuseHeartbeat,
     RefuseStream,
     TaskCompleted,
     TaskFailed,
@@ -248,7 +249,18 @@ class Harness:
     def lose(
         self, executor: ExecutorId, reason: LossReason = LossReason.CONNECTION_LOST
     ) -> list[Command]:
-        return self.send(ExecutorLost, executor, reason, "socket closed")
+        """The loss's commands after the ``DeclareExecutorLost`` that answers it
+        (first, and only for an executor that was live)."""
+        view = self.state.executor(executor)
+        live = view is not None and view.state in (ExecutorState.ALIVE, ExecutorState.DRAINING)
+        cmds = self.send(ExecutorLost, executor, reason, "socket closed")
+        declared = [c for c in cmds if isinstance(c, DeclareExecutorLost)]
+        if not live:
+            assert declared == []
+            return cmds
+        assert cmds[0] == declared[0]
+        assert (declared[0].cause, declared[0].executor) == (self.last_id, executor)
+        return cmds[1:]
 
     def tick(self, at: float) -> list[Command]:
         self.now = at
@@ -631,7 +643,8 @@ def test_late_reports_from_lost_executor_or_superseded_attempt_are_ignored() -> 
     before = h.state.job(J1)
     assert h.complete(att(1, 0), E1) == []  # from the lost executor
     assert h.fail(att(1, 0), E1, QueryError("boom")) == []
-    assert h.send(ExecutorHeartbeat, E1) == []
+    # It must register again (a new id): the shell tells it so.
+    assert h.send(ExecutorHeartbeat, E1) == [RefuseHeartbeat(h.last_id, E1)]
     assert h.state.job(J1) == before
     # A superseded attempt reporting from a live executor.
     assert launches(h.fail(att(1, 1), E2, ExecutionError("io"))) == [("e2", "j1/s1/p1/a1")]
@@ -906,7 +919,7 @@ def test_draining_executor_gets_no_new_tasks_but_finishes_its_own() -> None:
 
 def test_unknown_executor_events_are_ignored() -> None:
     h = Harness()
-    assert h.send(ExecutorHeartbeat, E1) == []
+    assert h.send(ExecutorHeartbeat, E1) == [RefuseHeartbeat(h.last_id, E1)]
     assert h.send(ExecutorDraining, E1) == []
     assert h.lose(E1) == []
     assert h.state.executors() == []
@@ -914,6 +927,21 @@ def test_unknown_executor_events_are_ignored() -> None:
     h.lose(E1)
     assert h.register(E1) == [RefuseStream(h.last_id, E1)]  # a lost id stays lost
     assert [v.state for v in h.state.executors()] == [ExecutorState.LOST]
+
+
+def test_heartbeats_count_from_connecting_and_live_executors_only() -> None:
+    h = Harness()
+    info = ExecutorInfo(E1, "h1", "h1:501", 2)
+    h.send(ExecutorRegistered, info)
+    assert h.send(ExecutorHeartbeat, E1) == []  # connecting: its stream is on its way
+    h.send(ExecutorConnected, E1)
+    assert h.send(ExecutorHeartbeat, E1) == []
+    assert h.state.touched_jobs() is None  # nothing the store keeps changed
+    assert h.lose(E1) == []
+    assert h.state.touched_jobs() == []  # the executors' document changed
+    assert h.send(ExecutorHeartbeat, E1) == [RefuseHeartbeat(h.last_id, E1)]
+    assert h.send(ExecutorLost, E1, LossReason.CONNECTION_LOST, "again") == []
+    assert h.state.touched_jobs() is None  # a loss already known changes nothing
 
 
 def test_executor_views() -> None:

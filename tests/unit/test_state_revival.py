@@ -10,6 +10,7 @@ from test_state_machine import (
     E2,
     E3,
     J1,
+    J2,
     S1,
     S2,
     Harness,
@@ -20,7 +21,7 @@ from test_state_machine import (
     three_stage_plan,
 )
 
-from mangonel.ids import ExecutorId
+from mangonel.ids import ExecutorId, TaskAttemptId, TaskId
 from mangonel.scheduler.events import (
     Command,
     ExecutorConnected,
@@ -275,3 +276,26 @@ def test_no_free_slot_no_recompute_on_suspicion() -> None:
     assert said == [HealthChange.SUSPECTED]
     assert not [c for _, c in cmds if isinstance(c, CancelTask | LaunchTask)]
     assert recomputed(h) == [0, 0, 0]
+
+
+def test_a_report_that_ends_a_suspicion_touches_the_jobs_whose_outputs_it_gives_back() -> None:
+    # j1 may hold one slot: its outputs on e2, set aside on suspicion, wait pending
+    # behind p3 on e1; e2's report of a j2 task gives them back, with no command
+    # about j1, yet the store must write j1's tasks again.
+    h = Harness(Limits(heartbeat_timeout_s=10.0, max_job_share=0.2, speculation=False))
+    h.register(E2, 2)
+    h.submit(three_stage_plan(maps=4, reducers=1))
+    assert launches(h.submit(three_stage_plan(maps=1, reducers=1), J2)) == [("e2", "j2/s1/p0/a0")]
+    finish_maps(h, {0: E2, 1: E2})
+    h.register(E1, 2)
+    h.register(E3, 2)
+    assert launches(h.complete(att(1, 2), E2)) == [("e1", "j1/s1/p3/a0")]
+    run(h, 5.0, lambda e, t: True)
+    cmds = run(h, 8.0, lambda e, t: e != E2 or t < 5.0)
+    said = [(c.change, c.executor) for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert said == [(HealthChange.SUSPECTED, E2), (HealthChange.SET_ASIDE, E2)]
+    assert recomputed(h) == [3, 0, 0]
+    cmds = h.complete(TaskAttemptId(TaskId(J2, S1, 0), 0), E2)
+    assert launches(cmds) == [("e2", "j2/s2/p0/a0")]
+    assert recomputed(h) == [0, 0, 0]
+    assert h.state.touched_jobs() == [J1, J2]

@@ -20,15 +20,16 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from mangonel.errors import MangonelError
+from mangonel.errors import ClusterError, MangonelError
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.security import tls
 from mangonel.security.tickets import SESSION_HEADER
 from mangonel.task import PartitionLocation
 
 
-class ResultUnavailableError(Exception):
-    """A result partition could not be read.
+class ResultUnavailableError(ClusterError):
+    """A result partition could not be read: a ``ClusterError``, in the public
+    error tree (``mangonel.errors``), like any executor that cannot be reached.
 
     Attributes:
         location: The partition.

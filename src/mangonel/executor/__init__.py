@@ -12,7 +12,7 @@ Modules, from the data path outwards:
 * ``hooks``: ``TaskHooks``, the test hooks on a task's path, and the no-op default
   (chaos tests plug in ``testing.faults.FaultInjector``).
 * ``link``: ``SchedulerLink`` protocol and its gRPC implementation.
-* ``state``: ``ExecutorState``, the pure state machine of lives and tasks
+* ``state``: ``ExecutorMachine``, the pure state machine of lives and tasks
   (``handle(event) -> actions``): every decision of the control loop.
 * ``service``: ``ExecutorService``, the I/O shell that feeds it events and
   carries out its actions (register, stream, task slots, heartbeats, drain).

@@ -69,7 +69,7 @@ class Registration:
     pid: int
     work_dir: str
     resume: ExecutorId | None = None
-    """The life to go on with after the command stream broke (see ``Registered.resumed``)."""
+    """The life to go on with after the command stream broke (see ``RegisterReply.resumed``)."""
     held_paths: tuple[str, ...] = ()
     """Output files that life still has."""
     held_jobs: tuple[str, ...] = ()
@@ -81,7 +81,7 @@ class Registration:
 
 
 @dataclass(frozen=True)
-class Registered:
+class RegisterReply:
     """The scheduler's answer: this life's id and how often to heartbeat."""
 
     executor: ExecutorId
@@ -106,7 +106,7 @@ class SchedulerLink(Protocol):
     Every method raises ``ClusterError`` when the scheduler cannot be reached.
     """
 
-    def register(self, registration: Registration) -> Registered: ...
+    def register(self, registration: Registration) -> RegisterReply: ...
 
     def connect(self, executor: ExecutorId) -> CommandStream: ...
 
@@ -214,7 +214,7 @@ class GrpcSchedulerLink:
     def _stub(self) -> pb_grpc.ExecutorControlStub:
         return self._stubs[self._current]
 
-    def register(self, registration: Registration) -> Registered:
+    def register(self, registration: Registration) -> RegisterReply:
         request = pb.RegisterExecutorRequest(
             host=registration.host,
             flight_address=registration.flight_address,
@@ -232,7 +232,7 @@ class GrpcSchedulerLink:
         for _ in self.addresses:
             try:
                 reply = self._stub.RegisterExecutor(request, timeout=self.rpc_timeout_s)
-                return Registered(
+                return RegisterReply(
                     ExecutorId(reply.executor_id), reply.heartbeat_interval_s, reply.resumed
                 )
             except grpc.RpcError as exc:

@@ -1,9 +1,9 @@
-"""The executor's I/O shell: sockets, threads, DuckDB slots and files around ``ExecutorState``.
+"""The executor's I/O shell: sockets, threads, DuckDB slots and files around ``ExecutorMachine``.
 
 One ``ExecutorService`` is one executor process. Every decision (which life a
 registration continues, what a cancel hits, whether a finished attempt is
 reported, when a life's files go, whether a drained executor registers again)
-is made by the pure state machine ``executor.state.ExecutorState``, whose
+is made by the pure state machine ``executor.state.ExecutorMachine``, whose
 module docstring draws the life cycles of a *life* (one registration: an
 executor id and its locked directory ``<work root>/<executor id>/``) and of a
 task. This shell owns only what I/O needs and carries out the actions:
@@ -95,7 +95,7 @@ from mangonel.executor.phases import PhaseClock
 from mangonel.executor.runner import TaskRunner, warm_up
 from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter, checksum_of
 from mangonel.executor.state import (
-    ExecutorState,
+    ExecutorMachine,
 )
 from mangonel.executor.workdir import OwnedDir, WorkRoot
 from mangonel.ids import ExecutorId
@@ -157,7 +157,7 @@ class ExecutorService:
         (or waiting for a slot): a slot is free again before its task's report has its
         answer (``_run_task``)."""
         self._lock = threading.Lock()
-        self._state = ExecutorState()
+        self._state = ExecutorMachine()
         """Guarded by ``_lock``, like the two fields below."""
         self._homes: dict[ExecutorId, _Home] = {}
         self._stream: tuple[ExecutorId, CommandStream] | None = None

@@ -1,6 +1,6 @@
 """The executor's pure state machine: its lives and their tasks.
 
-``ExecutorState`` holds everything the executor decides about and changes only
+``ExecutorMachine`` holds everything the executor decides about and changes only
 through ``handle(event) -> list[Action]``, like the scheduler's
 ``SchedulerState``. No threads, sockets, files, DuckDB or clock: the I/O shell
 (``executor.service``) feeds it events under its lock and carries out the
@@ -9,7 +9,7 @@ actions, in order. Events (past tense) and actions (imperative) are defined in
 attempt.
 
 >>> from mangonel.ids import ExecutorId
->>> state = ExecutorState()
+>>> state = ExecutorMachine()
 >>> state.handle(ServiceStarted())
 [Register(resume=None)]
 >>> state.handle(Registered(ExecutorId("e1"), resumed=False))
@@ -186,7 +186,7 @@ class _Life:
         return stages is None or stage in stages
 
 
-class ExecutorState:
+class ExecutorMachine:
     """Every life of this executor process and the tasks each one holds."""
 
     def __init__(self) -> None:
@@ -465,4 +465,4 @@ class ExecutorState:
         return None
 
 
-__all__ = ["BACKOFF_MAX_S", "BACKOFF_START_S", "ExecutorState", "LifeState", "TaskState"]
+__all__ = ["BACKOFF_MAX_S", "BACKOFF_START_S", "ExecutorMachine", "LifeState", "TaskState"]

@@ -11,9 +11,10 @@ them:
 
 * ``LaunchTask`` / ``CancelTask`` / ``ReleaseOutputs``: onto the executor's
   command queue, which its Connect stream drains.
-* ``DeclareExecutorLost``: close the executor's stream (the process exits).
-* ``ResumeExecutor`` / ``RefuseStream``: the answer to the registration or
-  Connect RPC that sent the event.
+* ``DeclareExecutorLost``: close the executor's stream (the process exits);
+  the one place a stream is closed, a closed stream's ``ExecutorLost`` included.
+* ``ResumeExecutor`` / ``RefuseStream`` / ``RefuseHeartbeat``: the answer to the
+  registration, Connect or heartbeat RPC that sent the event.
 * ``JobSucceeded`` / ``JobFailed`` / ``JobCancelled``: copy the job's final
   view (and result) into its watchers' record; its watchers wake. A failure is
   logged under the job's id with its type (an internal error as an error).
@@ -21,12 +22,13 @@ them:
   the event's commit).
 
 What else the shell keeps is I/O: the lock, each executor's command queue
-(``registry.ExecutorEntry``), each job's watchers' record (``jobs.JobRecord``:
+(``registry.ExecutorEntry``), each job's watchers' record (``jobs.JobWatch``:
 a condition variable, a copy of the state machine's view, SQL text, timing),
 the store writer, the ticker thread (a ``Tick`` every ``tick_interval_s``), and
 ``telemetry``, which observes the events and commands for the web UI and
-/metrics. RPC answers that only read the state (is this executor known, may it
-drain) read the state machine's views.
+/metrics. Whether a task's report counts for telemetry is the state machine's
+rule (``is_current``), and which jobs an event touched, for the store, its answer
+(``touched_jobs``); only ``drain``'s refusal of an executor not alive reads a view.
 
 Before any command of an event is carried out, what the event changed is
 committed to the state store (``scheduler.persist``: the jobs it or its
@@ -94,6 +96,7 @@ from mangonel.scheduler.events import (
     LogExecutorHealth,
     LogRejectedFragment,
     LossReason,
+    RefuseHeartbeat,
     RefuseStream,
     ResultRead,
     ResumeExecutor,
@@ -105,7 +108,7 @@ from mangonel.scheduler.events import (
     WriteCommitted,
 )
 from mangonel.scheduler.hooks import NO_HOOK, EventHook
-from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.persist import (
     BrokenJob,
     PersistedState,
@@ -119,8 +122,7 @@ from mangonel.scheduler.persist import (
 )
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorListing
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import FinishedJob
-from mangonel.scheduler.state_jobs import JobRecord as StateJobRecord
+from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
 from mangonel.scheduler.telemetry import Telemetry
@@ -172,10 +174,12 @@ class StateMachine(PersistedState, Protocol):
 
     def job_parallel(self) -> int: ...
 
+    def is_current(self, attempt: TaskAttemptId, executor: ExecutorId) -> bool: ...
+
     def restore(
         self,
         executors: RegistrySnapshot | None,
-        jobs: list[StateJobRecord],
+        jobs: list[JobRecord],
         finished: list[FinishedJob],
         no_executor_since: float | None,
     ) -> None: ...
@@ -261,7 +265,7 @@ class SchedulerCore:
         self._last_event_id = 0
         self._executor_seq = 0
         self._executors: dict[ExecutorId, ExecutorEntry] = {}
-        self._jobs: dict[JobId, JobRecord] = {}
+        self._jobs: dict[JobId, JobWatch] = {}
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         # Attempt history, counters and bytes held, for the web UI and /metrics.
@@ -325,20 +329,20 @@ class SchedulerCore:
                 except MangonelError as exc:
                     log.error("table %s cannot be read any more, so it is dropped: %s", name, exc)
                     dropped.append(table_key(name))
-            running: list[StateJobRecord] = []
+            running: list[JobRecord] = []
             finished: list[FinishedJob] = []
             broken = list(snap.broken)
             for stored in snap.jobs:
                 if stored.outcome is None and stored.progress is not None:
                     try:
-                        running.append(StateJobRecord.restore(stored.plan.plan, stored.progress))
+                        running.append(JobRecord.restore(stored.plan.plan, stored.progress))
                     except Exception as exc:  # one job's record never stops the scheduler
                         problem = f"its progress does not fit its plan ({exc})"
                         log.exception("job %s cannot be restored: %s", stored.id, problem)
                         keys = [k for k in data if k.startswith(job_key(stored.id, ""))]
                         broken.append(BrokenJob(stored.id, problem, keys, stored.plan))
                         continue
-                record = JobRecord.create(
+                record = JobWatch.create(
                     stored.id, stored.plan.sql, stored.plan.plan, stored.plan.submitted
                 )
                 record.submitted_wall = stored.plan.submitted_wall
@@ -397,7 +401,7 @@ class SchedulerCore:
         view = JobView(
             job.id, JobState.FAILED, plan.submitted, now, error, (), plan.sql, ErrorType.INTERNAL
         )
-        record = JobRecord.create(job.id, plan.sql, plan.plan, plan.submitted)
+        record = JobWatch.create(job.id, plan.sql, plan.plan, plan.submitted)
         record.submitted_wall = plan.submitted_wall
         record.request_id = plan.request_id
         record.owner = plan.owner
@@ -456,7 +460,7 @@ class SchedulerCore:
 
         Returns False for an event that changes nothing the store keeps.
         """
-        changes = state_changes(self._state, event, commands, self._jobs)
+        changes = state_changes(self._state, self._jobs)
         if changes is None:
             return False
         puts, deletes = changes
@@ -565,7 +569,7 @@ class SchedulerCore:
             self._closed(command.executor)
         elif isinstance(command, ForgetJob):
             self._jobs.pop(command.job, None)
-        elif isinstance(command, ResumeExecutor | RefuseStream):
+        elif isinstance(command, ResumeExecutor | RefuseStream | RefuseHeartbeat):
             pass  # answers to the RPC that sent the event: read by its caller
         else:
             log.warning("unknown command %r", command)
@@ -654,18 +658,17 @@ class SchedulerCore:
             return entry
 
     def connection_closed(self, executor: ExecutorId, detail: str = "") -> None:
-        """The executor's Connect stream ended: the executor is lost at once."""
+        """The executor's Connect stream ended: a live executor is lost at once.
+
+        The state machine answers with ``DeclareExecutorLost`` (carried out like
+        any other: logged, the stream's queue closed), or with nothing when it
+        let the executor go already.
+        """
         if self._stop.is_set():
             return
-        with self._lock:
-            view = self._state.executor(executor)
-            if view is None or view.state not in _LIVE:
-                return  # the state machine let it go already (and closed the stream)
-            detail = detail or "its command stream closed"
-            reason = LossReason.CONNECTION_LOST
-            log.warning("executor %s lost (%s): %s", executor, reason.value, detail)
-            self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
-            self._closed(executor)
+        detail = detail or "its command stream closed"
+        reason = LossReason.CONNECTION_LOST
+        self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
 
     def heartbeat(self, executor: ExecutorId, unhealthy: str = "") -> bool:
         """Record a heartbeat; return False when the executor must register again.
@@ -673,14 +676,12 @@ class SchedulerCore:
         ``unhealthy``: why the executor can take no task now, ``""`` when it can.
 
         A thawed executor that was declared lost while frozen hears False here
-        (its stream was closed too): it registers anew, under a new id.
+        (the state machine answers ``RefuseHeartbeat``; its stream was closed
+        too): it registers again, asking for its id, and goes on under it when
+        outputs it holds are still needed (``state_revival``), else under a new id.
         """
-        with self._lock:
-            view = self._state.executor(executor)
-            if view is None or view.state is ExecutorState.LOST:
-                return False
-            self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy))
-            return True
+        commands = self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy))
+        return not any(isinstance(c, RefuseHeartbeat) for c in commands)
 
     def report_completed(
         self,
@@ -695,7 +696,7 @@ class SchedulerCore:
         (kept for the client if they may be the job's result); ``timings``: where
         its time went on the executor (kept by ``telemetry``)."""
         with self._lock:
-            if self._is_live(executor):
+            if self._state.is_current(attempt, executor):
                 self.telemetry.task_completed(
                     attempt, executor, outputs, elapsed_s, self._clock(), timings
                 )
@@ -713,21 +714,16 @@ class SchedulerCore:
         timings: TaskTimings | None = None,
     ) -> None:
         with self._lock:
-            if self._is_live(executor):
+            if self._state.is_current(attempt, executor):
                 self.telemetry.task_failed(
                     attempt, executor, failure, elapsed_s, self._clock(), timings
                 )
             self._emit(lambda eid, now: TaskFailed(eid, now, attempt, executor, failure))
 
-    def _is_live(self, executor: ExecutorId) -> bool:
-        # Reports of a lost executor are stale (the state machine ignores them);
-        # telemetry must not count them either.
-        view = self._state.executor(executor)
-        return view is not None and view.state in _LIVE
-
     def drain(self, executor: ExecutorId) -> None:
         with self._lock:
-            if not self._is_live(executor):
+            view = self._state.executor(executor)
+            if view is None or view.state not in _LIVE:
                 raise ExecutorNotFoundError(f"executor {executor} is not alive")
             self._emit(lambda eid, now: ExecutorDraining(eid, now, executor))
 
@@ -955,7 +951,7 @@ class SchedulerCore:
         request_id: str = "",
         owner: str = ANONYMOUS.user,
         may_write: bool = True,
-    ) -> JobRecord:
+    ) -> JobWatch:
         """Plan the query (outside the lock: it can take a while) and start the job.
 
         A write statement (``sql.writes``) is checked and planned to write
@@ -998,7 +994,7 @@ class SchedulerCore:
             job = JobId(secrets.token_hex(4))
             while job in self._jobs:
                 job = JobId(secrets.token_hex(4))
-            record = JobRecord.create(job, sql, plan, self._clock())
+            record = JobWatch.create(job, sql, plan, self._clock())
             record.planning_s = time.perf_counter() - started
             record.request_id = request_id
             record.owner = owner
@@ -1023,7 +1019,7 @@ class SchedulerCore:
             self._emit(lambda eid, now: JobSubmitted(eid, now, job, plan))
             return record
 
-    def job(self, job: JobId) -> JobRecord:
+    def job(self, job: JobId) -> JobWatch:
         with self._lock:
             record = self._jobs.get(job)
         if record is None:
@@ -1032,7 +1028,7 @@ class SchedulerCore:
             )
         return record
 
-    def jobs(self) -> list[JobRecord]:
+    def jobs(self) -> list[JobWatch]:
         with self._lock:
             return list(self._jobs.values())
 

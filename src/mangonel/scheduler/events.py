@@ -137,6 +137,9 @@ class ExecutorConnected(Event):
 
 @dataclass(frozen=True)
 class ExecutorHeartbeat(Event):
+    """A heartbeat; from an executor neither connecting nor live it is answered
+    with ``RefuseHeartbeat`` (the shell tells the executor to register again)."""
+
     executor: ExecutorId
     unhealthy: str = ""
     """Why the executor can take no task now (its work directory is full);
@@ -150,7 +153,9 @@ class ExecutorDraining(Event):
 
 @dataclass(frozen=True)
 class ExecutorLost(Event):
-    """The executor's stream broke (or its process exited). A draining executor
+    """The executor's stream broke (or its process exited). A live executor is
+    lost, answered with ``DeclareExecutorLost`` (which closes what is left of the
+    stream); one already lost or unknown changes nothing. A draining executor
     whose stream closes is lost as ``DRAINED``: it was on its way out."""
 
     executor: ExecutorId
@@ -286,8 +291,9 @@ class ForgetJob(SchedulerCommand):
 
 @dataclass(frozen=True)
 class DeclareExecutorLost(SchedulerCommand):
-    """The state machine decided an executor is lost (heartbeat or connect timeout,
-    drained, fetch failures): close its command stream, which ends the process."""
+    """The state machine decided an executor is lost (its stream closed, heartbeat
+    or connect timeout, drained, fetch failures): close its command stream, which
+    ends the process. The one command that closes a stream."""
 
     executor: ExecutorId
     reason: LossReason
@@ -309,6 +315,15 @@ class ResumeExecutor(SchedulerCommand):
 class RefuseStream(SchedulerCommand):
     """The executor was not waiting to connect (a second stream, lost, unknown):
     refuse its stream; it registers again."""
+
+    executor: ExecutorId
+
+
+@dataclass(frozen=True)
+class RefuseHeartbeat(SchedulerCommand):
+    """The executor is not known as connecting or live (lost while it was frozen
+    or cut off, or unknown since a restart): answer its heartbeat with "register
+    again"; it goes on under a new id."""
 
     executor: ExecutorId
 

@@ -63,7 +63,7 @@ import pyarrow.flight as flight
 from google.protobuf.message import Message
 
 from mangonel import textfiles
-from mangonel.errors import AuthenticationError, ClusterError, MangonelError
+from mangonel.errors import AuthenticationError, ClusterError, MangonelError, PermissionDeniedError
 from mangonel.ids import JobId
 from mangonel.proto import flightsql_pb2 as sql_pb
 from mangonel.proto.batches import fitted
@@ -95,7 +95,7 @@ from mangonel.scheduler.flightsql_wire import (
     unpack_as,
     unsupported,
 )
-from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.state_views import ExecutorState, JobState
 from mangonel.scheduler.tickets import TicketIssuer
 from mangonel.security import tls
@@ -258,7 +258,7 @@ class _Poll:
     schema: pa.Schema
     """The result's as DuckDB types it, for the ``FlightInfo`` of a query not done."""
     statements: list[str]
-    jobs: list[JobRecord]
+    jobs: list[JobWatch]
     """Each statement's job: the latest run."""
     runs: list[int] = field(default_factory=list)
     results: list[_Result | None] = field(default_factory=list)
@@ -615,14 +615,12 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
                 return result
         raise AssertionError("unreachable")
 
-    def _submit(self, sql: str, who: FlightSqlAuthMiddleware) -> JobRecord:
+    def _submit(self, sql: str, who: FlightSqlAuthMiddleware) -> JobWatch:
         record = self.core.submit(sql, owner=who.principal.user, may_write=who.principal.may_write)
         log.info("flight sql: job %s for %s", record.id, who.principal.user)
         return record
 
-    def _finish(
-        self, record: JobRecord, who: FlightSqlAuthMiddleware, last: bool
-    ) -> _Result | None:
+    def _finish(self, record: JobWatch, who: FlightSqlAuthMiddleware, last: bool) -> _Result | None:
         """The result of a job that succeeded, held for the client; ``None`` when it
         was lost before its schema could be read (run the query again), unless this
         was the ``last`` run."""
@@ -649,7 +647,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
             self._results[record.id] = result
         return result
 
-    def _rows_written(self, record: JobRecord, who: FlightSqlAuthMiddleware) -> int:
+    def _rows_written(self, record: JobWatch, who: FlightSqlAuthMiddleware) -> int:
         """A write statement's answer (its ``Count`` rows), read from where it is;
         the result is then released."""
         count = 0
@@ -667,7 +665,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         self.core.release_result(record.id)
         return count
 
-    def _wait(self, record: JobRecord, context: flight.ServerCallContext) -> None:
+    def _wait(self, record: JobWatch, context: flight.ServerCallContext) -> None:
         """Until the job ends; a client that cancels its call (or goes away) cancels it."""
         while True:
             with record.changed:
@@ -684,7 +682,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
 
     def _schema_of(
         self,
-        record: JobRecord,
+        record: JobWatch,
         locations: tuple[PartitionLocation, ...],
         who: FlightSqlAuthMiddleware,
     ) -> pa.Schema:
@@ -724,12 +722,10 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
                 f"stale or forged ticket: no result of job {view.job!r} is held here (it was "
                 "released, cancelled or never existed); execute the statement again"
             )
-        if who.principal.user != result.owner:
-            # The reader only, admin or not: the rule the executors apply to the ticket.
-            raise flight.FlightUnauthorizedError(
-                f"the result of job {view.job} is another user's: only the user who ran the "
-                "query may read it"
-            )
+        try:
+            who.principal.check_reads(view.job, result.owner)
+        except PermissionDeniedError as exc:
+            raise flight.FlightUnauthorizedError(str(exc)) from None
         if (
             not 0 <= view.partition < len(result.locations)
             or partition_ticket(result.locations[view.partition]) != view.ticket
@@ -932,8 +928,11 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         for job in jobs:
             with self._lock:
                 result = self._results.get(job)
-            if result is not None and not who.principal.may_see(result.owner):
-                raise flight.FlightUnauthorizedError(f"job {job} is another user's")
+            if result is not None:
+                try:
+                    who.principal.check_sees(job, result.owner)
+                except PermissionDeniedError as exc:
+                    raise flight.FlightUnauthorizedError(str(exc)) from None
             self._release(job)
         return sql_pb.CANCEL_STATUS_CANCELLED
 

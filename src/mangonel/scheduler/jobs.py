@@ -2,7 +2,7 @@
 
 The job's life (queued, running, succeeded, failed, cancelled; its result and
 whether it was read) is the state machine's alone (``state_jobs`` draws it).
-A ``JobRecord`` holds a copy of the state machine's latest ``JobView`` of its
+A ``JobWatch`` holds a copy of the state machine's latest ``JobView`` of its
 job, refreshed by the shell after every event, with the result a
 ``JobSucceeded`` carried; and what only the shell knows: the SQL text, the
 client's request id, the user who submitted it (its owner), wall-clock and
@@ -27,7 +27,7 @@ from mangonel.task import PartitionLocation
 
 RESULT_FILES_BYTES = 1 << 20
 """The most bytes of a job's result files the scheduler keeps to hand out
-(``JobRecord.result_files``): each at most the executor's ``INLINE_OUTPUT_BYTES``."""
+(``JobWatch.result_files``): each at most the executor's ``INLINE_OUTPUT_BYTES``."""
 
 
 @dataclass
@@ -47,7 +47,7 @@ class StageTiming:
 
 
 @dataclass
-class JobRecord:
+class JobWatch:
     """One submitted job as its watchers see it."""
 
     id: JobId
@@ -78,7 +78,7 @@ class JobRecord:
     """Guards every field after creation; readers take it to snapshot a record."""
 
     @classmethod
-    def create(cls, job: JobId, sql: str, plan: DistributedPlan, now: float) -> JobRecord:
+    def create(cls, job: JobId, sql: str, plan: DistributedPlan, now: float) -> JobWatch:
         rec = cls(job, sql, plan, submitted=now, submitted_wall=time.time())
         for s in plan.stages:
             rec.timing[s.id] = StageTiming()

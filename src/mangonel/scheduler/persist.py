@@ -48,25 +48,6 @@ from cattrs.strategies import configure_tagged_union
 from mangonel.errors import StateStoreError
 from mangonel.ids import JobId, StageId, TaskId
 from mangonel.plan.physical import DistributedPlan
-from mangonel.scheduler.events import (
-    AbortWrite,
-    CancelRequested,
-    Command,
-    CommitWrite,
-    Event,
-    ExecutorHeartbeat,
-    ForgetJob,
-    JobCancelled,
-    JobFailed,
-    JobSubmitted,
-    JobSucceeded,
-    ResultRead,
-    TaskCompleted,
-    TaskFailed,
-    Tick,
-    WriteCommitFailed,
-    WriteCommitted,
-)
 from mangonel.scheduler.state_executors import ExecutorRecord, RegistrySnapshot
 from mangonel.scheduler.state_jobs import (
     FinishedJob,
@@ -76,7 +57,7 @@ from mangonel.scheduler.state_jobs import (
     TaskState,
 )
 from mangonel.scheduler.store import StateStore
-from mangonel.task import CancelTask, FetchFailed, LaunchTask, PartitionLocation, ReleaseOutputs
+from mangonel.task import PartitionLocation
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +362,7 @@ def _fill_tasks(head: JobProgress, plan: StoredPlan, tasks: list[TaskRecord]) ->
 class PersistedState(Protocol):
     """What ``state_changes`` reads of ``scheduler.state.SchedulerState``."""
 
-    def unfinished_jobs(self) -> list[JobId]: ...
+    def touched_jobs(self) -> list[JobId] | None: ...
 
     def export_job_head(self, job_id: JobId) -> JobProgress | None: ...
 
@@ -396,24 +377,24 @@ class PersistedState(Protocol):
 
 
 def state_changes(
-    state: PersistedState, event: Event, commands: list[Command], known: Container[JobId]
+    state: PersistedState, known: Container[JobId]
 ) -> tuple[dict[str, object], list[str]] | None:
-    """The documents ``event`` may have changed, as puts and deletes for ``StateWriter``.
+    """The documents the state's last event may have changed, as puts and deletes
+    for ``StateWriter``.
 
     Everything but a new job's ``plan``, which only the shell knows whole (its
-    SQL, owner, request id). ``known`` are the jobs the shell still lists: a
-    job the state machine no longer knows but the shell does was forgotten
-    (``ForgetJob``), and its keys go. ``None`` for an event that changes
+    SQL, owner, request id). Which jobs the event touched, the state says
+    (``touched_jobs``). ``known`` are the jobs the shell still lists: a job the
+    state machine no longer knows but the shell does was forgotten
+    (``ForgetJob``), and its keys go. ``None`` for an event that changed
     nothing the store keeps (a heartbeat, a tick with no command).
     """
-    if isinstance(event, ExecutorHeartbeat | Tick) and not commands:
+    touched = state.touched_jobs()
+    if touched is None:
         return None
     puts: dict[str, object] = {}
     deletes: list[str] = []
-    job = _job_of(event)
-    touched = [job] if job is not None else state.unfinished_jobs()
-    touched += [j for j in (_job_of(c) for c in commands) if j is not None]
-    for jid in dict.fromkeys(touched):
+    for jid in touched:
         progress = state.export_job_head(jid)
         finished = state.export_finished(jid) if progress is None else None
         if progress is not None:
@@ -434,25 +415,6 @@ def state_changes(
     puts[EXECUTORS_KEY] = state.export_executors()
     puts[META_KEY] = StoredMeta(state.no_executor_since)
     return puts, deletes
-
-
-def _job_of(item: Event | Command) -> JobId | None:
-    """The one job an event or command is about, or ``None`` when it may touch any job."""
-    if isinstance(item, JobSubmitted | CancelRequested | ResultRead):
-        return item.job
-    if isinstance(item, WriteCommitted | WriteCommitFailed | CommitWrite | AbortWrite):
-        return item.job
-    if isinstance(item, JobSucceeded | JobFailed | JobCancelled | ForgetJob | ReleaseOutputs):
-        return item.job
-    if isinstance(item, LaunchTask):
-        return item.task.attempt.task.job
-    if isinstance(item, CancelTask):
-        return item.attempt.task.job
-    if isinstance(item, TaskCompleted):
-        return item.attempt.task.job
-    if isinstance(item, TaskFailed) and not isinstance(item.failure, FetchFailed):
-        return item.attempt.task.job  # a fetch failure may lose an executor
-    return None
 
 
 class StateWriter:

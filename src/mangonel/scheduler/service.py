@@ -9,7 +9,8 @@ mangonel error travels with its class name in the trailing metadata key
 with the scheduler's ``Authenticator``: the token comes in the metadata
 ``authorization: Bearer <token>``; a missing, malformed, forged or expired one
 is refused with UNAUTHENTICATED (``AuthenticationError``), another user's job
-with PERMISSION_DENIED (``PermissionDeniedError``), and each refusal is logged
+with PERMISSION_DENIED (``PermissionDeniedError`` from ``Principal.check_sees``,
+the check every front door shares), and each refusal is logged
 here with the caller's address. Users see, watch, read and cancel their own
 jobs; admins every job, and only admins register and drop tables. Without
 users (``OPEN``) every caller is the anonymous admin, as before. The
@@ -45,7 +46,7 @@ from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.scheduler.breakdown import StagePhases, stage_phases
 from mangonel.scheduler.core import ExecutorNotFoundError, JobNotFoundError, SchedulerCore
-from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.registry import CLOSE, ExecutorListing
 from mangonel.scheduler.state_views import ExecutorState, JobState, StageView
 from mangonel.scheduler.tickets import TicketIssuer
@@ -164,7 +165,7 @@ def table_info(table: Table) -> pb.TableInfo:
     )
 
 
-def attach_result_files(msg: pb.JobStatus, record: JobRecord) -> None:
+def attach_result_files(msg: pb.JobStatus, record: JobWatch) -> None:
     """Put the result files the scheduler holds into the status's locations."""
     with record.changed:
         for loc in msg.result:
@@ -174,7 +175,7 @@ def attach_result_files(msg: pb.JobStatus, record: JobRecord) -> None:
 
 
 def job_status(
-    record: JobRecord,
+    record: JobWatch,
     now: float,
     with_result: bool,
     phases: Mapping[StageId, StagePhases] | None = None,
@@ -242,7 +243,7 @@ def stage_phases_to_proto(p: StagePhases | None) -> pb.StagePhases | None:
     )
 
 
-def _stage_elapsed(record: JobRecord, view: StageView, now: float) -> float:
+def _stage_elapsed(record: JobWatch, view: StageView, now: float) -> float:
     timing = record.timing.get(view.id)
     if timing is None:
         return 0.0
@@ -461,7 +462,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             return ANONYMOUS
         return self.auth.verify(token)
 
-    def _job(self, job_id: str, caller: Principal) -> JobRecord:
+    def _job(self, job_id: str, caller: Principal) -> JobWatch:
         """The job, if ``caller`` may see it.
 
         Raises:
@@ -469,11 +470,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             PermissionDeniedError: another user's job, and the caller is no admin.
         """
         record = self.core.job(JobId(job_id))
-        if not caller.may_see(record.owner):
-            raise PermissionDeniedError(
-                f"job {job_id} belongs to another user; {caller.user!r} may see and cancel "
-                "only their own jobs (an admin may see all)"
-            )
+        caller.check_sees(job_id, record.owner)
         return record
 
     @staticmethod

@@ -101,6 +101,19 @@ What each event does, in one place:
   (fair shares, ``_assign``), none beyond ``Limits.max_job_share`` of them; a
   task that failed avoids the executors it failed on while another may take it.
 
+This module is the dispatcher (``handle``), the views, the self-check, the
+store's exports, and the task reports and executor arrivals it routes; the
+rules live in its parts, one module each, each its base class:
+
+* ``state_recovery.Recovery``: how a lost executor (or any lost output, or a
+  restart) is handled, top to bottom;
+* ``state_lifecycle.Lifecycle``: a job's start, end and forgetting; commits;
+* ``state_placement.Placement``: which task runs where; stragglers' copies;
+* ``state_health.Health``: timeouts, drains, exclusions on a ``Tick``.
+
+Why it is still over 600 lines: about 120 of them are this docstring, the one
+place that says what every event does.
+
 The life cycles of executors, jobs, tasks and stages are drawn in
 ``state_executors`` and ``state_jobs``; what holds between any two events is
 listed in docs/architecture.md ("Invariants of the state") and checked by
@@ -109,24 +122,19 @@ listed in docs/architecture.md ("Invariants of the state") and checked by
 
 from __future__ import annotations
 
-import heapq
-import math
 import operator
 from collections import OrderedDict
-from collections.abc import Generator, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from mangonel import defaults
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
-from mangonel.scheduler import adaptive
 from mangonel.scheduler.detector import silence_for_phi
 from mangonel.scheduler.events import (
     AbortWrite,
     CancelRequested,
     Command,
     CommitWrite,
-    DeclareExecutorLost,
     Event,
     ExecutorConnected,
     ExecutorDraining,
@@ -143,6 +151,7 @@ from mangonel.scheduler.events import (
     LogExecutorHealth,
     LogRejectedFragment,
     LossReason,
+    RefuseHeartbeat,
     RefuseStream,
     ResultRead,
     ResumeExecutor,
@@ -161,26 +170,22 @@ from mangonel.scheduler.state_executors import (
     Resume,
 )
 from mangonel.scheduler.state_gray import (
-    count_failure,
-    excluded_everywhere,
     observe_speed,
-    stragglers,
 )
+from mangonel.scheduler.state_health import Health
 from mangonel.scheduler.state_jobs import (
     PENDING,
     Done,
     FinishedJob,
     JobProgress,
     JobRecord,
-    Pending,
     Running,
-    StageRecord,
-    StageState,
     TaskRecord,
-    invalid_plan_reason,
 )
-from mangonel.scheduler.state_liveness import Judgement, judge
-from mangonel.scheduler.state_revival import Left, Revivals, restore
+from mangonel.scheduler.state_lifecycle import Lifecycle
+from mangonel.scheduler.state_placement import Placement
+from mangonel.scheduler.state_recovery import Loss, Recovery, Step, is_running
+from mangonel.scheduler.state_revival import Left, Revivals
 from mangonel.scheduler.state_views import (
     ExecutorState,
     ExecutorView,
@@ -211,46 +216,44 @@ __all__ = [
 
 
 _DEFAULT_LIMITS = Limits()
-_LEFT_FOR_GOOD = frozenset({LossReason.DRAINED, LossReason.PROCESS_EXITED})
-"""Losses that were no guess: an executor lost so that asks to resume is no false loss."""
-
-
-@dataclass
-class _Step:
-    """The commands one event produces, and the event's id and time."""
-
-    cause: int
-    now: float
-    commands: list[Command] = field(default_factory=list)
 
 
 _BY_PARTITION = operator.attrgetter("partition")
 """A sort key without a Python call for each item."""
 
 
-def _is_running(state: object, attempt: TaskAttemptId, executor: ExecutorId) -> bool:
-    """``state == Running(attempt, executor)``, without building one: asked of
-    every report."""
-    return isinstance(state, Running) and state.attempt == attempt and state.executor == executor
+def _job_of(item: Event | Command) -> JobId | None:
+    """The one job an event or command is about, or ``None`` when it may touch
+    any job (an executor's loss, a tick, a restart)."""
+    if isinstance(item, TaskCompleted):
+        return item.attempt.task.job
+    if isinstance(item, TaskFailed):
+        # A fetch failure may lose an executor, and with it any job's outputs.
+        return None if isinstance(item.failure, FetchFailed) else item.attempt.task.job
+    if isinstance(item, LaunchTask):
+        return item.task.attempt.task.job
+    if isinstance(item, CancelTask):
+        return item.attempt.task.job
+    if isinstance(
+        item,
+        JobSubmitted
+        | CancelRequested
+        | ResultRead
+        | WriteCommitted
+        | WriteCommitFailed
+        | CommitWrite
+        | AbortWrite
+        | JobSucceeded
+        | JobFailed
+        | JobCancelled
+        | ForgetJob
+        | ReleaseOutputs,
+    ):
+        return item.job
+    return None
 
 
-def _output_of(stage: StageRecord, task: TaskRecord) -> str:
-    """``the output of task 3 of stage 1 (scan t) of job j1``, for errors."""
-    label = f" ({stage.stage.label})" if stage.stage.label else ""
-    return (
-        f"the output of task {task.id.partition} of stage {stage.stage.id}{label} "
-        f"of job {task.id.job}"
-    )
-
-
-@dataclass(frozen=True)
-class _Loss:
-    executor: ExecutorId
-    reason: LossReason
-    detail: str
-
-
-class SchedulerState:
+class SchedulerState(Recovery, Lifecycle, Placement, Health):
     """All of the scheduler's job, stage, task and executor state.
 
     Args:
@@ -287,12 +290,14 @@ class SchedulerState:
         self._set_aside: dict[ExecutorId, Left] = {}
         """Suspected executors whose needed outputs are being made again elsewhere,
         with those outputs: theirs again if they are trusted again first."""
+        self._touched: list[JobId] | None = None
+        """``touched_jobs``: bookkeeping for the shell's writes, not state."""
 
     # ------------------------------------------------------------------ entry point
 
     def handle(self, event: Event) -> list[Command]:
         """Apply one event; return the commands the shell must carry out, in order."""
-        step = _Step(cause=event.event_id, now=event.time)
+        step = Step(cause=event.event_id, now=event.time)
         match event:
             # Task reports first: nearly every event is one, and a match tries
             # its cases in order.
@@ -320,6 +325,8 @@ class SchedulerState:
                 self._connected(event, step)
             case ExecutorHeartbeat():
                 ex, t = event.executor, event.time
+                if not self._executors.listens(ex):
+                    step.commands.append(RefuseHeartbeat(step.cause, ex))
                 since = self._executors.heard_from(ex, t, event.unhealthy, beat=True)
                 if since is not None:
                     why = f"heard from again after {t - since:.1f} s of suspicion"
@@ -335,7 +342,7 @@ class SchedulerState:
                     why = event.reason
                     if rec.state is ExecutorState.DRAINING and why is LossReason.CONNECTION_LOST:
                         why = LossReason.DRAINED  # it was on its way out
-                    self._lose([_Loss(event.executor, why, event.detail)], step)
+                    self._lose([Loss(event.executor, why, event.detail)], step)
             case Tick():
                 self._tick(step)
             case SchedulerRecovered():
@@ -348,7 +355,22 @@ class SchedulerState:
             self._speculate(step)
         self._complete_drains(step)
         self._forget_settled(step)
+        self._touched = self._jobs_touched(event, step)
         return step.commands
+
+    def _jobs_touched(self, event: Event, step: Step) -> list[JobId] | None:
+        """What ``touched_jobs`` answers after ``event``."""
+        commands = step.commands
+        if isinstance(event, ExecutorHeartbeat | Tick | ExecutorLost) and all(
+            isinstance(c, RefuseHeartbeat) for c in commands
+        ):
+            return None  # a heartbeat, a quiet tick, a loss already known
+        # A task report that ended a suspicion may have given its executor's
+        # outputs back in any job (``_trusted_again``).
+        job = None if step.any_job else _job_of(event)
+        touched = [job] if job is not None else list(self._jobs)
+        touched += [j for j in map(_job_of, commands) if j is not None]
+        return list(dict.fromkeys(touched))
 
     # ----------------------------------------------------------------------- views
 
@@ -385,6 +407,12 @@ class SchedulerState:
     def running_attempts(self, executor: ExecutorId) -> list[TaskAttemptId]:
         """Attempts running on ``executor`` now (empty once it is lost)."""
         return self._executors.running_attempts(executor)
+
+    def is_current(self, attempt: TaskAttemptId, executor: ExecutorId) -> bool:
+        """Whether a report of ``attempt`` from ``executor`` counts: the attempt
+        (or its speculative copy) runs there now. Any other report is stale and
+        ``handle`` ignores it; telemetry counts reports by the same rule."""
+        return self._current(attempt, executor) is not None
 
     def awaits(self, executor: ExecutorId) -> bool:
         """Whether ``executor`` is live but has not reattached since a restart."""
@@ -460,42 +488,16 @@ class SchedulerState:
                 f"fetch reports kept about executors no longer alive: {sorted(self._unreachable)}",
             )
 
-    def _validate_assigned(self) -> None:
-        """The ``nothing-launchable`` invariant: after an event, no pending task
-        of a runnable stage could take a free slot (the rules of ``_assign`` and
-        ``_launch_next``, from scratch)."""
-        free = self._executors.with_free_slots()
-        if not free:
-            return
-        cap = self._job_slot_cap()
-        held = self._executors.slots_held()
-        for job in self._jobs.values():
-            usable = [r.id for r in free if r.id not in job.excluded]
-            if not usable or (cap is not None and held.get(job.id, 0) >= cap):
-                continue
-            if job.commit is not None:
-                continue  # being committed: it launches nothing (``_commit``)
-            live = job.usable(self._executors.is_live)
-            for sid, rec in job.stages.items():
-                if not rec.pending_count or job.stage_state(sid, live) is not StageState.RUNNABLE:
-                    continue
-                for task in rec.tasks:
-                    if not isinstance(task.state, Pending):
-                        continue
-                    elsewhere = [e for e in usable if e not in task.failed_on]
-                    if elsewhere or not self._executors.any_taker(
-                        job.excluded | set(task.failed_on)
-                    ):
-                        raise StateInvariantError(
-                            "nothing-launchable",
-                            f"task {task.id} is pending in a runnable stage while executor(s) "
-                            f"{', '.join(elsewhere or usable)} have a free slot it may take",
-                        )
-
     # ---------------------------------------------------------------- persistence
 
     def unfinished_jobs(self) -> list[JobId]:
         return list(self._jobs)
+
+    def touched_jobs(self) -> list[JobId] | None:
+        """The jobs the last event may have changed, unfinished or finished by
+        it or forgotten (what the store writes again, ``scheduler.persist``), in
+        order, once each; ``None`` when it changed nothing the store keeps."""
+        return self._touched
 
     def export_job(self, job_id: JobId) -> JobProgress | None:
         """What the store keeps of an unfinished job (``None`` once it finished)."""
@@ -550,110 +552,6 @@ class SchedulerState:
             self._finished[done.view.id] = done
         self._no_executor_since = no_executor_since
 
-    # ---------------------------------------------------------------------- jobs
-
-    def _job_submitted(self, event: JobSubmitted, step: _Step) -> None:
-        if event.job in self._jobs or event.job in self._finished:
-            return  # a duplicate submission must not reset a job's progress
-        job = JobRecord.create(event.job, event.plan, event.time)
-        self._jobs[job.id] = job
-        problem = invalid_plan_reason(event.plan)
-        if problem is not None:
-            msg = (
-                f"internal error: the planner produced a plan the scheduler cannot run "
-                f"({problem}). {ErrorType.INTERNAL.advice} (job {job.id})"
-            )
-            self._finish(job, JobState.FAILED, msg, step, ErrorType.INTERNAL)
-
-    def _finish(
-        self,
-        job: JobRecord,
-        state: JobState,
-        error: str,
-        step: _Step,
-        error_type: ErrorType = ErrorType.JOB_FAILED,
-        *,
-        committed: bool = False,
-    ) -> None:
-        """End a job: stop its attempts, report it, release its files, forget it.
-
-        ``error_type``: what a failed job is blamed on (the client raises it).
-        A write statement's job being committed ends only by its commit's outcome
-        (``committed``); a failed or cancelled one has its staged files removed.
-        """
-        if job.commit is not None and not committed:
-            return
-        if job.plan.write is not None and state is not JobState.SUCCEEDED:
-            step.commands.append(AbortWrite(step.cause, job.id, job.plan.write))
-        for task in job.running_tasks():
-            if isinstance(task.state, Running):
-                # Cancelled attempts free their slot at once: the executor kills
-                # them, and whatever they report later is stale and ignored.
-                for running in (task.state, task.speculative):
-                    if running is not None:
-                        step.commands.append(
-                            CancelTask(step.cause, running.executor, running.attempt)
-                        )
-                        self._executors.stop(running.executor, running.attempt)
-                task.state = PENDING
-                if task.speculative is not None:
-                    task.speculative = None
-        intermediate = tuple(s.id for s in job.plan.stages[:-1])
-        result: tuple[PartitionLocation, ...] = ()
-        # Files may be wherever an attempt ran, current or superseded.
-        holders = job.holders(None) | job.ran_on
-        release: tuple[StageId, ...] | None = None
-        if state is JobState.SUCCEEDED:
-            result = job.result()
-            step.commands.append(JobSucceeded(step.cause, job.id, result))
-            # The final stage's files stay until the client has read them.
-            release = intermediate
-            if not intermediate:
-                holders = set()
-        elif state is JobState.CANCELLED:
-            step.commands.append(JobCancelled(step.cause, job.id, error))
-        else:
-            step.commands.append(JobFailed(step.cause, job.id, error, error_type))
-        for executor in sorted(holders):
-            if self._executors.is_live(executor):
-                step.commands.append(ReleaseOutputs(step.cause, executor, job.id, release))
-        job.state = state
-        del self._jobs[job.id]
-        self._finished[job.id] = FinishedJob(
-            view=job.view(
-                finished=step.now,
-                error=None if state is JobState.SUCCEEDED else error,
-                error_type=error_type if state is JobState.FAILED else None,
-            ),
-            result=result,
-            intermediate=intermediate,
-            ran_on=job.ran_on_sorted(),
-        )
-
-    def _release_result(self, job_id: JobId, step: _Step) -> None:
-        """The result was read (or expired): delete what is left of the job."""
-        done = self._finished.get(job_id)
-        if done is None or not done.unread:
-            return
-        done.result_read = True
-        holders = {loc.executor for loc in done.result} | set(done.ran_on)
-        for executor in sorted(holders):
-            # A lost executor's files went with it.
-            if self._executors.is_live(executor):
-                # All stages: the intermediate ones went at success, so this is the
-                # result plus whatever superseded attempts of the final stage wrote.
-                step.commands.append(ReleaseOutputs(step.cause, executor, job_id, None))
-
-    def _forget_settled(self, step: _Step) -> None:
-        """Keep at most ``keep_finished_jobs`` settled finished jobs; an unread
-        result keeps its job until it is read or expires."""
-        if len(self._finished) <= self._keep_finished:
-            return
-        settled = [j for j, f in self._finished.items() if not f.unread]
-        for job_id in settled[: max(0, len(settled) - self._keep_finished)]:
-            del self._finished[job_id]
-            step.commands.append(ForgetJob(step.cause, job_id))
-
     # ---------------------------------------------------------------------- tasks
 
     def _current(
@@ -674,13 +572,13 @@ class SchedulerState:
         if job is None or task is None:
             return None
         if not (
-            _is_running(task.state, attempt, executor)
-            or _is_running(task.speculative, attempt, executor)
+            is_running(task.state, attempt, executor)
+            or is_running(task.speculative, attempt, executor)
         ):
             return None
         return job, task, rec
 
-    def _task_completed(self, event: TaskCompleted, step: _Step) -> None:
+    def _task_completed(self, event: TaskCompleted, step: Step) -> None:
         if self._executors.heard_from(event.executor, event.time) is not None:
             self._trusted_again(event.executor, step)
         found = self._current(event.attempt, event.executor)
@@ -704,9 +602,8 @@ class SchedulerState:
                     observe_speed(beaten, stage, step.now - other.started, self.limits)
             else:
                 stage.speculation_lost += 1
-            task.speculative = None
-            step.commands.append(CancelTask(step.cause, other.executor, other.attempt))
-            self._executors.stop(other.executor, other.attempt)
+            task.set_copy(None)
+            self._stop(other, step)
         outputs = tuple(
             PartitionLocation(
                 executor=event.executor,
@@ -722,8 +619,8 @@ class SchedulerState:
             )
             for o in sorted(event.outputs, key=_BY_PARTITION)
         )
-        task.state = Done(
-            event.attempt, event.executor, outputs, duration=max(0.0, step.now - started)
+        task.move(
+            Done(event.attempt, event.executor, outputs, duration=max(0.0, step.now - started))
         )
         self._executors.stop(event.executor, event.attempt)
         if self.limits.speculation:
@@ -734,45 +631,7 @@ class SchedulerState:
             else:
                 self._finish(job, JobState.SUCCEEDED, "", step)
 
-    # ------------------------------------------------------------ writing data
-
-    def _commit(self, job: JobRecord, step: _Step) -> None:
-        """Every task of a write statement is done: name the winning attempt of
-        each writing task, once, and have the shell commit their files.
-
-        From here the job launches nothing and no failure, loss or cancel ends
-        it (``_finish`` refuses): the commit's outcome alone does, so what a
-        reader sees never disagrees with how the job ended.
-        """
-        write = job.plan.write
-        if write is None or job.commit is not None:
-            return
-        winners: dict[int, int] = {}
-        for task in job.stages[write.stage].tasks:
-            if not isinstance(task.state, Done):
-                msg = (
-                    f"internal error: task {task.id} of the writing stage is not done at "
-                    f"commit. {ErrorType.INTERNAL.advice} (job {job.id})"
-                )
-                self._finish(job, JobState.FAILED, msg, step, ErrorType.INTERNAL)
-                return
-            winners[task.id.partition] = task.state.attempt.attempt
-        job.commit = winners
-        step.commands.append(CommitWrite(step.cause, job.id, write, tuple(sorted(winners.items()))))
-
-    def _write_committed(self, event: WriteCommitted, step: _Step) -> None:
-        job = self._jobs.get(event.job)
-        if job is None or job.commit is None:
-            return
-        self._finish(job, JobState.SUCCEEDED, "", step, committed=True)
-
-    def _write_commit_failed(self, event: WriteCommitFailed, step: _Step) -> None:
-        job = self._jobs.get(event.job)
-        if job is None or job.commit is None:
-            return
-        self._finish(job, JobState.FAILED, event.message, step, event.error_type, committed=True)
-
-    def _task_failed(self, event: TaskFailed, step: _Step) -> None:
+    def _task_failed(self, event: TaskFailed, step: Step) -> None:
         if self._executors.heard_from(event.executor, event.time) is not None:
             self._trusted_again(event.executor, step)
         found = self._current(event.attempt, event.executor)
@@ -785,22 +644,20 @@ class SchedulerState:
         # copied still runs. What its failure says about executors still counts.
         is_copy = task.speculative is not None and task.speculative.attempt == event.attempt
         if is_copy:
-            task.speculative = None
+            task.set_copy(None)
         match failure:
             case QueryError():
                 self._cancel_copy(task, step)
                 if is_copy and isinstance(task.state, Running):
                     # The same SQL fails everywhere: stop the original too.
-                    running = task.state
-                    step.commands.append(CancelTask(step.cause, running.executor, running.attempt))
-                    self._executors.stop(running.executor, running.attempt)
-                task.state = PENDING
+                    self._stop(task.state, step)
+                task.move(PENDING)
                 msg = f"task {event.attempt} failed on executor {event.executor}: {failure.message}"
                 advice = failure.error_type.advice
                 msg = f"{msg}. {advice}" if advice else msg
                 self._finish(job, JobState.FAILED, msg, step, failure.error_type)
             case FragmentRejected():
-                task.state = PENDING
+                task.move(PENDING)
                 stage = job.plan.stage(task.id.stage)
                 step.commands.append(
                     LogRejectedFragment(
@@ -825,8 +682,7 @@ class SchedulerState:
             case ExecutionError():
                 self._count_failure(event.executor, task, failure.message, step)
                 if is_copy:
-                    task.last_error = failure.message
-                    task.last_error_type = failure.error_type
+                    task.note_error(failure.message, failure.error_type)
                 elif self._requeue(
                     task,
                     event.executor,
@@ -863,302 +719,11 @@ class SchedulerState:
                 else:
                     self._unreachable_holder(job, event, failure.executor, error, step)
 
-    def _unreachable_holder(
-        self, job: JobRecord, event: TaskFailed, holder: ExecutorId, error: str, step: _Step
-    ) -> None:
-        """A reader on one live executor could not reach another live executor.
+    # -------------------------------------------------------------- executors
 
-        A holder that has not reattached since the scheduler restarted is lost at
-        once (``FETCH_FAILURES``): the scheduler has not heard from it, so nothing
-        points to a cut rather than a death. Any other holder still heartbeats,
-        so the scheduler hears both: it is a cut between the two, not a lost
-        executor. Losing the holder would only make it register again under a
-        new id, and the cut would fail the next fetch across it the same way
-        (flapping). So:
-
-        * readers on two different executors failed to reach the holder within
-          ``Limits.unreachable_window_s``: the holder is what is cut off (or
-          its Flight server is broken), and it is lost (``FETCH_FAILURES``);
-        * else one side of the cut gives way for this job: the job stops using
-          it (``JobRecord.excluded``) and makes its outputs again on the other
-          executors, but the executor stays alive under its id and runs other
-          jobs' tasks. The side that gives way is the one holding fewer of the
-          outputs the job still needs (less to make again); on a tie, the
-          holder, the side a reader reported. A job excludes no executor when no
-          other would be left for it; then the holder is lost, as before.
-        """
-        reader = event.executor
-        held = self._executors.live(holder)
-        if held is not None and held.awaiting:
-            # Not heard from since the scheduler restarted: nothing says it is
-            # alive, and a reader could not reach it. Lost, as any silent one.
-            detail = f"not back since the scheduler restarted; task {event.attempt} {error}"
-            step.commands.append(
-                DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES, detail)
-            )
-            self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
-            return
-        window = self.limits.unreachable_window_s
-        reports = self._unreachable.setdefault(holder, {})
-        reports[reader] = step.now
-        readers = sorted(
-            r for r, at in reports.items() if step.now - at <= window and self._executors.is_live(r)
-        )
-        if len(readers) < 2 and reader != holder:
-            # Both sides are usable by the job (the reader's attempt was current,
-            # the holder is not excluded), so the side left keeps it going.
-            needed = job.needed_outputs(job.usable(self._executors.is_live))
-            side, other = (
-                (reader, holder)
-                if needed.get(reader, 0) < needed.get(holder, 0)
-                else (holder, reader)
-            )
-            self._exclude(job, side, f"cut off from executor {other} ({error})", step)
-            return
-        detail = (
-            f"readers on {', '.join(readers)} could not reach it; "
-            f"last: task {event.attempt} {error}"
-        )
-        step.commands.append(
-            DeclareExecutorLost(step.cause, holder, LossReason.FETCH_FAILURES, detail)
-        )
-        self._lose([_Loss(holder, LossReason.FETCH_FAILURES, detail)], step)
-
-    def _exclude(self, job: JobRecord, executor: ExecutorId, why: str, step: _Step) -> None:
-        """The job stops using a live executor ``executor``: its attempts and the
-        readers of its outputs are cancelled (uncharged), and the outputs it held
-        that the job still needs are made again (a recompute of each task)."""
-        job.excluded.add(executor)
-        for task in job.tasks():
-            copy = task.speculative
-            if copy is not None and copy.executor == executor:
-                self._cancel_copy(task, step)
-            if isinstance(task.state, Running) and task.state.executor == executor:
-                self._cancel(task, f"executor {executor} was {why}", step)
-        self._cancel_readers(job, {executor}, step)
-        self._fail_if_unrecoverable(job, step)
-
-    def _cancel_readers(self, job: JobRecord, gone: set[ExecutorId], step: _Step) -> None:
-        """Cancel the running tasks of ``job`` that read outputs held by ``gone``.
-
-        They would otherwise wait on a fetch from an executor given up on (up to
-        the executor's fetch timeout, holding the slot) to fail and be re-run
-        anyway. They go back to pending, uncharged, and run again once the
-        outputs are made again.
-        """
-        for task in job.readers_of(gone):
-            if isinstance(task.state, Running):
-                holders = ", ".join(sorted(gone))
-                self._cancel(task, f"an input it read on executor {holders} was lost", step)
-
-    def _cancel(self, task: TaskRecord, why: str, step: _Step) -> None:
-        """Stop a running attempt (and its copy) that is not at fault: back to
-        pending, uncharged."""
-        if not isinstance(task.state, Running):
-            return
-        self._cancel_copy(task, step)
-        running = task.state
-        step.commands.append(CancelTask(step.cause, running.executor, running.attempt))
-        self._executors.stop(running.executor, running.attempt)
-        self._requeue(task, running.executor, why, charge=False)
-
-    def _cancel_copy(self, task: TaskRecord, step: _Step) -> None:
-        copy = task.speculative
-        if copy is not None:
-            step.commands.append(CancelTask(step.cause, copy.executor, copy.attempt))
-            self._executors.stop(copy.executor, copy.attempt)
-            task.speculative = None
-
-    def _requeue(
-        self,
-        task: TaskRecord,
-        executor: ExecutorId,
-        error: str,
-        *,
-        charge: bool,
-        error_type: ErrorType = ErrorType.JOB_FAILED,
-    ) -> bool:
-        """A task's running attempt on ``executor`` ended without output: back to
-        pending, or, when a speculative copy of it still runs, on with the copy.
-        ``error`` and ``error_type`` say why (the job's error should it be the last).
-
-        Returns whether it has now used up ``Limits.max_task_attempts``.
-        """
-        copy = task.speculative
-        task.speculative = None
-        task.state = copy if copy is not None and copy.executor != executor else PENDING
-        task.reruns += 1
-        task.last_error = error
-        task.last_error_type = error_type
-        if not charge:
-            return False
-        task.failures += 1
-        if executor not in task.failed_on:
-            task.failed_on = (*task.failed_on, executor)
-        return task.failures >= self.limits.max_task_attempts
-
-    def _exhausted(self, task: TaskRecord) -> str:
-        """The error of a job whose ``task`` used up its attempts (the job's type is
-        ``task.last_error_type``)."""
-        advice = task.last_error_type.advice or (
-            "Check those executors' logs; if the failure is transient, raise max_task_attempts."
-        )
-        return (
-            f"task {task.id} failed {task.failures} attempts (the limit is "
-            f"{self.limits.max_task_attempts}) on executor(s) {', '.join(task.failed_on)}; "
-            f"last error: {task.last_error}. {advice}"
-        )
-
-    # ------------------------------------------------------------------ recovery
-
-    def _lose(self, losses: list[_Loss], step: _Step) -> None:
-        """Recover from executors lost together, in one step."""
-        failing: dict[JobId, str] = {}
-        for loss in losses:
-            left = Left.of(self._jobs.values(), loss.executor)
-            aside = self._set_aside.pop(loss.executor, None)
-            if aside is not None:
-                left = aside.merged(left)
-            self._revivals.note(loss.executor, loss.reason, left)
-            running = self._executors.mark_lost(loss.executor, loss.reason, loss.detail, step.now)
-            why = f"executor {loss.executor} was lost ({loss.reason.value})"
-            if loss.detail:
-                why += f": {loss.detail}"
-            for attempt in running:
-                job = self._jobs.get(attempt.task.job)
-                task = job.task(attempt.task) if job is not None else None
-                if job is None or task is None:
-                    continue
-                if _is_running(task.speculative, attempt, loss.executor):
-                    task.speculative = None  # the attempt it copied goes on, uncharged
-                    continue
-                if not _is_running(task.state, attempt, loss.executor):
-                    continue
-                if self._requeue(task, loss.executor, why, charge=True):
-                    failing.setdefault(job.id, self._exhausted(task))
-        if not self._executors.any_live() and self._no_executor_since is None:
-            self._no_executor_since = step.now
-        gone = {loss.executor for loss in losses}
-        for executor in gone:
-            self._unreachable.pop(executor, None)
-        self._revivals.forget(lambda e: self._executors.view(e) is not None)
-        for job in list(self._jobs.values()):
-            self._cancel_readers(job, gone, step)
-            problem = failing.get(job.id) or self._restore_lost_outputs(job)
-            if problem is not None:
-                self._finish(job, JobState.FAILED, problem, step)
-
-    def _output_lost(self, job: JobRecord, failure: FetchFailed) -> str | None:
-        """One map output is gone from an executor that still answers: make it again.
-
-        Only that map task goes back to pending (its executor keeps everything
-        else); it counts as one of the task's recomputes, so a file that keeps
-        going bad ends the job instead of looping. A failure about an output that
-        was already made again elsewhere changes nothing.
-
-        Returns the job's error when the task used up ``Limits.max_task_recomputes``.
-        """
-        rec = job.stages.get(failure.stage)
-        if rec is None or not 0 <= failure.map_partition < len(rec.tasks):
-            return None
-        task = rec.tasks[failure.map_partition]
-        if not isinstance(task.state, Done) or task.state.executor != failure.executor:
-            return None
-        task.state = PENDING
-        task.recomputes += 1
-        rec.reruns += 1
-        if task.recomputes <= self.limits.max_task_recomputes:
-            return None
-        return (
-            f"{_output_of(rec, task)} was lost {task.recomputes} times (the limit is "
-            f"{self.limits.max_task_recomputes}; last: {failure.message}). Its files keep "
-            f"going missing or bad on executor {failure.executor}: check that executor's "
-            f"disk, or raise max_task_recomputes."
-        )
-
-    def _fail_if_unrecoverable(self, job: JobRecord, step: _Step) -> None:
-        problem = self._restore_lost_outputs(job)
-        if problem is not None:
-            self._finish(job, JobState.FAILED, problem, step)
-
-    def _restore_lost_outputs(self, job: JobRecord) -> str | None:
-        """Send done tasks whose output is gone but still needed back to pending.
-
-        An output is needed when it is the final stage's (the job has not
-        succeeded, or it would be gone) or when a stage that reads it is not
-        complete. Walking the stages from the last to the first settles each
-        stage's completeness before its inputs are looked at, so one pass also
-        recomputes inputs of the tasks it just sent back.
-
-        The bound is per task, not per stage: among many executors every loss
-        takes a few outputs of every big stage, and a count per stage would
-        fail any long job after a handful of routine losses (the simulator's
-        jobs of 100,000 tasks on 1,000 executors all failed so); a loss takes
-        the same task's output again only when something is wrong with it.
-        Every loss that sets the job back either charges a running attempt or
-        recomputes some output, so both bounds together end any loop.
-
-        Returns the job's error when a task used up ``Limits.max_task_recomputes``.
-        """
-        is_live = job.usable(self._executors.is_live)
-        needed = {job.plan.final.id}
-        for rec in reversed(job.stages.values()):
-            if rec.stage.id in needed:
-                gone_from = sorted(e for e in rec.done_on if not is_live(e))
-                worst: TaskRecord | None = None
-                for executor in gone_from:
-                    for t in rec.send_back(executor):
-                        if worst is None or t.recomputes > worst.recomputes:
-                            worst = t
-                if worst is not None:
-                    rec.reruns += 1
-                    if worst.recomputes > self.limits.max_task_recomputes:
-                        return (
-                            f"{_output_of(rec, worst)} was lost {worst.recomputes} times (the "
-                            f"limit is {self.limits.max_task_recomputes}; last with executor(s) "
-                            f"{', '.join(gone_from)}). Executors keep being lost: check their "
-                            f"logs, memory and network, or raise max_task_recomputes."
-                        )
-            if not rec.complete:
-                needed.update(rec.stage.upstream)
-        return None
-
-    # ------------------------------------------------------------- restart
-
-    def _recovered(self, step: _Step) -> None:
-        """The scheduler restarted: nothing runs, every live executor must reattach."""
-        why = "the scheduler restarted while it ran"
-        for job in self._jobs.values():
-            for task in job.tasks():
-                # Copies are not resumed: the executors stop them all. Only a task
-                # that had one is assigned: an assignment marks the task changed,
-                # and a stage that never launched must have no task in the store
-                # (adaptive execution may still give it fewer tasks; a key left
-                # for a task it no longer has fails the job at the next restart).
-                if task.speculative is not None:
-                    task.speculative = None
-                if isinstance(task.state, Running):
-                    self._requeue(task, task.state.executor, why, charge=False)
-        self._executors.recovered(step.now)
-        if self._executors.any_live():
-            # ``meta`` may be older than ``executors`` (a change written in
-            # several commits ends with them): an executor is alive now.
-            self._no_executor_since = None
-        elif self._no_executor_since is None:
-            self._no_executor_since = step.now
-        # A state change written in several commits (store limits) may have
-        # left a job naming outputs of an executor already stored as lost.
-        for job in list(self._jobs.values()):
-            self._fail_if_unrecoverable(job, step)
-        for job in self._jobs.values():
-            if job.commit is not None and job.plan.write is not None:
-                # It may have been done, in part or whole: ``output.commit`` is
-                # idempotent, and finishes it.
-                winners = tuple(sorted(job.commit.items()))
-                step.commands.append(CommitWrite(step.cause, job.id, job.plan.write, winners))
-
-    def _registered(self, event: ExecutorRegistered, step: _Step) -> None:
-        """A new executor, or one the restored state awaits asking to resume its id."""
+    def _registered(self, event: ExecutorRegistered, step: Step) -> None:
+        """A new executor, one the restored state awaits asking to resume its id,
+        or a lost one back alive (``_came_back``)."""
         if event.resume is not None:
             info = replace(event.executor, id=event.resume)
             offer = Resume(info, event.held, event.held_jobs)
@@ -1169,33 +734,7 @@ class SchedulerState:
                 return
         self._executors.register(event.executor, event.time)
 
-    def _came_back(self, executor: ExecutorId, offer: Resume, step: _Step) -> bool:
-        """A lost executor asks to resume its id: a false loss, logged; returns
-        whether it goes on under that id (``state_revival``)."""
-        view = self._executors.view(executor)
-        if view is None or view.state is not ExecutorState.LOST or view.reason in _LEFT_FOR_GOOD:
-            return False
-        lost_for = view.reason.value if view.reason is not None else "?"
-        left = self._revivals.left.get(executor)
-        # Worth its id only for outputs nobody made again: otherwise a new life
-        # (its old files deleted) is simpler for both sides.
-        useful = left is not None and bool(restore(self._jobs, left, offer.held, executor))
-        revived = useful and self._revivals.take(executor)
-        why = f"lost ({lost_for}) but alive; " + (
-            f"it goes on under its id with the {len(offer.held)} file(s) it holds"
-            if revived
-            else ("nothing it holds is needed any more: " if left is not None else "")
-            + "it registers anew, its files deleted"
-        )
-        step.commands.append(LogExecutorHealth(step.cause, HealthChange.CAME_BACK, executor, why))
-        if not revived:
-            return False
-        self._executors.revive(executor, offer, step.now)
-        self._no_executor_since = None
-        step.commands.append(ResumeExecutor(step.cause, executor))
-        return True
-
-    def _connected(self, event: ExecutorConnected, step: _Step) -> None:
+    def _connected(self, event: ExecutorConnected, step: Step) -> None:
         if self._executors.connected(event.executor, event.time) is not None:
             self._no_executor_since = None
             return
@@ -1210,7 +749,7 @@ class SchedulerState:
         self._reattached(rec, offer.held, step)
         self._release_ended(rec.id, offer.held_jobs, step)
 
-    def _release_ended(self, executor: ExecutorId, jobs: tuple[JobId, ...], step: _Step) -> None:
+    def _release_ended(self, executor: ExecutorId, jobs: tuple[JobId, ...], step: Step) -> None:
         """Delete a reattached executor's files of jobs that ended while it was away.
 
         Files of an unfinished job are released with the job; of a succeeded job
@@ -1231,459 +770,3 @@ class SchedulerState:
                     continue
                 release = done.intermediate
             step.commands.append(ReleaseOutputs(step.cause, executor, job_id, release))
-
-    def _recompute_suspected(self, step: _Step) -> None:
-        """Make again, before any loss, the needed outputs of a suspected executor.
-
-        While a trusted executor has a free slot (the bound: a recompute never
-        waits for a slot, nor delays another task), each suspected executor's
-        outputs that a job still needs go back to pending, once per suspicion,
-        and the running readers of its outputs are cancelled (uncharged: they
-        wait on a silent host). The outputs are set aside (``_set_aside``): if
-        it is trusted again before their recomputes finish, they are its again
-        and the recomputes cancelled (``_trusted_again``); a recompute that
-        finishes first wins, and the executor's copy goes with the job's files.
-        Not while the scheduler takes itself for cut off (the caller), nor for a
-        quarantined executor (its outputs are served whenever it is reachable)
-        or one awaiting its reattachment.
-        """
-        if self._executors.least_loaded() is None:
-            return
-        for rec in self._executors.live_records():
-            if (
-                rec.suspected_since is None
-                or rec.quarantined_until is not None
-                or rec.awaiting
-                or rec.id in self._set_aside
-            ):
-                continue
-            left = Left.of(self._jobs.values(), rec.id)
-            sent = 0
-            for job in list(self._jobs.values()):
-                if rec.id in job.excluded or not job.needs_outputs_of(rec.id):
-                    continue
-                self._cancel_readers(job, {rec.id}, step)
-                for sid in job.needed_stages():
-                    stage = job.stages[sid]
-                    back = stage.send_back(rec.id)
-                    if back:
-                        stage.reruns += 1
-                        sent += len(back)
-                self._fail_if_unrecoverable(job, step)
-            if sent:
-                self._set_aside[rec.id] = left
-                why = f"{sent} output(s) it holds that jobs need are made again elsewhere"
-                step.commands.append(
-                    LogExecutorHealth(step.cause, HealthChange.SET_ASIDE, rec.id, why)
-                )
-
-    def _trusted_again(self, executor: ExecutorId, step: _Step) -> None:
-        """A suspected executor was heard from: the outputs set aside for its
-        suspicion that were not made again yet are its again."""
-        left = self._set_aside.pop(executor, None)
-        if left is not None:
-            self._restore_left(executor, left, left.paths(), step)
-
-    def _restore_left(
-        self, executor: ExecutorId, left: Left, held: frozenset[str], step: _Step
-    ) -> None:
-        """A revived executor's stream opened: the outputs it left that were not
-        made again meanwhile are its again (``state_revival.restore``); a
-        recompute of one still running is cancelled, uncharged."""
-        for job_id, restored in restore(self._jobs, left, held, executor).items():
-            for task in restored.cancel:
-                running = task.state
-                if not isinstance(running, Running):
-                    continue  # ``restore`` cancels only running recomputes
-                self._cancel_copy(task, step)
-                step.commands.append(CancelTask(step.cause, running.executor, running.attempt))
-                self._executors.stop(running.executor, running.attempt)
-            for task, state in restored.done:
-                task.state = state
-                # Sent back at the loss, counted as a recompute: none was needed.
-                task.recomputes = max(0, task.recomputes - 1)
-            self._jobs[job_id].ran_on.add(executor)
-
-    def _reattached(self, rec: ExecutorRecord, held: frozenset[str], step: _Step) -> None:
-        """An executor is back after a restart: outputs it no longer has are made again."""
-        self._no_executor_since = None
-        for job in list(self._jobs.values()):
-            problem: str | None = None
-            sent_back = False
-            for stage in job.stages.values():
-                gone = [
-                    t
-                    for t in stage.done_tasks_on(rec.id)
-                    if isinstance(t.state, Done)
-                    and any(o.path not in held for o in t.state.outputs)
-                ]
-                for task in gone:
-                    task.state = PENDING
-                    task.recomputes += 1
-                if gone:
-                    sent_back = True
-                    stage.reruns += 1
-                    worst = max(gone, key=lambda t: t.recomputes)
-                    if worst.recomputes > self.limits.max_task_recomputes and problem is None:
-                        problem = (
-                            f"{_output_of(stage, worst)} was lost {worst.recomputes} times "
-                            f"(the limit is {self.limits.max_task_recomputes}; last: executor "
-                            f"{rec.id} came back after a scheduler restart without it and "
-                            f"{len(gone) - 1} other output(s) of the stage). Check that "
-                            f"executor's disk, or raise max_task_recomputes."
-                        )
-            if sent_back and problem is None:
-                # Stages incomplete again need their inputs again: any lost with
-                # an executor meanwhile (one not back after the restart) are
-                # made again too.
-                problem = self._restore_lost_outputs(job)
-            if problem is not None:
-                self._finish(job, JobState.FAILED, problem, step)
-
-    # ---------------------------------------------------------------------- time
-
-    def _tick(self, step: _Step) -> None:
-        for over in self._executors.exclusions_over(step.now):
-            over.excluded_until = None
-            over.exclusion = f"was excluded: {over.exclusion}" if over.exclusion else ""
-        judged = judge(self._executors, step.now, self.limits)
-        self._log_health(judged, step)
-        losses = []
-        for executor, detail in judged.lost:
-            step.commands.append(
-                DeclareExecutorLost(step.cause, executor, LossReason.HEARTBEAT_TIMEOUT, detail)
-            )
-            losses.append(_Loss(executor, LossReason.HEARTBEAT_TIMEOUT, detail))
-        connect = self.limits.connect_timeout_s
-        for executor in self._executors.connect_timed_out(step.now, connect):
-            detail = f"registered but opened no command stream in {connect:g} s"
-            step.commands.append(
-                DeclareExecutorLost(step.cause, executor, LossReason.CONNECTION_LOST, detail)
-            )
-            self._executors.mark_lost(executor, LossReason.CONNECTION_LOST, detail, step.now)
-        if losses:
-            self._lose(losses, step)
-        if not judged.isolated:
-            self._recompute_suspected(step)
-        ttl = self.limits.result_ttl_s
-        expired = [
-            j
-            for j, f in self._finished.items()
-            if f.unread and f.view.finished is not None and step.now - f.view.finished > ttl
-        ]
-        for job_id in expired:
-            self._release_result(job_id, step)
-        if self._executors.any_live():
-            return
-        grace = self.limits.no_executor_grace_s
-        for job in list(self._jobs.values()):
-            since = job.submitted
-            if self._no_executor_since is not None:
-                since = max(since, self._no_executor_since)
-            waited = step.now - since
-            if waited >= grace:
-                msg = (
-                    f"no executor was alive for {waited:.0f} s (the limit is {grace:g} s, "
-                    f"--no-executor-grace), so job {job.id} could not run. Start an executor "
-                    f"pointed at this scheduler, or see why the executors were lost "
-                    f"(`mangonel status`: a heartbeat timeout is a frozen or cut-off host)."
-                )
-                self._finish(job, JobState.FAILED, msg, step)
-
-    # --------------------------------------------------------------------- drain
-
-    def _complete_drains(self, step: _Step) -> None:
-        """Let go of draining executors that have nothing left to do.
-
-        Nothing left means no running attempt, no finished output that an
-        unfinished job still needs (see ``JobRecord.needs_outputs_of``) and no
-        result a client has not read yet (closing its stream would end the
-        process, and with it the result). Losing such an executor recomputes
-        nothing; the shell then closes its stream and the executor exits.
-        """
-        done = []
-        for rec in self._executors.draining():
-            if rec.running or any(job.needs_outputs_of(rec.id) for job in self._jobs.values()):
-                continue
-            if any(f.holds_result(rec.id) for f in self._finished.values()):
-                rec.detail = "drained; it serves results not read yet"
-                continue
-            done.append(rec.id)
-        for executor in done:
-            step.commands.append(DeclareExecutorLost(step.cause, executor, LossReason.DRAINED))
-        if done:
-            detail = "it finished its tasks and no job needs its outputs any more"
-            self._lose([_Loss(e, LossReason.DRAINED, detail) for e in done], step)
-
-    # ------------------------------------------------------------------ assignment
-
-    def _assign(self, step: _Step) -> None:
-        """Hand pending tasks of runnable stages to free slots, fairly between jobs.
-
-        Each free slot goes to the job that holds the fewest slots at that moment
-        (its running attempts, speculative copies included), ties to the earliest
-        submitted: the fair sharing of Hadoop's fair scheduler and Spark's FAIR
-        mode, with one pool and equal weights. Slots are handed out one task at a
-        time, so two jobs with work for every slot end up with half each, and a
-        job submitted while another holds every slot gets each slot that frees
-        until it holds as many (tasks are never preempted). It is
-        work-conserving: a job alone takes every slot, and a job that cannot use
-        its share (no more runnable tasks, or a free slot only on executors it
-        excludes or its tasks failed on) leaves the rest to the others. Within a
-        job, stages in plan order and tasks in partition order, each to the least
-        loaded executor (``_launch_next``).
-
-        With ``Limits.max_job_share`` below 1, no job holds more than that share
-        of the slots (``_job_slot_cap``), which is no longer work-conserving: an
-        operator's choice, so that a job arriving finds slots free at once
-        however long the running tasks of the others are.
-        """
-        least = self._executors.least_loaded()
-        if least is None:
-            return
-        cap = self._job_slot_cap()
-        # Counting the held slots costs the busy slots; one job alone without a
-        # cap takes every slot it can use whatever it holds.
-        held = self._executors.slots_held() if len(self._jobs) > 1 or cap is not None else {}
-        # (slots held, submission order, job); the order is unique, so the heap
-        # never compares the jobs.
-        # A job being committed (``_commit``) launches nothing more.
-        queue = [
-            (held.get(job.id, 0), order, job)
-            for order, job in enumerate(self._jobs.values())
-            if job.commit is None
-        ]
-        # A job's walk over its launchable tasks, started when it first comes
-        # to the top: a completion frees one slot, and starting a walk for each
-        # of ten jobs to launch one task cost a third of the event.
-        walks: dict[int, Generator[TaskRecord, None, None]] = {}
-        try:
-            heapq.heapify(queue)
-            while queue:
-                count, order, job = queue[0]
-                if cap is not None and count >= cap:
-                    return  # the job holding the fewest is at the cap: so is every other
-                tasks = walks.get(order)
-                if tasks is None:
-                    tasks = walks[order] = self._pending_runnable(job)
-                if self._launch_next(job, tasks, least, step):
-                    heapq.heapreplace(queue, (count + 1, order, job))
-                else:
-                    heapq.heappop(queue)
-                    tasks.close()  # nothing more it can launch now
-                # Asked once a turn, and handed to the next job's launch: the
-                # last free slot taken ends the loop without a look at any job.
-                least = self._executors.least_loaded()
-                if least is None:
-                    return  # no free slot anywhere
-        finally:
-            # A stage's walk puts the tasks it passed over back in its queue when
-            # it is closed; closed here, not whenever the garbage collector gets
-            # to it, before the next event walks the stage again.
-            for tasks in walks.values():
-                tasks.close()
-
-    def job_slots(self) -> int:
-        """The slots one job may hold now: the alive executors', at most its
-        share of them (``Limits.max_job_share``); 0 with no executor alive. The
-        planner sizes exchanges by it (``PlannerConfig.slots``)."""
-        alive = self._executors.alive_slots()
-        cap = self._job_slot_cap()
-        return alive if cap is None or not alive else min(alive, cap)
-
-    def job_parallel(self) -> int:
-        """The tasks of one job the alive executors' hosts run at full speed at
-        once (``ExecutorRegistry.parallel_slots``), at most ``job_slots``; the
-        planner sizes scans by it (``PlannerConfig.parallel``)."""
-        return min(self.job_slots(), self._executors.parallel_slots())
-
-    def _job_slot_cap(self) -> int | None:
-        """The most slots one job may hold now (``Limits.max_job_share`` of the
-        alive executors' slots, at least one); ``None``: no cap."""
-        share = self.limits.max_job_share
-        if share >= 1.0:
-            return None
-        # The epsilon keeps 0.29 x 100 slots at 29, not 28 (binary fractions).
-        return max(1, math.floor(share * self._executors.alive_slots() + 1e-9))
-
-    def _pending_runnable(self, job: JobRecord) -> Generator[TaskRecord, None, None]:
-        """The job's pending tasks of runnable stages, stages in plan order.
-
-        Lazy, so a job with thousands of pending tasks is read only as far as
-        the free slots reach. Launching a task changes no stage's state, so
-        what was runnable when the walk started stays so until it ends.
-        """
-        is_live = job.usable(self._executors.is_live)
-        for sid, rec in job.stages.items():
-            if not rec.pending_count or job.stage_state(sid, is_live) is not StageState.RUNNABLE:
-                continue
-            if rec.adaptable:
-                self._adapt(job, rec)
-            yield from rec.pending_tasks()
-
-    def _adapt(self, job: JobRecord, rec: StageRecord) -> None:
-        """Decide, once, how many tasks a stage that is about to launch its first
-        one runs, from the real sizes of its partitioned inputs
-        (``scheduler.adaptive``). Its upstream stages are complete (it is
-        runnable) and none of its tasks launched, so no reader has seen its
-        task count yet; the decision is kept (``StageRecord.bounds``, stored
-        with the job's progress) for as long as the job runs, outputs lost and
-        made again included, since the map side writes the same partitions."""
-        rec.adaptable = False
-        limits = self.limits
-        if not limits.adaptive or rec.totals["attempts_launched"]:
-            return
-        sizes = job.partition_bytes(rec.stage)
-        target = adaptive.target_bytes(
-            sum(sizes),
-            self._executors.alive_slots(),
-            limits.adaptive_partition_bytes,
-            limits.adaptive_min_partition_bytes,
-        )
-        bounds = adaptive.coalesce(sizes, target)
-        if len(bounds) < len(sizes):
-            rec.coalesce(job.id, bounds)
-
-    def _launch_next(
-        self,
-        job: JobRecord,
-        tasks: Iterator[TaskRecord],
-        least: ExecutorRecord,
-        step: _Step,
-    ) -> bool:
-        """Launch the next of ``tasks`` that may run now; ``False`` when none may
-        (no slot the job may use is free, or the tasks left wait for executors
-        other than those with a free slot). ``least`` is the least loaded
-        executor with a free slot (``ExecutorRegistry.least_loaded()``)."""
-        if job.excluded:
-            # Looked up before the next task is: with no slot free, the job's
-            # pending tasks are not read at all.
-            found = self._executors.least_loaded(job.excluded)
-            if found is None:
-                return False
-            least = found
-        for task in tasks:
-            executor = least
-            if executor.id in task.failed_on:
-                # Not again where it failed (Spark's one attempt per task and
-                # executor), while another executor may run it: it waits for
-                # a slot there rather than fail again, and a bad executor
-                # that fails at once cannot use up the task's attempts alone.
-                avoid = job.excluded | set(task.failed_on)
-                elsewhere = self._executors.least_loaded(avoid)
-                if elsewhere is None and self._executors.any_taker(avoid):
-                    continue
-                executor = elsewhere or executor
-            eid = executor.id
-            attempt = task.next_attempt()
-            task.state = Running(attempt, eid, started=step.now)
-            job.ran_on.add(eid)
-            self._executors.start(eid, attempt)
-            job.state = JobState.RUNNING
-            stage = job.stages[attempt.task.stage].stage
-            step.commands.append(LaunchTask(step.cause, eid, job.task_spec(stage, attempt)))
-            return True
-        return False
-
-    # ----------------------------------------------------------------- stragglers
-
-    def _speculate(self, step: _Step) -> None:
-        """Copy straggling attempts onto other executors' free slots (on ``Tick``).
-
-        Which attempts straggle is ``state_gray.stragglers``; each gets one copy
-        on the least loaded executor other than its own that the job may use.
-        Called after ``_assign``, so pending tasks always come first. The first
-        of the two to finish wins (``_task_completed``).
-        """
-        distrusted = any(
-            r.suspected_since is not None or r.quarantined_until is not None
-            for r in self._executors.live_records()
-        )
-        found = stragglers(
-            self._jobs.values(),
-            self._executors.is_live,
-            step.now,
-            self.limits,
-            self._distrusted if distrusted else None,
-        )
-        cap = self._job_slot_cap()
-        held = self._executors.slots_held() if cap is not None and found else {}
-        for s in found:
-            if cap is not None and held.get(s.job.id, 0) >= cap:
-                continue  # a copy holds a slot too (``_assign``)
-            executor = self._executors.least_loaded(s.job.excluded | {s.running.executor})
-            if executor is None:
-                continue
-            attempt = s.task.next_attempt()
-            s.task.speculative = Running(attempt, executor.id, started=step.now)
-            s.stage.speculated += 1
-            s.job.ran_on.add(executor.id)
-            self._executors.start(executor.id, attempt)
-            if cap is not None:
-                held[s.job.id] = held.get(s.job.id, 0) + 1
-            spec = s.job.task_spec(s.stage.stage, attempt)
-            step.commands.append(LaunchTask(step.cause, executor.id, spec, speculative=True))
-
-    # --------------------------------------------------------------- bad executors
-
-    def _log_health(self, judged: Judgement, step: _Step) -> None:
-        """``LogExecutorHealth`` for what ``state_liveness.judge`` changed."""
-        cause, now = step.cause, step.now
-        for rec in judged.suspected:
-            why = f"silent for {now - rec.last_heartbeat:.1f} s" + (
-                f"; {rec.arrivals.evidence(now, rec.last_heartbeat)}" if rec.arrivals else ""
-            )
-            step.commands.append(LogExecutorHealth(cause, HealthChange.SUSPECTED, rec.id, why))
-        for rec in judged.quarantined:
-            why = f"{rec.quarantine}; until {rec.quarantined_until}"
-            step.commands.append(LogExecutorHealth(cause, HealthChange.QUARANTINED, rec.id, why))
-        if judged.isolation_began:
-            why = (
-                "most executors are silent at once: the scheduler's own link is the likely "
-                f"cut, so losses for silence wait {self.limits.isolation_grace_s:g} s more"
-            )
-            step.commands.append(LogExecutorHealth(cause, HealthChange.ISOLATED, None, why))
-        if judged.isolation_ended:
-            why = "enough executors are heard again"
-            step.commands.append(LogExecutorHealth(cause, HealthChange.RECONNECTED, None, why))
-
-    def _distrusted(self, executor: ExecutorId) -> bool:
-        """Whether ``executor`` is suspected or quarantined (``state_liveness``):
-        its running attempts are copied at once."""
-        rec = self._executors.live(executor)
-        return rec is not None and (
-            rec.suspected_since is not None or rec.quarantined_until is not None
-        )
-
-    def _count_failure(self, executor: ExecutorId, task: TaskRecord, why: str, step: _Step) -> None:
-        """An attempt failed on ``executor`` for an execution reason: count it
-        (``state_gray.count_failure`` may exclude the executor)."""
-        rec = self._executors.live(executor)
-        if rec is not None:
-            count_failure(rec, task.id, why, step.now, self.limits)
-
-    def _fail_if_all_excluded(self, step: _Step, error_type: ErrorType) -> None:
-        """Fail jobs that wait for a slot when every executor is excluded.
-
-        Waiting out the exclusions would only cycle their tasks through the
-        same bad executors again. Executors still connecting or awaited after
-        a restart count as hope: then nothing fails. The jobs are blamed on
-        ``error_type``, that of the failure just counted: the one that excluded
-        the last executor, as a rule (a store that does not answer fails the
-        tasks of every executor, and so excludes them all).
-        """
-        why = excluded_everywhere(self._executors.takers())
-        if why is None:
-            return
-        for job in list(self._jobs.values()):
-            if not any(rec.pending_count for rec in job.stages.values()):
-                continue
-            msg = (
-                f"every executor is excluded for failing tasks ({why}), so job {job.id} "
-                f"cannot run its tasks. Check those executors (logs, disk, memory) or the "
-                f"data they read; an exclusion ends after {self.limits.exclusion_s:g} s "
-                f"(--exclusion-time), and --exclusion-failures 0 turns exclusion off."
-            )
-            if error_type.advice:
-                msg = f"{msg} {error_type.advice}"
-            self._finish(job, JobState.FAILED, msg, step, error_type)

@@ -124,15 +124,9 @@ class ExecutorRecord:
     quarantine: str = ""
     """Why it is, or last was, quarantined."""
     registry: ExecutorRegistry | None = field(default=None, repr=False, compare=False)
-    """The registry that holds it and must see its changes; not stored."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        object.__setattr__(self, name, value)
-        if name in _UNHEARD:
-            return  # the registry has nothing to do (a heartbeat: every event)
-        registry = self.__dict__.get("registry")
-        if registry is not None:
-            registry.record_changed(self, name)
+    """The registry that holds it; not stored. A change of a stored field (one
+    ``RegistrySnapshot`` keeps) or of its rank is made by the registry's own
+    transitions, which say so (``stored_changed``, ``rank_changed``)."""
 
     @property
     def rank(self) -> tuple[float, bool, int]:
@@ -210,10 +204,6 @@ _UNSTORED = frozenset(
      "quarantined_until", "quarantine"}
 )  # fmt: skip
 """``ExecutorRecord`` fields a ``RegistrySnapshot`` leaves out."""
-_RANKED = frozenset({"slow", "seq", "info"})
-"""``ExecutorRecord`` fields its ``rank`` reads (besides ``running``)."""
-_UNHEARD = _UNSTORED - _RANKED
-"""``ExecutorRecord`` fields ``ExecutorRegistry.record_changed`` ignores."""
 
 
 class ExecutorRegistry:
@@ -253,12 +243,22 @@ class ExecutorRegistry:
         over 8,000 busy slots made a simulated cluster of 1,000 executors handle
         40 times fewer events."""
 
-    def record_changed(self, rec: ExecutorRecord, name: str) -> None:
-        """``rec.name`` was assigned (``ExecutorRecord.__setattr__``)."""
-        if name not in _UNSTORED:
-            self._snapshot = None
-        if name in _RANKED and rec.id in self._live:
+    def stored_changed(self) -> None:
+        """A field a snapshot keeps changed (any not in ``_UNSTORED``): the
+        cached snapshot is stale."""
+        self._snapshot = None
+
+    def rank_changed(self, rec: ExecutorRecord) -> None:
+        """What ``rec.rank`` reads changed (``slow``, ``seq``, ``info``; running
+        attempts are pushed by ``start`` / ``stop``)."""
+        if rec.id in self._live:
             self._push(rec)
+
+    def set_detail(self, rec: ExecutorRecord, detail: str) -> None:
+        """What the status views say of ``rec``'s state."""
+        if rec.detail != detail:
+            rec.detail = detail
+            self.stored_changed()
 
     def _push(self, rec: ExecutorRecord) -> None:
         heapq.heappush(self._ranks, (*rec.rank, rec.id))
@@ -280,6 +280,11 @@ class ExecutorRegistry:
 
     def is_live(self, executor: ExecutorId) -> bool:
         return executor in self._live
+
+    def listens(self, executor: ExecutorId) -> bool:
+        """Whether ``executor`` is connecting, alive or draining: one whose
+        heartbeats count (any other must register again)."""
+        return executor in self._live or executor in self._connecting
 
     def live_records(self) -> list[ExecutorRecord]:
         """Alive and draining executors, in registration order."""
@@ -544,7 +549,8 @@ class ExecutorRegistry:
         self._seq += 1
         self._live[executor] = rec
         rec.seq, rec.state, rec.since, rec.last_heartbeat = self._seq, ExecutorState.ALIVE, now, now
-        self._snapshot = None
+        self.stored_changed()
+        self.rank_changed(rec)
         return rec
 
     def resume(self, executor: ExecutorId, offer: Resume) -> bool:
@@ -568,8 +574,8 @@ class ExecutorRegistry:
         rec.detail = "came back after it was lost; waiting for its stream"
         rec.awaiting, rec.resuming = True, offer
         self._live[executor] = rec
-        self._snapshot = None
-        self._push(rec)
+        self.stored_changed()
+        self.rank_changed(rec)
         return True
 
     def heard_from(
@@ -595,8 +601,9 @@ class ExecutorRegistry:
                 rec.arrivals.heard(now)
             if rec.suspected_since is not None and now >= rec.suspected_since:
                 ended, rec.suspected_since = rec.suspected_since, None
-            if unhealthy is not None:
+            if unhealthy is not None and unhealthy != rec.unhealthy:
                 rec.unhealthy = unhealthy
+                self.stored_changed()
         return ended
 
     def drain(self, executor: ExecutorId, now: float) -> None:
@@ -605,6 +612,7 @@ class ExecutorRegistry:
             rec.state = ExecutorState.DRAINING
             self._draining.add(executor)
             rec.since = now
+            self.stored_changed()
 
     def mark_lost(
         self, executor: ExecutorId, reason: LossReason, detail: str, now: float
@@ -717,6 +725,7 @@ class ExecutorRegistry:
             self._push(rec)
             rec.last_heartbeat = now
             rec.detail = "waiting for it to reconnect after the scheduler restarted"
+        self.stored_changed()
         return list(self._live.values())
 
     def reattached(self, executor: ExecutorId, now: float) -> tuple[ExecutorRecord, Resume] | None:
@@ -730,4 +739,6 @@ class ExecutorRegistry:
         rec.info = offer.info
         rec.last_heartbeat = now
         rec.detail = ""
+        self.stored_changed()
+        self.rank_changed(rec)
         return rec, offer

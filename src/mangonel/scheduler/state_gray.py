@@ -127,8 +127,10 @@ def observe_speed(rec: ExecutorRecord, stage: StageRecord, ran_s: float, limits:
     slow = rec.slowness >= limits.speculation_multiplier
     if slow != rec.slow:
         # Only on a change: ``slow`` is part of the executor's rank, and every
-        # assignment of it pushes a new entry on the registry's heap.
+        # change of it pushes a new entry on the registry's heap.
         rec.slow = slow
+        if rec.registry is not None:
+            rec.registry.rank_changed(rec)
 
 
 def count_failure(rec: ExecutorRecord, task: TaskId, why: str, now: float, limits: Limits) -> bool:

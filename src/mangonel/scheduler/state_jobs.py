@@ -64,7 +64,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
 
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
@@ -137,27 +136,77 @@ class TaskRecord:
     only while ``state`` is ``Running``. Whichever finishes first is kept, the
     other is cancelled. Dropped, not resumed, after a scheduler restart."""
     owner: StageRecord | None = field(default=None, repr=False, compare=False)
-    """The stage that keeps count of its tasks (``StageRecord.observe``); not stored."""
+    """The stage that keeps count of its tasks; not stored."""
 
-    def __setattr__(self, name: str, value: object) -> None:
-        # Fields are only ever assigned, never mutated in place, so the stage
-        # sees every change, before it is made (it needs the old value).
-        owner = self.__dict__.get("owner")
-        if owner is not None:
-            owner.observe(self, name, value)
-        object.__setattr__(self, name, value)
+    # Transitions. A task's fields change only through these (the state machine
+    # never assigns them): each tells the stage that keeps count what moved, by
+    # an explicit call, and marks the task changed for the store.
 
     @classmethod
     def fresh(cls, task: TaskId) -> TaskRecord:
-        """A new pending task, built without ``__setattr__`` (a job may have 100,000)."""
+        """A new pending task, built without the dataclass's ``__init__`` (a job
+        may have 100,000)."""
         rec = object.__new__(cls)
         rec.__dict__.update(_FRESH_TASK, id=task)
         return rec
 
+    def move(self, state: TaskState) -> None:
+        """Pending, Running or Done: the stage moves it between its counts."""
+        if self.owner is not None:
+            self.owner.moved(self, state)
+        self.state = state
+
+    def set_copy(self, copy: Running | None) -> None:
+        """A speculative copy launched (``copy``), or dropped (``None``)."""
+        if self.owner is not None:
+            self.owner.copied(self, copy)
+        self.speculative = copy
+
     def next_attempt(self) -> TaskAttemptId:
+        """The next attempt's id; one more launched."""
         attempt = TaskAttemptId(self.id, self.attempts_launched)
         self.attempts_launched += 1
+        if self.owner is not None:
+            self.owner.counted(self, "attempts_launched")
         return attempt
+
+    def recompute(self) -> None:
+        """Its output was lost and is needed: back to pending, a recompute more."""
+        self.move(PENDING)
+        self.recomputes += 1
+        if self.owner is not None:
+            self.owner.counted(self, "recomputes")
+
+    def restored(self, done: Done) -> None:
+        """Its output, sent back to pending when its executor was lost or
+        suspected, is there after all (``state_revival``): done as it was, and
+        the recompute that sending back counted is taken back."""
+        self.move(done)
+        if self.recomputes > 0:
+            self.recomputes -= 1
+            if self.owner is not None:
+                self.owner.counted(self, "recomputes", -1)
+
+    def ended(
+        self, executor: ExecutorId, error: str, error_type: ErrorType, *, charge: bool
+    ) -> None:
+        """An attempt on ``executor`` ended without output: a re-run more, its
+        error kept; ``charge``: it counts against ``Limits.max_task_attempts``.
+        (Where the task goes next is the caller's ``move``.)"""
+        self.reruns += 1
+        if self.owner is not None:
+            self.owner.counted(self, "reruns")
+        self.note_error(error, error_type)
+        if charge:
+            self.failures += 1
+            if executor not in self.failed_on:
+                self.failed_on = (*self.failed_on, executor)
+
+    def note_error(self, error: str, error_type: ErrorType) -> None:
+        """The last error, and what it is blamed on (the job's, should it be the last)."""
+        self.last_error, self.last_error_type = error, error_type
+        if self.owner is not None:
+            self.owner.changed.add(self.id)
 
     def validate(self) -> None:
         """Check the ``task-attempts`` and ``task-outputs`` invariants
@@ -245,11 +294,12 @@ class Held:
 class StageRecord:
     """A stage of an unfinished job: its tasks, and counts kept as they change.
 
-    Every task assignment goes through ``observe`` (``TaskRecord.__setattr__``),
-    which keeps the counts, the pending queue, where done outputs are and the
-    sorted durations, so that the questions an event asks (is the stage
-    complete, which task goes next, which outputs an executor held, the
-    stage's view) cost what the event changed, not the stage's size.
+    Every task transition tells it (``moved``, ``copied``, ``counted``: explicit
+    calls from ``TaskRecord``'s transitions), and it keeps the counts, the
+    pending queue, where done outputs are and the sorted durations, so that the
+    questions an event asks (is the stage complete, which task goes next, which
+    outputs an executor held, the stage's view) cost what the event changed, not
+    the stage's size.
     """
 
     stage: Stage
@@ -322,7 +372,6 @@ class StageRecord:
         self.rows = 0
         self.bytes = 0
         for task in tasks:
-            object.__setattr__(task, "owner", None)
             state = task.state
             if isinstance(state, Done):
                 self._enter(task.id.partition, state)
@@ -337,18 +386,22 @@ class StageRecord:
         self._pending = set(self._queue)
         self._queued = set(self._queue)
 
-    def observe(self, task: TaskRecord, name: str, value: Any) -> None:
-        """``task.name`` is about to become ``value``, of that field's type (typed
-        ``Any``: a ``cast`` is a function call at run time, three an event)."""
+    def moved(self, task: TaskRecord, state: TaskState) -> None:
+        """``task``'s state is about to become ``state`` (``TaskRecord.move``)."""
         self.changed.add(task.id)
-        if name == "state":
-            partition = task.id.partition
-            self._leave(partition, task.state)
-            self._enter(partition, value)
-        elif name == "speculative":
-            self.speculative_running += (value is not None) - (task.speculative is not None)
-        elif name in self.totals:
-            self.totals[name] += value - getattr(task, name)
+        partition = task.id.partition
+        self._leave(partition, task.state)
+        self._enter(partition, state)
+
+    def copied(self, task: TaskRecord, copy: Running | None) -> None:
+        """``task``'s speculative copy is about to become ``copy``."""
+        self.changed.add(task.id)
+        self.speculative_running += (copy is not None) - (task.speculative is not None)
+
+    def counted(self, task: TaskRecord, total: str, by: int = 1) -> None:
+        """``task``'s count ``total`` (a key of ``totals``) went up by ``by``."""
+        self.changed.add(task.id)
+        self.totals[total] += by
 
     def _enter(self, partition: int, state: TaskState) -> None:
         if isinstance(state, Pending):
@@ -399,7 +452,7 @@ class StageRecord:
         return len(self._pending)
 
     def validate(self, job: JobId) -> None:
-        """Count the tasks afresh and compare with what ``observe`` kept: the
+        """Count the tasks afresh and compare with what the transitions kept: the
         ``stage-tasks`` and ``stage-counts`` invariants (docs/architecture.md,
         "Invariants of the state"), and each task's own (``TaskRecord.validate``)."""
         where = f"stage {self.stage.id} of job {job}"
@@ -502,8 +555,8 @@ class StageRecord:
         """Every done task whose output ``executor`` held back to pending, each
         a recompute more; returns them in partition order.
 
-        What assigning ``state`` and ``recomputes`` task by task would do, in
-        one pass: a lost executor may hold thousands of a stage's outputs.
+        What ``TaskRecord.recompute`` task by task would do, in one pass: a
+        lost executor may hold thousands of a stage's outputs.
         """
         held = self.done_on.pop(executor, None)
         if held is None:
@@ -513,9 +566,8 @@ class StageRecord:
         self.rows -= held.rows
         self.bytes -= held.bytes
         for task in tasks:
-            fields_ = task.__dict__
-            fields_["state"] = PENDING
-            fields_["recomputes"] += 1
+            task.state = PENDING
+            task.recomputes += 1
             self.changed.add(task.id)
         self.done -= len(tasks)
         self.totals["recomputes"] += len(tasks)

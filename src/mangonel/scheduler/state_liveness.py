@@ -17,7 +17,7 @@ detector (``scheduler.detector``), fed by each executor's heartbeats::
   and the attempts it runs are copied onto trusted executors
   (``state_gray.stragglers``), so a query does not wait for the loss; the
   outputs of it that jobs need are made again while trusted slots are free
-  (``SchedulerState._recompute_suspected``), and are its again if it is heard
+  (``state_recovery.Recovery._recompute_suspected``), and are its again if it is heard
   first. A word from it (a heartbeat, a report) clears the suspicion.
 * **Lost** only if the silence lasts: ``Limits.heartbeat_timeout_s``.
 * **Quarantined**: a host whose link flaps falls silent again and again; lost

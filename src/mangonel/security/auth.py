@@ -67,6 +67,32 @@ class Principal:
         """Whether this user may see (watch, read, cancel) a job ``owner`` submitted."""
         return self.admin or self.user == owner
 
+    def check_sees(self, job: str, owner: str) -> None:
+        """The ownership check of every front door (gRPC, Flight SQL, web), each
+        of which turns the error into its own refusal.
+
+        Raises:
+            PermissionDeniedError: ``job`` is another user's (``may_see``).
+        """
+        if not self.may_see(owner):
+            raise PermissionDeniedError(
+                f"job {job} belongs to another user; {self.user!r} may see and cancel only "
+                "their own jobs (an admin may see all)"
+            )
+
+    def check_reads(self, job: str, owner: str) -> None:
+        """A result's partitions are read by the user who ran the query only, admin
+        or not: the rule the executors apply to its tickets.
+
+        Raises:
+            PermissionDeniedError: ``job`` is another user's.
+        """
+        if self.user != owner:
+            raise PermissionDeniedError(
+                f"the result of job {job} is another user's: only the user who ran the "
+                "query may read it"
+            )
+
     @property
     def sees_hosts(self) -> bool:
         """Whether this user sees the particulars of the cluster's hosts (executors'

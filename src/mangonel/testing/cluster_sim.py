@@ -2,7 +2,7 @@
 
 The real pure state machines run here: one ``SchedulerState``, persisted after
 every event through the shell's own ``persist.state_changes`` into an in-memory
-store, and one ``ExecutorState`` per simulated executor process. Around them
+store, and one ``ExecutorMachine`` per simulated executor process. Around them
 this module plays everything else, driven by one ``random.Random(seed)``:
 
 * **the network**: every message takes a random time; a stream delivers in
@@ -46,7 +46,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from mangonel.executor import events as ex
-from mangonel.executor.state import ExecutorState
+from mangonel.executor.state import ExecutorMachine
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.events import (
@@ -63,6 +63,7 @@ from mangonel.scheduler.events import (
     JobSubmitted,
     JobSucceeded,
     LossReason,
+    RefuseHeartbeat,
     RefuseStream,
     ResultRead,
     ResumeExecutor,
@@ -78,7 +79,7 @@ from mangonel.scheduler.persist import (
     state_changes,
 )
 from mangonel.scheduler.state import SchedulerState
-from mangonel.scheduler.state_views import ExecutorState as SchedExecutorState
+from mangonel.scheduler.state_views import ExecutorState
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import (
     CancelTask,
@@ -128,7 +129,7 @@ class ClusterSim:
         config: SimConfig,
         checks: SimChecks | None = None,
         scheduler: type[SchedulerState] = SchedulerState,
-        executor: type[ExecutorState] = ExecutorState,
+        executor: type[ExecutorMachine] = ExecutorMachine,
     ) -> None:
         self.scheduler_type = scheduler
         self.executor_type = executor
@@ -346,7 +347,7 @@ class ClusterSim:
         event = make(self.event_id, self.now)
         self.result.scheduler_events += 1
         commands = self.state.handle(event)
-        changes = state_changes(self.state, event, commands, self.known)
+        changes = state_changes(self.state, self.known)
         crash = self.crash_at if changes is not None else None
         if crash is not None and crash[0] is CrashPoint.BEFORE_WRITE:
             self.crash_scheduler()
@@ -381,12 +382,6 @@ class ClusterSim:
             self.known.discard(command.job)
 
     def connection_closed(self, executor: ExecutorId) -> None:
-        view = self.state.executor(executor)
-        if view is None or view.state not in (
-            SchedExecutorState.ALIVE,
-            SchedExecutorState.DRAINING,
-        ):
-            return
         self.emit(lambda i, t: ExecutorLost(i, t, executor, LossReason.CONNECTION_LOST))
 
     def tick(self) -> None:
@@ -453,17 +448,14 @@ class ClusterSim:
             old.open = False
 
     def heartbeat(self, executor: ExecutorId, unhealthy: str) -> bool:
-        view = self.state.executor(executor)
-        if view is None or view.state is SchedExecutorState.LOST:
-            return False
-        self.emit(lambda i, t: ExecutorHeartbeat(i, t, executor, unhealthy))
-        return True
+        commands = self.emit(lambda i, t: ExecutorHeartbeat(i, t, executor, unhealthy))
+        return not any(isinstance(c, RefuseHeartbeat) for c in commands)
 
     def drain(self, executor: ExecutorId) -> bool:
         view = self.state.executor(executor)
         if view is None or view.state not in (
-            SchedExecutorState.ALIVE,
-            SchedExecutorState.DRAINING,
+            ExecutorState.ALIVE,
+            ExecutorState.DRAINING,
         ):
             return False
         self.emit(lambda i, t: ExecutorDraining(i, t, executor))
@@ -896,7 +888,7 @@ def run(
     config: SimConfig,
     checks: SimChecks | None = None,
     scheduler: type[SchedulerState] = SchedulerState,
-    executor: type[ExecutorState] = ExecutorState,
+    executor: type[ExecutorMachine] = ExecutorMachine,
 ) -> SimResult:
     """One simulated run; ``result.violation`` says what broke, if anything did."""
     return ClusterSim(config, checks, scheduler, executor).run()
@@ -906,7 +898,7 @@ def shrink(
     config: SimConfig,
     checks: Callable[[], SimChecks] = SimChecks,
     scheduler: type[SchedulerState] = SchedulerState,
-    executor: type[ExecutorState] = ExecutorState,
+    executor: type[ExecutorMachine] = ExecutorMachine,
 ) -> SimConfig:
     """A configuration whose run still fails the same invariant with as few faults
     as removing them one at a time allows (each fault's random draws stay where

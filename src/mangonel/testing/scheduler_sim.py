@@ -340,7 +340,7 @@ class Simulator:
 
     def persist(self, event: Event, commands: list[Command]) -> None:
         """What ``SchedulerCore._persist`` does, against the counting store."""
-        changes = state_changes(self.state, event, commands, self.known)
+        changes = state_changes(self.state, self.known)
         if changes is None:
             return
         puts, deletes = changes

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from mangonel.executor.state import ExecutorState
+from mangonel.executor.state import ExecutorMachine
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId
 from mangonel.scheduler.events import (
     Limits,
@@ -234,7 +234,7 @@ class Proc:
 
     host: str
     slots: int
-    state: ExecutorState
+    state: ExecutorMachine
     alive: bool = True
     frozen: bool = False
     inbox: list[Callable[[], None]] = field(default_factory=list)

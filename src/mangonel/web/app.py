@@ -42,11 +42,17 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from mangonel.errors import AuthenticationError, LoginThrottledError, MangonelError, plain_text
+from mangonel.errors import (
+    AuthenticationError,
+    LoginThrottledError,
+    MangonelError,
+    PermissionDeniedError,
+    plain_text,
+)
 from mangonel.ids import JobId
 from mangonel.plan.explain import render
 from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
-from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.jobs import JobWatch
 from mangonel.security import tokens
 from mangonel.security.auth import (
     ANONYMOUS,
@@ -159,18 +165,15 @@ def create_app(
     static = static_dir()
     app.mount("/static", StaticFiles(directory=static), name="static")
 
-    def record(job_id: str, who: Principal, request: Request) -> JobRecord:
+    def record(job_id: str, who: Principal, request: Request) -> JobWatch:
         try:
             found = core.job(JobId(job_id))
         except JobNotFoundError as exc:
             raise HTTPException(status_code=404, detail=plain_text(str(exc))) from None
-        if not who.may_see(found.owner):
-            raise _refuse(
-                request,
-                403,
-                f"job {job_id} belongs to another user; {who.user!r} may see and cancel only "
-                "their own jobs",
-            )
+        try:
+            who.check_sees(job_id, found.owner)
+        except PermissionDeniedError as exc:
+            raise _refuse(request, 403, str(exc)) from None
         return found
 
     @app.get("/", include_in_schema=False)

@@ -18,7 +18,7 @@ from mangonel.scheduler.breakdown import (
     stage_phases,
 )
 from mangonel.scheduler.core import SchedulerCore
-from mangonel.scheduler.jobs import JobRecord
+from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.registry import ExecutorListing
 from mangonel.scheduler.state_views import StageView
 from mangonel.scheduler.telemetry import AttemptOutcome, AttemptRecord
@@ -79,7 +79,7 @@ def executors(core: SchedulerCore, who: Principal = ANONYMOUS) -> list[ExecutorM
     return sorted(models, key=lambda m: (order.get(m.state, 4), -m.since))
 
 
-def job_state(record: JobRecord) -> str:
+def job_state(record: JobWatch) -> str:
     return str(record.state.value)
 
 
@@ -89,7 +89,7 @@ def output_text(stage: Stage) -> str:
     return "single partition"
 
 
-def _summary_fields(record: JobRecord, now: float) -> dict[str, object]:
+def _summary_fields(record: JobWatch, now: float) -> dict[str, object]:
     views = record.stage_views()
     total = sum(v.num_tasks for v in views)
     done = sum(min(v.done, v.num_tasks) for v in views)
@@ -116,12 +116,12 @@ def _summary_fields(record: JobRecord, now: float) -> dict[str, object]:
     }
 
 
-def job_summary(record: JobRecord, now: float) -> JobSummary:
+def job_summary(record: JobWatch, now: float) -> JobSummary:
     with record.changed:
         return JobSummary.model_validate(_summary_fields(record, now))
 
 
-def visible_jobs(core: SchedulerCore, caller: Principal) -> list[JobRecord]:
+def visible_jobs(core: SchedulerCore, caller: Principal) -> list[JobWatch]:
     """The jobs ``caller`` may see: their own, or every one for an admin."""
     return [r for r in core.jobs() if caller.may_see(r.owner)]
 
@@ -251,7 +251,7 @@ def attempt_model(record: AttemptRecord) -> AttemptModel:
     )
 
 
-def job_detail(core: SchedulerCore, record: JobRecord) -> JobDetail:
+def job_detail(core: SchedulerCore, record: JobWatch) -> JobDetail:
     now = core.now()
     attempts, dropped = core.telemetry.attempts(record.id)
     failed: Counter[int] = Counter(
