@@ -64,7 +64,8 @@ from mangonel.testing.cluster_sim import (
     shrink,
 )
 from mangonel.testing.scheduler_sim import synthetic_plan
-from mangonel.testing.sim_world import new_state, restored_state
+from mangonel.testing.sim_restore import RestoreCheck
+from mangonel.testing.sim_world import new_state, restored_state, state_documents
 
 CI_SEEDS = range(0, 48)
 """Seeds run on every push (about 20 s on an idle core)."""
@@ -136,6 +137,42 @@ def test_the_replay_command_parses_back_into_its_configuration() -> None:
     assert args[:3] == ["python", "-m", "mangonel.testing.cluster_sim"]
     parsed, shrinking = _parse(args[3:])
     assert parsed == config and not shrinking
+
+
+class _BothRestores(SimChecks):
+    """Restores the whole store at every check too, and counts the checks where
+    that and ``RestoreCheck`` (only the keys that changed) disagree."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = self.differ = 0
+        self.mine: RestoreCheck | None = None
+
+    def restore_equivalent(self, sim: ClusterSim) -> None:  # type: ignore[override]
+        if self.mine is None:
+            self.mine = RestoreCheck(sim.new_state)
+        whole = state_documents(restored_state(sim.store, sim.new_state))
+        self.checks += 1
+        self.differ += self.mine.documents(sim.store.load()) != whole
+        super().restore_equivalent(sim)
+
+
+def test_restoring_only_what_changed_gives_what_restoring_everything_gives() -> None:
+    # ``restore-equals-live`` restores only the jobs whose keys changed since
+    # the last write (``sim_restore``): at every write of these runs (scheduler
+    # crashes, jobs forgotten, adaptive stages, executors lost) the documents
+    # it gives are those a restore of the whole store gives.
+    checks = 0
+    for config in (
+        SimConfig(seed=3, faults=(Fault.SCHEDULER_CRASH,), fault_every_s=1.5, jobs=4),
+        SimConfig(seed=8, jobs=8, concurrent=3),
+        SimConfig(seed=29),
+    ):
+        both = _BothRestores()
+        _assert_holds(run(config, both))
+        assert both.differ == 0, f"{both.differ} of {both.checks} checks differ ({config})"
+        checks += both.checks
+    assert checks > 300
 
 
 # ---------------------------------------------------------------- planted bugs

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -278,7 +278,12 @@ class Stream:
 def restored_state(store: MemoryStateStore, fresh: Callable[[], SchedulerState]) -> SchedulerState:
     """A state machine made by ``fresh``, restored from ``store`` as
     ``SchedulerCore.recover`` restores it."""
-    snap = read_snapshot(store.load(), STORE_URL)
+    return restored_from(store.load(), fresh)
+
+
+def restored_from(data: Mapping[str, str], fresh: Callable[[], SchedulerState]) -> SchedulerState:
+    """``restored_state`` of a store that holds ``data``."""
+    snap = read_snapshot(data, STORE_URL)
     if snap.broken:
         raise Violation("restore", f"the store holds records that cannot be read: {snap.broken}")
     running, finished = [], []
