@@ -32,6 +32,7 @@ from mangonel.task import (
 from mangonel.testing import sim_data
 from mangonel.testing.sim_restore import RestoreCheck
 from mangonel.testing.sim_world import (
+    Encodings,
     Proc,
     SimFile,
     SimResult,
@@ -77,6 +78,8 @@ class SimChecks:
         self.orphans: set[JobId] = set()
         """Jobs whose submission got no answer: the client does not read their results."""
         self.restore: RestoreCheck | None = None
+        self.encodings = Encodings()
+        """The live state's records encoded at earlier checks (``restore_equivalent``)."""
 
     def submitted(self, job: JobId) -> None:
         self.outcome[job] = None
@@ -182,7 +185,8 @@ class SimChecks:
         self.read.add(job)
 
     def restore_equivalent(self, sim: Observed) -> None:
-        live = state_documents(sim.state)
+        live = state_documents(sim.state, self.encodings)
+        self.encodings.forget()
         if self.restore is None:
             self.restore = RestoreCheck(sim.new_state)
         if live == self.restore.documents(sim.store.load()):

@@ -27,9 +27,17 @@ restore before it is reported.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
+from mangonel.scheduler.persist import StoredPlan, decode
 from mangonel.scheduler.state import SchedulerState
-from mangonel.testing.sim_world import restored_from, state_documents
+from mangonel.scheduler.state_jobs import TaskRecord
+from mangonel.testing.sim_world import Encodings, restored_from, state_documents
+
+_KEPT = (StoredPlan, TaskRecord)
+"""What a restore never changes once decoded, so one object serves every restore
+of the same text: a plan is frozen, and a task is only filed into its stage (its
+fields change by events, and the states restored here handle none)."""
 
 
 def _job_of(key: str) -> str | None:
@@ -55,6 +63,19 @@ class RestoreCheck:
         """Job id -> the documents its keys restore into (none for a stale job)."""
         self._shared: dict[str, str] = {}
         """The documents of the scheduler-wide keys (``executors``, ``since``)."""
+        self._encodings = Encodings()
+        """Texts of the tasks decoded before (the same objects: ``_decode``)."""
+        self._decoded: dict[tuple[type[Any], str], Any] = {}
+        """Plans and tasks decoded before, by their text."""
+
+    def _decode(self, text: str, kind: type[Any]) -> Any:
+        """``persist.decode``, once for each text of a kind in ``_KEPT``."""
+        if kind not in _KEPT:
+            return decode(text, kind)
+        found = self._decoded.get((kind, text))
+        if found is None:
+            found = self._decoded[kind, text] = decode(text, kind)
+        return found
 
     def documents(self, data: Mapping[str, str]) -> dict[str, str]:
         """The documents of the state ``data`` (the whole store) restores into.
@@ -72,12 +93,20 @@ class RestoreCheck:
                 for key, text in data.items()
                 if (job := _job_of(key)) in jobs or (job is None and shared)
             }
-            restored = state_documents(restored_from(part, self._fresh))
+            restored_state = restored_from(part, self._fresh, self._decode)
+            restored = state_documents(restored_state, self._encodings)
+            self._encodings.forget()
+            if len(self._decoded) > 50_000:
+                self._decoded.clear()
+            by_job: dict[str, dict[str, str]] = {}
+            for name, doc in restored.items():
+                if name.startswith(("job/", "finished/")):
+                    by_job.setdefault(name.split("/", 2)[1], {})[name] = doc
             for job in jobs:
-                mine = (f"job/{job}", f"finished/{job}")
-                self._jobs[job] = {name: restored[name] for name in mine if name in restored}
-                if not self._jobs[job]:
-                    del self._jobs[job]
+                if job in by_job:
+                    self._jobs[job] = by_job[job]
+                else:
+                    self._jobs.pop(job, None)
             if shared:
                 self._shared = {"executors": restored["executors"], "since": restored["since"]}
         self._seen = dict(data)

@@ -21,6 +21,7 @@ from mangonel.scheduler.events import (
     Limits,
 )
 from mangonel.scheduler.persist import (
+    decode,
     encode,
     read_snapshot,
 )
@@ -281,9 +282,13 @@ def restored_state(store: MemoryStateStore, fresh: Callable[[], SchedulerState])
     return restored_from(store.load(), fresh)
 
 
-def restored_from(data: Mapping[str, str], fresh: Callable[[], SchedulerState]) -> SchedulerState:
-    """``restored_state`` of a store that holds ``data``."""
-    snap = read_snapshot(data, STORE_URL)
+def restored_from(
+    data: Mapping[str, str],
+    fresh: Callable[[], SchedulerState],
+    decoder: Callable[[str, type[Any]], Any] = decode,
+) -> SchedulerState:
+    """``restored_state`` of a store that holds ``data``, its keys read with ``decoder``."""
+    snap = read_snapshot(data, STORE_URL, decoder)
     if snap.broken:
         raise Violation("restore", f"the store holds records that cannot be read: {snap.broken}")
     running, finished = [], []
@@ -306,12 +311,56 @@ def new_state(config: SimConfig, scheduler: type[SchedulerState]) -> SchedulerSt
     )
 
 
-def state_documents(state: SchedulerState) -> dict[str, str]:
-    """Everything the store keeps of ``state``, encoded: equal documents, equal states."""
+def state_documents(state: SchedulerState, known: Encodings | None = None) -> dict[str, str]:
+    """Everything the store keeps of ``state``, encoded: equal documents, equal states.
+
+    A job's progress is one document for its head (``job/<id>``) and one for
+    each task (``job/<id>/<stage>/<position>``), so that ``known`` (texts of
+    records encoded before) spares encoding again the tasks that did not change.
+    """
     docs = {"executors": encode(state.export_executors()), "since": repr(state.no_executor_since)}
+    text = known.text if known is not None else encode
     for job in state.unfinished_jobs():
-        docs[f"job/{job}"] = encode(state.export_job(job))
+        progress = state.export_job(job)
+        assert progress is not None
+        head = replace(
+            progress, stages={s: replace(p, tasks=[]) for s, p in progress.stages.items()}
+        )
+        docs[f"job/{job}"] = encode(head)
+        for sid, stage in progress.stages.items():
+            for position, task in enumerate(stage.tasks):
+                docs[f"job/{job}/{sid}/{position}"] = text(task)
     for view in state.jobs():
         if view.state.finished:
-            docs[f"finished/{view.id}"] = encode(state.export_finished(view.id))
+            docs[f"finished/{view.id}"] = text(state.export_finished(view.id))
     return docs
+
+
+class Encodings:
+    """The texts of records encoded before, each kept with the identity of every
+    one of the record's field values.
+
+    A record (a ``TaskRecord``, a ``FinishedJob``) whose fields are all the very
+    objects they were when it was encoded has the same text: its field values
+    are immutable (frozen dataclasses, tuples, strings, numbers, enums), and the
+    state machine changes a record only by assigning its fields. The objects
+    are held, so no identity is reused while it is compared.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[int, tuple[object, tuple[int, ...], tuple[object, ...], str]] = {}
+
+    def text(self, record: object) -> str:
+        values = tuple(vars(record).values())
+        ids = tuple(map(id, values))
+        held = self._held.get(id(record))
+        if held is not None and held[0] is record and held[1] == ids:
+            return held[3]
+        text = encode(record)
+        self._held[id(record)] = (record, ids, values, text)
+        return text
+
+    def forget(self, keep: int = 100_000) -> None:
+        """Drop every text once more than ``keep`` are held (records of jobs long gone)."""
+        if len(self._held) > keep:
+            self._held.clear()
