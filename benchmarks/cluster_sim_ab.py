@@ -16,6 +16,9 @@ Usage::
     .venv/bin/python benchmarks/cluster_sim_ab.py --base-src /tmp/base/src \\
         [--seeds 0:20] [--rounds 3] [--set jobs=20 --set concurrent=3] [--json out.json]
 
+``--set faults=cut,freeze,...`` names the fault kinds (by their values): the
+kinds both trees know, when one tree added kinds (the default is every kind).
+
 Not a test: timings belong here (``BENCHMARKS.md``, "The whole-cluster simulation").
 """
 
@@ -35,11 +38,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 WORKER = r"""
 import hashlib, json, sys, time
 from dataclasses import fields, replace
-from mangonel.testing.cluster_sim import SimConfig, run
+from mangonel.testing.cluster_sim import Fault, SimConfig, run
 
 first, end, sets = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3])
 base = SimConfig()
 types = {f.name: type(getattr(base, f.name)) for f in fields(SimConfig)}
+types["faults"] = lambda names: tuple(Fault(n) for n in names.split(","))
 base = replace(base, **{k: types[k](v) for k, v in sets.items()})
 digest = hashlib.sha256()
 jobs = steps = violations = 0

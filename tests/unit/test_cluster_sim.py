@@ -112,6 +112,50 @@ def test_shapes_and_fault_mixes_hold_every_invariant(config: SimConfig) -> None:
     assert result.jobs_ended == result.jobs_accepted >= config.jobs
 
 
+class _Watched(ClusterSim):
+    """Counts what the clock and registration faults did to the scheduler."""
+
+    def __init__(self, config: SimConfig) -> None:
+        super().__init__(config)
+        self.last_time = float("-inf")
+        self.backwards = self.twice = 0
+        self.drifted: set[float] = set()
+
+    def emit(self, make):  # type: ignore[no-untyped-def]
+        self.backwards += self.clock() < self.last_time
+        self.last_time = self.clock()
+        self.drifted |= {p.rate for p in self.procs.values()}
+        return super().emit(make)
+
+    def act(self, proc: Proc, action: ex.Action) -> None:
+        self.twice += isinstance(action, ex.Register) and proc.register_twice and self.up
+        super().act(proc, action)
+
+
+def test_clock_steps_drifts_and_registrations_taken_twice_hold_every_invariant() -> None:
+    # The scheduler's clock steps back and forth (times stored before a step
+    # are compared with times after it), executors' clocks run fast and slow
+    # (heartbeats early and late), and registrations reach the scheduler twice
+    # (a first try whose answer was lost: a registration that never connects,
+    # or a resume asked twice).
+    faults = (Fault.CLOCK_STEP, Fault.CLOCK_DRIFT, Fault.REGISTER_TWICE)
+    backwards = twice = 0
+    drifted: set[float] = set()
+    for seed in range(4):
+        config = SimConfig(
+            seed=seed, faults=(*faults, Fault.EXECUTOR_CRASH, Fault.SCHEDULER_CRASH), jobs=4
+        )
+        sim = _Watched(config)
+        _assert_holds(sim.run())
+        assert sim.result.jobs_ended == sim.result.jobs_accepted >= config.jobs
+        backwards += sim.backwards
+        drifted |= sim.drifted
+        twice += sim.twice
+    assert backwards > 0, "the scheduler's clock never went back"
+    assert min(drifted) < 0.9 and max(drifted) > 1.1, "no executor's clock drifted"
+    assert twice > 0, "no registration was sent twice"
+
+
 def test_a_run_is_a_function_of_its_seed_and_configuration() -> None:
     a, b = run(SimConfig(seed=11)), run(SimConfig(seed=11))
     assert a.summary() == b.summary() and a.schedule == b.schedule
@@ -364,7 +408,7 @@ def test_a_state_that_breaks_its_own_invariants_is_caught() -> None:
 
 
 def test_the_shrinker_keeps_only_the_faults_a_failure_needs() -> None:
-    config = SimConfig(seed=5, jobs=2, fault_every_s=1.0, faults_until_s=10.0, liveness_s=15.0)
+    config = SimConfig(seed=5, jobs=2, fault_every_s=0.8, faults_until_s=10.0, liveness_s=15.0)
     full = run(config, scheduler=_NeverLaunchesTheFinalStage)
     assert _violation(full) == "liveness" and len(full.schedule) >= 10
     small = shrink(config, SimChecks, scheduler=_NeverLaunchesTheFinalStage)

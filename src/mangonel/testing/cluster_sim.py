@@ -98,6 +98,7 @@ from mangonel.testing import sim_data
 from mangonel.testing.scheduler_sim import synthetic_plan
 from mangonel.testing.sim_checks import SimChecks
 from mangonel.testing.sim_world import (
+    CLOCK_STEP_S,
     DRAIN_TIMEOUT_S,
     HEARTBEAT_S,
     KEEPALIVE_S,
@@ -137,6 +138,8 @@ class ClusterSim:
         self.result = SimResult(config)
         self.checks = checks or SimChecks()
         self.now = 0.0
+        self.skew = 0.0
+        """The scheduler's clock less true time (``Fault.CLOCK_STEP``)."""
         self._seq = 0
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         # Jobs differ in size (so adaptive execution groups their partitions
@@ -174,6 +177,10 @@ class ClusterSim:
 
     def new_state(self) -> SchedulerState:
         return new_state(self.config, self.scheduler_type)
+
+    def clock(self) -> float:
+        """The scheduler's wall clock: true time, and the steps ``Fault.CLOCK_STEP`` made."""
+        return self.now + self.skew
 
     # ---------------------------------------------------------------- the clock
 
@@ -343,7 +350,7 @@ class ClusterSim:
         """What ``SchedulerCore._emit`` does: handle, persist, carry out; the
         invariants after it; a crash where one is armed."""
         self.event_id += 1
-        event = make(self.event_id, self.now)
+        event = make(self.event_id, self.clock())
         self.result.scheduler_events += 1
         commands = self.state.handle(event)
         changes = state_changes(self.state, event, commands, self.known)
@@ -541,6 +548,15 @@ class ClusterSim:
     def act(self, proc: Proc, action: ex.Action) -> None:
         match action:
             case ex.Register(resume):
+                if proc.register_twice:
+                    proc.register_twice = False
+                    # The first try: taken, its answer lost (the executor's call timed out).
+                    self.transmit(
+                        proc.host,
+                        SCHEDULER,
+                        lambda: self.register(proc, resume) if self.up else None,
+                        lambda: None,
+                    )
                 self.call(
                     proc,
                     lambda: self.register(proc, resume),
@@ -554,7 +570,10 @@ class ClusterSim:
             case ex.Connect(executor):
                 self.open_stream(proc, executor)
             case ex.Wait(delay):
-                self.at(delay, lambda: self.on_proc(proc, lambda: self.feed(proc, ex.WaitEnded())))
+                self.at(
+                    delay / proc.rate,
+                    lambda: self.on_proc(proc, lambda: self.feed(proc, ex.WaitEnded())),
+                )
             case ex.Exit():
                 if not proc.exited:
                     proc.exited = True
@@ -661,7 +680,7 @@ class ClusterSim:
                     lambda: self.heartbeat(executor, unhealthy),
                     lambda known: None if known else self.feed(proc, ex.HeartbeatRefused(executor)),
                 )
-        self.at(HEARTBEAT_S, lambda: self.beat(proc))
+        self.at(HEARTBEAT_S / proc.rate, lambda: self.beat(proc))
 
     def take_slots(self, proc: Proc) -> None:
         while proc.free and proc.queue:
@@ -830,6 +849,13 @@ class ClusterSim:
                 self.at(DRAIN_TIMEOUT_S, lambda: self.on_proc(proc, lambda: self.stop(proc)))
             case Fault.TASK_ERROR:
                 self.task_fault_until = self.now + length
+            case Fault.REGISTER_TWICE:
+                proc.register_twice = True
+            case Fault.CLOCK_STEP:
+                self.skew += (pick * 2 - 1) * CLOCK_STEP_S
+            case Fault.CLOCK_DRIFT:
+                proc.rate = 0.6 + pick * 0.8
+                self.at(length * 2, lambda: setattr(proc, "rate", 1.0))
 
     def cut_link(self, *links: tuple[str, str], length: float) -> None:
         for link in links:
@@ -885,6 +911,8 @@ class ClusterSim:
         for proc in list(self.procs.values()):
             proc.slow_until = 0.0
             proc.disk_full_next = False
+            proc.rate = 1.0
+            proc.register_twice = False
             self.thaw(proc)
         self.crash_at = None
 

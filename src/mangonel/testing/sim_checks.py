@@ -57,6 +57,10 @@ class Observed(Protocol):
 
     def new_state(self) -> SchedulerState: ...
 
+    def clock(self) -> float:
+        """The scheduler's clock now."""
+        ...
+
 
 # ------------------------------------------------------------------ the checks
 
@@ -97,7 +101,7 @@ class SimChecks:
                 )
 
     def carried_out(self, sim: Observed, command: Command) -> None:
-        now = sim.now
+        now = sim.clock()  # the scheduler's: ``excluded_until`` is on its clock
         if isinstance(command, JobSucceeded | JobFailed | JobCancelled):
             job = command.job
             if self.outcome.get(job) is not None:

@@ -68,6 +68,17 @@ class Fault(enum.Enum):
     """An executor is asked to leave (SIGTERM)."""
     TASK_ERROR = "task-error"
     """Raise the chance of task failures (errors, out of memory, fetch flakes) a while."""
+    CLOCK_STEP = "clock-step"
+    """The scheduler's wall clock steps, forward or back, by up to ``CLOCK_STEP_S``
+    (an NTP step, or a restart on a host whose clock disagrees): the times its
+    events carry, and those it stored, no longer follow one line."""
+    REGISTER_TWICE = "register-twice"
+    """An executor's next registration reaches the scheduler twice: a first try
+    the scheduler took but whose answer was lost (the call timed out), then the
+    executor's retry (a fresh registration, or a resume, asked again)."""
+    CLOCK_DRIFT = "clock-drift"
+    """An executor's clock runs fast or slow (0.6 to 1.4 times the scheduler's)
+    a while: its heartbeats and its timers fire early or late."""
 
 
 class CrashPoint(enum.Enum):
@@ -170,6 +181,8 @@ DRAIN_TIMEOUT_S = 15.0
 SETTLE_S = 5.0
 """Simulated time between the last job's end (and its result read) and the end checks."""
 HEARTBEAT_S = LIMITS.heartbeat_timeout_s / 4
+CLOCK_STEP_S = 15.0
+"""The most a ``Fault.CLOCK_STEP`` moves the scheduler's clock, either way."""
 
 
 class Violation(AssertionError):
@@ -251,6 +264,11 @@ class Proc:
     slow_until: float = 0.0
     disk_full_next: bool = False
     exited: bool = False
+    register_twice: bool = False
+    """Its next registration is delivered twice (``Fault.REGISTER_TWICE``)."""
+    rate: float = 1.0
+    """How fast its clock runs against true time (``Fault.CLOCK_DRIFT``): its
+    timers of ``d`` seconds fire after ``d / rate``."""
 
     def __post_init__(self) -> None:
         self.free = list(range(self.slots))
