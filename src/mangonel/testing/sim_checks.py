@@ -93,11 +93,13 @@ class SimChecks:
             sim.state.validate()
         except StateInvariantError as exc:
             raise Violation(exc.invariant, f"after {type(event).__name__}: {exc.detail}") from exc
-        for view in sim.state.jobs():
-            ended = self.outcome.get(view.id)
-            if ended is not None and not view.state.finished:
+        for job, ended in self.outcome.items():
+            if ended is None:
+                continue
+            view = sim.state.job(job)  # the running one, were it kept twice (``job-state``)
+            if view is not None and not view.state.finished:
                 raise Violation(
-                    "job-ends-once", f"job {view.id} ended ({ended.__name__}) and runs again"
+                    "job-ends-once", f"job {job} ended ({ended.__name__}) and runs again"
                 )
 
     def carried_out(self, sim: Observed, command: Command) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from mangonel.executor.state import ExecutorState
-from mangonel.ids import ExecutorId, JobId, TaskAttemptId
+from mangonel.ids import ExecutorId, JobId, TaskAttemptId, TaskId
 from mangonel.scheduler.events import (
     Limits,
 )
@@ -26,7 +26,8 @@ from mangonel.scheduler.persist import (
     read_snapshot,
 )
 from mangonel.scheduler.state import SchedulerState
-from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.state_executors import RegistrySnapshot
+from mangonel.scheduler.state_jobs import JobRecord, StageRecord
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import (
     TaskSpec,
@@ -329,6 +330,12 @@ def new_state(config: SimConfig, scheduler: type[SchedulerState]) -> SchedulerSt
     )
 
 
+_BY_VALUE = (str, TaskId)
+"""Field values ``Encodings`` compares by value: equal ones encode alike."""
+_UNSTORED = (StageRecord,)
+"""Field values ``Encodings`` passes over: the encoding leaves them out (a task's ``owner``)."""
+
+
 def state_documents(state: SchedulerState, known: Encodings | None = None) -> dict[str, str]:
     """Everything the store keeps of ``state``, encoded: equal documents, equal states.
 
@@ -336,8 +343,11 @@ def state_documents(state: SchedulerState, known: Encodings | None = None) -> di
     each task (``job/<id>/<stage>/<position>``), so that ``known`` (texts of
     records encoded before) spares encoding again the tasks that did not change.
     """
-    docs = {"executors": encode(state.export_executors()), "since": repr(state.no_executor_since)}
     text = known.text if known is not None else encode
+    executors = (
+        known.snapshot(state.export_executors()) if known else encode(state.export_executors())
+    )
+    docs = {"executors": executors, "since": repr(state.no_executor_since)}
     for job in state.unfinished_jobs():
         progress = state.export_job(job)
         assert progress is not None
@@ -355,28 +365,43 @@ def state_documents(state: SchedulerState, known: Encodings | None = None) -> di
 
 
 class Encodings:
-    """The texts of records encoded before, each kept with the identity of every
-    one of the record's field values.
+    """The texts of records encoded before, by what their field values are.
 
-    A record (a ``TaskRecord``, a ``FinishedJob``) whose fields are all the very
-    objects they were when it was encoded has the same text: its field values
-    are immutable (frozen dataclasses, tuples, strings, numbers, enums), and the
-    state machine changes a record only by assigning its fields. The objects
-    are held, so no identity is reused while it is compared.
+    A record (a ``TaskRecord``, a ``FinishedJob``) whose field values are the
+    very objects of one encoded before has the same text: its field values are
+    immutable (frozen dataclasses, tuples, strings, numbers, enums), and the
+    state machine changes a record only by assigning its fields. Strings and
+    task ids count by value (equal ones encode alike; a pending task is built
+    afresh with a new id object at each restore), a task's ``owner`` not at
+    all (the encoding leaves it out), every other value by identity, and those
+    are held so that no identity is reused while it counts.
     """
 
     def __init__(self) -> None:
-        self._held: dict[int, tuple[object, tuple[int, ...], tuple[object, ...], str]] = {}
+        self._held: dict[tuple[object, ...], tuple[tuple[object, ...], str]] = {}
+        self._snapshot: tuple[RegistrySnapshot, str] | None = None
 
     def text(self, record: object) -> str:
         values = tuple(vars(record).values())
-        ids = tuple(map(id, values))
-        held = self._held.get(id(record))
-        if held is not None and held[0] is record and held[1] == ids:
-            return held[3]
+        key = (
+            type(record),
+            *(v if type(v) in _BY_VALUE else 0 if type(v) in _UNSTORED else id(v) for v in values),
+        )
+        held = self._held.get(key)
+        if held is not None:
+            return held[1]
         text = encode(record)
-        self._held[id(record)] = (record, ids, values, text)
+        self._held[key] = (values, text)
         return text
+
+    def snapshot(self, snapshot: RegistrySnapshot) -> str:
+        """The text of the registry's snapshot: the last one's again while the
+        registry hands out the same object (it builds a new one when a stored
+        field changes, and never changes one it handed out: ``persist``'s
+        ``StateWriter`` counts on the same)."""
+        if self._snapshot is None or self._snapshot[0] is not snapshot:
+            self._snapshot = (snapshot, encode(snapshot))
+        return self._snapshot[1]
 
     def forget(self, keep: int = 100_000) -> None:
         """Drop every text once more than ``keep`` are held (records of jobs long gone)."""
