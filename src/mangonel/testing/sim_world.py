@@ -10,13 +10,14 @@ executor process and its command stream as the simulated shells hold them),
 from __future__ import annotations
 
 import enum
+import operator
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from mangonel.executor.state import ExecutorState
-from mangonel.ids import ExecutorId, JobId, TaskAttemptId, TaskId
+from mangonel.ids import ExecutorId, JobId, TaskAttemptId
 from mangonel.scheduler.events import (
     Limits,
 )
@@ -27,7 +28,7 @@ from mangonel.scheduler.persist import (
 )
 from mangonel.scheduler.state import SchedulerState
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import JobRecord, StageRecord
+from mangonel.scheduler.state_jobs import JobRecord, TaskRecord
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import (
     TaskSpec,
@@ -330,10 +331,10 @@ def new_state(config: SimConfig, scheduler: type[SchedulerState]) -> SchedulerSt
     )
 
 
-_BY_VALUE = (str, TaskId)
-"""Field values ``Encodings`` compares by value: equal ones encode alike."""
-_UNSTORED = (StageRecord,)
-"""Field values ``Encodings`` passes over: the encoding leaves them out (a task's ``owner``)."""
+_TASK_VALUES = operator.itemgetter(
+    *(f.name for f in fields(TaskRecord) if f.name not in ("id", "owner"))
+)
+"""A task's field values but its id and its ``owner`` (``Encodings``)."""
 
 
 def state_documents(state: SchedulerState, known: Encodings | None = None) -> dict[str, str]:
@@ -370,11 +371,11 @@ class Encodings:
     A record (a ``TaskRecord``, a ``FinishedJob``) whose field values are the
     very objects of one encoded before has the same text: its field values are
     immutable (frozen dataclasses, tuples, strings, numbers, enums), and the
-    state machine changes a record only by assigning its fields. Strings and
-    task ids count by value (equal ones encode alike; a pending task is built
-    afresh with a new id object at each restore), a task's ``owner`` not at
-    all (the encoding leaves it out), every other value by identity, and those
-    are held so that no identity is reused while it counts.
+    state machine changes a record only by assigning its fields. A task's id
+    counts by value (a pending task is built afresh, with a new id object, at
+    each restore) and its ``owner`` not at all (the encoding leaves it out);
+    every other value counts by identity, and those are held so that no
+    identity is reused while it counts.
     """
 
     def __init__(self) -> None:
@@ -382,11 +383,13 @@ class Encodings:
         self._snapshot: tuple[RegistrySnapshot, str] | None = None
 
     def text(self, record: object) -> str:
-        values = tuple(vars(record).values())
-        key = (
-            type(record),
-            *(v if type(v) in _BY_VALUE else 0 if type(v) in _UNSTORED else id(v) for v in values),
-        )
+        fields_ = vars(record)
+        if type(record) is TaskRecord:
+            values = _TASK_VALUES(fields_)
+            key: tuple[object, ...] = (fields_["id"], *map(id, values))
+        else:
+            values = tuple(fields_.values())
+            key = (type(record), *map(id, values))
         held = self._held.get(key)
         if held is not None:
             return held[1]
