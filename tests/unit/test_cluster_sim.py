@@ -477,3 +477,22 @@ def test_a_restart_writes_no_task_of_a_stage_that_never_launched() -> None:
     view = state.job(job)
     assert view is not None and view.stages[2].num_tasks < 3, "the stage was not coalesced"
     assert not read_snapshot(store.load(), "memory://regression").broken
+
+
+def test_a_batch_runs_the_fault_kinds_it_is_given(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "simulate.py")
+    out = tmp_path / "summary.json"
+    args = [sys.executable, script, "--seeds", "0:2", "--processes", "1", "--jobs", "2"]
+    done = subprocess.run(
+        [*args, "--set", "faults=clock-step,register-twice", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(out.read_text())
+    assert summary["seeds"] == 2 and summary["jobs"] >= 4 and not summary["failing"]
+    injected = {k for k in summary["faults"] if not k.startswith("task:") and k != "duplicate"}
+    assert injected and injected <= {"clock-step", "register-twice"}
+    wrong = subprocess.run([*args, "--set", "faults=clock-jump"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "'clock-jump' is not a valid Fault" in wrong.stderr
+    assert "clock-step" in wrong.stderr  # the kinds it could have named
