@@ -67,8 +67,8 @@ from mangonel.testing.scheduler_sim import synthetic_plan
 from mangonel.testing.sim_restore import RestoreCheck
 from mangonel.testing.sim_world import new_state, restored_state, state_documents
 
-CI_SEEDS = range(0, 48)
-"""Seeds run on every push (about 20 s on an idle core)."""
+CI_SEEDS = range(0, 80)
+"""Seeds run on every push (about 12 s on a loaded two-core machine)."""
 
 
 def _assert_holds(result: SimResult) -> None:
