@@ -7,7 +7,8 @@ this module plays everything else, driven by one ``random.Random(seed)``:
 
 * **the network**: every message takes a random time; a stream delivers in
   order, unary calls (reports, heartbeats, registrations) overtake each other;
-  calls may be delivered twice; links are cut both ways, one way, between
+  calls may be delivered twice (a registration as a lost first try and its
+  retry); links are cut both ways, one way, between
   executors only (``PEER_CUT``), or flap; a stream on a cut link breaks after
   ``keepalive_s`` (gRPC's pings), and a call over it fails.
 * **the executor shells**: slots, task work (durations, slow executors),
@@ -18,6 +19,8 @@ this module plays everything else, driven by one ``random.Random(seed)``:
   heartbeats of unknown executors, ticks), crashes at any event (before its
   write, after it, between two of its commands) and restarts from the store.
 * **clients**: jobs submitted (several at once), cancelled, results read.
+* **clocks**: the scheduler's wall clock steps back and forth (``clock()``),
+  executors' clocks drift (``Proc.rate``).
 
 Each task's outputs are values computed from exactly what it read
 (``testing.sim_data``), so the result of a job that succeeded is checked
