@@ -2,6 +2,7 @@
 
     python scripts/simulate.py --seeds 0:10000              # every core
     nice -n 19 python scripts/simulate.py --seeds 0:500 --processes 1 --jobs 20
+    python scripts/simulate.py --seeds 0:200 --set faults=clock-step,clock-drift,cut
 
 Each seed is one run of ``mangonel.testing.cluster_sim`` (a pure function of
 the seed and the options); a line of progress shows seeds done, steps per
@@ -22,7 +23,7 @@ from collections import Counter
 from dataclasses import fields, replace
 from typing import Any
 
-from mangonel.testing.cluster_sim import SimConfig, run
+from mangonel.testing.cluster_sim import Fault, SimConfig, run
 
 
 def _one(args: tuple[SimConfig, int]) -> dict[str, Any]:
@@ -52,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="FIELD=VALUE",
-        help="any other SimConfig field, e.g. --set tasks=20 --set fault_every_s=1.5",
+        help="any other SimConfig field, e.g. --set tasks=20 --set fault_every_s=1.5; "
+        "faults=KIND,KIND,... for the fault kinds (Fault values)",
     )
     parser.add_argument(
         "--max-minutes",
@@ -72,7 +74,15 @@ def main(argv: list[str] | None = None) -> int:
     types = {f.name: type(getattr(base, f.name)) for f in fields(SimConfig)}
     for item in args.set:
         name, _, value = item.partition("=")
-        if name not in types or name in ("faults", "skip"):
+        if name == "faults":
+            try:
+                kinds = tuple(Fault(k) for k in value.split(",") if k)
+            except ValueError as exc:
+                known = ",".join(k.value for k in Fault)
+                parser.error(f"--set {item}: {exc}; the kinds are {known}")
+            base = replace(base, faults=kinds)
+            continue
+        if name not in types or name == "skip":
             parser.error(f"--set {item}: not a SimConfig field of a plain type")
         base = replace(base, **{name: types[name](value)})
     totals: Counter[str] = Counter()

@@ -64,10 +64,11 @@ from mangonel.testing.cluster_sim import (
     shrink,
 )
 from mangonel.testing.scheduler_sim import synthetic_plan
-from mangonel.testing.sim_world import new_state, restored_state
+from mangonel.testing.sim_restore import RestoreCheck
+from mangonel.testing.sim_world import new_state, restored_state, state_documents
 
-CI_SEEDS = range(0, 48)
-"""Seeds run on every push (about 20 s on an idle core)."""
+CI_SEEDS = range(0, 80)
+"""Seeds run on every push (about 12 s on a loaded two-core machine)."""
 
 
 def _assert_holds(result: SimResult) -> None:
@@ -111,6 +112,50 @@ def test_shapes_and_fault_mixes_hold_every_invariant(config: SimConfig) -> None:
     assert result.jobs_ended == result.jobs_accepted >= config.jobs
 
 
+class _Watched(ClusterSim):
+    """Counts what the clock and registration faults did to the scheduler."""
+
+    def __init__(self, config: SimConfig) -> None:
+        super().__init__(config)
+        self.last_time = float("-inf")
+        self.backwards = self.twice = 0
+        self.drifted: set[float] = set()
+
+    def emit(self, make):  # type: ignore[no-untyped-def]
+        self.backwards += self.clock() < self.last_time
+        self.last_time = self.clock()
+        self.drifted |= {p.rate for p in self.procs.values()}
+        return super().emit(make)
+
+    def act(self, proc: Proc, action: ex.Action) -> None:
+        self.twice += isinstance(action, ex.Register) and proc.register_twice and self.up
+        super().act(proc, action)
+
+
+def test_clock_steps_drifts_and_registrations_taken_twice_hold_every_invariant() -> None:
+    # The scheduler's clock steps back and forth (times stored before a step
+    # are compared with times after it), executors' clocks run fast and slow
+    # (heartbeats early and late), and registrations reach the scheduler twice
+    # (a first try whose answer was lost: a registration that never connects,
+    # or a resume asked twice).
+    faults = (Fault.CLOCK_STEP, Fault.CLOCK_DRIFT, Fault.REGISTER_TWICE)
+    backwards = twice = 0
+    drifted: set[float] = set()
+    for seed in range(4):
+        config = SimConfig(
+            seed=seed, faults=(*faults, Fault.EXECUTOR_CRASH, Fault.SCHEDULER_CRASH), jobs=4
+        )
+        sim = _Watched(config)
+        _assert_holds(sim.run())
+        assert sim.result.jobs_ended == sim.result.jobs_accepted >= config.jobs
+        backwards += sim.backwards
+        drifted |= sim.drifted
+        twice += sim.twice
+    assert backwards > 0, "the scheduler's clock never went back"
+    assert min(drifted) < 0.9 and max(drifted) > 1.1, "no executor's clock drifted"
+    assert twice > 0, "no registration was sent twice"
+
+
 def test_a_run_is_a_function_of_its_seed_and_configuration() -> None:
     a, b = run(SimConfig(seed=11)), run(SimConfig(seed=11))
     assert a.summary() == b.summary() and a.schedule == b.schedule
@@ -136,6 +181,45 @@ def test_the_replay_command_parses_back_into_its_configuration() -> None:
     assert args[:3] == ["python", "-m", "mangonel.testing.cluster_sim"]
     parsed, shrinking = _parse(args[3:])
     assert parsed == config and not shrinking
+
+
+class _BothRestores(SimChecks):
+    """Restores the whole store at every check too, and counts the checks where
+    that and ``RestoreCheck`` (only the keys that changed) disagree, or where the
+    live state's documents differ from those encoded afresh."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.checks = self.differ = 0
+        self.mine: RestoreCheck | None = None
+
+    def restore_equivalent(self, sim: ClusterSim) -> None:  # type: ignore[override]
+        if self.mine is None:
+            self.mine = RestoreCheck(sim.new_state)
+        whole = state_documents(restored_state(sim.store, sim.new_state))
+        self.checks += 1
+        self.differ += self.mine.documents(sim.store.load()) != whole
+        # The live state's documents, with the texts of unchanged records kept: as encoded afresh.
+        self.differ += state_documents(sim.state, self.encodings) != state_documents(sim.state)
+        super().restore_equivalent(sim)
+
+
+def test_restoring_only_what_changed_gives_what_restoring_everything_gives() -> None:
+    # ``restore-equals-live`` restores only the jobs whose keys changed since
+    # the last write (``sim_restore``): at every write of these runs (scheduler
+    # crashes, jobs forgotten, adaptive stages, executors lost) the documents
+    # it gives are those a restore of the whole store gives.
+    checks = 0
+    for config in (
+        SimConfig(seed=3, faults=(Fault.SCHEDULER_CRASH,), fault_every_s=1.5, jobs=4),
+        SimConfig(seed=8, jobs=8, concurrent=3),
+        SimConfig(seed=29),
+    ):
+        both = _BothRestores()
+        _assert_holds(run(config, both))
+        assert both.differ == 0, f"{both.differ} of {both.checks} checks differ ({config})"
+        checks += both.checks
+    assert checks > 300
 
 
 # ---------------------------------------------------------------- planted bugs
@@ -324,7 +408,7 @@ def test_a_state_that_breaks_its_own_invariants_is_caught() -> None:
 
 
 def test_the_shrinker_keeps_only_the_faults_a_failure_needs() -> None:
-    config = SimConfig(seed=5, jobs=2, fault_every_s=1.0, faults_until_s=10.0, liveness_s=15.0)
+    config = SimConfig(seed=5, jobs=2, fault_every_s=0.8, faults_until_s=10.0, liveness_s=15.0)
     full = run(config, scheduler=_NeverLaunchesTheFinalStage)
     assert _violation(full) == "liveness" and len(full.schedule) >= 10
     small = shrink(config, SimChecks, scheduler=_NeverLaunchesTheFinalStage)
@@ -393,3 +477,22 @@ def test_a_restart_writes_no_task_of_a_stage_that_never_launched() -> None:
     view = state.job(job)
     assert view is not None and view.stages[2].num_tasks < 3, "the stage was not coalesced"
     assert not read_snapshot(store.load(), "memory://regression").broken
+
+
+def test_a_batch_runs_the_fault_kinds_it_is_given(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "simulate.py")
+    out = tmp_path / "summary.json"
+    args = [sys.executable, script, "--seeds", "0:2", "--processes", "1", "--jobs", "2"]
+    done = subprocess.run(
+        [*args, "--set", "faults=clock-step,register-twice", "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(out.read_text())
+    assert summary["seeds"] == 2 and summary["jobs"] >= 4 and not summary["failing"]
+    injected = {k for k in summary["faults"] if not k.startswith("task:") and k != "duplicate"}
+    assert injected and injected <= {"clock-step", "register-twice"}
+    wrong = subprocess.run([*args, "--set", "faults=clock-jump"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and "'clock-jump' is not a valid Fault" in wrong.stderr
+    assert "clock-step" in wrong.stderr  # the kinds it could have named

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -196,8 +196,11 @@ def decode(text: str, kind: type[Any]) -> Any:
     return _converter.structure(json.loads(text), kind)
 
 
-def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
-    """Decode a store's keys.
+def read_snapshot(
+    data: Mapping[str, str], where: str, decoder: Callable[[str, type[Any]], Any] = decode
+) -> Snapshot:
+    """Decode a store's keys (each with ``decoder``: the simulator's keeps what
+    it decoded before, ``testing.sim_restore``).
 
     A job's keys that cannot be read, or that do not fit its plan, make it a
     ``BrokenJob`` (logged with what is wrong): one damaged job never keeps the
@@ -223,7 +226,7 @@ def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
             job = JobId(parts[1])
             keys.setdefault(job, []).append(key)
             try:
-                _read_job_key(job, parts, text, plans, progress, outcomes, tasks)
+                _read_job_key(job, parts, text, plans, progress, outcomes, tasks, decoder)
             except Exception as exc:
                 problems.setdefault(job, f"its entry {key!r} cannot be read ({exc})")
                 if parts[2:] == ["plan"]:
@@ -231,11 +234,11 @@ def read_snapshot(data: Mapping[str, str], where: str) -> Snapshot:
             continue
         try:
             if parts[0] == "tables" and len(parts) == 2:
-                snap.tables[parts[1]] = decode(text, StoredTable)
+                snap.tables[parts[1]] = decoder(text, StoredTable)
             elif key == EXECUTORS_KEY:
-                snap.executors = decode(text, RegistrySnapshot)
+                snap.executors = decoder(text, RegistrySnapshot)
             elif key == META_KEY:
-                snap.meta = decode(text, StoredMeta)
+                snap.meta = decoder(text, StoredMeta)
             else:
                 raise ValueError("unknown key")
         except Exception as exc:
@@ -294,16 +297,17 @@ def _read_job_key(
     progress: dict[JobId, JobProgress],
     outcomes: dict[JobId, FinishedJob],
     tasks: dict[JobId, list[TaskRecord]],
+    decoder: Callable[[str, type[Any]], Any] = decode,
 ) -> None:
     """Decode one of a job's keys into its dictionary; raises what decoding raises."""
     if len(parts) == 3 and parts[2] == "plan":
-        plans[job] = decode(text, StoredPlan)
+        plans[job] = decoder(text, StoredPlan)
     elif len(parts) == 3 and parts[2] == "progress":
-        progress[job] = decode(text, JobProgress)
+        progress[job] = decoder(text, JobProgress)
     elif len(parts) == 3 and parts[2] == "outcome":
-        outcomes[job] = decode(text, FinishedJob)
+        outcomes[job] = decoder(text, FinishedJob)
     elif len(parts) == 5 and parts[2] == "tasks":
-        task = decode(text, TaskRecord)
+        task = decoder(text, TaskRecord)
         if (str(task.id.stage), str(task.id.partition)) != (parts[3], parts[4]):
             raise ValueError(f"the key holds task {task.id}")
         tasks.setdefault(job, []).append(task)
@@ -351,7 +355,7 @@ def _fill_tasks(head: JobProgress, plan: StoredPlan, tasks: list[TaskRecord]) ->
         held = head.stages.setdefault(stage.id, StageProgress(0, []))
         if not held.tasks:
             count = len(held.bounds) if held.bounds else stage.num_tasks
-            held.tasks = [TaskRecord(TaskId(head.id, stage.id, p)) for p in range(count)]
+            held.tasks = [TaskRecord.fresh(TaskId(head.id, stage.id, p)) for p in range(count)]
     for task in tasks:
         stage_tasks = head.stages[task.id.stage].tasks if task.id.stage in head.stages else []
         if not 0 <= task.id.partition < len(stage_tasks):

@@ -57,7 +57,7 @@ import heapq
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId, TaskId
 from mangonel.scheduler.detector import ArrivalWindow
@@ -682,8 +682,12 @@ class ExecutorRegistry:
             # executor's stream is refused and it asks to resume again.
             # Exclusions are in memory only: a restarted scheduler trusts every
             # executor again (a bad one is excluded again after a few failures).
-            return replace(
-                rec,
+            # What ``replace(rec, **unstored)`` gives, without ``__init__`` and
+            # ``__setattr__`` for each field: ``validate`` builds a fresh
+            # snapshot after every event, and ``replace`` was most of its cost.
+            copy = object.__new__(ExecutorRecord)
+            copy.__dict__.update(rec.__dict__)
+            copy.__dict__.update(
                 registry=None,
                 running=set(),
                 last_heartbeat=0.0,
@@ -699,6 +703,7 @@ class ExecutorRegistry:
                 quarantined_until=None,
                 quarantine="",
             )
+            return copy
 
         return RegistrySnapshot(
             live=[bare(r) for r in self._live.values()],

@@ -7,7 +7,8 @@ this module plays everything else, driven by one ``random.Random(seed)``:
 
 * **the network**: every message takes a random time; a stream delivers in
   order, unary calls (reports, heartbeats, registrations) overtake each other;
-  calls may be delivered twice; links are cut both ways, one way, between
+  calls may be delivered twice (a registration as a lost first try and its
+  retry); links are cut both ways, one way, between
   executors only (``PEER_CUT``), or flap; a stream on a cut link breaks after
   ``keepalive_s`` (gRPC's pings), and a call over it fails.
 * **the executor shells**: slots, task work (durations, slow executors),
@@ -18,6 +19,8 @@ this module plays everything else, driven by one ``random.Random(seed)``:
   heartbeats of unknown executors, ticks), crashes at any event (before its
   write, after it, between two of its commands) and restarts from the store.
 * **clients**: jobs submitted (several at once), cancelled, results read.
+* **clocks**: the scheduler's wall clock steps back and forth (``clock()``),
+  executors' clocks drift (``Proc.rate``).
 
 Each task's outputs are values computed from exactly what it read
 (``testing.sim_data``), so the result of a job that succeeded is checked
@@ -99,6 +102,7 @@ from mangonel.testing import sim_data
 from mangonel.testing.scheduler_sim import synthetic_plan
 from mangonel.testing.sim_checks import SimChecks
 from mangonel.testing.sim_world import (
+    CLOCK_STEP_S,
     DRAIN_TIMEOUT_S,
     HEARTBEAT_S,
     KEEPALIVE_S,
@@ -138,6 +142,8 @@ class ClusterSim:
         self.result = SimResult(config)
         self.checks = checks or SimChecks()
         self.now = 0.0
+        self.skew = 0.0
+        """The scheduler's clock less true time (``Fault.CLOCK_STEP``)."""
         self._seq = 0
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         # Jobs differ in size (so adaptive execution groups their partitions
@@ -175,6 +181,10 @@ class ClusterSim:
 
     def new_state(self) -> SchedulerState:
         return new_state(self.config, self.scheduler_type)
+
+    def clock(self) -> float:
+        """The scheduler's wall clock: true time, and the steps ``Fault.CLOCK_STEP`` made."""
+        return self.now + self.skew
 
     # ---------------------------------------------------------------- the clock
 
@@ -344,7 +354,7 @@ class ClusterSim:
         """What ``SchedulerCore._emit`` does: handle, persist, carry out; the
         invariants after it; a crash where one is armed."""
         self.event_id += 1
-        event = make(self.event_id, self.now)
+        event = make(self.event_id, self.clock())
         self.result.scheduler_events += 1
         commands = self.state.handle(event)
         changes = state_changes(self.state, self.known)
@@ -533,6 +543,15 @@ class ClusterSim:
     def act(self, proc: Proc, action: ex.Action) -> None:
         match action:
             case ex.Register(resume):
+                if proc.register_twice:
+                    proc.register_twice = False
+                    # The first try: taken, its answer lost (the executor's call timed out).
+                    self.transmit(
+                        proc.host,
+                        SCHEDULER,
+                        lambda: self.register(proc, resume) if self.up else None,
+                        lambda: None,
+                    )
                 self.call(
                     proc,
                     lambda: self.register(proc, resume),
@@ -546,7 +565,10 @@ class ClusterSim:
             case ex.Connect(executor):
                 self.open_stream(proc, executor)
             case ex.Wait(delay):
-                self.at(delay, lambda: self.on_proc(proc, lambda: self.feed(proc, ex.WaitEnded())))
+                self.at(
+                    delay / proc.rate,
+                    lambda: self.on_proc(proc, lambda: self.feed(proc, ex.WaitEnded())),
+                )
             case ex.Exit():
                 if not proc.exited:
                     proc.exited = True
@@ -653,7 +675,7 @@ class ClusterSim:
                     lambda: self.heartbeat(executor, unhealthy),
                     lambda known: None if known else self.feed(proc, ex.HeartbeatRefused(executor)),
                 )
-        self.at(HEARTBEAT_S, lambda: self.beat(proc))
+        self.at(HEARTBEAT_S / proc.rate, lambda: self.beat(proc))
 
     def take_slots(self, proc: Proc) -> None:
         while proc.free and proc.queue:
@@ -822,6 +844,13 @@ class ClusterSim:
                 self.at(DRAIN_TIMEOUT_S, lambda: self.on_proc(proc, lambda: self.stop(proc)))
             case Fault.TASK_ERROR:
                 self.task_fault_until = self.now + length
+            case Fault.REGISTER_TWICE:
+                proc.register_twice = True
+            case Fault.CLOCK_STEP:
+                self.skew += (pick * 2 - 1) * CLOCK_STEP_S
+            case Fault.CLOCK_DRIFT:
+                proc.rate = 0.6 + pick * 0.8
+                self.at(length * 2, lambda: setattr(proc, "rate", 1.0))
 
     def cut_link(self, *links: tuple[str, str], length: float) -> None:
         for link in links:
@@ -877,6 +906,8 @@ class ClusterSim:
         for proc in list(self.procs.values()):
             proc.slow_until = 0.0
             proc.disk_full_next = False
+            proc.rate = 1.0
+            proc.register_twice = False
             self.thaw(proc)
         self.crash_at = None
 

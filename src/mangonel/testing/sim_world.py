@@ -10,8 +10,9 @@ executor process and its command stream as the simulated shells hold them),
 from __future__ import annotations
 
 import enum
+import operator
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -21,11 +22,13 @@ from mangonel.scheduler.events import (
     Limits,
 )
 from mangonel.scheduler.persist import (
+    decode,
     encode,
     read_snapshot,
 )
 from mangonel.scheduler.state import SchedulerState
-from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.state_executors import RegistrySnapshot
+from mangonel.scheduler.state_jobs import JobRecord, TaskRecord
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import (
     TaskSpec,
@@ -67,6 +70,17 @@ class Fault(enum.Enum):
     """An executor is asked to leave (SIGTERM)."""
     TASK_ERROR = "task-error"
     """Raise the chance of task failures (errors, out of memory, fetch flakes) a while."""
+    CLOCK_STEP = "clock-step"
+    """The scheduler's wall clock steps, forward or back, by up to ``CLOCK_STEP_S``
+    (an NTP step, or a restart on a host whose clock disagrees): the times its
+    events carry, and those it stored, no longer follow one line."""
+    REGISTER_TWICE = "register-twice"
+    """An executor's next registration reaches the scheduler twice: a first try
+    the scheduler took but whose answer was lost (the call timed out), then the
+    executor's retry (a fresh registration, or a resume, asked again)."""
+    CLOCK_DRIFT = "clock-drift"
+    """An executor's clock runs fast or slow (0.6 to 1.4 times the scheduler's)
+    a while: its heartbeats and its timers fire early or late."""
 
 
 class CrashPoint(enum.Enum):
@@ -169,6 +183,8 @@ DRAIN_TIMEOUT_S = 15.0
 SETTLE_S = 5.0
 """Simulated time between the last job's end (and its result read) and the end checks."""
 HEARTBEAT_S = LIMITS.heartbeat_timeout_s / 4
+CLOCK_STEP_S = 15.0
+"""The most a ``Fault.CLOCK_STEP`` moves the scheduler's clock, either way."""
 
 
 class Violation(AssertionError):
@@ -250,6 +266,11 @@ class Proc:
     slow_until: float = 0.0
     disk_full_next: bool = False
     exited: bool = False
+    register_twice: bool = False
+    """Its next registration is delivered twice (``Fault.REGISTER_TWICE``)."""
+    rate: float = 1.0
+    """How fast its clock runs against true time (``Fault.CLOCK_DRIFT``): its
+    timers of ``d`` seconds fire after ``d / rate``."""
 
     def __post_init__(self) -> None:
         self.free = list(range(self.slots))
@@ -278,7 +299,16 @@ class Stream:
 def restored_state(store: MemoryStateStore, fresh: Callable[[], SchedulerState]) -> SchedulerState:
     """A state machine made by ``fresh``, restored from ``store`` as
     ``SchedulerCore.recover`` restores it."""
-    snap = read_snapshot(store.load(), STORE_URL)
+    return restored_from(store.load(), fresh)
+
+
+def restored_from(
+    data: Mapping[str, str],
+    fresh: Callable[[], SchedulerState],
+    decoder: Callable[[str, type[Any]], Any] = decode,
+) -> SchedulerState:
+    """``restored_state`` of a store that holds ``data``, its keys read with ``decoder``."""
+    snap = read_snapshot(data, STORE_URL, decoder)
     if snap.broken:
         raise Violation("restore", f"the store holds records that cannot be read: {snap.broken}")
     running, finished = [], []
@@ -301,12 +331,82 @@ def new_state(config: SimConfig, scheduler: type[SchedulerState]) -> SchedulerSt
     )
 
 
-def state_documents(state: SchedulerState) -> dict[str, str]:
-    """Everything the store keeps of ``state``, encoded: equal documents, equal states."""
-    docs = {"executors": encode(state.export_executors()), "since": repr(state.no_executor_since)}
+_TASK_VALUES = operator.itemgetter(
+    *(f.name for f in fields(TaskRecord) if f.name not in ("id", "owner"))
+)
+"""A task's field values but its id and its ``owner`` (``Encodings``)."""
+
+
+def state_documents(state: SchedulerState, known: Encodings | None = None) -> dict[str, str]:
+    """Everything the store keeps of ``state``, encoded: equal documents, equal states.
+
+    A job's progress is one document for its head (``job/<id>``) and one for
+    each task (``job/<id>/<stage>/<position>``), so that ``known`` (texts of
+    records encoded before) spares encoding again the tasks that did not change.
+    """
+    text = known.text if known is not None else encode
+    executors = (
+        known.snapshot(state.export_executors()) if known else encode(state.export_executors())
+    )
+    docs = {"executors": executors, "since": repr(state.no_executor_since)}
     for job in state.unfinished_jobs():
-        docs[f"job/{job}"] = encode(state.export_job(job))
+        progress = state.export_job(job)
+        assert progress is not None
+        head = replace(
+            progress, stages={s: replace(p, tasks=[]) for s, p in progress.stages.items()}
+        )
+        docs[f"job/{job}"] = encode(head)
+        for sid, stage in progress.stages.items():
+            for position, task in enumerate(stage.tasks):
+                docs[f"job/{job}/{sid}/{position}"] = text(task)
     for view in state.jobs():
         if view.state.finished:
-            docs[f"finished/{view.id}"] = encode(state.export_finished(view.id))
+            docs[f"finished/{view.id}"] = text(state.export_finished(view.id))
     return docs
+
+
+class Encodings:
+    """The texts of records encoded before, by what their field values are.
+
+    A record (a ``TaskRecord``, a ``FinishedJob``) whose field values are the
+    very objects of one encoded before has the same text: its field values are
+    immutable (frozen dataclasses, tuples, strings, numbers, enums), and the
+    state machine changes a record only by assigning its fields. A task's id
+    counts by value (a pending task is built afresh, with a new id object, at
+    each restore) and its ``owner`` not at all (the encoding leaves it out);
+    every other value counts by identity, and those are held so that no
+    identity is reused while it counts.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[object, ...], tuple[tuple[object, ...], str]] = {}
+        self._snapshot: tuple[RegistrySnapshot, str] | None = None
+
+    def text(self, record: object) -> str:
+        fields_ = vars(record)
+        if type(record) is TaskRecord:
+            values = _TASK_VALUES(fields_)
+            key: tuple[object, ...] = (fields_["id"], *map(id, values))
+        else:
+            values = tuple(fields_.values())
+            key = (type(record), *map(id, values))
+        held = self._held.get(key)
+        if held is not None:
+            return held[1]
+        text = encode(record)
+        self._held[key] = (values, text)
+        return text
+
+    def snapshot(self, snapshot: RegistrySnapshot) -> str:
+        """The text of the registry's snapshot: the last one's again while the
+        registry hands out the same object (it builds a new one when a stored
+        field changes, and never changes one it handed out: ``persist``'s
+        ``StateWriter`` counts on the same)."""
+        if self._snapshot is None or self._snapshot[0] is not snapshot:
+            self._snapshot = (snapshot, encode(snapshot))
+        return self._snapshot[1]
+
+    def forget(self, keep: int = 100_000) -> None:
+        """Drop every text once more than ``keep`` are held (records of jobs long gone)."""
+        if len(self._held) > keep:
+            self._held.clear()
