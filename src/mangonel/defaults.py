@@ -55,31 +55,17 @@ FUSE_BYTES = SPLIT_BYTES
 MIN_SPLIT_ROWS = 250_000
 """Scan tasks sized by ``SPLIT_BYTES`` read at least this many rows ..."""
 
-SPREAD_BYTES = 16 * _MIB
+SPREAD_BYTES = 32 * _MIB
 """Where hosts run several tasks at full speed at once, a scan of at least this
 many bytes of columns a task is spread over them (``PlannerConfig.spread_bytes``).
 A floor of 250k rows instead spread TPC-H q02, q11, q16 and q22 at SF1 (tens of
 milliseconds on one core) and made them 1.05-1.8x slower on two hosts of one core
-than on one (one run, 2026-12-04, ``benchmarks/scaleout.py``); 16 MiB leaves
-them whole (their biggest scans, 12 to 27 MiB, are one task's share) and spreads
-a scan of 32 to 64 MiB over two hosts, which 32 MiB kept in one task: TPC-H q04's
-``orders``, and the one-task scans of 32 TPC-DS plans (``store_sales``,
-``web_sales``, ``catalog_sales``, ``customer_demographics``, ``inventory``: 37 to
-57 MiB of the columns read), where 34 of the 99 TPC-DS plans ran every task on
-one host at 32 MiB and 23 do at 16."""
-
-FINE_SPREAD_BYTES = 4 * _MIB
-"""Where hosts run several tasks at full speed at once, the planner also plans a
-query with scans spread down to this many bytes a task, and keeps whichever plan
-takes less time by its estimate (``PlannerConfig.fine_spread_bytes``)."""
-
-STAGE_BYTES = 12 * _MIB
-"""A stage boundary's fixed cost, as bytes of table a task reads in the same time
-(``PlannerConfig.stage_bytes``). On two hosts of one core, TPC-H SF1's 57 stages
-spent about 10 ms each (2026-12-05, ``3ac6b3b``, ``benchmarks/scaleout.py``:
-launch, setup, write, cleanup, report, the scheduler's hop and the fetches),
-where a task reads 1 to 1.5 MiB of columns a millisecond (q06's ``lineitem``,
-160 MiB in 0.105 s; q01's, 290 MiB in 0.27 s)."""
+than on one (one run, 2026-12-04, ``benchmarks/scaleout.py``); 32 MiB leaves
+them whole. 16 MiB also spread scans of 32 to 64 MiB (TPC-H q04's and q18's
+``orders``, the one-task scans of 30 TPC-DS plans: 34 of the 99 ran every task on
+one host, 23): on two hosts of one core, in one A/B run on a quiet machine
+(2026-12-05), TPC-H 1.04 and TPC-DS 1.00 of the time, q18 1.21, TPC-DS q11 1.37,
+q13 and q23 1.26; it stays 32."""
 
 MAX_SPLIT_ROWS = 4_000_000
 """... and at most this many, so that a task's output stays within a slot's memory."""

@@ -392,31 +392,6 @@ OPTIONS: tuple[Option, ...] = (
         metavar="B",
     ),
     Option(
-        "--fine-spread-bytes",
-        "fine_spread_bytes",
-        "where a stage of one task scans a table beside another stage's output while "
-        "other hosts idle, also plan the query with scans spread down to this many "
-        "bytes a task, and run the plan whose estimated time is shorter "
-        f"(default {mib(defaults.FINE_SPREAD_BYTES)}; 0: never)",
-        _S | _A,
-        type=int,
-        default=defaults.FINE_SPREAD_BYTES,
-        group=Group.PLANNER,
-        metavar="B",
-    ),
-    Option(
-        "--stage-bytes",
-        "stage_bytes",
-        "a stage boundary's fixed cost, as the bytes of table a task reads in the "
-        "same time, for the planner's estimate of a plan's time "
-        f"(default {mib(defaults.STAGE_BYTES)})",
-        _S | _A,
-        type=int,
-        default=defaults.STAGE_BYTES,
-        group=Group.PLANNER,
-        metavar="B",
-    ),
-    Option(
         "--recompute-bytes",
         "recompute_bytes",
         "a stage of one task that reads only tables is computed again by each "

@@ -17,8 +17,8 @@ import gc
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import pyarrow as pa
 import sqlglot
@@ -36,7 +36,7 @@ from mangonel.plan.eager import aggregate_early
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.join_order import order_joins
 from mangonel.plan.logical import Node, Opaque, Scan
-from mangonel.plan.physical import DistributedPlan, Stage
+from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.probe import FileIdentity
 from mangonel.plan.prune import prune_columns
 from mangonel.plan.pushdown import push_filters
@@ -119,16 +119,6 @@ class PlannerConfig:
             (``parallel``), a scan of at least this many bytes of columns a task
             is spread over them (``spread_tasks``) rather than run as one task
             while the other hosts idle.
-        fine_spread_bytes: where several tasks run at full speed at once, the
-            query is planned again with ``spread_bytes`` this low, and the plan
-            whose estimated span (``Distributor.span_bytes``) is shorter runs: a
-            table below ``spread_bytes`` scanned in one task beside a join's
-            gathered side keeps the other hosts idle (TPC-H q12's ``orders``,
-            26.5 MiB, read by the final task), where spread it would meet its
-            side by key ranges in every host's task; a small query spread pays
-            stage boundaries its scans do not repay (q02, q11, q16, q22). 0: never.
-        stage_bytes: a stage boundary's fixed cost in bytes a task reads in the
-            same time, for that estimate (``defaults.STAGE_BYTES``).
         slots: task slots one job may hold (the scheduler's count when it plans);
             an exchange sized to more partitions than this gets a multiple of it
             (``distribute.stages.whole_waves``). 0: unknown, counts from bytes alone.
@@ -149,8 +139,6 @@ class PlannerConfig:
     recompute_bytes: int = defaults.RECOMPUTE_BYTES
     min_split_rows: int = defaults.MIN_SPLIT_ROWS
     spread_bytes: int = defaults.SPREAD_BYTES
-    fine_spread_bytes: int = defaults.FINE_SPREAD_BYTES
-    stage_bytes: int = defaults.STAGE_BYTES
     max_split_rows: int = defaults.MAX_SPLIT_ROWS
     slots: int = 0
     parallel: int = 0
@@ -187,9 +175,9 @@ class PlannerConfig:
 
         >>> PlannerConfig(slots=4, parallel=4).spread_tasks(1_500_000, 96.0)
         4
-        >>> PlannerConfig(slots=4, parallel=4).spread_tasks(300_000, 128.0)  # 16 MiB each
+        >>> PlannerConfig(slots=4, parallel=4).spread_tasks(600_000, 128.0)  # 32 MiB each
         2
-        >>> PlannerConfig(slots=4, parallel=4).spread_tasks(1_500_000, 8.0)  # 11 MiB: whole
+        >>> PlannerConfig(slots=4, parallel=4).spread_tasks(1_500_000, 24.0)  # 34 MiB: whole
         1
         >>> PlannerConfig(slots=4, parallel=1).spread_tasks(1_500_000, 96.0)
         1
@@ -335,12 +323,6 @@ def _plan(
         aggregate_early([node, *binder.subqueries.values()], estimator, tables)
         distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
         _close(distributor, distributor.plan_tree(node))
-        finer = _finer(config, distributor.stages, catalog)
-        if finer is not None:
-            other = _distributor(catalog, oracle, finer, binder.subqueries, estimator)
-            _close(other, other.plan_tree(node))
-            if _shorter(other, distributor, config.stage_bytes):
-                distributor = other
     except BindError as err:
         # The query bound above: SQL the planner wrote for a part of it did not.
         raise InternalError(
@@ -369,43 +351,6 @@ def _plan(
 def _close(distributor: Distributor, root: Frag) -> None:
     """Close the plan's last stage: the one that sends the result."""
     distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
-
-
-FINER_SAVES = 0.05
-"""The plan spread finer runs only where its estimated span is at least this much
-shorter: the estimate counts bytes, not what DuckDB does with them."""
-
-
-def _shorter(finer: Distributor, default: Distributor, stage_bytes: float) -> bool:
-    """True when the plan spread finer is the one to run: it adds no stage boundary
-    (whose cost the estimate knows least well: TPC-H q02 spread over two hosts
-    of one core was 1.05-1.8x slower as three stages than whole, 2026-12-04)
-    and its estimated span is shorter by ``FINER_SAVES``."""
-    if len(finer.stages) > len(default.stages):
-        return False
-    return finer.span_bytes(stage_bytes) <= (1 - FINER_SAVES) * default.span_bytes(stage_bytes)
-
-
-def _finer(
-    config: PlannerConfig, stages: Sequence[Stage], catalog: Mapping[str, Table]
-) -> PlannerConfig | None:
-    """The config of the plan with scans spread finer (``fine_spread_bytes``), or
-    None where there is none to weigh: one task at a time runs at full speed, or
-    no stage of one task both reads another stage and scans enough of a table
-    to be spread finer. (Planning again costs about half the planning time:
-    TPC-DS's 99 at SF1, 12.5 -> 18.7 s where every plan with a stage of one task
-    that scans 8 MiB was planned again, 61 of them, 5 changed.)"""
-    if config.parallel < 2 or not 0 < config.fine_spread_bytes < config.spread_bytes:
-        return None
-    least = 2 * config.fine_spread_bytes
-    for stage in stages:
-        scan = stage.scan
-        if stage.num_tasks != 1 or not stage.inputs or scan is None:
-            continue
-        rows = sum(split.rows for group in scan.task_splits for split in group)
-        if rows * catalog[scan.table].row_width(scan.columns) >= least:
-            return replace(config, spread_bytes=config.fine_spread_bytes)
-    return None
 
 
 READABLE_FILES_LIMIT = 1024

@@ -92,12 +92,6 @@ class SchedulerConfig:
         spread_bytes: Where hosts run several tasks at full speed at once, a scan
             is spread over them while each task reads at least this many bytes
             (``PlannerConfig.spread_bytes``).
-        fine_spread_bytes: Where a stage of one task scans a table beside another
-            stage's output, the query is also planned with scans spread down to
-            this many bytes, and the plan estimated shorter runs
-            (``PlannerConfig.fine_spread_bytes``); 0: never.
-        stage_bytes: A stage boundary's fixed cost in bytes a task reads in the
-            same time, for that estimate (``PlannerConfig.stage_bytes``).
         recompute_bytes: A stage of one task that reads only tables is computed
             again by each task that reads it while the copies beyond the first
             scan at most this many bytes (``PlannerConfig.recompute_bytes``); 0: never.
@@ -173,8 +167,6 @@ class SchedulerConfig:
     inline_scan_bytes: int = defaults.INLINE_SCAN_BYTES
     fuse_bytes: int = defaults.FUSE_BYTES
     spread_bytes: int = defaults.SPREAD_BYTES
-    fine_spread_bytes: int = defaults.FINE_SPREAD_BYTES
-    stage_bytes: int = defaults.STAGE_BYTES
     recompute_bytes: int = defaults.RECOMPUTE_BYTES
     plan_cache: int = defaults.PLAN_CACHE
     adaptive: bool = defaults.ADAPTIVE

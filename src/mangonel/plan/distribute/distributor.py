@@ -174,10 +174,6 @@ class Distributor:
         """Close a fragment into a stage (see ``StageBuilder.finish``)."""
         return self._stages.finish(f, output, label)
 
-    def span_bytes(self, stage_bytes: float) -> float:
-        """How long the stages take on the cluster (``StageBuilder.span_bytes``)."""
-        return self._stages.span_bytes(stage_bytes)
-
     def expr_types(self, node: Node, exprs: list[exp.Expr]) -> list[str]:
         """DuckDB types of expressions over ``node``'s outputs (``KeyTypes.expr_types``)."""
         return self._keys.expr_types(node, exprs)

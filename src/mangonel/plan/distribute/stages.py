@@ -510,45 +510,6 @@ class StageBuilder:
         absorb(host, guest)
         return guest
 
-    def span_bytes(self, stage_bytes: float) -> float:
-        """How long the stages closed so far take on the cluster, in bytes a core
-        works through: the longer of their critical path and their work spread
-        over the hosts' parallel tasks (``parallel``; 1 when unknown).
-
-        A stage starts when the last stage it reads ends and takes ``stage_bytes``
-        (a boundary's fixed cost: the producers' reports, the launch, the setup
-        and the fetch) plus, for each wave of its tasks, what its biggest task
-        reads (``stage_work``). The work bound counts every task's reads over
-        ``parallel``: stages beside each other share the hosts.
-        """
-        parallel = max(1, self._parallel)
-        ends: dict[StageId, float] = {}
-        work = 0.0
-        for stage in self.stages:
-            per_task = self.stage_work(stage)
-            start = max((ends.get(i.stage, 0.0) for i in stage.inputs), default=0.0)
-            ends[stage.id] = start + stage_bytes + -(-stage.num_tasks // parallel) * per_task
-            work += stage.num_tasks * per_task
-        if not self.stages:
-            return 0.0
-        return max(ends[self.stages[-1].id], work / parallel)
-
-    def stage_work(self, stage: Stage) -> float:
-        """Bytes the biggest task of ``stage`` reads: of its scans (rows of its
-        splits times the columns' width), and of the stages it reads (each
-        one's estimated output: whole where it reads all of it, its share of
-        the partitions where it reads one)."""
-        total = 0.0
-        for scan in (stage.scan, *stage.side_scans):
-            if scan is None or not scan.task_splits:
-                continue
-            width = self._catalog[scan.table].row_width(scan.columns)
-            total += width * max(_rows(group) for group in scan.task_splits)
-        for inp in stage.inputs:
-            out = self._stage_bytes.get(inp.stage, 0.0)
-            total += out if inp.mode is InputMode.ALL else out / max(1, stage.num_tasks)
-        return total
-
     def note_apart(self, stage: StageId, host_bytes: float, guest_bytes: float) -> None:
         """Say in EXPLAIN that ``stage`` was not fused into its reader's task."""
         self.notes.append(
