@@ -62,8 +62,8 @@ A floor of 250k rows instead spread TPC-H q02, q11, q16 and q22 at SF1 (tens of
 milliseconds on one core) and made them 1.05-1.8x slower on two hosts of one core
 than on one (one run, 2026-12-04, ``benchmarks/scaleout.py``); 32 MiB leaves
 them whole. 16 MiB also spread scans of 32 to 64 MiB (TPC-H q04's and q18's
-``orders``, the one-task scans of 30 TPC-DS plans: 34 of the 99 ran every task on
-one host, 23): on two hosts of one core, in one A/B run on a quiet machine
+``orders``, the one-task scans of 30 TPC-DS plans: 23 of the 99 ran every task on
+one host, 34 at 32 MiB): on two hosts of one core, in one A/B run on a quiet machine
 (2026-12-05), TPC-H 1.04 and TPC-DS 1.00 of the time, q18 1.21, TPC-DS q11 1.37,
 q13 and q23 1.26; it stays 32."""
 

@@ -30,7 +30,7 @@ from mangonel.catalog import Table
 from mangonel.errors import BindError, InternalError
 from mangonel.plan import probe
 from mangonel.plan.bind import Binder, Unsupported
-from mangonel.plan.distribute import Distributor, Frag, describe
+from mangonel.plan.distribute import Distributor, describe
 from mangonel.plan.dynamic_pruning import RangeSource, prune_row_groups
 from mangonel.plan.eager import aggregate_early
 from mangonel.plan.estimate import Estimator
@@ -322,7 +322,7 @@ def _plan(
         node = union_filters(node, binder.subqueries, estimator, tables, config.broadcast_bytes)
         aggregate_early([node, *binder.subqueries.values()], estimator, tables)
         distributor = _distributor(catalog, oracle, config, binder.subqueries, estimator)
-        _close(distributor, distributor.plan_tree(node))
+        root = distributor.plan_tree(node)
     except BindError as err:
         # The query bound above: SQL the planner wrote for a part of it did not.
         raise InternalError(
@@ -335,7 +335,8 @@ def _plan(
         pruned_by = ()
         fallback = str(why) or type(why).__name__
         distributor = _distributor(catalog, oracle, config, {})
-        _close(distributor, distributor.plan_tree(_opaque(duck_sql, names, parsed.tables, catalog)))
+        root = distributor.plan_tree(_opaque(duck_sql, names, parsed.tables, catalog))
+    distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
     notes += distributor.notes
     return DistributedPlan(
         tuple(distributor.stages),
@@ -346,11 +347,6 @@ def _plan(
         pruned_by,
         fallback=fallback,
     )
-
-
-def _close(distributor: Distributor, root: Frag) -> None:
-    """Close the plan's last stage: the one that sends the result."""
-    distributor.finish(root, OutputSpec(OutputKind.SINGLE), describe(root.node) + " → result")
 
 
 READABLE_FILES_LIMIT = 1024
