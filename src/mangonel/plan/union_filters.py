@@ -6,16 +6,19 @@ which keeps 1 % of them; ``date_dim``'s columns are read by no one above. A unio
 of two scans of several tasks each has no task that holds both: the planner
 hashes both sides into the union's partitions (``Distributor._union_all_on``), so
 all 3.2M rows crossed the executors before the join dropped 99 % of them. On two
-hosts of one core q05 ran 15 stages in 1.5-3 s, against 0.6 s on one host (a
-loaded machine, 2026-12-05).
+hosts of one core q05 ran 15 stages in 0.81 s, against 0.19 s on one host (a
+quiet machine, 2026-12-05, ``benchmarks/scaleout.py``).
 
-Where the join's other side ``D`` has a unique key (a footer's distinct count
-equal to its rows, ``Estimator.size(...).unique``) and no column of ``D`` is read
-above the join, the inner join keeps each union row at most once, as it is: a
-semi join. A semi join filters each row by itself, so over a UNION ALL it is one
-semi join per branch::
+An inner join distributes over a UNION ALL: each union row meets the same rows
+of ``D`` in its branch as above it. Where no column of ``D`` is read above the
+join, each branch joins ``D`` and keeps only its own columns::
 
-    (A ∪ B) ⋈ D   ->   (A ⋉ D) ∪ (B ⋉ D)
+    (A ∪ B) ⋈ D   ->   π_A(A ⋈ D) ∪ π_B(B ⋈ D)
+
+The rows are the same, with the same multiplicities, whatever ``D``'s keys (a
+key that repeats in ``D`` repeats union rows either way: the footers' estimate
+of a key's distinct values is an upper bound, not a proof of uniqueness, so a
+semi join is not used).
 
 Each branch reads a copy of ``D`` of its own (``D`` is a scan under filters and
 projections: a filtered dimension, scanned again by each branch's tasks; one node
@@ -25,14 +28,15 @@ it), broadcast into its scan tasks (``Join.broadcast_right``), which keep their
 
 The union may sit under the projection that names a derived table's columns
 (``FROM (... UNION ALL ...) AS salesreturns``); the keys are the union's columns
-by position, through it. Nested UNION ALLs take the semi join into every branch.
+by position, through it. Nested UNION ALLs take the join into every branch.
 
 Nodes are changed in place, after ``semi_joins`` and before eager aggregation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+import itertools
+from collections.abc import Iterator, Mapping, MutableMapping
 
 from sqlglot import exp
 
@@ -82,9 +86,11 @@ def union_filters(
         for node, cols in required_columns(tree).items():
             needs[node] = needs.get(node, set()) | cols
     changed: dict[int, Node] = {}
+    names = itertools.count(1)
+    """Qualifiers of the branches' projections (``_ufN``), one series a plan."""
     for node in walk_once(list(roots.values())):
         if isinstance(node, Join) and parents.get(id(node), 0) <= 1:
-            moved = _into_branches(node, needs, parents, estimator, catalog, broadcast_bytes)
+            moved = _into_branches(node, needs, parents, estimator, catalog, broadcast_bytes, names)
             if moved is not None:
                 changed[id(node)] = moved
     if not changed:
@@ -108,6 +114,7 @@ def _into_branches(
     estimator: Estimator,
     catalog: Mapping[str, Table],
     broadcast_bytes: float,
+    names: Iterator[int],
 ) -> Node | None:
     """The node that replaces ``n`` with its filter moved into the branches of the
     union it joins, or None where it does not only filter one."""
@@ -126,16 +133,12 @@ def _into_branches(
         if union is None or positions is None:
             continue
         size = estimator.size(other)
-        if not all(
-            isinstance(k, exp.Column) and (k.table, k.name) in size.unique for k in other_keys
-        ):
-            continue  # a key repeated on the other side would repeat union rows
         width = sum(
             scan_table(catalog, s).row_width(s.columns) for s in walk(other) if isinstance(s, Scan)
         )
         if size.rows * width > broadcast_bytes:
             continue
-        _filter_branches(union, positions, other, other_keys)
+        _filter_branches(union, positions, other, other_keys, names)
         return kept
     return None
 
@@ -172,30 +175,33 @@ def _union_under(
 
 
 def _filter_branches(
-    union: SetOp, positions: list[int], other: Node, other_keys: list[exp.Expr]
+    union: SetOp,
+    positions: list[int],
+    other: Node,
+    other_keys: list[exp.Expr],
+    names: Iterator[int],
 ) -> None:
-    """Make each branch of ``union`` (nested UNION ALLs included) a semi join with
-    ``other`` on its columns at ``positions``."""
+    """Join each branch of ``union`` (nested UNION ALLs included) with a copy of
+    ``other`` on its columns at ``positions``, keeping the branch's columns."""
     for side in ("left", "right"):
         branch: Node = getattr(union, side)
         if _union_all(branch):
             assert isinstance(branch, SetOp)
-            _filter_branches(branch, positions, other, other_keys)
+            _filter_branches(branch, positions, other, other_keys, names)
             continue
         outputs = branch.outputs()
         keys: list[exp.Expr] = [col(outputs[p]) for p in positions]
-        setattr(
-            union,
-            side,
-            Join(
-                branch,
-                _copy(other),
-                JoinKind.SEMI,
-                keys,
-                [k.copy() for k in other_keys],
-                broadcast_right=True,
-            ),
+        joined = Join(
+            branch,
+            _copy(other),
+            JoinKind.INNER,
+            keys,
+            [k.copy() for k in other_keys],
+            broadcast_right=True,
         )
+        qualifier = f"_uf{next(names)}"
+        items = [(f"c{i}", col(ref)) for i, ref in enumerate(outputs)]
+        setattr(union, side, Project(joined, qualifier, items))
 
 
 def _scan_chain(node: Node) -> bool:
