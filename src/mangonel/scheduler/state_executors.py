@@ -144,15 +144,22 @@ class ExecutorRecord:
         return self.excluded_until is not None
 
     @property
-    def free_slots(self) -> int:
-        if (
+    def takes_tasks(self) -> bool:
+        """Whether it is given new tasks when a slot of it is free: alive, not
+        awaiting its reattachment, healthy, neither excluded nor distrusted
+        (suspected or quarantined)."""
+        return not (
             self.state is not ExecutorState.ALIVE
             or self.awaiting
             or self.unhealthy
             or self.excluded_until is not None  # ``excluded``, without a call
             or self.suspected_since is not None
             or self.quarantined_until is not None
-        ):
+        )
+
+    @property
+    def free_slots(self) -> int:
+        if not self.takes_tasks:
             return 0
         return max(0, self.info.slots - len(self.running))
 
