@@ -293,6 +293,13 @@ class ExecutorRegistry:
         heartbeats count (any other must register again)."""
         return executor in self._live or executor in self._connecting
 
+    def silent_since_isolation(self, rec: ExecutorRecord) -> bool:
+        """Whether ``rec`` has been silent since before the last isolation ended:
+        its silence is most likely the scheduler's own cut, which heals for the
+        executors one by one (``state_liveness``)."""
+        ended = self.isolation_ended
+        return ended is not None and rec.last_heartbeat < ended
+
     def live_records(self) -> list[ExecutorRecord]:
         """Alive and draining executors, in registration order."""
         return list(self._live.values())

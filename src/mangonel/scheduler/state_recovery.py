@@ -501,7 +501,9 @@ class Recovery:
         and the recomputes cancelled (``_trusted_again``); a recompute that
         finishes first wins, and the executor's copy goes with the job's files.
         Not while the scheduler takes itself for cut off (the caller,
-        ``Health._tick``), nor for a quarantined executor (its outputs are
+        ``Health._tick``), nor for an executor silent since before that ended
+        (the link heals for them one by one, and its loss waits a timeout more:
+        ``state_liveness``), nor for a quarantined executor (its outputs are
         served whenever it is reachable) or one awaiting its reattachment.
         """
         for rec in self._executors.live_records():
@@ -510,6 +512,7 @@ class Recovery:
                 or rec.quarantined_until is not None
                 or rec.awaiting
                 or rec.id in self._set_aside
+                or self._executors.silent_since_isolation(rec)
                 or not self._room_to_recompute(rec.id)
             ):
                 continue
