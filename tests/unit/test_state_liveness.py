@@ -35,7 +35,7 @@ from mangonel.scheduler.events import (
 )
 from mangonel.scheduler.state import StageView
 from mangonel.scheduler.state_liveness import FLAP_GAPS, QUARANTINE_S
-from mangonel.task import LaunchTask
+from mangonel.task import CancelTask, LaunchTask
 
 TICK = 0.25
 
@@ -226,6 +226,21 @@ def test_executors_heard_one_by_one_after_the_heal_are_all_kept() -> None:
     logged = [(c.change, c.executor) for _, c in cmds if isinstance(c, LogExecutorHealth)]
     assert logged[3:5] == [(HealthChange.ISOLATED, None), (HealthChange.TRUSTED, E1)]
     assert (HealthChange.RECONNECTED, None) in logged
+    assert maps_view(h).outputs_recomputed == 0
+
+
+def test_executors_silent_since_the_isolation_have_nothing_made_again_on_suspicion() -> None:
+    # e1 is heard first and ends the isolation; e2, still suspected, holds an
+    # output the reducer on e1 reads, but its silence is the scheduler's cut:
+    # nothing is set aside, cancelled or launched before it is heard at 13.5 s.
+    h = isolated_cluster()
+    back = {E1: 11.0, E2: 13.5, E3: 13.5}
+    cmds = run(h, 13.4, lambda e, t: not 5.0 <= t < back[e])
+    logged = [(c.change, c.executor) for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert (HealthChange.RECONNECTED, None) in logged
+    assert h.state.executor(E2).suspected_since is not None
+    assert (HealthChange.SET_ASIDE, E2) not in logged, logged
+    assert [c for _, c in cmds if isinstance(c, CancelTask | LaunchTask)] == []
     assert maps_view(h).outputs_recomputed == 0
 
 

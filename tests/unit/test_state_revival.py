@@ -264,18 +264,48 @@ def test_a_recompute_that_finishes_first_wins_over_the_suspected_copy() -> None:
 
 
 def test_no_free_slot_no_recompute_on_suspicion() -> None:
-    # One slot each: e1 runs the reducer, e2 falls silent; no trusted slot is free.
-    h = Harness(Limits(heartbeat_timeout_s=10.0))
+    # One slot each: e1 runs map p0, which reads nothing of e2's; e2 holds p1 and
+    # p2 and falls silent. No trusted slot is free, nor held by a reader of e2's.
+    h = Harness(Limits(heartbeat_timeout_s=10.0, speculation=False))
     for e in (E1, E2):
         h.register(e, 1)
-    h.submit(three_stage_plan(maps=2, reducers=1))
-    finish_maps(h, {0: E1, 1: E2})
+    assert launches(h.submit(three_stage_plan(maps=3, reducers=1))) == [
+        ("e1", "j1/s1/p0/a0"),
+        ("e2", "j1/s1/p1/a0"),
+    ]
+    assert launches(h.complete(att(1, 1), E2)) == [("e2", "j1/s1/p2/a0")]
+    assert launches(h.complete(att(1, 2), E2)) == []
     run(h, 5.0, lambda e, t: True, (E1, E2))
     cmds = run(h, 8.0, lambda e, t: e != E2 or t < 5.0, (E1, E2))
     said = [c.change for _, c in cmds if isinstance(c, LogExecutorHealth)]
     assert said == [HealthChange.SUSPECTED]
     assert not [c for _, c in cmds if isinstance(c, CancelTask | LaunchTask)]
     assert recomputed(h) == [0, 0, 0]
+
+
+def test_a_slot_held_by_a_reader_of_the_suspect_is_the_recomputes() -> None:
+    # One slot each: the reducer on e1 waits on e2's p1, and e2 falls silent. No
+    # slot is free, but the reducer's is the recompute's: cancelled (uncharged),
+    # p1 made again on e1 before any loss, the reducer again after it.
+    h = Harness(Limits(heartbeat_timeout_s=10.0))
+    for e in (E1, E2):
+        h.register(e, 1)
+    h.submit(three_stage_plan(maps=2, reducers=1))
+    assert launches(finish_maps(h, {0: E1, 1: E2})) == [("e1", "j1/s2/p0/a0")]
+    run(h, 5.0, lambda e, t: True, (E1, E2))
+    cmds = run(h, 8.0, lambda e, t: e != E2 or t < 5.0, (E1, E2))
+    said = [(c.change, c.executor) for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert said == [(HealthChange.SUSPECTED, E2), (HealthChange.SET_ASIDE, E2)]
+    assert [(c.executor, c.attempt) for _, c in cmds if isinstance(c, CancelTask)] == [
+        (E1, att(2, 0))
+    ]
+    assert launches([c for _, c in cmds]) == [("e1", "j1/s1/p1/a1")]
+    assert recomputed(h) == [1, 0, 0]
+    view = h.state.executor(E2)
+    assert view is not None and view.state is ExecutorState.ALIVE
+    reducer = next(c for c in h.complete(att(1, 1, 1), E1) if isinstance(c, LaunchTask))
+    assert str(reducer.task.attempt) == "j1/s2/p0/a1"
+    assert h.loc(att(1, 1, 1), E1, 0) in reducer.task.inputs[0].locations
 
 
 def test_a_report_that_ends_a_suspicion_touches_the_jobs_whose_outputs_it_gives_back() -> None:

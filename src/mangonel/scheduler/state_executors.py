@@ -144,15 +144,22 @@ class ExecutorRecord:
         return self.excluded_until is not None
 
     @property
-    def free_slots(self) -> int:
-        if (
+    def takes_tasks(self) -> bool:
+        """Whether it is given new tasks when a slot of it is free: alive, not
+        awaiting its reattachment, healthy, neither excluded nor distrusted
+        (suspected or quarantined)."""
+        return not (
             self.state is not ExecutorState.ALIVE
             or self.awaiting
             or self.unhealthy
             or self.excluded_until is not None  # ``excluded``, without a call
             or self.suspected_since is not None
             or self.quarantined_until is not None
-        ):
+        )
+
+    @property
+    def free_slots(self) -> int:
+        if not self.takes_tasks:
             return 0
         return max(0, self.info.slots - len(self.running))
 
@@ -285,6 +292,13 @@ class ExecutorRegistry:
         """Whether ``executor`` is connecting, alive or draining: one whose
         heartbeats count (any other must register again)."""
         return executor in self._live or executor in self._connecting
+
+    def silent_since_isolation(self, rec: ExecutorRecord) -> bool:
+        """Whether ``rec`` has been silent since before the last isolation ended:
+        its silence is most likely the scheduler's own cut, which heals for the
+        executors one by one (``state_liveness``)."""
+        ended = self.isolation_ended
+        return ended is not None and rec.last_heartbeat < ended
 
     def live_records(self) -> list[ExecutorRecord]:
         """Alive and draining executors, in registration order."""

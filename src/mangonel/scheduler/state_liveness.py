@@ -16,9 +16,12 @@ detector (``scheduler.detector``), fed by each executor's heartbeats::
 * **Suspected**: it gets no new task at once (``ExecutorRecord.free_slots``),
   and the attempts it runs are copied onto trusted executors
   (``state_gray.stragglers``), so a query does not wait for the loss; the
-  outputs of it that jobs need are made again while trusted slots are free
-  (``state_recovery.Recovery._recompute_suspected``), and are its again if it is heard
-  first. A word from it (a heartbeat, a report) clears the suspicion.
+  outputs of it that jobs need are made again while a trusted slot is free
+  for them, or held by a reader of them
+  (``state_recovery.Recovery._recompute_suspected``; not while the scheduler
+  is isolated, nor for one silent since before an isolation ended), and are
+  its again if it is heard first. A word from it (a heartbeat, a report)
+  clears the suspicion.
 * **Lost** only if the silence lasts: ``Limits.heartbeat_timeout_s``.
 * **Quarantined**: a host whose link flaps falls silent again and again; lost
   and registered anew each time, it would throw its outputs away with every
@@ -198,7 +201,7 @@ def _isolation_grace(
     if registry.isolated_since is not None:
         return grace
     ended = registry.isolation_ended
-    if ended is None or rec.last_heartbeat >= ended:
+    if ended is None or not registry.silent_since_isolation(rec):
         return 0.0
     # Not capped by the grace: the silence ended within it (else the executor
     # would have been lost meanwhile), and TCP's retries after a long cut may

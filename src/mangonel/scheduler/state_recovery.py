@@ -31,8 +31,9 @@ again are ``state_revival``'s):
 
 * recompute on suspicion (``_recompute_suspected``, on a ``Tick``): the needed
   outputs of a suspected executor are made again while a trusted executor has
-  a free slot, once per suspicion, and set aside (``_set_aside``); if it is
-  heard from again first they are its again (``_trusted_again``);
+  a slot for them (a free one, or one a reader waiting on it holds), once per
+  suspicion, and set aside (``_set_aside``); if it is heard from again first
+  they are its again (``_trusted_again``);
 * a false loss (``_came_back``): a lost executor asking to resume its id is
   logged and, while outputs it held are still needed and not made again,
   revived under its id (``ExecutorRegistry.revive``); when its stream opens
@@ -489,26 +490,30 @@ class Recovery:
     def _recompute_suspected(self, step: Step) -> None:
         """Make again, before any loss, the needed outputs of a suspected executor.
 
-        While a trusted executor has a free slot (the bound: a recompute never
-        waits for a slot, nor delays another task), each suspected executor's
-        outputs that a job still needs go back to pending, once per suspicion,
-        and the running readers of its outputs are cancelled (uncharged: they
-        wait on a silent host). The outputs are set aside (``_set_aside``): if
+        While a trusted executor has a slot for it (``_room_to_recompute``: a
+        free one, or one a reader of the suspect's outputs holds; the bound: a
+        recompute never waits for a slot, nor takes one from a task that could
+        go on), each suspected executor's outputs that a job still needs go
+        back to pending, once per suspicion, and the running readers of its
+        outputs are cancelled (uncharged: they wait on a silent host). The
+        outputs are set aside (``_set_aside``): if
         it is trusted again before their recomputes finish, they are its again
         and the recomputes cancelled (``_trusted_again``); a recompute that
         finishes first wins, and the executor's copy goes with the job's files.
         Not while the scheduler takes itself for cut off (the caller,
-        ``Health._tick``), nor for a quarantined executor (its outputs are
+        ``Health._tick``), nor for an executor silent since before that ended
+        (the link heals for them one by one, and its loss waits a timeout more:
+        ``state_liveness``), nor for a quarantined executor (its outputs are
         served whenever it is reachable) or one awaiting its reattachment.
         """
-        if self._executors.least_loaded() is None:
-            return
         for rec in self._executors.live_records():
             if (
                 rec.suspected_since is None
                 or rec.quarantined_until is not None
                 or rec.awaiting
                 or rec.id in self._set_aside
+                or self._executors.silent_since_isolation(rec)
+                or not self._room_to_recompute(rec.id)
             ):
                 continue
             left = Left.of(self._jobs.values(), rec.id)
@@ -530,6 +535,26 @@ class Recovery:
                 step.commands.append(
                     LogExecutorHealth(step.cause, HealthChange.SET_ASIDE, rec.id, why)
                 )
+
+    def _room_to_recompute(self, suspect: ExecutorId) -> bool:
+        """Whether a trusted executor has a slot for a recompute of ``suspect``'s
+        outputs: a free one, or one held by a reader of them (an attempt or its
+        copy), which the recompute cancels. Such a reader waits on a silent host
+        and needs the recompute itself: when readers hold every trusted slot, as
+        when a reduce stage runs, counting free slots only would wait for the loss."""
+        if self._executors.least_loaded() is not None:
+            return True
+        for job in self._jobs.values():
+            if suspect in job.excluded or not job.needs_outputs_of(suspect):
+                continue
+            for task in job.readers_of({suspect}):
+                for attempt in (task.state, task.speculative):
+                    if not isinstance(attempt, Running):
+                        continue
+                    holder = self._executors.live(attempt.executor)
+                    if holder is not None and holder.takes_tasks:
+                        return True
+        return False
 
     def _trusted_again(self, executor: ExecutorId, step: Step) -> None:
         """A suspected executor was heard from: the outputs set aside for its
