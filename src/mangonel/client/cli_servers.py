@@ -160,6 +160,10 @@ def cmd_standalone(args: argparse.Namespace) -> int:
     tables = _parse_registrations(args.register, args.tpch)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl-C too, even where the process was started with SIGINT ignored (a
+    # background job of a shell without job control inherits that, and Python
+    # then never raises KeyboardInterrupt).
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     cluster = LocalCluster(
         executors=args.executors,
         work_dir=args.work_dir,
