@@ -138,7 +138,7 @@ def _into_branches(
         )
         if size.rows * width > broadcast_bytes:
             continue
-        _filter_branches(union, positions, other, other_keys, names)
+        _filter_branches(union, positions, other, other_keys, names, parents)
         return kept
     return None
 
@@ -180,14 +180,16 @@ def _filter_branches(
     other: Node,
     other_keys: list[exp.Expr],
     names: Iterator[int],
+    parents: dict[int, int],
 ) -> None:
-    """Join each branch of ``union`` (nested UNION ALLs included) with a copy of
-    ``other`` on its columns at ``positions``, keeping the branch's columns."""
+    """Join each branch of ``union`` (nested UNION ALLs included, unless another
+    parent reads one: it is a branch whole) with a copy of ``other`` on its
+    columns at ``positions``, keeping the branch's columns."""
     for side in ("left", "right"):
         branch: Node = getattr(union, side)
-        if _union_all(branch):
+        if _union_all(branch) and parents.get(id(branch), 0) <= 1:
             assert isinstance(branch, SetOp)
-            _filter_branches(branch, positions, other, other_keys, names)
+            _filter_branches(branch, positions, other, other_keys, names, parents)
             continue
         outputs = branch.outputs()
         keys: list[exp.Expr] = [col(outputs[p]) for p in positions]
