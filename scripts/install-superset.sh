@@ -33,7 +33,10 @@ fi
 
 stamp="$venv/.superset-requirements.sha256"
 want="$(sha256sum "$lock" | cut -d' ' -f1)"
-if [[ ! -x "$venv/bin/superset" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+# A venv made under another path (a moved or renamed cache) keeps scripts whose
+# first line names an interpreter that is gone: made again too.
+interpreter="$(head -n 1 "$venv/bin/superset" 2>/dev/null | cut -c3-)"
+if [[ ! -x "$venv/bin/superset" || ! -x "$interpreter" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
     rm -rf "$venv"
     "$python" -m venv "$venv"
     # The lock names every package: no resolving (--no-deps), and no byte-compiling of

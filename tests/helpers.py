@@ -27,6 +27,7 @@ Comparison rules (``assert_same_result``):
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import os
@@ -36,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -598,3 +599,40 @@ def most_at_once(attempts: list[dict[str, Any]]) -> int:
         running += change
         most = max(most, running)
     return most
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+"""Debian's browser and its driver (``scripts/install-system-deps.sh``)."""
+
+
+@contextlib.contextmanager
+def headless_chromium(page_load_timeout_s: float) -> Iterator[Any]:
+    """A Selenium driver of headless Chromium, quit on exit; the test fails (never
+    skips) where the browser or its driver is missing."""
+    import pytest  # the benchmarks import this module too, without a test run
+
+    # Selenium must not look for (or download) a browser or a driver of its own.
+    os.environ["SE_OFFLINE"] = "true"
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if shutil.which(path) is None:
+            pytest.fail(f"{path} is missing: run scripts/install-system-deps.sh (as root)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # CI runs as root
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,900",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(page_load_timeout_s)
+    try:
+        yield driver
+    finally:
+        driver.quit()

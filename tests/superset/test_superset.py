@@ -18,8 +18,6 @@ own: ``scripts/test.sh tests/superset`` (``.ci/run`` runs it after the main suit
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -29,7 +27,14 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 import pytest
-from helpers import ARTIFACTS_DIR, TPCH_ORDER_BY, TPCH_TABLES, assert_same_result, tpch_query
+from helpers import (
+    ARTIFACTS_DIR,
+    TPCH_ORDER_BY,
+    TPCH_TABLES,
+    assert_same_result,
+    headless_chromium,
+    tpch_query,
+)
 from superset_api import ADMIN, Superset, SupersetApi, start_superset
 
 import mangonel
@@ -38,8 +43,6 @@ from mangonel.client.status import JobState
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".cache" / "superset-venv"
 PIXELS = Path(__file__).with_name("chart_pixels.py")
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 SCREENSHOTS = ARTIFACTS_DIR / "superset"
 
 # The first run on a machine installs Superset (minutes) in the first test's setup.
@@ -119,29 +122,9 @@ def database_id(api: SupersetApi, cluster: Any) -> int:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    # Selenium must not look for (or download) a browser or a driver of its own.
-    os.environ["SE_OFFLINE"] = "true"
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if shutil.which(path) is None:
-            pytest.fail(f"{path} is missing: run scripts/install-system-deps.sh (as root)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",  # CI runs as root
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1400,900",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(120)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    yield driver
-    driver.quit()
+    with headless_chromium(page_load_timeout_s=120) as driver:
+        yield driver
 
 
 # -------------------------------------------------------------------- helpers

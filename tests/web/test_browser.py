@@ -11,23 +11,26 @@ cluster (60 s) keeps the stopped executors from being written off meanwhile.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pytest
-from helpers import ARTIFACTS_DIR, TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query
+from helpers import (
+    ARTIFACTS_DIR,
+    TPCH_ORDER_BY,
+    assert_same_result,
+    headless_chromium,
+    is_stopped,
+    tpch_query,
+)
 from web_support import get_json, wait_until
 
 import mangonel
 from mangonel.client.cluster import ExecutorHandle
 from mangonel.testing.cluster import TestCluster
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 SCREENSHOTS = ARTIFACTS_DIR / "web"
 Q12 = tpch_query(12)
 JOIN_STAGE = 3
@@ -38,29 +41,9 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    # Selenium must not look for (or download) a browser or a driver of its own.
-    os.environ["SE_OFFLINE"] = "true"
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    for path in (CHROMIUM, CHROMEDRIVER):
-        if shutil.which(path) is None:
-            pytest.fail(f"{path} is missing: run scripts/install-system-deps.sh (as root)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",  # CI runs as root
-        "--disable-dev-shm-usage",
-        "--disable-gpu",
-        "--window-size=1400,900",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(30)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    yield driver
-    driver.quit()
+    with headless_chromium(page_load_timeout_s=30) as driver:
+        yield driver
 
 
 def screenshot(driver: Any, name: str) -> Path:
