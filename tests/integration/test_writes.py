@@ -341,14 +341,17 @@ def test_two_writes_to_one_location_at_once(
 
     def insert(i: int) -> None:
         with cluster.connect() as own:
-            inserts[i] = own.sql(f"INSERT INTO contested {queries[i]}")
+            try:
+                inserts[i] = own.sql(f"INSERT INTO contested {queries[i]}")
+            except Exception as exc:  # noqa: BLE001 - told below
+                inserts[i] = exc
 
     threads = [threading.Thread(target=insert, args=(i,)) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
-    assert all(r is not None for r in inserts)
+    assert all(r is not None and not isinstance(r, Exception) for r in inserts), inserts
     actual = session.sql("SELECT * FROM contested").to_arrow()
     both = f"{queries[0]} UNION ALL {queries[1]}"
     assert_same_result(actual, duckdb_ref.sql(both).to_arrow_table(), ordered=False)
