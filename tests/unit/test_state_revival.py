@@ -28,15 +28,16 @@ from mangonel.scheduler.events import (
     ExecutorHeartbeat,
     ExecutorRegistered,
     HealthChange,
+    JobFailed,
     JobSucceeded,
     Limits,
     LogExecutorHealth,
     LossReason,
     ResumeExecutor,
 )
-from mangonel.scheduler.state import ExecutorState
+from mangonel.scheduler.state import ExecutorState, JobState
 from mangonel.scheduler.state_revival import MAX_REVIVALS
-from mangonel.task import CancelTask, ExecutorInfo, LaunchTask, ReleaseOutputs
+from mangonel.task import CancelTask, ExecutionError, ExecutorInfo, LaunchTask, ReleaseOutputs
 
 
 def held(h: Harness, executor: ExecutorId, *attempts: object) -> frozenset[str]:
@@ -106,8 +107,9 @@ def test_a_recompute_still_running_loses_to_the_output_that_came_back() -> None:
     come_back(h, E1, held(h, E1, att(1, 0), att(1, 2)))
     cmds = h.send(ExecutorConnected, E1)
     assert cmds[0] == CancelTask(h.last_id, E2, att(1, 2, 1))
-    # The reducer e1 ran at its loss was charged to it: it goes elsewhere.
-    assert launches(cmds) == [("e2", "j1/s2/p0/a1"), ("e1", "j1/s2/p1/a1")]
+    # The reducer e1 ran at its loss is not charged to it (it came back alive):
+    # e1 may run it again, and does.
+    assert launches(cmds) == [("e1", "j1/s2/p0/a1"), ("e2", "j1/s2/p1/a1")]
     reducer = cmds[1]
     assert isinstance(reducer, LaunchTask)
     # p0 from its recompute on e2 (it won), p2 from e1's file that came back.
@@ -131,8 +133,9 @@ def test_outputs_whose_files_it_no_longer_holds_are_made_again() -> None:
     cmds = h.send(ExecutorConnected, E1)
     assert cmds == [CancelTask(h.last_id, E2, att(1, 2, 1))]
     assert recomputed(h) == [1, 0, 0]
-    # p0's recompute goes on and completes the stage.
-    assert launches(h.complete(att(1, 0, 1), E2)) == [("e2", "j1/s2/p0/a1"), ("e1", "j1/s2/p1/a1")]
+    # p0's recompute goes on and completes the stage; the reducer e1 ran at its
+    # loss is not charged to it (it came back alive), and runs there again.
+    assert launches(h.complete(att(1, 0, 1), E2)) == [("e1", "j1/s2/p0/a1"), ("e2", "j1/s2/p1/a1")]
 
 
 def test_an_executor_lost_for_good_reasons_registers_anew() -> None:
@@ -329,3 +332,34 @@ def test_a_report_that_ends_a_suspicion_touches_the_jobs_whose_outputs_it_gives_
     assert launches(cmds) == [("e2", "j2/s2/p0/a0")]
     assert recomputed(h) == [0, 0, 0]
     assert h.state.touched_jobs() == [J1, J2]
+
+
+def test_a_task_running_on_an_executor_that_comes_back_is_not_charged_its_loss() -> None:
+    """A loss for silence or a broken stream charges the attempts running there
+    (a task that kills its executor must not run for ever); an executor that comes
+    back alive, revived or not, shows the loss was the link's, and the charges are
+    taken back. Without that, a link that drops twice fails a job whose tasks may
+    fail twice, though no task ever failed."""
+    h = Harness(Limits(max_task_attempts=2))
+    h.register(E1, 1)
+    h.submit(three_stage_plan(maps=1, reducers=1))
+    h.now = 20.0
+    assert launches(h.lose(E1)) == []  # p0 ran there: charged, and nowhere to run
+    # Back alive, holding nothing needed: a new id, and p0's charge taken back.
+    fresh = ExecutorId("fresh-1")
+    cmds = come_back(h, E1, frozenset())
+    assert cmds[0] == came_back(
+        h, E1, "lost (connection lost) but alive; it registers anew, its files deleted"
+    )
+    assert launches(h.send(ExecutorConnected, fresh)) == [("fresh-1", "j1/s1/p0/a1")]
+    h.now = 40.0
+    h.send(ExecutorHeartbeat, fresh)
+    # Lost again while running p0: its second charge would be its last (2 attempts).
+    h.lose(fresh)
+    view = h.state.job(J1)
+    assert view is not None and view.state is JobState.RUNNING, view
+    # The second charge stands (fresh-1 never came back), so the limit still
+    # holds: a real failure of p0 now is its last.
+    assert launches(h.register(E2, 1)) == [("e2", "j1/s1/p0/a2")]
+    failed = h.fail(att(1, 0, 2), E2, ExecutionError("out of memory"))
+    assert any(isinstance(c, JobFailed) for c in failed), failed

@@ -202,6 +202,16 @@ class TaskRecord:
             if executor not in self.failed_on:
                 self.failed_on = (*self.failed_on, executor)
 
+    def refunded(self, executor: ExecutorId) -> None:
+        """An attempt charged when ``executor`` was lost was not this task's doing:
+        the executor came back alive (``state_revival``, a false loss). The charge
+        is taken back, and the executor is one it may run on again."""
+        if self.failures > 0:
+            self.failures -= 1
+        self.failed_on = tuple(e for e in self.failed_on if e != executor)
+        if self.owner is not None:
+            self.owner.changed.add(self.id)
+
     def note_error(self, error: str, error_type: ErrorType) -> None:
         """The last error, and what it is blamed on (the job's, should it be the last)."""
         self.last_error, self.last_error_type = error, error_type

@@ -8,8 +8,9 @@ drain that finished):
 1. ``DeclareExecutorLost`` for it: the shell closes its stream, the one place
    a stream is closed.
 2. Its running attempts go back to pending, each charged an attempt
-   (``_requeue``); a task that used up ``Limits.max_task_attempts`` fails its
-   job (``_exhausted``, the message). A speculative copy on it is dropped,
+   (``_requeue``; taken back should it come back alive, ``_refund``); a task
+   that used up ``Limits.max_task_attempts`` fails its job (``_exhausted``,
+   the message). A speculative copy on it is dropped,
    uncharged: the attempt it copied goes on.
 3. Running attempts elsewhere that read its outputs are cancelled, uncharged
    (``_cancel_readers``): they would only wait on a fetch that cannot succeed.
@@ -35,7 +36,8 @@ again are ``state_revival``'s):
   suspicion, and set aside (``_set_aside``); if it is heard from again first
   they are its again (``_trusted_again``);
 * a false loss (``_came_back``): a lost executor asking to resume its id is
-  logged and, while outputs it held are still needed and not made again,
+  logged, the attempts its loss charged are taken back (``_refund``), and,
+  while outputs it held are still needed and not made again,
   revived under its id (``ExecutorRegistry.revive``); when its stream opens
   they are its again, a recompute still running cancelled (``_restore_left``).
   ``_lose`` notes what each executor held for this (``Left``, memory only).
@@ -200,6 +202,7 @@ class Recovery:
                     continue
                 if not is_running(task.state, attempt, loss.executor):
                     continue
+                self._revivals.charge(loss.executor, loss.reason, job.id, task.id)
                 if self._requeue(task, loss.executor, why, charge=True):
                     failing.setdefault(job.id, self._exhausted(task))
         if not self._executors.any_live() and self._no_executor_since is None:
@@ -571,6 +574,7 @@ class Recovery:
         if view is None or view.state is not ExecutorState.LOST or view.reason in _LEFT_FOR_GOOD:
             return False
         lost_for = view.reason.value if view.reason is not None else "?"
+        self._refund(executor)
         left = self._revivals.left.get(executor)
         # Worth its id only for outputs nobody made again: otherwise a new life
         # (its old files deleted) is simpler for both sides.
@@ -589,6 +593,20 @@ class Recovery:
         self._no_executor_since = None
         step.commands.append(ResumeExecutor(step.cause, executor))
         return True
+
+    def _refund(self, executor: ExecutorId) -> None:
+        """A lost executor came back alive: the attempts its loss charged to the
+        tasks running on it are taken back (a task of a job still running). A
+        flapping link otherwise used up a task's attempts, and failed its job,
+        for a process that never died."""
+        for job_id, tasks in self._revivals.refunds(executor).items():
+            job = self._jobs.get(job_id)
+            if job is None or job.state.finished:
+                continue
+            for task_id in tasks:
+                task = job.task(task_id)
+                if task is not None:
+                    task.refunded(executor)
 
     def _restore_left(
         self, executor: ExecutorId, left: Left, held: frozenset[str], step: Step

@@ -108,6 +108,19 @@ class Revivals:
     """Revived executors whose stream has not opened yet, with what they held."""
     count: dict[ExecutorId, int] = field(default_factory=dict)
     """Times each has been revived."""
+    charged: dict[ExecutorId, dict[JobId, list[TaskId]]] = field(default_factory=dict)
+    """Lost executors that may come back, with the tasks whose running attempt on
+    each was charged at its loss (``Limits.max_task_attempts``): should it come
+    back alive, revived or not, the loss was not those tasks' doing (``refunds``)."""
+
+    def charge(self, executor: ExecutorId, reason: LossReason, job: JobId, task: TaskId) -> None:
+        """``task``'s attempt on ``executor``, lost for ``reason``, was charged."""
+        if reason in REVIVABLE:
+            self.charged.setdefault(executor, {}).setdefault(job, []).append(task)
+
+    def refunds(self, executor: ExecutorId) -> dict[JobId, list[TaskId]]:
+        """``executor`` came back alive: the charges its loss made, to take back."""
+        return self.charged.pop(executor, {})
 
     def note(self, executor: ExecutorId, reason: LossReason, left: Left) -> None:
         """``executor`` is lost for ``reason``, holding ``left`` (a revived one
@@ -131,7 +144,7 @@ class Revivals:
 
     def forget(self, known: Callable[[ExecutorId], bool]) -> None:
         """Keep only the executors still ``known`` (the registry's bounded history)."""
-        for kept in (self.left, self.returning, self.count):
+        for kept in (self.left, self.returning, self.count, self.charged):
             for executor in [e for e in kept if not known(e)]:
                 del kept[executor]
 
