@@ -124,7 +124,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="mangonel-inproc-"))
     writer = ShuffleWriter(str(work / "shuffle"))
     runner = TaskRunner(writer, ShuffleReader("local"), str(work / "spill"))
-    runner_mod._read_scan = _timed("scan", runner_mod._read_scan)
+    runner_mod.read_scan = _timed("scan", runner_mod.read_scan)
     runner._read_input = _timed("shuffle read", runner._read_input)  # type: ignore[method-assign]
     runner._execute = _timed("execute+write", runner._execute)  # type: ignore[method-assign]
     profiler = cProfile.Profile() if args.profile else None

@@ -3,6 +3,11 @@
 Modules, from the data path outwards:
 
 * ``runner``: ``TaskRunner``, one task slot (a DuckDB database) running one ``TaskSpec``.
+* ``databases``: the slot's DuckDB databases, locked down, and its scan databases.
+* ``scan``: Parquet splits read by DuckDB's reader, or by pyarrow from object storage.
+* ``partitioning``: a task's result split by ``hash(keys) % N`` into its partitions.
+* ``spill``: ``SpillWatch``, how much the running task spills.
+* ``memory``: the memory and spill budgets, and the allocators' settings.
 * ``shuffle``: ``ShuffleWriter`` / ``ShuffleReader``, Arrow IPC partition files,
   checksummed, read memory-mapped on the same host or over Flight.
 * ``flight``: ``ShuffleFlightServer``, serves the files this executor wrote.
