@@ -1,6 +1,6 @@
 """Bind an optimized sqlglot query into the logical plan (``plan.logical``).
 
-Input: a query that passed ``frontend.optimize_query`` (columns qualified by
+Input: a query that passed ``optimize.optimize_query`` (columns qualified by
 their source alias, subqueries decorrelated where sqlglot could, projections
 and predicates pushed down). Output: a tree of logical nodes.
 
@@ -58,7 +58,7 @@ from mangonel.sql.exprs import (
     split_keys,
     substitute,
 )
-from mangonel.sql.frontend import is_plain_exists
+from mangonel.sql.optimize import is_plain_exists
 
 
 class Unsupported(Exception):
@@ -333,7 +333,7 @@ class Binder:
 
         The inner query's WHERE conjuncts that name the outer sources become the
         join's condition (equalities its keys); the rest stay inside. The front end
-        (``frontend.is_semi_join_exists``) let only such plain subqueries through.
+        (``optimize.is_semi_join_exists``) let only such plain subqueries through.
         """
         inner = source_aliases(query)
         where = conjuncts(query.args["where"].this if query.args.get("where") else None)

@@ -43,7 +43,8 @@ from mangonel.plan.pushdown import push_filters
 from mangonel.plan.semi_joins import semi_joins
 from mangonel.plan.types import TypeOracle, oracle_for
 from mangonel.plan.union_filters import union_filters
-from mangonel.sql.frontend import DEFAULT_DIALECT, optimize_query, parse, to_duckdb
+from mangonel.sql.frontend import DEFAULT_DIALECT, parse, to_duckdb
+from mangonel.sql.optimize import optimize_query
 from mangonel.storage import is_remote
 from mangonel.task import OutputKind, OutputSpec
 
