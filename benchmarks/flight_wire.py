@@ -72,7 +72,7 @@ def measure_files(kind: str, repeat: int = 5) -> dict[str, Any]:
     """Child: read the served files ``repeat`` times (``shuffle`` or ``view``)."""
     import pyarrow.flight as flight
 
-    from mangonel.executor.shuffle_read import ShuffleReader
+    from mangonel.executor.shuffle import ShuffleReader
     from mangonel.ids import ExecutorId, StageId
     from mangonel.proto.results import ResultView, result_schema
     from mangonel.task import PartitionLocation

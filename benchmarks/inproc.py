@@ -30,8 +30,8 @@ from helpers import CACHE_DIR, TPCH_TABLES, ensure_tpch, tpch_query  # noqa: E40
 from mangonel.catalog import load_table  # noqa: E402
 from mangonel.executor import runner as runner_mod  # noqa: E402
 from mangonel.executor.runner import TaskRunner  # noqa: E402
-from mangonel.executor.shuffle import ShuffleWriter  # noqa: E402
-from mangonel.executor.shuffle_read import ShuffleReader  # noqa: E402
+from mangonel.executor.shuffle import ShuffleReader  # noqa: E402
+from mangonel.executor.shuffle_write import ShuffleWriter  # noqa: E402
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId  # noqa: E402
 from mangonel.plan.planner import plan_query  # noqa: E402
 from mangonel.task import (  # noqa: E402

@@ -32,8 +32,8 @@ from mangonel.executor import runner as runner_mod
 from mangonel.executor.databases import locked_connection
 from mangonel.executor.failures import classify
 from mangonel.executor.runner import TaskRunner
-from mangonel.executor.shuffle import OutputRegistry, ShuffleWriter
-from mangonel.executor.shuffle_read import ShuffleReader
+from mangonel.executor.shuffle import ShuffleReader
+from mangonel.executor.shuffle_write import OutputRegistry, ShuffleWriter
 from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan.types import TypeOracle
 from mangonel.storage import StorageOptions

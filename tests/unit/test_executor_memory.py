@@ -24,8 +24,8 @@ from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.failures import TaskFailedError, classify
 from mangonel.executor.health import DiskHealth, DiskSpace
 from mangonel.executor.runner import TaskRunner
-from mangonel.executor.shuffle import ShuffleWriter
-from mangonel.executor.shuffle_read import ShuffleReader
+from mangonel.executor.shuffle import ShuffleReader
+from mangonel.executor.shuffle_write import ShuffleWriter
 from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import ExecutionError, ExecutionProblem, OutputKind, OutputSpec, TaskSpec
 from mangonel.testing.faults import (

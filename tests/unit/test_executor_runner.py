@@ -27,8 +27,8 @@ from mangonel.executor.databases import SCAN_DATABASES, locked_connection
 from mangonel.executor.failures import TaskCancelledError, TaskFailedError
 from mangonel.executor.phases import Phase, PhaseClock
 from mangonel.executor.runner import TaskRunner
-from mangonel.executor.shuffle import OutputRegistry, ShuffleWriter
-from mangonel.executor.shuffle_read import ShuffleReader
+from mangonel.executor.shuffle import ShuffleReader
+from mangonel.executor.shuffle_write import OutputRegistry, ShuffleWriter
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import (
     ExecutionError,

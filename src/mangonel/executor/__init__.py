@@ -8,10 +8,10 @@ Modules, from the data path outwards:
 * ``partitioning``: a task's result split by ``hash(keys) % N`` into its partitions.
 * ``spill``: ``SpillWatch``, how much the running task spills.
 * ``memory``: the memory and spill budgets, and the allocators' settings.
-* ``shuffle``: ``ShuffleWriter``, a task's output partitions as Arrow IPC files,
-  checksummed as they are written.
-* ``shuffle_read``: ``ShuffleReader``, a task's inputs read memory-mapped on the
-  same host or fetched over Flight.
+* ``shuffle_write``: ``ShuffleWriter``, a task's output partitions as Arrow IPC
+  files, checksummed as they are written.
+* ``shuffle``: ``ShuffleReader``, a task's inputs read memory-mapped on the same
+  host or fetched over Flight.
 * ``flight``: ``ShuffleFlightServer``, serves the files this executor wrote.
 * ``failures``: ``TaskFailedError`` carrying the typed ``TaskFailure``.
 * ``workdir``: ``WorkRoot``, the executor's locked directories and the sweep of

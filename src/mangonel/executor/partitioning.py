@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 
 from mangonel.executor.databases import quote
 from mangonel.executor.failures import TaskFailedError
-from mangonel.executor.shuffle import PartitionSink
+from mangonel.executor.shuffle_write import PartitionSink
 from mangonel.task import FragmentRejected, TaskSpec
 
 PART_COLUMN = "__mangonel_part"

@@ -75,8 +75,8 @@ from mangonel.executor.scan import (
     read_scan,
     scan_sql,
 )
-from mangonel.executor.shuffle import ShuffleWriter
-from mangonel.executor.shuffle_read import ShuffleReader
+from mangonel.executor.shuffle import ShuffleReader
+from mangonel.executor.shuffle_write import ShuffleWriter
 from mangonel.executor.sink import write_rows
 from mangonel.executor.spill import SpillWatch
 from mangonel.ids import TaskAttemptId

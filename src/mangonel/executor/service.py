@@ -99,8 +99,8 @@ from mangonel.executor.link import CommandStream, ExecutorCommand, Registration,
 from mangonel.executor.memory import format_size
 from mangonel.executor.phases import PhaseClock
 from mangonel.executor.runner import TaskRunner, warm_up
-from mangonel.executor.shuffle import OutputRegistry, ShuffleWriter, checksum_of
-from mangonel.executor.shuffle_read import ShuffleReader
+from mangonel.executor.shuffle import ShuffleReader
+from mangonel.executor.shuffle_write import OutputRegistry, ShuffleWriter, checksum_of
 from mangonel.executor.state import (
     ExecutorMachine,
 )
