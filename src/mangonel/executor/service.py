@@ -28,7 +28,7 @@ out after it is released (only ``InterruptTask`` runs under it, see ``_feed``).
 Test hooks (fault injection) sit behind ``executor.hooks.TaskHooks``; the
 default does nothing.
 
-Why one module of about 700 lines (a hundred of them the events it feeds and the
+Why it is over 600 lines (a hundred of them import the events it feeds and the
 actions it carries out): it does one thing, carrying out ``ExecutorMachine``'s
 actions, and its parts (the control thread, the task threads, the heartbeat and
 cleanup threads) share one lock, the slots, the link and the lives' writers;

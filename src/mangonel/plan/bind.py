@@ -12,6 +12,12 @@ functions -> QUALIFY -> SELECT list -> DISTINCT -> ORDER BY / LIMIT.
 
 Anything it does not understand raises ``Unsupported``; the planner then runs
 the whole query as one gathered stage, so an unusual query is slower, never wrong.
+
+Why it is over 600 lines: ``Binder`` is one walk over a SELECT block in the
+order above, and its steps share the scope it holds (the sources in view, their
+aliases, the CTEs, the outer references of a subquery); the rewrites that need no
+scope run after it, each a module of its own (``pushdown``, ``semi_joins``,
+``join_order``, ``eager``, ``prune``, ``union_filters``).
 """
 
 from __future__ import annotations
