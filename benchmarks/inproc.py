@@ -30,7 +30,8 @@ from helpers import CACHE_DIR, TPCH_TABLES, ensure_tpch, tpch_query  # noqa: E40
 from mangonel.catalog import load_table  # noqa: E402
 from mangonel.executor import runner as runner_mod  # noqa: E402
 from mangonel.executor.runner import TaskRunner  # noqa: E402
-from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter  # noqa: E402
+from mangonel.executor.shuffle import ShuffleReader  # noqa: E402
+from mangonel.executor.shuffle_write import ShuffleWriter  # noqa: E402
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId  # noqa: E402
 from mangonel.plan.planner import plan_query  # noqa: E402
 from mangonel.task import (  # noqa: E402
@@ -124,7 +125,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="mangonel-inproc-"))
     writer = ShuffleWriter(str(work / "shuffle"))
     runner = TaskRunner(writer, ShuffleReader("local"), str(work / "spill"))
-    runner_mod._read_scan = _timed("scan", runner_mod._read_scan)
+    runner_mod.read_scan = _timed("scan", runner_mod.read_scan)
     runner._read_input = _timed("shuffle read", runner._read_input)  # type: ignore[method-assign]
     runner._execute = _timed("execute+write", runner._execute)  # type: ignore[method-assign]
     profiler = cProfile.Profile() if args.profile else None

@@ -170,7 +170,7 @@ def serve_table(table: pa.Table, partitions: int = 4) -> None:
 
     from mangonel.executor.flight import ShuffleFlightServer
     from mangonel.executor.runner import BATCH_ROWS
-    from mangonel.executor.shuffle import ShuffleWriter
+    from mangonel.executor.shuffle_write import ShuffleWriter
     from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
 
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
@@ -223,7 +223,8 @@ def shuffle_remote_read(nbytes: int) -> dict[str, Any]:
 def shuffle_machinery(table: pa.Table, partitions: int = 4) -> dict[str, Any]:
     """Write ``table`` through ``ShuffleWriter`` as ``partitions`` files, read them back."""
     from mangonel.executor.runner import BATCH_ROWS
-    from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter
+    from mangonel.executor.shuffle import ShuffleReader
+    from mangonel.executor.shuffle_write import ShuffleWriter
     from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
     from mangonel.task import PartitionLocation
 

@@ -283,7 +283,7 @@ class TaskSpec:
     against (``DistributedPlan.readable_files``) and those its job scans: the
     executor's scan database for the task may read them all (and no other), so one
     database per slot serves every scan task of every job over that catalog
-    (``executor.runner.TaskRunner._scan_connection``). Empty: only the task's own
+    (``executor.databases.ScanDatabases``). Empty: only the task's own
     files. ``result``: its stage is the job's final one, whose small outputs go
     with the task's report (the client reads them from the job's final status).
     """

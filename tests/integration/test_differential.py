@@ -410,7 +410,7 @@ CASES: list[Case] = [
         "semi_group_by_one_side_residual",
         "SELECT r.k, r.b FROM r JOIN l ON r.k = l.k AND r.b > l.a GROUP BY r.k, r.b",
     ),
-    # correlated [NOT] EXISTS bound as SEMI / ANTI joins (frontend.is_semi_join_exists)
+    # correlated [NOT] EXISTS bound as SEMI / ANTI joins (optimize.is_semi_join_exists)
     Case(
         "not_exists_non_equi_only",
         "SELECT id FROM emp e WHERE NOT EXISTS (SELECT 1 FROM emp e2 WHERE e2.salary > e.salary)",

@@ -29,9 +29,11 @@ from mangonel.errors import (
     ObjectStoreUnavailableError,
 )
 from mangonel.executor import runner as runner_mod
+from mangonel.executor.databases import locked_connection
 from mangonel.executor.failures import classify
-from mangonel.executor.runner import TaskRunner, _locked_connection
-from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
+from mangonel.executor.runner import TaskRunner
+from mangonel.executor.shuffle import ShuffleReader
+from mangonel.executor.shuffle_write import OutputRegistry, ShuffleWriter
 from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
 from mangonel.plan.types import TypeOracle
 from mangonel.storage import StorageOptions
@@ -144,7 +146,7 @@ def test_a_task_reads_an_object_as_often_as_its_fragment_names_it(
     """A split read by pyarrow is streamed only where DuckDB reads it in one pass: a
     fragment that names its scan twice (or through a CTE) reads it whole, where the
     stream, spent by the first read, failed the second."""
-    read_scan = runner_mod._read_scan
+    read_scan = runner_mod.read_scan
     handed: list[type] = []
 
     def spy(*args: Any) -> pa.Table | pa.RecordBatchReader:
@@ -152,7 +154,7 @@ def test_a_task_reads_an_object_as_often_as_its_fragment_names_it(
         handed.append(type(read))
         return read
 
-    monkeypatch.setattr(runner_mod, "_read_scan", spy)
+    monkeypatch.setattr(runner_mod, "read_scan", spy)
     table = load_table("nation", s3_tpch["nation"])
     (splits,) = table.splits(1_000_000)
     writer = ShuffleWriter(str(tmp_path / "shuffle"), OutputRegistry())
@@ -338,7 +340,7 @@ def test_duckdb_never_installs_or_loads_an_extension(tmp_path: Path) -> None:
     """A task database that is allowed to read an s3:// path still cannot: DuckDB
     would need httpfs, and it fails at once instead of downloading it."""
     uri = "s3://tpch/sf0.1/nation.parquet"
-    con = _locked_connection(str(tmp_path / "spill"), None, 1, [uri])
+    con = locked_connection(str(tmp_path / "spill"), None, 1, [uri])
     settings = con.execute(
         "SELECT current_setting('autoinstall_known_extensions'), "
         "current_setting('autoload_known_extensions')"

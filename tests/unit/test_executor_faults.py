@@ -16,7 +16,8 @@ import pyarrow as pa
 import pytest
 
 from mangonel.executor.failures import TaskFailedError
-from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter, file_checksum
+from mangonel.executor.shuffle import ShuffleReader
+from mangonel.executor.shuffle_write import ShuffleWriter, file_checksum
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import ExecutionError, FetchProblem, PartitionLocation, PartitionOutput
 from mangonel.testing.faults import FaultFileError, FaultInjector, parse_rules, write_rules

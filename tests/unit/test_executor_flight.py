@@ -11,7 +11,7 @@ import pyarrow.flight as flight
 import pytest
 
 from mangonel.executor.flight import ShuffleFlightServer
-from mangonel.executor.shuffle import OutputRegistry, ShuffleWriter
+from mangonel.executor.shuffle_write import OutputRegistry, ShuffleWriter
 from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
 
 

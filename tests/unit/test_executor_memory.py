@@ -19,12 +19,13 @@ import pyarrow as pa
 import pytest
 
 from mangonel.executor import memory as mem
-from mangonel.executor import runner as runner_module
+from mangonel.executor import spill as spill_module
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.failures import TaskFailedError, classify
 from mangonel.executor.health import DiskHealth, DiskSpace
 from mangonel.executor.runner import TaskRunner
-from mangonel.executor.shuffle import ShuffleReader, ShuffleWriter
+from mangonel.executor.shuffle import ShuffleReader
+from mangonel.executor.shuffle_write import ShuffleWriter
 from mangonel.ids import JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import ExecutionError, ExecutionProblem, OutputKind, OutputSpec, TaskSpec
 from mangonel.testing.faults import (
@@ -184,8 +185,8 @@ def test_the_slot_spill_watch_sees_files_gone_before_the_task_ends(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The case the watch exists for: DuckDB deletes its files inside the query.
-    monkeypatch.setattr(runner_module, "_SPILL_POLL_S", 0.001)
-    watch = runner_module._SpillWatch(str(tmp_path))
+    monkeypatch.setattr(spill_module, "_SPILL_POLL_S", 0.001)
+    watch = spill_module.SpillWatch(str(tmp_path))
     try:
         watch.start()
         path = _spill_file(tmp_path / "scan-1", "duckdb_temp_storage-0.tmp", 1 << 20)
@@ -200,7 +201,7 @@ def test_the_slot_spill_watch_sees_files_gone_before_the_task_ends(
 
 
 def test_the_slot_spill_watch_starts_from_zero_for_each_task(tmp_path: Path) -> None:
-    watch = runner_module._SpillWatch(str(tmp_path))
+    watch = spill_module.SpillWatch(str(tmp_path))
     try:
         watch.start()
         path = _spill_file(tmp_path, "a.tmp", 256 * 1024)

@@ -22,10 +22,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from mangonel.executor import runner as runner_mod
+from mangonel.executor import scan as scan_mod
+from mangonel.executor.databases import SCAN_DATABASES, locked_connection
 from mangonel.executor.failures import TaskCancelledError, TaskFailedError
 from mangonel.executor.phases import Phase, PhaseClock
-from mangonel.executor.runner import SCAN_DATABASES, TaskRunner
-from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter
+from mangonel.executor.runner import TaskRunner
+from mangonel.executor.shuffle import ShuffleReader
+from mangonel.executor.shuffle_write import OutputRegistry, ShuffleWriter
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import (
     ExecutionError,
@@ -277,7 +280,7 @@ def test_hash_output_of_many_batches_puts_each_row_in_its_partition(
 _GROW_AND_FREE = textwrap.dedent(
     """
     import ctypes, json, resource, threading
-    from mangonel.executor.runner import keep_batch_memory
+    from mangonel.executor.memory import keep_batch_memory
 
     libc = ctypes.CDLL(None)
     libc.malloc.restype = libc.realloc.restype = ctypes.c_void_p
@@ -738,7 +741,7 @@ def test_task_databases_keep_the_planners_join_order(tmp_path: Path) -> None:
     plain = duckdb.connect()
     first = _join_conditions_bottom_up(plain)[0]
     assert "nationkey" in first and "orderkey" not in first  # the trap is real
-    locked = runner_mod._locked_connection(str(tmp_path / "spill"), None, 1)
+    locked = locked_connection(str(tmp_path / "spill"), None, 1)
     first, second = _join_conditions_bottom_up(locked)
     assert "orderkey" in first and "nationkey" not in first
     assert "nationkey" in second
@@ -776,7 +779,7 @@ def test_task_databases_build_on_the_side_the_planner_put_right(tmp_path: Path) 
     # on the 150 000 orders instead: at SF1 about 170 MB a task where the 10 000 rows
     # the planner put on the right take a few.
     assert "o_orderkey" in _top_join_build_side(duckdb.connect())  # the trap is real
-    locked = runner_mod._locked_connection(str(tmp_path / "spill"), None, 1)
+    locked = locked_connection(str(tmp_path / "spill"), None, 1)
     build = _top_join_build_side(locked)
     assert "l_partkey" in build and "o_orderkey" not in build
 
@@ -816,7 +819,7 @@ def test_task_databases_aggregate_after_the_join(tmp_path: Path) -> None:
         return any(name == "HASH_GROUP_BY" and depth > join for depth, name in ops)
 
     assert groups_below_join(plan(duckdb.connect()))  # the trap is real
-    locked = runner_mod._locked_connection(str(tmp_path / "spill"), None, 1)
+    locked = locked_connection(str(tmp_path / "spill"), None, 1)
     ops = plan(locked)
     assert not groups_below_join(ops)
     assert [name for _, name in ops].count("HASH_GROUP_BY") == 1
@@ -966,11 +969,11 @@ def _map_rows(maps: dict[int, tuple[PartitionOutput, ...]], mode: str) -> int:
 
 
 def test_read_once_only_where_the_fragment_names_the_input_once_without_with() -> None:
-    assert runner_mod._read_once('SELECT * FROM "s1"', "s1")
-    assert not runner_mod._read_once('SELECT * FROM "s1" a JOIN "s1" b USING (k)', "s1")
-    assert not runner_mod._read_once('WITH x AS (SELECT * FROM "s1") SELECT * FROM x', "s1")
-    assert not runner_mod._read_once("SELECT * FROM s1", "s1")  # unquoted: read whole
-    assert runner_mod._read_once('SELECT * FROM "s12" JOIN "s1" USING (k)', "s1")
+    assert runner_mod.read_once('SELECT * FROM "s1"', "s1")
+    assert not runner_mod.read_once('SELECT * FROM "s1" a JOIN "s1" b USING (k)', "s1")
+    assert not runner_mod.read_once('WITH x AS (SELECT * FROM "s1") SELECT * FROM x', "s1")
+    assert not runner_mod.read_once("SELECT * FROM s1", "s1")  # unquoted: read whole
+    assert runner_mod.read_once('SELECT * FROM "s12" JOIN "s1" USING (k)', "s1")
 
 
 def test_the_first_task_of_a_job_has_its_catalog_files_learned_ahead(
@@ -995,21 +998,21 @@ def test_the_first_task_of_a_job_has_its_catalog_files_learned_ahead(
     assert read(runner, out).column("x").to_pylist() == [1]
 
     def known(path: str) -> bool:
-        with runner_mod._TYPES_LOCK:
-            types = any(k[0] == path for k in runner_mod._TYPES)
-        with runner_mod._METADATA_LOCK:
-            return types and any(k[0] == path for k in runner_mod._METADATA)
+        with scan_mod._TYPES_LOCK:
+            types = any(k[0] == path for k in scan_mod._TYPES)
+        with scan_mod._METADATA_LOCK:
+            return types and any(k[0] == path for k in scan_mod._METADATA)
 
     # The learner's queue is one thread: what runs after it has seen the files learned.
-    priority = runner_mod._LEARNER.submit(
+    priority = scan_mod._LEARNER.submit(
         lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     ).result(timeout=30)
     assert all(known(p) for p in files[1:]), "the job's other files were not learned ahead"
     assert priority == 19  # the learner runs on cores the tasks leave idle
-    assert runner_mod._TYPES[(files[2], *_stat(files[2]), "s")] == ("VARCHAR", "VARCHAR")
-    many = (other, *(f"{other}-{n}" for n in range(runner_mod.LEARN_AHEAD_FILES)))
-    runner_mod.learn_ahead(many)
-    runner_mod._LEARNER.submit(lambda: None).result(timeout=30)
+    assert scan_mod._TYPES[(files[2], *_stat(files[2]), "s")] == ("VARCHAR", "VARCHAR")
+    many = (other, *(f"{other}-{n}" for n in range(scan_mod.LEARN_AHEAD_FILES)))
+    scan_mod.learn_ahead(many)
+    scan_mod._LEARNER.submit(lambda: None).result(timeout=30)
     assert not known(other)
 
 

@@ -364,7 +364,8 @@ def test_a_small_side_that_cuts_a_big_one_is_joined_first(
     from mangonel.plan.estimate import Estimator
     from mangonel.plan.logical import Join, Node, Scan, walk
     from mangonel.plan.types import oracle_for
-    from mangonel.sql.frontend import optimize_query, parse
+    from mangonel.sql.frontend import parse
+    from mangonel.sql.optimize import optimize_query
 
     def first_partner_of_lineitem() -> set[str]:
         parsed = parse(tpch_query(5), set(catalog), None)

@@ -13,7 +13,7 @@ planned as that one task.
 
 The differential suite found a third: a named window (``OVER w ... WINDOW w AS
 (...)``) was refused by the binder, so the query ran whole in one task; the front
-end now writes each reference out in full (``frontend.inline_named_windows``).
+end now writes each reference out in full (``optimize.inline_named_windows``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from plan_runner import run_plan
 
 from mangonel.catalog import Table
 from mangonel.plan.planner import PlannerConfig, plan_query
-from mangonel.sql.frontend import inline_named_windows
+from mangonel.sql.optimize import inline_named_windows
 
 CONFIG = PlannerConfig(partitions=3, partition_bytes=0, broadcast_bytes=0, split_rows=20_000)
 

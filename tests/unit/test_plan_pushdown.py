@@ -18,7 +18,8 @@ from mangonel.plan.logical import Filter, Node, Scan, walk
 from mangonel.plan.planner import PlannerConfig, plan_query
 from mangonel.plan.pushdown import push_filters
 from mangonel.plan.types import oracle_for
-from mangonel.sql.frontend import _derived_tables_only, optimize_query, parse
+from mangonel.sql.frontend import parse
+from mangonel.sql.optimize import _derived_tables_only, optimize_query
 
 CONFIG = PlannerConfig(partitions=3, partition_bytes=0, split_rows=20_000)
 

@@ -16,7 +16,7 @@ from sqlglot.optimizer.qualify import qualify
 
 from mangonel.catalog import load_table
 from mangonel.plan.planner import PlannerConfig, plan_query
-from mangonel.sql.frontend import is_semi_join_exists
+from mangonel.sql.optimize import is_semi_join_exists
 
 SCHEMA = {"t": {"k": "BIGINT", "v": "BIGINT"}, "u": {"k": "BIGINT", "w": "BIGINT"}}
 

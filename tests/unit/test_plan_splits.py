@@ -13,8 +13,9 @@ from helpers import assert_same_result, tpch_query
 from plan_runner import run_plan
 
 from mangonel.catalog import Table, load_table
+from mangonel.plan.config import ONE_WAVE_SPLITS
 from mangonel.plan.distribute import stages
-from mangonel.plan.planner import ONE_WAVE_SPLITS, PlannerConfig, plan_query
+from mangonel.plan.planner import PlannerConfig, plan_query
 
 
 def test_adaptive_split_size_follows_the_bytes_scanned_within_bounds() -> None:

@@ -17,7 +17,8 @@ import pytest
 
 from mangonel.executor.failures import FetchFailedError, TaskCancelledError, TaskFailedError
 from mangonel.executor.flight import ShuffleFlightServer
-from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter, file_checksum
+from mangonel.executor.shuffle import ShuffleReader
+from mangonel.executor.shuffle_write import OutputRegistry, ShuffleWriter, file_checksum
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.task import (
     ExecutionError,

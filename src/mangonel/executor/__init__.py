@@ -3,8 +3,15 @@
 Modules, from the data path outwards:
 
 * ``runner``: ``TaskRunner``, one task slot (a DuckDB database) running one ``TaskSpec``.
-* ``shuffle``: ``ShuffleWriter`` / ``ShuffleReader``, Arrow IPC partition files,
-  checksummed, read memory-mapped on the same host or over Flight.
+* ``databases``: the slot's DuckDB databases, locked down, and its scan databases.
+* ``scan``: Parquet splits read by DuckDB's reader, or by pyarrow from object storage.
+* ``partitioning``: a task's result split by ``hash(keys) % N`` into its partitions.
+* ``spill``: ``SpillWatch``, how much the running task spills.
+* ``memory``: the memory and spill budgets, and the allocators' settings.
+* ``shuffle_write``: ``ShuffleWriter``, a task's output partitions as Arrow IPC
+  files, checksummed as they are written.
+* ``shuffle``: ``ShuffleReader``, a task's inputs read memory-mapped on the same
+  host or fetched over Flight.
 * ``flight``: ``ShuffleFlightServer``, serves the files this executor wrote.
 * ``failures``: ``TaskFailedError`` carrying the typed ``TaskFailure``.
 * ``workdir``: ``WorkRoot``, the executor's locked directories and the sweep of

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from isal import isal_zlib
 
-from mangonel.executor.shuffle import OutputRegistry, checksum_text
+from mangonel.executor.shuffle_write import OutputRegistry, checksum_text
 from mangonel.proto.batches import fitted
 from mangonel.proto.results import ResultView
 from mangonel.security import tls

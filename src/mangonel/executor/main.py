@@ -22,7 +22,7 @@ from mangonel import options, pauses, storage
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import GrpcSchedulerLink, SchedulerLink
-from mangonel.executor.runner import keep_batch_memory
+from mangonel.executor.memory import keep_batch_memory
 from mangonel.executor.service import ExecutorService
 from mangonel.security.tls import TlsMaterial
 
@@ -35,7 +35,7 @@ def start_executor(
     """Start an executor in this process and return at once.
 
     It also tunes this process's C allocator for the executor's Arrow batches
-    (``runner.keep_batch_memory``).
+    (``memory.keep_batch_memory``).
 
     Args:
         config: The executor's settings.

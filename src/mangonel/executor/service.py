@@ -27,6 +27,12 @@ Events are fed in under one lock, and the actions they return are carried
 out after it is released (only ``InterruptTask`` runs under it, see ``_feed``).
 Test hooks (fault injection) sit behind ``executor.hooks.TaskHooks``; the
 default does nothing.
+
+Why it is over 600 lines (a hundred of them import the events it feeds and the
+actions it carries out): it does one thing, carrying out ``ExecutorMachine``'s
+actions, and its parts (the control thread, the task threads, the heartbeat and
+cleanup threads) share one lock, the slots, the link and the lives' writers;
+split, they would hand that state between modules, and none would read alone.
 """
 
 from __future__ import annotations
@@ -93,7 +99,8 @@ from mangonel.executor.link import CommandStream, ExecutorCommand, Registration,
 from mangonel.executor.memory import format_size
 from mangonel.executor.phases import PhaseClock
 from mangonel.executor.runner import TaskRunner, warm_up
-from mangonel.executor.shuffle import OutputRegistry, ShuffleReader, ShuffleWriter, checksum_of
+from mangonel.executor.shuffle import ShuffleReader
+from mangonel.executor.shuffle_write import OutputRegistry, ShuffleWriter, checksum_of
 from mangonel.executor.state import (
     ExecutorMachine,
 )

@@ -2,7 +2,7 @@
 
 The task's fragment runs in its slot's locked database as any other; its Arrow
 stream goes to a fresh DuckDB database that does nothing but ``COPY`` it to files
-(the slot's database may reach no file: ``runner._lock_down``). That database
+(the slot's database may reach no file: ``databases.lock_down``). That database
 runs no SQL of the user's: only the ``COPY`` written here, over the stream, to the
 attempt's own staging directory (``output.attempt_staging``). DuckDB's writer
 gives DuckDB's file layout: its row groups, hive directories for

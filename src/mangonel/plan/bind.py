@@ -1,6 +1,6 @@
 """Bind an optimized sqlglot query into the logical plan (``plan.logical``).
 
-Input: a query that passed ``frontend.optimize_query`` (columns qualified by
+Input: a query that passed ``optimize.optimize_query`` (columns qualified by
 their source alias, subqueries decorrelated where sqlglot could, projections
 and predicates pushed down). Output: a tree of logical nodes.
 
@@ -12,6 +12,12 @@ functions -> QUALIFY -> SELECT list -> DISTINCT -> ORDER BY / LIMIT.
 
 Anything it does not understand raises ``Unsupported``; the planner then runs
 the whole query as one gathered stage, so an unusual query is slower, never wrong.
+
+Why it is over 600 lines: ``Binder`` is one walk over a SELECT block in the
+order above, and its steps share the scope it holds (the sources in view, their
+aliases, the CTEs, the outer references of a subquery); the rewrites that need no
+scope run after it, each a module of its own (``pushdown``, ``semi_joins``,
+``join_order``, ``eager``, ``prune``, ``union_filters``).
 """
 
 from __future__ import annotations
@@ -58,7 +64,7 @@ from mangonel.sql.exprs import (
     split_keys,
     substitute,
 )
-from mangonel.sql.frontend import is_plain_exists
+from mangonel.sql.optimize import is_plain_exists
 
 
 class Unsupported(Exception):
@@ -333,7 +339,7 @@ class Binder:
 
         The inner query's WHERE conjuncts that name the outer sources become the
         join's condition (equalities its keys); the rest stay inside. The front end
-        (``frontend.is_semi_join_exists``) let only such plain subqueries through.
+        (``optimize.is_semi_join_exists``) let only such plain subqueries through.
         """
         inner = source_aliases(query)
         where = conjuncts(query.args["where"].this if query.args.get("where") else None)

@@ -14,7 +14,7 @@ meet ``customer``, and the aggregate over the wide keys merges them:
 
 DuckDB's own ``partial_aggregate_pushdown`` does this, but whatever the sizes:
 it grouped TPC-H q18's 3M lineitem rows before a join that keeps 217 of them, so
-it is off in the executors (``executor.runner``) and the planner decides here,
+it is off in the executors (``executor.databases``) and the planner decides here,
 from the estimates.
 
 The inner aggregate (``Aggregate.local``) may run in each task over the rows it

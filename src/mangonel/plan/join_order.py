@@ -68,7 +68,7 @@ def _visit(node: Node, estimator: Estimator, done: dict[Node, Node]) -> Node:
 
 def _smaller_right(join: Join, estimator: Estimator) -> None:
     """A FULL join with its smaller side on the right, where DuckDB builds its hash
-    table (the executors keep its build-side rule off: ``executor.runner``). A FULL
+    table (the executors keep its build-side rule off: ``executor.databases``). A FULL
     join keeps both sides' rows either way round, and its readers name columns,
     not positions: TPC-DS q51 built 499k store rows against 138k web rows."""
     if estimator.size(join.left).rows < estimator.size(join.right).rows:

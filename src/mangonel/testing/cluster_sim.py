@@ -34,6 +34,12 @@ it still fails.
 >>> result = run(SimConfig(seed=3, jobs=2))
 >>> result.violation is None and result.jobs_ended == 2
 True
+
+Why it is over 1,000 lines: ``ClusterSim`` is one event loop, and its handlers
+(the scheduler's shell, the executors' shells, the network, the faults) share
+its queue, clock and random stream, which is what makes a run replayable; what
+needs none of them is already apart (``sim_world``, ``sim_checks``, ``sim_data``,
+``sim_restore``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ phases around a hash exchange on its group keys, a window on its common
 PARTITION BY keys, set operations on all columns, a top-n per task before the
 merge, and each join where ``joins`` places it. Subqueries used in expressions
 are planned once, as stages every reader reads whole.
+
+Why it is over 600 lines: ``Distributor`` has one method per logical operator,
+and each decides, over the same ``StageBuilder`` and estimates, where its rows
+must move; what several operators share is already apart (``joins``,
+``aggregates``, ``keys``, ``ranges``, ``reductions``, ``shared``, ``costs``).
 """
 
 from __future__ import annotations

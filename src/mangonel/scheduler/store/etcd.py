@@ -40,6 +40,11 @@ password_file=FILE`` logs in to etcd's own authentication (``etcdctl auth enable
 and sends its token with every request, logging in again when etcd drops it.
 One or the other: once its authentication is on, etcd refuses requests that come
 through its JSON gateway with a client certificate that names a user (etcd 3.5).
+
+Why it is over 600 lines: one store over etcd's JSON gateway. Leadership (the
+lease and its keep-alive), the state's keys and the HTTP session they go through
+(several endpoints, failover, login tokens) serve one ``StateStore`` and share
+that session; each is a class of its own here.
 """
 
 from __future__ import annotations
