@@ -62,12 +62,13 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf.message import Message
 
-from mangonel import textfiles
+from mangonel import defaults, textfiles
 from mangonel.errors import AuthenticationError, ClusterError, MangonelError, PermissionDeniedError
 from mangonel.ids import JobId
 from mangonel.proto import flightsql_pb2 as sql_pb
 from mangonel.proto.batches import fitted
 from mangonel.proto.results import ResultView, partition_ticket, result_schema
+from mangonel.scheduler import doors
 from mangonel.scheduler import flightsql_meta as meta
 from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
 from mangonel.scheduler.flightsql_front import (
@@ -117,11 +118,8 @@ RESULTS_FROM = ("executors", "scheduler")
 REUSE_CONNECTION = "arrow-flight-reuse-connection://?"
 """Flight's location for "the service that gave you this FlightInfo"."""
 
-# Runs of a query whose result was lost before its FlightInfo was built.
-_RESULT_RETRIES = 2
-# How often a waiting GetFlightInfo looks whether its client went away.
-_CANCEL_POLL_S = 0.1
 _FETCH_TIMEOUT_S = 60.0
+_CANCELLED = "cancelled by the Flight SQL client"
 _AUTH_MIDDLEWARE = "auth"
 
 
@@ -607,16 +605,16 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
     ) -> _Result:
         """Submit, wait, and learn the result's schema; run again while the
         result is lost before that."""
-        for attempt in range(_RESULT_RETRIES + 1):
+        for attempt in range(defaults.RESULT_RETRIES + 1):
             record = self._submit(sql, who)
             self._wait(record, context)
-            result = self._finish(record, who, last=attempt == _RESULT_RETRIES)
+            result = self._finish(record, who, last=attempt == defaults.RESULT_RETRIES)
             if result is not None:
                 return result
         raise AssertionError("unreachable")
 
     def _submit(self, sql: str, who: FlightSqlAuthMiddleware) -> JobWatch:
-        record = self.core.submit(sql, owner=who.principal.user, may_write=who.principal.may_write)
+        record = doors.submit(self.core, who.principal, sql)
         log.info("flight sql: job %s for %s", record.id, who.principal.user)
         return record
 
@@ -667,18 +665,11 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
 
     def _wait(self, record: JobWatch, context: flight.ServerCallContext) -> None:
         """Until the job ends; a client that cancels its call (or goes away) cancels it."""
-        while True:
-            with record.changed:
-                record.changed.wait_for(lambda: record.state.finished, timeout=_CANCEL_POLL_S)
-                state, error, error_type = record.state, record.error, record.error_type
-            if state is JobState.SUCCEEDED:
-                return
-            if state.finished:
-                raise failure(record.id, error, error_type)
-            if context.is_cancelled():
-                log.info("flight sql: the client cancelled job %s", record.id)
-                self.core.cancel(record.id, "cancelled by the Flight SQL client")
-                raise flight.FlightCancelledError(f"job {record.id} was cancelled")
+        end = doors.wait_end(self.core, record, context.is_cancelled, _CANCELLED)
+        if end is None:
+            raise flight.FlightCancelledError(f"job {record.id} was cancelled")
+        if end.state is not JobState.SUCCEEDED:
+            raise failure(record.id, end.error, end.error_type)
 
     def _schema_of(
         self,
@@ -853,18 +844,17 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
             for i, record in enumerate(poll.jobs):
                 if poll.results[i] is not None:
                     continue
-                with record.changed:
-                    state, error, error_type = record.state, record.error, record.error_type
-                    views = record.stage_views()
-                if state is JobState.SUCCEEDED:
-                    last = poll.runs[i] > _RESULT_RETRIES
+                end = record.outcome()
+                views = record.stage_views()
+                if end.state is JobState.SUCCEEDED:
+                    last = poll.runs[i] > defaults.RESULT_RETRIES
                     poll.results[i] = self._finish(record, who, last)
                     if poll.results[i] is None:
                         poll.jobs[i] = self._submit(poll.statements[i], who)
                         poll.runs[i] += 1
-                elif state.finished:
+                elif end.state.finished:
                     self._drop_poll(poll)
-                    raise failure(record.id, error, error_type)
+                    raise failure(record.id, end.error, end.error_type)
                 done += sum(v.done for v in views)
                 total += sum(v.num_tasks for v in views)
             results = [r for r in poll.results if r is not None]
@@ -926,13 +916,12 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         if not jobs:
             return sql_pb.CANCEL_STATUS_NOT_CANCELLABLE
         for job in jobs:
-            with self._lock:
-                result = self._results.get(job)
-            if result is not None:
-                try:
-                    who.principal.check_sees(job, result.owner)
-                except PermissionDeniedError as exc:
-                    raise flight.FlightUnauthorizedError(str(exc)) from None
+            try:
+                doors.job_of(self.core, who.principal, job)
+            except JobNotFoundError:
+                pass  # forgotten: nothing is held, releasing it is harmless
+            except PermissionDeniedError as exc:
+                raise flight.FlightUnauthorizedError(str(exc)) from None
             self._release(job)
         return sql_pb.CANCEL_STATUS_CANCELLED
 
@@ -958,7 +947,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         with self._lock:
             self._results.pop(job, None)
         try:
-            if not self.core.cancel(job, "cancelled by the Flight SQL client"):
+            if not self.core.cancel(job, _CANCELLED):
                 self.core.release_result(job)
         except MangonelError as exc:  # forgotten already: nothing is held
             log.debug("releasing job %s: %s", job, exc)

@@ -44,6 +44,7 @@ from mangonel.ids import ExecutorId, JobId, StageId
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
+from mangonel.scheduler import doors
 from mangonel.scheduler.breakdown import StagePhases, stage_phases
 from mangonel.scheduler.core import ExecutorNotFoundError, JobNotFoundError, SchedulerCore
 from mangonel.scheduler.jobs import JobWatch
@@ -469,9 +470,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             JobNotFoundError: no such job.
             PermissionDeniedError: another user's job, and the caller is no admin.
         """
-        record = self.core.job(JobId(job_id))
-        caller.check_sees(job_id, record.owner)
-        return record
+        return doors.job_of(self.core, caller, job_id)
 
     @staticmethod
     def _admin(caller: Principal, what: str) -> None:
@@ -533,12 +532,8 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
     @rpc
     def Submit(self, request: pb.SubmitRequest, context: grpc.ServicerContext) -> pb.SubmitResponse:
         caller = self._caller(context)
-        record = self.core.submit(
-            request.sql,
-            request.dialect or None,
-            request.request_id,
-            owner=caller.user,
-            may_write=caller.may_write,
+        record = doors.submit(
+            self.core, caller, request.sql, request.dialect or None, request.request_id
         )
         return pb.SubmitResponse(job_id=record.id, columns=list(record.plan.columns))
 
@@ -559,8 +554,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
                 # A progress message nobody shows: building and sending one cost the
                 # scheduler about 0.5 ms of the GIL, often right as a task's report
                 # and the next launch went through (issue 19).
-                with record.changed:
-                    record.changed.wait_for(lambda: record.state.finished, timeout=1.0)
+                record.wait_finished(timeout=1.0)
                 continue
             if version != seen:
                 seen = version
@@ -584,8 +578,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             # Throttle progress, but never hold back the final message.
             pause = _WATCH_MIN_INTERVAL_S - (time.monotonic() - last_sent)
             if pause > 0:
-                with record.changed:
-                    record.changed.wait_for(lambda: record.state.finished, timeout=pause)
+                record.wait_finished(timeout=pause)
 
     @rpc
     def CancelJob(
