@@ -1,5 +1,12 @@
 """The scheduler's I/O shell, without the network: events in, commands carried out.
 
+Over 600 lines because it is the one object every door calls under one lock: each
+of its methods turns a call into an event (or a read of a view), and they share
+that lock, the event counter and the store writer. What runs apart from the lock
+lives beside it: the commit thread (``commits``), each job's watchers' record
+(``jobs``), what a front door does with a caller's job (``doors``), the store's
+encoding (``persist``) and the counters (``telemetry``).
+
 ``SchedulerCore`` wraps the pure state machine (``scheduler.state``), which
 makes every decision. The shell turns what happens outside (an executor
 registers or opens its stream, a task reports, a client submits SQL, cancels
@@ -20,6 +27,8 @@ them:
   logged under the job's id with its type (an internal error as an error).
 * ``ForgetJob``: drop the job's watchers' record (its stored keys went with
   the event's commit).
+* ``CommitWrite`` / ``AbortWrite``: onto the commit thread (``commits``), which
+  reports the outcome as an event.
 
 What else the shell keeps is I/O: the lock, each executor's command queue
 (``registry.ExecutorEntry``), each job's watchers' record (``jobs.JobWatch``:
@@ -48,9 +57,7 @@ messages; this module never sees a protobuf message.
 
 from __future__ import annotations
 
-import errno
 import logging
-import queue
 import secrets
 import threading
 import time
@@ -74,6 +81,7 @@ from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlanCache, PlannerConfig, parameter_types, result_schema
+from mangonel.scheduler.commits import CommitThread
 from mangonel.scheduler.events import (
     AbortWrite,
     CancelRequested,
@@ -104,8 +112,6 @@ from mangonel.scheduler.events import (
     TaskCompleted,
     TaskFailed,
     Tick,
-    WriteCommitFailed,
-    WriteCommitted,
 )
 from mangonel.scheduler.hooks import NO_HOOK, EventHook
 from mangonel.scheduler.jobs import JobWatch
@@ -129,8 +135,6 @@ from mangonel.scheduler.telemetry import Telemetry
 from mangonel.scheduler.writes import (
     DROPPED,
     WRITER_HINT,
-    DeleteRetired,
-    Retirements,
     WriteSettings,
     default_warehouse,
     plan_statement,
@@ -274,16 +278,15 @@ class SchedulerCore:
         self.warehouse = self.config.warehouse or default_warehouse(store.url)
         self._owned: set[str] = set()
         """Tables the warehouse owns (``CREATE TABLE AS``): ``DROP TABLE`` deletes their files."""
-        # Commits run one at a time, off the lock: an S3 commit copies every file,
-        # and two INSERTs into one table must not interleave their manifests.
-        self._write_queue: queue.Queue[CommitWrite | AbortWrite | DeleteRetired | None] = (
-            queue.Queue()
+        self._commits = CommitThread(
+            self._lock,
+            self._emit,
+            self._running_jobs,
+            lambda name: name in self.catalog.snapshot(),
+            self._table_committed,
+            lambda: self.hook,
+            self._clock,
         )
-        self._retirements = Retirements()
-        self._write_thread = threading.Thread(
-            target=self._write_loop, name="scheduler-commit", daemon=True
-        )
-        self._write_thread.start()
 
     # ------------------------------------------------------------- life cycle
 
@@ -295,7 +298,7 @@ class SchedulerCore:
     def stop(self) -> None:
         """Stop ticking and end every executor's command stream."""
         self._stop.set()
-        self._write_queue.put(None)
+        self._commits.stop()
         if self._ticker is not None:
             self._ticker.join(timeout=5)
         with self._lock:
@@ -522,8 +525,7 @@ class SchedulerCore:
                 if job is not None:
                     job.task_launched(attempt, now)
         elif isinstance(command, JobSucceeded | JobFailed | JobCancelled):
-            for release in self._retirements.finished(command.job):
-                self._write_queue.put(release)
+            self._commits.job_finished(command.job)
             job = self._jobs.get(command.job)
             if job is not None:
                 result = command.result if isinstance(command, JobSucceeded) else None
@@ -540,7 +542,7 @@ class SchedulerCore:
                     command.message,
                 )
         elif isinstance(command, CommitWrite | AbortWrite):
-            self._write_queue.put(command)
+            self._commits.put(command)
         elif isinstance(command, LogExecutorHealth):
             who = f"executor {command.executor}" if command.executor else "the scheduler"
             log.warning("%s %s: %s", who, command.change.value, command.detail)
@@ -791,95 +793,12 @@ class SchedulerCore:
 
     # ------------------------------------------------------------ writing data
 
-    def _write_loop(self) -> None:
-        """Carry out ``CommitWrite`` and ``AbortWrite``, one at a time, in order."""
-        while True:
-            command = self._write_queue.get()
-            if command is None:
-                return
-            if isinstance(command, AbortWrite):
-                try:
-                    output.abort(command.target.location, command.job)
-                except Exception:  # swept by the next commit's staging cleanup
-                    log.exception("job %s: its staged files could not be removed", command.job)
-                continue
-            if isinstance(command, DeleteRetired):
-                self._delete_retired(command)
-                continue
-            self._commit_write(command)
-
-    def _delete_retired(self, command: DeleteRetired) -> None:
-        """Delete the files a commit replaced, their readers done (on the commit thread)."""
-        try:
-            deleted = output.delete_retired(command.location, command.job)
-        except Exception:  # still listed as retired: the next replace takes them
-            log.exception("the files job %s replaced could not be deleted", command.job)
-        else:
-            log.info(
-                "job %s: %d replaced files deleted at %s, their readers done",
-                command.job,
-                deleted,
-                command.location,
-            )
-
-    def _commit_write(self, command: CommitWrite) -> None:
-        """Commit a write statement's output and register its table; report the outcome."""
-        target = command.target
-        job = command.job
-
-        def crash_point(point: str) -> None:
-            self.hook.check(WriteCommitted(0, self._clock(), job), [command], point)
-
-        try:
-            if (
-                target.mode is output.CommitMode.APPEND
-                and target.table not in self.catalog.snapshot()
-            ):
-                raise UnknownTableError(
-                    f"table {target.table} was dropped while this INSERT ran; nothing was added"
-                )
-            done = output.commit(
-                target.location,
-                job,
-                dict(command.winners),
-                target.format.value,
-                target.mode,
-                after_intent=lambda: crash_point("commit-intent"),
-                running=self._running_jobs(),
-            )
-            if target.table:
-                table = load_table(target.table, target.location)
-                with self._lock:
-                    self._write({table_key(target.table): StoredTable(target.location, owned=True)})
-                    self.catalog.put(table)
-                    self._owned.add(target.table)
-        except Exception as exc:
-            if isinstance(exc, StateStoreError):
-                return  # fatal: the scheduler stops, and a restart commits again
-            msg = f"the output of job {job} could not be committed to {target.location}: {exc}"
-            kind = ErrorType.JOB_FAILED
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                kind = ErrorType.WRITE_TARGET_FULL
-                msg = f"disk full: {msg}. {kind.advice}"
-            log.error("%s", msg)
-            self._emit(lambda eid, now: WriteCommitFailed(eid, now, job, msg, kind))
-            return
-        log.info(
-            "job %s committed %d files to %s (%d in its manifest)",
-            job,
-            len(done.added),
-            target.location,
-            len(done.files),
-        )
-        crash_point("committed")
-        if done.retired:
-            # Jobs running now may have been planned on the manifest just replaced;
-            # with none, the old files go before the statement's client hears of it.
-            with self._lock:
-                ready = self._retirements.committed(target.location, job, self._running_jobs())
-            for release in ready:
-                self._delete_retired(release)
-        self._emit(lambda eid, now: WriteCommitted(eid, now, job))
+    def _table_committed(self, table: Table) -> None:
+        """A write statement made or filled ``table``: durable, listed, the warehouse's."""
+        with self._lock:
+            self._write({table_key(table.name): StoredTable(table.location, owned=True)})
+            self.catalog.put(table)
+            self._owned.add(table.name)
 
     def _running_jobs(self) -> frozenset[str]:
         with self._lock:
