@@ -1,5 +1,9 @@
 """``LocalCluster``: a real scheduler and real executor processes on localhost.
 
+Over 600 lines because it is one thing, a cluster's processes and their files:
+each method starts, stops, freezes or waits on them. Its processes' command
+lines come from the one options table (``mangonel.options.to_argv``).
+
 >>> with LocalCluster(executors=2) as cluster:                      # doctest: +SKIP
 ...     with cluster.connect() as session:
 ...         session.register_parquet("t", "/data/t.parquet")

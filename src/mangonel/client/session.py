@@ -1,5 +1,9 @@
 """The Python API: ``mangonel.connect(address) -> Session``.
 
+Over 600 lines because a ``Session`` is one conversation with the scheduler
+whose every call shares the same retry, deadline and login machinery; what
+stands alone lives beside it (``retry``, ``status``, ``dbapi``, the CLI).
+
 >>> with mangonel.connect("127.0.0.1:50050") as session:          # doctest: +SKIP
 ...     session.register_parquet("lineitem", "/data/lineitem.parquet")
 ...     session.sql("SELECT count(*) AS n FROM lineitem").to_pandas()

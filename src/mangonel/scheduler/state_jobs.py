@@ -1,5 +1,11 @@
 """Jobs, stages and tasks inside the scheduler's state machine.
 
+Over 600 lines because the three records are one structure: a stage indexes
+its tasks (a task's move is told to its stage, ``StageRecord.moved``, whose
+counters ``validate`` checks) and a job keeps indexes across its stages, so a
+task's transition updates all three together. The rules that act on them live
+in the ``state_*`` parts.
+
 Owns the per-job records and the rules that read them: when a stage may run,
 which files a task reads (its ``TaskSpec``), which finished outputs were lost
 with an executor and must be made again. ``SchedulerState`` drives the

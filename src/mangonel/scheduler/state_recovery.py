@@ -1,6 +1,10 @@
 """Recovery: what the scheduler's state machine undoes and makes again when an
 executor is lost, an output goes missing, or the scheduler itself restarts.
 
+Just over 600 lines on purpose: how a loss is handled is meant to be read top to
+bottom in one file (the issue that made this module asked for exactly that); its
+pure rules of revival are ``state_revival``'s already.
+
 Read top to bottom, this is how a lost executor is handled (``Recovery._lose``,
 whatever lost it: a closed stream, a heartbeat timeout, fetch failures, a
 drain that finished):
