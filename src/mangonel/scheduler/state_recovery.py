@@ -70,15 +70,9 @@ from mangonel.scheduler.events import (
     TaskFailed,
 )
 from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry, Resume
-from mangonel.scheduler.state_jobs import (
-    PENDING,
-    Done,
-    JobRecord,
-    Running,
-    StageRecord,
-    TaskRecord,
-)
+from mangonel.scheduler.state_jobs import JobRecord
 from mangonel.scheduler.state_revival import Left, Revivals, restore
+from mangonel.scheduler.state_stages import PENDING, Done, Running, StageRecord, TaskRecord
 from mangonel.scheduler.state_views import ExecutorState, JobState
 from mangonel.task import CancelTask, FetchFailed
 
