@@ -3,7 +3,8 @@
 Over 600 lines because it is the one object every door calls under one lock: each
 of its methods turns a call into an event (or a read of a view), and they share
 that lock, the event counter and the store writer. What runs apart from the lock
-lives beside it: the commit thread (``commits``), each job's watchers' record
+lives beside it: the commit thread (``commits``), what a restart rebuilds from the
+store (``restore``), each job's watchers' record
 (``jobs``), what a front door does with a caller's job (``doors``), the store's
 encoding (``persist``) and the counters (``telemetry``).
 
@@ -81,6 +82,7 @@ from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlanCache, PlannerConfig, parameter_types, result_schema
+from mangonel.scheduler import restore
 from mangonel.scheduler.commits import CommitThread
 from mangonel.scheduler.events import (
     AbortWrite,
@@ -116,7 +118,6 @@ from mangonel.scheduler.events import (
 from mangonel.scheduler.hooks import NO_HOOK, EventHook
 from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.persist import (
-    BrokenJob,
     PersistedState,
     StateWriter,
     StoredPlan,
@@ -129,7 +130,7 @@ from mangonel.scheduler.persist import (
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorListing
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
-from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView
+from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
 from mangonel.scheduler.telemetry import Telemetry
 from mangonel.scheduler.writes import (
@@ -323,94 +324,27 @@ class SchedulerCore:
             self._writer = StateWriter(self.store, data)
             if snap.empty:
                 return 0
-            dropped = []
-            for name, table in snap.tables.items():
-                if table.owned:
-                    self._owned.add(name)
-                try:
-                    self.catalog.put(_load_stored(name, table))
-                except MangonelError as exc:
-                    log.error("table %s cannot be read any more, so it is dropped: %s", name, exc)
-                    dropped.append(table_key(name))
-            running: list[JobRecord] = []
-            finished: list[FinishedJob] = []
-            broken = list(snap.broken)
-            for stored in snap.jobs:
-                if stored.outcome is None and stored.progress is not None:
-                    try:
-                        running.append(JobRecord.restore(stored.plan.plan, stored.progress))
-                    except Exception as exc:  # one job's record never stops the scheduler
-                        problem = f"its progress does not fit its plan ({exc})"
-                        log.exception("job %s cannot be restored: %s", stored.id, problem)
-                        keys = [k for k in data if k.startswith(job_key(stored.id, ""))]
-                        broken.append(BrokenJob(stored.id, problem, keys, stored.plan))
-                        continue
-                record = JobWatch.create(
-                    stored.id, stored.plan.sql, stored.plan.plan, stored.plan.submitted
-                )
-                record.submitted_wall = stored.plan.submitted_wall
-                record.request_id = stored.plan.request_id
-                record.owner = stored.plan.owner
-                if stored.outcome is not None:
-                    finished.append(stored.outcome)
-                    record.update(stored.outcome.view, stored.plan.submitted, stored.outcome.result)
-                self._jobs[stored.id] = record
-            puts: dict[str, object] = {}
-            deletes = dropped + snap.stale
-            for job in broken:
-                outcome, plan = self._fail_broken(job)
-                finished.append(outcome)
-                puts[job_key(job.id, "plan")] = plan
-                puts[job_key(job.id, "outcome")] = outcome
-                deletes += [k for k in job.keys if k not in puts]
-            self._state.restore(snap.executors, running, finished, snap.meta.no_executor_since)
-            if puts or deletes:
-                self._write(puts, deletes)
+            found = restore.rebuild(snap, data, self.store.url, self._clock())
+            self._owned |= found.owned
+            for table in found.tables:
+                self.catalog.put(table)
+            self._jobs.update(found.watches)
+            self._state.restore(
+                snap.executors, found.running, found.finished, snap.meta.no_executor_since
+            )
+            if found.puts or found.deletes:
+                self._write(found.puts, found.deletes)
             self._emit(lambda eid, now: SchedulerRecovered(eid, now))
             log.info(
                 "recovered from %s: %d tables, %d unfinished and %d finished jobs, %d executors "
                 "expected back",
                 self.store.url,
-                len(snap.tables) - len(dropped),
-                len(running),
-                len(snap.jobs) - len(running),
+                len(snap.tables) - found.tables_dropped,
+                len(found.running),
+                len(snap.jobs) - len(found.running),
                 len(snap.executors.live) if snap.executors is not None else 0,
             )
-            return len(running)
-
-    def _fail_broken(self, job: BrokenJob) -> tuple[FinishedJob, StoredPlan]:
-        """A failed job in place of one whose record cannot be restored: its client
-        hears why, and the store holds a record a restart reads (what could be read
-        of its plan, else an empty plan with what its raw entry still said)."""
-        now = self._clock()
-        plan = job.plan
-        if plan is None:
-            f = job.fields
-            submitted = float(f.get("submitted", now))
-            plan = StoredPlan(
-                str(f.get("sql", "")),
-                submitted,
-                float(f.get("submitted_wall", submitted)),
-                DistributedPlan((), ()),
-                str(f.get("request_id", "")),
-                str(f.get("owner", "")),
-            )
-        error = (
-            f"the scheduler restarted and could not restore this job from its state store "
-            f"{self.store.url}: {job.problem}. The job was failed; submit the query again. "
-            "The store was damaged or written by another mangonel version: the "
-            f"scheduler's log has the details under job {job.id}."
-        )
-        view = JobView(
-            job.id, JobState.FAILED, plan.submitted, now, error, (), plan.sql, ErrorType.INTERNAL
-        )
-        record = JobWatch.create(job.id, plan.sql, plan.plan, plan.submitted)
-        record.submitted_wall = plan.submitted_wall
-        record.request_id = plan.request_id
-        record.owner = plan.owner
-        record.update(view, now)
-        self._jobs[job.id] = record
-        return FinishedJob(view), plan
+            return len(found.running)
 
     def final_stage(self, job: str) -> StageId | None:
         """The last stage of ``job``'s plan (``None`` once the job is forgotten)."""
@@ -975,10 +909,3 @@ def describe(item: Event | Command) -> str:
     if isinstance(item, JobSucceeded):
         return f"JobSucceeded job={item.job} ({len(item.result)} result partitions)"
     return repr(item)
-
-
-def _load_stored(name: str, stored: StoredTable) -> Table:
-    """A table as the store recorded it: a CSV or JSON one with its columns of register."""
-    kind = FileFormat(stored.format)
-    columns = [(n, t) for n, t in stored.columns]
-    return load_table(name, stored.path, kind, stored.options, columns)
