@@ -3,10 +3,10 @@
 Over 600 lines because it is the one object every door calls under one lock: each
 of its methods turns a call into an event (or a read of a view), and they share
 that lock, the event counter and the store writer. What runs apart from the lock
-lives beside it: the commit thread (``commits``), what a restart rebuilds from the
-store (``restore``), each job's watchers' record
-(``jobs``), what a front door does with a caller's job (``doors``), the store's
-encoding (``persist``) and the counters (``telemetry``).
+lives beside it: the commit thread (``commits``), what a restart rebuilds from
+the store (``restore``), each job's watchers' record (``jobs``), what a front
+door does with a caller's job (``doors``), the store's encoding (``persist``)
+and the counters (``telemetry``).
 
 ``SchedulerCore`` wraps the pure state machine (``scheduler.state``), which
 makes every decision. The shell turns what happens outside (an executor
