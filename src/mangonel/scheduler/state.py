@@ -3,7 +3,7 @@
 ``SchedulerState`` holds everything the scheduler knows and changes only through
 ``handle(event) -> list[Command]`` (the model is dask's worker state machine).
 No sockets, threads, clock or database: time arrives on the events, and the I/O
-shell (``scheduler.service``) carries the commands out. Every command carries
+shell (``scheduler.core``) carries the commands out. Every command carries
 ``cause=event.event_id``.
 
 >>> from mangonel.scheduler.events import ExecutorConnected, ExecutorInfo, ExecutorRegistered
