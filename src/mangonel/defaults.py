@@ -168,6 +168,11 @@ idle: below it a task's fixed cost outweighs the parallelism it buys."""
 RESULT_TTL_S = 600.0
 """Seconds a result no client released is kept before it is deleted."""
 
+RESULT_RETRIES = 2
+"""How often a query runs again when its result was lost before it was read (the
+executor holding it died after the job finished): ``Session.sql`` and the Flight
+SQL statements both keep to it."""
+
 SHUFFLE_TICKET_TTL_S = 24 * 3600.0
 """Seconds a signed shuffle ticket stays valid (a secured cluster): a long query's
 consumers must never find their inputs' tickets expired, and a re-run task gets

@@ -16,11 +16,14 @@ from typing import Any
 
 import adbc_driver_manager
 import duckdb
+import pyarrow as pa
+import pyarrow.flight as flight
 import pytest
-from fsql_support import adbc_connect
+from fsql_support import adbc_connect, statement
 from helpers import ARTIFACTS_DIR, assert_same_result, tpch_query
 
 from mangonel.errors import PermissionDeniedError
+from mangonel.proto import flightsql_pb2 as sql_pb
 
 USERS = {
     "root": ("r00t-pass", True),
@@ -76,3 +79,36 @@ def test_a_wrong_password_is_refused_and_the_endpoint_keeps_serving(users_cluste
     ):
         cur.execute("SELECT count(*) AS n FROM nation")
         assert cur.fetchall() == [(25,)]
+
+
+def _cancel(client: flight.FlightClient, info: flight.FlightInfo, options: Any) -> int:
+    request = sql_pb.CancelFlightInfoRequest(info=info.serialize())
+    action = flight.Action("CancelFlightInfo", request.SerializeToString())
+    [answer] = client.do_action(action, options)
+    return int(sql_pb.CancelFlightInfoResult.FromString(answer.body.to_pybytes()).status)
+
+
+def test_another_users_query_is_not_cancelled_even_once_its_result_was_released(
+    users_cluster: Any, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    sql = "SELECT n_name, n_regionkey FROM nation WHERE n_regionkey = 1"
+    url = users_cluster.flight_sql_url
+    with flight.connect(url) as alice, flight.connect(url) as bob:
+        as_alice = flight.FlightCallOptions(
+            headers=[alice.authenticate_basic_token("alice", "wonderland")]
+        )
+        as_bob = flight.FlightCallOptions(
+            headers=[bob.authenticate_basic_token("bob", "bob-the-builder")]
+        )
+        info = alice.get_flight_info(statement(sql), as_alice)
+        # Through the scheduler, which forwards alice's token to the executors.
+        parts = [alice.do_get(e.ticket, as_alice).read_all() for e in info.endpoints]
+        expected = duckdb_ref.sql(sql).to_arrow_table()
+        assert_same_result(pa.concat_tables(parts), expected, ordered=False)
+        with pytest.raises(flight.FlightUnauthorizedError, match="belongs to another user"):
+            _cancel(bob, info, as_bob)
+        # Alice releases it: the endpoint holds it no more, the scheduler still
+        # knows whose job it is (``doors.job_of``).
+        assert _cancel(alice, info, as_alice) == sql_pb.CANCEL_STATUS_CANCELLED
+        with pytest.raises(flight.FlightUnauthorizedError, match="belongs to another user"):
+            _cancel(bob, info, as_bob)

@@ -7,7 +7,6 @@ address) and whose second job's result sits on a stand-in executor's Flight serv
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -19,6 +18,7 @@ from fsql_support import statement
 
 from mangonel.ids import ExecutorId, StageId
 from mangonel.scheduler.flightsql import FlightSqlServer
+from mangonel.scheduler.jobs import JobEnd
 from mangonel.scheduler.state_views import JobState
 from mangonel.task import PartitionLocation
 
@@ -37,6 +37,16 @@ def _location(address: str) -> PartitionLocation:
     )
 
 
+class FinishedJob(SimpleNamespace):
+    """A stand-in job that succeeded, as the server's waits read one (``JobWatch``)."""
+
+    def wait_finished(self, timeout: float) -> bool:
+        return True
+
+    def outcome(self) -> JobEnd:
+        return JobEnd(JobState.SUCCEEDED, "", "")
+
+
 class StandInCore:
     """Two finished jobs in turn: the first one's executor is gone."""
 
@@ -44,18 +54,21 @@ class StandInCore:
         self.addresses = ["127.0.0.1:1", live_address]
         self.submitted: list[str] = []
 
-    def submit(self, sql: str, owner: str = "anonymous", may_write: bool = True) -> Any:
+    def submit(
+        self,
+        sql: str,
+        dialect: str | None = None,
+        request_id: str = "",
+        owner: str = "anonymous",
+        may_write: bool = True,
+    ) -> Any:
         address = self.addresses[len(self.submitted)]
         self.submitted.append(sql)
-        return SimpleNamespace(
+        return FinishedJob(
             id=f"job{len(self.submitted)}",
             sql=sql,
-            state=JobState.SUCCEEDED,
-            error="",
-            error_type="",
             result=(_location(address),),
             plan=SimpleNamespace(columns=("name", "n")),
-            changed=threading.Condition(),
         )
 
     def executors(self) -> list[Any]:

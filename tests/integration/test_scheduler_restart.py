@@ -31,7 +31,7 @@ from mangonel.client.session import Result, Session
 from mangonel.client.status import ExecutorState, JobState
 from mangonel.errors import InternalError, JobFailedError
 from mangonel.scheduler.persist import read_snapshot
-from mangonel.scheduler.state_jobs import Done
+from mangonel.scheduler.state_stages import Done
 from mangonel.scheduler.store.sqlite import SqliteStateStore
 
 pytestmark = pytest.mark.timeout(180)

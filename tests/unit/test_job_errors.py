@@ -39,7 +39,8 @@ from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.events import JobFailed, Limits
 from mangonel.scheduler.persist import decode, encode
 from mangonel.scheduler.state import JobState
-from mangonel.scheduler.state_jobs import FinishedJob, TaskRecord
+from mangonel.scheduler.state_jobs import FinishedJob
+from mangonel.scheduler.state_stages import TaskRecord
 from mangonel.task import ExecutionError, ExecutionProblem, FragmentRejected
 from mangonel.task import QueryError as QueryFailure
 

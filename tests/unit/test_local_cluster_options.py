@@ -6,12 +6,13 @@ processes is in ``tests/integration``).
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import pytest
 
-from mangonel.client.cluster import LocalCluster
-from mangonel.options import Takes, to_argv
+from mangonel.client.cluster import EXECUTOR_KEYWORDS, SCHEDULER_KEYWORDS, LocalCluster
+from mangonel.options import Takes, option, to_argv
 from mangonel.testing.cluster import TestCluster
 
 
@@ -87,3 +88,31 @@ def test_scheduler_options_win_and_a_wrong_name_fails_at_once(tmp_path: Path) ->
     assert settings["split_rows"] == 10_000
     with pytest.raises(KeyError, match="split_row"):
         LocalCluster(work_dir=tmp_path, scheduler_options={"split_row": 1})
+
+
+def test_keywords_that_set_an_option_state_no_default_of_their_own() -> None:
+    params = inspect.signature(LocalCluster.__init__).parameters
+    for keywords, process in (
+        (SCHEDULER_KEYWORDS, Takes.SCHEDULER),
+        (EXECUTOR_KEYWORDS, Takes.EXECUTOR),
+    ):
+        for keyword, dest in keywords.items():
+            option(process, dest)  # KeyError: the process takes no such option
+            assert params[keyword].default is None, keyword
+
+
+def test_a_default_cluster_gives_the_scheduler_only_the_tables_local_heartbeat(
+    tmp_path: Path,
+) -> None:
+    heartbeat = option(Takes.SCHEDULER, "heartbeat_timeout_s")
+    local = heartbeat.default_for(Takes.STANDALONE)
+    assert local != heartbeat.default  # a cluster on one host has its own
+    argv = to_argv(Takes.SCHEDULER, LocalCluster(work_dir=tmp_path).scheduler_settings())
+    assert argv == ["--heartbeat-timeout", str(local)]
+    given = LocalCluster(work_dir=tmp_path, heartbeat_timeout=3.0, max_task_attempts=2)
+    assert to_argv(Takes.SCHEDULER, given.scheduler_settings()) == [
+        "--heartbeat-timeout",
+        "3.0",
+        "--max-task-attempts",
+        "2",
+    ]

@@ -60,7 +60,8 @@ from mangonel.scheduler.events import (
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry
 from mangonel.scheduler.state import SchedulerState
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import FinishedJob, TaskRecord
+from mangonel.scheduler.state_jobs import FinishedJob
+from mangonel.scheduler.state_stages import TaskRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView, StageView
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.scheduler.tickets import TicketIssuer

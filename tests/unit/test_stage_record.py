@@ -15,7 +15,7 @@ from typing import Any
 from test_state_machine import three_stage_plan
 
 from mangonel.ids import ExecutorId, TaskAttemptId, TaskId
-from mangonel.scheduler.state_jobs import Done, Pending, Running, StageRecord, TaskRecord
+from mangonel.scheduler.state_stages import Done, Pending, Running, StageRecord, TaskRecord
 from mangonel.task import PartitionLocation
 
 E1, E2 = ExecutorId("e1"), ExecutorId("e2")

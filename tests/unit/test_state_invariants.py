@@ -36,7 +36,8 @@ from mangonel.scheduler.events import CancelRequested, LossReason, SchedulerReco
 from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.state import JobState
 from mangonel.scheduler.state_executors import ExecutorRegistry
-from mangonel.scheduler.state_jobs import Done, JobRecord, TaskRecord
+from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.state_stages import Done, TaskRecord
 from mangonel.task import ExecutorInfo
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,9 @@
 """``LocalCluster``: a real scheduler and real executor processes on localhost.
 
+Over 600 lines because it is one thing, a cluster's processes and their files:
+each method starts, stops, freezes or waits on them. Its processes' command
+lines come from the one options table (``mangonel.options.to_argv``).
+
 >>> with LocalCluster(executors=2) as cluster:                      # doctest: +SKIP
 ...     with cluster.connect() as session:
 ...         session.register_parquet("t", "/data/t.parquet")
@@ -70,6 +74,33 @@ _LOG_TAIL_BYTES = 4000
 _POLL_S = 0.02
 _live_clusters: weakref.WeakSet[LocalCluster] = weakref.WeakSet()
 
+
+SCHEDULER_KEYWORDS: Mapping[str, str] = {
+    "heartbeat_timeout": "heartbeat_timeout_s",
+    "no_executor_grace": "no_executor_grace_s",
+    "max_task_attempts": "max_task_attempts",
+    "max_task_recomputes": "max_task_recomputes",
+    "result_ttl": "result_ttl_s",
+    "speculation": "speculation",
+    "speculation_min": "speculation_min_s",
+    "exclusion_failures": "exclusion_failures",
+    "exclusion_time": "exclusion_s",
+    "partitions": "partitions",
+    "partition_bytes": "partition_bytes",
+    "broadcast_bytes": "broadcast_bytes",
+    "adaptive": "adaptive",
+}
+"""``LocalCluster``'s keyword arguments that set an option of ``mangonel scheduler``,
+each with the option's ``dest`` (``mangonel.options``): the option says what it
+means and what it defaults to; the keyword only passes a value on."""
+
+EXECUTOR_KEYWORDS: Mapping[str, str] = {
+    "drain_timeout": "drain_timeout_s",
+    "cleanup_interval": "cleanup_interval_s",
+}
+"""The same for the options of every ``mangonel executor``."""
+
+_HEARTBEAT = options.option(Takes.SCHEDULER, "heartbeat_timeout_s")
 
 DIE_WITH_PARENT_ENV = "MANGONEL_DIE_WITH_PARENT"
 """Set to this process's pid in each child's environment: ``mangonel``'s entry
@@ -184,27 +215,22 @@ class LocalCluster:
         partition_bytes: One partition per this many estimated bytes of an
             exchange (``mangonel scheduler --partition-bytes``; 0: always
             ``partitions``); see ``partitions`` for ``None``.
-        broadcast_bytes: The largest join side the planner may broadcast; its default
-            when ``None``.
+        broadcast_bytes, heartbeat_timeout, no_executor_grace, max_task_attempts,
+            max_task_recomputes, result_ttl, speculation, speculation_min,
+            exclusion_failures, exclusion_time: The scheduler's options named in
+            ``SCHEDULER_KEYWORDS`` (``--broadcast-bytes``, ``--heartbeat-timeout``...),
+            whose help (``mangonel scheduler --help``) says what each means;
+            ``None`` leaves the option's default, but for ``heartbeat_timeout``,
+            which takes the default the table gives a cluster on one host
+            (``mangonel standalone``'s).
+        drain_timeout, cleanup_interval: The executors' options named in
+            ``EXECUTOR_KEYWORDS`` (``--drain-timeout``, ``--cleanup-interval``);
+            ``None`` leaves their defaults.
         adaptive: Run a hash exchange's reader stage as fewer tasks when its
             partitions turn out small (``mangonel scheduler --adaptive``). ``None``:
             the scheduler's default (on), except where every exchange has exactly
             ``partitions`` (``partition_bytes`` 0, as with ``partitions`` alone):
             tests that ask for that want their small data to cross executors.
-        heartbeat_timeout: Seconds of executor silence before it is declared lost.
-        no_executor_grace: Seconds a job may wait with no executor alive before it fails.
-        max_task_attempts: Failed attempts of one task before its job fails.
-        max_task_recomputes: Times one task's finished output may be lost and made again.
-        speculation: Copy straggling task attempts onto other executors
-            (``mangonel scheduler --speculation``); the scheduler's default when
-            ``None``. ``speculation_min``: the shortest run time a copied attempt
-            has had (``--speculation-min``); the scheduler's default when ``None``.
-        exclusion_failures: Distinct tasks failing on one executor that exclude it
-            from new tasks for ``exclusion_time`` seconds (``--exclusion-failures``,
-            ``--exclusion-time``; 0: never); the scheduler's defaults when ``None``.
-        drain_timeout: Bound of an executor's drain after SIGTERM (seconds).
-        cleanup_interval: How often executors sweep dead executors' files (seconds).
-        result_ttl: Seconds an unread result is kept; the scheduler's default when ``None``.
         log_dir: Where the process logs go; ``work_dir/logs`` when ``None``.
         start_timeout: Seconds to wait for the scheduler and every executor.
         stop_timeout: Seconds between SIGTERM and SIGKILL when stopping.
@@ -255,7 +281,7 @@ class LocalCluster:
         slots: int | None = None,
         partitions: int | None = None,
         broadcast_bytes: int | None = None,
-        heartbeat_timeout: float = defaults.LOCAL_HEARTBEAT_TIMEOUT_S,
+        heartbeat_timeout: float | None = None,
         log_dir: str | os.PathLike[str] | None = None,
         start_timeout: float = 60.0,
         stop_timeout: float = 5.0,
@@ -263,15 +289,15 @@ class LocalCluster:
         scheduler_args: tuple[str, ...] = (),
         executor_args: tuple[str, ...] = (),
         scheduler_port: int = 0,
-        no_executor_grace: float = defaults.NO_EXECUTOR_GRACE_S,
-        max_task_attempts: int = defaults.MAX_TASK_ATTEMPTS,
-        max_task_recomputes: int = defaults.MAX_TASK_RECOMPUTES,
+        no_executor_grace: float | None = None,
+        max_task_attempts: int | None = None,
+        max_task_recomputes: int | None = None,
         speculation: bool | None = None,
         speculation_min: float | None = None,
         exclusion_failures: int | None = None,
         exclusion_time: float | None = None,
-        drain_timeout: float = defaults.DRAIN_TIMEOUT_S,
-        cleanup_interval: float = defaults.CLEANUP_INTERVAL_S,
+        drain_timeout: float | None = None,
+        cleanup_interval: float | None = None,
         result_ttl: float | None = None,
         web_port: int | None = None,
         state: str | None = None,
@@ -310,6 +336,8 @@ class LocalCluster:
             adaptive = False
         self.adaptive = adaptive
         self.broadcast_bytes = broadcast_bytes
+        if heartbeat_timeout is None:
+            heartbeat_timeout = _HEARTBEAT.default_for(Takes.STANDALONE)
         self.heartbeat_timeout = heartbeat_timeout
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -666,10 +694,9 @@ class LocalCluster:
                     "flight_port": 0,
                     "work_dir": str(self.executor_root),
                     "index": index,
-                    "drain_timeout_s": self.drain_timeout,
-                    "cleanup_interval_s": self.cleanup_interval,
                     "slots": self.executor_slots,
-                },
+                }
+                | {dest: getattr(self, kw) for kw, dest in EXECUTOR_KEYWORDS.items()},
             )
             args += self.storage.to_args()
             args += self.node_security.to_args()
@@ -694,21 +721,7 @@ class LocalCluster:
         """The scheduler's settings this cluster gives (``{field: value}``, the names of
         ``SchedulerConfig``): its arguments', then ``scheduler_options``; ``None``
         values are left to the scheduler's defaults (``mangonel.options.to_argv``)."""
-        settings: dict[str, Any] = {
-            "heartbeat_timeout_s": self.heartbeat_timeout,
-            "no_executor_grace_s": self.no_executor_grace,
-            "max_task_attempts": self.max_task_attempts,
-            "max_task_recomputes": self.max_task_recomputes,
-            "result_ttl_s": self.result_ttl,
-            "speculation": self.speculation,
-            "speculation_min_s": self.speculation_min,
-            "exclusion_failures": self.exclusion_failures,
-            "exclusion_s": self.exclusion_time,
-            "partitions": self.partitions,
-            "partition_bytes": self.partition_bytes,
-            "broadcast_bytes": self.broadcast_bytes,
-            "adaptive": self.adaptive,
-        }
+        settings = {dest: getattr(self, kw) for kw, dest in SCHEDULER_KEYWORDS.items()}
         settings.update(self.scheduler_options)
         return settings
 

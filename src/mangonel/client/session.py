@@ -1,5 +1,9 @@
 """The Python API: ``mangonel.connect(address) -> Session``.
 
+Over 600 lines because a ``Session`` is one conversation with the scheduler
+whose every call shares the same retry, deadline and login machinery; what
+stands alone lives beside it (``retry``, ``status``, ``dbapi``, the CLI).
+
 >>> with mangonel.connect("127.0.0.1:50050") as session:          # doctest: +SKIP
 ...     session.register_parquet("lineitem", "/data/lineitem.parquet")
 ...     session.sql("SELECT count(*) AS n FROM lineitem").to_pandas()
@@ -93,10 +97,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_ADDRESS = defaults.SCHEDULER_ADDRESS
-
-# When the executor holding a finished result dies before the client reads it,
-# the query runs again; this bounds how often.
-_RESULT_RETRIES = 2
 
 # How long closing a session waits for result releases still on their way.
 _RELEASE_WAIT_S = 5.0
@@ -610,12 +610,12 @@ class Session:
             table = pa.table({"explain": pa.array(lines, pa.string())})
             return Result("", ("explain",), table, (), time.monotonic() - start, 0.0)
         deadline = _Deadline(self._query_timeout_s if timeout_s is None else timeout_s)
-        for attempt in range(_RESULT_RETRIES + 1):
+        for attempt in range(defaults.RESULT_RETRIES + 1):
             job_id = self._submit(text, dialect, deadline)
             try:
                 return self._wait(job_id, on_progress, start, deadline)
             except ResultUnavailableError as exc:
-                if attempt == _RESULT_RETRIES:
+                if attempt == defaults.RESULT_RETRIES:
                     raise ClusterError(
                         f"the result of job {job_id} was lost before it could be read "
                         f"({exc}); run the query again"

@@ -1,5 +1,13 @@
 """The scheduler's I/O shell, without the network: events in, commands carried out.
 
+Over 600 lines because it is the one object every door calls under one lock: each
+of its methods turns a call into an event (or a read of a view), and they share
+that lock, the event counter and the store writer. What runs apart from the lock
+lives beside it: the commit thread (``commits``), what a restart rebuilds from
+the store (``restore``), each job's watchers' record (``jobs``), what a front
+door does with a caller's job (``doors``), the store's encoding (``persist``)
+and the counters (``telemetry``).
+
 ``SchedulerCore`` wraps the pure state machine (``scheduler.state``), which
 makes every decision. The shell turns what happens outside (an executor
 registers or opens its stream, a task reports, a client submits SQL, cancels
@@ -20,6 +28,8 @@ them:
   logged under the job's id with its type (an internal error as an error).
 * ``ForgetJob``: drop the job's watchers' record (its stored keys went with
   the event's commit).
+* ``CommitWrite`` / ``AbortWrite``: onto the commit thread (``commits``), which
+  reports the outcome as an event.
 
 What else the shell keeps is I/O: the lock, each executor's command queue
 (``registry.ExecutorEntry``), each job's watchers' record (``jobs.JobWatch``:
@@ -48,9 +58,7 @@ messages; this module never sees a protobuf message.
 
 from __future__ import annotations
 
-import errno
 import logging
-import queue
 import secrets
 import threading
 import time
@@ -74,6 +82,8 @@ from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.plan.explain import render
 from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlanCache, PlannerConfig, parameter_types, result_schema
+from mangonel.scheduler import restore
+from mangonel.scheduler.commits import CommitThread
 from mangonel.scheduler.events import (
     AbortWrite,
     CancelRequested,
@@ -104,13 +114,10 @@ from mangonel.scheduler.events import (
     TaskCompleted,
     TaskFailed,
     Tick,
-    WriteCommitFailed,
-    WriteCommitted,
 )
 from mangonel.scheduler.hooks import NO_HOOK, EventHook
 from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.persist import (
-    BrokenJob,
     PersistedState,
     StateWriter,
     StoredPlan,
@@ -123,14 +130,12 @@ from mangonel.scheduler.persist import (
 from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorListing
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
-from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView
+from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
 from mangonel.scheduler.telemetry import Telemetry
 from mangonel.scheduler.writes import (
     DROPPED,
     WRITER_HINT,
-    DeleteRetired,
-    Retirements,
     WriteSettings,
     default_warehouse,
     plan_statement,
@@ -274,16 +279,15 @@ class SchedulerCore:
         self.warehouse = self.config.warehouse or default_warehouse(store.url)
         self._owned: set[str] = set()
         """Tables the warehouse owns (``CREATE TABLE AS``): ``DROP TABLE`` deletes their files."""
-        # Commits run one at a time, off the lock: an S3 commit copies every file,
-        # and two INSERTs into one table must not interleave their manifests.
-        self._write_queue: queue.Queue[CommitWrite | AbortWrite | DeleteRetired | None] = (
-            queue.Queue()
+        self._commits = CommitThread(
+            self._lock,
+            self._emit,
+            self._running_jobs,
+            lambda name: name in self.catalog.snapshot(),
+            self._table_committed,
+            lambda: self.hook,
+            self._clock,
         )
-        self._retirements = Retirements()
-        self._write_thread = threading.Thread(
-            target=self._write_loop, name="scheduler-commit", daemon=True
-        )
-        self._write_thread.start()
 
     # ------------------------------------------------------------- life cycle
 
@@ -295,7 +299,7 @@ class SchedulerCore:
     def stop(self) -> None:
         """Stop ticking and end every executor's command stream."""
         self._stop.set()
-        self._write_queue.put(None)
+        self._commits.stop()
         if self._ticker is not None:
             self._ticker.join(timeout=5)
         with self._lock:
@@ -320,94 +324,27 @@ class SchedulerCore:
             self._writer = StateWriter(self.store, data)
             if snap.empty:
                 return 0
-            dropped = []
-            for name, table in snap.tables.items():
-                if table.owned:
-                    self._owned.add(name)
-                try:
-                    self.catalog.put(_load_stored(name, table))
-                except MangonelError as exc:
-                    log.error("table %s cannot be read any more, so it is dropped: %s", name, exc)
-                    dropped.append(table_key(name))
-            running: list[JobRecord] = []
-            finished: list[FinishedJob] = []
-            broken = list(snap.broken)
-            for stored in snap.jobs:
-                if stored.outcome is None and stored.progress is not None:
-                    try:
-                        running.append(JobRecord.restore(stored.plan.plan, stored.progress))
-                    except Exception as exc:  # one job's record never stops the scheduler
-                        problem = f"its progress does not fit its plan ({exc})"
-                        log.exception("job %s cannot be restored: %s", stored.id, problem)
-                        keys = [k for k in data if k.startswith(job_key(stored.id, ""))]
-                        broken.append(BrokenJob(stored.id, problem, keys, stored.plan))
-                        continue
-                record = JobWatch.create(
-                    stored.id, stored.plan.sql, stored.plan.plan, stored.plan.submitted
-                )
-                record.submitted_wall = stored.plan.submitted_wall
-                record.request_id = stored.plan.request_id
-                record.owner = stored.plan.owner
-                if stored.outcome is not None:
-                    finished.append(stored.outcome)
-                    record.update(stored.outcome.view, stored.plan.submitted, stored.outcome.result)
-                self._jobs[stored.id] = record
-            puts: dict[str, object] = {}
-            deletes = dropped + snap.stale
-            for job in broken:
-                outcome, plan = self._fail_broken(job)
-                finished.append(outcome)
-                puts[job_key(job.id, "plan")] = plan
-                puts[job_key(job.id, "outcome")] = outcome
-                deletes += [k for k in job.keys if k not in puts]
-            self._state.restore(snap.executors, running, finished, snap.meta.no_executor_since)
-            if puts or deletes:
-                self._write(puts, deletes)
+            found = restore.rebuild(snap, data, self.store.url, self._clock())
+            self._owned |= found.owned
+            for table in found.tables:
+                self.catalog.put(table)
+            self._jobs.update(found.watches)
+            self._state.restore(
+                snap.executors, found.running, found.finished, snap.meta.no_executor_since
+            )
+            if found.puts or found.deletes:
+                self._write(found.puts, found.deletes)
             self._emit(lambda eid, now: SchedulerRecovered(eid, now))
             log.info(
                 "recovered from %s: %d tables, %d unfinished and %d finished jobs, %d executors "
                 "expected back",
                 self.store.url,
-                len(snap.tables) - len(dropped),
-                len(running),
-                len(snap.jobs) - len(running),
+                len(snap.tables) - found.tables_dropped,
+                len(found.running),
+                len(snap.jobs) - len(found.running),
                 len(snap.executors.live) if snap.executors is not None else 0,
             )
-            return len(running)
-
-    def _fail_broken(self, job: BrokenJob) -> tuple[FinishedJob, StoredPlan]:
-        """A failed job in place of one whose record cannot be restored: its client
-        hears why, and the store holds a record a restart reads (what could be read
-        of its plan, else an empty plan with what its raw entry still said)."""
-        now = self._clock()
-        plan = job.plan
-        if plan is None:
-            f = job.fields
-            submitted = float(f.get("submitted", now))
-            plan = StoredPlan(
-                str(f.get("sql", "")),
-                submitted,
-                float(f.get("submitted_wall", submitted)),
-                DistributedPlan((), ()),
-                str(f.get("request_id", "")),
-                str(f.get("owner", "")),
-            )
-        error = (
-            f"the scheduler restarted and could not restore this job from its state store "
-            f"{self.store.url}: {job.problem}. The job was failed; submit the query again. "
-            "The store was damaged or written by another mangonel version: the "
-            f"scheduler's log has the details under job {job.id}."
-        )
-        view = JobView(
-            job.id, JobState.FAILED, plan.submitted, now, error, (), plan.sql, ErrorType.INTERNAL
-        )
-        record = JobWatch.create(job.id, plan.sql, plan.plan, plan.submitted)
-        record.submitted_wall = plan.submitted_wall
-        record.request_id = plan.request_id
-        record.owner = plan.owner
-        record.update(view, now)
-        self._jobs[job.id] = record
-        return FinishedJob(view), plan
+            return len(found.running)
 
     def final_stage(self, job: str) -> StageId | None:
         """The last stage of ``job``'s plan (``None`` once the job is forgotten)."""
@@ -522,8 +459,7 @@ class SchedulerCore:
                 if job is not None:
                     job.task_launched(attempt, now)
         elif isinstance(command, JobSucceeded | JobFailed | JobCancelled):
-            for release in self._retirements.finished(command.job):
-                self._write_queue.put(release)
+            self._commits.job_finished(command.job)
             job = self._jobs.get(command.job)
             if job is not None:
                 result = command.result if isinstance(command, JobSucceeded) else None
@@ -540,7 +476,7 @@ class SchedulerCore:
                     command.message,
                 )
         elif isinstance(command, CommitWrite | AbortWrite):
-            self._write_queue.put(command)
+            self._commits.put(command)
         elif isinstance(command, LogExecutorHealth):
             who = f"executor {command.executor}" if command.executor else "the scheduler"
             log.warning("%s %s: %s", who, command.change.value, command.detail)
@@ -791,95 +727,12 @@ class SchedulerCore:
 
     # ------------------------------------------------------------ writing data
 
-    def _write_loop(self) -> None:
-        """Carry out ``CommitWrite`` and ``AbortWrite``, one at a time, in order."""
-        while True:
-            command = self._write_queue.get()
-            if command is None:
-                return
-            if isinstance(command, AbortWrite):
-                try:
-                    output.abort(command.target.location, command.job)
-                except Exception:  # swept by the next commit's staging cleanup
-                    log.exception("job %s: its staged files could not be removed", command.job)
-                continue
-            if isinstance(command, DeleteRetired):
-                self._delete_retired(command)
-                continue
-            self._commit_write(command)
-
-    def _delete_retired(self, command: DeleteRetired) -> None:
-        """Delete the files a commit replaced, their readers done (on the commit thread)."""
-        try:
-            deleted = output.delete_retired(command.location, command.job)
-        except Exception:  # still listed as retired: the next replace takes them
-            log.exception("the files job %s replaced could not be deleted", command.job)
-        else:
-            log.info(
-                "job %s: %d replaced files deleted at %s, their readers done",
-                command.job,
-                deleted,
-                command.location,
-            )
-
-    def _commit_write(self, command: CommitWrite) -> None:
-        """Commit a write statement's output and register its table; report the outcome."""
-        target = command.target
-        job = command.job
-
-        def crash_point(point: str) -> None:
-            self.hook.check(WriteCommitted(0, self._clock(), job), [command], point)
-
-        try:
-            if (
-                target.mode is output.CommitMode.APPEND
-                and target.table not in self.catalog.snapshot()
-            ):
-                raise UnknownTableError(
-                    f"table {target.table} was dropped while this INSERT ran; nothing was added"
-                )
-            done = output.commit(
-                target.location,
-                job,
-                dict(command.winners),
-                target.format.value,
-                target.mode,
-                after_intent=lambda: crash_point("commit-intent"),
-                running=self._running_jobs(),
-            )
-            if target.table:
-                table = load_table(target.table, target.location)
-                with self._lock:
-                    self._write({table_key(target.table): StoredTable(target.location, owned=True)})
-                    self.catalog.put(table)
-                    self._owned.add(target.table)
-        except Exception as exc:
-            if isinstance(exc, StateStoreError):
-                return  # fatal: the scheduler stops, and a restart commits again
-            msg = f"the output of job {job} could not be committed to {target.location}: {exc}"
-            kind = ErrorType.JOB_FAILED
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                kind = ErrorType.WRITE_TARGET_FULL
-                msg = f"disk full: {msg}. {kind.advice}"
-            log.error("%s", msg)
-            self._emit(lambda eid, now: WriteCommitFailed(eid, now, job, msg, kind))
-            return
-        log.info(
-            "job %s committed %d files to %s (%d in its manifest)",
-            job,
-            len(done.added),
-            target.location,
-            len(done.files),
-        )
-        crash_point("committed")
-        if done.retired:
-            # Jobs running now may have been planned on the manifest just replaced;
-            # with none, the old files go before the statement's client hears of it.
-            with self._lock:
-                ready = self._retirements.committed(target.location, job, self._running_jobs())
-            for release in ready:
-                self._delete_retired(release)
-        self._emit(lambda eid, now: WriteCommitted(eid, now, job))
+    def _table_committed(self, table: Table) -> None:
+        """A write statement made or filled ``table``: durable, listed, the warehouse's."""
+        with self._lock:
+            self._write({table_key(table.name): StoredTable(table.location, owned=True)})
+            self.catalog.put(table)
+            self._owned.add(table.name)
 
     def _running_jobs(self) -> frozenset[str]:
         with self._lock:
@@ -1056,10 +909,3 @@ def describe(item: Event | Command) -> str:
     if isinstance(item, JobSucceeded):
         return f"JobSucceeded job={item.job} ({len(item.result)} result partitions)"
     return repr(item)
-
-
-def _load_stored(name: str, stored: StoredTable) -> Table:
-    """A table as the store recorded it: a CSV or JSON one with its columns of register."""
-    kind = FileFormat(stored.format)
-    columns = [(n, t) for n, t in stored.columns]
-    return load_table(name, stored.path, kind, stored.options, columns)

@@ -1,5 +1,12 @@
 """The scheduler's Arrow Flight SQL endpoint: any Flight SQL client can query mangonel.
 
+Over 600 lines because ``FlightSqlService`` is one table of a session's things
+(prepared statements, held results, polled queries) under one lock, which every
+handler reads and changes; what stands apart lives beside it: ``flightsql_auth``
+(who calls), ``flightsql_front`` (the port), ``flightsql_meta`` (the metadata
+commands), ``flightsql_results`` (reads from the executors), ``flightsql_wire``
+(messages and errors), and ``doors`` (a caller's job, as every front door does it).
+
 Built on ``pyarrow.flight`` (which has no Flight SQL server) with the Flight
 SQL messages of ``proto/flightsql.proto``. It calls ``SchedulerCore`` as the
 gRPC query service does: submit, watch, cancel, release; it never goes
@@ -32,7 +39,7 @@ GetTableTypes, GetXdbcTypeInfo, primary / exported / imported keys) answer with
 one endpoint whose ticket is the command itself, read here
 (``flightsql_meta`` has their schemas and rows).
 
-Who asks: ``FlightSqlAuthMiddleware`` reads ``authorization`` on every call:
+Who asks (``flightsql_auth``): ``authorization`` is read on every call:
 ``Basic`` (the handshake) logs in with the ``Authenticator`` and answers
 ``authorization: Bearer <token>``; ``Bearer`` is verified. A session is the
 bearer token (one login), or without one the client's connection; prepared
@@ -47,14 +54,12 @@ client cancels them; else after the scheduler's ``--result-ttl``.
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import secrets
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,28 +67,33 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf.message import Message
 
-from mangonel import textfiles
-from mangonel.errors import AuthenticationError, ClusterError, MangonelError, PermissionDeniedError
+from mangonel import defaults, textfiles
+from mangonel.errors import ClusterError, MangonelError, PermissionDeniedError
 from mangonel.ids import JobId
 from mangonel.proto import flightsql_pb2 as sql_pb
 from mangonel.proto.batches import fitted
 from mangonel.proto.results import ResultView, partition_ticket, result_schema
+from mangonel.scheduler import doors
 from mangonel.scheduler import flightsql_meta as meta
 from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
+from mangonel.scheduler.flightsql_auth import (
+    AUTH_MIDDLEWARE,
+    AcceptHandshake,
+    FlightSqlAuthFactory,
+    FlightSqlAuthMiddleware,
+)
 from mangonel.scheduler.flightsql_front import (
-    PEER_HEADER,
     POLL_ACTION,
     SCHEMA_ACTION,
     FlightSqlFront,
 )
+from mangonel.scheduler.flightsql_results import READ_ERRORS, ExecutorReads, LostResult
 from mangonel.scheduler.flightsql_wire import (
-    code_of,
     command_of,
     failure,
     flight_errors,
     invalid,
     not_found,
-    opt,
     pack,
     parse,
     parse_descriptor,
@@ -99,9 +109,7 @@ from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.state_views import ExecutorState, JobState
 from mangonel.scheduler.tickets import TicketIssuer
 from mangonel.security import tls
-from mangonel.security.auth import ANONYMOUS, AUTHORIZATION, OPEN, Authenticator, Principal
-from mangonel.security.auth import bearer_token as parse_bearer
-from mangonel.security.login_limits import peer_host
+from mangonel.security.auth import OPEN, Authenticator
 from mangonel.security.options import SecurityOptions
 from mangonel.security.tls import ServingCertificates, TlsMaterial
 from mangonel.sql.ddl import CreateExternalTable, parse_ddl
@@ -117,110 +125,7 @@ RESULTS_FROM = ("executors", "scheduler")
 REUSE_CONNECTION = "arrow-flight-reuse-connection://?"
 """Flight's location for "the service that gave you this FlightInfo"."""
 
-# Runs of a query whose result was lost before its FlightInfo was built.
-_RESULT_RETRIES = 2
-# How often a waiting GetFlightInfo looks whether its client went away.
-_CANCEL_POLL_S = 0.1
-_FETCH_TIMEOUT_S = 60.0
-_AUTH_MIDDLEWARE = "auth"
-
-
-# ------------------------------------------------------------ authentication
-
-
-class FlightSqlAuthMiddleware(flight.ServerMiddleware):  # type: ignore[misc]
-    """Who a call comes from, and the token to send back after a login."""
-
-    def __init__(
-        self,
-        principal: Principal,
-        session: str,
-        send_token: str | None,
-        token: str | None = None,
-        peer: str = "",
-    ) -> None:
-        self.principal = principal
-        self.session = session
-        self.peer = peer
-        """The client's address, as the front saw it (``PEER_HEADER``)."""
-        self._send_token = send_token
-        self.token = token
-        """The caller's bearer token (its login's): what proves it the reader of
-        its results to an executor, which this server forwards when it reads them."""
-
-    def sending_headers(self) -> dict[str, str]:
-        if self._send_token is None:
-            return {}
-        return {AUTHORIZATION: f"Bearer {self._send_token}"}
-
-
-class FlightSqlAuthFactory(flight.ServerMiddlewareFactory):  # type: ignore[misc]
-    """Reads ``authorization`` on every call (``Basic`` logs in, ``Bearer`` is checked).
-
-    An authenticator that issues no token (``OPEN``) still gets each login a
-    token of its own, so that each client's prepared statements are its own.
-    """
-
-    def __init__(self, authenticator: Authenticator) -> None:
-        self._auth = authenticator
-        self._open_tokens: set[str] = set()
-        self._lock = threading.Lock()
-
-    def start_call(
-        self, info: flight.CallInfo, headers: dict[str, list[str]]
-    ) -> FlightSqlAuthMiddleware:
-        values = headers.get(AUTHORIZATION) or headers.get(AUTHORIZATION.title()) or []
-        header: str | None = values[0] if values else None
-        peer = (headers.get(PEER_HEADER) or [""])[0]
-        try:
-            if header is not None and header.startswith("Basic "):
-                user, password = _basic(header)
-                token = self._auth.login(user, password, peer_host(peer))
-                if not token:
-                    token = f"open-{secrets.token_hex(16)}"
-                    with self._lock:
-                        self._open_tokens.add(token)
-                return FlightSqlAuthMiddleware(self._principal(token), token, token, token, peer)
-            bearer = parse_bearer(header)
-            if bearer is not None:
-                return FlightSqlAuthMiddleware(self._principal(bearer), bearer, None, bearer, peer)
-        except AuthenticationError as exc:
-            raise status(code_of(exc), str(exc)) from None
-        if self._auth.required:
-            raise flight.FlightUnauthenticatedError(
-                "this cluster needs a user: connect with a user name and password "
-                "(Basic authentication), or send 'authorization: Bearer <token>'"
-            )
-        return FlightSqlAuthMiddleware(ANONYMOUS, "", None, None, peer)
-
-    def _principal(self, token: str) -> Principal:
-        with self._lock:
-            minted = token in self._open_tokens
-        return ANONYMOUS if minted else self._auth.verify(token)
-
-
-def _basic(header: str) -> tuple[str, str]:
-    encoded = header[len("Basic ") :].strip()
-    try:
-        # Some clients (Go's Flight client) leave the padding out.
-        text = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True).decode()
-    except (ValueError, UnicodeDecodeError):
-        raise AuthenticationError("malformed Basic authorization header") from None
-    user, sep, password = text.partition(":")
-    if not sep:
-        raise AuthenticationError("malformed Basic authorization header: no ':'")
-    return user, password
-
-
-class _AcceptHandshake(flight.ServerAuthHandler):  # type: ignore[misc]
-    """Lets ``Handshake`` succeed: the middleware did the checking (and answers
-    the token in the response headers, where Flight SQL clients read it)."""
-
-    def authenticate(self, outgoing: Any, incoming: Any) -> None:
-        return None
-
-    def is_valid(self, token: bytes) -> str:
-        return ""
+_CANCELLED = "cancelled by the Flight SQL client"
 
 
 # ------------------------------------------------------------------ sessions
@@ -369,10 +274,9 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
     ) -> None:
         super().__init__(
             location=location,
-            auth_handler=_AcceptHandshake(),
-            middleware={_AUTH_MIDDLEWARE: FlightSqlAuthFactory(authenticator)},
+            auth_handler=AcceptHandshake(),
+            middleware={AUTH_MIDDLEWARE: FlightSqlAuthFactory(authenticator)},
         )
-        self._tls = tls_material
         self._tickets = tickets
         self._bind_user = authenticator.required
         self.core = core
@@ -381,12 +285,12 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         self._prepared: dict[bytes, _Prepared] = {}
         self._results: dict[JobId, _Result] = {}
         self._polls: dict[bytes, _Poll] = {}
-        self._clients: dict[str, flight.FlightClient] = {}
+        self._reads = ExecutorReads(tls_material)
 
     # ------------------------------------------------------------ plumbing
 
     def _who(self, context: flight.ServerCallContext) -> FlightSqlAuthMiddleware:
-        mw: FlightSqlAuthMiddleware | None = context.get_middleware(_AUTH_MIDDLEWARE)
+        mw: FlightSqlAuthMiddleware | None = context.get_middleware(AUTH_MIDDLEWARE)
         if mw is None:  # every call passes the factory; this is a safety net
             raise flight.FlightUnauthenticatedError("no credentials")
         if not mw.session:
@@ -395,23 +299,9 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
             mw.session = f"peer:{mw.peer or context.peer()}"
         return mw
 
-    def _client(self, address: str) -> flight.FlightClient:
-        with self._lock:
-            client = self._clients.get(address)
-            if client is None:
-                client = flight.connect(
-                    f"{tls.flight_scheme(self._tls)}://{address}",
-                    **tls.flight_client_kwargs(self._tls),
-                )
-                self._clients[address] = client
-            return client
-
     def shutdown(self) -> None:
         super().shutdown()
-        with self._lock:
-            for client in self._clients.values():
-                client.close()
-            self._clients.clear()
+        self._reads.close()
 
     # -------------------------------------------------------- Flight methods
 
@@ -445,7 +335,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         if isinstance(command, sql_pb.CommandPreparedStatementQuery):
             prepared = self._prepared_of(command.prepared_statement_handle, who)
             return flight.SchemaResult(self.core.result_schema(_no_params(prepared.sql)))
-        return flight.SchemaResult(self._metadata(command).schema)
+        return flight.SchemaResult(meta.answer(command, self.core.tables()).schema)
 
     @flight_errors
     def do_get(
@@ -464,7 +354,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
                 "stale or forged ticket: this server gives no TicketStatementQuery tickets; "
                 "execute the statement again"
             )
-        table = self._metadata(command)
+        table = meta.answer(command, self.core.tables())
         return flight.GeneratorStream(table.schema, fitted(table.to_batches()))
 
     @flight_errors
@@ -607,16 +497,16 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
     ) -> _Result:
         """Submit, wait, and learn the result's schema; run again while the
         result is lost before that."""
-        for attempt in range(_RESULT_RETRIES + 1):
+        for attempt in range(defaults.RESULT_RETRIES + 1):
             record = self._submit(sql, who)
             self._wait(record, context)
-            result = self._finish(record, who, last=attempt == _RESULT_RETRIES)
+            result = self._finish(record, who, last=attempt == defaults.RESULT_RETRIES)
             if result is not None:
                 return result
         raise AssertionError("unreachable")
 
     def _submit(self, sql: str, who: FlightSqlAuthMiddleware) -> JobWatch:
-        record = self.core.submit(sql, owner=who.principal.user, may_write=who.principal.may_write)
+        record = doors.submit(self.core, who.principal, sql)
         log.info("flight sql: job %s for %s", record.id, who.principal.user)
         return record
 
@@ -632,7 +522,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
             )
         try:
             schema = self._schema_of(record, locations, who)
-        except _LostResult as exc:
+        except LostResult as exc:
             if last:
                 raise status(
                     "UNAVAILABLE",
@@ -650,16 +540,9 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
     def _rows_written(self, record: JobWatch, who: FlightSqlAuthMiddleware) -> int:
         """A write statement's answer (its ``Count`` rows), read from where it is;
         the result is then released."""
-        count = 0
         try:
-            for loc in record.result:
-                reader = self._client(loc.flight_address).do_get(
-                    flight.Ticket(partition_ticket(loc)), _as_reader(who)
-                )
-                table = reader.read_all()
-                if table.num_columns and table.num_rows:
-                    count += sum(v for v in table.column(0).to_pylist() if isinstance(v, int))
-        except (flight.FlightError, OSError, pa.ArrowException) as exc:
+            count = self._reads.count(record.result, who.token)
+        except READ_ERRORS as exc:
             log.warning("job %s: its count could not be read (%s)", record.id, exc)
             count = -1
         self.core.release_result(record.id)
@@ -667,18 +550,11 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
 
     def _wait(self, record: JobWatch, context: flight.ServerCallContext) -> None:
         """Until the job ends; a client that cancels its call (or goes away) cancels it."""
-        while True:
-            with record.changed:
-                record.changed.wait_for(lambda: record.state.finished, timeout=_CANCEL_POLL_S)
-                state, error, error_type = record.state, record.error, record.error_type
-            if state is JobState.SUCCEEDED:
-                return
-            if state.finished:
-                raise failure(record.id, error, error_type)
-            if context.is_cancelled():
-                log.info("flight sql: the client cancelled job %s", record.id)
-                self.core.cancel(record.id, "cancelled by the Flight SQL client")
-                raise flight.FlightCancelledError(f"job {record.id} was cancelled")
+        end = doors.wait_end(self.core, record, context.is_cancelled, _CANCELLED)
+        if end is None:
+            raise flight.FlightCancelledError(f"job {record.id} was cancelled")
+        if end.state is not JobState.SUCCEEDED:
+            raise failure(record.id, end.error, end.error_type)
 
     def _schema_of(
         self,
@@ -688,17 +564,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
     ) -> pa.Schema:
         if not locations:
             return self.core.result_schema(record.sql)
-        first = locations[0]
-        try:
-            reader = self._client(first.flight_address).do_get(
-                flight.Ticket(partition_ticket(first)), _as_reader(who)
-            )
-            file_schema = reader.schema
-            reader.cancel()
-        except (flight.FlightError, OSError, pa.ArrowException) as exc:
-            raise _LostResult(
-                f"executor {first.executor} ({first.flight_address}): {exc}"
-            ) from None
+        file_schema = self._reads.file_schema(locations[0], who.token)
         return result_schema(file_schema, record.plan.columns)
 
     def _endpoint(self, result: _Result, index: int) -> flight.FlightEndpoint:
@@ -708,7 +574,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
             return flight.FlightEndpoint(view.encode(), [])
         return flight.FlightEndpoint(
             view.encode(),
-            [f"{tls.flight_scheme(self._tls)}://{loc.flight_address}", REUSE_CONNECTION],
+            [self._reads.url(loc.flight_address), REUSE_CONNECTION],
         )
 
     def _serve_partition(
@@ -732,22 +598,9 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         ):
             raise invalid(f"forged ticket: it names no result partition of job {view.job}")
         loc = result.locations[view.partition]
-        try:
-            reader = self._client(loc.flight_address).do_get(
-                flight.Ticket(view.ticket), _as_reader(who)
-            )
-            reader.schema  # noqa: B018 - fails here, not in the stream, when it is gone
-        except (flight.FlightError, OSError, pa.ArrowException) as exc:
-            raise self._lost(result, loc, exc) from None
-
-        def batches() -> Iterator[pa.RecordBatch]:
-            try:
-                for chunk in reader:
-                    yield _as_view(chunk.data, view, result.schema)
-            except (flight.FlightError, OSError, pa.ArrowException) as exc:
-                raise self._lost(result, loc, exc) from None
-
-        return flight.GeneratorStream(result.schema, fitted(batches()))
+        return self._reads.stream(
+            view, loc, result.schema, who.token, lambda exc: self._lost(result, loc, exc)
+        )
 
     def _lost(
         self, result: _Result, loc: PartitionLocation, exc: BaseException
@@ -853,18 +706,17 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
             for i, record in enumerate(poll.jobs):
                 if poll.results[i] is not None:
                     continue
-                with record.changed:
-                    state, error, error_type = record.state, record.error, record.error_type
-                    views = record.stage_views()
-                if state is JobState.SUCCEEDED:
-                    last = poll.runs[i] > _RESULT_RETRIES
+                end = record.outcome()
+                views = record.stage_views()
+                if end.state is JobState.SUCCEEDED:
+                    last = poll.runs[i] > defaults.RESULT_RETRIES
                     poll.results[i] = self._finish(record, who, last)
                     if poll.results[i] is None:
                         poll.jobs[i] = self._submit(poll.statements[i], who)
                         poll.runs[i] += 1
-                elif state.finished:
+                elif end.state.finished:
                     self._drop_poll(poll)
-                    raise failure(record.id, error, error_type)
+                    raise failure(record.id, end.error, end.error_type)
                 done += sum(v.done for v in views)
                 total += sum(v.num_tasks for v in views)
             results = [r for r in poll.results if r is not None]
@@ -926,13 +778,12 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         if not jobs:
             return sql_pb.CANCEL_STATUS_NOT_CANCELLABLE
         for job in jobs:
-            with self._lock:
-                result = self._results.get(job)
-            if result is not None:
-                try:
-                    who.principal.check_sees(job, result.owner)
-                except PermissionDeniedError as exc:
-                    raise flight.FlightUnauthorizedError(str(exc)) from None
+            try:
+                doors.job_of(self.core, who.principal, job)
+            except JobNotFoundError:
+                pass  # forgotten: nothing is held, releasing it is harmless
+            except PermissionDeniedError as exc:
+                raise flight.FlightUnauthorizedError(str(exc)) from None
             self._release(job)
         return sql_pb.CANCEL_STATUS_CANCELLED
 
@@ -958,7 +809,7 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         with self._lock:
             self._results.pop(job, None)
         try:
-            if not self.core.cancel(job, "cancelled by the Flight SQL client"):
+            if not self.core.cancel(job, _CANCELLED):
                 self.core.release_result(job)
         except MangonelError as exc:  # forgotten already: nothing is held
             log.debug("releasing job %s: %s", job, exc)
@@ -987,60 +838,15 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         self, command: Message, descriptor: flight.FlightDescriptor
     ) -> flight.FlightInfo:
         """A metadata command's ``FlightInfo``: one endpoint, the command its ticket."""
-        table = self._metadata(command)
+        table = meta.answer(command, self.core.tables())
         endpoint = flight.FlightEndpoint(descriptor.command, [])
         return flight.FlightInfo(table.schema, descriptor, [endpoint], table.num_rows, -1)
-
-    def _metadata(self, command: Message) -> pa.Table:
-        if isinstance(command, sql_pb.CommandGetSqlInfo):
-            return meta.sql_info(list(command.info))
-        if isinstance(command, sql_pb.CommandGetCatalogs):
-            return meta.catalogs()
-        if isinstance(command, sql_pb.CommandGetDbSchemas):
-            return meta.db_schemas(
-                opt(command, "catalog"), opt(command, "db_schema_filter_pattern")
-            )
-        if isinstance(command, sql_pb.CommandGetTables):
-            return meta.tables(
-                self.core.tables(),
-                opt(command, "catalog"),
-                opt(command, "db_schema_filter_pattern"),
-                opt(command, "table_name_filter_pattern"),
-                list(command.table_types),
-                command.include_schema,
-            )
-        if isinstance(command, sql_pb.CommandGetTableTypes):
-            return meta.table_types()
-        if isinstance(command, sql_pb.CommandGetXdbcTypeInfo):
-            return meta.xdbc_type_info(opt(command, "data_type"))
-        if isinstance(command, sql_pb.CommandGetPrimaryKeys):
-            return meta.empty(meta.PRIMARY_KEYS_SCHEMA)
-        if isinstance(command, sql_pb.CommandGetExportedKeys | sql_pb.CommandGetImportedKeys):
-            return meta.empty(meta.KEYS_SCHEMA)
-        if isinstance(command, sql_pb.CommandStatementSubstraitPlan):
-            raise unsupported("Substrait plans are not supported; send SQL")
-        raise unsupported(f"{type(command).__name__} is not supported by this Flight SQL server")
-
-
-class _LostResult(Exception):
-    """A result partition could not be read from its executor."""
 
 
 def _no_params(sql: str) -> str:
     """``sql`` with NULL for each parameter, to type its result without values."""
     parameters = count_parameters(sql)
     return bind_parameters(sql, [None] * parameters) if parameters else sql
-
-
-def _as_reader(who: FlightSqlAuthMiddleware) -> flight.FlightCallOptions:
-    """Options of a read from an executor on behalf of ``who``: its token goes along,
-    so that the executor serves a result ticket bound to its user."""
-    headers = [(AUTHORIZATION.encode(), f"Bearer {who.token}".encode())] if who.token else []
-    return flight.FlightCallOptions(timeout=_FETCH_TIMEOUT_S, headers=headers)
-
-
-def _as_view(batch: pa.RecordBatch, view: ResultView, schema: pa.Schema) -> pa.RecordBatch:
-    return ResultView(view.ticket, view.job, view.partition, schema).apply(batch)
 
 
 def start_flight_sql(

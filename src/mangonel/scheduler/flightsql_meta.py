@@ -20,9 +20,12 @@ from dataclasses import dataclass
 from importlib import metadata
 
 import pyarrow as pa
+from google.protobuf.message import Message
 
 from mangonel.catalog import Table
+from mangonel.proto import flightsql_pb2 as sql_pb
 from mangonel.proto.results import result_schema
+from mangonel.scheduler.flightsql_wire import opt, unsupported
 
 CATALOG = "mangonel"
 """The one catalog GetCatalogs lists."""
@@ -481,3 +484,41 @@ def xdbc_type_info(data_type: int | None) -> pa.Table:
     ]
     arrays = [pa.array(v, f.type) for v, f in zip(values, XDBC_TYPE_INFO_SCHEMA, strict=True)]
     return pa.table(arrays, schema=XDBC_TYPE_INFO_SCHEMA)
+
+
+# ------------------------------------------------------------ answering
+
+
+def answer(command: Message, known: Sequence[Table]) -> pa.Table:
+    """A metadata command's rows (its ticket read back answers the same), over the
+    catalog's tables ``known``.
+
+    Raises:
+        flight.FlightError: UNIMPLEMENTED: not a metadata command this server answers.
+    """
+    if isinstance(command, sql_pb.CommandGetSqlInfo):
+        return sql_info(list(command.info))
+    if isinstance(command, sql_pb.CommandGetCatalogs):
+        return catalogs()
+    if isinstance(command, sql_pb.CommandGetDbSchemas):
+        return db_schemas(opt(command, "catalog"), opt(command, "db_schema_filter_pattern"))
+    if isinstance(command, sql_pb.CommandGetTables):
+        return tables(
+            known,
+            opt(command, "catalog"),
+            opt(command, "db_schema_filter_pattern"),
+            opt(command, "table_name_filter_pattern"),
+            list(command.table_types),
+            command.include_schema,
+        )
+    if isinstance(command, sql_pb.CommandGetTableTypes):
+        return table_types()
+    if isinstance(command, sql_pb.CommandGetXdbcTypeInfo):
+        return xdbc_type_info(opt(command, "data_type"))
+    if isinstance(command, sql_pb.CommandGetPrimaryKeys):
+        return empty(PRIMARY_KEYS_SCHEMA)
+    if isinstance(command, sql_pb.CommandGetExportedKeys | sql_pb.CommandGetImportedKeys):
+        return empty(KEYS_SCHEMA)
+    if isinstance(command, sql_pb.CommandStatementSubstraitPlan):
+        raise unsupported("Substrait plans are not supported; send SQL")
+    raise unsupported(f"{type(command).__name__} is not supported by this Flight SQL server")

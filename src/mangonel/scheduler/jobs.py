@@ -46,6 +46,17 @@ class StageTiming:
         return max(0.0, end - self.first_launch)
 
 
+@dataclass(frozen=True)
+class JobEnd:
+    """How a job stands, read at one instant: its state, and why it failed."""
+
+    state: JobState
+    error: str
+    """``JobWatch.error``: empty unless it failed or was cancelled."""
+    error_type: str
+    """``JobWatch.error_type``."""
+
+
 @dataclass
 class JobWatch:
     """One submitted job as its watchers see it."""
@@ -177,6 +188,17 @@ class JobWatch:
                 StageView(s.id, s.label, s.num_tasks, 0, 0, s.num_tasks, 0, 0, 0)
                 for s in self.plan.stages
             )
+
+    def outcome(self) -> JobEnd:
+        """The state and error read together (a reader between two updates could
+        pair a failed state with the error of none)."""
+        with self.changed:
+            return JobEnd(self.state, self.error, self.error_type)
+
+    def wait_finished(self, timeout: float) -> bool:
+        """Block until the job has ended (or ``timeout`` passed); whether it has."""
+        with self.changed:
+            return self.changed.wait_for(lambda: self.state.finished, timeout=timeout)
 
     def wait_change(self, seen: int, timeout: float) -> int:
         """Block until ``version`` differs from ``seen`` (or timeout); return it."""

@@ -49,13 +49,8 @@ from mangonel.errors import StateStoreError
 from mangonel.ids import JobId, StageId, TaskId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.state_executors import ExecutorRecord, RegistrySnapshot
-from mangonel.scheduler.state_jobs import (
-    FinishedJob,
-    JobProgress,
-    StageProgress,
-    TaskRecord,
-    TaskState,
-)
+from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, StageProgress
+from mangonel.scheduler.state_stages import TaskRecord, TaskState
 from mangonel.scheduler.store import StateStore
 from mangonel.task import PartitionLocation
 

@@ -1,7 +1,8 @@
 """The scheduler's gRPC services: ``ExecutorControl`` and ``QueryService``.
 
 Thin servicers over ``SchedulerCore``: they convert messages with
-``mangonel.proto.convert`` and map mangonel errors to gRPC status codes. A
+``mangonel.proto.convert`` (the status messages they answer are built in
+``service_status``) and map mangonel errors to gRPC status codes. A
 mangonel error travels with its class name in the trailing metadata key
 ``mangonel-error``, so the client re-raises the same type with the same message.
 
@@ -23,13 +24,12 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 
 from mangonel import textfiles
-from mangonel.catalog import Table
 from mangonel.errors import (
     AuthenticationError,
     CatalogError,
@@ -40,21 +40,26 @@ from mangonel.errors import (
     QueryError,
     plain_text,
 )
-from mangonel.ids import ExecutorId, JobId, StageId
+from mangonel.ids import ExecutorId, JobId
 from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
-from mangonel.scheduler.breakdown import StagePhases, stage_phases
+from mangonel.scheduler import doors
+from mangonel.scheduler.breakdown import stage_phases
 from mangonel.scheduler.core import ExecutorNotFoundError, JobNotFoundError, SchedulerCore
 from mangonel.scheduler.jobs import JobWatch
-from mangonel.scheduler.registry import CLOSE, ExecutorListing
-from mangonel.scheduler.state_views import ExecutorState, JobState, StageView
+from mangonel.scheduler.registry import CLOSE
+from mangonel.scheduler.service_status import (
+    attach_result_files,
+    executor_status,
+    job_status,
+    table_info,
+)
 from mangonel.scheduler.tickets import TicketIssuer
 from mangonel.security import tls, tokens
 from mangonel.security.auth import (
     ANONYMOUS,
     AUTHORIZATION,
-    HIDDEN_UNHEALTHY,
     OPEN,
     Authenticator,
     Principal,
@@ -71,20 +76,6 @@ ERROR_METADATA_KEY = "mangonel-error"
 
 # Progress messages of WatchJob are sent at most this often; the final one at once.
 _WATCH_MIN_INTERVAL_S = 0.1
-
-_JOB_STATE = {
-    JobState.QUEUED: pb.JOB_STATE_RUNNING,  # the wire has no queued state
-    JobState.RUNNING: pb.JOB_STATE_RUNNING,
-    JobState.SUCCEEDED: pb.JOB_STATE_SUCCEEDED,
-    JobState.FAILED: pb.JOB_STATE_FAILED,
-    JobState.CANCELLED: pb.JOB_STATE_CANCELLED,
-}
-_EXECUTOR_STATE = {
-    ExecutorState.CONNECTING: pb.EXECUTOR_STATE_CONNECTING,
-    ExecutorState.ALIVE: pb.EXECUTOR_STATE_ALIVE,
-    ExecutorState.DRAINING: pb.EXECUTOR_STATE_DRAINING,
-    ExecutorState.LOST: pb.EXECUTOR_STATE_LOST,
-}
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -148,128 +139,6 @@ def rpc(method: F) -> F:
             abort(context, exc, method.__name__)
 
     return cast(F, wrapper)
-
-
-# ------------------------------------------------------------------ conversions
-
-
-def table_info(table: Table) -> pb.TableInfo:
-    return pb.TableInfo(
-        name=table.name,
-        location=table.location,
-        columns=[pb.Column(name=f.name, type=str(f.type)) for f in table.schema],
-        rows=table.rows,
-        bytes=table.bytes,
-        files=list(table.files),
-        format=table.format.value,
-    )
-
-
-def attach_result_files(msg: pb.JobStatus, record: JobWatch) -> None:
-    """Put the result files the scheduler holds into the status's locations."""
-    with record.changed:
-        for loc in msg.result:
-            data = record.result_files.get(loc.path)
-            if data:
-                loc.data = data
-
-
-def job_status(
-    record: JobWatch,
-    now: float,
-    with_result: bool,
-    phases: Mapping[StageId, StagePhases] | None = None,
-) -> pb.JobStatus:
-    """A snapshot of a job: the state machine's counters, the shell's times, and
-    where each stage's task time went (``phases``, given for a finished job's
-    final status: ``mangonel sql --stages`` shows them).
-
-    Takes the record's lock so that the counters are of one moment.
-    """
-    phases = phases or {}
-    with record.changed:
-        views = record.stage_views()
-        stages = [
-            pb.StageStatus(
-                stage=int(v.id),
-                label=v.label,
-                tasks_total=v.num_tasks,
-                tasks_done=v.done,
-                tasks_running=v.running,
-                tasks_pending=v.pending,
-                rows=v.rows,
-                bytes=v.bytes,
-                elapsed_s=_stage_elapsed(record, v, now),
-                attempts=v.attempts_launched,
-                tasks_rerun=v.tasks_rerun,
-                outputs_recomputed=v.outputs_recomputed,
-                tasks_planned=v.planned_tasks or 0,
-                phases=stage_phases_to_proto(phases.get(v.id)),
-            )
-            for v in views
-        ]
-        msg = pb.JobStatus(
-            job_id=record.id,
-            state=_JOB_STATE[record.state],
-            sql=record.sql,
-            columns=list(record.plan.columns),
-            stages=stages,
-            submitted_at=record.submitted_wall,
-            elapsed_s=record.elapsed(now),
-            error=record.error,
-            error_type=record.error_type,
-            tasks_rerun=sum(v.tasks_rerun for v in views),
-            outputs_recomputed=sum(v.outputs_recomputed for v in views),
-            owner=record.owner,
-        )
-        if with_result:
-            msg.result.extend(convert.partition_location_to_proto(loc) for loc in record.result)
-        return msg
-
-
-def stage_phases_to_proto(p: StagePhases | None) -> pb.StagePhases | None:
-    if p is None:
-        return None
-    return pb.StagePhases(
-        tasks=p.tasks,
-        executors=p.executors,
-        **{f"{name}_s": value for name, value in p.seconds.items()},
-        task_median_s=p.task_median_s,
-        task_max_s=p.task_max_s,
-        fetched_local_bytes=p.fetched_local_bytes,
-        fetched_remote_bytes=p.fetched_remote_bytes,
-        fetch_remote_s=p.fetch_remote_s,
-        write_io_s=p.write_io_s,
-    )
-
-
-def _stage_elapsed(record: JobWatch, view: StageView, now: float) -> float:
-    timing = record.timing.get(view.id)
-    if timing is None:
-        return 0.0
-    end = record.finished if record.finished is not None else now
-    return timing.elapsed(end, complete=view.done >= view.num_tasks)
-
-
-def executor_status(entry: ExecutorListing, now: float, hosts: bool = True) -> pb.ExecutorStatus:
-    """One executor; ``now`` is the shell's clock (for the heartbeat age); without
-    ``hosts`` (``Principal.sees_hosts``) nothing of its host's particulars."""
-    view = entry.view
-    unhealthy = view.unhealthy if entry.usable else ""
-    return pb.ExecutorStatus(
-        id=view.id,
-        host=view.host if hosts else "",
-        flight_address=view.flight_address,
-        slots=view.slots,
-        pid=entry.pid if hosts else 0,
-        state=_EXECUTOR_STATE[view.state],
-        since=view.since,
-        reason=view.reason.value if view.reason else "",
-        detail=view.detail if hosts else "",
-        running_tasks=view.running,
-        heartbeat_age_s=max(0.0, now - view.last_heartbeat) if entry.usable else 0.0,
-        unhealthy=unhealthy if hosts or not unhealthy else HIDDEN_UNHEALTHY,
-    )
 
 
 # --------------------------------------------------------------------- services
@@ -469,9 +338,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             JobNotFoundError: no such job.
             PermissionDeniedError: another user's job, and the caller is no admin.
         """
-        record = self.core.job(JobId(job_id))
-        caller.check_sees(job_id, record.owner)
-        return record
+        return doors.job_of(self.core, caller, job_id)
 
     @staticmethod
     def _admin(caller: Principal, what: str) -> None:
@@ -533,12 +400,8 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
     @rpc
     def Submit(self, request: pb.SubmitRequest, context: grpc.ServicerContext) -> pb.SubmitResponse:
         caller = self._caller(context)
-        record = self.core.submit(
-            request.sql,
-            request.dialect or None,
-            request.request_id,
-            owner=caller.user,
-            may_write=caller.may_write,
+        record = doors.submit(
+            self.core, caller, request.sql, request.dialect or None, request.request_id
         )
         return pb.SubmitResponse(job_id=record.id, columns=list(record.plan.columns))
 
@@ -559,8 +422,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
                 # A progress message nobody shows: building and sending one cost the
                 # scheduler about 0.5 ms of the GIL, often right as a task's report
                 # and the next launch went through (issue 19).
-                with record.changed:
-                    record.changed.wait_for(lambda: record.state.finished, timeout=1.0)
+                record.wait_finished(timeout=1.0)
                 continue
             if version != seen:
                 seen = version
@@ -584,8 +446,7 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
             # Throttle progress, but never hold back the final message.
             pause = _WATCH_MIN_INTERVAL_S - (time.monotonic() - last_sent)
             if pause > 0:
-                with record.changed:
-                    record.changed.wait_for(lambda: record.state.finished, timeout=pause)
+                record.wait_finished(timeout=pause)
 
     @rpc
     def CancelJob(

@@ -3,7 +3,7 @@
 ``SchedulerState`` holds everything the scheduler knows and changes only through
 ``handle(event) -> list[Command]`` (the model is dask's worker state machine).
 No sockets, threads, clock or database: time arrives on the events, and the I/O
-shell (``scheduler.service``) carries the commands out. Every command carries
+shell (``scheduler.core``) carries the commands out. Every command carries
 ``cause=event.event_id``.
 
 >>> from mangonel.scheduler.events import ExecutorConnected, ExecutorInfo, ExecutorRegistered
@@ -115,7 +115,7 @@ Why it is still over 600 lines: about 120 of them are this docstring, the one
 place that says what every event does.
 
 The life cycles of executors, jobs, tasks and stages are drawn in
-``state_executors`` and ``state_jobs``; what holds between any two events is
+``state_executors``, ``state_jobs`` and ``state_stages``; what holds between any two events is
 listed in docs/architecture.md ("Invariants of the state") and checked by
 ``validate``.
 """
@@ -173,19 +173,12 @@ from mangonel.scheduler.state_gray import (
     observe_speed,
 )
 from mangonel.scheduler.state_health import Health
-from mangonel.scheduler.state_jobs import (
-    PENDING,
-    Done,
-    FinishedJob,
-    JobProgress,
-    JobRecord,
-    Running,
-    TaskRecord,
-)
+from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, JobRecord
 from mangonel.scheduler.state_lifecycle import Lifecycle
 from mangonel.scheduler.state_placement import Placement
 from mangonel.scheduler.state_recovery import Loss, Recovery, Step, is_running
 from mangonel.scheduler.state_revival import Left, Revivals
+from mangonel.scheduler.state_stages import PENDING, Done, Running, TaskRecord
 from mangonel.scheduler.state_views import (
     ExecutorState,
     ExecutorView,

@@ -1,5 +1,9 @@
 """The executor registry inside the scheduler's state machine.
 
+Over 600 lines because it is one thing, the registry and its one record type:
+which executors exist, their states, slots, health and suspicions, with the
+indexes (free slots, live ids) kept beside them and checked by ``validate``.
+
 Owns which executors exist, their liveness and their slots. It makes no
 decisions about tasks: ``SchedulerState`` asks it who is free and tells it what
 runs where. Pure data, no clock: every time arrives as an argument.

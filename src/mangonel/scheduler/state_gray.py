@@ -34,14 +34,8 @@ from dataclasses import dataclass
 from mangonel.ids import TaskId
 from mangonel.scheduler.events import Limits
 from mangonel.scheduler.state_executors import ExecutorRecord
-from mangonel.scheduler.state_jobs import (
-    JobRecord,
-    LiveCheck,
-    Running,
-    StageRecord,
-    StageState,
-    TaskRecord,
-)
+from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.state_stages import LiveCheck, Running, StageRecord, StageState, TaskRecord
 
 __all__ = [
     "Straggler",

@@ -34,13 +34,10 @@ from mangonel.scheduler.state_gray import (
     count_failure,
     excluded_everywhere,
 )
-from mangonel.scheduler.state_jobs import (
-    FinishedJob,
-    JobRecord,
-    TaskRecord,
-)
+from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
 from mangonel.scheduler.state_liveness import Judgement, judge
 from mangonel.scheduler.state_recovery import Loss, Step
+from mangonel.scheduler.state_stages import TaskRecord
 from mangonel.scheduler.state_views import (
     JobState,
 )

@@ -35,15 +35,9 @@ from mangonel.scheduler.events import (
 from mangonel.scheduler.state_executors import (
     ExecutorRegistry,
 )
-from mangonel.scheduler.state_jobs import (
-    PENDING,
-    Done,
-    FinishedJob,
-    JobRecord,
-    Running,
-    invalid_plan_reason,
-)
+from mangonel.scheduler.state_jobs import FinishedJob, JobRecord, invalid_plan_reason
 from mangonel.scheduler.state_recovery import Step
+from mangonel.scheduler.state_stages import PENDING, Done, Running
 from mangonel.scheduler.state_views import (
     JobState,
 )
@@ -53,7 +47,7 @@ from mangonel.task import (
 )
 
 if TYPE_CHECKING:
-    from mangonel.scheduler.state_jobs import Running
+    from mangonel.scheduler.state_stages import Running
 
 
 class Lifecycle:

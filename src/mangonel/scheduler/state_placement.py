@@ -31,15 +31,9 @@ from mangonel.scheduler.state_executors import (
 from mangonel.scheduler.state_gray import (
     stragglers,
 )
-from mangonel.scheduler.state_jobs import (
-    JobRecord,
-    Pending,
-    Running,
-    StageRecord,
-    StageState,
-    TaskRecord,
-)
+from mangonel.scheduler.state_jobs import JobRecord
 from mangonel.scheduler.state_recovery import Step
+from mangonel.scheduler.state_stages import Pending, Running, StageRecord, StageState, TaskRecord
 from mangonel.scheduler.state_views import (
     JobState,
 )

@@ -1,6 +1,10 @@
 """Recovery: what the scheduler's state machine undoes and makes again when an
 executor is lost, an output goes missing, or the scheduler itself restarts.
 
+Just over 600 lines on purpose: how a loss is handled is meant to be read top to
+bottom in one file (the issue that made this module asked for exactly that); its
+pure rules of revival are ``state_revival``'s already.
+
 Read top to bottom, this is how a lost executor is handled (``Recovery._lose``,
 whatever lost it: a closed stream, a heartbeat timeout, fetch failures, a
 drain that finished):
@@ -68,15 +72,9 @@ from mangonel.scheduler.events import (
     TaskFailed,
 )
 from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry, Resume
-from mangonel.scheduler.state_jobs import (
-    PENDING,
-    Done,
-    JobRecord,
-    Running,
-    StageRecord,
-    TaskRecord,
-)
+from mangonel.scheduler.state_jobs import JobRecord
 from mangonel.scheduler.state_revival import Left, Revivals, restore
+from mangonel.scheduler.state_stages import PENDING, Done, Running, StageRecord, TaskRecord
 from mangonel.scheduler.state_views import ExecutorState, JobState
 from mangonel.task import CancelTask, FetchFailed
 

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId, JobId, TaskId
 from mangonel.scheduler.events import LossReason
-from mangonel.scheduler.state_jobs import Done, JobRecord, Pending, Running, TaskRecord
+from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.state_stages import Done, Pending, Running, TaskRecord
 
 __all__ = ["MAX_REVIVALS", "REVIVABLE", "Left", "Restored", "Revivals", "restore"]
 

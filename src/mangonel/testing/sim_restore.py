@@ -31,7 +31,7 @@ from typing import Any
 
 from mangonel.scheduler.persist import StoredPlan, decode
 from mangonel.scheduler.state import SchedulerState
-from mangonel.scheduler.state_jobs import TaskRecord
+from mangonel.scheduler.state_stages import TaskRecord
 from mangonel.testing.sim_world import Encodings, restored_from, state_documents
 
 _KEPT = (StoredPlan, TaskRecord)

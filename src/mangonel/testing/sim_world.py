@@ -28,7 +28,8 @@ from mangonel.scheduler.persist import (
 )
 from mangonel.scheduler.state import SchedulerState
 from mangonel.scheduler.state_executors import RegistrySnapshot
-from mangonel.scheduler.state_jobs import JobRecord, TaskRecord
+from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.state_stages import TaskRecord
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import (
     TaskSpec,

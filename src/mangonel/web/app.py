@@ -51,6 +51,7 @@ from mangonel.errors import (
 )
 from mangonel.ids import JobId
 from mangonel.plan.explain import render
+from mangonel.scheduler import doors
 from mangonel.scheduler.core import JobNotFoundError, SchedulerCore
 from mangonel.scheduler.jobs import JobWatch
 from mangonel.security import tokens
@@ -167,14 +168,11 @@ def create_app(
 
     def record(job_id: str, who: Principal, request: Request) -> JobWatch:
         try:
-            found = core.job(JobId(job_id))
+            return doors.job_of(core, who, job_id)
         except JobNotFoundError as exc:
             raise HTTPException(status_code=404, detail=plain_text(str(exc))) from None
-        try:
-            who.check_sees(job_id, found.owner)
         except PermissionDeniedError as exc:
             raise _refuse(request, 403, str(exc)) from None
-        return found
 
     @app.get("/", include_in_schema=False)
     def cluster_page() -> FileResponse:

@@ -43,7 +43,7 @@ def executor_model(
     entry: ExecutorListing, held: int, now: float, hosts: bool = True
 ) -> ExecutorModel:
     """One executor; without ``hosts`` (``Principal.sees_hosts``) nothing of its
-    host's particulars, as ``scheduler.service.executor_status``."""
+    host's particulars, as ``scheduler.service_status.executor_status``."""
     view = entry.view
     unhealthy = view.unhealthy if entry.usable else ""
     return ExecutorModel(

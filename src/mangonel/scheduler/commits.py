@@ -1,0 +1,171 @@
+"""The scheduler's commit thread: write statements' outputs committed off the lock.
+
+The state machine orders a write statement's commit (``CommitWrite``: the
+winning attempts' files) or its abort (``AbortWrite``); ``writes.Retirements``
+says when the files a commit replaced may go (``DeleteRetired``: every job that
+may read them has finished). This thread carries them out one at a time, in
+order, off the core's lock: an S3 commit copies every file, and two INSERTs into
+one table must not interleave their manifests. A commit's outcome comes back as
+an event (``WriteCommitted``, ``WriteCommitFailed``), through the core.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from mangonel import output
+from mangonel.catalog import Table, load_table
+from mangonel.errors import ErrorType, StateStoreError, UnknownTableError
+from mangonel.scheduler.events import (
+    AbortWrite,
+    Command,
+    CommitWrite,
+    Event,
+    WriteCommitFailed,
+    WriteCommitted,
+)
+from mangonel.scheduler.hooks import EventHook
+from mangonel.scheduler.writes import DeleteRetired, Retirements
+
+log = logging.getLogger(__name__)
+
+
+class CommitThread:
+    """Carries out ``CommitWrite``, ``AbortWrite`` and ``DeleteRetired`` in order.
+
+    Args:
+        lock: The core's lock: a commit's retired files are listed against the
+            jobs running at that instant, and ``job_finished`` (called under it)
+            must not slip in between.
+        emit: The core's way in for an event (the commit's outcome).
+        running_jobs: The ids of the jobs not finished yet.
+        has_table: Whether the catalog holds a table now.
+        table_committed: Register a committed table: durable, in the catalog, and
+            owned by the warehouse (called with ``lock`` held).
+        hook: The core's test hook now (crash points at ``commit-intent`` and
+            ``committed``).
+        clock: The core's clock.
+    """
+
+    def __init__(
+        self,
+        lock: threading.RLock,
+        emit: Callable[[Callable[[int, float], Event]], list[Command]],
+        running_jobs: Callable[[], frozenset[str]],
+        has_table: Callable[[str], bool],
+        table_committed: Callable[[Table], None],
+        hook: Callable[[], EventHook],
+        clock: Callable[[], float],
+    ) -> None:
+        self._lock = lock
+        self._emit = emit
+        self._running_jobs = running_jobs
+        self._has_table = has_table
+        self._table_committed = table_committed
+        self._hook = hook
+        self._clock = clock
+        self._queue: queue.Queue[CommitWrite | AbortWrite | DeleteRetired | None] = queue.Queue()
+        self._retirements = Retirements()
+        self._thread = threading.Thread(target=self._loop, name="scheduler-commit", daemon=True)
+        self._thread.start()
+
+    def put(self, command: CommitWrite | AbortWrite) -> None:
+        """Carry out the state machine's command, after those before it."""
+        self._queue.put(command)
+
+    def job_finished(self, job: str) -> None:
+        """``job`` ended: delete what it alone still held back (under the core's lock)."""
+        for release in self._retirements.finished(job):
+            self._queue.put(release)
+
+    def stop(self) -> None:
+        """End the thread once what is queued is done."""
+        self._queue.put(None)
+
+    def _loop(self) -> None:
+        while True:
+            command = self._queue.get()
+            if command is None:
+                return
+            if isinstance(command, AbortWrite):
+                try:
+                    output.abort(command.target.location, command.job)
+                except Exception:  # swept by the next commit's staging cleanup
+                    log.exception("job %s: its staged files could not be removed", command.job)
+                continue
+            if isinstance(command, DeleteRetired):
+                self._delete_retired(command)
+                continue
+            self._commit(command)
+
+    def _delete_retired(self, command: DeleteRetired) -> None:
+        """Delete the files a commit replaced, their readers done."""
+        try:
+            deleted = output.delete_retired(command.location, command.job)
+        except Exception:  # still listed as retired: the next replace takes them
+            log.exception("the files job %s replaced could not be deleted", command.job)
+        else:
+            log.info(
+                "job %s: %d replaced files deleted at %s, their readers done",
+                command.job,
+                deleted,
+                command.location,
+            )
+
+    def _commit(self, command: CommitWrite) -> None:
+        """Commit a write statement's output and register its table; report the outcome."""
+        target = command.target
+        job = command.job
+
+        def crash_point(point: str) -> None:
+            self._hook().check(WriteCommitted(0, self._clock(), job), [command], point)
+
+        try:
+            if target.mode is output.CommitMode.APPEND and not self._has_table(target.table):
+                raise UnknownTableError(
+                    f"table {target.table} was dropped while this INSERT ran; nothing was added"
+                )
+            done = output.commit(
+                target.location,
+                job,
+                dict(command.winners),
+                target.format.value,
+                target.mode,
+                after_intent=lambda: crash_point("commit-intent"),
+                running=self._running_jobs(),
+            )
+            if target.table:
+                table = load_table(target.table, target.location)
+                with self._lock:
+                    self._table_committed(table)
+        except Exception as exc:
+            if isinstance(exc, StateStoreError):
+                return  # fatal: the scheduler stops, and a restart commits again
+            msg = f"the output of job {job} could not be committed to {target.location}: {exc}"
+            kind = ErrorType.JOB_FAILED
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                kind = ErrorType.WRITE_TARGET_FULL
+                msg = f"disk full: {msg}. {kind.advice}"
+            log.error("%s", msg)
+            self._emit(lambda eid, now: WriteCommitFailed(eid, now, job, msg, kind))
+            return
+        log.info(
+            "job %s committed %d files to %s (%d in its manifest)",
+            job,
+            len(done.added),
+            target.location,
+            len(done.files),
+        )
+        crash_point("committed")
+        if done.retired:
+            # Jobs running now may have been planned on the manifest just replaced;
+            # with none, the old files go before the statement's client hears of it.
+            with self._lock:
+                ready = self._retirements.committed(target.location, job, self._running_jobs())
+            for release in ready:
+                self._delete_retired(release)
+        self._emit(lambda eid, now: WriteCommitted(eid, now, job))

@@ -1,0 +1,139 @@
+"""What a restarted scheduler rebuilds from its state store, before it serves.
+
+``SchedulerCore.recover`` reads the store (``persist.read_snapshot``) and hands
+the snapshot here; ``rebuild`` says what to put back: the tables (their footers
+read again; one that cannot be read any more is dropped), each job's watchers'
+record (``jobs.JobWatch``), the unfinished jobs' records for the state machine
+(``state_jobs.JobRecord``) and the finished ones, and what to write back. A job
+whose record cannot be restored (its progress does not fit its plan, or its
+entry cannot be read) is failed in its place: its client hears why, and the
+store then holds a record a later restart reads. Nothing here takes the core's
+lock or writes the store: the core applies the result under its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from mangonel.catalog import Table, load_table
+from mangonel.errors import ErrorType, MangonelError
+from mangonel.ids import JobId
+from mangonel.plan.physical import DistributedPlan
+from mangonel.scheduler.jobs import JobWatch
+from mangonel.scheduler.persist import (
+    BrokenJob,
+    Snapshot,
+    StoredPlan,
+    StoredTable,
+    job_key,
+    table_key,
+)
+from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
+from mangonel.scheduler.state_views import JobState, JobView
+from mangonel.task import FileFormat
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Rebuilt:
+    """What ``rebuild`` found in the store, to be put back."""
+
+    tables: list[Table] = field(default_factory=list)
+    owned: set[str] = field(default_factory=set)
+    """Tables the warehouse owns (``DROP TABLE`` deletes their files)."""
+    watches: dict[JobId, JobWatch] = field(default_factory=dict)
+    running: list[JobRecord] = field(default_factory=list)
+    finished: list[FinishedJob] = field(default_factory=list)
+    puts: dict[str, object] = field(default_factory=dict)
+    deletes: list[str] = field(default_factory=list)
+    """Stale keys, dropped tables' and the failed-in-place jobs' raw entries."""
+    tables_dropped: int = 0
+
+
+def rebuild(snap: Snapshot, data: Mapping[str, object], store_url: str, now: float) -> Rebuilt:
+    """What to restore from a snapshot of the store (``data``, as it was read)."""
+    out = Rebuilt()
+    for name, table in snap.tables.items():
+        if table.owned:
+            out.owned.add(name)
+        try:
+            out.tables.append(load_stored(name, table))
+        except MangonelError as exc:
+            log.error("table %s cannot be read any more, so it is dropped: %s", name, exc)
+            out.deletes.append(table_key(name))
+            out.tables_dropped += 1
+    broken = list(snap.broken)
+    for stored in snap.jobs:
+        if stored.outcome is None and stored.progress is not None:
+            try:
+                out.running.append(JobRecord.restore(stored.plan.plan, stored.progress))
+            except Exception as exc:  # one job's record never stops the scheduler
+                problem = f"its progress does not fit its plan ({exc})"
+                log.exception("job %s cannot be restored: %s", stored.id, problem)
+                keys = [k for k in data if k.startswith(job_key(stored.id, ""))]
+                broken.append(BrokenJob(stored.id, problem, keys, stored.plan))
+                continue
+        record = JobWatch.create(
+            stored.id, stored.plan.sql, stored.plan.plan, stored.plan.submitted
+        )
+        record.submitted_wall = stored.plan.submitted_wall
+        record.request_id = stored.plan.request_id
+        record.owner = stored.plan.owner
+        if stored.outcome is not None:
+            out.finished.append(stored.outcome)
+            record.update(stored.outcome.view, stored.plan.submitted, stored.outcome.result)
+        out.watches[stored.id] = record
+    out.deletes += snap.stale
+    for job in broken:
+        outcome, plan, record = failed_in_place(job, store_url, now)
+        out.finished.append(outcome)
+        out.watches[job.id] = record
+        out.puts[job_key(job.id, "plan")] = plan
+        out.puts[job_key(job.id, "outcome")] = outcome
+        out.deletes += [k for k in job.keys if k not in out.puts]
+    return out
+
+
+def failed_in_place(
+    job: BrokenJob, store_url: str, now: float
+) -> tuple[FinishedJob, StoredPlan, JobWatch]:
+    """A failed job in place of one whose record cannot be restored: its client
+    hears why, and the store holds a record a restart reads (what could be read
+    of its plan, else an empty plan with what its raw entry still said)."""
+    plan = job.plan
+    if plan is None:
+        f = job.fields
+        submitted = float(f.get("submitted", now))
+        plan = StoredPlan(
+            str(f.get("sql", "")),
+            submitted,
+            float(f.get("submitted_wall", submitted)),
+            DistributedPlan((), ()),
+            str(f.get("request_id", "")),
+            str(f.get("owner", "")),
+        )
+    error = (
+        f"the scheduler restarted and could not restore this job from its state store "
+        f"{store_url}: {job.problem}. The job was failed; submit the query again. "
+        "The store was damaged or written by another mangonel version: the "
+        f"scheduler's log has the details under job {job.id}."
+    )
+    view = JobView(
+        job.id, JobState.FAILED, plan.submitted, now, error, (), plan.sql, ErrorType.INTERNAL
+    )
+    record = JobWatch.create(job.id, plan.sql, plan.plan, plan.submitted)
+    record.submitted_wall = plan.submitted_wall
+    record.request_id = plan.request_id
+    record.owner = plan.owner
+    record.update(view, now)
+    return FinishedJob(view), plan, record
+
+
+def load_stored(name: str, stored: StoredTable) -> Table:
+    """A table as the store recorded it: a CSV or JSON one with its columns of register."""
+    kind = FileFormat(stored.format)
+    columns = [(n, t) for n, t in stored.columns]
+    return load_table(name, stored.path, kind, stored.options, columns)
