@@ -92,6 +92,10 @@ class TextFormat:
     convert reads as NULL); else such a row fails the query, naming its file and line."""
     multiline: bool = False
     """Quoted CSV fields may hold newlines: each file is read whole by one task."""
+    dateformat: str = ""
+    """CSV: the ``strptime`` format of DATE values (empty: ISO 8601, DuckDB's)."""
+    timestampformat: str = ""
+    """CSV: the ``strptime`` format of TIMESTAMP values (empty: ISO 8601, DuckDB's)."""
 
 
 @dataclass(frozen=True)

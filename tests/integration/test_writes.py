@@ -505,23 +505,41 @@ def data_lines(paths: list[Path], header: bool) -> tuple[set[bytes], list[bytes]
     return headers, sorted(lines)
 
 
+CSV_OPTION_CASES = {
+    # id: (COPY's options, DuckDB's read_csv arguments, register's options): the same
+    # choices in three spellings.
+    "quoted": (
+        "QUOTE '''', ESCAPE '\\', NULL 'NA', DATEFORMAT '%d/%m/%Y', "
+        "TIMESTAMPFORMAT '%d/%m/%Y %H:%M:%S'",
+        "quote = '''', escape = '\\', nullstr = 'NA', dateformat = '%d/%m/%Y', "
+        "timestampformat = '%d/%m/%Y %H:%M:%S'",
+        {
+            "quote": "'",
+            "escape": "\\",
+            "null": "NA",
+            "dateformat": "%d/%m/%Y",
+            "timestampformat": "%d/%m/%Y %H:%M:%S",
+        },
+    ),
+    "unquoted": (
+        "DELIMITER '|', QUOTE '', ESCAPE '', NULLSTR '\\N', HEADER false, "
+        "DATE_FORMAT '%Y%m%d', TIMESTAMP_FORMAT '%Y-%m-%dT%H:%M:%S'",
+        "delim = '|', quote = '', escape = '', nullstr = '\\N', header = false, "
+        "dateformat = '%Y%m%d', timestampformat = '%Y-%m-%dT%H:%M:%S'",
+        {
+            "delimiter": "|",
+            "quote": "",
+            "null": "\\N",
+            "header": False,
+            "date_format": "%Y%m%d",
+            "timestamp_format": "%Y-%m-%dT%H:%M:%S",
+        },
+    ),
+}
+
+
 @pytest.mark.parametrize(
-    ("options", "read"),
-    [
-        (
-            "QUOTE '''', ESCAPE '\\', NULL 'NA', DATEFORMAT '%d/%m/%Y', "
-            "TIMESTAMPFORMAT '%d/%m/%Y %H:%M:%S'",
-            "quote = '''', escape = '\\', nullstr = 'NA', dateformat = '%d/%m/%Y', "
-            "timestampformat = '%d/%m/%Y %H:%M:%S'",
-        ),
-        (
-            "DELIMITER '|', QUOTE '', ESCAPE '', NULLSTR '\\N', HEADER false, "
-            "DATE_FORMAT '%Y%m%d', TIMESTAMP_FORMAT '%Y-%m-%dT%H:%M:%S'",
-            "delim = '|', quote = '', escape = '', nullstr = '\\N', header = false, "
-            "dateformat = '%Y%m%d', timestampformat = '%Y-%m-%dT%H:%M:%S'",
-        ),
-    ],
-    ids=["quoted", "unquoted"],
+    ("options", "read", "register"), CSV_OPTION_CASES.values(), ids=CSV_OPTION_CASES.keys()
 )
 def test_copy_csv_quote_escape_null_and_date_formats_match_duckdb_byte_for_byte(
     cluster: Any,
@@ -531,6 +549,7 @@ def test_copy_csv_quote_escape_null_and_date_formats_match_duckdb_byte_for_byte(
     work_dir: Path,
     options: str,
     read: str,
+    register: dict[str, Any],
 ) -> None:
     target = out_root / work_dir.name
     copy_options = f"FORMAT csv, {options}"
@@ -568,6 +587,19 @@ def test_copy_csv_quote_escape_null_and_date_formats_match_duckdb_byte_for_byte(
     assert_same_result(actual, expected, ordered=False)
     direct = duckdb_ref.sql(CSV_TEXT_QUERY).to_arrow_table()
     assert_same_result(actual, direct, ordered=False, check_names=header)
+    # Registered as a CSV table with the same options, the output reads back, on the
+    # cluster, as the query's rows (the table's types declared: DuckDB's of the query).
+    types = duckdb_ref.sql(f"DESCRIBE {CSV_TEXT_QUERY}").fetchall()
+    name = f"written_{len(options)}"
+    session.register(name, str(target), "csv", [(c[0], c[1]) for c in types], **register)
+    assert_same_result(session.sql(f"SELECT * FROM {name}").to_arrow(), direct, ordered=False)
+    # Inferred from a sample instead, the dates are dates again (the formats were used).
+    session.register(f"{name}_sniffed", str(target), "csv", **register)
+    sniffed = session.sql(f"SELECT * FROM {name}_sniffed").to_arrow()
+    assert sniffed.schema.types[-2:] == direct.schema.types[-2:], sniffed.schema
+    assert_same_result(sniffed, direct, ordered=False, check_names=header)
+    session.sql(f"DROP TABLE {name}")
+    session.sql(f"DROP TABLE {name}_sniffed")
 
 
 @pytest.mark.parametrize(

@@ -132,6 +132,8 @@ def text_format_to_proto(fmt: TextFormat) -> pb.TextFormat:
         compression=fmt.compression.value,
         ignore_errors=fmt.ignore_errors,
         multiline=fmt.multiline,
+        dateformat=fmt.dateformat,
+        timestampformat=fmt.timestampformat,
     )
 
 
@@ -151,6 +153,8 @@ def text_format_from_proto(msg: pb.TextFormat) -> TextFormat:
         compression=compression,
         ignore_errors=msg.ignore_errors,
         multiline=msg.multiline,
+        dateformat=msg.dateformat,
+        timestampformat=msg.timestampformat,
     )
 
 

@@ -96,7 +96,7 @@ class FileSplit(_message.Message):
     def __init__(self, path: _Optional[str] = ..., row_groups: _Optional[_Iterable[int]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., object_size: _Optional[int] = ..., version: _Optional[str] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., text: _Optional[_Union[TextFormat, _Mapping]] = ...) -> None: ...
 
 class TextFormat(_message.Message):
-    __slots__ = ("format", "columns", "header", "delimiter", "quote", "escape", "null", "compression", "ignore_errors", "multiline")
+    __slots__ = ("format", "columns", "header", "delimiter", "quote", "escape", "null", "compression", "ignore_errors", "multiline", "dateformat", "timestampformat")
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     HEADER_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +107,8 @@ class TextFormat(_message.Message):
     COMPRESSION_FIELD_NUMBER: _ClassVar[int]
     IGNORE_ERRORS_FIELD_NUMBER: _ClassVar[int]
     MULTILINE_FIELD_NUMBER: _ClassVar[int]
+    DATEFORMAT_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPFORMAT_FIELD_NUMBER: _ClassVar[int]
     format: str
     columns: _containers.RepeatedCompositeFieldContainer[Column]
     header: bool
@@ -117,7 +119,9 @@ class TextFormat(_message.Message):
     compression: str
     ignore_errors: bool
     multiline: bool
-    def __init__(self, format: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., header: _Optional[bool] = ..., delimiter: _Optional[str] = ..., quote: _Optional[str] = ..., escape: _Optional[str] = ..., null: _Optional[str] = ..., compression: _Optional[str] = ..., ignore_errors: _Optional[bool] = ..., multiline: _Optional[bool] = ...) -> None: ...
+    dateformat: str
+    timestampformat: str
+    def __init__(self, format: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., header: _Optional[bool] = ..., delimiter: _Optional[str] = ..., quote: _Optional[str] = ..., escape: _Optional[str] = ..., null: _Optional[str] = ..., compression: _Optional[str] = ..., ignore_errors: _Optional[bool] = ..., multiline: _Optional[bool] = ..., dateformat: _Optional[str] = ..., timestampformat: _Optional[str] = ...) -> None: ...
 
 class PartitionLocation(_message.Message):
     __slots__ = ("executor", "host", "flight_address", "stage", "map_partition", "partition", "path", "rows", "bytes", "checksum", "ticket", "data")

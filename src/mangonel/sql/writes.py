@@ -13,7 +13,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, replace
 
-import duckdb
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
@@ -21,6 +20,7 @@ from sqlglot.errors import ParseError
 from mangonel.errors import ForbiddenStatementError, SqlSyntaxError
 from mangonel.sql.frontend import _COMMENTS, _FIRST_WORD, to_duckdb
 from mangonel.task import WriteCompression, WriteFormat, WriteOptions
+from mangonel.textfiles import strftime_problem
 
 _WRITE_WORDS = frozenset({"copy", "create", "insert", "drop"})
 
@@ -328,18 +328,15 @@ def _check_csv_characters(options: WriteOptions) -> None:
 
 
 def _check_format(name: str, text: str, takes: str) -> None:
-    """Refuse a date format DuckDB's ``strftime`` cannot write with (DuckDB's own
-    check: its ``COPY`` would refuse the same format on every executor).
+    """Refuse a date format DuckDB's ``strftime`` cannot write with (its ``COPY``
+    would refuse the same format on every executor).
 
     Raises:
         ForbiddenStatementError: DuckDB's reason, and what the option takes.
     """
-    try:
-        with duckdb.connect(":memory:") as con:
-            con.execute("SELECT strftime(TIMESTAMP '2000-01-02 03:04:05', ?)", [text])
-    except duckdb.Error as err:
-        reason = str(err).split("Error: ", 1)[-1].splitlines()[0]
-        raise ForbiddenStatementError(f"{name} {text!r}: {reason}; {name} takes {takes}") from None
+    problem = strftime_problem(text)
+    if problem is not None:
+        raise ForbiddenStatementError(f"{name} {text!r}: {problem}; {name} takes {takes}")
 
 
 def _create(stmt: exp.Create) -> WriteStatement:
