@@ -291,9 +291,9 @@ def measure(
                 "ratio": m / d,
                 "writers": spread,
             }
+            if args.json:  # after each statement: a later failure keeps these
+                args.json.write_text(json.dumps(results, indent=1))
         session.close()
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
