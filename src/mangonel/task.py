@@ -92,6 +92,10 @@ class TextFormat:
     convert reads as NULL); else such a row fails the query, naming its file and line."""
     multiline: bool = False
     """Quoted CSV fields may hold newlines: each file is read whole by one task."""
+    dateformat: str = ""
+    """CSV: the ``strptime`` format of DATE values (empty: ISO 8601, DuckDB's)."""
+    timestampformat: str = ""
+    """CSV: the ``strptime`` format of TIMESTAMP values (empty: ISO 8601, DuckDB's)."""
 
 
 @dataclass(frozen=True)
@@ -243,7 +247,7 @@ class WriteCompression(enum.Enum):
 class WriteOptions:
     """How a ``COPY``'s files are written beyond their format, as DuckDB's ``COPY``
     takes them; the defaults are DuckDB's (Snappy Parquet, plain CSV and JSON, a
-    header line and ``,`` in CSV, DuckDB's row groups)."""
+    header line, ``,``, ``"`` and ISO dates in CSV, DuckDB's row groups)."""
 
     compression: WriteCompression | None = None
     """``None``: the format's default."""
@@ -253,6 +257,18 @@ class WriteOptions:
     """CSV only: a first line naming the columns."""
     delimiter: str = ","
     """CSV only: the one character between values."""
+    quote: str | None = None
+    """CSV only: the character that quotes a value (``None``: DuckDB's ``"``; empty:
+    no value is quoted)."""
+    escape: str | None = None
+    """CSV only: the character written before a quote inside a quoted value
+    (``None``: DuckDB's, the quote itself; empty: none)."""
+    null: str | None = None
+    """CSV only: the text a NULL is written as (``None``: DuckDB's, nothing)."""
+    dateformat: str | None = None
+    """CSV only: the ``strftime`` format DATE values are written in (``None``: ISO 8601)."""
+    timestampformat: str | None = None
+    """CSV only: the ``strftime`` format TIMESTAMP values are written in (``None``: ISO 8601)."""
 
 
 @dataclass(frozen=True)

@@ -86,9 +86,13 @@ _COMPRESSED_SUFFIXES: Mapping[str, Compression] = {
 OPTIONS: Mapping[str, str] = {
     "header": "true/false: the first line of each CSV file names the columns (default true)",
     "delimiter": "the CSV field separator, one character (default ,)",
-    "quote": 'the CSV quote character (default ")',
-    "escape": 'the character that escapes a quote inside quotes (default ")',
+    "quote": 'the CSV quote character, or empty for none (default ")',
+    "escape": "the character that escapes a quote inside quotes, or empty for none "
+    "(default: the quote)",
     "null": "the text that reads as NULL in CSV (default: the empty field)",
+    "dateformat": "the strptime format of CSV dates, e.g. %d/%m/%Y (default: ISO 8601)",
+    "timestampformat": "the strptime format of CSV timestamps, e.g. %d/%m/%Y %H:%M:%S "
+    "(default: ISO 8601)",
     "compression": "auto (by suffix: .gz, .zst), none, gzip or zstd (default auto)",
     "ignore_errors": "true: skip CSV rows and JSON lines that do not parse, read JSON "
     "values that do not convert as NULL (default false: such a row fails the query, "
@@ -100,7 +104,14 @@ OPTIONS: Mapping[str, str] = {
 """Every option of a text table and what it does: the one list that register, the
 CLI's help and ``CREATE EXTERNAL TABLE ... OPTIONS`` check against."""
 
-_ALIASES = {"delim": "delimiter", "sep": "delimiter", "nullstr": "null", "format_options": ""}
+_ALIASES = {
+    "delim": "delimiter",
+    "sep": "delimiter",
+    "nullstr": "null",
+    "date_format": "dateformat",
+    "timestamp_format": "timestampformat",
+    "format_options": "",
+}
 
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
@@ -144,10 +155,23 @@ def text_format(
             known = ", ".join(sorted(OPTIONS))
             raise CatalogError(f"unknown option {key!r} of a {kind.value} table; known: {known}")
         given[name] = str(value)
-    for name in ("delimiter", "quote", "escape"):
-        if name in given and len(given[name]) != 1:
+    if "delimiter" in given and len(given["delimiter"]) != 1:
+        raise CatalogError(
+            f"option delimiter must be one character, got {given['delimiter']!r}; "
+            "for a tab write '\\t'"
+        )
+    for name in ("quote", "escape"):
+        if name in given and len(given[name].encode()) > 1:
             raise CatalogError(
-                f"option {name} must be one character, got {given[name]!r}; for a tab write '\\t'"
+                f"option {name} must be one single-byte character, or empty for none, "
+                f"got {given[name]!r}"
+            )
+    for name in ("dateformat", "timestampformat"):
+        problem = strftime_problem(given[name]) if name in given else None
+        if problem is not None:
+            raise CatalogError(
+                f"option {name} {given[name]!r} is not a date format DuckDB reads: {problem}; "
+                "give one such as %d/%m/%Y"
             )
     try:
         compression = Compression(given.get("compression", "auto").lower())
@@ -169,8 +193,24 @@ def text_format(
         compression=compression,
         ignore_errors=_flag(given, "ignore_errors", False),
         multiline=_flag(given, "multiline", False),
+        dateformat=given.get("dateformat", ""),
+        timestampformat=given.get("timestampformat", ""),
     )
     return fmt, int(split)
+
+
+def strftime_problem(text: str) -> str | None:
+    """Why DuckDB's ``strftime`` / ``strptime`` cannot take the format ``text`` (DuckDB's
+    own reason, its first line), or ``None`` when it can: the one check of a date
+    format, for the CSV a table reads and the CSV a ``COPY`` writes."""
+    con = _connect(())
+    try:
+        con.execute("SELECT strftime(TIMESTAMP '2000-01-02 03:04:05', ?)", [text])
+    except duckdb.Error as exc:
+        return _first_line(exc).split("Error: ", 1)[-1]
+    finally:
+        con.close()
+    return None
 
 
 def _flag(given: Mapping[str, str], name: str, default: bool) -> bool:
@@ -646,6 +686,10 @@ def _reader(
         f"escape = {_literal(fmt.escape)}",
         f"nullstr = {_literal(fmt.null)}",
     ]
+    if fmt.dateformat:
+        args.append(f"dateformat = {_literal(fmt.dateformat)}")
+    if fmt.timestampformat:
+        args.append(f"timestampformat = {_literal(fmt.timestampformat)}")
     if not sniff:
         args.append("auto_detect = false")
     if ignore:
@@ -705,5 +749,6 @@ __all__ = [
     "is_table_file",
     "line_bytes",
     "read_splits",
+    "strftime_problem",
     "text_format",
 ]

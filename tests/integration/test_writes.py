@@ -412,7 +412,7 @@ def test_copy_options_compression_row_groups_header_and_delimiter_match_duckdb(
 
     # An option DuckDB's COPY has but mangonel does not write is refused, saying what is.
     with pytest.raises(ForbiddenStatementError, match="COMPRESSION, ROW_GROUP_SIZE"):
-        session.sql(f"COPY ({query}) TO '{out_root / 'quoted'}' (FORMAT csv, QUOTE '''')")
+        session.sql(f"COPY ({query}) TO '{out_root / 'quoted'}' (FORMAT csv, FORCE_QUOTE *)")
     assert not (out_root / "quoted").exists()
 
 
@@ -483,3 +483,145 @@ def test_csv_and_json_outputs_read_back_as_tables_through_their_manifest(
         session.register(name, str(target), format=fmt, columns=columns, **register)
         actual = session.sql(check + name).to_arrow()
         assert_same_result(actual, expected, ordered=False)
+
+
+CSV_TEXT_QUERY = (
+    "SELECT l_orderkey, l_linenumber, "
+    # Text that must be quoted or escaped: the delimiter, both quote characters, a backslash.
+    "l_comment || ', ''' || l_returnflag || '\"\\' AS said, "
+    "CASE WHEN l_linenumber % 3 = 0 THEN NULL ELSE l_shipmode END AS mode, "
+    "CASE WHEN l_linenumber = 2 THEN NULL ELSE l_shipdate END AS shipped, "
+    "CAST(l_commitdate AS TIMESTAMP) + to_seconds(l_orderkey % 86400) AS committed_at "
+    "FROM lineitem WHERE l_orderkey % 8 = 0"
+)
+
+
+def data_lines(paths: list[Path], header: bool) -> tuple[set[bytes], list[bytes]]:
+    """The files' header lines (each one's first, when ``header``) and their other lines."""
+    headers: set[bytes] = set()
+    lines: list[bytes] = []
+    for path in paths:
+        body = path.read_bytes().splitlines()
+        if header:
+            headers.add(body.pop(0))
+        lines.extend(body)
+    return headers, sorted(lines)
+
+
+CSV_OPTION_CASES = {
+    # id: (COPY's options, DuckDB's read_csv arguments, register's options): the same
+    # choices in three spellings.
+    "quoted": (
+        "QUOTE '''', ESCAPE '\\', NULL 'NA', DATEFORMAT '%d/%m/%Y', "
+        "TIMESTAMPFORMAT '%d/%m/%Y %H:%M:%S'",
+        "quote = '''', escape = '\\', nullstr = 'NA', dateformat = '%d/%m/%Y', "
+        "timestampformat = '%d/%m/%Y %H:%M:%S'",
+        {
+            "quote": "'",
+            "escape": "\\",
+            "null": "NA",
+            "dateformat": "%d/%m/%Y",
+            "timestampformat": "%d/%m/%Y %H:%M:%S",
+        },
+    ),
+    "unquoted": (
+        "DELIMITER '|', QUOTE '', ESCAPE '', NULLSTR '\\N', HEADER false, "
+        "DATE_FORMAT '%Y%m%d', TIMESTAMP_FORMAT '%Y-%m-%dT%H:%M:%S'",
+        "delim = '|', quote = '', escape = '', nullstr = '\\N', header = false, "
+        "dateformat = '%Y%m%d', timestampformat = '%Y-%m-%dT%H:%M:%S'",
+        {
+            "delimiter": "|",
+            "quote": "",
+            "null": "\\N",
+            "header": False,
+            "date_format": "%Y%m%d",
+            "timestamp_format": "%Y-%m-%dT%H:%M:%S",
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("options", "read", "register"), CSV_OPTION_CASES.values(), ids=CSV_OPTION_CASES.keys()
+)
+def test_copy_csv_quote_escape_null_and_date_formats_match_duckdb_byte_for_byte(
+    cluster: Any,
+    session: Any,
+    duckdb_ref: duckdb.DuckDBPyConnection,
+    out_root: Path,
+    work_dir: Path,
+    options: str,
+    read: str,
+    register: dict[str, Any],
+) -> None:
+    target = out_root / work_dir.name
+    copy_options = f"FORMAT csv, {options}"
+    result = session.sql(f"COPY ({CSV_TEXT_QUERY}) TO '{target}' ({copy_options})")
+    reference = work_dir / "ref.csv"
+    expected_count = duckdb_copy(duckdb_ref, CSV_TEXT_QUERY, reference, copy_options)
+    assert_same_result(result.to_arrow(), expected_count, ordered=True)
+    # Written by six tasks on both executors, each one a file of its own.
+    writing = session.status().job(result.job_id).stages[-2]
+    assert writing.tasks_total == 6
+    attempts = writing_attempts(cluster, result.job_id, writing.stage)
+    assert len({a["executor"] for a in attempts}) == 2, attempts
+    files = [Path(f) for f in committed(target)]
+    assert len(files) == 6, files
+    # Byte for byte: every line DuckDB's own COPY wrote, and no other, each
+    # written once (the files split the rows; their order within is the tasks').
+    header = "HEADER false" not in options
+    headers, lines = data_lines(files, header)
+    ref_headers, ref_lines = data_lines([reference], header)
+    assert headers == ref_headers
+    assert lines == ref_lines
+    assert len(lines) == expected_count["Count"][0].as_py()
+    # The options did reach the files (not DuckDB's defaults written twice).
+    text = b"\n".join(lines)
+    if "QUOTE ''''" in options:
+        assert b"'" in text and b"NA" in text and b"\\'" in text
+    else:
+        assert b"\\N" in text and b'"' in text and b"|" in text
+    # Parsed back with the same options, the rows are the query's.
+    con = duckdb.connect()
+    names = [str(f) for f in files]
+    actual = con.sql(f"SELECT * FROM read_csv({names!r}, {read})").to_arrow_table()
+    expected = con.sql(f"SELECT * FROM read_csv('{reference}', {read})").to_arrow_table()
+    assert actual.num_rows > 10_000
+    assert_same_result(actual, expected, ordered=False)
+    direct = duckdb_ref.sql(CSV_TEXT_QUERY).to_arrow_table()
+    assert_same_result(actual, direct, ordered=False, check_names=header)
+    # Registered as a CSV table with the same options, the output reads back, on the
+    # cluster, as the query's rows (the table's types declared: DuckDB's of the query).
+    types = duckdb_ref.sql(f"DESCRIBE {CSV_TEXT_QUERY}").fetchall()
+    name = f"written_{len(options)}"
+    session.register(name, str(target), "csv", [(c[0], c[1]) for c in types], **register)
+    assert_same_result(session.sql(f"SELECT * FROM {name}").to_arrow(), direct, ordered=False)
+    # Inferred from a sample instead, the dates are dates again (the formats were used).
+    session.register(f"{name}_sniffed", str(target), "csv", **register)
+    sniffed = session.sql(f"SELECT * FROM {name}_sniffed").to_arrow()
+    assert sniffed.schema.types[-2:] == direct.schema.types[-2:], sniffed.schema
+    assert_same_result(sniffed, direct, ordered=False, check_names=header)
+    session.sql(f"DROP TABLE {name}")
+    session.sql(f"DROP TABLE {name}_sniffed")
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        ("QUOTE 'ab'", "QUOTE takes one quoted character, or '' for none"),
+        ("ESCAPE '\\\\'", "ESCAPE takes one quoted character"),
+        ("NULLSTR ('a', 'b')", "NULLSTR takes one quoted text"),
+        ("NULL ','", "DELIMITER ',' appears in NULLSTR ','"),
+        ("DELIMITER '\"'", "QUOTE '\"' \\(DuckDB's default\\) appears in DELIMITER"),
+        ("DATEFORMAT '%Q'", "DATEFORMAT '%Q': .*%Q.*DATEFORMAT takes a quoted strftime format"),
+        ("TIMESTAMPFORMAT 7", "TIMESTAMPFORMAT takes a quoted strftime format"),
+    ],
+)
+def test_a_bad_csv_option_is_refused_naming_it_and_the_cluster_serves_on(
+    session: Any, out_root: Path, option: str, words: str
+) -> None:
+    target = out_root / "refused_csv"
+    with pytest.raises(ForbiddenStatementError, match=words):
+        session.sql(f"COPY (SELECT n_name FROM nation) TO '{target}' (FORMAT csv, {option})")
+    assert not target.exists()
+    assert session.sql("SELECT count(*) AS n FROM nation").to_arrow()["n"].to_pylist() == [25]

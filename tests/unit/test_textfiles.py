@@ -72,6 +72,17 @@ def test_options_are_checked() -> None:
         text_format(FileFormat.CSV, {"split_size": "-5"})
     with pytest.raises(CatalogError, match="compression"):
         text_format(FileFormat.JSON, {"compression": "lz4"})
+    # What COPY writes, read back: no quote at all, DuckDB's spellings of the date formats.
+    plain, _ = text_format(
+        FileFormat.CSV,
+        {"quote": "", "date_format": "%d/%m/%Y", "timestampformat": "%d/%m/%Y %H:%M"},
+    )
+    assert (plain.quote, plain.escape) == ("", "")
+    assert (plain.dateformat, plain.timestampformat) == ("%d/%m/%Y", "%d/%m/%Y %H:%M")
+    with pytest.raises(CatalogError, match="quote must be one single-byte character"):
+        text_format(FileFormat.CSV, {"quote": "«"})
+    with pytest.raises(CatalogError, match="dateformat '%Q' is not a date format.*%Q"):
+        text_format(FileFormat.CSV, {"dateformat": "%Q"})
 
 
 def test_table_files_by_suffix() -> None:

@@ -19,6 +19,7 @@ from test_state_machine import E1, E2, J1, S1, S2, Harness, two_stage_plan
 
 from mangonel.errors import ForbiddenStatementError
 from mangonel.executor.sink import copy_sql
+from mangonel.ids import TaskAttemptId, TaskId
 from mangonel.output import (
     INTENT,
     MANIFEST,
@@ -32,6 +33,7 @@ from mangonel.output import (
     manifest_files,
 )
 from mangonel.plan.physical import DistributedPlan, Stage, StageInput, WriteTarget
+from mangonel.proto.convert import task_spec_from_proto, task_spec_to_proto
 from mangonel.scheduler.events import (
     AbortWrite,
     CancelRequested,
@@ -51,6 +53,7 @@ from mangonel.task import (
     OutputSpec,
     QueryError,
     SinkSpec,
+    TaskSpec,
     WriteFormat,
 )
 
@@ -93,7 +96,15 @@ def test_write_statements_parse_into_what_they_write() -> None:
     [
         ("COPY t FROM 'x'", "register"),
         ("COPY t TO 'x' (FORMAT xlsx)", "parquet, csv or json"),
-        ("COPY t TO 'x' (QUOTE '|')", "COMPRESSION, ROW_GROUP_SIZE \\(Parquet\\), HEADER"),
+        ("COPY t TO 'x' (FORCE_QUOTE *)", "COMPRESSION, ROW_GROUP_SIZE \\(Parquet\\), HEADER"),
+        ("COPY t TO 'x' (FORMAT parquet, QUOTE '|')", "QUOTE applies to FORMAT csv"),
+        ("COPY t TO 'x' (FORMAT csv, QUOTE '||')", "QUOTE takes one quoted character"),
+        ("COPY t TO 'x' (FORMAT csv, ESCAPE 'é')", "ESCAPE takes one quoted character"),
+        ("COPY t TO 'x' (FORMAT csv, NULL 1)", "NULLSTR takes one quoted text"),
+        ("COPY t TO 'x' (FORMAT csv, DELIMITER '|', QUOTE '|')", "QUOTE '\\|' appears in DELIM"),
+        ("COPY t TO 'x' (FORMAT csv, QUOTE '', NULL '\"')", "ESCAPE '\"' \\(DuckDB's default"),
+        ("COPY t TO 'x' (FORMAT csv, DATEFORMAT '')", "DATEFORMAT '': .*Empty format"),
+        ("COPY t TO 'x' (FORMAT csv, TIMESTAMP_FORMAT '%Q')", "TIMESTAMPFORMAT '%Q'"),
         ("COPY t TO 'x' (FORMAT csv, COMPRESSION snappy)", "uncompressed, gzip, zstd"),
         ("COPY t TO 'x' (FORMAT parquet, COMPRESSION lzma)", "snappy, gzip, zstd"),
         ("COPY t TO 'x' (FORMAT json, HEADER false)", "HEADER applies to FORMAT csv"),
@@ -128,6 +139,27 @@ def test_copy_s_file_options_reach_duckdb_s_copy_as_it_spells_them() -> None:
     parquet = sql("COPY t TO 'x' (FORMAT parquet, CODEC 'ZSTD', ROW_GROUP_SIZE 10000)")
     assert "COMPRESSION zstd" in parquet and "ROW_GROUP_SIZE 10000" in parquet
     assert "COMPRESSION uncompressed" in sql("COPY t TO 'x' (COMPRESSION uncompressed)")
+    quoted = sql(
+        "COPY t TO 'x' (FORMAT csv, QUOTE '''', ESCAPE '\\', NULL 'NA', DATE_FORMAT '%d.%m.%Y', "
+        "TIMESTAMPFORMAT '%H:%M')"
+    )
+    assert "QUOTE '''', ESCAPE '\\', NULLSTR 'NA', DATEFORMAT '%d.%m.%Y'" in quoted
+    assert "TIMESTAMPFORMAT '%H:%M'" in quoted
+    assert "QUOTE '', ESCAPE ''" in sql("COPY t TO 'x' (FORMAT csv, QUOTE '', ESCAPE '')")
+    assert "QUOTE" not in sql("COPY t TO 'x.csv'") and "NULLSTR" not in sql("COPY t TO 'x.csv'")
+    # The options reach the executor as given: unset and empty stay apart.
+    parsed = parse_write("COPY t TO 'x' (FORMAT csv, QUOTE '', NULL 'NA', DATEFORMAT '%Y')")
+    assert parsed is not None
+    spec = TaskSpec(
+        attempt=TaskAttemptId(TaskId(J1, S1, 0), 0),
+        sql="SELECT 1",
+        output=OutputSpec(OutputKind.SINGLE),
+        columns=("a",),
+        sink=SinkSpec("/t", parsed.format, "/t/s", ("a",), options=parsed.options),
+    )
+    back = task_spec_from_proto(task_spec_to_proto(spec)).sink
+    assert back == spec.sink and back is not None
+    assert (back.options.quote, back.options.escape, back.options.null) == ("", None, "NA")
     plain = sql("COPY t TO 'x'")
     assert "COMPRESSION" not in plain and "ROW_GROUP_SIZE" not in plain and "HEADER" not in plain
 

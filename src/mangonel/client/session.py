@@ -506,7 +506,8 @@ class Session:
                 order; none: inferred once from the start of the first file.
             options: A CSV or JSON table's options (``mangonel.textfiles.OPTIONS``):
                 ``header``, ``delimiter``, ``quote``, ``escape``, ``null``,
-                ``compression``, ``ignore_errors``, ``multiline``, ``split_size``.
+                ``dateformat``, ``timestampformat``, ``compression``, ``ignore_errors``,
+                ``multiline``, ``split_size``.
 
         Raises:
             CatalogError: the path is missing or unreadable, or a name, option or

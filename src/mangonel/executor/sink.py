@@ -7,8 +7,9 @@ runs no SQL of the user's: only the ``COPY`` written here, over the stream, to t
 attempt's own staging directory (``output.attempt_staging``). DuckDB's writer
 gives DuckDB's file layout: its row groups, hive directories for
 ``PARTITION_BY``, a new file every ``FILE_SIZE_BYTES``, and the ``COPY``'s own
-options (``task.WriteOptions``: compression, row groups, CSV header and
-delimiter) passed through as DuckDB spells them. A staging directory in
+options (``task.WriteOptions``: compression, row groups, CSV header,
+delimiter, quote, escape, NULL text and date formats) passed through as DuckDB
+spells them. A staging directory in
 object storage is written on local disk first, then uploaded file by file.
 """
 
@@ -60,6 +61,17 @@ def copy_sql(sink: SinkSpec, directory: str) -> str:
     if sink.format is WriteFormat.CSV:
         options.append(f"HEADER {'true' if given.header else 'false'}")
         options.append(f"DELIMITER {_literal(given.delimiter)}")
+        # Only what the statement gave: DuckDB's defaults stay DuckDB's (an empty
+        # QUOTE or ESCAPE is not the default but "none").
+        for word, text in (
+            ("QUOTE", given.quote),
+            ("ESCAPE", given.escape),
+            ("NULLSTR", given.null),
+            ("DATEFORMAT", given.dateformat),
+            ("TIMESTAMPFORMAT", given.timestampformat),
+        ):
+            if text is not None:
+                options.append(f"{word} {_literal(text)}")
     return f"COPY __rows TO {_literal(directory)} ({', '.join(options)})"
 
 

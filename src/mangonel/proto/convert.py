@@ -132,6 +132,8 @@ def text_format_to_proto(fmt: TextFormat) -> pb.TextFormat:
         compression=fmt.compression.value,
         ignore_errors=fmt.ignore_errors,
         multiline=fmt.multiline,
+        dateformat=fmt.dateformat,
+        timestampformat=fmt.timestampformat,
     )
 
 
@@ -151,6 +153,8 @@ def text_format_from_proto(msg: pb.TextFormat) -> TextFormat:
         compression=compression,
         ignore_errors=msg.ignore_errors,
         multiline=msg.multiline,
+        dateformat=msg.dateformat,
+        timestampformat=msg.timestampformat,
     )
 
 
@@ -274,6 +278,11 @@ def _sink_to_proto(sink: SinkSpec | None) -> pb.SinkSpec | None:
         row_group_size=sink.options.row_group_size or 0,
         no_header=not sink.options.header,
         delimiter=sink.options.delimiter,
+        quote=sink.options.quote,
+        escape=sink.options.escape,
+        null=sink.options.null,
+        dateformat=sink.options.dateformat or "",
+        timestampformat=sink.options.timestampformat or "",
     )
 
 
@@ -288,11 +297,17 @@ def _sink_from_proto(msg: pb.TaskSpec) -> SinkSpec | None:
         compression = WriteCompression(msg.sink.compression) if msg.sink.compression else None
     except ValueError as err:
         raise ProtocolError(f"unknown compression {msg.sink.compression!r}") from err
+    sink = msg.sink
     options = WriteOptions(
         compression,
-        msg.sink.row_group_size or None,
-        not msg.sink.no_header,
-        msg.sink.delimiter or ",",
+        sink.row_group_size or None,
+        not sink.no_header,
+        sink.delimiter or ",",
+        quote=sink.quote if sink.HasField("quote") else None,
+        escape=sink.escape if sink.HasField("escape") else None,
+        null=sink.null if sink.HasField("null") else None,
+        dateformat=sink.dateformat or None,
+        timestampformat=sink.timestampformat or None,
     )
     return SinkSpec(
         msg.sink.target,

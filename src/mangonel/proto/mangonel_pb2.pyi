@@ -96,7 +96,7 @@ class FileSplit(_message.Message):
     def __init__(self, path: _Optional[str] = ..., row_groups: _Optional[_Iterable[int]] = ..., rows: _Optional[int] = ..., bytes: _Optional[int] = ..., object_size: _Optional[int] = ..., version: _Optional[str] = ..., start: _Optional[int] = ..., stop: _Optional[int] = ..., text: _Optional[_Union[TextFormat, _Mapping]] = ...) -> None: ...
 
 class TextFormat(_message.Message):
-    __slots__ = ("format", "columns", "header", "delimiter", "quote", "escape", "null", "compression", "ignore_errors", "multiline")
+    __slots__ = ("format", "columns", "header", "delimiter", "quote", "escape", "null", "compression", "ignore_errors", "multiline", "dateformat", "timestampformat")
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
     HEADER_FIELD_NUMBER: _ClassVar[int]
@@ -107,6 +107,8 @@ class TextFormat(_message.Message):
     COMPRESSION_FIELD_NUMBER: _ClassVar[int]
     IGNORE_ERRORS_FIELD_NUMBER: _ClassVar[int]
     MULTILINE_FIELD_NUMBER: _ClassVar[int]
+    DATEFORMAT_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPFORMAT_FIELD_NUMBER: _ClassVar[int]
     format: str
     columns: _containers.RepeatedCompositeFieldContainer[Column]
     header: bool
@@ -117,7 +119,9 @@ class TextFormat(_message.Message):
     compression: str
     ignore_errors: bool
     multiline: bool
-    def __init__(self, format: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., header: _Optional[bool] = ..., delimiter: _Optional[str] = ..., quote: _Optional[str] = ..., escape: _Optional[str] = ..., null: _Optional[str] = ..., compression: _Optional[str] = ..., ignore_errors: _Optional[bool] = ..., multiline: _Optional[bool] = ...) -> None: ...
+    dateformat: str
+    timestampformat: str
+    def __init__(self, format: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., header: _Optional[bool] = ..., delimiter: _Optional[str] = ..., quote: _Optional[str] = ..., escape: _Optional[str] = ..., null: _Optional[str] = ..., compression: _Optional[str] = ..., ignore_errors: _Optional[bool] = ..., multiline: _Optional[bool] = ..., dateformat: _Optional[str] = ..., timestampformat: _Optional[str] = ...) -> None: ...
 
 class PartitionLocation(_message.Message):
     __slots__ = ("executor", "host", "flight_address", "stage", "map_partition", "partition", "path", "rows", "bytes", "checksum", "ticket", "data")
@@ -184,7 +188,7 @@ class TaskSpec(_message.Message):
     def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ..., scans: _Optional[_Iterable[_Union[ScanSpec, _Mapping]]] = ..., job_files: _Optional[_Iterable[str]] = ..., result: _Optional[bool] = ..., sink: _Optional[_Union[SinkSpec, _Mapping]] = ...) -> None: ...
 
 class SinkSpec(_message.Message):
-    __slots__ = ("target", "format", "staging", "partition_by", "columns", "compression", "row_group_size", "no_header", "delimiter")
+    __slots__ = ("target", "format", "staging", "partition_by", "columns", "compression", "row_group_size", "no_header", "delimiter", "quote", "escape", "null", "dateformat", "timestampformat")
     TARGET_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     STAGING_FIELD_NUMBER: _ClassVar[int]
@@ -194,6 +198,11 @@ class SinkSpec(_message.Message):
     ROW_GROUP_SIZE_FIELD_NUMBER: _ClassVar[int]
     NO_HEADER_FIELD_NUMBER: _ClassVar[int]
     DELIMITER_FIELD_NUMBER: _ClassVar[int]
+    QUOTE_FIELD_NUMBER: _ClassVar[int]
+    ESCAPE_FIELD_NUMBER: _ClassVar[int]
+    NULL_FIELD_NUMBER: _ClassVar[int]
+    DATEFORMAT_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMPFORMAT_FIELD_NUMBER: _ClassVar[int]
     target: str
     format: str
     staging: str
@@ -203,7 +212,12 @@ class SinkSpec(_message.Message):
     row_group_size: int
     no_header: bool
     delimiter: str
-    def __init__(self, target: _Optional[str] = ..., format: _Optional[str] = ..., staging: _Optional[str] = ..., partition_by: _Optional[_Iterable[str]] = ..., columns: _Optional[_Iterable[str]] = ..., compression: _Optional[str] = ..., row_group_size: _Optional[int] = ..., no_header: _Optional[bool] = ..., delimiter: _Optional[str] = ...) -> None: ...
+    quote: str
+    escape: str
+    null: str
+    dateformat: str
+    timestampformat: str
+    def __init__(self, target: _Optional[str] = ..., format: _Optional[str] = ..., staging: _Optional[str] = ..., partition_by: _Optional[_Iterable[str]] = ..., columns: _Optional[_Iterable[str]] = ..., compression: _Optional[str] = ..., row_group_size: _Optional[int] = ..., no_header: _Optional[bool] = ..., delimiter: _Optional[str] = ..., quote: _Optional[str] = ..., escape: _Optional[str] = ..., null: _Optional[str] = ..., dateformat: _Optional[str] = ..., timestampformat: _Optional[str] = ...) -> None: ...
 
 class ScanSpec(_message.Message):
     __slots__ = ("name", "table", "columns", "splits")

@@ -20,6 +20,7 @@ from sqlglot.errors import ParseError
 from mangonel.errors import ForbiddenStatementError, SqlSyntaxError
 from mangonel.sql.frontend import _COMMENTS, _FIRST_WORD, to_duckdb
 from mangonel.task import WriteCompression, WriteFormat, WriteOptions
+from mangonel.textfiles import strftime_problem
 
 _WRITE_WORDS = frozenset({"copy", "create", "insert", "drop"})
 
@@ -48,7 +49,9 @@ class WriteStatement:
     if_not_exists: bool = False
     """``CREATE TABLE IF NOT EXISTS``; for ``DROP``: ``IF EXISTS``."""
     options: WriteOptions = WriteOptions()
-    """``COPY``'s ``COMPRESSION``, ``ROW_GROUP_SIZE``, ``HEADER``, ``DELIMITER``."""
+    """``COPY``'s file options: ``COMPRESSION``, ``ROW_GROUP_SIZE``, and CSV's
+    ``HEADER``, ``DELIMITER``, ``QUOTE``, ``ESCAPE``, ``NULLSTR``, ``DATEFORMAT``,
+    ``TIMESTAMPFORMAT``."""
     declared: bool = False
     """``CREATE TABLE t (columns)``: ``query`` is one of no rows; the statement
     answers no row (DuckDB's answer), not a count."""
@@ -170,26 +173,54 @@ def _copy(stmt: exp.Copy) -> WriteStatement:
     )
 
 
+_CSV = (WriteFormat.CSV,)
 _FILE_OPTIONS = {
     "COMPRESSION": (WriteFormat.PARQUET, WriteFormat.CSV, WriteFormat.JSON),
     "ROW_GROUP_SIZE": (WriteFormat.PARQUET,),
-    "HEADER": (WriteFormat.CSV,),
-    "DELIMITER": (WriteFormat.CSV,),
+    "HEADER": _CSV,
+    "DELIMITER": _CSV,
+    "QUOTE": _CSV,
+    "ESCAPE": _CSV,
+    "NULLSTR": _CSV,
+    "DATEFORMAT": _CSV,
+    "TIMESTAMPFORMAT": _CSV,
 }
 """The options of DuckDB's ``COPY`` that say how files are written, and the
 formats that take each."""
-_FILE_OPTION_SYNONYMS = {"CODEC": "COMPRESSION", "DELIM": "DELIMITER", "SEP": "DELIMITER"}
+_FILE_OPTION_SYNONYMS = {
+    "CODEC": "COMPRESSION",
+    "DELIM": "DELIMITER",
+    "SEP": "DELIMITER",
+    "NULL": "NULLSTR",
+    "DATE_FORMAT": "DATEFORMAT",
+    "TIMESTAMP_FORMAT": "TIMESTAMPFORMAT",
+}
 _TAKEN = (
     "FORMAT, PARTITION_BY, OVERWRITE, COMPRESSION, ROW_GROUP_SIZE (Parquet), "
-    "HEADER and DELIMITER (CSV)"
+    "HEADER, DELIMITER, QUOTE, ESCAPE, NULLSTR (or NULL), DATEFORMAT and TIMESTAMPFORMAT (CSV)"
 )
 _TEXT_COMPRESSIONS = (WriteCompression.UNCOMPRESSED, WriteCompression.GZIP, WriteCompression.ZSTD)
+_DUCKDB_QUOTE = '"'
+"""DuckDB's CSV quote, and its escape when none is given."""
 
 
 def _option_text(value: exp.Expr | None) -> str:
     if isinstance(value, exp.Literal | exp.Identifier | exp.Var | exp.Column):
         return str(value.name)
     return value.sql(dialect="duckdb") if value is not None else ""
+
+
+def _quoted(given: dict[str, exp.Expr | None], name: str, takes: str) -> str:
+    """The quoted text option ``name`` was given.
+
+    Raises:
+        ForbiddenStatementError: anything but one quoted text.
+    """
+    value = given[name]
+    if not (isinstance(value, exp.Literal) and value.is_string):
+        shown = value.sql(dialect="duckdb") if value is not None else "nothing"
+        raise ForbiddenStatementError(f"{name} takes {takes}, not {shown}")
+    return str(value.this)
 
 
 def _file_options(given: dict[str, exp.Expr | None], fmt: WriteFormat) -> WriteOptions:
@@ -229,16 +260,83 @@ def _file_options(given: dict[str, exp.Expr | None], fmt: WriteFormat) -> WriteO
         if text not in ("true", "false", "1", "0"):
             raise ForbiddenStatementError(f"HEADER takes true or false, not {text!r}")
         options = replace(options, header=text in ("true", "1"))
+    if fmt is WriteFormat.CSV:
+        options = _csv_options(given, options)
+    return options
+
+
+def _csv_options(given: dict[str, exp.Expr | None], options: WriteOptions) -> WriteOptions:
+    """CSV's DELIMITER, QUOTE, ESCAPE, NULLSTR and date formats, checked as DuckDB's
+    ``COPY`` binds them, so that a bad one is refused before any task runs.
+
+    Raises:
+        ForbiddenStatementError: a value DuckDB would refuse, naming the option and
+            what it takes.
+    """
     if "DELIMITER" in given:
-        value = given["DELIMITER"]
-        text = value.this if isinstance(value, exp.Literal) and value.is_string else ""
-        if len(text) != 1 or text in ("\n", "\r", '"'):
+        text = _quoted(given, "DELIMITER", "one quoted character, e.g. DELIMITER '|'")
+        if len(text) != 1 or text in ("\n", "\r"):
             raise ForbiddenStatementError(
-                "DELIMITER takes one quoted character other than a quote or a line break, "
-                "e.g. DELIMITER '|'"
+                "DELIMITER takes one quoted character other than a line break, "
+                f"e.g. DELIMITER '|', not {text!r}"
             )
         options = replace(options, delimiter=text)
+    for name, field in (("QUOTE", "quote"), ("ESCAPE", "escape")):
+        if name in given:
+            takes = f"one quoted character, or '' for none (e.g. {name} '''')"
+            text = _quoted(given, name, takes)
+            if len(text.encode()) > 1:
+                raise ForbiddenStatementError(f"{name} takes {takes}, not {text!r}")
+            options = replace(options, **{field: text})
+    if "NULLSTR" in given:
+        takes = "one quoted text that NULL is written as, e.g. NULLSTR 'NA'"
+        options = replace(options, null=_quoted(given, "NULLSTR", takes))
+    for name, field in (("DATEFORMAT", "dateformat"), ("TIMESTAMPFORMAT", "timestampformat")):
+        if name in given:
+            takes = f"a quoted strftime format, e.g. {name} '%d/%m/%Y'"
+            text = _quoted(given, name, takes)
+            _check_format(name, text, takes)
+            options = replace(options, **{field: text})
+    _check_csv_characters(options)
     return options
+
+
+def _check_csv_characters(options: WriteOptions) -> None:
+    """DuckDB's rule between the CSV characters: none appears in another's text.
+
+    Raises:
+        ForbiddenStatementError: the two that clash, and what to change.
+    """
+    quote = _DUCKDB_QUOTE if options.quote is None else options.quote
+    escape = _DUCKDB_QUOTE if options.escape is None else options.escape
+    null = options.null or ""
+    default = {"QUOTE": options.quote is None, "ESCAPE": options.escape is None}
+    clashes = (
+        ("QUOTE", quote, "DELIMITER", options.delimiter),
+        ("ESCAPE", escape, "DELIMITER", options.delimiter),
+        ("DELIMITER", options.delimiter, "NULLSTR", null),
+        ("QUOTE", quote, "NULLSTR", null),
+        ("ESCAPE", escape, "NULLSTR", null),
+    )
+    for name, char, other, text in clashes:
+        if char and char in text:
+            which = " (DuckDB's default)" if default.get(name) else ""
+            raise ForbiddenStatementError(
+                f"{name} {char!r}{which} appears in {other} {text!r}, so a reader could not "
+                f"tell them apart: change {name} or {other}"
+            )
+
+
+def _check_format(name: str, text: str, takes: str) -> None:
+    """Refuse a date format DuckDB's ``strftime`` cannot write with (its ``COPY``
+    would refuse the same format on every executor).
+
+    Raises:
+        ForbiddenStatementError: DuckDB's reason, and what the option takes.
+    """
+    problem = strftime_problem(text)
+    if problem is not None:
+        raise ForbiddenStatementError(f"{name} {text!r}: {problem}; {name} takes {takes}")
 
 
 def _create(stmt: exp.Create) -> WriteStatement:

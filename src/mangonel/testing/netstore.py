@@ -40,7 +40,9 @@ matches ``ENABLED`` only): those are the layer's.
 ``NetStore.upload`` runs ``python -m mangonel.testing.netstore upload`` on the
 store's host: it reads the local files (every host sees the machine's file
 system outside the lab's directories) and puts them through the server's own
-S3 API with pyarrow's S3 client.
+S3 API with pyarrow's S3 client. ``NetStore.download`` is the way back: it copies
+the objects under a prefix to a local directory, so a test reads what was
+written with a reader of its own, not through the cluster.
 """
 
 from __future__ import annotations
@@ -153,6 +155,19 @@ class NetStore:
         done = self.lab.run(self.host, argv, timeout=timeout)
         if done.returncode != 0:
             raise ClusterError(f"upload to the store failed:\n{done.stdout}\n{done.stderr}")
+
+    def download(
+        self, bucket: str, prefix: str, to: Path, timeout: float = _UPLOAD_TIMEOUT_S
+    ) -> None:
+        """Copy every object under ``s3://<bucket>/<prefix>/`` into the local
+        directory ``to`` (keys below the prefix become paths below ``to``); run on
+        the store's host, as ``upload``."""
+        argv = [sys.executable, "-m", "mangonel.testing.netstore", "download",
+                "--endpoint", f"http://127.0.0.1:{PORT}", "--bucket", bucket,
+                "--prefix", prefix, "--to", str(Path(to).resolve())]  # fmt: skip
+        done = self.lab.run(self.host, argv, timeout=timeout)
+        if done.returncode != 0:
+            raise ClusterError(f"download from the store failed:\n{done.stdout}\n{done.stderr}")
 
     def counters(self, http_get: Callable[[str], str]) -> dict[str, ClientCounters]:
         """Client address -> what the store served it so far, read with ``http_get``
@@ -303,11 +318,11 @@ def _serve(port: int, ready_file: str) -> None:
     server.serve_forever()
 
 
-def _upload(endpoint: str, bucket: str, objects: list[str]) -> None:
+def _filesystem(endpoint: str) -> Any:
     import pyarrow.fs as pafs
 
     env = client_env()
-    fs = pafs.S3FileSystem(
+    return pafs.S3FileSystem(
         access_key=env["AWS_ACCESS_KEY_ID"],
         secret_key=env["AWS_SECRET_ACCESS_KEY"],
         endpoint_override=endpoint,
@@ -316,6 +331,12 @@ def _upload(endpoint: str, bucket: str, objects: list[str]) -> None:
         force_virtual_addressing=False,
         allow_bucket_creation=True,
     )
+
+
+def _upload(endpoint: str, bucket: str, objects: list[str]) -> None:
+    import pyarrow.fs as pafs
+
+    fs = _filesystem(endpoint)
     fs.create_dir(bucket)
     for item in objects:
         key, _, local = item.partition("=")
@@ -323,6 +344,21 @@ def _upload(endpoint: str, bucket: str, objects: list[str]) -> None:
         pafs.copy_files(local, f"{bucket}/{key}", destination_filesystem=fs)
         size = os.path.getsize(local)
         print(f"s3://{bucket}/{key}: {size} bytes in {time.monotonic() - began:.1f} s", flush=True)
+
+
+def _download(endpoint: str, bucket: str, prefix: str, to: str) -> None:
+    import pyarrow.fs as pafs
+
+    fs = _filesystem(endpoint)
+    base = f"{bucket}/{prefix.strip('/')}"
+    selector = pafs.FileSelector(base, recursive=True)
+    for info in fs.get_file_info(selector):
+        if info.type != pafs.FileType.File:
+            continue
+        local = os.path.join(to, info.path[len(base) + 1 :])
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        pafs.copy_files(info.path, local, source_filesystem=fs)
+        print(f"s3://{info.path}: {info.size} bytes", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -335,11 +371,18 @@ def main(argv: list[str] | None = None) -> None:
     upload.add_argument("--endpoint", required=True)
     upload.add_argument("--bucket", required=True)
     upload.add_argument("objects", nargs="+", metavar="KEY=FILE")
+    download = commands.add_parser("download", help="copy a prefix's objects to a directory")
+    download.add_argument("--endpoint", required=True)
+    download.add_argument("--bucket", required=True)
+    download.add_argument("--prefix", required=True)
+    download.add_argument("--to", required=True, help="the local directory")
     args = parser.parse_args(argv)
     if args.command == "serve":
         _serve(args.port, args.ready_file)
-    else:
+    elif args.command == "upload":
         _upload(args.endpoint, args.bucket, args.objects)
+    else:
+        _download(args.endpoint, args.bucket, args.prefix, args.to)
 
 
 if __name__ == "__main__":
