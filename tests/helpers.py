@@ -44,6 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.types as pat
+import pytest
 
 TPCH_TABLES: tuple[str, ...] = (
     "customer",
@@ -58,6 +59,27 @@ TPCH_TABLES: tuple[str, ...] = (
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = REPO_ROOT / ".cache"
+
+MAY_SKIP = "MANGONEL_TESTS_MAY_SKIP"
+"""Set to 1 on a machine without root to skip, not fail, the tests that need it
+(network namespaces, tmpfs mounts, cgroups). CI never sets it."""
+
+
+def require_host(problem: str | None, what: str) -> None:
+    """Go on when the machine can do what a test needs (``problem`` is None);
+    otherwise fail the test, saying ``what`` it needs and why it cannot have it.
+
+    A suite that needs root must fail where it cannot run, never pass unseen as
+    skipped: only a developer's explicit ``MANGONEL_TESTS_MAY_SKIP=1`` skips it.
+    """
+    if problem is None:
+        return
+    message = f"{what}: {problem}"
+    if os.environ.get(MAY_SKIP) == "1":
+        pytest.skip(message)
+    pytest.fail(f"{message} (on a machine without root, {MAY_SKIP}=1 skips such tests)")
+
+
 ARTIFACTS_DIR = REPO_ROOT / "test-artifacts"
 
 # Output columns of each TPC-H query's final ORDER BY, in order. Used to compare

@@ -42,7 +42,14 @@ from chaos_support import (
     wait_exit,
     wait_until,
 )
-from helpers import TPCH_ORDER_BY, TPCH_TABLES, assert_same_result, duckdb_views_sql, tpch_query
+from helpers import (
+    TPCH_ORDER_BY,
+    TPCH_TABLES,
+    assert_same_result,
+    duckdb_views_sql,
+    require_host,
+    tpch_query,
+)
 
 from mangonel.client.session import Session
 from mangonel.errors import JobFailedError
@@ -95,10 +102,12 @@ def check(session: Session, reference: duckdb.DuckDBPyConnection, number: int) -
     return result
 
 
-@pytest.mark.skipif(not memory_cgroups_available(), reason="needs a writable memory cgroup")
 def test_executor_killed_by_the_oom_killer_is_an_ordinary_loss(
     work_dir: Path, chaos_data: Path
 ) -> None:
+    require_host(
+        None if memory_cgroups_available() else "no writable memory cgroup", "a memory cgroup"
+    )
     limit = 400 * MIB
     with limited_cluster(
         work_dir,
@@ -125,10 +134,10 @@ def test_executor_killed_by_the_oom_killer_is_an_ordinary_loss(
         assert lost and lost[0].state.name == "LOST", lost
 
 
-@pytest.mark.skipif(not small_disks_available(), reason="needs root to mount a tmpfs")
 def test_full_disk_fails_the_task_elsewhere_and_the_executor_waits_for_space(
     work_dir: Path, chaos_data: Path
 ) -> None:
+    require_host(None if small_disks_available() else "not root", "a tmpfs mounted as a small disk")
     with limited_cluster(work_dir, chaos_data, executor_disks={0: 64 * MIB}) as (
         cluster,
         session,
@@ -220,10 +229,12 @@ def test_a_sort_bigger_than_its_slots_memory_spills_and_answers_right(
             assert cluster.oom_kills(0) == cluster.oom_kills(1) == 0
 
 
-@pytest.mark.skipif(not memory_cgroups_available(), reason="needs a writable memory cgroup")
 def test_an_executor_whose_duckdb_outgrows_its_cgroup_is_killed_and_others_finish(
     work_dir: Path, tpch_dir: Path, duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
+    require_host(
+        None if memory_cgroups_available() else "no writable memory cgroup", "a memory cgroup"
+    )
     # Misconfigured on purpose: DuckDB may take 2.4 GiB per slot (--memory 8GiB)
     # in a 256 MiB cgroup, and the sort keys alone are about 160 MB. The kernel's
     # OOM killer, not a fault rule, ends the executor mid-task.

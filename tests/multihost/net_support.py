@@ -4,17 +4,16 @@ host of its own (``mangonel.testing.netcluster``).
 Each module starts one ``NetCluster`` (a network lab of Linux namespaces: a
 scheduler host, two executor hosts and a client host on one switch), since a
 start costs a few seconds. The lab needs root and iproute2; without them the
-suite is skipped with the reason (``scripts/install-system-deps.sh`` installs
-iproute2; CI runs as root).
+suite fails with the reason (``scripts/install-system-deps.sh`` installs
+iproute2; CI runs as root; ``MANGONEL_TESTS_MAY_SKIP=1`` skips it instead).
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
-import pytest
+from helpers import require_host
 
 from mangonel.testing.netclient import Answer
 from mangonel.testing.netcluster import NetCluster
@@ -22,18 +21,9 @@ from mangonel.testing.netlab import NetLab
 
 
 def require_lab() -> None:
-    """Fail (in CI) or skip (elsewhere, saying why) when no lab can be built here.
-
-    The suite needs root for its network namespaces; CI runs as root, so there a
-    missing tool or privilege is a failure, never a silently skipped suite.
-    """
-    problem = NetLab.unavailable()
-    if problem is None:
-        return
-    message = f"multi-host tests need network namespaces: {problem}"
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
+    """Fail when no lab can be built here (``helpers.require_host``): the suite
+    needs root for its network namespaces."""
+    require_host(NetLab.unavailable(), "multi-host tests need network namespaces")
 
 
 class QueryInBackground:

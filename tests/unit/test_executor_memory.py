@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
+from helpers import require_host
 
 from mangonel.executor import memory as mem
 from mangonel.executor import spill as spill_module
@@ -283,8 +284,7 @@ def test_fill_disk_and_hog_memory_rules_parse() -> None:
 
 
 def test_fill_disk_fault_leaves_the_work_root_full(tmp_path: Path) -> None:
-    if not small_disks_available():
-        pytest.skip("needs root to mount a tmpfs")
+    require_host(None if small_disks_available() else "not root", "a tmpfs mounted as a small disk")
     with SmallDisk(str(tmp_path / "disk"), 8 * 2**20) as disk:
         rules = tmp_path / "faults.json"
         write_rules(str(rules), [{"action": "fill_disk", "stage": 1, "leave": 2**20}])

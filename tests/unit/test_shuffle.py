@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
+from helpers import require_host
 
 from mangonel.executor.failures import FetchFailedError, TaskCancelledError, TaskFailedError
 from mangonel.executor.flight import ShuffleFlightServer
@@ -379,8 +380,7 @@ def test_a_flight_fetch_is_spooled_to_disk_not_held_in_memory(
 def test_a_full_disk_while_spooling_is_disk_full_not_a_fetch_failure(
     writer: ShuffleWriter, server: ShuffleFlightServer, tmp_path: Path
 ) -> None:
-    if not small_disks_available():
-        pytest.skip("needs root to mount a tmpfs")
+    require_host(None if small_disks_available() else "not root", "a tmpfs mounted as a small disk")
     out = writer.write_table(attempt(), 0, sample(200_000))
     with SmallDisk(str(tmp_path / "disk"), 2**20) as disk:
         reader = ShuffleReader("host-b", spool_dir=disk.path)
