@@ -57,6 +57,7 @@ import pyarrow as pa
 
 from mangonel import storage
 from mangonel.errors import BadRowError, CatalogError
+from mangonel.sqltext import identifier, literal
 from mangonel.task import Compression, FileFormat, FileSplit, TextFormat
 
 SAMPLE_BYTES = 1 << 20
@@ -266,7 +267,7 @@ def _schema_of(columns: tuple[tuple[str, str], ...]) -> pa.Schema:
         seen.add(name.lower())
     con = _connect(())
     try:
-        select = ", ".join(f"CAST(NULL AS {t}) AS {_quote(n)}" for n, t in columns)
+        select = ", ".join(f"CAST(NULL AS {t}) AS {identifier(n)}" for n, t in columns)
         try:
             return con.sql(f"SELECT {select} LIMIT 0").to_arrow_table().schema
         except duckdb.Error as exc:
@@ -325,7 +326,7 @@ def _refuse_quoted_newlines(
     read = _reader(
         fmt, sample, fmt.header, sniff=False, columns=columns, lenient=True, compression=compression
     )
-    where = " OR ".join(f"contains({_quote(n)}, chr(10))" for n in texts)
+    where = " OR ".join(f"contains({identifier(n)}, chr(10))" for n in texts)
     found = con.sql(f"SELECT count(*) FROM {read} WHERE {where}").fetchall()
     if found[0][0]:
         raise CatalogError(
@@ -474,7 +475,7 @@ def _read_split(
     read = _reader(
         fmt, target, header=header, sniff=False, columns=fmt.columns, compression=compression
     )
-    select = ", ".join(_quote(c) for c in columns) if columns else "NULL AS __rows"
+    select = ", ".join(identifier(c) for c in columns) if columns else "NULL AS __rows"
     try:
         return con.sql(f"SELECT {select} FROM {read}").to_arrow_table()
     except duckdb.Error as exc:
@@ -659,9 +660,9 @@ def _reader(
     compression: Compression = Compression.NONE,
 ) -> str:
     """DuckDB's table function reading ``path`` as ``fmt`` says."""
-    args = [_literal(path), f"compression = {_literal(compression.value)}"]
+    args = [literal(path), f"compression = {literal(compression.value)}"]
     if columns:
-        spec = ", ".join(f"{_literal(n)}: {_literal(t)}" for n, t in columns)
+        spec = ", ".join(f"{literal(n)}: {literal(t)}" for n, t in columns)
         args.append(f"columns = {{{spec}}}")
     ignore = fmt.ignore_errors or lenient
     if fmt.format is FileFormat.JSON:
@@ -670,7 +671,7 @@ def _reader(
             # of NULLs; each line as a JSON value instead, the malformed ones (NULL)
             # dropped, then typed (a value that does not convert is NULL).
             lines = f"read_ndjson_objects({args[0]}, {args[1]}, ignore_errors = true)"
-            shape = _literal(json.dumps(dict(columns)))
+            shape = literal(json.dumps(dict(columns)))
             return (
                 f"(SELECT unnest(json_transform(json, {shape})) FROM {lines} "
                 "WHERE json IS NOT NULL)"
@@ -681,15 +682,15 @@ def _reader(
         return f"read_json({', '.join(args)})"
     args += [
         f"header = {str(header).lower()}",
-        f"delim = {_literal(fmt.delimiter)}",
-        f"quote = {_literal(fmt.quote)}",
-        f"escape = {_literal(fmt.escape)}",
-        f"nullstr = {_literal(fmt.null)}",
+        f"delim = {literal(fmt.delimiter)}",
+        f"quote = {literal(fmt.quote)}",
+        f"escape = {literal(fmt.escape)}",
+        f"nullstr = {literal(fmt.null)}",
     ]
     if fmt.dateformat:
-        args.append(f"dateformat = {_literal(fmt.dateformat)}")
+        args.append(f"dateformat = {literal(fmt.dateformat)}")
     if fmt.timestampformat:
-        args.append(f"timestampformat = {_literal(fmt.timestampformat)}")
+        args.append(f"timestampformat = {literal(fmt.timestampformat)}")
     if not sniff:
         args.append("auto_detect = false")
     if ignore:
@@ -723,14 +724,6 @@ def _suffix(kind: FileFormat) -> str:
 
 def _compressed(kind: Compression) -> str:
     return {Compression.GZIP: ".gz", Compression.ZSTD: ".zst"}.get(kind, "")
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _first_line(exc: BaseException) -> str:

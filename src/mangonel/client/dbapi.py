@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from mangonel import errors
+from mangonel import errors, sqltext
 from mangonel.client.session import Result, Session
 from mangonel.client.status import TableInfo
 from mangonel.client.url import ConnectOptionError, ConnectOptions
@@ -150,7 +150,7 @@ def literal(value: object) -> str:
     if isinstance(value, decimal.Decimal):
         return f"CAST('{value}' AS DECIMAL)" if not value.is_finite() else str(value)
     if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
+        return sqltext.literal(value)
     if isinstance(value, dt.datetime):
         return f"TIMESTAMP '{value.isoformat(sep=' ')}'"
     if isinstance(value, dt.date):

@@ -66,16 +66,6 @@ _OPENER = ThreadPoolExecutor(1, thread_name_prefix="scan-db")
 and closes the ones they drop."""
 
 
-def quote(name: str) -> str:
-    """A DuckDB identifier: ``name`` in double quotes."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def literal(text: str) -> str:
-    """A DuckDB string literal: ``text`` in single quotes."""
-    return "'" + text.replace("'", "''") + "'"
-
-
 def locked_connection(
     spill_dir: str, budget: SlotBudget | None, threads: int, readable: Sequence[str] = ()
 ) -> duckdb.DuckDBPyConnection:

@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mangonel.executor.databases import quote
 from mangonel.executor.failures import TaskFailedError
 from mangonel.executor.shuffle_write import PartitionSink
+from mangonel.sqltext import identifier
 from mangonel.task import FragmentRejected, TaskSpec
 
 PART_COLUMN = "__mangonel_part"
@@ -30,7 +30,7 @@ def hash_sql(spec: TaskSpec) -> str:
     called them.
     """
     body = spec.sql.strip().rstrip(";")
-    aliases = ", ".join(quote(c) for c in spec.columns)
+    aliases = ", ".join(identifier(c) for c in spec.columns)
     keys = ", ".join(spec.output.keys)
     # The newline before ")" ends a trailing "--" comment in the fragment.
     return (

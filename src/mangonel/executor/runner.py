@@ -51,7 +51,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mangonel import storage, textfiles
-from mangonel.executor.databases import ScanDatabases, literal, locked_connection, quote
+from mangonel.executor.databases import ScanDatabases, locked_connection
 from mangonel.executor.failures import (
     TaskCancelledError,
     TaskFailedError,
@@ -81,6 +81,7 @@ from mangonel.executor.sink import write_rows
 from mangonel.executor.spill import SpillWatch
 from mangonel.ids import TaskAttemptId
 from mangonel.output import discard_attempt
+from mangonel.sqltext import identifier, literal
 from mangonel.task import (
     FileSplit,
     FragmentRejected,
@@ -223,7 +224,7 @@ class TaskRunner:
                         reader = read_scan(scan.columns, scan.splits, opened, once)
                     self._register(con, scan.name, reader, registered)
                 elif as_views:
-                    con.execute(f"CREATE OR REPLACE TEMP VIEW {quote(scan.name)} AS {read}")
+                    con.execute(f"CREATE OR REPLACE TEMP VIEW {identifier(scan.name)} AS {read}")
                     views.append(scan.name)
                 else:
                     ctes.append((scan.name, read))
@@ -264,7 +265,7 @@ class TaskRunner:
                     log.exception("unregistering %s failed", name)
             for view in views:
                 try:
-                    con.execute(f"DROP VIEW IF EXISTS {quote(view)}")
+                    con.execute(f"DROP VIEW IF EXISTS {identifier(view)}")
                 except duckdb.Error:
                     log.exception("dropping the scan view %s failed", view)
             for stream in streams:  # its files, where DuckDB did not read it to the end
@@ -406,7 +407,7 @@ class TaskRunner:
             # could lose its ORDER BY.
             sql, partitions = spec.sql, 1
         if ctes:
-            sql = "WITH " + ", ".join(f"{quote(n)} AS ({s})" for n, s in ctes) + "\n" + sql
+            sql = "WITH " + ", ".join(f"{identifier(n)} AS ({s})" for n, s in ctes) + "\n" + sql
         relation = con.sql(sql)
         if relation is None:
             # The planner wrote it: mangonel's bug, not the query's.
@@ -527,7 +528,9 @@ def warm_up(directory: str) -> None:
         con = locked_connection(os.path.join(directory, "warm-up"), None, 1, [path])
         try:
             con.register("__warm_up", table)
-            parts = con.sql(f"SELECT hash(k) % 2 AS p FROM {quote('__warm_up')}").to_arrow_table()
+            parts = con.sql(
+                f"SELECT hash(k) % 2 AS p FROM {identifier('__warm_up')}"
+            ).to_arrow_table()
             pc.take(table, pc.sort_indices(parts.column(0)))
             with con.sql(f"SELECT * FROM read_parquet({literal(path)})").to_arrow_reader(
                 BATCH_ROWS
@@ -553,4 +556,4 @@ def read_once(sql: str, name: str) -> bool:
     streamed (``ShuffleReader.stream_many``, ``scan.read_scan``), which DuckDB can read
     only once; any other is read whole (a fragment naming its input unquoted, which
     the planner does not write, is read whole too)."""
-    return sql.count(quote(name)) == 1 and _ANY_WITH.search(sql) is None
+    return sql.count(identifier(name)) == 1 and _ANY_WITH.search(sql) is None

@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 
 from mangonel import storage
 from mangonel.errors import ObjectStoreError
-from mangonel.executor.databases import NO_EXTENSIONS, literal, quote
+from mangonel.executor.databases import NO_EXTENSIONS
+from mangonel.sqltext import identifier, literal
 from mangonel.task import FileSplit
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,8 @@ def scan_sql(columns: Sequence[str], splits: Sequence[FileSplit]) -> str | None:
         selected = []
         for c in columns:
             planned, native = column_types(path, c)
-            expr = quote(c) if planned == native else f"CAST({quote(c)} AS {planned})"
-            selected.append(f"{expr} AS {quote(c)}")
+            expr = identifier(c) if planned == native else f"CAST({identifier(c)} AS {planned})"
+            selected.append(f"{expr} AS {identifier(c)}")
         where = " OR ".join(
             f"(file_row_number >= {start} AND file_row_number < {stop})"
             for start, stop in _row_ranges(path, split.row_groups)

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from mangonel import storage
+from mangonel.sqltext import identifier, literal
 from mangonel.task import SinkSpec, WriteCompression, WriteFormat
 
 FILE_SIZE_BYTES = 256 * 1024 * 1024
@@ -33,19 +34,11 @@ FILE_SIZE_BYTES = 256 * 1024 * 1024
 _CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def copy_sql(sink: SinkSpec, directory: str) -> str:
     """The ``COPY`` of the relation ``__rows`` into ``directory``."""
     options = [f"FORMAT {sink.format.value}"]
     if sink.partition_by:
-        options.append(f"PARTITION_BY ({', '.join(_quote(c) for c in sink.partition_by)})")
+        options.append(f"PARTITION_BY ({', '.join(identifier(c) for c in sink.partition_by)})")
     options.append("FILENAME_PATTERN 'data_{i}'")
     options.append(f"FILE_SIZE_BYTES {FILE_SIZE_BYTES}")
     given = sink.options
@@ -60,7 +53,7 @@ def copy_sql(sink: SinkSpec, directory: str) -> str:
         options.append(f"ROW_GROUP_SIZE {int(given.row_group_size)}")
     if sink.format is WriteFormat.CSV:
         options.append(f"HEADER {'true' if given.header else 'false'}")
-        options.append(f"DELIMITER {_literal(given.delimiter)}")
+        options.append(f"DELIMITER {literal(given.delimiter)}")
         # Only what the statement gave: DuckDB's defaults stay DuckDB's (an empty
         # QUOTE or ESCAPE is not the default but "none").
         for word, text in (
@@ -71,8 +64,8 @@ def copy_sql(sink: SinkSpec, directory: str) -> str:
             ("TIMESTAMPFORMAT", given.timestampformat),
         ):
             if text is not None:
-                options.append(f"{word} {_literal(text)}")
-    return f"COPY __rows TO {_literal(directory)} ({', '.join(options)})"
+                options.append(f"{word} {literal(text)}")
+    return f"COPY __rows TO {literal(directory)} ({', '.join(options)})"
 
 
 def write_rows(

@@ -34,6 +34,7 @@ from mangonel.plan.logical import (
     Window,
     phys,
 )
+from mangonel.sqltext import identifier
 
 DIALECT = "duckdb"
 
@@ -41,10 +42,6 @@ _DUCKDB = Dialect.get_or_raise(DIALECT)
 """One instance for every expression rendered: ``e.sql(dialect="duckdb")`` makes a
 new one per call (thousands a TPC-DS query). It holds only the dialect's settings;
 each call still gets a generator of its own."""
-
-
-def ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def sql(e: exp.Expr, copy: bool = True) -> str:
@@ -143,7 +140,9 @@ class Renderer:
                     if table.name not in self._subquery_sql:
                         self._subquery_sql[table.name] = self.render(sub)
                     marker = f"__mangonel_expanded_{len(spliced)}"
-                    spliced[marker] = f"({self._subquery_sql[table.name]}) AS {ident(table.name)}"
+                    spliced[marker] = (
+                        f"({self._subquery_sql[table.name]}) AS {identifier(table.name)}"
+                    )
                     table.replace(exp.to_table(marker))
         text = sql(out, copy=False)  # ``out`` is this call's own copy
         for marker, subquery in spliced.items():
@@ -160,8 +159,8 @@ class Renderer:
 
     def _scan(self, n: Scan) -> str:
         source = self._scan_name.get(id(n), n.table)
-        cols = ", ".join(f"{ident(c)} AS {ident(phys((n.alias, c)))}" for c in n.columns)
-        text = f"SELECT {cols} FROM {ident(source)}"
+        cols = ", ".join(f"{identifier(c)} AS {identifier(phys((n.alias, c)))}" for c in n.columns)
+        text = f"SELECT {cols} FROM {identifier(source)}"
         if n.filter is not None:
             mapping = {(n.alias, c): exp.column(c, quoted=True) for c in n.columns}
             text += f" WHERE {self._x(n.filter, mapping)}"
@@ -169,18 +168,20 @@ class Renderer:
 
     def _stageread(self, n: StageRead) -> str:
         if self._expand and self._read_types is not None:
-            cols = ", ".join(f"CAST(NULL AS {t}) AS {ident(c)}" for c, t in self._read_types(n))
+            cols = ", ".join(
+                f"CAST(NULL AS {t}) AS {identifier(c)}" for c, t in self._read_types(n)
+            )
             return f"SELECT {cols} LIMIT 0"
         if self._expand:
             return self.render(n.source)
-        return f"SELECT * FROM {ident(n.name)}"
+        return f"SELECT * FROM {identifier(n.name)}"
 
     def _keep(self, n: Keep) -> str:
-        cols = ", ".join(f"t.{ident(phys(r))}" for r in n.refs)
+        cols = ", ".join(f"t.{identifier(phys(r))}" for r in n.refs)
         return f"SELECT {cols} FROM {self._sub(n.child, 't')}"
 
     def _values(self, n: Values) -> str:
-        cols = ", ".join(ident(phys(r)) for r in n.outputs())
+        cols = ", ".join(identifier(phys(r)) for r in n.outputs())
         return f"SELECT * FROM ({self._x(n.query, {})}) AS t({cols})"
 
     def _filter(self, n: Filter) -> str:
@@ -190,7 +191,8 @@ class Renderer:
     def _project(self, n: Project) -> str:
         mapping = _refs_of(n.child, "t")
         cols = ", ".join(
-            f"{self._x(e, mapping)} AS {ident(phys((n.qualifier, name)))}" for name, e in n.items
+            f"{self._x(e, mapping)} AS {identifier(phys((n.qualifier, name)))}"
+            for name, e in n.items
         )
         return f"SELECT {cols} FROM {self._sub(n.child, 't')}"
 
@@ -216,7 +218,7 @@ class Renderer:
     def _aggregate(self, n: Aggregate) -> str:
         mapping = _refs_of(n.child, "t")
         cols = [
-            f"{self._x(e, mapping)} AS {ident(phys((n.qualifier, name)))}"
+            f"{self._x(e, mapping)} AS {identifier(phys((n.qualifier, name)))}"
             for name, e in n.groups + n.aggs
         ]
         text = f"SELECT {', '.join(cols)} FROM {self._sub(n.child, 't')}"
@@ -229,7 +231,8 @@ class Renderer:
     def _window(self, n: Window) -> str:
         mapping = _refs_of(n.child, "t")
         cols = ", ".join(
-            f"{self._x(e, mapping)} AS {ident(phys((n.qualifier, name)))}" for name, e in n.funcs
+            f"{self._x(e, mapping)} AS {identifier(phys((n.qualifier, name)))}"
+            for name, e in n.funcs
         )
         return f"SELECT t.*, {cols} FROM {self._sub(n.child, 't')}"
 
@@ -250,7 +253,7 @@ class Renderer:
     def _setop(self, n: SetOp) -> str:
         def side(child: Node) -> str:
             cols = ", ".join(
-                f"t.{ident(phys(src))} AS {ident(phys(dst))}"
+                f"t.{identifier(phys(src))} AS {identifier(phys(dst))}"
                 for src, dst in zip(child.outputs(), n.outputs(), strict=True)
             )
             return f"SELECT {cols} FROM {self._sub(child, 't')}"
@@ -265,7 +268,9 @@ class Renderer:
             if table.name in ctes or table.name not in n.tables:
                 continue
             source = n.tables[table.name]
-            cols = ", ".join(f"{ident(phys(r))} AS {ident(r[1])}" for r in source.outputs())
+            cols = ", ".join(
+                f"{identifier(phys(r))} AS {identifier(r[1])}" for r in source.outputs()
+            )
             derived = f"(SELECT {cols} FROM ({self.render(source)}) AS x)"
             alias = table.alias_or_name
             table.replace(
@@ -276,5 +281,5 @@ class Renderer:
                     sample=table.args.get("sample"),
                 )
             )
-        cols = ", ".join(ident(phys(r)) for r in n.outputs())
+        cols = ", ".join(identifier(phys(r)) for r in n.outputs())
         return f"SELECT * FROM ({sql(query)}) AS t({cols})"

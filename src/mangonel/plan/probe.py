@@ -44,6 +44,7 @@ import pyarrow.parquet as pq
 from mangonel import storage
 from mangonel.catalog import Table
 from mangonel.errors import ObjectStoreError
+from mangonel.sqltext import identifier
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class Probe:
                     return known
             rows = self._read(table, identity, columns)
             read_s = time.perf_counter() - started
-            k = '"' + key.replace('"', '""') + '"'
+            k = identifier(key)
             query = f"SELECT min({k}), max({k}), count({k}) FROM ({sql}) AS t"
             with self._lock:
                 self._con.register(RELATION, rows)

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from mangonel.catalog import Table
 from mangonel.errors import BindError
+from mangonel.sqltext import identifier
 
 _CONFIG = {
     "threads": 1,
@@ -159,8 +160,9 @@ class TypeOracle:
             self._bound = duckdb.connect(":memory:", config=_CONFIG)
         for name in self._held.keys() - self._bound_tables:
             self._bound.register("__mangonel_empty", pa.Table.from_batches([], self._schemas[name]))
-            quoted = '"' + name.replace('"', '""') + '"'
-            self._bound.execute(f"CREATE TABLE {quoted} AS SELECT * FROM __mangonel_empty")
+            self._bound.execute(
+                f"CREATE TABLE {identifier(name)} AS SELECT * FROM __mangonel_empty"
+            )
             self._bound.unregister("__mangonel_empty")
             self._bound_tables.add(name)
         return self._bound

@@ -36,6 +36,7 @@ from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlannerConfig, plan_query
 from mangonel.plan.write import plan_write
 from mangonel.sql.writes import WriteKind, WriteStatement
+from mangonel.sqltext import identifier
 from mangonel.task import WriteFormat
 
 WRITER_HINT = (
@@ -183,8 +184,7 @@ def insert_query(query: str, schema: pa.Schema, query_columns: Sequence[str], ta
     types = duckdb.from_arrow(schema.empty_table()).types
     q = [f'"q{i}"' for i in range(len(schema))]
     cols = ", ".join(
-        f"CAST({q[i]} AS {types[i]}) AS " + '"' + name.replace('"', '""') + '"'
-        for i, name in enumerate(schema.names)
+        f"CAST({q[i]} AS {types[i]}) AS {identifier(name)}" for i, name in enumerate(schema.names)
     )
     return f"SELECT {cols} FROM ({query}) AS __insert({', '.join(q)})"
 

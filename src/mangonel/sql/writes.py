@@ -19,6 +19,7 @@ from sqlglot.errors import ParseError
 
 from mangonel.errors import ForbiddenStatementError, SqlSyntaxError
 from mangonel.sql.frontend import _COMMENTS, _FIRST_WORD, to_duckdb
+from mangonel.sqltext import identifier
 from mangonel.task import WriteCompression, WriteFormat, WriteOptions
 from mangonel.textfiles import strftime_problem
 
@@ -384,8 +385,7 @@ def _empty_query(schema: exp.Schema) -> str:
                 "Parquet files); declare the column with its type only"
             )
         kind = column.args["kind"].sql(dialect="duckdb")
-        name = '"' + column.name.replace('"', '""') + '"'
-        columns.append(f"CAST(NULL AS {kind}) AS {name}")
+        columns.append(f"CAST(NULL AS {kind}) AS {identifier(column.name)}")
     if not columns:
         raise ForbiddenStatementError("CREATE TABLE name (...) needs at least one column")
     return f"SELECT {', '.join(columns)} WHERE false"
