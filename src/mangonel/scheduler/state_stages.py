@@ -34,6 +34,9 @@ cannot disagree with them::
 
 A COMPLETE stage whose upstream loses outputs stays COMPLETE: it no longer needs
 them. A stage whose own output and inputs are both lost goes back to WAITING.
+
+Why it is just over 600 lines: a task and the stage that indexes it change
+together (every transition of one is a call on the other), so they stay in one file.
 """
 
 from __future__ import annotations
