@@ -78,7 +78,8 @@ from mangonel.executor.failures import (
     TaskFailedError,
     disk_full,
 )
-from mangonel.ids import JobId, StageId, TaskAttemptId
+from mangonel.executor.peer_rates import PeerRates
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.security.tls import TlsMaterial, flight_client_kwargs, flight_scheme
 from mangonel.task import FetchFailed, FetchProblem, PartitionLocation, PartitionOutput
 
@@ -410,6 +411,8 @@ class ShuffleReader:
         spool_dir: Where fetched partitions are written as they arrive (created if
             missing); ``None`` reads them into memory.
         tls_material: Fetch over TLS, showing the node certificate; ``None``: plaintext.
+        rates: Where the bytes each Flight fetch receives from each peer are
+            counted, for the heartbeat (``executor.peer_rates``); ``None``: nowhere.
     """
 
     def __init__(
@@ -421,8 +424,10 @@ class ShuffleReader:
         backoff_s: float = 0.1,
         spool_dir: str | None = None,
         tls_material: TlsMaterial | None = None,
+        rates: PeerRates | None = None,
     ) -> None:
         self.host = host
+        self._rates = rates
         self._tls = tls_material
         self.spool_dir = spool_dir
         if spool_dir is not None:
@@ -563,7 +568,7 @@ class ShuffleReader:
             raise TaskCancelledError(f"fetch of {location.path} cancelled")
         done = threading.Event()
         outcome: list[pa.Table | _FileSource | BaseException] = []
-        progress = _Progress()
+        progress = _Progress(location.executor, self._rates)
 
         def fetch() -> None:
             try:
@@ -574,6 +579,19 @@ class ShuffleReader:
                 done.set()
 
         threading.Thread(target=fetch, name="flight-fetch", daemon=True).start()
+        try:
+            self._wait_for(location, done, progress)
+        finally:
+            progress.detach()
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _wait_for(
+        self, location: PartitionLocation, done: threading.Event, progress: _Progress
+    ) -> None:
+        """Wait for a fetch's thread to end; raise if it is cancelled or stalls."""
         while not done.wait(_CANCEL_POLL_S):
             if self._cancelled.is_set():
                 raise TaskCancelledError(f"fetch of {location.path} cancelled")
@@ -590,10 +608,6 @@ class ShuffleReader:
                     f"{progress.bytes} bytes before)",
                     FetchProblem.UNREACHABLE,
                 )
-        result = outcome[0]
-        if isinstance(result, BaseException):
-            raise result
-        return result
 
     def _fetch(
         self, location: PartitionLocation, keep_file: bool, progress: _Progress
@@ -681,15 +695,33 @@ class ShuffleReader:
 
 class _Progress:
     """When a fetch last received something, and how much so far: written by the
-    fetching thread, read by the waiting one (a float and an int: no lock)."""
+    fetching thread, read by the waiting one (a float and an int: no lock).
 
-    def __init__(self) -> None:
+    With ``rates``, the fetch counts as open from ``peer`` until the waiting
+    thread lets it go (``detach``): an abandoned fetch that goes on receiving
+    on its own thread counts no more, neither its bytes nor its time.
+    """
+
+    def __init__(self, peer: ExecutorId, rates: PeerRates | None) -> None:
         self.at = time.monotonic()
         self.bytes = 0
+        self._peer = peer
+        self._rates = rates
+        if rates is not None:
+            rates.opened(peer)
 
     def mark(self, nbytes: int) -> None:
         self.at = time.monotonic()
         self.bytes += nbytes
+        rates = self._rates
+        if rates is not None and nbytes:
+            rates.received(self._peer, nbytes)
+
+    def detach(self) -> None:
+        """The waiting thread is done with the fetch (it ended, or was given up)."""
+        rates, self._rates = self._rates, None
+        if rates is not None:
+            rates.closed(self._peer)
 
     def stalled_s(self) -> float:
         return time.monotonic() - self.at

@@ -22,6 +22,7 @@ from mangonel.plan.physical import DistributedPlan, WriteTarget
 from mangonel.task import (
     ExecutorCommand,
     ExecutorInfo,
+    LinkSample,
     PartitionLocation,
     PartitionOutput,
     TaskFailure,
@@ -57,6 +58,9 @@ class HealthChange(enum.Enum):
     SET_ASIDE = "suspected, its needed outputs made again"
     """Suspected while a trusted executor had a free slot: the outputs jobs need
     that it holds are made again elsewhere; its again if it is trusted first."""
+    SLOW_LINK = "slow link, a job stops reading it"
+    """Readers of its outputs get a small share of the others' rate: a job
+    makes its outputs again elsewhere and stops using it (``state_links``)."""
     CAME_BACK = "came back after it was lost"
     """A false loss: an executor declared lost asked to resume its id, alive
     (``scheduler.state_revival``); counted (``false_losses_total``)."""
@@ -144,6 +148,9 @@ class ExecutorHeartbeat(Event):
     unhealthy: str = ""
     """Why the executor can take no task now (its work directory is full);
     ``""`` when it can. No task is placed on it until a heartbeat clears it."""
+    links: tuple[LinkSample, ...] = ()
+    """What its fetches received from each peer since its last heartbeat: the
+    peers' outbound link rates (``state_links``)."""
 
 
 @dataclass(frozen=True)
