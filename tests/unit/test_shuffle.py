@@ -340,7 +340,9 @@ def test_the_reader_measures_what_each_peer_gives_it(
         reader.close()
     got = {s.peer: s for s in rates.take()}
     assert set(got) == {"slow", "fast"}
-    assert got["slow"].bytes == got["fast"].bytes > 0
+    # Counted in the file's bytes (by rows, a batch at a time: rounding aside).
+    for measured in got.values():
+        assert abs(measured.bytes - out.bytes) <= 10
     assert got["slow"].busy_s >= 0.9
     assert got["fast"].rate > 3 * got["slow"].rate
     assert rates.take() == []

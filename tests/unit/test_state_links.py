@@ -30,7 +30,7 @@ from mangonel.scheduler.events import (
     Limits,
     LogExecutorHealth,
 )
-from mangonel.scheduler.state_links import FRESH_S, LinkRates
+from mangonel.scheduler.state_links import FRESH_S, Compared, LinkRates
 from mangonel.task import CancelTask, LaunchTask, LinkSample
 
 # No silence plays a part (no detector suspicion, no timeout); speculation is
@@ -153,11 +153,24 @@ def test_no_action_when_recomputing_would_not_finish_sooner() -> None:
     assert slow_link_logs(h.tick(2.0)) == []
 
 
-def test_no_action_with_speculation_off() -> None:
+@pytest.mark.parametrize(
+    "limits",
+    [
+        Limits(heartbeat_timeout_s=1000.0, suspect_phi=math.inf, speculation=False),
+        Limits(heartbeat_timeout_s=1000.0, suspect_phi=math.inf, slow_link_ratio=0.0),
+    ],
+    ids=["no-speculation", "ratio-0"],
+)
+def test_no_action_with_speculation_off_or_a_ratio_of_0(limits: Limits) -> None:
     h, _ = reading()
-    h.state.limits = Limits(heartbeat_timeout_s=1000.0, suspect_phi=math.inf, speculation=False)
+    h.state.limits = limits
     e3_slow(h)
     assert slow_link_logs(h.tick(2.0)) == []
+
+
+def test_a_ratio_below_1_is_refused() -> None:
+    with pytest.raises(ValueError, match="slow_link_ratio must be over 1, or 0"):
+        Limits(slow_link_ratio=0.5)
 
 
 def test_rates_older_than_the_freshness_window_are_forgotten() -> None:
@@ -183,24 +196,86 @@ def test_no_action_once_nothing_reads_the_slow_producers_outputs() -> None:
     assert slow_link_logs(h.tick(2.0)) == []
 
 
-def test_link_rates_median_of_fresh_readers() -> None:
+def test_a_reader_on_a_host_whose_own_link_is_slow_gets_one_copy_on_a_fast_one() -> None:
+    # Three reducers, one on each executor: the one on e3 reads everyone at
+    # 2.5 MB/s while e1 and e2 read everyone (e3 too) fast: e3's own link is
+    # slow inward only, so its reader, not its outputs, is the problem.
+    h = Harness(LIMITS)
+    for e in (E1, E2, E3):
+        h.register(e, 2)
+    where = {
+        int(a.split("/p")[1].split("/")[0]): ExecutorId(e)
+        for e, a in launches(h.submit(three_stage_plan(maps=6, reducers=3)))
+    }
+    h.now = 1.0
+    reducers: list[Command] = []
+    for p, e in where.items():
+        reducers += h.complete(att(1, p), e)
+    on = {str(c.task.attempt): c.executor for c in reducers if isinstance(c, LaunchTask)}
+    (slow_one,) = [a for a, e in on.items() if e == E3]
+    h.now = 1.5
+    beat(h, E1, {E2: 100 * MB, E3: 100 * MB})
+    beat(h, E2, {E1: 100 * MB, E3: 100 * MB})
+    beat(h, E3, {E1: 2.5 * MB, E2: 2.5 * MB})
+    cmds = h.tick(2.0)
+    copies = [(c.executor, str(c.task.attempt)) for c in cmds if isinstance(c, LaunchTask)]
+    assert [a for _, a in copies] == [slow_one.replace("/a0", "/a1")]
+    assert copies[0][0] != E3
+    assert all(c.speculative for c in cmds if isinstance(c, LaunchTask))
+    assert slow_link_logs(cmds) == [E3]
+    # One copy per attempt: not again.
+    assert [c for c in h.tick(2.5) if isinstance(c, LaunchTask)] == []
+    # The copy wins; the original on e3 is cancelled, its late report stale.
+    copy_attempt = att(2, int(slow_one.split("/p")[1][0]), 1)
+    won = h.complete(copy_attempt, ExecutorId(copies[0][0]))
+    assert [str(c.attempt) for c in won if isinstance(c, CancelTask)] == [slow_one]
+    assert h.complete(att(2, int(slow_one.split("/p")[1][0])), E3) == []
+    view = h.state.job(J1)
+    assert view is not None and view.stages[1].speculated == 1
+
+
+def test_link_rates_compare_a_producer_with_the_others_each_reader_reads() -> None:
     rates = LinkRates()
-    p = ExecutorId("p")
-    rates.observe(ExecutorId("a"), (LinkSample(p, 1_000, 1.0),), now=0.0)
-    rates.observe(ExecutorId("b"), (LinkSample(p, 3_000, 1.0),), now=0.0)
-    rates.observe(ExecutorId("c"), (LinkSample(p, 9_000, 1.0),), now=5.0)
-    assert rates.rate(p, now=5.0) == (3_000.0, 3)
-    # A moving average per reader: half weight to the newest.
-    rates.observe(ExecutorId("a"), (LinkSample(p, 3_000, 1.0),), now=6.0)
-    # Later, only a's measure is fresh: (1000 + 3000) / 2.
-    assert rates.rate(p, now=6.0 + FRESH_S - 0.5) == (2_000.0, 1)
-    assert rates.rate(p, now=6.0 + FRESH_S + 1) is None
+    p, q = ExecutorId("p"), ExecutorId("q")
+    a, b, c = ExecutorId("a"), ExecutorId("b"), ExecutorId("c")
+    rates.observe(a, (LinkSample(p, 1_000, 1.0), LinkSample(q, 10_000, 1.0)), now=0.0)
+    rates.observe(b, (LinkSample(p, 3_000, 1.0), LinkSample(q, 20_000, 1.0)), now=0.0)
+    rates.observe(c, (LinkSample(p, 9_000, 1.0), LinkSample(q, 90_000, 1.0)), now=5.0)
+    assert rates.compare(p, now=5.0) == Compared(3_000.0, 20_000.0, 3)
+    # A moving average per reader and producer: half weight to the newest.
+    rates.observe(a, (LinkSample(p, 3_000, 1.0), LinkSample(q, 10_000, 1.0)), now=6.0)
+    # Later, only a's measures are fresh: (1000 + 3000) / 2.
+    assert rates.compare(p, now=6.0 + FRESH_S - 0.5) == Compared(2_000.0, 10_000.0, 1)
+    assert rates.compare(p, now=6.0 + FRESH_S + 1) is None
     assert rates.producers(now=6.0 + FRESH_S + 1) == []
     # Too short a sample, one's own reads and empty ones say nothing.
-    rates.observe(ExecutorId("a"), (LinkSample(p, 10, 0.01),), now=30.0)
+    rates.observe(a, (LinkSample(p, 10, 0.01), LinkSample(q, 10_000, 1.0)), now=30.0)
     rates.observe(p, (LinkSample(p, 10_000, 1.0),), now=30.0)
-    rates.observe(ExecutorId("a"), (LinkSample(p, 0, 1.0),), now=30.0)
-    assert rates.rate(p, now=30.0) is None
+    rates.observe(a, (LinkSample(p, 0, 1.0),), now=30.0)
+    assert rates.compare(p, now=30.0) is None
+    # A reader of p alone has nothing to compare it with.
+    rates.observe(b, (LinkSample(p, 10_000, 1.0),), now=40.0)
+    assert rates.compare(p, now=40.0) is None
+
+
+def test_a_reader_behind_a_slow_link_of_its_own_finds_no_producer_slow() -> None:
+    # e3's own link is slow both ways: it reads e1 and e2 slowly, and e1 and
+    # e2 read it slowly. Only e3 is judged slow, never e1 or e2.
+    h, _ = reading()
+    h.now = 1.5
+    for reader in (E1, E2, E3):
+        beat(
+            h,
+            reader,
+            {p: (2.5 * MB if E3 in (p, reader) else 100 * MB) for p in (E1, E2, E3) if p != reader},
+        )
+    rates = h.state._links
+    for producer in (E1, E2):
+        compared = rates.compare(producer, 1.5)
+        # Its readers: e2 (gets it fast, e3 slowly), e3 (gets everyone slowly).
+        assert compared == Compared(51.25 * MB, 2.5 * MB, 2)
+    assert rates.compare(E3, 1.5) == Compared(2.5 * MB, 100 * MB, 2)
+    assert slow_link_logs(h.tick(2.0)) == [E3]
 
 
 def test_the_modules_examples_hold() -> None:

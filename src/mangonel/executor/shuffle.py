@@ -568,7 +568,7 @@ class ShuffleReader:
             raise TaskCancelledError(f"fetch of {location.path} cancelled")
         done = threading.Event()
         outcome: list[pa.Table | _FileSource | BaseException] = []
-        progress = _Progress(location.executor, self._rates)
+        progress = _Progress(location, self._rates)
 
         def fetch() -> None:
             try:
@@ -697,25 +697,30 @@ class _Progress:
     """When a fetch last received something, and how much so far: written by the
     fetching thread, read by the waiting one (a float and an int: no lock).
 
-    With ``rates``, the fetch counts as open from ``peer`` until the waiting
+    With ``rates``, the fetch counts as open from its peer until the waiting
     thread lets it go (``detach``): an abandoned fetch that goes on receiving
-    on its own thread counts no more, neither its bytes nor its time.
+    on its own thread counts no more, neither its bytes nor its time. What it
+    received is counted there in the file's bytes, by rows (the file's bytes
+    over its rows, each batch's rows): the batches' decoded sizes can be
+    several times the bytes on the wire, and the scheduler weighs the rates
+    against the files' sizes.
     """
 
-    def __init__(self, peer: ExecutorId, rates: PeerRates | None) -> None:
+    def __init__(self, location: PartitionLocation, rates: PeerRates | None) -> None:
         self.at = time.monotonic()
         self.bytes = 0
-        self._peer = peer
+        self._peer: ExecutorId = location.executor
+        self._per_row = location.bytes / location.rows if location.rows > 0 else 0.0
         self._rates = rates
         if rates is not None:
-            rates.opened(peer)
+            rates.opened(self._peer)
 
-    def mark(self, nbytes: int) -> None:
+    def mark(self, nbytes: int, rows: int = 0) -> None:
         self.at = time.monotonic()
         self.bytes += nbytes
         rates = self._rates
-        if rates is not None and nbytes:
-            rates.received(self._peer, nbytes)
+        if rates is not None and rows:
+            rates.received(self._peer, round(rows * self._per_row))
 
     def detach(self) -> None:
         """The waiting thread is done with the fetch (it ended, or was given up)."""
@@ -730,7 +735,7 @@ class _Progress:
 def _read_all(stream: flight.FlightStreamReader, progress: _Progress) -> pa.Table:
     batches = []
     for chunk in stream:
-        progress.mark(chunk.data.nbytes)
+        progress.mark(chunk.data.nbytes, chunk.data.num_rows)
         batches.append(chunk.data)
     return pa.Table.from_batches(batches, schema=stream.schema)
 
@@ -768,7 +773,7 @@ def _spool_to(stream: flight.FlightStreamReader, path: str, progress: _Progress)
     try:
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, stream.schema) as out:
             for chunk in stream:
-                progress.mark(chunk.data.nbytes)
+                progress.mark(chunk.data.nbytes, chunk.data.num_rows)
                 out.write_batch(chunk.data)
                 rows += chunk.data.num_rows
     except OSError as exc:

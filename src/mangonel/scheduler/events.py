@@ -367,6 +367,9 @@ class Limits:
     speculation_quantile: float = defaults.SPECULATION_QUANTILE
     speculation_multiplier: float = defaults.SPECULATION_MULTIPLIER
     speculation_min_s: float = defaults.SPECULATION_MIN_S
+    slow_link_ratio: float = defaults.SLOW_LINK_RATIO
+    """A producer whose readers get under ``1 / slow_link_ratio`` of the others'
+    rate is slow (``state_links``, with ``speculation``); 0: never."""
     exclusion_failures: int = defaults.EXCLUSION_FAILURES
     """Distinct tasks failing on one executor (execution errors only) within
     ``exclusion_window_s`` that exclude it from new tasks for ``exclusion_s``;
@@ -400,6 +403,10 @@ class Limits:
         if self.speculation_multiplier < 1.0:
             raise ValueError(
                 f"speculation_multiplier must be at least 1, got {self.speculation_multiplier:g}"
+            )
+        if self.slow_link_ratio != 0 and self.slow_link_ratio <= 1:
+            raise ValueError(
+                f"slow_link_ratio must be over 1, or 0 (never), got {self.slow_link_ratio:g}"
             )
         if self.speculation_min_s < 0 or self.exclusion_window_s < 0 or self.exclusion_s < 0:
             raise ValueError("speculation_min_s, exclusion_window_s and exclusion_s must be >= 0")

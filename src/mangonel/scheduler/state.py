@@ -364,6 +364,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief):
         if isinstance(event, Tick) and self.limits.speculation:
             # After ``_assign``: a copy only takes a slot no pending task wanted.
             self._speculate(step)
+            self._copy_slow_readers(step)
         self._complete_drains(step)
         self._forget_settled(step)
         self._touched = self._jobs_touched(event, step)

@@ -1,6 +1,7 @@
-"""Slow links: each executor's outbound rate, as its readers measure it, and the
-rule that stops a job reading a slow one when making its outputs again on the
-fast executors finishes sooner.
+"""Slow links: the rates each executor's fetches get from each peer, and the two
+rules that act on them: a job stops reading a slow producer when making its
+outputs again on the fast executors finishes sooner, and a reader behind a
+slow link of its own gets a copy on a fast executor when that reads sooner.
 
 A gray failure the detector cannot see: an executor whose link is slow (a
 congested or throttled port) still heartbeats, and a fetch from it keeps
@@ -13,12 +14,16 @@ peer, the bytes its Flight fetches received and the seconds at least one fetch
 from that peer was open (``task.LinkSample``, ``executor.peer_rates``). Per
 producer, the scheduler keeps a moving average of the rate each reader gets
 (half weight to the newest sample), forgetting a reader not heard about for
-``FRESH_S``. A producer's rate is the median over its readers; the *fast* rate
-the median over the other producers'.
+``FRESH_S``. Each reader compares a producer with the other producers it
+reads (``LinkRates.compare``): what a reader gets is the lesser of the
+producer's outbound link and its own inbound one, so a reader behind a slow
+link of its own finds everyone slow and nobody slower. A producer's rate is the
+median over its readers, the *fast* rate the median of those readers' rates
+from the others.
 
 **The rule** (``slow_links``, on ``Tick``, with ``--speculation``): for a
 running job whose readers fetch from a producer ``p`` whose rate is under
-``1 / SLOW_RATIO`` of the fast rate, with ``k`` readers measuring it:
+``1 / --slow-link-ratio`` (3) of the fast rate, with ``k`` readers measuring it:
 
 * ``slow_s``, the time to read what the job still needs from ``p`` at ``p``'s
   rate: the bytes of ``p``'s outputs the job's unfinished stages read (a running
@@ -41,11 +46,26 @@ suspected or quarantined one (``state_liveness`` handles those); the
 recomputes take the slots the cancelled readers freed. Exactly once as every
 exclusion is: the cancelled attempts' reports are stale (``_current``).
 
+**Readers behind a slow link** (``slow_readers``, on ``Tick`` after
+``_speculate``, with ``--speculation``): an executor whose readers get every
+producer under ``1 / --slow-link-ratio`` of what the producers' other readers
+get (``LinkRates.compare_reader``) has a slow link of its own (a link slowed
+both ways slows its reads too). A running attempt there without a copy whose
+inputs, at the rates that executor gets from each producer, still take longer
+to read (less the time it has run) than a copy elsewhere would take to read
+them all at the others' rates, by ``MIN_SAVING_S`` and half the copy's time,
+gets one speculative copy on the least loaded executor with a free slot that
+is neither its own nor behind a slow link (``Placement._launch_copy``: the
+first to finish wins, as for any copy).
+
+Both are logged (``HealthChange.SLOW_LINK``, with the estimates).
+
 >>> from mangonel.task import LinkSample
 >>> rates = LinkRates()
->>> rates.observe(ExecutorId("r"), (LinkSample(ExecutorId("p"), 2_500_000, 1.0),), now=0.0)
->>> rates.rate(ExecutorId("p"), now=1.0)
-(2500000.0, 1)
+>>> p, q = ExecutorId("p"), ExecutorId("q")
+>>> rates.observe(ExecutorId("r"), (LinkSample(p, 2_500_000, 1.0), LinkSample(q, 10**8, 1.0)), 0.0)
+>>> rates.compare(p, now=1.0)
+Compared(rate=2500000.0, others=100000000.0, readers=1)
 """
 
 from __future__ import annotations
@@ -59,12 +79,21 @@ from typing import TYPE_CHECKING
 from mangonel.ids import ExecutorId, JobId, StageId
 from mangonel.scheduler.events import HealthChange, Limits, LogExecutorHealth
 from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry
-from mangonel.scheduler.state_jobs import JobRecord, StageRecord
+from mangonel.scheduler.state_jobs import Done, JobRecord, Running, StageRecord, TaskRecord
 from mangonel.scheduler.state_recovery import Step
 from mangonel.scheduler.state_views import JobState
 from mangonel.task import InputMode, LinkSample
 
-__all__ = ["FRESH_S", "LinkRates", "LinkRelief", "SlowLink", "slow_links"]
+__all__ = [
+    "FRESH_S",
+    "Compared",
+    "LinkRates",
+    "LinkRelief",
+    "SlowLink",
+    "SlowReader",
+    "slow_links",
+    "slow_readers",
+]
 
 FRESH_S = 10.0
 """A reader's rate from a producer counts for this long after its last sample:
@@ -73,8 +102,6 @@ MIN_BUSY_S = 0.05
 """A sample of less busy time says more about a call's latency than the link."""
 RATE_WEIGHT = 0.5
 """Weight of the newest sample in a reader's moving average of a producer's rate."""
-SLOW_RATIO = 3.0
-"""A producer is slow when the others are at least this many times faster."""
 MIN_SAVING_S = 1.0
 """The rule acts only to save at least this much (estimates are rough)."""
 
@@ -83,6 +110,18 @@ MIN_SAVING_S = 1.0
 class _Seen:
     rate: float
     at: float
+
+
+@dataclass(frozen=True)
+class Compared:
+    """A producer's rate against the others', as the readers of both measured them."""
+
+    rate: float
+    """Bytes per second its readers get from it (their median)."""
+    others: float
+    """... from the other producers they read (the median of their medians)."""
+    readers: int
+    """The readers that measured both."""
 
 
 @dataclass
@@ -105,16 +144,71 @@ class LinkRates:
                 seen.rate = (1 - RATE_WEIGHT) * seen.rate + RATE_WEIGHT * s.rate
                 seen.at = now
 
-    def rate(self, producer: ExecutorId, now: float) -> tuple[float, int] | None:
-        """The median rate ``producer``'s fresh readers get, and how many they
-        are; ``None`` when none measured it within ``FRESH_S``."""
+    def compare(self, producer: ExecutorId, now: float) -> Compared | None:
+        """How ``producer``'s fresh readers get it against the other producers
+        they read: ``None`` when no reader measured it and another producer
+        within ``FRESH_S``.
+
+        Each reader compares it with its own other producers: what a reader
+        gets is the lesser of the producer's outbound link and its own inbound
+        one, so a reader behind a slow link of its own gets everyone slowly,
+        and judges nobody slow.
+        """
         readers = self._by_producer.get(producer)
         if not readers:
             return None
-        fresh = [s.rate for s in readers.values() if now - s.at <= FRESH_S]
-        if not fresh:
+        rates: list[float] = []
+        others: list[float] = []
+        for reader, seen in readers.items():
+            if now - seen.at > FRESH_S:
+                continue
+            elsewhere = [
+                other.rate
+                for p, by in self._by_producer.items()
+                if p != producer and (other := by.get(reader)) is not None
+                if now - other.at <= FRESH_S
+            ]
+            if elsewhere:
+                rates.append(seen.rate)
+                others.append(statistics.median(elsewhere))
+        if not rates:
             return None
-        return statistics.median(fresh), len(fresh)
+        return Compared(statistics.median(rates), statistics.median(others), len(rates))
+
+    def compare_reader(self, reader: ExecutorId, now: float) -> Compared | None:
+        """How fast ``reader`` gets the producers it reads against how fast
+        their other readers get them: a reader behind a slow link of its own
+        gets every producer slower than the others do. ``None`` when no
+        producer it read within ``FRESH_S`` had another reader then."""
+        mine: list[float] = []
+        theirs: list[float] = []
+        for readers in self._by_producer.values():
+            seen = readers.get(reader)
+            if seen is None or now - seen.at > FRESH_S:
+                continue
+            others = [s.rate for r, s in readers.items() if r != reader and now - s.at <= FRESH_S]
+            if others:
+                mine.append(seen.rate)
+                theirs.append(statistics.median(others))
+        if not mine:
+            return None
+        return Compared(statistics.median(mine), statistics.median(theirs), len(mine))
+
+    def seen_by(self, reader: ExecutorId, producer: ExecutorId, now: float) -> float | None:
+        """The rate ``reader`` gets from ``producer``, if it measured it lately."""
+        seen = self._by_producer.get(producer, {}).get(reader)
+        return seen.rate if seen is not None and now - seen.at <= FRESH_S else None
+
+    def outbound(
+        self, producer: ExecutorId, now: float, besides: ExecutorId | None = None
+    ) -> float | None:
+        """The median rate readers other than ``besides`` get from ``producer``."""
+        rates = [
+            s.rate
+            for r, s in self._by_producer.get(producer, {}).items()
+            if r != besides and now - s.at <= FRESH_S
+        ]
+        return statistics.median(rates) if rates else None
 
     def producers(self, now: float) -> list[ExecutorId]:
         """Producers measured within ``FRESH_S``; older measurements are
@@ -215,24 +309,23 @@ def slow_links(
     rates: LinkRates,
     executors: Sequence[ExecutorRecord],
     now: float,
+    ratio: float,
 ) -> list[SlowLink]:
     """The jobs to stop reading a slow producer, and which (see the module
-    docstring): at most one producer per job and call, the slowest."""
+    docstring): at most one producer per job and call, the one whose leaving
+    saves the most. ``ratio``: ``Limits.slow_link_ratio``."""
     trusted = {r.id: r for r in executors if r.takes_tasks}
-    measured = {p: m for p in rates.producers(now) if (m := rates.rate(p, now)) is not None}
+    measured = {p: m for p in rates.producers(now) if (m := rates.compare(p, now)) is not None}
     found: list[SlowLink] = []
-    if len(measured) < 2:
-        return found
     for job in jobs:
         if job.state is not JobState.RUNNING or job.commit is not None:
             continue
         best: SlowLink | None = None
-        for producer, (rate, readers) in measured.items():
+        for producer, compared in measured.items():
+            rate, fast, readers = compared.rate, compared.others, compared.readers
             if producer in job.excluded or producer not in trusted:
                 continue
-            others = [m[0] for p, m in measured.items() if p != producer]
-            fast = statistics.median(others)
-            if rate * SLOW_RATIO > fast or not job.readers_of({producer}):
+            if rate * ratio > fast or not job.readers_of({producer}):
                 continue
             slots = sum(
                 r.info.slots for e, r in trusted.items() if e != producer and e not in job.excluded
@@ -254,6 +347,89 @@ def slow_links(
     return found
 
 
+@dataclass(frozen=True)
+class SlowReader:
+    """A running attempt to copy: its executor's own link is slow, and a copy
+    on a fast executor would read its inputs sooner than it will."""
+
+    job: JobRecord
+    stage: StageRecord
+    task: TaskRecord
+    running: Running
+    left_s: float
+    """About how long it still needs to read its inputs at its executor's rates."""
+    copy_s: float
+    """About how long a copy elsewhere would take to read them all."""
+
+
+def _input_bytes(job: JobRecord, rec: StageRecord, task: TaskRecord) -> dict[ExecutorId, int]:
+    """Bytes ``task`` reads from each executor's outputs (its stage is runnable:
+    every upstream task is done)."""
+    partitions = rec.partitions_of(task.id.partition)
+    by: dict[ExecutorId, int] = {}
+    for i in rec.stage.inputs:
+        for t in job.stages[i.stage].tasks:
+            if isinstance(t.state, Done):
+                for loc in t.state.outputs:
+                    if i.mode is InputMode.ALL or loc.partition in partitions:
+                        by[loc.executor] = by.get(loc.executor, 0) + loc.bytes
+    return by
+
+
+def slow_readers(
+    jobs: Iterable[JobRecord],
+    rates: LinkRates,
+    executors: Sequence[ExecutorRecord],
+    now: float,
+    ratio: float,
+) -> list[SlowReader]:
+    """Running attempts without a copy, on an executor whose readers get every
+    producer under ``1 / ratio`` of what the others' readers get
+    (``LinkRates.compare_reader``: its own link is slow), that a copy elsewhere
+    would finish reading sooner, by ``MIN_SAVING_S`` and half the copy's time;
+    the biggest saving first.
+
+    The attempt's time to read is its inputs' bytes from each producer at the
+    rate its executor gets from that one, less the time it has run; the copy's,
+    the same bytes at the rate the other readers get (its own executor's files
+    too, which the copy fetches). What the estimate leaves out (the copy's
+    compute, the attempt's own progress past its inputs) the margin covers.
+    """
+    found: list[SlowReader] = []
+    slow: dict[ExecutorId, Compared] = {}
+    for r in executors:
+        compared = rates.compare_reader(r.id, now)
+        if compared is not None and compared.rate * ratio <= compared.others:
+            slow[r.id] = compared
+    if not slow:
+        return found
+    for job in jobs:
+        if job.state is not JobState.RUNNING or job.commit is not None:
+            continue
+        for rec in job.stages.values():
+            if not rec.running or not rec.stage.inputs:
+                continue
+            for task in rec.running_tasks():
+                running = task.state
+                if not isinstance(running, Running) or task.speculative is not None:
+                    continue
+                reader = slow.get(running.executor)
+                if reader is None:
+                    continue
+                inputs = _input_bytes(job, rec, task)
+                left_s = copy_s = 0.0
+                for producer, nbytes in inputs.items():
+                    if producer != running.executor:
+                        mine = rates.seen_by(running.executor, producer, now) or reader.rate
+                        left_s += nbytes / mine
+                    theirs = rates.outbound(producer, now, besides=running.executor)
+                    copy_s += nbytes / (theirs or reader.others)
+                left_s -= now - running.started
+                if left_s - copy_s >= max(MIN_SAVING_S, 0.5 * copy_s):
+                    found.append(SlowReader(job, rec, task, running, left_s, copy_s))
+    return sorted(found, key=lambda s: s.copy_s - s.left_s)
+
+
 class LinkRelief:
     """The slow-link rule of ``SchedulerState``; see the module docstring."""
 
@@ -266,16 +442,55 @@ class LinkRelief:
 
         def _exclude(self, job: JobRecord, executor: ExecutorId, why: str, step: Step) -> None: ...
 
+        def _launch_copy(
+            self,
+            job: JobRecord,
+            stage: StageRecord,
+            task: TaskRecord,
+            executor: ExecutorId,
+            step: Step,
+        ) -> None: ...
+
     def _relieve_slow_links(self, step: Step) -> None:
         """On a ``Tick``: each job reading a slow producer whose outputs are
         sooner made again elsewhere stops using it (``slow_links``)."""
-        if not self.limits.speculation or not self._jobs:
+        ratio = self.limits.slow_link_ratio
+        if not self.limits.speculation or not ratio or not self._jobs:
             return
         for slow in slow_links(
-            self._jobs.values(), self._links, self._executors.live_records(), step.now
+            self._jobs.values(), self._links, self._executors.live_records(), step.now, ratio
         ):
             why = slow.why()
             self._exclude(slow.job, slow.producer, why, step)
             step.commands.append(
                 LogExecutorHealth(step.cause, HealthChange.SLOW_LINK, slow.producer, why)
+            )
+
+    def _copy_slow_readers(self, step: Step) -> None:
+        """On a ``Tick``, after ``_speculate``: each attempt ``slow_readers``
+        finds gets one copy on the least loaded executor with a free slot
+        that is neither its own nor behind a slow link (nor one the job
+        excludes); the first to finish wins, as for any copy."""
+        ratio = self.limits.slow_link_ratio
+        if not self.limits.speculation or not ratio or not self._jobs:
+            return
+        live = self._executors.live_records()
+        found = slow_readers(self._jobs.values(), self._links, live, step.now, ratio)
+        if not found:
+            return
+        slow = {s.running.executor for s in found}
+        copied: dict[ExecutorId, list[str]] = {}
+        for s in found:
+            target = self._executors.least_loaded(s.job.excluded | slow)
+            if target is None:
+                break
+            self._launch_copy(s.job, s.stage, s.task, target.id, step)
+            copied.setdefault(s.running.executor, []).append(
+                f"{s.running.attempt} to {target.id} (about {s.left_s:.1f} s left to read "
+                f"there, {s.copy_s:.1f} s for a copy)"
+            )
+        for executor, which in copied.items():
+            why = f"its own link is slow: copied {len(which)} reader(s): {'; '.join(which)}"
+            step.commands.append(
+                LogExecutorHealth(step.cause, HealthChange.SLOW_LINK, executor, why)
             )
