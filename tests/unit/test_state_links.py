@@ -238,24 +238,39 @@ def test_link_rates_compare_a_producer_with_the_others_each_reader_reads() -> No
     rates = LinkRates()
     p, q = ExecutorId("p"), ExecutorId("q")
     a, b, c = ExecutorId("a"), ExecutorId("b"), ExecutorId("c")
-    rates.observe(a, (LinkSample(p, 1_000, 1.0), LinkSample(q, 10_000, 1.0)), now=0.0)
-    rates.observe(b, (LinkSample(p, 3_000, 1.0), LinkSample(q, 20_000, 1.0)), now=0.0)
-    rates.observe(c, (LinkSample(p, 9_000, 1.0), LinkSample(q, 90_000, 1.0)), now=5.0)
-    assert rates.compare(p, now=5.0) == Compared(3_000.0, 20_000.0, 3)
+    rates.observe(a, (LinkSample(p, 1 * MB, 1.0), LinkSample(q, 10 * MB, 1.0)), now=0.0)
+    rates.observe(b, (LinkSample(p, 3 * MB, 1.0), LinkSample(q, 20 * MB, 1.0)), now=0.0)
+    rates.observe(c, (LinkSample(p, 9 * MB, 1.0), LinkSample(q, 90 * MB, 1.0)), now=5.0)
+    assert rates.compare(p, now=5.0) == Compared(3 * MB, 20 * MB, 3, busy_s=3.0)
     # A moving average per reader and producer: half weight to the newest.
-    rates.observe(a, (LinkSample(p, 3_000, 1.0), LinkSample(q, 10_000, 1.0)), now=6.0)
-    # Later, only a's measures are fresh: (1000 + 3000) / 2.
-    assert rates.compare(p, now=6.0 + FRESH_S - 0.5) == Compared(2_000.0, 10_000.0, 1)
+    rates.observe(a, (LinkSample(p, 3 * MB, 0.5), LinkSample(q, 5 * MB, 0.5)), now=6.0)
+    # Later, only a's measures are fresh: (1 + 6) / 2 MB/s, over 1.5 s of reading.
+    assert rates.compare(p, now=6.0 + FRESH_S - 0.5) == Compared(3.5 * MB, 10 * MB, 1, 1.5)
     assert rates.compare(p, now=6.0 + FRESH_S + 1) is None
     assert rates.producers(now=6.0 + FRESH_S + 1) == []
-    # Too short a sample, one's own reads and empty ones say nothing.
-    rates.observe(a, (LinkSample(p, 10, 0.01), LinkSample(q, 10_000, 1.0)), now=30.0)
-    rates.observe(p, (LinkSample(p, 10_000, 1.0),), now=30.0)
+    # Too short a sample, an empty one, and one's own reads say nothing.
+    rates.observe(a, (LinkSample(p, 1 * MB, 0.001), LinkSample(q, 10 * MB, 1.0)), now=30.0)
     rates.observe(a, (LinkSample(p, 0, 1.0),), now=30.0)
+    rates.observe(p, (LinkSample(p, 10 * MB, 1.0),), now=30.0)
     assert rates.compare(p, now=30.0) is None
     # A reader of p alone has nothing to compare it with.
-    rates.observe(b, (LinkSample(p, 10_000, 1.0),), now=40.0)
+    rates.observe(b, (LinkSample(p, 10 * MB, 1.0),), now=40.0)
     assert rates.compare(p, now=40.0) is None
+
+
+def test_a_short_slow_blip_is_not_enough_evidence() -> None:
+    # A freshly started executor serves its first fetches slowly for a moment:
+    # a quarter of a second of reading it slowly decides nothing.
+    h, _ = reading()
+    h.now = 1.5
+    for reader in (E1, E2):
+        samples = tuple(
+            LinkSample(p, int((2.5 if p == E3 else 100) * MB * 0.25), 0.25)
+            for p in (E1, E2, E3)
+            if p != reader
+        )
+        h.send(ExecutorHeartbeat, reader, "", samples)
+    assert slow_link_logs(h.tick(2.0)) == []
 
 
 def test_a_reader_behind_a_slow_link_of_its_own_finds_no_producer_slow() -> None:
@@ -273,8 +288,8 @@ def test_a_reader_behind_a_slow_link_of_its_own_finds_no_producer_slow() -> None
     for producer in (E1, E2):
         compared = rates.compare(producer, 1.5)
         # Its readers: e2 (gets it fast, e3 slowly), e3 (gets everyone slowly).
-        assert compared == Compared(51.25 * MB, 2.5 * MB, 2)
-    assert rates.compare(E3, 1.5) == Compared(2.5 * MB, 100 * MB, 2)
+        assert compared == Compared(51.25 * MB, 2.5 * MB, 2, busy_s=2.0)
+    assert rates.compare(E3, 1.5) == Compared(2.5 * MB, 100 * MB, 2, busy_s=2.0)
     assert slow_link_logs(h.tick(2.0)) == [E3]
 
 

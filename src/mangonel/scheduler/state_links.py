@@ -14,8 +14,10 @@ peer, the bytes its Flight fetches received and the seconds at least one fetch
 from that peer was open (``task.LinkSample``, ``executor.peer_rates``). Per
 producer, the scheduler keeps a moving average of the rate each reader gets
 (half weight to the newest sample), forgetting a reader not heard about for
-``FRESH_S``. Each reader compares a producer with the other producers it
-reads (``LinkRates.compare``): what a reader gets is the lesser of the
+``FRESH_S``; a rule acts on a link only after ``MIN_EVIDENCE_S`` of reading
+over it (a freshly started executor serves its first fetches slowly). Each
+reader compares a producer with the other producers it reads
+(``LinkRates.compare``): what a reader gets is the lesser of the
 producer's outbound link and its own inbound one, so a reader behind a slow
 link of its own finds everyone slow and nobody slower. A producer's rate is the
 median over its readers, the *fast* rate the median of those readers' rates
@@ -65,7 +67,7 @@ Both are logged (``HealthChange.SLOW_LINK``, with the estimates).
 >>> p, q = ExecutorId("p"), ExecutorId("q")
 >>> rates.observe(ExecutorId("r"), (LinkSample(p, 2_500_000, 1.0), LinkSample(q, 10**8, 1.0)), 0.0)
 >>> rates.compare(p, now=1.0)
-Compared(rate=2500000.0, others=100000000.0, readers=1)
+Compared(rate=2500000.0, others=100000000.0, readers=1, busy_s=1.0)
 """
 
 from __future__ import annotations
@@ -98,8 +100,14 @@ __all__ = [
 FRESH_S = 10.0
 """A reader's rate from a producer counts for this long after its last sample:
 samples come only while it reads from it."""
-MIN_BUSY_S = 0.05
-"""A sample of less busy time says more about a call's latency than the link."""
+MIN_BUSY_S = 0.01
+"""A sample of less busy time says more about a call's latency than the link
+(a fast producer's small files read with the call's latency look slower than
+it is: it is the slow one that must prove itself, ``MIN_EVIDENCE_S``)."""
+MIN_EVIDENCE_S = 1.0
+"""A rule acts on a link only after its readers spent this long reading over it
+(within ``FRESH_S``): the first fetches from a freshly started executor come
+slowly for a moment, a slow link stays slow."""
 RATE_WEIGHT = 0.5
 """Weight of the newest sample in a reader's moving average of a producer's rate."""
 MIN_SAVING_S = 1.0
@@ -110,6 +118,8 @@ MIN_SAVING_S = 1.0
 class _Seen:
     rate: float
     at: float
+    busy_s: float
+    """Seconds of reading behind ``rate`` since the reader was last fresh."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,8 @@ class Compared:
     """... from the other producers they read (the median of their medians)."""
     readers: int
     """The readers that measured both."""
+    busy_s: float = 0.0
+    """Seconds those readers spent reading it (``MIN_EVIDENCE_S``)."""
 
 
 @dataclass
@@ -139,10 +151,11 @@ class LinkRates:
             readers = self._by_producer.setdefault(s.peer, {})
             seen = readers.get(reader)
             if seen is None or now - seen.at > FRESH_S:
-                readers[reader] = _Seen(s.rate, now)
+                readers[reader] = _Seen(s.rate, now, s.busy_s)
             else:
                 seen.rate = (1 - RATE_WEIGHT) * seen.rate + RATE_WEIGHT * s.rate
                 seen.at = now
+                seen.busy_s += s.busy_s
 
     def compare(self, producer: ExecutorId, now: float) -> Compared | None:
         """How ``producer``'s fresh readers get it against the other producers
@@ -159,6 +172,7 @@ class LinkRates:
             return None
         rates: list[float] = []
         others: list[float] = []
+        busy = 0.0
         for reader, seen in readers.items():
             if now - seen.at > FRESH_S:
                 continue
@@ -171,9 +185,10 @@ class LinkRates:
             if elsewhere:
                 rates.append(seen.rate)
                 others.append(statistics.median(elsewhere))
+                busy += seen.busy_s
         if not rates:
             return None
-        return Compared(statistics.median(rates), statistics.median(others), len(rates))
+        return Compared(statistics.median(rates), statistics.median(others), len(rates), busy)
 
     def compare_reader(self, reader: ExecutorId, now: float) -> Compared | None:
         """How fast ``reader`` gets the producers it reads against how fast
@@ -182,6 +197,7 @@ class LinkRates:
         producer it read within ``FRESH_S`` had another reader then."""
         mine: list[float] = []
         theirs: list[float] = []
+        busy = 0.0
         for readers in self._by_producer.values():
             seen = readers.get(reader)
             if seen is None or now - seen.at > FRESH_S:
@@ -190,9 +206,10 @@ class LinkRates:
             if others:
                 mine.append(seen.rate)
                 theirs.append(statistics.median(others))
+                busy += seen.busy_s
         if not mine:
             return None
-        return Compared(statistics.median(mine), statistics.median(theirs), len(mine))
+        return Compared(statistics.median(mine), statistics.median(theirs), len(mine), busy)
 
     def seen_by(self, reader: ExecutorId, producer: ExecutorId, now: float) -> float | None:
         """The rate ``reader`` gets from ``producer``, if it measured it lately."""
@@ -323,6 +340,8 @@ def slow_links(
         best: SlowLink | None = None
         for producer, compared in measured.items():
             rate, fast, readers = compared.rate, compared.others, compared.readers
+            if compared.busy_s < MIN_EVIDENCE_S:
+                continue
             if producer in job.excluded or producer not in trusted:
                 continue
             if rate * ratio > fast or not job.readers_of({producer}):
@@ -399,7 +418,11 @@ def slow_readers(
     slow: dict[ExecutorId, Compared] = {}
     for r in executors:
         compared = rates.compare_reader(r.id, now)
-        if compared is not None and compared.rate * ratio <= compared.others:
+        if (
+            compared is not None
+            and compared.rate * ratio <= compared.others
+            and compared.busy_s >= MIN_EVIDENCE_S
+        ):
             slow[r.id] = compared
     if not slow:
         return found
