@@ -242,20 +242,26 @@ def test_link_rates_compare_a_producer_with_the_others_each_reader_reads() -> No
     rates.observe(b, (LinkSample(p, 3 * MB, 1.0), LinkSample(q, 20 * MB, 1.0)), now=0.0)
     rates.observe(c, (LinkSample(p, 9 * MB, 1.0), LinkSample(q, 90 * MB, 1.0)), now=5.0)
     assert rates.compare(p, now=5.0) == Compared(3 * MB, 20 * MB, 3, busy_s=3.0)
-    # A moving average per reader and producer: half weight to the newest.
+    # Per reader and producer, bytes over busy seconds, the older ones weighing
+    # 3/4: (0.75 x 1 + 3) MB over (0.75 + 0.5) s, and 12.5 MB over 1.25 s.
     rates.observe(a, (LinkSample(p, 3 * MB, 0.5), LinkSample(q, 5 * MB, 0.5)), now=6.0)
-    # Later, only a's measures are fresh: (1 + 6) / 2 MB/s, over 1.5 s of reading.
-    assert rates.compare(p, now=6.0 + FRESH_S - 0.5) == Compared(3.5 * MB, 10 * MB, 1, 1.5)
+    # Later, only a's measures are fresh, over 1.5 s of reading.
+    assert rates.compare(p, now=6.0 + FRESH_S - 0.5) == Compared(3 * MB, 10 * MB, 1, 1.5)
     assert rates.compare(p, now=6.0 + FRESH_S + 1) is None
     assert rates.producers(now=6.0 + FRESH_S + 1) == []
-    # Too short a sample, an empty one, and one's own reads say nothing.
+    # Too short a sample and one's own reads say nothing.
     rates.observe(a, (LinkSample(p, 1 * MB, 0.001), LinkSample(q, 10 * MB, 1.0)), now=30.0)
-    rates.observe(a, (LinkSample(p, 0, 1.0),), now=30.0)
     rates.observe(p, (LinkSample(p, 10 * MB, 1.0),), now=30.0)
     assert rates.compare(p, now=30.0) is None
+    # A beat busy on p with nothing received (a batch still on its way) counts:
+    # 2 MB over 0.5 s, then nothing over 0.5 s: (0.75 x 2) MB over 0.875 s.
+    rates.observe(a, (LinkSample(p, 2 * MB, 0.5),), now=31.0)
+    rates.observe(a, (LinkSample(p, 0, 0.5),), now=31.5)
+    compared = rates.compare(p, now=31.5)
+    assert compared is not None and compared.rate == pytest.approx(1.5 * MB / 0.875)
     # A reader of p alone has nothing to compare it with.
-    rates.observe(b, (LinkSample(p, 10 * MB, 1.0),), now=40.0)
-    assert rates.compare(p, now=40.0) is None
+    rates.observe(b, (LinkSample(p, 10 * MB, 1.0),), now=60.0)
+    assert rates.compare(p, now=60.0) is None
 
 
 def test_a_short_slow_blip_is_not_enough_evidence() -> None:

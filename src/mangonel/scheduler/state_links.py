@@ -12,11 +12,11 @@ not help: a copy of the reader fetches over the same link.
 **Measured rates** (``LinkRates``): each executor's heartbeat carries, per
 peer, the bytes its Flight fetches received and the seconds at least one fetch
 from that peer was open (``task.LinkSample``, ``executor.peer_rates``). Per
-producer, the scheduler keeps a moving average of the rate each reader gets
-(half weight to the newest sample), forgetting a reader not heard about for
-``FRESH_S``; a rule acts on a link only after ``MIN_EVIDENCE_S`` of reading
-over it (a freshly started executor serves its first fetches slowly). Each
-reader compares a producer with the other producers it reads
+producer, the scheduler keeps the rate each reader gets over about the last two
+seconds (bytes over busy seconds, both decayed by ``DECAY`` a beat), forgetting
+a reader not heard about for ``FRESH_S``; a rule acts on a link only after
+``MIN_EVIDENCE_S`` of reading over it (a freshly started executor serves its
+first fetches slowly). Each reader compares a producer with the other producers it reads
 (``LinkRates.compare``): what a reader gets is the lesser of the
 producer's outbound link and its own inbound one, so a reader behind a slow
 link of its own finds everyone slow and nobody slower. A producer's rate is the
@@ -108,18 +108,30 @@ MIN_EVIDENCE_S = 1.0
 """A rule acts on a link only after its readers spent this long reading over it
 (within ``FRESH_S``): the first fetches from a freshly started executor come
 slowly for a moment, a slow link stays slow."""
-RATE_WEIGHT = 0.5
-"""Weight of the newest sample in a reader's moving average of a producer's rate."""
+DECAY = 0.75
+"""Per heartbeat, what a reader's earlier bytes and busy seconds from a producer
+still weigh in its rate: about the last two seconds count."""
 MIN_SAVING_S = 1.0
 """The rule acts only to save at least this much (estimates are rough)."""
 
 
 @dataclass
 class _Seen:
-    rate: float
+    """What one reader got from one producer lately."""
+
+    bytes: float
+    busy: float
+    """Bytes and busy seconds, the older ones decayed (``DECAY``): a rate over
+    the time, not an average of the heartbeats' rates. Batches arrive whole, so
+    a beat's interval may see a slow link busy and nothing received, the next
+    a whole batch; an average of their rates would drop the first."""
     at: float
     busy_s: float
-    """Seconds of reading behind ``rate`` since the reader was last fresh."""
+    """Seconds of reading since the reader was last fresh (``MIN_EVIDENCE_S``)."""
+
+    @property
+    def rate(self) -> float:
+        return self.bytes / self.busy if self.busy > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -146,14 +158,15 @@ class LinkRates:
     def observe(self, reader: ExecutorId, samples: Iterable[LinkSample], now: float) -> None:
         """``reader``'s heartbeat said what its fetches received from each peer."""
         for s in samples:
-            if s.peer == reader or s.busy_s < MIN_BUSY_S or s.bytes <= 0:
+            if s.peer == reader or s.busy_s < MIN_BUSY_S:
                 continue
             readers = self._by_producer.setdefault(s.peer, {})
             seen = readers.get(reader)
             if seen is None or now - seen.at > FRESH_S:
-                readers[reader] = _Seen(s.rate, now, s.busy_s)
+                readers[reader] = _Seen(s.bytes, s.busy_s, now, s.busy_s)
             else:
-                seen.rate = (1 - RATE_WEIGHT) * seen.rate + RATE_WEIGHT * s.rate
+                seen.bytes = DECAY * seen.bytes + s.bytes
+                seen.busy = DECAY * seen.busy + s.busy_s
                 seen.at = now
                 seen.busy_s += s.busy_s
 
