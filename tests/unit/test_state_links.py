@@ -79,10 +79,13 @@ def reducers_running(h: Harness) -> dict[str, ExecutorId]:
 
 
 def e3_slow(h: Harness, slow: float = 2.5 * MB, fast: float = 100 * MB) -> None:
-    """Every reducer executor reads e3 at ``slow``, the others at ``fast``."""
+    """Every reducer executor reads e3 at ``slow``, the others at ``fast``;
+    every executor heartbeats (the rules judge no silent one)."""
     h.now = 1.5
-    for reader in {*reducers_running(h).values()}:
-        beat(h, reader, {p: (slow if p == E3 else fast) for p in (E1, E2, E3) if p != reader})
+    readers = {*reducers_running(h).values()}
+    for reader in (E1, E2, E3):
+        rates = {p: (slow if p == E3 else fast) for p in (E1, E2, E3) if p != reader}
+        beat(h, reader, rates if reader in readers else {})
 
 
 def test_a_job_reading_a_slow_producer_makes_its_outputs_again_elsewhere_and_ends_once() -> None:
@@ -171,6 +174,17 @@ def test_no_action_with_speculation_off_or_a_ratio_of_0(limits: Limits) -> None:
 def test_a_ratio_below_1_is_refused() -> None:
     with pytest.raises(ValueError, match="slow_link_ratio must be over 1, or 0"):
         Limits(slow_link_ratio=0.5)
+
+
+def test_a_silent_producer_is_left_to_the_failure_detector() -> None:
+    # e3 stopped heartbeating 1.5 s ago: whatever its readers measured, it is
+    # the detector's to suspect, not the slow-link rule's to exclude.
+    h, _ = reading()
+    e3_slow(h)
+    h.now = 2.6
+    beat(h, E1, {})
+    beat(h, E2, {})
+    assert slow_link_logs(h.tick(3.0)) == []
 
 
 def test_rates_older_than_the_freshness_window_are_forgotten() -> None:
@@ -276,7 +290,11 @@ def test_a_short_slow_blip_is_not_enough_evidence() -> None:
             if p != reader
         )
         h.send(ExecutorHeartbeat, reader, "", samples)
+    h.send(ExecutorHeartbeat, E3, "", ())
     assert slow_link_logs(h.tick(2.0)) == []
+    # A second more of reading it so slowly, from each reader, is enough.
+    e3_slow(h)
+    assert slow_link_logs(h.tick(2.1)) == [E3]
 
 
 def test_a_reader_behind_a_slow_link_of_its_own_finds_no_producer_slow() -> None:

@@ -111,6 +111,11 @@ slowly for a moment, a slow link stays slow."""
 DECAY = 0.75
 """Per heartbeat, what a reader's earlier bytes and busy seconds from a producer
 still weigh in its rate: about the last two seconds count."""
+HEARD_S = 1.0
+"""Neither rule judges an executor not heard from for this long (two of the
+default beats): silence is the failure detector's business
+(``state_liveness``), and a frozen or cut-off peer's fetches, busy with nothing
+received, would look like a very slow link."""
 MIN_SAVING_S = 1.0
 """The rule acts only to save at least this much (estimates are rough)."""
 
@@ -344,7 +349,8 @@ def slow_links(
     """The jobs to stop reading a slow producer, and which (see the module
     docstring): at most one producer per job and call, the one whose leaving
     saves the most. ``ratio``: ``Limits.slow_link_ratio``."""
-    trusted = {r.id: r for r in executors if r.takes_tasks}
+    # Heard from within ``HEARD_S``: a silent one is the failure detector's.
+    trusted = {r.id: r for r in executors if r.takes_tasks and now - r.last_heartbeat <= HEARD_S}
     measured = {p: m for p in rates.producers(now) if (m := rates.compare(p, now)) is not None}
     found: list[SlowLink] = []
     for job in jobs:
@@ -430,6 +436,8 @@ def slow_readers(
     found: list[SlowReader] = []
     slow: dict[ExecutorId, Compared] = {}
     for r in executors:
+        if now - r.last_heartbeat > HEARD_S:
+            continue
         compared = rates.compare_reader(r.id, now)
         if (
             compared is not None
