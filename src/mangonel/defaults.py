@@ -137,6 +137,11 @@ SPECULATION_MIN_S = 0.5
 """Nor before it has run this long: tasks this short are never copied (a copy
 costs about as much as waiting)."""
 
+SLOW_LINK_RATIO = 3.0
+"""With speculation on, a job stops reading an executor whose outputs its readers
+get at under ``1 / SLOW_LINK_RATIO`` of the others' rate, when making them
+again elsewhere is sooner (``scheduler.state_links``); 0: never."""
+
 EXCLUSION_FAILURES = 3
 """Distinct tasks that must fail for execution reasons on one executor within
 ``EXCLUSION_WINDOW_S`` before it is excluded from new tasks (0: never)."""

@@ -560,6 +560,18 @@ OPTIONS: tuple[Option, ...] = (
         group=Group.LIMITS,
     ),
     Option(
+        "--slow-link-ratio",
+        "slow_link_ratio",
+        "with --speculation, a job stops reading an executor whose outputs its readers "
+        "get at under 1/R of the others' rate, when making them again elsewhere is "
+        "sooner; 0: never (default %(default)g)",
+        _S,
+        type=float,
+        default=defaults.SLOW_LINK_RATIO,
+        metavar="R",
+        group=Group.LIMITS,
+    ),
+    Option(
         "--exclusion-failures",
         "exclusion_failures",
         "distinct tasks failing on one executor (execution errors) within the window "

@@ -22,6 +22,7 @@ the scheduler and the executor never import each other, and meet here, in
   its command stream: ``LaunchTask``, ``CancelTask``, ``ReleaseOutputs``
   (``ExecutorCommand``).
 * Where an attempt's time went on its executor, as its report says: ``TaskTimings``.
+* What an executor's fetches received from a peer, in its heartbeat: ``LinkSample``.
 """
 
 from __future__ import annotations
@@ -486,3 +487,23 @@ class TaskTimings:
         """Time on the slot outside the phases (the slot's own bookkeeping)."""
         phases = self.setup_s + self.fetch_s + self.execute_s + self.write_s + self.cleanup_s
         return max(0.0, self.run_s - phases)
+
+
+@dataclass(frozen=True)
+class LinkSample:
+    """What one executor's Flight fetches received from one peer between two of
+    its heartbeats: how fast that peer's outbound link serves it.
+
+    ``busy_s`` counts the seconds during which at least one fetch from ``peer``
+    was open (two at once count once), so ``bytes / busy_s`` is the rate this
+    reader got from that peer while it was reading from it.
+    """
+
+    peer: ExecutorId
+    bytes: int
+    busy_s: float
+
+    @property
+    def rate(self) -> float:
+        """Bytes per second while busy; 0 when it was not busy at all."""
+        return self.bytes / self.busy_s if self.busy_s > 0 else 0.0

@@ -112,6 +112,19 @@ def test_shapes_and_fault_mixes_hold_every_invariant(config: SimConfig) -> None:
     assert result.jobs_ended == result.jobs_accepted >= config.jobs
 
 
+def test_slow_links_amid_crashes_are_worked_around_and_hold_every_invariant() -> None:
+    # Executors' outbound links slow down while processes and the scheduler
+    # crash: jobs stop reading the slow ones (``state_links``), which cancels
+    # readers and makes outputs again, and every answer is still the one.
+    config = SimConfig(
+        seed=5, faults=(Fault.SLOW_LINK, Fault.EXECUTOR_CRASH, Fault.SCHEDULER_CRASH), jobs=4
+    )
+    result = run(config)
+    _assert_holds(result)
+    assert result.jobs_ended == result.jobs_accepted >= config.jobs
+    assert result.faults["rule:slow-link"] >= 1  # the rule acted, more than once here
+
+
 class _Watched(ClusterSim):
     """Counts what the clock and registration faults did to the scheduler."""
 

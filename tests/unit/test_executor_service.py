@@ -6,7 +6,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pyarrow.flight as flight
@@ -26,6 +26,7 @@ from mangonel.task import (
     ExecutionProblem,
     FragmentRejected,
     LaunchTask,
+    LinkSample,
     OutputKind,
     OutputSpec,
     PartitionOutput,
@@ -96,7 +97,13 @@ class FakeLink:
             self.streams.append(stream)
         return stream
 
-    def heartbeat(self, executor: ExecutorId, running_tasks: int, unhealthy: str = "") -> bool:
+    def heartbeat(
+        self,
+        executor: ExecutorId,
+        running_tasks: int,
+        unhealthy: str = "",
+        links: Sequence[LinkSample] = (),
+    ) -> bool:
         with self.lock:
             self.heartbeats.append((executor, running_tasks, time.monotonic()))
             self.health.append((unhealthy, len(self.reports)))

@@ -18,6 +18,7 @@ from helpers import require_host
 
 from mangonel.executor.failures import FetchFailedError, TaskCancelledError, TaskFailedError
 from mangonel.executor.flight import ShuffleFlightServer
+from mangonel.executor.peer_rates import PeerRates
 from mangonel.executor.shuffle import ShuffleReader
 from mangonel.executor.shuffle_write import OutputRegistry, ShuffleWriter, file_checksum
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
@@ -316,6 +317,37 @@ def test_a_fetch_that_keeps_receiving_is_never_failed_for_being_slow(
         assert time.monotonic() - started > 2.0
         assert got.equals(table)
         reader.close()
+
+
+def test_the_reader_measures_what_each_peer_gives_it(
+    writer: ShuffleWriter, server: ShuffleFlightServer
+) -> None:
+    # A trickling peer (ten batches 0.1 s apart) and a fast one, read through
+    # one ``PeerRates``: the trickle's rate is its bytes over about a second,
+    # the fast peer's many times more; one's own host's files count nothing.
+    table = sample(10_000)
+    out = writer.write_table(attempt(), 0, table)
+    rates = PeerRates()
+    with _Trickle(table, pause_s=0.1) as slow:
+        reader = ShuffleReader("host-b", retries=1, timeout_s=5, rates=rates)
+        trickled = dataclasses.replace(
+            location(out, f"127.0.0.1:{slow.port}"), executor=ExecutorId("slow")
+        )
+        assert reader.read(trickled).equals(table)
+        fast = dataclasses.replace(
+            location(out, f"127.0.0.1:{server.port}"), executor=ExecutorId("fast")
+        )
+        assert reader.read(fast).equals(table)
+        ShuffleReader(HOST, rates=rates).read(location(out))
+        reader.close()
+    got = {s.peer: s for s in rates.take()}
+    assert set(got) == {"slow", "fast"}
+    # Counted in the file's bytes (by rows, a batch at a time: rounding aside).
+    for measured in got.values():
+        assert abs(measured.bytes - out.bytes) <= 10
+    assert got["slow"].busy_s >= 0.9
+    assert got["fast"].rate > 3 * got["slow"].rate
+    assert rates.take() == []
 
 
 def test_a_fetch_that_stalls_mid_stream_fails_unreachable_after_the_bound(

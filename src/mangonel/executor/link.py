@@ -17,7 +17,7 @@ executor is leaving (the scheduler then closes the stream once nothing needs it)
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -30,7 +30,7 @@ from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.security import tls
-from mangonel.task import PartitionOutput, TaskFailure, TaskTimings
+from mangonel.task import LinkSample, PartitionOutput, TaskFailure, TaskTimings
 
 ExecutorCommand = convert.ExecutorCommandKind
 """``LaunchTask | CancelTask | ReleaseOutputs``."""
@@ -110,10 +110,17 @@ class SchedulerLink(Protocol):
 
     def connect(self, executor: ExecutorId) -> CommandStream: ...
 
-    def heartbeat(self, executor: ExecutorId, running_tasks: int, unhealthy: str = "") -> bool:
+    def heartbeat(
+        self,
+        executor: ExecutorId,
+        running_tasks: int,
+        unhealthy: str = "",
+        links: Sequence[LinkSample] = (),
+    ) -> bool:
         """Return False when the scheduler no longer knows ``executor``: register again.
 
         ``unhealthy``: why the executor can take no task now (``""``: it can).
+        ``links``: what its fetches received from each peer since the last beat.
         """
         ...
 
@@ -252,9 +259,18 @@ class GrpcSchedulerLink:
         call = self._stub.Connect(pb.ConnectRequest(executor_id=executor))
         return _GrpcCommandStream(call, executor)
 
-    def heartbeat(self, executor: ExecutorId, running_tasks: int, unhealthy: str = "") -> bool:
+    def heartbeat(
+        self,
+        executor: ExecutorId,
+        running_tasks: int,
+        unhealthy: str = "",
+        links: Sequence[LinkSample] = (),
+    ) -> bool:
         request = pb.HeartbeatRequest(
-            executor_id=executor, running_tasks=running_tasks, unhealthy=unhealthy
+            executor_id=executor,
+            running_tasks=running_tasks,
+            unhealthy=unhealthy,
+            links=convert.links_to_proto(links),
         )
         try:
             reply = self._beat_stubs[self._current].Heartbeat(request, timeout=self.rpc_timeout_s)

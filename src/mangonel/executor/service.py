@@ -97,6 +97,7 @@ from mangonel.executor.health import DiskHealth, DiskSpace
 from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import CommandStream, ExecutorCommand, Registration, SchedulerLink
 from mangonel.executor.memory import format_size
+from mangonel.executor.peer_rates import PeerRates
 from mangonel.executor.phases import PhaseClock
 from mangonel.executor.runner import TaskRunner, warm_up
 from mangonel.executor.shuffle import ShuffleReader
@@ -154,6 +155,8 @@ class ExecutorService:
         self.flight: ShuffleFlightServer | None = None
         self._spill: OwnedDir | None = None
         self._slots: list[TaskRunner] = []
+        self._peer_rates = PeerRates()
+        """What the slots' fetches received from each peer, for the heartbeats."""
         self._free_slots: queue.LifoQueue[int] = queue.LifoQueue()
         """Last in, first out: a task takes the slot freed last, whose scan databases
         (``TaskRunner``: one per set of files, about 20 ms to open) most likely
@@ -249,6 +252,7 @@ class ExecutorService:
                     retries=self.config.fetch_retries,
                     spool_dir=os.path.join(self._spill.path, f"fetched-{slot}"),
                     tls_material=material,
+                    rates=self._peer_rates,
                 ),
                 os.path.join(self._spill.path, f"slot-{slot}"),
                 budget,
@@ -610,7 +614,7 @@ class ExecutorService:
         if executor is None:
             return
         try:
-            known = self.link.heartbeat(executor, running, unhealthy)
+            known = self.link.heartbeat(executor, running, unhealthy, self._peer_rates.take())
         except Exception as exc:
             log.debug("heartbeat failed: %s", exc)
             return

@@ -51,7 +51,9 @@ from mangonel.executor.failures import (
     TaskFailedError,
     disk_full,
 )
+from mangonel.executor.peer_rates import PeerRates
 from mangonel.executor.shuffle_write import checksum_of, checksum_text
+from mangonel.ids import ExecutorId
 from mangonel.security.tls import TlsMaterial, flight_client_kwargs, flight_scheme
 from mangonel.task import FetchFailed, FetchProblem, PartitionLocation
 
@@ -81,6 +83,8 @@ class ShuffleReader:
         spool_dir: Where fetched partitions are written as they arrive (created if
             missing); ``None`` reads them into memory.
         tls_material: Fetch over TLS, showing the node certificate; ``None``: plaintext.
+        rates: Where the bytes each Flight fetch receives from each peer are
+            counted, for the heartbeat (``executor.peer_rates``); ``None``: nowhere.
     """
 
     def __init__(
@@ -92,8 +96,10 @@ class ShuffleReader:
         backoff_s: float = 0.1,
         spool_dir: str | None = None,
         tls_material: TlsMaterial | None = None,
+        rates: PeerRates | None = None,
     ) -> None:
         self.host = host
+        self._rates = rates
         self._tls = tls_material
         self.spool_dir = spool_dir
         if spool_dir is not None:
@@ -234,7 +240,7 @@ class ShuffleReader:
             raise TaskCancelledError(f"fetch of {location.path} cancelled")
         done = threading.Event()
         outcome: list[pa.Table | _FileSource | BaseException] = []
-        progress = _Progress()
+        progress = _Progress(location, self._rates)
 
         def fetch() -> None:
             try:
@@ -245,6 +251,19 @@ class ShuffleReader:
                 done.set()
 
         threading.Thread(target=fetch, name="flight-fetch", daemon=True).start()
+        try:
+            self._wait_for(location, done, progress)
+        finally:
+            progress.detach()
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _wait_for(
+        self, location: PartitionLocation, done: threading.Event, progress: _Progress
+    ) -> None:
+        """Wait for a fetch's thread to end; raise if it is cancelled or stalls."""
         while not done.wait(_CANCEL_POLL_S):
             if self._cancelled.is_set():
                 raise TaskCancelledError(f"fetch of {location.path} cancelled")
@@ -261,10 +280,6 @@ class ShuffleReader:
                     f"{progress.bytes} bytes before)",
                     FetchProblem.UNREACHABLE,
                 )
-        result = outcome[0]
-        if isinstance(result, BaseException):
-            raise result
-        return result
 
     def _fetch(
         self, location: PartitionLocation, keep_file: bool, progress: _Progress
@@ -352,15 +367,38 @@ class ShuffleReader:
 
 class _Progress:
     """When a fetch last received something, and how much so far: written by the
-    fetching thread, read by the waiting one (a float and an int: no lock)."""
+    fetching thread, read by the waiting one (a float and an int: no lock).
 
-    def __init__(self) -> None:
+    With ``rates``, the fetch counts as open from its peer until the waiting
+    thread lets it go (``detach``): an abandoned fetch that goes on receiving
+    on its own thread counts no more, neither its bytes nor its time. What it
+    received is counted there in the file's bytes, by rows (the file's bytes
+    over its rows, each batch's rows): the batches' decoded sizes can be
+    several times the bytes on the wire, and the scheduler weighs the rates
+    against the files' sizes.
+    """
+
+    def __init__(self, location: PartitionLocation, rates: PeerRates | None) -> None:
         self.at = time.monotonic()
         self.bytes = 0
+        self._peer: ExecutorId = location.executor
+        self._per_row = location.bytes / location.rows if location.rows > 0 else 0.0
+        self._rates = rates
+        if rates is not None:
+            rates.opened(self._peer)
 
-    def mark(self, nbytes: int) -> None:
+    def mark(self, nbytes: int, rows: int = 0) -> None:
         self.at = time.monotonic()
         self.bytes += nbytes
+        rates = self._rates
+        if rates is not None and rows:
+            rates.received(self._peer, round(rows * self._per_row))
+
+    def detach(self) -> None:
+        """The waiting thread is done with the fetch (it ended, or was given up)."""
+        rates, self._rates = self._rates, None
+        if rates is not None:
+            rates.closed(self._peer)
 
     def stalled_s(self) -> float:
         return time.monotonic() - self.at
@@ -369,7 +407,7 @@ class _Progress:
 def _read_all(stream: flight.FlightStreamReader, progress: _Progress) -> pa.Table:
     batches = []
     for chunk in stream:
-        progress.mark(chunk.data.nbytes)
+        progress.mark(chunk.data.nbytes, chunk.data.num_rows)
         batches.append(chunk.data)
     return pa.Table.from_batches(batches, schema=stream.schema)
 
@@ -407,7 +445,7 @@ def _spool_to(stream: flight.FlightStreamReader, path: str, progress: _Progress)
     try:
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, stream.schema) as out:
             for chunk in stream:
-                progress.mark(chunk.data.nbytes)
+                progress.mark(chunk.data.nbytes, chunk.data.num_rows)
                 out.write_batch(chunk.data)
                 rows += chunk.data.num_rows
     except OSError as exc:

@@ -8,6 +8,7 @@ Each ``*_to_proto`` has a matching ``*_from_proto``; a round trip is the identit
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import fields
 
 from mangonel.errors import ErrorType
@@ -26,6 +27,7 @@ from mangonel.task import (
     InputLocations,
     InputMode,
     LaunchTask,
+    LinkSample,
     OutputKind,
     OutputSpec,
     PartitionLocation,
@@ -407,6 +409,16 @@ def timings_to_proto(timings: TaskTimings | None) -> pb.TaskTimings | None:
     if timings is None:
         return None
     return pb.TaskTimings(**{name: getattr(timings, name) for name in _TIMING_FIELDS})
+
+
+def links_to_proto(samples: Sequence[LinkSample]) -> list[pb.LinkSample]:
+    """A heartbeat's link samples on the wire."""
+    return [pb.LinkSample(peer=s.peer, bytes=s.bytes, busy_s=s.busy_s) for s in samples]
+
+
+def links_from_proto(msg: pb.HeartbeatRequest) -> tuple[LinkSample, ...]:
+    """The link samples a heartbeat carries (none from an older executor)."""
+    return tuple(LinkSample(ExecutorId(s.peer), s.bytes, s.busy_s) for s in msg.links)
 
 
 def timings_from_proto(msg: pb.ReportTaskRequest) -> TaskTimings | None:

@@ -372,14 +372,26 @@ class ExecutorCommand(_message.Message):
     def __init__(self, cause: _Optional[int] = ..., launch: _Optional[_Union[LaunchTask, _Mapping]] = ..., cancel: _Optional[_Union[CancelTask, _Mapping]] = ..., release: _Optional[_Union[ReleaseOutputs, _Mapping]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("executor_id", "running_tasks", "unhealthy")
+    __slots__ = ("executor_id", "running_tasks", "unhealthy", "links")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
     UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
+    LINKS_FIELD_NUMBER: _ClassVar[int]
     executor_id: str
     running_tasks: int
     unhealthy: str
-    def __init__(self, executor_id: _Optional[str] = ..., running_tasks: _Optional[int] = ..., unhealthy: _Optional[str] = ...) -> None: ...
+    links: _containers.RepeatedCompositeFieldContainer[LinkSample]
+    def __init__(self, executor_id: _Optional[str] = ..., running_tasks: _Optional[int] = ..., unhealthy: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkSample, _Mapping]]] = ...) -> None: ...
+
+class LinkSample(_message.Message):
+    __slots__ = ("peer", "bytes", "busy_s")
+    PEER_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    BUSY_S_FIELD_NUMBER: _ClassVar[int]
+    peer: str
+    bytes: int
+    busy_s: float
+    def __init__(self, peer: _Optional[str] = ..., bytes: _Optional[int] = ..., busy_s: _Optional[float] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("reregister",)

@@ -147,6 +147,7 @@ from mangonel.task import (
     ExecutorInfo,
     FileFormat,
     LaunchTask,
+    LinkSample,
     PartitionOutput,
     ReleaseOutputs,
     TaskFailure,
@@ -606,17 +607,22 @@ class SchedulerCore:
         reason = LossReason.CONNECTION_LOST
         self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
 
-    def heartbeat(self, executor: ExecutorId, unhealthy: str = "") -> bool:
+    def heartbeat(
+        self, executor: ExecutorId, unhealthy: str = "", links: tuple[LinkSample, ...] = ()
+    ) -> bool:
         """Record a heartbeat; return False when the executor must register again.
 
         ``unhealthy``: why the executor can take no task now, ``""`` when it can.
+        ``links``: what its fetches received from each peer since its last beat.
 
         A thawed executor that was declared lost while frozen hears False here
         (the state machine answers ``RefuseHeartbeat``; its stream was closed
         too): it registers again, asking for its id, and goes on under it when
         outputs it holds are still needed (``state_revival``), else under a new id.
         """
-        commands = self._emit(lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy))
+        commands = self._emit(
+            lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy, links)
+        )
         return not any(isinstance(c, RefuseHeartbeat) for c in commands)
 
     def report_completed(

@@ -22,6 +22,7 @@ from mangonel.plan.physical import DistributedPlan, WriteTarget
 from mangonel.task import (
     ExecutorCommand,
     ExecutorInfo,
+    LinkSample,
     PartitionLocation,
     PartitionOutput,
     TaskFailure,
@@ -57,6 +58,9 @@ class HealthChange(enum.Enum):
     SET_ASIDE = "suspected, its needed outputs made again"
     """Suspected while a trusted executor had a free slot: the outputs jobs need
     that it holds are made again elsewhere; its again if it is trusted first."""
+    SLOW_LINK = "slow link, a job stops reading it"
+    """Readers of its outputs get a small share of the others' rate: a job
+    makes its outputs again elsewhere and stops using it (``state_links``)."""
     CAME_BACK = "came back after it was lost"
     """A false loss: an executor declared lost asked to resume its id, alive
     (``scheduler.state_revival``); counted (``false_losses_total``)."""
@@ -144,6 +148,9 @@ class ExecutorHeartbeat(Event):
     unhealthy: str = ""
     """Why the executor can take no task now (its work directory is full);
     ``""`` when it can. No task is placed on it until a heartbeat clears it."""
+    links: tuple[LinkSample, ...] = ()
+    """What its fetches received from each peer since its last heartbeat: the
+    peers' outbound link rates (``state_links``)."""
 
 
 @dataclass(frozen=True)
@@ -360,6 +367,9 @@ class Limits:
     speculation_quantile: float = defaults.SPECULATION_QUANTILE
     speculation_multiplier: float = defaults.SPECULATION_MULTIPLIER
     speculation_min_s: float = defaults.SPECULATION_MIN_S
+    slow_link_ratio: float = defaults.SLOW_LINK_RATIO
+    """A producer whose readers get under ``1 / slow_link_ratio`` of the others'
+    rate is slow (``state_links``, with ``speculation``); 0: never."""
     exclusion_failures: int = defaults.EXCLUSION_FAILURES
     """Distinct tasks failing on one executor (execution errors only) within
     ``exclusion_window_s`` that exclude it from new tasks for ``exclusion_s``;
@@ -393,6 +403,10 @@ class Limits:
         if self.speculation_multiplier < 1.0:
             raise ValueError(
                 f"speculation_multiplier must be at least 1, got {self.speculation_multiplier:g}"
+            )
+        if self.slow_link_ratio != 0 and self.slow_link_ratio <= 1:
+            raise ValueError(
+                f"slow_link_ratio must be over 1, or 0 (never), got {self.slow_link_ratio:g}"
             )
         if self.speculation_min_s < 0 or self.exclusion_window_s < 0 or self.exclusion_s < 0:
             raise ValueError("speculation_min_s, exclusion_window_s and exclusion_s must be >= 0")

@@ -113,6 +113,9 @@ class SchedulerConfig:
         speculation_quantile: Fraction of a stage's tasks done before any is copied.
         speculation_multiplier: A straggler ran this many times its stage's median.
         speculation_min_s: And at least this long.
+        slow_link_ratio: With speculation, a job stops reading an executor its
+            readers get under 1/ratio of the others' rate from, when remaking its
+            outputs elsewhere is sooner (``state_links``); 0: never.
         exclusion_failures: Distinct tasks failing on one executor within
             ``exclusion_window_s`` that exclude it for ``exclusion_s``; 0: never.
         exclusion_window_s: Seconds over which those failures are counted.
@@ -182,6 +185,7 @@ class SchedulerConfig:
     speculation_quantile: float = defaults.SPECULATION_QUANTILE
     speculation_multiplier: float = defaults.SPECULATION_MULTIPLIER
     speculation_min_s: float = defaults.SPECULATION_MIN_S
+    slow_link_ratio: float = defaults.SLOW_LINK_RATIO
     exclusion_failures: int = defaults.EXCLUSION_FAILURES
     exclusion_window_s: float = defaults.EXCLUSION_WINDOW_S
     exclusion_s: float = defaults.EXCLUSION_S

@@ -252,7 +252,9 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
         self._admit(context, "send an executor's heartbeat")
-        known = self.core.heartbeat(ExecutorId(request.executor_id), request.unhealthy)
+        known = self.core.heartbeat(
+            ExecutorId(request.executor_id), request.unhealthy, convert.links_from_proto(request)
+        )
         return pb.HeartbeatResponse(reregister=not known)
 
     @rpc

@@ -83,6 +83,10 @@ What each event does, in one place:
   ``LossReason.DRAINED`` (its loss recomputes nothing, by construction).
 * beyond ``keep_finished_jobs`` settled finished jobs (failed, cancelled, or
   their result read), the oldest are forgotten: ``ForgetJob``.
+* slow links: heartbeats carry what each executor's fetches received from each
+  peer (``LinkRates``); on a ``Tick``, a job reading a producer so slow that
+  making its outputs again elsewhere finishes sooner stops using it
+  (``state_links``, with ``Limits.speculation``).
 * stragglers: on a ``Tick``, once ``Limits.speculation_quantile`` of a stage's
   tasks are done, an attempt that has run ``speculation_multiplier`` times their
   median (and ``speculation_min_s``) gets one copy on another executor
@@ -109,7 +113,8 @@ rules live in its parts, one module each, each its base class:
   restart) is handled, top to bottom;
 * ``state_lifecycle.Lifecycle``: a job's start, end and forgetting; commits;
 * ``state_placement.Placement``: which task runs where; stragglers' copies;
-* ``state_health.Health``: timeouts, drains, exclusions on a ``Tick``.
+* ``state_health.Health``: timeouts, drains, exclusions on a ``Tick``;
+* ``state_links.LinkRelief``: slow links, on a ``Tick``.
 
 Why it is still over 600 lines: about 120 of them are this docstring, the one
 place that says what every event does.
@@ -175,6 +180,7 @@ from mangonel.scheduler.state_gray import (
 from mangonel.scheduler.state_health import Health
 from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, JobRecord
 from mangonel.scheduler.state_lifecycle import Lifecycle
+from mangonel.scheduler.state_links import LinkRates, LinkRelief
 from mangonel.scheduler.state_placement import Placement
 from mangonel.scheduler.state_recovery import Loss, Recovery, Step, is_running
 from mangonel.scheduler.state_revival import Left, Revivals
@@ -246,7 +252,7 @@ def _job_of(item: Event | Command) -> JobId | None:
     return None
 
 
-class SchedulerState(Recovery, Lifecycle, Placement, Health):
+class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief):
     """All of the scheduler's job, stage, task and executor state.
 
     Args:
@@ -285,6 +291,8 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health):
         with those outputs: theirs again if they are trusted again first."""
         self._touched: list[JobId] | None = None
         """``touched_jobs``: bookkeeping for the shell's writes, not state."""
+        self._links = LinkRates()
+        """Each executor's outbound rate as its readers measure it (``state_links``)."""
 
     # ------------------------------------------------------------------ entry point
 
@@ -321,6 +329,8 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health):
                 if not self._executors.listens(ex):
                     step.commands.append(RefuseHeartbeat(step.cause, ex))
                 since = self._executors.heard_from(ex, t, event.unhealthy, beat=True)
+                if event.links:
+                    self._links.observe(ex, event.links, t)
                 if since is not None:
                     why = f"heard from again after {t - since:.1f} s of suspicion"
                     step.commands.append(
@@ -338,6 +348,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health):
                     self._lose([Loss(event.executor, why, event.detail)], step)
             case Tick():
                 self._tick(step)
+                self._relieve_slow_links(step)
             case SchedulerRecovered():
                 self._recovered(step)
             case _:
@@ -346,6 +357,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health):
         if isinstance(event, Tick) and self.limits.speculation:
             # After ``_assign``: a copy only takes a slot no pending task wanted.
             self._speculate(step)
+            self._copy_slow_readers(step)
         self._complete_drains(step)
         self._forget_settled(step)
         self._touched = self._jobs_touched(event, step)

@@ -248,15 +248,22 @@ class Placement:
             executor = self._executors.least_loaded(s.job.excluded | {s.running.executor})
             if executor is None:
                 continue
-            attempt = s.task.next_attempt()
-            s.task.set_copy(Running(attempt, executor.id, started=step.now))
-            s.stage.speculated += 1
-            s.job.ran_on.add(executor.id)
-            self._executors.start(executor.id, attempt)
+            self._launch_copy(s.job, s.stage, s.task, executor.id, step)
             if cap is not None:
                 held[s.job.id] = held.get(s.job.id, 0) + 1
-            spec = s.job.task_spec(s.stage.stage, attempt)
-            step.commands.append(LaunchTask(step.cause, executor.id, spec, speculative=True))
+
+    def _launch_copy(
+        self, job: JobRecord, stage: StageRecord, task: TaskRecord, executor: ExecutorId, step: Step
+    ) -> None:
+        """Launch a speculative copy of ``task``'s running attempt on ``executor``
+        (a free slot of it); the first of the two to finish wins."""
+        attempt = task.next_attempt()
+        task.set_copy(Running(attempt, executor, started=step.now))
+        stage.speculated += 1
+        job.ran_on.add(executor)
+        self._executors.start(executor, attempt)
+        spec = job.task_spec(stage.stage, attempt)
+        step.commands.append(LaunchTask(step.cause, executor, spec, speculative=True))
 
     def _validate_assigned(self) -> None:
         """The ``nothing-launchable`` invariant: after an event, no pending task

@@ -69,8 +69,10 @@ from mangonel.scheduler.events import (
     ExecutorLost,
     ExecutorRegistered,
     ForgetJob,
+    HealthChange,
     JobSubmitted,
     JobSucceeded,
+    LogExecutorHealth,
     LossReason,
     RefuseHeartbeat,
     RefuseStream,
@@ -99,6 +101,7 @@ from mangonel.task import (
     FetchProblem,
     InputMode,
     LaunchTask,
+    LinkSample,
     PartitionLocation,
     PartitionOutput,
     ReleaseOutputs,
@@ -110,10 +113,12 @@ from mangonel.testing.sim_checks import SimChecks
 from mangonel.testing.sim_world import (
     CLOCK_STEP_S,
     DRAIN_TIMEOUT_S,
+    FAST_LINK_RATE,
     HEARTBEAT_S,
     KEEPALIVE_S,
     SCHEDULER,
     SETTLE_S,
+    SLOW_LINK_RATE,
     STORE_URL,
     TICK_S,
     CrashPoint,
@@ -396,6 +401,8 @@ class ClusterSim:
                 self.break_stream(stream)
         elif isinstance(command, ForgetJob):
             self.known.discard(command.job)
+        elif isinstance(command, LogExecutorHealth) and command.change is HealthChange.SLOW_LINK:
+            self.result.faults["rule:slow-link"] += 1  # the rule acted (``state_links``)
 
     def connection_closed(self, executor: ExecutorId) -> None:
         self.emit(lambda i, t: ExecutorLost(i, t, executor, LossReason.CONNECTION_LOST))
@@ -463,8 +470,10 @@ class ClusterSim:
         elif old is not None and old is not stream:
             old.open = False
 
-    def heartbeat(self, executor: ExecutorId, unhealthy: str) -> bool:
-        commands = self.emit(lambda i, t: ExecutorHeartbeat(i, t, executor, unhealthy))
+    def heartbeat(
+        self, executor: ExecutorId, unhealthy: str, links: tuple[LinkSample, ...] = ()
+    ) -> bool:
+        commands = self.emit(lambda i, t: ExecutorHeartbeat(i, t, executor, unhealthy, links))
         return not any(isinstance(c, RefuseHeartbeat) for c in commands)
 
     def drain(self, executor: ExecutorId) -> bool:
@@ -676,12 +685,31 @@ class ClusterSim:
             executor = proc.state.serving
             if executor is not None:
                 unhealthy = "disk full" if self.now < proc.unhealthy_until else ""
+                links = self.link_samples(proc)
                 self.call(
                     proc,
-                    lambda: self.heartbeat(executor, unhealthy),
+                    lambda: self.heartbeat(executor, unhealthy, links),
                     lambda known: None if known else self.feed(proc, ex.HeartbeatRefused(executor)),
                 )
         self.at(HEARTBEAT_S / proc.rate, lambda: self.beat(proc))
+
+    def link_samples(self, proc: Proc) -> tuple[LinkSample, ...]:
+        """What the running tasks' fetches got from each peer since the last
+        beat, as ``executor.peer_rates`` would say: a beat's time from each
+        peer another host's task reads from, at that peer's link rate."""
+        peers: dict[ExecutorId, float] = {}
+        for _, spec in proc.running.values():
+            for inp in spec.inputs:
+                for loc in inp.locations:
+                    if loc.host != proc.host:
+                        peers[loc.executor] = self.link_rate(loc.host)
+        interval = HEARTBEAT_S / proc.rate
+        return tuple(LinkSample(p, int(r * interval), interval) for p, r in sorted(peers.items()))
+
+    def link_rate(self, host: str) -> float:
+        holder = self.procs.get(host)
+        slow = holder is not None and self.now < holder.link_slow_until
+        return SLOW_LINK_RATE if slow else FAST_LINK_RATE
 
     def take_slots(self, proc: Proc) -> None:
         while proc.free and proc.queue:
@@ -702,6 +730,14 @@ class ClusterSim:
         duration = 0.2 + self.rng.random() * 1.5
         if self.now < proc.slow_until:
             duration *= 6
+        running = proc.running.get(attempt)
+        if running is not None and any(
+            self.link_rate(loc.host) == SLOW_LINK_RATE
+            for inp in running[1].inputs
+            for loc in inp.locations
+            if loc.host != proc.host
+        ):
+            duration *= 6  # it reads a peer behind a slow link
         self.at(duration, lambda: self.on_proc(proc, lambda: self.finish_task(proc, attempt)))
 
     def finish_task(self, proc: Proc, attempt: TaskAttemptId) -> None:
@@ -827,6 +863,8 @@ class ClusterSim:
                     )
             case Fault.SLOW:
                 proc.slow_until = self.now + length * 2
+            case Fault.SLOW_LINK:
+                proc.link_slow_until = self.now + length * 2
             case Fault.CORRUPT:
                 files = sorted(p for home in proc.homes.values() for p in home)
                 if files:
@@ -911,6 +949,7 @@ class ClusterSim:
         self.task_fault_until = 0.0
         for proc in list(self.procs.values()):
             proc.slow_until = 0.0
+            proc.link_slow_until = 0.0
             proc.disk_full_next = False
             proc.rate = 1.0
             proc.register_twice = False

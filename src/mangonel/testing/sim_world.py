@@ -58,6 +58,10 @@ class Fault(enum.Enum):
     """An executor's link to the scheduler goes down and up several times."""
     SLOW = "slow"
     """An executor's tasks take several times longer for a while."""
+    SLOW_LINK = "slow-link"
+    """An executor's outbound link is slow for a while: tasks that read its
+    outputs take several times longer, and their executors' heartbeats say
+    how little it gives them (``LinkSample``s; ``scheduler.state_links``)."""
     CORRUPT = "corrupt"
     """A shuffle file's bytes change on disk (its checksum no longer matches)."""
     DISK_FULL = "disk-full"
@@ -184,6 +188,11 @@ DRAIN_TIMEOUT_S = 15.0
 SETTLE_S = 5.0
 """Simulated time between the last job's end (and its result read) and the end checks."""
 HEARTBEAT_S = LIMITS.heartbeat_timeout_s / 4
+FAST_LINK_RATE = 100_000.0
+"""Bytes per second a reader gets from a peer, as its heartbeats say (the
+simulated files are 20 to 300 bytes: a fetch is quick)..."""
+SLOW_LINK_RATE = 100.0
+"""... and from one behind a slow link (``Fault.SLOW_LINK``)."""
 CLOCK_STEP_S = 15.0
 """The most a ``Fault.CLOCK_STEP`` moves the scheduler's clock, either way."""
 
@@ -265,6 +274,8 @@ class Proc:
     """Its current command stream, as the executor sees it."""
     unhealthy_until: float = 0.0
     slow_until: float = 0.0
+    link_slow_until: float = 0.0
+    """Until then, readers of its outputs get ``SLOW_LINK_RATE`` (``Fault.SLOW_LINK``)."""
     disk_full_next: bool = False
     exited: bool = False
     register_twice: bool = False

@@ -1,0 +1,322 @@
+"""Slow links in the pure state machine (``scheduler.state_links``): heartbeats
+carry what each executor's fetches received from each peer; a job reading a
+producer so slow that making its outputs again elsewhere is sooner stops using it.
+
+Same style as ``test_state_machine.py`` (whose ``Harness`` and plans it reuses):
+hand-built events at hand-set times in, exact commands out.
+
+The usual start (``reading``): e1, e2, e3 with two slots each; stage 1's six map
+tasks run two on each and finish at t=1 (1 s each); each wrote two 64 MiB
+partitions, so e3 holds 256 MiB the two reducers of stage 2 (launched at t=1)
+read. At t=1.5 the heartbeats say what the reducers' fetches got from each peer.
+"""
+
+from __future__ import annotations
+
+import doctest
+import math
+
+import pytest
+from test_state_machine import E1, E2, E3, J1, Harness, att, launches, three_stage_plan
+
+from mangonel.executor import peer_rates
+from mangonel.ids import ExecutorId
+from mangonel.scheduler import state_links
+from mangonel.scheduler.events import (
+    Command,
+    ExecutorHeartbeat,
+    HealthChange,
+    JobSucceeded,
+    Limits,
+    LogExecutorHealth,
+)
+from mangonel.scheduler.state_links import FRESH_S, Compared, LinkRates
+from mangonel.task import CancelTask, LaunchTask, LinkSample
+
+# No silence plays a part (no detector suspicion, no timeout); speculation is
+# what turns the rule on, and no straggler's copy muddles the commands (the
+# minimum run time is out of reach).
+LIMITS = Limits(heartbeat_timeout_s=1000.0, suspect_phi=math.inf, speculation_min_s=1000.0)
+MB = 1_000_000
+
+
+def reading() -> tuple[Harness, dict[int, ExecutorId]]:
+    """The map stage done, the reducers running; map partition -> executor."""
+    h = Harness(LIMITS)
+    for e in (E1, E2, E3):
+        h.register(e, 2)
+    where = {
+        int(attempt.split("/p")[1].split("/")[0]): ExecutorId(e)
+        for e, attempt in launches(h.submit(three_stage_plan(maps=6, reducers=2)))
+    }
+    assert sorted(where.values()).count(E3) == 2
+    h.now = 1.0
+    for p, e in where.items():
+        h.complete(att(1, p), e)
+    return h, where
+
+
+def beat(h: Harness, reader: ExecutorId, rates: dict[ExecutorId, float]) -> list[Command]:
+    """``reader``'s heartbeat: one busy second from each peer at its rate."""
+    samples = tuple(LinkSample(p, int(rate), 1.0) for p, rate in rates.items())
+    return h.send(ExecutorHeartbeat, reader, "", samples)
+
+
+def slow_link_logs(commands: list[Command]) -> list[ExecutorId | None]:
+    return [
+        c.executor
+        for c in commands
+        if isinstance(c, LogExecutorHealth) and c.change is HealthChange.SLOW_LINK
+    ]
+
+
+def reducers_running(h: Harness) -> dict[str, ExecutorId]:
+    job = h.state._jobs[J1]
+    return {
+        str(t.state.attempt): t.state.executor  # type: ignore[union-attr]
+        for t in job.stages[att(2, 0).task.stage].running_tasks()
+    }
+
+
+def e3_slow(h: Harness, slow: float = 2.5 * MB, fast: float = 100 * MB) -> None:
+    """Every reducer executor reads e3 at ``slow``, the others at ``fast``;
+    every executor heartbeats (the rules judge no silent one)."""
+    h.now = 1.5
+    readers = {*reducers_running(h).values()}
+    for reader in (E1, E2, E3):
+        rates = {p: (slow if p == E3 else fast) for p in (E1, E2, E3) if p != reader}
+        beat(h, reader, rates if reader in readers else {})
+
+
+def test_a_job_reading_a_slow_producer_makes_its_outputs_again_elsewhere_and_ends_once() -> None:
+    h, where = reading()
+    readers = reducers_running(h)
+    assert len(readers) == 2
+    e3_slow(h)
+    cmds = h.tick(2.0)
+    assert slow_link_logs(cmds) == [E3]
+    # Every reducer reads e3's outputs: all cancelled (uncharged), and e3's two
+    # map outputs made again on the others, never on e3.
+    cancelled = {str(c.attempt) for c in cmds if isinstance(c, CancelTask)}
+    assert cancelled == set(readers)
+    again = launches(cmds)
+    assert sorted(a for _, a in again) == sorted(
+        f"j1/s1/p{p}/a1" for p, e in where.items() if e == E3
+    )
+    assert all(e != E3 for e, _ in again)
+    job = h.state.job(J1)
+    assert job is not None and job.stages[0].outputs_recomputed == 2
+    # The rule acts once: e3 is out of this job.
+    assert slow_link_logs(h.tick(2.5)) == []
+    # A late report of a cancelled reducer changes nothing (exactly once).
+    stale = next(iter(readers))
+    assert h.complete(att(2, int(stale.split("/p")[1][0])), readers[stale]) == []
+    h.now = 3.0
+    second: list[Command] = []
+    for e, a in again:
+        second += h.complete(att(1, int(a.split("/p")[1][0]), 1), ExecutorId(e))
+    relaunched = [c for c in second if isinstance(c, LaunchTask)]
+    assert sorted(str(c.task.attempt) for c in relaunched) == ["j1/s2/p0/a1", "j1/s2/p1/a1"]
+    for c in relaunched:
+        assert c.executor != E3
+        assert all(loc.executor != E3 for i in c.task.inputs for loc in i.locations)
+    h.now = 4.0
+    third: list[Command] = []
+    for c in relaunched:
+        third += h.complete(c.task.attempt, c.executor)
+    (sort,) = [c for c in third if isinstance(c, LaunchTask)]
+    assert sort.executor != E3
+    h.now = 5.0
+    done = h.complete(sort.task.attempt, sort.executor)
+    assert [c.job for c in done if isinstance(c, JobSucceeded)] == [J1]
+
+
+@pytest.mark.parametrize(
+    ("slow", "why"),
+    [
+        (100 * MB, "as fast as the others"),
+        (30 * MB, "slower, but not 3 times"),
+    ],
+)
+def test_no_action_when_the_producer_is_not_slow_enough(slow: float, why: str) -> None:
+    h, _ = reading()
+    e3_slow(h, slow=slow)
+    cmds = h.tick(2.0)
+    assert slow_link_logs(cmds) == [], why
+    assert not any(isinstance(c, CancelTask) for c in cmds)
+
+
+def test_no_action_when_recomputing_would_not_finish_sooner() -> None:
+    # 20 MB/s against 100: slow, but reading e3's 134 MB left (two running
+    # readers, each taken as halfway) at that rate, two readers at once, takes
+    # 3.4 s; making them again (one wave of 1 s) and reading the readers' 402 MB
+    # again at the fast rate 3 s: a saving under the margin (half of 3 s).
+    h, _ = reading()
+    e3_slow(h, slow=20 * MB)
+    assert slow_link_logs(h.tick(2.0)) == []
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        Limits(heartbeat_timeout_s=1000.0, suspect_phi=math.inf, speculation=False),
+        Limits(heartbeat_timeout_s=1000.0, suspect_phi=math.inf, slow_link_ratio=0.0),
+    ],
+    ids=["no-speculation", "ratio-0"],
+)
+def test_no_action_with_speculation_off_or_a_ratio_of_0(limits: Limits) -> None:
+    h, _ = reading()
+    h.state.limits = limits
+    e3_slow(h)
+    assert slow_link_logs(h.tick(2.0)) == []
+
+
+def test_a_ratio_below_1_is_refused() -> None:
+    with pytest.raises(ValueError, match="slow_link_ratio must be over 1, or 0"):
+        Limits(slow_link_ratio=0.5)
+
+
+def test_a_silent_producer_is_left_to_the_failure_detector() -> None:
+    # e3 stopped heartbeating 1.5 s ago: whatever its readers measured, it is
+    # the detector's to suspect, not the slow-link rule's to exclude.
+    h, _ = reading()
+    e3_slow(h)
+    h.now = 2.6
+    beat(h, E1, {})
+    beat(h, E2, {})
+    assert slow_link_logs(h.tick(3.0)) == []
+
+
+def test_rates_older_than_the_freshness_window_are_forgotten() -> None:
+    h, _ = reading()
+    e3_slow(h)
+    assert slow_link_logs(h.tick(1.5 + FRESH_S + 0.1)) == []
+
+
+def test_no_action_once_nothing_reads_the_slow_producers_outputs() -> None:
+    # The reducers finished before the rates came: the sort reads only their
+    # outputs, none of which is on e3, so e3's link costs the job nothing more.
+    h, _ = reading()
+    readers = reducers_running(h)
+    assert E3 not in readers.values()
+    h.now = 1.2
+    for attempt, e in readers.items():
+        h.complete(att(2, int(attempt.split("/p")[1][0])), e)
+    h.now = 1.5
+    for reader in (E1, E2):
+        beat(
+            h, reader, {p: (2.5 * MB if p == E3 else 100 * MB) for p in (E1, E2, E3) if p != reader}
+        )
+    assert slow_link_logs(h.tick(2.0)) == []
+
+
+def test_a_reader_on_a_host_whose_own_link_is_slow_gets_one_copy_on_a_fast_one() -> None:
+    # Three reducers, one on each executor: the one on e3 reads everyone at
+    # 2.5 MB/s while e1 and e2 read everyone (e3 too) fast: e3's own link is
+    # slow inward only, so its reader, not its outputs, is the problem.
+    h = Harness(LIMITS)
+    for e in (E1, E2, E3):
+        h.register(e, 2)
+    where = {
+        int(a.split("/p")[1].split("/")[0]): ExecutorId(e)
+        for e, a in launches(h.submit(three_stage_plan(maps=6, reducers=3)))
+    }
+    h.now = 1.0
+    reducers: list[Command] = []
+    for p, e in where.items():
+        reducers += h.complete(att(1, p), e)
+    on = {str(c.task.attempt): c.executor for c in reducers if isinstance(c, LaunchTask)}
+    (slow_one,) = [a for a, e in on.items() if e == E3]
+    h.now = 1.5
+    beat(h, E1, {E2: 100 * MB, E3: 100 * MB})
+    beat(h, E2, {E1: 100 * MB, E3: 100 * MB})
+    beat(h, E3, {E1: 2.5 * MB, E2: 2.5 * MB})
+    cmds = h.tick(2.0)
+    copies = [(c.executor, str(c.task.attempt)) for c in cmds if isinstance(c, LaunchTask)]
+    assert [a for _, a in copies] == [slow_one.replace("/a0", "/a1")]
+    assert copies[0][0] != E3
+    assert all(c.speculative for c in cmds if isinstance(c, LaunchTask))
+    assert slow_link_logs(cmds) == [E3]
+    # One copy per attempt: not again.
+    assert [c for c in h.tick(2.5) if isinstance(c, LaunchTask)] == []
+    # The copy wins; the original on e3 is cancelled, its late report stale.
+    copy_attempt = att(2, int(slow_one.split("/p")[1][0]), 1)
+    won = h.complete(copy_attempt, ExecutorId(copies[0][0]))
+    assert [str(c.attempt) for c in won if isinstance(c, CancelTask)] == [slow_one]
+    assert h.complete(att(2, int(slow_one.split("/p")[1][0])), E3) == []
+    view = h.state.job(J1)
+    assert view is not None and view.stages[1].speculated == 1
+
+
+def test_link_rates_compare_a_producer_with_the_others_each_reader_reads() -> None:
+    rates = LinkRates()
+    p, q = ExecutorId("p"), ExecutorId("q")
+    a, b, c = ExecutorId("a"), ExecutorId("b"), ExecutorId("c")
+    rates.observe(a, (LinkSample(p, 1 * MB, 1.0), LinkSample(q, 10 * MB, 1.0)), now=0.0)
+    rates.observe(b, (LinkSample(p, 3 * MB, 1.0), LinkSample(q, 20 * MB, 1.0)), now=0.0)
+    rates.observe(c, (LinkSample(p, 9 * MB, 1.0), LinkSample(q, 90 * MB, 1.0)), now=5.0)
+    assert rates.compare(p, now=5.0) == Compared(3 * MB, 20 * MB, 3, busy_s=3.0)
+    # Per reader and producer, bytes over busy seconds, the older ones weighing
+    # 3/4: (0.75 x 1 + 3) MB over (0.75 + 0.5) s, and 12.5 MB over 1.25 s.
+    rates.observe(a, (LinkSample(p, 3 * MB, 0.5), LinkSample(q, 5 * MB, 0.5)), now=6.0)
+    # Later, only a's measures are fresh, over 1.5 s of reading.
+    assert rates.compare(p, now=6.0 + FRESH_S - 0.5) == Compared(3 * MB, 10 * MB, 1, 1.5)
+    assert rates.compare(p, now=6.0 + FRESH_S + 1) is None
+    assert rates.producers(now=6.0 + FRESH_S + 1) == []
+    # Too short a sample and one's own reads say nothing.
+    rates.observe(a, (LinkSample(p, 1 * MB, 0.001), LinkSample(q, 10 * MB, 1.0)), now=30.0)
+    rates.observe(p, (LinkSample(p, 10 * MB, 1.0),), now=30.0)
+    assert rates.compare(p, now=30.0) is None
+    # A beat busy on p with nothing received (a batch still on its way) counts:
+    # 2 MB over 0.5 s, then nothing over 0.5 s: (0.75 x 2) MB over 0.875 s.
+    rates.observe(a, (LinkSample(p, 2 * MB, 0.5),), now=31.0)
+    rates.observe(a, (LinkSample(p, 0, 0.5),), now=31.5)
+    compared = rates.compare(p, now=31.5)
+    assert compared is not None and compared.rate == pytest.approx(1.5 * MB / 0.875)
+    # A reader of p alone has nothing to compare it with.
+    rates.observe(b, (LinkSample(p, 10 * MB, 1.0),), now=60.0)
+    assert rates.compare(p, now=60.0) is None
+
+
+def test_a_short_slow_blip_is_not_enough_evidence() -> None:
+    # A freshly started executor serves its first fetches slowly for a moment:
+    # a quarter of a second of reading it slowly decides nothing.
+    h, _ = reading()
+    h.now = 1.5
+    for reader in (E1, E2):
+        samples = tuple(
+            LinkSample(p, int((2.5 if p == E3 else 100) * MB * 0.25), 0.25)
+            for p in (E1, E2, E3)
+            if p != reader
+        )
+        h.send(ExecutorHeartbeat, reader, "", samples)
+    h.send(ExecutorHeartbeat, E3, "", ())
+    assert slow_link_logs(h.tick(2.0)) == []
+    # A second more of reading it so slowly, from each reader, is enough.
+    e3_slow(h)
+    assert slow_link_logs(h.tick(2.1)) == [E3]
+
+
+def test_a_reader_behind_a_slow_link_of_its_own_finds_no_producer_slow() -> None:
+    # e3's own link is slow both ways: it reads e1 and e2 slowly, and e1 and
+    # e2 read it slowly. Only e3 is judged slow, never e1 or e2.
+    h, _ = reading()
+    h.now = 1.5
+    for reader in (E1, E2, E3):
+        beat(
+            h,
+            reader,
+            {p: (2.5 * MB if E3 in (p, reader) else 100 * MB) for p in (E1, E2, E3) if p != reader},
+        )
+    rates = h.state._links
+    for producer in (E1, E2):
+        compared = rates.compare(producer, 1.5)
+        # Its readers: e2 (gets it fast, e3 slowly), e3 (gets everyone slowly).
+        assert compared == Compared(51.25 * MB, 2.5 * MB, 2, busy_s=2.0)
+    assert rates.compare(E3, 1.5) == Compared(2.5 * MB, 100 * MB, 2, busy_s=2.0)
+    assert slow_link_logs(h.tick(2.0)) == [E3]
+
+
+def test_the_modules_examples_hold() -> None:
+    assert doctest.testmod(state_links).failed == 0
+    assert doctest.testmod(peer_rates).failed == 0
