@@ -53,6 +53,8 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from helpers import TPCH_TABLES, ensure_tpch  # noqa: E402  (the test helpers)
 
+from mangonel.executor.sink import FILE_SIZE_BYTES  # noqa: E402
+
 STATEMENTS: dict[str, tuple[str, str]] = {
     # name -> (the query written, the columns checked)
     "copy_lineitem": ("SELECT * FROM lineitem", "l_orderkey, l_linenumber, l_extendedprice"),
@@ -159,20 +161,29 @@ def run_duckdb(
     data: Path, query: str, target: Path, fs: pafs.FileSystem | None
 ) -> tuple[float, float]:
     """DuckDB's COPY of ``query`` to ``target``: its time, and (with ``fs``) the time
-    of the upload of that file to S3 after it."""
+    of the upload of its files to S3 after it.
+
+    For S3, DuckDB writes files of at most the size mangonel's tasks write
+    (``sink.FILE_SIZE_BYTES``) into a directory, uploaded one by one: the same
+    objects as mangonel's, where one multi-GB object was a multipart upload that
+    moto's server failed to complete at SF10."""
     con = duckdb.connect()
     for t in TPCH_TABLES:
         con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{data / (t + '.parquet')}')")
+    options = "FORMAT parquet"
+    if fs is not None:
+        options += f", FILE_SIZE_BYTES {FILE_SIZE_BYTES}"
     started = time.perf_counter()
-    con.execute(f"COPY ({query}) TO '{target}' (FORMAT parquet)")
+    con.execute(f"COPY ({query}) TO '{target}' ({options})")
     took = time.perf_counter() - started
     con.close()
     upload = 0.0
     if fs is not None:
         started = time.perf_counter()
-        pafs.copy_files(str(target), f"{BUCKET}/ref/{target.name}", destination_filesystem=fs)
+        prefix = f"{BUCKET}/ref/{target.name}"
+        pafs.copy_files(str(target), prefix, destination_filesystem=fs)
         upload = time.perf_counter() - started
-        fs.delete_file(f"{BUCKET}/ref/{target.name}")
+        fs.delete_dir(prefix)
     return took, upload
 
 
@@ -253,7 +264,8 @@ def measure(
                 result = session.sql(sql)
                 ours.append(time.perf_counter() - started)
                 files = committed_files(target, fs, work / f"back-{name}-{i}")
-                if checksum(files, columns) != checksum([str(ref)], columns):
+                ref_files = sorted(map(str, ref.iterdir())) if ref.is_dir() else [str(ref)]
+                if checksum(files, columns) != checksum(ref_files, columns):
                     raise SystemExit(f"{name}: mangonel's output differs from DuckDB's")
                 with urllib.request.urlopen(
                     f"{cluster.web_url}/api/jobs/{result.job_id}", timeout=10
@@ -277,7 +289,10 @@ def measure(
                     fs.delete_dir(target.removeprefix("s3://"))
                 if fs is not None:
                     shutil.rmtree(work / f"back-{name}-{i}", ignore_errors=True)
-                os.remove(ref)
+                if ref.is_dir():
+                    shutil.rmtree(ref)
+                else:
+                    os.remove(ref)
                 print(
                     f"  run {i + 1}: mangonel {ours[-1]:.2f} s, duckdb {theirs[-1]:.2f} s",
                     flush=True,
