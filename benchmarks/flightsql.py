@@ -39,7 +39,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -50,7 +49,7 @@ from helpers import (  # noqa: E402  (the test helpers live outside the package)
     TPCH_ORDER_BY,
     TPCH_TABLES,
     compare_results,
-    duckdb_views_sql,
+    duckdb_over,
     ensure_tpch,
     tpch_query,
 )
@@ -100,9 +99,7 @@ def _adbc_fetch(conn: Any, sql: str) -> pa.Table:
 
 def tpch(args: argparse.Namespace, data: Path, work: Path) -> list[dict[str, Any]]:
     tables = {t: data / f"{t}.parquet" for t in TPCH_TABLES}
-    reference = duckdb.connect()
-    for statement in duckdb_views_sql(dict(tables)):
-        reference.execute(statement)
+    reference = duckdb_over(tables)
     rows: list[dict[str, Any]] = []
     cluster = mangonel.LocalCluster(executors=args.executors, work_dir=str(work / "tpch"))
     with cluster, cluster.connect() as session, _adbc(cluster.flight_sql_url) as conn:

@@ -46,7 +46,7 @@ from helpers import (  # noqa: E402  (the test helpers live outside the package)
     TPCH_ORDER_BY,
     TPCH_TABLES,
     compare_results,
-    duckdb_views_sql,
+    duckdb_over,
     ensure_tpch,
     tpch_query,
 )
@@ -90,10 +90,6 @@ class Runner:
         return answer
 
 
-def took(answer: Answer) -> float:
-    return answer.finished_at - answer.started_at
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (1)")
@@ -109,9 +105,7 @@ def main() -> int:
         return 2
     tables = ensure_tpch(args.scale)
     paths = {t: tables / f"{t}.parquet" for t in TPCH_TABLES}
-    ref = duckdb.connect()
-    for statement in duckdb_views_sql(dict(paths)):
-        ref.execute(statement)
+    ref = duckdb_over(paths)
     root = Path(args.work_dir or tempfile.mkdtemp(prefix="mangonel-gray-"))
     out: dict[str, Any] = {"scale": args.scale, "heartbeat_timeout": args.heartbeat_timeout}
     with NetCluster(
@@ -132,14 +126,14 @@ def main() -> int:
         # ------------------------------------------------------------ slow link
         slow: dict[str, Any] = {}
         for q in (9, 18):
-            healthy = [took(r.run(q)) for _ in range(args.repeat)]
+            healthy = [r.run(q).elapsed_s for _ in range(args.repeat)]
             before, recomputed = lost(cluster), 0
             cluster.lab.slow(cluster.executor_hosts[0], "20mbit")
             try:
                 runs = []
                 for _ in range(args.repeat):
                     a = r.run(q)
-                    runs.append(took(a))
+                    runs.append(a.elapsed_s)
                     recomputed += a.result.outputs_recomputed
             finally:
                 cluster.lab.heal(cluster.executor_hosts[0])
@@ -159,7 +153,7 @@ def main() -> int:
         time.sleep(2.0)
 
         # ------------------------------------------------------------- flapping
-        healthy9 = statistics.median([took(r.run(9)) for _ in range(args.repeat)])
+        healthy9 = statistics.median([r.run(9).elapsed_s for _ in range(args.repeat)])
         before = lost(cluster)
         stop = threading.Event()
 
@@ -176,7 +170,7 @@ def main() -> int:
         runs = []
         try:
             while flapper.is_alive():
-                runs.append(took(r.run(9)))
+                runs.append(r.run(9).elapsed_s)
         finally:
             stop.set()
             flapper.join()

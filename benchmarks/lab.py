@@ -37,13 +37,12 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-import duckdb  # noqa: E402
 import sqlglot  # noqa: E402
 from helpers import (  # noqa: E402  (the test helpers live outside the package)
     TPCH_ORDER_BY,
     TPCH_TABLES,
     compare_results,
-    duckdb_views_sql,
+    duckdb_over,
     ensure_tpch,
     tpch_query,
 )
@@ -105,9 +104,7 @@ def main() -> int:
     data = ensure_tpch(args.scale)
     files = {t: data / f"{t}.parquet" for t in TPCH_TABLES}
     sizes = {t: p.stat().st_size for t, p in files.items()}
-    reference = duckdb.connect()
-    for statement in duckdb_views_sql({t: str(p) for t, p in files.items()}):
-        reference.execute(statement)
+    reference = duckdb_over({t: str(p) for t, p in files.items()})
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="mangonel-bench-lab-"))
     rows: list[dict[str, Any]] = []
@@ -142,7 +139,7 @@ def main() -> int:
                     start = fetched(cluster)
                     answer = cluster.client.sql(text)
                     end = fetched(cluster)
-                    runs[mode].append(answer.finished_at - answer.started_at)
+                    runs[mode].append(answer.elapsed_s)
                     delta = executors_delta(cluster, start, end)
                     if mode == "store":
                         got.append(delta)

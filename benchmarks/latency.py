@@ -47,15 +47,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from helpers import (  # noqa: E402
     TPCDS_TABLES,
     TPCH_TABLES,
-    duckdb_views_sql,
+    duckdb_over,
     ensure_tpcds,
     ensure_tpch,
     tpcds_query,
@@ -235,9 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         print()
     print("| query | run | " + " | ".join(PHASES) + " | stages/tasks |")
     print("|---|---|" + "---:|" * len(PHASES) + "---|")
-    ref = duckdb.connect()
-    for statement in duckdb_views_sql({t: data / f"{t}.parquet" for t in TABLES[args.suite]}):
-        ref.execute(statement)
+    ref = duckdb_over({t: data / f"{t}.parquet" for t in TABLES[args.suite]})
     summary: list[tuple[int, list[float], dict[str, list[float]]]] = []
     with tempfile.TemporaryDirectory(prefix="mangonel-latency-") as work:
         sides = {"A": None} if args.base_src is None else {"A": None, "B": args.base_src}

@@ -28,8 +28,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
@@ -37,7 +35,7 @@ from helpers import (  # noqa: E402  (the test helpers live outside the package)
     TPCH_ORDER_BY,
     TPCH_TABLES,
     compare_results,
-    duckdb_views_sql,
+    duckdb_over,
     ensure_tpch,
     tpch_query,
 )
@@ -84,9 +82,7 @@ def main() -> int:
     share = SlotBudget.share(budget, args.slots)
     data = ensure_tpch(args.scale)
     tables = {t: data / f"{t}.parquet" for t in TPCH_TABLES}
-    reference = duckdb.connect()
-    for statement in duckdb_views_sql(dict(tables)):
-        reference.execute(statement)
+    reference = duckdb_over(tables)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="mangonel-memory-"))
     cluster = TestCluster(
         executors=args.executors,

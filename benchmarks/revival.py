@@ -38,12 +38,11 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-import duckdb  # noqa: E402
 from helpers import (  # noqa: E402  (the test helpers live outside the package)
     TPCH_ORDER_BY,
     TPCH_TABLES,
     compare_results,
-    duckdb_views_sql,
+    duckdb_over,
     ensure_tpch,
     is_stopped,
     tpch_query,
@@ -127,9 +126,7 @@ def main() -> int:
         return 2
     tables = ensure_tpch(args.scale)
     paths = {t: tables / f"{t}.parquet" for t in TPCH_TABLES}
-    ref = duckdb.connect()
-    for statement in duckdb_views_sql(dict(paths)):
-        ref.execute(statement)
+    ref = duckdb_over(paths)
     expected = ref.sql(tpch_query(args.query)).to_arrow_table()
     root = Path(args.work_dir or tempfile.mkdtemp(prefix="mangonel-revival-"))
     variants = {"this": str(REPO_ROOT / "src"), "baseline": os.path.abspath(args.baseline_src)}

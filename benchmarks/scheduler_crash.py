@@ -34,8 +34,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
@@ -44,7 +42,7 @@ from helpers import (  # noqa: E402  (the test helpers live outside the package)
     TPCH_ORDER_BY,
     TPCH_TABLES,
     compare_results,
-    duckdb_views_sql,
+    duckdb_over,
     ensure_tpch,
     tpch_query,
 )
@@ -196,9 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"generating or reusing TPC-H SF {args.scale:g} ...", file=sys.stderr)
     data = ensure_tpch(args.scale, args.cache_dir)
     tables = {name: data / f"{name}.parquet" for name in TPCH_TABLES}
-    con = duckdb.connect()
-    for statement in duckdb_views_sql(dict(tables)):
-        con.execute(statement)
+    con = duckdb_over(tables)
     payload: dict[str, Any] = {"scale": args.scale, "repeat": args.repeat}
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="mangonel-crash-bench-"))
     print(f"cluster work directories and logs under {work}", file=sys.stderr)

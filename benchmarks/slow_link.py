@@ -30,12 +30,11 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-import duckdb  # noqa: E402
 from helpers import (  # noqa: E402  (the test helpers live outside the package)
     TPCH_ORDER_BY,
     TPCH_TABLES,
     compare_results,
-    duckdb_views_sql,
+    duckdb_over,
     ensure_tpch,
     tpch_query,
 )
@@ -54,10 +53,6 @@ def lost(cluster: NetCluster) -> float:
     )
 
 
-def took(answer: Answer) -> float:
-    return answer.finished_at - answer.started_at
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (1)")
@@ -71,9 +66,7 @@ def main() -> int:
         return 2
     tables = ensure_tpch(args.scale)
     paths = {t: tables / f"{t}.parquet" for t in TPCH_TABLES}
-    ref = duckdb.connect()
-    for statement in duckdb_views_sql(dict(paths)):
-        ref.execute(statement)
+    ref = duckdb_over(paths)
     expected = {q: ref.sql(tpch_query(q)).to_arrow_table() for q in QUERIES}
     root = Path(args.work_dir or tempfile.mkdtemp(prefix="mangonel-slow-link-"))
     modes = {"off": "0", "on": "3"}
@@ -115,13 +108,13 @@ def main() -> int:
                         f"q{q} {mode}",
                         {"healthy_s": [], "slow_s": [], "recomputed": 0, "copies": 0},
                     )
-                    row["healthy_s"].append(took(run(cluster, q)))
+                    row["healthy_s"].append(run(cluster, q).elapsed_s)
                     cluster.lab.slow(cluster.executor_hosts[0], RATE)
                     try:
                         answer = run(cluster, q)
                     finally:
                         cluster.lab.heal(cluster.executor_hosts[0])
-                    row["slow_s"].append(took(answer))
+                    row["slow_s"].append(answer.elapsed_s)
                     row["recomputed"] += answer.result.outputs_recomputed
                     row["copies"] += sum(
                         max(0, s.attempts - s.tasks_total - s.tasks_rerun)

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 from helpers import (  # noqa: E402  (the test helpers live outside the package)
     TPCDS_TABLES,
     compare_results,
-    duckdb_views_sql,
+    duckdb_over,
     ensure_tpcds,
     order_by_outputs,
     tpcds_query,
@@ -158,9 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     data = ensure_tpcds(args.scale)
     tables = {name: data / f"{name}.parquet" for name in TPCDS_TABLES}
-    ref = duckdb.connect()
-    for statement in duckdb_views_sql(dict(tables)):
-        ref.execute(statement)
+    ref = duckdb_over(tables)
     rows: list[Row] = []
     with (
         tempfile.TemporaryDirectory(prefix="mangonel-tpcds-") as work,

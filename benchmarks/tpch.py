@@ -92,7 +92,7 @@ from helpers import (  # noqa: E402  (the test helpers live outside the package)
     TPCH_TABLES,
     cached_tables,
     compare_results,
-    duckdb_views_sql,
+    duckdb_over,
     ensure_tpch,
     tpch_dir_name,
     tpch_query,
@@ -565,11 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         # One layout: its figures at the top level, as before; two: one entry each.
         payload |= results[layouts[0]] if len(layouts) == 1 else {"layouts": results}
     if args.latency:
-        import duckdb
-
-        con = duckdb.connect()
-        for statement in duckdb_views_sql(dict(tables)):
-            con.execute(statement)
+        con = duckdb_over(tables)
         with mangonel_cluster(args, tables) as (session, _cluster):
             lat = micro.latency(session, con)
         print(f"\nLatency, end to end, {micro.LATENCY_RUNS} runs after "

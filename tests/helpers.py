@@ -42,6 +42,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.types as pat
 import pytest
@@ -303,6 +304,15 @@ def duckdb_views_sql(tables: dict[str, Path | str]) -> list[str]:
 REL_TOL = 1e-9
 ABS_TOL = 1e-12
 MAX_SHOWN = 5
+
+
+def duckdb_over(tables: dict[str, Path] | dict[str, str]) -> duckdb.DuckDBPyConnection:
+    """A single-process DuckDB with a view over each table's files
+    (``duckdb_views_sql``): the reference every answer is compared with."""
+    con = duckdb.connect()
+    for statement in duckdb_views_sql(dict(tables)):
+        con.execute(statement)
+    return con
 
 
 def type_kind(t: pa.DataType) -> str:

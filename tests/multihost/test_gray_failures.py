@@ -31,10 +31,10 @@ import duckdb
 import pyarrow as pa
 import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
+from net_support import require_lab
 
 from mangonel.testing.netclient import Answer
 from mangonel.testing.netcluster import NetCluster
-from mangonel.testing.netlab import NetLab
 
 QUERY = 12
 SPLIT_ROWS = 50_000  # lineitem in 12 tasks at SF 0.1: every executor runs several
@@ -44,9 +44,7 @@ FREEZER = 0  # the executor that freezes itself to time a fault
 
 @pytest.fixture(scope="module")
 def net(lab_root: Path, tpch_tables: dict[str, Path]) -> Iterator[NetCluster]:
-    problem = NetLab.unavailable()
-    if problem is not None:
-        pytest.fail(f"the gray-failure tests need network namespaces (root, iproute2): {problem}")
+    require_lab()
     cluster = NetCluster(
         lab_root,
         executors=3,

@@ -28,10 +28,10 @@ from pathlib import Path
 import duckdb
 import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
+from net_support import require_lab
 
 from mangonel.testing.netclient import Answer
 from mangonel.testing.netcluster import NetCluster
-from mangonel.testing.netlab import NetLab
 
 QUERY = 12
 SPLIT_ROWS = 50_000
@@ -40,9 +40,7 @@ HEARTBEAT_TIMEOUT_S = 3.0
 
 @pytest.fixture(scope="module")
 def net(lab_root: Path, tpch_tables: dict[str, Path]) -> Iterator[NetCluster]:
-    problem = NetLab.unavailable()
-    if problem is not None:
-        pytest.fail(f"the revival tests need network namespaces (root, iproute2): {problem}")
+    require_lab()
     cluster = NetCluster(
         lab_root,
         executors=1,

@@ -24,21 +24,20 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pyarrow as pa
 import pytest
 from helpers import (
     TPCH_ORDER_BY,
     TPCH_TABLES,
     assert_same_result,
-    duckdb_views_sql,
+    duckdb_over,
     ensure_tpch,
     tpch_query,
 )
+from net_support import require_lab
 
 from mangonel.testing.netclient import Answer
 from mangonel.testing.netcluster import NetCluster
-from mangonel.testing.netlab import NetLab
 
 QUERY = 9
 RUNS = 2
@@ -54,9 +53,7 @@ def sf1() -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def expected(sf1: dict[str, Path]) -> pa.Table:
-    con = duckdb.connect()
-    for statement in duckdb_views_sql(dict(sf1)):
-        con.execute(statement)
+    con = duckdb_over(sf1)
     table = con.sql(tpch_query(QUERY)).to_arrow_table()
     con.close()
     assert table.num_rows > 0  # an empty reference would prove nothing
@@ -65,9 +62,7 @@ def expected(sf1: dict[str, Path]) -> pa.Table:
 
 @pytest.fixture(scope="module")
 def net(lab_root: Path, sf1: dict[str, Path]) -> Iterator[NetCluster]:
-    problem = NetLab.unavailable()
-    if problem is not None:
-        pytest.fail(f"the slow-link test needs network namespaces (root, iproute2): {problem}")
+    require_lab()
     cluster = NetCluster(
         lab_root,
         executors=3,

@@ -49,6 +49,11 @@ class Answer:
     finished_at: float
     """``time.time()`` on the client host once the last byte was read."""
 
+    @property
+    def elapsed_s(self) -> float:
+        """From the query sent to its last byte read, on the client host."""
+        return self.finished_at - self.started_at
+
 
 class ClientHost:
     """The test's side: one connection to the client host's server per request.
