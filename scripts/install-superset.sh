@@ -35,7 +35,11 @@ stamp="$venv/.superset-requirements.sha256"
 want="$(sha256sum "$lock" | cut -d' ' -f1)"
 # A venv made under another path (a moved or renamed cache) keeps scripts whose
 # first line names an interpreter that is gone: made again too.
-interpreter="$(head -n 1 "$venv/bin/superset" 2>/dev/null | cut -c3-)"
+# (Read only when it is there: under pipefail a failed head would end the script.)
+interpreter=""
+if [[ -f "$venv/bin/superset" ]]; then
+    interpreter="$(head -n 1 "$venv/bin/superset" | cut -c3-)"
+fi
 if [[ ! -x "$venv/bin/superset" || ! -x "$interpreter" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
     rm -rf "$venv"
     "$python" -m venv "$venv"
