@@ -72,7 +72,12 @@ def test_where_cores_bound_the_tasks_at_once_a_scan_is_whole_waves_of_bigger_tas
     assert PlannerConfig(slots=2, parallel=1).scan_split_rows(96.0, 9_000_000) == 4_500_000
     # Two of four slots at full speed: 10M rows of 96 bytes in one wave of two.
     assert PlannerConfig(slots=4, parallel=2).scan_split_rows(96.0, 10_000_000) == 5_000_000
-    # Every slot at full speed (``parallel`` = slots): as before.
+    # Every slot at full speed (``parallel`` = slots, hosts of their own cores):
+    # each host runs its share one task after another, so whole waves of bigger
+    # tasks too (15 splits -> 4 tasks, two on each of two hosts; 29 -> one wave of 8) ...
+    assert PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 60_000_000) == 15_000_000
+    assert PlannerConfig(slots=8, parallel=8).scan_split_rows(96.0, 60_000_000) == 7_500_000
+    # ... and no more tasks than run at once: as before.
     assert PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 6_000_000) == 4_000_000
     assert PlannerConfig(slots=2, parallel=2).scan_split_rows(96.0, 6_000_000) == 3_000_000
     # As many tasks as run at once, or fewer: as before.
