@@ -14,10 +14,12 @@ Each plan runs task by task (``plan_runner``) against single-process DuckDB.
 from __future__ import annotations
 
 import duckdb
+import pytest
 from helpers import assert_same_result, tpch_query
 from plan_runner import run_plan
 
 from mangonel.catalog import Table
+from mangonel.plan.distribute import distributor
 from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.plan.planner import PlannerConfig, plan_query
 from mangonel.task import InputMode
@@ -339,3 +341,29 @@ def test_small_tables_do_not_count_against_the_bound(
     assert _tables(plan.stages[0]) == {"orders"}
     assert len(plan.notes) == 1 and "is not fused" in plan.notes[0]
     _check(plan, sql, duckdb_ref)
+
+
+def test_an_exchange_costs_a_stage_so_a_small_side_joins_into_spread_scan_tasks(
+    catalog: dict[str, Table],
+    duckdb_ref: duckdb.DuckDBPyConnection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # TPC-H q08 on two hosts of one core, spread as at SF1 (``orders`` in two
+    # tasks). Costed by bytes alone, hashing ``orders`` and the customers of one
+    # region into the join cost about what broadcasting the customers into both
+    # ``orders`` tasks does, and the joined rows went to a last stage of one task
+    # that scanned ``customer`` (and, at SF10 for q05, hashed all of
+    # ``lineitem`` to meet them). With an exchange's stage counted
+    # (``costs.EXCHANGE_FIXED``), the customers join into the spread tasks and the
+    # one-task stage only merges their partial aggregates.
+    sql = tpch_query(8)
+    config = PlannerConfig(slots=2, parallel=2, spread_bytes=1 << 20)
+    plan = plan_query(sql, catalog, config)
+    assert [s.num_tasks for s in plan.stages] == [2, 1], [s.label for s in plan.stages]
+    assert "customer" in _tables(plan.stages[0])
+    assert _tables(plan.final) == set(), plan.final.label
+    _check(plan, sql, duckdb_ref)
+
+    monkeypatch.setattr(distributor, "EXCHANGE_FIXED", 0.0)
+    bytes_only = plan_query(sql, catalog, config)
+    assert "customer" in _tables(bytes_only.final), [s.label for s in bytes_only.stages]

@@ -16,6 +16,20 @@ tasks beats shuffling 240 MB of lineitem (2.8 -> 0.55 s), while q21's 9.5 MB of
 orders broadcast to 9 tasks cost 0.5 s more than shuffling 7.6 + 9.5 MB."""
 
 
+EXCHANGE_FIXED = 16 * 1024 * 1024
+"""What a hash exchange costs besides its bytes, per side that moves, in the bytes
+of ``SHUFFLE_COST``: a stage that writes the side's partitions and the round trip
+of its reports and launches (~15-25 ms on a 2-core host, the time an exchange
+takes to move about that many bytes). Without it a join of a spread scan
+(several tasks on hosts of their own cores) with a small table hashed both sides
+when a broadcast cost about the same (TPC-H q05 at SF10: ``orders`` in 2 tasks
+with ``customer``, 69.5 against 72 MB), and the shuffled join could no longer be
+joined into ``lineitem``'s tasks by key ranges: 700 MB of ``lineitem`` hashed
+instead. It changes 11 plans of TPC-H SF1 and SF10 and TPC-DS SF1 on two hosts of
+one core, the same 11 from 8 to 32 MiB, and none on one host. Counted where the
+hosts run tasks side by side (``PlannerConfig.parallel`` over 1), where it was
+measured; elsewhere the bytes alone decide, as before."""
+
 BROADCAST_COST = 1.5
 """Cost of a broadcast byte in each task that receives it, relative to a shuffled byte:
 every task builds its own hash table of the broadcast side. TPC-H q9 at SF1 broadcast

@@ -24,7 +24,7 @@ from sqlglot import exp
 from mangonel.catalog import Table
 from mangonel.ids import StageId
 from mangonel.plan.distribute.aggregates import common_grouping_keys, split_aggs
-from mangonel.plan.distribute.costs import PARTIAL_KEEPS
+from mangonel.plan.distribute.costs import EXCHANGE_FIXED, PARTIAL_KEEPS
 from mangonel.plan.distribute.interesting import (
     Want,
     aggregate_keys,
@@ -163,6 +163,8 @@ class Distributor:
             self._ranges,
             self._reductions,
             broadcast_bytes,
+            # Hosts of their own cores, where spread scans made it matter.
+            EXCHANGE_FIXED if parallel > 1 else 0.0,
         )
 
     @property

@@ -76,6 +76,8 @@ class JoinPlacer:
         ranges: key ranges of scan tasks.
         reductions: the semi-join reduction of a semi / anti join's far side.
         broadcast_bytes: the biggest side broadcast.
+        exchange_fixed: what a side that moves through a hash exchange costs
+            besides its bytes (``costs.EXCHANGE_FIXED``; 0: bytes alone).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class JoinPlacer:
         ranges: KeyRanges,
         reductions: Reductions,
         broadcast_bytes: int,
+        exchange_fixed: float = 0.0,
     ) -> None:
         self._estimator = estimator
         self._stages = stages
@@ -93,6 +96,7 @@ class JoinPlacer:
         self._ranges = ranges
         self._reductions = reductions
         self._broadcast = broadcast_bytes
+        self._exchange_fixed = exchange_fixed
 
     def place(self, n: Join, left: Frag, right: Frag) -> Frag:
         """The fragment that joins ``left`` and ``right`` (the planned sides of ``n``)."""
@@ -128,7 +132,8 @@ class JoinPlacer:
         # Bytes each choice moves; a side already hash-partitioned on the keys
         # (an aggregate over a shuffle joined back on its group keys, as in q21)
         # stays where it is, and two such sides join task by task.
-        shuffle = SHUFFLE_COST * (left.est * left_moves + right.est * right_moves)
+        moved = left.est * left_moves + right.est * right_moves
+        shuffle = SHUFFLE_COST * moved + self._exchange_fixed * (left_moves + right_moves)
         # Only the smaller side is broadcast: the bigger one, copied into a few
         # tasks of a small side (one, for a small table), would run the whole
         # join in those few tasks. The first of equal costs wins, in this order.
