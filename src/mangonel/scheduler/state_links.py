@@ -245,6 +245,11 @@ class LinkRates:
         ]
         return statistics.median(rates) if rates else None
 
+    def forget(self, producer: ExecutorId) -> None:
+        """Drop what every reader measured from ``producer`` (a link on trial
+        is judged by its fetches from then on: ``state_link_marks``)."""
+        self._by_producer.pop(producer, None)
+
     def producers(self, now: float) -> list[ExecutorId]:
         """Producers measured within ``FRESH_S``; older measurements are
         dropped (a lost executor's among them)."""
@@ -349,8 +354,12 @@ def slow_links(
     """The jobs to stop reading a slow producer, and which (see the module
     docstring): at most one producer per job and call, the one whose leaving
     saves the most. ``ratio``: ``Limits.slow_link_ratio``."""
-    # Heard from within ``HEARD_S``: a silent one is the failure detector's.
-    trusted = {r.id: r for r in executors if r.takes_tasks and now - r.last_heartbeat <= HEARD_S}
+    # Heard from within ``HEARD_S``: a silent one is the failure detector's. A
+    # producer marked slow for new tasks (``state_link_marks``) is still judged:
+    # a job that reads it gains as much by leaving it; its slots count for none.
+    trusted = {
+        r.id: r for r in executors if r.would_take_tasks and now - r.last_heartbeat <= HEARD_S
+    }
     measured = {p: m for p in rates.producers(now) if (m := rates.compare(p, now)) is not None}
     found: list[SlowLink] = []
     for job in jobs:
@@ -366,7 +375,9 @@ def slow_links(
             if rate * ratio > fast or not job.readers_of({producer}):
                 continue
             slots = sum(
-                r.info.slots for e, r in trusted.items() if e != producer and e not in job.excluded
+                r.info.slots
+                for e, r in trusted.items()
+                if e != producer and e not in job.excluded and r.takes_tasks
             )
             if slots <= 0:
                 continue  # never the job's last executor
