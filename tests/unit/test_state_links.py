@@ -470,3 +470,19 @@ def test_marks_live_in_memory_only_a_restarted_scheduler_trusts_every_link() -> 
     restored.restore(snapshot, [], [], None)
     view = restored.executor(E3)
     assert view is not None and view.slow_link_since is None and view.slow_link == ""
+
+
+def test_a_trial_not_found_slow_for_as_long_as_its_back_off_ends_trusted() -> None:
+    # Nothing reads e3 during its trial: no verdict from rates; once the trial
+    # lasted its back-off, e3 is trusted and a later mark starts over.
+    h, _ = reading()
+    marked_e3(h)
+    backoff = LIMITS.slow_link_backoff_s
+    assert link_logs(h.tick(2.0 + backoff)) == [(HealthChange.LINK_ON_TRIAL, E3)]
+    h.send(ExecutorHeartbeat, E3, "", ())
+    assert link_logs(h.tick(2.0 + 2 * backoff - 0.1)) == []
+    cmds = h.tick(2.0 + 2 * backoff)
+    assert link_logs(cmds) == [(HealthChange.LINK_HEALED, E3)]
+    assert "not found slow" in next(c.detail for c in cmds if isinstance(c, LogExecutorHealth))
+    view = h.state.executor(E3)
+    assert view is not None and view.slow_link == ""

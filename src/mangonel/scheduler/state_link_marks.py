@@ -11,8 +11,8 @@ again, and pay again. So the verdict is kept for the cluster
     trusted ─────────────────────────────────────────────────▶ marked
        ▲         (the same evidence the job rule acts on)     (no new task
        │                                                      of any job)
-       │ on trial, its readers get it                            │
-       │ as fast as the others                                   │ its back-off
+       │ on trial, its readers get it as fast                    │
+       │ as the others, or not slow for a back-off               │ its back-off
        │                                                         │ is over
        └──────────────────────── on trial ◀──────────────────────┘
                                  (takes tasks again)
@@ -34,10 +34,11 @@ again, and pay again. So the verdict is kept for the cluster
 * **On trial** (``LinkOnTrial``, half open): the back-off is over; it takes
   tasks again, and what its readers measured before is forgotten
   (``LinkRates.forget``), so the fetches of its next outputs decide: slow
-  again, it is marked again for twice as long; as fast as the others, it is
-  trusted, and its next mark starts from the first back-off. With no reader
-  measuring it, it stays on trial (as good as trusted). A trial costs at most
-  the job that finds the link still slow, once per back-off.
+  again, it is marked again for twice as long; as fast as the others (with
+  ``MIN_EVIDENCE_S`` of reading), or not found slow for as long as its last
+  back-off lasted, it is trusted, and its next mark starts from the first
+  back-off. A trial costs at most the job that finds the link still slow,
+  once per back-off.
 
 A half-open trial rather than probes (a small fetch from a marked peer now and
 then): it needs nothing of the executors, and judges the link by the fetches
@@ -112,6 +113,15 @@ def judge_links(
                     )
                 )
             continue
+        if isinstance(link, LinkOnTrial):
+            served = backoff_s(link.marks, limits.slow_link_backoff_s)
+            if now - link.since >= served:
+                why = (
+                    f"on trial for {now - link.since:.0f} s, as long as its last back-off, "
+                    f"and not found slow"
+                )
+                found.append(LinkVerdict(rec, HealthChange.LINK_HEALED, None, why))
+                continue
         if not rec.would_take_tasks or now - rec.last_heartbeat > HEARD_S:
             continue  # a silent one is the failure detector's (``state_links.HEARD_S``)
         compared = rates.compare(rec.id, now)
