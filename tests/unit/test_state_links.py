@@ -486,3 +486,11 @@ def test_a_trial_not_found_slow_for_as_long_as_its_back_off_ends_trusted() -> No
     assert "not found slow" in next(c.detail for c in cmds if isinstance(c, LogExecutorHealth))
     view = h.state.executor(E3)
     assert view is not None and view.slow_link == ""
+
+
+def test_a_producer_that_sent_nothing_is_not_marked() -> None:
+    # Its readers were busy on it for a second each and got no byte: a frozen
+    # or cut-off process in its last heard second, for the failure detector.
+    h, _ = reading()
+    rates_at(h, 1.5, 0.0)
+    assert link_logs(h.tick(2.0)) == []

@@ -22,7 +22,9 @@ again, and pay again. So the verdict is kept for the cluster
 * **Marked** (``LinkMarked``, the breaker open): the same comparison as the
   job rule (``LinkRates.compare``: its readers get under
   ``1 / Limits.slow_link_ratio`` of what they get from the others, after
-  ``MIN_EVIDENCE_S`` of reading, and it was heard from within ``HEARD_S``), but
+  ``MIN_EVIDENCE_S`` of reading, and it was heard from within ``HEARD_S``; and
+  they received something: a peer that sends nothing is frozen or cut off,
+  the failure detector's case), but
   whether or not a job gains by leaving it. It takes no new task of any job
   (``ExecutorRecord.takes_tasks``) for ``Limits.slow_link_backoff_s`` (20 s),
   doubled for each mark in a row, up to ``SLOW_LINK_BACKOFF_CAP`` times. It
@@ -126,6 +128,11 @@ def judge_links(
             continue  # a silent one is the failure detector's (``state_links.HEARD_S``)
         compared = rates.compare(rec.id, now)
         if compared is None or compared.busy_s < MIN_EVIDENCE_S:
+            continue
+        if compared.rate <= 0:
+            # Busy with nothing received: a frozen process or a cut, which
+            # the failure detector judges within a second or two; a slow
+            # link delivers something.
             continue
         rate, fast = compared.rate / 1e6, compared.others / 1e6
         if compared.rate * ratio <= compared.others:

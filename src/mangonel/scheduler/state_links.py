@@ -368,7 +368,9 @@ def slow_links(
         best: SlowLink | None = None
         for producer, compared in measured.items():
             rate, fast, readers = compared.rate, compared.others, compared.readers
-            if compared.busy_s < MIN_EVIDENCE_S:
+            if compared.busy_s < MIN_EVIDENCE_S or rate <= 0:
+                # Nothing received over a busy second: a frozen or cut-off
+                # peer in its last heard second, the failure detector's.
                 continue
             if producer in job.excluded or producer not in trusted:
                 continue
@@ -476,9 +478,14 @@ def slow_readers(
                 for producer, nbytes in inputs.items():
                     if producer != running.executor:
                         mine = rates.seen_by(running.executor, producer, now) or reader.rate
-                        left_s += nbytes / mine
+                        left_s += nbytes / mine if mine > 0 else math.inf
                     theirs = rates.outbound(producer, now, besides=running.executor)
-                    copy_s += nbytes / (theirs or reader.others)
+                    fast = theirs or reader.others
+                    # Nothing received from a producer by anyone: a stall, the
+                    # failure detector's; a copy would wait on it as well.
+                    copy_s += nbytes / fast if fast > 0 else math.inf
+                if math.isinf(copy_s):
+                    continue
                 left_s -= now - running.started
                 if left_s - copy_s >= max(MIN_SAVING_S, 0.5 * copy_s):
                     found.append(SlowReader(job, rec, task, running, left_s, copy_s))
