@@ -187,7 +187,7 @@ from mangonel.scheduler.state_link_marks import LinkMarks
 from mangonel.scheduler.state_links import LinkRates, LinkRelief
 from mangonel.scheduler.state_placement import Placement
 from mangonel.scheduler.state_recovery import Loss, Recovery, Step, is_running
-from mangonel.scheduler.state_revival import Left, Revivals
+from mangonel.scheduler.state_revival import Left, Revivals, StoredRevivals
 from mangonel.scheduler.state_stages import PENDING, Done, Running, TaskRecord
 from mangonel.scheduler.state_views import (
     ExecutorState,
@@ -543,6 +543,11 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
     def export_executors(self) -> RegistrySnapshot:
         return self._executors.snapshot()
 
+    def export_revivals(self) -> StoredRevivals:
+        """What the store keeps of the lost executors that may come back
+        (``state_revival``), the same object until it changes."""
+        return self._revivals.export()
+
     @property
     def no_executor_since(self) -> float | None:
         return self._no_executor_since
@@ -553,6 +558,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         jobs: list[JobRecord],
         finished: list[FinishedJob],
         no_executor_since: float | None,
+        revivals: StoredRevivals | None = None,
     ) -> None:
         """Load what ``scheduler.persist`` stored; then handle ``SchedulerRecovered``.
 
@@ -568,6 +574,14 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         for done in sorted(finished, key=lambda f: f.view.finished or 0.0):
             self._finished[done.view.id] = done
         self._no_executor_since = no_executor_since
+        if revivals is not None:
+            registry = self._executors
+
+            def lost(e: ExecutorId) -> bool:
+                view = registry.view(e)
+                return view is not None and view.state is ExecutorState.LOST
+
+            self._revivals = Revivals.restored(revivals, lost, registry.is_live)
 
     # ---------------------------------------------------------------------- tasks
 
@@ -760,7 +774,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
             step.commands.append(RefuseStream(step.cause, event.executor))
             return
         rec, offer = back
-        left = self._revivals.returning.pop(rec.id, None)
+        left = self._revivals.arrived(rec.id)
         if left is not None:
             self._restore_left(rec.id, left, offer.held, step)
         self._reattached(rec, offer.held, step)
