@@ -494,3 +494,20 @@ def test_a_producer_that_sent_nothing_is_not_marked() -> None:
     h, _ = reading()
     rates_at(h, 1.5, 0.0)
     assert link_logs(h.tick(2.0)) == []
+
+
+def test_a_reader_behind_a_marked_link_judges_no_other_producer() -> None:
+    # e3, marked, reads e1 at 2 MB/s and e2 at 50 (a rate limiter's burst let
+    # e2's small files through); e2 reads e1 fast but nothing else lately, so
+    # e3 alone would judge e1, and find it slow. A reader known to be behind a
+    # slow link judges no one: e1 is not marked (the lab saw this after a heal).
+    h, _ = reading()
+    marked_e3(h)
+    h.now = 13.0  # e2's reads of e3 are stale; e3's mark holds until 22
+    h.send(ExecutorHeartbeat, E1, "", ())
+    h.send(ExecutorHeartbeat, E2, "", (LinkSample(E1, 100 * MB, 1.0),))
+    samples = (LinkSample(E1, 2 * MB, 1.0), LinkSample(E2, 50 * MB, 1.0))
+    h.send(ExecutorHeartbeat, E3, "", samples)
+    assert link_logs(h.tick(13.5)) == []
+    view = h.state.executor(E1)
+    assert view is not None and view.slow_link_since is None

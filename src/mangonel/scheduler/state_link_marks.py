@@ -55,6 +55,7 @@ and marks a slow one again after one job's reading.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -67,7 +68,7 @@ from mangonel.scheduler.state_executors import (
     LinkMarked,
     LinkOnTrial,
 )
-from mangonel.scheduler.state_links import HEARD_S, MIN_EVIDENCE_S, LinkRates
+from mangonel.scheduler.state_links import HEARD_S, MIN_EVIDENCE_S, Compared, LinkRates
 
 if TYPE_CHECKING:
     from mangonel.scheduler.state_recovery import Step
@@ -96,11 +97,19 @@ def judge_links(
     registry: ExecutorRegistry, rates: LinkRates, now: float, limits: Limits
 ) -> list[LinkVerdict]:
     """The marks that change at ``now``: back-offs over (on trial), links found
-    slow (marked) and trials found fast (trusted). Pure: the caller applies them."""
+    slow (marked) and trials found fast (trusted). Pure: the caller applies them.
+
+    A reader behind a slow link of its own may read one peer more slowly than
+    another (a rate limiter lets small files through in a burst): readers
+    marked or on trial judge no one, and the slowest of the links found slow
+    now is marked first, its readers then set aside for the others, so a
+    slowed host marks itself, not the peers it read badly.
+    """
     ratio = limits.slow_link_ratio
     found: list[LinkVerdict] = []
-    marking: set[ExecutorId] = set()
     live = registry.live_records()
+    behind = {r.id for r in live if r.link is not None}
+    judged: list[tuple[float, ExecutorRecord]] = []
     for rec in live:
         link = rec.link
         if isinstance(link, LinkMarked):
@@ -109,11 +118,8 @@ def judge_links(
                     f"its back-off of {link.until - link.since:.0f} s is over: it takes tasks "
                     f"again, and its next fetches decide (marked for: {link.why})"
                 )
-                found.append(
-                    LinkVerdict(
-                        rec, HealthChange.LINK_ON_TRIAL, LinkOnTrial(now, link.marks, link.why), why
-                    )
-                )
+                trial = LinkOnTrial(now, link.marks, link.why)
+                found.append(LinkVerdict(rec, HealthChange.LINK_ON_TRIAL, trial, why))
             continue
         if isinstance(link, LinkOnTrial):
             served = backoff_s(link.marks, limits.slow_link_backoff_s)
@@ -126,13 +132,14 @@ def judge_links(
                 continue
         if not rec.would_take_tasks or now - rec.last_heartbeat > HEARD_S:
             continue  # a silent one is the failure detector's (``state_links.HEARD_S``)
-        compared = rates.compare(rec.id, now)
-        if compared is None or compared.busy_s < MIN_EVIDENCE_S:
-            continue
-        if compared.rate <= 0:
-            # Busy with nothing received: a frozen process or a cut, which
-            # the failure detector judges within a second or two; a slow
-            # link delivers something.
+        compared = _evidence(rates, rec.id, now, behind)
+        if compared is not None:
+            judged.append((compared.rate / compared.others, rec))
+    marking: set[ExecutorId] = set()
+    for _, rec in sorted(judged, key=lambda j: j[0]):
+        link = rec.link
+        compared = _evidence(rates, rec.id, now, behind | marking)
+        if compared is None:
             continue
         rate, fast = compared.rate / 1e6, compared.others / 1e6
         if compared.rate * ratio <= compared.others:
@@ -153,11 +160,8 @@ def judge_links(
             )
             why = f"{what}: no new task of any job for {wait:.0f} s (mark {marks} in a row)"
             marking.add(rec.id)
-            found.append(
-                LinkVerdict(
-                    rec, HealthChange.LINK_MARKED, LinkMarked(now, now + wait, marks, what), why
-                )
-            )
+            mark = LinkMarked(now, now + wait, marks, what)
+            found.append(LinkVerdict(rec, HealthChange.LINK_MARKED, mark, why))
         elif isinstance(link, LinkOnTrial):
             why = (
                 f"on trial for {now - link.since:.1f} s, its readers get {rate:.2f} MB/s from "
@@ -165,6 +169,21 @@ def judge_links(
             )
             found.append(LinkVerdict(rec, HealthChange.LINK_HEALED, None, why))
     return found
+
+
+def _evidence(
+    rates: LinkRates, producer: ExecutorId, now: float, ignoring: AbstractSet[ExecutorId]
+) -> Compared | None:
+    """``producer``'s rate against the others', when there is enough to judge
+    by: ``MIN_EVIDENCE_S`` of reading, and something received (a peer that
+    sends nothing is frozen or cut off, which the failure detector judges
+    within a second or two; a slow link delivers something)."""
+    compared = rates.compare(producer, now, ignoring)
+    if compared is None or compared.busy_s < MIN_EVIDENCE_S:
+        return None
+    if compared.rate <= 0 or compared.others <= 0:
+        return None
+    return compared
 
 
 class LinkMarks:

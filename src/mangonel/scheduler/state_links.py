@@ -75,6 +75,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -175,7 +176,12 @@ class LinkRates:
                 seen.at = now
                 seen.busy_s += s.busy_s
 
-    def compare(self, producer: ExecutorId, now: float) -> Compared | None:
+    def compare(
+        self,
+        producer: ExecutorId,
+        now: float,
+        ignoring: AbstractSet[ExecutorId] = frozenset(),
+    ) -> Compared | None:
         """How ``producer``'s fresh readers get it against the other producers
         they read: ``None`` when no reader measured it and another producer
         within ``FRESH_S``.
@@ -183,7 +189,9 @@ class LinkRates:
         Each reader compares it with its own other producers: what a reader
         gets is the lesser of the producer's outbound link and its own inbound
         one, so a reader behind a slow link of its own gets everyone slowly,
-        and judges nobody slow.
+        and judges nobody slow. Not always evenly (a peer's small files may
+        pass a rate limiter's burst): readers in ``ignoring``, known to be
+        behind a slow link (``state_link_marks``), do not judge at all.
         """
         readers = self._by_producer.get(producer)
         if not readers:
@@ -192,7 +200,7 @@ class LinkRates:
         others: list[float] = []
         busy = 0.0
         for reader, seen in readers.items():
-            if now - seen.at > FRESH_S:
+            if now - seen.at > FRESH_S or reader in ignoring:
                 continue
             elsewhere = [
                 other.rate
@@ -360,7 +368,11 @@ def slow_links(
     trusted = {
         r.id: r for r in executors if r.would_take_tasks and now - r.last_heartbeat <= HEARD_S
     }
-    measured = {p: m for p in rates.producers(now) if (m := rates.compare(p, now)) is not None}
+    # A reader whose own link is marked slow judges no one (``LinkRates.compare``).
+    behind = {r.id for r in executors if r.link is not None}
+    measured = {
+        p: m for p in rates.producers(now) if (m := rates.compare(p, now, behind)) is not None
+    }
     found: list[SlowLink] = []
     for job in jobs:
         if job.state is not JobState.RUNNING or job.commit is not None:
