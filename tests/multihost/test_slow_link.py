@@ -26,6 +26,7 @@ fails, saying why; it never skips.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -170,6 +171,9 @@ def test_a_slow_link_is_learned_once_avoided_by_the_next_job_and_tried_again_whe
     _check(third, expected)
     assert slow_id in _ran_on(net, third)
     assert _lost(net) == lost_before
+    # Only the slowed executor was ever marked: not a peer it read slowly.
+    marks = re.findall(r"executor (\S+) slow link, no new task", log.read_text()[seen:])
+    assert set(marks) == {slow_id}, marks
     healed = "link fast again" in log.read_text()[seen:]
     print(
         f"q{QUERY} at {RATE}: first (learns) {_took(first):.2f} s, recomputed "
