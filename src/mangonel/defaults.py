@@ -142,6 +142,19 @@ SLOW_LINK_RATIO = 3.0
 get at under ``1 / SLOW_LINK_RATIO`` of the others' rate, when making them
 again elsewhere is sooner (``scheduler.state_links``); 0: never."""
 
+SLOW_LINK_BACKOFF_S = 20.0
+"""An executor its readers found behind a slow link gets no new task (of any
+job) for this long; then it is let back on trial, and the rates measured from
+its next fetches decide again: each mark in a row doubles the wait, up to
+``SLOW_LINK_BACKOFF_CAP`` times this (``scheduler.state_link_marks``). Long
+enough for a few jobs to run without it, short enough that a link that healed
+is used again within a query or two."""
+
+SLOW_LINK_BACKOFF_CAP = 8
+"""The most a slow-link mark's back-off doubles to: this many times
+``SLOW_LINK_BACKOFF_S`` (160 s with the default). A link slow for good costs
+one job on trial that often; a link that healed waits at most that long."""
+
 EXCLUSION_FAILURES = 3
 """Distinct tasks that must fail for execution reasons on one executor within
 ``EXCLUSION_WINDOW_S`` before it is excluded from new tasks (0: never)."""

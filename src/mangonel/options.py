@@ -572,6 +572,18 @@ OPTIONS: tuple[Option, ...] = (
         group=Group.LIMITS,
     ),
     Option(
+        "--slow-link-backoff",
+        "slow_link_backoff_s",
+        "seconds an executor found behind a slow link gets no new task of any job; "
+        "then it is tried again, and each mark in a row doubles this, up to "
+        f"{defaults.SLOW_LINK_BACKOFF_CAP} times (default %(default)g)",
+        _S,
+        type=float,
+        default=defaults.SLOW_LINK_BACKOFF_S,
+        metavar="S",
+        group=Group.LIMITS,
+    ),
+    Option(
         "--exclusion-failures",
         "exclusion_failures",
         "distinct tasks failing on one executor (execution errors) within the window "

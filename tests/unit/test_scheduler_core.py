@@ -61,6 +61,7 @@ from mangonel.scheduler.registry import CLOSE, ExecutorEntry
 from mangonel.scheduler.state import SchedulerState
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob
+from mangonel.scheduler.state_revival import StoredRevivals
 from mangonel.scheduler.state_stages import TaskRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobState, JobView, StageView
 from mangonel.scheduler.store import MemoryStateStore
@@ -170,6 +171,9 @@ class ScriptedState:
 
     def export_executors(self) -> RegistrySnapshot:
         return RegistrySnapshot([], [], 0)
+
+    def export_revivals(self) -> StoredRevivals:
+        return StoredRevivals()
 
     @property
     def no_executor_since(self) -> float | None:

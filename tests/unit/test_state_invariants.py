@@ -139,6 +139,11 @@ def _too_many_held(h: Harness) -> None:
     registry(h)._held[J1] += 1
 
 
+def _marks_said_to_hold(h: Harness) -> None:
+    """The registry says the slow-link marks hold with no executor marked."""
+    registry(h).marks_hold = True
+
+
 def _one_executor() -> Harness:
     h = Harness()
     h.register(E1, 1)
@@ -165,6 +170,7 @@ CASES: list[tuple[str, Callable[[], Harness], Callable[[Harness], object]]] = [
     ("executor-index", maps_done, lambda h: registry(h)._ranks.clear()),
     ("executor-health", maps_done, lambda h: setattr(registry(h).live(E1), "gaps", [2, 1])),
     ("executor-health", _one_executor, lambda h: setattr(registry(h), "isolated_since", 0.0)),
+    ("slow-link-marks", maps_done, _marks_said_to_hold),
     ("running-placed", maps_done, _too_few_slots),
     ("running-placed", maps_done, lambda h: job(h).excluded.add(E1)),
     ("nothing-launchable", queued, lambda h: add_idle_executor(h, E3)),

@@ -17,11 +17,11 @@ import doctest
 import math
 
 import pytest
-from test_state_machine import E1, E2, E3, J1, Harness, att, launches, three_stage_plan
+from test_state_machine import E1, E2, E3, J1, J2, Harness, att, launches, three_stage_plan
 
 from mangonel.executor import peer_rates
 from mangonel.ids import ExecutorId
-from mangonel.scheduler import state_links
+from mangonel.scheduler import state_link_marks, state_links
 from mangonel.scheduler.events import (
     Command,
     ExecutorHeartbeat,
@@ -30,6 +30,9 @@ from mangonel.scheduler.events import (
     Limits,
     LogExecutorHealth,
 )
+from mangonel.scheduler.invariants import StateInvariantError
+from mangonel.scheduler.state import SchedulerState
+from mangonel.scheduler.state_executors import LinkMarked
 from mangonel.scheduler.state_links import FRESH_S, Compared, LinkRates
 from mangonel.task import CancelTask, LaunchTask, LinkSample
 
@@ -319,4 +322,192 @@ def test_a_reader_behind_a_slow_link_of_its_own_finds_no_producer_slow() -> None
 
 def test_the_modules_examples_hold() -> None:
     assert doctest.testmod(state_links).failed == 0
+    assert doctest.testmod(state_link_marks).failed == 0
     assert doctest.testmod(peer_rates).failed == 0
+
+
+# ---------------------------------------------------------------- slow-link marks
+# The cluster's memory (``state_link_marks``): an executor found behind a slow
+# link gets no new task of any job until its back-off ends, then is tried again.
+
+
+def link_logs(commands: list[Command]) -> list[tuple[HealthChange, ExecutorId | None]]:
+    marks = (HealthChange.LINK_MARKED, HealthChange.LINK_ON_TRIAL, HealthChange.LINK_HEALED)
+    return [
+        (c.change, c.executor)
+        for c in commands
+        if isinstance(c, LogExecutorHealth) and c.change in marks
+    ]
+
+
+def rates_at(h: Harness, at: float, e3: float, unhealthy: str = "") -> None:
+    """At ``at``, e1 and e2 each read a busy second from every peer: e3 at
+    ``e3``, the other at 100 MB/s; e3 heartbeats too (the rules judge no
+    silent executor)."""
+    h.now = at
+    for reader in (E1, E2):
+        rates = {p: (e3 if p == E3 else 100 * MB) for p in (E1, E2, E3) if p != reader}
+        samples = tuple(LinkSample(p, int(rate), 1.0) for p, rate in rates.items())
+        h.send(ExecutorHeartbeat, reader, unhealthy, samples)
+    h.send(ExecutorHeartbeat, E3, "", ())
+
+
+def marked_e3(h: Harness, at: float = 1.5) -> list[Command]:
+    """e3's readers get it at 20 MB/s against 100 from the others: slow (under
+    a third), though not enough for job 1 to gain by leaving it
+    (``test_no_action_when_recomputing_would_not_finish_sooner``)."""
+    rates_at(h, at, 20 * MB)
+    return h.tick(at + 0.5)
+
+
+def test_a_slow_producer_is_marked_and_a_new_job_places_no_task_on_it() -> None:
+    h, _ = reading()
+    readers = reducers_running(h)
+    assert h.state.job_slots() == 6
+    cmds = marked_e3(h)
+    assert link_logs(cmds) == [(HealthChange.LINK_MARKED, E3)]
+    assert slow_link_logs(cmds) == []  # job 1 does not gain by leaving it
+    # The mark itself touches nothing running: no cancel, the readers go on.
+    assert not any(isinstance(c, CancelTask) for c in cmds)
+    assert reducers_running(h) == readers
+    view = h.state.executor(E3)
+    assert view is not None
+    assert (view.slow_link_since, view.slow_link_until) == (2.0, 2.0 + LIMITS.slow_link_backoff_s)
+    assert "20.00 MB/s from it against 100.00 MB/s" in view.slow_link
+    assert h.state.job_slots() == 4  # the planner sizes new jobs without it
+    # e3 has both its slots free, e1 and e2 one each (a reducer): job 2's four
+    # map tasks take e1's and e2's, and wait rather than go to e3.
+    new = launches(h.submit(three_stage_plan(maps=4), J2))
+    assert sorted(e for e, _ in new) == [E1, E2]
+    # Job 1's sort stage, once runnable, avoids it too.
+    h.now = 3.0
+    after: list[Command] = []
+    for attempt, e in readers.items():
+        after += h.complete(att(2, int(attempt.split("/p")[1][0])), e)
+    assert all(c.executor != E3 for c in after if isinstance(c, LaunchTask))
+
+
+def test_after_the_back_off_it_is_tried_and_marked_again_for_twice_as_long() -> None:
+    h, _ = reading()
+    marked_e3(h)
+    h.submit(three_stage_plan(maps=4), J2)
+    backoff = LIMITS.slow_link_backoff_s
+    assert link_logs(h.tick(2.0 + backoff - 0.1)) == []
+    # The back-off over: on trial, and the tick that ends it gives e3 the tasks
+    # that waited for a slot.
+    cmds = h.tick(2.0 + backoff)
+    assert link_logs(cmds) == [(HealthChange.LINK_ON_TRIAL, E3)]
+    assert [e for e, _ in launches(cmds)] == [E3, E3]
+    view = h.state.executor(E3)
+    assert view is not None and view.slow_link_since is None and view.slow_link
+    # What its readers measured before the trial is forgotten: only fresh
+    # fetches judge it, and a tick without them decides nothing.
+    assert h.state._links.compare(E3, h.now) is None
+    assert link_logs(h.tick(22.5)) == []
+    # Still slow: marked again, the back-off doubled.
+    cmds = marked_e3(h, at=23.0)
+    assert link_logs(cmds) == [(HealthChange.LINK_MARKED, E3)]
+    view = h.state.executor(E3)
+    assert view is not None and view.slow_link_until == 23.5 + 2 * backoff
+    assert "mark 2 in a row" in next(c.detail for c in cmds if isinstance(c, LogExecutorHealth))
+
+
+def test_a_trial_that_finds_the_link_fast_trusts_it_and_the_back_off_starts_again() -> None:
+    h, _ = reading()
+    marked_e3(h)
+    assert link_logs(h.tick(22.0)) == [(HealthChange.LINK_ON_TRIAL, E3)]
+    rates_at(h, 22.5, 90 * MB)  # healed: about as fast as the others
+    assert link_logs(h.tick(23.0)) == [(HealthChange.LINK_HEALED, E3)]
+    view = h.state.executor(E3)
+    assert view is not None and view.slow_link == "" and view.slow_link_since is None
+    # Slow again later: a first mark, the first back-off.
+    cmds = marked_e3(h, at=40.0)
+    assert link_logs(cmds) == [(HealthChange.LINK_MARKED, E3)]
+    view = h.state.executor(E3)
+    assert view is not None and view.slow_link_until == 40.5 + LIMITS.slow_link_backoff_s
+
+
+def test_no_mark_when_no_other_executor_would_take_tasks() -> None:
+    # e1 and e2 say their work directories are full: they take no task, so
+    # marking e3 would leave none to run work.
+    h, _ = reading()
+    rates_at(h, 1.5, 20 * MB, unhealthy="work directory full")
+    assert link_logs(h.tick(2.0)) == []
+    view = h.state.executor(E3)
+    assert view is not None and view.slow_link_since is None
+
+
+def test_the_marks_are_ignored_while_no_unmarked_executor_takes_tasks() -> None:
+    h, _ = reading()
+    marked_e3(h)
+    # e1 and e2 lost: e3, marked, is the only executor left. The mark stays
+    # (the executors page still says why), but it holds no more: the tasks
+    # the losses sent back run on e3.
+    h.now = 3.0
+    h.lose(E1)
+    cmds = h.lose(E2)
+    assert launches(cmds) and all(e == E3 for e, _ in launches(cmds))
+    view = h.state.executor(E3)
+    assert view is not None and view.slow_link_since == 2.0
+    assert not h.state._executors.marks_hold
+
+
+def test_validate_finds_a_mark_kept_out_of_the_registry() -> None:
+    h, _ = reading()
+    rec = h.state._executors.live(E3)
+    assert rec is not None
+    rec.link = LinkMarked(since=1.0, until=21.0, marks=1, why="set behind the registry's back")
+    with pytest.raises(StateInvariantError, match="slow-link-marks"):
+        h.state.validate()
+
+
+def test_marks_live_in_memory_only_a_restarted_scheduler_trusts_every_link() -> None:
+    h, _ = reading()
+    marked_e3(h)
+    snapshot = h.state.export_executors()
+    assert [r.link for r in snapshot.live] == [None, None, None]
+    restored = SchedulerState(LIMITS)
+    restored.restore(snapshot, [], [], None)
+    view = restored.executor(E3)
+    assert view is not None and view.slow_link_since is None and view.slow_link == ""
+
+
+def test_a_trial_not_found_slow_for_as_long_as_its_back_off_ends_trusted() -> None:
+    # Nothing reads e3 during its trial: no verdict from rates; once the trial
+    # lasted its back-off, e3 is trusted and a later mark starts over.
+    h, _ = reading()
+    marked_e3(h)
+    backoff = LIMITS.slow_link_backoff_s
+    assert link_logs(h.tick(2.0 + backoff)) == [(HealthChange.LINK_ON_TRIAL, E3)]
+    h.send(ExecutorHeartbeat, E3, "", ())
+    assert link_logs(h.tick(2.0 + 2 * backoff - 0.1)) == []
+    cmds = h.tick(2.0 + 2 * backoff)
+    assert link_logs(cmds) == [(HealthChange.LINK_HEALED, E3)]
+    assert "not found slow" in next(c.detail for c in cmds if isinstance(c, LogExecutorHealth))
+    view = h.state.executor(E3)
+    assert view is not None and view.slow_link == ""
+
+
+def test_a_producer_that_sent_nothing_is_not_marked() -> None:
+    # Its readers were busy on it for a second each and got no byte: a frozen
+    # or cut-off process in its last heard second, for the failure detector.
+    h, _ = reading()
+    rates_at(h, 1.5, 0.0)
+    assert link_logs(h.tick(2.0)) == []
+
+
+def test_a_reader_behind_a_marked_link_judges_no_other_producer() -> None:
+    # e3, marked, reads e1 at 2 MB/s and e2 at 50 (a rate limiter's burst let
+    # e2's small files through); e2 reads e1 fast but nothing else lately, so
+    # e3 alone would judge e1, and find it slow. A reader known to be behind a
+    # slow link judges no one: e1 is not marked (the lab saw this after a heal).
+    h, _ = reading()
+    marked_e3(h)
+    h.now = 13.0  # e2's reads of e3 are stale; e3's mark holds until 22
+    h.send(ExecutorHeartbeat, E1, "", ())
+    h.send(ExecutorHeartbeat, E2, "", (LinkSample(E1, 100 * MB, 1.0),))
+    samples = (LinkSample(E1, 2 * MB, 1.0), LinkSample(E2, 50 * MB, 1.0))
+    h.send(ExecutorHeartbeat, E3, "", samples)
+    assert link_logs(h.tick(13.5)) == []
+    view = h.state.executor(E1)
+    assert view is not None and view.slow_link_since is None

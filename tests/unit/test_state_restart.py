@@ -44,6 +44,7 @@ from mangonel.scheduler.persist import StateWriter, decode, encode
 from mangonel.scheduler.state import ExecutorState, JobState, SchedulerState
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, JobRecord
+from mangonel.scheduler.state_revival import StoredRevivals
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import ExecutorInfo, FetchFailed, ReleaseOutputs
 
@@ -65,7 +66,8 @@ def restarted(h: Harness) -> Harness:
     new.now, new.last_id = h.now, h.last_id
     new.state = SchedulerState(old.limits)
     executors = decode(encode(old.export_executors()), RegistrySnapshot)
-    new.state.restore(executors, jobs, finished, old.no_executor_since)
+    revivals = decode(encode(old.export_revivals()), StoredRevivals)
+    new.state.restore(executors, jobs, finished, old.no_executor_since, revivals)
     return new
 
 

@@ -20,6 +20,7 @@ from test_state_machine import (
     started,
     three_stage_plan,
 )
+from test_state_restart import restarted
 
 from mangonel.ids import ExecutorId, TaskAttemptId, TaskId
 from mangonel.scheduler.events import (
@@ -34,6 +35,7 @@ from mangonel.scheduler.events import (
     LogExecutorHealth,
     LossReason,
     ResumeExecutor,
+    SchedulerRecovered,
 )
 from mangonel.scheduler.state import ExecutorState, JobState
 from mangonel.scheduler.state_revival import MAX_REVIVALS
@@ -363,3 +365,32 @@ def test_a_task_running_on_an_executor_that_comes_back_is_not_charged_its_loss()
     assert launches(h.register(E2, 1)) == [("e2", "j1/s1/p0/a2")]
     failed = h.fail(att(1, 0, 2), E2, ExecutionError("out of memory"))
     assert any(isinstance(c, JobFailed) for c in failed), failed
+
+
+def test_an_executor_lost_before_a_scheduler_restart_is_revived_after_it() -> None:
+    # What a lost executor left is kept in the store (``StoredRevivals``): the
+    # restarted scheduler revives it as the one that lost it would have.
+    h = Harness()
+    h.register(E1, 4)
+    h.submit(three_stage_plan(maps=2, reducers=1))
+    finish_maps(h, {0: E1, 1: E1})
+    h.now = 20.0
+    h.lose(E1, LossReason.HEARTBEAT_TIMEOUT)
+    assert recomputed(h) == [2, 0, 0]
+    r = restarted(h)
+    r.send(SchedulerRecovered)
+    r.now = 22.0
+    files = held(r, E1, att(1, 0), att(1, 1))
+    assert come_back(r, E1, files) == [
+        came_back(
+            r,
+            E1,
+            "lost (heartbeat timeout) but alive; it goes on under its id with the 4 file(s) "
+            "it holds",
+        ),
+        ResumeExecutor(r.last_id, E1),
+    ]
+    assert launches(r.send(ExecutorConnected, E1)) == [("e1", "j1/s2/p0/a1")]
+    assert recomputed(r) == [0, 0, 0]
+    # Revived once: the count went through the store too.
+    assert r.state.export_revivals().count == {E1: 1}

@@ -530,6 +530,11 @@ def _why(e: ExecutorStatus) -> str:
     if e.state in (ExecutorState.ALIVE, ExecutorState.DRAINING) and e.heartbeat_age_s >= 2:
         silent = f"silent for {e.heartbeat_age_s:.0f} s"
         return " - ".join(x for x in (silent, e.detail) if x)
+    if e.state is ExecutorState.ALIVE and e.slow_link_since is not None:
+        since = time.strftime("%H:%M:%S", time.localtime(e.slow_link_since))
+        until = time.strftime("%H:%M:%S", time.localtime(e.slow_link_until or 0.0))
+        mark = f"slow link since {since}: no new task until {until}"
+        return " - ".join(x for x in (mark, e.slow_link) if x)
     return " - ".join(x for x in (e.reason, e.detail) if x)
 
 

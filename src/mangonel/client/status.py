@@ -147,6 +147,12 @@ class ExecutorStatus:
     """Seconds since the scheduler last heard from it (alive or draining)."""
     unhealthy: str = ""
     """Why it takes no task now (its work directory is full); empty when it may."""
+    slow_link_since: float | None = None
+    """Since when it is marked behind a slow link (no new task of any job until
+    ``slow_link_until``, its outputs still served); ``None`` when it is not."""
+    slow_link_until: float | None = None
+    slow_link: str = ""
+    """Why it is marked (or was, while it is tried again); empty while trusted."""
 
 
 @dataclass(frozen=True)
@@ -241,6 +247,9 @@ def executor_from_proto(msg: pb.ExecutorStatus) -> ExecutorStatus:
         running_tasks=msg.running_tasks,
         heartbeat_age_s=msg.heartbeat_age_s,
         unhealthy=msg.unhealthy,
+        slow_link_since=msg.slow_link_since or None,
+        slow_link_until=msg.slow_link_until or None,
+        slow_link=msg.slow_link,
     )
 
 

@@ -331,7 +331,11 @@ class SchedulerCore:
                 self.catalog.put(table)
             self._jobs.update(found.watches)
             self._state.restore(
-                snap.executors, found.running, found.finished, snap.meta.no_executor_since
+                snap.executors,
+                found.running,
+                found.finished,
+                snap.meta.no_executor_since,
+                snap.revivals,
             )
             if found.puts or found.deletes:
                 self._write(found.puts, found.deletes)

@@ -61,6 +61,15 @@ class HealthChange(enum.Enum):
     SLOW_LINK = "slow link, a job stops reading it"
     """Readers of its outputs get a small share of the others' rate: a job
     makes its outputs again elsewhere and stops using it (``state_links``)."""
+    LINK_MARKED = "slow link, no new task of any job for a while"
+    """Its readers get a small share of the others' rate from it: no job places
+    a task on it until its back-off ends (``state_link_marks``)."""
+    LINK_ON_TRIAL = "slow link's back-off over, tried again"
+    """Its back-off ended: it takes tasks again, and the rates of its next
+    fetches decide whether it is marked again."""
+    LINK_HEALED = "link fast again"
+    """On trial, its readers found it as fast as the others: trusted, its
+    back-off starts from the beginning again."""
     CAME_BACK = "came back after it was lost"
     """A false loss: an executor declared lost asked to resume its id, alive
     (``scheduler.state_revival``); counted (``false_losses_total``)."""
@@ -370,6 +379,10 @@ class Limits:
     slow_link_ratio: float = defaults.SLOW_LINK_RATIO
     """A producer whose readers get under ``1 / slow_link_ratio`` of the others'
     rate is slow (``state_links``, with ``speculation``); 0: never."""
+    slow_link_backoff_s: float = defaults.SLOW_LINK_BACKOFF_S
+    """How long an executor marked behind a slow link gets no new task before
+    its trial, doubled for each mark in a row up to ``SLOW_LINK_BACKOFF_CAP``
+    times (``state_link_marks``)."""
     exclusion_failures: int = defaults.EXCLUSION_FAILURES
     """Distinct tasks failing on one executor (execution errors only) within
     ``exclusion_window_s`` that exclude it from new tasks for ``exclusion_s``;
@@ -407,6 +420,10 @@ class Limits:
         if self.slow_link_ratio != 0 and self.slow_link_ratio <= 1:
             raise ValueError(
                 f"slow_link_ratio must be over 1, or 0 (never), got {self.slow_link_ratio:g}"
+            )
+        if self.slow_link_backoff_s <= 0:
+            raise ValueError(
+                f"slow_link_backoff_s must be over 0, got {self.slow_link_backoff_s:g}"
             )
         if self.speculation_min_s < 0 or self.exclusion_window_s < 0 or self.exclusion_s < 0:
             raise ValueError("speculation_min_s, exclusion_window_s and exclusion_s must be >= 0")

@@ -116,6 +116,9 @@ class SchedulerConfig:
         slow_link_ratio: With speculation, a job stops reading an executor its
             readers get under 1/ratio of the others' rate from, when remaking its
             outputs elsewhere is sooner (``state_links``); 0: never.
+        slow_link_backoff_s: An executor marked behind a slow link gets no new
+            task for this long, doubled for each mark in a row
+            (``state_link_marks``).
         exclusion_failures: Distinct tasks failing on one executor within
             ``exclusion_window_s`` that exclude it for ``exclusion_s``; 0: never.
         exclusion_window_s: Seconds over which those failures are counted.
@@ -186,6 +189,7 @@ class SchedulerConfig:
     speculation_multiplier: float = defaults.SPECULATION_MULTIPLIER
     speculation_min_s: float = defaults.SPECULATION_MIN_S
     slow_link_ratio: float = defaults.SLOW_LINK_RATIO
+    slow_link_backoff_s: float = defaults.SLOW_LINK_BACKOFF_S
     exclusion_failures: int = defaults.EXCLUSION_FAILURES
     exclusion_window_s: float = defaults.EXCLUSION_WINDOW_S
     exclusion_s: float = defaults.EXCLUSION_S

@@ -18,6 +18,9 @@ dataclasses, so the store holds the same types the state machine uses)::
                            result's locations, whether the client read it, where
                            it ran (once it finished)
     executors              RegistrySnapshot: live executors and the recent lost ones
+    revivals               StoredRevivals: what lost executors that may come back
+                           held, so one lost before a restart is revived after it
+                           (``state_revival``; absent in older stores: none)
     meta                   StoredMeta: scheduler-wide state (since when no executor lives)
 
 One task event therefore writes the one task's key and the job's small head,
@@ -50,6 +53,7 @@ from mangonel.ids import JobId, StageId, TaskId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.state_executors import ExecutorRecord, RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, StageProgress
+from mangonel.scheduler.state_revival import StoredRevivals
 from mangonel.scheduler.state_stages import TaskRecord, TaskState
 from mangonel.scheduler.store import StateStore
 from mangonel.task import PartitionLocation
@@ -146,6 +150,7 @@ class Snapshot:
     outcome without its plan): recovery deletes them."""
     executors: RegistrySnapshot | None = None
     meta: StoredMeta = field(default_factory=StoredMeta)
+    revivals: StoredRevivals | None = None
 
     @property
     def empty(self) -> bool:
@@ -170,7 +175,8 @@ def task_key(job: JobId, stage: StageId, partition: int) -> str:
 
 EXECUTORS_KEY = "executors"
 META_KEY = "meta"
-_CACHED = frozenset({EXECUTORS_KEY})
+REVIVALS_KEY = "revivals"
+_CACHED = frozenset({EXECUTORS_KEY, REVIVALS_KEY})
 """Keys whose objects are never changed once given to ``StateWriter.commit``."""
 
 
@@ -234,6 +240,8 @@ def read_snapshot(
                 snap.executors = decoder(text, RegistrySnapshot)
             elif key == META_KEY:
                 snap.meta = decoder(text, StoredMeta)
+            elif key == REVIVALS_KEY:
+                snap.revivals = decoder(text, StoredRevivals)
             else:
                 raise ValueError("unknown key")
         except Exception as exc:
@@ -371,6 +379,8 @@ class PersistedState(Protocol):
 
     def export_executors(self) -> RegistrySnapshot: ...
 
+    def export_revivals(self) -> StoredRevivals: ...
+
     @property
     def no_executor_since(self) -> float | None: ...
 
@@ -412,6 +422,7 @@ def state_changes(
         elif jid in known:  # forgotten (``ForgetJob``)
             deletes.extend(job_keys(jid))
     puts[EXECUTORS_KEY] = state.export_executors()
+    puts[REVIVALS_KEY] = state.export_revivals()
     puts[META_KEY] = StoredMeta(state.no_executor_since)
     return puts, deletes
 
@@ -481,7 +492,7 @@ class StateWriter:
         fits_ops = max_ops is None or len(puts) + len(deletes) <= max_ops
         if fits_ops and (max_bytes is None or size <= max_bytes):
             return [(puts, deletes)]
-        last = (EXECUTORS_KEY, META_KEY)  # scheduler-wide documents go last
+        last = (EXECUTORS_KEY, REVIVALS_KEY, META_KEY)  # scheduler-wide documents go last
         # Puts before deletes: a finishing job's ``outcome`` is written before its
         # ``progress`` and task keys go (a job of hundreds of tasks needs several
         # commits for them), so a crash between the commits leaves both, and the

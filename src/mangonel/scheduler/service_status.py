@@ -149,4 +149,7 @@ def executor_status(entry: ExecutorListing, now: float, hosts: bool = True) -> p
         running_tasks=view.running,
         heartbeat_age_s=max(0.0, now - view.last_heartbeat) if entry.usable else 0.0,
         unhealthy=unhealthy if hosts or not unhealthy else HIDDEN_UNHEALTHY,
+        slow_link_since=view.slow_link_since or 0.0,
+        slow_link_until=view.slow_link_until or 0.0,
+        slow_link=view.slow_link if hosts else "",
     )

@@ -86,7 +86,9 @@ What each event does, in one place:
 * slow links: heartbeats carry what each executor's fetches received from each
   peer (``LinkRates``); on a ``Tick``, a job reading a producer so slow that
   making its outputs again elsewhere finishes sooner stops using it
-  (``state_links``, with ``Limits.speculation``).
+  (``state_links``, with ``Limits.speculation``), and the producer is marked
+  for the cluster: no job places a new task on it until its back-off ends,
+  then it is tried again (``state_link_marks``).
 * stragglers: on a ``Tick``, once ``Limits.speculation_quantile`` of a stage's
   tasks are done, an attempt that has run ``speculation_multiplier`` times their
   median (and ``speculation_min_s``) gets one copy on another executor
@@ -114,7 +116,8 @@ rules live in its parts, one module each, each its base class:
 * ``state_lifecycle.Lifecycle``: a job's start, end and forgetting; commits;
 * ``state_placement.Placement``: which task runs where; stragglers' copies;
 * ``state_health.Health``: timeouts, drains, exclusions on a ``Tick``;
-* ``state_links.LinkRelief``: slow links, on a ``Tick``.
+* ``state_links.LinkRelief``: slow links, on a ``Tick``;
+* ``state_link_marks.LinkMarks``: the cluster's memory of slow links, on a ``Tick``.
 
 Why it is still over 600 lines: about 120 of them are this docstring, the one
 place that says what every event does.
@@ -180,10 +183,11 @@ from mangonel.scheduler.state_gray import (
 from mangonel.scheduler.state_health import Health
 from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, JobRecord
 from mangonel.scheduler.state_lifecycle import Lifecycle
+from mangonel.scheduler.state_link_marks import LinkMarks
 from mangonel.scheduler.state_links import LinkRates, LinkRelief
 from mangonel.scheduler.state_placement import Placement
 from mangonel.scheduler.state_recovery import Loss, Recovery, Step, is_running
-from mangonel.scheduler.state_revival import Left, Revivals
+from mangonel.scheduler.state_revival import Left, Revivals, StoredRevivals
 from mangonel.scheduler.state_stages import PENDING, Done, Running, TaskRecord
 from mangonel.scheduler.state_views import (
     ExecutorState,
@@ -252,7 +256,7 @@ def _job_of(item: Event | Command) -> JobId | None:
     return None
 
 
-class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief):
+class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMarks):
     """All of the scheduler's job, stage, task and executor state.
 
     Args:
@@ -349,6 +353,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief):
             case Tick():
                 self._tick(step)
                 self._relieve_slow_links(step)
+                self._mark_slow_links(step)
             case SchedulerRecovered():
                 self._recovered(step)
             case _:
@@ -360,6 +365,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief):
             self._copy_slow_readers(step)
         self._complete_drains(step)
         self._forget_settled(step)
+        self._executors.settle_marks()
         self._touched = self._jobs_touched(event, step)
         return step.commands
 
@@ -418,6 +424,12 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief):
         (or its speculative copy) runs there now. Any other report is stale and
         ``handle`` ignores it; telemetry counts reports by the same rule."""
         return self._current(attempt, executor) is not None
+
+    @property
+    def slow_link_marks_hold(self) -> bool:
+        """Whether executors marked behind a slow link take no new task now
+        (``ExecutorRegistry.marks_hold``: some unmarked executor would)."""
+        return self._executors.marks_hold
 
     def awaits(self, executor: ExecutorId) -> bool:
         """Whether ``executor`` is live but has not reattached since a restart."""
@@ -531,6 +543,11 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief):
     def export_executors(self) -> RegistrySnapshot:
         return self._executors.snapshot()
 
+    def export_revivals(self) -> StoredRevivals:
+        """What the store keeps of the lost executors that may come back
+        (``state_revival``), the same object until it changes."""
+        return self._revivals.export()
+
     @property
     def no_executor_since(self) -> float | None:
         return self._no_executor_since
@@ -541,6 +558,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief):
         jobs: list[JobRecord],
         finished: list[FinishedJob],
         no_executor_since: float | None,
+        revivals: StoredRevivals | None = None,
     ) -> None:
         """Load what ``scheduler.persist`` stored; then handle ``SchedulerRecovered``.
 
@@ -556,6 +574,14 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief):
         for done in sorted(finished, key=lambda f: f.view.finished or 0.0):
             self._finished[done.view.id] = done
         self._no_executor_since = no_executor_since
+        if revivals is not None:
+            registry = self._executors
+
+            def lost(e: ExecutorId) -> bool:
+                view = registry.view(e)
+                return view is not None and view.state is ExecutorState.LOST
+
+            self._revivals = Revivals.restored(revivals, lost, registry.is_live)
 
     # ---------------------------------------------------------------------- tasks
 
@@ -748,7 +774,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief):
             step.commands.append(RefuseStream(step.cause, event.executor))
             return
         rec, offer = back
-        left = self._revivals.returning.pop(rec.id, None)
+        left = self._revivals.arrived(rec.id)
         if left is not None:
             self._restore_left(rec.id, left, offer.held, step)
         self._reattached(rec, offer.held, step)

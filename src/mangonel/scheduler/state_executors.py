@@ -47,6 +47,14 @@ it gets no new task, and stays alive. ``state_liveness`` owns those rules, and
 the registry's ``isolated_since`` (most executors suspected at once: the
 scheduler takes itself for cut off).
 
+An ALIVE executor may also be *marked behind a slow link* (``ExecutorRecord.link``,
+``state_link_marks``): its readers get a small share of the others' rate
+from it, so no job places a new task on it until its back-off ends; then it
+is on trial (it takes tasks again, and the rates of its next fetches decide).
+It keeps its running attempts and serves its outputs. The marks hold only
+while some other executor takes tasks (``marks_hold``): never does a mark
+leave no executor to run work. In memory only, like exclusions.
+
 LOST is final, but for one way back: an executor lost for silence or a broken
 stream that comes back alive may be revived (``revive``: ALIVE again, awaiting
 its stream, as after a restart), when ``state_revival`` finds it worth its id.
@@ -80,6 +88,29 @@ class Resume:
     """Paths of the output files it still has."""
     held_jobs: tuple[JobId, ...]
     """Jobs it has files of (those of jobs that ended meanwhile are released)."""
+
+
+@dataclass(frozen=True)
+class LinkMarked:
+    """Marked behind a slow link (the breaker open): no new task until ``until``."""
+
+    since: float
+    until: float
+    marks: int
+    """Marks in a row, this one included (the back-off doubled ``marks - 1`` times)."""
+    why: str
+
+
+@dataclass(frozen=True)
+class LinkOnTrial:
+    """Its back-off over (the breaker half open): it takes tasks again, and the
+    rates its readers measure from ``since`` on decide whether it is marked
+    again (``marks + 1``) or trusted."""
+
+    since: float
+    marks: int
+    why: str
+    """Why it was marked."""
 
 
 @dataclass
@@ -127,6 +158,8 @@ class ExecutorRecord:
     """Quarantined (a flapping link): no new task until then, its outputs still served."""
     quarantine: str = ""
     """Why it is, or last was, quarantined."""
+    link: LinkMarked | LinkOnTrial | None = None
+    """Behind a slow link (``state_link_marks``); ``None``: its link is trusted."""
     registry: ExecutorRegistry | None = field(default=None, repr=False, compare=False)
     """The registry that holds it; not stored. A change of a stored field (one
     ``RegistrySnapshot`` keeps) or of its rank is made by the registry's own
@@ -149,7 +182,16 @@ class ExecutorRecord:
 
     @property
     def takes_tasks(self) -> bool:
-        """Whether it is given new tasks when a slot of it is free: alive, not
+        """Whether it is given new tasks when a slot of it is free: it would
+        (``would_take_tasks``), and is not marked behind a slow link while the
+        marks hold (``ExecutorRegistry.marks_hold``)."""
+        return self.would_take_tasks and not (
+            type(self.link) is LinkMarked and self.registry is not None and self.registry.marks_hold
+        )
+
+    @property
+    def would_take_tasks(self) -> bool:
+        """Whether it takes new tasks, a slow-link mark aside: alive, not
         awaiting its reattachment, healthy, neither excluded nor distrusted
         (suspected or quarantined)."""
         return not (
@@ -193,6 +235,9 @@ class ExecutorRecord:
             suspected_since=self.suspected_since,
             quarantined_until=self.quarantined_until,
             quarantine=self.quarantine,
+            slow_link_since=self.link.since if type(self.link) is LinkMarked else None,
+            slow_link_until=self.link.until if type(self.link) is LinkMarked else None,
+            slow_link=self.link.why if self.link is not None else "",
         )
 
 
@@ -212,7 +257,7 @@ class RegistrySnapshot:
 _UNSTORED = frozenset(
     {"running", "last_heartbeat", "resuming", "failures", "excluded_until", "exclusion",
      "slowness", "slow", "registry", "arrivals", "suspected_since", "gaps",
-     "quarantined_until", "quarantine"}
+     "quarantined_until", "quarantine", "link"}
 )  # fmt: skip
 """``ExecutorRecord`` fields a ``RegistrySnapshot`` leaves out."""
 
@@ -235,6 +280,11 @@ class ExecutorRegistry:
         self.isolation_ended: float | None = None
         """When the last isolation ended (the executors silent since before get
         one more timeout to be heard)."""
+        self.marks_hold = False
+        """Whether executors marked behind a slow link take no task: some other
+        executor would take one (``settle_marks``)."""
+        self._marked: set[ExecutorId] = set()
+        """Live executors marked behind a slow link (``LinkMarked``)."""
         self._connecting: dict[ExecutorId, ExecutorRecord] = {}
         self._live: dict[ExecutorId, ExecutorRecord] = {}
         self._lost: OrderedDict[ExecutorId, ExecutorRecord] = OrderedDict()
@@ -355,14 +405,19 @@ class ExecutorRegistry:
                 del self._held[job]
 
     def alive_slots(self) -> int:
-        """Slots of the alive executors (busy or not; draining ones and those
-        awaiting their reattachment left out): the cluster's size as a job's
-        share of it is counted."""
+        """Slots of the alive executors (busy or not; draining ones, those
+        awaiting their reattachment and those a slow-link mark bars left out):
+        the cluster's size as a job's share of it is counted."""
         return sum(
             r.info.slots
             for r in self._live.values()
-            if r.state is ExecutorState.ALIVE and not r.awaiting
+            if r.state is ExecutorState.ALIVE and not r.awaiting and not self._barred(r)
         )
+
+    def _barred(self, rec: ExecutorRecord) -> bool:
+        """Whether ``rec`` is marked behind a slow link and the marks hold: no
+        job places a task on it, so it is no part of the cluster's size."""
+        return self.marks_hold and type(rec.link) is LinkMarked
 
     def parallel_slots(self) -> int:
         """How many tasks the alive executors run at full speed at once: on each
@@ -377,7 +432,7 @@ class ExecutorRegistry:
         """
         hosts: dict[str, list[ExecutorInfo]] = {}
         for r in self._live.values():
-            if r.state is ExecutorState.ALIVE and not r.awaiting:
+            if r.state is ExecutorState.ALIVE and not r.awaiting and not self._barred(r):
                 hosts.setdefault(r.info.host, []).append(r.info)
         total = 0
         for infos in hosts.values():
@@ -504,6 +559,39 @@ class ExecutorRegistry:
             if rec.awaiting and rec.suspected_since is not None:
                 raise StateInvariantError(
                     "executor-health", f"executor {rec.id} awaits its reattachment and is suspected"
+                )
+        marked = {e for e, r in self._live.items() if type(r.link) is LinkMarked}
+        fresh = bool(marked) and any(
+            r.would_take_tasks for e, r in self._live.items() if e not in marked
+        )
+        if self._marked != marked or self.marks_hold != fresh:
+            raise StateInvariantError(
+                "slow-link-marks",
+                f"marked {sorted(self._marked)}, the records say {sorted(marked)}; marks "
+                f"hold {self.marks_hold}, a fresh look says {fresh}",
+            )
+        for rec in [*self._connecting.values(), *self._lost.values()]:
+            if rec.link is not None:
+                raise StateInvariantError(
+                    "slow-link-marks", f"executor {rec.id} ({rec.state.name}) has a link mark"
+                )
+        for eid, rec in self._live.items():
+            link = rec.link
+            if not isinstance(link, LinkMarked):
+                if isinstance(link, LinkOnTrial) and link.marks < 1:
+                    raise StateInvariantError(
+                        "slow-link-marks", f"executor {eid} is on trial after no mark"
+                    )
+                continue
+            if (
+                link.marks < 1
+                or link.until <= link.since
+                or (self.marks_hold and rec.free_slots != 0)
+            ):
+                raise StateInvariantError(
+                    "slow-link-marks",
+                    f"executor {eid} is marked ({link}) and still takes tasks while the "
+                    f"marks hold, or its mark is malformed",
                 )
         if self.isolated_since is not None and len(self._live) < 2:
             raise StateInvariantError(
@@ -651,12 +739,39 @@ class ExecutorRegistry:
         rec.detail = detail
         rec.awaiting, rec.resuming = False, None
         rec.suspected_since = rec.quarantined_until = None
+        rec.link = None
+        self._marked.discard(executor)
         if len(self._live) < 2:
             self.isolated_since = None  # too few left to be silent "at once"
         self._lost[executor] = rec
         while len(self._lost) > self._keep_lost:
             self._lost.popitem(last=False)
         return running
+
+    def set_link(self, rec: ExecutorRecord, link: LinkMarked | LinkOnTrial | None) -> None:
+        """``rec``'s link is marked slow, on trial, or trusted (``state_link_marks``)."""
+        rec.link = link
+        if type(link) is LinkMarked:
+            self._marked.add(rec.id)
+        else:
+            self._marked.discard(rec.id)
+        self.settle_marks()
+
+    def marked(self) -> list[ExecutorRecord]:
+        """Live executors marked behind a slow link, in no particular order."""
+        return [self._live[e] for e in self._marked]
+
+    def settle_marks(self) -> bool:
+        """Decide whether the slow-link marks hold now: only while an executor
+        that is not marked would take tasks (``would_take_tasks``), so that a
+        mark never leaves no executor to run work (every one marked, or the
+        others lost, distrusted, excluded). Cheap: nothing to do with no mark,
+        and the first unmarked taker ends the look. Returns ``marks_hold``."""
+        marked = self._marked
+        self.marks_hold = bool(marked) and any(
+            r.would_take_tasks for e, r in self._live.items() if e not in marked
+        )
+        return self.marks_hold
 
     def start(self, executor: ExecutorId, attempt: TaskAttemptId) -> None:
         rec = self._live[executor]
@@ -720,6 +835,7 @@ class ExecutorRegistry:
                 gaps=[],
                 quarantined_until=None,
                 quarantine="",
+                link=None,
             )
             return copy
 

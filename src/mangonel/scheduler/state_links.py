@@ -75,6 +75,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -175,7 +176,12 @@ class LinkRates:
                 seen.at = now
                 seen.busy_s += s.busy_s
 
-    def compare(self, producer: ExecutorId, now: float) -> Compared | None:
+    def compare(
+        self,
+        producer: ExecutorId,
+        now: float,
+        ignoring: AbstractSet[ExecutorId] = frozenset(),
+    ) -> Compared | None:
         """How ``producer``'s fresh readers get it against the other producers
         they read: ``None`` when no reader measured it and another producer
         within ``FRESH_S``.
@@ -183,7 +189,9 @@ class LinkRates:
         Each reader compares it with its own other producers: what a reader
         gets is the lesser of the producer's outbound link and its own inbound
         one, so a reader behind a slow link of its own gets everyone slowly,
-        and judges nobody slow.
+        and judges nobody slow. Not always evenly (a peer's small files may
+        pass a rate limiter's burst): readers in ``ignoring``, known to be
+        behind a slow link (``state_link_marks``), do not judge at all.
         """
         readers = self._by_producer.get(producer)
         if not readers:
@@ -192,7 +200,7 @@ class LinkRates:
         others: list[float] = []
         busy = 0.0
         for reader, seen in readers.items():
-            if now - seen.at > FRESH_S:
+            if now - seen.at > FRESH_S or reader in ignoring:
                 continue
             elsewhere = [
                 other.rate
@@ -244,6 +252,11 @@ class LinkRates:
             if r != besides and now - s.at <= FRESH_S
         ]
         return statistics.median(rates) if rates else None
+
+    def forget(self, producer: ExecutorId) -> None:
+        """Drop what every reader measured from ``producer`` (a link on trial
+        is judged by its fetches from then on: ``state_link_marks``)."""
+        self._by_producer.pop(producer, None)
 
     def producers(self, now: float) -> list[ExecutorId]:
         """Producers measured within ``FRESH_S``; older measurements are
@@ -349,9 +362,17 @@ def slow_links(
     """The jobs to stop reading a slow producer, and which (see the module
     docstring): at most one producer per job and call, the one whose leaving
     saves the most. ``ratio``: ``Limits.slow_link_ratio``."""
-    # Heard from within ``HEARD_S``: a silent one is the failure detector's.
-    trusted = {r.id: r for r in executors if r.takes_tasks and now - r.last_heartbeat <= HEARD_S}
-    measured = {p: m for p in rates.producers(now) if (m := rates.compare(p, now)) is not None}
+    # Heard from within ``HEARD_S``: a silent one is the failure detector's. A
+    # producer marked slow for new tasks (``state_link_marks``) is still judged:
+    # a job that reads it gains as much by leaving it; its slots count for none.
+    trusted = {
+        r.id: r for r in executors if r.would_take_tasks and now - r.last_heartbeat <= HEARD_S
+    }
+    # A reader whose own link is marked slow judges no one (``LinkRates.compare``).
+    behind = {r.id for r in executors if r.link is not None}
+    measured = {
+        p: m for p in rates.producers(now) if (m := rates.compare(p, now, behind)) is not None
+    }
     found: list[SlowLink] = []
     for job in jobs:
         if job.state is not JobState.RUNNING or job.commit is not None:
@@ -359,14 +380,18 @@ def slow_links(
         best: SlowLink | None = None
         for producer, compared in measured.items():
             rate, fast, readers = compared.rate, compared.others, compared.readers
-            if compared.busy_s < MIN_EVIDENCE_S:
+            if compared.busy_s < MIN_EVIDENCE_S or rate <= 0:
+                # Nothing received over a busy second: a frozen or cut-off
+                # peer in its last heard second, the failure detector's.
                 continue
             if producer in job.excluded or producer not in trusted:
                 continue
             if rate * ratio > fast or not job.readers_of({producer}):
                 continue
             slots = sum(
-                r.info.slots for e, r in trusted.items() if e != producer and e not in job.excluded
+                r.info.slots
+                for e, r in trusted.items()
+                if e != producer and e not in job.excluded and r.takes_tasks
             )
             if slots <= 0:
                 continue  # never the job's last executor
@@ -465,9 +490,14 @@ def slow_readers(
                 for producer, nbytes in inputs.items():
                     if producer != running.executor:
                         mine = rates.seen_by(running.executor, producer, now) or reader.rate
-                        left_s += nbytes / mine
+                        left_s += nbytes / mine if mine > 0 else math.inf
                     theirs = rates.outbound(producer, now, besides=running.executor)
-                    copy_s += nbytes / (theirs or reader.others)
+                    fast = theirs or reader.others
+                    # Nothing received from a producer by anyone: a stall, the
+                    # failure detector's; a copy would wait on it as well.
+                    copy_s += nbytes / fast if fast > 0 else math.inf
+                if math.isinf(copy_s):
+                    continue
                 left_s -= now - running.started
                 if left_s - copy_s >= max(MIN_SAVING_S, 0.5 * copy_s):
                     found.append(SlowReader(job, rec, task, running, left_s, copy_s))

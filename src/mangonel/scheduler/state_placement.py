@@ -74,6 +74,8 @@ class Placement:
         operator's choice, so that a job arriving finds slots free at once
         however long the running tasks of the others are.
         """
+        # Whether slow-link marks hold follows every change of who takes tasks.
+        self._executors.settle_marks()
         least = self._executors.least_loaded()
         if least is None:
             return

@@ -24,9 +24,9 @@ counted and logged (``HealthChange.CAME_BACK``) whatever is decided next::
 
 **Revivable**: lost for silence or a broken stream (a process that exited, a
 drained executor or a holder its readers could not reach are not: the last
-would come back as unreachable as it left), noted at its loss by this life of
-the scheduler (``Left`` is memory only: after a restart, the resume handshake
-of ``state_executors`` applies), and revived fewer than ``MAX_REVIVALS`` times:
+would come back as unreachable as it left), noted at its loss (``Left``; kept
+in the store, ``StoredRevivals``, so an executor lost before a scheduler
+restart comes back after it as well), and revived fewer than ``MAX_REVIVALS`` times:
 a link that keeps dropping for longer than the timeout would otherwise cancel
 the same recomputes again and again. Past that it registers anew, as before.
 An executor that comes back when every job already did without it (the query
@@ -44,7 +44,15 @@ from mangonel.scheduler.events import LossReason
 from mangonel.scheduler.state_jobs import JobRecord
 from mangonel.scheduler.state_stages import Done, Pending, Running, TaskRecord
 
-__all__ = ["MAX_REVIVALS", "REVIVABLE", "Left", "Restored", "Revivals", "restore"]
+__all__ = [
+    "MAX_REVIVALS",
+    "REVIVABLE",
+    "Left",
+    "Restored",
+    "Revivals",
+    "StoredRevivals",
+    "restore",
+]
 
 REVIVABLE = frozenset({LossReason.CONNECTION_LOST, LossReason.HEARTBEAT_TIMEOUT})
 """Losses that may have been wrong about the process: it may come back."""
@@ -99,9 +107,24 @@ class Restored:
     """Of those, the ones whose recompute is running: cancel it first."""
 
 
+@dataclass(frozen=True)
+class StoredRevivals:
+    """What the store keeps of ``Revivals`` (``scheduler.persist``): a restarted
+    scheduler revives an executor lost before the restart as this life would."""
+
+    left: dict[ExecutorId, Left] = field(default_factory=dict)
+    returning: dict[ExecutorId, Left] = field(default_factory=dict)
+    count: dict[ExecutorId, int] = field(default_factory=dict)
+    charged: dict[ExecutorId, dict[JobId, list[TaskId]]] = field(default_factory=dict)
+
+
 @dataclass
 class Revivals:
-    """The lost executors that may come back, and how often each has."""
+    """The lost executors that may come back, and how often each has.
+
+    Changed only through its methods, each of which drops the cached
+    ``export``: most events change nothing here, and the shell writes the
+    document only when it is a new one."""
 
     left: dict[ExecutorId, Left] = field(default_factory=dict)
     """Lost executors that may come back, with what they held."""
@@ -113,19 +136,59 @@ class Revivals:
     """Lost executors that may come back, with the tasks whose running attempt on
     each was charged at its loss (``Limits.max_task_attempts``): should it come
     back alive, revived or not, the loss was not those tasks' doing (``refunds``)."""
+    _exported: StoredRevivals | None = field(default=None, repr=False, compare=False)
+
+    def export(self) -> StoredRevivals:
+        """What the store keeps, the same object until something changes."""
+        if self._exported is None:
+            self._exported = StoredRevivals(
+                dict(self.left),
+                dict(self.returning),
+                dict(self.count),
+                {e: {j: list(t) for j, t in by.items()} for e, by in self.charged.items()},
+            )
+        return self._exported
+
+    @classmethod
+    def restored(
+        cls,
+        stored: StoredRevivals,
+        lost: Callable[[ExecutorId], bool],
+        awaited: Callable[[ExecutorId], bool],
+    ) -> Revivals:
+        """The revivals a restarted scheduler goes on with: those of executors
+        still ``lost`` in its registry, and the returning ones it ``awaited``
+        (they reattach as every live executor does after a restart)."""
+        known = {e for e in stored.count if lost(e) or awaited(e)}
+        return cls(
+            left={e: left for e, left in stored.left.items() if lost(e)},
+            returning={e: left for e, left in stored.returning.items() if awaited(e)},
+            count={e: n for e, n in stored.count.items() if e in known},
+            charged={e: by for e, by in stored.charged.items() if lost(e)},
+        )
+
+    def arrived(self, executor: ExecutorId) -> Left | None:
+        """A revived executor's stream opened: what it left, to give back."""
+        left = self.returning.pop(executor, None)
+        if left is not None:
+            self._exported = None
+        return left
 
     def charge(self, executor: ExecutorId, reason: LossReason, job: JobId, task: TaskId) -> None:
         """``task``'s attempt on ``executor``, lost for ``reason``, was charged."""
         if reason in REVIVABLE:
             self.charged.setdefault(executor, {}).setdefault(job, []).append(task)
+            self._exported = None
 
     def refunds(self, executor: ExecutorId) -> dict[JobId, list[TaskId]]:
         """``executor`` came back alive: the charges its loss made, to take back."""
+        self._exported = None
         return self.charged.pop(executor, {})
 
     def note(self, executor: ExecutorId, reason: LossReason, left: Left) -> None:
         """``executor`` is lost for ``reason``, holding ``left`` (a revived one
         whose stream never opened left what it left before)."""
+        self._exported = None
         left = self.returning.pop(executor, None) or left
         if reason in REVIVABLE and self.count.get(executor, 0) < MAX_REVIVALS:
             self.left[executor] = left
@@ -139,6 +202,7 @@ class Revivals:
         left = self.left.pop(executor, None)
         if left is None:
             return False
+        self._exported = None
         self.count[executor] = self.count.get(executor, 0) + 1
         self.returning[executor] = left
         return True
@@ -148,6 +212,7 @@ class Revivals:
         for kept in (self.left, self.returning, self.count, self.charged):
             for executor in [e for e in kept if not known(e)]:
                 del kept[executor]
+                self._exported = None
 
 
 def restore(

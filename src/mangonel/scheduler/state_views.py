@@ -79,6 +79,13 @@ class ExecutorView:
     still served): until when."""
     quarantine: str = ""
     """Why it is (or last was) quarantined; empty if it never was."""
+    slow_link_since: float | None = None
+    """While it is marked behind a slow link (no new task of any job, its
+    outputs still served): since when; ``None`` otherwise."""
+    slow_link_until: float | None = None
+    """... and until when: then it is tried again."""
+    slow_link: str = ""
+    """Why it is marked, or was before its trial; empty while its link is trusted."""
 
 
 @dataclass(frozen=True)

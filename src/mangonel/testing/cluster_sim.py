@@ -403,6 +403,8 @@ class ClusterSim:
             self.known.discard(command.job)
         elif isinstance(command, LogExecutorHealth) and command.change is HealthChange.SLOW_LINK:
             self.result.faults["rule:slow-link"] += 1  # the rule acted (``state_links``)
+        elif isinstance(command, LogExecutorHealth) and command.change is HealthChange.LINK_MARKED:
+            self.result.faults["rule:slow-link-mark"] += 1  # ``state_link_marks``
 
     def connection_closed(self, executor: ExecutorId) -> None:
         self.emit(lambda i, t: ExecutorLost(i, t, executor, LossReason.CONNECTION_LOST))

@@ -122,10 +122,18 @@ class SimChecks:
                 sim.result.jobs_cancelled += 1
         elif isinstance(command, LaunchTask):
             view = sim.state.executor(command.executor)
+            # A mark behind a slow link bars new tasks only while the marks
+            # hold (some unmarked executor takes tasks: ``state_link_marks``).
+            marked = (
+                view is not None
+                and view.slow_link_since is not None
+                and sim.state.slow_link_marks_hold
+            )
             if (
                 view is None
                 or view.state is not SchedExecutorState.ALIVE
                 or (view.excluded_until is not None and view.excluded_until > now)
+                or marked
             ):
                 raise Violation(
                     "launch-on-live",
@@ -134,6 +142,11 @@ class SimChecks:
                     + (
                         f", excluded until {view.excluded_until}"
                         if view and view.excluded_until
+                        else ""
+                    )
+                    + (
+                        f", marked behind a slow link since {view.slow_link_since}"
+                        if marked and view
                         else ""
                     ),
                 )

@@ -330,7 +330,7 @@ def restored_from(
         elif stored.progress is not None:
             running.append(JobRecord.restore(stored.plan.plan, stored.progress))
     state = fresh()
-    state.restore(snap.executors, running, finished, snap.meta.no_executor_since)
+    state.restore(snap.executors, running, finished, snap.meta.no_executor_since, snap.revivals)
     return state
 
 

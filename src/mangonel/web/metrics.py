@@ -23,7 +23,8 @@ Metrics (all prefixed ``mangonel_``):
   ``launched``, and how they ended: ``won`` (finished first, their output
   kept) or ``lost`` (cancelled: the attempt they copied finished first);
 * ``executors_distrusted{executor,as}``: 1 for each executor now suspected
-  (its silence is improbable) or quarantined (a flapping link), by ``as``.
+  (its silence is improbable), quarantined (a flapping link) or marked behind
+  a slow link (``slow_link``: no new task until its back-off ends), by ``as``.
 * ``executors_excluded{executor}``: 1 for each executor now excluded from new
   tasks for failing them (the reason is on the web UI's executors page);
 * ``shuffle_bytes_written_total``: bytes of shuffle files reported by tasks;
@@ -145,7 +146,8 @@ class SchedulerCollector(Collector):
         yield excluded
         distrusted = GaugeMetricFamily(
             "mangonel_executors_distrusted",
-            "Executors now suspected (silent) or quarantined (a flapping link)",
+            "Executors now suspected (silent), quarantined (a flapping link) or marked "
+            "behind a slow link (no new task until its back-off ends)",
             labels=["executor", "as"],
         )
         for entry in core.executors():
@@ -153,6 +155,8 @@ class SchedulerCollector(Collector):
                 distrusted.add_metric([entry.view.id, "quarantined"], 1)
             elif entry.view.suspected_since is not None:
                 distrusted.add_metric([entry.view.id, "suspected"], 1)
+            elif entry.view.slow_link_since is not None:
+                distrusted.add_metric([entry.view.id, "slow_link"], 1)
         yield distrusted
         yield CounterMetricFamily(
             "mangonel_shuffle_bytes_written",

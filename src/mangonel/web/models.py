@@ -59,6 +59,21 @@ class ExecutorModel(BaseModel):
     quarantine: str = Field(
         default="", description="why it is (or last was) quarantined; empty if it never was"
     )
+    slow_link_since: float | None = Field(
+        default=None,
+        description="Unix time since which it is marked behind a slow link (its readers get "
+        "a small share of the others' rate from it): no new task of any job, its outputs "
+        "still served; null when it is not",
+    )
+    slow_link_until: float | None = Field(
+        default=None,
+        description="Unix time when its slow-link mark's back-off ends and it is tried again",
+    )
+    slow_link: str = Field(
+        default="",
+        description="why it is marked behind a slow link (or was, while on trial); empty "
+        "while its link is trusted",
+    )
 
 
 class JobSummary(BaseModel):

@@ -67,6 +67,9 @@ def executor_model(
         suspected_since=view.suspected_since,
         quarantined_until=view.quarantined_until,
         quarantine=view.quarantine,
+        slow_link_since=view.slow_link_since,
+        slow_link_until=view.slow_link_until,
+        slow_link=view.slow_link,
     )
 
 

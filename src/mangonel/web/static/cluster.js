@@ -15,6 +15,11 @@ function why(e) {
     return `<span class="reason">quarantined until ${esc(clock(e.quarantined_until))}</span>` +
       `<div class="detail">${esc(e.quarantine)}</div>`;
   }
+  if (e.slow_link_since && e.state === "alive") {
+    return `<span class="reason">slow link since ${esc(clock(e.slow_link_since))}</span>` +
+      `<div class="detail">no new task until ${esc(clock(e.slow_link_until))}: ` +
+      `${esc(e.slow_link)}</div>`;
+  }
   if (e.suspected_since) {
     return `<span class="reason">suspected since ${esc(clock(e.suspected_since))}</span>` +
       `<div class="detail">silent for ${e.heartbeat_age_s.toFixed(1)} s: no new task</div>`;
