@@ -186,6 +186,7 @@ from mangonel.scheduler.state_lifecycle import Lifecycle
 from mangonel.scheduler.state_link_marks import LinkMarks
 from mangonel.scheduler.state_links import LinkRates, LinkRelief
 from mangonel.scheduler.state_placement import Placement
+from mangonel.scheduler.state_probes import probe_targets
 from mangonel.scheduler.state_recovery import Loss, Recovery, Step, is_running
 from mangonel.scheduler.state_revival import Left, Revivals, StoredRevivals
 from mangonel.scheduler.state_stages import PENDING, Done, Running, TaskRecord
@@ -204,6 +205,7 @@ from mangonel.task import (
     FragmentRejected,
     LaunchTask,
     PartitionLocation,
+    ProbeTarget,
     QueryError,
     ReleaseOutputs,
 )
@@ -335,6 +337,8 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                 since = self._executors.heard_from(ex, t, event.unhealthy, beat=True)
                 if event.links:
                     self._links.observe(ex, event.links, t)
+                if event.probes:
+                    self._links.observe_probes(ex, event.probes, t)
                 if since is not None:
                     why = f"heard from again after {t - since:.1f} s of suspicion"
                     step.commands.append(
@@ -424,6 +428,10 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         (or its speculative copy) runs there now. Any other report is stale and
         ``handle`` ignores it; telemetry counts reports by the same rule."""
         return self._current(attempt, executor) is not None
+
+    def probe_targets(self, executor: ExecutorId, now: float) -> tuple[ProbeTarget, ...]:
+        """The peers ``executor`` is to probe the links from (``state_probes``)."""
+        return probe_targets(self._executors, executor, now)
 
     @property
     def slow_link_marks_hold(self) -> bool:
