@@ -7,6 +7,7 @@ and the server goes on serving.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,5 +104,27 @@ def test_without_security_a_probe_is_unsigned_and_a_peer_read_from_now_is_not_pr
         assert len(prober.probe_round()) == 1
         assert peer.refused == 0
         prober.close()
+    finally:
+        peer.shutdown()
+
+
+def test_a_pause_mid_stream_is_left_out_of_a_probes_time_and_a_slow_stream_is_not(
+    tmp_path: Path,
+) -> None:
+    peer = server(tmp_path / "peer", None, None)
+    batches = defaults.LINK_PROBE_BYTES // defaults.LINK_PROBE_BATCH_BYTES
+    try:
+        target = ProbeTarget(PEER, f"127.0.0.1:{peer.port}")
+        for gaps, expected_s in (
+            # Every batch 0.1 ms after the last, but one after a 1.5 s stop.
+            ([1e-4] * 7 + [1.5] + [1e-4] * (batches - 9), 1e-4 * (batches - 1)),
+            # A slow link: every batch 6.5 ms after the last (20 mbit).
+            ([6.5e-3] * (batches - 1), 6.5e-3 * (batches - 1)),
+        ):
+            prober = LinkProber(clock=iter([0.0, *itertools.accumulate(gaps)]).__next__)
+            got = prober.probe(target)
+            prober.close()
+            assert got is not None and got.bytes == COUNTED
+            assert got.busy_s == pytest.approx(expected_s)
     finally:
         peer.shutdown()

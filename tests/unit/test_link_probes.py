@@ -10,6 +10,7 @@ CPU that slows every probe a little, a link busy with jobs' bytes), while a
 
 from __future__ import annotations
 
+import doctest
 import math
 
 import pytest
@@ -17,6 +18,7 @@ from test_state_machine import E1, E2, E3, Harness, launches, three_stage_plan
 
 from mangonel import defaults
 from mangonel.ids import ExecutorId
+from mangonel.scheduler import state_probes
 from mangonel.scheduler.events import (
     Command,
     ExecutorHeartbeat,
@@ -26,6 +28,7 @@ from mangonel.scheduler.events import (
 )
 from mangonel.scheduler.state_links import PROBE_EVIDENCE, PROBE_MIN_S, LinkRates
 from mangonel.scheduler.state_probes import probe_targets
+from mangonel.security import tickets
 from mangonel.security.tickets import (
     MAX_PROBE_BYTES,
     PROBE_TICKET_TTL_S,
@@ -217,3 +220,8 @@ def test_a_probe_ticket_is_the_cluster_members_alone() -> None:
     for bad in (unsigned_probe(MAX_PROBE_BYTES + 1), b"probe:", b"probe:-1", b"probe:1e9"):
         with pytest.raises(TicketError):
             read_unsigned_probe(bad)
+
+
+def test_the_modules_examples_hold() -> None:
+    assert doctest.testmod(state_probes).failed == 0
+    assert doctest.testmod(tickets).failed == 0

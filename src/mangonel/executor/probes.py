@@ -10,10 +10,12 @@ carries the probes since the last one (``LinkSample``, one per probe) apart
 from the fetches' samples: the scheduler weighs them by rules of their own
 (``scheduler.state_links``, "Probes").
 
-A probe's rate leaves the call's latency out: its clock starts when the first
-batch arrives and stops at the last, and the first batch's bytes are not
-counted, so a peer slow to answer (a busy CPU, a pause) is not taken for a
-slow link as easily as a slow stream. A peer this executor is fetching from
+A probe is timed by the gaps between its batches' arrivals: its bytes after
+the first batch over the *median* gap times their number. The call's latency
+(a peer slow to answer) is left out, and so is a pause mid-stream (a CPU
+throttled or busy with tasks, a GC-like stop) that stretches one or two gaps:
+a slow link stretches every gap. (A rate limiter's burst lets the first
+batches through at once; the median is past them.) A peer this executor is fetching from
 now is not probed: the fetch measures the link, and a probe would share it.
 A probe that fails is not a sample (silence is the failure detector's); one
 cut off by its deadline counts what it received.
@@ -24,7 +26,9 @@ Thread-safe: the prober's thread probes, the heartbeat thread aims and takes.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -113,36 +117,34 @@ class LinkProber:
         return got
 
     def probe(self, target: ProbeTarget) -> LinkSample | None:
-        """One probe of ``target``: bytes after the first batch, over the time
-        from its arrival to the last's; ``None`` when it failed or brought one
-        batch only."""
+        """One probe of ``target``: bytes after the first batch, over the median
+        gap between arrivals times their number; ``None`` when it failed or
+        brought one batch only."""
         if self._signer is not None:
             ticket = self._signer.sign_probe(self.nbytes, self.prober)
         else:
             ticket = unsigned_probe(self.nbytes)
-        first = last = 0.0
-        nbytes = batches = 0
+        arrivals: list[float] = []
+        nbytes = 0
         try:
             reader = self._client(target.flight_address).do_get(
                 flight.Ticket(ticket), flight.FlightCallOptions(timeout=PROBE_TIMEOUT_S)
             )
             for chunk in reader:
-                now = self._clock()
-                batches += 1
-                if batches == 1:
-                    first = now
-                else:
+                arrivals.append(self._clock())
+                if len(arrivals) > 1:
                     nbytes += chunk.data.nbytes
-                last = now
         except flight.FlightTimedOutError:
             pass  # a very slow link: what arrived is the sample
         except (flight.FlightError, OSError) as exc:
             log.debug("link probe of %s failed: %s", target.executor, exc)
             self._drop_client(target.flight_address)
             return None
-        if batches < 2 or last <= first:
+        gaps = [b - a for a, b in itertools.pairwise(arrivals)]
+        busy = statistics.median(gaps) * len(gaps) if gaps else 0.0
+        if busy <= 0:
             return None
-        return LinkSample(target.executor, nbytes, last - first)
+        return LinkSample(target.executor, nbytes, busy)
 
     def close(self) -> None:
         with self._lock:
