@@ -29,7 +29,7 @@ after. Every answer is compared with single-process DuckDB's. Needs root
 Usage::
 
     sudo .venv/bin/python benchmarks/slow_link.py [--scale 1] [--rounds 3] \\
-        [--slowed-runs 3] [--backoff 10] [--settle 6] [--modes off,on,probes] \\
+        [--slowed-runs 3] [--backoff 10] [--settle 8] [--modes off,on,probes] \\
         [--json out.json]
 """
 
@@ -106,7 +106,7 @@ def main() -> int:
     parser.add_argument(
         "--settle",
         type=float,
-        default=3 * defaults.LINK_PROBE_INTERVAL_S,
+        default=4 * defaults.LINK_PROBE_INTERVAL_S,
         help="seconds between slowing the link and the first run: a few probe intervals "
         "(%(default)g)",
     )

@@ -84,11 +84,13 @@ What each event does, in one place:
 * beyond ``keep_finished_jobs`` settled finished jobs (failed, cancelled, or
   their result read), the oldest are forgotten: ``ForgetJob``.
 * slow links: heartbeats carry what each executor's fetches received from each
-  peer (``LinkRates``); on a ``Tick``, a job reading a producer so slow that
+  peer, and its link probes (``LinkRates``; the peers to probe are the answer
+  to a heartbeat, ``state_probes``); on a ``Tick``, a job reading a producer so slow that
   making its outputs again elsewhere finishes sooner stops using it
   (``state_links``, with ``Limits.speculation``), and the producer is marked
   for the cluster: no job places a new task on it until its back-off ends,
-  then it is tried again (``state_link_marks``).
+  then it is tried again (``state_link_marks``); probes alone may mark it
+  before a job reads over it, and decide its trial.
 * stragglers: on a ``Tick``, once ``Limits.speculation_quantile`` of a stage's
   tasks are done, an attempt that has run ``speculation_multiplier`` times their
   median (and ``speculation_min_s``) gets one copy on another executor

@@ -20,7 +20,8 @@ again, and pay again. So the verdict is kept for the cluster
                                      └─▶ marked, the back-off doubled
 
 * **Marked** (``LinkMarked``, the breaker open): its link probes find it
-  slow, or the same comparison as the job rule (``LinkRates.compare``: its readers get under
+  slow (see below), or the same comparison as the job rule
+  (``LinkRates.compare``: its readers get under
   ``1 / Limits.slow_link_ratio`` of what they get from the others, after
   ``MIN_EVIDENCE_S`` of reading, and it was heard from within ``HEARD_S``; and
   they received something: a peer that sends nothing is frozen or cut off,
@@ -37,10 +38,11 @@ again, and pay again. So the verdict is kept for the cluster
   tasks again, and what its readers measured before is forgotten
   (``LinkRates.forget``), so the fetches of its next outputs decide: slow
   again, it is marked again for twice as long; as fast as the others (with
-  ``MIN_EVIDENCE_S`` of reading), or not found slow for as long as its last
-  back-off lasted, it is trusted, and its next mark starts from the first
-  back-off. A trial costs at most the job that finds the link still slow,
-  once per back-off.
+  ``MIN_EVIDENCE_S`` of reading, or by its probes), or not found slow for as
+  long as its last back-off lasted, it is trusted, and its next mark starts
+  from the first back-off. With probes a trial is decided by them within a
+  few intervals, before a job need cross the link; without, it costs at most
+  the job that finds the link still slow, once per back-off.
 
 **Probes** (``executor.probes``, judged by ``LinkRates.probed``): each
 executor times small synthetic fetches from a few peers every
@@ -53,7 +55,7 @@ alone judge it; else its probes, by rules of their own against noise
 (``state_links``, "Probes").
 
 Memory only, like exclusions: a restarted scheduler trusts every link again,
-and marks a slow one again after one job's reading.
+and marks a slow one again after a few probes (or one job's reading).
 
 >>> backoff_s(1, 20.0), backoff_s(2, 20.0), backoff_s(9, 20.0)
 (20.0, 40.0, 160.0)
