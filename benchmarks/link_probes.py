@@ -13,11 +13,13 @@ and signed probe tickets (a cluster CA and secret made for the run). For
   batches times their number) at the median, 99th percentile and maximum,
   against ``state_links.PROBE_MIN_S``, below which no probe can find a link
   slow: the margin a healthy link keeps on this machine, at its present load
-  (``uptime`` is printed).
+  (``uptime`` is printed). With ``--busy N``, N processes spin on the CPU
+  meanwhile (a busy CPU: the false mark to fear), at this process's own
+  priority or, run under ``nice``, ahead of it.
 
 Usage::
 
-    .venv/bin/python benchmarks/link_probes.py [--probes 300] [--json out.json]
+    .venv/bin/python benchmarks/link_probes.py [--probes 300] [--busy 0] [--json out.json]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -94,17 +97,28 @@ def measure(root: Path, probes: int, secure: bool) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--probes", type=int, default=300, help="probes per case (300)")
+    parser.add_argument(
+        "--busy", type=int, default=0, help="processes spinning on the CPU meanwhile (0)"
+    )
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     load_before = os.getloadavg()
     rows = []
-    for secure in (False, True):
-        with tempfile.TemporaryDirectory(prefix="mangonel-probes-") as tmp:
-            rows.append(measure(Path(tmp), args.probes, secure))
+    spin = [sys.executable, "-c", "while True: pass"]
+    hogs = [subprocess.Popen(spin) for _ in range(args.busy)]
+    try:
+        for secure in (False, True):
+            with tempfile.TemporaryDirectory(prefix="mangonel-probes-") as tmp:
+                rows.append(measure(Path(tmp), args.probes, secure))
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
     load_after = os.getloadavg()
     print(
         f"{defaults.LINK_PROBE_BYTES // 1024} KiB probes over loopback, "
-        f"{args.probes} per case; load average before {load_before}, after {load_after}"
+        f"{args.probes} per case, {args.busy} process(es) spinning; "
+        f"load average before {load_before}, after {load_after}"
     )
     print(
         "| TLS | wall per probe | CPU per probe (both ends) | CPU share per executor "
@@ -119,7 +133,12 @@ def main() -> int:
             f"| {r['timed_ms_max']:.2f} ms | {r['probe_min_ms']:.0f} ms |"
         )
     if args.json:
-        out = {"load_before": load_before, "load_after": load_after, "rows": rows}
+        out = {
+            "busy": args.busy,
+            "load_before": load_before,
+            "load_after": load_after,
+            "rows": rows,
+        }
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
 
