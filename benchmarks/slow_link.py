@@ -1,22 +1,27 @@
-"""A slow link on the network lab: the run that learns it, the runs after, and
-the slow-link rules off, side by side.
+"""A slow link on the network lab: the first run after the link slowed, the runs
+after, with link probes, without, and the slow-link rules off, side by side.
 
-Two ``NetCluster``s at once (each: a scheduler, three two-slot executors and a
-client, every process on a host of its own; heartbeat timeout 3 s, executors'
-``--fetch-timeout 4``, speculation on; TPC-H at ``--scale``), one with
-``--slow-link-ratio 0`` (the rules and the marks off: the scheduler before
-them), one with the default ratio and ``--slow-link-backoff`` at ``--backoff``.
-Rounds alternate between them: in each, per query, a healthy run, then
-executor 0's link limited to 20 mbit (``tc``) for ``--slowed-runs`` runs in a
-row, then healed. The first of those is the run that *learns* the slow link
-(with the rules on, the scheduler marks it then); the later ones are the
-steady state. After the heal, the round waits until the scheduler trusts the
-link again (the mark's back-off, then a trial as long: ``state_link_marks``),
-so each round learns from the start.
+Up to three ``NetCluster``s at once (``--modes``; each: a scheduler, three
+two-slot executors and a client, every process on a host of its own; heartbeat
+timeout 3 s, executors' ``--fetch-timeout 4``, speculation on; TPC-H at
+``--scale``): ``off``, with ``--slow-link-ratio 0`` and no link probes (the
+rules and the marks off: the scheduler before them); ``on``, with the default
+ratio and ``--slow-link-backoff`` at ``--backoff``, no probes
+(``--link-probe-interval 0``: a link is known only once a job's fetches cross
+it); ``probes``, as ``on`` with the executors' link probes at the default
+interval. Rounds alternate between them: in each, per query, a healthy run,
+then executor 0's link limited to 20 mbit (``tc``), ``--settle`` seconds of
+waiting (a link that became slow a while ago: a few probe intervals), and
+``--slowed-runs`` runs in a row, then healed. The first of those is the first
+job that meets the slow link (without probes it learns it, and pays); the
+later ones are the steady state. After the heal, the round waits until the
+scheduler trusts the link again (the mark's back-off, then a trial:
+``state_link_marks``), so each round starts from a trusted link.
 
 Reported per query and cluster: the healthy median; the first and later runs'
 medians and their ratios to healthy; outputs recomputed and tasks placed on
-the slowed executor, first and later runs apart; executors lost; the marks and
+the slowed executor, first and later runs apart; whether the slowed executor
+was marked before the first run; executors lost; the marks and
 the job rule's actions from the scheduler's log; the load average before and
 after. Every answer is compared with single-process DuckDB's. Needs root
 (network namespaces).
@@ -24,7 +29,8 @@ after. Every answer is compared with single-process DuckDB's. Needs root
 Usage::
 
     sudo .venv/bin/python benchmarks/slow_link.py [--scale 1] [--rounds 3] \\
-        [--slowed-runs 3] [--backoff 10] [--json out.json]
+        [--slowed-runs 3] [--backoff 10] [--settle 8] [--modes off,on,probes] \\
+        [--json out.json]
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from helpers import (  # noqa: E402  (the test helpers live outside the package)
     tpch_query,
 )
 
+from mangonel import defaults  # noqa: E402
 from mangonel.testing.netclient import Answer  # noqa: E402
 from mangonel.testing.netcluster import NetCluster  # noqa: E402
 from mangonel.testing.netlab import NetLab  # noqa: E402
@@ -96,7 +103,18 @@ def main() -> int:
     parser.add_argument(
         "--backoff", type=float, default=10.0, help="--slow-link-backoff of the rules' cluster (10)"
     )
-    parser.add_argument("--modes", default="off,on", help="clusters: off, on or both (off,on)")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=4 * defaults.LINK_PROBE_INTERVAL_S,
+        help="seconds between slowing the link and the first run: a few probe intervals "
+        "(%(default)g)",
+    )
+    parser.add_argument(
+        "--modes",
+        default="off,on,probes",
+        help="clusters, any of off, on, probes (off,on,probes)",
+    )
     parser.add_argument("--work-dir", help="the labs' directory (default: a temporary one)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
@@ -109,7 +127,13 @@ def main() -> int:
     ref = duckdb_over(paths)
     expected = {q: ref.sql(tpch_query(q)).to_arrow_table() for q in QUERIES}
     root = Path(args.work_dir or tempfile.mkdtemp(prefix="mangonel-slow-link-"))
-    ratios = {"off": ("--slow-link-ratio", "0"), "on": ("--slow-link-backoff", str(args.backoff))}
+    no_probes = ("--link-probe-interval", "0")
+    scheduler_args = {
+        "off": ("--slow-link-ratio", "0"),
+        "on": ("--slow-link-backoff", str(args.backoff)),
+        "probes": ("--slow-link-backoff", str(args.backoff)),
+    }
+    executor_args = {"off": no_probes, "on": no_probes, "probes": ()}
     modes = [m for m in args.modes.split(",") if m]
     clusters: dict[str, NetCluster] = {}
     load_before = os.getloadavg()
@@ -120,8 +144,8 @@ def main() -> int:
                 executors=3,
                 slots=2,
                 heartbeat_timeout=3.0,
-                executor_args=("--fetch-timeout", "4"),
-                scheduler_args=ratios[mode],
+                executor_args=("--fetch-timeout", "4", *executor_args[mode]),
+                scheduler_args=scheduler_args[mode],
                 speculation=True,
             ).start()
             clusters[mode] = cluster
@@ -155,6 +179,14 @@ def main() -> int:
                     row["healthy_s"].append(healthy.elapsed_s)
                     cluster.lab.slow(cluster.executor_hosts[SLOW], RATE)
                     try:
+                        time.sleep(args.settle)
+                        found = cluster.client.status().executor(slow_ids[mode])
+                        known = found is not None and found.slow_link_since is not None
+                        print(
+                            f"round {r + 1} q{q} rules {mode}: link slowed {args.settle:g} s "
+                            f"before the first run; marked by then: {known}",
+                            flush=True,
+                        )
                         for i in range(args.slowed_runs):
                             answer = run(cluster, q)
                             kind = "first" if i == 0 else "later"
@@ -170,6 +202,7 @@ def main() -> int:
                                     "healthy_s": round(healthy.elapsed_s, 3),
                                     "recomputed": answer.result.outputs_recomputed,
                                     "tasks_on_slowed": on_slow,
+                                    "marked_before_first": known,
                                 }
                             )
                             print(
@@ -182,7 +215,7 @@ def main() -> int:
                             )
                     finally:
                         cluster.lab.heal(cluster.executor_hosts[SLOW])
-                    if mode == "on":
+                    if mode != "off":
                         limit = 2 * 8 * args.backoff + 30  # a back-off and a trial, capped
                         waited = wait_trusted(cluster, slow_ids[mode], limit)
                         print(f"  healed; trusted again after {waited:.1f} s", flush=True)
@@ -193,6 +226,8 @@ def main() -> int:
             "rounds": args.rounds,
             "slowed_runs": args.slowed_runs,
             "backoff_s": args.backoff,
+            "settle_s": args.settle,
+            "link_probe_interval_s": defaults.LINK_PROBE_INTERVAL_S,
             "load_before": load_before,
             "load_after": load_after,
             "runs": runs,
@@ -213,6 +248,7 @@ def main() -> int:
                     "runs": len(these),
                     "recomputed": sum(x["recomputed"] for x in these),
                     "tasks_on_slowed": sum(x["tasks_on_slowed"] for x in these),
+                    "marked_before_first": sum(x["marked_before_first"] for x in these),
                 }
             out[key] = {**row, **summary}
         for mode, cluster in clusters.items():
@@ -227,10 +263,12 @@ def main() -> int:
             }
         print()
         print(
-            f"| query | rules | healthy (median) | {RATE}, first run (median) | ratio "
-            "| recomputed | later runs (median) | ratio | recomputed | tasks on the slowed |"
+            f"| query | rules | healthy (median) | {RATE} {args.settle:g} s on, first run (median) "
+            "| ratio "
+            "| recomputed | tasks on the slowed | later runs (median) | ratio | recomputed "
+            "| tasks on the slowed |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for key, row in out.items():
             if not key.startswith("q"):
                 continue
@@ -239,7 +277,7 @@ def main() -> int:
             print(
                 f"| {q} | {mode} | {row['healthy_median_s']:.2f} s "
                 f"| {first.get('median_s', 0):.2f} s | {first.get('ratio', 0):.2f}x "
-                f"| {first.get('recomputed', 0)} "
+                f"| {first.get('recomputed', 0)} | {first.get('tasks_on_slowed', 0)} "
                 f"| {later.get('median_s', 0):.2f} s | {later.get('ratio', 0):.2f}x "
                 f"| {later.get('recomputed', 0)} | {later.get('tasks_on_slowed', 0)} |"
             )

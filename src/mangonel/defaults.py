@@ -155,6 +155,23 @@ SLOW_LINK_BACKOFF_CAP = 8
 ``SLOW_LINK_BACKOFF_S`` (160 s with the default). A link slow for good costs
 one job on trial that often; a link that healed waits at most that long."""
 
+LINK_PROBE_INTERVAL_S = 2.0
+"""Seconds between an executor's rounds of link probes: small synthetic Flight
+fetches from a few peers (``executor.probes``), whose rates the scheduler judges
+links by before a job reads over them (``scheduler.state_link_marks``); 0: no probes."""
+
+LINK_PROBE_BYTES = 256 * 1024
+"""Bytes one link probe streams (in ``LINK_PROBE_BATCH_BYTES`` batches): at
+20 mbit about 0.1 s, past a rate limiter's burst; on a healthy link a few ms."""
+
+LINK_PROBE_BATCH_BYTES = 16 * 1024
+"""Bytes of each batch a probe streams: the first batch's arrival starts the
+clock, so a probe's rate leaves out the call's latency."""
+
+LINK_PROBE_PEERS = 2
+"""Peers each executor probes per round besides those marked or on trial
+(chosen by the scheduler, in turn): bounded cost on a big cluster."""
+
 EXCLUSION_FAILURES = 3
 """Distinct tasks that must fail for execution reasons on one executor within
 ``EXCLUSION_WINDOW_S`` before it is excluded from new tasks (0: never)."""

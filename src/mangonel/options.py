@@ -837,6 +837,17 @@ OPTIONS: tuple[Option, ...] = (
         metavar="S",
     ),
     Option(
+        "--link-probe-interval",
+        "link_probe_interval_s",
+        f"every S seconds, time a {defaults.LINK_PROBE_BYTES // 1024} KiB synthetic Flight "
+        "fetch from a few peers, one at a time, so the scheduler knows a slow link before "
+        "a job reads over it; 0: no probes (default %(default)g)",
+        _E,
+        type=float,
+        default=defaults.LINK_PROBE_INTERVAL_S,
+        metavar="S",
+    ),
+    Option(
         "--cleanup-interval",
         "cleanup_interval_s",
         "sweep the work dir for dead executors' files every S seconds (default %(default)g)",

@@ -490,6 +490,15 @@ class TaskTimings:
 
 
 @dataclass(frozen=True)
+class ProbeTarget:
+    """A peer an executor is to probe the link from (``executor.probes``), as the
+    scheduler names it in a heartbeat's answer."""
+
+    executor: ExecutorId
+    flight_address: str
+
+
+@dataclass(frozen=True)
 class LinkSample:
     """What one executor's Flight fetches received from one peer between two of
     its heartbeats: how fast that peer's outbound link serves it.

@@ -578,6 +578,9 @@ def test_result_tickets_are_signed_and_bound_to_the_session(
         (secure_cluster.log_dir / f"executor-{i}.log").read_text(errors="replace") for i in (0, 1)
     )
     assert logs.count("refused a Flight ticket") >= len(refusals)
+    # The executors' link probes of each other (every 2 s) carry tickets they
+    # signed with the cluster secret: none was refused.
+    assert "refused a link probe" not in logs
     assert session_hash("session-a") == claims.session
     check_query(secure_cluster, reference)
 

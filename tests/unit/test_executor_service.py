@@ -16,7 +16,7 @@ from mangonel.errors import ClusterError
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.failures import TaskFailedError, disk_full
 from mangonel.executor.hooks import NoHooks
-from mangonel.executor.link import ExecutorCommand, RegisterReply, Registration
+from mangonel.executor.link import ExecutorCommand, HeartbeatReply, RegisterReply, Registration
 from mangonel.executor.main import start_executor, stop_executor
 from mangonel.executor.service import INLINE_OUTPUT_BYTES, ExecutorService
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
@@ -103,11 +103,12 @@ class FakeLink:
         running_tasks: int,
         unhealthy: str = "",
         links: Sequence[LinkSample] = (),
-    ) -> bool:
+        probes: Sequence[LinkSample] = (),
+    ) -> HeartbeatReply:
         with self.lock:
             self.heartbeats.append((executor, running_tasks, time.monotonic()))
             self.health.append((unhealthy, len(self.reports)))
-            return self.known
+            return HeartbeatReply(self.known)
 
     def report_completed(
         self,

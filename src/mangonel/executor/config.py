@@ -83,6 +83,8 @@ class ExecutorConfig:
             receive nothing; a frozen peer then fails the fetch instead of
             hanging the task, and a slow one that keeps sending never does.
         fetch_retries: Tries of one Flight fetch before it is reported failed.
+        link_probe_interval_s: Seconds between rounds of link probes to the
+            peers the scheduler names (``executor.probes``); 0: no probes.
         drain_timeout_s: On SIGTERM the executor drains: it finishes its tasks
             and serves its outputs until the scheduler lets it go, for at most
             this long; then it exits anyway.
@@ -115,6 +117,7 @@ class ExecutorConfig:
     heartbeat_interval_s: float = 1.0
     fetch_timeout_s: float = defaults.FETCH_TIMEOUT_S
     fetch_retries: int = 3
+    link_probe_interval_s: float = defaults.LINK_PROBE_INTERVAL_S
     drain_timeout_s: float = defaults.DRAIN_TIMEOUT_S
     cleanup_interval_s: float = defaults.CLEANUP_INTERVAL_S
     faults_file: str | None = None
@@ -131,6 +134,10 @@ class ExecutorConfig:
             raise ValueError(f"cores must be at least 1, got {self.cores}")
         if self.fetch_timeout_s <= 0:
             raise ValueError(f"fetch_timeout_s must be positive, got {self.fetch_timeout_s}")
+        if self.link_probe_interval_s < 0:
+            raise ValueError(
+                f"link_probe_interval_s must be at least 0, got {self.link_probe_interval_s}"
+            )
         if self.fetch_retries < 1:
             raise ValueError(f"fetch_retries must be at least 1, got {self.fetch_retries}")
         if self.drain_timeout_s < 0:

@@ -20,6 +20,13 @@ session that ran the query, with its key; the Flight SQL user, with a token of
 theirs) is refused with ``FlightUnauthenticatedError`` and logged, and the
 server goes on serving.
 
+A link probe (``executor.probes``) asks for ``n`` synthetic bytes instead of a
+file: a probe ticket (``security.tickets``), which in a secured cluster only a
+member can sign, for at most ``MAX_PROBE_BYTES``; the server streams the same
+prebuilt batch of ``LINK_PROBE_BATCH_BYTES`` until ``n`` bytes went out, with
+no disk and no checksum. Unsigned or forged probes are refused and logged as
+forged file tickets are: an outside client cannot make an executor stream.
+
 A Flight SQL client reads a result partition through a view ticket
 (``proto.results.ResultView``): the partition's own ticket, checked as above,
 plus the schema the client expects; the batches are renamed, trimmed and cast
@@ -43,12 +50,21 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from isal import isal_zlib
 
+from mangonel import defaults
 from mangonel.executor.shuffle_write import OutputRegistry, checksum_text
 from mangonel.proto.batches import fitted
 from mangonel.proto.results import ResultView
 from mangonel.security import tls
 from mangonel.security.auth import AUTHORIZATION, bearer_token
-from mangonel.security.tickets import SESSION_HEADER, TicketError, TicketSigner, is_signed
+from mangonel.security.tickets import (
+    SESSION_HEADER,
+    ProbeClaims,
+    TicketError,
+    TicketSigner,
+    is_probe,
+    is_signed,
+    read_unsigned_probe,
+)
 from mangonel.task import PartitionOutput
 
 log = logging.getLogger(__name__)
@@ -106,7 +122,10 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
     def do_get(
         self, context: flight.ServerCallContext, ticket: flight.Ticket
     ) -> flight.RecordBatchStream:
-        """Stream the record batches of the output file the ticket names."""
+        """Stream the record batches of the output file the ticket names
+        (or a probe's synthetic bytes)."""
+        if is_probe(ticket.ticket):
+            return self._probe(context, ticket.ticket)
         try:
             view = ResultView.decode(ticket.ticket)
         except ValueError as exc:
@@ -177,6 +196,28 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Iterator[Any]:
         raise _only_do_get(f"action {action.type!r}")
 
+    def _probe(self, context: flight.ServerCallContext, raw: bytes) -> flight.GeneratorStream:
+        """A link probe's stream: its ticket checked, then ``nbytes`` of one
+        prebuilt batch (the last one cut), from memory."""
+        try:
+            if self._signer is None:
+                claims: ProbeClaims = read_unsigned_probe(raw)
+            else:
+                claims = self._signer.verify_probe(raw)
+        except TicketError as exc:
+            self.refused += 1
+            log.warning(
+                "refused a link probe from %s (%s): %s",
+                context.peer(),
+                context.peer_identity().decode(errors="replace") or "no certificate",
+                exc,
+            )
+            raise flight.FlightUnauthenticatedError(f"probe refused: {exc}") from exc
+        rows = _PROBE_BATCH.num_rows
+        full, rest = divmod(claims.nbytes // 8, rows)
+        batches = [_PROBE_BATCH] * full + ([_PROBE_BATCH.slice(0, rest)] if rest else [])
+        return flight.GeneratorStream(_PROBE_BATCH.schema, iter(batches))
+
     def _check_ticket(self, context: flight.ServerCallContext, raw: bytes) -> bytes:
         """The path a ticket grants, once its signature, expiry and session hold."""
         if self._signer is None:
@@ -220,6 +261,13 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
                 f"ticket {given!r} does not name an output this executor wrote"
             )
         return real, output
+
+
+_PROBE_BATCH = pa.record_batch(
+    [pa.array(range(defaults.LINK_PROBE_BATCH_BYTES // 8), pa.int64())], names=["probe"]
+)
+"""What a probe streams, over and over (built once: a probe costs the server no CPU
+beyond sending it)."""
 
 
 def _only_do_get(what: str) -> flight.FlightServerError:

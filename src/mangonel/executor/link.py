@@ -30,7 +30,7 @@ from mangonel.proto import convert
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.security import tls
-from mangonel.task import LinkSample, PartitionOutput, TaskFailure, TaskTimings
+from mangonel.task import LinkSample, PartitionOutput, ProbeTarget, TaskFailure, TaskTimings
 
 ExecutorCommand = convert.ExecutorCommandKind
 """``LaunchTask | CancelTask | ReleaseOutputs``."""
@@ -100,6 +100,16 @@ class CommandStream(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class HeartbeatReply:
+    """The scheduler's answer to a heartbeat."""
+
+    known: bool
+    """False: the scheduler no longer knows the executor; register again."""
+    probe: tuple[ProbeTarget, ...] = ()
+    """The peers to probe the links from until the next answer (``executor.probes``)."""
+
+
 class SchedulerLink(Protocol):
     """Everything an executor says to and hears from the scheduler.
 
@@ -116,11 +126,14 @@ class SchedulerLink(Protocol):
         running_tasks: int,
         unhealthy: str = "",
         links: Sequence[LinkSample] = (),
-    ) -> bool:
-        """Return False when the scheduler no longer knows ``executor``: register again.
+        probes: Sequence[LinkSample] = (),
+    ) -> HeartbeatReply:
+        """Whether the scheduler still knows ``executor`` (if not: register
+        again), and the peers to probe.
 
         ``unhealthy``: why the executor can take no task now (``""``: it can).
         ``links``: what its fetches received from each peer since the last beat.
+        ``probes``: its link probes since the last beat (``executor.probes``).
         """
         ...
 
@@ -265,18 +278,20 @@ class GrpcSchedulerLink:
         running_tasks: int,
         unhealthy: str = "",
         links: Sequence[LinkSample] = (),
-    ) -> bool:
+        probes: Sequence[LinkSample] = (),
+    ) -> HeartbeatReply:
         request = pb.HeartbeatRequest(
             executor_id=executor,
             running_tasks=running_tasks,
             unhealthy=unhealthy,
             links=convert.links_to_proto(links),
+            probes=convert.links_to_proto(probes),
         )
         try:
             reply = self._beat_stubs[self._current].Heartbeat(request, timeout=self.rpc_timeout_s)
         except grpc.RpcError as exc:
             raise self._error("send a heartbeat to", exc) from exc
-        return not reply.reregister
+        return HeartbeatReply(not reply.reregister, convert.probe_targets_from_proto(reply))
 
     def report_completed(
         self,

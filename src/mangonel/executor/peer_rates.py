@@ -81,6 +81,13 @@ class PeerRates:
             if p.open == 0:
                 p.busy_s += self._clock() - p.since
 
+    def reading(self, peer: ExecutorId) -> bool:
+        """Whether a fetch from ``peer`` is open now (a link probe then waits:
+        the fetch measures the link, and the probe would share it)."""
+        with self._lock:
+            p = self._peers.get(peer)
+            return p is not None and p.open > 0
+
     def take(self) -> list[LinkSample]:
         """What each peer gave since the last call (peers that gave nothing and
         were not read from are left out); the counts start again."""

@@ -99,6 +99,7 @@ from mangonel.executor.link import CommandStream, ExecutorCommand, Registration,
 from mangonel.executor.memory import format_size
 from mangonel.executor.peer_rates import PeerRates
 from mangonel.executor.phases import PhaseClock
+from mangonel.executor.probes import LinkProber
 from mangonel.executor.runner import TaskRunner, warm_up
 from mangonel.executor.shuffle import ShuffleReader
 from mangonel.executor.shuffle_write import OutputRegistry, ShuffleWriter, checksum_of
@@ -188,6 +189,9 @@ class ExecutorService:
         self._cleanup_thread = threading.Thread(
             target=self._cleanup_loop, name="cleanup", daemon=True
         )
+        self._prober: LinkProber | None = None
+        """Times small fetches from the peers the scheduler names (``executor.probes``);
+        made in ``start`` (it signs with the cluster secret); ``None``: no probes."""
 
     # ------------------------------------------------------------------ views
 
@@ -221,14 +225,17 @@ class ExecutorService:
         self._spill = self.work.claim(f"spill-{os.getpid()}-{secrets.token_hex(2)}")
         material = TlsMaterial.load(self.config.security)
         secret = self.config.security.cluster_secret()
+        signer = TicketSigner(secret) if secret is not None else None
         self.flight = ShuffleFlightServer(
             self.work.root,
             self.registry,
             self.config.bind_host,
             self.config.flight_port,
             tls_material=material,
-            signer=TicketSigner(secret) if secret is not None else None,
+            signer=signer,
         )
+        if self.config.link_probe_interval_s > 0:
+            self._prober = LinkProber(tls_material=material, signer=signer, rates=self._peer_rates)
         warn_if_exposed(
             log, "executor's Flight server", self.config.bind_host, self.config.security
         )
@@ -272,6 +279,14 @@ class ExecutorService:
         """Register and take orders until stopped or drained; re-register when cut off."""
         self._heartbeat_thread.start()
         self._cleanup_thread.start()
+        prober = self._prober
+        if prober is not None:
+            threading.Thread(
+                target=prober.run,
+                args=(self._stop, self.config.link_probe_interval_s),
+                name="link-probes",
+                daemon=True,
+            ).start()
         try:
             self._serve()
         finally:
@@ -613,12 +628,19 @@ class ExecutorService:
             executor, running = self._state.serving, self._state.running_tasks
         if executor is None:
             return
+        prober = self._prober
+        probes = prober.take() if prober is not None else []
         try:
-            known = self.link.heartbeat(executor, running, unhealthy, self._peer_rates.take())
+            reply = self.link.heartbeat(
+                executor, running, unhealthy, self._peer_rates.take(), probes
+            )
         except Exception as exc:
             log.debug("heartbeat failed: %s", exc)
             return
-        if not known:
+        if prober is not None:
+            prober.prober = executor
+            prober.aim(reply.probe)
+        if not reply.known:
             log.warning("the scheduler no longer knows executor %s: registering again", executor)
             self._carry_out_all(self._feed(HeartbeatRefused(executor)))
 

@@ -32,6 +32,7 @@ from mangonel.task import (
     OutputSpec,
     PartitionLocation,
     PartitionOutput,
+    ProbeTarget,
     QueryError,
     ReleaseOutputs,
     ScanSpec,
@@ -419,6 +420,23 @@ def links_to_proto(samples: Sequence[LinkSample]) -> list[pb.LinkSample]:
 def links_from_proto(msg: pb.HeartbeatRequest) -> tuple[LinkSample, ...]:
     """The link samples a heartbeat carries (none from an older executor)."""
     return tuple(LinkSample(ExecutorId(s.peer), s.bytes, s.busy_s) for s in msg.links)
+
+
+def probes_from_proto(msg: pb.HeartbeatRequest) -> tuple[LinkSample, ...]:
+    """The link probes a heartbeat carries, one sample each (none from an older executor)."""
+    return tuple(LinkSample(ExecutorId(s.peer), s.bytes, s.busy_s) for s in msg.probes)
+
+
+def probe_targets_to_proto(targets: Sequence[ProbeTarget]) -> list[pb.ProbeTarget]:
+    """The peers a heartbeat's answer asks the executor to probe."""
+    return [
+        pb.ProbeTarget(executor_id=t.executor, flight_address=t.flight_address) for t in targets
+    ]
+
+
+def probe_targets_from_proto(msg: pb.HeartbeatResponse) -> tuple[ProbeTarget, ...]:
+    """The peers to probe (none from an older scheduler)."""
+    return tuple(ProbeTarget(ExecutorId(t.executor_id), t.flight_address) for t in msg.probe)
 
 
 def timings_from_proto(msg: pb.ReportTaskRequest) -> TaskTimings | None:

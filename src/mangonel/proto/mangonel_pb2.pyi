@@ -372,16 +372,18 @@ class ExecutorCommand(_message.Message):
     def __init__(self, cause: _Optional[int] = ..., launch: _Optional[_Union[LaunchTask, _Mapping]] = ..., cancel: _Optional[_Union[CancelTask, _Mapping]] = ..., release: _Optional[_Union[ReleaseOutputs, _Mapping]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("executor_id", "running_tasks", "unhealthy", "links")
+    __slots__ = ("executor_id", "running_tasks", "unhealthy", "links", "probes")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
     UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
     LINKS_FIELD_NUMBER: _ClassVar[int]
+    PROBES_FIELD_NUMBER: _ClassVar[int]
     executor_id: str
     running_tasks: int
     unhealthy: str
     links: _containers.RepeatedCompositeFieldContainer[LinkSample]
-    def __init__(self, executor_id: _Optional[str] = ..., running_tasks: _Optional[int] = ..., unhealthy: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkSample, _Mapping]]] = ...) -> None: ...
+    probes: _containers.RepeatedCompositeFieldContainer[LinkSample]
+    def __init__(self, executor_id: _Optional[str] = ..., running_tasks: _Optional[int] = ..., unhealthy: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkSample, _Mapping]]] = ..., probes: _Optional[_Iterable[_Union[LinkSample, _Mapping]]] = ...) -> None: ...
 
 class LinkSample(_message.Message):
     __slots__ = ("peer", "bytes", "busy_s")
@@ -394,10 +396,20 @@ class LinkSample(_message.Message):
     def __init__(self, peer: _Optional[str] = ..., bytes: _Optional[int] = ..., busy_s: _Optional[float] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("reregister",)
+    __slots__ = ("reregister", "probe")
     REREGISTER_FIELD_NUMBER: _ClassVar[int]
+    PROBE_FIELD_NUMBER: _ClassVar[int]
     reregister: bool
-    def __init__(self, reregister: _Optional[bool] = ...) -> None: ...
+    probe: _containers.RepeatedCompositeFieldContainer[ProbeTarget]
+    def __init__(self, reregister: _Optional[bool] = ..., probe: _Optional[_Iterable[_Union[ProbeTarget, _Mapping]]] = ...) -> None: ...
+
+class ProbeTarget(_message.Message):
+    __slots__ = ("executor_id", "flight_address")
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    executor_id: str
+    flight_address: str
+    def __init__(self, executor_id: _Optional[str] = ..., flight_address: _Optional[str] = ...) -> None: ...
 
 class TaskCompletedReport(_message.Message):
     __slots__ = ("outputs",)

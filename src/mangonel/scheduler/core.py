@@ -149,6 +149,7 @@ from mangonel.task import (
     LaunchTask,
     LinkSample,
     PartitionOutput,
+    ProbeTarget,
     ReleaseOutputs,
     TaskFailure,
     TaskTimings,
@@ -181,6 +182,8 @@ class StateMachine(PersistedState, Protocol):
     def job_parallel(self) -> int: ...
 
     def is_current(self, attempt: TaskAttemptId, executor: ExecutorId) -> bool: ...
+
+    def probe_targets(self, executor: ExecutorId, now: float) -> tuple[ProbeTarget, ...]: ...
 
     def restore(
         self,
@@ -612,12 +615,17 @@ class SchedulerCore:
         self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
 
     def heartbeat(
-        self, executor: ExecutorId, unhealthy: str = "", links: tuple[LinkSample, ...] = ()
+        self,
+        executor: ExecutorId,
+        unhealthy: str = "",
+        links: tuple[LinkSample, ...] = (),
+        probes: tuple[LinkSample, ...] = (),
     ) -> bool:
         """Record a heartbeat; return False when the executor must register again.
 
         ``unhealthy``: why the executor can take no task now, ``""`` when it can.
         ``links``: what its fetches received from each peer since its last beat.
+        ``probes``: its link probes since its last beat (``executor.probes``).
 
         A thawed executor that was declared lost while frozen hears False here
         (the state machine answers ``RefuseHeartbeat``; its stream was closed
@@ -625,9 +633,15 @@ class SchedulerCore:
         outputs it holds are still needed (``state_revival``), else under a new id.
         """
         commands = self._emit(
-            lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy, links)
+            lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy, links, probes)
         )
         return not any(isinstance(c, RefuseHeartbeat) for c in commands)
+
+    def probe_targets(self, executor: ExecutorId) -> tuple[ProbeTarget, ...]:
+        """The peers ``executor`` is to probe until its next heartbeat
+        (``state_probes``): the answer to the heartbeat just recorded."""
+        with self._lock:
+            return self._state.probe_targets(executor, self._clock())
 
     def report_completed(
         self,

@@ -160,6 +160,9 @@ class ExecutorHeartbeat(Event):
     links: tuple[LinkSample, ...] = ()
     """What its fetches received from each peer since its last heartbeat: the
     peers' outbound link rates (``state_links``)."""
+    probes: tuple[LinkSample, ...] = ()
+    """Its link probes since its last heartbeat, one sample each
+    (``executor.probes``), judged apart from ``links`` (``state_links``)."""
 
 
 @dataclass(frozen=True)

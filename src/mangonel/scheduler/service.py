@@ -252,10 +252,17 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
         self, request: pb.HeartbeatRequest, context: grpc.ServicerContext
     ) -> pb.HeartbeatResponse:
         self._admit(context, "send an executor's heartbeat")
+        executor = ExecutorId(request.executor_id)
         known = self.core.heartbeat(
-            ExecutorId(request.executor_id), request.unhealthy, convert.links_from_proto(request)
+            executor,
+            request.unhealthy,
+            convert.links_from_proto(request),
+            convert.probes_from_proto(request),
         )
-        return pb.HeartbeatResponse(reregister=not known)
+        if not known:
+            return pb.HeartbeatResponse(reregister=True)
+        targets = self.core.probe_targets(executor)
+        return pb.HeartbeatResponse(probe=convert.probe_targets_to_proto(targets))
 
     @rpc
     def ReportTask(

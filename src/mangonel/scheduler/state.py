@@ -84,11 +84,13 @@ What each event does, in one place:
 * beyond ``keep_finished_jobs`` settled finished jobs (failed, cancelled, or
   their result read), the oldest are forgotten: ``ForgetJob``.
 * slow links: heartbeats carry what each executor's fetches received from each
-  peer (``LinkRates``); on a ``Tick``, a job reading a producer so slow that
+  peer, and its link probes (``LinkRates``; the peers to probe are the answer
+  to a heartbeat, ``state_probes``); on a ``Tick``, a job reading a producer so slow that
   making its outputs again elsewhere finishes sooner stops using it
   (``state_links``, with ``Limits.speculation``), and the producer is marked
   for the cluster: no job places a new task on it until its back-off ends,
-  then it is tried again (``state_link_marks``).
+  then it is tried again (``state_link_marks``); probes alone may mark it
+  before a job reads over it, and decide its trial.
 * stragglers: on a ``Tick``, once ``Limits.speculation_quantile`` of a stage's
   tasks are done, an attempt that has run ``speculation_multiplier`` times their
   median (and ``speculation_min_s``) gets one copy on another executor
@@ -186,6 +188,7 @@ from mangonel.scheduler.state_lifecycle import Lifecycle
 from mangonel.scheduler.state_link_marks import LinkMarks
 from mangonel.scheduler.state_links import LinkRates, LinkRelief
 from mangonel.scheduler.state_placement import Placement
+from mangonel.scheduler.state_probes import probe_targets
 from mangonel.scheduler.state_recovery import Loss, Recovery, Step, is_running
 from mangonel.scheduler.state_revival import Left, Revivals, StoredRevivals
 from mangonel.scheduler.state_stages import PENDING, Done, Running, TaskRecord
@@ -204,6 +207,7 @@ from mangonel.task import (
     FragmentRejected,
     LaunchTask,
     PartitionLocation,
+    ProbeTarget,
     QueryError,
     ReleaseOutputs,
 )
@@ -335,6 +339,8 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                 since = self._executors.heard_from(ex, t, event.unhealthy, beat=True)
                 if event.links:
                     self._links.observe(ex, event.links, t)
+                if event.probes:
+                    self._links.observe_probes(ex, event.probes, t)
                 if since is not None:
                     why = f"heard from again after {t - since:.1f} s of suspicion"
                     step.commands.append(
@@ -424,6 +430,10 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         (or its speculative copy) runs there now. Any other report is stale and
         ``handle`` ignores it; telemetry counts reports by the same rule."""
         return self._current(attempt, executor) is not None
+
+    def probe_targets(self, executor: ExecutorId, now: float) -> tuple[ProbeTarget, ...]:
+        """The peers ``executor`` is to probe the links from (``state_probes``)."""
+        return probe_targets(self._executors, executor, now)
 
     @property
     def slow_link_marks_hold(self) -> bool:

@@ -19,8 +19,9 @@ again, and pay again. So the verdict is kept for the cluster
                                      │ its readers get it slowly again:
                                      └─▶ marked, the back-off doubled
 
-* **Marked** (``LinkMarked``, the breaker open): the same comparison as the
-  job rule (``LinkRates.compare``: its readers get under
+* **Marked** (``LinkMarked``, the breaker open): its link probes find it
+  slow (see below), or the same comparison as the job rule
+  (``LinkRates.compare``: its readers get under
   ``1 / Limits.slow_link_ratio`` of what they get from the others, after
   ``MIN_EVIDENCE_S`` of reading, and it was heard from within ``HEARD_S``; and
   they received something: a peer that sends nothing is frozen or cut off,
@@ -37,17 +38,24 @@ again, and pay again. So the verdict is kept for the cluster
   tasks again, and what its readers measured before is forgotten
   (``LinkRates.forget``), so the fetches of its next outputs decide: slow
   again, it is marked again for twice as long; as fast as the others (with
-  ``MIN_EVIDENCE_S`` of reading), or not found slow for as long as its last
-  back-off lasted, it is trusted, and its next mark starts from the first
-  back-off. A trial costs at most the job that finds the link still slow,
-  once per back-off.
+  ``MIN_EVIDENCE_S`` of reading, or by its probes), or not found slow for as
+  long as its last back-off lasted, it is trusted, and its next mark starts
+  from the first back-off. With probes a trial is decided by them within a
+  few intervals, before a job need cross the link; without, it costs at most
+  the job that finds the link still slow, once per back-off.
 
-A half-open trial rather than probes (a small fetch from a marked peer now and
-then): it needs nothing of the executors, and judges the link by the fetches
-jobs really make, the evidence everything else here goes by.
+**Probes** (``executor.probes``, judged by ``LinkRates.probed``): each
+executor times small synthetic fetches from a few peers every
+``--link-probe-interval``, and from every peer marked or on trial
+(``state_probes``), so a link that became slow is marked before a job places
+work behind it, and a trial is decided by probes within a few intervals
+rather than by a job's luck in reading enough from it. The fetches overrule
+the probes: where a producer's readers read ``MIN_EVIDENCE_S`` from it, they
+alone judge it; else its probes, by rules of their own against noise
+(``state_links``, "Probes").
 
 Memory only, like exclusions: a restarted scheduler trusts every link again,
-and marks a slow one again after one job's reading.
+and marks a slow one again after a few probes (or one job's reading).
 
 >>> backoff_s(1, 20.0), backoff_s(2, 20.0), backoff_s(9, 20.0)
 (20.0, 40.0, 160.0)
@@ -132,17 +140,17 @@ def judge_links(
                 continue
         if not rec.would_take_tasks or now - rec.last_heartbeat > HEARD_S:
             continue  # a silent one is the failure detector's (``state_links.HEARD_S``)
-        compared = _evidence(rates, rec.id, now, behind)
-        if compared is not None:
-            judged.append((compared.rate / compared.others, rec))
+        judging = _judge(rates, rec.id, now, behind, ratio)
+        if judging is not None:
+            judged.append((judging.rate / judging.others, rec))
     marking: set[ExecutorId] = set()
     for _, rec in sorted(judged, key=lambda j: j[0]):
         link = rec.link
-        compared = _evidence(rates, rec.id, now, behind | marking)
-        if compared is None:
+        judging = _judge(rates, rec.id, now, behind | marking, ratio)
+        if judging is None:
             continue
-        rate, fast = compared.rate / 1e6, compared.others / 1e6
-        if compared.rate * ratio <= compared.others:
+        rate, fast = judging.rate / 1e6, judging.others / 1e6
+        if judging.slow:
             others = any(
                 r is not rec
                 and r.would_take_tasks
@@ -155,8 +163,8 @@ def judge_links(
             marks = link.marks + 1 if isinstance(link, LinkOnTrial) else 1
             wait = backoff_s(marks, limits.slow_link_backoff_s)
             what = (
-                f"its readers get {rate:.2f} MB/s from it against {fast:.2f} MB/s from "
-                f"the others ({compared.readers} reader(s), {compared.busy_s:.1f} s of reading)"
+                f"{judging.who} get {rate:.2f} MB/s from it against {fast:.2f} MB/s from "
+                f"the others ({judging.amount})"
             )
             why = f"{what}: no new task of any job for {wait:.0f} s (mark {marks} in a row)"
             marking.add(rec.id)
@@ -164,11 +172,58 @@ def judge_links(
             found.append(LinkVerdict(rec, HealthChange.LINK_MARKED, mark, why))
         elif isinstance(link, LinkOnTrial):
             why = (
-                f"on trial for {now - link.since:.1f} s, its readers get {rate:.2f} MB/s from "
-                f"it against {fast:.2f} MB/s from the others"
+                f"on trial for {now - link.since:.1f} s, {judging.who} get {rate:.2f} MB/s "
+                f"from it against {fast:.2f} MB/s from the others ({judging.amount})"
             )
             found.append(LinkVerdict(rec, HealthChange.LINK_HEALED, None, why))
     return found
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """A producer's link as the fetches, or else the probes, found it."""
+
+    rate: float
+    others: float
+    slow: bool
+    who: str
+    """Who measured it, for the log: its readers' fetches, or their probes."""
+    amount: str
+    """How much they measured."""
+
+
+def _judge(
+    rates: LinkRates,
+    producer: ExecutorId,
+    now: float,
+    ignoring: AbstractSet[ExecutorId],
+    ratio: float,
+) -> _Judged | None:
+    """``producer``'s link found slow or not: by its readers' fetches when they
+    read ``MIN_EVIDENCE_S`` from it (they overrule the probes: a link busy with
+    jobs' bytes is judged by what the jobs get), else by their probes
+    (``LinkRates.probed``, with their own rules against noise); ``None``
+    when neither says enough."""
+    compared = _evidence(rates, producer, now, ignoring)
+    if compared is not None:
+        return _Judged(
+            compared.rate,
+            compared.others,
+            compared.rate * ratio <= compared.others,
+            "its readers",
+            f"{compared.readers} reader(s), {compared.busy_s:.1f} s of reading",
+        )
+    probed = rates.probed(producer, now, ignoring)
+    if probed is None or probed.rate <= 0 or probed.others <= 0:
+        return None
+    return _Judged(
+        probed.rate,
+        probed.others,
+        probed.slow(ratio),
+        "its readers' link probes",
+        f"{probed.readers} reader(s), {probed.probes} probes, the best of "
+        f"{probed.best_s * 1000:.0f} ms",
+    )
 
 
 def _evidence(

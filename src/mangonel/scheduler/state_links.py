@@ -23,6 +23,28 @@ link of its own finds everyone slow and nobody slower. A producer's rate is the
 median over its readers, the *fast* rate the median of those readers' rates
 from the others.
 
+**Probes** (``LinkRates.observe_probes``, ``LinkRates.probed``): each
+executor also times small synthetic fetches from a few peers
+(``executor.probes``: a few hundred KiB, the call's latency left out), one
+sample per probe, kept apart from the fetches: a probe lasts a tenth of a
+second on a slow link, so ``MIN_EVIDENCE_S`` of them would take a minute, and
+a probe is more easily hurt by a moment's noise than a second of bulk reading.
+Their own rules, so that a healthy link is not marked on a noisy probe:
+
+* a reader's rate from a producer is the *best* of its last ``PROBES_KEPT``
+  fresh probes of it: a pause, a busy CPU or a burst of job traffic slows one
+  probe, a slow link slows them all;
+* compared, as the fetches are, with the same reader's best probes of the
+  other producers, the producer's rate the median over its readers;
+* a verdict needs ``PROBE_EVIDENCE`` fresh probes of the producer in all;
+* slow only if the readers' best probes lasted at least ``PROBE_MIN_S``
+  (the median): a probe faster than that says more of timing noise (a thread
+  scheduled late) than of the link, and a link that moves a probe that fast is
+  left to the fetches' rules;
+* the fetches overrule the probes: a producer with ``MIN_EVIDENCE_S`` of
+  fetch readings is judged by them alone (``state_link_marks``), so a link
+  saturated by jobs yet healthy is judged by what the jobs get.
+
 **The rule** (``slow_links``, on ``Tick``, with ``--speculation``): for a
 running job whose readers fetch from a producer ``p`` whose rate is under
 ``1 / --slow-link-ratio`` (3) of the fast rate, with ``k`` readers measuring it:
@@ -92,6 +114,7 @@ __all__ = [
     "Compared",
     "LinkRates",
     "LinkRelief",
+    "Probed",
     "SlowLink",
     "SlowReader",
     "slow_links",
@@ -119,6 +142,14 @@ default beats): silence is the failure detector's business
 received, would look like a very slow link."""
 MIN_SAVING_S = 1.0
 """The rule acts only to save at least this much (estimates are rough)."""
+PROBES_KEPT = 3
+"""A reader's probes of a producer kept (the last; their best is its rate)."""
+PROBE_EVIDENCE = 3
+"""Fresh probes of a producer, over all its readers, before probes judge it."""
+PROBE_MIN_S = 0.05
+"""A producer is found slow by probes only if its readers' best probes lasted
+this long (their median): a 256 KiB probe faster than that (a link over about
+40 mbit) is timed mostly by the hosts' scheduling, not by the link."""
 
 
 @dataclass
@@ -154,12 +185,94 @@ class Compared:
     """Seconds those readers spent reading it (``MIN_EVIDENCE_S``)."""
 
 
+@dataclass(frozen=True)
+class _Probe:
+    at: float
+    rate: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Probed:
+    """A producer's rate against the others', as its readers' probes measured them."""
+
+    rate: float
+    """Bytes per second: the median over its readers of each one's best probe."""
+    others: float
+    """... of the other producers, as the same readers' best probes measured them."""
+    readers: int
+    probes: int
+    """Fresh probes of it by those readers."""
+    best_s: float
+    """How long the readers' best probes of it lasted (their median)."""
+
+    def slow(self, ratio: float) -> bool:
+        """Found slow: under ``1 / ratio`` of the others, and slow enough to
+        time (``PROBE_MIN_S``)."""
+        return self.rate * ratio <= self.others and self.best_s >= PROBE_MIN_S
+
+
 @dataclass
 class LinkRates:
     """Per producer, the rate each reader gets from it (a moving average), and
     when it was last measured. Pure: the time arrives with each call."""
 
     _by_producer: dict[ExecutorId, dict[ExecutorId, _Seen]] = field(default_factory=dict)
+    _probes: dict[ExecutorId, dict[ExecutorId, list[_Probe]]] = field(default_factory=dict)
+    """Per producer and reader, its last ``PROBES_KEPT`` probes."""
+
+    def observe_probes(self, reader: ExecutorId, samples: Iterable[LinkSample], now: float) -> None:
+        """``reader``'s heartbeat carried its link probes since its last one."""
+        for s in samples:
+            if s.peer == reader or s.busy_s <= 0 or s.bytes <= 0:
+                continue
+            kept = self._probes.setdefault(s.peer, {}).setdefault(reader, [])
+            kept.append(_Probe(now, s.bytes / s.busy_s, s.busy_s))
+            del kept[:-PROBES_KEPT]
+
+    def _best_probe(self, producer: ExecutorId, reader: ExecutorId, now: float) -> _Probe | None:
+        fresh = [p for p in self._probes.get(producer, {}).get(reader, ()) if now - p.at <= FRESH_S]
+        return max(fresh, key=lambda p: p.rate) if fresh else None
+
+    def probed(
+        self,
+        producer: ExecutorId,
+        now: float,
+        ignoring: AbstractSet[ExecutorId] = frozenset(),
+    ) -> Probed | None:
+        """How ``producer``'s readers' probes get it against the other producers
+        they probed (see "Probes" above): ``None`` with fewer than
+        ``PROBE_EVIDENCE`` fresh probes of it by readers that probed another."""
+        rates: list[float] = []
+        others: list[float] = []
+        best_s: list[float] = []
+        count = 0
+        for reader, kept in self._probes.get(producer, {}).items():
+            if reader in ignoring:
+                continue
+            best = self._best_probe(producer, reader, now)
+            if best is None:
+                continue
+            elsewhere = [
+                b.rate
+                for p in self._probes
+                if p != producer and (b := self._best_probe(p, reader, now)) is not None
+            ]
+            if not elsewhere:
+                continue
+            rates.append(best.rate)
+            others.append(statistics.median(elsewhere))
+            best_s.append(best.seconds)
+            count += sum(1 for p in kept if now - p.at <= FRESH_S)
+        if count < PROBE_EVIDENCE:
+            return None
+        return Probed(
+            statistics.median(rates),
+            statistics.median(others),
+            len(rates),
+            count,
+            statistics.median(best_s),
+        )
 
     def observe(self, reader: ExecutorId, samples: Iterable[LinkSample], now: float) -> None:
         """``reader``'s heartbeat said what its fetches received from each peer."""
@@ -257,6 +370,7 @@ class LinkRates:
         """Drop what every reader measured from ``producer`` (a link on trial
         is judged by its fetches from then on: ``state_link_marks``)."""
         self._by_producer.pop(producer, None)
+        self._probes.pop(producer, None)
 
     def producers(self, now: float) -> list[ExecutorId]:
         """Producers measured within ``FRESH_S``; older measurements are
@@ -267,6 +381,12 @@ class LinkRates:
                     del readers[reader]
             if not readers:
                 del self._by_producer[producer]
+        for producer, by in list(self._probes.items()):
+            for reader, kept in list(by.items()):
+                if not kept or now - kept[-1].at > FRESH_S:
+                    del by[reader]
+            if not by:
+                del self._probes[producer]
         return list(self._by_producer)
 
 

@@ -30,6 +30,14 @@ Shuffle tickets live ``defaults.SHUFFLE_TICKET_TTL_S`` (a day: a long query's
 consumers must not find their inputs' tickets expired); result tickets as long as
 the scheduler keeps the result (``--result-ttl``).
 
+**Probe tickets** (``mgp1.``, ``TicketSigner.sign_probe``): a link probe
+(``executor.probes``) asks a peer's Flight server for a stream of synthetic
+bytes, no file. Only a cluster member may ask: the prober signs the ticket
+itself with a key of its own label, derived from the cluster secret (so a
+file ticket never passes as a probe, nor a probe as a file), for at most
+``MAX_PROBE_BYTES`` and ``PROBE_TICKET_TTL_S``. Without a cluster secret, a
+probe ticket is ``probe:<bytes>``, bounded alike (as a file ticket is a path).
+
 >>> signer = TicketSigner(b"k" * 32, clock=lambda: 1000.0)
 >>> raw = signer.sign(TicketClaims("/w/j1/s0/m0-a0-p0.arrow", "j1", 0, 0, 0, 1060.0))
 >>> signer.verify(raw).path
@@ -51,9 +59,16 @@ from mangonel.errors import AuthenticationError
 from mangonel.security import tokens
 
 PREFIX = b"mgt1."
+PROBE_PREFIX = b"mgp1."
+UNSIGNED_PROBE = b"probe:"
+MAX_PROBE_BYTES = 4 * 1024 * 1024
+"""The most one probe may ask a server to stream."""
+PROBE_TICKET_TTL_S = 60.0
+"""How long a signed probe ticket is honoured (probers sign one per probe)."""
 SESSION_HEADER = "x-mangonel-session"
 """Flight (and gRPC) header in which a client presents its session key."""
 _KEY_LABEL = b"mangonel flight ticket v1"
+_PROBE_KEY_LABEL = b"mangonel link probe v1"
 
 
 class TicketError(AuthenticationError):
@@ -87,6 +102,46 @@ class TicketClaims:
     user: str = ""
 
 
+@dataclass(frozen=True)
+class ProbeClaims:
+    """What a probe ticket grants: ``nbytes`` of synthetic data, until ``expires``.
+
+    Attributes:
+        nbytes: Bytes to stream (at most ``MAX_PROBE_BYTES``).
+        expires: Unix time after which the ticket is refused.
+        prober: The executor that asked (for the server's log).
+    """
+
+    nbytes: int
+    expires: float
+    prober: str = ""
+
+
+def is_probe(raw: bytes) -> bool:
+    """Whether ``raw`` asks for a link probe, signed or not."""
+    return raw.startswith(PROBE_PREFIX) or raw.startswith(UNSIGNED_PROBE)
+
+
+def unsigned_probe(nbytes: int) -> bytes:
+    """The probe ticket of a cluster without a secret."""
+    return UNSIGNED_PROBE + str(nbytes).encode()
+
+
+def read_unsigned_probe(raw: bytes) -> ProbeClaims:
+    """The claims of ``probe:<bytes>``; raises ``TicketError`` when malformed,
+    signed (a member must check the signature) or too big."""
+    text = raw[len(UNSIGNED_PROBE) :] if raw.startswith(UNSIGNED_PROBE) else b""
+    if not text.isdigit():
+        raise TicketError(f"not a probe ticket: {raw[:40]!r}")
+    return ProbeClaims(_bounded(int(text)), float("inf"))
+
+
+def _bounded(nbytes: int) -> int:
+    if not 0 < nbytes <= MAX_PROBE_BYTES:
+        raise TicketError(f"a link probe may ask for 1 to {MAX_PROBE_BYTES} bytes, not {nbytes}")
+    return nbytes
+
+
 def session_hash(session_key: str) -> str:
     """What a result ticket holds of a session key (never the key itself)."""
     return hashlib.sha256(session_key.encode()).hexdigest()
@@ -115,11 +170,51 @@ class TicketSigner:
 
     def __init__(self, secret: bytes, clock: Callable[[], float] = time.time) -> None:
         self._key = hmac.new(secret, _KEY_LABEL, hashlib.sha256).digest()
+        self._probe_key = hmac.new(secret, _PROBE_KEY_LABEL, hashlib.sha256).digest()
         self._secret = secret  # checks the bearer tokens of user-bound tickets
         self._clock = clock
 
     def now(self) -> float:
         return self._clock()
+
+    def sign_probe(self, nbytes: int, prober: str) -> bytes:
+        """A probe ticket for ``nbytes``, valid ``PROBE_TICKET_TTL_S``."""
+        claims = ProbeClaims(_bounded(nbytes), self._clock() + PROBE_TICKET_TTL_S, prober)
+        body = _b64(json.dumps(asdict(claims), separators=(",", ":"), sort_keys=True).encode())
+        mac = hmac.new(self._probe_key, PROBE_PREFIX + body, hashlib.sha256).digest()
+        return PROBE_PREFIX + body + b"." + _b64(mac)
+
+    def verify_probe(self, raw: bytes) -> ProbeClaims:
+        """The claims of a valid probe ticket.
+
+        Raises:
+            TicketError: unsigned, forged, signed with another key (a file
+                ticket), expired, or asking for more than ``MAX_PROBE_BYTES``.
+        """
+        if not raw.startswith(PROBE_PREFIX):
+            raise TicketError(
+                "a link probe needs a ticket signed with the cluster secret: only the "
+                "cluster's executors may probe this one"
+            )
+        body, dot, mac = raw[len(PROBE_PREFIX) :].partition(b".")
+        try:
+            expected = hmac.new(self._probe_key, PROBE_PREFIX + body, hashlib.sha256).digest()
+            valid = dot == b"." and hmac.compare_digest(_unb64(mac), expected)
+        except (binascii.Error, ValueError):
+            valid = False
+        if not valid:
+            raise TicketError(
+                "the probe ticket's signature does not match (forged, or signed with "
+                "another cluster secret): refused"
+            )
+        try:
+            claims = ProbeClaims(**json.loads(_unb64(body)))
+        except (ValueError, TypeError) as exc:
+            raise TicketError(f"the probe ticket's claims cannot be read: {exc}") from exc
+        if self._clock() > claims.expires:
+            raise TicketError("the probe ticket expired: refused")
+        _bounded(claims.nbytes)
+        return claims
 
     def sign(self, claims: TicketClaims) -> bytes:
         """The ticket for ``claims``."""

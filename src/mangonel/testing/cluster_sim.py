@@ -118,6 +118,7 @@ from mangonel.testing.sim_world import (
     KEEPALIVE_S,
     SCHEDULER,
     SETTLE_S,
+    SIM_PROBE_BYTES,
     SLOW_LINK_RATE,
     STORE_URL,
     TICK_S,
@@ -473,9 +474,15 @@ class ClusterSim:
             old.open = False
 
     def heartbeat(
-        self, executor: ExecutorId, unhealthy: str, links: tuple[LinkSample, ...] = ()
+        self,
+        executor: ExecutorId,
+        unhealthy: str,
+        links: tuple[LinkSample, ...] = (),
+        probes: tuple[LinkSample, ...] = (),
     ) -> bool:
-        commands = self.emit(lambda i, t: ExecutorHeartbeat(i, t, executor, unhealthy, links))
+        commands = self.emit(
+            lambda i, t: ExecutorHeartbeat(i, t, executor, unhealthy, links, probes)
+        )
         return not any(isinstance(c, RefuseHeartbeat) for c in commands)
 
     def drain(self, executor: ExecutorId) -> bool:
@@ -688,9 +695,10 @@ class ClusterSim:
             if executor is not None:
                 unhealthy = "disk full" if self.now < proc.unhealthy_until else ""
                 links = self.link_samples(proc)
+                probes = self.probe_samples(proc, executor)
                 self.call(
                     proc,
-                    lambda: self.heartbeat(executor, unhealthy, links),
+                    lambda: self.heartbeat(executor, unhealthy, links, probes),
                     lambda known: None if known else self.feed(proc, ex.HeartbeatRefused(executor)),
                 )
         self.at(HEARTBEAT_S / proc.rate, lambda: self.beat(proc))
@@ -707,6 +715,21 @@ class ClusterSim:
                         peers[loc.executor] = self.link_rate(loc.host)
         interval = HEARTBEAT_S / proc.rate
         return tuple(LinkSample(p, int(r * interval), interval) for p, r in sorted(peers.items()))
+
+    def probe_samples(self, proc: Proc, executor: ExecutorId) -> tuple[LinkSample, ...]:
+        """One link probe of each peer the scheduler names (``state_probes``), at
+        the lesser of the peer's link rate and this host's, as
+        ``executor.probes`` would time it (``SIM_PROBE_BYTES``)."""
+        hosts = {p.state.serving: h for h, p in self.procs.items() if p.state.serving}
+        mine = self.link_rate(proc.host)
+        samples = []
+        for target in self.state.probe_targets(executor, self.now):
+            host = hosts.get(target.executor)
+            if host is None or host == proc.host:
+                continue
+            rate = min(self.link_rate(host), mine)
+            samples.append(LinkSample(target.executor, SIM_PROBE_BYTES, SIM_PROBE_BYTES / rate))
+        return tuple(samples)
 
     def link_rate(self, host: str) -> float:
         holder = self.procs.get(host)

@@ -193,6 +193,9 @@ FAST_LINK_RATE = 100_000.0
 simulated files are 20 to 300 bytes: a fetch is quick)..."""
 SLOW_LINK_RATE = 100.0
 """... and from one behind a slow link (``Fault.SLOW_LINK``)."""
+SIM_PROBE_BYTES = 20
+"""Bytes of one simulated link probe (``executor.probes``): 0.2 s behind a slow
+link, past ``state_links.PROBE_MIN_S``; a fraction of a millisecond otherwise."""
 CLOCK_STEP_S = 15.0
 """The most a ``Fault.CLOCK_STEP`` moves the scheduler's clock, either way."""
 
