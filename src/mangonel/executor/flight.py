@@ -263,11 +263,19 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         return real, output
 
 
+_PROBE_ROWS = defaults.LINK_PROBE_BATCH_BYTES // 8
 _PROBE_BATCH = pa.record_batch(
-    [pa.array(range(defaults.LINK_PROBE_BATCH_BYTES // 8), pa.int64())], names=["probe"]
+    [
+        pa.Array.from_buffers(
+            pa.int64(), _PROBE_ROWS, [None, pa.py_buffer(os.urandom(_PROBE_ROWS * 8))]
+        )
+    ],
+    names=["probe"],
 )
 """What a probe streams, over and over (built once: a probe costs the server no CPU
-beyond sending it)."""
+beyond sending it). From a buffer of random bytes, which no compression shrinks, and
+not ``pa.array(range(...))``: pyarrow imports pandas to convert a Python sequence,
+which no cluster process loads (``tests/integration/test_process_memory.py``)."""
 
 
 def _only_do_get(what: str) -> flight.FlightServerError:
