@@ -205,14 +205,7 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
             else:
                 claims = self._signer.verify_probe(raw)
         except TicketError as exc:
-            self.refused += 1
-            log.warning(
-                "refused a link probe from %s (%s): %s",
-                context.peer(),
-                context.peer_identity().decode(errors="replace") or "no certificate",
-                exc,
-            )
-            raise flight.FlightUnauthenticatedError(f"probe refused: {exc}") from exc
+            raise self._refused(context, "a link probe", "probe", exc) from exc
         rows = _PROBE_BATCH.num_rows
         full, rest = divmod(claims.nbytes // 8, rows)
         batches = [_PROBE_BATCH] * full + ([_PROBE_BATCH.slice(0, rest)] if rest else [])
@@ -235,15 +228,22 @@ class ShuffleFlightServer(flight.FlightServerBase):  # type: ignore[misc]
         try:
             claims = self._signer.verify(raw, keys[0] if keys else None, bearer)
         except TicketError as exc:
-            self.refused += 1
-            log.warning(
-                "refused a Flight ticket from %s (%s): %s",
-                context.peer(),
-                context.peer_identity().decode(errors="replace") or "no certificate",
-                exc,
-            )
-            raise flight.FlightUnauthenticatedError(f"ticket refused: {exc}") from exc
+            raise self._refused(context, "a Flight ticket", "ticket", exc) from exc
         return claims.path.encode()
+
+    def _refused(
+        self, context: flight.ServerCallContext, what: str, short: str, exc: TicketError
+    ) -> flight.FlightUnauthenticatedError:
+        """Count and log a refused ticket or probe; the error its caller gets."""
+        self.refused += 1
+        log.warning(
+            "refused %s from %s (%s): %s",
+            what,
+            context.peer(),
+            context.peer_identity().decode(errors="replace") or "no certificate",
+            exc,
+        )
+        return flight.FlightUnauthenticatedError(f"{short} refused: {exc}")
 
     def _resolve(self, raw: bytes) -> tuple[str, PartitionOutput]:
         """The real path a ticket names, if it is an output this executor wrote."""

@@ -25,7 +25,6 @@ Thread-safe: the prober's thread probes, the heartbeat thread aims and takes.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import statistics
@@ -36,9 +35,10 @@ from collections.abc import Callable, Sequence
 import pyarrow.flight as flight
 
 from mangonel import defaults
+from mangonel.executor.flight_clients import FlightClients
 from mangonel.executor.peer_rates import PeerRates
 from mangonel.security.tickets import TicketSigner, unsigned_probe
-from mangonel.security.tls import TlsMaterial, flight_client_kwargs, flight_scheme
+from mangonel.security.tls import TlsMaterial
 from mangonel.task import LinkSample, ProbeTarget
 
 log = logging.getLogger(__name__)
@@ -73,14 +73,13 @@ class LinkProber:
     ) -> None:
         self.nbytes = nbytes
         self.prober = ""
-        self._tls = tls_material
         self._signer = signer
         self._rates = rates
         self._clock = clock
         self._lock = threading.Lock()
         self._targets: tuple[ProbeTarget, ...] = ()
         self._samples: list[LinkSample] = []
-        self._clients: dict[str, flight.FlightClient] = {}
+        self._clients = FlightClients(tls_material)
 
     def aim(self, targets: Sequence[ProbeTarget]) -> None:
         """The peers to probe from now on (the last heartbeat's answer)."""
@@ -127,7 +126,7 @@ class LinkProber:
         arrivals: list[float] = []
         nbytes = 0
         try:
-            reader = self._client(target.flight_address).do_get(
+            reader = self._clients.get(target.flight_address).do_get(
                 flight.Ticket(ticket), flight.FlightCallOptions(timeout=PROBE_TIMEOUT_S)
             )
             for chunk in reader:
@@ -138,7 +137,7 @@ class LinkProber:
             pass  # a very slow link: what arrived is the sample
         except (flight.FlightError, OSError) as exc:
             log.debug("link probe of %s failed: %s", target.executor, exc)
-            self._drop_client(target.flight_address)
+            self._clients.drop(target.flight_address)
             return None
         gaps = [b - a for a, b in itertools.pairwise(arrivals)]
         busy = statistics.median(gaps) * len(gaps) if gaps else 0.0
@@ -147,25 +146,4 @@ class LinkProber:
         return LinkSample(target.executor, nbytes, busy)
 
     def close(self) -> None:
-        with self._lock:
-            clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            with contextlib.suppress(Exception):
-                client.close()
-
-    def _client(self, address: str) -> flight.FlightClient:
-        with self._lock:
-            client = self._clients.get(address)
-            if client is None:
-                client = flight.FlightClient(
-                    f"{flight_scheme(self._tls)}://{address}", **flight_client_kwargs(self._tls)
-                )
-                self._clients[address] = client
-            return client
-
-    def _drop_client(self, address: str) -> None:
-        with self._lock:
-            client = self._clients.pop(address, None)
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
+        self._clients.close()

@@ -51,10 +51,11 @@ from mangonel.executor.failures import (
     TaskFailedError,
     disk_full,
 )
+from mangonel.executor.flight_clients import FlightClients
 from mangonel.executor.peer_rates import PeerRates
 from mangonel.executor.shuffle_write import checksum_of, checksum_text
 from mangonel.ids import ExecutorId
-from mangonel.security.tls import TlsMaterial, flight_client_kwargs, flight_scheme
+from mangonel.security.tls import TlsMaterial
 from mangonel.task import FetchFailed, FetchProblem, PartitionLocation
 
 
@@ -100,15 +101,13 @@ class ShuffleReader:
     ) -> None:
         self.host = host
         self._rates = rates
-        self._tls = tls_material
         self.spool_dir = spool_dir
         if spool_dir is not None:
             os.makedirs(spool_dir, exist_ok=True)
         self.timeout_s = timeout_s
         self.retries = max(1, retries)
         self.backoff_s = backoff_s
-        self._clients: dict[str, flight.FlightClient] = {}
-        self._clients_lock = threading.Lock()
+        self._clients = FlightClients(tls_material)
         self._cancelled = threading.Event()
         self.fetched = FetchCounts()
         """What the running task read so far (``reset`` starts it anew)."""
@@ -163,12 +162,7 @@ class ShuffleReader:
         return pa.RecordBatchReader.from_batches(schema, _concat(sources, schema))
 
     def close(self) -> None:
-        with self._clients_lock:
-            clients = list(self._clients.values())
-            self._clients.clear()
-        for client in clients:
-            with contextlib.suppress(Exception):
-                client.close()
+        self._clients.close()
 
     def _open(self, location: PartitionLocation) -> pa.Table | _FileSource:
         if location.host == self.host and os.path.isfile(location.path):
@@ -300,7 +294,7 @@ class ShuffleReader:
                 raise TaskCancelledError(f"fetch of {location.path} cancelled")
             progress.mark(0)
             try:
-                stream = self._client(location.flight_address).do_get(ticket, options)
+                stream = self._clients.get(location.flight_address).do_get(ticket, options)
                 progress.mark(0)
                 got: pa.Table | _FileSource
                 if self.spool_dir is None:
@@ -330,7 +324,7 @@ class ShuffleReader:
                 ) from exc
             except (flight.FlightError, pa.ArrowException, OSError) as exc:
                 last = exc
-                self._drop_client(location.flight_address)
+                self._clients.drop(location.flight_address)
                 continue
             if rows != location.rows:
                 if isinstance(got, _FileSource):
@@ -346,23 +340,6 @@ class ShuffleReader:
             f"Flight fetch from {location.flight_address} failed {self.retries} times: {last}",
             FetchProblem.UNREACHABLE,
         )
-
-    def _client(self, address: str) -> flight.FlightClient:
-        with self._clients_lock:
-            client = self._clients.get(address)
-            if client is None:
-                client = flight.FlightClient(
-                    f"{flight_scheme(self._tls)}://{address}", **flight_client_kwargs(self._tls)
-                )
-                self._clients[address] = client
-            return client
-
-    def _drop_client(self, address: str) -> None:
-        with self._clients_lock:
-            client = self._clients.pop(address, None)
-        if client is not None:
-            with contextlib.suppress(Exception):
-                client.close()
 
 
 class _Progress:
