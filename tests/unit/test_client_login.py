@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
+from mangonel.client import session as session_module
 from mangonel.client.session import Session
 from mangonel.errors import AuthenticationError
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
@@ -50,7 +51,7 @@ def server(tmp_path: Path) -> Iterator[tuple[QueryServiceServicer, str, Path]]:
     servicer = QueryServiceServicer(
         FakeCore(),  # type: ignore[arg-type]
         "test",
-        authenticator=CountingAuthenticator(str(users), b"a" * 32, token_ttl_s=1.0),
+        authenticator=CountingAuthenticator(str(users), b"a" * 32, token_ttl_s=60.0),
     )
     grpc_server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     pb_grpc.add_QueryServiceServicer_to_server(servicer, grpc_server)  # type: ignore[no-untyped-call]
@@ -65,14 +66,31 @@ def logins(servicer: QueryServiceServicer) -> int:
     return servicer.auth.logins
 
 
-def test_a_session_logs_in_once_and_again_before_expiry(server: Any) -> None:
+class ShiftedClock:
+    """The ``time`` module as the session sees it, its monotonic clock ``ahead_s`` on."""
+
+    def __init__(self, ahead_s: float) -> None:
+        self.ahead_s = ahead_s
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.ahead_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def test_a_session_logs_in_once_and_again_before_expiry(
+    server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     servicer, address, _ = server
     with Session(address, user="alice", password="alice-secret") as session:
         session.status()
         session.status()
         assert logins(servicer) == 1
         assert session.user == "alice" and not session.admin
-        time.sleep(1.0)  # 90 % of the 1 s lifetime is over: renewed before the call
+        # 55 s of the token's 60 s lifetime pass for the session (the server's
+        # clock does not move): over 90 % is over, so it logs in before the call.
+        monkeypatch.setattr(session_module, "time", ShiftedClock(55.0))
         session.status()
         assert logins(servicer) == 2
 
@@ -89,10 +107,10 @@ def test_a_refused_token_makes_a_session_log_in_again(server: Any) -> None:
 
 def test_a_token_only_session_is_refused_once_it_expires(server: Any) -> None:
     servicer, address, _ = server
-    token = tokens.mint(b"a" * 32, "alice", admin=False, ttl_s=1)
+    token = tokens.mint(b"a" * 32, "alice", admin=False, ttl_s=3)
     with Session(address, token=token) as session:
         session.status()
-        time.sleep(1.1)
+        time.sleep(3.1)
         with pytest.raises(AuthenticationError, match="expired"):
             session.status()
 

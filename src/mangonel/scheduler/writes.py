@@ -181,7 +181,11 @@ def insert_query(query: str, schema: pa.Schema, query_columns: Sequence[str], ta
         )
     import duckdb
 
-    types = duckdb.from_arrow(schema.empty_table()).types
+    # A cursor of its own: DuckDB's connections (the module-wide default one too)
+    # refuse a call while another thread's is in them, and the scheduler plans
+    # statements on several threads at once.
+    with duckdb.default_connection().cursor() as con:
+        types = con.from_arrow(schema.empty_table()).types
     q = [f'"q{i}"' for i in range(len(schema))]
     cols = ", ".join(
         f"CAST({q[i]} AS {types[i]}) AS {identifier(name)}" for i, name in enumerate(schema.names)

@@ -1,0 +1,49 @@
+"""``insert_query``: an ``INSERT``'s query cast to the table's columns, by position.
+
+Statements are planned on the scheduler's threads at once, so the cast is made
+from several threads together here too (DuckDB's shared default connection
+refused the second caller, and one of two concurrent ``INSERT``s failed).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pytest
+
+from mangonel.errors import QueryError
+from mangonel.scheduler.writes import insert_query
+
+SCHEMA = pa.schema([("key", pa.int64()), ("price", pa.decimal128(15, 2)), ("note", pa.string())])
+
+
+def test_the_query_is_cast_to_the_table_columns_by_position() -> None:
+    sql = insert_query("SELECT 1, 2.5, 'x'", SCHEMA, ["a", "b", "c"], "t")
+    assert sql == (
+        'SELECT CAST("q0" AS BIGINT) AS "key", CAST("q1" AS DECIMAL(15,2)) AS "price", '
+        'CAST("q2" AS VARCHAR) AS "note" FROM (SELECT 1, 2.5, \'x\') AS __insert("q0", "q1", "q2")'
+    )
+
+
+def test_another_number_of_columns_is_refused() -> None:
+    with pytest.raises(QueryError, match="table t has 3 columns .* but the query gives 2"):
+        insert_query("SELECT 1, 2", SCHEMA, ["a", "b"], "t")
+
+
+def test_many_threads_cast_at_once() -> None:
+    failures: list[BaseException] = []
+
+    def cast() -> None:
+        try:
+            for _ in range(100):
+                insert_query("SELECT 1, 2.5, 'x'", SCHEMA, ["a", "b", "c"], "t")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=cast) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
