@@ -165,6 +165,7 @@ class Distributor:
             broadcast_bytes,
             # Hosts of their own cores, where spread scans made it matter.
             EXCHANGE_FIXED if parallel > 1 else 0.0,
+            spread_reduced=parallel > 1,
         )
 
     @property

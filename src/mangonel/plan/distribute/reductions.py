@@ -13,13 +13,14 @@ Two of them, both a semi join with the keys of a small side:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from sqlglot import exp
 
 from mangonel.plan.distribute.costs import REDUCE_RATIO
 from mangonel.plan.distribute.keys import column_ref
 from mangonel.plan.distribute.shared import SharedNodes
-from mangonel.plan.distribute.stages import Frag, StageBuilder
+from mangonel.plan.distribute.stages import Frag, StageBuilder, hashed
 from mangonel.plan.estimate import Estimator
 from mangonel.plan.logical import Aggregate, Filter, Join, JoinKind, Node, Project, Ref, Scan, walk
 from mangonel.plan.physical import StageInput
@@ -150,7 +151,15 @@ class Reductions:
             and left.est * REDUCE_RATIO <= right.est
         )
 
-    def reduce_by_keys(self, n: Join, left: Frag, right: Frag) -> tuple[Frag, Frag]:
+    def reduced_bytes(self, n: Join, right: Frag) -> float:
+        """Estimated bytes of ``right`` reduced by the keys of ``n``'s kept side: its
+        share of ``right``'s rows that the kept side's rows may meet, at most all."""
+        size = self._estimator.size
+        return right.est * min(1.0, size(n.left).rows / max(1.0, size(n.right).rows))
+
+    def reduce_by_keys(
+        self, n: Join, left: Frag, right: Frag, spread: Spread | None = None
+    ) -> tuple[Frag, Frag]:
         """Semi-join reduction of the far side of a semi / anti join.
 
         Which rows of ``left`` have a match is all a semi (anti) join asks, so
@@ -158,10 +167,24 @@ class Reductions:
         whose keys no row of ``left`` has can match nothing. ``left`` becomes a
         stage of its own, broadcast into ``right``'s tasks, which keep only the
         rows that may match before anything moves (TPC-H q21: the line items of
-        the orders of one nation's suppliers, not all of ``lineitem``), and read
-        whole by the join itself.
+        the orders of one nation's suppliers, not all of ``lineitem``).
+
+        The join itself reads ``left`` whole in one task; with ``spread``, in
+        ``spread.partitions`` tasks instead: ``left``'s stage hashes its rows by
+        ``spread.keys``, ``right``'s tasks read all of its partitions, and task
+        *i* of the returned kept side reads partition *i*, for the caller to
+        hash the reduced ``right`` alike and join task by task.
         """
-        read, stage = self._stages.finish(left, OutputSpec(OutputKind.SINGLE), "")
+        if spread is None:
+            read, stage = self._stages.finish(left, OutputSpec(OutputKind.SINGLE), "")
+            kept = Frag(read, 1, left.est, single=True)
+            mode = InputMode.ALL
+        else:
+            output = hashed(left, spread.keys, spread.partitions)
+            read, stage = self._stages.finish(left, output, "")
+            kept = Frag(read, spread.partitions, left.est, hash_keys=spread.keys)
+            mode = InputMode.PARTITION
+        kept.inputs[read.name] = StageInput(read.name, stage.id, mode)
         inp = StageInput(read.name, stage.id, InputMode.ALL)
         right.inputs[inp.name] = inp
         right.node = Join(
@@ -171,9 +194,20 @@ class Reductions:
             [k.copy() for k in n.right_keys],
             [k.copy() for k in n.left_keys],
         )
-        size = self._estimator.size
-        right.est *= min(1.0, size(n.left).rows / max(1.0, size(n.right).rows))
-        return Frag(read, 1, left.est, inputs={inp.name: inp}, single=True), right
+        right.est = self.reduced_bytes(n, right)
+        return kept, right
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A reduced semi / anti join spread over ``partitions`` tasks by hash of the
+    join keys, each pair cast to one type (``KeyTypes.cast_keys``)."""
+
+    keys: list[exp.Expr]
+    """The kept side's keys, over its outputs."""
+    far_keys: list[exp.Expr]
+    """The far side's keys, over its outputs."""
+    partitions: int
 
 
 def _groups_under(node: Node) -> tuple[Aggregate | None, dict[Ref, exp.Expr]]:

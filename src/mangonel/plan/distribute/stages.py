@@ -343,9 +343,7 @@ class StageBuilder:
             f.hash_keys = [k.copy() for k in keys]
             f.single = True
             return f
-        mapping = {r: exp.column(phys(r), quoted=True) for r in f.node.outputs()}
-        key_sql = tuple(sql(rewrite(k, mapping), copy=False) for k in keys)
-        read, inp = self.read(f, OutputSpec(OutputKind.HASH, n, key_sql), InputMode.PARTITION)
+        read, inp = self.read(f, hashed(f, keys, n), InputMode.PARTITION)
         return Frag(
             read,
             n,
@@ -548,6 +546,14 @@ class StageBuilder:
             # target's tasks, which read that stage too: a stage less in a row.
             return False
         return read * max(1, target.tasks) <= self._inline_scan_bytes
+
+
+def hashed(f: Frag, keys: list[exp.Expr], partitions: int) -> OutputSpec:
+    """The output of ``f``'s stage hash-partitioned by ``keys`` (expressions over
+    its outputs, rendered over the columns the stage writes)."""
+    mapping = {r: exp.column(phys(r), quoted=True) for r in f.node.outputs()}
+    key_sql = tuple(sql(rewrite(k, mapping), copy=False) for k in keys)
+    return OutputSpec(OutputKind.HASH, partitions, key_sql)
 
 
 def _pruned(scan: Scan) -> str:
