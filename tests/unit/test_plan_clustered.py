@@ -130,6 +130,29 @@ def test_two_tables_in_key_order_join_in_the_scan_tasks(tmp_path: Path, sql: str
     _check(plan, tmp_path, sql)
 
 
+def test_a_bigger_table_is_joined_into_the_tasks_of_a_filtered_scan_by_key_ranges(
+    tmp_path: Path,
+) -> None:
+    # f kept to 10 in 97 of its rows is estimated smaller than d, but it is in
+    # 8 tasks and d in 2: d's row groups go into f's tasks (TPC-H q12's orders
+    # into its filtered line items at SF10), where f was broadcast into d's tasks
+    # after a stage of its own.
+    keys = [i // 4 for i in range(FACT_ROWS)]
+    _write(tmp_path / "f.parquet", {"k": keys, "c": [i % 97 for i in range(FACT_ROWS)]}, 5_000)
+    _write(
+        tmp_path / "d.parquet", {"k": list(range(KEYS)), "w": [k % 13 for k in range(KEYS)]}, 1_000
+    )
+    catalog = {t: load_table(t, str(tmp_path / f"{t}.parquet")) for t in ("f", "d")}
+    sql = "SELECT d.w, count(*) AS n FROM f JOIN d ON f.k = d.k WHERE f.c < 10 GROUP BY d.w"
+    plan = plan_query(sql, catalog, CONFIG)
+    (stage,) = _sliced(plan)
+    assert stage.scan is not None and stage.scan.table == "f" and stage.num_tasks == 8
+    (side,) = stage.side_scans
+    assert side.table == "d" and len(side.task_splits) == 8
+    assert plan.stages[0] is stage, "a stage before the join"
+    _check(plan, tmp_path, sql)
+
+
 def test_row_groups_whose_ranges_overlap_still_give_each_row_all_its_matches(
     tmp_path: Path,
 ) -> None:

@@ -112,10 +112,12 @@ class JoinPlacer:
             return self._join_without_keys(n, left, right, out)
         ranged: list[ByRange] = []
         if can_bcast_right and (
-            r := self._ranges.range_join(left, right, n.left_keys, n.right_keys)
+            r := self._ranges.range_join(left, right, n.left_keys, n.right_keys, inner=inner)
         ):
             ranged.append(ByRange(r[0], Side.RIGHT, r[1]))
-        if inner and (r := self._ranges.range_join(right, left, n.right_keys, n.left_keys)):
+        if inner and (
+            r := self._ranges.range_join(right, left, n.right_keys, n.left_keys, inner=True)
+        ):
             ranged.append(ByRange(r[0], Side.LEFT, r[1]))
         # A side whose key ranges already keep it to the rows it may meet needs no
         # reduction by keys.
