@@ -2,8 +2,9 @@
 from the real sizes of its partitions, with the right answer, through an
 executor's death and through a scheduler's restart.
 
-The query is TPC-H q12 on SF 0.1 with hash joins only (``broadcast_bytes=0``) and
-8 partitions per exchange::
+The query is TPC-H q12 on SF 0.1 with hash joins only (``broadcast_bytes=0``, and
+``orders`` in a random order of its rows, so that its row groups cannot be joined
+into the ``lineitem`` tasks by key range) and 8 partitions per exchange::
 
     stage 1  scan orders               ─┐ hash(orderkey), 8 partitions
     stage 2  scan lineitem, 6 tasks    ─┤
@@ -67,14 +68,26 @@ def start(
         cluster.start()
         session = cluster.connect()
         started.append((cluster, session))
-        for name in ("lineitem", "orders"):
-            session.register_parquet(name, str(tpch_tables[name]))
+        session.register_parquet("lineitem", str(tpch_tables["lineitem"]))
+        session.register_parquet("orders", str(shuffled_orders(tpch_tables["orders"], directory)))
         return cluster, session
 
     yield make
     for cluster, session in started:
         session.close()
         cluster.stop()
+
+
+def shuffled_orders(path: Path, directory: Path) -> Path:
+    """``orders`` with its rows in a random order, in row groups of 10k rows: every
+    row group spans about the whole key range."""
+    out = directory / "orders.parquet"
+    with duckdb.connect() as con:
+        con.execute(
+            f"COPY (SELECT * FROM read_parquet('{path}') ORDER BY hash(o_orderkey)) "
+            f"TO '{out}' (FORMAT parquet, ROW_GROUP_SIZE 10000)"
+        )
+    return out
 
 
 def check_q12(result: Result, reference: duckdb.DuckDBPyConnection) -> None:
