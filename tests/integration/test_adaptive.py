@@ -26,7 +26,7 @@ from typing import Any
 
 import duckdb
 import pytest
-from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
+from helpers import TPCH_ORDER_BY, assert_same_result, shuffled_orders, tpch_query
 
 from mangonel.client.session import Result, Session
 from mangonel.client.status import StageStatus
@@ -76,18 +76,6 @@ def start(
     for cluster, session in started:
         session.close()
         cluster.stop()
-
-
-def shuffled_orders(path: Path, directory: Path) -> Path:
-    """``orders`` with its rows in a random order, in row groups of 10k rows: every
-    row group spans about the whole key range."""
-    out = directory / "orders.parquet"
-    with duckdb.connect() as con:
-        con.execute(
-            f"COPY (SELECT * FROM read_parquet('{path}') ORDER BY hash(o_orderkey)) "
-            f"TO '{out}' (FORMAT parquet, ROW_GROUP_SIZE 10000)"
-        )
-    return out
 
 
 def check_q12(result: Result, reference: duckdb.DuckDBPyConnection) -> None:

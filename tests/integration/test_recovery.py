@@ -6,7 +6,8 @@ executors' fault rules (``mangonel.testing.faults``) or a signal, and checks
 the answer against single-process DuckDB plus what the scheduler says about
 what happened (who was lost, why, what ran again).
 
-The query is TPC-H q12 on SF 0.1 with hash joins only (``broadcast_bytes=0``)::
+The query is TPC-H q12 on SF 0.1 with hash joins only (``broadcast_bytes=0``, and
+``orders`` in a random order of its rows: ``helpers.shuffled_orders``)::
 
     stage 1  scan orders, 1 task          ─┐ hash(orderkey), 4 partitions
     stage 2  scan lineitem, 5 tasks       ─┤
@@ -26,7 +27,14 @@ from typing import Any
 
 import duckdb
 import pytest
-from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
+from helpers import (
+    TPCH_ORDER_BY,
+    assert_same_result,
+    is_stopped,
+    shuffled_orders,
+    tpch_query,
+    wait_until,
+)
 
 import mangonel
 from mangonel.client.cluster import ExecutorHandle
@@ -61,8 +69,9 @@ def start(
         cluster.start()
         session = cluster.connect()
         started.append((cluster, session))
-        for name in ("lineitem", "orders"):
-            session.register_parquet(name, str(tpch_tables[name]))
+        session.register_parquet("lineitem", str(tpch_tables["lineitem"]))
+        orders = shuffled_orders(tpch_tables["orders"], cluster.work_dir)
+        session.register_parquet("orders", str(orders))
         return cluster, session
 
     yield make
