@@ -258,6 +258,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
             request.unhealthy,
             convert.links_from_proto(request),
             convert.probes_from_proto(request),
+            request.running_tasks,
         )
         if not known:
             return pb.HeartbeatResponse(reregister=True)

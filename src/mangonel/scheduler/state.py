@@ -347,6 +347,8 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                         LogExecutorHealth(step.cause, HealthChange.TRUSTED, ex, why)
                     )
                     self._trusted_again(ex, step)
+                if event.running is not None:
+                    self._observe_running(ex, t, event.running, step)
             case ExecutorDraining():
                 self._executors.drain(event.executor, event.time)
             case ExecutorLost():
@@ -509,6 +511,14 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                 f"no executor alive since {self._no_executor_since}, yet "
                 f"{self._executors.live_ids()} are",
             )
+        for executor in self._set_aside:
+            rec = self._executors.live(executor)
+            if rec is not None and rec.quarantined_until is not None:
+                raise StateInvariantError(
+                    "executor-health",
+                    f"outputs of executor {executor} set aside to be given back, yet it is "
+                    "quarantined (its outputs are moved for good)",
+                )
         if any(not is_live(holder) for holder in self._unreachable):
             raise StateInvariantError(
                 "unreachable-reports",

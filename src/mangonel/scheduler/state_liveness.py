@@ -33,6 +33,11 @@ detector (``scheduler.detector``), fed by each executor's heartbeats::
   served and fetched whenever it is reachable; it is lost only after twice the
   heartbeat timeout of silence. Never the last trusted executor: with no other
   to run tasks, a flapping one is better than none.
+* **Lagging**: its heartbeats arrive, but say it runs fewer attempts than
+  were launched on it ``STREAM_LAG_S`` before, twice in a row
+  (``observe_running``): the command stream is stuck behind a cut. No new task
+  (anything sent would wait too), its running attempts copied, as for a
+  suspected one; a heartbeat that counts them all ends it.
 * **Isolated**: when at least ``ISOLATION_SHARE`` of the live executors (two
   or more) are suspected at once, the likeliest fault is the scheduler's own
   link, not that many deaths at the same moment. Losses for silence then wait
@@ -59,6 +64,7 @@ from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry
 from mangonel.scheduler.state_views import ExecutorState
 
 __all__ = [
+    "STREAM_LAG_S",
     "FLAP_GAPS",
     "FLAP_WINDOW_S",
     "ISOLATION_SHARE",
@@ -66,6 +72,7 @@ __all__ = [
     "QUARANTINE_S",
     "Judgement",
     "judge",
+    "observe_running",
 ]
 
 FLAP_GAPS = 3
@@ -83,6 +90,17 @@ QUARANTINE_LOSS_FACTOR = 2.0
 """A quarantined executor is lost after this many heartbeat timeouts of silence:
 it runs nothing, so waiting costs only its outputs' readers, and its silences
 have so far always ended."""
+
+STREAM_LAG_S = 1.0
+"""An attempt launched this long ago that the executor's heartbeat does not
+count is held up on the way: two such heartbeats in a row make it *lagging*.
+Commands go down the executor's one command stream, and after a cut bytes sent
+into it wait for TCP's next retry, whose wait doubles (seconds after a cut of
+a few; a flapping link's cuts can catch every retry, up to the stream's 20 s
+keepalive). Its heartbeats, on a connection renewed after each failure
+(``executor.link``), still arrive. Long enough for a busy executor to take a
+launch off its stream; two beats, so that a task's report still on its way
+when the heartbeat arrives (another connection) does not count."""
 
 ISOLATION_SHARE = 0.75
 """Share of the live executors (at least two) suspected at once that makes the
@@ -207,3 +225,26 @@ def _isolation_grace(
     # would have been lost meanwhile), and TCP's retries after a long cut may
     # take a second or two more to reach it.
     return max(0.0, ended - rec.last_heartbeat)
+
+
+def observe_running(
+    rec: ExecutorRecord, now: float, reported: int, launched_before: int
+) -> bool | None:
+    """A heartbeat of ``rec`` counted ``reported`` attempts, while
+    ``launched_before`` of those the scheduler placed on it were launched at
+    least ``STREAM_LAG_S`` before ``now``: mark it lagging on the second such
+    heartbeat in a row, trusted again on one that counts them all. Returns
+    ``True`` when it began to lag, ``False`` when it caught up, else ``None``."""
+    if launched_before <= reported:
+        rec.behind_since = None
+        if rec.lagging_since is not None:
+            rec.lagging_since = None
+            return False
+        return None
+    if rec.behind_since is None:
+        rec.behind_since = now
+        return None
+    if rec.lagging_since is None:
+        rec.lagging_since = now
+        return True
+    return None

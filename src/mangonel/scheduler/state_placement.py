@@ -232,7 +232,9 @@ class Placement:
         of the two to finish wins (``_task_completed``).
         """
         distrusted = any(
-            r.suspected_since is not None or r.quarantined_until is not None
+            r.suspected_since is not None
+            or r.quarantined_until is not None
+            or r.lagging_since is not None
             for r in self._executors.live_records()
         )
         found = stragglers(
