@@ -35,6 +35,8 @@ class _Scheduler(pb_grpc.ExecutorControlServicer):
     hold_reports: int = 0
     beats: list[str] = field(default_factory=list)
     """The caller's address of each heartbeat, in order."""
+    failed: list[int] = field(default_factory=list)
+    """What each heartbeat said of the failed ones before it."""
     reports: list[str] = field(default_factory=list)
     released: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -42,6 +44,7 @@ class _Scheduler(pb_grpc.ExecutorControlServicer):
     def Heartbeat(self, request: pb.HeartbeatRequest, context: grpc.ServicerContext) -> object:
         with self.lock:
             self.beats.append(context.peer())
+            self.failed.append(request.failed_beats)
             hold, self.hold_beats = self.hold_beats > 0, max(0, self.hold_beats - 1)
         if hold:
             self.released.wait(30)
@@ -84,6 +87,7 @@ def test_an_unanswered_heartbeat_is_given_up_and_the_next_goes_on_a_new_connecti
     first, held, after = servicer.beats
     assert held == first, "the held beat went on the connection in use"
     assert after != held, "the beat after a failed one reused the stuck connection"
+    assert servicer.failed == [0, 0, 1]  # the scheduler hears that its link was down
 
 
 def test_a_report_in_flight_when_the_link_is_back_is_sent_again_on_a_new_connection(

@@ -377,3 +377,42 @@ def test_a_report_on_its_way_when_the_heartbeat_arrives_is_no_lag() -> None:
     cmds += beats_counting(h, 4.0, lambda e, t: 1 if e == E2 else 2)
     assert health(cmds, HealthChange.LAGGING) == []
     assert copies(cmds) == []
+
+
+def flapping_briefly(failed_beats: bool) -> Harness:
+    """The lab's settings (3 s timeout, 0.15 s beats): e2 silent for 1.6 s of
+    every 3 s from t=5 to t=20 (its heartbeats renewed after each failure
+    arrive right after the heal: silences shorter than a suspicion); e1 healthy.
+    With ``failed_beats``, each beat after a silence says how many failed."""
+    h = Harness(Limits(heartbeat_timeout_s=3.0))
+    h.register(E1, 2)
+    h.register(E2, 2)
+    interval = h.state.limits.heartbeat_interval_s
+    t, next_tick, missed = 0.0, 0.0, 0
+    while t < 21.0:
+        h.now = t
+        h.send(ExecutorHeartbeat, E1)
+        if 5.0 <= t < 20.0 and (t - 5.0) % 3.0 < 1.6:
+            missed += 1
+        else:
+            h.send(ExecutorHeartbeat, E2, failed_beats=missed if failed_beats else 0)
+            missed = 0
+        if next_tick <= t:
+            next_tick += TICK
+            h.tick(t)
+        t += interval
+    return h
+
+
+def test_a_link_down_briefly_again_and_again_is_quarantined_a_pause_as_long_is_not() -> None:
+    # Silences of 1.6 s stay under the 1.8 s of a suspicion (no long gap), but
+    # the executor's own failed heartbeats say its link was down: a flap.
+    assert h_quarantined(flapping_briefly(failed_beats=True))
+    # The same silences with no failed heartbeat are pauses of the executor.
+    assert not h_quarantined(flapping_briefly(failed_beats=False))
+
+
+def h_quarantined(h: Harness) -> bool:
+    view = h.state.executor(E2)
+    assert view is not None and view.reason is None  # never lost
+    return view.quarantined_until is not None

@@ -247,7 +247,8 @@ class GrpcSchedulerLink:
         # must not hold up the command stream's connection, and it is moved
         # to a new connection when the link is back (module docstring).
         self._reports = [self._line(a) for a in self.addresses]
-        self._beat_failed = False
+        self._beats_failed = 0
+        """Heartbeats failed since the last answered one (the next one says so)."""
 
     @property
     def address(self) -> str:
@@ -312,6 +313,7 @@ class GrpcSchedulerLink:
             unhealthy=unhealthy,
             links=convert.links_to_proto(links),
             probes=convert.links_to_proto(probes),
+            failed_beats=self._beats_failed,
         )
         line = self._beats[self._current]
         stub, _ = line.current()
@@ -319,11 +321,11 @@ class GrpcSchedulerLink:
             reply = stub.Heartbeat(request, timeout=min(self.rpc_timeout_s, HEARTBEAT_DEADLINE_S))
         except grpc.RpcError as exc:
             line.renew()
-            self._beat_failed = True
+            self._beats_failed += 1
             raise self._error("send a heartbeat to", exc) from exc
-        if self._beat_failed:
+        if self._beats_failed:
             # The link is back: reports still in flight went into the cut.
-            self._beat_failed = False
+            self._beats_failed = 0
             self._reports[self._current].renew()
         return HeartbeatReply(not reply.reregister, convert.probe_targets_from_proto(reply))
 

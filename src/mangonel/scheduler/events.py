@@ -172,6 +172,10 @@ class ExecutorHeartbeat(Event):
     probes: tuple[LinkSample, ...] = ()
     """Its link probes since its last heartbeat, one sample each
     (``executor.probes``), judged apart from ``links`` (``state_links``)."""
+    failed_beats: int = 0
+    """Its heartbeats that failed since its last answered one: its link was
+    down (a cut), not the executor paused; the gap before this one counts
+    toward a flap however short (``ExecutorRegistry.heard_from``)."""
     running: int | None = None
     """The attempts it says it runs (on a slot, cancelled or not); ``None``: not
     said. Fewer than were launched on it a while ago means its command stream

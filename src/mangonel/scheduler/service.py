@@ -259,6 +259,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
             convert.links_from_proto(request),
             convert.probes_from_proto(request),
             request.running_tasks,
+            request.failed_beats,
         )
         if not known:
             return pb.HeartbeatResponse(reregister=True)

@@ -336,7 +336,9 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                 ex, t = event.executor, event.time
                 if not self._executors.listens(ex):
                     step.commands.append(RefuseHeartbeat(step.cause, ex))
-                since = self._executors.heard_from(ex, t, event.unhealthy, beat=True)
+                since = self._executors.heard_from(
+                    ex, t, event.unhealthy, beat=True, failed=event.failed_beats
+                )
                 if event.links:
                     self._links.observe(ex, event.links, t)
                 if event.probes:

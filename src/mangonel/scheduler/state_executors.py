@@ -78,6 +78,11 @@ from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView
 from mangonel.task import ExecutorInfo
 
+FAILED_GAP_BEATS = 4
+"""A silence of at least this many heartbeat intervals that ended with a
+heartbeat saying some of the executor's own heartbeats failed is a gap
+(``ExecutorRegistry.heard_from``): a link that went down, however briefly."""
+
 
 @dataclass(frozen=True)
 class Resume:
@@ -703,12 +708,23 @@ class ExecutorRegistry:
         return True
 
     def heard_from(
-        self, executor: ExecutorId, now: float, unhealthy: str | None = None, beat: bool = False
+        self,
+        executor: ExecutorId,
+        now: float,
+        unhealthy: str | None = None,
+        beat: bool = False,
+        failed: int = 0,
     ) -> float | None:
         """A word from the executor: a heartbeat (``beat``) or a report.
 
         A heartbeat feeds its failure detector; any word ends a suspicion (not
-        a quarantine). ``unhealthy`` (when given) replaces what the last
+        a quarantine). The silence before it is a gap (``ExecutorRecord.gaps``)
+        when it is ``long_gap_s``, or when the executor says ``failed`` heartbeats
+        of its own failed meanwhile and it lasted ``FAILED_GAP_BEATS`` beats:
+        its link was down. Since its heartbeats go on new connections after a
+        failure (``executor.link``), a flapping link's silences last little more
+        than its cuts, shorter than a suspicion; a pause of the executor fails
+        none of its heartbeats. ``unhealthy`` (when given) replaces what the last
         heartbeat said. Returns since when it was suspected, if this ended a
         suspicion.
         """
@@ -720,7 +736,10 @@ class ExecutorRegistry:
                 if rec.arrivals is None:
                     rec.arrivals = ArrivalWindow(self.heartbeat_interval_s, self.long_gap_s)
                 last = rec.arrivals.last
-                if last is not None and now - last >= self.long_gap_s:
+                if last is not None and (
+                    now - last >= self.long_gap_s
+                    or (failed and now - last >= FAILED_GAP_BEATS * self.heartbeat_interval_s)
+                ):
                     rec.gaps.append(now)
                 rec.arrivals.heard(now)
             if rec.suspected_since is not None and now >= rec.suspected_since:
