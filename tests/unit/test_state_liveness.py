@@ -416,3 +416,24 @@ def h_quarantined(h: Harness) -> bool:
     view = h.state.executor(E2)
     assert view is not None and view.reason is None  # never lost
     return view.quarantined_until is not None
+
+
+def test_a_straggler_is_not_copied_onto_an_executor_whose_heartbeats_are_late() -> None:
+    # The first seconds of a cut of the scheduler's own link: attempts
+    # straggle, and nobody is suspected yet. e1 has room for a copy of e2's
+    # last map when it straggles (3.2 s), but its beats are late by then (none
+    # since 1.5 s; the bar: 3 beats, at least 0.5 s; a suspicion would take
+    # about 2.1 s): a copy would sit on its command stream.
+    h = Harness(Limits(speculation_min_s=3.2))
+    h.register(E1, 2)
+    h.register(E2, 2)
+    h.submit(three_stage_plan(maps=4, reducers=1))
+    run(h, 1.0, lambda e, t: True, (E1, E2))
+    for p, executor in ((0, E1), (1, E2), (2, E1)):
+        h.complete(att(1, p), executor)
+    cmds = run(h, 3.5, lambda e, t: e == E2 or t < 2.0, (E1, E2))
+    assert h.state.executor(E1).suspected_since is None
+    assert copies(cmds) == []
+    # Heard again, e1 gets the copy.
+    cmds = run(h, 4.5, lambda e, t: True, (E1, E2))
+    assert copies(cmds) == [("e1", "j1/s1/p3/a1")]

@@ -55,6 +55,7 @@ they have no heartbeat history in this life of the scheduler, or a silence in it
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId
@@ -72,6 +73,7 @@ __all__ = [
     "QUARANTINE_S",
     "Judgement",
     "judge",
+    "late_beats",
     "observe_running",
 ]
 
@@ -101,6 +103,12 @@ keepalive). Its heartbeats, on a connection renewed after each failure
 (``executor.link``), still arrive. Long enough for a busy executor to take a
 launch off its stream; two beats, so that a task's report still on its way
 when the heartbeat arrives (another connection) does not count."""
+
+LATE_BEATS = 3
+"""An executor silent for this many heartbeat intervals (and at least
+``LATE_FLOOR_S``) gets no speculative copy (``late_beats``)."""
+
+LATE_FLOOR_S = 0.5
 
 ISOLATION_SHARE = 0.75
 """Share of the live executors (at least two) suspected at once that makes the
@@ -248,3 +256,17 @@ def observe_running(
         rec.lagging_since = now
         return True
     return None
+
+
+def late_beats(records: Iterable[ExecutorRecord], now: float, limits: Limits) -> set[ExecutorId]:
+    """The executors whose heartbeats are late at ``now``: not suspected yet,
+    but silent for ``LATE_BEATS`` intervals. A speculative copy goes elsewhere:
+    copies are made when attempts straggle, and when the scheduler's own link
+    is cut every attempt straggles in its first seconds, before anyone is
+    suspected; a copy pushed down a cut executor's command stream then waits
+    for TCP's retry after the heal, and the commands behind it too (measured:
+    the last stage's launches 1.1 s after the heal)."""
+    if math.isinf(limits.suspect_phi):
+        return set()  # the failure detector is off: silence says nothing
+    bar = max(LATE_FLOOR_S, LATE_BEATS * limits.heartbeat_interval_s)
+    return {r.id for r in records if now - r.last_heartbeat > bar}
