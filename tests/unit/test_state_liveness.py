@@ -437,3 +437,19 @@ def test_a_straggler_is_not_copied_onto_an_executor_whose_heartbeats_are_late() 
     # Heard again, e1 gets the copy.
     cmds = run(h, 4.5, lambda e, t: True, (E1, E2))
     assert copies(cmds) == [("e1", "j1/s1/p3/a1")]
+
+
+def test_the_first_suspected_in_a_cut_of_the_schedulers_link_has_nothing_made_again() -> None:
+    # The cut reaches the detectors apart: e2's last beat came 0.4 s before
+    # the others', so it is suspected a tick or two before the isolation. The
+    # others' beats are late by then: nothing of e2's is made again on them
+    # (it would sit on their command streams, as cut as e2's).
+    h = isolated_cluster()
+    last = {E1: 5.4, E2: 5.0, E3: 5.4}
+    cmds = run(h, 10.0, lambda e, t: not last[e] <= t < 11.0)
+    logged = [(c.change, c.executor) for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert logged[0] == (HealthChange.SUSPECTED, E2), logged
+    assert (HealthChange.ISOLATED, None) in logged
+    assert (HealthChange.SET_ASIDE, E2) not in logged, logged
+    assert [c for _, c in cmds if isinstance(c, CancelTask | LaunchTask)] == []
+    assert maps_view(h).outputs_recomputed == 0

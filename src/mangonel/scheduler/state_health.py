@@ -107,7 +107,7 @@ class Health:
         for rec in judged.quarantined:
             # Not its again once heard: its outputs are moved for good (below).
             self._set_aside.pop(rec.id, None)
-        if not judged.isolated:
+        if not (judged.isolated or judged.isolation_near):
             self._recompute_suspected(step)
             self._move_quarantined(step)
         ttl = self.limits.result_ttl_s

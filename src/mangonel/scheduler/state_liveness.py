@@ -127,6 +127,13 @@ class Judgement:
     """Lost for silence, each with its evidence."""
     isolated: bool = False
     """Whether the scheduler takes itself for cut off now."""
+    isolation_near: bool = False
+    """Whether it may be about to: the suspected and those whose beats are late
+    (``late_beats``) together reach ``ISOLATION_SHARE``. A cut of the
+    scheduler's link reaches the executors' detectors a tick or two apart:
+    the first suspected must not have its outputs made again on the others,
+    which are as cut (measured: three recomputes launched into the cut 0.25 s
+    before the isolation held up the query 1.2 s after the heal)."""
     isolation_began: bool = False
     isolation_ended: bool = False
 
@@ -158,7 +165,12 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
             rec.suspected_since = now
             out.suspected.append(rec)
     suspected = sum(1 for r in judged if r.suspected_since is not None)
-    out.isolated = len(judged) >= 2 and suspected >= math.ceil(ISOLATION_SHARE * len(judged))
+    share = math.ceil(ISOLATION_SHARE * len(judged))
+    out.isolated = len(judged) >= 2 and suspected >= share
+    if len(judged) >= 2 and suspected and not out.isolated:
+        late = late_beats(judged, now, limits)
+        quiet = sum(1 for r in judged if r.suspected_since is not None or r.id in late)
+        out.isolation_near = quiet >= share
     if out.isolated and registry.isolated_since is None:
         registry.isolated_since = now
         out.isolation_began = True
