@@ -34,7 +34,7 @@ from mangonel.scheduler.events import (
     LossReason,
 )
 from mangonel.scheduler.state import StageView
-from mangonel.scheduler.state_liveness import FLAP_GAPS, QUARANTINE_S
+from mangonel.scheduler.state_liveness import FLAP_GAPS, QUARANTINE_S, STREAM_LAG_S
 from mangonel.task import CancelTask, LaunchTask
 
 TICK = 0.25
@@ -172,8 +172,34 @@ def test_a_flapping_executor_is_quarantined_and_never_lost() -> None:
     assert view.quarantined_until is not None and "3 times" in view.quarantine
     gaps = h.state._executors.live(E2).gaps
     assert len(gaps) >= FLAP_GAPS
-    # Its outputs still count: nothing was made again.
-    assert maps_view(h).outputs_recomputed == 0 and maps_view(h).done == 4
+    # Its outputs were made again on e1 once it was quarantined, for good: the
+    # reducers no longer wait on the flapping link, and e2, heard between the
+    # cuts, got them back (no recompute cancelled) nor any new task.
+    quarantined = next(
+        t
+        for t, c in cmds
+        if isinstance(c, LogExecutorHealth) and c.change is HealthChange.QUARANTINED
+    )
+    moved = [
+        c for t, c in cmds if isinstance(c, LogExecutorHealth) and c.change is HealthChange.MOVED
+    ]
+    assert [c.executor for c in moved] == [E2], moved
+    assert maps_view(h).outputs_recomputed == 2
+    remade = sorted(
+        (c.executor, c.task.attempt.task.partition)
+        for t, c in cmds
+        if t >= quarantined and isinstance(c, LaunchTask) and c.task.attempt.task.stage == 1
+    )
+    assert remade == [(E1, 1), (E1, 3)], remade
+    assert not [
+        c for t, c in cmds if t >= quarantined and isinstance(c, LaunchTask) and c.executor == E2
+    ]
+    cancelled = [
+        c
+        for t, c in cmds
+        if t >= quarantined and isinstance(c, CancelTask) and c.attempt.task.stage == 1
+    ]
+    assert not cancelled, cancelled
     # The quarantine ends a while after its last suspicion.
     run(h, gaps[-1] + QUARANTINE_S + 1.0, lambda e, t: True, (E1, E2))
     view = h.state.executor(E2)
@@ -288,3 +314,142 @@ def test_a_long_silence_does_not_teach_the_detector_to_tolerate_the_next() -> No
     ]
     bar = h.state._executors.long_gap_s  # a regular executor's suspicion time
     assert when - 20.0 <= bar + 2 * TICK, (when, bar)
+
+
+def beats_counting(
+    h: Harness, until: float, running: Callable[[ExecutorId, float], int]
+) -> list[tuple[float, Command]]:
+    """Heartbeats of e1 and e2 every interval up to ``until``, each counting
+    ``running(executor, t)`` attempts, with a ``Tick`` every 0.25 s."""
+    interval = h.state.limits.heartbeat_interval_s
+    out: list[tuple[float, Command]] = []
+    t, next_tick = h.now, h.now
+    while t < until:
+        h.now = t
+        for e in (E1, E2):
+            out += [(t, c) for c in h.send(ExecutorHeartbeat, e, running=running(e, t))]
+        if next_tick <= t:
+            next_tick += TICK
+            out += [(t, c) for c in h.tick(t)]
+        t += interval
+    h.now = until
+    return out
+
+
+def health(cmds: list[tuple[float, Command]], change: HealthChange) -> list[tuple[float, str]]:
+    return [
+        (t, c.executor or "")
+        for t, c in cmds
+        if isinstance(c, LogExecutorHealth) and c.change is change
+    ]
+
+
+def test_an_executor_whose_launches_do_not_arrive_lags_its_attempts_copied() -> None:
+    # e2's heartbeats get through (a new connection each time, executor.link),
+    # but the launches of p1 and p3 sit on its command stream behind a cut:
+    # it counts none of them.
+    h = two_running()
+    h.complete(att(1, 0), E1)  # e1 has a free slot for a copy
+    cmds = beats_counting(h, 3.0, lambda e, t: 1 if e == E1 else 0)
+    lagging = health(cmds, HealthChange.LAGGING)
+    # Not before the launches are STREAM_LAG_S old, and two beats in a row.
+    assert [e for _, e in lagging] == [E2], lagging
+    assert STREAM_LAG_S < lagging[0][0] <= STREAM_LAG_S + 2 * h.state.limits.heartbeat_interval_s
+    assert h.state.executor(E2).suspected_since is None  # heard all along
+    # No new task for it, its attempts copied onto e1 the moment it lags.
+    assert copies(cmds) == [("e1", "j1/s1/p1/a1")]
+    assert [t for t, c in cmds if isinstance(c, LaunchTask)] == [lagging[0][0]]
+    # Its commands get through: it counts them, and takes tasks again.
+    cmds = beats_counting(h, 3.5, lambda e, t: 1 if e == E1 else 2)
+    assert [e for _, e in health(cmds, HealthChange.CAUGHT_UP)] == [E2]
+    view = h.state.executor(E2)
+    assert view is not None and h.state._executors.live(E2).lagging_since is None
+    assert losses(cmds) == []
+
+
+def test_a_report_on_its_way_when_the_heartbeat_arrives_is_no_lag() -> None:
+    # p1 finished on e2 long after its launch: one heartbeat counts one attempt
+    # fewer before the report (on another connection) arrives.
+    h = two_running()
+    cmds = beats_counting(h, 2.0, lambda e, t: 2)
+    cmds += beats_counting(h, 2.1, lambda e, t: 1 if e == E2 else 2)  # one beat
+    h.complete(att(1, 1), E2)
+    cmds += beats_counting(h, 4.0, lambda e, t: 1 if e == E2 else 2)
+    assert health(cmds, HealthChange.LAGGING) == []
+    assert copies(cmds) == []
+
+
+def flapping_briefly(failed_beats: bool) -> Harness:
+    """The lab's settings (3 s timeout, 0.15 s beats): e2 silent for 1.6 s of
+    every 3 s from t=5 to t=20 (its heartbeats renewed after each failure
+    arrive right after the heal: silences shorter than a suspicion); e1 healthy.
+    With ``failed_beats``, each beat after a silence says how many failed."""
+    h = Harness(Limits(heartbeat_timeout_s=3.0))
+    h.register(E1, 2)
+    h.register(E2, 2)
+    interval = h.state.limits.heartbeat_interval_s
+    t, next_tick, missed = 0.0, 0.0, 0
+    while t < 21.0:
+        h.now = t
+        h.send(ExecutorHeartbeat, E1)
+        if 5.0 <= t < 20.0 and (t - 5.0) % 3.0 < 1.6:
+            missed += 1
+        else:
+            h.send(ExecutorHeartbeat, E2, failed_beats=missed if failed_beats else 0)
+            missed = 0
+        if next_tick <= t:
+            next_tick += TICK
+            h.tick(t)
+        t += interval
+    return h
+
+
+def test_a_link_down_briefly_again_and_again_is_quarantined_a_pause_as_long_is_not() -> None:
+    # Silences of 1.6 s stay under the 1.8 s of a suspicion (no long gap), but
+    # the executor's own failed heartbeats say its link was down: a flap.
+    assert h_quarantined(flapping_briefly(failed_beats=True))
+    # The same silences with no failed heartbeat are pauses of the executor.
+    assert not h_quarantined(flapping_briefly(failed_beats=False))
+
+
+def h_quarantined(h: Harness) -> bool:
+    view = h.state.executor(E2)
+    assert view is not None and view.reason is None  # never lost
+    return view.quarantined_until is not None
+
+
+def test_a_straggler_is_not_copied_onto_an_executor_whose_heartbeats_are_late() -> None:
+    # The first seconds of a cut of the scheduler's own link: attempts
+    # straggle, and nobody is suspected yet. e1 has room for a copy of e2's
+    # last map when it straggles (3.2 s), but its beats are late by then (none
+    # since 1.5 s; the bar: 3 beats, at least 0.5 s; a suspicion would take
+    # about 2.1 s): a copy would sit on its command stream.
+    h = Harness(Limits(speculation_min_s=3.2))
+    h.register(E1, 2)
+    h.register(E2, 2)
+    h.submit(three_stage_plan(maps=4, reducers=1))
+    run(h, 1.0, lambda e, t: True, (E1, E2))
+    for p, executor in ((0, E1), (1, E2), (2, E1)):
+        h.complete(att(1, p), executor)
+    cmds = run(h, 3.5, lambda e, t: e == E2 or t < 2.0, (E1, E2))
+    assert h.state.executor(E1).suspected_since is None
+    assert copies(cmds) == []
+    # Heard again, e1 gets the copy.
+    cmds = run(h, 4.5, lambda e, t: True, (E1, E2))
+    assert copies(cmds) == [("e1", "j1/s1/p3/a1")]
+
+
+def test_the_first_suspected_in_a_cut_of_the_schedulers_link_has_nothing_made_again() -> None:
+    # The cut reaches the detectors apart: e2's last beat came 0.4 s before
+    # the others', so it is suspected a tick or two before the isolation. The
+    # others' beats are late by then: nothing of e2's is made again on them
+    # (it would sit on their command streams, as cut as e2's).
+    h = isolated_cluster()
+    last = {E1: 5.4, E2: 5.0, E3: 5.4}
+    cmds = run(h, 10.0, lambda e, t: not last[e] <= t < 11.0)
+    logged = [(c.change, c.executor) for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert logged[0] == (HealthChange.SUSPECTED, E2), logged
+    assert (HealthChange.ISOLATED, None) in logged
+    assert (HealthChange.SET_ASIDE, E2) not in logged, logged
+    assert [c for _, c in cmds if isinstance(c, CancelTask | LaunchTask)] == []
+    assert maps_view(h).outputs_recomputed == 0

@@ -11,15 +11,29 @@ the scheduler pushes ``LaunchTask``/``CancelTask``/``ReleaseOutputs`` the moment
 it decides them (when the stream breaks, the scheduler counts the executor as
 lost, so it must register again under a new id); ``heartbeat`` runs on its own
 thread and a connection of its own (bulk messages on the others cannot
-delay it); ``report_*`` says how each task attempt ended; ``drain`` says the
-executor is leaving (the scheduler then closes the stream once nothing needs it).
+delay it); ``report_*`` says how each task attempt ended, on a connection of
+their own too; ``drain`` says the executor is leaving (the scheduler then
+closes the stream once nothing needs it).
+
+**After a cut.** Bytes a connection sent into a cut link wait for TCP to send
+them again, and TCP backs off, doubling its wait each time (0.2 s, 0.4 s, ...,
+up to two minutes): after a 6 s cut the next try may come seconds after the
+heal (measured on the lab: the heartbeats and a report of every executor
+arrived 0.85 s after the heal, in other runs 3 s), and whatever else is sent
+on that connection waits behind them. So the heartbeat and report connections
+are thrown away rather than waited for (``_Line``): a heartbeat that fails or
+is not answered within ``HEARTBEAT_DEADLINE_S`` makes the next one go on a new
+connection, which connects the moment the link is back; and the first answered
+heartbeat after a failed one (the link is back) moves the reports to a new
+connection too, the ones in flight on the old one sent again at once.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 
@@ -57,6 +71,14 @@ _CHANNEL_OPTIONS = [
 
 _OWN_CONNECTION = ("grpc.use_local_subchannel_pool", 1)
 """A channel option: this channel opens its own connection (``GrpcSchedulerLink``)."""
+
+HEARTBEAT_DEADLINE_S = 1.0
+"""A heartbeat not answered within this many seconds is given up, and the next
+one goes on a new connection: the old one is taken for stuck behind a cut
+(TCP's back-off, see the module docstring). Well under the silence that has an
+executor suspected (about 2 s, ``scheduler.detector``), so a cut costs the
+scheduler at most one beat more than the cut itself; an answer slower than
+this on a busy host only costs a new connection (the beat itself arrived)."""
 
 
 @dataclass(frozen=True)
@@ -220,15 +242,20 @@ class GrpcSchedulerLink:
         # files, and a heartbeat queued behind them on one HTTP/2 connection
         # would look like silence to the failure detector. A local subchannel
         # pool keeps gRPC from sharing the other channel's connection.
-        self._beat_channels = [
-            tls.open_channel(a, tls_material, [*_CHANNEL_OPTIONS, _OWN_CONNECTION])
-            for a in self.addresses
-        ]
-        self._beat_stubs = [pb_grpc.ExecutorControlStub(c) for c in self._beat_channels]  # type: ignore[no-untyped-call]
+        self._beats = [self._line(a) for a in self.addresses]
+        # Reports on a connection of their own as well: one sent into a cut
+        # must not hold up the command stream's connection, and it is moved
+        # to a new connection when the link is back (module docstring).
+        self._reports = [self._line(a) for a in self.addresses]
+        self._beats_failed = 0
+        """Heartbeats failed since the last answered one (the next one says so)."""
 
     @property
     def address(self) -> str:
         return self.addresses[self._current]
+
+    def _line(self, address: str) -> _Line:
+        return _Line(address, self._tls, [*_CHANNEL_OPTIONS, _OWN_CONNECTION])
 
     @property
     def _stub(self) -> pb_grpc.ExecutorControlStub:
@@ -286,11 +313,20 @@ class GrpcSchedulerLink:
             unhealthy=unhealthy,
             links=convert.links_to_proto(links),
             probes=convert.links_to_proto(probes),
+            failed_beats=self._beats_failed,
         )
+        line = self._beats[self._current]
+        stub, _ = line.current()
         try:
-            reply = self._beat_stubs[self._current].Heartbeat(request, timeout=self.rpc_timeout_s)
+            reply = stub.Heartbeat(request, timeout=min(self.rpc_timeout_s, HEARTBEAT_DEADLINE_S))
         except grpc.RpcError as exc:
+            line.renew()
+            self._beats_failed += 1
             raise self._error("send a heartbeat to", exc) from exc
+        if self._beats_failed:
+            # The link is back: reports still in flight went into the cut.
+            self._beats_failed = 0
+            self._reports[self._current].renew()
         return HeartbeatReply(not reply.reregister, convert.probe_targets_from_proto(reply))
 
     def report_completed(
@@ -345,20 +381,65 @@ class GrpcSchedulerLink:
             raise self._error("drain with", exc) from exc
 
     def close(self) -> None:
-        for channel in [*self._channels, *self._beat_channels]:
+        for channel in self._channels:
             channel.close()
+        for line in [*self._beats, *self._reports]:
+            line.close()
 
     def _report(self, request: pb.ReportTaskRequest) -> None:
-        try:
-            self._stub.ReportTask(request, timeout=self.rpc_timeout_s)
-        except grpc.RpcError as exc:
-            raise self._error("report a task to", exc) from exc
+        line = self._reports[self._current]
+        while True:
+            stub, generation = line.current()
+            try:
+                stub.ReportTask(request, timeout=self.rpc_timeout_s)
+                return
+            except grpc.RpcError as exc:
+                if line.current()[1] != generation:
+                    continue  # moved to a new connection under it (the link is back): again
+                raise self._error("report a task to", exc) from exc
 
     def _error(self, what: str, exc: grpc.RpcError) -> ClusterError:
         return ClusterError(
             f"cannot {what} the scheduler at {self.address}: {_describe(exc)}; "
             "is the scheduler running there?"
         )
+
+
+class _Line:
+    """A channel to one address that can be swapped for a new one (a new
+    connection), the calls in flight on the old one cancelled; thread-safe."""
+
+    def __init__(
+        self, address: str, material: tls.TlsMaterial | None, options: list[tuple[str, Any]]
+    ) -> None:
+        self._open = lambda: tls.open_channel(address, material, options)
+        self._lock = threading.Lock()
+        self._channel = self._open()
+        self._stub = pb_grpc.ExecutorControlStub(self._channel)  # type: ignore[no-untyped-call]
+        self._generation = 0
+        self._closed = False
+
+    def current(self) -> tuple[pb_grpc.ExecutorControlStub, int]:
+        """The stub to call, and the generation of its channel."""
+        with self._lock:
+            return self._stub, self._generation
+
+    def renew(self) -> None:
+        """A new channel from now on; the old one closed (its calls fail, cancelled)."""
+        with self._lock:
+            if self._closed:
+                return
+            old = self._channel
+            self._channel = self._open()
+            self._stub = pb_grpc.ExecutorControlStub(self._channel)  # type: ignore[no-untyped-call]
+            self._generation += 1
+        old.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channel = self._channel
+        channel.close()
 
 
 def _describe(exc: grpc.RpcError) -> str:

@@ -372,18 +372,20 @@ class ExecutorCommand(_message.Message):
     def __init__(self, cause: _Optional[int] = ..., launch: _Optional[_Union[LaunchTask, _Mapping]] = ..., cancel: _Optional[_Union[CancelTask, _Mapping]] = ..., release: _Optional[_Union[ReleaseOutputs, _Mapping]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("executor_id", "running_tasks", "unhealthy", "links", "probes")
+    __slots__ = ("executor_id", "running_tasks", "unhealthy", "links", "probes", "failed_beats")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     RUNNING_TASKS_FIELD_NUMBER: _ClassVar[int]
     UNHEALTHY_FIELD_NUMBER: _ClassVar[int]
     LINKS_FIELD_NUMBER: _ClassVar[int]
     PROBES_FIELD_NUMBER: _ClassVar[int]
+    FAILED_BEATS_FIELD_NUMBER: _ClassVar[int]
     executor_id: str
     running_tasks: int
     unhealthy: str
     links: _containers.RepeatedCompositeFieldContainer[LinkSample]
     probes: _containers.RepeatedCompositeFieldContainer[LinkSample]
-    def __init__(self, executor_id: _Optional[str] = ..., running_tasks: _Optional[int] = ..., unhealthy: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkSample, _Mapping]]] = ..., probes: _Optional[_Iterable[_Union[LinkSample, _Mapping]]] = ...) -> None: ...
+    failed_beats: int
+    def __init__(self, executor_id: _Optional[str] = ..., running_tasks: _Optional[int] = ..., unhealthy: _Optional[str] = ..., links: _Optional[_Iterable[_Union[LinkSample, _Mapping]]] = ..., probes: _Optional[_Iterable[_Union[LinkSample, _Mapping]]] = ..., failed_beats: _Optional[int] = ...) -> None: ...
 
 class LinkSample(_message.Message):
     __slots__ = ("peer", "bytes", "busy_s")

@@ -620,12 +620,16 @@ class SchedulerCore:
         unhealthy: str = "",
         links: tuple[LinkSample, ...] = (),
         probes: tuple[LinkSample, ...] = (),
+        running: int | None = None,
+        failed_beats: int = 0,
     ) -> bool:
         """Record a heartbeat; return False when the executor must register again.
 
         ``unhealthy``: why the executor can take no task now, ``""`` when it can.
         ``links``: what its fetches received from each peer since its last beat.
         ``probes``: its link probes since its last beat (``executor.probes``).
+        ``running``: the attempts it runs (``None``: not said).
+        ``failed_beats``: its heartbeats that failed since its last answered one.
 
         A thawed executor that was declared lost while frozen hears False here
         (the state machine answers ``RefuseHeartbeat``; its stream was closed
@@ -633,7 +637,9 @@ class SchedulerCore:
         outputs it holds are still needed (``state_revival``), else under a new id.
         """
         commands = self._emit(
-            lambda eid, now: ExecutorHeartbeat(eid, now, executor, unhealthy, links, probes)
+            lambda eid, now: ExecutorHeartbeat(
+                eid, now, executor, unhealthy, links, probes, failed_beats, running
+            )
         )
         return not any(isinstance(c, RefuseHeartbeat) for c in commands)
 

@@ -58,6 +58,15 @@ class HealthChange(enum.Enum):
     SET_ASIDE = "suspected, its needed outputs made again"
     """Suspected while a trusted executor had a free slot: the outputs jobs need
     that it holds are made again elsewhere; its again if it is trusted first."""
+    MOVED = "quarantined, its needed outputs made again"
+    """Quarantined while a trusted executor had a slot: the outputs jobs need
+    that it holds are made again elsewhere, never its again."""
+    LAGGING = "commands held up"
+    """Its heartbeats say it runs fewer attempts than were launched on it
+    ``STREAM_LAG_S`` before, twice in a row: the command stream is stuck behind
+    a cut (TCP's back-off). No new task; its running attempts are copied."""
+    CAUGHT_UP = "commands through again"
+    """A lagging executor's heartbeat counts every attempt launched on it."""
     SLOW_LINK = "slow link, a job stops reading it"
     """Readers of its outputs get a small share of the others' rate: a job
     makes its outputs again elsewhere and stops using it (``state_links``)."""
@@ -163,6 +172,14 @@ class ExecutorHeartbeat(Event):
     probes: tuple[LinkSample, ...] = ()
     """Its link probes since its last heartbeat, one sample each
     (``executor.probes``), judged apart from ``links`` (``state_links``)."""
+    failed_beats: int = 0
+    """Its heartbeats that failed since its last answered one: its link was
+    down (a cut), not the executor paused; the gap before this one counts
+    toward a flap however short (``ExecutorRegistry.heard_from``)."""
+    running: int | None = None
+    """The attempts it says it runs (on a slot, cancelled or not); ``None``: not
+    said. Fewer than were launched on it a while ago means its command stream
+    is held up (``state_liveness.STREAM_LAG_S``)."""
 
 
 @dataclass(frozen=True)

@@ -258,6 +258,8 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
             request.unhealthy,
             convert.links_from_proto(request),
             convert.probes_from_proto(request),
+            request.running_tasks,
+            request.failed_beats,
         )
         if not known:
             return pb.HeartbeatResponse(reregister=True)

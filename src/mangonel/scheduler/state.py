@@ -336,7 +336,9 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                 ex, t = event.executor, event.time
                 if not self._executors.listens(ex):
                     step.commands.append(RefuseHeartbeat(step.cause, ex))
-                since = self._executors.heard_from(ex, t, event.unhealthy, beat=True)
+                since = self._executors.heard_from(
+                    ex, t, event.unhealthy, beat=True, failed=event.failed_beats
+                )
                 if event.links:
                     self._links.observe(ex, event.links, t)
                 if event.probes:
@@ -347,6 +349,8 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                         LogExecutorHealth(step.cause, HealthChange.TRUSTED, ex, why)
                     )
                     self._trusted_again(ex, step)
+                if event.running is not None:
+                    self._observe_running(ex, t, event.running, step)
             case ExecutorDraining():
                 self._executors.drain(event.executor, event.time)
             case ExecutorLost():
@@ -509,6 +513,14 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                 f"no executor alive since {self._no_executor_since}, yet "
                 f"{self._executors.live_ids()} are",
             )
+        for executor in self._set_aside:
+            rec = self._executors.live(executor)
+            if rec is not None and rec.quarantined_until is not None:
+                raise StateInvariantError(
+                    "executor-health",
+                    f"outputs of executor {executor} set aside to be given back, yet it is "
+                    "quarantined (its outputs are moved for good)",
+                )
         if any(not is_live(holder) for holder in self._unreachable):
             raise StateInvariantError(
                 "unreachable-reports",

@@ -78,6 +78,11 @@ from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView
 from mangonel.task import ExecutorInfo
 
+FAILED_GAP_BEATS = 4
+"""A silence of at least this many heartbeat intervals that ended with a
+heartbeat saying some of the executor's own heartbeats failed is a gap
+(``ExecutorRegistry.heard_from``): a link that went down, however briefly."""
+
 
 @dataclass(frozen=True)
 class Resume:
@@ -156,6 +161,12 @@ class ExecutorRecord:
     within ``state_liveness.FLAP_WINDOW_S``: what tells a flapping link."""
     quarantined_until: float | None = None
     """Quarantined (a flapping link): no new task until then, its outputs still served."""
+    behind_since: float | None = None
+    """When a heartbeat first counted fewer attempts than were launched on it
+    ``state_liveness.STREAM_LAG_S`` before; ``None`` once one counts them all."""
+    lagging_since: float | None = None
+    """Since when its command stream is held up (``state_liveness.observe_running``):
+    no new task, its running attempts copied; ``None``: its commands get through."""
     quarantine: str = ""
     """Why it is, or last was, quarantined."""
     link: LinkMarked | LinkOnTrial | None = None
@@ -193,7 +204,7 @@ class ExecutorRecord:
     def would_take_tasks(self) -> bool:
         """Whether it takes new tasks, a slow-link mark aside: alive, not
         awaiting its reattachment, healthy, neither excluded nor distrusted
-        (suspected or quarantined)."""
+        (suspected, quarantined or lagging)."""
         return not (
             self.state is not ExecutorState.ALIVE
             or self.awaiting
@@ -201,6 +212,7 @@ class ExecutorRecord:
             or self.excluded_until is not None  # ``excluded``, without a call
             or self.suspected_since is not None
             or self.quarantined_until is not None
+            or self.lagging_since is not None
         )
 
     @property
@@ -540,21 +552,32 @@ class ExecutorRegistry:
                 "executor-sets", f"connecting, live and lost overlap or miscount: {ids}"
             )
         for rec in [*self._connecting.values(), *self._lost.values()]:
-            if rec.suspected_since is not None or rec.quarantined_until is not None:
+            if (
+                rec.suspected_since is not None
+                or rec.quarantined_until is not None
+                or rec.lagging_since is not None
+            ):
                 raise StateInvariantError(
                     "executor-health",
-                    f"executor {rec.id} ({rec.state.name}) is suspected "
-                    f"or quarantined, which only a live one can be",
+                    f"executor {rec.id} ({rec.state.name}) is suspected, "
+                    f"quarantined or lagging, which only a live one can be",
                 )
         for rec in self._live.values():
+            distrusted = (
+                rec.suspected_since is not None
+                or rec.quarantined_until is not None
+                or rec.lagging_since is not None
+            )
             if (
-                (rec.suspected_since is not None or rec.quarantined_until is not None)
-                and rec.free_slots != 0
-            ) or rec.gaps != sorted(rec.gaps):
+                (distrusted and rec.free_slots != 0)
+                or rec.gaps != sorted(rec.gaps)
+                or (rec.lagging_since is not None and rec.behind_since is None)
+            ):
                 raise StateInvariantError(
                     "executor-health",
-                    f"executor {rec.id} is suspected or quarantined and still takes tasks, "
-                    f"or its long silences are out of order: {rec.gaps}",
+                    f"executor {rec.id} is suspected, quarantined or lagging and still takes "
+                    f"tasks, lags without being behind, or its long silences are out of "
+                    f"order: {rec.gaps}",
                 )
             if rec.awaiting and rec.suspected_since is not None:
                 raise StateInvariantError(
@@ -685,12 +708,23 @@ class ExecutorRegistry:
         return True
 
     def heard_from(
-        self, executor: ExecutorId, now: float, unhealthy: str | None = None, beat: bool = False
+        self,
+        executor: ExecutorId,
+        now: float,
+        unhealthy: str | None = None,
+        beat: bool = False,
+        failed: int = 0,
     ) -> float | None:
         """A word from the executor: a heartbeat (``beat``) or a report.
 
         A heartbeat feeds its failure detector; any word ends a suspicion (not
-        a quarantine). ``unhealthy`` (when given) replaces what the last
+        a quarantine). The silence before it is a gap (``ExecutorRecord.gaps``)
+        when it is ``long_gap_s``, or when the executor says ``failed`` heartbeats
+        of its own failed meanwhile and it lasted ``FAILED_GAP_BEATS`` beats:
+        its link was down. Since its heartbeats go on new connections after a
+        failure (``executor.link``), a flapping link's silences last little more
+        than its cuts, shorter than a suspicion; a pause of the executor fails
+        none of its heartbeats. ``unhealthy`` (when given) replaces what the last
         heartbeat said. Returns since when it was suspected, if this ended a
         suspicion.
         """
@@ -702,7 +736,10 @@ class ExecutorRegistry:
                 if rec.arrivals is None:
                     rec.arrivals = ArrivalWindow(self.heartbeat_interval_s, self.long_gap_s)
                 last = rec.arrivals.last
-                if last is not None and now - last >= self.long_gap_s:
+                if last is not None and (
+                    now - last >= self.long_gap_s
+                    or (failed and now - last >= FAILED_GAP_BEATS * self.heartbeat_interval_s)
+                ):
                     rec.gaps.append(now)
                 rec.arrivals.heard(now)
             if rec.suspected_since is not None and now >= rec.suspected_since:
@@ -739,6 +776,7 @@ class ExecutorRegistry:
         rec.detail = detail
         rec.awaiting, rec.resuming = False, None
         rec.suspected_since = rec.quarantined_until = None
+        rec.lagging_since = rec.behind_since = None
         rec.link = None
         self._marked.discard(executor)
         if len(self._live) < 2:

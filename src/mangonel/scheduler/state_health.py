@@ -2,8 +2,9 @@
 
 On a ``Tick`` (``Health._tick``): exclusions that are over end, the failure
 detector's judgement (``state_liveness.judge``) is logged and its losses are
-handed to ``state_recovery``, as are suspected executors' needed outputs (made
-again early, unless the scheduler takes itself for cut off); executors that
+handed to ``state_recovery``, as are suspected and quarantined executors'
+needed outputs (made again early, unless the scheduler takes itself for cut
+off); executors that
 opened no stream in time are written off, unread results expire, and jobs
 waiting with no executor alive for ``Limits.no_executor_grace_s`` fail. After
 every event, draining executors with nothing left to do are let go
@@ -35,9 +36,15 @@ from mangonel.scheduler.state_gray import (
     excluded_everywhere,
 )
 from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
-from mangonel.scheduler.state_liveness import Judgement, judge
+from mangonel.scheduler.state_liveness import (
+    STREAM_LAG_S,
+    Judgement,
+    judge,
+    observe_running,
+)
 from mangonel.scheduler.state_recovery import Loss, Step
-from mangonel.scheduler.state_stages import TaskRecord
+from mangonel.scheduler.state_revival import Left
+from mangonel.scheduler.state_stages import Running, TaskRecord
 from mangonel.scheduler.state_views import (
     JobState,
 )
@@ -51,6 +58,7 @@ class Health:
     _jobs: dict[JobId, JobRecord]
     _finished: OrderedDict[JobId, FinishedJob]
     _no_executor_since: float | None
+    _set_aside: dict[ExecutorId, Left]
 
     if TYPE_CHECKING:
         # Other parts': a job's end (``state_lifecycle``), losses and recompute
@@ -74,6 +82,8 @@ class Health:
 
         def _recompute_suspected(self, step: Step) -> None: ...
 
+        def _move_quarantined(self, step: Step) -> None: ...
+
     def _tick(self, step: Step) -> None:
         """Time passed: exclusions end, the detector judges silences (suspected,
         quarantined, lost), connecting executors time out, unread results
@@ -94,8 +104,12 @@ class Health:
             self._executors.mark_lost(executor, LossReason.CONNECTION_LOST, detail, step.now)
         if losses:
             self._lose(losses, step)
-        if not judged.isolated:
+        for rec in judged.quarantined:
+            # Not its again once heard: its outputs are moved for good (below).
+            self._set_aside.pop(rec.id, None)
+        if not (judged.isolated or judged.isolation_near):
             self._recompute_suspected(step)
+            self._move_quarantined(step)
         ttl = self.limits.result_ttl_s
         expired = [
             j
@@ -164,12 +178,48 @@ class Health:
             step.commands.append(LogExecutorHealth(cause, HealthChange.RECONNECTED, None, why))
 
     def _distrusted(self, executor: ExecutorId) -> bool:
-        """Whether ``executor`` is suspected or quarantined (``state_liveness``):
-        its running attempts are copied at once."""
+        """Whether ``executor`` is suspected, quarantined or lagging
+        (``state_liveness``): its running attempts are copied at once."""
         rec = self._executors.live(executor)
         return rec is not None and (
-            rec.suspected_since is not None or rec.quarantined_until is not None
+            rec.suspected_since is not None
+            or rec.quarantined_until is not None
+            or rec.lagging_since is not None
         )
+
+    def _observe_running(self, executor: ExecutorId, now: float, reported: int, step: Step) -> None:
+        """A heartbeat of ``executor`` counted ``reported`` running attempts:
+        against those launched on it ``STREAM_LAG_S`` before, whether its
+        command stream is held up (``state_liveness.observe_running``)."""
+        rec = self._executors.live(executor)
+        if rec is None or rec.awaiting:
+            return
+        old = 0
+        for attempt in rec.running:
+            job = self._jobs.get(attempt.task.job)
+            task = job.task(attempt.task) if job is not None else None
+            if task is None:
+                continue
+            for run in (task.state, task.speculative):
+                if (
+                    isinstance(run, Running)
+                    and run.attempt == attempt
+                    and now - run.started >= STREAM_LAG_S
+                ):
+                    old += 1
+        change = observe_running(rec, now, reported, old)
+        if change is True:
+            why = (
+                f"its heartbeats count {reported} running attempt(s) of the {old} launched on "
+                f"it {STREAM_LAG_S:g} s or more ago, twice in a row: its command stream is "
+                f"held up (a cut link's retries?); no new task, its attempts copied"
+            )
+            step.commands.append(LogExecutorHealth(step.cause, HealthChange.LAGGING, executor, why))
+        elif change is False:
+            why = f"its heartbeat counts every attempt launched on it ({reported} running)"
+            step.commands.append(
+                LogExecutorHealth(step.cause, HealthChange.CAUGHT_UP, executor, why)
+            )
 
     def _count_failure(self, executor: ExecutorId, task: TaskRecord, why: str, step: Step) -> None:
         """An attempt failed on ``executor`` for an execution reason: count it

@@ -33,6 +33,11 @@ detector (``scheduler.detector``), fed by each executor's heartbeats::
   served and fetched whenever it is reachable; it is lost only after twice the
   heartbeat timeout of silence. Never the last trusted executor: with no other
   to run tasks, a flapping one is better than none.
+* **Lagging**: its heartbeats arrive, but say it runs fewer attempts than
+  were launched on it ``STREAM_LAG_S`` before, twice in a row
+  (``observe_running``): the command stream is stuck behind a cut. No new task
+  (anything sent would wait too), its running attempts copied, as for a
+  suspected one; a heartbeat that counts them all ends it.
 * **Isolated**: when at least ``ISOLATION_SHARE`` of the live executors (two
   or more) are suspected at once, the likeliest fault is the scheduler's own
   link, not that many deaths at the same moment. Losses for silence then wait
@@ -50,6 +55,7 @@ they have no heartbeat history in this life of the scheduler, or a silence in it
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId
@@ -59,6 +65,7 @@ from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry
 from mangonel.scheduler.state_views import ExecutorState
 
 __all__ = [
+    "STREAM_LAG_S",
     "FLAP_GAPS",
     "FLAP_WINDOW_S",
     "ISOLATION_SHARE",
@@ -66,6 +73,8 @@ __all__ = [
     "QUARANTINE_S",
     "Judgement",
     "judge",
+    "late_beats",
+    "observe_running",
 ]
 
 FLAP_GAPS = 3
@@ -84,6 +93,23 @@ QUARANTINE_LOSS_FACTOR = 2.0
 it runs nothing, so waiting costs only its outputs' readers, and its silences
 have so far always ended."""
 
+STREAM_LAG_S = 1.0
+"""An attempt launched this long ago that the executor's heartbeat does not
+count is held up on the way: two such heartbeats in a row make it *lagging*.
+Commands go down the executor's one command stream, and after a cut bytes sent
+into it wait for TCP's next retry, whose wait doubles (seconds after a cut of
+a few; a flapping link's cuts can catch every retry, up to the stream's 20 s
+keepalive). Its heartbeats, on a connection renewed after each failure
+(``executor.link``), still arrive. Long enough for a busy executor to take a
+launch off its stream; two beats, so that a task's report still on its way
+when the heartbeat arrives (another connection) does not count."""
+
+LATE_BEATS = 3
+"""An executor silent for this many heartbeat intervals (and at least
+``LATE_FLOOR_S``) gets no speculative copy (``late_beats``)."""
+
+LATE_FLOOR_S = 0.5
+
 ISOLATION_SHARE = 0.75
 """Share of the live executors (at least two) suspected at once that makes the
 scheduler take itself for the one cut off."""
@@ -101,6 +127,13 @@ class Judgement:
     """Lost for silence, each with its evidence."""
     isolated: bool = False
     """Whether the scheduler takes itself for cut off now."""
+    isolation_near: bool = False
+    """Whether it may be about to: the suspected and those whose beats are late
+    (``late_beats``) together reach ``ISOLATION_SHARE``. A cut of the
+    scheduler's link reaches the executors' detectors a tick or two apart:
+    the first suspected must not have its outputs made again on the others,
+    which are as cut (measured: three recomputes launched into the cut 0.25 s
+    before the isolation held up the query 1.2 s after the heal)."""
     isolation_began: bool = False
     isolation_ended: bool = False
 
@@ -132,7 +165,12 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
             rec.suspected_since = now
             out.suspected.append(rec)
     suspected = sum(1 for r in judged if r.suspected_since is not None)
-    out.isolated = len(judged) >= 2 and suspected >= math.ceil(ISOLATION_SHARE * len(judged))
+    share = math.ceil(ISOLATION_SHARE * len(judged))
+    out.isolated = len(judged) >= 2 and suspected >= share
+    if len(judged) >= 2 and suspected and not out.isolated:
+        late = late_beats(judged, now, limits)
+        quiet = sum(1 for r in judged if r.suspected_since is not None or r.id in late)
+        out.isolation_near = quiet >= share
     if out.isolated and registry.isolated_since is None:
         registry.isolated_since = now
         out.isolation_began = True
@@ -207,3 +245,40 @@ def _isolation_grace(
     # would have been lost meanwhile), and TCP's retries after a long cut may
     # take a second or two more to reach it.
     return max(0.0, ended - rec.last_heartbeat)
+
+
+def observe_running(
+    rec: ExecutorRecord, now: float, reported: int, launched_before: int
+) -> bool | None:
+    """A heartbeat of ``rec`` counted ``reported`` attempts, while
+    ``launched_before`` of those the scheduler placed on it were launched at
+    least ``STREAM_LAG_S`` before ``now``: mark it lagging on the second such
+    heartbeat in a row, trusted again on one that counts them all. Returns
+    ``True`` when it began to lag, ``False`` when it caught up, else ``None``."""
+    if launched_before <= reported:
+        rec.behind_since = None
+        if rec.lagging_since is not None:
+            rec.lagging_since = None
+            return False
+        return None
+    if rec.behind_since is None:
+        rec.behind_since = now
+        return None
+    if rec.lagging_since is None:
+        rec.lagging_since = now
+        return True
+    return None
+
+
+def late_beats(records: Iterable[ExecutorRecord], now: float, limits: Limits) -> set[ExecutorId]:
+    """The executors whose heartbeats are late at ``now``: not suspected yet,
+    but silent for ``LATE_BEATS`` intervals. A speculative copy goes elsewhere:
+    copies are made when attempts straggle, and when the scheduler's own link
+    is cut every attempt straggles in its first seconds, before anyone is
+    suspected; a copy pushed down a cut executor's command stream then waits
+    for TCP's retry after the heal, and the commands behind it too (measured:
+    the last stage's launches 1.1 s after the heal)."""
+    if math.isinf(limits.suspect_phi):
+        return set()  # the failure detector is off: silence says nothing
+    bar = max(LATE_FLOOR_S, LATE_BEATS * limits.heartbeat_interval_s)
+    return {r.id for r in records if now - r.last_heartbeat > bar}

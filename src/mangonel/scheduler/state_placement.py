@@ -32,6 +32,7 @@ from mangonel.scheduler.state_gray import (
     stragglers,
 )
 from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.state_liveness import late_beats
 from mangonel.scheduler.state_recovery import Step
 from mangonel.scheduler.state_stages import Pending, Running, StageRecord, StageState, TaskRecord
 from mangonel.scheduler.state_views import (
@@ -227,12 +228,15 @@ class Placement:
         """Copy straggling attempts onto other executors' free slots (on ``Tick``).
 
         Which attempts straggle is ``state_gray.stragglers``; each gets one copy
-        on the least loaded executor other than its own that the job may use.
+        on the least loaded executor other than its own that the job may use,
+        and whose heartbeats are not late (``state_liveness.late_beats``).
         Called after ``_assign``, so pending tasks always come first. The first
         of the two to finish wins (``_task_completed``).
         """
         distrusted = any(
-            r.suspected_since is not None or r.quarantined_until is not None
+            r.suspected_since is not None
+            or r.quarantined_until is not None
+            or r.lagging_since is not None
             for r in self._executors.live_records()
         )
         found = stragglers(
@@ -244,10 +248,11 @@ class Placement:
         )
         cap = self._job_slot_cap()
         held = self._executors.slots_held() if cap is not None and found else {}
+        late = late_beats(self._executors.live_records(), step.now, self.limits) if found else set()
         for s in found:
             if cap is not None and held.get(s.job.id, 0) >= cap:
                 continue  # a copy holds a slot too (``_assign``)
-            executor = self._executors.least_loaded(s.job.excluded | {s.running.executor})
+            executor = self._executors.least_loaded(s.job.excluded | late | {s.running.executor})
             if executor is None:
                 continue
             self._launch_copy(s.job, s.stage, s.task, executor.id, step)

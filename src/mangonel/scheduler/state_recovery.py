@@ -39,6 +39,9 @@ again are ``state_revival``'s):
   a slot for them (a free one, or one a reader waiting on it holds), once per
   suspicion, and set aside (``_set_aside``); if it is heard from again first
   they are its again (``_trusted_again``);
+* a quarantined executor (a flapping link, ``state_liveness``): the outputs
+  jobs need that it holds are made again elsewhere for good, under the same
+  bound (``_move_quarantined``);
 * a false loss (``_came_back``): a lost executor asking to resume its id is
   logged, the attempts its loss charged are taken back (``_refund``), and,
   while outputs it held are still needed and not made again,
@@ -504,8 +507,8 @@ class Recovery:
         Not while the scheduler takes itself for cut off (the caller,
         ``Health._tick``), nor for an executor silent since before that ended
         (the link heals for them one by one, and its loss waits a timeout more:
-        ``state_liveness``), nor for a quarantined executor (its outputs are
-        served whenever it is reachable) or one awaiting its reattachment.
+        ``state_liveness``), nor for a quarantined executor (``_move_quarantined``
+        moves its outputs for good) or one awaiting its reattachment.
         """
         for rec in self._executors.live_records():
             if (
@@ -518,24 +521,53 @@ class Recovery:
             ):
                 continue
             left = Left.of(self._jobs.values(), rec.id)
-            sent = 0
-            for job in list(self._jobs.values()):
-                if rec.id in job.excluded or not job.needs_outputs_of(rec.id):
-                    continue
-                self._cancel_readers(job, {rec.id}, step)
-                for sid in job.needed_stages():
-                    stage = job.stages[sid]
-                    back = stage.send_back(rec.id)
-                    if back:
-                        stage.reruns += 1
-                        sent += len(back)
-                self._fail_if_unrecoverable(job, step)
+            sent = self._make_again(rec.id, step)
             if sent:
                 self._set_aside[rec.id] = left
                 why = f"{sent} output(s) it holds that jobs need are made again elsewhere"
                 step.commands.append(
                     LogExecutorHealth(step.cause, HealthChange.SET_ASIDE, rec.id, why)
                 )
+
+    def _move_quarantined(self, step: Step) -> None:
+        """Make again elsewhere, for good, the needed outputs of a quarantined executor.
+
+        A flapping host's outputs are served only while its link is up: a
+        reader that meets a cut waits for the heal, or for its fetch timeout
+        and a recompute (measured: q9 5.3x healthy when a reader's fetch
+        stalled 4 s). So while a trusted executor has a slot for them (the
+        bound of ``_room_to_recompute``), the outputs jobs need that it holds
+        go back to pending and their running readers are cancelled
+        (uncharged), as on a suspicion, but they are never its again: it gets
+        no new task while quarantined, so each output is moved once. Outputs
+        set aside for an earlier suspicion are not given back either
+        (``Health._tick`` drops them when the quarantine begins). Not while
+        the scheduler takes itself for cut off (the caller).
+        """
+        for rec in self._executors.live_records():
+            if rec.quarantined_until is None or rec.awaiting or not self._room_to_recompute(rec.id):
+                continue
+            sent = self._make_again(rec.id, step)
+            if sent:
+                why = f"{sent} output(s) it holds that jobs need are made again elsewhere, for good"
+                step.commands.append(LogExecutorHealth(step.cause, HealthChange.MOVED, rec.id, why))
+
+    def _make_again(self, executor: ExecutorId, step: Step) -> int:
+        """Send the outputs of ``executor`` that jobs need back to pending, their
+        running readers cancelled (uncharged); how many were sent back."""
+        sent = 0
+        for job in list(self._jobs.values()):
+            if executor in job.excluded or not job.needs_outputs_of(executor):
+                continue
+            self._cancel_readers(job, {executor}, step)
+            for sid in job.needed_stages():
+                stage = job.stages[sid]
+                back = stage.send_back(executor)
+                if back:
+                    stage.reruns += 1
+                    sent += len(back)
+            self._fail_if_unrecoverable(job, step)
+        return sent
 
     def _room_to_recompute(self, suspect: ExecutorId) -> bool:
         """Whether a trusted executor has a slot for a recompute of ``suspect``'s
