@@ -19,7 +19,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from _pytest.terminal import TerminalReporter
 from helpers import ARTIFACTS_DIR, TPCH_TABLES, duckdb_views_sql, ensure_tpch, safe_name
+from loss_tally import Tallies
 
 from mangonel.catalog import Table, load_table
 from mangonel.options import TEST_HOOKS_ENV
@@ -76,3 +78,17 @@ def work_dir(request: pytest.FixtureRequest) -> Path:
 def module_dir(request: pytest.FixtureRequest) -> Path:
     """An empty work directory named after this test module, kept after the run."""
     return _fresh_dir(ARTIFACTS_DIR / safe_name(request.module.__name__) / "_module")
+
+
+TALLIES = Tallies("all suites", [ARTIFACTS_DIR])
+"""Where this run's scheduler logs are, for its false losses (``loss_tally``)."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _count_losses(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Clusters in a test's ``tmp_path`` count too, not only those in ``test-artifacts``."""
+    TALLIES.roots.append(tmp_path_factory.getbasetemp())
+
+
+def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
+    TALLIES.summary(terminalreporter)

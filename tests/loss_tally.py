@@ -1,7 +1,8 @@
-"""The false losses of a suite: executors the scheduler declared lost that came back
-alive, counted from the scheduler logs its clusters left, and printed at the end
-of the run (``pytest_terminal_summary`` in the multihost and chaos conftests) so
-that CI's log shows them.
+"""The false losses of a test run: executors the scheduler declared lost that came
+back alive, counted from the scheduler logs its clusters left (under
+``test-artifacts`` and pytest's temporary directories, every suite alike), and
+printed at the end of the run (``pytest_terminal_summary`` in ``tests/conftest.py``)
+so that CI's log shows them.
 
 The scheduler logs every loss with its evidence (``executor X lost (reason):
 ...``) and every return of a lost executor (``executor X came back after it was
@@ -53,8 +54,9 @@ class Tally:
 
 @dataclass
 class Tallies:
-    """The directories a suite's clusters wrote their logs in: each module's
-    folder under ``test-artifacts``, its module-wide and per-test clusters alike."""
+    """The directories a run's clusters wrote their logs in: ``test-artifacts``
+    (each module's folder, its module-wide and per-test clusters alike) and
+    pytest's temporary directories (clusters in a test's ``tmp_path``)."""
 
     suite: str
     roots: list[Path] = field(default_factory=list)

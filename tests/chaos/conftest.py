@@ -15,9 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _pytest.terminal import TerminalReporter
 from chaos_support import ChaosCluster, chaos_tpch
-from loss_tally import Tallies
 
 
 @pytest.fixture(scope="session")
@@ -36,16 +34,3 @@ def healthy(chaos: ChaosCluster) -> Iterator[ChaosCluster]:
     chaos.restore()
     yield chaos
     chaos.restore()
-
-
-TALLIES = Tallies("chaos")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _count_losses(module_dir: Path) -> None:
-    """Every module's scheduler logs count towards the suite's false losses."""
-    TALLIES.roots.append(module_dir.parent)
-
-
-def pytest_terminal_summary(terminalreporter: TerminalReporter) -> None:
-    TALLIES.summary(terminalreporter)
