@@ -101,6 +101,10 @@ class Estimator:
         them are stale."""
         self._memo.clear()
 
+    def table(self, scan: Scan) -> Table:
+        """The catalog table ``scan`` reads, less its pruned row groups."""
+        return scan_table(self._catalog, scan)
+
     def size(self, node: Node) -> Size:
         if isinstance(node, Scan):  # its filter grows while the binder pushes conditions
             return scan_size(scan_table(self._catalog, node), node.alias, node.filter)
