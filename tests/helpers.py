@@ -275,15 +275,16 @@ def order_by_outputs(sql: str, names: Sequence[str]) -> list[str] | None:
     return keys
 
 
-def shuffled_orders(path: Path | str, directory: Path) -> Path:
-    """TPC-H ``orders`` with its rows in a random order, in row groups of 10k rows:
-    every row group spans about the whole key range, so no join reads it by key
-    range (``KeyRanges.range_join``), for tests whose plan must hash it."""
+def shuffled_orders(path: Path | str, directory: Path, group_rows: int = 10_000) -> Path:
+    """TPC-H ``orders`` with its rows in a random order, in row groups of
+    ``group_rows``: every row group spans about the whole key range, so no join
+    reads it by key range (``KeyRanges.range_join``), for tests whose plan must
+    hash it."""
     out = directory / "orders.parquet"
     with duckdb.connect() as con:
         con.execute(
             f"COPY (SELECT * FROM read_parquet('{path}') ORDER BY hash(o_orderkey)) "
-            f"TO '{out}' (FORMAT parquet, ROW_GROUP_SIZE 10000)"
+            f"TO '{out}' (FORMAT parquet, ROW_GROUP_SIZE {group_rows})"
         )
     return out
 

@@ -1,7 +1,8 @@
 """What the web tests share: their data, a cluster with a web UI, HTTP helpers, waits.
 
 The data is TPC-H SF 0.01 rewritten with small row groups, so that q12 runs as
-five stages of several tasks each (scans split by row groups, hash joins only):
+five stages of several tasks each (scans split by row groups, hash joins only, and
+``orders`` in a random order of its rows, which no join reads by key range):
 enough tasks to see progress, re-runs and recomputes on a page, in about a second.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 
 import helpers
 import pyarrow.parquet as pq
-from helpers import CACHE_DIR, TPCH_TABLES, ensure_tpch, tpch_dir_name
+from helpers import CACHE_DIR, TPCH_TABLES, ensure_tpch, shuffled_orders, tpch_dir_name
 
 from mangonel.testing.cluster import TestCluster
 
@@ -30,14 +31,18 @@ SPLIT_ROWS = 7500
 
 
 def small_row_groups_tpch(cache_dir: Path = CACHE_DIR) -> Path:
-    """TPC-H SF 0.01 with ``ROW_GROUP_ROWS``-row groups, written once and reused."""
-    target = cache_dir / f"{tpch_dir_name(SCALE)}-rg{ROW_GROUP_ROWS}"
+    """TPC-H SF 0.01 with ``ROW_GROUP_ROWS``-row groups, ``orders`` shuffled
+    (``helpers.shuffled_orders``), written once and reused."""
+    target = cache_dir / f"{tpch_dir_name(SCALE)}-rg{ROW_GROUP_ROWS}-shuffled-orders"
     if all((target / f"{t}.parquet").is_file() for t in TPCH_TABLES):
         return target
     source = ensure_tpch(SCALE, cache_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache_dir))
     try:
         for table in TPCH_TABLES:
+            if table == "orders":
+                shuffled_orders(source / f"{table}.parquet", tmp, ROW_GROUP_ROWS)
+                continue
             data = pq.read_table(source / f"{table}.parquet")
             pq.write_table(data, tmp / f"{table}.parquet", row_group_size=ROW_GROUP_ROWS)
         tmp.chmod(0o755)
