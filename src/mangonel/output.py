@@ -21,11 +21,12 @@ calls ``delete_retired``. Every step can be
 run again after a crash: ``commit`` reads the intent back instead of listing the
 staging directory again, moves only what is still staged, and writes the manifest
 only if it does not already name the job. ``abort`` removes a failed job's
-staging directory; a failed or cancelled attempt removes its own
-(``discard_attempt``); what a killed executor or a late attempt left is swept by
-the next commit to the location (every job's staging directory but those of
-running jobs). docs/architecture.md, "Writing data", says why this is
-exactly once and what a reader sees at every moment.
+staging directory, again when an attempt that finished too late to be stopped
+reports; a failed or cancelled attempt removes its own (``discard_attempt``);
+what a killed executor left is swept by the next commit to the location
+(every job's staging directory but those of running jobs). docs/architecture.md,
+"Writing data", says why this is exactly once and what a reader sees at every
+moment.
 
 A local target must be a filesystem that every executor and the scheduler see at
 the same path (one host, or a shared mount); ``s3://`` needs nothing shared.

@@ -44,7 +44,8 @@ from mangonel.scheduler.events import (
     WriteCommitFailed,
     WriteCommitted,
 )
-from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.persist import decode, encode
+from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
 from mangonel.sql.writes import WriteKind, parse_write
 from mangonel.task import (
     InputMode,
@@ -366,3 +367,35 @@ def test_a_failed_write_job_aborts_and_a_restart_commits_again() -> None:
     assert [c for c in again if isinstance(c, CommitWrite)] == [
         CommitWrite(h2.last_id, J1, TARGET, ((0, 0), (1, 0), (2, 0)))
     ]
+
+
+def test_a_writing_attempt_that_ends_after_the_abort_has_its_files_removed() -> None:
+    # Three writing attempts run; one fails the job. Another had finished before
+    # its stop reached it, and staged its files after the abort: its report,
+    # stale, removes them (the same AbortWrite again); other stale reports do not.
+    h = Harness()
+    h.register(E1, 4)
+    launched = [c for c in h.submit(write_plan()) if isinstance(c, LaunchTask)]
+    assert len(launched) == 3
+    first, late = launched[0].task.attempt, launched[1].task.attempt
+    failed = h.fail(first, E1, QueryError("bad row"))
+    assert [c for c in failed if isinstance(c, AbortWrite)] == [AbortWrite(h.last_id, J1, TARGET)]
+    again = h.complete(late, E1)
+    assert [c for c in again if isinstance(c, AbortWrite)] == [AbortWrite(h.last_id, J1, TARGET)]
+    # Not for an attempt of another stage, nor of a job that succeeded.
+    other = TaskAttemptId(TaskId(J1, S2, 0), 0)
+    assert not [c for c in h.complete(other, E1) if isinstance(c, AbortWrite)]
+    # The store keeps where (a restarted scheduler removes a late attempt's files too).
+    done = h.state.export_finished(J1)
+    assert done is not None and done.aborted_write == TARGET
+    assert decode(encode(done), FinishedJob) == done
+
+
+def test_a_late_report_of_a_write_that_committed_removes_nothing() -> None:
+    h = Harness()
+    run_to_commit(h)
+    h.send(WriteCommitted, J1)
+    done = h.state.export_finished(J1)
+    assert done is not None and done.aborted_write is None
+    stale = TaskAttemptId(TaskId(J1, S1, 0), 1)
+    assert not [c for c in h.complete(stale, E1) if isinstance(c, AbortWrite)]

@@ -636,6 +636,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
             self._trusted_again(event.executor, step)
         found = self._current(event.attempt, event.executor)
         if found is None:
+            self._late_write(event.attempt, step)
             return
         job, task, executor = found
         started = task.state.started if isinstance(task.state, Running) else step.now

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId, TaskId
 from mangonel.output import attempt_staging
-from mangonel.plan.physical import DistributedPlan, Stage
+from mangonel.plan.physical import DistributedPlan, Stage, WriteTarget
 from mangonel.scheduler.adaptive import coalescible
 from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.state_stages import (
@@ -101,6 +101,9 @@ class FinishedJob:
     ran_on: tuple[ExecutorId, ...] = ()
     """Every executor given one of its attempts: where files of it may be."""
     result_read: bool = False
+    aborted_write: WriteTarget | None = None
+    """A write statement that failed or was cancelled: where the files of an
+    attempt that ends after the abort are removed (``Lifecycle._late_write``)."""
 
     @property
     def unread(self) -> bool:

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from mangonel.errors import ErrorType
-from mangonel.ids import JobId, StageId
+from mangonel.ids import JobId, StageId, TaskAttemptId
 from mangonel.scheduler.events import (
     AbortWrite,
     CommitWrite,
@@ -136,7 +136,20 @@ class Lifecycle:
             result=result,
             intermediate=intermediate,
             ran_on=job.ran_on_sorted(),
+            aborted_write=job.plan.write if state is not JobState.SUCCEEDED else None,
         )
+
+    def _late_write(self, attempt: TaskAttemptId, step: Step) -> None:
+        """A writing attempt of a failed or cancelled write statement reported
+        done after the job ended: it staged its files after ``AbortWrite`` removed
+        the job's staging directory (the job stopped it while it ran, and it
+        finished before the stop reached it), so they are removed now, by the
+        same command again. A stale report of anything else changes nothing.
+        """
+        done = self._finished.get(attempt.task.job)
+        target = done.aborted_write if done is not None else None
+        if target is not None and attempt.task.stage == target.stage:
+            step.commands.append(AbortWrite(step.cause, attempt.task.job, target))
 
     def _release_result(self, job_id: JobId, step: Step) -> None:
         """The result was read (or expired): delete what is left of the job."""
