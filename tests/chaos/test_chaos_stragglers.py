@@ -116,14 +116,13 @@ def delay(seconds: float, attempt: int) -> dict[str, Any]:
 
 @pytest.fixture
 def gray(work_dir: Path, chaos_data: Path, request: pytest.FixtureRequest) -> Iterator[Gray]:
-    options: dict[str, Any] = getattr(request, "param", {})
+    options: dict[str, Any] = {"heartbeat_timeout": 2.0, **getattr(request, "param", {})}
     cluster = TestCluster(
         executors=3,
         work_dir=work_dir / "cluster",
         slots=SLOTS,
         partitions=PARTITIONS,
         broadcast_bytes=BROADCAST_BYTES,
-        heartbeat_timeout=2.0,
         scheduler_args=("--split-rows", str(SPLIT_ROWS)),
         web_port=0,
         speculation=True,  # off by default in a TestCluster
@@ -181,6 +180,16 @@ def test_the_original_wins_over_a_slower_copy_which_is_cancelled(gray: Gray) -> 
     assert any("attempt 0 of the task finished first" in a["reason"] for a in lost), lost
 
 
+IN_LINE = {"heartbeat_timeout": 10.0}
+"""For the tests whose copy must go to the next executor in line: heartbeats every
+0.5 s, so that one is late (and gets no copy, ``state_liveness.late_beats``) only
+after 1.5 s of silence. At the module's 2 s timeout they come every 0.1 s and are
+late after 0.5 s, which a busy 2-core machine can make one executor's be, and
+then the copy goes to the one after it. The killed executor is lost when its
+stream breaks, not by the timeout."""
+
+
+@pytest.mark.parametrize("gray", [IN_LINE], indirect=True)
 def test_a_copy_whose_executor_dies_is_dropped_and_the_query_goes_on(gray: Gray) -> None:
     slow, doomed, _ = gray.in_line()
     doomed_id = gray.executor_id(doomed)
@@ -197,6 +206,7 @@ def test_a_copy_whose_executor_dies_is_dropped_and_the_query_goes_on(gray: Gray)
     assert stage(job, SCAN)["outputs_recomputed"] >= 1  # its finished scan tasks
 
 
+@pytest.mark.parametrize("gray", [IN_LINE], indirect=True)
 def test_a_winning_copy_lost_after_it_won_is_made_again(gray: Gray) -> None:
     slow, doomed, _ = gray.in_line()
     doomed_id = gray.executor_id(doomed)
