@@ -8,6 +8,9 @@
 * ``work_dir``: an empty directory named after the test, under ``<repo>/test-artifacts``;
   kept after the run so a failure's files and logs can be read.
 * ``module_dir``: the same for a whole test module (for module-scoped clusters).
+
+At the end of a run it prints the executors its clusters' schedulers declared lost,
+and which of them came back alive (false losses: ``loss_tally``).
 """
 
 from __future__ import annotations
