@@ -313,6 +313,29 @@ def test_a_slot_held_by_a_reader_of_the_suspect_is_the_recomputes() -> None:
     assert h.loc(att(1, 1, 1), E1, 0) in reducer.task.inputs[0].locations
 
 
+def test_an_output_recomputed_up_to_its_limit_is_not_made_again_on_suspicion() -> None:
+    # With no recompute left (the limit 0), making e2's p1 again on suspicion
+    # would end a job whose outputs are all still there: nothing is made again,
+    # the reducer that reads p1 waits for e2. Found by the simulation (seed
+    # 612404 of the batch at 490c55e, ``test_cluster_sim``). The loss that
+    # follows when the silence lasts ends the job by the limit's rule.
+    h = Harness(Limits(heartbeat_timeout_s=10.0, max_task_recomputes=0))
+    for e in (E1, E2, E3):
+        h.register(e, 2)
+    h.submit(three_stage_plan(maps=3, reducers=1))
+    assert launches(finish_maps(h, {0: E1, 1: E2, 2: E3})) == [("e1", "j1/s2/p0/a0")]
+    run(h, 5.0, lambda e, t: True)
+    cmds = run(h, 8.0, lambda e, t: e != E2 or t < 5.0)
+    said = [(c.change, c.executor) for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert said == [(HealthChange.SUSPECTED, E2)]
+    assert not [c for _, c in cmds if isinstance(c, CancelTask)]
+    assert not [c for _, c in cmds if isinstance(c, LaunchTask) and not c.speculative]
+    assert recomputed(h) == [0, 0, 0]
+    cmds = run(h, 16.0, lambda e, t: e != E2)
+    failed = [c for _, c in cmds if isinstance(c, JobFailed)]
+    assert len(failed) == 1 and "was lost 1 times (the limit is 0" in failed[0].message
+
+
 def test_a_report_that_ends_a_suspicion_touches_the_jobs_whose_outputs_it_gives_back() -> None:
     # j1 may hold one slot: its outputs on e2, set aside on suspicion, wait pending
     # behind p3 on e1; e2's report of a j2 task gives them back, with no command

@@ -319,6 +319,15 @@ class JobRecord:
         (``needed_stages``)."""
         return any(executor in self.stages[sid].done_on for sid in self.needed_stages())
 
+    def recomputed_up_to(self, executor: ExecutorId, limit: int) -> bool:
+        """Whether an output on ``executor`` that the job still needs belongs to
+        a task recomputed ``limit`` times already (one more would end the job)."""
+        return any(
+            task.recomputes >= limit
+            for sid in self.needed_stages()
+            for task in self.stages[sid].done_tasks_on(executor)
+        )
+
     def validate(
         self, is_live: LiveCheck, max_task_attempts: int, max_task_recomputes: int
     ) -> None:

@@ -554,10 +554,22 @@ class Recovery:
 
     def _make_again(self, executor: ExecutorId, step: Step) -> int:
         """Send the outputs of ``executor`` that jobs need back to pending, their
-        running readers cancelled (uncharged); how many were sent back."""
+        running readers cancelled (uncharged); how many were sent back.
+
+        The executor still answers, so this is a choice, never the end of a
+        job: a job that needs an output of it whose task has used up its
+        recomputes (``Limits.max_task_recomputes``) is left as it is, its
+        readers waiting for the executor. Should it then be lost, the loss
+        ends the job by the limit's rule (``_restore_lost_outputs``).
+        """
         sent = 0
+        limit = self.limits.max_task_recomputes
         for job in list(self._jobs.values()):
-            if executor in job.excluded or not job.needs_outputs_of(executor):
+            if (
+                executor in job.excluded
+                or not job.needs_outputs_of(executor)
+                or job.recomputed_up_to(executor, limit)
+            ):
                 continue
             self._cancel_readers(job, {executor}, step)
             for sid in job.needed_stages():
