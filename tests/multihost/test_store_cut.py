@@ -156,10 +156,12 @@ def test_a_store_cut_for_good_fails_the_query_in_bounded_time(
     assert net.store is not None
     sql = tpch_query(QUERY)
     # Each attempt of a task gives up after one read's tries (plus a little to
-    # report and launch again); the job fails when one task used up its attempts.
-    # Twice that, since a retried attempt may wait for a slot behind another
-    # task's failing attempt, and 10 s of margin.
-    bound = 2 * MAX_TASK_ATTEMPTS * (READ_GIVEN_UP_S + 2.0) + 10.0
+    # report and launch again); the job fails when MAX_TASK_ATTEMPTS attempts of
+    # its tasks in a row did so (the message says it), and the two executors'
+    # attempts run side by side: half as many rounds as one task's attempts one
+    # after another (the rule before), and one more for attempts that do not
+    # line up.
+    bound = (MAX_TASK_ATTEMPTS // 2 + 1) * (READ_GIVEN_UP_S + 2.0)
     retries_before = _retries_logged(net)
     query, answers, cut_at = _cut_store_mid_scan(net, sql)
     try:
@@ -179,6 +181,7 @@ def test_a_store_cut_for_good_fails_the_query_in_bounded_time(
         assert "s3://tpch/lineitem.parquet" in message, message
         assert net.store.url in message, message
         assert "did not answer" in message, message
+        assert f"{MAX_TASK_ATTEMPTS} attempts in a row of the job's tasks" in message, message
         assert failed_at - cut_at < bound, (failed_at - cut_at, bound)
         # Each task attempt tried its read ATTEMPTS times before it gave up.
         retries = _retries_logged(net) - retries_before

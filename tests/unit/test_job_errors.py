@@ -207,6 +207,35 @@ def test_a_store_that_stays_away_fails_the_job_as_unavailable_after_its_attempts
     assert FIX_IT not in failed.message
 
 
+def test_a_store_that_stays_away_is_charged_to_the_job_once_not_to_each_task() -> None:
+    # Three attempts of the job's tasks in a row found the store away (p0 twice,
+    # p1 once, side by side): the job fails then, not after each task's three.
+    h = Harness(Limits(max_task_attempts=3, exclusion_failures=0))
+    h.register(E1, 2)
+    h.submit(three_stage_plan(maps=3, reducers=1))
+    away = ExecutionError("s3://b/k did not answer", error_type=ErrorType.OBJECT_STORE_UNAVAILABLE)
+    assert not [c for c in h.fail(att(1, 0), E1, away) if isinstance(c, JobFailed)]
+    assert not [c for c in h.fail(att(1, 1), E1, away) if isinstance(c, JobFailed)]
+    failed = _one_job_failed(h.fail(att(1, 0, 1), E1, away))
+    assert failed.error_type is ErrorType.OBJECT_STORE_UNAVAILABLE
+    assert "did not answer 3 attempts in a row" in failed.message
+    assert ErrorType.OBJECT_STORE_UNAVAILABLE.advice in failed.message
+
+
+def test_an_attempt_that_finishes_shows_the_store_answers_again() -> None:
+    h = Harness(Limits(max_task_attempts=3, exclusion_failures=0))
+    h.register(E1, 3)
+    h.submit(three_stage_plan(maps=3, reducers=1))
+    away = ExecutionError("s3://b/k did not answer", error_type=ErrorType.OBJECT_STORE_UNAVAILABLE)
+    h.fail(att(1, 0), E1, away)
+    h.fail(att(1, 1), E1, away)
+    h.complete(att(1, 2), E1)  # the store answered this one
+    assert not [c for c in h.fail(att(1, 0, 1), E1, away) if isinstance(c, JobFailed)]
+    assert not [c for c in h.fail(att(1, 1, 1), E1, away) if isinstance(c, JobFailed)]
+    view = h.state.job(J1)
+    assert view is not None and not view.state.finished
+
+
 def test_the_last_attempt_s_error_types_the_job() -> None:
     # The store came back, then the task ran out of memory: not the store's fault.
     h = Harness(Limits(max_task_attempts=2, exclusion_failures=0))

@@ -676,6 +676,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         task.move(
             Done(event.attempt, event.executor, outputs, duration=max(0.0, step.now - started))
         )
+        job.store_misses = 0
         self._executors.stop(event.executor, event.attempt)
         if self.limits.speculation:
             observe_speed(executor, job.stages[task.id.stage], step.now - started, self.limits)
@@ -735,6 +736,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                 self._finish(job, JobState.FAILED, msg, step, ErrorType.INTERNAL)
             case ExecutionError():
                 self._count_failure(event.executor, task, failure.message, step)
+                store_down = self._store_missed(job, failure)
                 if is_copy:
                     task.note_error(failure.message, failure.error_type)
                 elif self._requeue(
@@ -746,7 +748,9 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                 ):
                     msg = self._exhausted(task)
                     self._finish(job, JobState.FAILED, msg, step, task.last_error_type)
-                else:
+                if store_down is not None and not job.state.finished:
+                    self._finish(job, JobState.FAILED, store_down, step, failure.error_type)
+                elif not job.state.finished:
                     self._fail_if_unrecoverable(job, step)
                 self._fail_if_all_excluded(step, failure.error_type)
             case FetchFailed():
@@ -772,6 +776,29 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                         self._finish(job, JobState.FAILED, problem, step)
                 else:
                     self._unreachable_holder(job, event, failure.executor, error, step)
+
+    def _store_missed(self, job: JobRecord, failure: ExecutionError) -> str | None:
+        """Count an attempt that failed because the object store did not answer;
+        the job's error once ``Limits.max_task_attempts`` of its attempts did so
+        in a row (``JobRecord.store_misses``), else ``None``.
+
+        A store that stays down fails every task that reads it, each attempt
+        after the store's whole retry budget: counted per task, the job waited
+        for one task's attempts one after another (2.4 minutes with the
+        defaults); counted per job, the attempts running side by side count
+        together.
+        """
+        if failure.error_type is not ErrorType.OBJECT_STORE_UNAVAILABLE:
+            return None  # says nothing of the store: only an attempt that finished does
+        job.store_misses += 1
+        limit = self.limits.max_task_attempts
+        if job.store_misses < limit:
+            return None
+        return (
+            f"the object store did not answer {job.store_misses} attempts in a row of the "
+            f"job's tasks, each after its retries (the limit is {limit}); last error: "
+            f"{failure.message}. {ErrorType.OBJECT_STORE_UNAVAILABLE.advice}"
+        )
 
     # -------------------------------------------------------------- executors
 

@@ -140,6 +140,13 @@ class JobRecord:
     partition -> the attempt of the writing stage whose files win. Set once, when
     the last task finishes; from then on nothing the job's tasks do changes it,
     and the job launches nothing: only the commit's outcome ends it."""
+    store_misses: int = field(default=0, compare=False)
+    """Attempts of its tasks (copies included) that failed because the object
+    store did not answer, since the last attempt of the job that finished. Each
+    such attempt already retried the store for its whole budget, so the store's
+    silence is charged to the job once, not to each task
+    (``Limits.max_task_attempts`` of them in a row end the job). Memory only: a
+    scheduler restart starts the count again."""
     scan_files: tuple[str, ...] = field(init=False)
     """The files its tasks' scan databases may read (``job_files``, ``TaskSpec.job_files``)."""
     _ran_on_sorted: tuple[ExecutorId, ...] = field(
