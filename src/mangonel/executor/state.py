@@ -104,6 +104,8 @@ from mangonel.executor.events import (
     HomeClaimed,
     HomeClaimFailed,
     InterruptTask,
+    LinkRecovered,
+    MoveStream,
     OutputsReleased,
     QueueTask,
     Register,
@@ -133,6 +135,11 @@ BACKOFF_MAX_S = 1.0
 
 _REMEMBER_RELEASED_JOBS = 1000
 """Released jobs remembered per life, for attempts that end after the release."""
+
+REMEMBER_FINISHED = 1000
+"""Finished attempts remembered per life: a launch of one sent again (after the
+stream moved, ``MoveStream``) is ignored, and the scheduler is told of them
+(their reports may still be on their way)."""
 
 
 # ---------------------------------------------------------------------- states
@@ -178,6 +185,8 @@ class _Life:
     tasks: dict[TaskAttemptId, TaskState] = field(default_factory=dict)
     released: OrderedDict[JobId, frozenset[StageId] | None] = field(default_factory=OrderedDict)
     """Stages whose files were released (``None``: the whole job)."""
+    finished: OrderedDict[TaskAttemptId, None] = field(default_factory=OrderedDict)
+    """Its attempts that finished lately, oldest first (``REMEMBER_FINISHED``)."""
 
     def was_released(self, job: JobId, stage: StageId) -> bool:
         if job not in self.released:
@@ -296,6 +305,13 @@ class ExecutorMachine:
             case HeartbeatRefused():
                 if self.serving == event.executor:
                     out.append(CancelStream(event.executor))
+            case LinkRecovered():
+                life = self._life_in(event.executor, LifeState.SERVING)
+                if life is not None and not self._stopping:
+                    holding = frozenset(
+                        a for a, t in life.tasks.items() if isinstance(t, Queued | Running)
+                    )
+                    out.append(MoveStream(life.executor, holding, frozenset(life.finished)))
             case SlotsClosed():
                 for executor in self._lives:
                     out.append(DeleteLifeDir(executor))
@@ -371,8 +387,10 @@ class ExecutorMachine:
     def _launched(self, event: TaskLaunched, out: list[Action]) -> None:
         self._backoff = BACKOFF_START_S
         life = self._life_in(event.executor, LifeState.SERVING)
-        # Attempt numbers are never reused, so a known attempt is a duplicate.
-        if life is None or self._find(event.spec.attempt) is not None:
+        # Attempt numbers are never reused, so a known attempt is a duplicate
+        # (sent again after the stream moved, ``MoveStream``): it runs once.
+        attempt = event.spec.attempt
+        if life is None or attempt in life.finished or self._find(attempt) is not None:
             return
         life.tasks[event.spec.attempt] = Queued()
         out.append(QueueTask(life.executor, event.spec))
@@ -430,6 +448,9 @@ class ExecutorMachine:
         if not isinstance(task, Running | CancelledRunning):
             return
         del life.tasks[event.attempt]
+        life.finished[event.attempt] = None
+        while len(life.finished) > REMEMBER_FINISHED:
+            life.finished.popitem(last=False)
         executor = life.executor
         match event.outcome:
             case Completed(outputs):
@@ -465,4 +486,11 @@ class ExecutorMachine:
         return None
 
 
-__all__ = ["BACKOFF_MAX_S", "BACKOFF_START_S", "ExecutorMachine", "LifeState", "TaskState"]
+__all__ = [
+    "BACKOFF_MAX_S",
+    "BACKOFF_START_S",
+    "REMEMBER_FINISHED",
+    "ExecutorMachine",
+    "LifeState",
+    "TaskState",
+]
