@@ -19,6 +19,7 @@ saying why; they never skip.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import signal
@@ -332,6 +333,9 @@ def test_a_flapping_link_is_quarantined_never_lost_and_its_stream_moves(
     moves = log.count(f"executor {flapper} command stream moved to a new connection")
     assert moves >= 1, "the flapper's command stream never moved"
     assert flapper in net.wait_for_executors(3).values()  # the same id, alive
+    # The REST API counts the moves too (the UI's executor table shows lagging).
+    listed = {e["id"]: e for e in json.loads(net.client.http_get(f"{net.web_url}/api/executors"))}
+    assert listed[flapper]["state"] == "alive" and listed[flapper]["streams_moved"] == moves
     print(
         f"flapping 1.5 s cuts for {time.time() - started:.0f} s: {len(answers)} answers, "
         f"{min(answers):.2f}-{max(answers):.2f} s each; detector said {sorted(seen)}; "

@@ -1,5 +1,6 @@
 """An executor's command stream moved to a new connection (``scheduler.state_streams``)
-and the executor's side of it (``executor.state``: ``LinkRecovered``, ``MoveStream``).
+and the executor's side of it (``executor.state``: ``LinkRecovered``, ``MoveStream``), and how a
+lagging executor and its moves are shown (``web.views.executor_model``).
 
 Same style as ``test_state_machine.py``: hand-built events, every invariant
 checked after each (``Harness.send``).
@@ -7,7 +8,7 @@ checked after each (``Harness.send``).
 
 from __future__ import annotations
 
-from test_state_liveness import two_running
+from test_state_liveness import beats_counting, health, two_running
 from test_state_machine import E1, E2, att, launches
 
 from mangonel.executor import events as ex
@@ -22,7 +23,9 @@ from mangonel.scheduler.events import (
     LossReason,
     RefuseStream,
 )
+from mangonel.scheduler.registry import ExecutorListing
 from mangonel.task import CancelTask, OutputKind, OutputSpec, PartitionOutput, TaskSpec
+from mangonel.web.views import executor_model
 
 
 def moved(cmds: list[object]) -> list[LogExecutorHealth]:
@@ -131,3 +134,22 @@ def test_the_executor_remembers_a_bounded_number_of_finished_attempts() -> None:
     [move] = state.handle(ex.LinkRecovered(E1))
     assert isinstance(move, ex.MoveStream)
     assert len(move.finished) == REMEMBER_FINISHED and att(1, 0) not in move.finished
+
+
+def test_a_lagging_executor_is_shown_lagging_and_its_moved_stream_ends_the_lag() -> None:
+    # e2's launches of p1 and p3 never arrived (its heartbeats count none):
+    # it lags, which the REST model and the UI's table show; its link comes
+    # back, its stream moves, both launches go again, and once its heartbeats
+    # count them it is caught up, its moves counted.
+    h = two_running()
+    h.complete(att(1, 0), E1)
+    beats_counting(h, 3.0, lambda e, t: 1 if e == E1 else 0)
+    lagging = executor_model(ExecutorListing(h.state.executor(E2)), 0, h.now)
+    assert lagging.lagging_since is not None and lagging.streams_moved == 0
+    assert executor_model(ExecutorListing(h.state.executor(E1)), 0, h.now).lagging_since is None
+    cmds = h.send(ExecutorStreamReopened, E2, frozenset(), frozenset())
+    assert sorted(launches(cmds)) == [("e2", "j1/s1/p1/a0"), ("e2", "j1/s1/p3/a0")]
+    after = beats_counting(h, 3.5, lambda e, t: 1 if e == E1 else 2)
+    assert [e for _, e in health(after, HealthChange.CAUGHT_UP)] == [E2]
+    caught_up = executor_model(ExecutorListing(h.state.executor(E2)), 0, h.now)
+    assert caught_up.lagging_since is None and caught_up.streams_moved == 1

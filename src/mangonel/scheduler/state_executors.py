@@ -253,6 +253,8 @@ class ExecutorRecord:
             suspected_since=self.suspected_since,
             quarantined_until=self.quarantined_until,
             quarantine=self.quarantine,
+            lagging_since=self.lagging_since,
+            streams_moved=self.streams_moved,
             slow_link_since=self.link.since if type(self.link) is LinkMarked else None,
             slow_link_until=self.link.until if type(self.link) is LinkMarked else None,
             slow_link=self.link.why if self.link is not None else "",
