@@ -25,7 +25,11 @@ are thrown away rather than waited for (``_Line``): a heartbeat that fails or
 is not answered within ``HEARTBEAT_DEADLINE_S`` makes the next one go on a new
 connection, which connects the moment the link is back; and the first answered
 heartbeat after a failed one (the link is back) moves the reports to a new
-connection too, the ones in flight on the old one sent again at once.
+connection too, the ones in flight on the old one sent again at once, and has
+the executor move its command stream (``reopen``: a new ``Connect`` on a new
+connection, which the scheduler takes for the same executor, closing the old
+stream without a loss and sending again the launches the executor never had;
+``scheduler.state_streams``).
 """
 
 from __future__ import annotations

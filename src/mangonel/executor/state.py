@@ -70,6 +70,12 @@ The decisions, each in one place:
   restarted). The life then asks to be resumed; a refused life ends, and its
   home is deleted once its last task stopped (a frozen-then-thawed executor
   must not leak its first life's files).
+* the stream moves, the life goes on: when the link to the scheduler comes
+  back after failed heartbeats (``LinkRecovered``), a serving life opens a new
+  stream on a new connection (``MoveStream``), saying which attempts it holds
+  and which it finished lately (the last ``REMEMBER_FINISHED``); the scheduler
+  sends again what the old stream may have held, and a launch of an attempt the
+  life holds or finished lately is ignored, so it runs once.
 * draining: the scheduler is told (``TellDrain``) while a stream is up;
   otherwise, or when it cannot be told, the executor stops at once (nobody
   counts on it). A drained life ends when its stream ends, and the service
