@@ -289,6 +289,8 @@ class GrpcSchedulerLink:
         self._reports = [self._line(a) for a in self.addresses]
         self._beats_failed = 0
         """Heartbeats failed since the last answered one (the next one says so)."""
+        self._beats_failed_by: ExecutorId | None = None
+        """The life whose heartbeats failed (a new life starts from none)."""
 
     @property
     def address(self) -> str:
@@ -382,6 +384,8 @@ class GrpcSchedulerLink:
         links: Sequence[LinkSample] = (),
         probes: Sequence[LinkSample] = (),
     ) -> HeartbeatReply:
+        if executor != self._beats_failed_by:
+            self._beats_failed = 0  # another life's: its link, not this one's
         request = pb.HeartbeatRequest(
             executor_id=executor,
             running_tasks=running_tasks,
@@ -397,6 +401,7 @@ class GrpcSchedulerLink:
         except grpc.RpcError as exc:
             line.renew()
             self._beats_failed += 1
+            self._beats_failed_by = executor
             raise self._error("send a heartbeat to", exc) from exc
         back = self._beats_failed > 0
         if back:
