@@ -391,6 +391,9 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
             isinstance(c, RefuseHeartbeat) for c in commands
         ):
             return None  # a heartbeat, a quiet tick, a loss already known
+        if isinstance(event, ExecutorStreamReopened):
+            # It changes no job: the launches it sends again were recorded already.
+            return list(dict.fromkeys(j for j in map(_job_of, commands) if j is not None))
         # A task report that ended a suspicion may have given its executor's
         # outputs back in any job (``_trusted_again``).
         job = None if step.any_job else _job_of(event)
