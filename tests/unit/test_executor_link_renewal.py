@@ -156,6 +156,12 @@ def test_a_moved_stream_goes_on_a_new_connection_saying_what_the_executor_holds(
     servicer, link = scheduler
     done = TaskAttemptId(TaskId(JobId("j1"), StageId(1), 1), 0)
     first = link.connect(EXECUTOR)
+    arrived = threading.Event()
+    for _ in range(200):  # until the first stream reached the server
+        if servicer.streams:
+            break
+        arrived.wait(0.05)
+    assert servicer.streams, "the first stream never reached the server"
     moved = link.reopen(EXECUTOR, frozenset({ATTEMPT}), frozenset({done}))  # once taken
     (old_peer, old), (new_peer, new) = servicer.streams
     assert not old.reopen and new.reopen and new_peer != old_peer
