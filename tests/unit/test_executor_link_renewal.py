@@ -38,6 +38,8 @@ class _Scheduler(pb_grpc.ExecutorControlServicer):
     failed: list[int] = field(default_factory=list)
     """What each heartbeat said of the failed ones before it."""
     reports: list[str] = field(default_factory=list)
+    streams: list[tuple[str, pb.ConnectRequest]] = field(default_factory=list)
+    """The caller's address and request of each Connect."""
     released: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -49,6 +51,17 @@ class _Scheduler(pb_grpc.ExecutorControlServicer):
         if hold:
             self.released.wait(30)
         return pb.HeartbeatResponse()
+
+    def Connect(
+        self, request: pb.ConnectRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ExecutorCommand]:
+        with self.lock:
+            self.streams.append((context.peer(), request))
+        if request.executor_id != EXECUTOR:
+            context.abort(grpc.StatusCode.NOT_FOUND, "not live; register again")
+        context.send_initial_metadata(())  # taken, as the scheduler says it
+        self.released.wait(30)
+        yield from ()
 
     def ReportTask(self, request: pb.ReportTaskRequest, context: grpc.ServicerContext) -> object:
         with self.lock:
@@ -118,3 +131,44 @@ def test_a_report_in_flight_when_the_link_is_back_is_sent_again_on_a_new_connect
     held, again = servicer.reports
     assert again != held, "the report was sent again on the same connection"
     assert not servicer.released.is_set(), "the held call was never answered: it was cancelled"
+
+
+def test_the_heartbeat_after_failed_ones_says_the_link_is_back_for_that_life_only(
+    scheduler: tuple[_Scheduler, GrpcSchedulerLink],
+) -> None:
+    servicer, link = scheduler
+    servicer.hold_beats = 1
+    with pytest.raises(ClusterError):
+        link.heartbeat(EXECUTOR, 0)
+    assert link.heartbeat(EXECUTOR, 0).link_back  # the executor moves its stream
+    assert not link.heartbeat(EXECUTOR, 0).link_back
+    # Failed beats of one life say nothing of the next one's link.
+    servicer.hold_beats = 1
+    with pytest.raises(ClusterError):
+        link.heartbeat(EXECUTOR, 0)
+    assert not link.heartbeat(ExecutorId("exec-2"), 0).link_back
+    assert servicer.failed[-1] == 0
+
+
+def test_a_moved_stream_goes_on_a_new_connection_saying_what_the_executor_holds(
+    scheduler: tuple[_Scheduler, GrpcSchedulerLink],
+) -> None:
+    servicer, link = scheduler
+    done = TaskAttemptId(TaskId(JobId("j1"), StageId(1), 1), 0)
+    first = link.connect(EXECUTOR)
+    arrived = threading.Event()
+    for _ in range(200):  # until the first stream reached the server
+        if servicer.streams:
+            break
+        arrived.wait(0.05)
+    assert servicer.streams, "the first stream never reached the server"
+    moved = link.reopen(EXECUTOR, frozenset({ATTEMPT}), frozenset({done}))  # once taken
+    (old_peer, old), (new_peer, new) = servicer.streams
+    assert not old.reopen and new.reopen and new_peer != old_peer
+    assert [(a.stage, a.partition) for a in new.holding] == [(1, 0)]
+    assert [(a.stage, a.partition) for a in new.finished] == [(1, 1)]
+    moved.cancel()
+    first.cancel()
+    # A stream the scheduler refuses (the executor is not live) is no move.
+    with pytest.raises(ClusterError, match="did not take a new command stream"):
+        link.reopen(ExecutorId("exec-9"), frozenset(), frozenset())

@@ -97,6 +97,14 @@ class FakeLink:
             self.streams.append(stream)
         return stream
 
+    def reopen(
+        self,
+        executor: ExecutorId,
+        holding: frozenset[TaskAttemptId],
+        finished: frozenset[TaskAttemptId],
+    ) -> FakeStream:
+        return self.connect(executor)
+
     def heartbeat(
         self,
         executor: ExecutorId,

@@ -33,7 +33,7 @@ from mangonel.plan.planner import PlannerConfig
 from mangonel.proto import mangonel_pb2 as pb
 from mangonel.scheduler import core as core_module
 from mangonel.scheduler import service as service_module
-from mangonel.scheduler.core import CoreConfig, SchedulerCore
+from mangonel.scheduler.core import CoreConfig, ExecutorNotFoundError, SchedulerCore
 from mangonel.scheduler.events import (
     CancelRequested,
     Command,
@@ -645,3 +645,22 @@ def test_with_the_real_state_a_closed_stream_is_one_loss_and_the_lost_register_a
     # Every answer is one the shell knows how to carry out.
     assert "unknown command" not in caplog.text
     assert caplog.text.count(f"executor {entry.id} lost (connection lost)") == 1
+
+
+def test_a_moved_stream_takes_over_the_queue_and_the_old_streams_end_is_no_loss() -> None:
+    # The real state machine behind the shell (``state_streams``).
+    core = SchedulerCore(SchedulerState())
+    entry = core.register_executor("h", "127.0.0.1:1", 1)
+    first = core.executor_connected(entry.id)
+    first.commands.put("not sent yet")  # a command the old stream had not taken
+    second = core.executor_reopened(entry.id, frozenset(), frozenset())
+    assert second.id > first.id
+    assert _drain(first.commands) == [CLOSE]  # the old stream ends
+    assert _drain(second.commands) == ["not sent yet"]  # moved, in order
+    core.connection_closed(entry.id, "its command stream broke", first.id)
+    assert core.telemetry.counters().executors_lost["connection lost"] == 0
+    assert core.heartbeat(entry.id) is True  # still known, under its id
+    core.connection_closed(entry.id, "its command stream broke", second.id)
+    assert core.telemetry.counters().executors_lost["connection lost"] == 1
+    with pytest.raises(ExecutorNotFoundError, match="register again"):
+        core.executor_reopened(entry.id, frozenset(), frozenset())

@@ -519,3 +519,50 @@ def test_the_reader_counts_what_a_task_read_here_and_over_flight(
     reader.reset()  # the slot's next task counts from nothing
     assert (reader.fetched.local_bytes, reader.fetched.remote_bytes) == (0, 0)
     reader.close()
+
+
+class _StuckFirst(flight.FlightServerBase):  # type: ignore[misc]
+    """Serves ``table``, but holds the first call for ``hold_s`` before its first
+    batch: a connection stuck behind a cut that healed (TCP's back-off)."""
+
+    def __init__(self, table: pa.Table, hold_s: float) -> None:
+        super().__init__("grpc://127.0.0.1:0")
+        self.table, self.hold_s = table, hold_s
+        self.peers: list[str] = []
+        self._lock = threading.Lock()
+        self.release = threading.Event()
+        """Set: the held call goes on (the test ends without waiting it out)."""
+
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> object:
+        with self._lock:
+            self.peers.append(context.peer())
+            first = len(self.peers) == 1
+        hold = self.hold_s if first else 0.0
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            self.release.wait(hold)
+            yield from self.table.to_batches(max_chunksize=1000)
+
+        return flight.GeneratorStream(self.table.schema, batches())
+
+
+def test_a_fetch_stuck_on_its_connection_is_tried_again_on_a_new_one(
+    writer: ShuffleWriter,
+) -> None:
+    # The first call gets nothing for 30 s; the stall bound is 20 s. After
+    # RENEW_FETCH_S without a byte, a second try goes on a new connection (a
+    # new client port) and its answer is taken: the fetch neither waits for the
+    # stuck one nor fails.
+    table = sample(10_000)
+    out = writer.write_table(attempt(), 0, table)
+    with _StuckFirst(table, hold_s=30.0) as stuck:
+        reader = ShuffleReader("host-b", retries=1, timeout_s=20.0)
+        started = time.monotonic()
+        got = reader.read(location(out, f"127.0.0.1:{stuck.port}"))
+        took = time.monotonic() - started
+        assert got.equals(table)
+        assert took < 15.0, took  # not the 30 s hold, nor the 20 s bound
+        assert len(stuck.peers) >= 2 and stuck.peers[0] != stuck.peers[1], stuck.peers
+        stuck.release.set()
+        reader.close()
+        print(f"stuck first call: answered after {took:.2f} s through {stuck.peers}")

@@ -171,6 +171,7 @@ CASES: list[tuple[str, Callable[[], Harness], Callable[[Harness], object]]] = [
     ("executor-health", maps_done, lambda h: setattr(registry(h).live(E1), "gaps", [2, 1])),
     ("executor-health", _one_executor, lambda h: setattr(registry(h), "isolated_since", 0.0)),
     ("slow-link-marks", maps_done, _marks_said_to_hold),
+    ("stream-current", maps_done, lambda h: setattr(registry(h).live(E1), "stream", 0)),
     ("running-placed", maps_done, _too_few_slots),
     ("running-placed", maps_done, lambda h: job(h).excluded.add(E1)),
     ("nothing-launchable", queued, lambda h: add_idle_executor(h, E3)),

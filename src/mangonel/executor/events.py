@@ -168,6 +168,15 @@ class HeartbeatRefused:
 
 
 @dataclass(frozen=True)
+class LinkRecovered:
+    """A heartbeat of ``executor`` was answered after failed ones: the link to
+    the scheduler is back, and its command stream's connection went through the
+    failure (what the scheduler pushed on it may wait for TCP's back-off)."""
+
+    executor: ExecutorId
+
+
+@dataclass(frozen=True)
 class SlotsClosed:
     """The task threads are shut down: nothing runs, nothing queued will start."""
 
@@ -191,6 +200,7 @@ Event = (
     | DrainUndelivered
     | StopRequested
     | HeartbeatRefused
+    | LinkRecovered
     | SlotsClosed
 )
 
@@ -241,6 +251,19 @@ class CancelStream:
     """End the stream of ``executor`` from this side (``StreamEnded`` follows)."""
 
     executor: ExecutorId
+
+
+@dataclass(frozen=True)
+class MoveStream:
+    """Open a new stream of ``executor`` on a new connection, saying what it
+    ``holding`` (queued or running, not cancelled) and ``finished`` lately;
+    once the scheduler accepted it, it replaces the old one, which is ended from
+    this side (no ``StreamEnded``: the life goes on). When it cannot be opened
+    the old one stays."""
+
+    executor: ExecutorId
+    holding: frozenset[TaskAttemptId]
+    finished: frozenset[TaskAttemptId]
 
 
 @dataclass(frozen=True)
@@ -322,6 +345,7 @@ Action = (
     | Wait
     | Exit
     | CancelStream
+    | MoveStream
     | QueueTask
     | StartTask
     | InterruptTask

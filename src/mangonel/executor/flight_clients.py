@@ -2,7 +2,9 @@
 reader's fetches and the link prober's probes each hold such a pool.
 
 A client is dropped (closed, made again on next use) after a call through it
-failed, so that a broken channel is not reused; ``close`` closes them all.
+failed, so that a broken channel is not reused, and replaced by a new one when a
+fetch through it stalled (``renew``: its connection may be stuck behind a cut
+that healed); ``close`` closes them all.
 """
 
 from __future__ import annotations
@@ -33,6 +35,17 @@ class FlightClients:
                 )
                 self._clients[address] = client
             return client
+
+    def renew(self, address: str) -> flight.FlightClient:
+        """A new client of ``address`` (a new connection), kept from now on; the
+        old one is left to the calls still on it, not closed (closing does not
+        interrupt them) and goes when they end."""
+        client = flight.FlightClient(
+            f"{flight_scheme(self._tls)}://{address}", **flight_client_kwargs(self._tls)
+        )
+        with self._lock:
+            self._clients[address] = client
+        return client
 
     def drop(self, address: str) -> None:
         """Close and forget the client of ``address`` (a call through it failed)."""

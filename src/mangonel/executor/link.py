@@ -25,7 +25,11 @@ are thrown away rather than waited for (``_Line``): a heartbeat that fails or
 is not answered within ``HEARTBEAT_DEADLINE_S`` makes the next one go on a new
 connection, which connects the moment the link is back; and the first answered
 heartbeat after a failed one (the link is back) moves the reports to a new
-connection too, the ones in flight on the old one sent again at once.
+connection too, the ones in flight on the old one sent again at once, and has
+the executor move its command stream (``reopen``: a new ``Connect`` on a new
+connection, which the scheduler takes for the same executor, closing the old
+stream without a loss and sending again the launches the executor never had;
+``scheduler.state_streams``).
 """
 
 from __future__ import annotations
@@ -81,6 +85,13 @@ scheduler at most one beat more than the cut itself; an answer slower than
 this on a busy host only costs a new connection (the beat itself arrived)."""
 
 
+REOPEN_DEADLINE_S = 2.0
+"""How long a new command stream may take to be accepted (``reopen``). Its
+connection is new, so a link that is back connects at once; one that failed
+again (a flapping link) is tried again at the next recovery, the old stream
+kept meanwhile."""
+
+
 @dataclass(frozen=True)
 class Registration:
     """What the executor says about itself when it registers."""
@@ -130,6 +141,8 @@ class HeartbeatReply:
     """False: the scheduler no longer knows the executor; register again."""
     probe: tuple[ProbeTarget, ...] = ()
     """The peers to probe the links from until the next answer (``executor.probes``)."""
+    link_back: bool = False
+    """The first answered after failed ones: the link came back (``LinkRecovered``)."""
 
 
 class SchedulerLink(Protocol):
@@ -141,6 +154,19 @@ class SchedulerLink(Protocol):
     def register(self, registration: Registration) -> RegisterReply: ...
 
     def connect(self, executor: ExecutorId) -> CommandStream: ...
+
+    def reopen(
+        self,
+        executor: ExecutorId,
+        holding: frozenset[TaskAttemptId],
+        finished: frozenset[TaskAttemptId],
+    ) -> CommandStream:
+        """A new command stream of live ``executor``, on a new connection, once
+        the scheduler accepted it (it then closes the old one and sends again
+        what the old one may have held); ``holding`` and ``finished``: see
+        ``executor.events.MoveStream``. Raises ``ClusterError`` when refused or
+        not accepted within ``REOPEN_DEADLINE_S``."""
+        ...
 
     def heartbeat(
         self,
@@ -190,9 +216,18 @@ class SchedulerLink(Protocol):
 
 
 class _GrpcCommandStream:
-    def __init__(self, call: Iterator[pb.ExecutorCommand], executor: ExecutorId) -> None:
+    """``CommandStream`` over a Connect call; ``channel``: a connection of its
+    own (a moved stream's), closed when the stream is cancelled."""
+
+    def __init__(
+        self,
+        call: Iterator[pb.ExecutorCommand],
+        executor: ExecutorId,
+        channel: grpc.Channel | None = None,
+    ) -> None:
         self._call = call
         self._executor = executor
+        self._channel = channel
 
     def __iter__(self) -> Iterator[ExecutorCommand]:
         try:
@@ -202,9 +237,14 @@ class _GrpcCommandStream:
             if exc.code() == grpc.StatusCode.CANCELLED:
                 return  # we ended it
             raise ClusterError(f"the scheduler's command stream broke: {_describe(exc)}") from exc
+        finally:
+            if self._channel is not None:
+                self._channel.close()
 
     def cancel(self) -> None:
         self._call.cancel()  # type: ignore[attr-defined]
+        if self._channel is not None:
+            self._channel.close()
 
 
 class GrpcSchedulerLink:
@@ -249,6 +289,8 @@ class GrpcSchedulerLink:
         self._reports = [self._line(a) for a in self.addresses]
         self._beats_failed = 0
         """Heartbeats failed since the last answered one (the next one says so)."""
+        self._beats_failed_by: ExecutorId | None = None
+        """The life whose heartbeats failed (a new life starts from none)."""
 
     @property
     def address(self) -> str:
@@ -299,6 +341,41 @@ class GrpcSchedulerLink:
         call = self._stub.Connect(pb.ConnectRequest(executor_id=executor))
         return _GrpcCommandStream(call, executor)
 
+    def reopen(
+        self,
+        executor: ExecutorId,
+        holding: frozenset[TaskAttemptId],
+        finished: frozenset[TaskAttemptId],
+    ) -> CommandStream:
+        request = pb.ConnectRequest(
+            executor_id=executor,
+            reopen=True,
+            holding=[convert.attempt_to_proto(a) for a in sorted(holding, key=str)],
+            finished=[convert.attempt_to_proto(a) for a in sorted(finished, key=str)],
+        )
+        channel = tls.open_channel(self.address, self._tls, [*_CHANNEL_OPTIONS, _OWN_CONNECTION])
+        stub = pb_grpc.ExecutorControlStub(channel)  # type: ignore[no-untyped-call]
+        call = stub.Connect(request)
+        # The scheduler sends its (empty) initial metadata once it accepted the
+        # stream; a refusal ends the call instead. Not accepted in time: given up.
+        timer = threading.Timer(REOPEN_DEADLINE_S, call.cancel)
+        timer.start()
+        try:
+            call.initial_metadata()
+        finally:
+            timer.cancel()
+        if call.done():
+            channel.close()
+            try:
+                call.result()
+                what = "ended it"
+            except grpc.RpcError as exc:
+                what = _describe(exc)
+            except grpc.FutureCancelledError:
+                what = f"no answer within {REOPEN_DEADLINE_S:g} s"
+            raise ClusterError(f"the scheduler did not take a new command stream: {what}")
+        return _GrpcCommandStream(call, executor, channel)
+
     def heartbeat(
         self,
         executor: ExecutorId,
@@ -307,6 +384,8 @@ class GrpcSchedulerLink:
         links: Sequence[LinkSample] = (),
         probes: Sequence[LinkSample] = (),
     ) -> HeartbeatReply:
+        if executor != self._beats_failed_by:
+            self._beats_failed = 0  # another life's: its link, not this one's
         request = pb.HeartbeatRequest(
             executor_id=executor,
             running_tasks=running_tasks,
@@ -322,12 +401,16 @@ class GrpcSchedulerLink:
         except grpc.RpcError as exc:
             line.renew()
             self._beats_failed += 1
+            self._beats_failed_by = executor
             raise self._error("send a heartbeat to", exc) from exc
-        if self._beats_failed:
+        back = self._beats_failed > 0
+        if back:
             # The link is back: reports still in flight went into the cut.
             self._beats_failed = 0
             self._reports[self._current].renew()
-        return HeartbeatReply(not reply.reregister, convert.probe_targets_from_proto(reply))
+        return HeartbeatReply(
+            not reply.reregister, convert.probe_targets_from_proto(reply), link_back=back
+        )
 
     def report_completed(
         self,

@@ -69,6 +69,8 @@ from mangonel.executor.events import (
     HomeClaimed,
     HomeClaimFailed,
     InterruptTask,
+    LinkRecovered,
+    MoveStream,
     OutputsReleased,
     QueueTask,
     Register,
@@ -172,6 +174,9 @@ class ExecutorService:
         """Guarded by ``_lock``, like the two fields below."""
         self._homes: dict[ExecutorId, _Home] = {}
         self._stream: tuple[ExecutorId, CommandStream] | None = None
+        self._moving = False
+        """A stream move is under way (``_move_stream``)."""
+        self._move_ended = threading.Condition(self._lock)
         self._heartbeat_s = config.heartbeat_interval_s
         self._health_lock = threading.Lock()
         self._health = DiskHealth()
@@ -349,6 +354,14 @@ class ExecutorService:
                     stream = self._stream
                 if stream is not None and stream[0] == executor:
                     stream[1].cancel()
+            case MoveStream():
+                with self._lock:
+                    if self._moving:
+                        return  # one move at a time; the next recovery tries again
+                    self._moving = True
+                threading.Thread(
+                    target=self._move_stream, args=(action,), name="stream-move", daemon=True
+                ).start()
             case ReportCompleted() | ReportFailed():
                 self._report(action)
             case DeleteOutputs(executor=executor, job=job, stages=stages):
@@ -466,22 +479,65 @@ class ExecutorService:
             self._stream = (executor, stream)
         self._carry_out_all(self._feed(Connected(executor)))
         self.registered.set()
-        try:
-            for command in stream:
-                event = _order(executor, command)
-                if event is None:
-                    log.warning("ignoring an unknown command %r", command)
+        while True:
+            try:
+                for command in stream:
+                    event = _order(executor, command)
+                    if event is None:
+                        log.warning("ignoring an unknown command %r", command)
+                        continue
+                    self._carry_out_all(self._feed(event))
+            except Exception as exc:
+                if not self._stop.is_set():
+                    log.warning("lost the scheduler's command stream: %s", exc)
+            with self._lock:
+                # The scheduler closes the old stream once it took the new one,
+                # which may reach here before ``_move_stream`` switched to it.
+                while self._moving:
+                    self._move_ended.wait()
+                now = self._stream
+                if now is not None and now[0] == executor and now[1] is not stream:
+                    stream = now[1]  # it moved to a new connection (``_move_stream``)
                     continue
-                self._carry_out_all(self._feed(event))
-        except Exception as exc:
-            if not self._stop.is_set():
-                log.warning("lost the scheduler's command stream: %s", exc)
-        with self._lock:
-            self._stream = None
-            draining = self._state.draining
+                self._stream = None
+                draining = self._state.draining
+            break
         if draining:
             log.info("drained: the scheduler let executor %s go", executor)
         return StreamEnded(executor)
+
+    def _move_stream(self, move: MoveStream) -> None:
+        """On a thread of its own: open the new stream (``SchedulerLink.reopen``
+        waits until the scheduler took it), make it the one the control loop
+        reads, then end the old one from this side."""
+        try:
+            try:
+                new = self.link.reopen(move.executor, move.holding, move.finished)
+            except Exception as exc:
+                log.warning("cannot move the command stream (keeping the old one): %s", exc)
+                return
+            with self._lock:
+                old = self._stream
+                if old is None or old[0] != move.executor or self._stop.is_set():
+                    replaced = None
+                else:
+                    self._stream = (move.executor, new)
+                    replaced = old[1]
+            if replaced is None:
+                new.cancel()  # the life ended meanwhile
+                return
+            replaced.cancel()
+            log.info(
+                "moved the command stream of executor %s to a new connection (%d attempts "
+                "held, %d finished lately)",
+                move.executor,
+                len(move.holding),
+                len(move.finished),
+            )
+        finally:
+            with self._lock:
+                self._moving = False
+                self._move_ended.notify_all()
 
     # ------------------------------------------------------------------ tasks
 
@@ -643,6 +699,8 @@ class ExecutorService:
         if not reply.known:
             log.warning("the scheduler no longer knows executor %s: registering again", executor)
             self._carry_out_all(self._feed(HeartbeatRefused(executor)))
+        elif reply.link_back:
+            self._carry_out_all(self._feed(LinkRecovered(executor)))
 
     def unhealthy(self) -> str:
         """Why this executor cannot take tasks now (its work directory is full), or ``""``."""

@@ -33,10 +33,11 @@ import contextlib
 import errno
 import mmap
 import os
+import queue
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, overload
 
@@ -74,7 +75,9 @@ class ShuffleReader:
 
     A fetch is judged by its progress: it fails (``UNREACHABLE``) when nothing
     arrived for ``timeout_s``, however long it has run, so a big partition on a
-    slow link is never failed for being slow.
+    slow link is never failed for being slow. One that received nothing for
+    ``RENEW_FETCH_S`` is tried again beside it on a new connection (its own may
+    be stuck behind a cut that healed), and the first answer is taken.
 
     Args:
         host: This executor's host identity (``ExecutorInfo.host``).
@@ -232,36 +235,64 @@ class ShuffleReader:
     ) -> pa.Table | _FileSource:
         if self._cancelled.is_set():
             raise TaskCancelledError(f"fetch of {location.path} cancelled")
-        done = threading.Event()
-        outcome: list[pa.Table | _FileSource | BaseException] = []
+        outcomes: queue.SimpleQueue[pa.Table | _FileSource | BaseException] = queue.SimpleQueue()
         progress = _Progress(location, self._rates)
 
-        def fetch() -> None:
+        def fetch(fresh: bool) -> None:
             try:
-                outcome.append(self._fetch(location, keep_file, progress))
+                outcomes.put(self._fetch(location, keep_file, progress, fresh))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                outcome.append(exc)
-            finally:
-                done.set()
+                outcomes.put(exc)
 
-        threading.Thread(target=fetch, name="flight-fetch", daemon=True).start()
+        def start(fresh: bool) -> None:
+            threading.Thread(target=fetch, args=(fresh,), name="flight-fetch", daemon=True).start()
+
+        start(False)
         try:
-            self._wait_for(location, done, progress)
+            return self._wait_for(location, outcomes, progress, start)
         finally:
             progress.detach()
-        result = outcome[0]
-        if isinstance(result, BaseException):
-            raise result
-        return result
 
     def _wait_for(
-        self, location: PartitionLocation, done: threading.Event, progress: _Progress
-    ) -> None:
-        """Wait for a fetch's thread to end; raise if it is cancelled or stalls."""
-        while not done.wait(_CANCEL_POLL_S):
+        self,
+        location: PartitionLocation,
+        outcomes: queue.SimpleQueue[pa.Table | _FileSource | BaseException],
+        progress: _Progress,
+        start: Callable[[bool], None],
+    ) -> pa.Table | _FileSource:
+        """Wait for a fetch's threads; the first result, or the last failure;
+        raise if it is cancelled or stalls.
+
+        A fetch that received nothing for ``RENEW_FETCH_S`` gets another try on
+        a new connection beside it, up to ``RENEWALS`` times: its connection may
+        be stuck behind a cut that healed since (TCP backs off, doubling its
+        wait: the lab measured readers of a flapping host's outputs waiting
+        0.4-1.1 s past the heal). Whichever try finishes first is taken; the
+        stall bound (``timeout_s``) still counts from the last bytes received.
+        """
+        running, renewals, renewed_at = 1, 0, progress.at
+        failure: BaseException | None = None
+        while True:
+            try:
+                outcome = outcomes.get(timeout=_CANCEL_POLL_S)
+            except queue.Empty:
+                outcome = None
+            if isinstance(outcome, BaseException):
+                running -= 1
+                failure = outcome
+                if running == 0:
+                    raise failure
+            elif outcome is not None:
+                return outcome
             if self._cancelled.is_set():
                 raise TaskCancelledError(f"fetch of {location.path} cancelled")
             stalled = progress.stalled_s()
+            quiet = time.monotonic() - max(progress.at, renewed_at)
+            if quiet >= RENEW_FETCH_S and renewals < RENEWALS and stalled <= self.timeout_s:
+                renewals += 1
+                running += 1
+                renewed_at = time.monotonic()
+                start(True)
             if stalled > self.timeout_s:
                 # Judged by progress, not by its whole duration: a fetch that
                 # keeps receiving batches over a slow link is never failed for
@@ -276,12 +307,13 @@ class ShuffleReader:
                 )
 
     def _fetch(
-        self, location: PartitionLocation, keep_file: bool, progress: _Progress
+        self, location: PartitionLocation, keep_file: bool, progress: _Progress, fresh: bool
     ) -> pa.Table | _FileSource:
         """One partition over Flight: a table, or with ``keep_file`` and a spool
         directory the spooled file, opened for plain reads (``stream_many``).
         Each batch received is marked on ``progress`` (the waiting thread
-        judges stalls by it)."""
+        judges stalls by it). ``fresh``: a renewal (``_wait_for``), on a new
+        connection, which is not progress until the peer answers."""
         # The call's own deadline only ends a call the waiting thread gave up on.
         deadline = max(_ABANDONED_DEADLINE_S, 10 * self.timeout_s)
         options = flight.FlightCallOptions(timeout=deadline)
@@ -292,9 +324,14 @@ class ShuffleReader:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
             if self._cancelled.is_set():
                 raise TaskCancelledError(f"fetch of {location.path} cancelled")
-            progress.mark(0)
+            address = location.flight_address
+            if fresh and not attempt:
+                client = self._clients.renew(address)
+            else:
+                progress.mark(0)
+                client = self._clients.get(address)
             try:
-                stream = self._clients.get(location.flight_address).do_get(ticket, options)
+                stream = client.do_get(ticket, options)
                 progress.mark(0)
                 got: pa.Table | _FileSource
                 if self.spool_dir is None:
@@ -523,6 +560,15 @@ def _no_space(exc: BaseException) -> bool:
 
 _CANCEL_POLL_S = 0.05
 """How often a task waiting for a fetch looks whether it was cancelled."""
+
+RENEW_FETCH_S = 1.0
+"""A Flight fetch that received nothing for this long gets another try on a new
+connection (``ShuffleReader._wait_for``): as ``executor.link`` renews its
+heartbeats' connection after a second without an answer."""
+
+RENEWALS = 3
+"""At most this many renewals of one fetch (each is a thread blocked until its
+call's deadline if its peer stays silent)."""
 
 _ABANDONED_DEADLINE_S = 600.0
 """The Flight call's own deadline (or ten fetch timeouts, if longer): it only

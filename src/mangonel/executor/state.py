@@ -70,6 +70,12 @@ The decisions, each in one place:
   restarted). The life then asks to be resumed; a refused life ends, and its
   home is deleted once its last task stopped (a frozen-then-thawed executor
   must not leak its first life's files).
+* the stream moves, the life goes on: when the link to the scheduler comes
+  back after failed heartbeats (``LinkRecovered``), a serving life opens a new
+  stream on a new connection (``MoveStream``), saying which attempts it holds
+  and which it finished lately (the last ``REMEMBER_FINISHED``); the scheduler
+  sends again what the old stream may have held, and a launch of an attempt the
+  life holds or finished lately is ignored, so it runs once.
 * draining: the scheduler is told (``TellDrain``) while a stream is up;
   otherwise, or when it cannot be told, the executor stops at once (nobody
   counts on it). A drained life ends when its stream ends, and the service
@@ -104,6 +110,8 @@ from mangonel.executor.events import (
     HomeClaimed,
     HomeClaimFailed,
     InterruptTask,
+    LinkRecovered,
+    MoveStream,
     OutputsReleased,
     QueueTask,
     Register,
@@ -133,6 +141,11 @@ BACKOFF_MAX_S = 1.0
 
 _REMEMBER_RELEASED_JOBS = 1000
 """Released jobs remembered per life, for attempts that end after the release."""
+
+REMEMBER_FINISHED = 1000
+"""Finished attempts remembered per life: a launch of one sent again (after the
+stream moved, ``MoveStream``) is ignored, and the scheduler is told of them
+(their reports may still be on their way)."""
 
 
 # ---------------------------------------------------------------------- states
@@ -178,6 +191,8 @@ class _Life:
     tasks: dict[TaskAttemptId, TaskState] = field(default_factory=dict)
     released: OrderedDict[JobId, frozenset[StageId] | None] = field(default_factory=OrderedDict)
     """Stages whose files were released (``None``: the whole job)."""
+    finished: OrderedDict[TaskAttemptId, None] = field(default_factory=OrderedDict)
+    """Its attempts that finished lately, oldest first (``REMEMBER_FINISHED``)."""
 
     def was_released(self, job: JobId, stage: StageId) -> bool:
         if job not in self.released:
@@ -296,6 +311,13 @@ class ExecutorMachine:
             case HeartbeatRefused():
                 if self.serving == event.executor:
                     out.append(CancelStream(event.executor))
+            case LinkRecovered():
+                life = self._life_in(event.executor, LifeState.SERVING)
+                if life is not None and not self._stopping:
+                    holding = frozenset(
+                        a for a, t in life.tasks.items() if isinstance(t, Queued | Running)
+                    )
+                    out.append(MoveStream(life.executor, holding, frozenset(life.finished)))
             case SlotsClosed():
                 for executor in self._lives:
                     out.append(DeleteLifeDir(executor))
@@ -371,8 +393,10 @@ class ExecutorMachine:
     def _launched(self, event: TaskLaunched, out: list[Action]) -> None:
         self._backoff = BACKOFF_START_S
         life = self._life_in(event.executor, LifeState.SERVING)
-        # Attempt numbers are never reused, so a known attempt is a duplicate.
-        if life is None or self._find(event.spec.attempt) is not None:
+        # Attempt numbers are never reused, so a known attempt is a duplicate
+        # (sent again after the stream moved, ``MoveStream``): it runs once.
+        attempt = event.spec.attempt
+        if life is None or attempt in life.finished or self._find(attempt) is not None:
             return
         life.tasks[event.spec.attempt] = Queued()
         out.append(QueueTask(life.executor, event.spec))
@@ -430,6 +454,9 @@ class ExecutorMachine:
         if not isinstance(task, Running | CancelledRunning):
             return
         del life.tasks[event.attempt]
+        life.finished[event.attempt] = None
+        while len(life.finished) > REMEMBER_FINISHED:
+            life.finished.popitem(last=False)
         executor = life.executor
         match event.outcome:
             case Completed(outputs):
@@ -465,4 +492,11 @@ class ExecutorMachine:
         return None
 
 
-__all__ = ["BACKOFF_MAX_S", "BACKOFF_START_S", "ExecutorMachine", "LifeState", "TaskState"]
+__all__ = [
+    "BACKOFF_MAX_S",
+    "BACKOFF_START_S",
+    "REMEMBER_FINISHED",
+    "ExecutorMachine",
+    "LifeState",
+    "TaskState",
+]

@@ -59,6 +59,7 @@ messages; this module never sees a protobuf message.
 from __future__ import annotations
 
 import logging
+import queue
 import secrets
 import threading
 import time
@@ -96,6 +97,7 @@ from mangonel.scheduler.events import (
     ExecutorHeartbeat,
     ExecutorLost,
     ExecutorRegistered,
+    ExecutorStreamReopened,
     ForgetJob,
     HealthChange,
     JobCancelled,
@@ -127,7 +129,13 @@ from mangonel.scheduler.persist import (
     state_changes,
     table_key,
 )
-from mangonel.scheduler.registry import CLOSE, ExecutorEntry, ExecutorListing
+from mangonel.scheduler.registry import (
+    CLOSE,
+    ExecutorEntry,
+    ExecutorListing,
+    Stream,
+    move_queued,
+)
 from mangonel.scheduler.state_executors import RegistrySnapshot
 from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
@@ -585,7 +593,7 @@ class SchedulerCore:
             )
             return entry
 
-    def executor_connected(self, executor: ExecutorId) -> ExecutorEntry:
+    def executor_connected(self, executor: ExecutorId) -> Stream:
         """The executor's Connect stream opened: from now on it takes tasks.
 
         Raises:
@@ -593,26 +601,73 @@ class SchedulerCore:
                 executor was not waiting to connect); it must register again.
         """
         with self._lock:
-            commands = self._emit(lambda eid, now: ExecutorConnected(eid, now, executor))
+            opened = 0
+
+            def event(eid: int, now: float) -> ExecutorConnected:
+                nonlocal opened
+                opened = eid
+                return ExecutorConnected(eid, now, executor)
+
+            commands = self._emit(event)
             entry = self._executors.get(executor)
             if entry is None or any(isinstance(c, RefuseStream) for c in commands):
                 raise ExecutorNotFoundError(
                     f"executor {executor} is not waiting to connect; register again"
                 )
-            return entry
+            return Stream(opened, entry.commands)
 
-    def connection_closed(self, executor: ExecutorId, detail: str = "") -> None:
-        """The executor's Connect stream ended: a live executor is lost at once.
+    def executor_reopened(
+        self,
+        executor: ExecutorId,
+        holding: frozenset[TaskAttemptId],
+        finished: frozenset[TaskAttemptId],
+    ) -> Stream:
+        """A live executor opened a new Connect stream (its link came back after
+        a failure): it replaces the old one, which is closed; what the old one may
+        have held is sent again on the new one (``state_streams``).
+
+        Raises:
+            ExecutorNotFoundError: the state machine refused the stream (the
+                executor is not live); it must register again.
+        """
+        with self._lock:
+            entry = self._executors.get(executor)
+            if entry is None:
+                raise ExecutorNotFoundError(f"executor {executor} is not live; register again")
+            old, new = entry.commands, queue.SimpleQueue[object]()
+            # What the old stream has not taken yet goes first on the new one,
+            # before what the state machine sends again (the executor ignores
+            # a launch it knows).
+            move_queued(old, new)
+            entry.commands = new
+            opened = 0
+
+            def event(eid: int, now: float) -> ExecutorStreamReopened:
+                nonlocal opened
+                opened = eid
+                return ExecutorStreamReopened(eid, now, executor, holding, finished)
+
+            commands = self._emit(event)
+            if any(isinstance(c, RefuseStream) for c in commands):
+                move_queued(new, old)
+                entry.commands = old
+                raise ExecutorNotFoundError(f"executor {executor} is not live; register again")
+            old.put(CLOSE)
+            return Stream(opened, new)
+
+    def connection_closed(self, executor: ExecutorId, detail: str = "", stream: int = 0) -> None:
+        """The executor's Connect stream ``stream`` ended: a live executor is lost
+        at once, unless a newer stream replaced that one.
 
         The state machine answers with ``DeclareExecutorLost`` (carried out like
         any other: logged, the stream's queue closed), or with nothing when it
-        let the executor go already.
+        let the executor go already, or the stream was replaced.
         """
         if self._stop.is_set():
             return
         detail = detail or "its command stream closed"
         reason = LossReason.CONNECTION_LOST
-        self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail))
+        self._emit(lambda eid, now: ExecutorLost(eid, now, executor, reason, detail, stream))
 
     def heartbeat(
         self,

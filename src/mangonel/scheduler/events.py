@@ -79,6 +79,10 @@ class HealthChange(enum.Enum):
     LINK_HEALED = "link fast again"
     """On trial, its readers found it as fast as the others: trusted, its
     back-off starts from the beginning again."""
+    STREAM_MOVED = "command stream moved to a new connection"
+    """Its link came back after a failure and it opened a new command stream:
+    the old one is closed (not a loss), the launches it may have held sent again
+    (``scheduler.state_streams``)."""
     CAME_BACK = "came back after it was lost"
     """A false loss: an executor declared lost asked to resume its id, alive
     (``scheduler.state_revival``); counted (``false_losses_total``)."""
@@ -158,6 +162,23 @@ class ExecutorConnected(Event):
 
 
 @dataclass(frozen=True)
+class ExecutorStreamReopened(Event):
+    """A live executor opened a new command stream, on a new connection, because
+    its link came back after a failure (its heartbeats failed): its commands on
+    the old one may be stuck behind TCP's back-off, or lost with it. The new
+    stream replaces the old one (which is closed; its end is no loss,
+    ``ExecutorLost.stream``), and what the old one may have held is sent again
+    (``scheduler.state_streams``). Answered with ``RefuseStream`` when the
+    executor is not live (it registers again, as after any broken stream)."""
+
+    executor: ExecutorId
+    holding: frozenset[TaskAttemptId] = frozenset()
+    """The attempts it holds, queued or running and not cancelled."""
+    finished: frozenset[TaskAttemptId] = frozenset()
+    """Attempts it finished lately (their reports may be on their way)."""
+
+
+@dataclass(frozen=True)
 class ExecutorHeartbeat(Event):
     """A heartbeat; from an executor neither connecting nor live it is answered
     with ``RefuseHeartbeat`` (the shell tells the executor to register again)."""
@@ -197,6 +218,10 @@ class ExecutorLost(Event):
     executor: ExecutorId
     reason: LossReason
     detail: str = ""
+    stream: int = 0
+    """The stream that broke, by the ``event_id`` of the event that opened it
+    (``ExecutorConnected``, ``ExecutorStreamReopened``); 0: not a stream's end.
+    The end of a stream a newer one replaced changes nothing."""
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,28 @@ class ExecutorEntry:
     resumed: bool = False
     """Its registration was answered with its old id (``ResumeExecutor``)."""
     commands: queue.SimpleQueue[object] = field(default_factory=queue.SimpleQueue)
+    """The queue its current stream sends from (``Stream``)."""
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One Connect stream of an executor: the id the state machine knows it by
+    (the ``event_id`` of the event that opened it, ``ExecutorRecord.stream``),
+    and the queue it sends from. A stream moved to a new connection gets a new
+    queue; the old queue is closed."""
+
+    id: int
+    commands: queue.SimpleQueue[object]
+
+
+def move_queued(source: queue.SimpleQueue[object], target: queue.SimpleQueue[object]) -> None:
+    """Move what ``source`` holds now to ``target``, in order."""
+    while True:
+        try:
+            item = source.get_nowait()
+        except queue.Empty:
+            return
+        target.put(item)
 
 
 @dataclass(frozen=True)

@@ -225,20 +225,31 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
         executor = ExecutorId(request.executor_id)
         try:
             self._admit(context, "open an executor's command stream")
-            entry = self.core.executor_connected(executor)
+            if request.reopen:
+                stream = self.core.executor_reopened(
+                    executor,
+                    frozenset(convert.attempt_from_proto(a) for a in request.holding),
+                    frozenset(convert.attempt_from_proto(a) for a in request.finished),
+                )
+            else:
+                stream = self.core.executor_connected(executor)
         except MangonelError as exc:
             abort(context, exc)
 
         def closed() -> None:
             # Runs when the RPC ends for any reason: the executor died, its network
-            # broke, or we closed the stream. The core ignores the last case.
-            self.core.connection_closed(executor, "its command stream broke")
-            entry.commands.put(CLOSE)
+            # broke, we closed the stream, or a new one replaced it. The core
+            # ignores the last two.
+            self.core.connection_closed(executor, "its command stream broke", stream.id)
+            stream.commands.put(CLOSE)
 
         context.add_callback(closed)
-        log.info("executor %s connected", executor)
+        # The executor waits for this before it lets go of its old stream (a
+        # reopen): the new one is the executor's from now on.
+        context.send_initial_metadata(())
+        log.info("executor %s connected%s", executor, " again" if request.reopen else "")
         while True:
-            item = entry.commands.get()
+            item = stream.commands.get()
             if item is CLOSE:
                 log.info("closing the command stream of executor %s", executor)
                 return

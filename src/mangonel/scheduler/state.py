@@ -151,6 +151,7 @@ from mangonel.scheduler.events import (
     ExecutorHeartbeat,
     ExecutorLost,
     ExecutorRegistered,
+    ExecutorStreamReopened,
     ForgetJob,
     HealthChange,
     JobCancelled,
@@ -192,6 +193,7 @@ from mangonel.scheduler.state_probes import probe_targets
 from mangonel.scheduler.state_recovery import Loss, Recovery, Step, is_running
 from mangonel.scheduler.state_revival import Left, Revivals, StoredRevivals
 from mangonel.scheduler.state_stages import PENDING, Done, Running, TaskRecord
+from mangonel.scheduler.state_streams import Streams
 from mangonel.scheduler.state_views import (
     ExecutorState,
     ExecutorView,
@@ -260,7 +262,7 @@ def _job_of(item: Event | Command) -> JobId | None:
     return None
 
 
-class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMarks):
+class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMarks, Streams):
     """All of the scheduler's job, stage, task and executor state.
 
     Args:
@@ -353,9 +355,12 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                     self._observe_running(ex, t, event.running, step)
             case ExecutorDraining():
                 self._executors.drain(event.executor, event.time)
+            case ExecutorStreamReopened():
+                self._stream_reopened(event, step)
             case ExecutorLost():
                 rec = self._executors.live(event.executor)
-                if rec is not None:
+                # The end of a stream that a newer one replaced is no loss.
+                if rec is not None and event.stream in (0, rec.stream):
                     why = event.reason
                     if rec.state is ExecutorState.DRAINING and why is LossReason.CONNECTION_LOST:
                         why = LossReason.DRAINED  # it was on its way out
@@ -386,6 +391,9 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
             isinstance(c, RefuseHeartbeat) for c in commands
         ):
             return None  # a heartbeat, a quiet tick, a loss already known
+        if isinstance(event, ExecutorStreamReopened):
+            # It changes no job: the launches it sends again were recorded already.
+            return list(dict.fromkeys(j for j in map(_job_of, commands) if j is not None))
         # A task report that ended a suspicion may have given its executor's
         # outputs back in any job (``_trusted_again``).
         job = None if step.any_job else _job_of(event)
@@ -816,7 +824,9 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         self._executors.register(event.executor, event.time)
 
     def _connected(self, event: ExecutorConnected, step: Step) -> None:
-        if self._executors.connected(event.executor, event.time) is not None:
+        live = self._executors.connected(event.executor, event.time)
+        if live is not None:
+            live.stream = event.event_id
             self._no_executor_since = None
             return
         back = self._executors.reattached(event.executor, event.time)
@@ -824,6 +834,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
             step.commands.append(RefuseStream(step.cause, event.executor))
             return
         rec, offer = back
+        rec.stream = event.event_id
         left = self._revivals.arrived(rec.id)
         if left is not None:
             self._restore_left(rec.id, left, offer.held, step)

@@ -171,6 +171,12 @@ class ExecutorRecord:
     """Why it is, or last was, quarantined."""
     link: LinkMarked | LinkOnTrial | None = None
     """Behind a slow link (``state_link_marks``); ``None``: its link is trusted."""
+    stream: int = 0
+    """Its command stream now, by the ``event_id`` of the event that opened it
+    (``ExecutorConnected``, ``ExecutorStreamReopened``); 0: none yet. Not stored:
+    a restarted scheduler waits for a new stream."""
+    streams_moved: int = 0
+    """How often its stream moved to a new connection (``state_streams``)."""
     registry: ExecutorRegistry | None = field(default=None, repr=False, compare=False)
     """The registry that holds it; not stored. A change of a stored field (one
     ``RegistrySnapshot`` keeps) or of its rank is made by the registry's own
@@ -247,6 +253,8 @@ class ExecutorRecord:
             suspected_since=self.suspected_since,
             quarantined_until=self.quarantined_until,
             quarantine=self.quarantine,
+            lagging_since=self.lagging_since,
+            streams_moved=self.streams_moved,
             slow_link_since=self.link.since if type(self.link) is LinkMarked else None,
             slow_link_until=self.link.until if type(self.link) is LinkMarked else None,
             slow_link=self.link.why if self.link is not None else "",
@@ -578,6 +586,12 @@ class ExecutorRegistry:
                     f"executor {rec.id} is suspected, quarantined or lagging and still takes "
                     f"tasks, lags without being behind, or its long silences are out of "
                     f"order: {rec.gaps}",
+                )
+            if rec.running and rec.stream <= 0:
+                raise StateInvariantError(
+                    "stream-current",
+                    f"executor {rec.id} runs {sorted(map(str, rec.running))} with no command "
+                    f"stream to launch them on",
                 )
             if rec.awaiting and rec.suspected_since is not None:
                 raise StateInvariantError(

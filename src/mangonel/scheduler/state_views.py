@@ -79,6 +79,13 @@ class ExecutorView:
     still served): until when."""
     quarantine: str = ""
     """Why it is (or last was) quarantined; empty if it never was."""
+    lagging_since: float | None = None
+    """Since when its command stream is held up (its heartbeats count fewer
+    attempts than were launched on it: no new task, its attempts copied);
+    ``None`` while its commands get through."""
+    streams_moved: int = 0
+    """How often its command stream moved to a new connection after its link
+    came back (``scheduler.state_streams``)."""
     slow_link_since: float | None = None
     """While it is marked behind a slow link (no new task of any job, its
     outputs still served): since when; ``None`` otherwise."""

@@ -23,8 +23,9 @@ Metrics (all prefixed ``mangonel_``):
   ``launched``, and how they ended: ``won`` (finished first, their output
   kept) or ``lost`` (cancelled: the attempt they copied finished first);
 * ``executors_distrusted{executor,as}``: 1 for each executor now suspected
-  (its silence is improbable), quarantined (a flapping link) or marked behind
-  a slow link (``slow_link``: no new task until its back-off ends), by ``as``.
+  (its silence is improbable), quarantined (a flapping link), lagging (its
+  command stream held up) or marked behind a slow link (``slow_link``: no new
+  task until its back-off ends), by ``as``.
 * ``executors_excluded{executor}``: 1 for each executor now excluded from new
   tasks for failing them (the reason is on the web UI's executors page);
 * ``shuffle_bytes_written_total``: bytes of shuffle files reported by tasks;
@@ -146,8 +147,9 @@ class SchedulerCollector(Collector):
         yield excluded
         distrusted = GaugeMetricFamily(
             "mangonel_executors_distrusted",
-            "Executors now suspected (silent), quarantined (a flapping link) or marked "
-            "behind a slow link (no new task until its back-off ends)",
+            "Executors now suspected (silent), quarantined (a flapping link), lagging (its "
+            "command stream held up) or marked behind a slow link (no new task until its "
+            "back-off ends)",
             labels=["executor", "as"],
         )
         for entry in core.executors():
@@ -155,6 +157,8 @@ class SchedulerCollector(Collector):
                 distrusted.add_metric([entry.view.id, "quarantined"], 1)
             elif entry.view.suspected_since is not None:
                 distrusted.add_metric([entry.view.id, "suspected"], 1)
+            elif entry.view.lagging_since is not None:
+                distrusted.add_metric([entry.view.id, "lagging"], 1)
             elif entry.view.slow_link_since is not None:
                 distrusted.add_metric([entry.view.id, "slow_link"], 1)
         yield distrusted

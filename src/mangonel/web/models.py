@@ -59,6 +59,17 @@ class ExecutorModel(BaseModel):
     quarantine: str = Field(
         default="", description="why it is (or last was) quarantined; empty if it never was"
     )
+    lagging_since: float | None = Field(
+        default=None,
+        description="Unix time since which its command stream is held up (its heartbeats "
+        "count fewer attempts than were launched on it, a cut link's retries): no new task, "
+        "its running ones are copied; null while its commands get through",
+    )
+    streams_moved: int = Field(
+        default=0,
+        description="how often its command stream moved to a new connection after its link "
+        "came back from a failure (each time without losing the executor)",
+    )
     slow_link_since: float | None = Field(
         default=None,
         description="Unix time since which it is marked behind a slow link (its readers get "

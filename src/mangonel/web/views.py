@@ -67,6 +67,8 @@ def executor_model(
         suspected_since=view.suspected_since,
         quarantined_until=view.quarantined_until,
         quarantine=view.quarantine,
+        lagging_since=view.lagging_since,
+        streams_moved=view.streams_moved,
         slow_link_since=view.slow_link_since,
         slow_link_until=view.slow_link_until,
         slow_link=view.slow_link,

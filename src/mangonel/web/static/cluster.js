@@ -20,6 +20,12 @@ function why(e) {
       `<div class="detail">no new task until ${esc(clock(e.slow_link_until))}: ` +
       `${esc(e.slow_link)}</div>`;
   }
+  if (e.lagging_since) {
+    return `<span class="reason">lagging since ${esc(clock(e.lagging_since))}</span>` +
+      `<div class="detail">its commands are held up (a cut link's retries?): no new task, ` +
+      `its tasks copied${e.streams_moved ? `; stream moved ${esc(e.streams_moved)}×` : ""}` +
+      `</div>`;
+  }
   if (e.suspected_since) {
     return `<span class="reason">suspected since ${esc(clock(e.suspected_since))}</span>` +
       `<div class="detail">silent for ${e.heartbeat_age_s.toFixed(1)} s: no new task</div>`;

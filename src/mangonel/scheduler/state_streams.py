@@ -1,0 +1,86 @@
+"""Moving an executor's command stream to a new connection (``ExecutorStreamReopened``).
+
+Commands pushed down a stream whose connection went through a cut wait for
+TCP to send them again, and TCP backs off (0.2 s, 0.4 s, ... doubling), so
+they may arrive seconds after the link healed, or never: a keepalive left
+unanswered for 20 s breaks the stream, and a broken stream is a lost
+executor. An executor knows when its link came back (its heartbeats failed,
+then one was answered), and opens a new stream on a new connection then; it
+says which attempts it holds and which it finished lately. The rule here:
+
+* only a live executor moves its stream (any other is refused, and registers
+  again as after any broken stream); the new stream is the executor's from
+  now on (``ExecutorRecord.stream``), and the old one's end is no loss;
+* every attempt the scheduler counts as running there that the executor
+  neither holds nor finished lately is launched again, with the same attempt
+  id (a launch lost in the cut, or still stuck in it: the executor ignores an
+  attempt it knows, so a launch that arrives twice runs once);
+* every attempt the executor holds that the scheduler does not count as
+  running there is cancelled (a cancel lost in the cut);
+* the move is logged (``HealthChange.STREAM_MOVED``), with what was sent again.
+
+A ``ReleaseOutputs`` lost in the cut is not sent again: the files stay until
+the job's release reaches the executor another way, or its life ends.
+
+A part of ``scheduler.state.SchedulerState`` (its base class), pure like the rest.
+"""
+
+from __future__ import annotations
+
+from mangonel.ids import JobId, TaskAttemptId
+from mangonel.scheduler.events import (
+    ExecutorStreamReopened,
+    HealthChange,
+    LogExecutorHealth,
+    RefuseStream,
+)
+from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry
+from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.state_recovery import Step
+from mangonel.scheduler.state_stages import Running
+from mangonel.task import CancelTask, LaunchTask
+
+
+class Streams:
+    """The stream-move rule of ``SchedulerState``; see the module docstring."""
+
+    _executors: ExecutorRegistry
+    _jobs: dict[JobId, JobRecord]
+
+    def _stream_reopened(self, event: ExecutorStreamReopened, step: Step) -> None:
+        rec = self._executors.live(event.executor)
+        if rec is None or rec.awaiting or rec.stream == 0:
+            step.commands.append(RefuseStream(step.cause, event.executor))
+            return
+        rec.stream = event.event_id
+        rec.streams_moved += 1
+        known = event.holding | event.finished
+        resent = [a for a in sorted(rec.running, key=str) if a not in known]
+        for attempt in resent:
+            self._launch_again(rec, attempt, step)
+        stray = sorted((a for a in event.holding if a not in rec.running), key=str)
+        for attempt in stray:
+            step.commands.append(CancelTask(step.cause, rec.id, attempt))
+        # What its heartbeats counted short so far was the old stream's: its
+        # commands get through now (a lag already marked ends with a heartbeat
+        # that counts them all).
+        if rec.lagging_since is None:
+            rec.behind_since = None
+        why = (
+            f"its link came back after failed heartbeats; the old stream closed, "
+            f"{len(resent)} launch(es) sent again, {len(stray)} stray attempt(s) cancelled"
+        )
+        step.commands.append(LogExecutorHealth(step.cause, HealthChange.STREAM_MOVED, rec.id, why))
+
+    def _launch_again(self, rec: ExecutorRecord, attempt: TaskAttemptId, step: Step) -> None:
+        """Launch ``attempt`` on ``rec`` again, as it is recorded running there."""
+        job = self._jobs.get(attempt.task.job)
+        task = job.task(attempt.task) if job is not None else None
+        if job is None or task is None:
+            return
+        for run, speculative in ((task.state, False), (task.speculative, True)):
+            if isinstance(run, Running) and run.attempt == attempt and run.executor == rec.id:
+                stage = job.stages[attempt.task.stage].stage
+                spec = job.task_spec(stage, attempt)
+                step.commands.append(LaunchTask(step.cause, rec.id, spec, speculative=speculative))
+                return

@@ -1,0 +1,155 @@
+"""An executor's command stream moved to a new connection (``scheduler.state_streams``)
+and the executor's side of it (``executor.state``: ``LinkRecovered``, ``MoveStream``), and how a
+lagging executor and its moves are shown (``web.views.executor_model``).
+
+Same style as ``test_state_machine.py``: hand-built events, every invariant
+checked after each (``Harness.send``).
+"""
+
+from __future__ import annotations
+
+from test_state_liveness import beats_counting, health, two_running
+from test_state_machine import E1, E2, att, launches
+
+from mangonel.executor import events as ex
+from mangonel.executor.state import REMEMBER_FINISHED, ExecutorMachine
+from mangonel.ids import ExecutorId
+from mangonel.scheduler.events import (
+    DeclareExecutorLost,
+    ExecutorLost,
+    ExecutorStreamReopened,
+    HealthChange,
+    LogExecutorHealth,
+    LossReason,
+    RefuseStream,
+)
+from mangonel.scheduler.registry import ExecutorListing
+from mangonel.task import CancelTask, OutputKind, OutputSpec, PartitionOutput, TaskSpec
+from mangonel.web.views import executor_model
+
+
+def moved(cmds: list[object]) -> list[LogExecutorHealth]:
+    return [
+        c
+        for c in cmds
+        if isinstance(c, LogExecutorHealth) and c.change is HealthChange.STREAM_MOVED
+    ]
+
+
+def test_a_moved_stream_gets_again_the_launches_the_executor_never_had() -> None:
+    # e2 runs p1 and p3 (as the scheduler counts); the launch of p3 was lost in
+    # the cut, and the executor holds an attempt of p5 whose cancel was lost too.
+    h = two_running()
+    stray = att(1, 5)
+    cmds = h.send(ExecutorStreamReopened, E2, frozenset({att(1, 1), stray}), frozenset())
+    assert launches(cmds) == [("e2", "j1/s1/p3/a0")]  # the same attempt: it runs once
+    assert [(c.executor, str(c.attempt)) for c in cmds if isinstance(c, CancelTask)] == [
+        ("e2", "j1/s1/p5/a0")
+    ]
+    [log] = moved(cmds)
+    assert log.executor == E2 and "1 launch(es) sent again" in log.detail
+    assert not any(isinstance(c, DeclareExecutorLost | RefuseStream) for c in cmds)
+    # Nothing changed hands: e2 still runs both, no attempt was charged.
+    assert h.state._executors.live(E2).running == {att(1, 1), att(1, 3)}
+    assert h.state._executors.live(E2).streams_moved == 1
+
+
+def test_an_attempt_finished_on_its_way_to_being_reported_is_not_launched_again() -> None:
+    h = two_running()
+    cmds = h.send(ExecutorStreamReopened, E2, frozenset({att(1, 1)}), frozenset({att(1, 3)}))
+    assert launches(cmds) == [] and len(moved(cmds)) == 1
+    h.complete(att(1, 3), E2)  # the report arrives after the move: counted once
+    assert att(1, 3) not in h.state._executors.live(E2).running
+
+
+def test_the_old_streams_end_is_no_loss_the_new_ones_is() -> None:
+    h = two_running()
+    first = h.last_id - 1  # ExecutorConnected of e2 (two_running's last event is the submit)
+    assert h.state._executors.live(E2).stream == first
+    h.send(ExecutorStreamReopened, E2, frozenset({att(1, 1), att(1, 3)}), frozenset())
+    second = h.last_id
+    old_end = h.send(ExecutorLost, E2, LossReason.CONNECTION_LOST, "broke", first)
+    assert old_end == [] and h.state.executor(E2).reason is None
+    new_end = h.send(ExecutorLost, E2, LossReason.CONNECTION_LOST, "broke", second)
+    assert [c.executor for c in new_end if isinstance(c, DeclareExecutorLost)] == [E2]
+    # And a reopen from the lost executor is refused: it registers again.
+    again = h.send(ExecutorStreamReopened, E2, frozenset(), frozenset())
+    assert again == [RefuseStream(h.last_id, E2)]
+
+
+def test_a_reopen_from_an_unknown_executor_is_refused() -> None:
+    h = two_running()
+    stranger = ExecutorId("e9")
+    assert h.send(ExecutorStreamReopened, stranger, frozenset(), frozenset()) == [
+        RefuseStream(h.last_id, stranger)
+    ]
+    assert h.state.executor(E1).reason is None
+
+
+# ------------------------------------------------------------ the executor's side
+
+
+def _spec(partition: int) -> TaskSpec:
+    return TaskSpec(att(1, partition), "SELECT 1 AS n", OutputSpec(OutputKind.SINGLE), ("n",))
+
+
+def _serving(executor: ExecutorId) -> ExecutorMachine:
+    state = ExecutorMachine()
+    state.handle(ex.ServiceStarted())
+    state.handle(ex.Registered(executor, resumed=False))
+    state.handle(ex.HomeClaimed(executor))
+    state.handle(ex.Connected(executor))
+    assert state.serving == executor
+    return state
+
+
+def test_the_executor_moves_its_stream_when_its_link_is_back_and_runs_a_resent_launch_once() -> (
+    None
+):
+    state = _serving(E1)
+    for p in (0, 1, 2):
+        assert state.handle(ex.TaskLaunched(E1, _spec(p))) == [ex.QueueTask(E1, _spec(p))]
+    state.handle(ex.SlotTaken(att(1, 0), 0))
+    state.handle(ex.SlotTaken(att(1, 1), 1))
+    done = (PartitionOutput(0, "/w/x.arrow", 1, 10, "c"),)
+    state.handle(ex.TaskFinished(att(1, 0), ex.Completed(done), 0.1))
+    state.handle(ex.CancelRequested(E1, att(1, 2)))  # queued, cancelled: not held
+    assert state.handle(ex.LinkRecovered(E1)) == [
+        ex.MoveStream(E1, frozenset({att(1, 1)}), frozenset({att(1, 0)}))
+    ]
+    # Launches sent again on the new stream: the finished one and the running
+    # one are not run a second time.
+    assert state.handle(ex.TaskLaunched(E1, _spec(0))) == []
+    assert state.handle(ex.TaskLaunched(E1, _spec(1))) == []
+    # Not serving that life (another life's, or none): no move.
+    assert state.handle(ex.LinkRecovered(E2)) == []
+
+
+def test_the_executor_remembers_a_bounded_number_of_finished_attempts() -> None:
+    state = _serving(E1)
+    for p in range(REMEMBER_FINISHED + 1):
+        state.handle(ex.TaskLaunched(E1, _spec(p)))
+        state.handle(ex.SlotTaken(att(1, p), 0))
+        state.handle(ex.TaskFinished(att(1, p), ex.Stopped(), 0.0))
+    [move] = state.handle(ex.LinkRecovered(E1))
+    assert isinstance(move, ex.MoveStream)
+    assert len(move.finished) == REMEMBER_FINISHED and att(1, 0) not in move.finished
+
+
+def test_a_lagging_executor_is_shown_lagging_and_its_moved_stream_ends_the_lag() -> None:
+    # e2's launches of p1 and p3 never arrived (its heartbeats count none):
+    # it lags, which the REST model and the UI's table show; its link comes
+    # back, its stream moves, both launches go again, and once its heartbeats
+    # count them it is caught up, its moves counted.
+    h = two_running()
+    h.complete(att(1, 0), E1)
+    beats_counting(h, 3.0, lambda e, t: 1 if e == E1 else 0)
+    lagging = executor_model(ExecutorListing(h.state.executor(E2)), 0, h.now)
+    assert lagging.lagging_since is not None and lagging.streams_moved == 0
+    assert executor_model(ExecutorListing(h.state.executor(E1)), 0, h.now).lagging_since is None
+    cmds = h.send(ExecutorStreamReopened, E2, frozenset(), frozenset())
+    assert sorted(launches(cmds)) == [("e2", "j1/s1/p1/a0"), ("e2", "j1/s1/p3/a0")]
+    after = beats_counting(h, 3.5, lambda e, t: 1 if e == E1 else 2)
+    assert [e for _, e in health(after, HealthChange.CAUGHT_UP)] == [E2]
+    caught_up = executor_model(ExecutorListing(h.state.executor(E2)), 0, h.now)
+    assert caught_up.lagging_since is None and caught_up.streams_moved == 1
