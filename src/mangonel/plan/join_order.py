@@ -148,31 +148,44 @@ def _order(inputs: list[Node], conds: list[exp.Expr], estimator: Estimator) -> N
     while len(items) > 1:
         best: tuple[float, float, float] | None = None
         pair: tuple[_Source, _Source] | None = None
+        pairs: list[tuple[_Source, _Source, Size, bool]] = []
+        cut_now: dict[int, float] = {}
+        """By a source's ``id``: the fewest rows a reducing pair leaves of it."""
         for i, a in enumerate(items):
             for b in items[i + 1 :]:
                 rows = pair_size(a.aliases, b.aliases, size(a.node), size(b.node))
                 if rows is None:
                     continue
+                bigger = b if size(b.node).rows > size(a.node).rows else a
                 small, big = sorted((size(a.node).rows, size(b.node).rows))
                 # A join that cuts a big side by a small one runs where the big
                 # side is read (the small side is broadcast): it goes first.
                 reducing = _cuts(small, big, rows.rows)
-                score = (0.0 if reducing else 1.0, rows.rows, small)
-                if not reducing and rows.rows <= REDUCER_ROWS:
-                    # A pair whose result would cut a third source more than any
-                    # cut there is now goes first too, scored by that cut: q5 at
-                    # SF10 joins the year's orders with the region's customers
-                    # (455k rows), which keep 1.8M of lineitem's 60M, before
-                    # lineitem meets the region's suppliers (12M).
-                    both = a.aliases | b.aliases
-                    for c in items:
-                        if c is a or c is b or size(c.node).rows < 10 * rows.rows:
-                            continue
-                        cut = pair_size(c.aliases, both, size(c.node), rows)
-                        if cut is not None and _cuts(rows.rows, size(c.node).rows, cut.rows):
-                            score = min(score, (0.0, cut.rows, rows.rows))
-                if best is None or score < best:
-                    best, pair = score, (a, b)
+                if reducing:
+                    cut_now[id(bigger)] = min(cut_now.get(id(bigger), big), rows.rows)
+                pairs.append((a, b, rows, reducing))
+        for a, b, rows, reducing in pairs:
+            small = min(size(a.node).rows, size(b.node).rows)
+            score = (0.0 if reducing else 1.0, rows.rows, small)
+            if not reducing and rows.rows <= REDUCER_ROWS:
+                # A pair whose result would cut a third source to at most half
+                # of what any reducing pair leaves of it now goes first too,
+                # scored by that cut: q5 at SF10 joins the year's orders with the
+                # region's customers (455k rows), which keep 1.8M of lineitem's
+                # 60M, before lineitem meets the region's suppliers (12M).
+                both = a.aliases | b.aliases
+                for c in items:
+                    if c is a or c is b or size(c.node).rows < 10 * rows.rows:
+                        continue
+                    cut = pair_size(c.aliases, both, size(c.node), rows)
+                    if (
+                        cut is not None
+                        and _cuts(rows.rows, size(c.node).rows, cut.rows)
+                        and cut.rows <= cut_now.get(id(c), size(c.node).rows) / 2
+                    ):
+                        score = min(score, (0.0, cut.rows, rows.rows))
+            if best is None or score < best:
+                best, pair = score, (a, b)
         if pair is None:
             by_size = sorted(items, key=lambda s: size(s.node).rows)
             pair = (by_size[0], by_size[1])
