@@ -168,20 +168,22 @@ def _order(inputs: list[Node], conds: list[exp.Expr], estimator: Estimator) -> N
             small = min(size(a.node).rows, size(b.node).rows)
             score = (0.0 if reducing else 1.0, rows.rows, small)
             if not reducing and rows.rows <= REDUCER_ROWS:
-                # A pair whose result would cut a third source to at most half
-                # of what any reducing pair leaves of it now goes first too,
-                # scored by that cut: q5 at SF10 joins the year's orders with the
+                # A pair whose result would cut a third source, one that a
+                # reducing pair cuts now, to at most half of what that leaves of
+                # it goes first too, scored by that cut (TPC-DS q72 at SF1 on two
+                # hosts, where no pair cut inventory, took 1.5x the CPU when it
+                # was let cut it): q5 at SF10 joins the year's orders with the
                 # region's customers (455k rows), which keep 1.8M of lineitem's
                 # 60M, before lineitem meets the region's suppliers (12M).
                 both = a.aliases | b.aliases
                 for c in items:
-                    if c is a or c is b or size(c.node).rows < 10 * rows.rows:
+                    if c is a or c is b or id(c) not in cut_now:
                         continue
                     cut = pair_size(c.aliases, both, size(c.node), rows)
                     if (
                         cut is not None
                         and _cuts(rows.rows, size(c.node).rows, cut.rows)
-                        and cut.rows <= cut_now.get(id(c), size(c.node).rows) / 2
+                        and cut.rows <= cut_now[id(c)] / 2
                     ):
                         score = min(score, (0.0, cut.rows, rows.rows))
             if best is None or score < best:
