@@ -1,7 +1,7 @@
 """Reduced semi / anti joins spread over two hosts, on real processes.
 
 The TPC-H queries whose plans spread a reduced semi / anti join over the hosts'
-tasks at SF10 (q04's semi join, q21's anti and semi joins, q22's anti join;
+tasks at SF10 (q04's semi join, q21's anti join, q22's anti join;
 ``reductions.reduce_by_keys``, ``docs/planner.md``): the kept side's stage hashed
 by the join keys, read whole by the far side's tasks and by partition by the join,
 the reduced far side hashed alike. Two executors are hosts of one core each
@@ -37,8 +37,10 @@ SPREAD = (
     "--no-adaptive",
 )
 
-JOINS = {4: ["semi join → partial aggregate"], 21: ["anti join", "semi join"], 22: ["anti join"]}
-"""Each query's spread join stages, by the start of their labels."""
+JOINS = {4: ["semi join → partial aggregate"], 21: ["anti join"], 22: ["anti join"]}
+"""Each query's spread join stages, by the start of their labels. q21's semi join
+after its anti join is not spread: the anti join keeps about a tenth of its rows
+(``estimate.semi_kept``), too few for an exchange of two partitions."""
 
 
 def _two_hosts(work_dir: Path, scheduler_args: tuple[str, ...]) -> TestCluster:
@@ -83,6 +85,9 @@ def test_reduced_join_ran_on_both_hosts_and_answers_like_duckdb(
         (join,) = [s for s in result.stages if s.label.startswith(label)]
         assert join.tasks_total == 2, result.stages
         assert join.phases is not None and join.phases.executors == 2, result.stages
+    if number == 21:
+        (semi,) = [s for s in result.stages if s.label.startswith("semi join")]
+        assert semi.tasks_total == 1, result.stages
 
 
 def test_a_lost_partition_of_the_kept_side_is_made_again(

@@ -42,6 +42,9 @@ FALLBACK: dict[int, str] = {}
 reason: none. A query moving in or out of this list fails."""
 
 ONE_STAGE = {
+    2: "partsupp (80k rows), part, supplier, nation and region are one split each, and "
+    "its subquery's semi join keeps the partsupps of the parts of one size and type (a "
+    "few hundred; estimate.semi_kept): every stage would be one task",
     11: "partsupp (80k rows), supplier and nation are one split each, and its subquery "
     "(the same join, summed) is one task read by one task: every stage would be one task",
     16: "partsupp, part and supplier (the NOT IN subquery) are one split each: every stage "

@@ -19,6 +19,7 @@ from helpers import assert_same_result, tpch_query
 from plan_runner import run_plan
 
 from mangonel.catalog import Table
+from mangonel.plan import tiny
 from mangonel.plan.distribute import distributor
 from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.plan.planner import PlannerConfig, plan_query
@@ -364,6 +365,13 @@ def test_an_exchange_costs_a_stage_so_a_small_side_joins_into_spread_scan_tasks(
     assert _tables(plan.final) == set(), plan.final.label
     _check(plan, sql, duckdb_ref)
 
+    # Where the customers of the region are counted exactly (one region of five,
+    # ``plan.tiny``), bytes alone pick this too; with the footers' guess (2.2
+    # regions), only the exchange's stage does.
+    monkeypatch.setattr(tiny, "EXACT_ROWS", 0)
+    guessed = plan_query(sql, catalog, config)
+    assert [s.num_tasks for s in guessed.stages] == [2, 1], [s.label for s in guessed.stages]
+    assert "customer" in _tables(guessed.stages[0])
     monkeypatch.setattr(distributor, "EXCHANGE_FIXED", 0.0)
     bytes_only = plan_query(sql, catalog, config)
     assert "customer" in _tables(bytes_only.final), [s.label for s in bytes_only.stages]

@@ -73,25 +73,26 @@ def _check(plan: DistributedPlan, number: int, duckdb_ref: duckdb.DuckDBPyConnec
     assert_same_result(run_plan(plan), expected, ordered=bool(order_by), order_by=order_by)
 
 
-def test_q21_anti_and_semi_joins_run_in_a_task_per_host(
+def test_q21_anti_join_runs_in_a_task_per_host_and_the_semi_join_after_it_in_one(
     catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     plan = plan_query(tpch_query(21), catalog, TWO_HOSTS)
     # s1: l1 of one nation's suppliers' late orders, the kept side, hashed by
     # order key; s2: lineitem l3 reduced by it, hashed alike; s3: the anti join,
-    # task by task, itself the kept side of the semi join with l2 (s4, s5);
-    # then the aggregate's partial and final phases.
+    # task by task, itself the kept side of the semi join with l2 (s4). The anti
+    # join keeps about a tenth of l1 (an order's other late line items are found
+    # for most of them; ``estimate.semi_kept``), too little for the semi join to
+    # pay a stage of its own: it reads both whole in the final task.
     assert _shape(plan) == [
         (2, "hash", 2, []),
         (2, "hash", 2, ["s1:all"]),
-        (2, "hash", 2, ["s1:partition", "s2:partition"]),
-        (2, "hash", 2, ["s3:all"]),
-        (2, "hash", 1, ["s3:partition", "s4:partition"]),
-        (1, "single", 1, ["s5:partition"]),
+        (2, "single", 1, ["s1:partition", "s2:partition"]),
+        (2, "single", 1, ["s3:all"]),
+        (1, "single", 1, ["s3:all", "s4:all"]),
     ], [s.label for s in plan.stages]
     assert plan.stages[2].label == "anti join"
     assert plan.stages[4].label.startswith("semi join")
-    assert plan.stages[0].output.keys == plan.stages[2].output.keys  # by l1.l_orderkey
+    assert plan.stages[0].output.keys == ('"l1.l_orderkey"',)
     _check(plan, 21, duckdb_ref)
 
 

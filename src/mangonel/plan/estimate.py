@@ -36,6 +36,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
+from typing import Protocol
 
 from sqlglot import exp
 
@@ -63,6 +64,8 @@ EQUAL_UNKNOWN = 0.1
 """Selectivity of ``col = value`` when the column's distinct count is unknown."""
 FILTERED = 0.5
 """Rows kept by a filter above a join or an aggregate, where columns have no footers."""
+ANTI_KEEPS = 0.1
+"""The least an anti join is taken to keep of its left side (``semi_kept``)."""
 
 
 @dataclass
@@ -83,13 +86,26 @@ class Size:
     any filter), where known: how much of a unique key's table a join key spans."""
 
 
+class ExactRows(Protocol):
+    """Where a scan's rows under its filter are known exactly (``plan.tiny``)."""
+
+    def rows(self, scan: Scan, table: Table) -> int | None:
+        """The rows of ``table`` that pass ``scan``'s filter, or None: estimate them."""
+        ...
+
+
 class Estimator:
     """Sizes of logical plan nodes (see ``Size``), computed once per node."""
 
     def __init__(
-        self, catalog: Mapping[str, Table], subqueries: Mapping[str, Node] | None = None
+        self,
+        catalog: Mapping[str, Table],
+        subqueries: Mapping[str, Node] | None = None,
+        exact: ExactRows | None = None,
     ) -> None:
         self._catalog = catalog
+        self._exact = exact
+        """Counts of tiny tables under their filters, taken over the footers' guess."""
         self._subqueries = subqueries if subqueries is not None else {}
         """Uncorrelated subqueries by placeholder name (``bind.Binder.subqueries``)."""
         self._memo: dict[int, tuple[Node, Size]] = {}
@@ -107,7 +123,10 @@ class Estimator:
 
     def size(self, node: Node) -> Size:
         if isinstance(node, Scan):  # its filter grows while the binder pushes conditions
-            return scan_size(scan_table(self._catalog, node), node.alias, node.filter)
+            table = scan_table(self._catalog, node)
+            size = scan_size(table, node.alias, node.filter)
+            counted = self._exact.rows(node, table) if self._exact is not None else None
+            return size if counted is None else _counted(size, counted, table.rows)
         known = self._memo.get(id(node))
         if known is None or known[0] is not node:
             known = self._memo[id(node)] = (node, self._size(node))
@@ -194,9 +213,10 @@ class Estimator:
         left, right = self.size(node.left), self.size(node.right)
         keys = list(zip(node.left_keys, node.right_keys, strict=True))
         if node.kind in (JoinKind.SEMI, JoinKind.ANTI):
+            kept = semi_kept(left, right, keys, node.kind is JoinKind.ANTI, node.residual)
             return Size(
-                max(1.0, left.rows * FILTERED),
-                {k: f * FILTERED for k, f in left.unique.items()},
+                max(1.0, left.rows * kept),
+                {k: f * kept for k, f in left.unique.items()},
                 left.distinct,
                 left.domain,
             )
@@ -246,6 +266,19 @@ def scan_size(table: Table, alias: str, condition: exp.Expr | None) -> Size:
             ref = (alias, name)
             distinct[ref] = min(distinct.get(ref, rows), n)
     return Size(rows, unique, distinct, domain)
+
+
+def _counted(size: Size, counted: int, table_rows: int) -> Size:
+    """``size`` of a scan with its rows counted: the footers' guess of what its filter
+    keeps replaced by the count (each unique key keeps that share of its table)."""
+    rows = max(1.0, float(counted))
+    kept = counted / max(1, table_rows)
+    return Size(
+        rows,
+        dict.fromkeys(size.unique, kept),
+        {r: min(d, rows) for r, d in size.distinct.items()},
+        size.domain,
+    )
 
 
 def _values_kept(cond: exp.Expr) -> dict[str, float]:
@@ -329,6 +362,70 @@ def join_size(left: Size, right: Size, keys: list[tuple[exp.Expr, exp.Expr]]) ->
     rows = max(1.0, left.rows * right.rows / ndv)
     distinct = {r: min(d, rows) for r, d in {**left.distinct, **right.distinct}.items()}
     return Size(rows, {}, distinct, domain)
+
+
+def semi_kept(
+    left: Size,
+    right: Size,
+    keys: list[tuple[exp.Expr, exp.Expr]],
+    anti: bool = False,
+    residual: exp.Expr | None = None,
+) -> float:
+    """The fraction of ``left``'s rows a semi join (or, with ``anti``, an anti join)
+    with ``right`` on ``keys`` keeps: the share of ``left``'s key values that
+    ``right``'s rows cover, and for an anti join the rest.
+
+    The share of one key is ``right``'s distinct values over ``left``'s (each at
+    most its rows), at most 1: the side with fewer values is taken to hold only
+    values of the other ("containment", as for inner joins). ``right``'s values:
+    where it holds each value of a table's column once, the part of that table
+    that survived (``_matched``: q5's customers cut by a copy of the region's 5
+    nations keep 5 of their 25), else its distinct count. q21's late line items of
+    one nation's suppliers all find their order among all late line items. The
+    keys of a multi-key join each bound the share. Where no key is a column,
+    ``FILTERED``, as before any of this was read.
+
+    A condition beyond the keys (``residual``) must hold for some right row of the
+    key: each of the key's ``right.rows / values`` rows meets it independently
+    (``_residual``). Distinct counts from ranges err high, so an anti join is not
+    trusted to drop every row: it keeps at least ``ANTI_KEEPS``.
+    """
+    share: float | None = None
+    per_key = 1.0
+    for a, b in keys:
+        la, rb = _ref(a), _ref(b)
+        if la is None or rb is None:
+            continue
+        matched = _matched(right, left, [rb], [la]) if rb in right.domain else []
+        if matched:
+            values = matched[0] * right.domain[rb]
+        else:
+            values = min(right.distinct.get(rb, right.rows), right.rows)
+        theirs = min(left.distinct.get(la, left.rows), left.rows)
+        part = min(1.0, values / max(1.0, theirs))
+        per_key = max(per_key, right.rows / max(1.0, values))
+        share = part if share is None else min(share, part)
+    if share is None:
+        return FILTERED
+    if residual is not None:
+        share *= 1.0 - (1.0 - _residual(residual, right)) ** per_key
+    return max(ANTI_KEEPS, 1.0 - share) if anti else share
+
+
+def _residual(cond: exp.Expr, right: Size) -> float:
+    """The chance that one right row meets a semi / anti join's ``cond`` beyond the
+    keys: a column that differs from another (q21's ``l3.l_suppkey <>
+    l1.l_suppkey``) almost always, one in its distinct values not; anything else
+    ``UNKNOWN`` each conjunct."""
+    p = 1.0
+    for c in _flatten(cond):
+        if isinstance(c, exp.NEQ) and isinstance(c.this, exp.Column):
+            refs = [_ref(c.this), _ref(c.expression)]
+            values = max((right.distinct.get(r, 0.0) for r in refs if r is not None), default=0)
+            p *= 1.0 - 1.0 / values if values > 1 else 1.0 - EQUAL_UNKNOWN
+        else:
+            p *= UNKNOWN
+    return p
 
 
 def _matched(

@@ -41,6 +41,7 @@ from mangonel.plan.probe import FileIdentity
 from mangonel.plan.prune import prune_columns
 from mangonel.plan.pushdown import push_filters
 from mangonel.plan.semi_joins import semi_joins
+from mangonel.plan.tiny import Tiny
 from mangonel.plan.types import TypeOracle, oracle_for
 from mangonel.plan.union_filters import union_filters
 from mangonel.sql.frontend import DEFAULT_DIALECT, parse, to_duckdb
@@ -94,7 +95,7 @@ def _plan(
         node = push_filters(node, binder.subqueries)
         prune_columns(node, binder.subqueries)
         pruned_by = prune_row_groups([node, *binder.subqueries.values()], tables, _probe(tables))
-        estimator = Estimator(tables, binder.subqueries)
+        estimator = Estimator(tables, binder.subqueries, Tiny(tables, probe.shared()))
         node = order_joins(node, binder.subqueries, estimator)
         semi_joins(node, binder.subqueries, estimator, tables)
         node = union_filters(node, binder.subqueries, estimator, tables, config.broadcast_bytes)

@@ -1,8 +1,9 @@
 """Real rows of small tables, read while planning, in a locked-down DuckDB.
 
-The planner otherwise sees only footers and empty tables (``plan.types``). Plan-time
-pruning (``plan.dynamic_pruning``) needs one answer from real rows: the key range of a
-small dimension after its filter. ``Probe`` gives it.
+The planner otherwise sees only footers and empty tables (``plan.types``). Two rules
+need answers from real rows: plan-time pruning (``plan.dynamic_pruning``), the key
+range of a small dimension after its filter, and the estimates (``plan.tiny``), how
+many rows of a table of a few rows pass its filter. ``Probe`` gives both.
 
 Locked down harder than an executor's scan database: its DuckDB reads no file at
 all. pyarrow reads the dimension's columns from the table's own files, as the
@@ -106,6 +107,7 @@ class Probe:
         )
         self._column_bytes = 0
         self._answers: OrderedDict[tuple[object, ...], KeyRange] = OrderedDict()
+        self._counts: OrderedDict[tuple[object, ...], int] = OrderedDict()
         self.opened_s = time.perf_counter() - started
         """Seconds opening the database took (for the logs and the benchmark)."""
 
@@ -161,6 +163,41 @@ class Probe:
             (time.perf_counter() - started) * 1000,
             read_s * 1000,
         )
+        return result
+
+    def count(self, table: Table, columns: Sequence[str], sql: str) -> int | None:
+        """The number of rows of ``sql``, where ``sql`` reads ``columns`` of ``table``
+        as ``RELATION``; None when it cannot be known (logged). The estimates ask it
+        of tiny tables under a filter (``plan.tiny``)."""
+        try:
+            identity = _identity(table)
+            answer_key = ("count", identity, tuple(columns), sql)
+            with self._lock:
+                known = self._counts.get(answer_key)
+                if known is not None:
+                    self._counts.move_to_end(answer_key)
+                    return known
+            rows = self._read(table, identity, columns)
+            with self._lock:
+                self._con.register(RELATION, rows)
+                try:
+                    found = self._con.execute(f"SELECT count(*) FROM ({sql}) AS t").fetchall()
+                finally:
+                    self._con.unregister(RELATION)
+        except (OSError, pa.ArrowException, ObjectStoreError, duckdb.Error) as exc:
+            log.warning(
+                "exact estimate skipped: the rows of table %s under its filter could not be "
+                "counted (%s: %s); the plan uses the footers' estimate",
+                table.name,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        result = int(found[0][0])
+        with self._lock:
+            self._counts[answer_key] = result
+            while len(self._counts) > ANSWERS_KEPT:
+                self._counts.popitem(last=False)
         return result
 
     def _read(
