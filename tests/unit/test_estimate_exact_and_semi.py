@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pytest
 import sqlglot
 from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
@@ -22,7 +23,7 @@ from mangonel.catalog import Table
 from mangonel.plan import tiny
 from mangonel.plan.estimate import ANTI_KEEPS, FILTERED, Estimator, Size, semi_kept
 from mangonel.plan.logical import Join, JoinKind, Scan
-from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.plan.planner import PlannerConfig, plan_query, warm_up
 from mangonel.plan.probe import Probe
 from mangonel.plan.tiny import Tiny
 
@@ -189,3 +190,18 @@ def test_q05s_lineitem_meets_the_regions_customers_orders_before_its_suppliers(
     expected = duckdb_ref.sql(tpch_query(5)).to_arrow_table()
     assert expected.num_rows == 5
     assert_same_result(run_plan(plan), expected, ordered=True, order_by=TPCH_ORDER_BY[5])
+
+
+def test_an_empty_table_is_counted_without_reading_and_the_warm_up_plans() -> None:
+    # A table of no files (the scheduler's warm-up plans over one at start) has
+    # no rows to read: the probe was asked for them and failed on an empty list.
+    empty = Table("t", "", (), pa.schema([("k", pa.int64()), ("v", pa.string())]), ())
+
+    class Unread:
+        def count(self, table: Table, columns: list[str], sql: str) -> int | None:
+            raise AssertionError("an empty table's rows were read")
+
+    assert Tiny({"t": empty}, Unread()).rows(_scan("t", ["k", "v"], "v = 'a'"), empty) == 0
+    plan = plan_query("SELECT k FROM t WHERE v = 'a'", {"t": empty})
+    assert plan.columns == ("k",)
+    warm_up()  # the scheduler's, over its own empty table

@@ -59,6 +59,8 @@ class Tiny:
         exactly (see the module's doc); else None."""
         if scan.filter is None or table.rows > EXACT_ROWS or table.text is not None:
             return None
+        if not table.files:
+            return 0  # an empty table (the scheduler's warm-up plans over one)
         known = self._known.get(id(scan))
         if known is not None and known[0] is scan and known[1] is scan.filter:
             return known[2]
