@@ -67,6 +67,9 @@ ONE_STAGE = {
     "the one task that reads them (--recompute-bytes) instead of a stage: every stage "
     "would be one task",
     90: _WEB_SALES_ONLY,
+    92: _WEB_SALES_ONLY + "; its items of one manufacturer, a semi join, are estimated "
+    "at the share of item keys they cover (estimate.semi_kept), a few dozen rows, so the "
+    "join with the average per item no longer needs a stage of its own",
     95: _WEB_SALES_ONLY + "; its two IN lists, a self-join of web_sales run as a semi "
     "join (plan.semi_joins), are estimated within INLINE_SUBQUERY_BYTES and computed in "
     "that one task",
