@@ -355,8 +355,10 @@ class ClusterSim:
         proc = stream.proc
         cut = not self.reachable(SCHEDULER, proc.host)
         if cut or self.now < proc.stream_held_until:
-            # Held, in order: until the cut heals, or the stream's retry comes.
-            held = self.now + 0.5 if cut else proc.stream_held_until
+            # Held, in order, and looked at again every 0.5 s: until the cut
+            # heals or the stream's retry comes (``Fault.STREAM_LAG``), or
+            # faults stop (``heal_all``).
+            held = self.now + 0.5 if cut else min(self.now + 0.5, proc.stream_held_until)
             stream.last_delivery = max(stream.last_delivery, held)
             self.at(stream.last_delivery - self.now, lambda: self.deliver(stream, command))
             return
