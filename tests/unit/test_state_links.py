@@ -17,7 +17,7 @@ import doctest
 import math
 
 import pytest
-from test_state_machine import E1, E2, E3, J1, J2, Harness, att, launches, three_stage_plan
+from test_state_machine import E1, E2, E3, J1, J2, S1, Harness, att, launches, three_stage_plan
 
 from mangonel.executor import peer_rates
 from mangonel.ids import ExecutorId
@@ -34,7 +34,7 @@ from mangonel.scheduler.invariants import StateInvariantError
 from mangonel.scheduler.state import SchedulerState
 from mangonel.scheduler.state_executors import LinkMarked
 from mangonel.scheduler.state_links import FRESH_S, Compared, LinkRates
-from mangonel.task import CancelTask, LaunchTask, LinkSample
+from mangonel.task import CancelTask, FetchFailed, FetchProblem, LaunchTask, LinkSample
 
 # No silence plays a part (no detector suspicion, no timeout); speculation is
 # what turns the rule on, and no straggler's copy muddles the commands (the
@@ -511,3 +511,42 @@ def test_a_reader_behind_a_marked_link_judges_no_other_producer() -> None:
     assert link_logs(h.tick(13.5)) == []
     view = h.state.executor(E1)
     assert view is not None and view.slow_link_since is None
+
+
+def test_no_copy_of_a_slow_reader_while_an_output_it_reads_is_made_again() -> None:
+    # As above, but before the copy is due another reducer finds a map output
+    # on e2 lost, and it is made again. A copy's spec names the outputs there
+    # are: launched now it would read five of six and give a wrong answer
+    # (simulation seed 714366). It waits until the map output is back, and
+    # then reads all six.
+    h = Harness(LIMITS)
+    for e in (E1, E2, E3):
+        h.register(e, 2)
+    where = {
+        int(a.split("/p")[1].split("/")[0]): ExecutorId(e)
+        for e, a in launches(h.submit(three_stage_plan(maps=6, reducers=3)))
+    }
+    h.now = 1.0
+    reducers: list[Command] = []
+    for p, e in where.items():
+        reducers += h.complete(att(1, p), e)
+    on = {str(c.task.attempt): c.executor for c in reducers if isinstance(c, LaunchTask)}
+    (slow_one,) = [a for a, e in on.items() if e == E3]
+    (other,) = [a for a, e in on.items() if e == E1]
+    lost_map = min(p for p, e in where.items() if e == E2)
+    h.now = 1.2
+    lost = FetchFailed(E2, S1, lost_map, "bad checksum", FetchProblem.OUTPUT_LOST)
+    remade = launches(h.fail(att(2, int(other.split("/p")[1][0])), E1, lost))
+    assert f"j1/s1/p{lost_map}/a1" in [a for _, a in remade]
+    h.now = 1.5
+    beat(h, E1, {E2: 100 * MB, E3: 100 * MB})
+    beat(h, E2, {E1: 100 * MB, E3: 100 * MB})
+    beat(h, E3, {E1: 2.5 * MB, E2: 2.5 * MB})
+    assert [c for c in h.tick(2.0) if isinstance(c, LaunchTask)] == []
+    (map_executor,) = [e for e, a in remade if a == f"j1/s1/p{lost_map}/a1"]
+    h.complete(att(1, lost_map, 1), ExecutorId(map_executor))
+    beat(h, E3, {E1: 2.5 * MB, E2: 2.5 * MB})
+    cmds = h.tick(2.5)
+    copies = [c for c in cmds if isinstance(c, LaunchTask) and c.speculative]
+    assert [str(c.task.attempt) for c in copies] == [slow_one.replace("/a0", "/a1")]
+    assert [len(i.locations) for i in copies[0].task.inputs] == [6]

@@ -453,3 +453,21 @@ def test_the_first_suspected_in_a_cut_of_the_schedulers_link_has_nothing_made_ag
     assert (HealthChange.SET_ASIDE, E2) not in logged, logged
     assert [c for _, c in cmds if isinstance(c, CancelTask | LaunchTask)] == []
     assert maps_view(h).outputs_recomputed == 0
+
+
+def test_a_lag_is_not_stored_and_leaves_the_stored_snapshot_true() -> None:
+    # The registry's snapshot (what the store keeps) is cached until a stored
+    # field changes. A lag begins and ends with heartbeats: it is of the
+    # current stream, which a restart ends, so the snapshot leaves it out and
+    # the cached one stays equal to a fresh one (``validate`` after every
+    # event). Found by the whole-cluster simulation once its heartbeats
+    # counted running attempts: ``executor-index``, a stale cache.
+    h = two_running()
+    h.complete(att(1, 0), E1)
+    cached = h.state.export_executors()
+    cmds = beats_counting(h, 3.0, lambda e, t: 1 if e == E1 else 0)
+    assert [e for _, e in health(cmds, HealthChange.LAGGING)] == [E2]
+    assert h.state._executors.live(E2).lagging_since is not None
+    assert h.state.export_executors() is cached  # nothing stored changed
+    (stored,) = [r for r in cached.live if r.id == E2]
+    assert stored.lagging_since is None and stored.behind_since is None

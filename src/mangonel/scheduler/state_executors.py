@@ -277,9 +277,11 @@ class RegistrySnapshot:
 _UNSTORED = frozenset(
     {"running", "last_heartbeat", "resuming", "failures", "excluded_until", "exclusion",
      "slowness", "slow", "registry", "arrivals", "suspected_since", "gaps",
-     "quarantined_until", "quarantine", "link"}
+     "quarantined_until", "quarantine", "link", "behind_since", "lagging_since"}
 )  # fmt: skip
-"""``ExecutorRecord`` fields a ``RegistrySnapshot`` leaves out."""
+"""``ExecutorRecord`` fields a ``RegistrySnapshot`` leaves out. A lag is of one
+command stream's launches, which a restart ends with the stream: it is judged
+afresh (and changes with every heartbeat, which must not rewrite the store)."""
 
 
 class ExecutorRegistry:
@@ -888,6 +890,8 @@ class ExecutorRegistry:
                 quarantined_until=None,
                 quarantine="",
                 link=None,
+                behind_since=None,
+                lagging_since=None,
             )
             return copy
 

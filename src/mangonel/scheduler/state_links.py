@@ -636,6 +636,8 @@ class LinkRelief:
 
         def _exclude(self, job: JobRecord, executor: ExecutorId, why: str, step: Step) -> None: ...
 
+        def _copyable(self, job: JobRecord, stage: StageRecord) -> bool: ...
+
         def _launch_copy(
             self,
             job: JobRecord,
@@ -675,6 +677,8 @@ class LinkRelief:
         slow = {s.running.executor for s in found}
         copied: dict[ExecutorId, list[str]] = {}
         for s in found:
+            if not self._copyable(s.job, s.stage):
+                continue
             target = self._executors.least_loaded(s.job.excluded | slow)
             if target is None:
                 break

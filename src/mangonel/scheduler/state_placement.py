@@ -252,12 +252,22 @@ class Placement:
         for s in found:
             if cap is not None and held.get(s.job.id, 0) >= cap:
                 continue  # a copy holds a slot too (``_assign``)
+            if not self._copyable(s.job, s.stage):
+                continue
             executor = self._executors.least_loaded(s.job.excluded | late | {s.running.executor})
             if executor is None:
                 continue
             self._launch_copy(s.job, s.stage, s.task, executor.id, step)
             if cap is not None:
                 held[s.job.id] = held.get(s.job.id, 0) + 1
+
+    def _copyable(self, job: JobRecord, stage: StageRecord) -> bool:
+        """Whether a copy of an attempt of ``stage`` may be launched now: only
+        while every input of it is there (the stage is runnable). While one is
+        being made again, a copy's spec would name only the outputs there are,
+        and the copy would read too few (simulation seed 714366: a wrong answer)."""
+        live = job.usable(self._executors.is_live)
+        return job.stage_state(stage.stage.id, live) is StageState.RUNNABLE
 
     def _launch_copy(
         self, job: JobRecord, stage: StageRecord, task: TaskRecord, executor: ExecutorId, step: Step

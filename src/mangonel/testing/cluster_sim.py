@@ -55,6 +55,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from mangonel.executor import events as ex
+from mangonel.executor.link import HEARTBEAT_DEADLINE_S
 from mangonel.executor.state import ExecutorMachine
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
@@ -114,6 +115,8 @@ from mangonel.testing.sim_world import (
     CLOCK_STEP_S,
     DRAIN_TIMEOUT_S,
     FAST_LINK_RATE,
+    FLAP_CUT_S,
+    FLAP_EVERY_S,
     HEARTBEAT_S,
     KEEPALIVE_S,
     SCHEDULER,
@@ -133,6 +136,17 @@ from mangonel.testing.sim_world import (
     new_state,
     restored_state,
 )
+
+RULES = {
+    HealthChange.SLOW_LINK: "rule:slow-link",  # ``state_links``
+    HealthChange.LINK_MARKED: "rule:slow-link-mark",  # ``state_link_marks``
+    HealthChange.LAGGING: "rule:lagging",  # ``state_liveness.observe_running``
+    HealthChange.CAUGHT_UP: "rule:caught-up",
+    HealthChange.QUARANTINED: "rule:quarantined",  # ``state_liveness.judge``
+    HealthChange.MOVED: "rule:quarantine-moved",  # ``Recovery._move_quarantined``
+}
+"""The health changes counted in ``SimResult.faults`` when the scheduler logs
+them: a test (and a batch's summary) shows each rule really acted."""
 
 # ------------------------------------------------------------------ the simulator
 
@@ -338,11 +352,16 @@ class ClusterSim:
     def deliver(self, stream: Stream, command: Command) -> None:
         if not stream.open:
             return
-        if not self.reachable(SCHEDULER, stream.proc.host):
-            stream.last_delivery = max(stream.last_delivery, self.now + 0.5)
+        proc = stream.proc
+        cut = not self.reachable(SCHEDULER, proc.host)
+        if cut or self.now < proc.stream_held_until:
+            # Held, in order, and looked at again every 0.5 s: until the cut
+            # heals or the stream's retry comes (``Fault.STREAM_LAG``), or
+            # faults stop (``heal_all``).
+            held = self.now + 0.5 if cut else min(self.now + 0.5, proc.stream_held_until)
+            stream.last_delivery = max(stream.last_delivery, held)
             self.at(stream.last_delivery - self.now, lambda: self.deliver(stream, command))
             return
-        proc = stream.proc
         self.on_proc(
             proc,
             lambda: (
@@ -402,10 +421,8 @@ class ClusterSim:
                 self.break_stream(stream)
         elif isinstance(command, ForgetJob):
             self.known.discard(command.job)
-        elif isinstance(command, LogExecutorHealth) and command.change is HealthChange.SLOW_LINK:
-            self.result.faults["rule:slow-link"] += 1  # the rule acted (``state_links``)
-        elif isinstance(command, LogExecutorHealth) and command.change is HealthChange.LINK_MARKED:
-            self.result.faults["rule:slow-link-mark"] += 1  # ``state_link_marks``
+        elif isinstance(command, LogExecutorHealth) and command.change in RULES:
+            self.result.faults[RULES[command.change]] += 1  # the rule acted
 
     def connection_closed(self, executor: ExecutorId) -> None:
         self.emit(lambda i, t: ExecutorLost(i, t, executor, LossReason.CONNECTION_LOST))
@@ -479,9 +496,15 @@ class ClusterSim:
         unhealthy: str,
         links: tuple[LinkSample, ...] = (),
         probes: tuple[LinkSample, ...] = (),
+        failed_beats: int = 0,
+        running: int | None = None,
     ) -> bool:
+        if failed_beats:
+            self.result.faults["beat:failed-reported"] += 1
         commands = self.emit(
-            lambda i, t: ExecutorHeartbeat(i, t, executor, unhealthy, links, probes)
+            lambda i, t: ExecutorHeartbeat(
+                i, t, executor, unhealthy, links, probes, failed_beats, running
+            )
         )
         return not any(isinstance(c, RefuseHeartbeat) for c in commands)
 
@@ -693,15 +716,46 @@ class ClusterSim:
         if not proc.frozen:
             executor = proc.state.serving
             if executor is not None:
-                unhealthy = "disk full" if self.now < proc.unhealthy_until else ""
-                links = self.link_samples(proc)
-                probes = self.probe_samples(proc, executor)
-                self.call(
-                    proc,
-                    lambda: self.heartbeat(executor, unhealthy, links, probes),
-                    lambda known: None if known else self.feed(proc, ex.HeartbeatRefused(executor)),
-                )
+                self.send_beat(proc, executor)
         self.at(HEARTBEAT_S / proc.rate, lambda: self.beat(proc))
+
+    def send_beat(self, proc: Proc, executor: ExecutorId) -> None:
+        """One heartbeat, as ``executor.link`` sends it: with the attempts the
+        executor runs and how many of its heartbeats failed since its last
+        answered one. Not answered within ``HEARTBEAT_DEADLINE_S`` (its clock's),
+        or failed sooner (the connection broke, the scheduler was down), it
+        failed: the connection is given up, so a request still held in a cut
+        never arrives, and a late answer is not heard."""
+        unhealthy = "disk full" if self.now < proc.unhealthy_until else ""
+        links = self.link_samples(proc)
+        probes = self.probe_samples(proc, executor)
+        failed, running = proc.beats_failed, proc.state.running_tasks
+        given_up = answered = False
+
+        def handle() -> bool | None:
+            if given_up:
+                return None  # its connection was closed before it got there
+            return self.heartbeat(executor, unhealthy, links, probes, failed, running)
+
+        def answer(known: bool | None) -> None:
+            nonlocal answered
+            if given_up or answered:
+                return
+            answered = True
+            proc.beats_failed = 0
+            if not known:
+                self.feed(proc, ex.HeartbeatRefused(executor))
+
+        def give_up() -> None:
+            nonlocal given_up
+            if given_up or answered:
+                return
+            given_up = True
+            proc.beats_failed += 1
+            self.result.faults["beat:failed"] += 1
+
+        self.call(proc, handle, answer, give_up)
+        self.at(HEARTBEAT_DEADLINE_S / proc.rate, lambda: self.on_proc(proc, give_up))
 
     def link_samples(self, proc: Proc) -> tuple[LinkSample, ...]:
         """What the running tasks' fetches got from each peer since the last
@@ -883,9 +937,13 @@ class ClusterSim:
             case Fault.FLAP:
                 for k in range(4):
                     self.at(
-                        k * 1.5,
-                        lambda: self.cut_link((host, SCHEDULER), (SCHEDULER, host), length=0.7),
+                        k * FLAP_EVERY_S,
+                        lambda: self.cut_link(
+                            (host, SCHEDULER), (SCHEDULER, host), length=FLAP_CUT_S
+                        ),
                     )
+            case Fault.STREAM_LAG:
+                proc.stream_held_until = max(proc.stream_held_until, self.now + length)
             case Fault.SLOW:
                 proc.slow_until = self.now + length * 2
             case Fault.SLOW_LINK:
@@ -975,6 +1033,7 @@ class ClusterSim:
         for proc in list(self.procs.values()):
             proc.slow_until = 0.0
             proc.link_slow_until = 0.0
+            proc.stream_held_until = 0.0
             proc.disk_full_next = False
             proc.rate = 1.0
             proc.register_twice = False

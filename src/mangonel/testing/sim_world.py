@@ -55,7 +55,10 @@ class Fault(enum.Enum):
     PEER_CUT = "peer-cut"
     """Two executors cannot fetch from each other; both reach the scheduler."""
     FLAP = "flap"
-    """An executor's link to the scheduler goes down and up several times."""
+    """An executor's link to the scheduler goes down and up four times, each cut
+    longer than a heartbeat's deadline: the heartbeats sent into a cut fail, and
+    the next one that gets through says how many did (``failed_beats``, which
+    count toward a flap: ``ExecutorRegistry.heard_from``)."""
     SLOW = "slow"
     """An executor's tasks take several times longer for a while."""
     SLOW_LINK = "slow-link"
@@ -86,6 +89,11 @@ class Fault(enum.Enum):
     CLOCK_DRIFT = "clock-drift"
     """An executor's clock runs fast or slow (0.6 to 1.4 times the scheduler's)
     a while: its heartbeats and its timers fire early or late."""
+    STREAM_LAG = "stream-lag"
+    """An executor's command stream holds what the scheduler sends it a while
+    (its bytes wait for TCP's next retry after a cut), while its heartbeats and
+    reports, on connections of their own, go through and count the attempts it
+    runs: the launches they miss make it *lagging* (``state_liveness``)."""
 
 
 class CrashPoint(enum.Enum):
@@ -196,6 +204,11 @@ SLOW_LINK_RATE = 100.0
 SIM_PROBE_BYTES = 20
 """Bytes of one simulated link probe (``executor.probes``): 0.2 s behind a slow
 link, past ``state_links.PROBE_MIN_S``; a fraction of a millisecond otherwise."""
+FLAP_CUT_S = 1.5
+"""How long each of a flap's cuts lasts: past the heartbeat deadline, so the
+heartbeat sent at the start of a cut fails (``Fault.FLAP``)..."""
+FLAP_EVERY_S = 2.5
+"""... and how often one starts."""
 CLOCK_STEP_S = 15.0
 """The most a ``Fault.CLOCK_STEP`` moves the scheduler's clock, either way."""
 
@@ -286,6 +299,11 @@ class Proc:
     rate: float = 1.0
     """How fast its clock runs against true time (``Fault.CLOCK_DRIFT``): its
     timers of ``d`` seconds fire after ``d / rate``."""
+    beats_failed: int = 0
+    """Its heartbeats that failed (unanswered within the deadline) since its
+    last answered one: what its next heartbeat says (``executor.link``)."""
+    stream_held_until: float = 0.0
+    """Until then its command stream delivers nothing (``Fault.STREAM_LAG``)."""
 
     def __post_init__(self) -> None:
         self.free = list(range(self.slots))
