@@ -37,6 +37,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -130,12 +131,7 @@ class Probe:
             read_s = time.perf_counter() - started
             k = identifier(key)
             query = f"SELECT min({k}), max({k}), count({k}) FROM ({sql}) AS t"
-            with self._lock:
-                self._con.register(RELATION, rows)
-                try:
-                    found = self._con.execute(query).fetchall()[0]
-                finally:
-                    self._con.unregister(RELATION)
+            found = self._over(rows, query)[0]
         except (OSError, pa.ArrowException, ObjectStoreError, duckdb.Error) as exc:
             log.warning(
                 "plan-time pruning skipped: the key range of table %s could not be read "
@@ -178,12 +174,7 @@ class Probe:
                     self._counts.move_to_end(answer_key)
                     return known
             rows = self._read(table, identity, columns)
-            with self._lock:
-                self._con.register(RELATION, rows)
-                try:
-                    found = self._con.execute(f"SELECT count(*) FROM ({sql}) AS t").fetchall()
-                finally:
-                    self._con.unregister(RELATION)
+            found = self._over(rows, f"SELECT count(*) FROM ({sql}) AS t")
         except (OSError, pa.ArrowException, ObjectStoreError, duckdb.Error) as exc:
             log.warning(
                 "exact estimate skipped: the rows of table %s under its filter could not be "
@@ -238,10 +229,14 @@ class Probe:
         keys = pa.Array.from_buffers(pa.int64(), 2, [None, pa.py_buffer(b"\x01" + b"\x00" * 15)])
         pq.write_table(pa.table({"k": keys}), buffer)
         rows = pq.ParquetFile(pa.BufferReader(buffer.getvalue())).read()
+        self._over(rows, f"SELECT min(k), max(k), count(k) FROM {RELATION}")
+
+    def _over(self, rows: pa.Table, query: str) -> list[tuple[Any, ...]]:
+        """``query``'s rows, with ``rows`` registered as ``RELATION`` meanwhile."""
         with self._lock:
             self._con.register(RELATION, rows)
             try:
-                self._con.execute(f"SELECT min(k), max(k), count(k) FROM {RELATION}").fetchall()
+                return self._con.execute(query).fetchall()
             finally:
                 self._con.unregister(RELATION)
 
