@@ -45,7 +45,7 @@ CLIENT = Path(__file__).with_name("client.py")
 pytestmark = pytest.mark.timeout(1800)
 
 QUERIES = list(range(1, 23))
-ONE_STAGE = {11, 16}
+ONE_STAGE = {2, 11, 16}
 """As in integration/test_tpch.py (the same planner options): these plan to one stage."""
 
 # This machine's podman runs with runc (crun refuses a host whose cgroup v1 hierarchy sits
