@@ -213,10 +213,9 @@ def test_no_action_once_nothing_reads_the_slow_producers_outputs() -> None:
     assert slow_link_logs(h.tick(2.0)) == []
 
 
-def test_a_reader_on_a_host_whose_own_link_is_slow_gets_one_copy_on_a_fast_one() -> None:
-    # Three reducers, one on each executor: the one on e3 reads everyone at
-    # 2.5 MB/s while e1 and e2 read everyone (e3 too) fast: e3's own link is
-    # slow inward only, so its reader, not its outputs, is the problem.
+def reducers_on_each() -> tuple[Harness, dict[int, ExecutorId], dict[str, ExecutorId]]:
+    """e1, e2, e3 of two slots; six maps done at 1 s, then three reducers, one on
+    each executor: the harness, each map's executor, each reducer attempt's."""
     h = Harness(LIMITS)
     for e in (E1, E2, E3):
         h.register(e, 2)
@@ -229,6 +228,14 @@ def test_a_reader_on_a_host_whose_own_link_is_slow_gets_one_copy_on_a_fast_one()
     for p, e in where.items():
         reducers += h.complete(att(1, p), e)
     on = {str(c.task.attempt): c.executor for c in reducers if isinstance(c, LaunchTask)}
+    return h, where, on
+
+
+def test_a_reader_on_a_host_whose_own_link_is_slow_gets_one_copy_on_a_fast_one() -> None:
+    # Three reducers, one on each executor: the one on e3 reads everyone at
+    # 2.5 MB/s while e1 and e2 read everyone (e3 too) fast: e3's own link is
+    # slow inward only, so its reader, not its outputs, is the problem.
+    h, _, on = reducers_on_each()
     (slow_one,) = [a for a, e in on.items() if e == E3]
     h.now = 1.5
     beat(h, E1, {E2: 100 * MB, E3: 100 * MB})
@@ -519,18 +526,7 @@ def test_no_copy_of_a_slow_reader_while_an_output_it_reads_is_made_again() -> No
     # are: launched now it would read five of six and give a wrong answer
     # (simulation seed 714366). It waits until the map output is back, and
     # then reads all six.
-    h = Harness(LIMITS)
-    for e in (E1, E2, E3):
-        h.register(e, 2)
-    where = {
-        int(a.split("/p")[1].split("/")[0]): ExecutorId(e)
-        for e, a in launches(h.submit(three_stage_plan(maps=6, reducers=3)))
-    }
-    h.now = 1.0
-    reducers: list[Command] = []
-    for p, e in where.items():
-        reducers += h.complete(att(1, p), e)
-    on = {str(c.task.attempt): c.executor for c in reducers if isinstance(c, LaunchTask)}
+    h, where, on = reducers_on_each()
     (slow_one,) = [a for a, e in on.items() if e == E3]
     (other,) = [a for a, e in on.items() if e == E1]
     lost_map = min(p for p, e in where.items() if e == E2)
