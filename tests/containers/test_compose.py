@@ -139,8 +139,17 @@ class Compose:
 
     def save_logs(self) -> None:
         for service in ("etcd", "scheduler", "executor-1", "executor-2"):
-            text = self.run("podman", "logs", self.container(service), check=False)
-            (self.logs / f"{service}.log").write_text(text)
+            # podman logs writes what the container wrote to its stderr (mangonel's and
+            # etcd's logs) on its own stderr.
+            done = subprocess.run(
+                ["podman", "logs", self.container(service)],
+                env=self.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=60,
+            )
+            (self.logs / f"{service}.log").write_text(done.stdout)
 
 
 @pytest.fixture(scope="module")

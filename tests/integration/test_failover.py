@@ -11,6 +11,7 @@ thawed, finds itself deposed and stops without writing.
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from typing import Any
 
 import duckdb
 import pytest
+import requests
 from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
 
 from mangonel.client.cluster import LocalCluster, ProcessHandle
@@ -167,3 +169,48 @@ def test_a_frozen_leader_is_deposed_and_stops_without_writing_when_thawed(
         assert jobs.get(first.job_id) is JobState.SUCCEEDED, jobs
         result = session.sql(tpch_query(12))
         check(result, 12, duckdb_ref)
+
+
+def revoke_leader_lease(etcd: EtcdServer, prefix: str) -> None:
+    """Revoke the lease the leader key is bound to, as etcd does to a lease whose
+    refreshes stopped getting through: the key goes with it."""
+    base = f"{etcd.scheme}://{etcd.endpoint}/v3"
+    key = base64.b64encode(f"{prefix}leader".encode()).decode()
+    kvs = requests.post(f"{base}/kv/range", json={"key": key}, timeout=10).json()["kvs"]
+    lease = kvs[0]["lease"]
+    requests.post(f"{base}/lease/revoke", json={"ID": lease}, timeout=10).raise_for_status()
+
+
+def test_a_lone_scheduler_that_lost_its_lease_is_started_again_and_the_client_waits_for_it(
+    work_dir: Path,
+    etcd: EtcdServer,
+    tpch_tables: dict[str, Path],
+    duckdb_ref: duckdb.DuckDBPyConnection,
+) -> None:
+    """No standby: the scheduler whose lease ran out finds it out at its next write,
+    which is a client's call. That call must not fail the client with the store's
+    error: the scheduler stops (status 3), its supervisor starts it again, and the
+    client's call goes through to it."""
+    prefix = f"/mangonel/{work_dir.name}/"
+    # A long lease: its refresh (every 20 s) does not find the revoke before the write does.
+    state = etcd.url(prefix) + "?ttl_s=60"
+    with LocalCluster(executors=1, slots=2, work_dir=work_dir / "cluster", state=state) as cluster:
+        scheduler = cluster.schedulers[0]
+        assert scheduler is not None
+        with cluster.connect() as session:
+            for name in ("lineitem", "orders"):
+                session.register_parquet(name, str(tpch_tables[name]))
+            revoke_leader_lease(etcd, prefix)
+            # The call that finds the lease gone: registering the rest of the tables.
+            rest = {n: p for n, p in tpch_tables.items() if n not in ("lineitem", "orders")}
+            thread, outcome = in_background(
+                lambda: [session.register_parquet(n, str(p)) for n, p in rest.items()]
+            )
+            assert scheduler.process.wait(30) == 3, scheduler.log_tail()
+            log_text = scheduler.log_tail()
+            assert "the scheduler stops: this scheduler no longer leads" in log_text, log_text
+            cluster.restart_scheduler(0)  # as its supervisor would (compose, systemd, k8s)
+            finished(thread, outcome)
+            assert {t.name for t in session.tables()} >= set(tpch_tables)
+            check(session.sql(tpch_query(12)), 12, duckdb_ref)
+            check(session.sql(tpch_query(3)), 3, duckdb_ref)

@@ -317,3 +317,20 @@ def test_once_a_scheduler_answered_reconnect_s_bounds_the_trying(
     assert clock.now - started > 1.0
     assert told == []  # only a first contact is announced
     assert len(stub.requests) == 32
+
+
+def test_a_scheduler_that_lost_its_store_under_the_first_calls_is_waited_for(
+    clock: Clock, scripted: Callable[..., Made]
+) -> None:
+    """Deposed, a scheduler answers UNAVAILABLE naming the store's error until its
+    server stops; then its address refuses until its supervisor starts it again.
+    Those answers are a scheduler's, not a TLS mismatch: they are waited out."""
+    fenced = FakeRpcError(
+        grpc.StatusCode.UNAVAILABLE,
+        "this scheduler no longer leads the state store etcd://etcd:2379/mangonel/",
+        "StoreFencedError",
+    )
+    session, (stub,), _ = scripted([fenced, fenced, fenced] + [refused()] * 20 + [TABLES])
+    assert session.tables() == []
+    assert len(stub.requests) == 24
+    assert clock.now - 1000.0 > 10.0  # past what a TLS mismatch gets: a restart's wait

@@ -97,3 +97,5 @@ def test_compose_runs_a_scheduler_on_etcd_and_two_executors() -> None:
             assert parsed.scheduler == "scheduler:50050"
         else:
             assert parsed.state == "etcd://etcd:2379/mangonel/"
+            # Deposed (status 3), it must be started again: nothing else leads.
+            assert service.get("restart") == "on-failure"

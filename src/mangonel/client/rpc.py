@@ -136,6 +136,16 @@ def unreachable(address: str, details: str = "", tls_on: bool | None = None) -> 
     )
 
 
+def error_name(err: grpc.RpcError) -> str:
+    """The ``mangonel.errors`` class a scheduler named in a failed call's trailing
+    metadata; ``""`` when none did (the call never reached a scheduler)."""
+    if isinstance(err, grpc.Call):
+        for key, value in err.trailing_metadata() or ():
+            if key == ERROR_METADATA_KEY:
+                return value if isinstance(value, str) else value.decode()
+    return ""
+
+
 def translate(err: grpc.RpcError, address: str, tls_on: bool | None = None) -> MangonelError:
     """The mangonel error a failed call stands for.
 
@@ -152,11 +162,7 @@ def translate(err: grpc.RpcError, address: str, tls_on: bool | None = None) -> M
         return unreachable(address, details if tls_on is not None else "", tls_on)
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
         return ClusterError(f"the scheduler at {address} did not answer in time: {details}")
-    name = ""
-    if isinstance(err, grpc.Call):
-        for key, value in err.trailing_metadata() or ():
-            if key == ERROR_METADATA_KEY:
-                name = value if isinstance(value, str) else value.decode()
+    name = error_name(err)
     cls = getattr(errors, name, None) if name else None
     if isinstance(cls, type) and issubclass(cls, MangonelError):
         return cls(details)

@@ -59,6 +59,7 @@ from mangonel.client.fetch import (
 from mangonel.client.rpc import (
     DEFAULT_KEEPALIVE_S,
     BearerToken,
+    error_name,
     keepalive_options,
     open_channel,
     translate,
@@ -392,6 +393,10 @@ class Session:
         """
         code = err.code() if isinstance(err, grpc.Call) else None
         unavailable = code is grpc.StatusCode.UNAVAILABLE
+        if unavailable and error_name(err):
+            # A scheduler said it is unavailable (it lost its state store and stops):
+            # it answered, so the session waits for it, or the leader, as for a restart.
+            self._answered = True
         again = unavailable or code in gone
         if deadline is not None and code is grpc.StatusCode.DEADLINE_EXCEEDED:
             again = True  # a silent link, or the query's deadline: see below

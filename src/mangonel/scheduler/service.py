@@ -38,6 +38,7 @@ from mangonel.errors import (
     MangonelError,
     PermissionDeniedError,
     QueryError,
+    StateStoreError,
     plain_text,
 )
 from mangonel.ids import ExecutorId, JobId
@@ -85,6 +86,9 @@ def abort(context: grpc.ServicerContext, exc: BaseException, method: str = "") -
 
     A refusal (``SecurityError``) is logged with the caller's address and the
     RPC (``method``): the scheduler's log shows who was turned away and why.
+    A ``StateStoreError`` is ``UNAVAILABLE``: a write that failed is fatal, so this
+    scheduler stops serving, and the client calls again once the leader (or this
+    one, started again) answers.
     """
     if isinstance(exc, AuthenticationError | PermissionDeniedError):
         log.warning("refused %s from %s: %s", method or "a call", context.peer(), exc)
@@ -99,6 +103,8 @@ def abort(context: grpc.ServicerContext, exc: BaseException, method: str = "") -
     elif isinstance(exc, InternalError):
         log.error("internal error (a bug in mangonel) in %s: %s", method or "a call", exc)
         code = grpc.StatusCode.INTERNAL
+    elif isinstance(exc, StateStoreError):
+        code = grpc.StatusCode.UNAVAILABLE
     elif isinstance(exc, JobNotFoundError | ExecutorNotFoundError):
         code = grpc.StatusCode.NOT_FOUND
     elif isinstance(exc, MangonelError):

@@ -87,8 +87,8 @@ class StateStore(abc.ABC):
         self.deposed.set()
         return StoreFencedError(
             f"this scheduler no longer leads the state store {self.url}: {why}. It stops "
-            "serving; the scheduler that leads now has the jobs (clients and executors "
-            "given both addresses follow it)."
+            "serving (status 3); the scheduler that leads now, or this one started again, "
+            "has the jobs, and clients and executors given its address follow it."
         )
 
 
