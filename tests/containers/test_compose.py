@@ -6,7 +6,8 @@ scheduler and two executors from deploy/compose.yaml, each a container on the pr
 network, with two additions (made here): the integration suite's planner options and
 fault-rule files for the executors. A client container runs the 22 TPC-H queries;
 then an executor container is killed with ``podman kill`` while a query's tasks run on
-it. Every answer is compared with single-process DuckDB on the same files.
+it; then the scheduler's etcd lease is revoked, and compose's restart policy must start
+it again. Every answer is compared with single-process DuckDB on the same files.
 
 Needs root, podman, podman-compose and debootstrap (``scripts/install-system-deps.sh
 --containers``). The first build makes the base image (about 3 minutes) and the image
@@ -306,5 +307,43 @@ def test_an_executor_container_killed_mid_query(
         wait_until(
             lambda: len(session.status().alive_executors()) == 2,
             "executor-1's container registered again",
+            timeout=120,
+        )
+
+
+REVOKE_LEASE = """\
+import base64, requests
+base = "http://etcd:2379/v3"
+key = base64.b64encode(b"/mangonel/leader").decode()
+lease = requests.post(base + "/kv/range", json={"key": key}, timeout=10).json()["kvs"][0]["lease"]
+requests.post(base + "/lease/revoke", json={"ID": lease}, timeout=10).raise_for_status()
+"""
+
+
+def test_a_scheduler_whose_lease_ran_out_is_started_again_by_compose(
+    cluster: Compose, module_dir: Path, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """The scheduler's etcd lease is revoked (as etcd does when its refreshes stop
+    getting through): the scheduler stops with status 3, compose's restart policy
+    starts it again, it recovers the tables from etcd, and a client's query runs."""
+    name = cluster.container("scheduler")
+
+    def restarts() -> int:
+        return int(cluster.run("podman", "inspect", "-f", "{{.RestartCount}}", name).strip())
+
+    before = restarts()
+    cluster.run("podman", "exec", name, "python", "-c", REVOKE_LEASE)
+    wait_until(lambda: restarts() > before, "the scheduler's container started again", timeout=60)
+    logs = subprocess.run(
+        ["podman", "logs", name], env=cluster.env, capture_output=True, text=True, timeout=60
+    )
+    assert "lost the lead of its state store" in logs.stdout + logs.stderr
+    out = module_dir / "out-restarted"
+    cluster.client(out, "3", name=f"{PROJECT}-client-restarted")
+    check_answer(out, 3, duckdb_ref)
+    with cluster.session() as session:
+        wait_until(
+            lambda: len(session.status().alive_executors()) == 2,
+            "both executors registered with the scheduler started again",
             timeout=120,
         )
