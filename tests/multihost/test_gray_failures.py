@@ -149,7 +149,7 @@ def _scheduler_log(net: NetCluster) -> str:
 def test_a_silently_cut_executor_is_suspected_in_seconds_and_lost_at_the_timeout(
     net: NetCluster, expected: pa.Table
 ) -> None:
-    """Executor 1's port goes silent mid-query: suspected in about 2 s (no new
+    """Executor 1's port goes silent mid-query: suspected in 1.5 to 2 s (no new
     task, its running attempt copied), lost at the 10 s timeout (or sooner, when
     its stream's keepalive finds it dead); the answer is correct, and once
     healed it rejoins under a new id (the job no longer needs what it holds).
@@ -192,7 +192,11 @@ def test_a_silently_cut_executor_is_suspected_in_seconds_and_lost_at_the_timeout
         assert lost.group(1) in ("heartbeat timeout", "connection lost"), lost.group(0)
         if lost.group(1) == "heartbeat timeout":
             assert "phi" in lost.group(2), lost.group(0)
-        assert re.search(rf"executor {victim} suspected: silent for .* phi", _scheduler_log(net))
+        # By the detector, or before it by the hedge (``state_liveness.hedge``): the
+        # output it holds took less to make than the silence lasted.
+        early = r"(?: before the detector \(.*?\))?"
+        suspicion = rf"executor {victim} suspected{early}: silent for .* phi"
+        assert re.search(suspicion, _scheduler_log(net))
         assert f"executor {victim} suspected, its needed outputs made again" in log, (
             "nothing was made again on the suspicion"
         )

@@ -24,6 +24,7 @@ from test_state_machine import (
 )
 
 from mangonel.ids import ExecutorId
+from mangonel.scheduler.detector import silence_for_phi
 from mangonel.scheduler.events import (
     Command,
     DeclareExecutorLost,
@@ -304,6 +305,7 @@ def test_a_long_silence_does_not_teach_the_detector_to_tolerate_the_next() -> No
     # the cut's intervals count only up to the suspicion bar.
     h = isolated_cluster()
     run(h, 20.0, lambda e, t: not 5.0 <= t < 11.0)
+    h.complete(att(2, 0), E1)  # the job ends: nothing waits on e2 (no ``hedge``)
     cmds = run(h, 30.0, lambda e, t: e != E2 or t < 20.0)
     (when,) = [
         t
@@ -443,7 +445,9 @@ def test_the_first_suspected_in_a_cut_of_the_schedulers_link_has_nothing_made_ag
     # The cut reaches the detectors apart: e2's last beat came 0.4 s before
     # the others', so it is suspected a tick or two before the isolation. The
     # others' beats are late by then: nothing of e2's is made again on them
-    # (it would sit on their command streams, as cut as e2's).
+    # (it would sit on their command streams, as cut as e2's). Its output took
+    # no time to make, but it is not suspected early either (``hedge``): no
+    # other executor was heard after its beats were late.
     h = isolated_cluster()
     last = {E1: 5.4, E2: 5.0, E3: 5.4}
     cmds = run(h, 10.0, lambda e, t: not last[e] <= t < 11.0)
@@ -471,3 +475,67 @@ def test_a_lag_is_not_stored_and_leaves_the_stored_snapshot_true() -> None:
     assert h.state.export_executors() is cached  # nothing stored changed
     (stored,) = [r for r in cached.live if r.id == E2]
     assert stored.lagging_since is None and stored.behind_since is None
+
+
+def reducer_waits_on_e2(map_s: float) -> Harness:
+    """``isolated_cluster``'s shape, with maps that took ``map_s`` each: j1's
+    reducer runs on e1 from 5.0 s and reads e2's output among the others."""
+    h = Harness(Limits(heartbeat_timeout_s=3.0))
+    for e in (E1, E2, E3):
+        h.register(e, 1)
+    h.submit(three_stage_plan(maps=3, reducers=1))
+    h.now = map_s
+    finish_maps(h, {0: E1, 1: E2, 2: E3})
+    run(h, 5.0, lambda e, t: True)
+    return h
+
+
+def suspicion(cmds: list[tuple[float, Command]], executor: ExecutorId) -> tuple[float, str]:
+    return next(
+        (t, c.detail)
+        for t, c in cmds
+        if isinstance(c, LogExecutorHealth)
+        and c.change in (HealthChange.SUSPECTED, HealthChange.HEDGED)
+        and c.executor == executor
+    )
+
+
+def test_a_silent_executor_that_cheap_work_waits_on_is_suspected_when_its_beats_are_late() -> None:
+    # e2 falls silent at 5.0 (its last beat 4.95) while the reducer on e1 needs
+    # its output, which took 0.2 s to make: waiting 0.5 s for it (the late bar:
+    # three beats of 0.15 s, at least 0.5 s) costs more than making it again, so
+    # it is suspected then and its output made again, not at about 2 s (phi).
+    h = reducer_waits_on_e2(0.2)
+    last = h.state.executor(E2).last_heartbeat
+    cmds = run(h, 6.5, lambda e, t: e != E2 or t < 5.0)
+    at, why = suspicion(cmds, E2)
+    assert 0.5 <= at - last <= 0.5 + TICK, (at, last)
+    assert "as long as redoing what waits on it takes (about 0.20 s)" in why and "phi" in why
+    logged = [(c.change, c.executor) for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert logged[0] == (HealthChange.HEDGED, E2)
+    assert (HealthChange.SET_ASIDE, E2) in logged
+    assert maps_view(h).outputs_recomputed == 1
+    # Heard again before the loss, it is trusted again: nothing is lost.
+    cmds = run(h, 8.0, lambda e, t: True)
+    assert h.state.executor(E2).suspected_since is None and losses(cmds) == []
+
+
+def test_the_hedge_waits_as_long_as_the_work_would_take_to_redo() -> None:
+    # The output took 1.2 s to make: e2 is suspected after 1.2 s of silence
+    # (the detector alone: about 2 s).
+    h = reducer_waits_on_e2(1.2)
+    last = h.state.executor(E2).last_heartbeat
+    at, _ = suspicion(run(h, 8.0, lambda e, t: e != E2 or t < 5.0), E2)
+    assert 1.2 <= at - last <= 1.2 + TICK, (at, last)
+
+
+def test_a_silent_executor_nothing_waits_on_is_left_to_the_detector() -> None:
+    # The same silence with no job at all: suspected by phi alone.
+    h = Harness(Limits(heartbeat_timeout_s=3.0))
+    for e in (E1, E2, E3):
+        h.register(e, 1)
+    run(h, 5.0, lambda e, t: True)
+    last = h.state.executor(E2).last_heartbeat
+    at, why = suspicion(run(h, 8.0, lambda e, t: e != E2 or t < 5.0), E2)
+    phi_s = silence_for_phi(h.state.limits.heartbeat_interval_s)
+    assert phi_s <= at - last <= phi_s + TICK and "redoing" not in why, (at, last, why)

@@ -222,11 +222,14 @@ def test_a_revived_executor_whose_stream_never_opens_is_lost_again_at_the_timeou
 
 def suspected_holder(slots: int = 2) -> tuple[Harness, list[tuple[float, Command]]]:
     """e1, e2, e3; j1's maps done on one each, its reducer running on e1; e2 falls
-    silent at 5 s and is suspected about 2 s later: the commands until 8 s."""
+    silent at 5 s and is suspected about 2 s later: the commands until 8 s. The
+    maps took 3 s, so the detector suspects it before redoing its output would
+    have paid (``state_liveness.hedge``)."""
     h = Harness(Limits(heartbeat_timeout_s=10.0))
     for e in (E1, E2, E3):
         h.register(e, slots)
     h.submit(three_stage_plan(maps=3, reducers=1))
+    h.now = 3.0
     assert launches(finish_maps(h, {0: E1, 1: E2, 2: E3})) == [("e1", "j1/s2/p0/a0")]
     run(h, 5.0, lambda e, t: True)
     return h, run(h, 8.0, lambda e, t: e != E2 or t < 5.0)
@@ -296,6 +299,7 @@ def test_a_slot_held_by_a_reader_of_the_suspect_is_the_recomputes() -> None:
     for e in (E1, E2):
         h.register(e, 1)
     h.submit(three_stage_plan(maps=2, reducers=1))
+    h.now = 3.0  # maps of 3 s: the detector suspects e2 first (``suspected_holder``)
     assert launches(finish_maps(h, {0: E1, 1: E2})) == [("e1", "j1/s2/p0/a0")]
     run(h, 5.0, lambda e, t: True, (E1, E2))
     cmds = run(h, 8.0, lambda e, t: e != E2 or t < 5.0, (E1, E2))
@@ -323,6 +327,7 @@ def test_an_output_recomputed_up_to_its_limit_is_not_made_again_on_suspicion() -
     for e in (E1, E2, E3):
         h.register(e, 2)
     h.submit(three_stage_plan(maps=3, reducers=1))
+    h.now = 3.0  # maps of 3 s: the detector suspects e2 first (``suspected_holder``)
     assert launches(finish_maps(h, {0: E1, 1: E2, 2: E3})) == [("e1", "j1/s2/p0/a0")]
     run(h, 5.0, lambda e, t: True)
     cmds = run(h, 8.0, lambda e, t: e != E2 or t < 5.0)

@@ -47,6 +47,9 @@ class HealthChange(enum.Enum):
 
     SUSPECTED = "suspected"
     """Its silence is improbable: no new task; its running attempts are copied."""
+    HEDGED = "suspected before the detector (work waits on it)"
+    """Silent while the others are heard, for as long as redoing what waits on it
+    takes (``state_liveness.hedge``): suspected, as above, before phi says so."""
     TRUSTED = "trusted again"
     """A suspected executor was heard from."""
     QUARANTINED = "quarantined"

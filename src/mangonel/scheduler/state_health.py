@@ -21,7 +21,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from mangonel.errors import ErrorType
-from mangonel.ids import ExecutorId, JobId
+from mangonel.ids import ExecutorId, JobId, StageId
 from mangonel.scheduler.events import (
     HealthChange,
     Limits,
@@ -39,12 +39,14 @@ from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
 from mangonel.scheduler.state_liveness import (
     STREAM_LAG_S,
     Judgement,
+    hedge,
     judge,
+    late_beats,
     observe_running,
 )
 from mangonel.scheduler.state_recovery import Loss, Step
 from mangonel.scheduler.state_revival import Left
-from mangonel.scheduler.state_stages import Running, TaskRecord
+from mangonel.scheduler.state_stages import Running, StageRecord, TaskRecord
 from mangonel.scheduler.state_views import (
     JobState,
 )
@@ -108,6 +110,20 @@ class Health:
             # Not its again once heard: its outputs are moved for good (below).
             self._set_aside.pop(rec.id, None)
         if not (judged.isolated or judged.isolation_near):
+            late = late_beats(self._executors.live_records(), step.now, self.limits)
+            if late:
+                waiting = self._waiting_on(late)
+                for rec in hedge(self._executors, step.now, self.limits, waiting):
+                    why = (
+                        f"silent for {step.now - rec.last_heartbeat:.1f} s while the others "
+                        f"were heard, as long as redoing what waits on it takes (about "
+                        f"{waiting[rec.id]:.2f} s)"
+                    )
+                    if rec.arrivals:
+                        why += f"; {rec.arrivals.evidence(step.now, rec.last_heartbeat)}"
+                    step.commands.append(
+                        LogExecutorHealth(step.cause, HealthChange.HEDGED, rec.id, why)
+                    )
             self._recompute_suspected(step)
             self._move_quarantined(step)
         ttl = self.limits.result_ttl_s
@@ -176,6 +192,34 @@ class Health:
         if judged.isolation_ended:
             why = "enough executors are heard again"
             step.commands.append(LogExecutorHealth(cause, HealthChange.RECONNECTED, None, why))
+
+    def _waiting_on(self, executors: set[ExecutorId]) -> dict[ExecutorId, float]:
+        """For each of ``executors`` that a job waits on, how long redoing that
+        work takes (``state_liveness.hedge``): the longest median run time of the
+        stages with an attempt running there, or with an output there that a
+        running reader needs. A stage with no task done yet has no estimate and
+        does not count."""
+        costs: dict[ExecutorId, float] = {}
+
+        def note(executor: ExecutorId, stage: StageRecord) -> None:
+            if stage.durations:
+                costs[executor] = max(costs.get(executor, 0.0), stage.median_duration())
+
+        for job in self._jobs.values():
+            for stage in job.stages.values():
+                for task in stage.running_tasks():
+                    for run in (task.state, task.speculative):
+                        if isinstance(run, Running) and run.executor in executors:
+                            note(run.executor, stage)
+            needed: set[StageId] | None = None
+            for executor in executors:
+                if not job.readers_of({executor}):
+                    continue
+                needed = job.needed_stages() if needed is None else needed
+                for sid in needed:
+                    if executor in job.stages[sid].done_on:
+                        note(executor, job.stages[sid])
+        return costs
 
     def _distrusted(self, executor: ExecutorId) -> bool:
         """Whether ``executor`` is suspected, quarantined or lagging

@@ -4,9 +4,9 @@ Pure rules over the executor registry that ``SchedulerState`` applies on each
 ``Tick`` (time arrives on the event). Silence is judged by the phi accrual
 detector (``scheduler.detector``), fed by each executor's heartbeats::
 
-      ALIVE (trusted) ── phi >= suspect_phi ──▶ suspected ── silence past the ──▶ LOST
-         ▲   ▲                                    │         heartbeat timeout
-         │   └────── heard from again ────────────┘         (evidence logged)
+      ALIVE (trusted) ── phi >= suspect_phi, ──▶ suspected ── silence past the ──▶ LOST
+         ▲   ▲           or hedge()                │        heartbeat timeout
+         │   └────── heard from again ─────────────┘        (evidence logged)
          │
          │   FLAP_GAPS long silences within FLAP_WINDOW_S (suspected or not)
          │                        ▼
@@ -21,7 +21,8 @@ detector (``scheduler.detector``), fed by each executor's heartbeats::
   (``state_recovery.Recovery._recompute_suspected``; not while the scheduler
   is isolated, nor for one silent since before an isolation ended), and are
   its again if it is heard first. A word from it (a heartbeat, a report)
-  clears the suspicion.
+  clears the suspicion. Work waiting on a silent executor makes it suspected
+  sooner (``hedge``): once the silence has cost as long as redoing the work.
 * **Lost** only if the silence lasts: ``Limits.heartbeat_timeout_s``.
 * **Quarantined**: a host whose link flaps falls silent again and again; lost
   and registered anew each time, it would throw its outputs away with every
@@ -55,7 +56,7 @@ they have no heartbeat history in this life of the scheduler, or a silence in it
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mangonel.ids import ExecutorId
@@ -73,6 +74,8 @@ __all__ = [
     "QUARANTINE_S",
     "Judgement",
     "judge",
+    "hedge",
+    "late_bar",
     "late_beats",
     "observe_running",
 ]
@@ -280,5 +283,56 @@ def late_beats(records: Iterable[ExecutorRecord], now: float, limits: Limits) ->
     the last stage's launches 1.1 s after the heal)."""
     if math.isinf(limits.suspect_phi):
         return set()  # the failure detector is off: silence says nothing
-    bar = max(LATE_FLOOR_S, LATE_BEATS * limits.heartbeat_interval_s)
+    bar = late_bar(limits)
     return {r.id for r in records if now - r.last_heartbeat > bar}
+
+
+def late_bar(limits: Limits) -> float:
+    """Seconds of silence after which an executor's heartbeats are late."""
+    return max(LATE_FLOOR_S, LATE_BEATS * limits.heartbeat_interval_s)
+
+
+def hedge(
+    registry: ExecutorRegistry, now: float, limits: Limits, waiting: Mapping[ExecutorId, float]
+) -> list[ExecutorRecord]:
+    """Suspect, before the detector does, a silent executor that work waits on,
+    once its silence has cost as long as redoing that work would.
+
+    ``waiting``: executor -> seconds it takes to redo what a job waits on there
+    (its running attempts, and its outputs that running readers wait on, each
+    as long as it last took; the caller's estimate). Waiting for the executor
+    and then redoing the work anyway costs at most twice what redoing it at
+    once would have: the rule of ski rental, which waits as long as the work
+    costs, then buys. The suspicion that follows copies the attempts and makes
+    the outputs again (as any suspicion does), and ends when it is heard.
+
+    Only while its heartbeats are late (``late_bar``; a beat or two missed on a
+    busy machine is not silence; an executor not heard beating yet is left to
+    the detector) and most of the other executors were heard after that: a cut
+    of the scheduler's own link silences everyone at once, and work moved then
+    would sit on the others' streams as cut as its own.
+    Marks the records and returns them.
+    """
+    if math.isinf(limits.suspect_phi):
+        return []
+    bar = late_bar(limits)
+    judged = [r for r in registry.live_records() if not r.awaiting]
+    out = []
+    for rec in judged:
+        cost = waiting.get(rec.id)
+        if (
+            cost is None
+            or rec.arrivals is None  # no heartbeat yet: no beat to be late
+            or rec.suspected_since is not None
+            or rec.quarantined_until is not None
+        ):
+            continue
+        if now - rec.last_heartbeat < max(bar, cost):
+            continue
+        others = [r for r in judged if r is not rec]
+        heard = sum(1 for r in others if r.last_heartbeat >= rec.last_heartbeat + bar)
+        if 2 * heard <= len(others):
+            continue
+        rec.suspected_since = now
+        out.append(rec)
+    return out

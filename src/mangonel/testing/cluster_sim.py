@@ -142,6 +142,7 @@ RULES = {
     HealthChange.LINK_MARKED: "rule:slow-link-mark",  # ``state_link_marks``
     HealthChange.LAGGING: "rule:lagging",  # ``state_liveness.observe_running``
     HealthChange.CAUGHT_UP: "rule:caught-up",
+    HealthChange.HEDGED: "rule:hedged",  # ``state_liveness.hedge``
     HealthChange.QUARANTINED: "rule:quarantined",  # ``state_liveness.judge``
     HealthChange.MOVED: "rule:quarantine-moved",  # ``Recovery._move_quarantined``
 }
