@@ -337,7 +337,7 @@ def test_a_scheduler_whose_lease_ran_out_is_started_again_by_compose(
     logs = subprocess.run(
         ["podman", "logs", name], env=cluster.env, capture_output=True, text=True, timeout=60
     )
-    assert "lost the lead of its state store" in logs.stdout + logs.stderr
+    assert "lost the lead of its state store: " in logs.stdout + logs.stderr  # and why
     out = module_dir / "out-restarted"
     cluster.client(out, "3", name=f"{PROJECT}-client-restarted")
     check_answer(out, 3, duckdb_ref)

@@ -163,7 +163,7 @@ def test_a_frozen_leader_is_deposed_and_stops_without_writing_when_thawed(
         leader.signal(signal.SIGCONT)
         # Thawed, it finds its lease gone: it stops with status 3, having written nothing.
         assert leader.process.wait(30) == 3, leader.log_tail()
-        assert "lost the lead" in leader.log_tail(), leader.log_tail()
+        assert "lost the lead of its state store: " in leader.log_tail(), leader.log_tail()
         # The client follows the new leader, which knows the finished job.
         jobs = {j.job_id: j.state for j in session.status().jobs}
         assert jobs.get(first.job_id) is JobState.SUCCEEDED, jobs
@@ -209,6 +209,7 @@ def test_a_lone_scheduler_that_lost_its_lease_is_started_again_and_the_client_wa
             assert scheduler.process.wait(30) == 3, scheduler.log_tail()
             log_text = scheduler.log_tail()
             assert "the scheduler stops: this scheduler no longer leads" in log_text, log_text
+            assert "lost the lead of its state store: its lease on" in log_text, log_text
             cluster.restart_scheduler(0)  # as its supervisor would (compose, systemd, k8s)
             finished(thread, outcome)
             assert {t.name for t in session.tables()} >= set(tpch_tables)

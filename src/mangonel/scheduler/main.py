@@ -495,12 +495,18 @@ def _stop_when_deposed(running: SchedulerServer) -> None:
         running.core.store.deposed.wait()
         if running.stopping.is_set():
             return
-        log.critical("this scheduler lost the lead of its state store: it stops serving")
+        why = running.core.store.deposed_why
+        log.critical(
+            "this scheduler lost the lead of its state store%s; it stops serving",
+            f": {why}" if why else "",
+        )
         running.deposed.set()
         running.stop(grace=0)
 
     def fatal(exc: Exception) -> None:
-        running.core.store.deposed.set()
+        store = running.core.store
+        store.deposed_why = store.deposed_why or f"a write failed: {exc}"
+        store.deposed.set()
 
     running.core.on_fatal = fatal
     threading.Thread(target=watch, name="deposed-watch", daemon=True).start()

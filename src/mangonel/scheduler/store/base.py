@@ -49,6 +49,8 @@ class StateStore(abc.ABC):
     def __init__(self) -> None:
         self.deposed = threading.Event()
         """Set when this scheduler stopped leading (it must stop serving)."""
+        self.deposed_why = ""
+        """Why, when the store knows (for the scheduler's log)."""
 
     @abc.abstractmethod
     def acquire(self, owner: str, timeout_s: float | None = None) -> bool:
@@ -84,6 +86,7 @@ class StateStore(abc.ABC):
         """Release the store (and the lead, if held)."""
 
     def _fenced(self, why: str) -> StoreFencedError:
+        self.deposed_why = self.deposed_why or why
         self.deposed.set()
         return StoreFencedError(
             f"this scheduler no longer leads the state store {self.url}: {why}. It stops "

@@ -417,11 +417,12 @@ class EtcdStateStore(StateStore):
         if keepalive is not None:
             keepalive.stop()
 
-    def _lease_lost(self, lease_id: int) -> None:
-        """Called by the keep-alive thread: the lease is gone, or may be."""
+    def _lease_lost(self, lease_id: int, why: str) -> None:
+        """Called by the keep-alive thread: the lease is gone, or may be (``why``)."""
         with self._lock:
             if self._lease_id != lease_id:
                 return  # resigned or re-acquired meanwhile
+            self.deposed_why = self.deposed_why or why
             self.deposed.set()
 
     def _pause_keepalive_for_test(self) -> None:
@@ -446,6 +447,7 @@ class _KeepAlive(threading.Thread):
         self._ttl_s = ttl_s
         self._interval = ttl_s / 3
         self._expires = sent + ttl_s  # counted from when the request went out: conservative
+        self._refreshed = sent
         self._stopped = threading.Event()
         self._clients = _Endpoints(
             store.endpoints, timeout_s=max(0.5, self._interval), access=store.access
@@ -464,17 +466,27 @@ class _KeepAlive(threading.Thread):
                         lambda c: _post(c, "lease/keepalive", {"ID": self._lease_id}),
                         self._store.url,
                     )
-                except StateStoreError:
+                except StateStoreError as exc:
                     if time.monotonic() >= self._expires:
-                        self._store._lease_lost(self._lease_id)
+                        self._store._lease_lost(
+                            self._lease_id,
+                            f"no refresh of its {self._ttl_s} s lease got through for "
+                            f"{time.monotonic() - self._refreshed:.1f} s (last: {exc})",
+                        )
                         return
                     next_at = time.monotonic() + _POLL_S
                     continue
                 ttl = int(result.get("result", {}).get("TTL", 0))
                 if ttl <= 0:  # etcd answers without a TTL when the lease is gone
-                    self._store._lease_lost(self._lease_id)
+                    self._store._lease_lost(
+                        self._lease_id,
+                        f"etcd says its lease is gone ({time.monotonic() - self._refreshed:.1f} s "
+                        f"after the last refresh that got through, {time.monotonic() - sent:.1f} "
+                        f"s after this one was sent; the lease's TTL is {self._ttl_s} s)",
+                    )
                     return
                 self._expires = sent + ttl
+                self._refreshed = sent
                 next_at = sent + self._interval
         finally:
             self._clients.close()
