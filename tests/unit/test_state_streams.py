@@ -9,12 +9,25 @@ checked after each (``Harness.send``).
 from __future__ import annotations
 
 from test_state_liveness import beats_counting, health, two_running
-from test_state_machine import E1, E2, att, launches
+from test_state_machine import (
+    E1,
+    E2,
+    J1,
+    J2,
+    S1,
+    S2,
+    Harness,
+    att,
+    launches,
+    started,
+    three_stage_plan,
+)
 
 from mangonel.executor import events as ex
 from mangonel.executor.state import REMEMBER_FINISHED, ExecutorMachine
 from mangonel.ids import ExecutorId
 from mangonel.scheduler.events import (
+    Command,
     DeclareExecutorLost,
     ExecutorLost,
     ExecutorStreamReopened,
@@ -22,9 +35,18 @@ from mangonel.scheduler.events import (
     LogExecutorHealth,
     LossReason,
     RefuseStream,
+    ResultRead,
 )
 from mangonel.scheduler.registry import ExecutorListing
-from mangonel.task import CancelTask, OutputKind, OutputSpec, PartitionOutput, TaskSpec
+from mangonel.scheduler.state import JobState
+from mangonel.task import (
+    CancelTask,
+    OutputKind,
+    OutputSpec,
+    PartitionOutput,
+    ReleaseOutputs,
+    TaskSpec,
+)
 from mangonel.web.views import executor_model
 
 
@@ -75,6 +97,51 @@ def test_the_old_streams_end_is_no_loss_the_new_ones_is() -> None:
     # And a reopen from the lost executor is refused: it registers again.
     again = h.send(ExecutorStreamReopened, E2, frozenset(), frozenset())
     assert again == [RefuseStream(h.last_id, E2)]
+
+
+def releases(cmds: list[Command]) -> list[ReleaseOutputs]:
+    return [c for c in cmds if isinstance(c, ReleaseOutputs)]
+
+
+def _j1_succeeded() -> Harness:
+    """``started``'s j1 run to success (its final task on e1; e2 ran maps and a
+    reducer), the result unread; j2 submitted after it, running."""
+    h = started()
+    for p, executor in {0: E1, 1: E2, 2: E1, 3: E2}.items():
+        h.complete(att(1, p), executor)
+    h.complete(att(2, 0), E1)
+    h.complete(att(2, 1), E2)
+    done = h.complete(att(3, 0), E1)
+    assert ReleaseOutputs(h.last_id, E2, J1, (S1, S2)) in done  # to be lost in the cut
+    assert h.state.job(J1).state is JobState.SUCCEEDED
+    assert launches(h.submit(three_stage_plan(), J2))
+    return h
+
+
+def test_a_moved_stream_releases_the_files_of_a_job_that_ended_in_the_cut() -> None:
+    # e2's link is cut while j1 ends and its result is read: both releases of
+    # j1 are lost. Its stream moves, naming j1 and the running j2 among its
+    # files: j1's are released, j2's are not (released with j2).
+    h = _j1_succeeded()
+    read = h.send(ResultRead, J1)
+    assert ReleaseOutputs(h.last_id, E2, J1, None) in read  # lost too
+    cmds = h.send(ExecutorStreamReopened, E2, frozenset(), frozenset(), (J1, J2))
+    assert releases(cmds) == [ReleaseOutputs(h.last_id, E2, J1, None)]
+    [log] = moved(cmds)
+    assert "1 ended job(s)' files released" in log.detail
+    # Nothing named, nothing released.
+    assert releases(h.send(ExecutorStreamReopened, E2, frozenset(), frozenset())) == []
+
+
+def test_a_moved_stream_keeps_the_final_stage_of_an_unread_result() -> None:
+    # j1 succeeded, its result not read yet: only the stages before the final
+    # one are released (the final one may hold the result); reading it then
+    # releases the whole job on e2 too.
+    h = _j1_succeeded()
+    cmds = h.send(ExecutorStreamReopened, E2, frozenset(), frozenset(), (J1,))
+    assert releases(cmds) == [ReleaseOutputs(h.last_id, E2, J1, (S1, S2))]
+    read = h.send(ResultRead, J1)
+    assert ReleaseOutputs(h.last_id, E2, J1, None) in releases(read)
 
 
 def test_a_reopen_from_an_unknown_executor_is_refused() -> None:

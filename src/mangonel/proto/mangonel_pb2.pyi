@@ -332,16 +332,18 @@ class RegisterExecutorResponse(_message.Message):
     def __init__(self, executor_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., resumed: _Optional[bool] = ...) -> None: ...
 
 class ConnectRequest(_message.Message):
-    __slots__ = ("executor_id", "reopen", "holding", "finished")
+    __slots__ = ("executor_id", "reopen", "holding", "finished", "held_jobs")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     REOPEN_FIELD_NUMBER: _ClassVar[int]
     HOLDING_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
+    HELD_JOBS_FIELD_NUMBER: _ClassVar[int]
     executor_id: str
     reopen: bool
     holding: _containers.RepeatedCompositeFieldContainer[TaskAttemptId]
     finished: _containers.RepeatedCompositeFieldContainer[TaskAttemptId]
-    def __init__(self, executor_id: _Optional[str] = ..., reopen: _Optional[bool] = ..., holding: _Optional[_Iterable[_Union[TaskAttemptId, _Mapping]]] = ..., finished: _Optional[_Iterable[_Union[TaskAttemptId, _Mapping]]] = ...) -> None: ...
+    held_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, executor_id: _Optional[str] = ..., reopen: _Optional[bool] = ..., holding: _Optional[_Iterable[_Union[TaskAttemptId, _Mapping]]] = ..., finished: _Optional[_Iterable[_Union[TaskAttemptId, _Mapping]]] = ..., held_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LaunchTask(_message.Message):
     __slots__ = ("task",)

@@ -842,7 +842,9 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         self._release_ended(rec.id, offer.held_jobs, step)
 
     def _release_ended(self, executor: ExecutorId, jobs: tuple[JobId, ...], step: Step) -> None:
-        """Delete a reattached executor's files of jobs that ended while it was away.
+        """Delete an executor's files of ``jobs`` that ended while it was away
+        (reattached after a scheduler restart) or cut off (its stream moved,
+        ``state_streams``): their release may never have reached it.
 
         Files of an unfinished job are released with the job; of a succeeded job
         whose result is unread, all but the final stage's (which may hold the
