@@ -125,10 +125,14 @@ def test_a_moved_stream_releases_the_files_of_a_job_that_ended_in_the_cut() -> N
     h = _j1_succeeded()
     read = h.send(ResultRead, J1)
     assert ReleaseOutputs(h.last_id, E2, J1, None) in read  # lost too
-    cmds = h.send(ExecutorStreamReopened, E2, frozenset(), frozenset(), (J1, J2))
-    assert releases(cmds) == [ReleaseOutputs(h.last_id, E2, J1, None)]
+    holding = frozenset(h.state._executors.live(E2).running)  # j2's, none lost
+    cmds = h.send(ExecutorStreamReopened, E2, holding, frozenset(), (J1, J2))
+    assert releases(cmds) == [ReleaseOutputs(h.last_id, E2, J1, None)] and not launches(cmds)
     [log] = moved(cmds)
     assert "1 ended job(s)' files released" in log.detail
+    # Both jobs' documents are written again, j2's though no command names it:
+    # it counts e2 among the executors that ran it (its end reaches e2).
+    assert h.state.touched_jobs() == [J1, J2]
     # Nothing named, nothing released.
     assert releases(h.send(ExecutorStreamReopened, E2, frozenset(), frozenset())) == []
 
@@ -142,6 +146,18 @@ def test_a_moved_stream_keeps_the_final_stage_of_an_unread_result() -> None:
     assert releases(cmds) == [ReleaseOutputs(h.last_id, E2, J1, (S1, S2))]
     read = h.send(ResultRead, J1)
     assert ReleaseOutputs(h.last_id, E2, J1, None) in releases(read)
+
+
+def test_a_moved_stream_is_counted_in_what_the_store_keeps() -> None:
+    # The store's copy of the executors (a cached snapshot) is made again: the
+    # move changed the stream and its count (``Harness.send`` validates the
+    # cache against the registry).
+    h = two_running()
+    before = h.state.export_executors()
+    h.send(ExecutorStreamReopened, E2, frozenset({att(1, 1), att(1, 3)}), frozenset())
+    after = h.state.export_executors()
+    assert after is not before
+    assert [r.streams_moved for r in after.live if r.id == E2] == [1]
 
 
 def test_a_reopen_from_an_unknown_executor_is_refused() -> None:

@@ -62,8 +62,7 @@ class Streams:
         if rec is None or rec.awaiting or rec.stream == 0:
             step.commands.append(RefuseStream(step.cause, event.executor))
             return
-        rec.stream = event.event_id
-        rec.streams_moved += 1
+        self._executors.stream_moved(rec, event.event_id)
         known = event.holding | event.finished
         resent = [a for a in sorted(rec.running, key=str) if a not in known]
         for attempt in resent:
