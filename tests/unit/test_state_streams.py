@@ -1,12 +1,14 @@
 """An executor's command stream moved to a new connection (``scheduler.state_streams``)
 and the executor's side of it (``executor.state``: ``LinkRecovered``, ``MoveStream``), and how a
-lagging executor and its moves are shown (``web.views.executor_model``).
+lagging executor and its moves are shown (``web.views.executor_model``, ``mangonel status``).
 
 Same style as ``test_state_machine.py``: hand-built events, every invariant
 checked after each (``Harness.send``).
 """
 
 from __future__ import annotations
+
+import time
 
 from test_state_liveness import beats_counting, health, two_running
 from test_state_machine import (
@@ -23,6 +25,8 @@ from test_state_machine import (
     three_stage_plan,
 )
 
+from mangonel.client.cli_commands import _why
+from mangonel.client.status import executor_from_proto
 from mangonel.executor import events as ex
 from mangonel.executor.state import REMEMBER_FINISHED, ExecutorMachine
 from mangonel.ids import ExecutorId
@@ -38,6 +42,7 @@ from mangonel.scheduler.events import (
     ResultRead,
 )
 from mangonel.scheduler.registry import ExecutorListing
+from mangonel.scheduler.service_status import executor_status
 from mangonel.scheduler.state import JobState
 from mangonel.task import (
     CancelTask,
@@ -219,9 +224,16 @@ def test_the_executor_remembers_a_bounded_number_of_finished_attempts() -> None:
     assert len(move.finished) == REMEMBER_FINISHED and att(1, 0) not in move.finished
 
 
+def _status_why(h: Harness, executor: ExecutorId) -> str:
+    """What ``mangonel status`` says of ``executor`` (its "why" column)."""
+    listing = ExecutorListing(h.state.executor(executor))
+    return _why(executor_from_proto(executor_status(listing, now=h.now)))
+
+
 def test_a_lagging_executor_is_shown_lagging_and_its_moved_stream_ends_the_lag() -> None:
     # e2's launches of p1 and p3 never arrived (its heartbeats count none):
-    # it lags, which the REST model and the UI's table show; its link comes
+    # it lags, which the REST model, the UI's table and ``mangonel status``
+    # show; its link comes
     # back, its stream moves, both launches go again, and once its heartbeats
     # count them it is caught up, its moves counted.
     h = two_running()
@@ -229,6 +241,12 @@ def test_a_lagging_executor_is_shown_lagging_and_its_moved_stream_ends_the_lag()
     beats_counting(h, 3.0, lambda e, t: 1 if e == E1 else 0)
     lagging = executor_model(ExecutorListing(h.state.executor(E2)), 0, h.now)
     assert lagging.lagging_since is not None and lagging.streams_moved == 0
+    since = time.strftime("%H:%M:%S", time.localtime(lagging.lagging_since))
+    assert _status_why(h, E2) == (
+        f"lagging since {since}: its commands are held up (a cut link's retries?), "
+        "no new task, its tasks copied"
+    )
+    assert "lagging" not in _status_why(h, E1)
     assert executor_model(ExecutorListing(h.state.executor(E1)), 0, h.now).lagging_since is None
     cmds = h.send(ExecutorStreamReopened, E2, frozenset(), frozenset())
     assert sorted(launches(cmds)) == [("e2", "j1/s1/p1/a0"), ("e2", "j1/s1/p3/a0")]
@@ -236,3 +254,4 @@ def test_a_lagging_executor_is_shown_lagging_and_its_moved_stream_ends_the_lag()
     assert [e for _, e in health(after, HealthChange.CAUGHT_UP)] == [E2]
     caught_up = executor_model(ExecutorListing(h.state.executor(E2)), 0, h.now)
     assert caught_up.lagging_since is None and caught_up.streams_moved == 1
+    assert "lagging" not in _status_why(h, E2)
