@@ -1,5 +1,6 @@
 """Gray failures on the multi-host lab: a silent cut, a flapping link, a slow link,
-and the scheduler cut off from every executor (``scheduler.state_liveness``).
+the scheduler cut off from every executor (``scheduler.state_liveness``), and a
+release lost in a cut (``scheduler.state_streams``).
 
 One cluster for the module: a scheduler, three one-slot executors and a client,
 each on a host of its own, with the scheduler's default heartbeat timeout
@@ -34,13 +35,21 @@ import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
 from net_support import require_lab
 
+from mangonel.client.status import JobState
+from mangonel.errors import ClusterError
 from mangonel.testing.netclient import Answer
 from mangonel.testing.netcluster import NetCluster
+from mangonel.testing.netlab import MOUNT_POINT
 
 QUERY = 12
 SPLIT_ROWS = 50_000  # lineitem in 12 tasks at SF 0.1: every executor runs several
 ISOLATION_GRACE_S = 30.0  # the default
 FREEZER = 0  # the executor that freezes itself to time a fault
+RELEASE_CUT_S = 4.0
+"""How long the release test's cut lasts: a ``ReleaseOutputs`` pushed right after
+it starts waits for TCP's retry on its connection, which backs off (0.2 s, 0.4 s,
+..., so tries at about 3.0 s and 6.2 s): past 3.2 s the next try comes about
+2 s after the heal, when the executor moved its stream and let the old one go."""
 
 
 @pytest.fixture(scope="module")
@@ -345,3 +354,55 @@ def test_a_flapping_link_is_quarantined_never_lost_and_its_stream_moves(
         f"{min(answers):.2f}-{max(answers):.2f} s each; detector said {sorted(seen)}; "
         f"the flapper's stream moved {moves} times"
     )
+
+
+def test_a_release_lost_in_a_cut_is_sent_again_when_the_executor_moves_its_stream(
+    net: NetCluster, expected: pa.Table
+) -> None:
+    """Executor 1 has files of a query when its port is cut, and the query is
+    cancelled during the cut: the scheduler's ``ReleaseOutputs`` to it goes into
+    the cut, on its old stream's connection. When its link comes back, the
+    executor moves its stream naming the jobs it has files of, and the scheduler
+    releases those of the cancelled job again (``scheduler.state_streams``): the
+    files are deleted. The executor stays live under its id; the next answer is
+    correct."""
+    ids = net.wait_for_executors(3)
+    cut_id, host = ids[1], net.executor_hosts[1]
+    shuffle = host.outside(f"{MOUNT_POINT}/work/{cut_id}/shuffle")
+    moved = f"executor {cut_id} command stream moved to a new connection"
+    moves_before = _scheduler_log(net).count(moved)
+    query = _Query(net)
+    job: list[str] = []
+    cut_at: list[float] = []
+
+    def cut_and_cancel() -> None:
+        running = wait_until(
+            lambda: [j.job_id for j in net.client.status().jobs if j.state is JobState.RUNNING],
+            "the query's job listed as running",
+        )
+        assert len(running) == 1, running
+        job.append(running[0])
+        wait_until(lambda: (shuffle / job[0]).is_dir(), "executor 1 has files of the query", 30)
+        net.lab.cut(host)
+        cut_at.append(time.time())
+        assert net.client.cancel(job[0])
+
+    try:
+        _fault_mid_query(net, query, cut_and_cancel)
+        with pytest.raises(ClusterError, match="JobCancelledError"):
+            query.answer()
+        wait_until(
+            lambda: _distrusted(net, cut_id) == "suspected", "executor 1 suspected (cut off)", 10
+        )
+        time.sleep(max(0.0, cut_at[0] + RELEASE_CUT_S - time.time()))  # the cut's length
+        assert (shuffle / job[0]).is_dir(), "the release crossed the cut"
+    finally:
+        net.lab.heal(host)
+    wait_until(
+        lambda: not (shuffle / job[0]).exists(),
+        "the cancelled job's files deleted on executor 1",
+        30,
+    )
+    assert _scheduler_log(net).count(moved) > moves_before, "executor 1's stream never moved"
+    assert cut_id in net.wait_for_executors(3).values()  # the same id, alive
+    _check(net.client.sql(tpch_query(QUERY)), expected)

@@ -30,6 +30,7 @@ from mangonel.scheduler.events import (
     ExecutorConnected,
     ExecutorDraining,
     ExecutorRegistered,
+    ExecutorStreamReopened,
     JobCancelled,
     JobSubmitted,
     JobSucceeded,
@@ -44,6 +45,7 @@ from mangonel.scheduler.persist import (
     state_changes,
 )
 from mangonel.scheduler.state import SchedulerState
+from mangonel.scheduler.state_recovery import Step
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import (
     ExecutorInfo,
@@ -117,6 +119,15 @@ BEFORE_STREAM_LAG = tuple(k for k in Fault if k is not Fault.STREAM_LAG)
 """The fault kinds before ``stream-lag``: a new kind changes every seed's
 schedule, so a seed found before it names the kinds it was found with."""
 
+HEARTBEAT_FAULTS = (
+    Fault.STREAM_LAG,
+    Fault.FLAP,
+    Fault.CUT_TO_SCHEDULER,
+    Fault.EXECUTOR_CRASH,
+    Fault.SCHEDULER_CRASH,
+)
+
+
 FOUND = [
     # A Tick's recompute on suspicion made an output again past its limit
     # (found at 490c55e among 19,421 seeds; shrunk to 14 faults).
@@ -134,6 +145,10 @@ FOUND = [
     # outputs only, and the job succeeded with a wrong answer
     # (``result-checksum``; found among 4,645 seeds at cde3f3f).
     SimConfig(seed=714366, jobs=8, concurrent=3, skip=(2, 5, 11)),
+    # A stream move counted in a field the store keeps without marking the
+    # stored snapshot stale (``executor-index``; the first seed run once the
+    # simulated executors moved their streams).
+    SimConfig(seed=4, jobs=4, faults=HEARTBEAT_FAULTS, skip=(0, 1)),
 ]
 """Seeds that broke an invariant in a batch (``scripts/simulate.py``), shrunk: each
 fails on the code before its fix."""
@@ -159,15 +174,6 @@ def test_slow_links_amid_crashes_are_worked_around_and_hold_every_invariant() ->
     assert result.faults["rule:slow-link"] >= 1  # the rule acted, more than once here
 
 
-HEARTBEAT_FAULTS = (
-    Fault.STREAM_LAG,
-    Fault.FLAP,
-    Fault.CUT_TO_SCHEDULER,
-    Fault.EXECUTOR_CRASH,
-    Fault.SCHEDULER_CRASH,
-)
-
-
 def test_heartbeats_count_running_attempts_and_failed_beats_and_their_rules_act() -> None:
     # Simulated heartbeats say how many attempts the executor runs and how many
     # of its heartbeats failed (unanswered within the deadline) since its last
@@ -175,10 +181,12 @@ def test_heartbeats_count_running_attempts_and_failed_beats_and_their_rules_act(
     # (``stream-lag``) makes its executor lag and catch up; a flapping link's
     # failed beats end in quarantines, and the quarantined executors' outputs
     # are made again elsewhere; a silent executor that work waits on is
-    # suspected early (hedged); crashes and restarts all the while. Every
-    # invariant holds, and each rule acted (the counts of its health changes).
+    # suspected early (hedged); a heartbeat answered after failed ones has its
+    # executor move its stream, and the move releases the files of jobs that
+    # ended meanwhile; crashes and restarts all the while. Every invariant
+    # holds, and each rule acted (the counts of its health changes).
     rules: Counter[str] = Counter()
-    for seed in range(4, 8):
+    for seed in range(4, 9):
         config = SimConfig(seed=seed, faults=HEARTBEAT_FAULTS, jobs=4)
         result = run(config)
         _assert_holds(result)
@@ -191,8 +199,30 @@ def test_heartbeats_count_running_attempts_and_failed_beats_and_their_rules_act(
         "rule:hedged",
         "rule:quarantined",
         "rule:quarantine-moved",
+        "rule:stream-moved",
+        "rule:stream-move-released",
     ):
         assert rules[rule] > 0, f"{rule} never acted: {rules}"
+
+
+class _NoReleaseOnMove(SchedulerState):
+    """Releases nothing when a stream moves (as before ``held_jobs``)."""
+
+    def _stream_reopened(self, event: ExecutorStreamReopened, step: Step) -> None:
+        super()._stream_reopened(replace(event, held_jobs=()), step)
+
+
+def test_what_a_moved_stream_left_behind_is_released_by_the_move() -> None:
+    # A moved stream's old one is closed with what it still carried: here a
+    # release of a job that ended while the link was down. Without the release
+    # on the move (``state_streams``), its files outlive the run.
+    config = SimConfig(seed=4, faults=HEARTBEAT_FAULTS, jobs=4)
+    without = run(config, scheduler=_NoReleaseOnMove)
+    assert without.violation is not None
+    assert without.violation.invariant == "outputs-released"
+    result = run(config)
+    _assert_holds(result)
+    assert result.faults["rule:stream-move-released"] > 0
 
 
 class _NoFailedBeats(ClusterSim):

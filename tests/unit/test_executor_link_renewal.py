@@ -162,11 +162,13 @@ def test_a_moved_stream_goes_on_a_new_connection_saying_what_the_executor_holds(
             break
         arrived.wait(0.05)
     assert servicer.streams, "the first stream never reached the server"
-    moved = link.reopen(EXECUTOR, frozenset({ATTEMPT}), frozenset({done}))  # once taken
+    # Once taken:
+    moved = link.reopen(EXECUTOR, frozenset({ATTEMPT}), frozenset({done}), ("j0", "j1"))
     (old_peer, old), (new_peer, new) = servicer.streams
     assert not old.reopen and new.reopen and new_peer != old_peer
     assert [(a.stage, a.partition) for a in new.holding] == [(1, 0)]
     assert [(a.stage, a.partition) for a in new.finished] == [(1, 1)]
+    assert list(new.held_jobs) == ["j0", "j1"]
     moved.cancel()
     first.cancel()
     # A stream the scheduler refuses (the executor is not live) is no move.

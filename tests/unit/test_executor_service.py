@@ -78,6 +78,10 @@ class FakeLink:
         self.timings: list[TaskTimings | None] = []
         """Where each reported attempt's time went, in report order."""
         self.known = True
+        self.link_back = False
+        """Set: the next heartbeat's answer says the link came back (once)."""
+        self.reopens: list[tuple[str, ...]] = []
+        """The jobs each moved stream said it has files of."""
         self.drains: list[ExecutorId] = []
         self.failures_before_register = failures_before_register
         self.closed = False
@@ -102,7 +106,10 @@ class FakeLink:
         executor: ExecutorId,
         holding: frozenset[TaskAttemptId],
         finished: frozenset[TaskAttemptId],
+        held_jobs: Sequence[str] = (),
     ) -> FakeStream:
+        with self.lock:
+            self.reopens.append(tuple(held_jobs))
         return self.connect(executor)
 
     def heartbeat(
@@ -116,7 +123,8 @@ class FakeLink:
         with self.lock:
             self.heartbeats.append((executor, running_tasks, time.monotonic()))
             self.health.append((unhealthy, len(self.reports)))
-            return HeartbeatReply(self.known)
+            back, self.link_back = self.link_back, False
+            return HeartbeatReply(self.known, link_back=back)
 
     def report_completed(
         self,
@@ -282,6 +290,23 @@ def test_release_deletes_files(cluster: tuple[ExecutorService, FakeLink]) -> Non
     assert os.path.exists(paths[2])
     link.send(ReleaseOutputs(0, ExecutorId("e1"), JobId("job1")))
     wait_for(lambda: not os.path.exists(paths[2]))
+
+
+def test_a_moved_stream_names_the_jobs_it_has_files_of_and_their_release_deletes_them(
+    cluster: tuple[ExecutorService, FakeLink],
+) -> None:
+    # The link comes back after failed heartbeats: the executor moves its
+    # stream, naming job1, whose files it has (``state_streams`` releases those
+    # of an ended job); the release that comes on the new stream deletes them.
+    service, link = cluster
+    link.send(launch(attempt(0)))
+    wait_for(lambda: len(link.reports) == 1)
+    path = link.reports[0][2][0].path  # type: ignore[index]
+    link.link_back = True
+    wait_for(lambda: len(link.streams) == 2)
+    assert link.reopens == [("job1",)]
+    link.send(ReleaseOutputs(0, ExecutorId("e1"), JobId("job1")))
+    wait_for(lambda: not os.path.exists(path))
 
 
 def test_a_broken_stream_cancels_tasks_and_registers_again(

@@ -653,10 +653,14 @@ def test_a_moved_stream_takes_over_the_queue_and_the_old_streams_end_is_no_loss(
     entry = core.register_executor("h", "127.0.0.1:1", 1)
     first = core.executor_connected(entry.id)
     first.commands.put("not sent yet")  # a command the old stream had not taken
-    second = core.executor_reopened(entry.id, frozenset(), frozenset())
+    # It names files of a job the scheduler no longer knows (ended): released.
+    second = core.executor_reopened(entry.id, frozenset(), frozenset(), ("gone",))
     assert second.id > first.id
     assert _drain(first.commands) == [CLOSE]  # the old stream ends
-    assert _drain(second.commands) == ["not sent yet"]  # moved, in order
+    assert _drain(second.commands) == [  # moved, in order, then what the move sends
+        "not sent yet",
+        ReleaseOutputs(second.id, entry.id, JobId("gone"), None),
+    ]
     core.connection_closed(entry.id, "its command stream broke", first.id)
     assert core.telemetry.counters().executors_lost["connection lost"] == 0
     assert core.heartbeat(entry.id) is True  # still known, under its id

@@ -1,6 +1,6 @@
 """An executor's command stream moved to a new connection (``scheduler.state_streams``)
 and the executor's side of it (``executor.state``: ``LinkRecovered``, ``MoveStream``), and how a
-lagging executor and its moves are shown (``web.views.executor_model``).
+lagging executor and its moves are shown (``web.views.executor_model``, ``mangonel status``).
 
 Same style as ``test_state_machine.py``: hand-built events, every invariant
 checked after each (``Harness.send``).
@@ -8,13 +8,30 @@ checked after each (``Harness.send``).
 
 from __future__ import annotations
 
-from test_state_liveness import beats_counting, health, two_running
-from test_state_machine import E1, E2, att, launches
+import time
 
+from test_state_liveness import beats_counting, health, two_running
+from test_state_machine import (
+    E1,
+    E2,
+    J1,
+    J2,
+    S1,
+    S2,
+    Harness,
+    att,
+    launches,
+    started,
+    three_stage_plan,
+)
+
+from mangonel.client.cli_commands import _why
+from mangonel.client.status import executor_from_proto
 from mangonel.executor import events as ex
 from mangonel.executor.state import REMEMBER_FINISHED, ExecutorMachine
 from mangonel.ids import ExecutorId
 from mangonel.scheduler.events import (
+    Command,
     DeclareExecutorLost,
     ExecutorLost,
     ExecutorStreamReopened,
@@ -22,9 +39,19 @@ from mangonel.scheduler.events import (
     LogExecutorHealth,
     LossReason,
     RefuseStream,
+    ResultRead,
 )
 from mangonel.scheduler.registry import ExecutorListing
-from mangonel.task import CancelTask, OutputKind, OutputSpec, PartitionOutput, TaskSpec
+from mangonel.scheduler.service_status import executor_status
+from mangonel.scheduler.state import JobState
+from mangonel.task import (
+    CancelTask,
+    OutputKind,
+    OutputSpec,
+    PartitionOutput,
+    ReleaseOutputs,
+    TaskSpec,
+)
 from mangonel.web.views import executor_model
 
 
@@ -75,6 +102,67 @@ def test_the_old_streams_end_is_no_loss_the_new_ones_is() -> None:
     # And a reopen from the lost executor is refused: it registers again.
     again = h.send(ExecutorStreamReopened, E2, frozenset(), frozenset())
     assert again == [RefuseStream(h.last_id, E2)]
+
+
+def releases(cmds: list[Command]) -> list[ReleaseOutputs]:
+    return [c for c in cmds if isinstance(c, ReleaseOutputs)]
+
+
+def _j1_succeeded() -> Harness:
+    """``started``'s j1 run to success (its final task on e1; e2 ran maps and a
+    reducer), the result unread; j2 submitted after it, running."""
+    h = started()
+    for p, executor in {0: E1, 1: E2, 2: E1, 3: E2}.items():
+        h.complete(att(1, p), executor)
+    h.complete(att(2, 0), E1)
+    h.complete(att(2, 1), E2)
+    done = h.complete(att(3, 0), E1)
+    assert ReleaseOutputs(h.last_id, E2, J1, (S1, S2)) in done  # to be lost in the cut
+    assert h.state.job(J1).state is JobState.SUCCEEDED
+    assert launches(h.submit(three_stage_plan(), J2))
+    return h
+
+
+def test_a_moved_stream_releases_the_files_of_a_job_that_ended_in_the_cut() -> None:
+    # e2's link is cut while j1 ends and its result is read: both releases of
+    # j1 are lost. Its stream moves, naming j1 and the running j2 among its
+    # files: j1's are released, j2's are not (released with j2).
+    h = _j1_succeeded()
+    read = h.send(ResultRead, J1)
+    assert ReleaseOutputs(h.last_id, E2, J1, None) in read  # lost too
+    holding = frozenset(h.state._executors.live(E2).running)  # j2's, none lost
+    cmds = h.send(ExecutorStreamReopened, E2, holding, frozenset(), (J1, J2))
+    assert releases(cmds) == [ReleaseOutputs(h.last_id, E2, J1, None)] and not launches(cmds)
+    [log] = moved(cmds)
+    assert "1 ended job(s)' files released" in log.detail
+    # Both jobs' documents are written again, j2's though no command names it:
+    # it counts e2 among the executors that ran it (its end reaches e2).
+    assert h.state.touched_jobs() == [J1, J2]
+    # Nothing named, nothing released.
+    assert releases(h.send(ExecutorStreamReopened, E2, frozenset(), frozenset())) == []
+
+
+def test_a_moved_stream_keeps_the_final_stage_of_an_unread_result() -> None:
+    # j1 succeeded, its result not read yet: only the stages before the final
+    # one are released (the final one may hold the result); reading it then
+    # releases the whole job on e2 too.
+    h = _j1_succeeded()
+    cmds = h.send(ExecutorStreamReopened, E2, frozenset(), frozenset(), (J1,))
+    assert releases(cmds) == [ReleaseOutputs(h.last_id, E2, J1, (S1, S2))]
+    read = h.send(ResultRead, J1)
+    assert ReleaseOutputs(h.last_id, E2, J1, None) in releases(read)
+
+
+def test_a_moved_stream_is_counted_in_what_the_store_keeps() -> None:
+    # The store's copy of the executors (a cached snapshot) is made again: the
+    # move changed the stream and its count (``Harness.send`` validates the
+    # cache against the registry).
+    h = two_running()
+    before = h.state.export_executors()
+    h.send(ExecutorStreamReopened, E2, frozenset({att(1, 1), att(1, 3)}), frozenset())
+    after = h.state.export_executors()
+    assert after is not before
+    assert [r.streams_moved for r in after.live if r.id == E2] == [1]
 
 
 def test_a_reopen_from_an_unknown_executor_is_refused() -> None:
@@ -136,9 +224,16 @@ def test_the_executor_remembers_a_bounded_number_of_finished_attempts() -> None:
     assert len(move.finished) == REMEMBER_FINISHED and att(1, 0) not in move.finished
 
 
+def _status_why(h: Harness, executor: ExecutorId) -> str:
+    """What ``mangonel status`` says of ``executor`` (its "why" column)."""
+    listing = ExecutorListing(h.state.executor(executor))
+    return _why(executor_from_proto(executor_status(listing, now=h.now)))
+
+
 def test_a_lagging_executor_is_shown_lagging_and_its_moved_stream_ends_the_lag() -> None:
     # e2's launches of p1 and p3 never arrived (its heartbeats count none):
-    # it lags, which the REST model and the UI's table show; its link comes
+    # it lags, which the REST model, the UI's table and ``mangonel status``
+    # show; its link comes
     # back, its stream moves, both launches go again, and once its heartbeats
     # count them it is caught up, its moves counted.
     h = two_running()
@@ -146,6 +241,12 @@ def test_a_lagging_executor_is_shown_lagging_and_its_moved_stream_ends_the_lag()
     beats_counting(h, 3.0, lambda e, t: 1 if e == E1 else 0)
     lagging = executor_model(ExecutorListing(h.state.executor(E2)), 0, h.now)
     assert lagging.lagging_since is not None and lagging.streams_moved == 0
+    since = time.strftime("%H:%M:%S", time.localtime(lagging.lagging_since))
+    assert _status_why(h, E2) == (
+        f"lagging since {since}: its commands are held up (a cut link's retries?), "
+        "no new task, its tasks copied"
+    )
+    assert "lagging" not in _status_why(h, E1)
     assert executor_model(ExecutorListing(h.state.executor(E1)), 0, h.now).lagging_since is None
     cmds = h.send(ExecutorStreamReopened, E2, frozenset(), frozenset())
     assert sorted(launches(cmds)) == [("e2", "j1/s1/p1/a0"), ("e2", "j1/s1/p3/a0")]
@@ -153,3 +254,4 @@ def test_a_lagging_executor_is_shown_lagging_and_its_moved_stream_ends_the_lag()
     assert [e for _, e in health(after, HealthChange.CAUGHT_UP)] == [E2]
     caught_up = executor_model(ExecutorListing(h.state.executor(E2)), 0, h.now)
     assert caught_up.lagging_since is None and caught_up.streams_moved == 1
+    assert "lagging" not in _status_why(h, E2)

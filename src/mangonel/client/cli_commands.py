@@ -535,6 +535,12 @@ def _why(e: ExecutorStatus) -> str:
         until = time.strftime("%H:%M:%S", time.localtime(e.slow_link_until or 0.0))
         mark = f"slow link since {since}: no new task until {until}"
         return " - ".join(x for x in (mark, e.slow_link) if x)
+    if e.state is ExecutorState.ALIVE and e.lagging_since is not None:
+        since = time.strftime("%H:%M:%S", time.localtime(e.lagging_since))
+        return (
+            f"lagging since {since}: its commands are held up (a cut link's retries?), "
+            "no new task, its tasks copied"
+        )
     return " - ".join(x for x in (e.reason, e.detail) if x)
 
 

@@ -153,6 +153,10 @@ class ExecutorStatus:
     slow_link_until: float | None = None
     slow_link: str = ""
     """Why it is marked (or was, while it is tried again); empty while trusted."""
+    lagging_since: float | None = None
+    """Since when its command stream is held up (its heartbeats count fewer
+    attempts than were launched on it): no new task, its running ones copied;
+    ``None`` while its commands get through."""
 
 
 @dataclass(frozen=True)
@@ -250,6 +254,7 @@ def executor_from_proto(msg: pb.ExecutorStatus) -> ExecutorStatus:
         slow_link_since=msg.slow_link_since or None,
         slow_link_until=msg.slow_link_until or None,
         slow_link=msg.slow_link,
+        lagging_since=msg.lagging_since or None,
     )
 
 

@@ -28,8 +28,8 @@ heartbeat after a failed one (the link is back) moves the reports to a new
 connection too, the ones in flight on the old one sent again at once, and has
 the executor move its command stream (``reopen``: a new ``Connect`` on a new
 connection, which the scheduler takes for the same executor, closing the old
-stream without a loss and sending again the launches the executor never had;
-``scheduler.state_streams``).
+stream without a loss, sending again the launches the executor never had and
+the releases of the ended jobs it still has files of; ``scheduler.state_streams``).
 """
 
 from __future__ import annotations
@@ -160,12 +160,15 @@ class SchedulerLink(Protocol):
         executor: ExecutorId,
         holding: frozenset[TaskAttemptId],
         finished: frozenset[TaskAttemptId],
+        held_jobs: Sequence[str] = (),
     ) -> CommandStream:
         """A new command stream of live ``executor``, on a new connection, once
         the scheduler accepted it (it then closes the old one and sends again
         what the old one may have held); ``holding`` and ``finished``: see
-        ``executor.events.MoveStream``. Raises ``ClusterError`` when refused or
-        not accepted within ``REOPEN_DEADLINE_S``."""
+        ``executor.events.MoveStream``; ``held_jobs``: the jobs it has shuffle
+        files of (the scheduler releases those of the ended ones, their
+        ``ReleaseOutputs`` maybe lost in the cut). Raises ``ClusterError`` when
+        refused or not accepted within ``REOPEN_DEADLINE_S``."""
         ...
 
     def heartbeat(
@@ -346,12 +349,14 @@ class GrpcSchedulerLink:
         executor: ExecutorId,
         holding: frozenset[TaskAttemptId],
         finished: frozenset[TaskAttemptId],
+        held_jobs: Sequence[str] = (),
     ) -> CommandStream:
         request = pb.ConnectRequest(
             executor_id=executor,
             reopen=True,
             holding=[convert.attempt_to_proto(a) for a in sorted(holding, key=str)],
             finished=[convert.attempt_to_proto(a) for a in sorted(finished, key=str)],
+            held_jobs=list(held_jobs),
         )
         channel = tls.open_channel(self.address, self._tls, [*_CHANNEL_OPTIONS, _OWN_CONNECTION])
         stub = pb_grpc.ExecutorControlStub(channel)  # type: ignore[no-untyped-call]

@@ -509,10 +509,15 @@ class ExecutorService:
     def _move_stream(self, move: MoveStream) -> None:
         """On a thread of its own: open the new stream (``SchedulerLink.reopen``
         waits until the scheduler took it), make it the one the control loop
-        reads, then end the old one from this side."""
+        reads, then end the old one from this side. It names the jobs this life
+        has files of, as a registration does: the scheduler releases those that
+        ended (their ``ReleaseOutputs`` may have been lost in the cut)."""
         try:
+            with self._lock:
+                home = self._homes.get(move.executor)
+            held_jobs = tuple(home.writer.jobs()) if home is not None else ()
             try:
-                new = self.link.reopen(move.executor, move.holding, move.finished)
+                new = self.link.reopen(move.executor, move.holding, move.finished, held_jobs)
             except Exception as exc:
                 log.warning("cannot move the command stream (keeping the old one): %s", exc)
                 return

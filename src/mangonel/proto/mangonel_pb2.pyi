@@ -332,16 +332,18 @@ class RegisterExecutorResponse(_message.Message):
     def __init__(self, executor_id: _Optional[str] = ..., heartbeat_interval_s: _Optional[float] = ..., resumed: _Optional[bool] = ...) -> None: ...
 
 class ConnectRequest(_message.Message):
-    __slots__ = ("executor_id", "reopen", "holding", "finished")
+    __slots__ = ("executor_id", "reopen", "holding", "finished", "held_jobs")
     EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
     REOPEN_FIELD_NUMBER: _ClassVar[int]
     HOLDING_FIELD_NUMBER: _ClassVar[int]
     FINISHED_FIELD_NUMBER: _ClassVar[int]
+    HELD_JOBS_FIELD_NUMBER: _ClassVar[int]
     executor_id: str
     reopen: bool
     holding: _containers.RepeatedCompositeFieldContainer[TaskAttemptId]
     finished: _containers.RepeatedCompositeFieldContainer[TaskAttemptId]
-    def __init__(self, executor_id: _Optional[str] = ..., reopen: _Optional[bool] = ..., holding: _Optional[_Iterable[_Union[TaskAttemptId, _Mapping]]] = ..., finished: _Optional[_Iterable[_Union[TaskAttemptId, _Mapping]]] = ...) -> None: ...
+    held_jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, executor_id: _Optional[str] = ..., reopen: _Optional[bool] = ..., holding: _Optional[_Iterable[_Union[TaskAttemptId, _Mapping]]] = ..., finished: _Optional[_Iterable[_Union[TaskAttemptId, _Mapping]]] = ..., held_jobs: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LaunchTask(_message.Message):
     __slots__ = ("task",)
@@ -705,7 +707,7 @@ class ClusterStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ExecutorStatus(_message.Message):
-    __slots__ = ("id", "host", "flight_address", "slots", "pid", "state", "since", "reason", "detail", "running_tasks", "heartbeat_age_s", "unhealthy", "slow_link_since", "slow_link_until", "slow_link")
+    __slots__ = ("id", "host", "flight_address", "slots", "pid", "state", "since", "reason", "detail", "running_tasks", "heartbeat_age_s", "unhealthy", "slow_link_since", "slow_link_until", "slow_link", "lagging_since")
     ID_FIELD_NUMBER: _ClassVar[int]
     HOST_FIELD_NUMBER: _ClassVar[int]
     FLIGHT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -721,6 +723,7 @@ class ExecutorStatus(_message.Message):
     SLOW_LINK_SINCE_FIELD_NUMBER: _ClassVar[int]
     SLOW_LINK_UNTIL_FIELD_NUMBER: _ClassVar[int]
     SLOW_LINK_FIELD_NUMBER: _ClassVar[int]
+    LAGGING_SINCE_FIELD_NUMBER: _ClassVar[int]
     id: str
     host: str
     flight_address: str
@@ -736,7 +739,8 @@ class ExecutorStatus(_message.Message):
     slow_link_since: float
     slow_link_until: float
     slow_link: str
-    def __init__(self, id: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., since: _Optional[float] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., running_tasks: _Optional[int] = ..., heartbeat_age_s: _Optional[float] = ..., unhealthy: _Optional[str] = ..., slow_link_since: _Optional[float] = ..., slow_link_until: _Optional[float] = ..., slow_link: _Optional[str] = ...) -> None: ...
+    lagging_since: float
+    def __init__(self, id: _Optional[str] = ..., host: _Optional[str] = ..., flight_address: _Optional[str] = ..., slots: _Optional[int] = ..., pid: _Optional[int] = ..., state: _Optional[_Union[ExecutorState, str]] = ..., since: _Optional[float] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., running_tasks: _Optional[int] = ..., heartbeat_age_s: _Optional[float] = ..., unhealthy: _Optional[str] = ..., slow_link_since: _Optional[float] = ..., slow_link_until: _Optional[float] = ..., slow_link: _Optional[str] = ..., lagging_since: _Optional[float] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("scheduler_address", "executors", "jobs")

@@ -621,10 +621,12 @@ class SchedulerCore:
         executor: ExecutorId,
         holding: frozenset[TaskAttemptId],
         finished: frozenset[TaskAttemptId],
+        held_jobs: tuple[str, ...] = (),
     ) -> Stream:
         """A live executor opened a new Connect stream (its link came back after
         a failure): it replaces the old one, which is closed; what the old one may
-        have held is sent again on the new one (``state_streams``).
+        have held is sent again on the new one (``state_streams``), the release
+        of the ``held_jobs`` that ended too.
 
         Raises:
             ExecutorNotFoundError: the state machine refused the stream (the
@@ -641,11 +643,12 @@ class SchedulerCore:
             move_queued(old, new)
             entry.commands = new
             opened = 0
+            jobs = tuple(JobId(j) for j in held_jobs)
 
             def event(eid: int, now: float) -> ExecutorStreamReopened:
                 nonlocal opened
                 opened = eid
-                return ExecutorStreamReopened(eid, now, executor, holding, finished)
+                return ExecutorStreamReopened(eid, now, executor, holding, finished, jobs)
 
             commands = self._emit(event)
             if any(isinstance(c, RefuseStream) for c in commands):

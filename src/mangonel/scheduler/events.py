@@ -171,14 +171,17 @@ class ExecutorStreamReopened(Event):
     the old one may be stuck behind TCP's back-off, or lost with it. The new
     stream replaces the old one (which is closed; its end is no loss,
     ``ExecutorLost.stream``), and what the old one may have held is sent again
-    (``scheduler.state_streams``). Answered with ``RefuseStream`` when the
-    executor is not live (it registers again, as after any broken stream)."""
+    (``scheduler.state_streams``), a ``ReleaseOutputs`` too. Answered with
+    ``RefuseStream`` when the executor is not live (it registers again, as
+    after any broken stream)."""
 
     executor: ExecutorId
     holding: frozenset[TaskAttemptId] = frozenset()
     """The attempts it holds, queued or running and not cancelled."""
     finished: frozenset[TaskAttemptId] = frozenset()
     """Attempts it finished lately (their reports may be on their way)."""
+    held_jobs: tuple[JobId, ...] = ()
+    """The jobs it has shuffle files of (those of an ended job are released)."""
 
 
 @dataclass(frozen=True)

@@ -236,6 +236,7 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
                     executor,
                     frozenset(convert.attempt_from_proto(a) for a in request.holding),
                     frozenset(convert.attempt_from_proto(a) for a in request.finished),
+                    tuple(request.held_jobs),
                 )
             else:
                 stream = self.core.executor_connected(executor)

@@ -152,4 +152,5 @@ def executor_status(entry: ExecutorListing, now: float, hosts: bool = True) -> p
         slow_link_since=view.slow_link_since or 0.0,
         slow_link_until=view.slow_link_until or 0.0,
         slow_link=view.slow_link if hosts else "",
+        lagging_since=view.lagging_since or 0.0,
     )

@@ -392,8 +392,12 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         ):
             return None  # a heartbeat, a quiet tick, a loss already known
         if isinstance(event, ExecutorStreamReopened):
-            # It changes no job: the launches it sends again were recorded already.
-            return list(dict.fromkeys(j for j in map(_job_of, commands) if j is not None))
+            # It changes no job but the ones whose files the executor has, which
+            # now count it among those that ran them (``_release_ended``): the
+            # launches it sends again were recorded already.
+            held = [j for j in event.held_jobs if j in self._jobs or j in self._finished]
+            named = (j for j in map(_job_of, commands) if j is not None)
+            return list(dict.fromkeys([*held, *named]))
         # A task report that ended a suspicion may have given its executor's
         # outputs back in any job (``_trusted_again``).
         job = None if step.any_job else _job_of(event)
@@ -842,7 +846,9 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         self._release_ended(rec.id, offer.held_jobs, step)
 
     def _release_ended(self, executor: ExecutorId, jobs: tuple[JobId, ...], step: Step) -> None:
-        """Delete a reattached executor's files of jobs that ended while it was away.
+        """Delete an executor's files of ``jobs`` that ended while it was away
+        (reattached after a scheduler restart) or cut off (its stream moved,
+        ``state_streams``): their release may never have reached it.
 
         Files of an unfinished job are released with the job; of a succeeded job
         whose result is unread, all but the final stage's (which may hold the

@@ -331,6 +331,13 @@ class ExecutorRegistry:
         cached snapshot is stale."""
         self._snapshot = None
 
+    def stream_moved(self, rec: ExecutorRecord, stream: int) -> None:
+        """``rec``'s command stream moved to a new connection, the one event
+        ``stream`` opened (``state_streams``)."""
+        rec.stream = stream
+        rec.streams_moved += 1
+        self.stored_changed()
+
     def rank_changed(self, rec: ExecutorRecord) -> None:
         """What ``rec.rank`` reads changed (``slow``, ``seq``, ``info``; running
         attempts are pushed by ``start`` / ``stop``)."""

@@ -17,17 +17,21 @@ says which attempts it holds and which it finished lately. The rule here:
   attempt it knows, so a launch that arrives twice runs once);
 * every attempt the executor holds that the scheduler does not count as
   running there is cancelled (a cancel lost in the cut);
+* the files of every job it has files of (``held_jobs``) that ended are
+  released (a ``ReleaseOutputs`` lost in the cut), as when an executor
+  reattaches after a scheduler restart (``SchedulerState._release_ended``):
+  those of a succeeded job whose result is unread keep its final stage until
+  the result is read; an unfinished job's stay, released with the job;
 * the move is logged (``HealthChange.STREAM_MOVED``), with what was sent again.
-
-A ``ReleaseOutputs`` lost in the cut is not sent again: the files stay until
-the job's release reaches the executor another way, or its life ends.
 
 A part of ``scheduler.state.SchedulerState`` (its base class), pure like the rest.
 """
 
 from __future__ import annotations
 
-from mangonel.ids import JobId, TaskAttemptId
+from typing import TYPE_CHECKING
+
+from mangonel.ids import ExecutorId, JobId, TaskAttemptId
 from mangonel.scheduler.events import (
     ExecutorStreamReopened,
     HealthChange,
@@ -47,13 +51,18 @@ class Streams:
     _executors: ExecutorRegistry
     _jobs: dict[JobId, JobRecord]
 
+    if TYPE_CHECKING:
+        # ``SchedulerState``'s, shared with a reattaching executor.
+        def _release_ended(
+            self, executor: ExecutorId, jobs: tuple[JobId, ...], step: Step
+        ) -> None: ...
+
     def _stream_reopened(self, event: ExecutorStreamReopened, step: Step) -> None:
         rec = self._executors.live(event.executor)
         if rec is None or rec.awaiting or rec.stream == 0:
             step.commands.append(RefuseStream(step.cause, event.executor))
             return
-        rec.stream = event.event_id
-        rec.streams_moved += 1
+        self._executors.stream_moved(rec, event.event_id)
         known = event.holding | event.finished
         resent = [a for a in sorted(rec.running, key=str) if a not in known]
         for attempt in resent:
@@ -66,9 +75,13 @@ class Streams:
         # that counts them all).
         if rec.lagging_since is None:
             rec.behind_since = None
+        released = len(step.commands)
+        self._release_ended(rec.id, event.held_jobs, step)
+        released = len(step.commands) - released
         why = (
             f"its link came back after failed heartbeats; the old stream closed, "
-            f"{len(resent)} launch(es) sent again, {len(stray)} stray attempt(s) cancelled"
+            f"{len(resent)} launch(es) sent again, {len(stray)} stray attempt(s) cancelled, "
+            f"{released} ended job(s)' files released"
         )
         step.commands.append(LogExecutorHealth(step.cause, HealthChange.STREAM_MOVED, rec.id, why))
 

@@ -10,7 +10,9 @@ this module plays everything else, driven by one ``random.Random(seed)``:
   calls may be delivered twice (a registration as a lost first try and its
   retry); links are cut both ways, one way, between
   executors only (``PEER_CUT``), or flap; a stream on a cut link breaks after
-  ``keepalive_s`` (gRPC's pings), and a call over it fails.
+  ``keepalive_s`` (gRPC's pings), and a call over it fails; an executor whose
+  heartbeat is answered after failed ones moves its command stream to a new
+  connection (``move_stream``), and what the old one still carried is lost.
 * **the executor shells**: slots, task work (durations, slow executors),
   fetches from other executors' disks (unreachable holder, missing file, a
   checksum that does not match), out of memory, disk full, task errors,
@@ -69,6 +71,7 @@ from mangonel.scheduler.events import (
     ExecutorHeartbeat,
     ExecutorLost,
     ExecutorRegistered,
+    ExecutorStreamReopened,
     ForgetJob,
     HealthChange,
     JobSubmitted,
@@ -145,6 +148,7 @@ RULES = {
     HealthChange.HEDGED: "rule:hedged",  # ``state_liveness.hedge``
     HealthChange.QUARANTINED: "rule:quarantined",  # ``state_liveness.judge``
     HealthChange.MOVED: "rule:quarantine-moved",  # ``Recovery._move_quarantined``
+    HealthChange.STREAM_MOVED: "rule:stream-moved",  # ``state_streams``
 }
 """The health changes counted in ``SimResult.faults`` when the scheduler logs
 them: a test (and a batch's summary) shows each rule really acted."""
@@ -355,11 +359,14 @@ class ClusterSim:
             return
         proc = stream.proc
         cut = not self.reachable(SCHEDULER, proc.host)
-        if cut or self.now < proc.stream_held_until:
+        if cut or self.now < stream.held_until or proc.moving_to is stream:
             # Held, in order, and looked at again every 0.5 s: until the cut
             # heals or the stream's retry comes (``Fault.STREAM_LAG``), or
-            # faults stop (``heal_all``).
-            held = self.now + 0.5 if cut else min(self.now + 0.5, proc.stream_held_until)
+            # faults stop (``heal_all``); on a stream the executor is moving
+            # to, until it reads it (``move_stream``).
+            held = self.now + 0.5 if cut else min(self.now + 0.5, stream.held_until)
+            if proc.moving_to is stream:
+                held = self.now + 0.05
             stream.last_delivery = max(stream.last_delivery, held)
             self.at(stream.last_delivery - self.now, lambda: self.deliver(stream, command))
             return
@@ -478,8 +485,13 @@ class ClusterSim:
         old = self.streams.get(executor)
         stream.open = True
         stream.last_delivery = self.now
+
+        def connected(i: int, t: float) -> ExecutorConnected:
+            stream.opened = i
+            return ExecutorConnected(i, t, executor)
+
         self.streams[executor] = stream
-        commands = self.emit(lambda i, t: ExecutorConnected(i, t, executor))
+        commands = self.emit(connected)
         if not self.up or any(isinstance(c, RefuseStream) for c in commands):
             stream.open = False
             if self.streams.get(executor) is stream:
@@ -667,6 +679,8 @@ class ClusterSim:
                 )
             case ex.Stop():
                 self.feed(proc, ex.StopRequested())
+            case ex.MoveStream(executor, holding, finished):
+                self.move_stream(proc, executor, holding, finished)
             case _:
                 raise TypeError(f"unknown action {action!r}")
 
@@ -694,6 +708,120 @@ class ClusterSim:
                 self.feed(proc, ex.StreamEnded(stream.executor))
 
         self.on_proc(proc, ended)
+
+    def move_stream(
+        self,
+        proc: Proc,
+        executor: ExecutorId,
+        holding: frozenset[TaskAttemptId],
+        finished: frozenset[TaskAttemptId],
+    ) -> None:
+        """``MoveStream``, as ``ExecutorService._move_stream`` and
+        ``SchedulerCore.executor_reopened`` do it: a new stream, naming the jobs
+        the life has files of, replaces the old one once the scheduler took it
+        (the old one is closed there, what it still carried lost, and its end is
+        no loss); the executor reads the new one once the answer comes back. A
+        move that fails keeps the old stream."""
+        old = proc.stream
+        if proc.moving_to is not None or old is None or old.executor != executor:
+            return  # one move at a time; the next recovery tries again
+        held_jobs = tuple(sorted({f.job for f in proc.homes.get(executor, {}).values()}))
+        new = proc.moving_to = Stream(executor, proc, open=False)
+
+        def failed() -> None:
+            # Not taken, or its answer lost: the executor gives the new stream
+            # up (its end, if the scheduler took it, is the executor's loss),
+            # and keeps the old one, unless the scheduler closed that.
+            if proc.moving_to is new:
+                proc.moving_to = None
+            if new.open:
+                self.break_stream(new)
+            if not old.open:
+                self.end_on_executor(old)
+
+        def arrive() -> None:
+            if not self.up or not proc.alive or proc.exited or proc.moving_to is not new:
+                self.at(self.latency(), lambda: self.on_proc(proc, failed))
+                return
+            life = self.life
+            taken = self.reopened(new, holding, finished, held_jobs)
+            if not taken or self.life != life:
+                self.at(self.latency(), lambda: self.on_proc(proc, failed))
+                return
+            self.transmit(
+                SCHEDULER,
+                proc.host,
+                lambda: self.on_proc(proc, lambda: self.switch_stream(proc, old, new)),
+                lambda: self.on_proc(proc, failed),
+            )
+
+        self.transmit(proc.host, SCHEDULER, arrive, lambda: self.on_proc(proc, failed))
+
+    def reopened(
+        self,
+        stream: Stream,
+        holding: frozenset[TaskAttemptId],
+        finished: frozenset[TaskAttemptId],
+        held_jobs: tuple[JobId, ...],
+    ) -> bool:
+        """The new stream reaches the scheduler (``SchedulerCore.executor_reopened``):
+        whether it took it."""
+        executor = stream.executor
+        old = self.streams.get(executor)
+        stream.open = True
+        stream.last_delivery = self.now
+
+        def reopened(i: int, t: float) -> ExecutorStreamReopened:
+            stream.opened = i
+            return ExecutorStreamReopened(i, t, executor, holding, finished, held_jobs)
+
+        # Open before the event: what it sends again goes onto the new stream.
+        self.streams[executor] = stream
+        life = self.life
+        commands = self.emit(reopened)
+        if self.life != life:
+            # The scheduler crashed: the old stream's connection went with it
+            # (``crash_scheduler`` saw only the new one).
+            stream.open = False
+            if old is not None and old.open:
+                old.open = False
+                self.at(self.latency(), lambda: self.end_on_executor(old))
+            return False
+        if any(isinstance(c, RefuseStream) for c in commands):
+            stream.open = False
+            if self.streams.get(executor) is stream:
+                if old is not None:
+                    self.streams[executor] = old
+                else:
+                    del self.streams[executor]
+            return False
+        released = sum(isinstance(c, ReleaseOutputs) for c in commands)
+        self.result.faults["rule:stream-move-released"] += released
+        if old is not None and old is not stream:
+            old.open = False  # closed: what it still carried is lost
+            if old.opened:
+                # Its end reaches the scheduler: a replaced stream's, no loss.
+                opened = old.opened
+                self.emit(
+                    lambda i, t: ExecutorLost(
+                        i, t, executor, LossReason.CONNECTION_LOST, "replaced", opened
+                    )
+                )
+        return True
+
+    def switch_stream(self, proc: Proc, old: Stream, new: Stream) -> None:
+        """The scheduler's answer reached the executor: it reads the new stream
+        from now on, if the life it moved is still the one its old stream served."""
+        if proc.moving_to is not new:
+            return
+        proc.moving_to = None
+        if proc.stream is not old:
+            if new.open:
+                self.break_stream(new)  # the life ended meanwhile
+            return
+        proc.stream = new
+        if not new.open:
+            self.end_on_executor(new)  # closed before the executor read it
 
     def stop(self, proc: Proc) -> None:
         """``executor.main``'s drain bound passed: the service stops, and the process exits."""
@@ -743,9 +871,11 @@ class ClusterSim:
             if given_up or answered:
                 return
             answered = True
-            proc.beats_failed = 0
+            back, proc.beats_failed = proc.beats_failed > 0, 0
             if not known:
                 self.feed(proc, ex.HeartbeatRefused(executor))
+            elif back:
+                self.feed(proc, ex.LinkRecovered(executor))  # the link came back
 
         def give_up() -> None:
             nonlocal given_up
@@ -944,7 +1074,11 @@ class ClusterSim:
                         ),
                     )
             case Fault.STREAM_LAG:
-                proc.stream_held_until = max(proc.stream_held_until, self.now + length)
+                if proc.stream is not None:
+                    stream = proc.stream
+                    stream.held_until = max(stream.held_until, self.now + length)
+                if pick < 0.5:  # and the cut that left it held
+                    self.cut_link((host, SCHEDULER), (SCHEDULER, host), length=FLAP_CUT_S)
             case Fault.SLOW:
                 proc.slow_until = self.now + length * 2
             case Fault.SLOW_LINK:
@@ -1034,7 +1168,10 @@ class ClusterSim:
         for proc in list(self.procs.values()):
             proc.slow_until = 0.0
             proc.link_slow_until = 0.0
-            proc.stream_held_until = 0.0
+            if proc.stream is not None:
+                proc.stream.held_until = 0.0
+        for stream in self.streams.values():
+            stream.held_until = 0.0
             proc.disk_full_next = False
             proc.rate = 1.0
             proc.register_twice = False

@@ -111,6 +111,10 @@ class ClientHost:
         status: ClusterStatus = self.call("status")
         return status
 
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a job (``Session.cancel``); False when it had finished already."""
+        return bool(self.call("cancel", job_id))
+
     def http_get(self, url: str) -> str:
         """GET ``url`` from the client host (the scheduler's REST API, ``/metrics``)."""
         return str(self.call("http_get", url))
@@ -167,6 +171,8 @@ class _Server:
             return self.session().explain(args[0])
         if operation == "status":
             return self.session().status()
+        if operation == "cancel":
+            return self.session().cancel(args[0])
         if operation == "http_get":
             # No proxy from the environment: the lab's hosts reach only each other.
             opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -93,7 +93,11 @@ class Fault(enum.Enum):
     """An executor's command stream holds what the scheduler sends it a while
     (its bytes wait for TCP's next retry after a cut), while its heartbeats and
     reports, on connections of their own, go through and count the attempts it
-    runs: the launches they miss make it *lagging* (``state_liveness``)."""
+    runs: the launches they miss make it *lagging* (``state_liveness``). Half
+    the time the cut that left it held is simulated too (``FLAP_CUT_S``, both
+    ways): its heartbeats fail, and when one is answered again the executor
+    moves its stream to a new connection (``ClusterSim.move_stream``), which
+    nothing holds."""
 
 
 class CrashPoint(enum.Enum):
@@ -302,8 +306,9 @@ class Proc:
     beats_failed: int = 0
     """Its heartbeats that failed (unanswered within the deadline) since its
     last answered one: what its next heartbeat says (``executor.link``)."""
-    stream_held_until: float = 0.0
-    """Until then its command stream delivers nothing (``Fault.STREAM_LAG``)."""
+    moving_to: Stream | None = None
+    """The stream it is moving to, until the scheduler's answer comes
+    (``ClusterSim.move_stream``): one move at a time, as ``ExecutorService``."""
 
     def __post_init__(self) -> None:
         self.free = list(range(self.slots))
@@ -324,6 +329,12 @@ class Stream:
     proc: Proc
     open: bool = True
     last_delivery: float = 0.0
+    held_until: float = 0.0
+    """Until then it delivers nothing (``Fault.STREAM_LAG``); a stream opened
+    on a new connection is not held."""
+    opened: int = 0
+    """The id of the event that opened it (``ExecutorConnected`` or
+    ``ExecutorStreamReopened``); 0 until the scheduler took it."""
 
 
 # ------------------------------------------------------------------ restore
