@@ -30,7 +30,7 @@ import duckdb
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query, wait_until
+from helpers import TPCH_ORDER_BY, TPCH_TABLES, assert_same_result, tpch_query, wait_until
 
 import mangonel
 from mangonel.options import TEST_HOOKS_ENV
@@ -312,11 +312,15 @@ def test_an_executor_container_killed_mid_query(
 
 
 REVOKE_LEASE = """\
-import base64, requests
+import base64, time, requests
 base = "http://etcd:2379/v3"
 key = base64.b64encode(b"/mangonel/leader").decode()
-lease = requests.post(base + "/kv/range", json={"key": key}, timeout=10).json()["kvs"][0]["lease"]
-requests.post(base + "/lease/revoke", json={"ID": lease}, timeout=10).raise_for_status()
+for _ in range(300):  # the scheduler leads once it serves: a moment after its start
+    kvs = requests.post(base + "/kv/range", json={"key": key}, timeout=10).json().get("kvs")
+    if kvs:
+        break
+    time.sleep(0.1)
+requests.post(base + "/lease/revoke", json={"ID": kvs[0]["lease"]}, timeout=10).raise_for_status()
 """
 
 
@@ -327,6 +331,9 @@ def test_a_scheduler_whose_lease_ran_out_is_started_again_by_compose(
     getting through): the scheduler stops with status 3, compose's restart policy
     starts it again, it recovers the tables from etcd, and a client's query runs."""
     name = cluster.container("scheduler")
+    with cluster.session() as session:  # as the first test did (this one may run alone)
+        for table in TPCH_TABLES:
+            session.register_parquet(table, f"/data/{table}.parquet")
 
     def restarts() -> int:
         return int(cluster.run("podman", "inspect", "-f", "{{.RestartCount}}", name).strip())
