@@ -16,6 +16,7 @@ from test_state_machine import (
     E2,
     E3,
     J1,
+    J2,
     Harness,
     att,
     finish_maps,
@@ -539,3 +540,36 @@ def test_a_silent_executor_nothing_waits_on_is_left_to_the_detector() -> None:
     at, why = suspicion(run(h, 8.0, lambda e, t: e != E2 or t < 5.0), E2)
     phi_s = silence_for_phi(h.state.limits.heartbeat_interval_s)
     assert phi_s <= at - last <= phi_s + TICK and "redoing" not in why, (at, last, why)
+
+
+def test_a_first_wave_is_taken_to_cost_what_the_last_tasks_took() -> None:
+    # j2's maps run on e1 and e2 and neither has finished: its own stage says
+    # nothing of their cost, so the last tasks to finish stand for it (j1's,
+    # 0.2 s or less). e2 falls silent: suspected at the late bar, its attempt
+    # copied onto e3.
+    h = reducer_waits_on_e2(0.2)
+    h.complete(att(2, 0), E1)
+    h.complete(att(3, 0), E1)  # j1 is done
+    assert launches(h.submit(three_stage_plan(maps=2, reducers=1), J2)) == [
+        ("e1", "j2/s1/p0/a0"),
+        ("e2", "j2/s1/p1/a0"),
+    ]
+    start = h.now
+    cmds = run(h, 7.0, lambda e, t: e != E2 or t < start + 0.01)
+    last = h.state.executor(E2).last_heartbeat
+    at, why = suspicion(cmds, E2)
+    assert 0.5 <= at - last <= 0.5 + TICK and "(about 0.20 s)" in why, (at, last, why)
+    assert copies(cmds) == [("e3", "j2/s1/p1/a1")]
+
+
+def test_before_any_task_finished_a_silence_is_the_detectors() -> None:
+    # A scheduler that saw no task finish yet knows no cost: phi alone.
+    h = Harness(Limits(heartbeat_timeout_s=3.0))
+    for e in (E1, E2, E3):
+        h.register(e, 1)
+    run(h, 5.0, lambda e, t: True)
+    h.submit(three_stage_plan(maps=3, reducers=1))
+    last = h.state.executor(E2).last_heartbeat
+    at, why = suspicion(run(h, 8.0, lambda e, t: e != E2 or t < 5.0), E2)
+    phi_s = silence_for_phi(h.state.limits.heartbeat_interval_s)
+    assert at - last >= phi_s and "redoing" not in why, (at, last, why)

@@ -133,7 +133,7 @@ listed in docs/architecture.md ("Invariants of the state") and checked by
 from __future__ import annotations
 
 import operator
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import replace
 
 from mangonel import defaults
@@ -183,7 +183,7 @@ from mangonel.scheduler.state_executors import (
 from mangonel.scheduler.state_gray import (
     observe_speed,
 )
-from mangonel.scheduler.state_health import Health
+from mangonel.scheduler.state_health import RECENT_RUNS, Health
 from mangonel.scheduler.state_jobs import FinishedJob, JobProgress, JobRecord
 from mangonel.scheduler.state_lifecycle import Lifecycle
 from mangonel.scheduler.state_link_marks import LinkMarks
@@ -299,6 +299,9 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         self._set_aside: dict[ExecutorId, Left] = {}
         """Suspected executors whose needed outputs are being made again elsewhere,
         with those outputs: theirs again if they are trusted again first."""
+        self._recent_runs: deque[float] = deque(maxlen=RECENT_RUNS)
+        """How long the last tasks to finish took, any job's (memory only): what a
+        stage with no task done yet is taken to cost (``Health._waiting_on``)."""
         self._touched: list[JobId] | None = None
         """``touched_jobs``: bookkeeping for the shell's writes, not state."""
         self._links = LinkRates()
@@ -688,6 +691,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         task.move(
             Done(event.attempt, event.executor, outputs, duration=max(0.0, step.now - started))
         )
+        self._recent_runs.append(max(0.0, step.now - started))
         job.store_misses = 0
         self._executors.stop(event.executor, event.attempt)
         if self.limits.speculation:

@@ -17,7 +17,7 @@ A part of ``scheduler.state.SchedulerState`` (its base class), pure like the res
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
 from mangonel.errors import ErrorType
@@ -51,6 +51,10 @@ from mangonel.scheduler.state_views import (
     JobState,
 )
 
+RECENT_RUNS = 32
+"""Tasks (the last to finish, any job's) whose run times stand for a stage's
+before any task of it is done (``Health._waiting_on``)."""
+
 
 class Health:
     """The executor-health rules of ``SchedulerState``; see the module docstring."""
@@ -58,6 +62,7 @@ class Health:
     limits: Limits
     _executors: ExecutorRegistry
     _jobs: dict[JobId, JobRecord]
+    _recent_runs: deque[float]
     _finished: OrderedDict[JobId, FinishedJob]
     _no_executor_since: float | None
     _set_aside: dict[ExecutorId, Left]
@@ -197,13 +202,18 @@ class Health:
         """For each of ``executors`` that a job waits on, how long redoing that
         work takes (``state_liveness.hedge``): the longest median run time of the
         stages with an attempt running there, or with an output there that a
-        running reader needs. A stage with no task done yet has no estimate and
-        does not count."""
+        running reader needs. A stage with no task done yet is taken to cost
+        what the last ``RECENT_RUNS`` tasks to finish took (their median; a
+        cut that meets a query's first wave has nothing else to go by), and
+        before any task finished, nothing is known: the detector decides."""
         costs: dict[ExecutorId, float] = {}
+        runs = sorted(self._recent_runs)
+        prior = runs[len(runs) // 2] if runs else None
 
         def note(executor: ExecutorId, stage: StageRecord) -> None:
-            if stage.durations:
-                costs[executor] = max(costs.get(executor, 0.0), stage.median_duration())
+            cost = stage.median_duration() if stage.durations else prior
+            if cost is not None:
+                costs[executor] = max(costs.get(executor, 0.0), cost)
 
         for job in self._jobs.values():
             for stage in job.stages.values():
