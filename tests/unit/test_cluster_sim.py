@@ -149,6 +149,10 @@ FOUND = [
     # stored snapshot stale (``executor-index``; the first seed run once the
     # simulated executors moved their streams).
     SimConfig(seed=4, jobs=4, faults=HEARTBEAT_FAULTS, skip=(0, 1)),
+    # A draining executor's stream moved after a cut, and the launches it had
+    # not received were sent again down the new one: a draining executor was
+    # given new work (``launch-on-live``; found at 85ba431 among 390 seeds).
+    SimConfig(seed=1000058, jobs=8, concurrent=3, skip=(2, 4)),
 ]
 """Seeds that broke an invariant in a batch (``scripts/simulate.py``), shrunk: each
 fails on the code before its fix."""

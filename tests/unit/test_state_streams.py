@@ -33,6 +33,7 @@ from mangonel.ids import ExecutorId
 from mangonel.scheduler.events import (
     Command,
     DeclareExecutorLost,
+    ExecutorDraining,
     ExecutorLost,
     ExecutorStreamReopened,
     HealthChange,
@@ -44,6 +45,7 @@ from mangonel.scheduler.events import (
 from mangonel.scheduler.registry import ExecutorListing
 from mangonel.scheduler.service_status import executor_status
 from mangonel.scheduler.state import JobState
+from mangonel.scheduler.state_stages import PENDING
 from mangonel.task import (
     CancelTask,
     OutputKind,
@@ -79,6 +81,20 @@ def test_a_moved_stream_gets_again_the_launches_the_executor_never_had() -> None
     # Nothing changed hands: e2 still runs both, no attempt was charged.
     assert h.state._executors.live(E2).running == {att(1, 1), att(1, 3)}
     assert h.state._executors.live(E2).streams_moved == 1
+
+
+def test_a_draining_executor_gets_no_launch_again_its_lost_launch_goes_elsewhere() -> None:
+    # e2 drains, then its stream moves: p3's launch never reached it. A draining
+    # executor starts nothing new, so p3 goes back to pending, uncharged, and
+    # runs on e1 once a slot is free there (found by the simulation, seed 1000058).
+    h = two_running()
+    h.send(ExecutorDraining, E2)
+    cmds = h.send(ExecutorStreamReopened, E2, frozenset({att(1, 1)}), frozenset())
+    assert launches(cmds) == [] and len(moved(cmds)) == 1
+    assert h.state._executors.live(E2).running == {att(1, 1)}
+    task = h.state._jobs[J1].task(att(1, 3).task)
+    assert task is not None and task.failures == 0 and task.state == PENDING
+    assert launches(h.complete(att(1, 0), E1)) == [("e1", "j1/s1/p3/a1")]
 
 
 def test_an_attempt_finished_on_its_way_to_being_reported_is_not_launched_again() -> None:

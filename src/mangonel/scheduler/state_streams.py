@@ -14,7 +14,9 @@ says which attempts it holds and which it finished lately. The rule here:
 * every attempt the scheduler counts as running there that the executor
   neither holds nor finished lately is launched again, with the same attempt
   id (a launch lost in the cut, or still stuck in it: the executor ignores an
-  attempt it knows, so a launch that arrives twice runs once);
+  attempt it knows, so a launch that arrives twice runs once); on a draining
+  executor, which starts nothing new, it goes back to pending instead,
+  uncharged (a copy is dropped);
 * every attempt the executor holds that the scheduler does not count as
   running there is cancelled (a cancel lost in the cut);
 * the files of every job it has files of (``held_jobs``) that ended are
@@ -41,7 +43,8 @@ from mangonel.scheduler.events import (
 from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry
 from mangonel.scheduler.state_jobs import JobRecord
 from mangonel.scheduler.state_recovery import Step
-from mangonel.scheduler.state_stages import Running
+from mangonel.scheduler.state_stages import Running, TaskRecord
+from mangonel.scheduler.state_views import ExecutorState
 from mangonel.task import CancelTask, LaunchTask
 
 
@@ -57,6 +60,13 @@ class Streams:
             self, executor: ExecutorId, jobs: tuple[JobId, ...], step: Step
         ) -> None: ...
 
+        # ``state_recovery``'s.
+        def _requeue(
+            self, task: TaskRecord, executor: ExecutorId, error: str, *, charge: bool
+        ) -> bool: ...
+
+        def _cancel_copy(self, task: TaskRecord, step: Step) -> None: ...
+
     def _stream_reopened(self, event: ExecutorStreamReopened, step: Step) -> None:
         rec = self._executors.live(event.executor)
         if rec is None or rec.awaiting or rec.stream == 0:
@@ -66,7 +76,12 @@ class Streams:
         known = event.holding | event.finished
         resent = [a for a in sorted(rec.running, key=str) if a not in known]
         for attempt in resent:
-            self._launch_again(rec, attempt, step)
+            if rec.state is ExecutorState.DRAINING:
+                # A draining executor starts nothing new: the launch lost in the
+                # cut goes elsewhere (it never ran there, so it is not charged).
+                self._take_back(rec, attempt, step)
+            else:
+                self._launch_again(rec, attempt, step)
         stray = sorted((a for a in event.holding if a not in rec.running), key=str)
         for attempt in stray:
             step.commands.append(CancelTask(step.cause, rec.id, attempt))
@@ -84,6 +99,21 @@ class Streams:
             f"{released} ended job(s)' files released"
         )
         step.commands.append(LogExecutorHealth(step.cause, HealthChange.STREAM_MOVED, rec.id, why))
+
+    def _take_back(self, rec: ExecutorRecord, attempt: TaskAttemptId, step: Step) -> None:
+        """``attempt``, recorded running on ``rec`` but never arrived there, ends
+        uncharged: its task goes back to pending (or on with a copy elsewhere),
+        or, a copy, is dropped; the slot is free."""
+        job = self._jobs.get(attempt.task.job)
+        task = job.task(attempt.task) if job is not None else None
+        if job is None or task is None:
+            return
+        why = f"its launch was lost in a cut of draining executor {rec.id}"
+        if isinstance(task.speculative, Running) and task.speculative.attempt == attempt:
+            self._cancel_copy(task, step)
+        elif isinstance(task.state, Running) and task.state.attempt == attempt:
+            self._requeue(task, rec.id, why, charge=False)
+            self._executors.stop(rec.id, attempt)
 
     def _launch_again(self, rec: ExecutorRecord, attempt: TaskAttemptId, step: Step) -> None:
         """Launch ``attempt`` on ``rec`` again, as it is recorded running there."""
