@@ -394,10 +394,11 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
             isinstance(c, RefuseHeartbeat) for c in commands
         ):
             return None  # a heartbeat, a quiet tick, a loss already known
-        if isinstance(event, ExecutorStreamReopened):
+        if isinstance(event, ExecutorStreamReopened) and not step.any_job:
             # It changes no job but the ones whose files the executor has, which
             # now count it among those that ran them (``_release_ended``): the
-            # launches it sends again were recorded already.
+            # launches it sends again were recorded already. (A launch it takes
+            # back from an executor that takes no task sets ``any_job``.)
             held = [j for j in event.held_jobs if j in self._jobs or j in self._finished]
             named = (j for j in map(_job_of, commands) if j is not None)
             return list(dict.fromkeys([*held, *named]))

@@ -202,9 +202,14 @@ class ExecutorRecord:
         """Whether it is given new tasks when a slot of it is free: it would
         (``would_take_tasks``), and is not marked behind a slow link while the
         marks hold (``ExecutorRegistry.marks_hold``)."""
-        return self.would_take_tasks and not (
-            type(self.link) is LinkMarked and self.registry is not None and self.registry.marks_hold
-        )
+        return self.would_take_tasks and not self.marked
+
+    @property
+    def marked(self) -> bool:
+        """Whether it is marked behind a slow link while the marks hold: no job
+        places a task on it (``state_link_marks``)."""
+        registry = self.registry
+        return type(self.link) is LinkMarked and registry is not None and registry.marks_hold
 
     @property
     def would_take_tasks(self) -> bool:

@@ -14,8 +14,10 @@ says which attempts it holds and which it finished lately. The rule here:
 * every attempt the scheduler counts as running there that the executor
   neither holds nor finished lately is launched again, with the same attempt
   id (a launch lost in the cut, or still stuck in it: the executor ignores an
-  attempt it knows, so a launch that arrives twice runs once); on a draining
-  executor, which starts nothing new, it goes back to pending instead,
+  attempt it knows, so a launch that arrives twice runs once); on an executor
+  no task may be placed on now (draining, excluded, unhealthy, marked behind a
+  slow link), or while an input of its stage is being made again (its spec,
+  written anew, would name too few), it goes back to pending instead,
   uncharged (a copy is dropped);
 * every attempt the executor holds that the scheduler does not count as
   running there is cancelled (a cancel lost in the cut);
@@ -43,7 +45,7 @@ from mangonel.scheduler.events import (
 from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry
 from mangonel.scheduler.state_jobs import JobRecord
 from mangonel.scheduler.state_recovery import Step
-from mangonel.scheduler.state_stages import Running, TaskRecord
+from mangonel.scheduler.state_stages import Running, StageState, TaskRecord
 from mangonel.scheduler.state_views import ExecutorState
 from mangonel.task import CancelTask, LaunchTask
 
@@ -75,13 +77,21 @@ class Streams:
         self._executors.stream_moved(rec, event.event_id)
         known = event.holding | event.finished
         resent = [a for a in sorted(rec.running, key=str) if a not in known]
+        # An executor that no task may be placed on now (draining, excluded,
+        # unhealthy, marked behind a slow link) starts nothing new: a launch
+        # lost in the cut goes elsewhere (it never ran there: not charged).
+        # Its silence is over (it is heard), so a suspicion or a lag is no bar.
+        placeable = (
+            rec.state is ExecutorState.ALIVE
+            and rec.excluded_until is None
+            and not rec.unhealthy
+            and not rec.marked
+        )
         for attempt in resent:
-            if rec.state is ExecutorState.DRAINING:
-                # A draining executor starts nothing new: the launch lost in the
-                # cut goes elsewhere (it never ran there, so it is not charged).
-                self._take_back(rec, attempt, step)
-            else:
+            if placeable and self._runnable(attempt):
                 self._launch_again(rec, attempt, step)
+            else:
+                self._take_back(rec, attempt, step)
         stray = sorted((a for a in event.holding if a not in rec.running), key=str)
         for attempt in stray:
             step.commands.append(CancelTask(step.cause, rec.id, attempt))
@@ -100,6 +110,18 @@ class Streams:
         )
         step.commands.append(LogExecutorHealth(step.cause, HealthChange.STREAM_MOVED, rec.id, why))
 
+    def _runnable(self, attempt: TaskAttemptId) -> bool:
+        """Whether every input of ``attempt``'s stage is there now. A launch sent
+        again is written anew, with the inputs there are: while one is being
+        made again (a reader's fetch failed meanwhile), it would name too few,
+        and the attempt would read too little (simulation seed 1004598: a wrong
+        answer; as for a copy, ``Placement._copyable``)."""
+        job = self._jobs.get(attempt.task.job)
+        if job is None:
+            return False
+        live = job.usable(self._executors.is_live)
+        return job.stage_state(attempt.task.stage, live) is StageState.RUNNABLE
+
     def _take_back(self, rec: ExecutorRecord, attempt: TaskAttemptId, step: Step) -> None:
         """``attempt``, recorded running on ``rec`` but never arrived there, ends
         uncharged: its task goes back to pending (or on with a copy elsewhere),
@@ -108,12 +130,13 @@ class Streams:
         task = job.task(attempt.task) if job is not None else None
         if job is None or task is None:
             return
-        why = f"its launch was lost in a cut of draining executor {rec.id}"
+        why = f"its launch was lost in a cut of executor {rec.id}, and cannot be sent again now"
         if isinstance(task.speculative, Running) and task.speculative.attempt == attempt:
             self._cancel_copy(task, step)
         elif isinstance(task.state, Running) and task.state.attempt == attempt:
             self._requeue(task, rec.id, why, charge=False)
             self._executors.stop(rec.id, attempt)
+            step.any_job = True  # no command names the job: the store must still see it
 
     def _launch_again(self, rec: ExecutorRecord, attempt: TaskAttemptId, step: Step) -> None:
         """Launch ``attempt`` on ``rec`` again, as it is recorded running there."""
