@@ -1165,13 +1165,13 @@ class ClusterSim:
         """Faults stop: links heal, processes thaw or start again, the scheduler returns."""
         self.cut.clear()
         self.task_fault_until = 0.0
+        for stream in self.streams.values():
+            stream.held_until = 0.0
         for proc in list(self.procs.values()):
             proc.slow_until = 0.0
             proc.link_slow_until = 0.0
             if proc.stream is not None:
                 proc.stream.held_until = 0.0
-        for stream in self.streams.values():
-            stream.held_until = 0.0
             proc.disk_full_next = False
             proc.rate = 1.0
             proc.register_twice = False
