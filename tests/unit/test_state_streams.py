@@ -94,6 +94,7 @@ def test_a_draining_executor_gets_no_launch_again_its_lost_launch_goes_elsewhere
     h.send(ExecutorDraining, E2)
     cmds = h.send(ExecutorStreamReopened, E2, frozenset({att(1, 1)}), frozenset())
     assert launches(cmds) == [] and len(moved(cmds)) == 1
+    assert "0 launch(es) sent again, 1 taken back" in moved(cmds)[0].detail
     assert J1 in h.state.touched_jobs()  # no command names it: the store must see it
     assert h.state._executors.live(E2).running == {att(1, 1)}
     task = h.state._jobs[J1].task(att(1, 3).task)

@@ -2,9 +2,10 @@
 
 On a ``Tick`` (``Health._tick``): exclusions that are over end, the failure
 detector's judgement (``state_liveness.judge``) is logged and its losses are
-handed to ``state_recovery``, as are suspected and quarantined executors'
-needed outputs (made again early, unless the scheduler takes itself for cut
-off); executors that
+handed to ``state_recovery``; a silent executor that work waits on is
+suspected sooner (``state_liveness.hedge``, with what that work costs:
+``_waiting_on``); suspected and quarantined executors' needed outputs are made
+again early, unless the scheduler takes itself for cut off; executors that
 opened no stream in time are written off, unread results expire, and jobs
 waiting with no executor alive for ``Limits.no_executor_grace_s`` fail. After
 every event, draining executors with nothing left to do are let go

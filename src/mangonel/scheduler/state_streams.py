@@ -87,11 +87,13 @@ class Streams:
             and not rec.unhealthy
             and not rec.marked
         )
+        taken_back = 0
         for attempt in resent:
             if placeable and self._runnable(attempt):
                 self._launch_again(rec, attempt, step)
             else:
                 self._take_back(rec, attempt, step)
+                taken_back += 1
         stray = sorted((a for a in event.holding if a not in rec.running), key=str)
         for attempt in stray:
             step.commands.append(CancelTask(step.cause, rec.id, attempt))
@@ -105,7 +107,8 @@ class Streams:
         released = len(step.commands) - released
         why = (
             f"its link came back after failed heartbeats; the old stream closed, "
-            f"{len(resent)} launch(es) sent again, {len(stray)} stray attempt(s) cancelled, "
+            f"{len(resent) - taken_back} launch(es) sent again, {taken_back} taken back, "
+            f"{len(stray)} stray attempt(s) cancelled, "
             f"{released} ended job(s)' files released"
         )
         step.commands.append(LogExecutorHealth(step.cause, HealthChange.STREAM_MOVED, rec.id, why))
