@@ -689,10 +689,9 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
             )
             for o in sorted(event.outputs, key=_BY_PARTITION)
         )
-        task.move(
-            Done(event.attempt, event.executor, outputs, duration=max(0.0, step.now - started))
-        )
-        self._recent_runs.append(max(0.0, step.now - started))
+        duration = max(0.0, step.now - started)
+        task.move(Done(event.attempt, event.executor, outputs, duration=duration))
+        self._recent_runs.append(duration)
         job.store_misses = 0
         self._executors.stop(event.executor, event.attempt)
         if self.limits.speculation:
