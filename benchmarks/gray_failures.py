@@ -21,7 +21,7 @@ namespaces), as the ``tests/multihost`` suite does.
 
 Usage::
 
-    sudo .venv/bin/python benchmarks/gray_failures.py [--scale 1] [--repeat 3]
+    sudo .venv/bin/python benchmarks/gray_failures.py [--scale 1] [--repeat 3] [--cases flapping]
 """
 
 from __future__ import annotations
@@ -90,6 +90,149 @@ class Runner:
         return answer
 
 
+def slow_link(cluster: NetCluster, r: Runner, args: argparse.Namespace) -> dict[str, Any]:
+    """q9 and q18 healthy, then with executor 0's link at 20 mbit."""
+    slow: dict[str, Any] = {}
+    for q in (9, 18):
+        healthy = [r.run(q).elapsed_s for _ in range(args.repeat)]
+        before, recomputed = lost(cluster), 0
+        cluster.lab.slow(cluster.executor_hosts[0], "20mbit")
+        try:
+            runs = []
+            for _ in range(args.repeat):
+                a = r.run(q)
+                runs.append(a.elapsed_s)
+                recomputed += a.result.outputs_recomputed
+        finally:
+            cluster.lab.heal(cluster.executor_hosts[0])
+        h, s = statistics.median(healthy), statistics.median(runs)
+        slow[f"q{q}"] = {
+            "healthy_s": h,
+            "slow_s": s,
+            "ratio": s / h,
+            "lost": lost(cluster) - before,
+            "recomputed": recomputed,
+        }
+        print(
+            f"slow link q{q}: {s:.2f} s at 20 mbit vs {h:.2f} s healthy "
+            f"({s / h:.2f}x), lost {lost(cluster) - before:g}, recomputed {recomputed}"
+        )
+    time.sleep(2.0)
+    return slow
+
+
+def flapping(cluster: NetCluster, r: Runner, args: argparse.Namespace) -> dict[str, Any]:
+    """Executor 1's port cut 1.5 s and healed 1.5 s, for 20 s, while q9 runs
+    again and again. Each run's start is kept against the flaps: which cut or
+    heal a slow run met says which rule it waited for."""
+    healthy9 = statistics.median([r.run(9).elapsed_s for _ in range(args.repeat)])
+    before = lost(cluster)
+    stop = threading.Event()
+    began = time.time()
+    flaps: list[tuple[float, str]] = []
+
+    def flap() -> None:
+        while time.time() < began + 20.0 and not stop.is_set():
+            flaps.append((time.time() - began, "cut"))
+            cluster.lab.cut(cluster.executor_hosts[1])
+            time.sleep(1.5)
+            flaps.append((time.time() - began, "heal"))
+            cluster.lab.heal(cluster.executor_hosts[1])
+            time.sleep(1.5)
+
+    flapper = threading.Thread(target=flap, daemon=True)
+    flapper.start()
+    runs: list[float] = []
+    starts: list[float] = []
+    try:
+        while flapper.is_alive():
+            starts.append(time.time() - began)
+            runs.append(r.run(9).elapsed_s)
+    finally:
+        stop.set()
+        flapper.join()
+        cluster.lab.heal(cluster.executor_hosts[1])
+    slow = []
+    for start, run in zip(starts, runs, strict=True):
+        if run > 2 * healthy9:
+            met = [f"{kind} at {t:.2f} s" for t, kind in flaps if start - 1.5 < t < start + run]
+            slow.append({"start_s": start, "run_s": run, "met": met})
+    print(
+        f"flapping 1.5 s for 20 s: {len(runs)} q9 runs, {min(runs):.2f}-{max(runs):.2f} s "
+        f"vs {healthy9:.2f} s healthy (worst {max(runs) / healthy9:.2f}x), "
+        f"lost {lost(cluster) - before:g}"
+    )
+    for s in slow:
+        print(f"  {s['run_s']:.2f} s from {s['start_s']:.2f} s; flaps: {', '.join(s['met'])}")
+    out = {
+        "healthy_s": healthy9,
+        "runs_s": runs,
+        "starts_s": starts,
+        "flaps": flaps,
+        "over_2x": slow,
+        "worst_ratio": max(runs) / healthy9,
+        "lost": lost(cluster) - before,
+    }
+    cluster.wait_for_executors(3, 60)
+    time.sleep(25.0)  # a ping the flaps held may still break a stream: let it
+    return out
+
+
+def scheduler_cut(cluster: NetCluster, r: Runner, args: argparse.Namespace) -> dict[str, Any]:
+    """The scheduler's link cut for 6 s, 0.3 s into q9."""
+    before = lost(cluster)
+    result: list[Answer] = []
+    query = threading.Thread(target=lambda: result.append(r.run(9)), daemon=True)
+    query.start()
+    time.sleep(0.3)  # q9 at SF1 takes about a second here: cut it mid-way
+    cluster.lab.cut(cluster.scheduler_host)
+    time.sleep(6.0)
+    cluster.lab.heal(cluster.scheduler_host)
+    healed = time.time()
+    query.join(120)
+    a = result[0]
+    print(
+        f"scheduler cut 6 s: answer {a.finished_at - healed:.2f} s after the heal, "
+        f"recomputed {a.result.outputs_recomputed}, lost {lost(cluster) - before:g}"
+    )
+    time.sleep(2.0)
+    return {
+        "heal_to_answer_s": a.finished_at - healed,
+        "recomputed": a.result.outputs_recomputed,
+        "lost": lost(cluster) - before,
+        "finished_before_heal": a.finished_at < healed,
+    }
+
+
+def silent_cut(cluster: NetCluster, r: Runner, args: argparse.Namespace) -> dict[str, Any]:
+    """Executor 2's port cut while idle: when the scheduler's log says it is
+    suspected, and lost."""
+    victim = cluster.wait_for_executors(3)[2]
+    cut = time.time()  # before the command: the times below are upper bounds
+    cluster.lab.cut(cluster.executor_hosts[2])
+    suspected = gone = None
+    assert cluster.scheduler is not None
+    while time.time() - cut < 60 and gone is None:
+        # The scheduler's log says when (its clock is this machine's).
+        log = cluster.scheduler.log_path.read_text()
+        suspected = suspected or logged_at(log, rf"executor {victim} suspected", cut)
+        gone = logged_at(log, rf"executor {victim} lost", cut)
+        time.sleep(0.2)
+    suspected = suspected - cut if suspected else None
+    gone = gone - cut if gone else None
+    cluster.lab.heal(cluster.executor_hosts[2])
+    print(f"silent cut: suspected after {suspected:.2f} s, lost after {gone:.2f} s")
+    return {"suspected_s": suspected, "lost_s": gone}
+
+
+CASES = {
+    "slow_link": slow_link,
+    "flapping": flapping,
+    "scheduler_cut": scheduler_cut,
+    "silent_cut": silent_cut,
+}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (1)")
@@ -98,7 +241,15 @@ def main() -> int:
     parser.add_argument("--fetch-timeout", type=float, default=4.0, help="seconds (4)")
     parser.add_argument("--work-dir", help="the lab's directory (default: a temporary one)")
     parser.add_argument("--json", help="also write the results here")
+    parser.add_argument(
+        "--cases",
+        default=",".join(CASES),
+        help=f"which cases to run, comma-separated (all: {','.join(CASES)})",
+    )
     args = parser.parse_args()
+    cases = {c.strip() for c in args.cases.split(",") if c.strip()}
+    if not cases <= set(CASES):
+        parser.error(f"unknown case(s) {sorted(cases - set(CASES))}; known: {', '.join(CASES)}")
     problem = NetLab.unavailable()
     if problem is not None:
         print(f"needs network namespaces: {problem}", file=sys.stderr)
@@ -123,113 +274,9 @@ def main() -> int:
             r.run(q)  # warm
         time.sleep(2.0)
 
-        # ------------------------------------------------------------ slow link
-        slow: dict[str, Any] = {}
-        for q in (9, 18):
-            healthy = [r.run(q).elapsed_s for _ in range(args.repeat)]
-            before, recomputed = lost(cluster), 0
-            cluster.lab.slow(cluster.executor_hosts[0], "20mbit")
-            try:
-                runs = []
-                for _ in range(args.repeat):
-                    a = r.run(q)
-                    runs.append(a.elapsed_s)
-                    recomputed += a.result.outputs_recomputed
-            finally:
-                cluster.lab.heal(cluster.executor_hosts[0])
-            h, s = statistics.median(healthy), statistics.median(runs)
-            slow[f"q{q}"] = {
-                "healthy_s": h,
-                "slow_s": s,
-                "ratio": s / h,
-                "lost": lost(cluster) - before,
-                "recomputed": recomputed,
-            }
-            print(
-                f"slow link q{q}: {s:.2f} s at 20 mbit vs {h:.2f} s healthy "
-                f"({s / h:.2f}x), lost {lost(cluster) - before:g}, recomputed {recomputed}"
-            )
-        out["slow_link"] = slow
-        time.sleep(2.0)
-
-        # ------------------------------------------------------------- flapping
-        healthy9 = statistics.median([r.run(9).elapsed_s for _ in range(args.repeat)])
-        before = lost(cluster)
-        stop = threading.Event()
-
-        def flap() -> None:
-            end = time.time() + 20.0
-            while time.time() < end and not stop.is_set():
-                cluster.lab.cut(cluster.executor_hosts[1])
-                time.sleep(1.5)
-                cluster.lab.heal(cluster.executor_hosts[1])
-                time.sleep(1.5)
-
-        flapper = threading.Thread(target=flap, daemon=True)
-        flapper.start()
-        runs = []
-        try:
-            while flapper.is_alive():
-                runs.append(r.run(9).elapsed_s)
-        finally:
-            stop.set()
-            flapper.join()
-            cluster.lab.heal(cluster.executor_hosts[1])
-        out["flapping"] = {
-            "healthy_s": healthy9,
-            "runs_s": runs,
-            "worst_ratio": max(runs) / healthy9,
-            "lost": lost(cluster) - before,
-        }
-        print(
-            f"flapping 1.5 s for 20 s: {len(runs)} q9 runs, {min(runs):.2f}-{max(runs):.2f} s "
-            f"vs {healthy9:.2f} s healthy (worst {max(runs) / healthy9:.2f}x), "
-            f"lost {lost(cluster) - before:g}"
-        )
-        cluster.wait_for_executors(3, 60)
-        time.sleep(25.0)  # a ping the flaps held may still break a stream: let it
-        before = lost(cluster)
-
-        # -------------------------------------------------------- scheduler cut
-        result: list[Answer] = []
-        query = threading.Thread(target=lambda: result.append(r.run(9)), daemon=True)
-        query.start()
-        time.sleep(0.3)  # q9 at SF1 takes about a second here: cut it mid-way
-        cluster.lab.cut(cluster.scheduler_host)
-        time.sleep(6.0)
-        cluster.lab.heal(cluster.scheduler_host)
-        healed = time.time()
-        query.join(120)
-        a = result[0]
-        out["scheduler_cut"] = {
-            "heal_to_answer_s": a.finished_at - healed,
-            "recomputed": a.result.outputs_recomputed,
-            "lost": lost(cluster) - before,
-            "finished_before_heal": a.finished_at < healed,
-        }
-        print(
-            f"scheduler cut 6 s: answer {a.finished_at - healed:.2f} s after the heal, "
-            f"recomputed {a.result.outputs_recomputed}, lost {lost(cluster) - before:g}"
-        )
-        time.sleep(2.0)
-
-        # ----------------------------------------------------------- silent cut
-        victim = cluster.wait_for_executors(3)[2]
-        cut = time.time()  # before the command: the times below are upper bounds
-        cluster.lab.cut(cluster.executor_hosts[2])
-        suspected = gone = None
-        assert cluster.scheduler is not None
-        while time.time() - cut < 60 and gone is None:
-            # The scheduler's log says when (its clock is this machine's).
-            log = cluster.scheduler.log_path.read_text()
-            suspected = suspected or logged_at(log, rf"executor {victim} suspected", cut)
-            gone = logged_at(log, rf"executor {victim} lost", cut)
-            time.sleep(0.2)
-        suspected = suspected - cut if suspected else None
-        gone = gone - cut if gone else None
-        cluster.lab.heal(cluster.executor_hosts[2])
-        out["silent_cut"] = {"suspected_s": suspected, "lost_s": gone}
-        print(f"silent cut: suspected after {suspected:.2f} s, lost after {gone:.2f} s")
+        for name in CASES:
+            if name in cases:
+                out[name] = CASES[name](cluster, r, args)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))
     return 0

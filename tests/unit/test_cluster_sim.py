@@ -228,8 +228,9 @@ class _NoReleaseOnMove(SchedulerState):
 def test_what_a_moved_stream_left_behind_is_released_by_the_move() -> None:
     # A moved stream's old one is closed with what it still carried: here a
     # release of a job that ended while the link was down. Without the release
-    # on the move (``state_streams``), its files outlive the run.
-    config = SimConfig(seed=4, faults=HEARTBEAT_FAULTS, jobs=4)
+    # on the move (``state_streams``), its files outlive the run. (A seed where
+    # that happens: the first of 0-79 since relapses are suspected sooner.)
+    config = SimConfig(seed=17, faults=HEARTBEAT_FAULTS, jobs=4)
     without = run(config, scheduler=_NoReleaseOnMove)
     assert without.violation is not None
     assert without.violation.invariant == "outputs-released"

@@ -34,7 +34,7 @@ them:
 What else the shell keeps is I/O: the lock, each executor's command queue
 (``registry.ExecutorEntry``), each job's watchers' record (``jobs.JobWatch``:
 a condition variable, a copy of the state machine's view, SQL text, timing),
-the store writer, the ticker thread (a ``Tick`` every ``tick_interval_s``), and
+the store writer, the ticker thread (a ``Tick`` every ``CoreConfig.tick_s``), and
 ``telemetry``, which observes the events and commands for the web UI and
 /metrics. Whether a task's report counts for telemetry is the state machine's
 rule (``is_current``), and which jobs an event touched, for the store, its answer
@@ -170,6 +170,10 @@ SLOW_COMMIT_S = 0.05
 own (the median on this project's machines is well under a millisecond with SQLite,
 with a tail of 10 to 190 ms on their virtual disks)."""
 
+MAX_TICK_S = 0.25
+"""The longest wait between two ``Tick`` events (``CoreConfig.tick_s``): a
+quarter of a second, as with the 10 s default heartbeat timeout."""
+
 _LIVE = (ExecutorState.ALIVE, ExecutorState.DRAINING)
 
 
@@ -220,7 +224,11 @@ class CoreConfig:
             (``plan.planner.PlanCache``); 0 plans every query afresh.
         limits: Given to the state machine (timeouts, retries, results'
             time-to-live); the shell reads the heartbeat timeout.
-        tick_interval_s: How often time passes for the state machine.
+        tick_interval_s: How often time passes for the state machine; by
+            default (``None``) half a heartbeat interval, at most
+            ``MAX_TICK_S``: the silences judged on a ``Tick`` are counted in
+            beats, and a tick of 0.25 s was most of a beat of 0.15 s (the
+            3 s timeout of the gray-failure lab), late on every suspicion.
         keep_jobs: Finished jobs kept for the status views (by the state
             machine) and in the attempt history (by telemetry).
     """
@@ -228,7 +236,7 @@ class CoreConfig:
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     plan_cache: int = defaults.PLAN_CACHE
     limits: Limits = field(default_factory=Limits)
-    tick_interval_s: float = 0.25
+    tick_interval_s: float | None = None
     keep_jobs: int = defaults.KEEP_JOBS
     warehouse: str = ""
     """Where ``CREATE TABLE AS`` writes its tables (``scheduler.writes``); empty:
@@ -239,6 +247,13 @@ class CoreConfig:
     @property
     def heartbeat_interval_s(self) -> float:
         return self.limits.heartbeat_interval_s
+
+    @property
+    def tick_s(self) -> float:
+        """Seconds between two ``Tick`` events (``tick_interval_s``)."""
+        if self.tick_interval_s is not None:
+            return self.tick_interval_s
+        return min(MAX_TICK_S, self.limits.heartbeat_interval_s / 2)
 
 
 class SchedulerCore:
@@ -370,7 +385,7 @@ class SchedulerCore:
         return record.plan.final.id
 
     def _tick_loop(self) -> None:
-        while not self._stop.wait(self.config.tick_interval_s):
+        while not self._stop.wait(self.config.tick_s):
             try:
                 self._emit(lambda eid, now: Tick(eid, now))
             except Exception:  # the ticker must survive a bug in one tick

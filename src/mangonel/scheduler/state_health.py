@@ -182,12 +182,18 @@ class Health:
         """``LogExecutorHealth`` for what ``state_liveness.judge`` changed."""
         cause, now = step.cause, step.now
         for rec in judged.suspected:
-            why = f"silent for {now - rec.last_heartbeat:.1f} s" + (
-                f"; {rec.arrivals.evidence(now, rec.last_heartbeat)}" if rec.arrivals else ""
-            )
+            why = f"silent for {now - rec.last_heartbeat:.1f} s"
+            if rec.id in judged.relapsed:
+                why += (
+                    f" while the others were heard, {now - rec.gaps[-1]:.1f} s after a long "
+                    "silence ended (silent again so soon: a flapping link, likelier cut than slow)"
+                )
+            if rec.arrivals:
+                why += f"; {rec.arrivals.evidence(now, rec.last_heartbeat)}"
             step.commands.append(LogExecutorHealth(cause, HealthChange.SUSPECTED, rec.id, why))
         for rec in judged.quarantined:
-            why = f"{rec.quarantine}; until {rec.quarantined_until}"
+            assert rec.quarantined_until is not None
+            why = f"{rec.quarantine}; for {rec.quarantined_until - now:.0f} s"
             step.commands.append(LogExecutorHealth(cause, HealthChange.QUARANTINED, rec.id, why))
         if judged.isolation_began:
             why = (

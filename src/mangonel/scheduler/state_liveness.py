@@ -5,7 +5,7 @@ Pure rules over the executor registry that ``SchedulerState`` applies on each
 detector (``scheduler.detector``), fed by each executor's heartbeats::
 
       ALIVE (trusted) ── phi >= suspect_phi, ──▶ suspected ── silence past the ──▶ LOST
-         ▲   ▲           or hedge()                │        heartbeat timeout
+         ▲   ▲           hedge() or a relapse      │        heartbeat timeout
          │   └────── heard from again ─────────────┘        (evidence logged)
          │
          │   FLAP_GAPS long silences within FLAP_WINDOW_S (suspected or not)
@@ -23,6 +23,11 @@ detector (``scheduler.detector``), fed by each executor's heartbeats::
   its again if it is heard first. A word from it (a heartbeat, a report)
   clears the suspicion. Work waiting on a silent executor makes it suspected
   sooner (``hedge``): once the silence has cost as long as redoing the work.
+  So does a *relapse*: an executor that falls silent again within
+  ``FLAP_WINDOW_S`` of a long silence is suspected after ``relapse_bar``
+  (2.5 beats), not the late bar nor phi: its link was just down, so a new
+  silence is likelier a cut than a delay, and a suspicion costs copies, never
+  a loss.
 * **Lost** only if the silence lasts: ``Limits.heartbeat_timeout_s``.
 * **Quarantined**: a host whose link flaps falls silent again and again; lost
   and registered anew each time, it would throw its outputs away with every
@@ -77,6 +82,7 @@ __all__ = [
     "hedge",
     "late_bar",
     "late_beats",
+    "relapse_bar",
     "observe_running",
 ]
 
@@ -113,6 +119,14 @@ LATE_BEATS = 3
 
 LATE_FLOOR_S = 0.5
 
+RELAPSE_BEATS = 2.5
+"""An executor with a long silence in its last ``FLAP_WINDOW_S`` is suspected
+after this many heartbeat intervals of a new silence (``relapse_bar``), and at
+least ``RELAPSE_FLOOR_S``: more than one beat missed, with half a beat for
+jitter (a saturated CPU that delays a beat now and then suspects no one)."""
+
+RELAPSE_FLOOR_S = 0.25
+
 ISOLATION_SHARE = 0.75
 """Share of the live executors (at least two) suspected at once that makes the
 scheduler take itself for the one cut off."""
@@ -139,6 +153,8 @@ class Judgement:
     before the isolation held up the query 1.2 s after the heal)."""
     isolation_began: bool = False
     isolation_ended: bool = False
+    relapsed: set[ExecutorId] = field(default_factory=set)
+    """Those of ``suspected`` suspected for a relapse (``relapse_bar``)."""
 
 
 def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
@@ -152,6 +168,7 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
     timeout = limits.heartbeat_timeout_s
     interval_s = registry.heartbeat_interval_s
     judged = [r for r in registry.live_records() if not r.awaiting]
+    relapse = relapse_bar(limits)
     for rec in judged:
         if rec.gaps and now - rec.gaps[0] >= FLAP_WINDOW_S:
             rec.gaps = [t for t in rec.gaps if now - t < FLAP_WINDOW_S]
@@ -167,6 +184,16 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
         if window.phi(now, rec.last_heartbeat) >= limits.suspect_phi:
             rec.suspected_since = now
             out.suspected.append(rec)
+        elif (
+            rec.gaps
+            and rec.quarantined_until is None  # no task goes to it; its outputs moved
+            and not math.isinf(limits.suspect_phi)
+            and now - rec.last_heartbeat > relapse
+            and _others_heard(judged, rec, rec.last_heartbeat + relapse)
+        ):
+            rec.suspected_since = now
+            out.suspected.append(rec)
+            out.relapsed.add(rec.id)
     suspected = sum(1 for r in judged if r.suspected_since is not None)
     share = math.ceil(ISOLATION_SHARE * len(judged))
     out.isolated = len(judged) >= 2 and suspected >= share
@@ -329,10 +356,23 @@ def hedge(
             continue
         if now - rec.last_heartbeat < max(bar, cost):
             continue
-        others = [r for r in judged if r is not rec]
-        heard = sum(1 for r in others if r.last_heartbeat >= rec.last_heartbeat + bar)
-        if 2 * heard <= len(others):
+        if not _others_heard(judged, rec, rec.last_heartbeat + bar):
             continue
         rec.suspected_since = now
         out.append(rec)
     return out
+
+
+def relapse_bar(limits: Limits) -> float:
+    """Seconds of silence after which an executor that was silent long within
+    ``FLAP_WINDOW_S`` is suspected (``judge``)."""
+    return max(RELAPSE_FLOOR_S, RELAPSE_BEATS * limits.heartbeat_interval_s)
+
+
+def _others_heard(judged: Iterable[ExecutorRecord], rec: ExecutorRecord, since: float) -> bool:
+    """Whether most of the executors other than ``rec`` were heard at ``since``
+    or later: a cut of the scheduler's own link silences everyone at once, and
+    work moved then would sit on the others' streams as cut as ``rec``'s."""
+    others = [r for r in judged if r is not rec]
+    heard = sum(1 for r in others if r.last_heartbeat >= since)
+    return 2 * heard > len(others)
