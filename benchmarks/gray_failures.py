@@ -51,6 +51,7 @@ from helpers import (  # noqa: E402  (the test helpers live outside the package)
     tpch_query,
 )
 
+from mangonel.scheduler.state_liveness import FLAP_WINDOW_S  # noqa: E402
 from mangonel.testing.netclient import Answer  # noqa: E402
 from mangonel.testing.netcluster import NetCluster  # noqa: E402
 from mangonel.testing.netlab import NetLab  # noqa: E402
@@ -206,7 +207,10 @@ def scheduler_cut(cluster: NetCluster, r: Runner, args: argparse.Namespace) -> d
 
 def silent_cut(cluster: NetCluster, r: Runner, args: argparse.Namespace) -> dict[str, Any]:
     """Executor 2's port cut while idle: when the scheduler's log says it is
-    suspected, and lost."""
+    suspected, and lost. After ``FLAP_WINDOW_S`` without a cut: a silence that
+    soon after another (the scheduler's cut before) is a relapse, suspected
+    sooner (``state_liveness.relapse_bar``), and this measures the detector."""
+    time.sleep(FLAP_WINDOW_S + 1.0)
     victim = cluster.wait_for_executors(3)[2]
     cut = time.time()  # before the command: the times below are upper bounds
     cluster.lab.cut(cluster.executor_hosts[2])

@@ -210,6 +210,7 @@ def test_heartbeats_count_running_attempts_and_failed_beats_and_their_rules_act(
         "rule:lagging",
         "rule:caught-up",
         "rule:hedged",
+        "rule:relapsed",
         "rule:quarantined",
         "rule:quarantine-moved",
         "rule:stream-moved",

@@ -566,3 +566,26 @@ def test_a_fetch_stuck_on_its_connection_is_tried_again_on_a_new_one(
         stuck.release.set()
         reader.close()
         print(f"stuck first call: answered after {took:.2f} s through {stuck.peers}")
+
+
+def test_a_fetch_given_up_leaves_its_connection_to_the_call_still_on_it(
+    writer: ShuffleWriter,
+) -> None:
+    # The first call is held (a peer cut off mid-fetch); its reader is
+    # cancelled. The slot's next fetch from that peer goes on a new connection
+    # (a new client port), not behind the call given up; the one after it
+    # keeps that new connection.
+    table = sample(1_000)
+    out = writer.write_table(attempt(), 0, table)
+    with _StuckFirst(table, hold_s=30.0) as stuck:
+        reader = ShuffleReader("host-b", retries=1, timeout_s=20.0)
+        threading.Timer(0.3, reader.cancel).start()
+        with pytest.raises(TaskCancelledError):
+            reader.read(location(out, f"127.0.0.1:{stuck.port}"))
+        reader.reset()
+        assert reader.read(location(out, f"127.0.0.1:{stuck.port}")).equals(table)
+        assert reader.read(location(out, f"127.0.0.1:{stuck.port}")).equals(table)
+        first, second, third = stuck.peers
+        assert second != first and third == second, stuck.peers
+        stuck.release.set()
+        reader.close()

@@ -313,20 +313,25 @@ def test_two_of_three_silent_is_not_the_schedulers_cut() -> None:
 
 
 def test_a_long_silence_does_not_teach_the_detector_to_tolerate_the_next() -> None:
-    # After the scheduler's 6 s cut, a silent e2 is suspected as soon as before:
-    # the cut's intervals count only up to the suspicion bar.
+    # After the scheduler's 6 s cut, the detector would suspect a silent e2 as
+    # soon as before: the cut's intervals count only up to the suspicion bar.
+    # (Within 20 s of that long silence, a relapse is suspected sooner still.)
     h = isolated_cluster()
     run(h, 20.0, lambda e, t: not 5.0 <= t < 11.0)
     h.complete(att(2, 0), E1)  # the job ends: nothing waits on e2 (no ``hedge``)
+    bar = h.state._executors.long_gap_s  # a regular executor's suspicion time
+    rec = h.state._executors.live(E2)
+    assert rec.arrivals is not None and rec.gaps
+    last = rec.last_heartbeat
+    assert rec.arrivals.phi(last + bar + TICK, last) >= h.state.limits.suspect_phi
     cmds = run(h, 30.0, lambda e, t: e != E2 or t < 20.0)
     (when,) = [
         t
         for t, c in cmds
         if isinstance(c, LogExecutorHealth)
         and c.executor == E2
-        and c.change is HealthChange.SUSPECTED
+        and c.change in (HealthChange.SUSPECTED, HealthChange.RELAPSED)
     ]
-    bar = h.state._executors.long_gap_s  # a regular executor's suspicion time
     assert when - 20.0 <= bar + 2 * TICK, (when, bar)
 
 
@@ -507,7 +512,7 @@ def suspicion(cmds: list[tuple[float, Command]], executor: ExecutorId) -> tuple[
         (t, c.detail)
         for t, c in cmds
         if isinstance(c, LogExecutorHealth)
-        and c.change in (HealthChange.SUSPECTED, HealthChange.HEDGED)
+        and c.change in (HealthChange.SUSPECTED, HealthChange.HEDGED, HealthChange.RELAPSED)
         and c.executor == executor
     )
 
@@ -610,6 +615,8 @@ def test_an_executor_silent_again_soon_after_a_long_silence_is_suspected_at_once
     assert bar == 2.5 * h.state.limits.heartbeat_interval_s
     assert bar < at - last <= bar + TICK, (at, last, why)
     assert "after a long silence ended" in why, why
+    changes = [c.change for _, c in cmds if isinstance(c, LogExecutorHealth)]
+    assert changes[0] is HealthChange.RELAPSED, changes
     # Heard again, trusted again; nothing lost. Outside the window of its long
     # silences (this one too: 2 s), the same silence is the detector's again.
     cmds += run(h, 12.0 + FLAP_WINDOW_S + 1.0, lambda e, t: True)

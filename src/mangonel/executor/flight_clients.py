@@ -4,7 +4,8 @@ reader's fetches and the link prober's probes each hold such a pool.
 A client is dropped (closed, made again on next use) after a call through it
 failed, so that a broken channel is not reused, and replaced by a new one when a
 fetch through it stalled (``renew``: its connection may be stuck behind a cut
-that healed); ``close`` closes them all.
+that healed), and forgotten when a fetch through it was given up (``forget``:
+the next call makes a new one); ``close`` closes them all.
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ class FlightClients:
         with self._lock:
             self._clients[address] = client
         return client
+
+    def forget(self, address: str) -> None:
+        """Forget the client of ``address``, not closed: a call still on it was
+        given up (its task cancelled, or it stalled) and goes on to its own
+        deadline. Its connection may be stuck behind a cut (TCP retransmits
+        what the call sent, backing off); the next call makes a new one
+        rather than queue behind it after the heal."""
+        with self._lock:
+            self._clients.pop(address, None)
 
     def drop(self, address: str) -> None:
         """Close and forget the client of ``address`` (a call through it failed)."""

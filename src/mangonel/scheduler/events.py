@@ -50,6 +50,10 @@ class HealthChange(enum.Enum):
     HEDGED = "suspected before the detector (work waits on it)"
     """Silent while the others are heard, for as long as redoing what waits on it
     takes (``state_liveness.hedge``): suspected, as above, before phi says so."""
+    RELAPSED = "suspected again soon after a long silence"
+    """Silent again for 2.5 beats within ``FLAP_WINDOW_S`` of a long silence,
+    while the others are heard (``state_liveness.judge``): suspected, as above,
+    before phi says so."""
     TRUSTED = "trusted again"
     """A suspected executor was heard from."""
     QUARANTINED = "quarantined"

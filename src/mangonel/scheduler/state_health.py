@@ -183,14 +183,16 @@ class Health:
         cause, now = step.cause, step.now
         for rec in judged.suspected:
             why = f"silent for {now - rec.last_heartbeat:.1f} s"
+            change = HealthChange.SUSPECTED
             if rec.id in judged.relapsed:
+                change = HealthChange.RELAPSED
                 why += (
                     f" while the others were heard, {now - rec.gaps[-1]:.1f} s after a long "
-                    "silence ended (silent again so soon: a flapping link, likelier cut than slow)"
+                    "silence ended (a flapping link is likelier cut again than slow)"
                 )
             if rec.arrivals:
                 why += f"; {rec.arrivals.evidence(now, rec.last_heartbeat)}"
-            step.commands.append(LogExecutorHealth(cause, HealthChange.SUSPECTED, rec.id, why))
+            step.commands.append(LogExecutorHealth(cause, change, rec.id, why))
         for rec in judged.quarantined:
             assert rec.quarantined_until is not None
             why = f"{rec.quarantine}; for {rec.quarantined_until - now:.0f} s"

@@ -146,6 +146,7 @@ RULES = {
     HealthChange.LAGGING: "rule:lagging",  # ``state_liveness.observe_running``
     HealthChange.CAUGHT_UP: "rule:caught-up",
     HealthChange.HEDGED: "rule:hedged",  # ``state_liveness.hedge``
+    HealthChange.RELAPSED: "rule:relapsed",  # ``state_liveness.judge``
     HealthChange.QUARANTINED: "rule:quarantined",  # ``state_liveness.judge``
     HealthChange.MOVED: "rule:quarantine-moved",  # ``Recovery._move_quarantined``
     HealthChange.STREAM_MOVED: "rule:stream-moved",  # ``state_streams``
