@@ -647,3 +647,36 @@ def test_everyone_silent_again_after_a_long_silence_is_no_relapse() -> None:
     cmds = run(h, 17.0, lambda e, t: t < 15.0)
     whys = [c.detail for _, c in cmds if isinstance(c, LogExecutorHealth)]
     assert not [w for w in whys if "long silence ended" in w], whys
+
+
+def test_an_output_made_again_takes_its_inputs_on_the_suspect_with_it() -> None:
+    # e2 holds map output 1 and reducer output 1; the final sort runs on e1 and
+    # reads the reducers. e2 falls silent: its reducer output is made again,
+    # and the map output that re-run reads, on e2 too, goes back with it (not
+    # fetched from the silent host: the re-run would wait for the heal).
+    h = Harness(Limits(heartbeat_timeout_s=3.0))
+    for e in (E1, E2, E3):
+        h.register(e, 1)
+    h.submit(three_stage_plan(maps=3, reducers=2))
+    h.now = 0.2
+    assert launches(finish_maps(h, {0: E1, 1: E2, 2: E3})) == [
+        ("e1", "j1/s2/p0/a0"),
+        ("e2", "j1/s2/p1/a0"),
+    ]
+    h.now = 0.4
+    h.complete(att(2, 1), E2)
+    assert launches(h.complete(att(2, 0), E1)) == [("e1", "j1/s3/p0/a0")]
+    run(h, 5.0, lambda e, t: True)
+    cmds = run(h, 6.0, lambda e, t: e != E2 or t < 5.0)
+    suspicion(cmds, E2)
+    assert copies(cmds)[0] == ("e1", "j1/s1/p1/a1"), copies(cmds)
+    view = h.state.job(J1)
+    assert view is not None
+    assert [view.stages[i].outputs_recomputed for i in range(3)] == [1, 1, 0]
+    # Heard again before the recompute ends: both outputs are its again, and
+    # the sort runs again on them.
+    cmds = run(h, 7.0, lambda e, t: True)
+    view = h.state.job(J1)
+    assert view is not None and h.state.executor(E2).suspected_since is None
+    assert [view.stages[i].done for i in range(2)] == [3, 2], view.stages
+    assert [a for _, a in copies(cmds)] == ["j1/s3/p0/a1"], copies(cmds)

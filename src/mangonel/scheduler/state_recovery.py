@@ -556,6 +556,13 @@ class Recovery:
         """Send the outputs of ``executor`` that jobs need back to pending, their
         running readers cancelled (uncharged); how many were sent back.
 
+        The stages are walked from the last to the first, as a loss walks
+        them (``_restore_lost_outputs``): an output sent back makes its stage
+        incomplete, and so its inputs needed again, and those on ``executor``
+        go back too. (Taken at once, q9's third stage was made again on a
+        trusted executor from the second's output on the flapping one, and
+        waited for the heal: measured, 1.8 s against 0.34 s healthy.)
+
         The executor still answers, so this is a choice, never the end of a
         job: a job that needs an output of it whose task has used up its
         recomputes (``Limits.max_task_recomputes``) is left as it is, its
@@ -572,12 +579,17 @@ class Recovery:
             ):
                 continue
             self._cancel_readers(job, {executor}, step)
-            for sid in job.needed_stages():
-                stage = job.stages[sid]
-                back = stage.send_back(executor)
-                if back:
-                    stage.reruns += 1
-                    sent += len(back)
+            needed = {job.plan.final.id}
+            for stage in reversed(job.stages.values()):
+                if stage.stage.id in needed and not any(
+                    t.recomputes >= limit for t in stage.done_tasks_on(executor)
+                ):
+                    back = stage.send_back(executor)
+                    if back:
+                        stage.reruns += 1
+                        sent += len(back)
+                if not stage.complete:
+                    needed.update(stage.stage.upstream)
             self._fail_if_unrecoverable(job, step)
         return sent
 
