@@ -127,6 +127,13 @@ jitter (a saturated CPU that delays a beat now and then suspects no one)."""
 
 RELAPSE_FLOOR_S = 0.25
 
+RELAPSE_HEARD_BEATS = 2
+"""A relapse needs most other executors heard this many heartbeat intervals
+after the silent one's last beat: a cut of the scheduler's own link silences
+everyone within a beat of each other. (The hedge asks for a whole late bar,
+0.5 s: an executor with no long silence has no record of cuts, and its beat
+may simply lag before a cut of the scheduler.)"""
+
 ISOLATION_SHARE = 0.75
 """Share of the live executors (at least two) suspected at once that makes the
 scheduler take itself for the one cut off."""
@@ -189,7 +196,7 @@ def judge(registry: ExecutorRegistry, now: float, limits: Limits) -> Judgement:
             and rec.quarantined_until is None  # no task goes to it; its outputs moved
             and not math.isinf(limits.suspect_phi)
             and now - rec.last_heartbeat > relapse
-            and _others_heard(judged, rec, rec.last_heartbeat + relapse)
+            and _others_heard(judged, rec, rec.last_heartbeat + RELAPSE_HEARD_BEATS * interval_s)
         ):
             rec.suspected_since = now
             out.suspected.append(rec)
