@@ -199,7 +199,7 @@ def test_heartbeats_count_running_attempts_and_failed_beats_and_their_rules_act(
     # ended meanwhile; crashes and restarts all the while. Every invariant
     # holds, and each rule acted (the counts of its health changes).
     rules: Counter[str] = Counter()
-    for seed in range(4, 9):
+    for seed in range(10, 15):  # seeds where every rule below acts
         config = SimConfig(seed=seed, faults=HEARTBEAT_FAULTS, jobs=4)
         result = run(config)
         _assert_holds(result)
@@ -230,8 +230,9 @@ def test_what_a_moved_stream_left_behind_is_released_by_the_move() -> None:
     # A moved stream's old one is closed with what it still carried: here a
     # release of a job that ended while the link was down. Without the release
     # on the move (``state_streams``), its files outlive the run. (A seed where
-    # that happens: the first of 0-79 since relapses are suspected sooner.)
-    config = SimConfig(seed=17, faults=HEARTBEAT_FAULTS, jobs=4)
+    # that happens, found by trying them in order: the rules that judge
+    # silences change which seeds do.)
+    config = SimConfig(seed=114, faults=HEARTBEAT_FAULTS, jobs=4)
     without = run(config, scheduler=_NoReleaseOnMove)
     assert without.violation is not None
     assert without.violation.invariant == "outputs-released"

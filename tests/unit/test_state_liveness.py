@@ -398,14 +398,19 @@ def test_a_report_on_its_way_when_the_heartbeat_arrives_is_no_lag() -> None:
     assert copies(cmds) == []
 
 
-def flapping_briefly(failed_beats: bool) -> Harness:
+def flapping_briefly(failed_beats: bool, waited_on: bool = False) -> Harness:
     """The lab's settings (3 s timeout, 0.15 s beats): e2 silent for 1.6 s of
     every 3 s from t=5 to t=20 (its heartbeats renewed after each failure
     arrive right after the heal: silences shorter than a suspicion); e1 healthy.
-    With ``failed_beats``, each beat after a silence says how many failed."""
+    With ``failed_beats``, each beat after a silence says how many failed.
+    ``waited_on``: j1's reducers run from the start, reading e2's map outputs."""
     h = Harness(Limits(heartbeat_timeout_s=3.0))
     h.register(E1, 2)
     h.register(E2, 2)
+    if waited_on:
+        h.submit(three_stage_plan(maps=4, reducers=2))
+        h.now = 0.2
+        finish_maps(h, {0: E1, 1: E2, 2: E1, 3: E2})
     interval = h.state.limits.heartbeat_interval_s
     t, next_tick, missed = 0.0, 0.0, 0
     while t < 21.0:
@@ -429,6 +434,15 @@ def test_a_link_down_briefly_again_and_again_is_quarantined_a_pause_as_long_is_n
     assert h_quarantined(flapping_briefly(failed_beats=True))
     # The same silences with no failed heartbeat are pauses of the executor.
     assert not h_quarantined(flapping_briefly(failed_beats=False))
+
+
+def test_silences_suspected_while_work_waited_are_long_ones_whatever_the_beats_say() -> None:
+    # A heartbeat sent into a cut and carried through by TCP after the heal
+    # says nothing failed. Work waits on e2, so each silence is suspected (the
+    # hedge) while e1 is heard: each is a long silence, and three quarantine it.
+    h = flapping_briefly(failed_beats=False, waited_on=True)
+    assert h_quarantined(h)
+    assert len(h.state._executors.live(E2).gaps) >= FLAP_GAPS
 
 
 def h_quarantined(h: Harness) -> bool:
@@ -680,3 +694,18 @@ def test_an_output_made_again_takes_its_inputs_on_the_suspect_with_it() -> None:
     assert view is not None and h.state.executor(E2).suspected_since is None
     assert [view.stages[i].done for i in range(2)] == [3, 2], view.stages
     assert [a for _, a in copies(cmds)] == ["j1/s3/p0/a1"], copies(cmds)
+
+
+def test_a_suspected_silence_ended_by_a_report_is_one_long_silence() -> None:
+    # e2 relapses at 10 s; after the heal its first word is a task's report
+    # (another connection than its heartbeats'), then its beats. The silence
+    # counts once, as a long one, whichever word came first.
+    h = relapse_cluster()
+    assert ("e2", "j1/s1/p1/a0") in launches(h.submit(three_stage_plan(maps=3, reducers=1)))
+    gaps = len(h.state._executors.live(E2).gaps)
+    run(h, 11.0, lambda e, t: e != E2 or t < 10.0)
+    assert h.state.executor(E2).suspected_since is not None
+    h.complete(att(1, 1), E2)
+    assert h.state.executor(E2).suspected_since is None
+    run(h, 12.0, lambda e, t: True)
+    assert len(h.state._executors.live(E2).gaps) == gaps + 1

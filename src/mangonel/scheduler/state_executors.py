@@ -747,11 +747,14 @@ class ExecutorRegistry:
 
         A heartbeat feeds its failure detector; any word ends a suspicion (not
         a quarantine). The silence before it is a gap (``ExecutorRecord.gaps``)
-        when it is ``long_gap_s``, or when the executor says ``failed`` heartbeats
-        of its own failed meanwhile and it lasted ``FAILED_GAP_BEATS`` beats:
-        its link was down. Since its heartbeats go on new connections after a
-        failure (``executor.link``), a flapping link's silences last little more
-        than its cuts, shorter than a suspicion; a pause of the executor fails
+        when it is ``long_gap_s``, or when it lasted ``FAILED_GAP_BEATS`` beats
+        and the executor says ``failed`` heartbeats of its own failed meanwhile
+        (its link was down), or it was suspected for it (by the hedge or as a
+        relapse: the others were heard meanwhile; a heartbeat sent into a cut
+        and carried through by TCP after the heal says no failure). Since its
+        heartbeats go on new connections after a failure (``executor.link``), a
+        flapping link's silences last little more than its cuts, shorter than a
+        suspicion by phi; a pause of the executor fails
         none of its heartbeats. ``unhealthy`` (when given) replaces what the last
         heartbeat said. Returns since when it was suspected, if this ended a
         suspicion.
@@ -760,15 +763,19 @@ class ExecutorRegistry:
         ended = None
         if rec is not None:
             rec.last_heartbeat = max(rec.last_heartbeat, now)
+            last = rec.arrivals.last if rec.arrivals is not None else None
+            if last is not None and not (rec.gaps and rec.gaps[-1] > last):  # not counted yet
+                silence = now - last
+                beats = FAILED_GAP_BEATS * self.heartbeat_interval_s
+                if (
+                    # a report may end the suspicion before the next beat arrives
+                    (rec.suspected_since is not None and silence >= beats)
+                    or (beat and (silence >= self.long_gap_s or (failed and silence >= beats)))
+                ):
+                    rec.gaps.append(now)
             if beat:
                 if rec.arrivals is None:
                     rec.arrivals = ArrivalWindow(self.heartbeat_interval_s, self.long_gap_s)
-                last = rec.arrivals.last
-                if last is not None and (
-                    now - last >= self.long_gap_s
-                    or (failed and now - last >= FAILED_GAP_BEATS * self.heartbeat_interval_s)
-                ):
-                    rec.gaps.append(now)
                 rec.arrivals.heard(now)
             if rec.suspected_since is not None and now >= rec.suspected_since:
                 ended, rec.suspected_since = rec.suspected_since, None

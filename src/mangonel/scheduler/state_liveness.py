@@ -35,8 +35,10 @@ detector (``scheduler.detector``), fed by each executor's heartbeats::
   distribution), so flaps are counted apart, against a fixed bar: a *long
   silence* is a gap between two heartbeats that a regular executor would have
   been suspected for (``ExecutorRegistry.long_gap_s``, kept in
-  ``ExecutorRecord.gaps``). Quarantined, it takes no task but stays alive, so its outputs are still
-  served and fetched whenever it is reachable; it is lost only after twice the
+  ``ExecutorRecord.gaps``), or one of a few beats that its failed heartbeats
+  or a suspicion vouch for (``ExecutorRegistry.heard_from``). Quarantined, it
+  takes no task but stays alive, so its outputs are still served and fetched
+  whenever it is reachable; it is lost only after twice the
   heartbeat timeout of silence. Never the last trusted executor: with no other
   to run tasks, a flapping one is better than none.
 * **Lagging**: its heartbeats arrive, but say it runs fewer attempts than
