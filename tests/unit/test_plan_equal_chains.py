@@ -1,5 +1,6 @@
 """A small filtering source reduces the sources equal to it through a chain of
-equalities (``plan.join_order._reduce_by``).
+equalities (``plan.join_order._reduce_by``), and two sources equal through a chain
+join on the equality it implies where that cuts one (``_implied``).
 
 TPC-H q5: ``c_nationkey = s_nationkey`` and ``s_nationkey = n_nationkey`` make
 ``customer`` meet only the nations of the filtered region; a copy of nation ⋈ region
@@ -25,6 +26,7 @@ from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlannerConfig, plan_query
 
 CUSTOMER_REDUCED = "scan customer → scan nation → scan region (filtered) → inner join → semi join"
+PARTSUPP_CUT = "scan partsupp → scan part (filtered) → inner join"
 
 
 def _semi_joins(plan: DistributedPlan) -> int:
@@ -44,6 +46,26 @@ def test_q5_reduces_customer_by_the_nations_of_the_region(
     expected = duckdb_ref.sql(sql).to_arrow_table()
     assert expected.num_rows == 5  # the five nations of ASIA
     assert_same_result(run_plan(plan), expected, ordered=True)
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_q9_joins_partsupp_with_the_green_parts_on_the_key_the_chain_implies(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection, parallel: int
+) -> None:
+    # q9 writes ps_partkey = l_partkey and p_partkey = l_partkey: the parts cut
+    # partsupp to a twentieth before it meets lineitem, instead of all of partsupp
+    # being hashed against the line items that met a part.
+    sql = tpch_query(9)
+    plan = plan_query(sql, catalog, PlannerConfig(slots=2, parallel=parallel, split_rows=150_000))
+    text = render(plan, with_sql=False)
+    assert PARTSUPP_CUT in text, text
+    assert 'hash("partsupp.' not in text, text
+    # One key of the chain where lineitem meets them: the join of the parts with
+    # partsupp made p_partkey and ps_partkey equal already.
+    fragments = "\n".join(s.sql for s in plan.stages)
+    assert fragments.count('"lineitem.l_partkey" =') == 1, fragments
+    assert sum(s.num_tasks for s in plan.stages) > len(plan.stages), text  # several tasks
+    assert_same_result(run_plan(plan), duckdb_ref.sql(sql).to_arrow_table(), ordered=True)
 
 
 @pytest.fixture
