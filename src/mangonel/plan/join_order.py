@@ -279,6 +279,8 @@ def _implied(
             if not pairs:
                 continue
             x, y = pairs[0]
+            if _reduced_on(a.node, classes[x]) or _reduced_on(b.node, classes[x]):
+                continue  # a copy of the other cut it through the chain already
             left, right = size(a.node), size(b.node)
             joined = join_size(left, right, [(col(x), col(y))])
             small, big = sorted((left.rows, right.rows))
@@ -286,6 +288,18 @@ def _implied(
                 cond = exp.EQ(this=col(x), expression=col(y))
                 quals[id(cond)] = {x[0], y[0]}
                 conds.append(cond)
+
+
+def _reduced_on(node: Node, chain: set[Ref]) -> bool:
+    """Whether ``node`` is a semi join on a column of ``chain`` (``_reduce_by``'s):
+    its estimate counts that cut, and a join on the chain would count it again
+    (TPC-DS q64's ``store_returns``, reduced by a copy of the filtered ``item``,
+    would be joined with ``item`` before ``store_sales`` for nothing)."""
+    return (
+        isinstance(node, Join)
+        and node.kind is JoinKind.SEMI
+        and any(isinstance(k, exp.Column) and (k.table, k.name) in chain for k in node.left_keys)
+    )
 
 
 def _chained(k: exp.Expr, other: exp.Expr, classes: dict[Ref, set[Ref]]) -> bool:
