@@ -211,10 +211,16 @@ _gc_paused_since = 0.0
 _gc_resume_token = 0
 """Which plan's end may resume the collector: a plan that starts in the meantime
 makes the waiting resume obsolete."""
-GC_PAUSE_LIMIT_S = 2.0
+GC_PAUSE_LIMIT_S = 0.5
 """The longest the collector stays paused while plans overlap or follow each other
 without a gap: a plan ending after that collects (a scheduler planning for many
-clients at once would otherwise never free the trees its plans left)."""
+clients at once would otherwise never free the trees its plans left). The plan
+that collects pays for what all the plans of the pause left, with the GIL held:
+TPC-DS's 99 planned back to back three times, the slowest plan 400-630 ms at 2 s
+(every other one under 70 ms), 160 ms at 0.5 s, the total the same (6.1 s); two
+threads planning at once, the slowest 575-700 ms against 240-255 ms, the totals
+within the noise (8.5-9.1 s). At 0.25 s and below the two threads took 10-15 %
+longer: collections in the middle of the other thread's plans promote its trees."""
 GC_RESUME_DELAY_S = 0.05
 """How long after the last plan ends the collector resumes (and frees that plan's
 trees, 4 to 6 ms for a TPC-DS query at its next allocation): after the scheduler
