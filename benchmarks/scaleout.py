@@ -593,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
         f"median of {args.repeat}; {os.cpu_count()} CPUs, load {load[0]:.2f} at the start "
         f"({time.strftime('%Y-%m-%d %H:%M:%S')})\n"
     )
+    if args.work_dir:
+        os.makedirs(args.work_dir, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="mangonel-scaleout-", dir=args.work_dir))
     rows: list[Row] = []
     clean = False
