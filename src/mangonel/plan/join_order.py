@@ -233,8 +233,13 @@ def _order(inputs: list[Node], conds: list[exp.Expr], estimator: Estimator) -> N
             Join(a.node, b.node, kind, lk, rk, and_all(residual)), both, {**a.equal, **b.equal}
         )
         for x, y in zip(lk, rk, strict=True):
+            # Only columns of one chain, which holds columns of one type: a key
+            # compared through a cast need not make its columns the same value
+            # ('1.0' = 1, yet '1.0' <> '1').
             if isinstance(x, exp.Column) and isinstance(y, exp.Column):
-                joined.make_equal((x.table, x.name), (y.table, y.name))
+                xr, yr = (x.table, x.name), (y.table, y.name)
+                if yr in classes.get(xr, ()):
+                    joined.make_equal(xr, yr)
         _apply_ready(joined, conds, quals)
         items[items.index(a)] = joined
         items.remove(b)
