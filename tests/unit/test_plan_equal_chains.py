@@ -33,16 +33,24 @@ def _semi_joins(plan: DistributedPlan) -> int:
     return sum(s.sql.count("SEMI JOIN") for s in plan.stages)
 
 
+def _tpch_plan(
+    number: int, catalog: dict[str, Table], parallel: int
+) -> tuple[str, DistributedPlan, str]:
+    """TPC-H query ``number``, its plan over SF 0.1 in several tasks, and its text."""
+    sql = tpch_query(number)
+    plan = plan_query(sql, catalog, PlannerConfig(slots=2, parallel=parallel, split_rows=150_000))
+    text = render(plan, with_sql=False)
+    assert sum(s.num_tasks for s in plan.stages) > len(plan.stages), text  # several tasks
+    return sql, plan, text
+
+
 @pytest.mark.parametrize("parallel", [1, 2])
 def test_q5_reduces_customer_by_the_nations_of_the_region(
     catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection, parallel: int
 ) -> None:
-    sql = tpch_query(5)
-    plan = plan_query(sql, catalog, PlannerConfig(slots=2, parallel=parallel, split_rows=150_000))
-    text = render(plan, with_sql=False)
+    sql, plan, text = _tpch_plan(5, catalog, parallel)
     assert CUSTOMER_REDUCED in text, text
     assert _semi_joins(plan) == 1
-    assert sum(s.num_tasks for s in plan.stages) > len(plan.stages), text  # several tasks
     expected = duckdb_ref.sql(sql).to_arrow_table()
     assert expected.num_rows == 5  # the five nations of ASIA
     assert_same_result(run_plan(plan), expected, ordered=True)
@@ -55,16 +63,13 @@ def test_q9_joins_partsupp_with_the_green_parts_on_the_key_the_chain_implies(
     # q9 writes ps_partkey = l_partkey and p_partkey = l_partkey: the parts cut
     # partsupp to a twentieth before it meets lineitem, instead of all of partsupp
     # being hashed against the line items that met a part.
-    sql = tpch_query(9)
-    plan = plan_query(sql, catalog, PlannerConfig(slots=2, parallel=parallel, split_rows=150_000))
-    text = render(plan, with_sql=False)
+    sql, plan, text = _tpch_plan(9, catalog, parallel)
     assert PARTSUPP_CUT in text, text
     assert 'hash("partsupp.' not in text, text
     # One key of the chain where lineitem meets them: the join of the parts with
     # partsupp made p_partkey and ps_partkey equal already.
     fragments = "\n".join(s.sql for s in plan.stages)
     assert fragments.count('"lineitem.l_partkey" =') == 1, fragments
-    assert sum(s.num_tasks for s in plan.stages) > len(plan.stages), text  # several tasks
     assert_same_result(run_plan(plan), duckdb_ref.sql(sql).to_arrow_table(), ordered=True)
 
 
