@@ -45,6 +45,10 @@ class QueryInBackground:
 
 PARTITIONS = 4
 STORE_BUCKET = "tpch"
+SHUFFLED = 21
+"""A TPC-H query whose exchanges hash both sides on ``start_cluster``'s cluster
+(SF 0.1): five of q21's seven stages write hashed partitions. q9 did, until its
+parts cut ``partsupp`` before ``lineitem`` meets it (docs/planner.md)."""
 
 
 def start_cluster(

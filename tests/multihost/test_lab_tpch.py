@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from helpers import TPCH_ORDER_BY, assert_fallback_as_listed, assert_same_result, tpch_query
-from net_support import start_cluster
+from net_support import SHUFFLED, start_cluster
 
 from mangonel.client.status import ExecutorState
 from mangonel.testing.netcluster import NetCluster
@@ -69,25 +69,29 @@ def test_tpch_answer_matches_duckdb(
 def test_shuffle_bytes_cross_the_switch(
     net: NetCluster, duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    """q9 hashes both sides of its joins: half of each exchange's rows go to the
-    other executor, by Flight over the switch (the switch's per-sender counters),
-    none of it by path."""
+    """q21 hashes both sides of its semi and anti joins (five of its seven stages
+    write hashed partitions): half of each exchange's rows go to the other
+    executor, by Flight over the switch (the switch's per-sender counters), none of
+    it by path."""
     a, b = net.executor_hosts
     fetched = "mangonel_shuffle_bytes_fetched_total"
     before = net.metrics()[fetched], net.lab.traffic(a, b), net.lab.traffic(b, a)
-    answer = net.client.sql(tpch_query(9))
+    answer = net.client.sql(tpch_query(SHUFFLED))
     after = net.metrics()[fetched], net.lab.traffic(a, b), net.lab.traffic(b, a)
     assert_same_result(
         answer.result.to_arrow(),
-        duckdb_ref.sql(tpch_query(9)).to_arrow_table(),
+        duckdb_ref.sql(tpch_query(SHUFFLED)).to_arrow_table(),
         ordered=True,
-        order_by=TPCH_ORDER_BY[9],
+        order_by=TPCH_ORDER_BY[SHUFFLED],
     )
     stages = answer.result.stages
     assert len(stages) > 2 and max(s.tasks_total for s in stages) > 1, stages
     given = after[0] - before[0]
     a_to_b, b_to_a = after[1] - before[1], after[2] - before[2]
-    print(f"q9: {given:.0f} shuffle bytes read by tasks; switch: {a_to_b} B a->b, {b_to_a} B b->a")
+    print(
+        f"q{SHUFFLED}: {given:.0f} shuffle bytes read by tasks; "
+        f"switch: {a_to_b} B a->b, {b_to_a} B b->a"
+    )
     assert given > 0
     # Between the executors travel only shuffle partitions (and their Flight and
     # TCP framing): with tasks spread over both, a good part of what tasks read.

@@ -168,8 +168,12 @@ def test_a_slow_link_is_marked_by_probes_before_a_job_reads_over_it_and_tried_ag
     # machine would fail here, not pass by chance).
     assert still.slow_link_since == marked.slow_link_since
     assert marked.slow_link_until is not None and marked.slow_link_until > first.finished_at
-    # The first q9: distributed over the two others, nothing made again.
-    assert len(first.result.stages) >= 4
+    # The first q9: distributed over the two others, nothing made again. Its plan
+    # is three stages here (the parts cut partsupp, broadcast into lineitem's
+    # tasks, then the final aggregate; five before that plan, docs/planner.md):
+    # the stage of several tasks ran on both of the others.
+    stages = first.result.stages
+    assert len(stages) >= 3 and max(s.tasks_total for s in stages) > 1, stages
     ran = _ran_on(net, first)
     assert slow_id not in ran
     assert set(ran) == {ids[i] for i in ids if i != SLOW}

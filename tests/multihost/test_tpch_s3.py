@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import pytest
 from helpers import TPCH_ORDER_BY, assert_fallback_as_listed, assert_same_result, tpch_query
-from net_support import start_cluster
+from net_support import SHUFFLED, start_cluster
 
 from mangonel.testing.netcluster import NetCluster
 from mangonel.testing.netstore import ClientCounters
@@ -113,9 +113,10 @@ def test_tpch_answer_matches_duckdb(
 def test_executors_fetch_from_the_store_and_shuffle_across_the_switch(
     net: NetCluster, duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    """q9 scans six tables and hashes both sides of its joins: each executor fetches
-    row groups from the store host (the store's count and the switch's agree), and
-    half of each exchange's rows go to the other executor over the switch."""
+    """q21 scans four tables and hashes both sides of its semi and anti joins: each
+    executor fetches row groups from the store host (the store's count and the
+    switch's agree), and half of each exchange's rows go to the other executor over
+    the switch."""
     assert net.store is not None
     store = net.store.host
     a, b = net.executor_hosts
@@ -129,13 +130,13 @@ def test_executors_fetch_from_the_store_and_shuffle_across_the_switch(
         return served(net), switch, net.metrics()[fetched]
 
     before = snapshot()
-    answer = net.client.sql(tpch_query(9))
+    answer = net.client.sql(tpch_query(SHUFFLED))
     after = snapshot()
     assert_same_result(
         answer.result.to_arrow(),
-        duckdb_ref.sql(tpch_query(9)).to_arrow_table(),
+        duckdb_ref.sql(tpch_query(SHUFFLED)).to_arrow_table(),
         ordered=True,
-        order_by=TPCH_ORDER_BY[9],
+        order_by=TPCH_ORDER_BY[SHUFFLED],
     )
     stages = answer.result.stages
     assert len(stages) > 2 and max(s.tasks_total for s in stages) > 1, stages
@@ -150,7 +151,7 @@ def test_executors_fetch_from_the_store_and_shuffle_across_the_switch(
     switch = [x - y for x, y in zip(after[1], before[1], strict=True)]
     given = after[2] - before[2]
     print(
-        f"q9: store served {from_store} B to the executors (switch carried "
+        f"q{SHUFFLED}: store served {from_store} B to the executors (switch carried "
         f"{switch[:2]} B store->executor); {given:.0f} shuffle bytes read by tasks, "
         f"switch {switch[2]} B a->b, {switch[3]} B b->a"
     )
