@@ -81,11 +81,13 @@ def scheduler(tmp_path: Path) -> Iterator[SchedulerServer]:
     server.stop()
 
 
-def spawn(scheduler: SchedulerServer, work_dir: Path, host: str) -> subprocess.Popen[str]:
+def spawn(
+    scheduler: SchedulerServer, work_dir: Path, host: str, *extra: str
+) -> subprocess.Popen[str]:
     cmd = [
         sys.executable, "-m", "mangonel.executor.main",
         "--scheduler", scheduler.address, "--slots", "2", "--threads", "1",
-        "--memory-limit", "512MB", "--work-dir", str(work_dir), "--host-id", host,
+        "--memory-limit", "512MB", "--work-dir", str(work_dir), "--host-id", host, *extra,
     ]  # fmt: skip
     log = open(work_dir.parent / f"{work_dir.name}.log", "w")  # noqa: SIM115 (the child owns it)
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
@@ -147,6 +149,31 @@ def test_a_job_runs_on_two_executor_processes(
     # Both executors ran tasks.
     for i in range(2):
         assert "done in" in (tmp_path / f"exec{i}.log").read_text()
+
+
+def huge_pages_allowed(pid: int) -> bool:
+    """Whether the kernel may give process ``pid`` transparent huge pages
+    (``/proc/PID/status``'s ``THP_enabled``, Linux 5.0 and later)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("THP_enabled:"):
+            return line.split()[1] == "1"
+    raise AssertionError(f"/proc/{pid}/status says nothing of THP_enabled (Linux before 5.0?)")
+
+
+def test_an_executor_keeps_huge_pages_from_itself_unless_told(
+    scheduler: SchedulerServer, executors: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    # This test process is the control: the kernel's mode applies to it.
+    assert huge_pages_allowed(os.getpid())
+    assert not any(huge_pages_allowed(proc.pid) for proc in executors)
+    proc = spawn(scheduler, tmp_path / "exec-huge", "host-huge", "--huge-pages")
+    try:
+        assert proc.stdout is not None
+        assert "registered with" in proc.stdout.readline()
+        assert huge_pages_allowed(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 def test_sigterm_stops_an_executor_cleanly(

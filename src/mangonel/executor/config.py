@@ -73,6 +73,9 @@ class ExecutorConfig:
             container's CPU quota is less than the host's count, say); ``None``:
             ``os.cpu_count()``. The scheduler counts how many tasks a host runs
             at full speed at once from it and ``threads`` (``ExecutorInfo``).
+        huge_pages: Let the kernel back the process's memory with transparent
+            huge pages as its THP mode says (``--huge-pages``); ``False``: keep
+            them from it (``executor.memory.no_huge_pages``).
         work_dir: The work root: shuffle and DuckDB spill files live in
             directories of this executor under it (see ``executor.workdir``);
             executors of one host may share it, and each deletes what dead
@@ -113,6 +116,7 @@ class ExecutorConfig:
     spill: str | None = None
     threads: int | None = None
     cores: int | None = None
+    huge_pages: bool = False
     work_dir: str = field(default_factory=_default_work_dir)
     heartbeat_interval_s: float = 1.0
     fetch_timeout_s: float = defaults.FETCH_TIMEOUT_S
