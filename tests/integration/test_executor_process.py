@@ -163,8 +163,8 @@ def huge_pages_allowed(pid: int) -> bool:
 def test_an_executor_keeps_huge_pages_from_itself_unless_told(
     scheduler: SchedulerServer, executors: list[subprocess.Popen[str]], tmp_path: Path
 ) -> None:
-    # This test process is the control: the kernel's mode applies to it.
-    assert huge_pages_allowed(os.getpid())
+    # Not this test process as the control: an executor started in it by another
+    # test keeps huge pages from it too. The executor told to allow them is one.
     assert not any(huge_pages_allowed(proc.pid) for proc in executors)
     proc = spawn(scheduler, tmp_path / "exec-huge", "host-huge", "--huge-pages")
     try:

@@ -13,7 +13,7 @@ from helpers import assert_same_result, tpch_query
 from plan_runner import run_plan
 
 from mangonel.catalog import Table, load_table
-from mangonel.plan.config import ONE_WAVE_SPLITS
+from mangonel.plan.config import ONE_WAVE_SPLITS, TWO_TASKS_SPLITS
 from mangonel.plan.distribute import stages
 from mangonel.plan.planner import PlannerConfig, plan_query
 
@@ -64,18 +64,24 @@ def test_a_scan_of_three_tasks_runs_as_two_on_two_slots(tmp_path: Path) -> None:
 def test_where_cores_bound_the_tasks_at_once_a_scan_is_whole_waves_of_bigger_tasks() -> None:
     # ``parallel`` below the slots: two slots whose host's cores one task already
     # fills run one task at full speed; a scan is whole waves of that many tasks,
-    # each reading up to ``ONE_WAVE_SPLITS`` splits' worth (rows and bytes).
-    assert ONE_WAVE_SPLITS == 4
+    # each reading up to ``ONE_WAVE_SPLITS`` splits' worth (rows and bytes), and
+    # two tasks at least where tasks of ``TWO_TASKS_SPLITS`` splits' worth are several.
+    assert (ONE_WAVE_SPLITS, TWO_TASKS_SPLITS) == (16, 4)
     assert PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 6_000_000) == 6_000_000
-    assert PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 60_000_000) == 15_000_000
+    # 15 splits of 4M rows: one task of 16 splits would do, four of 4 splits are
+    # several, so two.
+    assert PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 60_000_000) == 30_000_000
     # 96-byte rows: four splits' bytes (768 MiB) are 8.4M rows, so 9M rows are 2 tasks.
     assert PlannerConfig(slots=2, parallel=1).scan_split_rows(96.0, 9_000_000) == 4_500_000
+    # ... and 16 splits' bytes (3 GiB) 33.5M rows: 200M rows are 6 tasks.
+    assert PlannerConfig(slots=2, parallel=1).scan_split_rows(96.0, 200_000_000) == 33_333_334
     # Two of four slots at full speed: 10M rows of 96 bytes in one wave of two.
     assert PlannerConfig(slots=4, parallel=2).scan_split_rows(96.0, 10_000_000) == 5_000_000
     # Every slot at full speed (``parallel`` = slots, hosts of their own cores):
-    # each host runs its share one task after another, so whole waves of bigger
-    # tasks too (15 splits -> 4 tasks, two on each of two hosts; 29 -> one wave of 8) ...
-    assert PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 60_000_000) == 15_000_000
+    # each host runs its share of a scan one task after another, so whole waves of
+    # bigger tasks too (15 splits -> 2 tasks, one on each of two hosts; 29 -> one
+    # wave of 8) ...
+    assert PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 60_000_000) == 30_000_000
     assert PlannerConfig(slots=8, parallel=8).scan_split_rows(96.0, 60_000_000) == 7_500_000
     # ... and no more tasks than run at once: as before.
     assert PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 6_000_000) == 4_000_000
@@ -83,10 +89,10 @@ def test_where_cores_bound_the_tasks_at_once_a_scan_is_whole_waves_of_bigger_tas
     # As many tasks as run at once, or fewer: as before.
     assert PlannerConfig(slots=4, parallel=2).scan_split_rows(16.0, 6_000_000) == 4_000_000
     # Never smaller tasks than the slots alone make: rows too wide (or splits too
-    # small) for four splits' bytes to reach the minimum split.
+    # small) for the splits' bytes to reach the minimum split.
     config = PlannerConfig(slots=2, parallel=1, split_bytes=1 << 20)
     assert config.scan_split_rows(26.0, 600_000) == 300_000  # as with parallel unknown
-    assert PlannerConfig(slots=4, parallel=1).scan_split_rows(4000.0, 2_000_000) == 250_000
+    assert PlannerConfig(slots=4, parallel=1).scan_split_rows(16000.0, 2_000_000) == 250_000
     # Not unknown slots, nor a split size the settings fix.
     assert PlannerConfig(parallel=1).scan_split_rows(16.0, 6_000_000) == 4_000_000
     config = PlannerConfig(split_rows=1000, slots=2, parallel=1)
@@ -313,3 +319,22 @@ def test_splits_never_cut_a_row_group_and_cover_every_row(tmp_path: Path) -> Non
     assert len(table.splits(10_000)) == 1
     assert [sum(s.rows for s in task) for task in table.splits(500)] == [500, 500]
     assert len(table.splits(1)) == 10  # never more tasks than row groups
+
+
+def test_a_scan_that_tasks_of_four_splits_cut_is_two_tasks_so_its_joins_go_by_key_range(
+    catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-H q03 at SF 0.1, splits of at most 40k rows: ``lineitem``'s 600k rows
+    # are 15 splits, one task of sixteen splits' worth on one slot, four of four:
+    # so two. Each joins its key range of ``orders`` (both written in order-key
+    # order) with no exchange; one task would hash both tables.
+    config = PlannerConfig(max_split_rows=40_000, slots=1, parallel=1)
+    plan = plan_query(tpch_query(3), catalog, config)
+    (scan,) = [s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem"]
+    assert scan.num_tasks == 2
+    (orders,) = [side for side in scan.side_scans if side.table == "orders"]
+    first, second = (orders.splits_of(t) for t in range(2))
+    assert first != second  # each task its own row groups of orders
+    assert not any(s.inputs for s in plan.stages if s is not plan.stages[-1])
+    expected = duckdb_ref.sql(tpch_query(3)).to_arrow_table()
+    assert_same_result(run_plan(plan), expected, ordered=True)

@@ -12,9 +12,11 @@ from dataclasses import dataclass
 
 from mangonel import defaults
 
-ONE_WAVE_SPLITS = 4
+ONE_WAVE_SPLITS = 16
 """Where the hosts' cores bound how many tasks run at full speed at once, a scan
 task reads up to this many splits' worth (``PlannerConfig.scan_split_rows``)."""
+TWO_TASKS_SPLITS = 4
+"""... and a scan of more than this many splits' worth runs as two tasks at least."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +151,26 @@ class PlannerConfig:
         by_bytes = int(rows * row_width // max(1, self.spread_bytes))
         return max(1, min(self.parallel, by_bytes))
 
+    def _wave_tasks(self, row_width: float, rows: int) -> int:
+        """The tasks of a scan in whole waves of ``parallel``, each reading up to
+        ``ONE_WAVE_SPLITS`` splits' worth (bytes and rows); two at least where
+        tasks of ``TWO_TASKS_SPLITS`` splits' worth would be several.
+
+        A scan of one task has no key ranges by which to join another table into
+        its tasks or to aggregate in place (``distribute.ranges.KeyRanges``): its
+        joins with big tables hash both sides (TPC-H q03 and q18 at SF10 on one
+        host of one core, one task of ``lineitem``: 1.8 and 2.1 times the time).
+        """
+
+        def waves(splits: int) -> int:
+            biggest = min(
+                splits * self.max_split_rows,
+                int(splits * self.split_bytes / max(1.0, row_width)),
+            )
+            return -(-rows // (self.parallel * max(1, biggest)))
+
+        return max(waves(ONE_WAVE_SPLITS) * self.parallel, min(2, waves(TWO_TASKS_SPLITS)))
+
     def scan_split_rows(self, row_width: float, rows: int, spread: bool = True) -> int:
         """Rows per scan task of a table of ``rows`` rows: ``split_rows_for``, but
         where that makes more tasks than ``slots`` and not whole waves of them,
@@ -176,7 +198,7 @@ class PlannerConfig:
         speed at once (``parallel`` below the slots and the tasks), tasks past
         that many share cores: a finer split runs no sooner and pays more tasks'
         costs. The scan is then whole waves of ``parallel`` tasks, each reading up
-        to ``ONE_WAVE_SPLITS`` splits' worth (bytes and rows). ``LocalCluster`` on
+        to ``ONE_WAVE_SPLITS`` splits' worth (bytes and rows; ``_wave_tasks``). ``LocalCluster`` on
         two cores (two executors of one slot, each slot's DuckDB on both cores)
         runs one task at full speed: TPC-H SF1's ``lineitem`` was two tasks at
         once, each on half the cores, each filtering its row groups by row number
@@ -184,12 +206,14 @@ class PlannerConfig:
         side it joins, and leaving a partial aggregate to merge; as one task the
         22 queries took 0.84 (generated) and 0.80 (random) of the time; at SF10,
         four tasks of 15M rows instead of fifteen of 4M, 0.85 (interleaved A/B
-        against the code before, ``benchmarks/ab.py --base-src``).
+        against the code before, ``benchmarks/ab.py --base-src``); two of 30M
+        instead of four, 0.96 of the time and CPU, the peak RSS 1.17 times
+        (2026-12-06; tasks of 4 splits' worth before, 16 now).
 
         >>> PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 6_000_000)  # 2 -> 1
         6000000
-        >>> PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 60_000_000)  # 15 -> 4
-        15000000
+        >>> PlannerConfig(slots=2, parallel=1).scan_split_rows(16.0, 60_000_000)  # 15 -> 2
+        30000000
         >>> PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 6_000_000)  # as before
         4000000
 
@@ -202,14 +226,21 @@ class PlannerConfig:
         So do hosts that run each of their slots at full speed (``parallel`` equal
         to the slots): each host runs its share of a scan one task after another
         too, and every task pays a DuckDB query's fixed cost over the file's
-        footer (at SF10, ``lineitem``'s 524 row groups: 10-15 ms a task to check
-        a filter against every row group's statistics, whichever it reads) and
-        builds its own hash table of every side it joins. Two hosts of one core
-        at SF10: q06 ran as 16 tasks, 1.20x the executors' time of the 4 tasks on
-        one host.
+        footer (at SF10, ``lineitem``'s 524 row groups: a query of one thread
+        reading 1,000 rows took 3 ms over one column, 10 ms over q19's six with
+        its filters, against 0.8 and 2.9 ms over SF1's 53 row groups: the
+        filters are checked against every row group's statistics, whichever it
+        reads) and builds its own hash table of every side it joins. Two hosts of
+        one core at SF10: q06 ran as 16 tasks, 1.20x the executors' time of the 4
+        tasks on one host; q19's ``lineitem`` (six columns) as 7 tasks on one
+        host, 1.50 s of execution against 1.10 s for the same SQL over the whole
+        file in one query. Tasks of 16 splits' worth rather than 4, two hosts of
+        one core and one (``benchmarks/scaleout.py --base-src``, 2026-12-06, median
+        of 3): 0.96 and 0.98 of the time, q19 0.82 and 0.86, q18 1.02 and 1.09
+        (its aggregates by order hold twice the groups a task).
 
-        >>> PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 60_000_000)  # 15 -> 4
-        15000000
+        >>> PlannerConfig(slots=2, parallel=2).scan_split_rows(16.0, 60_000_000)  # 15 -> 2
+        30000000
 
         Where several tasks run at full speed at once (``parallel`` over 1: hosts
         of their own cores), a scan of fewer splits than that is spread over
@@ -239,12 +270,7 @@ class PlannerConfig:
             wider = -(-rows // (tasks // self.slots * self.slots))
             by_slots = wider if wider <= self.max_split_rows else per
         if 0 < self.parallel < tasks:
-            biggest = min(
-                ONE_WAVE_SPLITS * self.max_split_rows,
-                int(ONE_WAVE_SPLITS * self.split_bytes / max(1.0, row_width)),
-            )
-            waves = -(-rows // (self.parallel * max(1, biggest)))
             # Never smaller tasks than the slots alone make (rows too wide for
-            # four splits' bytes to reach the minimum split).
-            return max(by_slots, -(-rows // (waves * self.parallel)))
+            # the splits' bytes to reach the minimum split).
+            return max(by_slots, -(-rows // self._wave_tasks(row_width, rows)))
         return by_slots
