@@ -21,6 +21,7 @@ Usage (by ``tpch.py`` and ``scaleout.py``, not by hand)::
 
 ``THREADS`` (DuckDB only; 0 or absent: DuckDB's default, one per core it may run
 on) and the tables (default: TPC-H's eight, one ``<table>.parquet`` each).
+``$MANGONEL_BENCH_NO_HUGE_PAGES=1``: no transparent huge pages for the engine.
 """
 
 from __future__ import annotations
@@ -130,7 +131,16 @@ def serve(
     return 0
 
 
+NO_HUGE_PAGES_ENV = "MANGONEL_BENCH_NO_HUGE_PAGES"
+"""Set to 1: the engine's process keeps transparent huge pages from itself, as
+mangonel's executors do (``mangonel.executor.memory.no_huge_pages``)."""
+
+
 def main() -> int:
+    if os.environ.get(NO_HUGE_PAGES_ENV) == "1":
+        from mangonel.executor.memory import no_huge_pages
+
+        no_huge_pages()
     engine, data = sys.argv[1], Path(sys.argv[2])
     threads = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     tables = sys.argv[4] if len(sys.argv) > 4 else ""

@@ -66,6 +66,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from ab import cpu_seconds, parse_queries  # noqa: E402  (sibling modules: benchmarks/ is no package)
+from engine_worker import NO_HUGE_PAGES_ENV  # noqa: E402
 from engines import EngineError, MangonelEngine, WorkerEngine, pinned  # noqa: E402
 from helpers import (  # noqa: E402  (the test helpers live outside the package)
     CACHE_DIR,
@@ -187,6 +188,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="another checkout's src/ (e.g. `git worktree add /tmp/base BASE`, then "
         "/tmp/base/src): its clusters of every host count run beside this checkout's, "
         "query by query, and an A/B table compares the two",
+    )
+    parser.add_argument(
+        "--duckdb-no-huge-pages",
+        action="store_true",
+        help="run DuckDB without transparent huge pages, as mangonel's executors run "
+        "(default: the kernel's THP mode, as DuckDB runs out of the box)",
     )
     args = parser.parse_args(argv)
     args.hosts = sorted({int(h) for h in args.hosts.split(",")})
@@ -589,7 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     print(
         f"{args.suite.upper()} SF {args.scale:g}: mangonel on {args.hosts} host(s) of {c} "
-        f"core(s) each ({args.slots_per_host} slot(s)), against DuckDB on the same cores; "
+        f"core(s) each ({args.slots_per_host} slot(s)), against DuckDB on the same cores"
+        f"{' without huge pages' if args.duckdb_no_huge_pages else ''}; "
         f"median of {args.repeat}; {os.cpu_count()} CPUs, load {load[0]:.2f} at the start "
         f"({time.strftime('%Y-%m-%d %H:%M:%S')})\n"
     )
@@ -601,6 +609,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with contextlib.ExitStack() as stack:
             engines: dict[str, Any] = {}
+            if args.duckdb_no_huge_pages:
+                os.environ[NO_HUGE_PAGES_ENV] = "1"  # the workers inherit it
             for n in [1, *args.hosts[1:]]:
                 cpus = [cpu for host in host_cpus(args, n) for cpu in host]
                 worker = WorkerEngine("duckdb", data, len(cpus), cpus, names)
