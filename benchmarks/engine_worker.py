@@ -133,14 +133,14 @@ def serve(
 
 NO_HUGE_PAGES_ENV = "MANGONEL_BENCH_NO_HUGE_PAGES"
 """Set to 1: the engine's process keeps transparent huge pages from itself, as
-mangonel's executors do (``mangonel.executor.memory.no_huge_pages``)."""
+mangonel's executors do (``mangonel.executor.memory.set_huge_pages``)."""
 
 
 def main() -> int:
     if os.environ.get(NO_HUGE_PAGES_ENV) == "1":
-        from mangonel.executor.memory import no_huge_pages
+        from mangonel.executor.memory import set_huge_pages
 
-        no_huge_pages()
+        set_huge_pages(False)
     engine, data = sys.argv[1], Path(sys.argv[2])
     threads = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     tables = sys.argv[4] if len(sys.argv) > 4 else ""

@@ -75,7 +75,7 @@ class ExecutorConfig:
             at full speed at once from it and ``threads`` (``ExecutorInfo``).
         huge_pages: Let the kernel back the process's memory with transparent
             huge pages as its THP mode says (``--huge-pages``); ``False``: keep
-            them from it (``executor.memory.no_huge_pages``).
+            them from it (``executor.memory.set_huge_pages``).
         work_dir: The work root: shuffle and DuckDB spill files live in
             directories of this executor under it (see ``executor.workdir``);
             executors of one host may share it, and each deletes what dead

@@ -22,7 +22,7 @@ from mangonel import options, pauses, storage
 from mangonel.executor.config import ExecutorConfig
 from mangonel.executor.hooks import NO_HOOKS, TaskHooks
 from mangonel.executor.link import GrpcSchedulerLink, SchedulerLink
-from mangonel.executor.memory import keep_batch_memory, no_huge_pages
+from mangonel.executor.memory import keep_batch_memory, set_huge_pages
 from mangonel.executor.service import ExecutorService
 from mangonel.security.tls import TlsMaterial
 
@@ -36,7 +36,7 @@ def start_executor(
 
     It also tunes this process's C allocator for the executor's Arrow batches
     (``memory.keep_batch_memory``) and, unless ``config.huge_pages``, keeps
-    transparent huge pages from it (``memory.no_huge_pages``).
+    transparent huge pages from it (``memory.set_huge_pages``).
 
     Args:
         config: The executor's settings.
@@ -48,8 +48,7 @@ def start_executor(
         ``stop_executor``.
     """
     keep_batch_memory()
-    if not config.huge_pages:
-        no_huge_pages()
+    set_huge_pages(config.huge_pages)
     pauses.watch()
     storage.configure(config.storage)
     config.security.check_member("executor")

@@ -359,8 +359,10 @@ _PR_SET_THP_DISABLE = 41
 (``linux/prctl.h``); its children inherit it."""
 
 
-def no_huge_pages() -> bool:
-    """Keep transparent huge pages from this process (once per executor process).
+def set_huge_pages(allowed: bool) -> bool:
+    """Keep transparent huge pages from this process, or let the kernel's mode
+    apply to it (``allowed``; a parent that kept them from itself passed that on);
+    once per executor process.
 
     A kernel whose THP mode is ``madvise`` (the default of most distributions)
     backs with 2 MiB pages the regions a program asks for, and DuckDB's
@@ -374,7 +376,8 @@ def no_huge_pages() -> bool:
     0.50 to 0.55 s. TPC-H SF10 q1, q3, q9, q13 and q18 on DuckDB alone, one
     thread: 16.4 to 17.2 s with huge pages, 14.3 to 14.4 s without (q18 4.47
     against 3.52 s). Databases that hold big hash tables advise the same
-    (Redis, MongoDB). ``--huge-pages`` leaves the kernel's mode alone.
+    (Redis, MongoDB). Executors keep them from themselves unless started with
+    ``--huge-pages``.
 
     Returns:
         Whether the kernel took it (``False`` off Linux, or before 3.15).
@@ -384,6 +387,6 @@ def no_huge_pages() -> bool:
     except (OSError, AttributeError):
         return False
     prctl.restype = ctypes.c_int
-    args = (ctypes.c_int(_PR_SET_THP_DISABLE), ctypes.c_ulong(1))
     zero = ctypes.c_ulong(0)
-    return int(prctl(*args, zero, zero, zero)) == 0
+    disable = ctypes.c_ulong(0 if allowed else 1)
+    return int(prctl(ctypes.c_int(_PR_SET_THP_DISABLE), disable, zero, zero, zero)) == 0
