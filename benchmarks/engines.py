@@ -14,7 +14,9 @@ where the engine runs (inside the worker for the single-process engines, around
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -25,9 +27,26 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
-from engine_worker import vmhwm_kb
+from engine_worker import NO_HUGE_PAGES_ENV, vmhwm_kb
 
 WORKER = Path(__file__).resolve().parent / "engine_worker.py"
+
+
+def add_huge_pages_argument(parser: argparse.ArgumentParser) -> None:
+    """``--duckdb-no-huge-pages``: the engines' workers run without transparent huge
+    pages, as mangonel's executors do (``huge_pages_for_workers`` applies it)."""
+    parser.add_argument(
+        "--duckdb-no-huge-pages",
+        action="store_true",
+        help="run DuckDB without transparent huge pages, as mangonel's executors run "
+        "(default: the kernel's THP mode, as DuckDB runs out of the box)",
+    )
+
+
+def huge_pages_for_workers(args: argparse.Namespace) -> None:
+    """Before the workers start: pass ``--duckdb-no-huge-pages`` on to them."""
+    if args.duckdb_no_huge_pages:
+        os.environ[NO_HUGE_PAGES_ENV] = "1"  # the workers inherit it
 
 
 class EngineError(Exception):

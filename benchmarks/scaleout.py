@@ -66,8 +66,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from ab import cpu_seconds, parse_queries  # noqa: E402  (sibling modules: benchmarks/ is no package)
-from engine_worker import NO_HUGE_PAGES_ENV  # noqa: E402
-from engines import EngineError, MangonelEngine, WorkerEngine, pinned  # noqa: E402
+from engines import (  # noqa: E402
+    EngineError,
+    MangonelEngine,
+    WorkerEngine,
+    add_huge_pages_argument,
+    huge_pages_for_workers,
+    pinned,
+)
 from helpers import (  # noqa: E402  (the test helpers live outside the package)
     CACHE_DIR,
     TPCDS_TABLES,
@@ -189,12 +195,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "/tmp/base/src): its clusters of every host count run beside this checkout's, "
         "query by query, and an A/B table compares the two",
     )
-    parser.add_argument(
-        "--duckdb-no-huge-pages",
-        action="store_true",
-        help="run DuckDB without transparent huge pages, as mangonel's executors run "
-        "(default: the kernel's THP mode, as DuckDB runs out of the box)",
-    )
+    add_huge_pages_argument(parser)
     args = parser.parse_args(argv)
     args.hosts = sorted({int(h) for h in args.hosts.split(",")})
     if args.hosts[0] != 1:
@@ -609,8 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with contextlib.ExitStack() as stack:
             engines: dict[str, Any] = {}
-            if args.duckdb_no_huge_pages:
-                os.environ[NO_HUGE_PAGES_ENV] = "1"  # the workers inherit it
+            huge_pages_for_workers(args)
             for n in [1, *args.hosts[1:]]:
                 cpus = [cpu for host in host_cpus(args, n) for cpu in host]
                 worker = WorkerEngine("duckdb", data, len(cpus), cpus, names)

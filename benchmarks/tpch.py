@@ -84,7 +84,9 @@ from engines import (  # noqa: E402
     EngineError,
     MangonelEngine,
     WorkerEngine,
+    add_huge_pages_argument,
     ballista_unavailable,
+    huge_pages_for_workers,
 )
 from helpers import (  # noqa: E402  (the test helpers live outside the package)
     CACHE_DIR,
@@ -206,6 +208,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-tpch", action="store_true", help="skip the 22 queries")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR, help="where data is cached")
     parser.add_argument("--work-dir", type=Path, help="cluster work dir (default: temp)")
+    add_huge_pages_argument(parser)
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -447,6 +450,7 @@ def start_engines(
     tables: dict[str, Path], skipped: dict[str, str],
 ) -> dict[str, Engine]:  # fmt: skip
     engines: dict[str, Engine] = {}
+    huge_pages_for_workers(args)
     for name in names:
         if name == "ballista":
             why = ballista_unavailable()
