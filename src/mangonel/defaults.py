@@ -280,6 +280,11 @@ LOGIN_WINDOW_S = 300.0
 LOGIN_LOCKOUT_S = 300.0
 """Seconds a user name or address that failed too often is refused."""
 
+STATE_WAIT_S = 60.0
+"""Seconds a scheduler starting waits for a state store that no server of answers
+(etcd not started yet, or its name not resolving yet in a container just started)
+before it gives up: a container's restart is not a crash loop."""
+
 # --------------------------------------------------------------------- client
 
 CONNECT_WAIT_S = 30.0

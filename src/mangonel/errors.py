@@ -33,6 +33,7 @@
     │   │   └── LoginThrottledError too many failed logins: try again in N s
     │   └── PermissionDeniedError  another user's job, or an admin's action
     └── StateStoreError            the scheduler's state store cannot be opened or written
+        ├── StateStoreUnreachableError  no server of it answered (it may, later)
         └── StoreFencedError       another scheduler took the store over (this one must stop)
 
 Each message says what happened and what to do about it, in plain text: every
@@ -169,6 +170,11 @@ class WriteTargetFullError(MangonelError):
 
 class StateStoreError(MangonelError):
     """The scheduler's durable state (SQLite file, etcd) cannot be opened, read or written."""
+
+
+class StateStoreUnreachableError(StateStoreError):
+    """No server of the state store answered (connection refused or timed out, its name
+    not resolving): it may answer later, unlike a store that refused or is damaged."""
 
 
 class StoreFencedError(StateStoreError):

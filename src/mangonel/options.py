@@ -639,6 +639,17 @@ OPTIONS: tuple[Option, ...] = (
         env="MANGONEL_STATE",
     ),
     Option(
+        "--state-wait",
+        "state_wait_s",
+        "how long a scheduler starting waits for a state store that does not answer "
+        "(etcd refusing connections or timing out, or its name not resolving yet) before "
+        "giving up, saying so once on stderr; 0: fail at once (default %(default)g)",
+        _S,
+        type=seconds,
+        default=defaults.STATE_WAIT_S,
+        metavar="SECONDS",
+    ),
+    Option(
         "--standby-timeout",
         "standby_timeout_s",
         "give up after S seconds when another scheduler leads the state store "

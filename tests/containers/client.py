@@ -3,7 +3,7 @@ cluster and write each answer (Parquet) and how it ran (JSON) under the output f
 
 Runs inside the image (``python /work/client.py ...``), so it uses nothing but mangonel.
 
-Usage: client.py SCHEDULER OUT [--register DATA_DIR] QUERY_NUMBER...
+Usage: client.py SCHEDULER OUT [--register DATA_DIR] [--connect-wait S] QUERY_NUMBER...
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ def main() -> None:
     parser.add_argument("scheduler")
     parser.add_argument("out", type=Path)
     parser.add_argument("--register", metavar="DATA_DIR")
+    parser.add_argument("--connect-wait", type=float, default=30.0, metavar="SECONDS")
     parser.add_argument("queries", type=int, nargs="+")
     args = parser.parse_args()
-    with mangonel.connect(args.scheduler) as session:
+    with mangonel.connect(args.scheduler, connect_wait_s=args.connect_wait) as session:
         if args.register:
             for name in TABLES:
                 session.register_parquet(name, f"{args.register}/{name}.parquet")

@@ -136,7 +136,31 @@ class Compose:
         command += ["-d"] if detach else ["--rm"]
         command += [IMAGE, "/work/client.py", "scheduler:50050", "/out", *args]
         self.run("podman", "rm", "-f", name, check=False)
-        return self.run(*command, timeout=600)
+        try:
+            return self.run(*command, timeout=600)
+        except AssertionError as exc:  # what the scheduler's container said meanwhile
+            raise AssertionError(f"{exc}\n{self.describe('scheduler')}") from None
+
+    def describe(self, service: str) -> str:
+        """A container's state and restarts, and the end of its output (stdout and stderr)."""
+        name = self.container(service)
+        state = self.run(
+            "podman",
+            "inspect",
+            "-f",
+            "{{.State.Status}}, {{.RestartCount}} restarts",
+            name,
+            check=False,
+        )
+        logs = subprocess.run(
+            ["podman", "logs", "-t", name],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=60,
+        ).stdout
+        return f"{service} ({state.strip()}), its output's end:\n{logs[-6000:]}"
 
     def save_logs(self) -> None:
         for service in ("etcd", "scheduler", "executor-1", "executor-2"):
@@ -346,8 +370,13 @@ def test_a_scheduler_whose_lease_ran_out_is_started_again_by_compose(
     )
     assert "lost the lead of its state store: " in logs.stdout + logs.stderr  # and why
     out = module_dir / "out-restarted"
-    cluster.client(out, "3", name=f"{PROJECT}-client-restarted")
+    # podman's DNS may not answer a container started again for its first 20-40 s (seen
+    # with podman 4.3: the scheduler's first lookup of etcd hangs, then fails); the
+    # scheduler waits for etcd through that (--state-wait), and the client for it.
+    cluster.client(out, "--connect-wait", "120", "3", name=f"{PROJECT}-client-restarted")
     check_answer(out, 3, duckdb_ref)
+    # Started once: the scheduler waited for etcd rather than exiting into a loop of restarts.
+    assert restarts() == before + 1, cluster.describe("scheduler")
     with cluster.session() as session:
         wait_until(
             lambda: len(session.status().alive_executors()) == 2,

@@ -215,3 +215,31 @@ def test_a_lone_scheduler_that_lost_its_lease_is_started_again_and_the_client_wa
             assert {t.name for t in session.tables()} >= set(tpch_tables)
             check(session.sql(tpch_query(12)), 12, duckdb_ref)
             check(session.sql(tpch_query(3)), 3, duckdb_ref)
+
+
+def test_a_scheduler_started_before_its_etcd_answers_waits_for_it_then_serves(
+    work_dir: Path, tpch_tables: dict[str, Path], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """A scheduler starting while etcd does not answer yet (compose starts them
+    together; a restarted container's name may not resolve for a moment) waits for
+    it, saying so once, instead of exiting: it serves once etcd is there."""
+    with EtcdServer(work_dir / "etcd") as etcd:
+        state = etcd.url("/mangonel/late/")
+        etcd.stop()
+        timer = threading.Timer(3.0, etcd.start)  # while the scheduler waits for it
+        timer.start()
+        try:
+            with LocalCluster(
+                executors=1, slots=2, work_dir=work_dir / "cluster", state=state
+            ) as cluster:
+                scheduler = cluster.schedulers[0]
+                assert scheduler is not None
+                log_text = scheduler.log_tail()
+                assert log_text.count("waiting up to 60 s for the state store: ") == 1, log_text
+                assert "cannot reach the etcd state store" in log_text, log_text
+                with cluster.connect() as session:
+                    for name, path in tpch_tables.items():
+                        session.register_parquet(name, str(path))
+                    check(session.sql(tpch_query(3)), 3, duckdb_ref)
+        finally:
+            timer.join()

@@ -346,9 +346,14 @@ def test_a_state_file_in_use_by_another_scheduler_is_refused(cluster: LocalClust
 
 
 def test_an_unreachable_etcd_stops_the_scheduler_at_start_with_a_clear_error() -> None:
-    done = run_scheduler_cli("--state", "etcd://127.0.0.1:1")
+    """It waits --state-wait for etcd (saying so once), then gives up, saying why."""
+    started = time.monotonic()
+    done = run_scheduler_cli("--state", "etcd://127.0.0.1:1", "--state-wait", "2")
     assert done.returncode != 0
+    assert time.monotonic() - started >= 2
+    assert done.stderr.count("waiting up to 2 s for the state store: ") == 1, done.stderr
     assert "127.0.0.1:1" in done.stderr and "etcd" in done.stderr, done.stderr
+    assert "waited 2 s for it (--state-wait)" in done.stderr, done.stderr
     assert "listening" not in done.stdout
 
 

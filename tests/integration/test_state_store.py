@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ from etcd3gw.client import Etcd3Client
 from etcd3gw.lease import Lease
 from helpers import safe_name
 
-from mangonel.errors import StateStoreError, StoreFencedError
+from mangonel.errors import StateStoreError, StateStoreUnreachableError, StoreFencedError
 from mangonel.scheduler.persist import StateWriter, encode
 from mangonel.scheduler.store import StateStore, open_store
 from mangonel.scheduler.store.etcd import EtcdStateStore
@@ -339,6 +340,67 @@ def test_etcd_leader_wait_times_out_then_succeeds(etcd_store: Backend) -> None:
     first.resign()
     assert second.acquire("B", timeout_s=10)
     assert first.leader() == "B"
+
+
+def test_etcd_a_standby_waits_through_etcd_out_of_reach_then_leads(work_dir: Path) -> None:
+    """etcd stopped and started again under a standby waiting for the lead: the standby
+    keeps waiting (it said so once), and leads once the old leader's lease runs out."""
+    with EtcdServer(work_dir / "etcd") as etcd:
+        url = etcd.url("/p/") + f"?ttl_s={SHORT_TTL_S}"
+        leader, standby = open_store(url), open_store(url)
+        try:
+            assert leader.acquire("A", timeout_s=10)
+            outcome: dict[str, object] = {}
+
+            def wait_for_the_lead() -> None:
+                try:
+                    outcome["acquired"] = standby.acquire("B")  # no timeout: a standby
+                except BaseException as exc:  # noqa: BLE001 - checked below
+                    outcome["error"] = exc
+
+            waiting = threading.Thread(target=wait_for_the_lead, daemon=True)
+            waiting.start()
+            etcd.stop()
+            time.sleep(2)  # ten polls of the standby meet no etcd
+            assert waiting.is_alive(), outcome
+            leader.close()  # as a leader that died meanwhile: its lease is not refreshed
+            etcd.start()
+            waiting.join(timeout=SHORT_TTL_S + 20)
+            assert outcome == {"acquired": True}
+            assert standby.leader() == "B"
+            standby.commit({"k": "from the standby"})
+        finally:
+            leader.close()
+            standby.close()
+
+
+def test_etcd_not_answering_yet_is_waited_for_at_open(work_dir: Path) -> None:
+    with EtcdServer(work_dir / "etcd") as etcd:
+        url = etcd.url("/p/")
+        etcd.stop()
+        said: list[str] = []
+        threading.Timer(2.0, etcd.start).start()
+        store = open_store(url, wait_s=30, on_wait=said.append)
+        try:
+            assert store.acquire("A", timeout_s=10)
+        finally:
+            store.close()
+        assert len(said) == 1 and said[0].startswith("waiting up to 30 s for the state store: "), (
+            said
+        )
+        assert "cannot reach the etcd state store" in said[0]
+    # Given no time to wait, it fails at once, as it did before there was a wait.
+    started = time.monotonic()
+    with pytest.raises(StateStoreUnreachableError, match="cannot reach the etcd state store"):
+        open_store(f"etcd://127.0.0.1:{_dead_port()}")
+    assert time.monotonic() - started < 5
+
+
+def test_etcd_that_never_answers_fails_the_open_after_the_wait() -> None:
+    started = time.monotonic()
+    with pytest.raises(StateStoreUnreachableError, match=r"waited 1.5 s for it \(--state-wait\)"):
+        open_store(f"etcd://127.0.0.1:{_dead_port()}", wait_s=1.5)
+    assert 1.5 <= time.monotonic() - started < 10
 
 
 # ----------------------------------------------------------------- etcd limits

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -668,3 +668,74 @@ def test_a_moved_stream_takes_over_the_queue_and_the_old_streams_end_is_no_loss(
     assert core.telemetry.counters().executors_lost["connection lost"] == 1
     with pytest.raises(ExecutorNotFoundError, match="register again"):
         core.executor_reopened(entry.id, frozenset(), frozenset())
+
+
+@dataclasses.dataclass
+class _StreamCall:
+    """The servicer context of an executor's Connect stream; ``ended``: the RPC had
+    ended already when the handler asked for its end callback (a server stopping)."""
+
+    ended: bool = False
+    callbacks: list[object] = dataclasses.field(default_factory=list)
+
+    def is_active(self) -> bool:
+        return not self.ended
+
+    def add_callback(self, callback: object) -> bool:
+        if self.ended:
+            return False
+        self.callbacks.append(callback)
+        return True
+
+    def send_initial_metadata(self, metadata: object) -> None:
+        pass
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+
+def _stream_ends(commands: Iterator[object], within_s: float) -> bool:
+    ended = threading.Event()
+    threading.Thread(target=lambda: (list(commands), ended.set()), daemon=True).start()
+    return ended.wait(within_s)
+
+
+def test_a_command_stream_whose_rpc_ended_before_it_was_watched_ends(
+    shell: tuple[SchedulerCore, ScriptedState],
+) -> None:
+    """The server stopped between the stream's start and its end callback: nothing
+    would put CLOSE on its queue, and its thread would hold the process's exit."""
+    core, _ = shell
+    entry = core.register_executor("h", "h:1", 2)
+    servicer = service_module.ExecutorControlServicer(core)
+    call = _StreamCall(ended=True)
+    request = pb.ConnectRequest(executor_id=entry.id)
+    assert _stream_ends(servicer.Connect(request, call), within_s=5)
+
+
+def test_a_command_stream_opened_as_the_scheduler_stops_ends(
+    shell: tuple[SchedulerCore, ScriptedState],
+) -> None:
+    """``stop`` closed the streams it knew; one opened after it (an executor that
+    came back just then) ends too, though its RPC is still open."""
+    core, _ = shell
+    entry = core.register_executor("h", "h:1", 2)
+    core.stop()
+    servicer = service_module.ExecutorControlServicer(core)
+    call = _StreamCall()
+    request = pb.ConnectRequest(executor_id=entry.id)
+    _drain(core._executors.get(entry.id).commands)  # the CLOSE ``stop`` queued for it
+    assert _stream_ends(servicer.Connect(request, call), within_s=5)
+    assert call.callbacks  # the end callback was taken
+
+
+def test_a_live_command_stream_stays_open_while_idle(
+    shell: tuple[SchedulerCore, ScriptedState],
+) -> None:
+    core, _ = shell
+    entry = core.register_executor("h", "h:1", 2)
+    servicer = service_module.ExecutorControlServicer(core)
+    assert not _stream_ends(
+        servicer.Connect(pb.ConnectRequest(executor_id=entry.id), _StreamCall()),
+        within_s=2.5 * service_module._STREAM_CHECK_S,
+    )

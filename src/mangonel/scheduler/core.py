@@ -323,6 +323,11 @@ class SchedulerCore:
         self._ticker = threading.Thread(target=self._tick_loop, name="scheduler-tick", daemon=True)
         self._ticker.start()
 
+    @property
+    def stopped(self) -> bool:
+        """``stop`` was called: no stream opened since is fed."""
+        return self._stop.is_set()
+
     def stop(self) -> None:
         """Stop ticking and end every executor's command stream."""
         self._stop.set()

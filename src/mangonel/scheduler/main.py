@@ -134,6 +134,8 @@ class SchedulerConfig:
             ``etcd://host:port[/prefix]`` (a highly available pair: a second
             scheduler on the same etcd waits as a standby and takes over when the
             leader dies), or ``memory://`` (nothing survives a restart).
+        state_wait_s: How long to wait, at start, for a store that no server of
+            answers (``open_store``); 0: fail at once.
         standby_timeout_s: How long to wait for the lead of a store another
             scheduler holds; ``None`` waits forever (a standby). A SQLite store
             held by another scheduler is an error after this long.
@@ -199,6 +201,7 @@ class SchedulerConfig:
     web_port: int | None = None
     web_address_file: str | None = None
     state: str | None = None
+    state_wait_s: float = defaults.STATE_WAIT_S
     standby_timeout_s: float | None = None
     crash_file: str | None = None
     storage: storage.StorageOptions = field(default_factory=storage.StorageOptions)
@@ -256,6 +259,7 @@ class SchedulerServer:
         self.flight_sql: FlightSqlServer | None = None
         """The Flight SQL endpoint (``flight_sql.url``), when one was asked for."""
         self.stopping = threading.Event()
+        self._stopped = threading.Event()
         self.deposed = threading.Event()
         """Set when it stopped because another scheduler took the lead."""
         self.reloaders: list[Callable[[], None]] = []
@@ -272,17 +276,26 @@ class SchedulerServer:
                 log.exception("reloading failed; what was read before stays in use")
 
     def stop(self, grace: float = 1.0) -> None:
-        """Stop serving: end executor streams, then the server; give up the lead."""
+        """Stop serving: end executor streams, then the server; give up the lead.
+
+        A second call (the main thread after a signal, while the deposed watch
+        stops it) returns once the first is done: the process must not exit
+        while the server still hands calls to its threads.
+        """
         if self.stopping.is_set():
+            self._stopped.wait()
             return
         self.stopping.set()
-        if self.web is not None:
-            self.web.stop()
-        if self.flight_sql is not None:
-            self.flight_sql.shutdown()
-        self.core.stop()
-        self.server.stop(grace).wait(grace + 1)
-        self.core.store.close()
+        try:
+            if self.web is not None:
+                self.web.stop()
+            if self.flight_sql is not None:
+                self.flight_sql.shutdown()
+            self.core.stop()
+            self.server.stop(grace).wait(grace + 1)
+            self.core.store.close()
+        finally:
+            self._stopped.set()
 
 
 def default_state_url() -> str:
@@ -299,8 +312,9 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
 
     Raises:
         ClusterError: the address cannot be bound (e.g. the port is taken).
-        StateStoreError: the store cannot be opened or read, or another
-            scheduler kept it for longer than ``standby_timeout_s``.
+        StateStoreError: the store cannot be opened or read (no server of it
+            answered for ``state_wait_s``), or another scheduler kept it for
+            longer than ``standby_timeout_s``.
     """
     from mangonel.scheduler.state import SchedulerState  # the state machine's module
 
@@ -319,7 +333,7 @@ def start_scheduler(config: SchedulerConfig) -> SchedulerServer:
     )
     authenticator = authenticator_for(config.security, config.login_limits)
     url = config.state or default_state_url()
-    store = open_store(url)
+    store = open_store(url, config.state_wait_s, on_wait=lambda line: log.warning("%s", line))
     owner = f"{config.host}:{config.port} (pid {os.getpid()})"
     leader = store.leader()
     if leader is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import queue
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar, cast
@@ -77,6 +78,8 @@ ERROR_METADATA_KEY = "mangonel-error"
 
 # Progress messages of WatchJob are sent at most this often; the final one at once.
 _WATCH_MIN_INTERVAL_S = 0.1
+# How often an executor's idle command stream looks whether it should end anyway.
+_STREAM_CHECK_S = 1.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -250,13 +253,22 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
             self.core.connection_closed(executor, "its command stream broke", stream.id)
             stream.commands.put(CLOSE)
 
-        context.add_callback(closed)
+        if not context.add_callback(closed):
+            closed()  # the RPC ended already (the server stopping under it): end it here
         # The executor waits for this before it lets go of its old stream (a
         # reopen): the new one is the executor's from now on.
         context.send_initial_metadata(())
         log.info("executor %s connected%s", executor, " again" if request.reopen else "")
         while True:
-            item = stream.commands.get()
+            try:
+                item = stream.commands.get(timeout=_STREAM_CHECK_S)
+            except queue.Empty:
+                # Nothing to send. A stream that no CLOSE can reach any more (opened
+                # as the scheduler stopped) must not hold its thread, and the
+                # process's exit, for ever.
+                if context.is_active() and not self.core.stopped:
+                    continue
+                item = CLOSE
             if item is CLOSE:
                 log.info("closing the command stream of executor %s", executor)
                 return

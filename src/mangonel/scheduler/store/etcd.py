@@ -54,6 +54,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import logging
 import threading
 import time
 import urllib.parse
@@ -68,8 +69,10 @@ from etcd3gw.exceptions import (
     Etcd3Exception,
 )
 
-from mangonel.errors import StateStoreError
+from mangonel.errors import StateStoreError, StateStoreUnreachableError
 from mangonel.scheduler.store.base import StateStore
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "/mangonel/default/"
 DEFAULT_PORT = 2379
@@ -242,11 +245,22 @@ class EtcdStateStore(StateStore):
             if self._leader_revision is not None and not self.deposed.is_set():
                 return True
             self._stop_keepalive()
+        # etcd out of reach for a while (restarting, its name not resolving yet) is one
+        # more reason to wait, said once; the wait's end raises it if it lasted till then.
+        unreachable: StateStoreUnreachableError | None = None
         while True:
-            # Look first, so that a follower waiting for minutes grants no lease per poll.
-            if self._read_leader() is None and self._try_create(owner):
-                return True
+            try:
+                # Look first, so that a follower waiting for minutes grants no lease per poll.
+                if self._read_leader() is None and self._try_create(owner):
+                    return True
+                unreachable = None
+            except StateStoreUnreachableError as exc:
+                if unreachable is None:
+                    log.warning("%s; waiting for the lead all the same", exc)
+                unreachable = exc
             if deadline is not None and time.monotonic() >= deadline:
+                if unreachable is not None:
+                    raise unreachable
                 return False
             time.sleep(_POLL_S)
 
@@ -531,6 +545,9 @@ class _Endpoints:
         # One request at a time per _Endpoints: requests.Session is not thread-safe.
         with self._lock:
             failures = []
+            # Unreachable (it may answer later) unless an endpoint failed otherwise: TLS,
+            # or an answer that is not etcd's, which waiting does not mend.
+            transient = True
             for step in range(len(self._endpoints)):
                 index = (self._current + step) % len(self._endpoints)
                 try:
@@ -547,6 +564,7 @@ class _Endpoints:
                     host, port = self._endpoints[index]
                     message = _etcd_message(exc)
                     if "SSLError" in message or "SSL:" in message:
+                        transient = False
                         message = (
                             f"TLS failed: {message}; check tls_ca (etcd's CA), and tls_cert "
                             "and tls_key when etcd demands client certificates"
@@ -558,6 +576,7 @@ class _Endpoints:
                     # an answer that is not JSON (not etcd at that port?).
                     host, port = self._endpoints[index]
                     failures.append(f"{host}:{port} ({type(exc).__name__}: {exc})")
+                    transient = False
                     continue
                 except Etcd3Exception as exc:
                     raise StateStoreError(
@@ -565,7 +584,8 @@ class _Endpoints:
                     ) from exc
                 self._current = index
                 return result
-        raise StateStoreError(
+        error = StateStoreUnreachableError if transient else StateStoreError
+        raise error(
             f"cannot reach the etcd state store {url}: no endpoint answered: "
             f"{'; '.join(failures)}. Check that etcd runs and listens there "
             "(etcdctl --endpoints=HOST:PORT endpoint health), that its cluster has a "
