@@ -564,6 +564,12 @@ def run_scheduler(config: SchedulerConfig) -> int:
     finally:
         running.stop()
     if running.deposed.is_set():
-        print("mangonel scheduler stopped: another scheduler leads the state store now", flush=True)
+        # Not "another leads": a lease that ran out (etcd revoked it, a frozen host)
+        # leaves the lead to whoever takes it first, this scheduler started again too.
+        print(
+            "mangonel scheduler stopped: it no longer leads its state store; started "
+            "again (status 3), it takes the lead or waits as the standby",
+            flush=True,
+        )
         return 3
     return 0

@@ -254,7 +254,8 @@ class ExecutorControlServicer(pb_grpc.ExecutorControlServicer):
             stream.commands.put(CLOSE)
 
         if not context.add_callback(closed):
-            closed()  # the RPC ended already (the server stopping under it): end it here
+            closed()  # the RPC ended already (the server stopping under it): so does this
+            return
         # The executor waits for this before it lets go of its old stream (a
         # reopen): the new one is the executor's from now on.
         context.send_initial_metadata(())
