@@ -27,8 +27,9 @@ import requests
 from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
 
 from mangonel.client.cluster import LocalCluster, ProcessHandle
-from mangonel.client.session import Result
+from mangonel.client.session import Result, Session
 from mangonel.client.status import ExecutorState, JobState
+from mangonel.testing.cluster import TestCluster
 from mangonel.testing.etcd import EtcdServer
 
 pytestmark = pytest.mark.timeout(180)
@@ -76,6 +77,14 @@ def wait_for_log(proc: ProcessHandle, text: str, timeout: float = 30.0) -> None:
         assert proc.alive(), proc.log_tail()
         assert time.monotonic() < deadline, f"no {text!r} in the log:\n{proc.log_tail()}"
         time.sleep(0.1)
+
+
+def wait_until_running(session: Session, timeout: float = 30.0) -> None:
+    """Until a job of the session's scheduler runs tasks."""
+    deadline = time.monotonic() + timeout
+    while not any(j.state is JobState.RUNNING for j in session.status().jobs):
+        assert time.monotonic() < deadline, "no job ran"
+        time.sleep(0.05)
 
 
 def check(result: Result, number: int, reference: duckdb.DuckDBPyConnection) -> None:
@@ -243,3 +252,38 @@ def test_a_scheduler_started_before_its_etcd_answers_waits_for_it_then_serves(
                     check(session.sql(tpch_query(3)), 3, duckdb_ref)
         finally:
             timer.join()
+
+
+def test_etcd_gone_mid_query_the_scheduler_started_again_waits_for_it_and_finishes_the_job(
+    work_dir: Path, tpch_tables: dict[str, Path], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """The state store goes away under a running job: the scheduler's next write
+    fails, so it stops (status 3); its supervisor starts it again while etcd is
+    still down, and it waits for etcd (``--state-wait``) instead of failing again;
+    etcd back, it takes the lead, recovers the job, the executors reattach, and
+    the client gets DuckDB's answer."""
+    with EtcdServer(work_dir / "etcd") as etcd:
+        state = etcd.url("/mangonel/gone/") + f"?ttl_s={LEASE_TTL_S}"
+        with TestCluster(
+            executors=2, slots=1, work_dir=work_dir / "cluster", state=state
+        ) as cluster:
+            scheduler = cluster.schedulers[0]
+            assert scheduler is not None
+            with cluster.connect() as session:
+                for name, path in tpch_tables.items():
+                    session.register_parquet(name, str(path))
+                # Stage 1's tasks wait 2 s at their start: etcd goes while they run.
+                cluster.set_faults_all([{"action": "delay", "seconds": 2.0, "stage": 1}])
+                thread, outcome = in_background(lambda: session.sql(tpch_query(9)))
+                wait_until_running(session)
+                etcd.stop()
+                assert scheduler.process.wait(30) == 3, scheduler.log_tail()
+                cluster.set_faults_all([])
+                cluster.restart_scheduler(0, wait=False)
+                restarted = cluster.schedulers[0]
+                assert restarted is not None
+                wait_for_log(restarted, "waiting up to 60 s for the state store: ")
+                etcd.start()
+                cluster.wait_for_leader(60)
+                check(finished(thread, outcome), 9, duckdb_ref)
+                assert "recovered 1 unfinished jobs" in restarted.log_tail(), restarted.log_tail()
