@@ -520,6 +520,28 @@ def test_a_reader_behind_a_marked_link_judges_no_other_producer() -> None:
     assert view is not None and view.slow_link_since is None
 
 
+@pytest.mark.parametrize("flapped", [True, False])
+def test_a_reader_whose_own_link_failed_lately_judges_no_producer(flapped: bool) -> None:
+    # e3's link was cut a moment ago (a long silence that ended at t=0.5, within
+    # the flap window): it read e1 across a cut, at 2 MB/s, and e2 between two, at
+    # 50. e2 reads e1 fast but nothing else lately, so e3 alone would judge e1.
+    # A flapping reader judges no one: e1 is neither marked nor left by job 1 (the
+    # lab's flapping host marked a healthy peer so, which took no task for 20 s).
+    h, _ = reading()
+    h.now = 1.5
+    if flapped:
+        h.state._executors.live(E3).gaps.append(0.5)
+    h.send(ExecutorHeartbeat, E1, "", ())
+    h.send(ExecutorHeartbeat, E2, "", (LinkSample(E1, 100 * MB, 1.0),))
+    samples = (LinkSample(E1, 2 * MB, 1.0), LinkSample(E2, 50 * MB, 1.0))
+    h.send(ExecutorHeartbeat, E3, "", samples)
+    cmds = h.tick(2.0)
+    if flapped:
+        assert link_logs(cmds) == [] and slow_link_logs(cmds) == []
+    else:  # the same rates from a reader whose link held: e1 is marked
+        assert link_logs(cmds) == [(HealthChange.LINK_MARKED, E1)]
+
+
 def test_no_copy_of_a_slow_reader_while_an_output_it_reads_is_made_again() -> None:
     # As above, but before the copy is due another reducer finds a map output
     # on e2 lost, and it is made again. A copy's spec names the outputs there

@@ -76,7 +76,13 @@ from mangonel.scheduler.state_executors import (
     LinkMarked,
     LinkOnTrial,
 )
-from mangonel.scheduler.state_links import HEARD_S, MIN_EVIDENCE_S, Compared, LinkRates
+from mangonel.scheduler.state_links import (
+    HEARD_S,
+    MIN_EVIDENCE_S,
+    Compared,
+    LinkRates,
+    unfit_readers,
+)
 
 if TYPE_CHECKING:
     from mangonel.scheduler.state_recovery import Step
@@ -111,12 +117,13 @@ def judge_links(
     another (a rate limiter lets small files through in a burst): readers
     marked or on trial judge no one, and the slowest of the links found slow
     now is marked first, its readers then set aside for the others, so a
-    slowed host marks itself, not the peers it read badly.
+    slowed host marks itself, not the peers it read badly. Nor do readers
+    whose own link failed lately (``state_links.unfit_readers``).
     """
     ratio = limits.slow_link_ratio
     found: list[LinkVerdict] = []
     live = registry.live_records()
-    behind = {r.id for r in live if r.link is not None}
+    behind = unfit_readers(live, now)
     judged: list[tuple[float, ExecutorRecord]] = []
     for rec in live:
         link = rec.link

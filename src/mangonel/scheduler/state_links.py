@@ -105,6 +105,7 @@ from mangonel.ids import ExecutorId, JobId, StageId
 from mangonel.scheduler.events import HealthChange, Limits, LogExecutorHealth
 from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry
 from mangonel.scheduler.state_jobs import Done, JobRecord, Running, StageRecord, TaskRecord
+from mangonel.scheduler.state_liveness import FLAP_WINDOW_S
 from mangonel.scheduler.state_recovery import Step
 from mangonel.scheduler.state_views import JobState
 from mangonel.task import InputMode, LinkSample
@@ -119,6 +120,7 @@ __all__ = [
     "SlowReader",
     "slow_links",
     "slow_readers",
+    "unfit_readers",
 ]
 
 FRESH_S = 10.0
@@ -472,6 +474,23 @@ def _recompute_s(job: JobRecord, producer: ExecutorId, slots: int) -> float | No
     return total
 
 
+def unfit_readers(executors: Iterable[ExecutorRecord], now: float) -> set[ExecutorId]:
+    """The readers whose rates judge no producer (``LinkRates.compare``): behind a
+    slow link of their own (marked or on trial), or whose own link failed lately
+    (suspected or quarantined now, or a long silence within
+    ``state_liveness.FLAP_WINDOW_S``). A flapping reader reads one peer across a
+    cut and the next between two, and finds the first slow: the lab's flapping
+    host marked a healthy peer that way, which then took no task for 20 s."""
+    return {
+        r.id
+        for r in executors
+        if r.link is not None
+        or r.suspected_since is not None
+        or r.quarantined_until is not None
+        or any(now - t < FLAP_WINDOW_S for t in r.gaps)
+    }
+
+
 def slow_links(
     jobs: Iterable[JobRecord],
     rates: LinkRates,
@@ -488,8 +507,7 @@ def slow_links(
     trusted = {
         r.id: r for r in executors if r.would_take_tasks and now - r.last_heartbeat <= HEARD_S
     }
-    # A reader whose own link is marked slow judges no one (``LinkRates.compare``).
-    behind = {r.id for r in executors if r.link is not None}
+    behind = unfit_readers(executors, now)
     measured = {
         p: m for p in rates.producers(now) if (m := rates.compare(p, now, behind)) is not None
     }
