@@ -118,7 +118,8 @@ def judge_links(
     marked or on trial judge no one, and the slowest of the links found slow
     now is marked first, its readers then set aside for the others, so a
     slowed host marks itself, not the peers it read badly. Nor do readers
-    whose own link failed lately (``state_links.unfit_readers``).
+    whose own link failed lately (``state_links.unfit_readers``): a job's own
+    rule still hears those, for that job only.
     """
     ratio = limits.slow_link_ratio
     found: list[LinkVerdict] = []
