@@ -527,9 +527,8 @@ def test_a_reader_whose_own_link_failed_lately_marks_no_producer(flapped: bool) 
     # 50. e2 reads e1 fast but nothing else lately, so e3 alone would judge e1.
     # A flapping reader marks no one for the cluster (the lab's flapping host
     # marked a healthy peer so, which took no task of any job for 20 s); job 1's
-    # own rule still hears it, and leaves e1 for this job only (on the lab's
-    # flapping link, a job that left the producer read across a cut finished
-    # sooner: ``state_links.slow_links``).
+    # own rule still hears it, and leaves e1 for this job only
+    # (``state_links.slow_links``).
     h, _ = reading()
     h.now = 1.5
     if flapped:

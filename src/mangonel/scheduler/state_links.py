@@ -510,9 +510,10 @@ def slow_links(
     }
     # A reader whose own link is marked slow judges no one (``LinkRates.compare``).
     # One whose link failed lately still does here, unlike for the cluster's marks
-    # (``unfit_readers``): the verdict ends with the job, and on the lab's flapping
-    # link the worst q9 was 2.4-2.7x healthy in three rounds with it, 2.7-4.8x in
-    # three paired rounds without (2026-12-06).
+    # (``unfit_readers``): the verdict ends with the job, and leaving both rules
+    # deaf to it was not shown better on the lab's flapping link (worst q9 2.7-4.8x
+    # healthy in four runs, 2.4-3.8x as before in six; benchmarks/results/
+    # 2026-12-06-1052e96-gray-failures-flapping-readers.md).
     behind = {r.id for r in executors if r.link is not None}
     measured = {
         p: m for p in rates.producers(now) if (m := rates.compare(p, now, behind)) is not None
