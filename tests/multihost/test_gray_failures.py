@@ -19,7 +19,6 @@ saying why; they never skip.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -119,19 +118,33 @@ class _Query:
         return outcome
 
 
-_ARMED = itertools.count(1)
+_FREEZES: dict[int, int] = {}
+"""Freeze rules each freezer process has fired, by pid: a rule fires once per
+process, known by its place in the list, so the next goes one place further."""
 
 
-def _fault_mid_query(net: NetCluster, query: _Query, fault: Callable[[], None]) -> float:
-    """Freeze the freezer at its next stage-1 task, apply ``fault``, thaw it; the
-    fault's time. A rule fires once per process; one more copy is a new one."""
-    net.set_faults(FREEZER, [{"action": "freeze", "stage": 1, "nth": 1}] * next(_ARMED))
+def _fault_mid_query(net: NetCluster, fault: Callable[[], None]) -> tuple[_Query, float]:
+    """Start the module's query, freeze the freezer at its first task of stage 1,
+    apply ``fault``, thaw the freezer: the query, and the fault's time.
+
+    The freezer must be trusted first: one still suspected after the last test's
+    cut (until its heartbeats get through), or behind a link marked slow (a
+    back-off of 20 s or more), gets no task, and the query would end without it
+    (the rule then left armed for the next query)."""
     freezer = net.executors[FREEZER]
+    freezer_id = net.wait_for_executors(3)[FREEZER]
+    wait_until(lambda: _distrusted(net, freezer_id) is None, "the freezer is trusted", 60)
+    fired = _FREEZES.get(freezer.pid, 0)
+    net.set_faults(FREEZER, [{"action": "freeze", "stage": 1, "nth": 1}] * (fired + 1))
+    query = _Query(net)
     wait_until(lambda: is_stopped(freezer.pid) or query.outcome, "the executor froze", 60)
     try:
+        if not is_stopped(freezer.pid):
+            net.set_faults(FREEZER, [])  # disarmed: no later query may freeze it
         assert not query.outcome, f"the query ended before the breakpoint: {query.outcome}"
+        _FREEZES[freezer.pid] = fired + 1
         fault()
-        return time.time()
+        return query, time.time()
     finally:
         os.kill(freezer.pid, signal.SIGCONT)
 
@@ -141,12 +154,14 @@ def _lost(net: NetCluster) -> float:
     return sum(v for k, v in net.metrics().items() if k.startswith("mangonel_executors_lost_total"))
 
 
-def _distrusted(net: NetCluster, executor: str) -> str | None:
-    """``suspected`` or ``quarantined`` while the scheduler says so, else ``None``."""
+def _distrusted(net: NetCluster, executor: str, among: tuple[str, ...] | None = None) -> str | None:
+    """How the scheduler distrusts ``executor`` now (``suspected``, ``quarantined``,
+    ``lagging`` or ``slow_link``), else ``None``; with ``among``, only those."""
     for key, value in net.metrics().items():
         found = re.match(r"mangonel_executors_distrusted\{(.*)\}", key)
         if found and value and f'executor="{executor}"' in found.group(1):
-            return re.search(r'as="(\w+)"', found.group(1)).group(1)  # type: ignore[union-attr]
+            state = re.search(r'as="(\w+)"', found.group(1)).group(1)  # type: ignore[union-attr]
+            return state if among is None or state in among else None
     return None
 
 
@@ -181,8 +196,12 @@ def test_a_silently_cut_executor_is_suspected_in_seconds_and_lost_at_the_timeout
         net.set_faults(1, [])  # a process started later must not freeze
         os.kill(proc.pid, signal.SIGCONT)
     try:
+        # Its readers may mark its link slow first (``slow_link``): they get
+        # nothing from it; the detector's verdict follows.
         suspected = wait_until(
-            lambda: _distrusted(net, victim), "the cut executor is suspected", 20
+            lambda: _distrusted(net, victim, ("suspected", "quarantined")),
+            "the cut executor is suspected",
+            20,
         )
         suspected_after = time.time() - cut_at
         assert suspected == "suspected"
@@ -227,8 +246,7 @@ def test_the_scheduler_cut_off_for_6_s_keeps_every_executor_and_recomputes_nothi
 ) -> None:
     ids = net.wait_for_executors(3)
     lost_before = _lost(net)
-    query = _Query(net)
-    cut_at = _fault_mid_query(net, query, lambda: net.lab.cut(net.scheduler_host))
+    query, cut_at = _fault_mid_query(net, lambda: net.lab.cut(net.scheduler_host))
     time.sleep(max(0.0, cut_at + 6.0 - time.time()))
     net.lab.heal(net.scheduler_host)
     healed_at = time.time()
@@ -252,14 +270,13 @@ def test_executors_that_die_while_the_scheduler_is_cut_off_are_replaced_correctl
     the dead (their streams reset, or the timeout) and the query finishes on the
     new ones, correct."""
     old = net.wait_for_executors(3)
-    query = _Query(net)
 
     def cut_and_kill() -> None:
         net.lab.cut(net.scheduler_host)
         for proc in net.executors:
             os.kill(proc.pid, signal.SIGKILL)
 
-    cut_at = _fault_mid_query(net, query, cut_and_kill)
+    query, cut_at = _fault_mid_query(net, cut_and_kill)
     net.set_faults(FREEZER, [])  # the new process must not freeze at its first task
     for index, proc in enumerate(net.executors):
         proc.process.wait(10)
@@ -371,7 +388,6 @@ def test_a_release_lost_in_a_cut_is_sent_again_when_the_executor_moves_its_strea
     shuffle = host.outside(f"{MOUNT_POINT}/work/{cut_id}/shuffle")
     moved = f"executor {cut_id} command stream moved to a new connection"
     moves_before = _scheduler_log(net).count(moved)
-    query = _Query(net)
     job: list[str] = []
     cut_at: list[float] = []
 
@@ -388,11 +404,11 @@ def test_a_release_lost_in_a_cut_is_sent_again_when_the_executor_moves_its_strea
         assert net.client.cancel(job[0])
 
     try:
-        _fault_mid_query(net, query, cut_and_cancel)
+        query, _ = _fault_mid_query(net, cut_and_cancel)
         with pytest.raises(ClusterError, match="JobCancelledError"):
             query.answer()
         wait_until(
-            lambda: _distrusted(net, cut_id) == "suspected", "executor 1 suspected (cut off)", 10
+            lambda: _distrusted(net, cut_id, ("suspected",)), "executor 1 suspected (cut off)", 10
         )
         time.sleep(max(0.0, cut_at[0] + RELEASE_CUT_S - time.time()))  # the cut's length
         assert (shuffle / job[0]).is_dir(), "the release crossed the cut"
