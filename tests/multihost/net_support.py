@@ -10,10 +10,16 @@ iproute2; CI runs as root; ``MANGONEL_TESTS_MAY_SKIP=1`` skips it instead).
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
-from helpers import require_host
+from helpers import is_stopped, require_host, wait_until
 
 from mangonel.testing.netclient import Answer
 from mangonel.testing.netcluster import NetCluster
@@ -41,6 +47,62 @@ class QueryInBackground:
             self.answers.append(net.client.sql(sql))
         except BaseException as exc:  # noqa: BLE001 - handed to the test thread
             self.answers.append(exc)
+
+
+def distrusted(net: NetCluster, executor: str, among: tuple[str, ...] | None = None) -> str | None:
+    """How the scheduler distrusts ``executor`` now (``suspected``, ``quarantined``,
+    ``lagging`` or ``slow_link``: its metric names one, in that order), else
+    ``None``; with ``among``, only those."""
+    for key, value in net.metrics().items():
+        found = re.match(r"mangonel_executors_distrusted\{(.*)\}", key)
+        if found and value and f'executor="{executor}"' in found.group(1):
+            state = re.search(r'as="(\w+)"', found.group(1)).group(1)  # type: ignore[union-attr]
+            return state if among is None or state in among else None
+    return None
+
+
+class Started(Protocol):
+    """A query started on a thread of the test: its answer or error, once it ended."""
+
+    outcome: list[Any]
+
+
+Q = TypeVar("Q", bound=Started)
+
+_FREEZES: dict[int, int] = {}
+"""Freeze rules each executor process has fired, by pid: a rule fires once per
+process and is known by its place in the file and its content, so the next one
+goes one place further."""
+
+
+def fault_mid_query(
+    net: NetCluster, freezer: int, start: Callable[[], Q], fault: Callable[[], None]
+) -> tuple[Q, float]:
+    """Freeze executor ``freezer`` at its first task of stage 1 of the query that
+    ``start`` starts, apply ``fault``, thaw it: the query, and the fault's time.
+    The moment of a fault is so chosen by a fault rule, not a sleep.
+
+    The freezer must be trusted first: one still suspected after the last test's
+    cut (until its heartbeats get through), or behind a link marked slow (a
+    back-off of 20 s or more), gets no task, and the query would end without it,
+    the rule left armed for the next query (CI at ``d9eb1eb``). A rule that did
+    not fire is taken back."""
+    proc = net.executors[freezer]
+    executor = wait_until(lambda: net.executor_ids().get(freezer), "the freezer registered", 60)
+    wait_until(lambda: distrusted(net, executor) is None, "the freezer trusted", 60)
+    fired = _FREEZES.get(proc.pid, 0)
+    net.set_faults(freezer, [{"action": "freeze", "stage": 1, "nth": 1}] * (fired + 1))
+    query = start()
+    wait_until(lambda: is_stopped(proc.pid) or query.outcome, "the executor froze", 60)
+    try:
+        if not is_stopped(proc.pid):
+            net.set_faults(freezer, [])  # no later query may freeze it
+        assert not query.outcome, f"the query ended before the breakpoint: {query.outcome}"
+        _FREEZES[proc.pid] = fired + 1
+        fault()
+        return query, time.time()
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
 
 
 PARTITIONS = 4

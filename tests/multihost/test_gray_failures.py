@@ -32,7 +32,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
-from net_support import require_lab
+from net_support import distrusted, fault_mid_query, require_lab
 
 from mangonel.client.status import JobState
 from mangonel.errors import ClusterError
@@ -118,51 +118,15 @@ class _Query:
         return outcome
 
 
-_FREEZES: dict[int, int] = {}
-"""Freeze rules each freezer process has fired, by pid: a rule fires once per
-process, known by its place in the list, so the next goes one place further."""
-
-
 def _fault_mid_query(net: NetCluster, fault: Callable[[], None]) -> tuple[_Query, float]:
-    """Start the module's query, freeze the freezer at its first task of stage 1,
-    apply ``fault``, thaw the freezer: the query, and the fault's time.
-
-    The freezer must be trusted first: one still suspected after the last test's
-    cut (until its heartbeats get through), or behind a link marked slow (a
-    back-off of 20 s or more), gets no task, and the query would end without it
-    (the rule then left armed for the next query)."""
-    freezer = net.executors[FREEZER]
-    freezer_id = net.wait_for_executors(3)[FREEZER]
-    wait_until(lambda: _distrusted(net, freezer_id) is None, "the freezer is trusted", 60)
-    fired = _FREEZES.get(freezer.pid, 0)
-    net.set_faults(FREEZER, [{"action": "freeze", "stage": 1, "nth": 1}] * (fired + 1))
-    query = _Query(net)
-    wait_until(lambda: is_stopped(freezer.pid) or query.outcome, "the executor froze", 60)
-    try:
-        if not is_stopped(freezer.pid):
-            net.set_faults(FREEZER, [])  # disarmed: no later query may freeze it
-        assert not query.outcome, f"the query ended before the breakpoint: {query.outcome}"
-        _FREEZES[freezer.pid] = fired + 1
-        fault()
-        return query, time.time()
-    finally:
-        os.kill(freezer.pid, signal.SIGCONT)
+    """The module's query, with ``fault`` applied while the freezer is frozen at its
+    first task of stage 1 (``net_support.fault_mid_query``), and the fault's time."""
+    return fault_mid_query(net, FREEZER, lambda: _Query(net), fault)
 
 
 def _lost(net: NetCluster) -> float:
     """Executors the scheduler has lost since it started, for any reason."""
     return sum(v for k, v in net.metrics().items() if k.startswith("mangonel_executors_lost_total"))
-
-
-def _distrusted(net: NetCluster, executor: str, among: tuple[str, ...] | None = None) -> str | None:
-    """How the scheduler distrusts ``executor`` now (``suspected``, ``quarantined``,
-    ``lagging`` or ``slow_link``), else ``None``; with ``among``, only those."""
-    for key, value in net.metrics().items():
-        found = re.match(r"mangonel_executors_distrusted\{(.*)\}", key)
-        if found and value and f'executor="{executor}"' in found.group(1):
-            state = re.search(r'as="(\w+)"', found.group(1)).group(1)  # type: ignore[union-attr]
-            return state if among is None or state in among else None
-    return None
 
 
 def _scheduler_log(net: NetCluster) -> str:
@@ -199,7 +163,7 @@ def test_a_silently_cut_executor_is_suspected_in_seconds_and_lost_at_the_timeout
         # Its readers may mark its link slow first (``slow_link``): they get
         # nothing from it; the detector's verdict follows.
         suspected = wait_until(
-            lambda: _distrusted(net, victim, ("suspected", "quarantined")),
+            lambda: distrusted(net, victim, ("suspected", "quarantined")),
             "the cut executor is suspected",
             20,
         )
@@ -336,7 +300,7 @@ def test_a_flapping_link_is_quarantined_never_lost_and_its_stream_moves(
             net.lab.cut(host)
             time.sleep(1.5)
             net.lab.heal(host)
-            state = _distrusted(net, flapper)
+            state = distrusted(net, flapper)
             if state:
                 seen.add(state)
             time.sleep(1.5)
@@ -408,7 +372,7 @@ def test_a_release_lost_in_a_cut_is_sent_again_when_the_executor_moves_its_strea
         with pytest.raises(ClusterError, match="JobCancelledError"):
             query.answer()
         wait_until(
-            lambda: _distrusted(net, cut_id, ("suspected",)), "executor 1 suspected (cut off)", 10
+            lambda: distrusted(net, cut_id, ("suspected",)), "executor 1 suspected (cut off)", 10
         )
         time.sleep(max(0.0, cut_at[0] + RELEASE_CUT_S - time.time()))  # the cut's length
         assert (shuffle / job[0]).is_dir(), "the release crossed the cut"

@@ -28,20 +28,17 @@ answer are printed (``-s``).
 
 from __future__ import annotations
 
-import itertools
-import os
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 import pytest
-from helpers import TPCH_ORDER_BY, assert_same_result, is_stopped, tpch_query, wait_until
-from net_support import start_cluster
+from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query, wait_until
+from net_support import fault_mid_query, start_cluster
 
 from mangonel.client.status import ClusterStatus
 from mangonel.errors import ClusterError
@@ -130,30 +127,6 @@ class _Query:
         return outcome
 
 
-def _cut_mid_query(net: NetCluster, query: _Query, cut: Callable[[], None]) -> float:
-    """Freeze an executor at its next stage-1 task, ``cut``, thaw it; the cut's time."""
-    freezer = net.executors[FREEZER]
-    wait_until(lambda: is_stopped(freezer.pid) or query.outcome, "the executor froze", 60)
-    try:
-        assert not query.outcome, f"the query ended before the breakpoint: {query.outcome}"
-        cut()
-        return time.time()
-    finally:
-        os.kill(freezer.pid, signal.SIGCONT)
-
-
-def _arm_freeze(net: NetCluster) -> None:
-    """Make the freezer freeze at the start of its next task of stage 1.
-
-    A rule fires once per process and is known by its place in the file and its
-    content: one more copy of the same rule at the end is a new, armed one.
-    """
-    net.set_faults(FREEZER, [{"action": "freeze", "stage": 1, "nth": 1}] * next(_ARMED))
-
-
-_ARMED = itertools.count(1)
-
-
 def _jobs(status: ClusterStatus) -> set[str]:
     return {j.job_id for j in status.jobs}
 
@@ -189,9 +162,9 @@ def test_the_client_cut_off_mid_query_gets_its_answer_when_healed(
     """A short silent cut, the client's defaults: the job finishes during the cut,
     its result waits on the executors, and the client reads it once healed."""
     jobs_before = _jobs(net.client.status())
-    _arm_freeze(net)
-    query = _Query(net)
-    cut_at = _cut_mid_query(net, query, lambda: net.lab.cut(net.client_host))
+    query, cut_at = fault_mid_query(
+        net, FREEZER, lambda: _Query(net), lambda: net.lab.cut(net.client_host)
+    )
     _heal_at(net, cut_at + 4.0, net.client_host)
     healed_at = time.time()
     answer = query.answer()
@@ -213,9 +186,12 @@ def test_a_cut_longer_than_every_client_time_limit_is_survived_within_the_query_
     """The client pings every second, gives a call 2 s and the scheduler 3 s to
     answer again; cut off for 8 s, it keeps trying until the query's timeout."""
     jobs_before = _jobs(net.client.status())
-    _arm_freeze(net)
-    query = _Query(net, timeout_s=60.0, session=IMPATIENT)
-    cut_at = _cut_mid_query(net, query, lambda: net.lab.cut(net.client_host))
+    query, cut_at = fault_mid_query(
+        net,
+        FREEZER,
+        lambda: _Query(net, timeout_s=60.0, session=IMPATIENT),
+        lambda: net.lab.cut(net.client_host),
+    )
     _heal_at(net, cut_at + 8.0, net.client_host)
     healed_at = time.time()
     answer = query.answer()
@@ -274,10 +250,13 @@ def test_a_result_on_executors_the_client_cannot_reach_is_read_again_not_rerun(
 def test_a_query_whose_timeout_passes_while_the_client_is_cut_off_fails_at_its_timeout(
     net: NetCluster, expected: pa.Table
 ) -> None:
-    _arm_freeze(net)
-    query = _Query(net, timeout_s=5.0, session=IMPATIENT)
     try:
-        cut_at = _cut_mid_query(net, query, lambda: net.lab.cut(net.client_host))
+        query, cut_at = fault_mid_query(
+            net,
+            FREEZER,
+            lambda: _Query(net, timeout_s=5.0, session=IMPATIENT),
+            lambda: net.lab.cut(net.client_host),
+        )
         outcome = query.wait(30)
     finally:
         net.lab.heal(net.client_host)
@@ -303,9 +282,9 @@ def test_the_scheduler_cut_off_past_the_heartbeat_timeout_keeps_its_executors_an
     jobs_before = _jobs(status)
     old = net.executor_ids(status)
     lost_before = _lost(net)
-    _arm_freeze(net)
-    query = _Query(net)
-    cut_at = _cut_mid_query(net, query, lambda: net.lab.cut(net.scheduler_host))
+    query, cut_at = fault_mid_query(
+        net, FREEZER, lambda: _Query(net), lambda: net.lab.cut(net.scheduler_host)
+    )
     _heal_at(net, cut_at + 5.0, net.scheduler_host)
     healed_at = time.time()
     answer = query.answer()
@@ -327,9 +306,9 @@ def test_the_scheduler_cut_off_past_the_heartbeat_timeout_keeps_its_executors_an
 def test_the_scheduler_cut_off_past_the_grace_fails_the_job_saying_so(
     net: NetCluster, expected: pa.Table
 ) -> None:
-    _arm_freeze(net)
-    query = _Query(net)
-    cut_at = _cut_mid_query(net, query, lambda: net.lab.cut(net.scheduler_host))
+    query, cut_at = fault_mid_query(
+        net, FREEZER, lambda: _Query(net), lambda: net.lab.cut(net.scheduler_host)
+    )
     # Lost at the heartbeat timeout and the isolation grace (or when keepalive
     # finds the streams dead), failed a grace later: heal a little after.
     _heal_at(net, cut_at + HEARTBEAT_TIMEOUT_S + ISOLATION_GRACE_S + GRACE_S + 2.0,
