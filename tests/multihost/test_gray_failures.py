@@ -252,7 +252,11 @@ def test_executors_that_die_while_the_scheduler_is_cut_off_are_replaced_correctl
     _check(answer, expected)
     new = net.wait_for_executors(3)
     assert not set(new.values()) & set(old.values())
-    assert answer.result.tasks_rerun + answer.result.outputs_recomputed >= 1
+    # What the dead ran or held was done again: re-run, made again, or copied
+    # from the silent executors before their loss (``state_gray.stragglers``:
+    # a copy that wins is no re-run). Some task ran more than once.
+    stages = answer.result.stages
+    assert sum(s.attempts for s in stages) > sum(s.tasks_total for s in stages), stages
     print(f"scheduler cut, executors killed: answer {answer.finished_at - healed_at:.2f} s "
           f"after the heal")  # fmt: skip
 
