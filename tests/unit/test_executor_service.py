@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -80,6 +81,8 @@ class FakeLink:
         self.known = True
         self.link_back = False
         """Set: the next heartbeat's answer says the link came back (once)."""
+        self.beats_failing = 0
+        """Heartbeats still to fail, each with ``ClusterError`` (a cut link)."""
         self.reopens: list[tuple[str, ...]] = []
         """The jobs each moved stream said it has files of."""
         self.drains: list[ExecutorId] = []
@@ -121,6 +124,9 @@ class FakeLink:
         probes: Sequence[LinkSample] = (),
     ) -> HeartbeatReply:
         with self.lock:
+            if self.beats_failing:
+                self.beats_failing -= 1
+                raise ClusterError("cannot send a heartbeat to the scheduler: UNAVAILABLE")
             self.heartbeats.append((executor, running_tasks, time.monotonic()))
             self.health.append((unhealthy, len(self.reports)))
             back, self.link_back = self.link_back, False
@@ -262,6 +268,27 @@ def test_cancel_stops_a_running_task_and_frees_its_slot(
     link.send(launch(attempt(3)))
     wait_for(lambda: len(link.reports) == 1)
     assert [r[1] for r in link.reports] == [attempt(3)]  # cancelled tasks report nothing
+
+
+def test_failing_heartbeats_are_logged_when_they_begin_and_when_they_end(
+    cluster: tuple[ExecutorService, FakeLink], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The executor's side of a cut: one warning when heartbeats begin to fail, one
+    line when the scheduler answers them again, with how many failed; not a line
+    a beat."""
+    _, link = cluster
+    caplog.set_level(logging.INFO, logger="mangonel.executor.service")
+    with link.lock:
+        link.beats_failing = 4
+    wait_for(lambda: "heartbeats answered again" in caplog.text)
+    warned = [r for r in caplog.records if r.getMessage().startswith("a heartbeat failed")]
+    assert len(warned) == 1 and warned[0].levelno == logging.WARNING, caplog.text
+    assert "cannot send a heartbeat to the scheduler: UNAVAILABLE" in warned[0].getMessage()
+    assert "after 4 failed over" in caplog.text, caplog.text
+    with link.lock:
+        link.beats_failing = 1
+    wait_for(lambda: caplog.text.count("heartbeats answered again") == 2)
+    assert "after 1 failed over" in caplog.text, caplog.text
 
 
 def test_heartbeats_continue_while_slots_are_busy(

@@ -178,6 +178,10 @@ class ExecutorService:
         """A stream move is under way (``_move_stream``)."""
         self._move_ended = threading.Condition(self._lock)
         self._heartbeat_s = config.heartbeat_interval_s
+        self._beats_lock = threading.Lock()
+        self._beats_failing: tuple[float, int] | None = None
+        """Guarded by ``_beats_lock``: since when heartbeats fail, and how many have
+        (``_note_beat``); ``None`` while they are answered."""
         self._health_lock = threading.Lock()
         self._health = DiskHealth()
         """Guarded by ``_health_lock``, like ``_unhealthy``: the last reason reported."""
@@ -697,7 +701,9 @@ class ExecutorService:
             )
         except Exception as exc:
             log.debug("heartbeat failed: %s", exc)
+            self._note_beat(exc)
             return
+        self._note_beat(None)
         if prober is not None:
             prober.prober = executor
             prober.aim(reply.probe)
@@ -706,6 +712,29 @@ class ExecutorService:
             self._carry_out_all(self._feed(HeartbeatRefused(executor)))
         elif reply.link_back:
             self._carry_out_all(self._feed(LinkRecovered(executor)))
+
+    def _note_beat(self, failure: Exception | None) -> None:
+        """Say on the log when heartbeats begin to fail, and when the scheduler answers
+        them again, with how long that took: the executor's side of a cut or a
+        flapping link (the scheduler logs its suspicions)."""
+        now = time.monotonic()
+        with self._beats_lock:
+            failing = self._beats_failing
+            if failure is not None:
+                since, count = failing if failing is not None else (now, 0)
+                self._beats_failing = (since, count + 1)
+            else:
+                self._beats_failing = None
+        if failure is not None and failing is None:
+            log.warning(
+                "a heartbeat failed; trying again every %g s (the scheduler suspects a "
+                "silent executor within seconds, and loses it at its heartbeat timeout): %s",
+                self._heartbeat_s,
+                failure,
+            )
+        elif failure is None and failing is not None:
+            since, count = failing
+            log.info("heartbeats answered again, after %d failed over %.1f s", count, now - since)
 
     def unhealthy(self) -> str:
         """Why this executor cannot take tasks now (its work directory is full), or ``""``."""
