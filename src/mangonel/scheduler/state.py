@@ -652,7 +652,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
             self._trusted_again(event.executor, step)
         found = self._current(event.attempt, event.executor)
         if found is None:
-            self._late_write(event.attempt, step)
+            self._late_write(event.attempt, event.executor, bool(event.outputs), step)
             return
         job, task, executor = found
         started = task.state.started if isinstance(task.state, Running) else step.now

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from mangonel.errors import ErrorType
-from mangonel.ids import JobId, StageId, TaskAttemptId
+from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.scheduler.events import (
     AbortWrite,
     CommitWrite,
@@ -139,17 +139,37 @@ class Lifecycle:
             aborted_write=job.plan.write if state is not JobState.SUCCEEDED else None,
         )
 
-    def _late_write(self, attempt: TaskAttemptId, step: Step) -> None:
-        """A writing attempt of a failed or cancelled write statement reported
-        done after the job ended: it staged its files after ``AbortWrite`` removed
-        the job's staging directory (the job stopped it while it ran, and it
-        finished before the stop reached it), so they are removed now, by the
-        same command again. A stale report of anything else changes nothing.
+    def _late_write(
+        self, attempt: TaskAttemptId, executor: ExecutorId, wrote: bool, step: Step
+    ) -> None:
+        """A report of an attempt that is no longer current: files it wrote that no
+        job will read are removed.
+
+        ``wrote``: the report names files it wrote. A writing attempt of a failed
+        or cancelled write statement reported done after the job ended: it staged
+        its files after ``AbortWrite`` removed the job's staging directory (the
+        job stopped it while it ran, and it finished before the stop reached it),
+        so they are removed now, by the same command again. And an attempt of a
+        job that ended may have written its files where no release reaches them:
+        the job's ``ReleaseOutputs`` lost in a cut, and the moved stream after it
+        naming the jobs the executor had files of before the attempt wrote (the
+        whole-cluster simulation, seed 904345: they stayed while the executor
+        lived). They go now: the job's, when nothing of it is kept; that stage's,
+        when only the result is kept (a stray attempt of the final stage goes with
+        the result, its executor among ``ran_on``). A stale report of a job still
+        running changes nothing: its files go with the job's.
         """
-        done = self._finished.get(attempt.task.job)
+        job = attempt.task.job
+        done = self._finished.get(job)
         target = done.aborted_write if done is not None else None
         if target is not None and attempt.task.stage == target.stage:
-            step.commands.append(AbortWrite(step.cause, attempt.task.job, target))
+            step.commands.append(AbortWrite(step.cause, job, target))
+        if not wrote or job in self._jobs or not self._executors.is_live(executor):
+            return
+        if done is None or not done.unread:
+            step.commands.append(ReleaseOutputs(step.cause, executor, job, None))
+        elif attempt.task.stage in done.intermediate:
+            step.commands.append(ReleaseOutputs(step.cause, executor, job, (attempt.task.stage,)))
 
     def _release_result(self, job_id: JobId, step: Step) -> None:
         """The result was read (or expired): delete what is left of the job."""
