@@ -65,7 +65,10 @@ them whole. 16 MiB also spread scans of 32 to 64 MiB (TPC-H q04's and q18's
 ``orders``, the one-task scans of 30 TPC-DS plans: 23 of the 99 ran every task on
 one host, 34 at 32 MiB): on two hosts of one core, in one A/B run on a quiet machine
 (2026-12-05), TPC-H 1.04 and TPC-DS 1.00 of the time, q18 1.21, TPC-DS q11 1.37,
-q13 and q23 1.26; it stays 32."""
+q13 and q23 1.26; it stays 32. 64 MiB left 50 of the 99 TPC-DS plans whole or
+with fewer tasks on two hosts, and took 0.99 of the time over the 99 (one A/B run
+of 3, 2026-12-06, ``benchmarks/results/*-scaleout-tpcds-sf1-spread64-ab.md``: q09,
+q23, q47, q65, q97 0.77-0.87, q36, q59, q63, q96 1.19-1.28); not kept either."""
 
 MAX_SPLIT_ROWS = 4_000_000
 """... and at most this many, so that a task's output stays within a slot's memory."""
