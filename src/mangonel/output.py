@@ -21,8 +21,9 @@ calls ``delete_retired``. Every step can be
 run again after a crash: ``commit`` reads the intent back instead of listing the
 staging directory again, moves only what is still staged, and writes the manifest
 only if it does not already name the job. ``abort`` removes a failed job's
-staging directory, again when an attempt that finished too late to be stopped
-reports; a failed or cancelled attempt removes its own (``discard_attempt``);
+staging directory, and what an attempt that finished too late to be stopped
+staged after its job ended (a committed job keeps its visible files); a failed
+or cancelled attempt removes its own (``discard_attempt``);
 what a killed executor left is swept by the next commit to the location
 (every job's staging directory but those of running jobs). docs/architecture.md,
 "Writing data", says why this is exactly once and what a reader sees at every
@@ -330,12 +331,19 @@ def _names_job(manifest: Manifest, job: str) -> bool:
 
 
 def abort(target: str, job: str) -> None:
-    """Remove what ``job`` staged at ``target`` (nothing of it was committed)."""
+    """Remove what ``job`` staged at ``target``, and what a commit of it that failed
+    half-way moved; a committed job keeps its files (only what was staged after
+    its commit goes)."""
     fs, base = _fs(target)
     current = read_manifest(target)
-    if current is not None and (current.job == job or _names_job(current, job)):
-        return  # committed after all: keep it
     staging = f"{base}/{STAGING}/{job}"
+    if current is not None and (current.job == job or _names_job(current, job)):
+        # Committed (its manifest is written after its last move): its files stay;
+        # what an attempt staged after the commit (a copy that lost, finishing
+        # late) goes.
+        _remove(fs, staging)
+        _remove_if_empty(fs, f"{base}/{STAGING}")
+        return
     intent_path = f"{staging}/{INTENT}"
     if fs.get_file_info(intent_path).type is pafs.FileType.File:
         # A commit that failed half-way may have moved some files already.

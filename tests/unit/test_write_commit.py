@@ -268,6 +268,18 @@ def test_files_a_replace_retired_and_nobody_deleted_go_with_the_next_release(
     assert len([p for p in (tmp_path / "out").rglob("*.parquet")]) == 2
 
 
+def test_abort_of_a_committed_job_keeps_its_files_and_removes_what_was_staged_after(
+    tmp_path: Path,
+) -> None:
+    target = str(tmp_path / "out")
+    stage_files(target, "j1", {0: [0], 1: [0]})
+    commit(target, "j1", {0: 0, 1: 0}, "parquet", CommitMode.CREATE)
+    stage_files(target, "j1", {0: [3]})  # a copy that finished after the commit
+    abort(target, "j1")
+    assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1", "p1 a0", "p1 a0 k1"]
+    assert not (tmp_path / "out" / STAGING).exists()
+
+
 def test_abort_removes_files_a_failed_commit_moved(tmp_path: Path) -> None:
     target = str(tmp_path / "out")
     stage_files(target, "j1", {0: [0]})
@@ -333,6 +345,10 @@ def test_a_write_job_commits_its_winners_then_succeeds() -> None:
     assert not [c for c in lost if isinstance(c, LaunchTask | JobFailed)]
     done = h.send(WriteCommitted, J1)
     assert [type(c) for c in done if isinstance(c, JobSucceeded)] == [JobSucceeded]
+    # Its answer (the rows written) still names where it was made, lost or not:
+    # the status carries it (the simulation's seed 2000053 succeeded without one).
+    (succeeded,) = [c for c in done if isinstance(c, JobSucceeded)]
+    assert len(succeeded.result) == 1 and succeeded.result[0].stage == S2
     assert h.send(WriteCommitted, J1) == []  # a late duplicate changes nothing
 
 
@@ -387,15 +403,27 @@ def test_a_writing_attempt_that_ends_after_the_abort_has_its_files_removed() -> 
     assert not [c for c in h.complete(other, E1) if isinstance(c, AbortWrite)]
     # The store keeps where (a restarted scheduler removes a late attempt's files too).
     done = h.state.export_finished(J1)
-    assert done is not None and done.aborted_write == TARGET
+    assert done is not None and done.write == TARGET
     assert decode(encode(done), FinishedJob) == done
+    # A restart sends the abort again: the crash may have come between the
+    # job's end, stored, and the abort (the simulation's seed 2000233).
+    again = h.send(SchedulerRecovered)
+    assert [c for c in again if isinstance(c, AbortWrite)] == [AbortWrite(h.last_id, J1, TARGET)]
 
 
-def test_a_late_report_of_a_write_that_committed_removes_nothing() -> None:
+def test_a_late_report_of_a_write_that_committed_removes_what_it_staged() -> None:
+    # A copy that lost the race (or one a frozen executor finished) staged its
+    # files after the commit removed the job's staging directory: its stale
+    # report removes them (``output.abort`` keeps the committed files).
     h = Harness()
     run_to_commit(h)
     h.send(WriteCommitted, J1)
     done = h.state.export_finished(J1)
-    assert done is not None and done.aborted_write is None
+    assert done is not None and done.write == TARGET
     stale = TaskAttemptId(TaskId(J1, S1, 0), 1)
-    assert not [c for c in h.complete(stale, E1) if isinstance(c, AbortWrite)]
+    assert [c for c in h.complete(stale, E1) if isinstance(c, AbortWrite)] == [
+        AbortWrite(h.last_id, J1, TARGET)
+    ]
+    # A succeeded statement is not aborted again at a restart: its commit
+    # removed its staging directory.
+    assert not [c for c in h.send(SchedulerRecovered) if isinstance(c, AbortWrite)]

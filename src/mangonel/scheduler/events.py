@@ -311,7 +311,9 @@ class CommitWrite(SchedulerCommand):
 
 @dataclass(frozen=True)
 class AbortWrite(SchedulerCommand):
-    """Remove what a failed or cancelled write statement's attempts staged."""
+    """Remove what a write statement's attempts staged and no commit took: all of a
+    failed or cancelled statement's, or what an attempt staged after its
+    statement ended (a committed statement's visible files stay)."""
 
     job: JobId
     target: WriteTarget

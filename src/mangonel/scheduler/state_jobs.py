@@ -101,9 +101,11 @@ class FinishedJob:
     ran_on: tuple[ExecutorId, ...] = ()
     """Every executor given one of its attempts: where files of it may be."""
     result_read: bool = False
-    aborted_write: WriteTarget | None = None
-    """A write statement that failed or was cancelled: where the files of an
-    attempt that ends after the abort are removed (``Lifecycle._late_write``)."""
+    write: WriteTarget | None = None
+    """A write statement's target, however it ended: where the files of a writing
+    attempt that ends after the job are removed (``Lifecycle._late_write``), and,
+    after a restart, a failed or cancelled one's staged files again
+    (``Recovery._recovered``)."""
 
     @property
     def unread(self) -> bool:

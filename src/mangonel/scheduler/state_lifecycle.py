@@ -136,7 +136,7 @@ class Lifecycle:
             result=result,
             intermediate=intermediate,
             ran_on=job.ran_on_sorted(),
-            aborted_write=job.plan.write if state is not JobState.SUCCEEDED else None,
+            write=job.plan.write,
         )
 
     def _late_write(
@@ -145,11 +145,12 @@ class Lifecycle:
         """A report of an attempt that is no longer current: files it wrote that no
         job will read are removed.
 
-        ``wrote``: the report names files it wrote. A writing attempt of a failed
-        or cancelled write statement reported done after the job ended: it staged
-        its files after ``AbortWrite`` removed the job's staging directory (the
-        job stopped it while it ran, and it finished before the stop reached it),
-        so they are removed now, by the same command again. And an attempt of a
+        ``wrote``: the report names files it wrote. A writing attempt of a write
+        statement reported done after the job ended: it staged its files after
+        ``AbortWrite`` or the commit removed the job's staging directory (the job
+        stopped it while it ran, or its task was done by another copy, and it
+        finished before the stop reached it), so they are removed now, by
+        ``AbortWrite`` (which keeps what a commit made visible). And an attempt of a
         job that ended may have written its files where no release reaches them:
         the job's ``ReleaseOutputs`` lost in a cut, and the moved stream after it
         naming the jobs the executor had files of before the attempt wrote (the
@@ -161,7 +162,7 @@ class Lifecycle:
         """
         job = attempt.task.job
         done = self._finished.get(job)
-        target = done.aborted_write if done is not None else None
+        target = done.write if done is not None else None
         if target is not None and attempt.task.stage == target.stage:
             step.commands.append(AbortWrite(step.cause, job, target))
         if not wrote or job in self._jobs or not self._executors.is_live(executor):

@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING
 from mangonel.errors import ErrorType
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId
 from mangonel.scheduler.events import (
+    AbortWrite,
     Command,
     CommitWrite,
     DeclareExecutorLost,
@@ -75,7 +76,7 @@ from mangonel.scheduler.events import (
     TaskFailed,
 )
 from mangonel.scheduler.state_executors import ExecutorRecord, ExecutorRegistry, Resume
-from mangonel.scheduler.state_jobs import JobRecord
+from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
 from mangonel.scheduler.state_revival import Left, Revivals, restore
 from mangonel.scheduler.state_stages import PENDING, Done, Running, StageRecord, TaskRecord
 from mangonel.scheduler.state_views import ExecutorState, JobState
@@ -129,6 +130,7 @@ class Recovery:
     limits: Limits
     _executors: ExecutorRegistry
     _jobs: dict[JobId, JobRecord]
+    _finished: dict[JobId, FinishedJob]
     _unreachable: dict[ExecutorId, dict[ExecutorId, float]]
     _no_executor_since: float | None
     _revivals: Revivals
@@ -298,7 +300,16 @@ class Recovery:
         recomputes some output, so both bounds together end any loop.
 
         Returns the job's error when a task used up ``Limits.max_task_recomputes``.
+
+        A write statement being committed is left as it is: it launches nothing
+        more, its winners are chosen, and its final task's output (the rows
+        written) names where it was made, which the client may read from the
+        status that carried it (``JobWatch.result_files``); sent back to pending
+        it named nowhere, and the statement succeeded with no answer (the
+        whole-cluster simulation's write statements, seed 2000053).
         """
+        if job.commit is not None:
+            return None
         is_live = job.usable(self._executors.is_live)
         needed = {job.plan.final.id}
         for rec in reversed(job.stages.values()):
@@ -454,6 +465,13 @@ class Recovery:
                 # idempotent, and finishes it.
                 winners = tuple(sorted(job.commit.items()))
                 step.commands.append(CommitWrite(step.cause, job.id, job.plan.write, winners))
+        for done in self._finished.values():
+            if done.write is not None and done.view.state is not JobState.SUCCEEDED:
+                # Its end was stored before its ``AbortWrite`` was carried out, and
+                # the crash may have come between (the whole-cluster simulation's
+                # write statements, seed 2000233: a cancel). ``output.abort`` is
+                # idempotent.
+                step.commands.append(AbortWrite(step.cause, done.view.id, done.write))
 
     def _reattached(self, rec: ExecutorRecord, held: frozenset[str], step: Step) -> None:
         """An executor is back after a restart: outputs it no longer has are made again."""

@@ -62,8 +62,10 @@ from mangonel.executor.state import ExecutorMachine
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.events import (
+    AbortWrite,
     CancelRequested,
     Command,
+    CommitWrite,
     DeclareExecutorLost,
     Event,
     ExecutorConnected,
@@ -86,6 +88,8 @@ from mangonel.scheduler.events import (
     TaskCompleted,
     TaskFailed,
     Tick,
+    WriteCommitFailed,
+    WriteCommitted,
 )
 from mangonel.scheduler.persist import (
     StateWriter,
@@ -139,6 +143,7 @@ from mangonel.testing.sim_world import (
     new_state,
     restored_state,
 )
+from mangonel.testing.sim_writes import SimWrites
 
 RULES = {
     HealthChange.SLOW_LINK: "rule:slow-link",  # ``state_links``
@@ -210,6 +215,7 @@ class ClusterSim:
         """Jobs the client saw accepted."""
         self.next_job = 0
         self.fault_index = 0
+        self.writes = SimWrites(config.write_every)
 
     def new_state(self) -> SchedulerState:
         return new_state(self.config, self.scheduler_type)
@@ -259,8 +265,15 @@ class ClusterSim:
                     )
             if self.result.violation is None:
                 self.checks.at_end(self)
+                outcome = self.checks.outcome
+                self.writes.check_end(
+                    {j for j, o in outcome.items() if o is JobSucceeded},
+                    {j for j, o in outcome.items() if o is not None},
+                )
         except Violation as exc:
             self.result.violation = exc
+        finally:
+            self.writes.close()
         self.result.sim_time = self.now
         self.result.jobs_accepted = len(self.checks.outcome)
         return self.result
@@ -418,12 +431,19 @@ class ClusterSim:
                 self.crash_scheduler()
                 return []
             self.carry_out(command)
+        if isinstance(event, TaskCompleted):
+            self.writes.reported.add(event.attempt)  # handled, and its commands out
         return commands
 
     def carry_out(self, command: Command) -> None:
         self.checks.carried_out(self, command)
         if isinstance(command, LaunchTask | CancelTask | ReleaseOutputs):
             self.send(command)
+        elif isinstance(command, JobSucceeded):
+            self.writes.check_succeeded(command.job)
+        elif isinstance(command, CommitWrite | AbortWrite):
+            if self.writes.put(self.life, command):
+                self.at(self.latency(), lambda life=self.life: self.commit_next(life))
         elif isinstance(command, DeclareExecutorLost):
             stream = self.streams.get(command.executor)
             if stream is not None:
@@ -441,10 +461,47 @@ class ClusterSim:
             self.emit(lambda i, t: Tick(i, t))
         self.at(TICK_S, self.tick)
 
+    def commit_next(self, life: int) -> None:
+        """The scheduler's commit thread (``scheduler.commits``): the next command
+        of its queue, its answer, and then the one after it."""
+        if not self.up or life != self.life:
+            return  # the thread died with its scheduler
+        running = frozenset(str(j) for j in self.state.unfinished_jobs())
+        done = self.writes.next(life, running, self.commit_crash)
+        if done is None:
+            return
+        command, outcome = done
+        if outcome is False:
+            self.crash_scheduler()
+            return
+        if isinstance(command, CommitWrite):
+            job = command.job
+            if outcome is True:
+                self.emit(lambda i, t: WriteCommitted(i, t, job))
+            else:
+                self.emit(lambda i, t, why=str(outcome): WriteCommitFailed(i, t, job, why))
+            if self.life != life:
+                return
+        self.at(self.latency(), lambda: self.commit_next(life))
+
+    def commit_crash(self) -> str | None:
+        """Where the scheduler dies during this commit, if it does: after the
+        intent, before any move (``"intent"``), or after the commit, before its
+        answer (``"answer"``)."""
+        cfg = self.config
+        if Fault.SCHEDULER_CRASH not in cfg.faults or self.now >= cfg.faults_until_s:
+            return None
+        roll = self.rng.random()
+        where = "intent" if roll < 0.1 else "answer" if roll < 0.2 else None
+        if where is not None:
+            self.result.faults[f"commit:crash-after-{where}"] += 1
+        return where
+
     def crash_scheduler(self) -> None:
         self.crash_at = None
         self.up = False
         self.life += 1
+        self.writes.busy = False  # its commit thread died with it
         for stream in list(self.streams.values()):
             stream.open = False
             self.at(self.latency(), lambda s=stream: self.end_on_executor(s))
@@ -544,10 +601,10 @@ class ClusterSim:
             return
         shape = self.next_job % 3
         job = JobId(f"j{self.next_job}")
+        plan = self.plans[job] = self.writes.plan(self.next_job, job, self.shapes[shape])
         self.next_job += 1
         self.known.add(job)
         self.checks.submitted(job)
-        plan = self.plans[job] = self.shapes[shape]
         self.expected[job] = self.answers[shape]
         life = self.life
         self.emit(lambda i, t: JobSubmitted(i, t, job, plan))
@@ -996,6 +1053,8 @@ class ClusterSim:
             if not stage.inputs
             else sim_data.reader_outputs(stage, read)
         )
+        if spec.sink is not None:
+            self.writes.stage(spec, values)
         home = proc.homes.get(executor)
         assert home is not None, f"{executor} runs {spec.attempt} without a home"
         outputs = []

@@ -82,7 +82,31 @@ def output_bytes(stage: int, map_partition: int, partition: int) -> int:
 def expected_result(plan: DistributedPlan) -> tuple[int, ...]:
     """The final stage's output values, partition by partition, when every task
     ran once as planned (task *i* of a reader reads partition *i*)."""
-    values: dict[tuple[int, int, int], int] = {}  # (stage, map task, partition) -> value
+    values = _fault_free(plan)
+    final = plan.stages[-1]
+    return tuple(
+        values[(int(final.id), t, p)]
+        for t in range(final.num_tasks)
+        for p in sorted({p for (s, tt, p) in values if s == int(final.id) and tt == t})
+    )
+
+
+def stage_total(plan: DistributedPlan, stage: int) -> int:
+    """The sum of stage ``stage``'s output values when every task ran once as
+    planned: what a write statement's files hold in all, whichever tasks (one
+    per partition, or fewer that adaptive execution gave several) wrote them.
+
+    >>> from mangonel.testing.scheduler_sim import synthetic_plan
+    >>> plan = synthetic_plan(9, 3)
+    >>> stage_total(plan, 4) == sum(expected_result(plan)) % MODULUS
+    True
+    """
+    return sum(v for (s, _, _), v in _fault_free(plan).items() if s == stage) % MODULUS
+
+
+def _fault_free(plan: DistributedPlan) -> dict[tuple[int, int, int], int]:
+    """(stage, map task, partition) -> value, every task run once as planned."""
+    values: dict[tuple[int, int, int], int] = {}
     for stage in plan.stages:
         for task in range(stage.num_tasks):
             if not stage.inputs:
@@ -111,12 +135,7 @@ def expected_result(plan: DistributedPlan) -> tuple[int, ...]:
                 out = reader_outputs(stage, read)
             for p, v in out.items():
                 values[(int(stage.id), task, p)] = v
-    final = plan.stages[-1]
-    return tuple(
-        values[(int(final.id), t, p)]
-        for t in range(final.num_tasks)
-        for p in sorted({p for (s, tt, p) in values if s == int(final.id) and tt == t})
-    )
+    return values
 
 
 def encode_value(value: int) -> str:

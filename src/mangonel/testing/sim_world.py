@@ -135,6 +135,8 @@ class SimConfig:
         check_restore: Check after every persisted event that the store restores
             into the live state (a pass over the store: the costly check).
         skip: Indexes of scheduled faults to leave out (the shrinker's knob).
+        write_every: Every this many jobs, one is a write statement whose files the
+            real ``output`` module commits (``testing.sim_writes``); 0: none.
     """
 
     seed: int = 0
@@ -157,6 +159,7 @@ class SimConfig:
     max_steps: int = 200_000
     check_restore: bool = True
     skip: tuple[int, ...] = ()
+    write_every: int = 0
 
     def command(self) -> str:
         """The one command that replays this run."""
