@@ -61,6 +61,11 @@ FOUND = [
     # A cancel stored, and the scheduler died before its abort was carried out:
     # the statement's staged files stayed for good (shrunk to 4 faults).
     SimConfig(seed=2000233, jobs=8, concurrent=3, skip=tuple(range(4, 15)), write_every=1),
+    # The same as 2000053, by another way: a quarantine moved the outputs of the
+    # executor holding the answer "for good" (shrunk to 8 faults); and again
+    # through ``Recovery._make_again`` (a suspicion's or a quarantine's move).
+    SimConfig(seed=2001164, jobs=8, concurrent=3, skip=(8,), write_every=1),
+    SimConfig(seed=2001716, jobs=8, concurrent=3, write_every=1),
 ]
 
 

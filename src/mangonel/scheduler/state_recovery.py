@@ -301,12 +301,14 @@ class Recovery:
 
         Returns the job's error when a task used up ``Limits.max_task_recomputes``.
 
-        A write statement being committed is left as it is: it launches nothing
-        more, its winners are chosen, and its final task's output (the rows
-        written) names where it was made, which the client may read from the
-        status that carried it (``JobWatch.result_files``); sent back to pending
-        it named nowhere, and the statement succeeded with no answer (the
-        whole-cluster simulation's write statements, seed 2000053).
+        A write statement being committed is left as it is, here and wherever
+        outputs are made again (``_make_again``, ``_reattached``): it launches
+        nothing more, its winners are chosen, and its final task's output (the
+        rows written) names where it was made, which the client reads from the
+        status that carried it (a small result comes with its report); sent back
+        to pending it named nowhere, and the statement succeeded with no answer
+        (the whole-cluster simulation's write statements, seeds 2000053: a loss,
+        and 2001164: a quarantine that moved the executor's outputs).
         """
         if job.commit is not None:
             return None
@@ -477,6 +479,8 @@ class Recovery:
         """An executor is back after a restart: outputs it no longer has are made again."""
         self._no_executor_since = None
         for job in list(self._jobs.values()):
+            if job.commit is not None:
+                continue  # launches nothing more (``_restore_lost_outputs``)
             problem: str | None = None
             sent_back = False
             for stage in job.stages.values():
@@ -591,7 +595,8 @@ class Recovery:
         limit = self.limits.max_task_recomputes
         for job in list(self._jobs.values()):
             if (
-                executor in job.excluded
+                job.commit is not None  # launches nothing more (``_restore_lost_outputs``)
+                or executor in job.excluded
                 or not job.needs_outputs_of(executor)
                 or job.recomputed_up_to(executor, limit)
             ):
