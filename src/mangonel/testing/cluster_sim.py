@@ -999,6 +999,8 @@ class ClusterSim:
         if self.now < proc.slow_until:
             duration *= 6
         running = proc.running.get(attempt)
+        if running is not None and running[1].sink is not None:
+            self.writes.begin(running[1])
         if running is not None and any(
             self.link_rate(loc.host) == SLOW_LINK_RATE
             for inp in running[1].inputs
@@ -1018,6 +1020,9 @@ class ClusterSim:
     def task_ended(self, proc: Proc, attempt: TaskAttemptId, outcome: ex.TaskOutcome) -> None:
         if attempt not in proc.running:
             return
+        spec = proc.running[attempt][1]
+        if spec.sink is not None and not isinstance(outcome, ex.Completed):
+            self.writes.discard(spec)
         self.free_slot(proc, attempt)
         self.feed(proc, ex.TaskFinished(attempt, outcome, 0.1))
 

@@ -7,9 +7,10 @@ as ``plan.write.plan_write`` makes the last stage of a query of several tasks. I
 files are real, in a directory of the run's own, and the real ``output`` module
 commits them:
 
-* each attempt of the writing stage that completes stages one file, holding the
-  value it computed, in its own staging directory (``TaskSpec.sink``), before its
-  report goes out (an attempt that fails or is cancelled stages nothing);
+* each attempt of the writing stage writes one file in its own staging directory
+  (``TaskSpec.sink``) as it runs, which holds the value it computed once it
+  completes, before its report goes out; one that fails or is stopped removes its
+  directory (``output.discard_attempt``), one whose process dies leaves it;
 * ``CommitWrite`` and ``AbortWrite`` run ``output.commit`` and ``output.abort`` one at
   a time, in order, as the scheduler's commit thread does (``scheduler.commits``);
   the queue dies with the scheduler, whose restart sends ``CommitWrite`` again; a
@@ -114,14 +115,25 @@ class SimWrites:
 
     # -------------------------------------------------------- the executors
 
+    def begin(self, spec: TaskSpec) -> None:
+        """A writing attempt starts: its file is there, half written (``executor.sink``)."""
+        self._write(spec, "half written")
+
     def stage(self, spec: TaskSpec, values: dict[int, int]) -> None:
-        """A writing attempt that completed stages its file (``executor.sink``)."""
+        """A writing attempt completed: its file holds its rows (their value)."""
+        self._write(spec, str(sum(values.values()) % sim_data.MODULUS))
+
+    def discard(self, spec: TaskSpec) -> None:
+        """A writing attempt failed or was stopped: it removes what it wrote."""
+        assert spec.sink is not None
+        output.discard_attempt(spec.sink.staging)
+
+    def _write(self, spec: TaskSpec, text: str) -> None:
         sink = spec.sink
         assert sink is not None
         os.makedirs(sink.staging, exist_ok=True)
-        total = sum(values.values()) % sim_data.MODULUS
         with open(os.path.join(sink.staging, STAGED_FILE), "w", encoding="utf-8") as f:
-            f.write(str(total))
+            f.write(text)
         self.staged[sink.staging] = spec.attempt
 
     # -------------------------------------------------------- the commit thread
@@ -211,7 +223,12 @@ class SimWrites:
         total = 0
         for name in mine:
             with open(os.path.join(target.location, name), encoding="utf-8") as f:
-                total = (total + int(f.read())) % sim_data.MODULUS
+                text = f.read()
+            if not text.isdigit():
+                raise Violation(
+                    "write-once", f"write statement {job} committed {name}, which is {text}"
+                )
+            total = (total + int(text)) % sim_data.MODULUS
         if total != self.totals[job]:
             raise Violation(
                 "write-once",
