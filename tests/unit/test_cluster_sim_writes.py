@@ -66,6 +66,11 @@ FOUND = [
     # through ``Recovery._make_again`` (a suspicion's or a quarantine's move).
     SimConfig(seed=2001164, jobs=8, concurrent=3, skip=(8,), write_every=1),
     SimConfig(seed=2001716, jobs=8, concurrent=3, write_every=1),
+    # The simulator's own: a launch held on a lagging stream and rescheduled came
+    # after the cancel sent behind it, so the executor ran a cancelled attempt
+    # that held its slot to the end (``slots-conserved``); streams now hand on
+    # in order.
+    SimConfig(seed=2202589, executors=4, jobs=8, concurrent=3, fault_every_s=2.0, write_every=2),
 ]
 
 

@@ -366,12 +366,21 @@ class ClusterSim:
             return  # as ``SchedulerCore._execute``: dropped, no stream
         when = max(stream.last_delivery, self.now + self.latency())
         stream.last_delivery = when
-        self.at(when - self.now, lambda: self.deliver(stream, command))
+        stream.sent += 1
+        n = stream.sent
+        self.at(when - self.now, lambda: self.deliver(stream, command, n))
 
-    def deliver(self, stream: Stream, command: Command) -> None:
+    def deliver(self, stream: Stream, command: Command, n: int) -> None:
+        """Command ``n`` of ``stream`` arrives, after every one before it: a command
+        held (a cut, a lag) holds back those behind it, as TCP does (rescheduled
+        one by one, a held launch once came after the cancel sent behind it)."""
         if not stream.open:
             return
         proc = stream.proc
+        if n != stream.handed + 1:
+            stream.last_delivery = max(stream.last_delivery, self.now + 0.001)
+            self.at(stream.last_delivery - self.now, lambda: self.deliver(stream, command, n))
+            return
         cut = not self.reachable(SCHEDULER, proc.host)
         if cut or self.now < stream.held_until or proc.moving_to is stream:
             # Held, in order, and looked at again every 0.5 s: until the cut
@@ -382,8 +391,9 @@ class ClusterSim:
             if proc.moving_to is stream:
                 held = self.now + 0.05
             stream.last_delivery = max(stream.last_delivery, held)
-            self.at(stream.last_delivery - self.now, lambda: self.deliver(stream, command))
+            self.at(stream.last_delivery - self.now, lambda: self.deliver(stream, command, n))
             return
+        stream.handed = n
         self.on_proc(
             proc,
             lambda: (

@@ -338,6 +338,10 @@ class Stream:
     opened: int = 0
     """The id of the event that opened it (``ExecutorConnected`` or
     ``ExecutorStreamReopened``); 0 until the scheduler took it."""
+    sent: int = 0
+    """Commands put on it."""
+    handed: int = 0
+    """Of those, how many it handed on, in the order they were put on it."""
 
 
 # ------------------------------------------------------------------ restore
