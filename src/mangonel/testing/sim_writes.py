@@ -84,7 +84,7 @@ class SimWrites:
         self.reported: set[TaskAttemptId] = set()
         """Attempts whose report a scheduler handled."""
         self.commits = 0
-        self.crashes = 0
+        """Commits carried out to the end (their answers may be lost)."""
 
     def close(self) -> None:
         if self.root:
@@ -188,13 +188,11 @@ class SimWrites:
                 running=running,
             )
         except CommitCrash:
-            self.crashes += 1
             return command, False
         except WriteConflictError as exc:
             return command, str(exc)
         self.commits += 1
         if where == "answer":
-            self.crashes += 1
             return command, False
         return command, True
 
@@ -253,13 +251,14 @@ class SimWrites:
             staging = output.job_staging(target.location, str(job))
             if not os.path.isdir(staging):
                 continue
-            kept = sorted(
-                attempt
-                for entry in os.listdir(staging)
+            entries = os.listdir(staging)
+            unreported = {
+                _dir(attempt)
+                for entry in entries
                 if (attempt := self.staged.get(os.path.join(staging, entry))) is not None
-            )
-            unreported = [a for a in kept if a not in self.reported]
-            strays = sorted(set(os.listdir(staging)) - {_dir(a) for a in unreported})
+                and attempt not in self.reported
+            }
+            strays = sorted(set(entries) - unreported)
             if strays:
                 raise Violation(
                     "staging-cleaned",
