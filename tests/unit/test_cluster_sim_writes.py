@@ -19,7 +19,7 @@ from mangonel import output
 from mangonel.scheduler.events import AbortWrite, Command, CommitWrite, Event
 from mangonel.scheduler.state import SchedulerState
 from mangonel.testing.cluster_sim import ClusterSim, SimConfig, SimResult
-from mangonel.testing.sim_writes import SimWrites
+from mangonel.testing.sim_writes import STAGED_FILE, SimWrites
 
 WRITES = SimConfig(seed=0, jobs=8, concurrent=3, write_every=1)
 """Every job a write statement: own locations, appends, and a contested location."""
@@ -55,8 +55,8 @@ def test_write_statements_commit_exactly_once_under_every_fault() -> None:
 FOUND = [
     # The executor holding a statement's answer (the rows written) was lost while
     # its commit ran: the loss sent its final task back to pending, and the
-    # statement succeeded with no answer (found at 64b4cce among the first 60
-    # seeds of writes; shrunk to 2 faults).
+    # statement succeeded with no answer (found at c9870e3 among the first 60
+    # seeds of writes; shrunk to 2 faults). Each seed here fails without its fix.
     SimConfig(seed=2000053, jobs=8, concurrent=3, skip=(2, 3, 4, 5), write_every=1),
     # A cancel stored, and the scheduler died before its abort was carried out:
     # the statement's staged files stayed for good (shrunk to 4 faults).
@@ -137,8 +137,8 @@ class _PublishesTheAborted(SimWrites):
             target, job = command.target, str(command.job)
             staging = output.job_staging(target.location, job)
             for entry in sorted(os.listdir(staging)) if os.path.isdir(staging) else ():
-                moved = output.final_name(job, int(entry[1:].split("-")[0]), "data_0.parquet")
-                shutil.copy(os.path.join(staging, entry, "data_0.parquet"),
+                moved = output.final_name(job, int(entry[1:].split("-")[0]), STAGED_FILE)
+                shutil.copy(os.path.join(staging, entry, STAGED_FILE),
                             os.path.join(target.location, moved))  # fmt: skip
             return command, True
         return super().next(life, running, crash)

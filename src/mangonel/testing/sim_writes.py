@@ -294,4 +294,4 @@ def _committed(location: str) -> list[str]:
     return found
 
 
-__all__ = ["CommitCrash", "SimWrites", "WRITING_STAGE"]
+__all__ = ["STAGED_FILE", "WRITING_STAGE", "CommitCrash", "SimWrites"]
