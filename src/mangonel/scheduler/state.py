@@ -390,8 +390,10 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
     def _jobs_touched(self, event: Event, step: Step) -> list[JobId] | None:
         """What ``touched_jobs`` answers after ``event``."""
         commands = step.commands
-        if isinstance(event, ExecutorHeartbeat | Tick | ExecutorLost) and all(
-            isinstance(c, RefuseHeartbeat) for c in commands
+        if (
+            isinstance(event, ExecutorHeartbeat | Tick | ExecutorLost)
+            and all(isinstance(c, RefuseHeartbeat) for c in commands)
+            and not step.finished
         ):
             return None  # a heartbeat, a quiet tick, a loss already known
         if isinstance(event, ExecutorStreamReopened) and not step.any_job:
@@ -401,11 +403,14 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
             # back from an executor that takes no task sets ``any_job``.)
             held = [j for j in event.held_jobs if j in self._jobs or j in self._finished]
             named = (j for j in map(_job_of, commands) if j is not None)
-            return list(dict.fromkeys([*held, *named]))
+            return list(dict.fromkeys([*held, *step.finished, *named]))
         # A task report that ended a suspicion may have given its executor's
         # outputs back in any job (``_trusted_again``).
         job = None if step.any_job else _job_of(event)
         touched = [job] if job is not None else list(self._jobs)
+        # A result that expired on a tick, its holders lost, names no command
+        # (the whole-cluster simulation, seed 2602374: the store kept it unread).
+        touched += step.finished
         touched += [j for j in map(_job_of, commands) if j is not None]
         return list(dict.fromkeys(touched))
 

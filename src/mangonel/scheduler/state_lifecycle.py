@@ -178,6 +178,7 @@ class Lifecycle:
         if done is None or not done.unread:
             return
         done.result_read = True
+        step.finished.append(job_id)  # stored again, whatever commands follow
         holders = {loc.executor for loc in done.result} | set(done.ran_on)
         for executor in sorted(holders):
             # A lost executor's files went with it.

@@ -94,6 +94,9 @@ class Step:
     """The event changed jobs beyond its own and those its commands name (a
     task report that gave a suspected executor's outputs back): for
     ``SchedulerState.touched_jobs``."""
+    finished: list[JobId] = field(default_factory=list)
+    """Finished jobs it changed that neither it nor its commands name (a result
+    released when it expired, its holders all lost): for ``touched_jobs``."""
 
 
 def is_running(state: object, attempt: TaskAttemptId, executor: ExecutorId) -> bool:
