@@ -14,16 +14,22 @@ attempt uses (job, partition, attempt). The scheduler alone commits (``commit``)
 it names the one attempt per task whose files win, writes the intent (which
 staged file becomes which committed name), moves the files, then replaces the
 manifest in one atomic step (a rename on local disk, one PUT on S3), then deletes
-the job's staging directory, the losing attempts' files with it. A ``REPLACE``
+the job's staging directory, the losing attempts' files with it. The manifest
+remembers the jobs that committed there before it (``Manifest.history``): a
+commit run again after a crash finds itself there, even one of no file or one a
+later ``REPLACE`` took out, and takes effect once. A ``REPLACE``
 keeps the files it took out of the manifest (its ``retired`` list) until the
 scheduler, once no job that may have planned on the old manifest still runs,
 calls ``delete_retired``. Every step can be
 run again after a crash: ``commit`` reads the intent back instead of listing the
 staging directory again, moves only what is still staged, and writes the manifest
-only if it does not already name the job. ``abort`` removes a failed job's
-staging directory, and what an attempt that finished too late to be stopped
-staged after its job ended (a committed job keeps its visible files); a failed
-or cancelled attempt removes its own (``discard_attempt``);
+only if it does not already name the job (as its own or in its history); the
+manifest it writes builds on the one there now, which another job's commit may
+have written in between (a restarted scheduler commits again in its own order).
+``abort`` removes a failed job's staging directory, and what an attempt that
+finished too late to be stopped staged after its job ended (a committed job keeps
+its visible files); a failed or cancelled attempt removes its own
+(``discard_attempt``);
 what a killed executor left is swept by the next commit to the location
 (every job's staging directory but those of running jobs). docs/architecture.md,
 "Writing data", says why this is exactly once and what a reader sees at every
@@ -41,7 +47,7 @@ import json
 import os
 import posixpath
 from collections.abc import Callable, Container, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow.fs as pafs
 
@@ -81,6 +87,33 @@ class Manifest:
     retired: tuple[str, ...] = ()
     """Files a ``REPLACE`` took out of the manifest, not deleted yet: jobs planned on
     the manifest before may still read them (``delete_retired``). No reader lists them."""
+    history: tuple[str, ...] = ()
+    """The jobs that committed here before ``job``, the latest last (``HISTORY`` at
+    most): how a commit run again after a crash knows it took effect, where no file
+    says so (it wrote none, or a later ``REPLACE`` retired them)."""
+
+    def names(self, job: str) -> bool:
+        """Whether ``job``'s commit took effect here (this manifest or an earlier one)."""
+        if self.job == job or job in self.history:
+            return True
+        # A manifest written before there was a history: a file of the job's says it.
+        mark = f"part-{job}-p"
+        return any(posixpath.basename(f).startswith(mark) for f in self.files)
+
+    def document(self) -> bytes:
+        """The manifest's file."""
+        doc: dict[str, object] = {"job": self.job, "format": self.format, "files": list(self.files)}
+        if self.retired:
+            doc["retired"] = list(self.retired)
+        if self.history:
+            doc["history"] = list(self.history)
+        return json.dumps(doc, indent=1).encode()
+
+
+HISTORY = 256
+"""The most earlier jobs a manifest remembers (``Manifest.history``). A commit runs
+again only after a scheduler crash, before any job that was not waiting for its
+commit then: fewer later commits than jobs in flight can come before it."""
 
 
 # --------------------------------------------------------------------- locations
@@ -140,7 +173,8 @@ def read_manifest(target: str) -> Manifest | None:
         return None
     doc = json.loads(data)
     retired = tuple(str(f) for f in doc.get("retired", ()))
-    return Manifest(str(doc["job"]), tuple(doc["files"]), str(doc["format"]), retired)
+    history = tuple(str(j) for j in doc.get("history", ()))
+    return Manifest(str(doc["job"]), tuple(doc["files"]), str(doc["format"]), retired, history)
 
 
 def manifest_files(location: str) -> tuple[str, ...] | None:
@@ -237,43 +271,29 @@ def commit(
     staging = f"{base}/{STAGING}/{job}"
     intent_path = f"{staging}/{INTENT}"
     current = read_manifest(target)
-    if current is not None and (current.job == job or _names_job(current, job)):
-        # Committed before a crash (and maybe appended to since): only the staging
+    if current is not None and current.names(job):
+        # Committed before a crash (and maybe written over since): only the staging
         # directory may be left.
         _remove(fs, staging)
         return Committed(current.files, (), current.retired)
+    if mode is CommitMode.CREATE and current is not None:
+        # Also where this job's intent is written: a restarted scheduler may have
+        # committed another job's first (``abort`` removes what this one moved).
+        raise WriteConflictError(
+            f"{target} already holds the output of job {current.job}, committed while "
+            f"this job ran; write with OVERWRITE to replace it, or to another location"
+        )
     if fs.get_file_info(intent_path).type is pafs.FileType.File:
         with fs.open_input_stream(intent_path) as f:
             intent = json.loads(f.read())
         moves = [(str(a), str(b)) for a, b in intent["moves"]]
-        before = tuple(intent["before"])
-        waiting = tuple(intent.get("retired", ()))
-        if current is not None and {final for _, final in moves} <= set(current.files):
-            # Committed, and another job's commit (an INSERT) came after it.
-            _remove(fs, staging)
-            return Committed(current.files, (), current.retired)
     else:
-        if mode is CommitMode.CREATE and current is not None:
-            raise WriteConflictError(
-                f"{target} already holds the output of job {current.job}, committed while "
-                f"this job ran; write with OVERWRITE to replace it, or to another location"
-            )
         moves = []
         for partition, attempt in sorted(winners.items()):
             src = f"p{partition}-a{attempt}"
             for rel in _list(fs, f"{staging}/{src}"):
                 moves.append((f"{src}/{rel}", final_name(job, partition, rel)))
-        before = current.files if current is not None else ()
-        # Files an earlier REPLACE retired and nobody deleted yet (its scheduler
-        # restarted): this commit's release deletes them too.
-        waiting = current.retired if current is not None else ()
-        doc = {
-            "job": job,
-            "moves": moves,
-            "before": list(before),
-            "retired": list(waiting),
-            "mode": mode.value,
-        }
+        doc = {"job": job, "moves": moves, "mode": mode.value}
         _put(fs, intent_path, json.dumps(doc).encode())
     if after_intent is not None:
         after_intent()  # a test's crash point: files staged, none moved yet
@@ -284,14 +304,18 @@ def commit(
                 fs.create_dir(posixpath.dirname(dst), recursive=True)
             fs.move(src, dst)
     added = tuple(sorted(final for _, final in moves))
+    # Built on the manifest there now, not the one the intent saw: a restarted
+    # scheduler commits in its own order, and another job's may have come between.
+    before = current.files if current is not None else ()
     files = tuple(sorted({*before, *added})) if mode is CommitMode.APPEND else added
     # The replaced files stay until the readers planned on the old manifest are
-    # done (``delete_retired``): deleting them here failed a scan that was reading them.
+    # done (``delete_retired``): deleting them here failed a scan that was reading
+    # them. Those an earlier REPLACE retired and nobody deleted yet (its scheduler
+    # restarted) go with this commit's.
+    waiting = current.retired if current is not None else ()
     retired = tuple(sorted({*waiting, *before} - set(files)))
-    manifest: dict[str, object] = {"job": job, "format": fmt, "files": list(files)}
-    if retired:
-        manifest["retired"] = list(retired)
-    _put(fs, f"{base}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+    history = (*current.history, current.job)[-HISTORY:] if current is not None else ()
+    _put(fs, f"{base}/{MANIFEST}", Manifest(job, files, fmt, retired, history).document())
     _remove(fs, staging)
     _sweep(fs, f"{base}/{STAGING}", running)
     return Committed(files, added, retired)
@@ -308,8 +332,7 @@ def delete_retired(target: str, job: str) -> int:
         return 0
     for old in current.retired:
         _delete_file(fs, f"{base}/{old}")
-    manifest = {"job": job, "format": current.format, "files": list(current.files)}
-    _put(fs, f"{base}/{MANIFEST}", json.dumps(manifest, indent=1).encode())
+    _put(fs, f"{base}/{MANIFEST}", replace(current, retired=()).document())
     return len(current.retired)
 
 
@@ -324,12 +347,6 @@ def _sweep(fs: pafs.FileSystem, root: str, running: Container[str]) -> None:
     _remove_if_empty(fs, root)
 
 
-def _names_job(manifest: Manifest, job: str) -> bool:
-    """Whether the manifest lists a file ``job`` committed (``final_name``)."""
-    mark = f"part-{job}-p"
-    return any(posixpath.basename(f).startswith(mark) for f in manifest.files)
-
-
 def abort(target: str, job: str) -> None:
     """Remove what ``job`` staged at ``target``, and what a commit of it that failed
     half-way moved; a committed job keeps its files (only what was staged after
@@ -337,7 +354,7 @@ def abort(target: str, job: str) -> None:
     fs, base = _fs(target)
     current = read_manifest(target)
     staging = f"{base}/{STAGING}/{job}"
-    if current is not None and (current.job == job or _names_job(current, job)):
+    if current is not None and current.names(job):
         # Committed (its manifest is written after its last move): its files stay;
         # what an attempt staged after the commit (a copy that lost, finishing
         # late) goes.

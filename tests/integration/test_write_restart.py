@@ -217,6 +217,39 @@ def test_create_table_as_is_registered_after_a_crash_mid_commit(
     assert_same_result(actual, expected, ordered=False)
 
 
+def test_an_overwrite_of_no_row_replaces_the_rows_across_a_crash_mid_commit(
+    cluster: LocalCluster, session: Session, out_root: Path, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # PARTITION_BY of no row: every writing task stages no file, the intent moves
+    # nothing, and only the manifest can say that the commit took effect. Run again
+    # after the crash, the commit once took its empty moves for done and left the
+    # old rows there while the statement succeeded (the whole-cluster simulation's
+    # seed 3200004 found it).
+    target = out_root / "overwritten"
+    session.sql(f"COPY ({QUERY}) TO '{target}' (FORMAT parquet)")
+    assert len(committed(target)) == 6
+    sql = (
+        f"COPY ({QUERY} AND l_linenumber < 0) TO '{target}' "
+        "(FORMAT parquet, PARTITION_BY (l_linenumber), OVERWRITE)"
+    )
+    rule = {"event": "WriteCommitted", "point": "commit-intent"}
+
+    def intent_written() -> None:
+        jobs = staged_jobs(target)
+        assert len(jobs) == 1, jobs
+        assert (target / STAGING / jobs[0] / INTENT).exists()
+        assert json.loads((target / STAGING / jobs[0] / INTENT).read_text())["moves"] == []
+        assert len(committed(target)) == 6  # the old rows, still
+
+    result = run_through_crash(cluster, session, sql, rule, intent_written)
+    expected = duckdb_ref.sql(f"SELECT count(*) FROM ({QUERY} AND l_linenumber < 0)").fetchall()
+    assert expected == [(0,)]
+    assert result.to_arrow()["Count"].to_pylist() == [0]
+    assert committed(target) == []
+    # The replaced files deleted, no reader planned on them running.
+    assert [f for _, _, names in os.walk(target) for f in names if f != MANIFEST] == []
+
+
 # ------------------------------------------------------------------------ etcd
 
 

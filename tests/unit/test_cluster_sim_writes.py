@@ -23,6 +23,9 @@ from mangonel.testing.sim_writes import STAGED_FILE, SimWrites
 
 WRITES = SimConfig(seed=0, jobs=8, concurrent=3, write_every=1)
 """Every job a write statement: own locations, appends, and a contested location."""
+REPLACES = replace(WRITES, write_kinds="replace,replace-empty,append,own-empty")
+"""Every job a write statement, half of them replacing one location, half of those
+with no row (their tasks stage no file), appends, and own locations of no row."""
 
 
 def _holds(result: SimResult) -> None:
@@ -50,6 +53,22 @@ def test_write_statements_commit_exactly_once_under_every_fault() -> None:
     assert seen["commit:crash-after-intent"] >= 5 and seen["commit:crash-after-answer"] >= 5
     assert seen["executor-crash"] >= 5 and seen["freeze"] >= 5
     assert seen["failed"] >= 12  # the contested location's losers, among others
+
+
+def test_replaces_and_statements_of_no_row_commit_exactly_once_under_every_fault() -> None:
+    seen: Counter[str] = Counter()
+    for seed in range(16):
+        sim = ClusterSim(replace(REPLACES, seed=seed))
+        result = sim.run()
+        _holds(result)
+        assert result.jobs_ended == result.jobs_accepted >= 8
+        seen["succeeded"] += result.jobs_succeeded
+        seen["took effect"] += len(sim.writes.took_effect)
+        seen["empty"] += len(sim.writes.empty & set(sim.writes.took_effect))
+        seen.update(k for k, v in result.faults.items() for _ in range(v))
+    assert seen["took effect"] >= seen["succeeded"] >= 80
+    assert seen["empty"] >= 30
+    assert seen["commit:crash-after-intent"] >= 5 and seen["commit:crash-after-answer"] >= 5
 
 
 FOUND = [
@@ -85,6 +104,16 @@ FOUND = [
         skip=(8, 12, 14),
         write_every=3,
     ),
+    # A replace of no row (no file staged) whose scheduler died after its commit's
+    # intent: run again, the commit saw that it moved nothing, took itself for done
+    # and left the old rows in place, and the statement succeeded (shrunk to 9
+    # faults).
+    replace(REPLACES, seed=3200004, skip=(1, 2)),
+    # A replace whose commit took effect and whose answer the scheduler's death
+    # lost; the restarted scheduler committed another replace first, then this one
+    # again, which took effect a second time and wiped the rows of the other one
+    # (which had succeeded). No scheduled fault: the crash is the commit's own.
+    replace(REPLACES, seed=3200365, skip=tuple(range(12))),
 ]
 
 
@@ -96,7 +125,7 @@ def test_seeds_found_by_batches_of_writes_hold_every_invariant(config: SimConfig
 def _sim(config: SimConfig, writes: type[SimWrites]) -> ClusterSim:
     sim = ClusterSim(config)
     sim.writes.close()
-    sim.writes = writes(config.write_every)
+    sim.writes = writes(config.write_every, config.write_kinds)
     return sim
 
 
@@ -173,6 +202,22 @@ class _NeverAborts(SimWrites):
 
 def test_staged_files_left_after_a_statement_ended_are_caught() -> None:
     assert _violation(_sim(QUIET, _NeverAborts)) == "staging-cleaned"
+
+
+class _ReplaceAppends(SimWrites):
+    """A replace committed as an append: the rows it should replace stay."""
+
+    def plan(self, index, job, plan):  # type: ignore[no-untyped-def]
+        planned = super().plan(index, job, plan)
+        target = planned.write
+        if target is not None and target.mode is output.CommitMode.REPLACE:
+            return replace(planned, write=replace(target, mode=output.CommitMode.APPEND))
+        return planned
+
+
+def test_rows_a_replace_left_in_place_are_caught() -> None:
+    quiet = replace(QUIET, write_kinds="replace")
+    assert _violation(_sim(quiet, _ReplaceAppends)) == "write-replaced"
 
 
 @pytest.mark.parametrize("every", [0, 2])

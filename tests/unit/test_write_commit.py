@@ -296,6 +296,95 @@ def test_abort_removes_files_a_failed_commit_moved(tmp_path: Path) -> None:
     assert [p for p in (tmp_path / "out").rglob("*") if p.is_file()] == []
 
 
+def crash_after_intent(target: str, job: str, winners: dict[int, int], mode: CommitMode) -> None:
+    def crash() -> None:
+        raise Crash
+
+    with pytest.raises(Crash):
+        commit(target, job, winners, "parquet", mode, after_intent=crash)
+
+
+def test_a_replace_of_no_file_crashed_after_its_intent_still_replaces(tmp_path: Path) -> None:
+    # A PARTITION_BY write of no rows stages no file: its intent moves nothing, and
+    # only the manifest can say the commit took effect (whole-cluster simulation,
+    # seed 3200004: the statement succeeded and the old rows stayed).
+    target = str(tmp_path / "out")
+    stage_files(target, "j1", {0: [0]})
+    commit(target, "j1", {0: 0}, "parquet", CommitMode.CREATE)
+    (Path(attempt_staging(target, "j2", 0, 0))).mkdir(parents=True)
+    crash_after_intent(target, "j2", {0: 0}, CommitMode.REPLACE)
+    assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1"]  # not yet
+    done = commit(target, "j2", {0: 0}, "parquet", CommitMode.REPLACE)
+    assert done.files == () and len(done.retired) == 2
+    assert contents(tmp_path / "out") == []
+    # Run again: it took effect, and it stays so.
+    assert commit(target, "j2", {0: 0}, "parquet", CommitMode.REPLACE).added == ()
+    assert contents(tmp_path / "out") == []
+
+
+def test_a_replace_run_again_after_a_later_commit_changes_nothing(tmp_path: Path) -> None:
+    # A restarted scheduler commits its waiting jobs in its own order: j2's commit
+    # took effect, its answer was lost, and j3's came first after the restart.
+    # Seen again, j2 must not replace j3's rows (simulation seed 3200365: a replace
+    # of no file wiped the rows of one that had succeeded).
+    target = str(tmp_path / "out")
+    for job, mode in (("j1", CommitMode.CREATE), ("j2", CommitMode.REPLACE)):
+        stage_files(target, job, {0: [0]})
+        commit(target, job, {0: 0}, "parquet", mode)
+    stage_files(target, "j3", {0: [1]})
+    commit(target, "j3", {0: 1}, "parquet", CommitMode.REPLACE)
+    again = commit(target, "j2", {0: 0}, "parquet", CommitMode.REPLACE)
+    assert again.added == ()
+    assert contents(tmp_path / "out") == ["p0 a1", "p0 a1 k1"]
+    assert manifest_files(target) == tuple(
+        f"{target}/{f}"
+        for f in ("k=1/part-j3-p00000-data_0.parquet", "part-j3-p00000-data_0.parquet")
+    )
+    assert delete_retired(target, "j3") == 4  # j1's and j2's, j3's history kept
+    assert commit(target, "j2", {0: 0}, "parquet", CommitMode.REPLACE).added == ()
+    assert commit(target, "j1", {0: 0}, "parquet", CommitMode.CREATE).added == ()
+    assert contents(tmp_path / "out") == ["p0 a1", "p0 a1 k1"]
+
+
+def test_an_append_run_from_its_intent_after_another_append_keeps_both(tmp_path: Path) -> None:
+    # j2's intent was written before the crash; j3 committed first after it. j2's
+    # manifest is built on j3's, not on the one j2's intent saw.
+    target = str(tmp_path / "out")
+    stage_files(target, "j1", {0: [0]})
+    commit(target, "j1", {0: 0}, "parquet", CommitMode.CREATE)
+    stage_files(target, "j2", {0: [0]})
+    crash_after_intent(target, "j2", {0: 0}, CommitMode.APPEND)
+    stage_files(target, "j3", {0: [1]})
+    commit(target, "j3", {0: 1}, "parquet", CommitMode.APPEND, running={"j2"})
+    commit(target, "j2", {0: 0}, "parquet", CommitMode.APPEND)
+    assert contents(tmp_path / "out") == [
+        "p0 a0",
+        "p0 a0",
+        "p0 a0 k1",
+        "p0 a0 k1",
+        "p0 a1",
+        "p0 a1 k1",
+    ]
+
+
+def test_a_create_run_from_its_intent_after_another_create_conflicts(tmp_path: Path) -> None:
+    target = str(tmp_path / "out")
+    stage_files(target, "j1", {0: [0]})
+    crash_after_intent(target, "j1", {0: 0}, CommitMode.CREATE)
+    # Half its moves done before the crash.
+    intent = json.loads((tmp_path / "out" / STAGING / "j1" / INTENT).read_text())
+    staged, final = intent["moves"][0]
+    (tmp_path / "out" / STAGING / "j1" / staged).rename(tmp_path / "out" / final)
+    stage_files(target, "j2", {0: [1]})
+    commit(target, "j2", {0: 1}, "parquet", CommitMode.CREATE, running={"j1"})
+    with pytest.raises(WriteConflictError, match="j2"):
+        commit(target, "j1", {0: 0}, "parquet", CommitMode.CREATE)
+    abort(target, "j1")
+    assert contents(tmp_path / "out") == ["p0 a1", "p0 a1 k1"]
+    left = sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*.*"))
+    assert left == [MANIFEST, "k=1/part-j2-p00000-data_0.parquet", "part-j2-p00000-data_0.parquet"]
+
+
 # ------------------------------------------------------------------ state machine
 
 TARGET = WriteTarget("/out/x", WriteFormat.PARQUET, S1, ("k", "v"), CommitMode.CREATE)

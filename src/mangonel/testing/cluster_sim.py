@@ -215,7 +215,7 @@ class ClusterSim:
         """Jobs the client saw accepted."""
         self.next_job = 0
         self.fault_index = 0
-        self.writes = SimWrites(config.write_every)
+        self.writes = SimWrites(config.write_every, config.write_kinds)
 
     def new_state(self) -> SchedulerState:
         return new_state(self.config, self.scheduler_type)

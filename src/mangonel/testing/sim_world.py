@@ -137,6 +137,11 @@ class SimConfig:
         skip: Indexes of scheduled faults to leave out (the shrinker's knob).
         write_every: Every this many jobs, one is a write statement whose files the
             real ``output`` module commits (``testing.sim_writes``); 0: none.
+        write_kinds: The kinds of write statement, taken in turn, comma-separated:
+            ``own`` (a location of its own), ``append`` (one location they all
+            append to), ``contested`` (one location only the first may create),
+            ``replace`` (one location each replaces); ``-empty`` after a kind: the
+            statement's tasks write no file (a ``PARTITION_BY`` of no rows).
     """
 
     seed: int = 0
@@ -160,6 +165,7 @@ class SimConfig:
     check_restore: bool = True
     skip: tuple[int, ...] = ()
     write_every: int = 0
+    write_kinds: str = "own,append,contested"
 
     def command(self) -> str:
         """The one command that replays this run."""

@@ -17,17 +17,28 @@ commits them:
   scheduler crash may come between a commit's intent and its moves, or after the
   commit before its answer.
 
-Statements cycle through three targets: a location of their own (``CREATE``), one
-location every such statement appends to (``APPEND``, as ``INSERT``), and one
-location that only the first commit may take (``CREATE``: the others fail with
-``WriteConflictError``).
+Statements take the kinds of ``SimConfig.write_kinds`` in turn: a location of
+their own (``own``: ``CREATE``), one location every such statement appends to
+(``append``: ``APPEND``, as ``INSERT``), one location that only the first commit
+may take (``contested``: ``CREATE``, the others fail with ``WriteConflictError``),
+one location each replaces (``replace``: ``REPLACE``, as ``CREATE OR REPLACE``;
+what it retired is deleted at once, as the commit thread does when no job may be
+reading it). A kind written ``-empty`` stages no file in any task (a
+``PARTITION_BY`` write of no rows): its commit moves nothing, and only the
+manifest says that it happened.
 
 The checks (docs/architecture.md, "Simulation"):
 
 * ``write-once``: a statement that succeeded has, in its location's manifest, one
-  file per task of its writing stage, each there on disk, and no other file of it
-  on disk; their values add up to the writing stage's fault-free total;
-* ``write-aborted``: one that failed or was cancelled left no committed file;
+  file per task of its writing stage (none for an empty one), each there on
+  disk, and no other file of it on disk; their values add up to the writing
+  stage's fault-free total; its commit took effect (the manifest became its own)
+  exactly once; a replaced one is exempt from the manifest's part only once a
+  later commit to its location took effect;
+* ``write-aborted``: one that failed or was cancelled left no committed file, and
+  no commit of it took effect;
+* ``write-replaced``: at the end, a location that statements replace holds only
+  the files of its last commit, and on disk no other committed file;
 * ``staging-cleaned``: at the end, no staged file of an ended statement is left,
   but those of attempts whose report no scheduler ever handled (their executor
   died or was cut off after staging), which only the next commit to the location
@@ -68,14 +79,22 @@ class CommitCrash(Exception):
 class SimWrites:
     """The write side of one run: its directory, its statements, their commit queue."""
 
-    def __init__(self, every: int) -> None:
+    def __init__(self, every: int, kinds: str = "own,append,contested") -> None:
         self.every = every
+        self.kinds = [_kind(k) for k in kinds.split(",") if k]
+        """(kind, empty) of each statement in turn."""
         # In memory where the machine has it: every commit fsyncs its intent and manifest.
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self.root = tempfile.mkdtemp(prefix="mangonel-sim-writes-", dir=shm) if every else ""
         self.targets: dict[JobId, WriteTarget] = {}
         self.totals: dict[JobId, int] = {}
         """Each statement's fault-free total of its writing stage."""
+        self.empty: set[JobId] = set()
+        """Statements whose tasks stage no file."""
+        self.took_effect: dict[JobId, int] = {}
+        """Statements whose commit made the manifest theirs, with the commit's number."""
+        self.latest: dict[str, JobId] = {}
+        """Each location's statement whose commit took effect last."""
         self.queue: deque[tuple[int, CommitWrite | AbortWrite]] = deque()
         """Commands for the commit thread, each with the scheduler life that gave it."""
         self.busy = False
@@ -96,18 +115,16 @@ class SimWrites:
         """Job ``index``'s plan: ``plan`` itself, or it as a write statement."""
         if not self.every or index % self.every:
             return plan
-        kind = (index // self.every) % 3
-        name, mode = (
-            (f"own-{job}", CommitMode.CREATE),
-            ("appended", CommitMode.APPEND),
-            ("contested", CommitMode.CREATE),
-        )[kind]
+        kind, empty = self.kinds[(index // self.every) % len(self.kinds)]
+        name = f"own-{job}" if kind == "own" else LOCATIONS[kind]
+        if empty:
+            self.empty.add(job)
         target = WriteTarget(
             location=os.path.join(self.root, name),
             format=WriteFormat.PARQUET,
             stage=WRITING_STAGE,
             columns=("k", "s"),
-            mode=mode,
+            mode=MODES[kind],
         )
         self.targets[job] = target
         self.totals[job] = sim_data.stage_total(plan, int(WRITING_STAGE))
@@ -132,9 +149,11 @@ class SimWrites:
         sink = spec.sink
         assert sink is not None
         os.makedirs(sink.staging, exist_ok=True)
+        self.staged[sink.staging] = spec.attempt
+        if spec.attempt.task.job in self.empty:
+            return  # no rows: DuckDB's COPY with PARTITION_BY makes no file
         with open(os.path.join(sink.staging, STAGED_FILE), "w", encoding="utf-8") as f:
             f.write(text)
-        self.staged[sink.staging] = spec.attempt
 
     # -------------------------------------------------------- the commit thread
 
@@ -177,8 +196,9 @@ class SimWrites:
             if where == "intent":
                 raise CommitCrash
 
+        before = output.read_manifest(target.location)
         try:
-            output.commit(
+            done = output.commit(
                 target.location,
                 str(command.job),
                 dict(command.winners),
@@ -188,13 +208,34 @@ class SimWrites:
                 running=running,
             )
         except CommitCrash:
+            self._took_effect(command.job, target.location, before)
             return command, False
         except WriteConflictError as exc:
             return command, str(exc)
+        self._took_effect(command.job, target.location, before)
         self.commits += 1
         if where == "answer":
             return command, False
+        if done.retired:
+            # No statement reads a location the simulation writes: the commit
+            # thread deletes what a replace retired before it answers.
+            output.delete_retired(target.location, str(command.job))
         return command, True
+
+    def _took_effect(self, job: JobId, location: str, before: output.Manifest | None) -> None:
+        """Note a commit that made the manifest ``job``'s: ``write-once`` if it did so
+        before."""
+        after = output.read_manifest(location)
+        if after is None or after == before or after.job != str(job):
+            return
+        if job in self.took_effect:
+            raise Violation(
+                "write-once",
+                f"write statement {job}'s commit took effect twice at {location} (its "
+                f"manifest was {before.job if before else 'none'}'s the second time)",
+            )
+        self.took_effect[job] = len(self.took_effect)
+        self.latest[location] = job
 
     # --------------------------------------------------------------- checks
 
@@ -203,16 +244,32 @@ class SimWrites:
         target = self.targets.get(job)
         if target is None:
             return
+        if job not in self.took_effect:
+            raise Violation(
+                "write-once",
+                f"write statement {job} succeeded and no commit of it took effect at "
+                f"{target.location}",
+            )
+        on_disk = sorted(f for f in _committed(target.location) if _of(f, job))
+        if target.mode is CommitMode.REPLACE and self.latest[target.location] != job:
+            return  # replaced since: its files are retired (and gone, checked at the end)
         manifest = output.read_manifest(target.location)
         mine = sorted(f for f in (manifest.files if manifest else ()) if _of(f, job))
         partitions = [_partition(f, job) for f in mine]
+        if job in self.empty:
+            if mine or on_disk:
+                raise Violation(
+                    "write-once",
+                    f"write statement {job} staged no file and {mine} are in its "
+                    f"manifest, {on_disk} on disk",
+                )
+            return
         if not mine or len(set(partitions)) != len(partitions):
             raise Violation(
                 "write-once",
                 f"write statement {job} succeeded with {mine} in its manifest: not one "
                 "file per task of its writing stage",
             )
-        on_disk = sorted(f for f in _committed(target.location) if _of(f, job))
         if on_disk != mine:
             raise Violation(
                 "write-once",
@@ -242,11 +299,12 @@ class SimWrites:
                 self.check_succeeded(job)  # again: later commits to its location kept it
             else:
                 left = [f for f in _committed(target.location) if _of(f, job)]
-                if left:
+                if left or job in self.took_effect:
                     raise Violation(
                         "write-aborted",
                         f"write statement {job} did not succeed and left {left} at "
-                        f"{target.location}",
+                        f"{target.location}, its commit "
+                        f"{'took' if job in self.took_effect else 'did not take'} effect",
                     )
             staging = output.job_staging(target.location, str(job))
             if not os.path.isdir(staging):
@@ -265,6 +323,45 @@ class SimWrites:
                     f"write statement {job} ended and its staging directory still holds "
                     f"{strays} at {target.location}",
                 )
+        self._check_replaced()
+
+    def _check_replaced(self) -> None:
+        """``write-replaced``: a replaced location holds its last commit's files only."""
+        location = os.path.join(self.root, LOCATIONS["replace"])
+        last = self.latest.get(location)
+        if last is None:
+            return
+        manifest = output.read_manifest(location)
+        assert manifest is not None  # a commit took effect there
+        others = [f for f in manifest.files if not _of(f, last)]
+        # A replace whose answer was lost deletes what it retired at its next commit.
+        on_disk = set(_committed(location)) - set(manifest.files) - set(manifest.retired)
+        if manifest.job != str(last) or others or on_disk:
+            raise Violation(
+                "write-replaced",
+                f"{location} was last replaced by {last}; its manifest is {manifest.job}'s "
+                f"with {others} of other statements, and the disk holds {sorted(on_disk)} "
+                "beside what it lists",
+            )
+
+
+MODES = {
+    "own": CommitMode.CREATE,
+    "append": CommitMode.APPEND,
+    "contested": CommitMode.CREATE,
+    "replace": CommitMode.REPLACE,
+}
+LOCATIONS = {"append": "appended", "contested": "contested", "replace": "replaced"}
+"""The location every statement of a shared kind writes."""
+
+
+def _kind(text: str) -> tuple[str, bool]:
+    """(kind, empty) of one of ``SimConfig.write_kinds``."""
+    kind, _, rest = text.strip().partition("-")
+    if kind not in MODES or rest not in ("", "empty"):
+        known = ", ".join(MODES)
+        raise ValueError(f"write kind {text!r}: one of {known}, each maybe with -empty")
+    return kind, rest == "empty"
 
 
 def _of(name: str, job: JobId) -> bool:
