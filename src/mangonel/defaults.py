@@ -85,6 +85,11 @@ the first scan at most this many bytes (``PlannerConfig.recompute_bytes``)."""
 PLAN_CACHE = 256
 """Plans of recent queries the scheduler keeps for the same SQL sent again."""
 
+UNREADABLE_TABLE_RETRY_S = 10.0
+"""How often the scheduler tries again to read a table it could not read (its
+object store away when the scheduler started, a write's new files whose footers
+could not be read): until then, queries naming it fail saying why."""
+
 KEEP_JOBS = 200
 """Finished jobs the scheduler keeps for the status views (the state machine)
 and in the attempt history (telemetry)."""

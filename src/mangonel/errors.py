@@ -81,6 +81,11 @@ class ForbiddenStatementError(QueryError):
 class UnknownTableError(QueryError):
     """The query names a table the catalog does not hold."""
 
+    def __init__(self, message: str, table: str | None = None) -> None:
+        super().__init__(message)
+        self.table = table
+        """The name, where one table is meant (lower case, as the catalog keys it)."""
+
 
 class BindError(QueryError):
     """Unknown column, type mismatch or another semantic error."""

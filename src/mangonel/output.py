@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
+import logging
 import os
 import posixpath
 from collections.abc import Callable, Container, Mapping
@@ -53,6 +54,8 @@ import pyarrow.fs as pafs
 
 from mangonel import storage
 from mangonel.errors import CatalogError, MangonelError
+
+log = logging.getLogger(__name__)
 
 MANIFEST = "_mangonel_manifest.json"
 STAGING = "_mangonel_staging"
@@ -316,8 +319,14 @@ def commit(
     retired = tuple(sorted({*waiting, *before} - set(files)))
     history = (*current.history, current.job)[-HISTORY:] if current is not None else ()
     _put(fs, f"{base}/{MANIFEST}", Manifest(job, files, fmt, retired, history).document())
-    _remove(fs, staging)
-    _sweep(fs, f"{base}/{STAGING}", running)
+    # Committed: from here nothing may fail the statement (its client would hear
+    # that nothing was written, and a retry would write it twice). What is left
+    # staged is swept by the next commit to the location.
+    try:
+        _remove(fs, staging)
+        _sweep(fs, f"{base}/{STAGING}", running)
+    except (OSError, MangonelError) as exc:
+        log.warning("job %s committed to %s; its staged files stay for now: %s", job, target, exc)
     return Committed(files, added, retired)
 
 

@@ -22,7 +22,7 @@ import pytest
 from helpers import assert_same_result, wait_until
 from s3server import S3TestServer
 
-from mangonel.errors import PermissionDeniedError
+from mangonel.errors import CatalogError, PermissionDeniedError
 from mangonel.output import MANIFEST, STAGING
 from mangonel.storage import StorageOptions
 from mangonel.testing.cluster import TestCluster
@@ -163,3 +163,47 @@ def test_an_executor_killed_mid_write_to_s3_leaves_one_copy(
         read_back(s3, "copies/killed", doc["files"], work_dir), expected, ordered=False
     )
     assert not [k for k in keys(s3, "copies/killed") if f"/{STAGING}/" in k]
+
+
+def test_a_scheduler_restarted_while_the_store_is_away_keeps_its_tables(
+    cluster: Any, session: Any, s3: S3TestServer, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """A table whose files cannot be read when the scheduler starts stays in the
+    catalog's store: queries naming it say why, and once the store is back it is
+    read again (it used to be dropped for good: its name and, for a warehouse
+    table, its location lost)."""
+    select = "SELECT o_orderkey, o_totalprice FROM orders WHERE o_totalprice > 400000"
+    session.sql(f"CREATE TABLE kept AS {select}")
+    check = "SELECT count(*) AS n, sum(o_totalprice) AS s FROM "
+    expected = duckdb_ref.sql(check + "orders WHERE o_totalprice > 400000").to_arrow_table()
+    cluster.kill_scheduler()
+    s3.stop()
+    try:
+        cluster.restart_scheduler()
+        with cluster.connect() as s:
+            assert "(1 of them unreadable now)" in cluster.scheduler.log_tail()
+            with pytest.raises(CatalogError, match=r"'kept' cannot be read now.*DROP TABLE"):
+                s.sql(check + "kept")
+            with pytest.raises(CatalogError, match=r"'kept' cannot be written now"):
+                s.sql(f"INSERT INTO kept {select}")
+            # The cluster serves what it can read.
+            n = s.sql("SELECT count(*) AS n FROM orders").to_arrow()["n"].to_pylist()
+            assert n == [duckdb_ref.sql("SELECT count(*) FROM orders").fetchall()[0][0]]
+    finally:
+        s3.start()
+    with cluster.connect() as s:
+        actual = wait_until(
+            lambda: _answer_or_none(s, check + "kept"), "the table read again", timeout=40
+        )
+        assert_same_result(actual, expected, ordered=False)
+        s.sql("DROP TABLE kept")
+    assert keys(s3, "warehouse/kept") == []
+
+
+def _answer_or_none(session: Any, sql: str) -> pa.Table | None:
+    try:
+        result: pa.Table = session.sql(sql).to_arrow()
+    except CatalogError as exc:
+        assert "cannot be read now" in str(exc), exc
+        return None
+    return result

@@ -46,6 +46,8 @@ class CommitThread:
         has_table: Whether the catalog holds a table now.
         table_committed: Register a committed table: durable, in the catalog, and
             owned by the warehouse (called with ``lock`` held).
+        table_unreadable: Record a committed table whose files could not be read
+            (name, location, why): durable and owned, read again later.
         hook: The core's test hook now (crash points at ``commit-intent`` and
             ``committed``).
         clock: The core's clock.
@@ -58,6 +60,7 @@ class CommitThread:
         running_jobs: Callable[[], frozenset[str]],
         has_table: Callable[[str], bool],
         table_committed: Callable[[Table], None],
+        table_unreadable: Callable[[str, str, str], None],
         hook: Callable[[], EventHook],
         clock: Callable[[], float],
     ) -> None:
@@ -66,6 +69,7 @@ class CommitThread:
         self._running_jobs = running_jobs
         self._has_table = has_table
         self._table_committed = table_committed
+        self._table_unreadable = table_unreadable
         self._hook = hook
         self._clock = clock
         self._queue: queue.Queue[CommitWrite | AbortWrite | DeleteRetired | None] = queue.Queue()
@@ -101,6 +105,35 @@ class CommitThread:
                 self._delete_retired(command)
                 continue
             self._commit(command)
+
+    def _register(self, name: str, location: str, job: str) -> bool:
+        """Put the committed table into the catalog; False where the store failed.
+
+        The commit took effect: from here the statement succeeds, whatever the table's
+        footers say. One that cannot be read now is kept as unreadable (queries
+        naming it say why, and it is read again later): failing the statement would
+        tell its client that nothing was written, and a retry would write it twice.
+        """
+        try:
+            try:
+                table = load_table(name, location)
+            except Exception as exc:  # noqa: BLE001 - whatever it is, the commit took effect
+                log.error(
+                    "job %s: committed to %s, and table %s cannot be read now (kept, read "
+                    "again later): %s",
+                    job,
+                    location,
+                    name,
+                    exc,
+                )
+                with self._lock:
+                    self._table_unreadable(name, location, str(exc))
+                return True
+            with self._lock:
+                self._table_committed(table)
+        except StateStoreError:
+            return False
+        return True
 
     def _delete_retired(self, command: DeleteRetired) -> None:
         """Delete the files a commit replaced, their readers done."""
@@ -138,10 +171,6 @@ class CommitThread:
                 after_intent=lambda: crash_point("commit-intent"),
                 running=self._running_jobs(),
             )
-            if target.table:
-                table = load_table(target.table, target.location)
-                with self._lock:
-                    self._table_committed(table)
         except Exception as exc:
             if isinstance(exc, StateStoreError):
                 return  # fatal: the scheduler stops, and a restart commits again
@@ -160,6 +189,8 @@ class CommitThread:
             target.location,
             len(done.files),
         )
+        if target.table and not self._register(target.table, target.location, job):
+            return  # the store failed: the scheduler stops, a restart commits again
         crash_point("committed")
         if done.retired:
             # Jobs running now may have been planned on the manifest just replaced;

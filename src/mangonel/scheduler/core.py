@@ -141,6 +141,7 @@ from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
 from mangonel.scheduler.state_views import ExecutorState, ExecutorView, JobView
 from mangonel.scheduler.store import CatalogStore, MemoryCatalogStore, MemoryStateStore, StateStore
 from mangonel.scheduler.telemetry import Telemetry
+from mangonel.scheduler.unreadable import UnreadableTables
 from mangonel.scheduler.writes import (
     DROPPED,
     WRITER_HINT,
@@ -306,12 +307,15 @@ class SchedulerCore:
         self.warehouse = self.config.warehouse or default_warehouse(store.url)
         self._owned: set[str] = set()
         """Tables the warehouse owns (``CREATE TABLE AS``): ``DROP TABLE`` deletes their files."""
+        self.unreadable = UnreadableTables(self._lock, self.catalog, self._stop)
+        """Tables kept in the store whose files cannot be read now (``scheduler.unreadable``)."""
         self._commits = CommitThread(
             self._lock,
             self._emit,
             self._running_jobs,
-            lambda name: name in self.catalog.snapshot(),
+            lambda name: name in self.catalog.snapshot() or self.unreadable.get(name) is not None,
             self._table_committed,
+            self._table_unreadable,
             lambda: self.hook,
             self._clock,
         )
@@ -322,6 +326,7 @@ class SchedulerCore:
         """Start the ticker thread (``Tick`` events: every timeout is the state's)."""
         self._ticker = threading.Thread(target=self._tick_loop, name="scheduler-tick", daemon=True)
         self._ticker.start()
+        self.unreadable.start()
 
     @property
     def stopped(self) -> bool:
@@ -360,6 +365,7 @@ class SchedulerCore:
             self._owned |= found.owned
             for table in found.tables:
                 self.catalog.put(table)
+            self.unreadable.add_all(found.unreadable)
             self._jobs.update(found.watches)
             self._state.restore(
                 snap.executors,
@@ -372,10 +378,11 @@ class SchedulerCore:
                 self._write(found.puts, found.deletes)
             self._emit(lambda eid, now: SchedulerRecovered(eid, now))
             log.info(
-                "recovered from %s: %d tables, %d unfinished and %d finished jobs, %d executors "
-                "expected back",
+                "recovered from %s: %d tables (%d of them unreadable now), %d unfinished and "
+                "%d finished jobs, %d executors expected back",
                 self.store.url,
-                len(snap.tables) - found.tables_dropped,
+                len(snap.tables),
+                len(found.unreadable),
                 len(found.running),
                 len(snap.jobs) - len(found.running),
                 len(snap.executors.live) if snap.executors is not None else 0,
@@ -815,6 +822,7 @@ class SchedulerCore:
         with self._lock:
             self._write({table_key(name): stored})
             self.catalog.put(table)
+            self.unreadable.forget(name)
             # The name now stands for the user's files: a DROP must never delete them.
             self._owned.discard(name)
         log.info("table %s registered: %d files, %d rows", name, len(table.files), table.rows)
@@ -824,13 +832,22 @@ class SchedulerCore:
         """Forget a table; a table the warehouse owns loses its files too."""
         with self._lock:
             table = self.catalog.snapshot().get(name)
+            kept = self.unreadable.forget(name)
             self._write({}, [table_key(name)])
-            dropped = self.catalog.drop(name)
+            dropped = self.catalog.drop(name) or kept is not None
             owned = name in self._owned
             self._owned.discard(name)
-        if owned and table is not None:
-            output.remove_all(output.normalize(table.location))
-            log.info("table %s dropped with its files at %s", name, table.location)
+        location = table.location if table is not None else kept.stored.path if kept else None
+        if owned and location is not None:
+            try:
+                output.remove_all(output.normalize(location))
+            except (OSError, MangonelError) as exc:
+                if table is not None:
+                    raise
+                # Unreadable, its storage likely away: the name is free, the files stay.
+                log.warning("table %s dropped; its files at %s stay: %s", name, location, exc)
+            else:
+                log.info("table %s dropped with its files at %s", name, location)
         return dropped
 
     # ------------------------------------------------------------ writing data
@@ -840,7 +857,17 @@ class SchedulerCore:
         with self._lock:
             self._write({table_key(table.name): StoredTable(table.location, owned=True)})
             self.catalog.put(table)
+            self.unreadable.forget(table.name)
             self._owned.add(table.name)
+
+    def _table_unreadable(self, name: str, location: str, error: str) -> None:
+        """A write statement's commit took effect and its table's files could not be
+        read: durable and the warehouse's all the same, read again later."""
+        stored = StoredTable(location, owned=True)
+        with self._lock:
+            self._write({table_key(name): stored})
+            self.unreadable.add(name, restore.UnreadableTable(stored, error, time.time()))
+            self._owned.add(name)
 
     def _running_jobs(self) -> frozenset[str]:
         with self._lock:
@@ -862,6 +889,8 @@ class SchedulerCore:
             if not self.drop_table(statement.table) and not statement.if_not_exists:
                 raise UnknownTableError(f"there is no table {statement.table!r} to drop")
             return DROPPED
+        if statement.table:
+            self.unreadable.refuse(statement.table, "written")
         with self._lock:
             owned = frozenset(self._owned)
         return plan_statement(
@@ -880,7 +909,8 @@ class SchedulerCore:
 
     def plan(self, sql: str, dialect: str | None = None) -> DistributedPlan:
         """The query's plan, from the plan cache when it holds one; nothing runs."""
-        return self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
+        with self.unreadable.explained():
+            return self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
 
     def _planner(self) -> PlannerConfig:
         """The planner's settings with the slots a job may hold now: exchanges of
@@ -894,13 +924,15 @@ class SchedulerCore:
 
     def result_schema(self, sql: str, dialect: str | None = None) -> pa.Schema:
         """The Arrow schema of the query's result as DuckDB types it; nothing runs."""
-        return result_schema(sql, self.catalog.snapshot(), dialect)
+        with self.unreadable.explained():
+            return result_schema(sql, self.catalog.snapshot(), dialect)
 
     def parameter_types(
         self, sql: str, count: int, dialect: str | None = None
     ) -> list[pa.DataType | None]:
         """The Arrow types of a query's parameters (``$1``...) where it tells them."""
-        return parameter_types(sql, count, self.catalog.snapshot(), dialect)
+        with self.unreadable.explained():
+            return parameter_types(sql, count, self.catalog.snapshot(), dialect)
 
     def explain(self, sql: str, dialect: str | None = None) -> str:
         return render(self.plan(sql, dialect))
@@ -937,9 +969,11 @@ class SchedulerCore:
         try:
             statement = parse_write(sql, dialect)
             if statement is None:
-                plan = self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
+                with self.unreadable.explained():
+                    plan = self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
             else:
-                planned = self._submit_write(statement, dialect, may_write)
+                with self.unreadable.explained():
+                    planned = self._submit_write(statement, dialect, may_write)
                 if isinstance(planned, str):  # done already: its answer is a query
                     plan = self.plans.plan(planned, self.catalog.snapshot(), self._planner())
                 else:

@@ -2,7 +2,8 @@
 
 ``SchedulerCore.recover`` reads the store (``persist.read_snapshot``) and hands
 the snapshot here; ``rebuild`` says what to put back: the tables (their footers
-read again; one that cannot be read any more is dropped), each job's watchers'
+read again; one that cannot be read now is kept, unreadable, for the core to try
+again: ``UnreadableTable``), each job's watchers'
 record (``jobs.JobWatch``), the unfinished jobs' records for the state machine
 (``state_jobs.JobRecord``) and the finished ones, and what to write back. A job
 whose record cannot be restored (its progress does not fit its plan, or its
@@ -14,11 +15,13 @@ lock or writes the store: the core applies the result under its lock.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from mangonel import defaults, storage
 from mangonel.catalog import Table, load_table
-from mangonel.errors import ErrorType, MangonelError
+from mangonel.errors import ErrorType, MangonelError, ObjectStoreUnavailableError
 from mangonel.ids import JobId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.jobs import JobWatch
@@ -28,7 +31,6 @@ from mangonel.scheduler.persist import (
     StoredPlan,
     StoredTable,
     job_key,
-    table_key,
 )
 from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
 from mangonel.scheduler.state_views import JobState, JobView
@@ -42,6 +44,9 @@ class Rebuilt:
     """What ``rebuild`` found in the store, to be put back."""
 
     tables: list[Table] = field(default_factory=list)
+    unreadable: dict[str, UnreadableTable] = field(default_factory=dict)
+    """Tables that could not be read now (their store away, a mount not there yet):
+    kept in the store, tried again by the core."""
     owned: set[str] = field(default_factory=set)
     """Tables the warehouse owns (``DROP TABLE`` deletes their files)."""
     watches: dict[JobId, JobWatch] = field(default_factory=dict)
@@ -49,22 +54,44 @@ class Rebuilt:
     finished: list[FinishedJob] = field(default_factory=list)
     puts: dict[str, object] = field(default_factory=dict)
     deletes: list[str] = field(default_factory=list)
-    """Stale keys, dropped tables' and the failed-in-place jobs' raw entries."""
-    tables_dropped: int = 0
+    """Stale keys and the failed-in-place jobs' raw entries."""
+
+
+@dataclass
+class UnreadableTable:
+    """A table in the store whose files could not be read: queries naming it fail
+    saying so until a try reads them (``SchedulerCore``); ``DROP TABLE`` forgets it."""
+
+    stored: StoredTable
+    error: str
+    since: float
+    """Wall-clock time of the first failed read."""
 
 
 def rebuild(snap: Snapshot, data: Mapping[str, object], store_url: str, now: float) -> Rebuilt:
     """What to restore from a snapshot of the store (``data``, as it was read)."""
     out = Rebuilt()
+    store_away: str | None = None
     for name, table in snap.tables.items():
         if table.owned:
             out.owned.add(name)
+        if store_away is not None and storage.is_remote(table.path):
+            # Each table would wait out the store's retries again (tens of seconds).
+            out.unreadable[name] = UnreadableTable(table, store_away, time.time())
+            continue
         try:
             out.tables.append(load_stored(name, table))
         except MangonelError as exc:
-            log.error("table %s cannot be read any more, so it is dropped: %s", name, exc)
-            out.deletes.append(table_key(name))
-            out.tables_dropped += 1
+            log.error(
+                "table %s cannot be read now, kept (queries naming it fail until it can "
+                "be read; tried again every %g s): %s",
+                name,
+                defaults.UNREADABLE_TABLE_RETRY_S,
+                exc,
+            )
+            out.unreadable[name] = UnreadableTable(table, str(exc), time.time())
+            if isinstance(exc, ObjectStoreUnavailableError) and storage.is_remote(table.path):
+                store_away = f"not read: the object store was unavailable ({exc})"
     broken = list(snap.broken)
     for stored in snap.jobs:
         if stored.outcome is None and stored.progress is not None:

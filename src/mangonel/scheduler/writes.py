@@ -240,7 +240,7 @@ def plan_statement(
     elif statement.kind is WriteKind.INSERT:
         existing = catalog.get(name)
         if existing is None:
-            raise UnknownTableError(f"there is no table {name!r} to insert into")
+            raise UnknownTableError(f"there is no table {name!r} to insert into", table=name)
         if name not in owned:
             raise QueryError(
                 f"table {name!r} was registered from files; mangonel inserts only into "

@@ -249,7 +249,8 @@ def _check_sources(stmt: exp.Query, catalog: set[str]) -> set[str]:
             known = ", ".join(sorted(catalog)) or "none yet"
             raise UnknownTableError(
                 f"table {node.name!r} is not in the catalog (registered: {known}); "
-                "register it with register_parquet(name, path) or `mangonel register`"
+                "register it with register_parquet(name, path) or `mangonel register`",
+                table=name,
             )
         used.add(name)
     return used
