@@ -182,6 +182,9 @@ def test_a_scheduler_restarted_while_the_store_is_away_keeps_its_tables(
         cluster.restart_scheduler()
         with cluster.connect() as s:
             assert "(1 of them unreadable now)" in cluster.scheduler.log_tail()
+            [listed] = s.unreadable_tables()
+            assert listed.name == "kept" and listed.location == f"s3://{OUT}/warehouse/kept"
+            assert "kept" not in [t.name for t in s.tables()]
             with pytest.raises(CatalogError, match=r"'kept' cannot be read now.*DROP TABLE"):
                 s.sql(check + "kept")
             with pytest.raises(CatalogError, match=r"'kept' cannot be written now"):
@@ -196,6 +199,7 @@ def test_a_scheduler_restarted_while_the_store_is_away_keeps_its_tables(
             lambda: _answer_or_none(s, check + "kept"), "the table read again", timeout=40
         )
         assert_same_result(actual, expected, ordered=False)
+        assert s.unreadable_tables() == [] and "kept" in [t.name for t in s.tables()]
         s.sql("DROP TABLE kept")
     assert keys(s3, "warehouse/kept") == []
 

@@ -451,8 +451,17 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
     with _session(args) as session:
         tables = session.tables()
+        unreadable = session.unreadable_tables()
+    for kept in unreadable:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(kept.since))
+        print(
+            f"{kept.name}: cannot be read now (since {since} UTC), at {kept.location}: "
+            f"{kept.error}; the scheduler reads it again every few seconds",
+            file=sys.stderr,
+        )
     if not tables:
-        print("no tables; register one with `mangonel register NAME PATH`")
+        if not unreadable:
+            print("no tables; register one with `mangonel register NAME PATH`")
         return 0
     print(
         render.format_table(

@@ -71,6 +71,7 @@ from mangonel.client.status import (
     JobStatus,
     StageStatus,
     TableInfo,
+    UnreadableTableInfo,
     cluster_from_proto,
     job_from_proto,
     table_from_proto,
@@ -534,9 +535,21 @@ class Session:
         self._call("DropTable", pb.DropTableRequest(name=name))
 
     def tables(self) -> list[TableInfo]:
+        """The tables queries may read."""
+        return self._list_tables()[0]
+
+    def unreadable_tables(self) -> list[UnreadableTableInfo]:
+        """The tables kept whose files cannot be read now (a store away, a mount not
+        there): queries naming them fail until the scheduler reads them again."""
+        return self._list_tables()[1]
+
+    def _list_tables(self) -> tuple[list[TableInfo], list[UnreadableTableInfo]]:
         msg = self._call("ListTables", pb.ListTablesRequest())
         assert isinstance(msg, pb.ListTablesResponse)
-        return [table_from_proto(t) for t in msg.tables]
+        unreadable = [
+            UnreadableTableInfo(u.name, u.location, u.error, u.since) for u in msg.unreadable
+        ]
+        return [table_from_proto(t) for t in msg.tables], unreadable
 
     # ------------------------------------------------------------------- queries
 

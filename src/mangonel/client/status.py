@@ -57,6 +57,18 @@ class TableInfo:
     """How its files are written: parquet, csv or json."""
 
 
+@dataclass(frozen=True)
+class UnreadableTableInfo:
+    """A table the scheduler keeps whose files cannot be read now: queries naming it
+    fail saying why until the scheduler, trying every few seconds, reads it again."""
+
+    name: str
+    location: str
+    error: str
+    since: float
+    """When its files first could not be read (Unix seconds)."""
+
+
 PHASES = ("launch", "setup", "fetch", "execute", "write", "cleanup", "other", "report")
 """A task's span, in order, from the scheduler's launch to its report (``StagePhases``)."""
 

@@ -537,10 +537,24 @@ class ListTablesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ListTablesResponse(_message.Message):
-    __slots__ = ("tables",)
+    __slots__ = ("tables", "unreadable")
     TABLES_FIELD_NUMBER: _ClassVar[int]
+    UNREADABLE_FIELD_NUMBER: _ClassVar[int]
     tables: _containers.RepeatedCompositeFieldContainer[TableInfo]
-    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ...) -> None: ...
+    unreadable: _containers.RepeatedCompositeFieldContainer[UnreadableTable]
+    def __init__(self, tables: _Optional[_Iterable[_Union[TableInfo, _Mapping]]] = ..., unreadable: _Optional[_Iterable[_Union[UnreadableTable, _Mapping]]] = ...) -> None: ...
+
+class UnreadableTable(_message.Message):
+    __slots__ = ("name", "location", "error", "since")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LOCATION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    location: str
+    error: str
+    since: float
+    def __init__(self, name: _Optional[str] = ..., location: _Optional[str] = ..., error: _Optional[str] = ..., since: _Optional[float] = ...) -> None: ...
 
 class DropTableRequest(_message.Message):
     __slots__ = ("name",)

@@ -421,7 +421,13 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
         self, request: pb.ListTablesRequest, context: grpc.ServicerContext
     ) -> pb.ListTablesResponse:
         self._caller(context)
-        return pb.ListTablesResponse(tables=[table_info(t) for t in self.core.tables()])
+        unreadable = [
+            pb.UnreadableTable(name=n, location=u.stored.path, error=u.error, since=u.since)
+            for n, u in self.core.unreadable.entries()
+        ]
+        return pb.ListTablesResponse(
+            tables=[table_info(t) for t in self.core.tables()], unreadable=unreadable
+        )
 
     @rpc
     def DropTable(

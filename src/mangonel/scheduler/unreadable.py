@@ -78,6 +78,11 @@ class UnreadableTables:
         with self._lock:
             return sorted(self._tables)
 
+    def entries(self) -> list[tuple[str, UnreadableTable]]:
+        """(name, what is kept), by name."""
+        with self._lock:
+            return sorted(self._tables.items())
+
     def refuse(self, name: str, doing: str) -> None:
         """Raise the error of an unreadable table that a statement names.
 
