@@ -35,17 +35,26 @@ def _holds(result: SimResult) -> None:
     )
 
 
-def test_write_statements_commit_exactly_once_under_every_fault() -> None:
+def _seen(base: SimConfig, seeds: int) -> Counter[str]:
+    """Run ``seeds`` seeds of ``base``, each holding every invariant; count what
+    happened in them: outcomes, commits, and the faults injected, by kind."""
     seen: Counter[str] = Counter()
-    for seed in range(24):
-        sim = ClusterSim(replace(WRITES, seed=seed))
+    for seed in range(seeds):
+        sim = ClusterSim(replace(base, seed=seed))
         result = sim.run()
         _holds(result)
         assert result.jobs_ended == result.jobs_accepted >= 8
         seen["committed"] += sim.writes.commits
+        seen["took effect"] += len(sim.writes.took_effect)
+        seen["empty"] += len(sim.writes.empty & set(sim.writes.took_effect))
         seen["succeeded"] += result.jobs_succeeded
         seen["failed"] += result.jobs_failed
         seen.update(k for k, v in result.faults.items() for _ in range(v))
+    return seen
+
+
+def test_write_statements_commit_exactly_once_under_every_fault() -> None:
+    seen = _seen(WRITES, 24)
     # Commits ran, and so did what makes them hard: scheduler crashes between
     # a commit's intent and its moves and before its answer, executors lost and
     # frozen mid-write, and a location two statements raced for.
@@ -56,16 +65,7 @@ def test_write_statements_commit_exactly_once_under_every_fault() -> None:
 
 
 def test_replaces_and_statements_of_no_row_commit_exactly_once_under_every_fault() -> None:
-    seen: Counter[str] = Counter()
-    for seed in range(16):
-        sim = ClusterSim(replace(REPLACES, seed=seed))
-        result = sim.run()
-        _holds(result)
-        assert result.jobs_ended == result.jobs_accepted >= 8
-        seen["succeeded"] += result.jobs_succeeded
-        seen["took effect"] += len(sim.writes.took_effect)
-        seen["empty"] += len(sim.writes.empty & set(sim.writes.took_effect))
-        seen.update(k for k, v in result.faults.items() for _ in range(v))
+    seen = _seen(REPLACES, 16)
     assert seen["took effect"] >= seen["succeeded"] >= 80
     assert seen["empty"] >= 30
     assert seen["commit:crash-after-intent"] >= 5 and seen["commit:crash-after-answer"] >= 5
