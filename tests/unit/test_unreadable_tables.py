@@ -47,7 +47,7 @@ def kept(tmp_path: Path) -> tuple[UnreadableTables, MemoryCatalogStore, Path]:
 
 def test_a_kept_table_is_explained_and_comes_back_once_readable(tmp_path: Path) -> None:
     tables, catalog, path = kept(tmp_path)
-    assert "t" not in catalog.snapshot() and tables.names() == ["t"]
+    assert "t" not in catalog.snapshot() and [n for n, _ in tables.entries()] == ["t"]
     read_now = r"'t' cannot be read now.*no such file.*DROP TABLE"
     with pytest.raises(CatalogError, match=read_now), tables.explained():
         raise UnknownTableError("table 't' is not in the catalog", table="t")
@@ -62,7 +62,7 @@ def test_a_kept_table_is_explained_and_comes_back_once_readable(tmp_path: Path) 
     assert entry is not None and str(path) in entry.error
     pq.write_table(pa.table({"x": [1, 2, 3]}), path)
     assert tables.try_again() == ["t"]
-    assert catalog.snapshot()["t"].rows == 3 and tables.names() == []
+    assert catalog.snapshot()["t"].rows == 3 and tables.entries() == []
 
 
 def test_a_table_dropped_or_registered_again_is_not_brought_back(tmp_path: Path) -> None:

@@ -74,10 +74,6 @@ class UnreadableTables:
         with self._lock:
             return self._tables.get(name)
 
-    def names(self) -> list[str]:
-        with self._lock:
-            return sorted(self._tables)
-
     def entries(self) -> list[tuple[str, UnreadableTable]]:
         """(name, what is kept), by name."""
         with self._lock:
