@@ -189,8 +189,9 @@ def test_hooks_enabled() -> bool:
 _S, _E, _A, _C = Takes.SCHEDULER, Takes.EXECUTOR, Takes.STANDALONE, Takes.CLIENT
 
 CONNECT_WAIT_HELP = (
-    "how long to wait for a scheduler that refuses connections or whose name does not "
-    "resolve (not started yet, restarting, its standby taking over) before giving up, "
+    "how long to wait for a scheduler that refuses connections, does not answer them, or "
+    "whose name does not resolve (not started yet, restarting, its standby taking over, "
+    "frozen) before giving up, "
     "saying so once on stderr; 0: fail at once. A query submitted meanwhile runs once"
 )
 

@@ -26,6 +26,7 @@ import duckdb
 import pytest
 from helpers import TPCH_ORDER_BY, assert_same_result, tpch_query
 
+from mangonel.client import retry
 from mangonel.client.cluster import LocalCluster
 from mangonel.client.session import Result, Session
 from mangonel.client.status import ExecutorState, JobState
@@ -228,6 +229,56 @@ def test_a_query_sent_while_the_scheduler_is_down_waits_for_it_and_runs_once(
     assert len(result.stages) > 1, result.stages  # it ran distributed
     assert told == [
         f"waiting up to 30 s for the scheduler at {cluster.address} (connection refused)"
+    ]
+    with cluster.connect() as session:
+        assert new_jobs(session, before) == [result.job_id]
+        wait_for_reattach(cluster, session)
+
+
+def test_a_first_query_to_a_frozen_scheduler_waits_through_its_kill_and_restart(
+    cluster: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """A session whose first call meets a frozen scheduler (it takes connections
+    and sends nothing) waits for it and says why; killed with that connection in
+    its backlog (reset), then restarted, it runs the query, once. Before, the
+    session took the frozen handshake, then the reset gRPC repeats until its
+    backoff ends, for a setup error and gave up in a fraction of a second."""
+    number = 3
+    with cluster.connect() as session:
+        before = {j.job_id for j in session.status().jobs}
+    cluster.kill_scheduler(sig=signal.SIGSTOP)
+    scheduler = cluster.scheduler
+    assert scheduler is not None
+    told: list[str] = []
+    outcome: dict[str, Any] = {}
+    with Session(cluster.address, security=cluster.client_security, on_wait=told.append) as fresh:
+
+        def run() -> None:
+            try:
+                outcome["result"] = fresh.sql(tpch_query(number))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                outcome["error"] = exc
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        deadline = time.monotonic() + 10
+        while not told and runner.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert told, f"the client did not say it waits: {outcome}"
+        time.sleep(2 * retry.SETUP_ERROR_S)  # past any give-up on failures in a row
+        assert runner.is_alive(), f"the client gave up on a frozen scheduler: {outcome}"
+        scheduler.signal(signal.SIGKILL)
+        scheduler.process.wait(10)
+        cluster.restart_scheduler()
+        runner.join(120)
+    assert not runner.is_alive(), "the query did not finish after the scheduler came back"
+    assert "error" not in outcome, f"the query failed: {outcome['error']!r}"
+    result: Result = outcome["result"]
+    check(result, number, duckdb_ref)
+    assert len(result.stages) > 1, result.stages  # it ran distributed
+    assert told == [
+        f"waiting up to 30 s for the scheduler at {cluster.address} "
+        "(it takes connections but does not answer)"
     ]
     with cluster.connect() as session:
         assert new_jobs(session, before) == [result.job_id]

@@ -31,6 +31,15 @@ NO_NAME = (
 )
 # A plaintext client at a TLS port; a client of another CA.
 SOCKET_CLOSED = "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:x: Socket closed"
+# A frozen scheduler; one killed with the connection waiting in its backlog.
+FROZEN = (
+    "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:28639: "
+    "connection attempt timed out before receiving SETTINGS frame"
+)
+RESET = (
+    "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:30118: "
+    "recvmsg:Connection reset by peer (104)"
+)
 HANDSHAKE = (
     "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:38467: Tls "
     "handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: CERTIFICATE_VERIFY_FAILED"
@@ -75,6 +84,8 @@ def test_the_default_backoff_stays_within_its_bounds() -> None:
         ("... DNS resolution failed for s1:50050 ...", "the name does not resolve"),
         ("... connect: No route to host (113)", "no route to it"),
         ("... Network is unreachable", "no route to it"),
+        (FROZEN, "it takes connections but does not answer"),
+        (RESET, None),
         (SOCKET_CLOSED, None),
         (HANDSHAKE, None),
         ("GOAWAY received", None),
@@ -87,15 +98,22 @@ def test_only_failures_that_say_no_scheduler_is_there_are_absences(
     assert retry.absent_reason(details) == reason
 
 
-def test_a_second_other_failure_in_a_row_ends_the_stretch() -> None:
+def test_other_failures_in_a_row_end_the_stretch_once_they_went_on_for_a_while() -> None:
     trying = retry.Trying(started=0.0, until=30.0)
     trying.note(None, 1.0)  # a scheduler that died under the call, perhaps
+    trying.note(None, 1.1)  # the channel repeats that until its backoff ends
     assert trying.until == 30.0
-    trying.note("connection refused", 2.0)  # it did: now it refuses
+    trying.note("connection refused", 2.0)  # it did die: now it refuses
     trying.note(None, 3.0)
+    trying.note(None, 3.0 + retry.SETUP_ERROR_S - 0.1)
     assert trying.until == 30.0 and trying.absent is None
-    trying.note(None, 4.0)  # twice in a row: something else answers there
-    assert trying.until == 4.0
+    trying.note(None, 3.0 + retry.SETUP_ERROR_S)  # still: something else answers there
+    assert trying.until == 3.0 + retry.SETUP_ERROR_S
+
+
+def test_the_setup_error_outlasts_the_channels_backoff() -> None:
+    # Only a failure after the channel tried to connect again says something new.
+    assert retry.SETUP_ERROR_S > 2 * retry.MAX_PAUSE_S
 
 
 def test_a_pause_never_runs_past_the_end_of_the_stretch() -> None:
@@ -261,23 +279,40 @@ def test_an_error_answer_is_never_tried_again(scripted: Callable[..., Made]) -> 
     assert len(stub.requests) == 3  # two refusals waited out, the answer taken as given
 
 
-def test_a_tls_mismatch_is_an_error_after_a_second_try_not_a_wait(
+def test_a_tls_mismatch_is_an_error_within_seconds_not_a_wait(
     clock: Clock, scripted: Callable[..., Made]
 ) -> None:
     session, (stub,), told = scripted([FakeRpcError(grpc.StatusCode.UNAVAILABLE, SOCKET_CLOSED)])
+    started = clock.now
     with pytest.raises(ClusterError, match="--tls-dir"):
         session.tables()
-    assert len(stub.requests) == 2 and told == []
-    assert sum(clock.sleeps) <= retry.FIRST_PAUSE_S
+    assert len(stub.requests) > 2 and told == []
+    took = clock.now - started
+    assert retry.SETUP_ERROR_S <= took <= retry.SETUP_ERROR_S + retry.MAX_PAUSE_S + 0.1
 
 
+@pytest.mark.parametrize("first", [SOCKET_CLOSED, RESET], ids=["closed", "reset"])
 def test_a_scheduler_that_died_under_the_first_call_is_waited_for(
-    scripted: Callable[..., Made],
+    scripted: Callable[..., Made], first: str
 ) -> None:
-    closed = FakeRpcError(grpc.StatusCode.UNAVAILABLE, SOCKET_CLOSED)
-    session, (stub,), told = scripted([closed, refused(), refused(), TABLES])
+    # The channel repeats the dying connection's error a few times, then it refuses.
+    died = FakeRpcError(grpc.StatusCode.UNAVAILABLE, first)
+    session, (stub,), told = scripted([died, died, died, refused(), refused(), TABLES])
     assert session.tables() == []
-    assert len(stub.requests) == 4 and len(told) == 1
+    assert len(stub.requests) == 6 and len(told) == 1
+
+
+def test_a_frozen_scheduler_is_waited_for_and_named_so(
+    clock: Clock, scripted: Callable[..., Made]
+) -> None:
+    frozen = FakeRpcError(grpc.StatusCode.UNAVAILABLE, FROZEN)
+    session, (stub,), told = scripted([frozen], connect_wait_s=5.0)
+    with pytest.raises(ClusterError, match=r"does not answer\), tried for 5 s"):
+        session.tables()
+    assert told == [
+        "waiting up to 5 s for the scheduler at 127.0.0.1:1 "
+        "(it takes connections but does not answer)"
+    ]
 
 
 def test_a_query_timeout_shorter_than_the_wait_ends_it(scripted: Callable[..., Made]) -> None:

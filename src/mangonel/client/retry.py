@@ -10,10 +10,11 @@ Two spans bound the trying, both the caller's settings:
 * ``connect_wait_s``: before any scheduler answered this session. The
   failures that say no scheduler is there *yet* are waited out (connection
   refused, a name that does not resolve yet, no route): a scheduler that is
-  starting, restarting, or whose standby is taking over. Something that takes
-  the connection but does not answer as a scheduler (TLS on one side only,
-  another CA) is a setup error that waiting does not mend: an error after a
-  second try (``Trying.note``).
+  starting, restarting, or whose standby is taking over; and one that takes
+  the connection but sends nothing (frozen, or too busy to). Something that
+  takes the connection and answers, but not as a scheduler (TLS on one side
+  only, another CA), is a setup error that waiting does not mend: an error once
+  it has gone on for ``SETUP_ERROR_S`` (``Trying.note``).
 * ``reconnect_s``: once one answered, any unavailability (a restart, a
   failover, a cut) for this long.
 
@@ -40,11 +41,21 @@ from dataclasses import dataclass, field
 FIRST_PAUSE_S = 0.1
 MAX_PAUSE_S = 1.0
 
+# How long failures that say neither "nothing there" nor "nothing answers" go on,
+# in a row, before a session that never reached a scheduler gives up on them. A
+# channel repeats its last connection's error to every call until its reconnect
+# backoff ends (up to 1 s, ``rpc.CHANNEL_OPTIONS``): a scheduler that died under
+# a first call (its connections reset) is reported so for that long, and only a
+# failure seen again after it is the setup's, not a restart's.
+SETUP_ERROR_S = 2.5
+
 # What gRPC's UNAVAILABLE says (lower case) when no scheduler is at the address
 # yet, and how the session says it. gRPC 1.85: "failed to connect to all
 # addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to remote
 # host: Connection refused"; "errors resolving h:50050: [...] Domain name not
-# found". A TLS mismatch says "Socket closed" or "Tls handshake failed": not here.
+# found"; a frozen scheduler: "connection attempt timed out before receiving
+# SETTINGS frame" (the channel gives a handshake as long as its backoff, from
+# 0.1 s). A TLS mismatch says "Socket closed" or "Tls handshake failed": not here.
 _ABSENT: tuple[tuple[tuple[str, ...], str], ...] = (
     (("connection refused",), "connection refused"),
     (
@@ -56,6 +67,7 @@ _ABSENT: tuple[tuple[tuple[str, ...], str], ...] = (
         "no route to it",
     ),
     (("connection timed out", "connect timed out"), "the connection timed out"),
+    (("before receiving settings",), "it takes connections but does not answer"),
 )
 
 
@@ -105,15 +117,16 @@ class Trying:
         until: When to give up (``time.monotonic()``).
         absent: Before any scheduler answered: why none is there, when the last
             failure said so (``absent_reason``); ``None`` otherwise.
-        others: Before any scheduler answered: failures in a row that said
-            something else (see ``note``).
+        others_since: Before any scheduler answered: when the failures in a row
+            that said something else began (see ``note``); ``None`` when the
+            last failure was an absence.
         told: Whether the caller was told that the session waits.
     """
 
     started: float
     until: float
     absent: str | None = None
-    others: int = 0
+    others_since: float | None = None
     told: bool = False
     backoff: Backoff = field(default_factory=Backoff)
 
@@ -121,18 +134,19 @@ class Trying:
         """Count a failure before any scheduler answered: ``absent`` says why none
         is there (``absent_reason``), ``None`` for any other failure.
 
-        A second other failure in a row ends the stretch: something takes the
-        connection but does not answer as a scheduler (TLS on one side only,
-        another CA), and waiting does not mend that. One alone is tried again:
-        it may be a scheduler that died under the call, which the next try
-        finds refusing connections until it is back.
+        Other failures in a row for ``SETUP_ERROR_S`` end the stretch: something
+        takes the connection but does not answer as a scheduler (TLS on one
+        side only, another CA), and waiting does not mend that. Until then they
+        are tried again: it may be a scheduler that died under the call, which
+        a later try finds refusing connections until it is back.
         """
         self.absent = absent
         if absent is not None:
-            self.others = 0
+            self.others_since = None
             return
-        self.others += 1
-        if self.others >= 2:
+        if self.others_since is None:
+            self.others_since = now
+        elif now - self.others_since >= SETUP_ERROR_S:
             self.until = min(self.until, now)
 
     def pause(self, now: float) -> float:

@@ -22,9 +22,9 @@ choice: the query's ``timeout_s`` (then ``QueryTimeoutError``), else
 ``reconnect_s`` without an answer (then ``ClusterError``).
 
 A scheduler never reached yet that refuses connections (it is starting or
-restarting, its standby is taking over) is waited for up to ``connect_wait_s``,
-with growing pauses (``client.retry``); a submission made meanwhile keeps its
-request id, so it runs once.
+restarting, its standby is taking over) or does not answer them is waited for
+up to ``connect_wait_s``, with growing pauses (``client.retry``); a submission
+made meanwhile keeps its request id, so it runs once.
 
 On a scheduler with users, a session logs in once (``user`` and ``password``:
 the ``Authenticate`` call) or holds a ``token``, and sends the token with every
@@ -247,10 +247,11 @@ class Session:
         token: A bearer token (``mangonel users token``, or another session's)
             instead of a user name and password.
         connect_wait_s: Before any scheduler answered this session, how long
-            to keep trying one that refuses connections, or whose name does
-            not resolve yet (it is starting, restarting, or its standby is
-            taking over); 0: an error at once. A failure waiting does not mend
-            (a TLS mismatch) is an error after a second try, and an answer (a
+            to keep trying one that refuses connections, whose name does not
+            resolve yet (it is starting, restarting, or its standby is taking
+            over), or that takes connections but does not answer (frozen); 0:
+            an error at once. A failure waiting does not mend (a TLS mismatch)
+            is an error once it has gone on for ``retry.SETUP_ERROR_S``, and an answer (a
             ``QueryError``, a refused login) is never tried again. A query's
             timeout bounds the wait too.
         on_wait: Called once with a line to show (whom the session waits for,
@@ -388,8 +389,8 @@ class Session:
         its code is in ``gone``, or it timed out under a query's ``deadline``);
         ``ClusterError`` once no scheduler answered for ``reconnect_s``, or,
         before any answered this session, once they refused connections for
-        ``connect_wait_s`` (after a second try for a failure that waiting does
-        not mend: ``retry.Trying.note``);
+        ``connect_wait_s`` (after ``retry.SETUP_ERROR_S`` of failures that
+        waiting does not mend: ``retry.Trying.note``);
         ``QueryTimeoutError`` once the query's deadline passed.
         """
         code = err.code() if isinstance(err, grpc.Call) else None
