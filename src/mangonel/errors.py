@@ -100,6 +100,11 @@ class CatalogError(MangonelError):
     """A table could not be registered or read."""
 
 
+class DroppedLocationError(CatalogError):
+    """The location holds a dropped table, whose files wait for the queries that
+    read them before they are deleted (``output.drop``)."""
+
+
 class ObjectStoreError(CatalogError):
     """Object storage (S3 or an S3-compatible server) failed; the message names the object."""
 

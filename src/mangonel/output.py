@@ -20,7 +20,8 @@ commit run again after a crash finds itself there, even one of no file or one a
 later ``REPLACE`` took out, and takes effect once. A ``REPLACE``
 keeps the files it took out of the manifest (its ``retired`` list) until the
 scheduler, once no job that may have planned on the old manifest still runs,
-calls ``delete_retired``. Every step can be
+calls ``delete_retired``; a ``DROP TABLE`` of a warehouse table is such a
+replace by nothing (``drop``), after which the manifest goes too. Every step can be
 run again after a crash: ``commit`` reads the intent back instead of listing the
 staging directory again, moves only what is still staged, and writes the manifest
 only if it does not already name the job (as its own or in its history); the
@@ -53,7 +54,7 @@ from dataclasses import dataclass, replace
 import pyarrow.fs as pafs
 
 from mangonel import storage
-from mangonel.errors import CatalogError, MangonelError
+from mangonel.errors import CatalogError, DroppedLocationError, MangonelError
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,10 @@ class Manifest:
     """The jobs that committed here before ``job``, the latest last (``HISTORY`` at
     most): how a commit run again after a crash knows it took effect, where no file
     says so (it wrote none, or a later ``REPLACE`` retired them)."""
+    dropped: bool = False
+    """A ``DROP TABLE`` took every file out (``drop``; ``job`` is the drop's id): they
+    wait as ``retired`` for their readers, and once they are deleted, the manifest
+    goes too (``delete_retired``). A new table's commit replaces it."""
 
     def names(self, job: str) -> bool:
         """Whether ``job``'s commit took effect here (this manifest or an earlier one)."""
@@ -110,6 +115,8 @@ class Manifest:
             doc["retired"] = list(self.retired)
         if self.history:
             doc["history"] = list(self.history)
+        if self.dropped:
+            doc["dropped"] = True
         return json.dumps(doc, indent=1).encode()
 
 
@@ -177,12 +184,20 @@ def read_manifest(target: str) -> Manifest | None:
     doc = json.loads(data)
     retired = tuple(str(f) for f in doc.get("retired", ()))
     history = tuple(str(j) for j in doc.get("history", ()))
-    return Manifest(str(doc["job"]), tuple(doc["files"]), str(doc["format"]), retired, history)
+    dropped = bool(doc.get("dropped", False))
+    return Manifest(
+        str(doc["job"]), tuple(doc["files"]), str(doc["format"]), retired, history, dropped
+    )
 
 
 def manifest_files(location: str) -> tuple[str, ...] | None:
     """The committed files of a location that has a manifest, as full paths or
-    URIs; ``None`` where it has none (a plain directory or file)."""
+    URIs; ``None`` where it has none (a plain directory or file).
+
+    Raises:
+        CatalogError: the manifest cannot be read.
+        DroppedLocationError: the manifest says its table was dropped (``drop``).
+    """
     target = normalize(location)
     try:
         manifest = read_manifest(target)
@@ -193,6 +208,11 @@ def manifest_files(location: str) -> tuple[str, ...] | None:
         ) from err
     if manifest is None:
         return None
+    if manifest.dropped:
+        raise DroppedLocationError(
+            f"the table at {location!r} was dropped; its files are deleted once the queries "
+            "reading them are done"
+        )
     return tuple(f"{target}/{f}" for f in manifest.files)
 
 
@@ -334,15 +354,73 @@ def delete_retired(target: str, job: str) -> int:
     """Delete the files ``job``'s commit retired (``Committed.retired``) and take them
     out of the manifest; return how many. Does nothing where a later commit wrote the
     manifest since: that one carried them over, and its own release deletes them.
+    After a ``drop`` (``job`` is the drop's id) the manifest goes too, and the
+    location with it unless a job stages there (a table made again under the name).
     Idempotent; the caller runs it in the same order as the commits."""
     fs, base = _fs(target)
     current = read_manifest(target)
-    if current is None or current.job != job or not current.retired:
+    if current is None or current.job != job or not (current.retired or current.dropped):
         return 0
     for old in current.retired:
         _delete_file(fs, f"{base}/{old}")
-    _put(fs, f"{base}/{MANIFEST}", replace(current, retired=()).document())
+    if current.dropped:
+        _delete_file(fs, f"{base}/{MANIFEST}")
+        _remove_dropped(fs, base)
+    else:
+        _put(fs, f"{base}/{MANIFEST}", replace(current, retired=()).document())
     return len(current.retired)
+
+
+def drop(target: str, drop_id: str) -> Manifest | None:
+    """Take every file of a dropped table's location out of its manifest, in one
+    step: from here the location holds no committed output, and its files wait as
+    retired for the readers planned on them (``delete_retired(target, manifest.job)``).
+    Return the manifest that says so (the one there already, where an earlier drop
+    wrote it); ``None`` where the location has no manifest (nothing to wait for:
+    ``remove_all``).
+
+    Raises:
+        OSError, MangonelError: the filesystem or store failed; nothing changed.
+    """
+    fs, base = _fs(target)
+    current = read_manifest(target)
+    if current is None or current.dropped:
+        return current
+    retired = tuple(sorted({*current.retired, *current.files}))
+    history = (*current.history, current.job)[-HISTORY:]
+    dropped = Manifest(drop_id, (), current.format, retired, history, dropped=True)
+    _put(fs, f"{base}/{MANIFEST}", dropped.document())
+    return dropped
+
+
+def _remove_dropped(fs: pafs.FileSystem, base: str) -> None:
+    """What is left of a dropped location once its files are deleted: its (hive)
+    directories, and the location itself, but never what a job stages there (a
+    table made again under the name)."""
+    for entry in fs.get_file_info(pafs.FileSelector(base, allow_not_found=True)):
+        if entry.base_name != STAGING and entry.type is pafs.FileType.Directory:
+            _remove(fs, entry.path)
+    if isinstance(fs, pafs.LocalFileSystem):  # a store has no directories to leave
+        with contextlib.suppress(OSError):
+            os.rmdir(base)  # only if empty: an attempt may be staging there this instant
+
+
+def dropped_under(root: str, known: Container[str] = ()) -> list[tuple[str, Manifest]]:
+    """The locations directly under ``root`` (a warehouse), except ``known`` ones,
+    whose manifest says a drop left files to delete (``drop``), with that manifest:
+    what a scheduler that stopped before their readers finished left behind."""
+    fs, base = _fs(normalize(root))
+    if fs.get_file_info(base).type is not pafs.FileType.Directory:
+        return []
+    found = []
+    for entry in fs.get_file_info(pafs.FileSelector(base)):
+        location = f"{normalize(root)}/{entry.base_name}"
+        if entry.type is not pafs.FileType.Directory or location in known:
+            continue
+        manifest = read_manifest(location)
+        if manifest is not None and manifest.dropped:
+            found.append((location, manifest))
+    return found
 
 
 def _sweep(fs: pafs.FileSystem, root: str, running: Container[str]) -> None:
@@ -393,7 +471,7 @@ def discard_attempt(staging: str) -> None:
 
 
 def remove_all(target: str) -> None:
-    """Delete everything at a location a dropped table owned."""
+    """Delete everything at a location a dropped table owned, one without a manifest."""
     fs, base = _fs(target)
     _remove(fs, base)
 

@@ -101,6 +101,11 @@ def cluster(
         yield c
 
 
+def delays(cluster: TestCluster) -> int:
+    """How many tasks an injected delay held so far, in every executor's log."""
+    return sum(e.log_tail(1 << 20).count("injected fault: delay") for e in cluster.executors)
+
+
 def read_back(target: Path) -> pa.Table:
     """The rows the location's manifest names, and nothing else lying there."""
     doc = json.loads((target / MANIFEST).read_text())
@@ -335,12 +340,11 @@ def test_a_replace_keeps_the_old_files_for_a_reader_planned_on_them(
             with cluster.connect() as reader:
                 outcome["result"] = reader.sql(check + "replaced").to_arrow()
 
+        held = delays(cluster)
         runner = threading.Thread(target=read)
         runner.start()
         wait_until(
-            lambda: any("injected fault: delay" in e.log_tail(1 << 20) for e in cluster.executors),
-            "the reader's scan task is held before it reads",
-            60,
+            lambda: delays(cluster) > held, "the reader's scan task is held before it reads", 60
         )
         cluster.set_faults_all([])
         session.sql(f"CREATE OR REPLACE TABLE replaced AS {new}")
@@ -360,3 +364,58 @@ def test_a_replace_keeps_the_old_files_for_a_reader_planned_on_them(
         new_expected = duckdb_ref.sql(f"{check} ({new})").to_arrow_table()
         assert_same_result(session.sql(check + "replaced").to_arrow(), new_expected, ordered=False)
         assert_same_result(read_back(location), duckdb_ref.sql(new).to_arrow_table(), ordered=False)
+
+
+def test_a_drop_keeps_the_files_for_a_reader_planned_on_them(
+    cluster: TestCluster, module_dir: Path, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """``DROP TABLE`` of a warehouse table while a query reads it: the name goes at
+    once (a new table is made under it while the reader runs), the files once the
+    reader is done; the reader gets every old row. Before, the drop deleted the
+    files at once and the reader failed."""
+    check = "SELECT count(*) AS n, sum(l_extendedprice) AS s, min(l_comment) AS c FROM "
+    old, new = f"{QUERY} AND l_linenumber < 4", f"{QUERY} AND l_linenumber >= 4"
+    location = module_dir / "warehouse" / "dropped"
+    with cluster.connect() as session:
+        session.sql(f"CREATE TABLE dropped AS {old}")
+        old_files = [f for f in files_under(location) if f != str(location / MANIFEST)]
+        cluster.set_faults_all([{"action": "delay", "seconds": 8, "stage": 1, "partition": 0}])
+        outcome: dict[str, Any] = {}
+
+        def read() -> None:
+            with cluster.connect() as reader:
+                try:
+                    outcome["result"] = reader.sql(check + "dropped").to_arrow()
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    outcome["error"] = exc
+
+        held = delays(cluster)  # the test before held a task too
+        runner = threading.Thread(target=read)
+        runner.start()
+        wait_until(
+            lambda: delays(cluster) > held, "the reader's scan task is held before it reads", 60
+        )
+        cluster.set_faults_all([])
+        session.sql("DROP TABLE dropped")
+        assert "dropped" not in {t.name for t in session.tables()}
+        assert all(os.path.exists(f) for f in old_files)
+        # The name is free at once: a new table is made under it, the reader still held.
+        session.sql(f"CREATE TABLE dropped AS {new}")
+        assert runner.is_alive(), f"the reader finished before the drop: {outcome}"
+        assert all(os.path.exists(f) for f in old_files)
+        runner.join(60)
+        assert not runner.is_alive()
+        assert "error" not in outcome, f"the reader failed: {outcome['error']!r}"
+        old_expected = duckdb_ref.sql(f"{check} ({old})").to_arrow_table()
+        assert_same_result(outcome["result"], old_expected, ordered=False)
+        wait_until(
+            lambda: not any(os.path.exists(f) for f in old_files),
+            "the dropped files are deleted once their reader is done",
+            30,
+        )
+        new_expected = duckdb_ref.sql(f"{check} ({new})").to_arrow_table()
+        assert_same_result(session.sql(check + "dropped").to_arrow(), new_expected, ordered=False)
+        assert_same_result(read_back(location), duckdb_ref.sql(new).to_arrow_table(), ordered=False)
+        # No reader: the files and the location go before the statement returns.
+        session.sql("DROP TABLE dropped")
+        assert not location.exists()

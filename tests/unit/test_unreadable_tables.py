@@ -88,6 +88,7 @@ class _Harness:
             lambda name: True,
             self.committed.append,
             lambda *args: self.unreadable.append(args),
+            lambda name: True,
             lambda: NO_HOOK,
             time.time,
         )

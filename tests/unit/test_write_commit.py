@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_state_machine import E1, E2, J1, S1, S2, Harness, two_stage_plan
 
-from mangonel.errors import ForbiddenStatementError
+from mangonel.errors import DroppedLocationError, ForbiddenStatementError
 from mangonel.executor.sink import copy_sql
 from mangonel.ids import TaskAttemptId, TaskId
 from mangonel.output import (
@@ -30,6 +30,8 @@ from mangonel.output import (
     attempt_staging,
     commit,
     delete_retired,
+    drop,
+    dropped_under,
     manifest_files,
 )
 from mangonel.plan.physical import DistributedPlan, Stage, StageInput, WriteTarget
@@ -266,6 +268,56 @@ def test_files_a_replace_retired_and_nobody_deleted_go_with_the_next_release(
     assert delete_retired(target, "j3") == 4
     assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1"]
     assert len([p for p in (tmp_path / "out").rglob("*.parquet")]) == 2
+
+
+def test_a_drop_keeps_the_files_for_their_readers_then_removes_the_location(
+    tmp_path: Path,
+) -> None:
+    target = str(tmp_path / "t")
+    stage_files(target, "j1", {0: [0], 1: [0]})
+    commit(target, "j1", {0: 0, 1: 0}, "parquet", CommitMode.REPLACE)
+    files = sorted(str(p) for p in (tmp_path / "t").rglob("part-*"))
+    dropped = drop(target, "drop-1")
+    assert dropped is not None and dropped.dropped and len(dropped.retired) == 4
+    # In one step the location holds no table; the files stay for their readers.
+    with pytest.raises(DroppedLocationError, match="was dropped"):
+        manifest_files(target)
+    assert all(Path(f).exists() for f in files)
+    assert drop(target, "drop-2") == dropped  # dropped once: the first drop's
+    assert dropped_under(str(tmp_path)) == [(target, dropped)]
+    assert dropped_under(str(tmp_path), known={target}) == []
+    assert delete_retired(target, "drop-1") == 4
+    assert not (tmp_path / "t").exists()  # the manifest and the hive directory too
+    assert delete_retired(target, "drop-1") == 0
+    assert dropped_under(str(tmp_path)) == []
+
+
+def test_a_drop_keeps_what_a_table_made_again_under_the_name_stages(tmp_path: Path) -> None:
+    target = str(tmp_path / "t")
+    stage_files(target, "j1", {0: [0]})
+    commit(target, "j1", {0: 0}, "parquet", CommitMode.REPLACE)
+    stage_files(target, "j2", {0: [0]})  # CREATE TABLE t again, running meanwhile
+    drop(target, "drop-1")
+    assert delete_retired(target, "drop-1") == 2
+    assert Path(attempt_staging(target, "j2", 0, 0), "data_0.parquet").exists()
+    commit(target, "j2", {0: 0}, "parquet", CommitMode.REPLACE)
+    assert contents(tmp_path / "t") == ["p0 a0", "p0 a0 k1"]
+    assert not (tmp_path / "t" / STAGING).exists()
+
+
+def test_a_drop_s_files_waiting_are_carried_over_by_the_next_table_there(
+    tmp_path: Path,
+) -> None:
+    target = str(tmp_path / "t")
+    stage_files(target, "j1", {0: [0]})
+    commit(target, "j1", {0: 0}, "parquet", CommitMode.REPLACE)
+    drop(target, "drop-1")
+    stage_files(target, "j2", {0: [0]})
+    done = commit(target, "j2", {0: 0}, "parquet", CommitMode.REPLACE)
+    assert len(done.retired) == 2 and all("part-j1-" in f for f in done.retired)
+    assert delete_retired(target, "drop-1") == 0  # j2's release deletes them
+    assert delete_retired(target, "j2") == 2
+    assert contents(tmp_path / "t") == ["p0 a0", "p0 a0 k1"]
 
 
 def test_abort_of_a_committed_job_keeps_its_files_and_removes_what_was_staged_after(

@@ -3,10 +3,14 @@
 The state machine orders a write statement's commit (``CommitWrite``: the
 winning attempts' files) or its abort (``AbortWrite``); ``writes.Retirements``
 says when the files a commit replaced may go (``DeleteRetired``: every job that
-may read them has finished). This thread carries them out one at a time, in
-order, off the core's lock: an S3 commit copies every file, and two INSERTs into
-one table must not interleave their manifests. A commit's outcome comes back as
-an event (``WriteCommitted``, ``WriteCommitFailed``), through the core.
+may read them has finished). ``DROP TABLE`` of a warehouse table comes here too
+(``drop``): its files are retired like a replace's, so that a query reading the
+table finishes, and it is ordered with the commits to its location (an
+``INSERT`` committed before it is dropped with the table; one after it fails).
+This thread carries them out one at a time, in order, off the core's lock: an
+S3 commit copies every file, and two INSERTs into one table must not interleave
+their manifests. A commit's outcome comes back as an event (``WriteCommitted``,
+``WriteCommitFailed``), through the core.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from __future__ import annotations
 import errno
 import logging
 import queue
+import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 
 from mangonel import output
 from mangonel.catalog import Table, load_table
-from mangonel.errors import ErrorType, StateStoreError, UnknownTableError
+from mangonel.errors import ErrorType, MangonelError, StateStoreError, UnknownTableError
 from mangonel.scheduler.events import (
     AbortWrite,
     Command,
@@ -32,6 +39,28 @@ from mangonel.scheduler.hooks import EventHook
 from mangonel.scheduler.writes import DeleteRetired, Retirements
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Drop:
+    """Drop the warehouse's table ``name`` at ``location`` (``CommitThread.drop``)."""
+
+    name: str
+    location: str
+    readable: bool
+    own: str
+    done: Future[bool] = field(default_factory=Future, compare=False)
+
+
+@dataclass(frozen=True)
+class _SweepDropped:
+    """Find the drops a stopped scheduler left waiting (``CommitThread.sweep_dropped``)."""
+
+    warehouse: str
+    known: frozenset[str]
+
+
+_Queued = CommitWrite | AbortWrite | DeleteRetired | _Drop | _SweepDropped | None
 
 
 class CommitThread:
@@ -48,6 +77,8 @@ class CommitThread:
             owned by the warehouse (called with ``lock`` held).
         table_unreadable: Record a committed table whose files could not be read
             (name, location, why): durable and owned, read again later.
+        forget_table: Forget a table (durable, out of the catalog); whether there
+            was one (called with ``lock`` held).
         hook: The core's test hook now (crash points at ``commit-intent`` and
             ``committed``).
         clock: The core's clock.
@@ -61,6 +92,7 @@ class CommitThread:
         has_table: Callable[[str], bool],
         table_committed: Callable[[Table], None],
         table_unreadable: Callable[[str, str, str], None],
+        forget_table: Callable[[str], bool],
         hook: Callable[[], EventHook],
         clock: Callable[[], float],
     ) -> None:
@@ -70,9 +102,10 @@ class CommitThread:
         self._has_table = has_table
         self._table_committed = table_committed
         self._table_unreadable = table_unreadable
+        self._forget_table = forget_table
         self._hook = hook
         self._clock = clock
-        self._queue: queue.Queue[CommitWrite | AbortWrite | DeleteRetired | None] = queue.Queue()
+        self._queue: queue.Queue[_Queued] = queue.Queue()
         self._retirements = Retirements()
         self._thread = threading.Thread(target=self._loop, name="scheduler-commit", daemon=True)
         self._thread.start()
@@ -85,6 +118,39 @@ class CommitThread:
         """``job`` ended: delete what it alone still held back (under the core's lock)."""
         for release in self._retirements.finished(job):
             self._queue.put(release)
+
+    def planned(self, planning: str, job: str | None) -> None:
+        """A statement being planned (``planning``, one of ``running_jobs``) became
+        ``job``, or ``None``: it failed, or was a retry of a job there is (under the
+        core's lock)."""
+        if job is None:
+            self.job_finished(planning)
+        else:
+            self._retirements.became(planning, job)
+
+    def drop(self, name: str, location: str, readable: bool, own: str = "") -> bool:
+        """Drop the warehouse's table ``name``, after the commits queued before: its
+        name at once, its files once no job that may read them runs. Whether there
+        was such a table.
+
+        ``readable``: the table was in the catalog. One kept unreadable (its storage
+        away) is forgotten even where its files cannot be reached; they stay.
+        ``own``: the ``DROP TABLE`` statement's own place among the running jobs
+        (it reads nothing): not waited for.
+
+        Raises:
+            OSError, MangonelError: the table's location could not be written; the
+                table is still there.
+        """
+        command = _Drop(name, location, readable, own)
+        self._queue.put(command)
+        return command.done.result()
+
+    def sweep_dropped(self, warehouse: str, known: Collection[str]) -> None:
+        """Delete, once the jobs running now have finished, the files of the tables a
+        stopped scheduler dropped while queries still read them (``known``: the
+        warehouse's tables now, not looked at)."""
+        self._queue.put(_SweepDropped(warehouse, frozenset(known)))
 
     def stop(self) -> None:
         """End the thread once what is queued is done."""
@@ -104,7 +170,59 @@ class CommitThread:
             if isinstance(command, DeleteRetired):
                 self._delete_retired(command)
                 continue
+            if isinstance(command, _Drop):
+                self._drop(command)
+                continue
+            if isinstance(command, _SweepDropped):
+                self._sweep_dropped(command)
+                continue
             self._commit(command)
+
+    def _drop(self, command: _Drop) -> None:
+        name, location = command.name, command.location
+        try:
+            dropped = output.drop(location, f"drop-{secrets.token_hex(4)}")
+        except (OSError, MangonelError) as exc:
+            if command.readable:
+                command.done.set_exception(exc)
+                return
+            # Unreadable, its storage likely away: the name is free, the files stay.
+            log.warning("table %s dropped; its files at %s stay: %s", name, location, exc)
+            dropped = None
+        else:
+            if dropped is None:  # no manifest: written before there were any
+                try:
+                    output.remove_all(location)
+                except (OSError, MangonelError) as exc:
+                    command.done.set_exception(exc)
+                    return
+        try:
+            with self._lock:
+                forgotten = self._forget_table(name)
+                ready = []
+                if dropped is not None:
+                    running = self._running_jobs() - {command.own}
+                    ready = self._retirements.committed(location, dropped.job, running)
+        except BaseException as exc:  # noqa: BLE001 - the caller's, whatever it is
+            command.done.set_exception(exc)
+            return
+        waiting = "" if ready or dropped is None else ", its files once its readers are done"
+        log.info("table %s dropped%s (%s)", name, waiting, location)
+        for release in ready:  # no reader: gone before the statement's client hears of it
+            self._delete_retired(release)
+        command.done.set_result(forgotten)
+
+    def _sweep_dropped(self, command: _SweepDropped) -> None:
+        try:
+            left = output.dropped_under(command.warehouse, command.known)
+        except Exception:  # noqa: BLE001 - the files stay; nothing else depends on them
+            log.exception("the warehouse %s could not be looked through", command.warehouse)
+            return
+        for location, manifest in left:
+            with self._lock:
+                ready = self._retirements.committed(location, manifest.job, self._running_jobs())
+            for release in ready:
+                self._delete_retired(release)
 
     def _register(self, name: str, location: str, job: str) -> bool:
         """Put the committed table into the catalog; False where the store failed.
@@ -136,14 +254,14 @@ class CommitThread:
         return True
 
     def _delete_retired(self, command: DeleteRetired) -> None:
-        """Delete the files a commit replaced, their readers done."""
+        """Delete the files a commit replaced or a drop left, their readers done."""
         try:
             deleted = output.delete_retired(command.location, command.job)
         except Exception:  # still listed as retired: the next replace takes them
-            log.exception("the files job %s replaced could not be deleted", command.job)
+            log.exception("the files %s took out could not be deleted", command.job)
         else:
             log.info(
-                "job %s: %d replaced files deleted at %s, their readers done",
+                "%s: the %d files it took out deleted at %s, their readers done",
                 command.job,
                 deleted,
                 command.location,

@@ -58,6 +58,7 @@ messages; this module never sees a protobuf message.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import secrets
@@ -316,17 +317,27 @@ class SchedulerCore:
             lambda name: name in self.catalog.snapshot() or self.unreadable.get(name) is not None,
             self._table_committed,
             self._table_unreadable,
+            self._forget_table,
             lambda: self.hook,
             self._clock,
         )
+        self._planning: set[str] = set()
+        """Statements being planned (outside the lock), as ``planning-N``: they count
+        among the running jobs whose reads a replace or drop waits for."""
+        self._planning_seq = itertools.count(1)
 
     # ------------------------------------------------------------- life cycle
 
     def start(self) -> None:
-        """Start the ticker thread (``Tick`` events: every timeout is the state's)."""
+        """Start the ticker thread (``Tick`` events: every timeout is the state's); look
+        for the files of tables dropped before a restart that wait for their readers."""
         self._ticker = threading.Thread(target=self._tick_loop, name="scheduler-tick", daemon=True)
         self._ticker.start()
         self.unreadable.start()
+        with self._lock:
+            known = {output.normalize(t.location) for t in self.catalog.snapshot().values()}
+            known |= {output.normalize(k.stored.path) for _, k in self.unreadable.entries()}
+        self._commits.sweep_dropped(self.warehouse, known)
 
     @property
     def stopped(self) -> bool:
@@ -828,26 +839,33 @@ class SchedulerCore:
         log.info("table %s registered: %d files, %d rows", name, len(table.files), table.rows)
         return table
 
-    def drop_table(self, name: str) -> bool:
-        """Forget a table; a table the warehouse owns loses its files too."""
+    def drop_table(self, name: str, statement: str = "") -> bool:
+        """Forget a table; one the warehouse owns loses its files too, once no query
+        that may read them runs (``CommitThread.drop``). Whether there was one.
+        ``statement``: the ``DROP TABLE`` being planned (``_planning``), not waited for.
+
+        Raises:
+            OSError, MangonelError: a warehouse table's location could not be
+                written; the table is still there.
+        """
         with self._lock:
             table = self.catalog.snapshot().get(name)
-            kept = self.unreadable.forget(name)
-            self._write({}, [table_key(name)])
-            dropped = self.catalog.drop(name) or kept is not None
+            kept = self.unreadable.get(name)
             owned = name in self._owned
-            self._owned.discard(name)
-        location = table.location if table is not None else kept.stored.path if kept else None
-        if owned and location is not None:
-            try:
-                output.remove_all(output.normalize(location))
-            except (OSError, MangonelError) as exc:
-                if table is not None:
-                    raise
-                # Unreadable, its storage likely away: the name is free, the files stay.
-                log.warning("table %s dropped; its files at %s stay: %s", name, location, exc)
-            else:
-                log.info("table %s dropped with its files at %s", name, location)
+            if not owned or (table is None and kept is None):
+                return self._forget_table(name)
+        location = table.location if table is not None else kept.stored.path if kept else ""
+        return self._commits.drop(
+            name, output.normalize(location), readable=table is not None, own=statement
+        )
+
+    def _forget_table(self, name: str) -> bool:
+        """Forget ``name`` (durable, out of the catalog); whether there was such a
+        table. Called with the lock held."""
+        kept = self.unreadable.forget(name)
+        self._write({}, [table_key(name)])
+        dropped = self.catalog.drop(name) or kept is not None
+        self._owned.discard(name)
         return dropped
 
     # ------------------------------------------------------------ writing data
@@ -870,14 +888,17 @@ class SchedulerCore:
             self._owned.add(name)
 
     def _running_jobs(self) -> frozenset[str]:
+        """The jobs not finished, and the statements being planned (``_planning``)."""
         with self._lock:
-            return frozenset(j for j, r in self._jobs.items() if not r.state.finished)
+            running = {j for j, r in self._jobs.items() if not r.state.finished}
+            return frozenset(running | self._planning)
 
     def _submit_write(
-        self, statement: WriteStatement, dialect: str | None, may_write: bool
+        self, statement: WriteStatement, dialect: str | None, may_write: bool, planning: str
     ) -> DistributedPlan | str:
         """Check a write statement and plan it (``scheduler.writes.plan_statement``);
         or carry out a ``DROP TABLE`` and return the query that answers it.
+        ``planning``: the statement's place among those being planned (``_planning``).
 
         Raises:
             PermissionDeniedError: the user may not write, or not there.
@@ -886,7 +907,7 @@ class SchedulerCore:
         if not may_write:
             raise PermissionDeniedError(f"{statement.kind.value} is refused: {WRITER_HINT}")
         if statement.kind is WriteKind.DROP_TABLE:
-            if not self.drop_table(statement.table) and not statement.if_not_exists:
+            if not self.drop_table(statement.table, planning) and not statement.if_not_exists:
                 raise UnknownTableError(f"there is no table {statement.table!r} to drop")
             return DROPPED
         if statement.table:
@@ -966,6 +987,11 @@ class SchedulerCore:
                     if existing.request_id == request_id and existing.owner == owner:
                         return existing
         started = time.perf_counter()
+        with self._lock:
+            # Planned on the catalog as it is now: a replace or drop committed
+            # meanwhile keeps the files for this statement's job too.
+            planning = f"planning-{next(self._planning_seq)}"
+            self._planning.add(planning)
         try:
             statement = parse_write(sql, dialect)
             if statement is None:
@@ -973,18 +999,24 @@ class SchedulerCore:
                     plan = self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
             else:
                 with self.unreadable.explained():
-                    planned = self._submit_write(statement, dialect, may_write)
+                    planned = self._submit_write(statement, dialect, may_write, planning)
                 if isinstance(planned, str):  # done already: its answer is a query
                     plan = self.plans.plan(planned, self.catalog.snapshot(), self._planner())
                 else:
                     plan = planned
-        except InternalError as err:
-            log.error("planning failed, a bug in mangonel: %s\n-- the query:\n%s", err, sql)
+        except BaseException as err:
+            if isinstance(err, InternalError):
+                log.error("planning failed, a bug in mangonel: %s\n-- the query:\n%s", err, sql)
+            with self._lock:
+                self._planning.discard(planning)
+                self._commits.planned(planning, None)
             raise
         with self._lock:
+            self._planning.discard(planning)
             if request_id:
                 for existing in self._jobs.values():
                     if existing.request_id == request_id and existing.owner == owner:
+                        self._commits.planned(planning, None)
                         return existing
             job = JobId(secrets.token_hex(4))
             while job in self._jobs:
@@ -994,6 +1026,7 @@ class SchedulerCore:
             record.request_id = request_id
             record.owner = owner
             self._jobs[job] = record
+            self._commits.planned(planning, job)
             self.telemetry.job_submitted(plan.fallback)
             # The planning time says what a query's first run paid (a plan the
             # cache held takes well under a millisecond).

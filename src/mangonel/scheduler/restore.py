@@ -21,7 +21,12 @@ from dataclasses import dataclass, field
 
 from mangonel import defaults, storage
 from mangonel.catalog import Table, load_table
-from mangonel.errors import ErrorType, MangonelError, ObjectStoreUnavailableError
+from mangonel.errors import (
+    DroppedLocationError,
+    ErrorType,
+    MangonelError,
+    ObjectStoreUnavailableError,
+)
 from mangonel.ids import JobId
 from mangonel.plan.physical import DistributedPlan
 from mangonel.scheduler.jobs import JobWatch
@@ -31,6 +36,7 @@ from mangonel.scheduler.persist import (
     StoredPlan,
     StoredTable,
     job_key,
+    table_key,
 )
 from mangonel.scheduler.state_jobs import FinishedJob, JobRecord
 from mangonel.scheduler.state_views import JobState, JobView
@@ -81,6 +87,13 @@ def rebuild(snap: Snapshot, data: Mapping[str, object], store_url: str, now: flo
             continue
         try:
             out.tables.append(load_stored(name, table))
+        except DroppedLocationError:
+            # Dropped just before the scheduler stopped, its name not forgotten yet:
+            # the drop took effect (its manifest says so), and the core's sweep
+            # deletes the files (``CommitThread.sweep_dropped``).
+            log.info("table %s was dropped before the restart: forgotten", name)
+            out.owned.discard(name)
+            out.deletes.append(table_key(name))
         except MangonelError as exc:
             log.error(
                 "table %s cannot be read now, kept (queries naming it fail until it can "

@@ -71,17 +71,24 @@ class DeleteRetired:
 class Retirements:
     """Which commits' retired files wait for which jobs to finish.
 
-    A commit that replaces files (``OVERWRITE``, ``CREATE OR REPLACE``) takes them
-    out of the manifest at once, but a job planned before it may be about to read
-    them (its tasks name the files). So they stay until every job that was
-    unfinished when the commit landed has finished. Jobs submitted after the
-    commit are planned on the new manifest and are not waited for.
+    A commit that replaces files (``OVERWRITE``, ``CREATE OR REPLACE``, a ``DROP
+    TABLE``: ``output.drop``) takes them out of the manifest at once, but a job
+    planned before it may be about to read them (its tasks name the files). So
+    they stay until every job that was unfinished when the commit landed has
+    finished, and every statement then being planned (it may have read the
+    catalog before the commit) has finished as the job it became. Jobs submitted
+    after the commit are planned on the new manifest and are not waited for.
 
     >>> r = Retirements()
     >>> r.committed("/out/t", "j2", unfinished={"j1"})
     []
     >>> r.finished("j1")
     [DeleteRetired(location='/out/t', job='j2')]
+    >>> r.committed("/out/t", "j3", unfinished={"planning-7"})
+    []
+    >>> r.became("planning-7", "j4")
+    >>> r.finished("planning-7"), r.finished("j4")
+    ([], [DeleteRetired(location='/out/t', job='j3')])
     """
 
     def __init__(self) -> None:
@@ -96,6 +103,14 @@ class Retirements:
             return [release]
         self._waiting[release] = readers
         return []
+
+    def became(self, planning: str, job: str) -> None:
+        """A statement being planned (``planning``, counted among the unfinished so
+        that a plan made on the old manifest is waited for) is now ``job``."""
+        for readers in self._waiting.values():
+            if planning in readers:
+                readers.discard(planning)
+                readers.add(job)
 
     def finished(self, job: str) -> list[DeleteRetired]:
         """``job`` ended: the deletions no job holds back any more."""

@@ -1,0 +1,143 @@
+"""``DROP TABLE`` of a warehouse table: the name goes at once, the files once no
+job that may read them runs, a statement still being planned included; what a
+stopped scheduler left waiting, the next one finishes.
+
+A ``SchedulerCore`` over a memory store, no executors: a submitted query stays
+queued until it is cancelled, which is when its files may go.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers import wait_until
+
+from mangonel import output
+from mangonel.output import CommitMode
+from mangonel.scheduler.core import SchedulerCore
+from mangonel.scheduler.persist import StoredTable, encode, table_key
+from mangonel.scheduler.state import Limits, SchedulerState
+from mangonel.scheduler.store import MemoryStateStore
+
+QUERY = "SELECT sum(a) AS s FROM t"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> MemoryStateStore:
+    """A store that lists table ``t``, the warehouse's, with three rows in one file."""
+    location = tmp_path / "warehouse" / "t"
+    staged = Path(output.attempt_staging(str(location), "j0", 0, 0))
+    staged.mkdir(parents=True)
+    pq.write_table(pa.table({"a": [1, 2, 3]}), staged / "data_0.parquet")
+    output.commit(str(location), "j0", {0: 0}, "parquet", CommitMode.REPLACE)
+    memory = MemoryStateStore()
+    memory.acquire("test")
+    memory.commit({table_key("t"): encode(StoredTable(str(location), owned=True))})
+    return memory
+
+
+@pytest.fixture
+def cores(tmp_path: Path) -> Iterator[Any]:
+    """``cores(store)``: a recovered, started core on ``store``, stopped at the end."""
+    made: list[SchedulerCore] = []
+
+    def make(store: MemoryStateStore) -> SchedulerCore:
+        core = SchedulerCore(SchedulerState(Limits()), store=store)
+        core.warehouse = str(tmp_path / "warehouse")
+        core.recover()
+        core.start()
+        made.append(core)
+        return core
+
+    yield make
+    for core in made:
+        core.stop()
+
+
+def data_files(tmp_path: Path) -> list[Path]:
+    return sorted((tmp_path / "warehouse").rglob("part-*"))
+
+
+def test_with_nothing_running_the_files_go_before_the_drop_returns(
+    tmp_path: Path, store: MemoryStateStore, cores: Any
+) -> None:
+    core = cores(store)
+    assert core.drop_table("t")
+    assert core.tables() == [] and not (tmp_path / "warehouse" / "t").exists()
+    assert not core.drop_table("t")
+
+
+def test_the_files_stay_until_a_job_planned_on_them_ends(
+    tmp_path: Path, store: MemoryStateStore, cores: Any
+) -> None:
+    core = cores(store)
+    files = data_files(tmp_path)
+    reader = core.submit(QUERY)
+    assert core.drop_table("t")
+    assert core.tables() == []  # the name went at once
+    assert files and all(f.exists() for f in files)
+    core.cancel(reader.id)
+    wait_until(lambda: not (tmp_path / "warehouse" / "t").exists(), "the files deleted", 10)
+
+
+def test_a_statement_being_planned_when_the_table_is_dropped_is_waited_for(
+    tmp_path: Path, store: MemoryStateStore, cores: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Planning runs outside the core's lock, on the catalog as it was: a drop (or a
+    replace) committed meanwhile must keep the files for the job it becomes."""
+    core = cores(store)
+    files = data_files(tmp_path)
+    planned, go_on = threading.Event(), threading.Event()
+    plan = core.plans.plan
+
+    def slow_plan(*args: Any, **kwargs: Any) -> Any:
+        made = plan(*args, **kwargs)  # on the catalog with t in it
+        planned.set()
+        assert go_on.wait(10)
+        return made
+
+    monkeypatch.setattr(core.plans, "plan", slow_plan)
+    jobs: list[Any] = []
+    submitter = threading.Thread(target=lambda: jobs.append(core.submit(QUERY)))
+    submitter.start()
+    assert planned.wait(10)
+    assert core.drop_table("t")
+    go_on.set()
+    submitter.join(10)
+    (reader,) = jobs
+    assert all(f.exists() for f in files), "deleted under a job planned on them"
+    core.cancel(reader.id)
+    wait_until(lambda: not any(f.exists() for f in files), "the files deleted", 10)
+
+
+def test_a_drop_left_waiting_by_a_stopped_scheduler_is_finished_by_the_next(
+    tmp_path: Path, store: MemoryStateStore, cores: Any
+) -> None:
+    first = cores(store)
+    files = data_files(tmp_path)
+    reader = first.submit(QUERY)
+    assert first.drop_table("t")
+    first.stop()  # as if it crashed: its reader is recovered, still queued
+    second = cores(store)
+    assert second.tables() == []
+    assert all(f.exists() for f in files)
+    second.cancel(reader.id)
+    wait_until(lambda: not (tmp_path / "warehouse" / "t").exists(), "the files deleted", 10)
+
+
+def test_a_drop_whose_name_was_not_forgotten_before_a_crash_took_effect(
+    tmp_path: Path, store: MemoryStateStore, cores: Any
+) -> None:
+    """The drop's manifest landed, the store still lists the table: a restarted
+    scheduler forgets it (the manifest says it was dropped) and deletes its files."""
+    output.drop(str(tmp_path / "warehouse" / "t"), "drop-1")
+    core = cores(store)
+    assert core.tables() == [] and core.unreadable.entries() == []
+    assert table_key("t") not in store.load()
+    wait_until(lambda: not (tmp_path / "warehouse" / "t").exists(), "the files deleted", 10)
