@@ -405,20 +405,20 @@ def _remove_dropped(fs: pafs.FileSystem, base: str) -> None:
             os.rmdir(base)  # only if empty: an attempt may be staging there this instant
 
 
-def dropped_under(root: str, known: Container[str] = ()) -> list[tuple[str, Manifest]]:
-    """The locations directly under ``root`` (a warehouse), except ``known`` ones,
-    whose manifest says a drop left files to delete (``drop``), with that manifest:
-    what a scheduler that stopped before their readers finished left behind."""
+def waiting_under(root: str) -> list[tuple[str, Manifest]]:
+    """The locations directly under ``root`` (a warehouse) whose manifest lists files
+    waiting to be deleted (a replace's ``retired``, or a ``drop``'s), with that
+    manifest: what a scheduler that stopped before their readers finished left."""
     fs, base = _fs(normalize(root))
     if fs.get_file_info(base).type is not pafs.FileType.Directory:
         return []
     found = []
     for entry in fs.get_file_info(pafs.FileSelector(base)):
-        location = f"{normalize(root)}/{entry.base_name}"
-        if entry.type is not pafs.FileType.Directory or location in known:
+        if entry.type is not pafs.FileType.Directory:
             continue
+        location = f"{normalize(root)}/{entry.base_name}"
         manifest = read_manifest(location)
-        if manifest is not None and manifest.dropped:
+        if manifest is not None and (manifest.retired or manifest.dropped):
             found.append((location, manifest))
     return found
 

@@ -1,6 +1,7 @@
 """``DROP TABLE`` of a warehouse table: the name goes at once, the files once no
 job that may read them runs, a statement still being planned included; what a
-stopped scheduler left waiting, the next one finishes.
+stopped scheduler left waiting (a drop's files, a replace's), the next one
+deletes once the jobs it recovered end.
 
 A ``SchedulerCore`` over a memory store, no executors: a submitted query stays
 queued until it is cancelled, which is when its files may go.
@@ -141,3 +142,24 @@ def test_a_drop_whose_name_was_not_forgotten_before_a_crash_took_effect(
     assert core.tables() == [] and core.unreadable.entries() == []
     assert table_key("t") not in store.load()
     wait_until(lambda: not (tmp_path / "warehouse" / "t").exists(), "the files deleted", 10)
+
+
+def test_a_replace_s_files_left_by_a_stopped_scheduler_go_once_its_jobs_end(
+    tmp_path: Path, store: MemoryStateStore, cores: Any
+) -> None:
+    location = str(tmp_path / "warehouse" / "t")
+    old = data_files(tmp_path)
+    first = cores(store)
+    reader = first.submit(QUERY)
+    # CREATE OR REPLACE TABLE t committed, then the scheduler stopped: its reader
+    # is recovered, and nothing in memory says the old files wait for it.
+    staged = Path(output.attempt_staging(location, "j1", 0, 0))
+    staged.mkdir(parents=True)
+    pq.write_table(pa.table({"a": [4]}), staged / "data_0.parquet")
+    assert output.commit(location, "j1", {0: 0}, "parquet", CommitMode.REPLACE).retired
+    first.stop()
+    second = cores(store)
+    assert all(f.exists() for f in old)
+    second.cancel(reader.id)
+    wait_until(lambda: not any(f.exists() for f in old), "the replaced files deleted", 10)
+    assert len(data_files(tmp_path)) == 1

@@ -31,8 +31,8 @@ from mangonel.output import (
     commit,
     delete_retired,
     drop,
-    dropped_under,
     manifest_files,
+    waiting_under,
 )
 from mangonel.plan.physical import DistributedPlan, Stage, StageInput, WriteTarget
 from mangonel.proto.convert import task_spec_from_proto, task_spec_to_proto
@@ -264,8 +264,10 @@ def test_files_a_replace_retired_and_nobody_deleted_go_with_the_next_release(
     # j2's release never ran (its scheduler restarted): j3 takes j1's files over.
     second = commit(target, "j3", {0: 0}, "parquet", CommitMode.REPLACE)
     assert set(first.retired) < set(second.retired) and len(second.retired) == 4
+    assert [location for location, _ in waiting_under(str(tmp_path))] == [target]
     assert delete_retired(target, "j2") == 0
     assert delete_retired(target, "j3") == 4
+    assert waiting_under(str(tmp_path)) == []
     assert contents(tmp_path / "out") == ["p0 a0", "p0 a0 k1"]
     assert len([p for p in (tmp_path / "out").rglob("*.parquet")]) == 2
 
@@ -284,12 +286,11 @@ def test_a_drop_keeps_the_files_for_their_readers_then_removes_the_location(
         manifest_files(target)
     assert all(Path(f).exists() for f in files)
     assert drop(target, "drop-2") == dropped  # dropped once: the first drop's
-    assert dropped_under(str(tmp_path)) == [(target, dropped)]
-    assert dropped_under(str(tmp_path), known={target}) == []
+    assert waiting_under(str(tmp_path)) == [(target, dropped)]
     assert delete_retired(target, "drop-1") == 4
     assert not (tmp_path / "t").exists()  # the manifest and the hive directory too
     assert delete_retired(target, "drop-1") == 0
-    assert dropped_under(str(tmp_path)) == []
+    assert waiting_under(str(tmp_path)) == []
 
 
 def test_a_drop_keeps_what_a_table_made_again_under_the_name_stages(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import logging
 import queue
 import secrets
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -53,14 +53,13 @@ class _Drop:
 
 
 @dataclass(frozen=True)
-class _SweepDropped:
-    """Find the drops a stopped scheduler left waiting (``CommitThread.sweep_dropped``)."""
+class _SweepRetired:
+    """Find the files a stopped scheduler left waiting (``CommitThread.sweep_retired``)."""
 
     warehouse: str
-    known: frozenset[str]
 
 
-_Queued = CommitWrite | AbortWrite | DeleteRetired | _Drop | _SweepDropped | None
+_Queued = CommitWrite | AbortWrite | DeleteRetired | _Drop | _SweepRetired | None
 
 
 class CommitThread:
@@ -146,11 +145,11 @@ class CommitThread:
         self._queue.put(command)
         return command.done.result()
 
-    def sweep_dropped(self, warehouse: str, known: Collection[str]) -> None:
-        """Delete, once the jobs running now have finished, the files of the tables a
-        stopped scheduler dropped while queries still read them (``known``: the
-        warehouse's tables now, not looked at)."""
-        self._queue.put(_SweepDropped(warehouse, frozenset(known)))
+    def sweep_retired(self, warehouse: str) -> None:
+        """Delete, once the jobs running now have finished, the files that replaces
+        and drops of the warehouse's tables took out while a stopped scheduler ran
+        (its ``Retirements`` died with it)."""
+        self._queue.put(_SweepRetired(warehouse))
 
     def stop(self) -> None:
         """End the thread once what is queued is done."""
@@ -173,8 +172,8 @@ class CommitThread:
             if isinstance(command, _Drop):
                 self._drop(command)
                 continue
-            if isinstance(command, _SweepDropped):
-                self._sweep_dropped(command)
+            if isinstance(command, _SweepRetired):
+                self._sweep_retired(command)
                 continue
             self._commit(command)
 
@@ -212,9 +211,9 @@ class CommitThread:
             self._delete_retired(release)
         command.done.set_result(forgotten)
 
-    def _sweep_dropped(self, command: _SweepDropped) -> None:
+    def _sweep_retired(self, command: _SweepRetired) -> None:
         try:
-            left = output.dropped_under(command.warehouse, command.known)
+            left = output.waiting_under(command.warehouse)
         except Exception:  # noqa: BLE001 - the files stay; nothing else depends on them
             log.exception("the warehouse %s could not be looked through", command.warehouse)
             return

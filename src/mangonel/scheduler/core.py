@@ -330,14 +330,12 @@ class SchedulerCore:
 
     def start(self) -> None:
         """Start the ticker thread (``Tick`` events: every timeout is the state's); look
-        for the files of tables dropped before a restart that wait for their readers."""
+        for the files of tables replaced or dropped before a restart that wait for
+        their readers."""
         self._ticker = threading.Thread(target=self._tick_loop, name="scheduler-tick", daemon=True)
         self._ticker.start()
         self.unreadable.start()
-        with self._lock:
-            known = {output.normalize(t.location) for t in self.catalog.snapshot().values()}
-            known |= {output.normalize(k.stored.path) for _, k in self.unreadable.entries()}
-        self._commits.sweep_dropped(self.warehouse, known)
+        self._commits.sweep_retired(self.warehouse)
 
     @property
     def stopped(self) -> bool:

@@ -90,7 +90,7 @@ def rebuild(snap: Snapshot, data: Mapping[str, object], store_url: str, now: flo
         except DroppedLocationError:
             # Dropped just before the scheduler stopped, its name not forgotten yet:
             # the drop took effect (its manifest says so), and the core's sweep
-            # deletes the files (``CommitThread.sweep_dropped``).
+            # deletes the files (``CommitThread.sweep_retired``).
             log.info("table %s was dropped before the restart: forgotten", name)
             out.owned.discard(name)
             out.deletes.append(table_key(name))
