@@ -76,6 +76,8 @@ from mangonel.scheduler.events import (
     ExecutorStreamReopened,
     ForgetJob,
     HealthChange,
+    JobCancelled,
+    JobFailed,
     JobSubmitted,
     JobSucceeded,
     LogExecutorHealth,
@@ -215,7 +217,7 @@ class ClusterSim:
         """Jobs the client saw accepted."""
         self.next_job = 0
         self.fault_index = 0
-        self.writes = SimWrites(config.write_every, config.write_kinds)
+        self.writes = SimWrites(config.write_every, config.write_kinds, config.read_every)
 
     def new_state(self) -> SchedulerState:
         return new_state(self.config, self.scheduler_type)
@@ -281,8 +283,12 @@ class ClusterSim:
     def landed(self) -> bool:
         """Every command put on an open stream was handed on: a release the last tick
         sent (an orphan's result expiring) lands before the checks look for its files
-        (seed 3002727 of four executors of one slot ended with it in flight)."""
-        return all(s.handed == s.sent for s in self.streams.values() if s.open)
+        (seed 3002727 of four executors of one slot ended with it in flight); and
+        the commit thread is done."""
+        streams = all(s.handed == s.sent for s in self.streams.values() if s.open)
+        # And the commit thread of a scheduler that is up has carried out its queue
+        # (the deletions the last jobs' ends let go: ``retired-deleted``).
+        return streams and self.up and not self.writes.busy
 
     def done(self) -> bool:
         return (
@@ -455,8 +461,11 @@ class ClusterSim:
         self.checks.carried_out(self, command)
         if isinstance(command, LaunchTask | CancelTask | ReleaseOutputs):
             self.send(command)
-        elif isinstance(command, JobSucceeded):
-            self.writes.check_succeeded(command.job)
+        elif isinstance(command, JobSucceeded | JobFailed | JobCancelled):
+            if isinstance(command, JobSucceeded):
+                self.writes.check_succeeded(command.job)
+            if self.writes.job_finished(self.life, command.job):
+                self.at(self.latency(), lambda life=self.life: self.commit_next(life))
         elif isinstance(command, CommitWrite | AbortWrite):
             if self.writes.put(self.life, command):
                 self.at(self.latency(), lambda life=self.life: self.commit_next(life))
@@ -517,7 +526,7 @@ class ClusterSim:
         self.crash_at = None
         self.up = False
         self.life += 1
-        self.writes.busy = False  # its commit thread died with it
+        self.writes.crashed()  # its commit thread died with it
         for stream in list(self.streams.values()):
             stream.open = False
             self.at(self.latency(), lambda s=stream: self.end_on_executor(s))
@@ -534,6 +543,8 @@ class ClusterSim:
         self.up = True
         self.checks.restarted(self)
         self.emit(lambda i, t: SchedulerRecovered(i, t))
+        if self.up and self.writes.restarted(self.life):
+            self.at(self.latency(), lambda life=self.life: self.commit_next(life))
 
     # The calls an executor makes (``SchedulerCore``'s methods of the same names).
 
@@ -1015,6 +1026,8 @@ class ClusterSim:
         if self.now < proc.slow_until:
             duration *= 6
         running = proc.running.get(attempt)
+        if running is not None:
+            self.writes.read(running[1])
         if running is not None and running[1].sink is not None:
             self.writes.begin(running[1])
         if running is not None and any(

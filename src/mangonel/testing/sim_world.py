@@ -142,6 +142,9 @@ class SimConfig:
             append to), ``contested`` (one location only the first may create),
             ``replace`` (one location each replaces); ``-empty`` after a kind: the
             statement's tasks write no file (a ``PARTITION_BY`` of no rows).
+        read_every: Every this many jobs (not a write statement), one is a query
+            of the location that ``replace`` statements write, planned on the
+            files its manifest lists at submission; 0: none.
     """
 
     seed: int = 0
@@ -166,6 +169,7 @@ class SimConfig:
     skip: tuple[int, ...] = ()
     write_every: int = 0
     write_kinds: str = "own,append,contested"
+    read_every: int = 0
 
     def command(self) -> str:
         """The one command that replays this run."""

@@ -21,11 +21,18 @@ Statements take the kinds of ``SimConfig.write_kinds`` in turn: a location of
 their own (``own``: ``CREATE``), one location every such statement appends to
 (``append``: ``APPEND``, as ``INSERT``), one location that only the first commit
 may take (``contested``: ``CREATE``, the others fail with ``WriteConflictError``),
-one location each replaces (``replace``: ``REPLACE``, as ``CREATE OR REPLACE``;
-what it retired is deleted at once, as the commit thread does when no job may be
-reading it). A kind written ``-empty`` stages no file in any task (a
-``PARTITION_BY`` write of no rows): its commit moves nothing, and only the
-manifest says that it happened.
+one location each replaces (``replace``: ``REPLACE``, as ``CREATE OR REPLACE``).
+A kind written ``-empty`` stages no file in any task (a ``PARTITION_BY`` write of
+no rows): its commit moves nothing, and only the manifest says that it happened.
+
+What a replace retired waits, as in the scheduler, for every job unfinished when
+its commit landed (the real ``writes.Retirements``, which dies with each scheduler
+life), then the commit thread deletes it (``DeleteRetired``, in order with the
+commits); a restarted scheduler looks through its locations for what waits
+(``output.waiting_under``) once the commits it sends again are queued, as
+``SchedulerCore.start`` does. Every ``SimConfig.read_every``-th job is a query of
+the replaced location: planned at submission on the files its manifest lists then,
+each of its attempts reads them as it starts.
 
 The checks (docs/architecture.md, "Simulation"):
 
@@ -39,6 +46,10 @@ The checks (docs/architecture.md, "Simulation"):
   no commit of it took effect;
 * ``write-replaced``: at the end, a location that statements replace holds only
   the files of its last commit, and on disk no other committed file;
+* ``read-intact``: an attempt of a query finds every file it was planned on;
+* ``retired-deleted``: at the end, once the commit thread is done, no manifest
+  lists a retired file (each was deleted once its readers were done, by the
+  scheduler life that retired it or by the next one's sweep);
 * ``staging-cleaned``: at the end, no staged file of an ended statement is left,
   but those of attempts whose report no scheduler ever handled (their executor
   died or was cut off after staging), which only the next commit to the location
@@ -60,6 +71,7 @@ from mangonel.ids import JobId, StageId, TaskAttemptId
 from mangonel.output import CommitMode, WriteConflictError
 from mangonel.plan.physical import DistributedPlan, WriteTarget
 from mangonel.scheduler.events import AbortWrite, CommitWrite
+from mangonel.scheduler.writes import DeleteRetired, Retirements
 from mangonel.task import TaskSpec, WriteFormat
 from mangonel.testing import sim_data
 from mangonel.testing.sim_world import Violation
@@ -76,11 +88,21 @@ class CommitCrash(Exception):
     """Raised inside ``output.commit`` where the simulated scheduler dies."""
 
 
+SWEEP = "sweep"
+"""The commit thread's look through the locations after a restart
+(``CommitThread.sweep_retired``)."""
+
+Queued = CommitWrite | AbortWrite | DeleteRetired | str
+
+
 class SimWrites:
     """The write side of one run: its directory, its statements, their commit queue."""
 
-    def __init__(self, every: int, kinds: str = "own,append,contested") -> None:
+    def __init__(
+        self, every: int, kinds: str = "own,append,contested", read_every: int = 0
+    ) -> None:
         self.every = every
+        self.read_every = read_every
         self.kinds = [_kind(k) for k in kinds.split(",") if k]
         """(kind, empty) of each statement in turn."""
         # In memory where the machine has it: every commit fsyncs its intent and manifest.
@@ -95,8 +117,14 @@ class SimWrites:
         """Statements whose commit made the manifest theirs, with the commit's number."""
         self.latest: dict[str, JobId] = {}
         """Each location's statement whose commit took effect last."""
-        self.queue: deque[tuple[int, CommitWrite | AbortWrite]] = deque()
+        self.queue: deque[tuple[int, Queued]] = deque()
         """Commands for the commit thread, each with the scheduler life that gave it."""
+        self.retirements = Retirements()
+        """What replaces retired, waiting for jobs: this scheduler life's."""
+        self.reads: dict[JobId, tuple[str, ...]] = {}
+        """Each query of the replaced location: the files it was planned on."""
+        self.deleted = 0
+        """Retired files deleted."""
         self.busy = False
         self.staged: dict[str, TaskAttemptId] = {}
         """Staging directory of an attempt -> the attempt."""
@@ -114,6 +142,9 @@ class SimWrites:
     def plan(self, index: int, job: JobId, plan: DistributedPlan) -> DistributedPlan:
         """Job ``index``'s plan: ``plan`` itself, or it as a write statement."""
         if not self.every or index % self.every:
+            if self.read_every and index % self.read_every == 0 and self.root:
+                location = os.path.join(self.root, LOCATIONS["replace"])
+                self.reads[job] = output.manifest_files(location) or ()
             return plan
         kind, empty = self.kinds[(index // self.every) % len(self.kinds)]
         name = f"own-{job}" if kind == "own" else LOCATIONS[kind]
@@ -131,6 +162,17 @@ class SimWrites:
         return replace(plan, write=target)
 
     # -------------------------------------------------------- the executors
+
+    def read(self, spec: TaskSpec) -> None:
+        """An attempt starts: ``read-intact`` if its job was planned on files gone since."""
+        files = self.reads.get(spec.attempt.task.job, ())
+        gone = [f for f in files if not os.path.exists(f)]
+        if gone:
+            raise Violation(
+                "read-intact",
+                f"{spec.attempt} of a query planned on {len(files)} files of "
+                f"{posixpath.dirname(files[0])} found {sorted(gone)} deleted",
+            )
 
     def begin(self, spec: TaskSpec) -> None:
         """A writing attempt starts: its file is there, half written (``executor.sink``)."""
@@ -157,7 +199,7 @@ class SimWrites:
 
     # -------------------------------------------------------- the commit thread
 
-    def put(self, life: int, command: CommitWrite | AbortWrite) -> bool:
+    def put(self, life: int, command: Queued) -> bool:
         """Queue a command; whether the thread must be woken (it was idle)."""
         self.queue.append((life, command))
         if self.busy:
@@ -165,12 +207,33 @@ class SimWrites:
         self.busy = True
         return True
 
+    def job_finished(self, life: int, job: JobId) -> bool:
+        """A job ended: queue the deletions it alone held back; whether the thread
+        must be woken (``CommitThread.job_finished``)."""
+        wake = False
+        for release in self.retirements.finished(str(job)):
+            wake = self.put(life, release) or wake
+        return wake
+
+    def crashed(self) -> None:
+        """The scheduler died: its commit thread and what waited in memory with it."""
+        self.busy = False
+        self.retirements = Retirements()
+
+    def restarted(self, life: int) -> bool:
+        """A scheduler is back and queued the commits it sends again: queue its look
+        for what waits (only where something does, so that a run whose replaces
+        retired nothing keeps its schedule); whether the thread must be woken."""
+        if not self.root or not output.waiting_under(self.root):
+            return False
+        return self.put(life, SWEEP)
+
     def next(
         self,
         life: int,
         running: frozenset[str],
         crash: Callable[[], str | None],
-    ) -> tuple[CommitWrite | AbortWrite, bool | str] | None:
+    ) -> tuple[Queued, bool | str] | None:
         """Carry out the next command of scheduler life ``life`` (those of dead
         lives are dropped, as their thread died): ``(command, outcome)`` with the
         outcome ``True`` (committed or aborted), a conflict's message, or
@@ -186,6 +249,15 @@ class SimWrites:
             self.busy = False
             return None
         _, command = self.queue.popleft()
+        if isinstance(command, str):  # SWEEP
+            for location, manifest in output.waiting_under(self.root):
+                ready = self.retirements.committed(location, manifest.job, running)
+                for release in ready:
+                    self._delete(release)
+            return command, True
+        if isinstance(command, DeleteRetired):
+            self._delete(command)
+            return command, True
         target = command.target
         if isinstance(command, AbortWrite):
             output.abort(target.location, str(command.job))
@@ -217,10 +289,14 @@ class SimWrites:
         if where == "answer":
             return command, False
         if done.retired:
-            # No statement reads a location the simulation writes: the commit
-            # thread deletes what a replace retired before it answers.
-            output.delete_retired(target.location, str(command.job))
+            # With no job that may read them, deleted before the answer.
+            ready = self.retirements.committed(target.location, str(command.job), running)
+            for release in ready:
+                self._delete(release)
         return command, True
+
+    def _delete(self, release: DeleteRetired) -> None:
+        self.deleted += output.delete_retired(release.location, release.job)
 
     def _took_effect(self, job: JobId, location: str, before: output.Manifest | None) -> None:
         """Note a commit that made the manifest ``job``'s: ``write-once`` if it did so
@@ -324,6 +400,14 @@ class SimWrites:
                     f"{strays} at {target.location}",
                 )
         self._check_replaced()
+        for location in sorted({t.location for t in self.targets.values()}):
+            manifest = output.read_manifest(location)
+            if manifest is not None and manifest.retired:
+                raise Violation(
+                    "retired-deleted",
+                    f"every job ended and {location}'s manifest ({manifest.job}'s) still "
+                    f"lists {len(manifest.retired)} retired files",
+                )
 
     def _check_replaced(self) -> None:
         """``write-replaced``: a replaced location holds its last commit's files only."""
