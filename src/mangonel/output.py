@@ -417,7 +417,11 @@ def waiting_under(root: str) -> list[tuple[str, Manifest]]:
         if entry.type is not pafs.FileType.Directory:
             continue
         location = f"{normalize(root)}/{entry.base_name}"
-        manifest = read_manifest(location)
+        try:
+            manifest = read_manifest(location)
+        except (OSError, ValueError, KeyError) as exc:  # that one's files stay
+            log.warning("the manifest of %s cannot be read: %s", location, exc)
+            continue
         if manifest is not None and (manifest.retired or manifest.dropped):
             found.append((location, manifest))
     return found

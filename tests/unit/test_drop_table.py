@@ -9,6 +9,7 @@ queued until it is cancelled, which is when its files may go.
 
 from __future__ import annotations
 
+import doctest
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from helpers import wait_until
 
 from mangonel import output
 from mangonel.output import CommitMode
+from mangonel.scheduler import writes
 from mangonel.scheduler.core import SchedulerCore
 from mangonel.scheduler.persist import StoredTable, encode, table_key
 from mangonel.scheduler.state import Limits, SchedulerState
@@ -59,6 +61,10 @@ def cores(tmp_path: Path) -> Iterator[Any]:
     yield make
     for core in made:
         core.stop()
+
+
+def test_the_module_examples_hold() -> None:
+    assert doctest.testmod(writes).failed == 0
 
 
 def data_files(tmp_path: Path) -> list[Path]:

@@ -106,6 +106,7 @@ class CommitThread:
         self._clock = clock
         self._queue: queue.Queue[_Queued] = queue.Queue()
         self._retirements = Retirements()
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="scheduler-commit", daemon=True)
         self._thread.start()
 
@@ -142,6 +143,8 @@ class CommitThread:
                 table is still there.
         """
         command = _Drop(name, location, readable, own)
+        if self._stopping.is_set():
+            raise MangonelError(f"the scheduler is stopping: table {name} was not dropped")
         self._queue.put(command)
         return command.done.result()
 
@@ -153,12 +156,22 @@ class CommitThread:
 
     def stop(self) -> None:
         """End the thread once what is queued is done."""
+        self._stopping.set()
         self._queue.put(None)
 
     def _loop(self) -> None:
         while True:
             command = self._queue.get()
             if command is None:
+                # A drop queued meanwhile would wait for good: it did not happen.
+                while not self._queue.empty():
+                    late = self._queue.get()
+                    if isinstance(late, _Drop):
+                        late.done.set_exception(
+                            MangonelError(
+                                f"the scheduler is stopping: table {late.name} was not dropped"
+                            )
+                        )
                 return
             if isinstance(command, AbortWrite):
                 try:
@@ -193,8 +206,10 @@ class CommitThread:
                 try:
                     output.remove_all(location)
                 except (OSError, MangonelError) as exc:
-                    command.done.set_exception(exc)
-                    return
+                    if command.readable:
+                        command.done.set_exception(exc)
+                        return
+                    log.warning("table %s dropped; its files at %s stay: %s", name, location, exc)
         try:
             with self._lock:
                 forgotten = self._forget_table(name)

@@ -1027,7 +1027,8 @@ class ClusterSim:
             duration *= 6
         running = proc.running.get(attempt)
         if running is not None:
-            self.writes.read(running[1])
+            job = running[1].attempt.task.job
+            self.writes.read(running[1], ended=self.checks.outcome.get(job) is not None)
         if running is not None and running[1].sink is not None:
             self.writes.begin(running[1])
         if running is not None and any(

@@ -46,7 +46,8 @@ The checks (docs/architecture.md, "Simulation"):
   no commit of it took effect;
 * ``write-replaced``: at the end, a location that statements replace holds only
   the files of its last commit, and on disk no other committed file;
-* ``read-intact``: an attempt of a query finds every file it was planned on;
+* ``read-intact``: an attempt of a query not ended finds every file it was
+  planned on;
 * ``retired-deleted``: at the end, once the commit thread is done, no manifest
   lists a retired file (each was deleted once its readers were done, by the
   scheduler life that retired it or by the next one's sweep);
@@ -163,9 +164,11 @@ class SimWrites:
 
     # -------------------------------------------------------- the executors
 
-    def read(self, spec: TaskSpec) -> None:
-        """An attempt starts: ``read-intact`` if its job was planned on files gone since."""
-        files = self.reads.get(spec.attempt.task.job, ())
+    def read(self, spec: TaskSpec, ended: bool) -> None:
+        """An attempt starts: ``read-intact`` if its job was planned on files gone since.
+        ``ended``: its job ended (a late attempt of a cancelled job: what it reads
+        no longer matters, and its end let the files go)."""
+        files = () if ended else self.reads.get(spec.attempt.task.job, ())
         gone = [f for f in files if not os.path.exists(f)]
         if gone:
             raise Violation(
