@@ -32,6 +32,9 @@ READS = replace(
 )
 """Every other job a write statement, mostly replacing one location; the others
 queries of that location, planned on the files its manifest lists."""
+DROPS = replace(READS, jobs=10, write_kinds="replace,replace,drop,replace-empty,drop")
+"""As ``READS``, and two of the five statements drop the replaced location's table
+(the next replace makes it again)."""
 
 
 def _holds(result: SimResult) -> None:
@@ -57,6 +60,7 @@ def _seen(base: SimConfig, seeds: int) -> Counter[str]:
         seen["failed"] += result.jobs_failed
         seen["read files"] += sum(1 for files in sim.writes.reads.values() if files)
         seen["retired deleted"] += sim.writes.deleted
+        seen["dropped"] += sim.writes.dropped
         seen.update(k for k, v in result.faults.items() for _ in range(v))
     return seen
 
@@ -85,6 +89,12 @@ def test_queries_of_a_replaced_location_find_their_files_under_every_fault() -> 
     # deleted (once their readers were done), across scheduler crashes too.
     assert seen["read files"] >= 25 and seen["retired deleted"] >= 25
     assert seen["scheduler-crash"] >= 5 and seen["commit:crash-after-answer"] >= 3
+
+
+def test_tables_dropped_under_their_queries_and_made_again_keep_every_invariant() -> None:
+    seen = _seen(DROPS, 12)
+    assert seen["dropped"] >= 15 and seen["read files"] >= 20
+    assert seen["retired deleted"] >= 40 and seen["scheduler-crash"] >= 5
 
 
 FOUND = [
@@ -283,3 +293,19 @@ def test_retired_files_a_restart_forgot_are_caught() -> None:
     )
     _holds(ClusterSim(crashes).run())  # the same run with the sweep holds
     assert _violation(_sim(crashes, _ForgetsAtRestart)) == "retired-deleted"
+
+
+class _DropsAtOnce(SimWrites):
+    """A drop that deletes the location at once, as ``DROP TABLE`` did before."""
+
+    def _drop(self, drop_id, running, where):  # type: ignore[no-untyped-def]
+        location = os.path.join(self.root, "replaced")
+        if output.read_manifest(location) is not None:
+            output.remove_all(location)
+            self.latest[location] = drop_id
+        return True
+
+
+def test_a_drop_that_deletes_under_its_readers_is_caught() -> None:
+    quiet = replace(QUIET, jobs=10, write_every=2, write_kinds="replace,drop", read_every=1)
+    assert _violation(_sim(quiet, _DropsAtOnce)) == "read-intact"

@@ -639,6 +639,8 @@ class ClusterSim:
             self.checks.orphans.add(job)
             self.at(1.0, self.submit)
             return
+        if self.writes.submitted(life):
+            self.at(self.latency(), lambda: self.commit_next(life))
         self.submitted += 1
         self.at(1.0, lambda: self.watch(job))
 

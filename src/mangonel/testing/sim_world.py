@@ -141,7 +141,9 @@ class SimConfig:
             ``own`` (a location of its own), ``append`` (one location they all
             append to), ``contested`` (one location only the first may create),
             ``replace`` (one location each replaces); ``-empty`` after a kind: the
-            statement's tasks write no file (a ``PARTITION_BY`` of no rows).
+            statement's tasks write no file (a ``PARTITION_BY`` of no rows);
+            ``drop``: a plain query whose client drops the replaced location's
+            table as it submits it.
         read_every: Every this many jobs (not a write statement), one is a query
             of the location that ``replace`` statements write, planned on the
             files its manifest lists at submission; 0: none.

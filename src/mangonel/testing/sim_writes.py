@@ -24,6 +24,10 @@ may take (``contested``: ``CREATE``, the others fail with ``WriteConflictError``
 one location each replaces (``replace``: ``REPLACE``, as ``CREATE OR REPLACE``).
 A kind written ``-empty`` stages no file in any task (a ``PARTITION_BY`` write of
 no rows): its commit moves nothing, and only the manifest says that it happened.
+A ``drop`` is no write statement: its job runs as a plain query, and its client
+drops the replaced location's table as it submits it (``DROP TABLE``: the real
+``output.drop``, queued on the commit thread in order with the commits, its files
+retired for their readers); the next replace makes the table again there.
 
 What a replace retired waits, as in the scheduler, for every job unfinished when
 its commit landed (the real ``writes.Retirements``, which dies with each scheduler
@@ -68,6 +72,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from mangonel import output
+from mangonel.errors import DroppedLocationError
 from mangonel.ids import JobId, StageId, TaskAttemptId
 from mangonel.output import CommitMode, WriteConflictError
 from mangonel.plan.physical import DistributedPlan, WriteTarget
@@ -93,7 +98,11 @@ SWEEP = "sweep"
 """The commit thread's look through the locations after a restart
 (``CommitThread.sweep_retired``)."""
 
+DROP = "drop-"
+"""The start of a drop's id, which is all a drop command is: ``drop-<n>``."""
+
 Queued = CommitWrite | AbortWrite | DeleteRetired | str
+"""A command of the commit thread (``SWEEP`` and drops are strings)."""
 
 
 class SimWrites:
@@ -126,6 +135,10 @@ class SimWrites:
         """Each query of the replaced location: the files it was planned on."""
         self.deleted = 0
         """Retired files deleted."""
+        self.drops: list[str] = []
+        """The drops clients asked for, to be queued as their jobs are submitted."""
+        self.dropped = 0
+        """Drops that took a table's files out."""
         self.busy = False
         self.staged: dict[str, TaskAttemptId] = {}
         """Staging directory of an attempt -> the attempt."""
@@ -145,9 +158,15 @@ class SimWrites:
         if not self.every or index % self.every:
             if self.read_every and index % self.read_every == 0 and self.root:
                 location = os.path.join(self.root, LOCATIONS["replace"])
-                self.reads[job] = output.manifest_files(location) or ()
+                try:
+                    self.reads[job] = output.manifest_files(location) or ()
+                except DroppedLocationError:  # the query would fail to plan: reads nothing
+                    self.reads[job] = ()
             return plan
         kind, empty = self.kinds[(index // self.every) % len(self.kinds)]
+        if kind == "drop":
+            self.drops.append(f"{DROP}{index}")
+            return plan
         name = f"own-{job}" if kind == "own" else LOCATIONS[kind]
         if empty:
             self.empty.add(job)
@@ -210,6 +229,14 @@ class SimWrites:
         self.busy = True
         return True
 
+    def submitted(self, life: int) -> bool:
+        """A job was submitted: queue the drop its client asked for with it, if it
+        did; whether the thread must be woken."""
+        wake = False
+        while self.drops:
+            wake = self.put(life, self.drops.pop(0)) or wake
+        return wake
+
     def job_finished(self, life: int, job: JobId) -> bool:
         """A job ended: queue the deletions it alone held back; whether the thread
         must be woken (``CommitThread.job_finished``)."""
@@ -252,6 +279,8 @@ class SimWrites:
             self.busy = False
             return None
         _, command = self.queue.popleft()
+        if isinstance(command, str) and command.startswith(DROP):
+            return command, self._drop(command, running, crash())
         if isinstance(command, str):  # SWEEP
             for location, manifest in output.waiting_under(self.root):
                 ready = self.retirements.committed(location, manifest.job, running)
@@ -300,6 +329,22 @@ class SimWrites:
 
     def _delete(self, release: DeleteRetired) -> None:
         self.deleted += output.delete_retired(release.location, release.job)
+
+    def _drop(self, drop_id: str, running: frozenset[str], where: str | None) -> bool:
+        """``CommitThread._drop`` on the replaced location: ``False`` where the
+        scheduler dies once the drop's manifest landed (``where``)."""
+        location = os.path.join(self.root, LOCATIONS["replace"])
+        dropped = output.drop(location, drop_id)
+        if dropped is None:
+            return True  # no table there (yet, or any more)
+        if dropped.job == drop_id:
+            self.dropped += 1
+            self.latest[location] = JobId(drop_id)
+        if where is not None:
+            return False
+        for release in self.retirements.committed(location, dropped.job, running):
+            self._delete(release)
+        return True
 
     def _took_effect(self, job: JobId, location: str, before: output.Manifest | None) -> None:
         """Note a commit that made the manifest ``job``'s: ``write-once`` if it did so
@@ -419,6 +464,17 @@ class SimWrites:
         if last is None:
             return
         manifest = output.read_manifest(location)
+        if last.startswith(DROP):
+            # Dropped last, every reader done: nothing of the table is left.
+            left = sorted(_committed(location)) if os.path.isdir(location) else []
+            if manifest is not None or left:
+                raise Violation(
+                    "write-replaced",
+                    f"{location} was dropped last ({last}) and holds "
+                    f"{manifest.job + chr(39) + 's manifest' if manifest else 'no manifest'}"
+                    f" and {left}",
+                )
+            return
         assert manifest is not None  # a commit took effect there
         others = [f for f in manifest.files if not _of(f, last)]
         # A replace whose answer was lost deletes what it retired at its next commit.
@@ -445,9 +501,11 @@ LOCATIONS = {"append": "appended", "contested": "contested", "replace": "replace
 def _kind(text: str) -> tuple[str, bool]:
     """(kind, empty) of one of ``SimConfig.write_kinds``."""
     kind, _, rest = text.strip().partition("-")
+    if kind == "drop" and not rest:
+        return kind, False
     if kind not in MODES or rest not in ("", "empty"):
         known = ", ".join(MODES)
-        raise ValueError(f"write kind {text!r}: one of {known}, each maybe with -empty")
+        raise ValueError(f"write kind {text!r}: one of {known}, each maybe with -empty; or drop")
     return kind, rest == "empty"
 
 
