@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import doctest
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,12 +22,18 @@ import pytest
 from helpers import wait_until
 
 from mangonel import output
+from mangonel.ids import JobId, StageId
 from mangonel.output import CommitMode
+from mangonel.plan.physical import WriteTarget
 from mangonel.scheduler import writes
+from mangonel.scheduler.commits import CommitThread
 from mangonel.scheduler.core import SchedulerCore
+from mangonel.scheduler.events import CommitWrite, WriteCommitFailed, WriteCommitted
+from mangonel.scheduler.hooks import NO_HOOK
 from mangonel.scheduler.persist import StoredTable, encode, table_key
 from mangonel.scheduler.state import Limits, SchedulerState
 from mangonel.scheduler.store import MemoryStateStore
+from mangonel.task import WriteFormat
 
 QUERY = "SELECT sum(a) AS s FROM t"
 
@@ -169,3 +176,51 @@ def test_a_replace_s_files_left_by_a_stopped_scheduler_go_once_its_jobs_end(
     second.cancel(reader.id)
     wait_until(lambda: not any(f.exists() for f in old), "the replaced files deleted", 10)
     assert len(data_files(tmp_path)) == 1
+
+
+def test_an_insert_committed_before_the_drop_goes_with_the_table_one_after_fails(
+    tmp_path: Path, store: MemoryStateStore
+) -> None:
+    """The drop runs on the commit thread, in order with the commits to its table."""
+    location = str(tmp_path / "warehouse" / "t")
+    tables, events = {"t"}, []
+
+    def forget(name: str) -> bool:
+        there = name in tables
+        tables.discard(name)
+        return there
+
+    def emit(make: Any) -> list[Any]:
+        events.append(make(1, 0.0))
+        return []
+
+    thread = CommitThread(
+        threading.RLock(),
+        emit,
+        frozenset,
+        lambda name: name in tables,
+        lambda table: None,
+        lambda *args: None,
+        forget,
+        lambda: NO_HOOK,
+        time.time,
+    )
+    target = WriteTarget(
+        location, WriteFormat.PARQUET, StageId(1), ("a",), CommitMode.APPEND, table="t"
+    )
+
+    def insert(job: str) -> None:
+        staged = Path(output.attempt_staging(location, job, 0, 0))
+        staged.mkdir(parents=True)
+        pq.write_table(pa.table({"a": [4]}), staged / "data_0.parquet")
+        thread.put(CommitWrite(0, JobId(job), target, ((0, 0),)))
+
+    insert("j1")
+    assert thread.drop("t", location, readable=True)  # after j1's commit: both go
+    assert [type(e) for e in events] == [WriteCommitted]
+    assert not Path(location).exists()
+    insert("j2")
+    wait_until(lambda: len(events) == 2, "the second insert's outcome", 10)
+    assert isinstance(events[1], WriteCommitFailed)
+    assert "was dropped while this INSERT ran" in events[1].message
+    thread.stop()
