@@ -22,6 +22,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -419,3 +420,56 @@ def test_a_drop_keeps_the_files_for_a_reader_planned_on_them(
         # No reader: the files and the location go before the statement returns.
         session.sql("DROP TABLE dropped")
         assert not location.exists()
+
+
+def test_files_a_replace_retired_wait_for_their_reader_across_a_scheduler_restart(
+    cluster: TestCluster, module_dir: Path, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """A replace commits while a query reads the old files, and the scheduler is
+    killed (-9) before the query ends: what waited for the reader died with it. The
+    restarted scheduler recovers the query, finds the retired files in its
+    warehouse at start, and deletes them only once the query is done, which gets
+    the old rows. Before, they stayed until the table's next replace."""
+    check = "SELECT count(*) AS n, sum(l_extendedprice) AS s, min(l_comment) AS c FROM "
+    old, new = f"{QUERY} AND l_linenumber < 3", f"{QUERY} AND l_linenumber >= 3"
+    location = module_dir / "warehouse" / "restarted"
+    with cluster.connect() as session:
+        session.sql(f"CREATE TABLE restarted AS {old}")
+        old_files = [f for f in files_under(location) if f != str(location / MANIFEST)]
+        held = delays(cluster)
+        cluster.set_faults_all([{"action": "delay", "seconds": 8, "stage": 1, "partition": 0}])
+        outcome: dict[str, Any] = {}
+
+        def read() -> None:
+            with cluster.connect() as reader:
+                try:
+                    outcome["result"] = reader.sql(check + "restarted").to_arrow()
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    outcome["error"] = exc
+
+        runner = threading.Thread(target=read)
+        runner.start()
+        wait_until(
+            lambda: delays(cluster) > held, "the reader's scan task is held before it reads", 60
+        )
+        cluster.set_faults_all([])
+        session.sql(f"CREATE OR REPLACE TABLE restarted AS {new}")
+    cluster.kill_scheduler()
+    cluster.restart_scheduler()
+    time.sleep(0.5)  # the restarted scheduler's look through its warehouse is done
+    assert runner.is_alive(), f"the reader finished before the restart: {outcome}"
+    assert all(os.path.exists(f) for f in old_files), "deleted under the recovered reader"
+    runner.join(90)
+    assert not runner.is_alive()
+    assert "error" not in outcome, f"the reader failed: {outcome['error']!r}"
+    old_expected = duckdb_ref.sql(f"{check} ({old})").to_arrow_table()
+    assert_same_result(outcome["result"], old_expected, ordered=False)
+    wait_until(
+        lambda: not any(os.path.exists(f) for f in old_files),
+        "the retired files are deleted once the recovered reader is done",
+        30,
+    )
+    with cluster.connect() as session:
+        new_expected = duckdb_ref.sql(f"{check} ({new})").to_arrow_table()
+        assert_same_result(session.sql(check + "restarted").to_arrow(), new_expected, ordered=False)
+    assert_same_result(read_back(location), duckdb_ref.sql(new).to_arrow_table(), ordered=False)
