@@ -49,6 +49,9 @@ QUERY = (
 )
 """75 000 rows: about 3 MB of Parquet, six writing tasks."""
 
+CHECK = "SELECT count(*) AS n, sum(l_extendedprice) AS s, min(l_comment) AS c FROM "
+"""What the readers of a replaced or dropped table ask (the table's name follows)."""
+
 WRITE_DISK = 2 << 20
 STATE_DISK = 16 << 20
 
@@ -105,6 +108,43 @@ def cluster(
 def delays(cluster: TestCluster) -> int:
     """How many tasks an injected delay held so far, in every executor's log."""
     return sum(e.log_tail(1 << 20).count("injected fault: delay") for e in cluster.executors)
+
+
+def held_reader(cluster: TestCluster, sql: str) -> tuple[threading.Thread, dict[str, Any]]:
+    """Run ``sql`` in a thread of its own, its scan task held 8 s before it reads
+    (planned, its files named in its plan); return once it is held: the thread, and
+    where its ``result`` (or ``error``) lands."""
+    held = delays(cluster)  # a test before held a task too
+    cluster.set_faults_all([{"action": "delay", "seconds": 8, "stage": 1, "partition": 0}])
+    outcome: dict[str, Any] = {}
+
+    def read() -> None:
+        with cluster.connect() as reader:
+            try:
+                outcome["result"] = reader.sql(sql).to_arrow()
+            except BaseException as exc:  # noqa: BLE001 - the test reports it
+                outcome["error"] = exc
+
+    runner = threading.Thread(target=read)
+    runner.start()
+    wait_until(lambda: delays(cluster) > held, "the reader's scan task is held before it reads", 60)
+    cluster.set_faults_all([])
+    return runner, outcome
+
+
+def old_rows_then_gone(
+    runner: threading.Thread, outcome: dict[str, Any], old_files: list[str], old: pa.Table
+) -> None:
+    """The held reader ends with the ``old`` rows; then its files are deleted."""
+    runner.join(90)
+    assert not runner.is_alive()
+    assert "error" not in outcome, f"the reader failed: {outcome['error']!r}"
+    assert_same_result(outcome["result"], old, ordered=False)
+    wait_until(
+        lambda: not any(os.path.exists(f) for f in old_files),
+        "the files it read are deleted once it is done",
+        30,
+    )
 
 
 def read_back(target: Path) -> pa.Table:
@@ -327,43 +367,21 @@ def test_an_etcd_stopped_mid_commit_commits_once_after_it_returns(
 def test_a_replace_keeps_the_old_files_for_a_reader_planned_on_them(
     cluster: TestCluster, module_dir: Path, duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    check = "SELECT count(*) AS n, sum(l_extendedprice) AS s, min(l_comment) AS c FROM "
     old, new = f"{QUERY} AND l_linenumber < 4", f"{QUERY} AND l_linenumber >= 4"
     location = module_dir / "warehouse" / "replaced"
     with cluster.connect() as session:
         session.sql(f"CREATE TABLE replaced AS {old}")
-        old_files = files_under(location)
-        # The reader's scan task sleeps at its start, its files named in its plan.
-        cluster.set_faults_all([{"action": "delay", "seconds": 6, "stage": 1, "partition": 0}])
-        outcome: dict[str, Any] = {}
-
-        def read() -> None:
-            with cluster.connect() as reader:
-                outcome["result"] = reader.sql(check + "replaced").to_arrow()
-
-        held = delays(cluster)
-        runner = threading.Thread(target=read)
-        runner.start()
-        wait_until(
-            lambda: delays(cluster) > held, "the reader's scan task is held before it reads", 60
-        )
-        cluster.set_faults_all([])
+        old_files = [f for f in files_under(location) if f != str(location / MANIFEST)]
+        runner, outcome = held_reader(cluster, CHECK + "replaced")
         session.sql(f"CREATE OR REPLACE TABLE replaced AS {new}")
         # Replaced while the reader was planned on the old files and not done.
         assert runner.is_alive(), "the reader finished before the replace: nothing was proved"
         assert all(os.path.exists(f) for f in old_files)
-        runner.join(60)
-        assert not runner.is_alive()
-        old_expected = duckdb_ref.sql(f"{check} ({old})").to_arrow_table()
-        assert_same_result(outcome["result"], old_expected, ordered=False)
-        # Once the reader is done the old files go; the table reads the new rows.
-        wait_until(
-            lambda: not any(os.path.exists(f) for f in old_files if f != str(location / MANIFEST)),
-            "the replaced files are deleted once their reader is done",
-            30,
-        )
-        new_expected = duckdb_ref.sql(f"{check} ({new})").to_arrow_table()
-        assert_same_result(session.sql(check + "replaced").to_arrow(), new_expected, ordered=False)
+        old_expected = duckdb_ref.sql(f"{CHECK} ({old})").to_arrow_table()
+        old_rows_then_gone(runner, outcome, old_files, old_expected)
+        # The table reads the new rows.
+        new_expected = duckdb_ref.sql(f"{CHECK} ({new})").to_arrow_table()
+        assert_same_result(session.sql(CHECK + "replaced").to_arrow(), new_expected, ordered=False)
         assert_same_result(read_back(location), duckdb_ref.sql(new).to_arrow_table(), ordered=False)
 
 
@@ -374,29 +392,12 @@ def test_a_drop_keeps_the_files_for_a_reader_planned_on_them(
     once (a new table is made under it while the reader runs), the files once the
     reader is done; the reader gets every old row. Before, the drop deleted the
     files at once and the reader failed."""
-    check = "SELECT count(*) AS n, sum(l_extendedprice) AS s, min(l_comment) AS c FROM "
     old, new = f"{QUERY} AND l_linenumber < 4", f"{QUERY} AND l_linenumber >= 4"
     location = module_dir / "warehouse" / "dropped"
     with cluster.connect() as session:
         session.sql(f"CREATE TABLE dropped AS {old}")
         old_files = [f for f in files_under(location) if f != str(location / MANIFEST)]
-        cluster.set_faults_all([{"action": "delay", "seconds": 8, "stage": 1, "partition": 0}])
-        outcome: dict[str, Any] = {}
-
-        def read() -> None:
-            with cluster.connect() as reader:
-                try:
-                    outcome["result"] = reader.sql(check + "dropped").to_arrow()
-                except BaseException as exc:  # noqa: BLE001 - reported below
-                    outcome["error"] = exc
-
-        held = delays(cluster)  # the test before held a task too
-        runner = threading.Thread(target=read)
-        runner.start()
-        wait_until(
-            lambda: delays(cluster) > held, "the reader's scan task is held before it reads", 60
-        )
-        cluster.set_faults_all([])
+        runner, outcome = held_reader(cluster, CHECK + "dropped")
         session.sql("DROP TABLE dropped")
         assert "dropped" not in {t.name for t in session.tables()}
         assert all(os.path.exists(f) for f in old_files)
@@ -404,18 +405,10 @@ def test_a_drop_keeps_the_files_for_a_reader_planned_on_them(
         session.sql(f"CREATE TABLE dropped AS {new}")
         assert runner.is_alive(), f"the reader finished before the drop: {outcome}"
         assert all(os.path.exists(f) for f in old_files)
-        runner.join(60)
-        assert not runner.is_alive()
-        assert "error" not in outcome, f"the reader failed: {outcome['error']!r}"
-        old_expected = duckdb_ref.sql(f"{check} ({old})").to_arrow_table()
-        assert_same_result(outcome["result"], old_expected, ordered=False)
-        wait_until(
-            lambda: not any(os.path.exists(f) for f in old_files),
-            "the dropped files are deleted once their reader is done",
-            30,
-        )
-        new_expected = duckdb_ref.sql(f"{check} ({new})").to_arrow_table()
-        assert_same_result(session.sql(check + "dropped").to_arrow(), new_expected, ordered=False)
+        old_expected = duckdb_ref.sql(f"{CHECK} ({old})").to_arrow_table()
+        old_rows_then_gone(runner, outcome, old_files, old_expected)
+        new_expected = duckdb_ref.sql(f"{CHECK} ({new})").to_arrow_table()
+        assert_same_result(session.sql(CHECK + "dropped").to_arrow(), new_expected, ordered=False)
         assert_same_result(read_back(location), duckdb_ref.sql(new).to_arrow_table(), ordered=False)
         # No reader: the files and the location go before the statement returns.
         session.sql("DROP TABLE dropped")
@@ -430,46 +423,21 @@ def test_files_a_replace_retired_wait_for_their_reader_across_a_scheduler_restar
     restarted scheduler recovers the query, finds the retired files in its
     warehouse at start, and deletes them only once the query is done, which gets
     the old rows. Before, they stayed until the table's next replace."""
-    check = "SELECT count(*) AS n, sum(l_extendedprice) AS s, min(l_comment) AS c FROM "
     old, new = f"{QUERY} AND l_linenumber < 3", f"{QUERY} AND l_linenumber >= 3"
     location = module_dir / "warehouse" / "restarted"
     with cluster.connect() as session:
         session.sql(f"CREATE TABLE restarted AS {old}")
         old_files = [f for f in files_under(location) if f != str(location / MANIFEST)]
-        held = delays(cluster)
-        cluster.set_faults_all([{"action": "delay", "seconds": 8, "stage": 1, "partition": 0}])
-        outcome: dict[str, Any] = {}
-
-        def read() -> None:
-            with cluster.connect() as reader:
-                try:
-                    outcome["result"] = reader.sql(check + "restarted").to_arrow()
-                except BaseException as exc:  # noqa: BLE001 - reported below
-                    outcome["error"] = exc
-
-        runner = threading.Thread(target=read)
-        runner.start()
-        wait_until(
-            lambda: delays(cluster) > held, "the reader's scan task is held before it reads", 60
-        )
-        cluster.set_faults_all([])
+        runner, outcome = held_reader(cluster, CHECK + "restarted")
         session.sql(f"CREATE OR REPLACE TABLE restarted AS {new}")
     cluster.kill_scheduler()
     cluster.restart_scheduler()
     time.sleep(0.5)  # the restarted scheduler's look through its warehouse is done
     assert runner.is_alive(), f"the reader finished before the restart: {outcome}"
     assert all(os.path.exists(f) for f in old_files), "deleted under the recovered reader"
-    runner.join(90)
-    assert not runner.is_alive()
-    assert "error" not in outcome, f"the reader failed: {outcome['error']!r}"
-    old_expected = duckdb_ref.sql(f"{check} ({old})").to_arrow_table()
-    assert_same_result(outcome["result"], old_expected, ordered=False)
-    wait_until(
-        lambda: not any(os.path.exists(f) for f in old_files),
-        "the retired files are deleted once the recovered reader is done",
-        30,
-    )
+    old_expected = duckdb_ref.sql(f"{CHECK} ({old})").to_arrow_table()
+    old_rows_then_gone(runner, outcome, old_files, old_expected)
     with cluster.connect() as session:
-        new_expected = duckdb_ref.sql(f"{check} ({new})").to_arrow_table()
-        assert_same_result(session.sql(check + "restarted").to_arrow(), new_expected, ordered=False)
+        new_expected = duckdb_ref.sql(f"{CHECK} ({new})").to_arrow_table()
+        assert_same_result(session.sql(CHECK + "restarted").to_arrow(), new_expected, ordered=False)
     assert_same_result(read_back(location), duckdb_ref.sql(new).to_arrow_table(), ordered=False)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -193,16 +193,20 @@ def new_jobs(session: Session, before: set[str]) -> list[str]:
     return [j.job_id for j in session.status().jobs if j.job_id not in before]
 
 
-def test_a_query_sent_while_the_scheduler_is_down_waits_for_it_and_runs_once(
-    cluster: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection
-) -> None:
-    """A session that never reached a scheduler, whose query is sent while none
-    listens: it says that it waits (connection refused), tries again with growing
-    pauses, and once the scheduler is back the query runs, once."""
+def first_query_across_an_outage(
+    cluster: LocalCluster,
+    duckdb_ref: duckdb.DuckDBPyConnection,
+    stop: Callable[[], None],
+    bring_back: Callable[[threading.Thread, dict[str, Any]], None],
+) -> list[str]:
+    """A session that never reached a scheduler sends its first query once ``stop``
+    took the scheduler away; once the session says that it waits, ``bring_back``
+    (given the query's thread and outcome) brings it back. The query must run,
+    once, distributed, with DuckDB's answer. Returns what the session told."""
     number = 3
     with cluster.connect() as session:
         before = {j.job_id for j in session.status().jobs}
-    cluster.kill_scheduler()
+    stop()
     told: list[str] = []
     outcome: dict[str, Any] = {}
     with Session(cluster.address, security=cluster.client_security, on_wait=told.append) as fresh:
@@ -219,20 +223,34 @@ def test_a_query_sent_while_the_scheduler_is_down_waits_for_it_and_runs_once(
         while not told and runner.is_alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert told, f"the client did not say it waits: {outcome}"
-        time.sleep(1.0)  # a few more refused tries: the scheduler comes back later
-        cluster.restart_scheduler()
+        bring_back(runner, outcome)
         runner.join(120)
     assert not runner.is_alive(), "the query did not finish after the scheduler came back"
     assert "error" not in outcome, f"the query failed: {outcome['error']!r}"
     result: Result = outcome["result"]
     check(result, number, duckdb_ref)
     assert len(result.stages) > 1, result.stages  # it ran distributed
-    assert told == [
-        f"waiting up to 30 s for the scheduler at {cluster.address} (connection refused)"
-    ]
     with cluster.connect() as session:
         assert new_jobs(session, before) == [result.job_id]
         wait_for_reattach(cluster, session)
+    return told
+
+
+def test_a_query_sent_while_the_scheduler_is_down_waits_for_it_and_runs_once(
+    cluster: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """A session that never reached a scheduler, whose query is sent while none
+    listens: it says that it waits (connection refused), tries again with growing
+    pauses, and once the scheduler is back the query runs, once."""
+
+    def bring_back(runner: threading.Thread, outcome: dict[str, Any]) -> None:
+        time.sleep(1.0)  # a few more refused tries: the scheduler comes back later
+        cluster.restart_scheduler()
+
+    told = first_query_across_an_outage(cluster, duckdb_ref, cluster.kill_scheduler, bring_back)
+    assert told == [
+        f"waiting up to 30 s for the scheduler at {cluster.address} (connection refused)"
+    ]
 
 
 def test_a_first_query_to_a_frozen_scheduler_waits_through_its_kill_and_restart(
@@ -243,46 +261,23 @@ def test_a_first_query_to_a_frozen_scheduler_waits_through_its_kill_and_restart(
     its backlog (reset), then restarted, it runs the query, once. Before, the
     session took the frozen handshake, then the reset gRPC repeats until its
     backoff ends, for a setup error and gave up in a fraction of a second."""
-    number = 3
-    with cluster.connect() as session:
-        before = {j.job_id for j in session.status().jobs}
-    cluster.kill_scheduler(sig=signal.SIGSTOP)
     scheduler = cluster.scheduler
     assert scheduler is not None
-    told: list[str] = []
-    outcome: dict[str, Any] = {}
-    with Session(cluster.address, security=cluster.client_security, on_wait=told.append) as fresh:
 
-        def run() -> None:
-            try:
-                outcome["result"] = fresh.sql(tpch_query(number))
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                outcome["error"] = exc
-
-        runner = threading.Thread(target=run)
-        runner.start()
-        deadline = time.monotonic() + 10
-        while not told and runner.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert told, f"the client did not say it waits: {outcome}"
+    def bring_back(runner: threading.Thread, outcome: dict[str, Any]) -> None:
         time.sleep(2 * retry.SETUP_ERROR_S)  # past any give-up on failures in a row
         assert runner.is_alive(), f"the client gave up on a frozen scheduler: {outcome}"
         scheduler.signal(signal.SIGKILL)
         scheduler.process.wait(10)
         cluster.restart_scheduler()
-        runner.join(120)
-    assert not runner.is_alive(), "the query did not finish after the scheduler came back"
-    assert "error" not in outcome, f"the query failed: {outcome['error']!r}"
-    result: Result = outcome["result"]
-    check(result, number, duckdb_ref)
-    assert len(result.stages) > 1, result.stages  # it ran distributed
+
+    told = first_query_across_an_outage(
+        cluster, duckdb_ref, lambda: cluster.kill_scheduler(sig=signal.SIGSTOP), bring_back
+    )
     assert told == [
         f"waiting up to 30 s for the scheduler at {cluster.address} "
         "(it takes connections but does not answer)"
     ]
-    with cluster.connect() as session:
-        assert new_jobs(session, before) == [result.job_id]
-        wait_for_reattach(cluster, session)
 
 
 def test_a_first_submission_lost_to_a_crash_is_sent_again_and_runs_once(
