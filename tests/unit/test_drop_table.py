@@ -1,7 +1,7 @@
 """``DROP TABLE`` of a warehouse table: the name goes at once, the files once no
 job that may read them runs, a statement still being planned included; what a
 stopped scheduler left waiting (a drop's files, a replace's), the next one
-deletes once the jobs it recovered end.
+deletes once the jobs it recovered end; ``/metrics`` counts what waits.
 
 A ``SchedulerCore`` over a memory store, no executors: a submitted query stays
 queued until it is cancelled, which is when its files may go.
@@ -34,6 +34,7 @@ from mangonel.scheduler.persist import StoredTable, encode, table_key
 from mangonel.scheduler.state import Limits, SchedulerState
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import WriteFormat
+from mangonel.web.metrics import make_registry
 
 QUERY = "SELECT sum(a) AS s FROM t"
 
@@ -224,3 +225,27 @@ def test_an_insert_committed_before_the_drop_goes_with_the_table_one_after_fails
     assert isinstance(events[1], WriteCommitFailed)
     assert "was dropped while this INSERT ran" in events[1].message
     thread.stop()
+
+
+def test_metrics_count_tables_by_state_and_the_drops_that_wait(
+    tmp_path: Path, store: MemoryStateStore, cores: Any
+) -> None:
+    gone = tmp_path / "gone.parquet"
+    pq.write_table(pa.table({"b": [1]}), gone)
+    store.commit({table_key("gone"): encode(StoredTable(str(gone)))})
+    gone.unlink()  # its file is away when the scheduler starts: kept, unreadable
+    core = cores(store)
+    registry = make_registry(core)
+
+    def sample(name: str, **labels: str) -> float | None:
+        return registry.get_sample_value(name, labels)
+
+    assert sample("mangonel_tables", state="readable") == 1
+    assert sample("mangonel_tables", state="unreadable") == 1
+    assert sample("mangonel_retirements_waiting") == 0
+    reader = core.submit(QUERY)
+    assert core.drop_table("t")
+    assert sample("mangonel_tables", state="readable") == 0
+    assert sample("mangonel_retirements_waiting") == 1
+    core.cancel(reader.id)
+    wait_until(lambda: sample("mangonel_retirements_waiting") == 0, "the drop's files go", 10)

@@ -238,6 +238,7 @@ def test_metrics_count_what_a_query_did(
     before = metrics(url)
     with cluster.connect() as session:
         result = session.sql(Q12)
+        registered = len(session.tables())
     check_q12(result, reference)
     after = metrics(url)
     job = get_json(f"{url}/api/jobs/{result.job_id}")
@@ -258,6 +259,9 @@ def test_metrics_count_what_a_query_did(
     assert delta("mangonel_job_duration_seconds_count", outcome="succeeded") == 1
     assert delta("mangonel_job_duration_seconds_sum", outcome="succeeded") > 0
     assert after[("mangonel_executors", (("state", "alive"),))] == 2
+    assert after[("mangonel_tables", (("state", "readable"),))] == registered > 0
+    assert after[("mangonel_tables", (("state", "unreadable"),))] == 0
+    assert after[("mangonel_retirements_waiting", ())] == 0
     for reason in ("connection lost", "heartbeat timeout", "fetch failures", "drained"):
         assert ("mangonel_executors_lost_total", (("reason", reason),)) in after
 

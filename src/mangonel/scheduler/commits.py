@@ -119,6 +119,11 @@ class CommitThread:
         for release in self._retirements.finished(job):
             self._queue.put(release)
 
+    def waiting(self) -> int:
+        """How many replaces and drops hold files back for their readers (under the
+        core's lock)."""
+        return len(self._retirements.waiting())
+
     def planned(self, planning: str, job: str | None) -> None:
         """A statement being planned (``planning``, one of ``running_jobs``) became
         ``job``, or ``None``: it failed, or was a retry of a job there is (under the

@@ -924,6 +924,11 @@ class SchedulerCore:
     def tables(self) -> list[Table]:
         return sorted(self.catalog.snapshot().values(), key=lambda t: t.name)
 
+    def retirements_waiting(self) -> int:
+        """Replaces and drops whose old files wait for the jobs that may read them."""
+        with self._lock:
+            return self._commits.waiting()
+
     # ------------------------------------------------------------------- jobs
 
     def plan(self, sql: str, dialect: str | None = None) -> DistributedPlan:

@@ -36,7 +36,11 @@ Metrics (all prefixed ``mangonel_``):
   its gathered tables, because the planner does not split it (EXPLAIN's note says
   why: ``DistributedPlan.fallback``);
 * ``plans_total{cache}``: queries planned (``miss``) or whose plan was reused
-  (``hit``: the same SQL against the same tables).
+  (``hit``: the same SQL against the same tables);
+* ``tables{state}``: catalog tables, ``readable``, or ``unreadable`` (kept in the
+  store, their files not readable now: ``mangonel tables`` says why);
+* ``retirements_waiting``: replaces and drops of tables whose old files wait for
+  the queries that may read them before they are deleted.
 """
 
 from __future__ import annotations
@@ -198,6 +202,19 @@ class SchedulerCollector(Collector):
         plans.add_metric(["hit"], core.plans.hits)
         plans.add_metric(["miss"], core.plans.misses)
         yield plans
+        tables = GaugeMetricFamily(
+            "mangonel_tables",
+            "Catalog tables: readable, or unreadable (kept, their files not readable now)",
+            labels=["state"],
+        )
+        tables.add_metric(["readable"], len(core.tables()))
+        tables.add_metric(["unreadable"], len(core.unreadable.entries()))
+        yield tables
+        yield GaugeMetricFamily(
+            "mangonel_retirements_waiting",
+            "Replaces and drops whose old files wait for the queries that may read them",
+            value=core.retirements_waiting(),
+        )
 
 
 def make_registry(core: SchedulerCore) -> CollectorRegistry:
