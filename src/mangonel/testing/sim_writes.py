@@ -468,11 +468,10 @@ class SimWrites:
             # Dropped last, every reader done: nothing of the table is left.
             left = sorted(_committed(location)) if os.path.isdir(location) else []
             if manifest is not None or left:
+                whose = f"the manifest of {manifest.job}" if manifest else "no manifest"
                 raise Violation(
                     "write-replaced",
-                    f"{location} was dropped last ({last}) and holds "
-                    f"{manifest.job + chr(39) + 's manifest' if manifest else 'no manifest'}"
-                    f" and {left}",
+                    f"{location} was dropped last ({last}) and holds {whose} and {left}",
                 )
             return
         assert manifest is not None  # a commit took effect there
