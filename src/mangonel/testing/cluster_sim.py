@@ -972,8 +972,17 @@ class ClusterSim:
             proc.beats_failed += 1
             self.result.faults["beat:failed"] += 1
 
-        self.call(proc, handle, answer, give_up)
         self.at(HEARTBEAT_DEADLINE_S / proc.rate, lambda: self.on_proc(proc, give_up))
+        if failed and not (
+            self.reachable(proc.host, SCHEDULER) and self.reachable(SCHEDULER, proc.host)
+        ):
+            # After a failed heartbeat ``executor.link`` gives its connection
+            # up: this one goes on a new connection, whose handshake needs both
+            # ways. Cut even one way, it is never made: the heartbeat fails at
+            # its deadline, unheard (measured on the lab, 2026-12-06).
+            self.result.faults["beat:no-connection"] += 1
+            return
+        self.call(proc, handle, answer, give_up)
 
     def link_samples(self, proc: Proc) -> tuple[LinkSample, ...]:
         """What the running tasks' fetches got from each peer since the last
