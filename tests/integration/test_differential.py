@@ -305,6 +305,63 @@ CASES: list[Case] = [
         "rollup_tpch",
         "SELECT l_returnflag, l_linestatus, SUM(l_quantity) AS qty, COUNT(*) AS n FROM lineitem GROUP BY ROLLUP (l_returnflag, l_linestatus)",
     ),
+    Case(
+        "rollup_by_position",
+        "SELECT dept, EXTRACT(year FROM hired) AS yr, COUNT(*) AS n, SUM(salary) AS s FROM emp GROUP BY ROLLUP (1, 2)",
+    ),
+    Case(
+        "cube_by_position_tpch",
+        "SELECT l_returnflag, l_linestatus, SUM(l_quantity) AS qty FROM lineitem GROUP BY CUBE (1, 2)",
+    ),
+    Case(
+        "grouping_sets_by_position",
+        "SELECT dept, mgr, COUNT(*) AS n FROM emp GROUP BY GROUPING SETS ((1), (1, 2), ())",
+    ),
+    # --- aggregates sqlglot does not know, ordered-set aggregates
+    Case(
+        "agg_duckdb_only",
+        "SELECT dept, histogram(mgr % 3) AS h, product(mgr % 3 + 1) AS p, kurtosis_pop(id) AS k, mad(id) AS m, favg(id) AS f FROM emp GROUP BY dept",
+    ),
+    Case(
+        "agg_duckdb_only_unaliased",
+        "SELECT dept, histogram(mgr % 2), product(id % 2 + 1) FROM emp GROUP BY dept",
+    ),
+    Case(
+        "exists_over_duckdb_only_aggregate_is_always_true",
+        "SELECT id, name FROM emp e WHERE EXISTS (SELECT kurtosis_pop(x.salary) FROM emp x WHERE x.mgr = e.id AND x.salary > 1000000)",
+    ),
+    Case(
+        "cte_filter_over_duckdb_only_aggregate",
+        "WITH h AS (SELECT mad(salary) AS m, product(mgr % 2 + 1) AS p FROM emp) SELECT m, p FROM h WHERE m > 0",
+    ),
+    Case(
+        "within_group_percentiles",
+        "SELECT dept, percentile_disc(0.5) WITHIN GROUP (ORDER BY salary) AS med, percentile_cont(0.25) WITHIN GROUP (ORDER BY bonus DESC) AS q FROM emp GROUP BY dept",
+    ),
+    # --- column names as DuckDB gives them to the query as written
+    Case(
+        "names_of_unaliased_aggregates",
+        "SELECT dept, string_agg(name, ',' ORDER BY id), list(id ORDER BY id), bool_and(salary > 41000) FROM emp GROUP BY dept",
+    ),
+    Case(
+        "names_of_unaliased_expressions",
+        "SELECT id, len(name), name::VARCHAR(3), regexp_extract(name, '[a-z]+', 0), hired + INTERVAL 1 MONTH FROM emp",
+    ),
+    # --- DuckDB syntax run whole (the planner's fallback)
+    Case(
+        "join_asof",
+        "SELECT e.id, e.hired, m.hired AS before FROM emp e ASOF JOIN emp m ON e.dept = m.dept AND e.hired > m.hired",
+    ),
+    Case(
+        "join_asof_left",
+        "SELECT e.id, m.id AS mid FROM emp e ASOF LEFT JOIN (SELECT id, mgr FROM emp WHERE id % 7 = 0) m ON e.mgr = m.mgr AND e.id >= m.id",
+    ),
+    Case("join_positional", "SELECT n_name, r_name FROM nation POSITIONAL JOIN region"),
+    Case(
+        "pivot_in_from",
+        "SELECT * FROM (SELECT dept, EXTRACT(year FROM hired) AS yr, salary FROM emp) PIVOT (sum(salary) FOR yr IN (2015, 2016, 2017))",
+    ),
+    Case("columns_by_pattern", "SELECT max(COLUMNS('^(salary|bonus)$')) FROM emp"),
     # --- set operations
     Case("union", "SELECT x, y FROM s1 UNION SELECT x, y FROM s2"),
     Case("union_all", "SELECT x, y FROM s1 UNION ALL SELECT x, y FROM s2"),
@@ -822,6 +879,8 @@ ONE_STAGE: dict[str, str] = {
     "win_tpch_running_revenue": "lineitem's tasks hold disjoint l_orderkey ranges: the window over PARTITION BY l_orderkey runs in place in its scan tasks",
     "exists_two_keys_and_residual": "emp's file i holds the ids i + 1, i + 4, ..., whose mgr values span 5 of 15: the semi join on (dept, mgr) reads the other side by key range, with its NULL mgr",
     "exists_with_aggregate_is_always_true": "EXISTS over an aggregate without GROUP BY always has its one row: the query is a scan of l",
+    "exists_over_duckdb_only_aggregate_is_always_true": "EXISTS over an aggregate without GROUP BY always has its one row: the query is a scan of emp",
+    "names_of_unaliased_expressions": _SCAN_ONLY,
     "in_list_with_null": _SCAN_ONLY,
     "not_in_list_with_null": _SCAN_ONLY,
     "case_when": _SCAN_ONLY,
@@ -845,7 +904,13 @@ ONE_TASK: dict[str, str] = {
 }
 """Cases planned as one stage of one task, with the reason."""
 
-FALLBACK: dict[str, str] = {}
+FALLBACK: dict[str, str] = {
+    "join_asof": "an ASOF join meets each row's nearest match, no join of keys",
+    "join_asof_left": "an ASOF join meets each row's nearest match, no join of keys",
+    "join_positional": "a POSITIONAL join meets row i with row i",
+    "pivot_in_from": "PIVOT's columns are its values, which DuckDB finds",
+    "columns_by_pattern": "COLUMNS(...) names the columns its pattern matches, which DuckDB finds",
+}
 """Cases expected to run whole in one task over their gathered tables (the
 planner's fallback, a stage labelled "whole query"), with the reason."""
 

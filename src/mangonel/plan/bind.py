@@ -71,6 +71,20 @@ class Unsupported(Exception):
     """A construct the binder does not split; the caller falls back."""
 
 
+_WHOLE_ONLY = {
+    exp.Pivot: "PIVOT / UNPIVOT",
+    exp.Columns: "COLUMNS(...)",
+}
+"""DuckDB syntax that sqlglot's rules pass through unchanged and that names columns
+the binder cannot see: the query runs whole, where DuckDB expands it."""
+
+
+def check_supported(query: exp.Expr) -> None:
+    """Raise ``Unsupported`` for syntax in ``_WHOLE_ONLY``, before any rule rewrites it."""
+    for node in query.find_all(*_WHOLE_ONLY):
+        raise Unsupported(_WHOLE_ONLY[type(node)])
+
+
 def factor_or(cond: exp.Expr) -> list[exp.Expr]:
     """A WHERE / inner-join conjunct as conjuncts that filter sooner.
 
@@ -700,6 +714,12 @@ def _worth_sharing(node: Node) -> bool:
 
 
 def _join_kind(j: exp.Join) -> JoinKind:
+    method = (j.args.get("method") or "").upper()
+    if method:
+        # ASOF (each row meets its nearest match) and POSITIONAL (row i meets
+        # row i) are no joins of keys; a NATURAL one was written out by
+        # qualification already.
+        raise Unsupported(f"{method} JOIN")
     side = (j.args.get("side") or "").upper()
     kind = (j.args.get("kind") or "").upper()
     if kind == "SEMI":
@@ -804,8 +824,11 @@ def _find_aggs(parts: list[exp.Expr]) -> list[exp.Expr]:
                     outer = outer.parent
                 if outer is not None:
                     continue  # inside another aggregate: part of that one
-                # FILTER (WHERE ...) belongs to its aggregate.
-                item = n.parent if isinstance(n.parent, exp.Filter) else n
+                # FILTER (WHERE ...) and WITHIN GROUP (ORDER BY ...) belong to
+                # their aggregate.
+                item = n
+                while isinstance(item.parent, (exp.Filter, exp.WithinGroup)):
+                    item = item.parent
                 if item not in found:
                     found.append(item)
     return found

@@ -17,7 +17,8 @@ import gc
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
 
 import pyarrow as pa
 import sqlglot
@@ -28,7 +29,7 @@ from mangonel import defaults
 from mangonel.catalog import Table
 from mangonel.errors import BindError, InternalError
 from mangonel.plan import probe
-from mangonel.plan.bind import Binder, Unsupported
+from mangonel.plan.bind import Binder, Unsupported, check_supported
 from mangonel.plan.config import PlannerConfig
 from mangonel.plan.distribute import Distributor, describe
 from mangonel.plan.dynamic_pruning import RangeSource, prune_row_groups
@@ -44,7 +45,8 @@ from mangonel.plan.semi_joins import semi_joins
 from mangonel.plan.tiny import Tiny
 from mangonel.plan.types import TypeOracle, oracle_for
 from mangonel.plan.union_filters import union_filters
-from mangonel.sql.frontend import DEFAULT_DIALECT, parse, to_duckdb
+from mangonel.sql.explain import EXPLAIN
+from mangonel.sql.frontend import DEFAULT_DIALECT, ParsedQuery, parse, to_duckdb
 from mangonel.sql.optimize import optimize_query
 from mangonel.storage import is_remote
 from mangonel.task import OutputKind, OutputSpec
@@ -80,13 +82,14 @@ def _plan(
     parsed = parse(sql, set(catalog), dialect)
     oracle = oracle_for({name: catalog[name] for name in parsed.tables})
     duck_sql = to_duckdb(parsed.query)
-    names = [n for n, _ in oracle.describe(duck_sql)]
+    names = [n for n, _ in _described(sql, parsed, duck_sql, oracle.describe)]
     schema: dict[str, object] = {t: oracle.table_types(t) for t in sorted(parsed.tables)}
     notes: list[str] = []
     pruned_by: tuple[FileIdentity, ...] = ()
     fallback: str | None = None
     distributor = _distributor(catalog, oracle, config, {})
     try:
+        check_supported(parsed.query)
         # Not copied: ``duck_sql`` above is all this function needs of it otherwise.
         optimized = optimize_query(parsed.query, schema, parsed.dialect, copy=False)
         tables = {t: catalog[t] for t in parsed.tables}
@@ -168,8 +171,29 @@ def result_schema(sql: str, catalog: Mapping[str, Table], dialect: str | None = 
     """
     parsed = parse(sql, set(catalog), dialect)
     oracle = oracle_for({name: catalog[name] for name in parsed.tables})
-    schema = oracle.arrow_schema(to_duckdb(parsed.query))
+    schema = _described(sql, parsed, to_duckdb(parsed.query), oracle.arrow_schema)
     return pa.schema([pa.field(f.name, f.type, nullable=True) for f in schema])
+
+
+_T = TypeVar("_T")
+
+
+def _described(sql: str, parsed: ParsedQuery, duck_sql: str, bind: Callable[[str], _T]) -> _T:
+    """``bind`` (a DESCRIBE of the type oracle) of the query as the user wrote
+    it, where DuckDB reads that text: DuckDB names an unaliased column by its
+    expression's text, which sqlglot's rendering changes (``string_agg`` becomes
+    ``listagg``, ``len`` becomes ``length``, ``x::VARCHAR(3)`` loses its width),
+    and the result's columns are named as DuckDB names them for the query
+    itself. Else (another dialect, a text DuckDB does not bind alone: a
+    qualified ``main.t``, a parameter) of ``duck_sql``, whose error is the
+    query's."""
+    if parsed.dialect == DEFAULT_DIALECT:
+        text = EXPLAIN.sub("", sql, count=1) if parsed.explain else sql
+        try:
+            return bind(text)
+        except BindError:
+            pass
+    return bind(duck_sql)
 
 
 def parameter_types(

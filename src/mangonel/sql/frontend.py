@@ -128,9 +128,7 @@ def parse(sql: str, tables: frozenset[str] | set[str], dialect: str | None = Non
     first = _FIRST_WORD.match(text[_COMMENTS.match(text).end() :])  # type: ignore[union-attr]
     if first and first.group(0).lower() in _STATEMENT_WORDS:
         raise ForbiddenStatementError(
-            f"{first.group(0).upper()} statements are not allowed: mangonel runs only SELECT "
-            "queries (and EXPLAIN SELECT) over registered tables; register data with "
-            "register_parquet"
+            f"{first.group(0).upper()} statements are not allowed: {_WHAT_RUNS}"
         )
     try:
         statements = [s for s in sqlglot.parse(text, read=dialect) if s is not None]
@@ -149,13 +147,77 @@ def parse(sql: str, tables: frozenset[str] | set[str], dialect: str | None = Non
     stmt = statements[0]
     if not isinstance(stmt, exp.Query):
         kind = stmt.key.upper() if not isinstance(stmt, exp.Command) else str(stmt.this).upper()
-        raise ForbiddenStatementError(
-            f"{kind} statements are not allowed: mangonel runs only SELECT queries "
-            "(and EXPLAIN SELECT) over registered tables; register data with register_parquet"
-        )
+        raise ForbiddenStatementError(f"{kind} statements are not allowed: {_WHAT_RUNS}")
     used = _check_sources(stmt, {t.lower() for t in tables})
     _forget_positions(stmt)
+    _mark_aggregates(stmt)
+    _expand_grouping_ordinals(stmt)
     return ParsedQuery(stmt, dialect, explain, frozenset(used))
+
+
+_WHAT_RUNS = (
+    "mangonel runs queries (SELECT, EXPLAIN SELECT) and writes (CREATE TABLE ... AS, "
+    "INSERT INTO, COPY ... TO, DROP TABLE) over registered tables; register data with "
+    "`mangonel register` or register_parquet"
+)
+
+
+def _duckdb_aggregates() -> frozenset[str]:
+    """The names of DuckDB's aggregate functions, lower case."""
+    import duckdb  # here: the front end is imported by clients, which need no DuckDB
+
+    with duckdb.connect() as con:
+        rows = con.execute(
+            "SELECT DISTINCT function_name FROM duckdb_functions() "
+            "WHERE function_type = 'aggregate'"
+        ).fetchall()
+    return frozenset(name.lower() for (name,) in rows)
+
+
+_AGGREGATES: frozenset[str] | None = None
+
+
+def _mark_aggregates(stmt: exp.Expr) -> None:
+    """Make each call of a DuckDB aggregate that sqlglot does not know
+    (``histogram``, ``kurtosis_pop``, ``product``, ``mad``, ...; it parses them
+    as ``Anonymous`` functions) an ``AnonymousAggFunc``, so that sqlglot's rules
+    and the binder see it as the aggregate it is: otherwise a filter could be
+    pushed below it, an ``EXISTS`` over it taken for a semi join, or its
+    arguments' columns computed after the GROUP BY that drops them."""
+    global _AGGREGATES
+    calls = [node for node in stmt.find_all(exp.Anonymous) if isinstance(node.this, str)]
+    if not calls:
+        return
+    if _AGGREGATES is None:
+        _AGGREGATES = _duckdb_aggregates()
+    for node in calls:
+        if node.this.lower() in _AGGREGATES:
+            node.replace(exp.AnonymousAggFunc(this=node.this, expressions=node.expressions))
+
+
+def _expand_grouping_ordinals(stmt: exp.Expr) -> None:
+    """Write a number in ``ROLLUP``, ``CUBE`` or ``GROUPING SETS`` as the SELECT
+    expression it stands for, as DuckDB reads it (``GROUP BY ROLLUP (1, 2)``);
+    sqlglot's qualification expands those of a plain GROUP BY only."""
+    for select in stmt.find_all(exp.Select):
+        group = select.args.get("group")
+        if group is None:
+            continue
+        items = select.expressions
+        for grouping in group.find_all(exp.Rollup, exp.Cube, exp.GroupingSets):
+            for element in list(grouping.expressions):
+                members = (
+                    element.expressions
+                    if isinstance(element, exp.Tuple)
+                    else [element.this]
+                    if isinstance(element, exp.Paren)
+                    else [element]
+                )
+                for member in list(members):
+                    if isinstance(member, exp.Literal) and member.is_int:
+                        position = int(member.this)
+                        if 1 <= position <= len(items):
+                            member.replace(items[position - 1].unalias().copy())
 
 
 _POSITIONS = ("line", "col", "start", "end")
