@@ -357,3 +357,18 @@ def plain_text(message: str) -> str:
     "near '='"
     """
     return _CONTROLS.sub("", _ESCAPES.sub("", message))
+
+
+def then(message: str, more: str) -> str:
+    """``message``, then the sentence ``more``: a full stop between them unless
+    ``message`` ends a sentence already (DuckDB's own errors end in "." or "!").
+
+    >>> then("Division by zero.", "Fix the query.")
+    'Division by zero. Fix the query.'
+    >>> then("no file", "Check the path.")
+    'no file. Check the path.'
+    """
+    if not more:
+        return message
+    stripped = message.rstrip()
+    return f"{stripped} {more}" if stripped.endswith((".", "!", "?")) else f"{stripped}. {more}"

@@ -218,6 +218,20 @@ BAD_QUERIES: list[Bad] = [
         JobQueryError,
         r"division by zero.*" + FIX_IT,
     ),
+    # sqlglot decorrelates such a subquery as MAX of its rows: the query answered
+    # where DuckDB fails it (``sql.optimize.ONE_ROW``).
+    Bad(
+        "runtime_correlated_scalar_subquery_of_several_rows",
+        "SELECT n_name, (SELECT s_name FROM supplier WHERE s_nationkey = n_nationkey) AS s FROM nation",
+        JobQueryError,
+        r"more than one row returned by a subquery.*[^.]\. " + FIX_IT,
+    ),
+    Bad(
+        "runtime_scalar_subquery_of_several_rows",
+        "SELECT (SELECT n_name FROM nation) AS x",
+        JobQueryError,
+        r"more than one row returned by a subquery.*[^.]\. " + FIX_IT,
+    ),
     Bad(
         "runtime_decimal_overflow",
         "SELECT CAST(l_orderkey AS DECIMAL(2, 0)) AS x FROM lineitem",

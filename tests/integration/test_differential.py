@@ -338,6 +338,23 @@ CASES: list[Case] = [
         "within_group_percentiles",
         "SELECT dept, percentile_disc(0.5) WITHIN GROUP (ORDER BY salary) AS med, percentile_cont(0.25) WITHIN GROUP (ORDER BY bonus DESC) AS q FROM emp GROUP BY dept",
     ),
+    # --- correlated scalar subqueries that do not aggregate, ALL
+    Case(
+        "scalar_subquery_lookup",
+        "SELECT e.id, (SELECT d.dept FROM dept d WHERE d.floor = e.mgr % 5) AS dname FROM emp e",
+    ),
+    Case(
+        "scalar_subquery_lookup_tpch",
+        "SELECT o_orderkey, (SELECT c_name FROM customer WHERE c_custkey = o_custkey) AS c FROM orders WHERE o_orderkey < 3000",
+    ),
+    Case(
+        "scalar_subquery_lookup_compared",
+        "SELECT COUNT(*) AS n FROM orders WHERE o_totalprice > (SELECT c_acctbal * 20 FROM customer WHERE c_custkey = o_custkey)",
+    ),
+    Case(
+        "all_subquery",
+        "SELECT o_orderkey FROM orders WHERE o_totalprice > ALL (SELECT c_acctbal * 50 FROM customer WHERE c_custkey < 10)",
+    ),
     # --- column names as DuckDB gives them to the query as written
     Case(
         "names_of_unaliased_aggregates",

@@ -647,6 +647,8 @@ class Binder:
             query: exp.Expr | None = None
             if isinstance(node, (exp.Subquery, exp.Exists)):
                 query = node.this
+            elif isinstance(node, exp.All) and isinstance(node.this, exp.Query):
+                query = node.this  # ``x > ALL (SELECT ...)``; ANY holds a Subquery
             elif isinstance(node, exp.In) and node.args.get("query") is not None:
                 q = node.args["query"]
                 query = q.this if isinstance(q, exp.Subquery) else q
@@ -675,6 +677,8 @@ class Binder:
                 return exp.Subquery(this=placeholder)
             if isinstance(node, exp.Exists):
                 return exp.Exists(this=placeholder)
+            if isinstance(node, exp.All):
+                return exp.All(this=placeholder)
             new = node.copy()
             new.set("query", exp.Subquery(this=placeholder))
             # Returning the IN ends the walk below it: its left side may hold a

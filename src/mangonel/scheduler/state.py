@@ -137,7 +137,7 @@ from collections import OrderedDict, deque
 from dataclasses import replace
 
 from mangonel import defaults
-from mangonel.errors import ErrorType
+from mangonel.errors import ErrorType, then
 from mangonel.ids import ExecutorId, JobId, StageId, TaskAttemptId
 from mangonel.scheduler.detector import silence_for_phi
 from mangonel.scheduler.events import (
@@ -729,8 +729,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                     self._stop(task.state, step)
                 task.move(PENDING)
                 msg = f"task {event.attempt} failed on executor {event.executor}: {failure.message}"
-                advice = failure.error_type.advice
-                msg = f"{msg}. {advice}" if advice else msg
+                msg = then(msg, failure.error_type.advice)
                 self._finish(job, JobState.FAILED, msg, step, failure.error_type)
             case FragmentRejected():
                 task.move(PENDING)

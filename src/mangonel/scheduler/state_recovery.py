@@ -61,7 +61,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from mangonel.errors import ErrorType
+from mangonel.errors import ErrorType, then
 from mangonel.ids import ExecutorId, JobId, TaskAttemptId
 from mangonel.scheduler.events import (
     AbortWrite,
@@ -253,7 +253,7 @@ class Recovery:
         return (
             f"task {task.id} failed {task.failures} attempts (the limit is "
             f"{self.limits.max_task_attempts}) on executor(s) {', '.join(task.failed_on)}; "
-            f"last error: {task.last_error}. {advice}"
+            + then(f"last error: {task.last_error}", advice)
         )
 
     def _cancel_readers(self, job: JobRecord, gone: set[ExecutorId], step: Step) -> None:

@@ -116,6 +116,7 @@ def optimize_query(
         inline_named_windows,
         partial(qualified, isolate_tables=True),  # the later rules need it
         hide,
+        one_row_or_error,  # before unnest_subqueries takes MAX of their rows
         _filter_correlated_sources,  # before normalize writes its ORs in CNF
         pushdown_projections,
         normalize,
@@ -127,6 +128,7 @@ def optimize_query(
         eliminate_joins,
         eliminate_ctes,
         restore,
+        one_row_checked,
         quoted,
         push_into_shared_ctes,
     )
@@ -357,6 +359,66 @@ def _hide_uncorrelated(expression: exp.Expr, stash: dict[int, exp.Expr]) -> exp.
         if isinstance(node, exp.In):
             args.append(node.this.copy())
         node.replace(exp.Anonymous(this=_MARKER, expressions=args))
+    return expression
+
+
+SCALAR_ROWS_ERROR = (
+    "More than one row returned by a subquery used as an expression - scalar "
+    "subqueries can only return a single row."
+)
+"""DuckDB's own words for a scalar subquery of several rows."""
+
+_NOT_SCALAR = (exp.From, exp.Join, exp.In, exp.Exists, exp.Any, exp.All, exp.Lateral)
+
+
+ONE_ROW = "mangonel_one_row"
+"""The mark (in a node's ``meta``) of a correlated scalar subquery's value,
+written as ``MAX`` of the one row it must have.
+
+sqlglot's ``unnest_subqueries`` joins a correlated scalar subquery that does not
+aggregate as ``MAX`` of its rows per correlation key (``ARRAY_AGG`` in a
+comparison): where DuckDB fails the query (a nation's subquery finding five
+suppliers' names), the plan answered with one of them. Marked before the rule
+(``one_row_or_error``), the value is an aggregate that sqlglot decorrelates as
+any ``MAX``; afterwards (``one_row_checked``) it becomes ``CASE WHEN COUNT(*) > 1
+THEN error(...) ELSE ANY_VALUE(e) END``: ``e`` for one row, NULL for none,
+DuckDB's own error for more. (sqlglot's expression classes are compiled and
+cannot be subclassed for a mark of their own.)"""
+
+
+def one_row_or_error(expression: exp.Expr) -> exp.Expr:
+    """Write the value of each correlated scalar subquery that does not aggregate
+    as a ``MAX`` marked ``ONE_ROW`` (see there)."""
+    for node in list(expression.find_all(exp.Subquery)):
+        select = node.this
+        if isinstance(node.parent, _NOT_SCALAR) or not isinstance(select, exp.Select):
+            continue
+        if len(select.expressions) != 1 or not is_correlated(select):
+            continue
+        if any(
+            select.args.get(key)
+            for key in ("group", "having", "limit", "offset", "distinct", "qualify", "windows")
+        ):
+            continue
+        item = select.expressions[0]
+        if item.find(exp.AggFunc, exp.Window, exp.Query) is not None or item.is_star:
+            continue
+        value = exp.Max(this=item.unalias().copy())
+        value.meta[ONE_ROW] = True
+        item.replace(exp.alias_(value, item.alias_or_name))
+    return expression
+
+
+def one_row_checked(expression: exp.Expr) -> exp.Expr:
+    """Write each ``MAX`` marked ``ONE_ROW`` out as the aggregates that check it."""
+    for node in list(expression.find_all(exp.Max)):
+        if not node.meta.get(ONE_ROW):
+            continue
+        many = exp.GT(this=exp.Count(this=exp.Star()), expression=exp.Literal.number(1))
+        fail = exp.Anonymous(this="error", expressions=[exp.Literal.string(SCALAR_ROWS_ERROR)])
+        node.replace(
+            exp.Case(ifs=[exp.If(this=many, true=fail)], default=exp.AnyValue(this=node.this))
+        )
     return expression
 
 
