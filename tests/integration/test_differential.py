@@ -379,6 +379,10 @@ CASES: list[Case] = [
         "SELECT * FROM (SELECT dept, EXTRACT(year FROM hired) AS yr, salary FROM emp) PIVOT (sum(salary) FOR yr IN (2015, 2016, 2017))",
     ),
     Case("columns_by_pattern", "SELECT max(COLUMNS('^(salary|bonus)$')) FROM emp"),
+    Case(
+        "array_of_correlated_subquery",
+        "SELECT n_name, ARRAY(SELECT s_name FROM supplier WHERE s_nationkey = n_nationkey ORDER BY s_name LIMIT 3) AS names FROM nation",
+    ),
     # --- set operations
     Case("union", "SELECT x, y FROM s1 UNION SELECT x, y FROM s2"),
     Case("union_all", "SELECT x, y FROM s1 UNION ALL SELECT x, y FROM s2"),
@@ -927,6 +931,7 @@ FALLBACK: dict[str, str] = {
     "join_positional": "a POSITIONAL join meets row i with row i",
     "pivot_in_from": "PIVOT's columns are its values, which DuckDB finds",
     "columns_by_pattern": "COLUMNS(...) names the columns its pattern matches, which DuckDB finds",
+    "array_of_correlated_subquery": "ARRAY(SELECT ...) keeps its rows' order, which a stage's output does not",
 }
 """Cases expected to run whole in one task over their gathered tables (the
 planner's fallback, a stage labelled "whole query"), with the reason."""

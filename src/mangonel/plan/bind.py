@@ -649,6 +649,11 @@ class Binder:
                 query = node.this
             elif isinstance(node, exp.All) and isinstance(node.this, exp.Query):
                 query = node.this  # ``x > ALL (SELECT ...)``; ANY holds a Subquery
+            elif isinstance(node, exp.Query):
+                # Any other place a query may stand (``ARRAY(SELECT ...)``, whose
+                # rows keep their order, which a stage's output does not): the
+                # task would read tables only a task of the whole query has.
+                raise Unsupported("subquery form")
             elif isinstance(node, exp.In) and node.args.get("query") is not None:
                 q = node.args["query"]
                 query = q.this if isinstance(q, exp.Subquery) else q
