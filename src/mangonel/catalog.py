@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from mangonel import output, storage, textfiles
 from mangonel.errors import CatalogError, ObjectStoreError
+from mangonel.parquet_schema import arrow_schema
 from mangonel.task import FileFormat, FileSplit, TextFormat
 
 Value = int | float | Decimal | dt.date | dt.datetime | str
@@ -358,7 +359,7 @@ def load_table(
             raise
         except (pa.ArrowInvalid, OSError) as exc:
             raise CatalogError(f"{path!r} is not a readable Parquet file: {exc}") from exc
-        file_schema = meta.schema_arrow
+        file_schema = arrow_schema(meta)
         if schema is None:
             schema = file_schema
         elif not file_schema.equals(schema, check_metadata=False):

@@ -168,6 +168,30 @@ def test_cli_register_and_tables(cluster: Any, s3_tpch: dict[str, str]) -> None:
 # ------------------------------------------------------------------- bad input
 
 
+def test_interval_and_uuid_columns_read_from_the_store_as_duckdb_reads_them(
+    session: Any, s3: S3TestServer, tmp_path: Path
+) -> None:
+    # An object is read with pyarrow, which gives Parquet's INTERVAL as 12 raw
+    # bytes: decoded into intervals (``parquet_schema.as_read``), as DuckDB reads them.
+    local = tmp_path / "typed.parquet"
+    duckdb.connect().execute(
+        "COPY (SELECT i AS k, CASE WHEN i % 9 = 0 THEN NULL ELSE INTERVAL (i) DAY "
+        "+ INTERVAL 1 MONTH + INTERVAL (i * 7) MILLISECOND END AS iv, md5(i::VARCHAR)::UUID AS u "
+        f"FROM range(5000) t(i)) TO '{local}' (FORMAT parquet, ROW_GROUP_SIZE 1000)"
+    )
+    s3.client().upload_file(str(local), "tpch", "typed/typed.parquet")
+    session.register_parquet("typed", "s3://tpch/typed/typed.parquet")
+    ref = duckdb.connect()
+    for check in (
+        "SELECT * FROM typed",
+        "SELECT count(*) AS n, max(iv) AS top, min(u) AS low FROM typed "
+        "WHERE iv > INTERVAL 2 MONTH",
+    ):
+        expected = ref.sql(check.replace("typed", f"read_parquet('{local}')")).to_arrow_table()
+        assert expected.num_rows > 0
+        assert_same_result(session.sql(check).to_arrow(), expected, ordered=False)
+
+
 def test_missing_bucket_and_wrong_key(session: Any, duckdb_ref: duckdb.DuckDBPyConnection) -> None:
     with pytest.raises(ObjectNotFoundError, match="bucket 'nosuchbucket'"):
         session.register_parquet("t", "s3://nosuchbucket/lineitem/")

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from mangonel import storage
 from mangonel.errors import ObjectStoreError
 from mangonel.executor.databases import NO_EXTENSIONS
+from mangonel.parquet_schema import arrow_schema, as_read
 from mangonel.sqltext import identifier, literal
 from mangonel.task import FileSplit
 
@@ -108,7 +109,7 @@ def read_scan(
     if not splits:
         return pa.table({c: pa.nulls(0) for c in columns})
     files = [(_parquet_file(split, opened), split) for split in splits]
-    schema = pa.schema([files[0][0].schema_arrow.field(c) for c in columns])
+    schema = _columns_schema(files[0][0], columns)
     stream = pa.RecordBatchReader.from_batches(schema, _split_batches(files, list(columns)))
     return stream if once else stream.read_all()
 
@@ -116,13 +117,19 @@ def read_scan(
 def _split_batches(
     files: list[tuple[pq.ParquetFile, FileSplit]], columns: list[str]
 ) -> Iterator[pa.RecordBatch]:
-    schema = pa.schema([files[0][0].schema_arrow.field(c) for c in columns])
+    schema = _columns_schema(files[0][0], columns)
     for parquet, split in files:
         row_groups = list(split.row_groups) or None
         for batch in parquet.iter_batches(SCAN_BATCH_ROWS, row_groups, columns):
             # Files of one table may differ in small ways (nullability, string
             # encoding); the stream has one schema, the first file's.
-            yield batch if batch.schema == schema else batch.cast(schema)
+            yield as_read(batch, schema)
+
+
+def _columns_schema(parquet: pq.ParquetFile, columns: Sequence[str]) -> pa.Schema:
+    """Some columns of a file's schema as mangonel reads it (``parquet_schema``)."""
+    whole = arrow_schema(parquet)
+    return pa.schema([whole.field(c) for c in columns])
 
 
 def _parquet_file(split: FileSplit, opened: list[storage.ObjectFile]) -> pq.ParquetFile:
@@ -205,7 +212,7 @@ def _file_types(path: str, column: str | None = None) -> dict[str, tuple[str, st
                 return {column: known}
         elif file in _TYPES_ASKED:
             return {}
-        schema = pq.read_schema(path)
+        schema = arrow_schema(pq.ParquetFile(path))
         if _probe is None:
             _probe = duckdb.connect(":memory:", config=NO_EXTENSIONS)
         try:
