@@ -104,6 +104,19 @@ def emp_table() -> pa.Table:
     )
 
 
+def camel_table() -> pa.Table:
+    """Columns spelled in upper and mixed case, as Spark and pandas files have them."""
+    n = 40
+    return pa.table(
+        {
+            "OrderId": pa.array(list(range(1, n + 1)), pa.int64()),
+            "CustomerName": pa.array([NAMES[i % len(NAMES)] for i in range(n)]),
+            "AMOUNT": pa.array([Decimal(i * 37 % 500) / 4 for i in range(n)], pa.decimal128(10, 2)),
+            "dept": pa.array([DEPTS[i % 5] for i in range(n)]),
+        }
+    )
+
+
 def dept_table() -> pa.Table:
     """Departments, with a NULL key, a key no employee has and a duplicated key."""
     return pa.table(
@@ -194,6 +207,7 @@ def write_tables(root: Path) -> dict[str, str]:
         ),
         "s2": set_table([6, 1, None, 3, 4, 3, 6], ["y", "a", None, "c", "x", "c", "y"]),
         "empty_t": empty_table(),
+        "camel": camel_table(),
     }
     for name, table in singles.items():
         path = root / f"{name}.parquet"
@@ -337,6 +351,20 @@ CASES: list[Case] = [
     Case(
         "within_group_percentiles",
         "SELECT dept, percentile_disc(0.5) WITHIN GROUP (ORDER BY salary) AS med, percentile_cont(0.25) WITHIN GROUP (ORDER BY bonus DESC) AS q FROM emp GROUP BY dept",
+    ),
+    # --- columns spelled in upper and mixed case
+    Case("camel_select_star", "SELECT * FROM camel"),
+    Case(
+        "camel_group_filter_any_case",
+        'SELECT dept, COUNT(*) AS n, SUM(amount) AS total, MAX("CustomerName") AS top FROM camel WHERE orderid > 5 GROUP BY dept',
+    ),
+    Case(
+        "camel_join_window",
+        "SELECT c.OrderId, e.name, ROW_NUMBER() OVER (PARTITION BY c.dept ORDER BY c.AMOUNT DESC, c.ORDERID) AS rn FROM camel c JOIN emp e ON e.id = c.orderid",
+    ),
+    Case(
+        "camel_in_subquery_and_cte",
+        "WITH big AS (SELECT OrderID AS o, Amount FROM camel WHERE amount > 50) SELECT dept, count(*) AS n FROM camel WHERE OrderId IN (SELECT o FROM big) GROUP BY dept",
     ),
     # --- correlated scalar subqueries that do not aggregate, ALL
     Case(
@@ -902,6 +930,7 @@ ONE_STAGE: dict[str, str] = {
     "exists_with_aggregate_is_always_true": "EXISTS over an aggregate without GROUP BY always has its one row: the query is a scan of l",
     "exists_over_duckdb_only_aggregate_is_always_true": "EXISTS over an aggregate without GROUP BY always has its one row: the query is a scan of emp",
     "names_of_unaliased_expressions": _SCAN_ONLY,
+    "camel_select_star": _SCAN_ONLY,
     "in_list_with_null": _SCAN_ONLY,
     "not_in_list_with_null": _SCAN_ONLY,
     "case_when": _SCAN_ONLY,

@@ -30,6 +30,7 @@ from sqlglot.optimizer.pushdown_predicates import pushdown_predicates
 from sqlglot.optimizer.pushdown_projections import pushdown_projections
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.qualify_columns import quote_identifiers
+from sqlglot.optimizer.scope import Scope, traverse_scope
 from sqlglot.optimizer.simplify import simplify
 from sqlglot.optimizer.unnest_subqueries import unnest_subqueries
 from sqlglot.schema import ensure_schema
@@ -73,6 +74,7 @@ def optimize_query(
     schema_ = ensure_schema(schema, dialect=dialect_)
     qualified = partial(qualify, schema=schema_, dialect=dialect_, quote_identifiers=False)
     quoted = partial(quote_identifiers, dialect=dialect_)
+    spelled = _catalog_spelling(schema)
     derived = _derived_tables_only(query)
     if derived is not None:
         # One SELECT, or SELECTs nested only as derived tables: nothing to
@@ -94,6 +96,7 @@ def optimize_query(
             optimize_joins,
             *([_merge_subqueries] if derived else []),
             partial(_simplify_conditions, dialect=dialect_),
+            *([spelled] if spelled else []),
             quoted,
         )
 
@@ -129,6 +132,7 @@ def optimize_query(
         eliminate_ctes,
         restore,
         one_row_checked,
+        *([spelled] if spelled else []),
         quoted,
         push_into_shared_ctes,
     )
@@ -201,6 +205,41 @@ def _merge_subqueries(expression: exp.Expr) -> exp.Expr:
     finally:
         for select in marked:
             select.set("settings", None)
+
+
+def _catalog_spelling(schema: dict[str, object]) -> Callable[[exp.Expr], exp.Expr] | None:
+    """A rule that names each column of a catalog table as the table spells it, or
+    ``None`` where every column is in lower case already.
+
+    DuckDB's identifiers ignore case, and sqlglot's qualification writes them in
+    lower case (``SELECT Mixed FROM t`` reads ``t.mixed``), but the binder and the
+    scans name a table's columns as its files do: a column of ``Mixed`` or
+    ``UPPER`` (a Spark or pandas file's ``CamelCase``) was read by no scan, and
+    its query failed in DuckDB's binder (``SELECT *`` included).
+    """
+    spelled = {
+        table: {c.lower(): c for c in columns if c != c.lower()}
+        for table, columns in schema.items()
+        if isinstance(columns, dict)
+    }
+    spelled = {table: names for table, names in spelled.items() if names}
+    if not spelled:
+        return None
+
+    def rule(expression: exp.Expr) -> exp.Expr:
+        for scope in traverse_scope(expression):
+            for column in scope.columns:
+                owner: Scope | None = scope
+                while owner is not None and column.table not in owner.sources:
+                    owner = owner.parent
+                source = owner.sources.get(column.table) if owner is not None else None
+                names = spelled.get(source.name) if isinstance(source, exp.Table) else None
+                actual = names.get(column.name.lower()) if names else None
+                if actual is not None and actual != column.name:
+                    column.set("this", exp.to_identifier(actual, quoted=True))
+        return expression
+
+    return rule
 
 
 def _derived_tables_only(query: exp.Query) -> bool | None:
