@@ -306,6 +306,41 @@ def test_a_table_of_many_types_reads_back_what_it_wrote(
         session.sql("DROP TABLE typed")
 
 
+def test_insert_by_name_into_columns_of_any_case_matches_duckdb(
+    session: Any, tpch_tables: dict[str, Path]
+) -> None:
+    # INSERT ... BY NAME takes each column from the query's column of its name
+    # (it went by position, so a query naming them in another order failed, or
+    # swapped two columns of one type); the table's columns are spelled in mixed
+    # case, which its readers must find however they spell them.
+    ref = duckdb.connect()
+    ref.execute(f"CREATE VIEW nation AS SELECT * FROM read_parquet('{tpch_tables['nation']}')")
+    statements = (
+        'CREATE TABLE named AS SELECT n_nationkey AS "NationKey", n_name AS "Name", '
+        'n_comment AS "Comment" FROM nation WHERE n_regionkey = 1',
+        'INSERT INTO named BY NAME SELECT n_comment AS "Comment", n_nationkey + 100 AS nationkey, '
+        "n_name AS NAME FROM nation WHERE n_regionkey = 2",
+        "INSERT INTO named BY NAME SELECT 'no comment' AS comment, n_nationkey + 200 AS NationKey "
+        "FROM nation WHERE n_regionkey = 3",
+    )
+    try:
+        for statement in statements:
+            assert_same_result(
+                session.sql(statement).to_arrow(), ref.execute(statement).to_arrow_table(), True
+            )
+        for check in (
+            "SELECT * FROM named",
+            "SELECT nationkey, upper(name) AS n FROM named WHERE COMMENT <> 'no comment'",
+        ):
+            assert_same_result(
+                session.sql(check).to_arrow(), ref.sql(check).to_arrow_table(), ordered=False
+            )
+        with pytest.raises(QueryError, match="table named has no column 'extra'"):
+            session.sql("INSERT INTO named BY NAME SELECT 1 AS nationkey, 2 AS extra")
+    finally:
+        session.sql("DROP TABLE IF EXISTS named")
+
+
 def test_a_failed_write_leaves_nothing_visible(cluster: Any, session: Any, out_root: Path) -> None:
     # Only the last of the six scan tasks meets a row it cannot convert: the other
     # five have written and staged their files by the time the job fails.

@@ -47,3 +47,20 @@ def test_many_threads_cast_at_once() -> None:
     for t in threads:
         t.join()
     assert failures == []
+
+
+def test_by_name_each_table_column_takes_the_query_column_of_its_name() -> None:
+    # In any order and case; a column the query does not name is NULL.
+    sql = insert_query("SELECT 'n' AS NOTE, 7 AS key", SCHEMA, ["NOTE", "key"], "t", by_name=True)
+    assert sql == (
+        'SELECT CAST("q1" AS BIGINT) AS "key", CAST(NULL AS DECIMAL(15,2)) AS "price", '
+        'CAST("q0" AS VARCHAR) AS "note" '
+        'FROM (SELECT \'n\' AS NOTE, 7 AS key) AS __insert("q0", "q1")'
+    )
+
+
+def test_by_name_a_column_the_table_lacks_or_one_named_twice_is_refused() -> None:
+    with pytest.raises(QueryError, match="table t has no column 'cost'"):
+        insert_query("SELECT 1 AS key, 2 AS cost", SCHEMA, ["key", "cost"], "t", by_name=True)
+    with pytest.raises(QueryError, match="names column 'Key' twice"):
+        insert_query("SELECT 1 AS key, 2 AS Key", SCHEMA, ["key", "Key"], "t", by_name=True)

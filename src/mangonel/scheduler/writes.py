@@ -182,18 +182,32 @@ def table_location(warehouse: str, table: str) -> str:
     return output.normalize(f"{warehouse.rstrip('/')}/{table}")
 
 
-def insert_query(query: str, schema: pa.Schema, query_columns: Sequence[str], table: str) -> str:
+def insert_query(
+    query: str,
+    schema: pa.Schema,
+    query_columns: Sequence[str],
+    table: str,
+    by_name: bool = False,
+) -> str:
     """``query`` with its columns renamed and cast to ``schema``'s, by position, as
-    DuckDB's ``INSERT INTO t SELECT`` does (files of one table share one schema).
+    DuckDB's ``INSERT INTO t SELECT`` does (files of one table share one schema);
+    ``by_name`` (``INSERT INTO t BY NAME SELECT``): each of the table's columns takes
+    the query's column of its name, in any case, and NULL where the query has none.
 
     Raises:
-        QueryError: the query has another number of columns than the table.
+        QueryError: the query has another number of columns than the table; by
+            name, a column the table does not have, or one named twice.
     """
-    if len(query_columns) != len(schema):
+    if by_name:
+        sources = _by_name(schema, query_columns, table)
+    elif len(query_columns) != len(schema):
         raise QueryError(
             f"table {table} has {len(schema)} columns ({', '.join(schema.names)}) but the query "
-            f"gives {len(query_columns)}; select one value per column, in the table's order"
+            f"gives {len(query_columns)}; select one value per column, in the table's order, "
+            "or name them as the table does and write INSERT INTO ... BY NAME"
         )
+    else:
+        sources = list(range(len(schema)))
     import duckdb
 
     # A cursor of its own: DuckDB's connections (the module-wide default one too)
@@ -201,11 +215,34 @@ def insert_query(query: str, schema: pa.Schema, query_columns: Sequence[str], ta
     # statements on several threads at once.
     with duckdb.default_connection().cursor() as con:
         types = con.from_arrow(schema.empty_table()).types
-    q = [f'"q{i}"' for i in range(len(schema))]
+    q = [f'"q{i}"' for i in range(len(query_columns))]
     cols = ", ".join(
-        f"CAST({q[i]} AS {types[i]}) AS {identifier(name)}" for i, name in enumerate(schema.names)
+        f"CAST({'NULL' if source is None else q[source]} AS {types[i]}) AS {identifier(name)}"
+        for i, (name, source) in enumerate(zip(schema.names, sources, strict=True))
     )
     return f"SELECT {cols} FROM ({query}) AS __insert({', '.join(q)})"
+
+
+def _by_name(schema: pa.Schema, query_columns: Sequence[str], table: str) -> list[int | None]:
+    """For each of the table's columns, the position of the query's column of its
+    name (case aside, as DuckDB's names go), or ``None``."""
+    positions: dict[str, int] = {}
+    for i, column in enumerate(query_columns):
+        if column.lower() in positions:
+            raise QueryError(
+                f"the query names column {column!r} twice; INSERT INTO {table} BY NAME takes "
+                "each of the table's columns from the query's column of its name"
+            )
+        positions[column.lower()] = i
+    known = {name.lower() for name in schema.names}
+    unknown = [c for c in query_columns if c.lower() not in known]
+    if unknown:
+        raise QueryError(
+            f"table {table} has no column {unknown[0]!r} (its columns: "
+            f"{', '.join(schema.names)}); INSERT ... BY NAME writes each of the query's "
+            "columns into the table's column of its name"
+        )
+    return [positions.get(name.lower()) for name in schema.names]
 
 
 def plan_statement(
@@ -262,7 +299,7 @@ def plan_statement(
                 "tables it created (CREATE TABLE ... AS)"
             )
         columns = plan_query(statement.query, catalog, planner, dialect).columns
-        query = insert_query(statement.query, existing.schema, columns, name)
+        query = insert_query(statement.query, existing.schema, columns, name, statement.by_name)
         table, location, mode = name, output.normalize(existing.location), CommitMode.APPEND
         fmt, partition_by = WriteFormat.PARQUET, ()
     else:

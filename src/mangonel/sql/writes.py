@@ -56,6 +56,9 @@ class WriteStatement:
     declared: bool = False
     """``CREATE TABLE t (columns)``: ``query`` is one of no rows; the statement
     answers no row (DuckDB's answer), not a count."""
+    by_name: bool = False
+    """``INSERT INTO t BY NAME SELECT``: the query's columns go into the table's
+    columns of their names, not by position."""
 
 
 def is_write(sql: str) -> bool:
@@ -407,6 +410,7 @@ def _insert(stmt: exp.Insert) -> WriteStatement:
         WriteKind.INSERT,
         query=query,
         table=_table_name(stmt.this, "INSERT INTO"),
+        by_name=bool(stmt.args.get("by_name")),
     )
 
 
