@@ -324,6 +324,9 @@ def load_table(
     ``options``, and the ``columns`` (name, DuckDB type) as declared, else inferred
     from the first file's start; each file's size, cut into chunks.
 
+    A table's name is kept in lower case: names are matched without case, as
+    DuckDB's are (``MyTable`` and ``mytable`` are one table).
+
     Raises:
         CatalogError: a missing or unreadable path, a bad name, option or column.
     """
@@ -331,6 +334,7 @@ def load_table(
         raise CatalogError(
             f"table name {name!r} is not a valid identifier; use letters, digits and underscores"
         )
+    name = name.lower()
     if kind is not FileFormat.PARQUET:
         return _load_text_table(name, location, kind, options or {}, columns)
     if options:

@@ -307,6 +307,20 @@ def test_register_invalid_table_name_is_a_catalog_error(
     assert_still_serving(session)
 
 
+def test_a_table_registered_in_upper_case_is_named_in_any_case(
+    session: Any, tpch_tables: dict[str, Path]
+) -> None:
+    # Names match without case, as DuckDB's do: the catalog keeps them in lower
+    # case (a table registered as "MyNation" failed every query naming it with an
+    # internal error, the scheduler's KeyError).
+    session.register_parquet("MyNation", str(tpch_tables["nation"]))
+    for name in ("MyNation", "mynation", "MYNATION", '"MyNation"'):
+        result = session.sql(f"SELECT COUNT(*) AS n FROM {name}").to_arrow()
+        assert result.column("n").to_pylist() == [25], name
+    assert "mynation" in {t.name for t in session.tables()}
+    assert_still_serving(session)
+
+
 # ------------------------------------------------------------------- flight tickets
 
 

@@ -312,13 +312,14 @@ def test_insert_by_name_into_columns_of_any_case_matches_duckdb(
     # INSERT ... BY NAME takes each column from the query's column of its name
     # (it went by position, so a query naming them in another order failed, or
     # swapped two columns of one type); the table's columns are spelled in mixed
-    # case, which its readers must find however they spell them.
+    # case, which its readers must find however they spell them, and so is its
+    # name (a table named in upper case was created, then named in no query).
     ref = duckdb.connect()
     ref.execute(f"CREATE VIEW nation AS SELECT * FROM read_parquet('{tpch_tables['nation']}')")
     statements = (
-        'CREATE TABLE named AS SELECT n_nationkey AS "NationKey", n_name AS "Name", '
+        'CREATE TABLE "Named" AS SELECT n_nationkey AS "NationKey", n_name AS "Name", '
         'n_comment AS "Comment" FROM nation WHERE n_regionkey = 1',
-        'INSERT INTO named BY NAME SELECT n_comment AS "Comment", n_nationkey + 100 AS nationkey, '
+        'INSERT INTO NAMED BY NAME SELECT n_comment AS "Comment", n_nationkey + 100 AS nationkey, '
         "n_name AS NAME FROM nation WHERE n_regionkey = 2",
         "INSERT INTO named BY NAME SELECT 'no comment' AS comment, n_nationkey + 200 AS NationKey "
         "FROM nation WHERE n_regionkey = 3",
@@ -337,8 +338,10 @@ def test_insert_by_name_into_columns_of_any_case_matches_duckdb(
             )
         with pytest.raises(QueryError, match="table named has no column 'extra'"):
             session.sql("INSERT INTO named BY NAME SELECT 1 AS nationkey, 2 AS extra")
+        assert "named" in {t.name for t in session.tables()}
     finally:
-        session.sql("DROP TABLE IF EXISTS named")
+        session.sql("DROP TABLE IF EXISTS Named")
+    assert "named" not in {t.name for t in session.tables()}
 
 
 def test_a_failed_write_leaves_nothing_visible(cluster: Any, session: Any, out_root: Path) -> None:

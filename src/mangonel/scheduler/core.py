@@ -822,6 +822,7 @@ class SchedulerCore:
                 column is invalid.
         """
         table = load_table(name, path, kind, options, columns)
+        name = table.name  # in lower case
         stored = StoredTable(
             table.location,
             table.format.value,
@@ -846,6 +847,7 @@ class SchedulerCore:
             OSError, MangonelError: a warehouse table's location could not be
                 written; the table is still there.
         """
+        name = name.lower()  # as the catalog keeps it (``load_table``)
         with self._lock:
             table = self.catalog.snapshot().get(name)
             kept = self.unreadable.get(name)

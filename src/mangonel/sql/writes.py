@@ -116,7 +116,7 @@ def _table_name(node: exp.Expr | None, what: str) -> str:
         )
     if not isinstance(node, exp.Table) or node.args.get("db") or node.args.get("catalog"):
         raise ForbiddenStatementError(f"{what} needs a plain table name")
-    return node.name
+    return node.name.lower()  # as the catalog keeps names (``catalog.load_table``)
 
 
 def _copy(stmt: exp.Copy) -> WriteStatement:
