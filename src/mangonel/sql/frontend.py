@@ -164,7 +164,7 @@ _WHAT_RUNS = (
 
 def _duckdb_aggregates() -> frozenset[str]:
     """The names of DuckDB's aggregate functions, lower case."""
-    import duckdb  # here: the front end is imported by clients, which need no DuckDB
+    import duckdb  # asked once, by the first query calling a function sqlglot does not know
 
     with duckdb.connect() as con:
         rows = con.execute(
