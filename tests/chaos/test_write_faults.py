@@ -430,11 +430,21 @@ def test_files_a_replace_retired_wait_for_their_reader_across_a_scheduler_restar
         old_files = [f for f in files_under(location) if f != str(location / MANIFEST)]
         runner, outcome = held_reader(cluster, CHECK + "restarted")
         session.sql(f"CREATE OR REPLACE TABLE restarted AS {new}")
-    cluster.kill_scheduler()
-    cluster.restart_scheduler()
-    time.sleep(0.5)  # the restarted scheduler's look through its warehouse is done
-    assert runner.is_alive(), f"the reader finished before the restart: {outcome}"
-    assert all(os.path.exists(f) for f in old_files), "deleted under the recovered reader"
+    # The restarted scheduler launches the reader's task again as its executor
+    # reattaches (attempt 1): held too, or it reads at once and the query is done
+    # before the files' fate is looked at (CI, 2026-12-06). The replace's own
+    # tasks were attempts 0, and it is committed.
+    cluster.set_faults_all(
+        [{"action": "delay", "seconds": 10, "stage": 1, "partition": 0, "attempt": 1}]
+    )
+    try:
+        cluster.kill_scheduler()
+        cluster.restart_scheduler()
+        time.sleep(0.5)  # the restarted scheduler's look through its warehouse is done
+        assert runner.is_alive(), f"the reader finished before the restart: {outcome}"
+        assert all(os.path.exists(f) for f in old_files), "deleted under the recovered reader"
+    finally:
+        cluster.set_faults_all([])
     old_expected = duckdb_ref.sql(f"{CHECK} ({old})").to_arrow_table()
     old_rows_then_gone(runner, outcome, old_files, old_expected)
     with cluster.connect() as session:
