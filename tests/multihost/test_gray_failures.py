@@ -341,6 +341,12 @@ def test_a_flapping_link_is_quarantined_never_lost_and_its_stream_moves(
     )
 
 
+RELEASE_TRIES = 3
+"""Cuts the release test makes until one loses the release: TCP's retry on the old
+connection may still carry it across right after the heal (its timer follows the
+round trips it measured), and then the move has nothing to send again."""
+
+
 def test_a_release_lost_in_a_cut_is_sent_again_when_the_executor_moves_its_stream(
     net: NetCluster, expected: pa.Table
 ) -> None:
@@ -350,7 +356,22 @@ def test_a_release_lost_in_a_cut_is_sent_again_when_the_executor_moves_its_strea
     executor moves its stream naming the jobs it has files of, and the scheduler
     releases those of the cancelled job again (``scheduler.state_streams``): the
     files are deleted. The executor stays live under its id; the next answer is
-    correct."""
+    correct. Where TCP's retry carried the release across the heal first (the
+    move then released nothing), the cut is made again, up to ``RELEASE_TRIES``
+    times (CI, 2026-12-06: the retry came 70 ms after the heal)."""
+    released: list[int] = []
+    for _ in range(RELEASE_TRIES):
+        released.append(_cut_and_cancel_then_heal(net))
+        _check(net.client.sql(tpch_query(QUERY)), expected)
+        if released[-1] > 0:
+            break
+    assert released[-1] > 0, f"every release crossed the cut on the old stream: {released}"
+
+
+def _cut_and_cancel_then_heal(net: NetCluster) -> int:
+    """One cut of executor 1 while a query it has files of is cancelled; the files
+    deleted, its stream moved, its id kept. How many ended jobs' files the move
+    released (0: the release crossed on the old stream)."""
     ids = net.wait_for_executors(3)
     cut_id, host = ids[1], net.executor_hosts[1]
     shuffle = host.outside(f"{MOUNT_POINT}/work/{cut_id}/shuffle")
@@ -387,6 +408,11 @@ def test_a_release_lost_in_a_cut_is_sent_again_when_the_executor_moves_its_strea
         "the cancelled job's files deleted on executor 1",
         30,
     )
-    assert _scheduler_log(net).count(moved) > moves_before, "executor 1's stream never moved"
+    wait_until(
+        lambda: _scheduler_log(net).count(moved) > moves_before, "executor 1's stream moved", 30
+    )
     assert cut_id in net.wait_for_executors(3).values()  # the same id, alive
-    _check(net.client.sql(tpch_query(QUERY)), expected)
+    line = [x for x in _scheduler_log(net).splitlines() if moved in x][-1]
+    found = re.search(r"(\d+) ended job\(s\)' files released", line)
+    assert found is not None, line
+    return int(found.group(1))
