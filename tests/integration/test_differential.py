@@ -411,6 +411,40 @@ CASES: list[Case] = [
         "array_of_correlated_subquery",
         "SELECT n_name, ARRAY(SELECT s_name FROM supplier WHERE s_nationkey = n_nationkey ORDER BY s_name LIMIT 3) AS names FROM nation",
     ),
+    Case(
+        "collate_join",
+        "SELECT e.id, f.id AS fid FROM emp e JOIN emp f ON e.name COLLATE nocase = upper(f.name) WHERE f.id % 4 = 0",
+    ),
+    Case(
+        "collate_group",
+        "SELECT lower(n) AS n, count(*) AS c FROM (SELECT n COLLATE nocase AS n FROM (SELECT name AS n FROM emp UNION ALL SELECT upper(name) FROM emp WHERE id % 3 = 0)) GROUP BY 1",
+    ),
+    Case(
+        "collate_window",
+        "SELECT id, count(*) OVER (PARTITION BY n COLLATE nocase) AS c FROM (SELECT id, name AS n FROM emp UNION ALL SELECT -id, upper(name) FROM emp WHERE id % 3 = 0)",
+    ),
+    Case(
+        "range_table_function",
+        "SELECT r.x, e.name FROM range(1, 40, 3) r(x) JOIN emp e ON e.id = r.x",
+    ),
+    # --- keys of different types, compared as DuckDB compares them
+    Case(
+        "join_integer_with_string",
+        "SELECT e.id, f.name FROM emp e JOIN (SELECT CAST(id AS VARCHAR) AS sid, name FROM emp WHERE id % 3 = 0) f ON e.id = f.sid",
+    ),
+    Case(
+        "join_date_with_string",
+        "SELECT e.id, f.id AS fid FROM emp e JOIN (SELECT id, strftime(hired, '%Y-%-m-%-d') AS day FROM emp WHERE id % 5 = 0) f ON e.hired = f.day",
+    ),
+    Case(
+        "sum_of_integers_keeps_its_type",
+        "SELECT dept, sum(id) // 2 AS half, sum(mgr) * 1.5 AS more, typeof(sum(id)) AS t FROM emp GROUP BY dept",
+    ),
+    Case("union_integer_with_string", "SELECT id FROM emp UNION SELECT name FROM emp"),
+    Case(
+        "intersect_integer_with_string",
+        "SELECT mgr FROM emp INTERSECT SELECT CAST(id AS VARCHAR) FROM emp WHERE id < 20",
+    ),
     # --- set operations
     Case("union", "SELECT x, y FROM s1 UNION SELECT x, y FROM s2"),
     Case("union_all", "SELECT x, y FROM s1 UNION ALL SELECT x, y FROM s2"),
@@ -961,6 +995,10 @@ FALLBACK: dict[str, str] = {
     "pivot_in_from": "PIVOT's columns are its values, which DuckDB finds",
     "columns_by_pattern": "COLUMNS(...) names the columns its pattern matches, which DuckDB finds",
     "array_of_correlated_subquery": "ARRAY(SELECT ...) keeps its rows' order, which a stage's output does not",
+    "collate_join": "a collation makes unequal values equal: hashed as they are, 'bob' and 'BOB' would not meet",
+    "collate_group": "a collation makes unequal values equal: hashed as they are, 'bob' and 'BOB' would be two groups",
+    "collate_window": "a collation makes unequal values equal: hashed as they are, 'bob' and 'BOB' would be two partitions",
+    "range_table_function": "range() is a table function, not a table the binder can split",
 }
 """Cases expected to run whole in one task over their gathered tables (the
 planner's fallback, a stage labelled "whole query"), with the reason."""

@@ -175,6 +175,7 @@ def test_scan_hash_then_reduce_matches_duckdb(runner: TaskRunner, data: list[str
                     ("mode", "revenue", "n"),
                 ),
             ),
+            result=True,  # read here as a client reads it
         )
         (out,) = runner.run(spec)
         results.append(read(runner, out))
@@ -187,6 +188,44 @@ def test_scan_hash_then_reduce_matches_duckdb(runner: TaskRunner, data: list[str
     assert got.column("n").to_pylist() == expected.column("n").to_pylist()
     assert got.column("revenue").to_pylist() == pytest.approx(
         expected.column("revenue").to_pylist()
+    )
+
+
+def test_a_stage_keeps_duckdbs_types_and_a_result_gets_arrows(runner: TaskRunner) -> None:
+    """A SUM of integers is a HUGEINT, which Arrow has no type for: a stage's rows
+    carry it as DuckDB's own (read again, it is a HUGEINT: ``s // 2`` too, where a
+    DECIMAL(38, 0) would make a DOUBLE), a query's result as DECIMAL(38, 0), and a
+    UUID as a string, as DuckDB gives them to a client."""
+    sql = (
+        "SELECT k, sum(x) AS s, md5(k::VARCHAR)::UUID AS u "
+        "FROM range(10) t(x), (SELECT 1 AS k) GROUP BY k"
+    )
+    (stage,) = runner.run(TaskSpec(attempt(1, 0), sql, SINGLE, ("k", "s", "u")))
+    rows = read(runner, stage)
+    assert isinstance(rows.schema.field("s").type, pa.BaseExtensionType)
+    final = TaskSpec(
+        attempt(2, 0),
+        "SELECT s // 2 AS half, typeof(s // 2) AS t, u FROM s1 ORDER BY half",
+        SINGLE,
+        ("half", "t", "u"),
+        inputs=(
+            InputLocations(
+                "s1", StageId(1), InputMode.ALL, locations(1, {0: (stage,)}, 0), ("k", "s", "u")
+            ),
+        ),
+        result=True,
+    )
+    (out,) = runner.run(final)
+    answer = read(runner, out)
+    expected = duckdb.sql(
+        "SELECT sum(x) // 2 AS half, typeof(sum(x) // 2) AS t, md5('1')::UUID AS u "
+        "FROM range(10) t(x)"
+    ).to_arrow_table()
+    assert answer.schema == expected.schema
+    assert (
+        answer.to_pylist()
+        == expected.to_pylist()
+        == [{"half": 22, "t": "HUGEINT", "u": expected.column("u")[0].as_py()}]
     )
 
 
@@ -936,6 +975,7 @@ def test_an_input_named_once_is_streamed_and_one_named_twice_read_whole(
                         "s1", StageId(1), InputMode.PARTITION, locations(1, maps, p), cols
                     ),
                 ),
+                result=True,  # read here as a client reads it
             )
             (out,) = runner.run(spec)
             got[name].append(read(runner, out))

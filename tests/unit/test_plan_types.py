@@ -69,6 +69,21 @@ def test_a_table_registered_again_with_other_columns_gets_a_new_oracle(tmp_path:
     assert after.describe("SELECT a FROM t") == [("a", "VARCHAR")]
 
 
+def test_keys_take_the_type_duckdb_compares_them_in_and_a_union_its_own(tmp_path: Path) -> None:
+    """A comparison casts a string to the other side's type; a CASE would refuse
+    INTEGER with VARCHAR and take VARCHAR over DATE. A set operation's column of
+    INTEGER and VARCHAR is VARCHAR."""
+    pq.write_table(pa.table({"a": pa.array([1], pa.int32())}), tmp_path / "t.parquet")
+    oracle = oracle_for({"t": load_table("t", str(tmp_path / "t.parquet"))})
+    assert oracle.supertype("INTEGER", "VARCHAR") == "INTEGER"
+    assert oracle.supertype("VARCHAR", "DATE") == "DATE"
+    assert oracle.supertype("INTEGER", "BIGINT") == "BIGINT"
+    assert oracle.supertype("INTEGER", "VARCHAR", union=True) == "VARCHAR"
+    assert oracle.supertype("DATE", "VARCHAR", union=True) == "VARCHAR"
+    with pytest.raises(BindError):
+        oracle.supertype("INTERVAL", "DATE")
+
+
 def test_join_keys_of_table_columns_take_the_catalog_types(tmp_path: Path) -> None:
     """Key types of columns a scan passes up come from the catalog (no DuckDB binding
     of the subtree); a key computed above the scans is bound by DuckDB."""

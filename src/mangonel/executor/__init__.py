@@ -6,6 +6,7 @@ Modules, from the data path outwards:
 * ``databases``: the slot's DuckDB databases, locked down, and its scan databases.
 * ``scan``: Parquet splits read by DuckDB's reader, or by pyarrow from object storage.
 * ``partitioning``: a task's result split by ``hash(keys) % N`` into its partitions.
+* ``arrow_types``: DuckDB's own types across a shuffle, Arrow's in a query's result.
 * ``spill``: ``SpillWatch``, how much the running task spills.
 * ``memory``: the memory and spill budgets, and the allocators' settings.
 * ``shuffle_write``: ``ShuffleWriter``, a task's output partitions as Arrow IPC

@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mangonel import storage, textfiles
+from mangonel.executor.arrow_types import PlainTypes
 from mangonel.executor.databases import ScanDatabases, locked_connection
 from mangonel.executor.failures import (
     TaskCancelledError,
@@ -161,6 +162,7 @@ class TaskRunner:
         self.hooks: TaskHooks = NO_HOOKS
         """Test hooks (``executor.hooks``); the executor gives its own."""
         self._scans = ScanDatabases(spill_dir, budget, threads)
+        self._plain = PlainTypes(spill_dir, budget)
         self._job_files_of: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
 
     def run(
@@ -337,6 +339,7 @@ class TaskRunner:
         self._spill_watch.close()
         self._con.close()
         self._scans.close()
+        self._plain.close()
 
     # ---------------------------------------------------------------- inputs
 
@@ -414,9 +417,14 @@ class TaskRunner:
             raise TaskFailedError(FragmentRejected(f"the fragment is not a query: {spec.sql!r}"))
         # The stream must be closed on every path: an open result blocks the
         # connection ("connection has an open result") for the next task.
-        with relation.to_arrow_reader(BATCH_ROWS) as stream:
+        with contextlib.ExitStack() as closing:
+            stream = closing.enter_context(relation.to_arrow_reader(BATCH_ROWS))
             if spec.sink is not None:
                 return self._write_sink(spec, spec.sink, stream, writer, clock)
+            if spec.result:
+                # DuckDB's own types crossed the shuffles (``arrow_types``); a
+                # client reads Arrow's.
+                stream = closing.enter_context(self._plain.of(stream))
             split = partitions > 1
             schema = output_schema(stream.schema, spec, split)
             clock.switch(Phase.WRITE)

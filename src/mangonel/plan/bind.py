@@ -74,9 +74,16 @@ class Unsupported(Exception):
 _WHOLE_ONLY = {
     exp.Pivot: "PIVOT / UNPIVOT",
     exp.Columns: "COLUMNS(...)",
+    exp.Collate: "COLLATE",
 }
-"""DuckDB syntax that sqlglot's rules pass through unchanged and that names columns
-the binder cannot see: the query runs whole, where DuckDB expands it."""
+"""Syntax the query runs whole for, in one task where DuckDB does all of it.
+
+PIVOT and ``COLUMNS(...)``, which sqlglot's rules pass through unchanged, name
+columns the binder cannot see. A collation (``s COLLATE nocase``) makes values
+equal that differ: hashed as they are, ``'a'`` and ``'A'`` would go to different
+tasks and never meet in a join, a group or a window's partition, and a partial
+aggregate's rows lose the collation in Arrow, so the final one would group them
+apart."""
 
 
 def check_supported(query: exp.Expr) -> None:

@@ -43,7 +43,7 @@ class TypeOracle:
     def __init__(self, catalog: Mapping[str, Table] | None = None) -> None:
         self._con = duckdb.connect(":memory:", config=_CONFIG)
         self._lock = threading.Lock()
-        self._supertypes: dict[tuple[str, str], str] = {}
+        self._supertypes: dict[tuple[str, str, bool], str] = {}
         self._tables: dict[str, dict[str, str]] = {}
         self._held: dict[str, _TableKey] = {}
         """Name -> identity of each table registered here."""
@@ -103,16 +103,32 @@ class TypeOracle:
             self._tables[table] = types
         return types
 
-    def supertype(self, left: str, right: str) -> str:
-        """The type DuckDB compares two types in (e.g. INTEGER, BIGINT -> BIGINT)."""
+    def supertype(self, left: str, right: str, *, union: bool = False) -> str:
+        """The type DuckDB compares two types in, or with ``union`` the type a set
+        operation's column of the two takes.
+
+        A comparison of a string with any other type casts the string to that type
+        (``int_col = varchar_col`` compares integers, and fails on a string that is
+        not one), where a CASE of the two would refuse INTEGER and VARCHAR and take
+        VARCHAR over DATE; otherwise both take the wider type (INTEGER, BIGINT ->
+        BIGINT), as a CASE does. A UNION of INTEGER and VARCHAR is VARCHAR.
+
+        Raises:
+            mangonel.errors.BindError: DuckDB has no such type for the two.
+        """
         if left == right:
             return left
-        key = (left, right)
+        if not union and (left == "VARCHAR") != (right == "VARCHAR"):
+            return right if left == "VARCHAR" else left
+        key = (left, right, union)
         if key not in self._supertypes:
-            sql = (
-                f"SELECT CASE WHEN random() < 2 THEN CAST(NULL AS {left}) "
-                f"ELSE CAST(NULL AS {right}) END AS t"
-            )
+            if union:
+                sql = f"SELECT CAST(NULL AS {left}) AS t UNION ALL SELECT CAST(NULL AS {right})"
+            else:
+                sql = (
+                    f"SELECT CASE WHEN random() < 2 THEN CAST(NULL AS {left}) "
+                    f"ELSE CAST(NULL AS {right}) END AS t"
+                )
             self._supertypes[key] = self.describe(sql)[0][1]
         return self._supertypes[key]
 

@@ -270,8 +270,9 @@ def _in_default_schema(table: exp.Table) -> bool:
 
 
 def _check_sources(stmt: exp.Query, catalog: set[str]) -> set[str]:
-    """Refuse table functions and unknown tables, and drop the default schema from
-    names qualified by it; return the catalog tables used."""
+    """Refuse table functions that read (all but ``range`` and ``generate_series``)
+    and unknown tables, and drop the default schema from names qualified by it;
+    return the catalog tables used."""
     cte_names = {cte.alias_or_name.lower() for cte in stmt.find_all(exp.CTE)}
     used: set[str] = set()
     for node in stmt.walk():
@@ -292,6 +293,8 @@ def _check_sources(stmt: exp.Query, catalog: set[str]) -> set[str]:
                 )
         if not isinstance(node, exp.Table):
             continue
+        if isinstance(node.this, exp.GenerateSeries):
+            continue  # range() / generate_series(): rows computed, no file read
         if not isinstance(node.this, exp.Identifier):
             raise ForbiddenStatementError(
                 f"table function {node.this.sql(dialect=DEFAULT_DIALECT)} is not allowed: "

@@ -620,6 +620,7 @@ class Distributor:
             [col(r) for r in left.node.outputs()],
             right.node,
             [col(r) for r in right.node.outputs()],
+            union=True,
         )
         positions = union_positions(n, self._wanted.get(n))
         if positions is not None:

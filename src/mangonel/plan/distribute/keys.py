@@ -14,6 +14,8 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
+from mangonel.errors import BindError
+from mangonel.plan.bind import Unsupported
 from mangonel.plan.fragment import Renderer, rewrite, sql
 from mangonel.plan.logical import Filter, Join, Keep, Node, Ref, Scan, Sort, StageRead, phys
 from mangonel.plan.types import TypeOracle
@@ -89,13 +91,27 @@ class KeyTypes:
         return self._oracle.table_types(scan.table).get(ref[1])
 
     def cast_keys(
-        self, left: Node, lk: list[exp.Expr], right: Node, rk: list[exp.Expr]
+        self,
+        left: Node,
+        lk: list[exp.Expr],
+        right: Node,
+        rk: list[exp.Expr],
+        *,
+        union: bool = False,
     ) -> tuple[list[exp.Expr], list[exp.Expr]]:
-        """Both sides' keys, each pair cast to its common supertype where they differ."""
+        """Both sides' keys, each pair cast to the type DuckDB compares them in (with
+        ``union``, the type a set operation's column of them takes) where they differ.
+
+        Raises:
+            Unsupported: DuckDB names no such type for a pair (the query runs whole).
+        """
         lt, rt = self.expr_types(left, lk), self.expr_types(right, rk)
         out_l, out_r = [], []
         for le, re_, a, b in zip(lk, rk, lt, rt, strict=True):
-            t = self._oracle.supertype(a, b)
+            try:
+                t = self._oracle.supertype(a, b, union=union)
+            except BindError as err:
+                raise Unsupported(f"keys of types {a} and {b}") from err
             out_l.append(le.copy() if a == t else exp.cast(le.copy(), t))
             out_r.append(re_.copy() if b == t else exp.cast(re_.copy(), t))
         return out_l, out_r
