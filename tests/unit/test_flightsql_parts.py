@@ -24,6 +24,14 @@ def test_positional_parameters_are_numbered_in_reading_order() -> None:
     )
 
 
+def test_a_positional_parameter_cast_with_colons_is_a_parameter() -> None:
+    # sqlglot reads ``?::`` as one token (Databricks' try-cast): ``?::VARCHAR``
+    # was a syntax error, where DuckDB casts the parameter.
+    sql = "SELECT ?::VARCHAR || 'x' AS a, ? + 1 AS b"
+    assert count_parameters(sql) == 2
+    assert bind_parameters(sql, ["y", 2]) == "SELECT CAST('y' AS TEXT) || 'x' AS a, 2 + 1 AS b"
+
+
 def test_numbered_parameters_may_repeat() -> None:
     assert count_parameters("SELECT $2 + $1 + $2") == 2
     assert bind_parameters("SELECT $2 + $1 + $2", [1.5, 2]) == "SELECT 2 + 1.5 + 2"

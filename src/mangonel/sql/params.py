@@ -33,14 +33,19 @@ def numbered(sql: str, dialect: str | None = None) -> str:
     """``sql`` with its n-th ``?`` token written ``$n``: a parse tree keeps no
     positions, and its walk order is not the reading order (a ``WITH`` comes
     last), so the positional parameters are numbered on the tokens first. Only
-    placeholder tokens are rewritten, into placeholders."""
+    placeholder tokens are rewritten, into placeholders.
+
+    sqlglot reads ``?::`` as one token, Databricks' try-cast; in any other dialect
+    it is a placeholder cast (``?::VARCHAR``), which DuckDB takes."""
+    name = (dialect or DEFAULT_DIALECT).lower()
     tokens = [
         t
-        for t in Dialect.get_or_raise((dialect or DEFAULT_DIALECT).lower()).tokenize(sql)
-        if t.token_type is TokenType.PLACEHOLDER and t.text == "?"
+        for t in Dialect.get_or_raise(name).tokenize(sql)
+        if (t.token_type is TokenType.PLACEHOLDER and t.text == "?")
+        or (t.token_type is TokenType.QDCOLON and name != "databricks")
     ]
     for n, token in reversed(list(enumerate(tokens, start=1))):
-        sql = f"{sql[: token.start]}${n}{sql[token.end + 1 :]}"
+        sql = f"{sql[: token.start]}${n}{sql[token.start + 1 :]}"
     return sql
 
 
