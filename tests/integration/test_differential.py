@@ -423,6 +423,11 @@ CASES: list[Case] = [
         "collate_window",
         "SELECT id, count(*) OVER (PARTITION BY n COLLATE nocase) AS c FROM (SELECT id, name AS n FROM emp UNION ALL SELECT -id, upper(name) FROM emp WHERE id % 3 = 0)",
     ),
+    Case("row_as_value", "SELECT d FROM dept d WHERE floor > 1"),
+    Case(
+        "rows_as_a_list",
+        "SELECT d.dept, list(e ORDER BY e.id) AS people FROM emp e JOIN dept d ON e.dept = d.dept WHERE e.id < 40 GROUP BY d.dept",
+    ),
     Case(
         "range_table_function",
         "SELECT r.x, e.name FROM range(1, 40, 3) r(x) JOIN emp e ON e.id = r.x",
@@ -999,6 +1004,8 @@ FALLBACK: dict[str, str] = {
     "collate_group": "a collation makes unequal values equal: hashed as they are, 'bob' and 'BOB' would be two groups",
     "collate_window": "a collation makes unequal values equal: hashed as they are, 'bob' and 'BOB' would be two partitions",
     "range_table_function": "range() is a table function, not a table the binder can split",
+    "row_as_value": "a table's row as a struct, of columns no stage holds under its name",
+    "rows_as_a_list": "a table's rows as structs, of columns no stage holds under its name",
 }
 """Cases expected to run whole in one task over their gathered tables (the
 planner's fallback, a stage labelled "whole query"), with the reason."""

@@ -92,6 +92,15 @@ def check_supported(query: exp.Expr) -> None:
         raise Unsupported(_WHOLE_ONLY[type(node)])
 
 
+def check_row_references(query: exp.Expr) -> None:
+    """Raise ``Unsupported`` where a table's whole row is a value (``SELECT o FROM
+    orders o``, ``list(orders ORDER BY o_orderkey)``; sqlglot's qualification
+    makes it a ``TableColumn``): DuckDB makes a struct of the row, of columns no
+    stage holds under that name. The query runs whole, where DuckDB does it."""
+    if query.find(exp.TableColumn) is not None:
+        raise Unsupported("a table's row as a value")
+
+
 def factor_or(cond: exp.Expr) -> list[exp.Expr]:
     """A WHERE / inner-join conjunct as conjuncts that filter sooner.
 
