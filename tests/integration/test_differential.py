@@ -423,6 +423,14 @@ CASES: list[Case] = [
         "collate_window",
         "SELECT id, count(*) OVER (PARTITION BY n COLLATE nocase) AS c FROM (SELECT id, name AS n FROM emp UNION ALL SELECT -id, upper(name) FROM emp WHERE id % 3 = 0)",
     ),
+    Case(
+        "all_of_a_correlated_subquery",
+        "SELECT id FROM emp e WHERE salary > ALL (SELECT m.salary FROM emp m WHERE m.mgr = e.id)",
+    ),
+    Case(
+        "union_all_by_name",
+        "SELECT id, mgr FROM emp WHERE id < 10 UNION ALL BY NAME SELECT mgr, id FROM emp WHERE id > 140",
+    ),
     Case("row_as_value", "SELECT d FROM dept d WHERE floor > 1"),
     Case(
         "rows_as_a_list",
@@ -1005,6 +1013,8 @@ FALLBACK: dict[str, str] = {
     "collate_window": "a collation makes unequal values equal: hashed as they are, 'bob' and 'BOB' would be two partitions",
     "range_table_function": "range() is a table function, not a table the binder can split",
     "row_as_value": "a table's row as a struct, of columns no stage holds under its name",
+    "all_of_a_correlated_subquery": "sqlglot decorrelates it into ARRAY_ALL, which DuckDB lacks (and which is NULL over no rows)",
+    "union_all_by_name": "the sides' columns meet by name, a name one side lacks NULL on it",
     "rows_as_a_list": "a table's rows as structs, of columns no stage holds under its name",
 }
 """Cases expected to run whole in one task over their gathered tables (the

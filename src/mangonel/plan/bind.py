@@ -92,13 +92,21 @@ def check_supported(query: exp.Expr) -> None:
         raise Unsupported(_WHOLE_ONLY[type(node)])
 
 
-def check_row_references(query: exp.Expr) -> None:
-    """Raise ``Unsupported`` where a table's whole row is a value (``SELECT o FROM
-    orders o``, ``list(orders ORDER BY o_orderkey)``; sqlglot's qualification
-    makes it a ``TableColumn``): DuckDB makes a struct of the row, of columns no
-    stage holds under that name. The query runs whole, where DuckDB does it."""
+def check_rewritten(query: exp.Expr) -> None:
+    """Raise ``Unsupported`` for what sqlglot's rules leave that no stage can run;
+    the query then runs whole, where DuckDB does all of it:
+
+    - a table's whole row as a value (``SELECT o FROM orders o``, ``list(orders
+      ORDER BY o_orderkey)``; qualified, a ``TableColumn``): DuckDB makes a struct
+      of the row, of columns no stage holds under that name;
+    - ``x > ALL (SELECT ... correlated)``, decorrelated into an ``ARRAY_ALL`` that
+      DuckDB has no function for (and that an empty set would make NULL, where
+      ALL of nothing is true).
+    """
     if query.find(exp.TableColumn) is not None:
         raise Unsupported("a table's row as a value")
+    if query.find(exp.ArrayAll) is not None:
+        raise Unsupported("a correlated ALL (subquery)")
 
 
 def factor_or(cond: exp.Expr) -> list[exp.Expr]:
@@ -200,6 +208,9 @@ class Binder:
         raise Unsupported(f"query type {type(query).__name__}")
 
     def _setop(self, q: exp.SetOperation, ctes: dict[str, exp.Query]) -> tuple[Node, list[str]]:
+        if q.args.get("by_name"):
+            # Columns met by name, a name one side lacks NULL on it: DuckDB does it.
+            raise Unsupported("a set operation BY NAME")
         left, lnames = self._query(q.this, ctes)
         right, rnames = self._query(q.expression, ctes)
         if len(lnames) != len(rnames):

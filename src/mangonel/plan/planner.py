@@ -29,7 +29,7 @@ from mangonel import defaults
 from mangonel.catalog import Table
 from mangonel.errors import BindError, InternalError
 from mangonel.plan import probe
-from mangonel.plan.bind import Binder, Unsupported, check_row_references, check_supported
+from mangonel.plan.bind import Binder, Unsupported, check_rewritten, check_supported
 from mangonel.plan.config import PlannerConfig
 from mangonel.plan.distribute import Distributor, describe
 from mangonel.plan.dynamic_pruning import RangeSource, prune_row_groups
@@ -92,7 +92,7 @@ def _plan(
         check_supported(parsed.query)
         # Not copied: ``duck_sql`` above is all this function needs of it otherwise.
         optimized = optimize_query(parsed.query, schema, parsed.dialect, copy=False)
-        check_row_references(optimized)
+        check_rewritten(optimized)
         tables = {t: catalog[t] for t in parsed.tables}
         binder = Binder(tables)
         node, _ = binder.bind(optimized)
