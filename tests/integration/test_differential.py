@@ -431,6 +431,8 @@ CASES: list[Case] = [
         "union_all_by_name",
         "SELECT id, mgr FROM emp WHERE id < 10 UNION ALL BY NAME SELECT mgr, id FROM emp WHERE id > 140",
     ),
+    Case("columns_by_position", "SELECT #1, #3 FROM emp WHERE id < 20"),
+    Case("star_like_pattern", "SELECT * LIKE '%d' FROM emp WHERE id % 10 = 0"),
     Case("row_as_value", "SELECT d FROM dept d WHERE floor > 1"),
     Case(
         "rows_as_a_list",
@@ -1013,6 +1015,8 @@ FALLBACK: dict[str, str] = {
     "collate_window": "a collation makes unequal values equal: hashed as they are, 'bob' and 'BOB' would be two partitions",
     "range_table_function": "range() is a table function, not a table the binder can split",
     "row_as_value": "a table's row as a struct, of columns no stage holds under its name",
+    "columns_by_position": "#1 names a column by its position, which DuckDB finds",
+    "star_like_pattern": "* LIKE picks the columns whose names match, which DuckDB finds",
     "all_of_a_correlated_subquery": "sqlglot decorrelates it into ARRAY_ALL, which DuckDB lacks (and which is NULL over no rows)",
     "union_all_by_name": "the sides' columns meet by name, a name one side lacks NULL on it",
     "rows_as_a_list": "a table's rows as structs, of columns no stage holds under its name",

@@ -75,11 +75,12 @@ _WHOLE_ONLY = {
     exp.Pivot: "PIVOT / UNPIVOT",
     exp.Columns: "COLUMNS(...)",
     exp.Collate: "COLLATE",
+    exp.PositionalColumn: "a column by position (#1)",
 }
 """Syntax the query runs whole for, in one task where DuckDB does all of it.
 
-PIVOT and ``COLUMNS(...)``, which sqlglot's rules pass through unchanged, name
-columns the binder cannot see. A collation (``s COLLATE nocase``) makes values
+PIVOT, ``COLUMNS(...)`` and ``#1``, which sqlglot's rules pass through unchanged,
+name columns the binder cannot see. A collation (``s COLLATE nocase``) makes values
 equal that differ: hashed as they are, ``'a'`` and ``'A'`` would go to different
 tasks and never meet in a join, a group or a window's partition, and a partial
 aggregate's rows lose the collation in Arrow, so the final one would group them
@@ -87,9 +88,17 @@ apart."""
 
 
 def check_supported(query: exp.Expr) -> None:
-    """Raise ``Unsupported`` for syntax in ``_WHOLE_ONLY``, before any rule rewrites it."""
+    """Raise ``Unsupported`` for syntax in ``_WHOLE_ONLY``, or a star matched against
+    a pattern (``SELECT * LIKE 'l_%'``), before any rule rewrites it."""
     for node in query.find_all(*_WHOLE_ONLY):
         raise Unsupported(_WHOLE_ONLY[type(node)])
+    for star in query.find_all(exp.Star):
+        if star.args.get("ilike") or isinstance(star.parent, _PATTERNS):
+            raise Unsupported("* matched against a pattern")
+
+
+_PATTERNS = (exp.Like, exp.ILike, exp.SimilarTo, exp.Glob, exp.RegexpLike)
+"""Predicates that, over ``*``, pick the columns whose names match (DuckDB's)."""
 
 
 def check_rewritten(query: exp.Expr) -> None:
