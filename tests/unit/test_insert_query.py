@@ -64,3 +64,23 @@ def test_by_name_a_column_the_table_lacks_or_one_named_twice_is_refused() -> Non
         insert_query("SELECT 1 AS key, 2 AS cost", SCHEMA, ["key", "cost"], "t", by_name=True)
     with pytest.raises(QueryError, match="names column 'Key' twice"):
         insert_query("SELECT 1 AS key, 2 AS Key", SCHEMA, ["key", "Key"], "t", by_name=True)
+
+
+def test_a_column_list_takes_the_query_columns_in_its_order_and_nulls_the_rest() -> None:
+    # INSERT INTO t (note, KEY) SELECT ...: the query's columns by position into
+    # the named ones, in any case; a column the list leaves out is NULL.
+    sql = insert_query("SELECT 'n', 7", SCHEMA, ["a", "b"], "t", columns=["note", "KEY"])
+    assert sql == (
+        'SELECT CAST("q1" AS BIGINT) AS "key", CAST(NULL AS DECIMAL(15,2)) AS "price", '
+        'CAST("q0" AS VARCHAR) AS "note" '
+        'FROM (SELECT \'n\', 7) AS __insert("q0", "q1")'
+    )
+
+
+def test_a_column_list_of_another_width_an_unknown_or_a_repeated_column_is_refused() -> None:
+    with pytest.raises(QueryError, match="names 2 columns .* but the query gives 1"):
+        insert_query("SELECT 1", SCHEMA, ["a"], "t", columns=["key", "note"])
+    with pytest.raises(QueryError, match="table t has no column 'cost'"):
+        insert_query("SELECT 1, 2", SCHEMA, ["a", "b"], "t", columns=["key", "cost"])
+    with pytest.raises(QueryError, match="the column list names column 'KEY' twice"):
+        insert_query("SELECT 1, 2", SCHEMA, ["a", "b"], "t", columns=["key", "KEY"])

@@ -119,7 +119,7 @@ def test_write_statements_parse_into_what_they_write() -> None:
         ("CREATE TABLE x (a)", "a type for every column"),
         ("CREATE VIEW v AS SELECT 1", "AS SELECT"),
         ("INSERT INTO x DEFAULT VALUES", "rows of a query"),
-        ("INSERT INTO x (a) SELECT 1", "column list"),
+        ("INSERT INTO x (a) BY NAME SELECT 1 AS a", "leave out the column list, or BY NAME"),
         ("DROP VIEW v", "DROP TABLE"),
     ],
 )

@@ -34,8 +34,15 @@ FILE_SIZE_BYTES = 256 * 1024 * 1024
 _CONFIG = {"autoinstall_known_extensions": False, "autoload_known_extensions": False}
 
 
-def copy_sql(sink: SinkSpec, directory: str) -> str:
-    """The ``COPY`` of the relation ``__rows`` into ``directory``."""
+def copy_sql(sink: SinkSpec, directory: str, exact: tuple[str, ...] = ()) -> str:
+    """The ``COPY`` of the relation ``__rows`` into ``directory``; the ``exact``
+    columns (128-bit integers) cast to ``DECIMAL(38, 0)`` (``_exact_columns``)."""
+    rows = "__rows"
+    if exact:
+        casts = ", ".join(
+            f"CAST({identifier(c)} AS DECIMAL(38, 0)) AS {identifier(c)}" for c in exact
+        )
+        rows = f"(SELECT * REPLACE ({casts}) FROM __rows)"
     options = [f"FORMAT {sink.format.value}"]
     if sink.partition_by:
         options.append(f"PARTITION_BY ({', '.join(identifier(c) for c in sink.partition_by)})")
@@ -65,7 +72,22 @@ def copy_sql(sink: SinkSpec, directory: str) -> str:
         ):
             if text is not None:
                 options.append(f"{word} {literal(text)}")
-    return f"COPY __rows TO {literal(directory)} ({', '.join(options)})"
+    return f"COPY {rows} TO {literal(directory)} ({', '.join(options)})"
+
+
+def _exact_columns(schema: pa.Schema) -> tuple[str, ...]:
+    """The columns of DuckDB's 128-bit integers (a SUM of integers is one), which
+    the rows carry in DuckDB's own types (``executor.arrow_types``). DuckDB's
+    Parquet writer makes a DOUBLE of them, which loses digits past 2^53; written as
+    ``DECIMAL(38, 0)`` they keep every digit, and read back as a DuckDB table's
+    HUGEINT reads (Arrow's ``decimal128(38, 0)``)."""
+    return tuple(
+        f.name
+        for f in schema
+        if isinstance(f.type, pa.OpaqueType)
+        and f.type.vendor_name == "DuckDB"
+        and f.type.type_name in ("hugeint", "uhugeint")
+    )
 
 
 def write_rows(
@@ -115,7 +137,7 @@ def write_rows(
             if memory_limit:
                 con.execute("SET memory_limit = ?", [memory_limit])
             con.register("__rows", pa.RecordBatchReader.from_batches(schema, batches()))
-            row = con.execute(copy_sql(sink, target)).fetchone()
+            row = con.execute(copy_sql(sink, target, _exact_columns(schema))).fetchone()
         finally:
             con.close()
         rows = int(row[0]) if row else 0

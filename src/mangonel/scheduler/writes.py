@@ -188,17 +188,29 @@ def insert_query(
     query_columns: Sequence[str],
     table: str,
     by_name: bool = False,
+    columns: Sequence[str] = (),
 ) -> str:
     """``query`` with its columns renamed and cast to ``schema``'s, by position, as
     DuckDB's ``INSERT INTO t SELECT`` does (files of one table share one schema);
     ``by_name`` (``INSERT INTO t BY NAME SELECT``): each of the table's columns takes
-    the query's column of its name, in any case, and NULL where the query has none.
+    the query's column of its name, in any case, and NULL where the query has none;
+    ``columns`` (``INSERT INTO t (b, a) SELECT``): the query's i-th column goes into
+    the table's column named i-th there, the others NULL (mangonel keeps no
+    defaults).
 
     Raises:
-        QueryError: the query has another number of columns than the table; by
-            name, a column the table does not have, or one named twice.
+        QueryError: the query has another number of columns than the table (or the
+            column list); by name or in the list, a column the table does not have,
+            or one named twice.
     """
-    if by_name:
+    if columns:
+        if len(query_columns) != len(columns):
+            raise QueryError(
+                f"INSERT INTO {table} names {len(columns)} columns ({', '.join(columns)}) "
+                f"but the query gives {len(query_columns)}; select one value per named column"
+            )
+        sources = _by_name(schema, columns, table, listed=True)
+    elif by_name:
         sources = _by_name(schema, query_columns, table)
     elif len(query_columns) != len(schema):
         raise QueryError(
@@ -223,24 +235,30 @@ def insert_query(
     return f"SELECT {cols} FROM ({query}) AS __insert({', '.join(q)})"
 
 
-def _by_name(schema: pa.Schema, query_columns: Sequence[str], table: str) -> list[int | None]:
-    """For each of the table's columns, the position of the query's column of its
-    name (case aside, as DuckDB's names go), or ``None``."""
+def _by_name(
+    schema: pa.Schema, names: Sequence[str], table: str, listed: bool = False
+) -> list[int | None]:
+    """For each of the table's columns, the position of the one of its name in
+    ``names`` (case aside, as DuckDB's names go), or ``None``: ``names`` are the
+    query's columns (BY NAME) or, ``listed``, the statement's column list."""
+    whose = "the column list" if listed else "the query"
+    how = (
+        f"INSERT INTO {table} (...) writes the query's columns into those it names, in order"
+        if listed
+        else f"INSERT INTO {table} BY NAME takes each of the table's columns from the "
+        "query's column of its name"
+    )
     positions: dict[str, int] = {}
-    for i, column in enumerate(query_columns):
+    for i, column in enumerate(names):
         if column.lower() in positions:
-            raise QueryError(
-                f"the query names column {column!r} twice; INSERT INTO {table} BY NAME takes "
-                "each of the table's columns from the query's column of its name"
-            )
+            raise QueryError(f"{whose} names column {column!r} twice; {how}")
         positions[column.lower()] = i
     known = {name.lower() for name in schema.names}
-    unknown = [c for c in query_columns if c.lower() not in known]
+    unknown = [c for c in names if c.lower() not in known]
     if unknown:
         raise QueryError(
             f"table {table} has no column {unknown[0]!r} (its columns: "
-            f"{', '.join(schema.names)}); INSERT ... BY NAME writes each of the query's "
-            "columns into the table's column of its name"
+            f"{', '.join(schema.names)}); {how}"
         )
     return [positions.get(name.lower()) for name in schema.names]
 
@@ -299,7 +317,9 @@ def plan_statement(
                 "tables it created (CREATE TABLE ... AS)"
             )
         columns = plan_query(statement.query, catalog, planner, dialect).columns
-        query = insert_query(statement.query, existing.schema, columns, name, statement.by_name)
+        query = insert_query(
+            statement.query, existing.schema, columns, name, statement.by_name, statement.columns
+        )
         table, location, mode = name, output.normalize(existing.location), CommitMode.APPEND
         fmt, partition_by = WriteFormat.PARQUET, ()
     else:

@@ -59,6 +59,9 @@ class WriteStatement:
     by_name: bool = False
     """``INSERT INTO t BY NAME SELECT``: the query's columns go into the table's
     columns of their names, not by position."""
+    columns: tuple[str, ...] = ()
+    """``INSERT INTO t (b, a) SELECT``: the table's columns the query's go into, in
+    its order (the others NULL); empty: all of them, in the table's order."""
 
 
 def is_write(sql: str) -> bool:
@@ -406,11 +409,21 @@ def _insert(stmt: exp.Insert) -> WriteStatement:
         query = f"SELECT * FROM ({rows.sql(dialect='duckdb')})"
     else:
         query = _query_sql(rows, "INSERT INTO")
+    target, columns = stmt.this, ()
+    if isinstance(target, exp.Schema):
+        # INSERT INTO t (b, a) ...: the query's columns go into those, by position.
+        target, columns = target.this, tuple(c.name for c in target.expressions)
+        if stmt.args.get("by_name"):
+            raise ForbiddenStatementError(
+                "INSERT INTO ... BY NAME takes the columns by the query's names: "
+                "leave out the column list, or BY NAME"
+            )
     return WriteStatement(
         WriteKind.INSERT,
         query=query,
-        table=_table_name(stmt.this, "INSERT INTO"),
+        table=_table_name(target, "INSERT INTO"),
         by_name=bool(stmt.args.get("by_name")),
+        columns=columns,
     )
 
 
