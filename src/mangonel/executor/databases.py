@@ -131,7 +131,7 @@ def lock_down(
     con.execute("SET disabled_optimizers = ?", [",".join(disabled)])
     # A stage's rows keep DuckDB's own types across a shuffle (a HUGEINT is not
     # a DECIMAL(38, 0) when read again); a query's result is made plain by
-    # ``arrow_types.plain_types``.
+    # ``arrow_types.PlainTypes``.
     con.execute("SET arrow_lossless_conversion = true")
     # Last: after these two, SQL can reach no file and change no setting.
     con.execute("SET enable_external_access = false")
