@@ -455,6 +455,10 @@ CASES: list[Case] = [
         "sum_of_integers_keeps_its_type",
         "SELECT dept, sum(id) // 2 AS half, sum(mgr) * 1.5 AS more, typeof(sum(id)) AS t FROM emp GROUP BY dept",
     ),
+    Case(
+        "join_enum_with_string",
+        "SELECT e.id, f.id AS fid FROM (SELECT id, dept::ENUM('eng', 'ops', 'sales') AS d FROM emp WHERE dept IN ('eng', 'ops', 'sales')) e JOIN (SELECT id, coalesce(dept, 'none') AS d FROM emp) f ON e.d = f.d WHERE e.id < 30",
+    ),
     Case("union_integer_with_string", "SELECT id FROM emp UNION SELECT name FROM emp"),
     Case(
         "intersect_integer_with_string",

@@ -77,6 +77,8 @@ def test_keys_take_the_type_duckdb_compares_them_in_and_a_union_its_own(tmp_path
     oracle = oracle_for({"t": load_table("t", str(tmp_path / "t.parquet"))})
     assert oracle.supertype("INTEGER", "VARCHAR") == "INTEGER"
     assert oracle.supertype("VARCHAR", "DATE") == "DATE"
+    assert oracle.supertype("JSON", "VARCHAR") == "VARCHAR"
+    assert oracle.supertype("VARCHAR", "ENUM('a', 'b')") == "VARCHAR"
     assert oracle.supertype("INTEGER", "BIGINT") == "BIGINT"
     assert oracle.supertype("INTEGER", "VARCHAR", union=True) == "VARCHAR"
     assert oracle.supertype("DATE", "VARCHAR", union=True) == "VARCHAR"

@@ -109,9 +109,10 @@ class TypeOracle:
 
         A comparison of a string with any other type casts the string to that type
         (``int_col = varchar_col`` compares integers, and fails on a string that is
-        not one), where a CASE of the two would refuse INTEGER and VARCHAR and take
-        VARCHAR over DATE; otherwise both take the wider type (INTEGER, BIGINT ->
-        BIGINT), as a CASE does. A UNION of INTEGER and VARCHAR is VARCHAR.
+        not one; an ENUM or a JSON is compared as a string), where a CASE of the two
+        would refuse INTEGER and VARCHAR and take VARCHAR over DATE; otherwise both
+        take the wider type (INTEGER, BIGINT -> BIGINT), as a CASE does. A UNION of
+        INTEGER and VARCHAR is VARCHAR.
 
         Raises:
             mangonel.errors.BindError: DuckDB has no such type for the two.
@@ -119,7 +120,9 @@ class TypeOracle:
         if left == right:
             return left
         if not union and (left == "VARCHAR") != (right == "VARCHAR"):
-            return right if left == "VARCHAR" else left
+            other = right if left == "VARCHAR" else left
+            # An ENUM or a JSON is compared with a string as a string.
+            return "VARCHAR" if other == "JSON" or other.startswith("ENUM(") else other
         key = (left, right, union)
         if key not in self._supertypes:
             if union:
