@@ -84,3 +84,20 @@ def test_a_column_list_of_another_width_an_unknown_or_a_repeated_column_is_refus
         insert_query("SELECT 1, 2", SCHEMA, ["a", "b"], "t", columns=["key", "cost"])
     with pytest.raises(QueryError, match="the column list names column 'KEY' twice"):
         insert_query("SELECT 1, 2", SCHEMA, ["a", "b"], "t", columns=["key", "KEY"])
+
+
+def test_a_column_of_no_type_takes_nulls_and_fails_on_a_value_saying_why() -> None:
+    # A table made from SELECT NULL AS n has a column of DuckDB's NULL type, which
+    # DuckDB casts nothing else to: a NULL goes in, any other value fails the
+    # statement in words (the cast, written out, was an internal error).
+    import duckdb
+
+    schema = pa.schema([("n", pa.null()), ("k", pa.int32())])
+    sql = insert_query("SELECT * FROM (VALUES (NULL, 1), (5, 2))", schema, ["a", "b"], "t")
+    con = duckdb.connect()
+    assert con.sql(sql.replace("(NULL, 1), (5, 2)", "(NULL, 1)")).fetchall() == [(None, 1)]
+    with pytest.raises(duckdb.Error, match="column n of table t has no type .* takes only NULL"):
+        con.sql(sql).fetchall()
+    assert insert_query("SELECT 1", schema, ["k"], "t", by_name=True).startswith(
+        'SELECT NULL AS "n", CAST("q0" AS INTEGER) AS "k"'
+    )

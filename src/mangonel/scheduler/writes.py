@@ -36,7 +36,7 @@ from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlannerConfig, plan_query
 from mangonel.plan.write import plan_write
 from mangonel.sql.writes import WriteKind, WriteStatement
-from mangonel.sqltext import identifier
+from mangonel.sqltext import identifier, literal
 from mangonel.task import WriteFormat
 
 WRITER_HINT = (
@@ -229,10 +229,27 @@ def insert_query(
         types = con.from_arrow(schema.empty_table()).types
     q = [f'"q{i}"' for i in range(len(query_columns))]
     cols = ", ".join(
-        f"CAST({'NULL' if source is None else q[source]} AS {types[i]}) AS {identifier(name)}"
+        f"{_cast(None if source is None else q[source], str(types[i]), table, name)} "
+        f"AS {identifier(name)}"
         for i, (name, source) in enumerate(zip(schema.names, sources, strict=True))
     )
     return f"SELECT {cols} FROM ({query}) AS __insert({', '.join(q)})"
+
+
+def _cast(value: str | None, type_: str, table: str, column: str) -> str:
+    """``value`` (NULL where None) as the table column's type. A column of DuckDB's
+    NULL type (a table made from ``SELECT NULL AS n``) takes NULLs only, as in DuckDB,
+    which cannot cast a value to it: any other fails the statement, saying why."""
+    if type_ != '"NULL"':
+        return f"CAST({value or 'NULL'} AS {type_})"
+    if value is None:
+        return "NULL"
+    why = literal(
+        f"column {column} of table {table} has no type (it was made from a bare NULL) "
+        "and takes only NULL; make the table again with a typed NULL, such as "
+        "CAST(NULL AS INTEGER)"
+    )
+    return f"CASE WHEN {value} IS NULL THEN NULL ELSE error({why}) END"
 
 
 def _by_name(
