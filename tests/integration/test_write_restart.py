@@ -250,6 +250,41 @@ def test_an_overwrite_of_no_row_replaces_the_rows_across_a_crash_mid_commit(
     assert [f for _, _, names in os.walk(target) for f in names if f != MANIFEST] == []
 
 
+def test_a_write_whose_answer_is_lost_after_its_commit_is_not_run_again(
+    cluster: LocalCluster, session: Session, duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # The scheduler dies once the INSERT's success is durable, and the executors
+    # holding its answer (the count) die while it is down: the restarted scheduler
+    # has no copy of the answer, and the client cannot read it. The client used to
+    # run a statement whose result was lost again, as it does a query: the rows
+    # went in twice (``scripts/soak.py --writers`` found it as a DROP TABLE that
+    # failed for a table it had dropped itself). Now the answer is NULL, the rows
+    # are there once.
+    session.sql("CREATE TABLE answered (k BIGINT, v DECIMAL(15, 2))")
+    sql = f"INSERT INTO answered SELECT l_orderkey, l_extendedprice FROM ({QUERY})"
+    held = len(cluster.executors)
+
+    def executors_die() -> None:
+        for index, handle in enumerate(cluster.executors):
+            if handle.alive():
+                cluster.kill_executor(index)
+        for _ in range(held):
+            cluster.add_executor(wait=False)
+
+    result = run_through_crash(cluster, session, sql, POINTS["after"][0], executors_die)
+    check = "SELECT count(*) AS n, sum(v) AS s FROM answered"
+    actual: pa.Table = session.sql(check).to_arrow()
+    expected = duckdb_ref.sql(
+        f"SELECT count(*) AS n, sum(l_extendedprice) AS s FROM ({QUERY})"
+    ).to_arrow_table()
+    assert_same_result(actual, expected, ordered=False)
+    assert result.answer_lost, result
+    assert result.to_arrow()["Count"].to_pylist() == [None]
+    status = session.status().job(result.job_id)
+    assert status is not None and status.took_effect
+    cluster.wait_for_executors(held)
+
+
 # ------------------------------------------------------------------------ etcd
 
 

@@ -31,6 +31,7 @@ from mangonel.scheduler.core import SchedulerCore
 from mangonel.scheduler.events import CommitWrite, WriteCommitFailed, WriteCommitted
 from mangonel.scheduler.hooks import NO_HOOK
 from mangonel.scheduler.persist import StoredTable, encode, table_key
+from mangonel.scheduler.service_status import job_status
 from mangonel.scheduler.state import Limits, SchedulerState
 from mangonel.scheduler.store import MemoryStateStore
 from mangonel.task import WriteFormat
@@ -249,3 +250,22 @@ def test_metrics_count_tables_by_state_and_the_drops_that_wait(
     assert sample("mangonel_retirements_waiting") == 1
     core.cancel(reader.id)
     wait_until(lambda: sample("mangonel_retirements_waiting") == 0, "the drop's files go", 10)
+
+
+def test_the_statuses_of_a_drop_and_a_write_say_they_took_effect_a_query_s_does_not(
+    store: MemoryStateStore, cores: Any
+) -> None:
+    # What keeps a client from running them again when their answer is lost
+    # (``Session.sql``; tests/integration/test_write_restart.py runs that).
+    core = cores(store)
+    query = core.submit(QUERY)
+    insert = core.submit("INSERT INTO t VALUES (4)")
+    drop = core.submit("DROP TABLE t")
+    took = {
+        name: job_status(core.job(job.id), core.now(), with_result=False).took_effect
+        for name, job in (("query", query), ("insert", insert), ("drop", drop))
+    }
+    assert took == {"query": False, "insert": True, "drop": True}
+    assert drop.plan.dropped == "t" and insert.plan.write is not None
+    for job in (query, insert, drop):
+        core.cancel(job.id)

@@ -197,6 +197,11 @@ class Result:
             executor, could not fetch their input) and were run again.
         outputs_recomputed: Finished outputs that were lost (with their
             executor, or their file went missing or bad) and were made again.
+        answer_lost: A statement that took effect (a write committed, a table
+            dropped) whose answer could not be read afterwards (the executor
+            holding it was lost, and a restarted scheduler no longer had a copy):
+            its rows are NULL (a write's count is unknown, as Flight SQL's -1
+            says), and the statement was not run again.
     """
 
     job_id: str
@@ -207,6 +212,7 @@ class Result:
     scheduler_elapsed_s: float
     tasks_rerun: int = 0
     outputs_recomputed: int = 0
+    answer_lost: bool = False
 
     def to_arrow(self) -> pa.Table:
         return self.table
@@ -593,10 +599,16 @@ class Session:
         on_progress: Callable[[JobStatus], None] | None = None,
         timeout_s: float | None = None,
     ) -> Result:
-        """Run a query and return its whole result.
+        """Run a query (or a write statement) and return its whole result.
+
+        A query whose result is lost before it is read (the executor holding it
+        died) runs again, up to ``RESULT_RETRIES`` times. A statement that took
+        effect (a write committed, a table dropped) never does: its answer, lost
+        then, is NULL (``Result.answer_lost``).
 
         Args:
-            text: One SELECT statement.
+            text: One statement: a SELECT, or a write (``INSERT``, ``CREATE TABLE``,
+                ``COPY ... TO``, ``DROP TABLE``...).
             dialect: A sqlglot dialect name; DuckDB's when ``None``.
             on_progress: Called with each progress update of the job.
             timeout_s: The most the query may take, from submission to its last
@@ -695,7 +707,9 @@ class Session:
             JobFailedError: it failed (typed as in ``sql``); ``JobCancelledError``
                 if it was cancelled.
             QueryTimeoutError: ``timeout_s`` passed first (the job runs on).
-            ResultUnavailableError: the executor holding the result is gone.
+            ResultUnavailableError: the executor holding the result is gone (a
+                statement that took effect answers NULL instead:
+                ``Result.answer_lost``).
         """
         start = time.monotonic() if started is None else started
         return self._wait(job_id, on_progress, start, _Deadline(timeout_s))
@@ -715,12 +729,30 @@ class Session:
             # Typed as the scheduler blamed it (an object changed, a store away, the
             # query's own error), and a JobFailedError all the same.
             raise job_failure(status.error_type, status.error or f"job {job_id} failed")
-        tables = [
-            carried_partition(m)
-            or self._read_partition(job_id, convert.partition_location_from_proto(m), deadline)
-            for m in final.result
-        ]
-        table = assemble_result(tables, status.columns)
+        answer_lost = False
+        try:
+            tables = [
+                carried_partition(m)
+                or self._read_partition(job_id, convert.partition_location_from_proto(m), deadline)
+                for m in final.result
+            ]
+            table = assemble_result(tables, status.columns)
+        except ResultUnavailableError as exc:
+            if not status.took_effect:
+                raise  # a query: ``sql`` runs it again
+            # Its write is committed, or its table dropped: running it again would
+            # do that twice. Its answer (a count) is unknown, as Flight SQL's -1 says.
+            log.warning(
+                "job %s took effect, but its answer was lost (%s): it is not run again, "
+                "and its answer is NULL",
+                job_id,
+                exc,
+            )
+            rows = sum(m.rows for m in final.result)
+            table = pa.Table.from_arrays(
+                [pa.nulls(rows)] * len(status.columns), names=list(status.columns)
+            )
+            answer_lost = True
         self._release(job_id)
         return Result(
             job_id=job_id,
@@ -731,6 +763,7 @@ class Session:
             scheduler_elapsed_s=status.elapsed_s,
             tasks_rerun=status.tasks_rerun,
             outputs_recomputed=status.outputs_recomputed,
+            answer_lost=answer_lost,
         )
 
     def _read_partition(self, job_id: str, loc: PartitionLocation, deadline: _Deadline) -> pa.Table:

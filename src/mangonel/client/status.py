@@ -138,6 +138,9 @@ class JobStatus:
     outputs_recomputed: int = 0
     owner: str = ""
     """The user who submitted it (``anonymous`` on a scheduler without users)."""
+    took_effect: bool = False
+    """The statement changed something once the job succeeded (a write committed, a
+    table dropped): its answer, lost, is never a reason to run it again."""
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,7 @@ def job_from_proto(msg: pb.JobStatus) -> JobStatus:
         tasks_rerun=msg.tasks_rerun,
         outputs_recomputed=msg.outputs_recomputed,
         owner=msg.owner,
+        took_effect=msg.took_effect,
     )
 
 

@@ -132,6 +132,9 @@ class DistributedPlan:
     one keeps its size and modification time (``probe.unchanged``)."""
     write: WriteTarget | None = None
     """Set for a write statement: where its rows go."""
+    dropped: str = ""
+    """For the query that answers a ``DROP TABLE`` (the drop itself is done as the
+    statement is submitted): the table it dropped."""
     fallback: str | None = None
     """Why the whole query runs as one task over its gathered tables (the binder
     raised ``Unsupported``: ``plan.planner``), or ``None`` where the planner split it.
@@ -141,6 +144,13 @@ class DistributedPlan:
     @property
     def final(self) -> Stage:
         return self.stages[-1]
+
+    @property
+    def took_effect(self) -> bool:
+        """Whether the statement changed something once its job succeeded (a write
+        committed, a table dropped): an answer lost after that is never a reason to
+        run it again (``JobStatus.took_effect``; the client's ``Session.sql``)."""
+        return self.write is not None or bool(self.dropped)
 
     def stage(self, stage_id: StageId) -> Stage:
         for s in self.stages:

@@ -675,7 +675,7 @@ class StagePhases(_message.Message):
     def __init__(self, tasks: _Optional[int] = ..., executors: _Optional[int] = ..., launch_s: _Optional[float] = ..., setup_s: _Optional[float] = ..., fetch_s: _Optional[float] = ..., execute_s: _Optional[float] = ..., write_s: _Optional[float] = ..., cleanup_s: _Optional[float] = ..., other_s: _Optional[float] = ..., report_s: _Optional[float] = ..., task_median_s: _Optional[float] = ..., task_max_s: _Optional[float] = ..., fetched_local_bytes: _Optional[int] = ..., fetched_remote_bytes: _Optional[int] = ..., fetch_remote_s: _Optional[float] = ..., write_io_s: _Optional[float] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "state", "sql", "columns", "stages", "submitted_at", "elapsed_s", "error", "error_type", "result", "tasks_rerun", "outputs_recomputed", "owner")
+    __slots__ = ("job_id", "state", "sql", "columns", "stages", "submitted_at", "elapsed_s", "error", "error_type", "result", "tasks_rerun", "outputs_recomputed", "owner", "took_effect")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     SQL_FIELD_NUMBER: _ClassVar[int]
@@ -689,6 +689,7 @@ class JobStatus(_message.Message):
     TASKS_RERUN_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_RECOMPUTED_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    TOOK_EFFECT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     state: JobState
     sql: str
@@ -702,7 +703,8 @@ class JobStatus(_message.Message):
     tasks_rerun: int
     outputs_recomputed: int
     owner: str
-    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., sql: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., stages: _Optional[_Iterable[_Union[StageStatus, _Mapping]]] = ..., submitted_at: _Optional[float] = ..., elapsed_s: _Optional[float] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., result: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ..., tasks_rerun: _Optional[int] = ..., outputs_recomputed: _Optional[int] = ..., owner: _Optional[str] = ...) -> None: ...
+    took_effect: bool
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[_Union[JobState, str]] = ..., sql: _Optional[str] = ..., columns: _Optional[_Iterable[str]] = ..., stages: _Optional[_Iterable[_Union[StageStatus, _Mapping]]] = ..., submitted_at: _Optional[float] = ..., elapsed_s: _Optional[float] = ..., error: _Optional[str] = ..., error_type: _Optional[str] = ..., result: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ..., tasks_rerun: _Optional[int] = ..., outputs_recomputed: _Optional[int] = ..., owner: _Optional[str] = ..., took_effect: _Optional[bool] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id",)

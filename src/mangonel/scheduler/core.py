@@ -1021,6 +1021,8 @@ class SchedulerCore:
                     planned = self._submit_write(statement, dialect, may_write, planning)
                 if isinstance(planned, str):  # done already: its answer is a query
                     plan = self.plans.plan(planned, self.catalog.snapshot(), self._planner())
+                    if statement.kind is WriteKind.DROP_TABLE:
+                        plan = replace(plan, dropped=statement.table)
                 else:
                     plan = planned
         except BaseException as err:

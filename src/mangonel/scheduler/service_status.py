@@ -101,6 +101,7 @@ def job_status(
             tasks_rerun=sum(v.tasks_rerun for v in views),
             outputs_recomputed=sum(v.outputs_recomputed for v in views),
             owner=record.owner,
+            took_effect=record.plan.took_effect,
         )
         if with_result:
             msg.result.extend(convert.partition_location_to_proto(loc) for loc in record.result)
