@@ -4,7 +4,10 @@ The chaos suite and the restart tests each try one fault at one chosen moment;
 this mixes them the way a bad day does. A ``LocalCluster`` (state in SQLite or
 etcd) serves ``--clients`` client threads, each running TPC-H queries picked at
 random, one after another, for ``--minutes``; every answer is compared with
-single-process DuckDB's on the same data. Meanwhile a fault thread, every
+single-process DuckDB's on the same data. ``--writers`` more threads each write
+a table of their own and read it back (``Writer``): every write must succeed,
+its count be DuckDB's, and the table hold each batch written exactly once, whole.
+Meanwhile a fault thread, every
 ``--fault-every`` seconds or so, does one of (at random, all from ``--seed``):
 
 * ``kill_executor``: SIGKILL an executor; a new one starts a moment later;
@@ -16,14 +19,15 @@ single-process DuckDB's on the same data. Meanwhile a fault thread, every
   on the same port and state store.
 
 At least one executor is always left running, so every query can finish: the
-promise checked is that every query ends with DuckDB's answer, exactly once,
-whatever else happened meanwhile. It prints a summary (and ``--json`` writes
+promise checked is that every query ends with DuckDB's answer, and every write
+lands exactly once, whatever else happened meanwhile. It prints a summary (and ``--json`` writes
 it): queries run and correct, faults done, every failure with its error.
 Exits 1 when any answer was wrong or any query failed.
 
 Usage::
 
     .venv/bin/python scripts/soak.py --minutes 5 --seed 7
+    .venv/bin/python scripts/soak.py --minutes 5 --seed 7 --writers 2
     .venv/bin/python scripts/soak.py --state etcd --minutes 3 --json soak.json
 
 The random choices come from the seed; the processes' timing does not, so a
@@ -42,6 +46,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +72,17 @@ QUERIES = (1, 3, 4, 5, 6, 9, 10, 12, 13, 14, 18, 19)
 
 FAULTS = ("kill_executor", "freeze_executor", "drain_executor", "kill_scheduler")
 
+WRITE_MODULUS = 97
+"""A written batch is the line items of one residue of ``l_orderkey`` modulo this
+(about 6,200 rows at SF 0.1): every scan task of ``lineitem`` writes part of it, so
+each statement commits several tasks' files."""
+
+VALUES = ((1, Decimal("1.50")), (2, Decimal("2.25")), (3, None))
+"""The rows (k, v) an ``INSERT ... VALUES`` batch writes: 3 rows, their v's sum 3.75."""
+
+Batch = tuple[int, Decimal]
+"""What a batch is read back as: its rows and the sum of their v's."""
+
 
 @dataclass
 class Report:
@@ -76,6 +92,17 @@ class Report:
     queries: int = 0
     correct: int = 0
     by_query: dict[str, int] = field(default_factory=dict)
+    writes: int = 0
+    """Write statements that succeeded with DuckDB's count of rows."""
+    by_write: dict[str, int] = field(default_factory=dict)
+    answers_lost: int = 0
+    """Of ``writes``, those whose answer (the count) was lost after they took effect
+    (``Result.answer_lost``): NULL, and not run again."""
+    writes_met_faults: int = 0
+    """Of ``writes``, those that ran while a fault was done (begun before they ended,
+    not ended before they began)."""
+    checks: int = 0
+    """Read-backs of a writer's table that found each of its batches exactly once."""
     faults: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     """Every query that failed or answered wrongly, and every fault that could not
@@ -83,7 +110,7 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not self.failures and self.queries > 0 and self.correct == self.queries
+        return not self.failures and self.queries + self.writes > 0 and self.correct == self.queries
 
 
 class Soak:
@@ -96,6 +123,9 @@ class Soak:
         self.report = Report(args.seed, args.minutes * 60, args.state)
         self.faults: Counter[str] = Counter()
         self.queries: Counter[str] = Counter()
+        self.writes: Counter[str] = Counter()
+        self.faults_begun = 0
+        self.faults_ended = 0
 
     def expected(self, tables: dict[str, Path]) -> dict[int, Any]:
         ref = duckdb.connect()
@@ -103,10 +133,22 @@ class Soak:
             ref.execute(statement)
         return {n: ref.sql(tpch_query(n)).to_arrow_table() for n in QUERIES}
 
+    def expected_batches(self, tables: dict[str, Path]) -> dict[int, Batch]:
+        """Residue -> (rows, sum of ``l_extendedprice``) of the batch it selects."""
+        ref = duckdb.connect()
+        for statement in duckdb_views_sql(dict(tables)):
+            ref.execute(statement)
+        rows = ref.execute(
+            f"SELECT l_orderkey % {WRITE_MODULUS}, count(*), sum(l_extendedprice) "
+            "FROM lineitem GROUP BY 1"
+        ).fetchall()
+        return {int(r): (int(n), Decimal(s)) for r, n, s in rows}
+
     def run(self) -> Report:
         directory = ensure_tpch(self.args.scale)
         tables = {name: directory / f"{name}.parquet" for name in TPCH_TABLES}
         expected = self.expected(tables)
+        batches = self.expected_batches(tables)
         etcd = None
         state = None
         if self.args.state == "etcd":
@@ -120,7 +162,12 @@ class Soak:
                 heartbeat_timeout=3.0,
                 state=state,
                 # Small splits: queries of several tasks a stage at small scales.
-                scheduler_args=("--split-rows", "100000"),
+                scheduler_args=(
+                    "--split-rows",
+                    "100000",
+                    "--warehouse",
+                    str(self.work / "warehouse"),
+                ),
             ) as cluster:
                 with cluster.connect() as session:
                     for name, path in tables.items():
@@ -128,6 +175,9 @@ class Soak:
                 clients = [
                     threading.Thread(target=self.client, args=(cluster, i, expected))
                     for i in range(self.args.clients)
+                ] + [
+                    threading.Thread(target=Writer(self, cluster, i, batches).run)
+                    for i in range(self.args.writers)
                 ]
                 for t in clients:
                     t.start()
@@ -141,6 +191,7 @@ class Soak:
                 etcd.__exit__(None, None, None)
         self.report.faults = dict(self.faults)
         self.report.by_query = {k: v for k, v in sorted(self.queries.items())}
+        self.report.by_write = {k: v for k, v in sorted(self.writes.items())}
         return self.report
 
     def fail(self, what: str) -> None:
@@ -183,6 +234,25 @@ class Soak:
             self.report.correct += correct
             self.queries[f"q{number}"] += 1
 
+    def fault_marks(self) -> tuple[int, int]:
+        """Faults begun and ended so far (``met_fault`` compares two of these)."""
+        with self.lock:
+            return self.faults_begun, self.faults_ended
+
+    def count_write(self, kind: str, before: tuple[int, int], answer_lost: bool) -> None:
+        """A write that succeeded; ``before``: ``fault_marks()`` as it began."""
+        with self.lock:
+            self.report.writes += 1
+            self.writes[kind] += 1
+            self.report.answers_lost += answer_lost
+            # A fault under way as it began, or one begun before it ended.
+            if before[0] != before[1] or self.faults_begun != before[0]:
+                self.report.writes_met_faults += 1
+
+    def count_check(self) -> None:
+        with self.lock:
+            self.report.checks += 1
+
     # ------------------------------------------------------------------ faults
 
     def inject(self, cluster: LocalCluster) -> None:
@@ -191,6 +261,8 @@ class Soak:
             if time.monotonic() >= self.stop_at:
                 break
             fault = self.rng.choice(FAULTS)
+            with self.lock:
+                self.faults_begun += 1
             try:
                 getattr(self, fault)(cluster)
             except Exception as exc:  # noqa: BLE001 - reported, the run goes on
@@ -200,6 +272,9 @@ class Soak:
             else:
                 self.faults[fault] += 1
                 print(f"fault: {fault}", flush=True)
+            finally:
+                with self.lock:
+                    self.faults_ended += 1
         # Whatever is still frozen is thawed, so that the clients' last queries end.
         for handle in cluster.executors:
             if handle.alive():
@@ -247,17 +322,183 @@ class Soak:
             cluster.add_executor(wait=False)
 
 
+class Writer:
+    """One writer thread: a table of its own, batches written into it, read back.
+
+    Each batch has an id of its own (the ``batch`` column), and this writer knows
+    what each one it wrote must read back as. A statement that succeeds must
+    answer DuckDB's count, and its batch must then be in the table exactly once,
+    whole; a statement that fails is reported as a failure (a live executor was
+    always left: nothing excuses it), and its batch must be in the table whole or
+    not at all, for the rest of the run (a commit may still land after the
+    client's error). A batch the writer never wrote must never appear. Each step
+    is one of, at random:
+
+    * ``INSERT INTO t SELECT`` a batch of ``lineitem`` (every scan task writes a
+      file of it, committed together);
+    * ``INSERT INTO t VALUES`` three rows (one task);
+    * ``CREATE TABLE AS`` a batch as a table of its own, read back, then dropped;
+    * a read-back of ``t``: every batch's rows and sum, against what it must hold.
+
+    The run ends with one more read-back, after the last fault.
+    """
+
+    def __init__(
+        self, soak: Soak, cluster: LocalCluster, index: int, batches: dict[int, Batch]
+    ) -> None:
+        self.soak = soak
+        self.cluster = cluster
+        self.index = index
+        self.batches = batches
+        self.rng = random.Random(f"{soak.args.seed}-w{index}")
+        self.table = f"soak_w{index}"
+        self.held: dict[int, Batch] = {}
+        """Batch -> what it reads back as: written, so in the table exactly once."""
+        self.doubtful: dict[int, Batch] = {}
+        """Batches whose statement failed: in the table whole, or not at all."""
+        self.next_batch = 0
+
+    def run(self) -> None:
+        with self.cluster.connect() as session:
+            create = f"CREATE TABLE {self.table} (batch BIGINT, k BIGINT, v DECIMAL(15, 2))"
+            if not self.write(session, "create", create, None):
+                return  # no table to write (the failure is reported)
+            while time.monotonic() < self.soak.stop_at:
+                step = self.rng.random()
+                if step < 0.45:
+                    self.insert_select(session)
+                elif step < 0.6:
+                    self.insert_values(session)
+                elif step < 0.75:
+                    self.create_table_as(session)
+                else:
+                    self.check(session)
+            self.check(session)
+
+    def batch(self) -> int:
+        self.next_batch += 1
+        return self.next_batch
+
+    def selected(self, batch: int) -> tuple[str, Batch]:
+        """The SELECT of a batch's ``lineitem`` rows (batch, k, v), and its figures."""
+        residue = batch % WRITE_MODULUS
+        sql = (
+            f"SELECT CAST({batch} AS BIGINT) AS batch, l_orderkey AS k, l_extendedprice AS v "
+            f"FROM lineitem WHERE l_orderkey % {WRITE_MODULUS} = {residue}"
+        )
+        return sql, self.batches.get(residue, (0, Decimal(0)))
+
+    def insert_select(self, session: Any) -> None:
+        batch = self.batch()
+        select, figures = self.selected(batch)
+        self.written(session, "insert_select", f"INSERT INTO {self.table} {select}", batch, figures)
+
+    def insert_values(self, session: Any) -> None:
+        batch = self.batch()
+        rows = ", ".join(f"({batch}, {k}, {'NULL' if v is None else v})" for k, v in VALUES)
+        total = sum((v for _, v in VALUES if v is not None), Decimal(0))
+        sql = f"INSERT INTO {self.table} VALUES {rows}"
+        self.written(session, "insert_values", sql, batch, (len(VALUES), total))
+
+    def written(self, session: Any, kind: str, sql: str, batch: int, figures: Batch) -> None:
+        if self.write(session, kind, sql, figures[0]):
+            self.held[batch] = figures
+        else:
+            self.doubtful[batch] = figures
+
+    def create_table_as(self, session: Any) -> None:
+        """A batch as a table of its own: its count, its rows read back, dropped."""
+        batch = self.batch()
+        select, (rows, total) = self.selected(batch)
+        name = f"soak_c{self.index}_{batch}"
+        if not self.write(session, "create_table_as", f"CREATE TABLE {name} AS {select}", rows):
+            return
+        where = f"client w{self.index}: {name}"
+        try:
+            got = session.sql(f"SELECT count(*) AS n, sum(v) AS s FROM {name}").to_arrow()
+        except Exception as exc:  # noqa: BLE001 - every failure is reported
+            self.soak.fail(f"{where} could not be read back: {type(exc).__name__}: {exc}")
+            return
+        figures = (got["n"][0].as_py(), got["s"][0].as_py() or Decimal(0))
+        if figures != (rows, total):
+            self.soak.fail(f"{where} read back {figures}, not DuckDB's {(rows, total)}")
+            return
+        self.soak.count_check()
+        self.write(session, "drop", f"DROP TABLE {name}", None)
+
+    def write(self, session: Any, kind: str, sql: str, rows: int | None) -> bool:
+        """Run a write statement; whether it succeeded with ``rows`` as its count."""
+        started = time.monotonic()
+        marks = self.soak.fault_marks()
+        where = f"client w{self.index}: {kind} ({sql[:80]}...)"
+        try:
+            result = session.sql(sql)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported
+            self.soak.fail(f"{where} failed: {type(exc).__name__}: {exc}")
+            return False
+        table = result.to_arrow()
+        if rows is not None and not result.answer_lost:
+            count = table["Count"].to_pylist() if "Count" in table.column_names else None
+            if count != [rows]:
+                self.soak.fail(f"{where} answered the count {count}, not DuckDB's {rows}")
+                return False
+        # An answer lost after the statement took effect is NULL, and the statement
+        # is not run again: the read-backs check that it took effect once.
+        self.soak.count_write(kind, marks, result.answer_lost)
+        print(
+            f"client w{self.index}: {kind} done in {time.monotonic() - started:.1f} s", flush=True
+        )
+        return True
+
+    def check(self, session: Any) -> None:
+        """Every batch of the table read back: exactly what was written, once."""
+        where = f"client w{self.index}: {self.table}"
+        try:
+            got = session.sql(
+                f"SELECT batch, count(*) AS n, sum(v) AS s FROM {self.table} GROUP BY batch"
+            ).to_arrow()
+        except Exception as exc:  # noqa: BLE001 - every failure is reported
+            self.soak.fail(f"{where} could not be read back: {type(exc).__name__}: {exc}")
+            return
+        found = {
+            b: (n, s or Decimal(0))
+            for b, n, s in zip(
+                got["batch"].to_pylist(), got["n"].to_pylist(), got["s"].to_pylist(), strict=True
+            )
+        }
+        wrong = []
+        for batch, figures in sorted(self.held.items()):
+            if found.get(batch) != figures:
+                wrong.append(f"batch {batch}: {found.get(batch)}, written as {figures}")
+        for batch, figures in sorted(self.doubtful.items()):
+            if batch in found and found[batch] != figures:
+                wrong.append(f"batch {batch} (its write failed): {found[batch]}, not {figures}")
+        for batch in sorted(set(found) - set(self.held) - set(self.doubtful)):
+            wrong.append(f"batch {batch}, never written: {found[batch]}")
+        if wrong:
+            self.soak.fail(f"{where} holds the wrong rows: " + "; ".join(wrong))
+            return
+        self.soak.count_check()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=(
-            "Run TPC-H queries from concurrent clients while executors and the scheduler "
-            "are killed, frozen and drained at random; check every answer against DuckDB. "
-            "Exits 1 when any query failed or answered wrongly."
+            "Run TPC-H queries (and, with --writers, writes) from concurrent clients while "
+            "executors and the scheduler are killed, frozen and drained at random; check "
+            "every answer against DuckDB and every written batch is there exactly once. "
+            "Exits 1 when any statement failed or answered wrongly."
         )
     )
     parser.add_argument("--minutes", type=float, default=5.0, help="how long to run (5)")
     parser.add_argument("--seed", type=int, default=1, help="of every random choice (1)")
     parser.add_argument("--clients", type=int, default=3, help="client threads (3)")
+    parser.add_argument(
+        "--writers",
+        type=int,
+        default=0,
+        help="threads more that each write a table of their own and read it back (0)",
+    )
     parser.add_argument(
         "--executors", type=int, default=3, help="executors of one slot each, kept running (3)"
     )

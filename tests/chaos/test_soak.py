@@ -1,11 +1,14 @@
-"""The randomized fault run (``scripts/soak.py``), short: every kind of fault, every answer right.
+"""The randomized fault run (``scripts/soak.py``), short: every kind of fault, every
+answer right, every write there exactly once.
 
 The script itself is what runs: a real ``LocalCluster`` with SQLite state, three
-clients querying TPC-H at once, executors killed, frozen and drained and the
-scheduler killed at random, each answer compared with DuckDB's. Seed 6 picks all
-four kinds of fault among its first four. Its first run, on a scheduler that could
-not restore a queued job, failed at the first scheduler kill: every later restart
-refused the store. The longer runs and how to make them are in the README.
+clients querying TPC-H at once and one writing a table of its own (INSERTs of
+several tasks' files, CREATE TABLE AS and DROP) and reading it back, executors
+killed, frozen and drained and the scheduler killed at random, each answer
+compared with DuckDB's. Seed 6 picks all four kinds of fault among its first four.
+Its first run, on a scheduler that could not restore a queued job, failed at the
+first scheduler kill: every later restart refused the store. The longer runs and
+how to make them are in the README.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ def test_a_short_randomized_fault_run_answers_every_query_right(work_dir: Path) 
             "--minutes", "0.75",
             "--seed", "6",
             "--fault-every", "3",
+            "--writers", "1",
             "--json", str(report_path),
             "--work-dir", str(work_dir / "soak"),
         ],
@@ -42,6 +46,11 @@ def test_a_short_randomized_fault_run_answers_every_query_right(work_dir: Path) 
     assert report["failures"] == [], report["failures"]
     assert done.returncode == 0 and report["ok"], done.stdout[-3000:]
     assert report["queries"] >= 20 and report["correct"] == report["queries"], report
+    # The writer wrote each way and read its table back, and writes met faults.
+    assert {"insert_select", "insert_values", "create_table_as", "drop"} <= set(
+        report["by_write"]
+    ), report["by_write"]
+    assert report["checks"] >= 3 and report["writes_met_faults"] >= 1, report
     # Every kind of fault happened, the scheduler's kill among them.
     assert set(report["faults"]) == {
         "kill_executor",
