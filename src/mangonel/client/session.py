@@ -731,11 +731,7 @@ class Session:
             raise job_failure(status.error_type, status.error or f"job {job_id} failed")
         answer_lost = False
         try:
-            tables = [
-                carried_partition(m)
-                or self._read_partition(job_id, convert.partition_location_from_proto(m), deadline)
-                for m in final.result
-            ]
+            tables = [self._partition(job_id, m, deadline) for m in final.result]
             table = assemble_result(tables, status.columns)
         except ResultUnavailableError as exc:
             if not status.took_effect:
@@ -765,6 +761,13 @@ class Session:
             outputs_recomputed=status.outputs_recomputed,
             answer_lost=answer_lost,
         )
+
+    def _partition(self, job_id: str, msg: pb.PartitionLocation, deadline: _Deadline) -> pa.Table:
+        """One result partition: the file the final status carried, else read over Flight."""
+        carried = carried_partition(msg)
+        if carried is not None:  # not ``or``: a table of no row is falsy
+            return carried
+        return self._read_partition(job_id, convert.partition_location_from_proto(msg), deadline)
 
     def _read_partition(self, job_id: str, loc: PartitionLocation, deadline: _Deadline) -> pa.Table:
         """Read one result partition, again and again while its executor is alive.
