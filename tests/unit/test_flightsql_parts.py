@@ -10,10 +10,13 @@ import pyarrow as pa
 import pytest
 
 from mangonel.errors import BindError
+from mangonel.ids import ExecutorId, StageId
 from mangonel.proto.batches import BATCH_BYTES, MAX_MESSAGE_BYTES, fitted
-from mangonel.proto.results import ResultView, result_schema
+from mangonel.proto.results import ResultView, carried_file, result_schema
 from mangonel.scheduler import flightsql_meta as meta
+from mangonel.scheduler.flightsql_results import READ_ERRORS, ExecutorReads
 from mangonel.sql.params import bind_parameters, count_parameters
+from mangonel.task import PartitionLocation
 
 
 def test_positional_parameters_are_numbered_in_reading_order() -> None:
@@ -153,3 +156,32 @@ def test_a_batch_with_views_goes_whole() -> None:
     kind = pa.struct([("a", pa.list_(pa.binary_view()))])
     nested = pa.record_batch({"n": pa.array([{"a": [b"y" * 100]}] * 50_000).cast(kind)})
     assert list(fitted([nested])) == [nested]
+
+
+def _file(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_write_s_count_the_scheduler_holds_needs_no_read_from_its_executor() -> None:
+    # The count's file rode with the task's report (``JobWatch.result_files``): an
+    # executor that died since (its address answers nothing here) is not asked,
+    # and an update answers the count, not -1.
+    def loc(path: str, rows: int) -> PartitionLocation:
+        return PartitionLocation(
+            ExecutorId("e1"), "h", "127.0.0.1:1", StageId(2), 0, 0, path, rows, 0, ""
+        )
+
+    counted = _file(pa.table({"Count": pa.array([74816], pa.int64())}))
+    reads = ExecutorReads(None)
+    assert reads.count((loc("a", 1),), None, {"a": counted}) == 74816
+    # A damaged copy, or one of other rows, is read from the executor instead.
+    assert carried_file(counted[:-9], 1) is None and carried_file(counted, 2) is None
+    with pytest.raises(READ_ERRORS):
+        reads.count((loc("a", 1),), None, {"a": counted[:-9]})
+    # A file of no row is a table, falsy though it is.
+    empty = carried_file(_file(pa.table({"Success": pa.array([], pa.bool_())})), 0)
+    assert empty is not None and empty.num_rows == 0
+    reads.close()

@@ -22,6 +22,7 @@ import pyarrow.flight as flight
 
 from mangonel.errors import ClusterError, MangonelError
 from mangonel.proto import mangonel_pb2 as pb
+from mangonel.proto.results import carried_file
 from mangonel.security import tls
 from mangonel.security.tickets import SESSION_HEADER
 from mangonel.task import PartitionLocation
@@ -110,13 +111,7 @@ class FlightPool:
 def carried_partition(loc: pb.PartitionLocation) -> pa.Table | None:
     """A result partition whose file came with the job's final status (a small result
     on a cluster without tickets), or ``None``: read it over Flight."""
-    if not loc.data:
-        return None
-    try:
-        table = pa.ipc.open_file(pa.py_buffer(loc.data)).read_all()
-    except (pa.ArrowInvalid, OSError):
-        return None  # damaged on the way: the executor still has the file
-    return table if table.num_rows == loc.rows else None
+    return carried_file(loc.data, loc.rows) if loc.data else None
 
 
 def assemble_result(tables: Sequence[pa.Table], columns: tuple[str, ...]) -> pa.Table:

@@ -30,6 +30,18 @@ from mangonel.task import PartitionLocation
 MAGIC = b"mangonel-result-view:"
 
 
+def carried_file(data: bytes, rows: int) -> pa.Table | None:
+    """A small result file that came along (with a job's last status, or in the
+    scheduler's memory: ``JobWatch.result_files``) as a table, or ``None`` when it
+    is damaged or holds other than its ``rows``: read it over Flight then. Test it
+    with ``is None``: a table of no row is falsy."""
+    try:
+        table = pa.ipc.open_file(pa.py_buffer(data)).read_all()
+    except (pa.ArrowInvalid, OSError):
+        return None  # damaged on the way: the executor still has the file
+    return table if table.num_rows == rows else None
+
+
 def partition_ticket(loc: PartitionLocation) -> bytes:
     """The ticket that reads result partition ``loc`` from its executor's Flight server.
 

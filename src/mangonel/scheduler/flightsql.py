@@ -538,10 +538,12 @@ class FlightSqlService(flight.FlightServerBase):  # type: ignore[misc]
         return result
 
     def _rows_written(self, record: JobWatch, who: FlightSqlAuthMiddleware) -> int:
-        """A write statement's answer (its ``Count`` rows), read from where it is;
-        the result is then released."""
+        """A write statement's answer (its ``Count`` rows), from the scheduler's
+        copy of it or read from where it is; the result is then released."""
+        with record.changed:
+            held = dict(record.result_files)
         try:
-            count = self._reads.count(record.result, who.token)
+            count = self._reads.count(record.result, who.token, held)
         except READ_ERRORS as exc:
             log.warning("job %s: its count could not be read (%s)", record.id, exc)
             count = -1

@@ -11,13 +11,13 @@ executor serves a result ticket bound to a user only with that user's token.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from mangonel.proto.batches import fitted
-from mangonel.proto.results import ResultView, partition_ticket
+from mangonel.proto.results import ResultView, carried_file, partition_ticket
 from mangonel.security import tls
 from mangonel.security.auth import AUTHORIZATION
 from mangonel.security.tls import TlsMaterial
@@ -71,16 +71,25 @@ class ExecutorReads:
             raise LostResult(f"executor {loc.executor} ({loc.flight_address}): {exc}") from None
         return schema
 
-    def count(self, locations: tuple[PartitionLocation, ...], token: str | None) -> int:
+    def count(
+        self,
+        locations: tuple[PartitionLocation, ...],
+        token: str | None,
+        held: Mapping[str, bytes],
+    ) -> int:
         """The sum of the first column's integers over the partitions (a write
-        statement's ``Count`` rows).
+        statement's ``Count`` rows); ``held``: the files of them the scheduler
+        holds (``JobWatch.result_files``), by path, which need no read.
 
         Raises:
             flight.FlightError, OSError, pa.ArrowException: a partition cannot be read.
         """
         count = 0
         for loc in locations:
-            table = self._read(loc.flight_address, partition_ticket(loc), token).read_all()
+            data = held.get(loc.path)
+            table = carried_file(data, loc.rows) if data else None
+            if table is None:
+                table = self._read(loc.flight_address, partition_ticket(loc), token).read_all()
             if table.num_columns and table.num_rows:
                 count += sum(v for v in table.column(0).to_pylist() if isinstance(v, int))
         return count
