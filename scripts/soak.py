@@ -327,8 +327,9 @@ class Writer:
 
     Each batch has an id of its own (the ``batch`` column), and this writer knows
     what each one it wrote must read back as. A statement that succeeds must
-    answer DuckDB's count, and its batch must then be in the table exactly once,
-    whole; a statement that fails is reported as a failure (a live executor was
+    answer DuckDB's count (or NULL where its answer was lost after it took
+    effect: ``Result.answer_lost``, counted), and its batch must then be in the
+    table exactly once, whole; a statement that fails is reported as a failure (a live executor was
     always left: nothing excuses it), and its batch must be in the table whole or
     not at all, for the rest of the run (a commit may still land after the
     client's error). A batch the writer never wrote must never appear. Each step
