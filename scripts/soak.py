@@ -20,9 +20,10 @@ Meanwhile a fault thread, every
 
 At least one executor is always left running, so every query can finish: the
 promise checked is that every query ends with DuckDB's answer, and every write
-lands exactly once, whatever else happened meanwhile. It prints a summary (and ``--json`` writes
-it): queries run and correct, faults done, every failure with its error.
-Exits 1 when any answer was wrong or any query failed.
+lands exactly once, whatever else happened meanwhile. It prints a summary (and
+``--json`` writes it): queries run and correct, writes and read-backs, faults
+done, every failure with its error. Exits 1 when any answer was wrong or any
+statement failed.
 
 Usage::
 
@@ -235,7 +236,7 @@ class Soak:
             self.queries[f"q{number}"] += 1
 
     def fault_marks(self) -> tuple[int, int]:
-        """Faults begun and ended so far (``met_fault`` compares two of these)."""
+        """Faults begun and ended so far (``count_write`` compares two of these)."""
         with self.lock:
             return self.faults_begun, self.faults_ended
 
@@ -329,11 +330,11 @@ class Writer:
     what each one it wrote must read back as. A statement that succeeds must
     answer DuckDB's count (or NULL where its answer was lost after it took
     effect: ``Result.answer_lost``, counted), and its batch must then be in the
-    table exactly once, whole; a statement that fails is reported as a failure (a live executor was
-    always left: nothing excuses it), and its batch must be in the table whole or
-    not at all, for the rest of the run (a commit may still land after the
-    client's error). A batch the writer never wrote must never appear. Each step
-    is one of, at random:
+    table exactly once, whole. A statement that fails is reported as a failure
+    (a live executor was always left: nothing excuses it), and its batch must be
+    in the table whole or not at all, for the rest of the run (a commit may
+    still land after the client's error). A batch the writer never wrote must
+    never appear. Each step is one of, at random:
 
     * ``INSERT INTO t SELECT`` a batch of ``lineitem`` (every scan task writes a
       file of it, committed together);
