@@ -1014,8 +1014,9 @@ class SchedulerCore:
         try:
             statement = parse_write(sql, dialect)
             if statement is None:
-                with self.unreadable.explained():
-                    plan = self.plans.plan(sql, self.catalog.snapshot(), self._planner(), dialect)
+                # As ``plan``: a table read again between the look and the error
+                # is planned on (CI, 2026-12-07: a submission met that race).
+                plan = self._on_catalog(lambda c: self.plans.plan(sql, c, self._planner(), dialect))
             else:
                 with self.unreadable.explained():
                     planned = self._submit_write(statement, dialect, may_write, planning)
