@@ -340,6 +340,8 @@ class Writer:
       file of it, committed together);
     * ``INSERT INTO t VALUES`` three rows (one task);
     * ``CREATE TABLE AS`` a batch as a table of its own, read back, then dropped;
+    * ``CREATE OR REPLACE TABLE t AS`` a batch: ``t`` then holds that batch alone
+      (and whatever failed writes land after it);
     * a read-back of ``t``: every batch's rows and sum, against what it must hold.
 
     The run ends with one more read-back, after the last fault.
@@ -371,8 +373,10 @@ class Writer:
                     self.insert_select(session)
                 elif step < 0.6:
                     self.insert_values(session)
-                elif step < 0.75:
+                elif step < 0.72:
                     self.create_table_as(session)
+                elif step < 0.77:
+                    self.replace(session)
                 else:
                     self.check(session)
             self.check(session)
@@ -407,6 +411,19 @@ class Writer:
             self.held[batch] = figures
         else:
             self.doubtful[batch] = figures
+
+    def replace(self, session: Any) -> None:
+        """``t`` replaced by one batch: what it held goes, unless the replace failed
+        (then it may or may not have gone, whole)."""
+        batch = self.batch()
+        select, figures = self.selected(batch)
+        sql = f"CREATE OR REPLACE TABLE {self.table} AS {select}"
+        if self.write(session, "replace", sql, figures[0]):
+            self.held = {batch: figures}
+        else:
+            self.doubtful.update(self.held)
+            self.doubtful[batch] = figures
+            self.held = {}
 
     def create_table_as(self, session: Any) -> None:
         """A batch as a table of its own: its count, its rows read back, dropped."""
