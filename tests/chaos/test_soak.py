@@ -3,9 +3,9 @@ answer right, every write there exactly once.
 
 The script itself is what runs: a real ``LocalCluster`` with SQLite state, three
 clients querying TPC-H at once and one writing a table of its own (INSERTs of
-several tasks' files, CREATE TABLE AS and DROP) and reading it back, executors
-killed, frozen and drained and the scheduler killed at random, each answer
-compared with DuckDB's. Seed 6 picks all four kinds of fault among its first four.
+several tasks' files, CREATE TABLE AS and DROP, CREATE OR REPLACE) and reading it
+back, executors killed, frozen and drained and the scheduler killed at random,
+each answer compared with DuckDB's. Seed 6 picks all four kinds of fault among its first four.
 Its first run, on a scheduler that could not restore a queued job, failed at the
 first scheduler kill: every later restart refused the store. The longer runs and
 how to make them are in the README.
