@@ -49,8 +49,10 @@ class TypeOracle:
         """Name -> identity of each table registered here."""
         self._schemas: dict[str, pa.Schema] = {}
         self._bound: duckdb.DuckDBPyConnection | None = None
-        """Empty DuckDB tables of the same schemas, for ``parameter_types``: DuckDB
-        serializes no plan that reads a registered Arrow table. Made on first use."""
+        """The same empty tables in a database of their own, for ``parameter_types``:
+        ``json_serialize_plan`` can fail inside DuckDB, and this one is then opened
+        afresh (``_drop_bound``) without touching the one every plan binds over.
+        Made on first use."""
         self._bound_tables: set[str] = set()
         self.add(catalog or {})
 
