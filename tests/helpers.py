@@ -581,10 +581,9 @@ def explain_stage_count(text: str) -> int:
 
 def explain_fallback(text: str) -> str | None:
     """Why the plan an ``explain`` text describes runs the whole query as one task over
-    its gathered tables (the planner's fallback, ``DistributedPlan.fallback``), or
-    ``None`` where the planner split it. A fallback plan still has several stages
-    (each table of several splits is scanned in a stage of its own), so a stage count
-    cannot tell it apart."""
+    its tables (the planner's fallback, ``DistributedPlan.fallback``), or ``None``
+    where the planner split it. A planned query may be one stage too, so a stage
+    count cannot tell them apart."""
     from mangonel.plan.explain import FALLBACK_NOTE
 
     for line in text.splitlines():

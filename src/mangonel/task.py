@@ -315,6 +315,9 @@ class TaskSpec:
     result: bool = False
     sink: SinkSpec | None = None
     """Set on the tasks of a write statement's writing stage."""
+    whole_query: bool = False
+    """Its stage runs the user's query whole (``Stage.whole_query``): DuckDB orders
+    its joins itself."""
 
 
 # ------------------------------------------------------------------ failure reasons

@@ -1025,7 +1025,7 @@ FALLBACK: dict[str, str] = {
     "union_all_by_name": "the sides' columns meet by name, a name one side lacks NULL on it",
     "rows_as_a_list": "a table's rows as structs, of columns no stage holds under its name",
 }
-"""Cases expected to run whole in one task over their gathered tables (the
+"""Cases expected to run whole in one task that scans their tables (the
 planner's fallback, a stage labelled "whole query"), with the reason."""
 
 EMPTY: dict[str, str] = {

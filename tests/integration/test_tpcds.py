@@ -151,7 +151,7 @@ def _check(
     if tpcds_sf01_variant(number) is not None:
         assert expected.num_rows == stated_rows(sql), f"q{number:02d}'s variant's header"
     text = session.explain(sql)
-    # A fallback plan (the whole query in one task) has several stages too.
+    # A fallback plan (the whole query in one task) is told by EXPLAIN's note.
     assert_fallback_as_listed(f"q{number:02d}", text, FALLBACK, number)
     stages = explain_stage_count(text)
     if number in one_stage:

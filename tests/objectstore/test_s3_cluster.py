@@ -96,7 +96,7 @@ def test_tpch_from_object_storage_matches_duckdb(
     order_by = TPCH_ORDER_BY[number]
     assert_same_result(result.to_arrow(), expected, ordered=bool(order_by), order_by=order_by)
     # The job ran distributed: its plan was split, not run whole in one task (the
-    # planner's fallback, which also plans a scan stage per table of several splits).
+    # planner's fallback).
     with urllib.request.urlopen(f"{cluster.web_url}/api/jobs/{result.job_id}", timeout=10) as r:
         job = json.loads(r.read())
     assert job["fallback"] is None, f"q{number:02d} ran whole in one task: {job['fallback']}"

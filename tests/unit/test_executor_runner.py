@@ -1059,3 +1059,32 @@ def test_the_first_task_of_a_job_has_its_catalog_files_learned_ahead(
 def _stat(path: str) -> tuple[int, int]:
     st = os.stat(path)
     return st.st_mtime_ns, st.st_size
+
+
+def test_a_whole_query_task_has_duckdb_order_its_joins(runner: TaskRunner, data: list[str]) -> None:
+    """A task that runs the user's query whole (a plan that fell back) gets a database
+    with DuckDB's join order on; a planned fragment's keeps it off, as the planner
+    placed its joins. Both stay locked down and confined to the task's files."""
+    sql = "SELECT current_setting('disabled_optimizers') AS d, count(*) AS n FROM lineitem"
+    for n, whole in enumerate((False, True, False)):
+        spec = dataclasses.replace(
+            scan_spec(1, n, sql, (FileSplit(data[0]),), SINGLE, ("d", "n"), ("l_orderkey",)),
+            whole_query=whole,
+        )
+        (out,) = runner.run(spec)
+        disabled, rows = read(runner, out).to_pylist()[0].values()
+        assert rows == 3000
+        assert ("join_order" in disabled) is not whole, (whole, disabled)
+        assert "build_side_probe_side" in disabled or whole, disabled
+    # With no file to scan (its tables gathered from stages, or read from a store).
+    (out,) = runner.run(
+        TaskSpec(attempt(2, 0), sql.split(",")[0], SINGLE, ("d",), whole_query=True)
+    )
+    assert "join_order" not in read(runner, out).column("d").to_pylist()[0]
+    with pytest.raises(TaskFailedError) as info:
+        runner.run(
+            TaskSpec(
+                attempt(2, 1), "SET disabled_optimizers = ''", SINGLE, ("x",), whole_query=True
+            )
+        )
+    assert isinstance(info.value.failure, NOT_RETRIED)

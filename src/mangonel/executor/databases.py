@@ -92,10 +92,12 @@ def open_connection(
 
 
 def lock_down(
-    con: duckdb.DuckDBPyConnection, readable: Sequence[str] = ()
+    con: duckdb.DuckDBPyConnection, readable: Sequence[str] = (), whole_query: bool = False
 ) -> duckdb.DuckDBPyConnection:
     """Finish ``open_connection``'s database: it may read the ``readable`` files
-    (a scan database) or none, and no SQL can change its settings any more."""
+    (a scan database) or none, and no SQL can change its settings any more.
+    ``whole_query``: its tasks run users' queries whole (``TaskSpec.whole_query``),
+    which DuckDB plans as it plans them alone, its own join order on."""
     if readable:
         # Exact files, not directories: a table's directory may hold other files.
         con.execute("SET allowed_paths = ?", [list(readable)])
@@ -123,6 +125,10 @@ def lock_down(
     # join alone, its key filter pushed into the scan, keeps 217 rows (122 -> 20 ms;
     # one slot, all 22 queries: 6.3 -> 5.4 s). The planner places aggregates itself.
     disabled = ["join_order", "partial_aggregate_pushdown", "build_side_probe_side"]
+    if whole_query:
+        # Nothing of the query was placed by the planner: DuckDB's rules are what
+        # orders its joins (a fallen-back plan: ``Stage.whole_query``).
+        disabled = []
     if readable:
         # DuckDB 2.0.0's late materialization of a top-n (ORDER BY ... LIMIT
         # <= 50) over read_parquet fails on the scan's file_row_number filter
@@ -156,7 +162,9 @@ class ScanDatabases:
         self._spill_dir = spill_dir
         self._budget = budget
         self._threads = threads
-        self._cons: OrderedDict[frozenset[str], duckdb.DuckDBPyConnection] = OrderedDict()
+        self._cons: OrderedDict[tuple[frozenset[str], bool], duckdb.DuckDBPyConnection] = (
+            OrderedDict()
+        )
         self._seq = 0
         self.opened = 0
         """Scan databases this slot has locked down for a task, over its life."""
@@ -168,9 +176,12 @@ class ScanDatabases:
         """Scan databases kept open now (at most ``SCAN_DATABASES``)."""
         return len(self._cons)
 
-    def connection(self, files: frozenset[str]) -> duckdb.DuckDBPyConnection:
+    def connection(
+        self, files: frozenset[str], whole_query: bool = False
+    ) -> duckdb.DuckDBPyConnection:
         """The locked database that may read exactly ``files`` (resolved local paths:
-        the local files of the task's job, with those of its splits), and no other.
+        the local files of the task's job, with those of its splits), and no other;
+        with DuckDB's join order on where ``whole_query`` (``lock_down``).
 
         Keyed by the job's files, not the task's: a query's scan tasks read several
         tables, and each set of files had a database of its own, so a TPC-DS query's
@@ -178,7 +189,8 @@ class ScanDatabases:
         first Parquet read (about twice the page faults of the same read in a
         database that has read once; issue 20).
         """
-        con = self._cons.pop(files, None)
+        key = (files, whole_query)
+        con = self._cons.pop(key, None)
         if con is None:
             self.opened += 1
             log.info(
@@ -187,13 +199,13 @@ class ScanDatabases:
                 self.opened,
                 len(files),
             )
-            con = lock_down(self._take_spare(), sorted(files))
+            con = lock_down(self._take_spare(), sorted(files), whole_query)
             while len(self._cons) >= SCAN_DATABASES:
                 _, old = self._cons.popitem(last=False)
                 # Closing a database takes 8 to 25 ms: on the opener's thread, not
                 # on this task's path.
                 _OPENER.submit(old.close)
-        self._cons[files] = con  # most recently used last
+        self._cons[key] = con  # most recently used last
         return con
 
     def close(self) -> None:

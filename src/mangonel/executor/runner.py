@@ -201,9 +201,11 @@ class TaskRunner:
             self._check_cancelled()
             sqls = {s.name: scan_sql(s.columns, s.splits) for s in spec.scans}
             native = [s for s in spec.scans if sqls[s.name] is not None]
-            if native:
+            if native or spec.whole_query:
                 con = self._scan_connection(
-                    [split for s in native for split in s.splits], spec.job_files
+                    [split for s in native for split in s.splits],
+                    spec.job_files,
+                    spec.whole_query,
                 )
                 with self._lock:
                     self._running_con = con
@@ -356,17 +358,22 @@ class TaskRunner:
     # ---------------------------------------------------------------- scan
 
     def _scan_connection(
-        self, splits: Sequence[FileSplit], job_files: Sequence[str] = ()
+        self,
+        splits: Sequence[FileSplit],
+        job_files: Sequence[str] = (),
+        whole_query: bool = False,
     ) -> duckdb.DuckDBPyConnection:
         """A locked database of this slot that may read the splits' files and the
         local ones of ``job_files`` (every table of the catalog the task's job was
-        planned against, or of the job itself), and no other (``ScanDatabases``).
+        planned against, or of the job itself), and no other (``ScanDatabases``);
+        one that orders joins itself for a task that runs a query whole
+        (``TaskSpec.whole_query``), even one that reads no such file.
 
         The splits' own files are added to the job's, so a task whose job named
         none (or not all) of them still runs.
         """
         files = self._job_files(job_files) | {os.path.realpath(s.path) for s in splits}
-        return self._scans.connection(files)
+        return self._scans.connection(files, whole_query)
 
     def _job_files(self, job_files: Sequence[str]) -> frozenset[str]:
         """The local files of ``job_files``, resolved, remembered for the job's next task

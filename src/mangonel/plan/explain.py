@@ -7,7 +7,7 @@ import sqlglot
 from mangonel.plan.physical import DistributedPlan, Stage
 from mangonel.task import InputMode, OutputKind
 
-FALLBACK_NOTE = "note: runs whole in one task over its gathered tables"
+FALLBACK_NOTE = "note: runs whole in one task, as DuckDB alone plans it"
 """How EXPLAIN begins the line that says a plan fell back (``DistributedPlan.fallback``),
 followed by the reason."""
 

@@ -366,7 +366,8 @@ def required_columns(root: Node) -> dict[Node, set[Ref]]:
 
 @dataclass(eq=False)
 class Opaque(Node):
-    """A query the planner does not split: its SQL runs whole over gathered tables.
+    """A query the planner does not split: its SQL runs whole, in one task that
+    scans its tables (``Distributor._opaque``).
 
     ``query`` refers to catalog tables by name; ``tables`` maps each name to the
     node that supplies it (a full Scan, later a StageRead).

@@ -76,6 +76,11 @@ class Stage:
     """A short human description, e.g. ``scan lineitem`` or ``join + partial agg``."""
     side_scans: tuple[ScanInput, ...] = ()
     """Other tables the tasks scan: one group of splits for all, or one per task."""
+    whole_query: bool = False
+    """The stage runs the user's query whole (a plan that fell back, ``Opaque``):
+    DuckDB orders its joins and places its aggregates itself, as it does for
+    the query alone, where every other stage's SQL has them placed by the
+    planner (``executor.databases.lock_down``)."""
 
     @property
     def upstream(self) -> tuple[StageId, ...]:
@@ -136,7 +141,7 @@ class DistributedPlan:
     """For the query that answers a ``DROP TABLE`` (the drop itself is done as the
     statement is submitted): the table it dropped."""
     fallback: str | None = None
-    """Why the whole query runs as one task over its gathered tables (the binder
+    """Why the whole query runs as one task that scans its tables (the binder
     raised ``Unsupported``: ``plan.planner``), or ``None`` where the planner split it.
     EXPLAIN shows it as a note, and the scheduler counts the jobs that ran so
     (``mangonel_plan_fallbacks_total``)."""

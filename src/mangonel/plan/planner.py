@@ -5,7 +5,7 @@ tables) binds the query, so unknown columns and type errors get DuckDB's own
 words; sqlglot's optimizer qualifies and decorrelates; the binder builds the
 logical plan, whose inner joins the join-order rule then orders by the estimates;
 the distributor cuts it into stages. A query the binder does not
-split runs whole, as one task over its gathered tables — slower, never wrong —
+split runs whole, as one task that scans its tables — slower, never wrong —
 and EXPLAIN says why.
 """
 

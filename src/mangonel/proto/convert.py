@@ -265,6 +265,7 @@ def task_spec_to_proto(spec: TaskSpec) -> pb.TaskSpec:
         job_files=list(spec.job_files),
         result=spec.result,
         sink=_sink_to_proto(spec.sink),
+        whole_query=spec.whole_query,
     )
 
 
@@ -343,6 +344,7 @@ def task_spec_from_proto(msg: pb.TaskSpec) -> TaskSpec:
         job_files=tuple(msg.job_files),
         result=msg.result,
         sink=_sink_from_proto(msg),
+        whole_query=msg.whole_query,
     )
 
 

@@ -166,7 +166,7 @@ class InputLocations(_message.Message):
     def __init__(self, name: _Optional[str] = ..., stage: _Optional[int] = ..., mode: _Optional[_Union[InputMode, str]] = ..., locations: _Optional[_Iterable[_Union[PartitionLocation, _Mapping]]] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("attempt", "sql", "output", "columns", "inputs", "scans", "job_files", "result", "sink")
+    __slots__ = ("attempt", "sql", "output", "columns", "inputs", "scans", "job_files", "result", "sink", "whole_query")
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     SQL_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
@@ -176,6 +176,7 @@ class TaskSpec(_message.Message):
     JOB_FILES_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     SINK_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_QUERY_FIELD_NUMBER: _ClassVar[int]
     attempt: TaskAttemptId
     sql: str
     output: OutputSpec
@@ -185,7 +186,8 @@ class TaskSpec(_message.Message):
     job_files: _containers.RepeatedScalarFieldContainer[str]
     result: bool
     sink: SinkSpec
-    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ..., scans: _Optional[_Iterable[_Union[ScanSpec, _Mapping]]] = ..., job_files: _Optional[_Iterable[str]] = ..., result: _Optional[bool] = ..., sink: _Optional[_Union[SinkSpec, _Mapping]] = ...) -> None: ...
+    whole_query: bool
+    def __init__(self, attempt: _Optional[_Union[TaskAttemptId, _Mapping]] = ..., sql: _Optional[str] = ..., output: _Optional[_Union[OutputSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., inputs: _Optional[_Iterable[_Union[InputLocations, _Mapping]]] = ..., scans: _Optional[_Iterable[_Union[ScanSpec, _Mapping]]] = ..., job_files: _Optional[_Iterable[str]] = ..., result: _Optional[bool] = ..., sink: _Optional[_Union[SinkSpec, _Mapping]] = ..., whole_query: _Optional[bool] = ...) -> None: ...
 
 class SinkSpec(_message.Message):
     __slots__ = ("target", "format", "staging", "partition_by", "columns", "compression", "row_group_size", "no_header", "delimiter", "quote", "escape", "null", "dateformat", "timestampformat")

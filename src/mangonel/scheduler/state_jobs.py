@@ -488,6 +488,7 @@ class JobRecord:
             job_files=self.scan_files,
             result=stage.id == self.plan.final.id,
             sink=self._sink(stage, attempt),
+            whole_query=stage.whole_query,
         )
 
     def _sink(self, stage: Stage, attempt: TaskAttemptId) -> SinkSpec | None:

@@ -33,7 +33,7 @@ Metrics (all prefixed ``mangonel_``):
   completed, as their inputs (broadcast inputs count once per reading task);
 * ``job_duration_seconds{outcome}``: histogram of job durations, submit to end;
 * ``plan_fallbacks_total``: jobs whose plan runs the whole query in one task over
-  its gathered tables, because the planner does not split it (EXPLAIN's note says
+  its tables, because the planner does not split it (EXPLAIN's note says
   why: ``DistributedPlan.fallback``);
 * ``plans_total{cache}``: queries planned (``miss``) or whose plan was reused
   (``hit``: the same SQL against the same tables);

@@ -64,6 +64,7 @@ from mangonel.plan.logical import (
     phys,
     scan_table,
     volatile,
+    walk,
 )
 from mangonel.plan.physical import ScanInput, Stage, StageInput
 from mangonel.sql.exprs import PLACEHOLDER_PREFIX
@@ -237,6 +238,7 @@ class StageBuilder:
             inputs=tuple(f.inputs.values()),
             label=label or describe(f.node),
             side_scans=tuple(side_scans),
+            whole_query=any(isinstance(n, Opaque) for n in walk(f.node)),
         )
         if read_whole:
             key = _same_rows_key(stage)
