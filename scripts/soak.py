@@ -16,7 +16,10 @@ Meanwhile a fault thread, every
 * ``drain_executor``: SIGTERM an executor (it finishes its tasks and leaves); a
   new one starts;
 * ``kill_scheduler``: SIGKILL the scheduler and start it again 0 to 3 s later,
-  on the same port and state store.
+  on the same port and state store;
+* ``freeze_scheduler``: SIGSTOP the scheduler for 1 to 6 s (past the heartbeat
+  timeout, sometimes: thawed, it hears from no executor at once, which its own
+  pause explains), then SIGCONT it.
 
 At least one executor is always left running, so every query can finish: the
 promise checked is that every query ends with DuckDB's answer, and every write
@@ -71,7 +74,13 @@ from mangonel.testing.etcd import EtcdServer  # noqa: E402
 QUERIES = (1, 3, 4, 5, 6, 9, 10, 12, 13, 14, 18, 19)
 """TPC-H queries of several stages (joins, aggregates, sorts) and a few of one."""
 
-FAULTS = ("kill_executor", "freeze_executor", "drain_executor", "kill_scheduler")
+FAULTS = (
+    "kill_executor",
+    "freeze_executor",
+    "drain_executor",
+    "kill_scheduler",
+    "freeze_scheduler",
+)
 
 WRITE_MODULUS = 97
 """A written batch is the line items of one residue of ``l_orderkey`` modulo this
@@ -118,6 +127,10 @@ class Soak:
     def __init__(self, args: argparse.Namespace, work: Path) -> None:
         self.args = args
         self.rng = random.Random(args.seed)
+        self.kinds = random.Random(f"{args.seed}-faults")
+        """Which fault comes next, and when: apart from ``rng``, whose draws (which
+        executor, how long) depend on how many executors run, so the seed alone
+        fixes the order of the kinds."""
         self.stop_at = time.monotonic() + args.minutes * 60
         self.work = work
         self.lock = threading.Lock()
@@ -258,10 +271,10 @@ class Soak:
 
     def inject(self, cluster: LocalCluster) -> None:
         while time.monotonic() < self.stop_at:
-            time.sleep(self.args.fault_every * self.rng.uniform(0.5, 1.5))
+            time.sleep(self.args.fault_every * self.kinds.uniform(0.5, 1.5))
             if time.monotonic() >= self.stop_at:
                 break
-            fault = self.rng.choice(FAULTS)
+            fault = self.kinds.choice(FAULTS)
             with self.lock:
                 self.faults_begun += 1
             try:
@@ -277,8 +290,8 @@ class Soak:
                 with self.lock:
                     self.faults_ended += 1
         # Whatever is still frozen is thawed, so that the clients' last queries end.
-        for handle in cluster.executors:
-            if handle.alive():
+        for handle in [*cluster.executors, *cluster.schedulers]:
+            if handle is not None and handle.alive():
                 handle.signal(signal.SIGCONT)
 
     def live(self, cluster: LocalCluster) -> list[int]:
@@ -316,6 +329,16 @@ class Soak:
         cluster.kill_scheduler()
         time.sleep(self.rng.uniform(0.0, 3.0))
         cluster.restart_scheduler()
+
+    def freeze_scheduler(self, cluster: LocalCluster) -> None:
+        scheduler = cluster.schedulers[0]
+        if scheduler is None or not scheduler.alive():
+            return
+        scheduler.signal(signal.SIGSTOP)
+        try:
+            time.sleep(self.rng.uniform(1.0, 6.0))
+        finally:
+            scheduler.signal(signal.SIGCONT)
 
     def replace(self, cluster: LocalCluster) -> None:
         """Start executors until ``--executors`` run (a new one registers in the background)."""
