@@ -19,7 +19,10 @@ Meanwhile a fault thread, every
   on the same port and state store;
 * ``freeze_scheduler``: SIGSTOP the scheduler for 1 to 6 s (past the heartbeat
   timeout, sometimes: thawed, it hears from no executor at once, which its own
-  pause explains), then SIGCONT it.
+  pause explains), then SIGCONT it. With etcd state, a freeze past the lease's TTL
+  makes it stop with status 3 once thawed (it no longer leads its store): the run
+  then starts it again, as its supervisor would (``scheduler_restarts``); any other
+  exit of its own is a failure.
 
 At least one executor is always left running, so every query can finish: the
 promise checked is that every query ends with DuckDB's answer, and every write
@@ -41,9 +44,11 @@ run is repeated by its seed only as far as the machine's timing allows.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -70,6 +75,12 @@ from helpers import (  # noqa: E402 - after the path to tests/
 
 from mangonel.client.cluster import LocalCluster  # noqa: E402
 from mangonel.testing.etcd import EtcdServer  # noqa: E402
+
+LOST_LEAD_STATUS = 3
+"""``mangonel scheduler``'s exit status when it no longer leads its state store."""
+LEASE_CHECK_S = 2.0
+"""How long a thawed scheduler is given to find out whether it still leads (the
+lease refresh after a pause comes at once; the exit follows within a second)."""
 
 QUERIES = (1, 3, 4, 5, 6, 9, 10, 12, 13, 14, 18, 19)
 """TPC-H queries of several stages (joins, aggregates, sorts) and a few of one."""
@@ -114,6 +125,10 @@ class Report:
     checks: int = 0
     """Read-backs of a writer's table that found each of its batches exactly once."""
     faults: dict[str, int] = field(default_factory=dict)
+    scheduler_restarts: int = 0
+    """Times the run, as the scheduler's supervisor, started it again after it stopped
+    on its own for having lost the lead of its store (status 3: a freeze past an etcd
+    lease; ``restart: on-failure`` in ``deploy/compose.yaml`` does the same)."""
     failures: list[str] = field(default_factory=list)
     """Every query that failed or answered wrongly, and every fault that could not
     be carried out, with what was said."""
@@ -278,6 +293,7 @@ class Soak:
             with self.lock:
                 self.faults_begun += 1
             try:
+                self.supervise(cluster)
                 getattr(self, fault)(cluster)
             except Exception as exc:  # noqa: BLE001 - reported, the run goes on
                 # A process's error carries its log's tail: its end says why.
@@ -339,6 +355,28 @@ class Soak:
             time.sleep(self.rng.uniform(1.0, 6.0))
         finally:
             scheduler.signal(signal.SIGCONT)
+        # Thawed, it finds at its next lease refresh whether it still leads.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            scheduler.process.wait(LEASE_CHECK_S)
+        self.supervise(cluster)
+
+    def supervise(self, cluster: LocalCluster) -> None:
+        """Start the scheduler again if it stopped on its own for having lost the lead
+        of its store (status 3), as its supervisor would; any other exit of its own
+        is a failure (and it is started again, so that the run goes on)."""
+        scheduler = cluster.schedulers[0]
+        if scheduler is None or scheduler.alive():
+            return
+        status = scheduler.process.returncode
+        if status != LOST_LEAD_STATUS:
+            self.fail(
+                f"the scheduler exited by itself with status {status}: "
+                f"{scheduler.log_tail()[-1500:]}"
+            )
+        with self.lock:
+            self.report.scheduler_restarts += 1
+        print(f"supervisor: the scheduler stopped (status {status}); started again", flush=True)
+        cluster.restart_scheduler()
 
     def replace(self, cluster: LocalCluster) -> None:
         """Start executors until ``--executors`` run (a new one registers in the background)."""
