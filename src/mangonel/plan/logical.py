@@ -370,7 +370,7 @@ class Opaque(Node):
     scans its tables (``Distributor._opaque``).
 
     ``query`` refers to catalog tables by name; ``tables`` maps each name to the
-    node that supplies it (a full Scan, later a StageRead).
+    Scan of all its columns that the task reads whole.
     """
 
     query: exp.Query
