@@ -373,8 +373,9 @@ class Soak:
                 f"the scheduler exited by itself with status {status}: "
                 f"{scheduler.log_tail()[-1500:]}"
             )
-        with self.lock:
-            self.report.scheduler_restarts += 1
+        else:
+            with self.lock:
+                self.report.scheduler_restarts += 1
         print(f"supervisor: the scheduler stopped (status {status}); started again", flush=True)
         cluster.restart_scheduler()
 
