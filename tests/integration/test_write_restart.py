@@ -39,6 +39,7 @@ from helpers import assert_same_result
 
 from mangonel.client.cluster import LocalCluster
 from mangonel.client.session import Result, Session
+from mangonel.errors import UnknownTableError
 from mangonel.output import INTENT, MANIFEST, STAGING
 
 pytestmark = pytest.mark.timeout(180)
@@ -283,6 +284,25 @@ def test_a_write_whose_answer_is_lost_after_its_commit_is_not_run_again(
     status = session.status().job(result.job_id)
     assert status is not None and status.took_effect
     cluster.wait_for_executors(held)
+
+
+def test_a_drop_whose_job_was_not_written_before_a_crash_answers_its_retry(
+    cluster: LocalCluster, session: Session
+) -> None:
+    # The table is gone and the scheduler dies before the statement's job is in
+    # the store: the client tries the submission again (the same request id) on
+    # the restarted scheduler, which answers it as done (``persist.StoredDrop``).
+    # Before, it dropped again and failed: "there is no table" for a table the
+    # client had dropped itself (CI, 2026-12-07: the randomized fault run).
+    session.sql("CREATE TABLE doomed AS SELECT 1 AS a")
+    rule = {"event": "*", "point": "dropped"}
+    result = run_through_crash(cluster, session, "DROP TABLE doomed", rule, lambda: None)
+    assert result.to_arrow().column_names == ["Success"] and result.to_arrow().num_rows == 0
+    assert "doomed" not in [t.name for t in session.tables()]
+    status = session.status().job(result.job_id)
+    assert status is not None and status.took_effect
+    with pytest.raises(UnknownTableError, match="no table 'doomed' to drop"):
+        session.sql("DROP TABLE doomed")
 
 
 # ------------------------------------------------------------------------ etcd

@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 from helpers import wait_until
 
-from mangonel import output
+from mangonel import defaults, output
+from mangonel.errors import UnknownTableError
 from mangonel.ids import JobId, StageId
 from mangonel.output import CommitMode
 from mangonel.plan.physical import WriteTarget
@@ -30,7 +31,7 @@ from mangonel.scheduler.commits import CommitThread
 from mangonel.scheduler.core import SchedulerCore
 from mangonel.scheduler.events import CommitWrite, WriteCommitFailed, WriteCommitted
 from mangonel.scheduler.hooks import NO_HOOK
-from mangonel.scheduler.persist import StoredTable, encode, table_key
+from mangonel.scheduler.persist import StoredDrop, StoredTable, drop_key, encode, table_key
 from mangonel.scheduler.service_status import job_status
 from mangonel.scheduler.state import Limits, SchedulerState
 from mangonel.scheduler.store import MemoryStateStore
@@ -269,3 +270,123 @@ def test_the_statuses_of_a_drop_and_a_write_say_they_took_effect_a_query_s_does_
     assert drop.plan.dropped == "t" and insert.plan.write is not None
     for job in (query, insert, drop):
         core.cancel(job.id)
+
+
+def test_the_same_drop_sent_again_while_it_is_planned_gets_the_first_s_job(
+    tmp_path: Path, store: MemoryStateStore, cores: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client whose submission timed out (the scheduler frozen) sends it again
+    with the same request id; the scheduler, thawed, has both. The second waits
+    for the first's answer: planned on its own, it found the table dropped and
+    failed a statement that succeeded (CI, 2026-12-07: the randomized fault run)."""
+    core = cores(store)
+    dropping, go_on = threading.Event(), threading.Event()
+    drop_table = core.drop_table
+
+    def held_drop(*args: Any) -> bool:
+        if not dropping.is_set():
+            dropping.set()
+            assert go_on.wait(10)
+        return drop_table(*args)
+
+    monkeypatch.setattr(core, "drop_table", held_drop)
+    answers: list[Any] = []
+
+    def submit() -> None:
+        try:
+            answers.append(core.submit("DROP TABLE t", request_id="s.1", owner="ann"))
+        except Exception as exc:  # noqa: BLE001 - the assertion names it
+            answers.append(exc)
+
+    first = threading.Thread(target=submit)
+    first.start()
+    assert dropping.wait(10)
+    again = threading.Thread(target=submit)
+    again.start()
+    again.join(0.5)
+    assert again.is_alive(), "the second was planned beside the first"
+    go_on.set()
+    first.join(10)
+    again.join(10)
+    assert len(answers) == 2 and answers[0] is answers[1], answers
+    assert answers[0].plan.dropped == "t" and core.tables() == []
+    # Another submission of the same text is a statement of its own.
+    with pytest.raises(UnknownTableError, match="no table 't' to drop"):
+        core.submit("DROP TABLE t", request_id="s.2", owner="ann")
+
+
+class Crash(BaseException):
+    """The scheduler dies here."""
+
+
+def test_a_drop_that_took_effect_before_a_crash_answers_its_client_s_retry(
+    tmp_path: Path, store: MemoryStateStore, cores: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table is dropped, then the scheduler dies before the statement's job is
+    written: the restarted one answers the client's retry (same request id) as
+    done, once, instead of "there is no table"."""
+    first = cores(store)
+    plan = first.plans.plan
+
+    def die_on_the_answer(sql: str, *args: Any, **kwargs: Any) -> Any:
+        if sql == writes.DROPPED:
+            raise Crash
+        return plan(sql, *args, **kwargs)
+
+    monkeypatch.setattr(first.plans, "plan", die_on_the_answer)
+    with pytest.raises(Crash):
+        first.submit("DROP TABLE t", request_id="s.1", owner="ann")
+    first.stop()
+    held = store.load()
+    assert table_key("t") not in held
+    assert drop_key("ann", "s.1") in held
+    second = cores(store)
+    # Another user's id, or another id: statements of their own.
+    for owner, request_id in (("bob", "s.1"), ("ann", "s.2")):
+        with pytest.raises(UnknownTableError, match="no table 't' to drop"):
+            second.submit("DROP TABLE t", request_id=request_id, owner=owner)
+    answered = second.submit("DROP TABLE t", request_id="s.1", owner="ann")
+    assert answered.plan.dropped == "t"
+    assert drop_key("ann", "s.1") not in store.load()
+    assert second.submit("DROP TABLE t", request_id="s.1", owner="ann") is answered
+    second.stop()
+    third = cores(store)  # the answer's job is what a retry finds now
+    assert third.submit("DROP TABLE t", request_id="s.1", owner="ann").id == answered.id
+
+
+@pytest.mark.parametrize("case", ["before the drop", "answer never asked for"])
+def test_a_drop_kept_across_a_restart_answers_only_where_it_took_effect(
+    tmp_path: Path, store: MemoryStateStore, cores: Any, case: str
+) -> None:
+    """One that died before dropping (its table still there) is forgotten and the
+    retry drops; one kept longer than a client retries is forgotten too."""
+    now = time.time()
+    at = now - defaults.DROP_RETRY_KEEP_S - 60 if case == "answer never asked for" else now
+    if case == "answer never asked for":
+        store.commit({}, [table_key("t")])
+    store.commit({drop_key("ann", "s.1"): encode(StoredDrop("ann", "s.1", "t", at))})
+    core = cores(store)
+    assert drop_key("ann", "s.1") not in store.load()
+    if case == "before the drop":
+        assert core.submit("DROP TABLE t", request_id="s.1", owner="ann").plan.dropped == "t"
+        assert core.tables() == []
+    else:
+        with pytest.raises(UnknownTableError, match="no table 't' to drop"):
+            core.submit("DROP TABLE t", request_id="s.1", owner="ann")
+
+
+def test_a_drop_that_fails_leaves_nothing_for_a_retry(
+    store: MemoryStateStore, cores: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = cores(store)
+
+    def unwritable(*args: Any) -> None:
+        raise OSError("the disk is read-only")
+
+    monkeypatch.setattr(output, "drop", unwritable)
+    with pytest.raises(OSError, match="read-only"):
+        core.submit("DROP TABLE t", request_id="s.1", owner="ann")
+    with pytest.raises(UnknownTableError):
+        core.submit("DROP TABLE nothing", request_id="s.2", owner="ann")
+    assert [t.name for t in core.tables()] == ["t"]
+    assert not [k for k in store.load() if k.startswith("drops/")]

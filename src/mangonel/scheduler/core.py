@@ -58,6 +58,7 @@ messages; this module never sees a protobuf message.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import queue
@@ -65,6 +66,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Protocol, TypeVar
 
@@ -123,8 +125,10 @@ from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.persist import (
     PersistedState,
     StateWriter,
+    StoredDrop,
     StoredPlan,
     StoredTable,
+    drop_key,
     job_key,
     read_snapshot,
     state_changes,
@@ -327,6 +331,12 @@ class SchedulerCore:
         """Statements being planned (outside the lock), as ``planning-N``: they count
         among the running jobs whose reads a replace or drop waits for."""
         self._planning_seq = itertools.count(1)
+        self._submitting: dict[tuple[str, str], Future[JobWatch]] = {}
+        """Submissions being planned, by (owner, request id): the same submission
+        tried again meanwhile waits for the first's answer (``submit``)."""
+        self._drops_done: dict[tuple[str, str], str] = {}
+        """Drops that took effect before the restart without their job written, by
+        (owner, request id): the client's retry is answered as done (``StoredDrop``)."""
 
     # ------------------------------------------------------------- life cycle
 
@@ -374,6 +384,7 @@ class SchedulerCore:
                 return 0
             found = restore.rebuild(snap, data, self.store.url, self._clock())
             self._owned |= found.owned
+            self._drops_done.update(found.drops_done)
             for table in found.tables:
                 self.catalog.put(table)
             self.unreadable.add_all(found.unreadable)
@@ -465,6 +476,8 @@ class SchedulerCore:
                 record.request_id,
                 record.owner,
             )
+            if event.plan.dropped and record.request_id:
+                deletes.append(drop_key(record.owner, record.request_id))  # the job answers it
         self._write(puts, deletes)
         return True
 
@@ -840,10 +853,14 @@ class SchedulerCore:
         log.info("table %s registered: %d files, %d rows", name, len(table.files), table.rows)
         return table
 
-    def drop_table(self, name: str, statement: str = "") -> bool:
+    def drop_table(
+        self, name: str, statement: str = "", request: tuple[str, str] | None = None
+    ) -> bool:
         """Forget a table; one the warehouse owns loses its files too, once no query
         that may read them runs (``CommitThread.drop``). Whether there was one.
-        ``statement``: the ``DROP TABLE`` being planned (``_planning``), not waited for.
+        ``statement``: the ``DROP TABLE`` being planned (``_planning``), not waited for;
+        ``request``: its submission's (owner, request id), kept in the store before
+        anything is dropped (``StoredDrop``).
 
         Raises:
             OSError, MangonelError: a warehouse table's location could not be
@@ -854,6 +871,8 @@ class SchedulerCore:
             table = self.catalog.snapshot().get(name)
             kept = self.unreadable.get(name)
             owned = name in self._owned
+            if request is not None and (table is not None or kept is not None):
+                self._write({drop_key(*request): StoredDrop(*request, name, self._clock())})
             if not owned or (table is None and kept is None):
                 return self._forget_table(name)
         location = table.location if table is not None else kept.stored.path if kept else ""
@@ -896,11 +915,17 @@ class SchedulerCore:
             return frozenset(running | self._planning)
 
     def _submit_write(
-        self, statement: WriteStatement, dialect: str | None, may_write: bool, planning: str
+        self,
+        statement: WriteStatement,
+        dialect: str | None,
+        may_write: bool,
+        planning: str,
+        request: tuple[str, str] | None,
     ) -> DistributedPlan | str:
         """Check a write statement and plan it (``scheduler.writes.plan_statement``);
         or carry out a ``DROP TABLE`` and return the query that answers it.
-        ``planning``: the statement's place among those being planned (``_planning``).
+        ``planning``: the statement's place among those being planned (``_planning``);
+        ``request``: its submission's (owner, request id), if it has one.
 
         Raises:
             PermissionDeniedError: the user may not write, or not there.
@@ -909,8 +934,21 @@ class SchedulerCore:
         if not may_write:
             raise PermissionDeniedError(f"{statement.kind.value} is refused: {WRITER_HINT}")
         if statement.kind is WriteKind.DROP_TABLE:
-            if not self.drop_table(statement.table, planning) and not statement.if_not_exists:
-                raise UnknownTableError(f"there is no table {statement.table!r} to drop")
+            with self._lock:
+                if request is not None and self._drops_done.pop(request, None) is not None:
+                    return DROPPED  # before a restart; its client tries again
+            try:
+                dropped = self.drop_table(statement.table, planning, request)
+            except BaseException:
+                self._drop_answered(request)  # the table is still there
+                raise
+            if not dropped:
+                self._drop_answered(request)
+                if not statement.if_not_exists:
+                    raise UnknownTableError(f"there is no table {statement.table!r} to drop")
+            else:
+                # Dropped, its job not written: no event names the moment.
+                self.hook.check(Tick(0, self._clock()), [], "dropped")
             return DROPPED
         if statement.table:
             self.unreadable.refuse(statement.table, "written")
@@ -924,6 +962,13 @@ class SchedulerCore:
             self._planner(),
             dialect,
         )
+
+    def _drop_answered(self, request: tuple[str, str] | None) -> None:
+        """Delete a drop's ``StoredDrop`` that no retry needs (it dropped nothing).
+        A store that failed keeps it: the restart finds whether the table went."""
+        if request is not None:
+            with self._lock, contextlib.suppress(StateStoreError):
+                self._write({}, [drop_key(*request)])
 
     def tables(self) -> list[Table]:
         return sorted(self.catalog.snapshot().values(), key=lambda t: t.name)
@@ -991,7 +1036,9 @@ class SchedulerCore:
         (``plan.write``); ``may_write``: whether its user may write at all.
 
         A ``request_id`` the scheduler has seen from the same ``owner`` (a client
-        retrying a submission whose answer it lost) gets the job it started then.
+        retrying a submission whose answer it lost) gets the job it started then;
+        one still being planned, its answer once planned (the job, or the error);
+        a ``DROP TABLE`` that took effect before a restart, a job that answers it.
         ``owner`` is kept with the job (and in the store): whether a caller may
         see the job is the service's question (``Principal.may_see``), not the
         state machine's, which never looks at who submitted what.
@@ -1000,11 +1047,49 @@ class SchedulerCore:
             QueryError: (a subclass) the query cannot run as written.
             InternalError: the planner failed on a valid query (logged with it).
         """
-        if request_id:
+        if not request_id:
+            return self._submit(sql, dialect, None, owner, may_write)
+        request = (owner, request_id)
+        with self._lock:
+            existing = self._submitted(request)
+            if existing is not None:
+                return existing
+            first = self._submitting.get(request)
+            if first is None:
+                mine: Future[JobWatch] = Future()
+                self._submitting[request] = mine
+        if first is not None:
+            # Sent again while the first is planned (its answer timed out: a frozen
+            # scheduler, a slow link). Planned twice, a DROP TABLE would find its
+            # table gone (CI, 2026-12-07: the randomized fault run).
+            return first.result()
+        try:
+            record = self._submit(sql, dialect, request, owner, may_write)
+        except BaseException as exc:
+            mine.set_exception(exc)
+            raise
+        finally:
             with self._lock:
-                for existing in self._jobs.values():
-                    if existing.request_id == request_id and existing.owner == owner:
-                        return existing
+                del self._submitting[request]  # from here its job (or none) answers
+        mine.set_result(record)
+        return record
+
+    def _submitted(self, request: tuple[str, str]) -> JobWatch | None:
+        """The job of the submission (owner, request id), if any. Called with the lock held."""
+        for existing in self._jobs.values():
+            if (existing.owner, existing.request_id) == request:
+                return existing
+        return None
+
+    def _submit(
+        self,
+        sql: str,
+        dialect: str | None,
+        request: tuple[str, str] | None,
+        owner: str,
+        may_write: bool,
+    ) -> JobWatch:
+        """``submit``, once per submission."""
         started = time.perf_counter()
         with self._lock:
             # Planned on the catalog as it is now: a replace or drop committed
@@ -1019,7 +1104,7 @@ class SchedulerCore:
                 plan = self._on_catalog(lambda c: self.plans.plan(sql, c, self._planner(), dialect))
             else:
                 with self.unreadable.explained():
-                    planned = self._submit_write(statement, dialect, may_write, planning)
+                    planned = self._submit_write(statement, dialect, may_write, planning, request)
                 if isinstance(planned, str):  # done already: its answer is a query
                     plan = self.plans.plan(planned, self.catalog.snapshot(), self._planner())
                     if statement.kind is WriteKind.DROP_TABLE:
@@ -1035,17 +1120,12 @@ class SchedulerCore:
             raise
         with self._lock:
             self._planning.discard(planning)
-            if request_id:
-                for existing in self._jobs.values():
-                    if existing.request_id == request_id and existing.owner == owner:
-                        self._commits.planned(planning, None)
-                        return existing
             job = JobId(secrets.token_hex(4))
             while job in self._jobs:
                 job = JobId(secrets.token_hex(4))
             record = JobWatch.create(job, sql, plan, self._clock())
             record.planning_s = time.perf_counter() - started
-            record.request_id = request_id
+            record.request_id = request[1] if request is not None else ""
             record.owner = owner
             self._jobs[job] = record
             self._commits.planned(planning, job)

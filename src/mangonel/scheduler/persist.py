@@ -22,6 +22,9 @@ dataclasses, so the store holds the same types the state machine uses)::
                            held, so one lost before a restart is revived after it
                            (``state_revival``; absent in older stores: none)
     meta                   StoredMeta: scheduler-wide state (since when no executor lives)
+    drops/<digest>         StoredDrop: a ``DROP TABLE`` a client submitted with a request
+                           id, from just before it drops until its job's plan is
+                           written (absent in older stores: none)
 
 One task event therefore writes the one task's key and the job's small head,
 whatever the job's size; a job's task keys go when it finishes (its
@@ -38,6 +41,7 @@ attempts are given up on and executors reattach (``SchedulerRecovered``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Container, Mapping
@@ -103,6 +107,21 @@ class StoredPlan:
 
 
 @dataclass(frozen=True)
+class StoredDrop:
+    """A ``DROP TABLE`` under way for a client's submission (``request_id``): written
+    before the table is dropped, deleted in the commit that writes the statement's
+    job. A scheduler that stopped between the two finds it at its restart: the
+    table gone, the drop took effect, and the client's retry of the submission is
+    answered as done instead of dropping again (``SchedulerCore.submit``)."""
+
+    owner: str
+    request_id: str
+    table: str
+    at: float
+    """When it was written (the scheduler's clock, wall time)."""
+
+
+@dataclass(frozen=True)
 class StoredMeta:
     no_executor_since: float | None = None
 
@@ -144,6 +163,8 @@ class Snapshot:
     jobs: list[StoredJob] = field(default_factory=list)
     broken: list[BrokenJob] = field(default_factory=list)
     """Jobs whose records cannot be restored (see ``BrokenJob``)."""
+    drops: dict[str, StoredDrop] = field(default_factory=dict)
+    """Drops that were under way when the scheduler stopped, by key (``StoredDrop``)."""
     stale: list[str] = field(default_factory=list)
     """Keys left behind by a crash between the commits of one state change (a
     finished job's progress and tasks beside its outcome, a forgotten job's
@@ -154,11 +175,24 @@ class Snapshot:
 
     @property
     def empty(self) -> bool:
-        return not self.tables and not self.jobs and not self.broken and self.executors is None
+        return (
+            not self.tables
+            and not self.jobs
+            and not self.broken
+            and not self.drops
+            and self.executors is None
+        )
 
 
 def table_key(name: str) -> str:
     return f"tables/{name}"
+
+
+def drop_key(owner: str, request_id: str) -> str:
+    """Where a ``StoredDrop`` is kept: a digest, as user names and request ids are
+    the clients' own text."""
+    digest = hashlib.sha256(f"{owner}\0{request_id}".encode()).hexdigest()[:32]
+    return f"drops/{digest}"
 
 
 def job_key(job: JobId, part: str) -> str:
@@ -238,6 +272,8 @@ def read_snapshot(
         try:
             if parts[0] == "tables" and len(parts) == 2:
                 snap.tables[parts[1]] = decoder(text, StoredTable)
+            elif parts[0] == "drops" and len(parts) == 2:
+                snap.drops[key] = decoder(text, StoredDrop)
             elif key == EXECUTORS_KEY:
                 snap.executors = decoder(text, RegistrySnapshot)
             elif key == META_KEY:
@@ -249,6 +285,11 @@ def read_snapshot(
         except Exception as exc:
             if parts[0] == "tables":
                 log.error("the table entry %r cannot be read, so it is dropped: %s", key, exc)
+                continue
+            if parts[0] == "drops":
+                # Only a retry of its statement would have asked; it drops again.
+                log.error("the entry %r cannot be read, so it is deleted: %s", key, exc)
+                snap.stale.append(key)
                 continue
             raise StateStoreError(
                 f"the state store {where} holds an entry this mangonel cannot read "

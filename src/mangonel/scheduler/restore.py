@@ -58,9 +58,13 @@ class Rebuilt:
     watches: dict[JobId, JobWatch] = field(default_factory=dict)
     running: list[JobRecord] = field(default_factory=list)
     finished: list[FinishedJob] = field(default_factory=list)
+    drops_done: dict[tuple[str, str], str] = field(default_factory=dict)
+    """Drops that took effect before the restart without their job written: the
+    table each dropped, by its submission's (owner, request id), for the client's
+    retry (``StoredDrop``)."""
     puts: dict[str, object] = field(default_factory=dict)
     deletes: list[str] = field(default_factory=list)
-    """Stale keys and the failed-in-place jobs' raw entries."""
+    """Stale keys, the failed-in-place jobs' raw entries, the drops no retry needs."""
 
 
 @dataclass
@@ -105,6 +109,17 @@ def rebuild(snap: Snapshot, data: Mapping[str, object], store_url: str, now: flo
             out.unreadable[name] = UnreadableTable(table, str(exc), time.time())
             if isinstance(exc, ObjectStoreUnavailableError) and storage.is_remote(table.path):
                 store_away = f"not read: the object store was unavailable ({exc})"
+    present = {table.name for table in out.tables} | set(out.unreadable)
+    for key, drop in snap.drops.items():
+        if drop.table in present:
+            # It stopped before the table was dropped: a retry drops it.
+            out.deletes.append(key)
+        elif now - drop.at > defaults.DROP_RETRY_KEEP_S:
+            log.info("the answer to a DROP TABLE %s (%s) was never asked for", drop.table, key)
+            out.deletes.append(key)
+        else:
+            log.info("table %s was dropped before the restart; its client is answered", drop.table)
+            out.drops_done[(drop.owner, drop.request_id)] = drop.table
     broken = list(snap.broken)
     for stored in snap.jobs:
         if stored.outcome is None and stored.progress is not None:

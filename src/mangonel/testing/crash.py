@@ -15,6 +15,11 @@ store::
     ──▶ its commands carried out (tasks sent, watchers told)
     ──▶ die here with "point": "executed"
 
+and at points between events: ``"commit-intent"`` and ``"committed"`` in a
+write's commit (``CommitThread``; its event is ``WriteCommitted``), and
+``"dropped"`` once a ``DROP TABLE`` took effect, before its job is written (no
+event: ``"*"``).
+
 A rule, one JSON object (a file holds a list of them):
 
 * ``"event"``: the event's class name (``JobSubmitted``, ``TaskCompleted``,
@@ -53,7 +58,7 @@ from mangonel.task import LaunchTask
 
 log = logging.getLogger(__name__)
 
-POINTS = ("persisted", "executed", "commit-intent", "committed")
+POINTS = ("persisted", "executed", "commit-intent", "committed", "dropped")
 FREEZE_SETTLE_S = 1.0
 """How long a thread that froze its process sleeps on (the time it takes the stop to land)."""
 
