@@ -24,6 +24,12 @@ Meanwhile a fault thread, every
   then starts it again, as its supervisor would (``scheduler_restarts``); any other
   exit of its own is a failure.
 
+With ``--schedulers N`` (etcd state) the cluster runs N schedulers, one leading
+and the others standing by, and each scheduler fault hits one of them at random:
+a kill or a freeze past the lease of the leader is a failover, under whatever
+the clients and writers were doing (``leader_faults`` counts those that hit the
+scheduler leading then). A killed one starts again as a standby.
+
 At least one executor is always left running, so every query can finish: the
 promise checked is that every query ends with DuckDB's answer, and every write
 lands exactly once, whatever else happened meanwhile. It prints a summary (and
@@ -36,6 +42,7 @@ Usage::
     .venv/bin/python scripts/soak.py --minutes 5 --seed 7
     .venv/bin/python scripts/soak.py --minutes 5 --seed 7 --writers 2
     .venv/bin/python scripts/soak.py --state etcd --minutes 3 --json soak.json
+    .venv/bin/python scripts/soak.py --state etcd --schedulers 2 --writers 3 --minutes 5
 
 The random choices come from the seed; the processes' timing does not, so a
 run is repeated by its seed only as far as the machine's timing allows.
@@ -110,6 +117,7 @@ class Report:
     seed: int
     seconds: float
     state: str
+    schedulers: int = 1
     queries: int = 0
     correct: int = 0
     by_query: dict[str, int] = field(default_factory=dict)
@@ -129,6 +137,10 @@ class Report:
     """Times the run, as the scheduler's supervisor, started it again after it stopped
     on its own for having lost the lead of its store (status 3: a freeze past an etcd
     lease; ``restart: on-failure`` in ``deploy/compose.yaml`` does the same)."""
+    leader_faults: dict[str, int] = field(default_factory=dict)
+    """Scheduler faults (kills, freezes) that hit the scheduler leading at the time, by kind:
+    with ``--schedulers`` above 1, a kill of one, or a freeze past its lease, is a
+    failover to a standby."""
     failures: list[str] = field(default_factory=list)
     """Every query that failed or answered wrongly, and every fault that could not
     be carried out, with what was said."""
@@ -149,8 +161,9 @@ class Soak:
         self.stop_at = time.monotonic() + args.minutes * 60
         self.work = work
         self.lock = threading.Lock()
-        self.report = Report(args.seed, args.minutes * 60, args.state)
+        self.report = Report(args.seed, args.minutes * 60, args.state, args.schedulers)
         self.faults: Counter[str] = Counter()
+        self.leader_faults: Counter[str] = Counter()
         self.queries: Counter[str] = Counter()
         self.writes: Counter[str] = Counter()
         self.faults_begun = 0
@@ -190,6 +203,7 @@ class Soak:
                 work_dir=self.work / "cluster",
                 heartbeat_timeout=3.0,
                 state=state,
+                schedulers=self.args.schedulers,
                 # Small splits: queries of several tasks a stage at small scales.
                 scheduler_args=(
                     "--split-rows",
@@ -219,6 +233,7 @@ class Soak:
             if etcd is not None:
                 etcd.__exit__(None, None, None)
         self.report.faults = dict(self.faults)
+        self.report.leader_faults = dict(self.leader_faults)
         self.report.by_query = {k: v for k, v in sorted(self.queries.items())}
         self.report.by_write = {k: v for k, v in sorted(self.writes.items())}
         return self.report
@@ -341,13 +356,41 @@ class Soak:
         time.sleep(self.rng.uniform(1.0, 6.0))
         cluster.thaw_executor(index)
 
+    def scheduler_victim(self, cluster: LocalCluster, fault: str) -> int:
+        """Which scheduler a fault hits, counted in ``leader_faults`` when it leads
+        now. Of a group, the leader or a standby as the seed says (``kinds``: the
+        faults that cause a failover are the seed's, whoever leads by then)."""
+        if cluster.num_schedulers == 1:
+            self.leader_faults[fault] += 1
+            return 0
+        hit_leader = self.kinds.random() < 0.5
+        leading = [
+            i
+            for i, handle in enumerate(cluster.schedulers)
+            if handle is not None
+            and handle.alive()
+            and (cluster.work_dir / f"scheduler-{i}.address").exists()
+        ]
+        if hit_leader and leading:
+            self.leader_faults[fault] += 1
+            return leading[0]
+        others = [i for i in range(cluster.num_schedulers) if i not in leading]
+        return self.rng.choice(others or list(range(cluster.num_schedulers)))
+
+    def start_scheduler(self, cluster: LocalCluster, index: int) -> None:
+        """Start scheduler ``index`` again; alone, once it serves (a standby of a
+        group serves only once it takes the lead)."""
+        cluster.restart_scheduler(index, wait=cluster.num_schedulers == 1)
+
     def kill_scheduler(self, cluster: LocalCluster) -> None:
-        cluster.kill_scheduler()
+        index = self.scheduler_victim(cluster, "kill_scheduler")
+        cluster.kill_scheduler(index)
         time.sleep(self.rng.uniform(0.0, 3.0))
-        cluster.restart_scheduler()
+        self.start_scheduler(cluster, index)
 
     def freeze_scheduler(self, cluster: LocalCluster) -> None:
-        scheduler = cluster.schedulers[0]
+        index = self.scheduler_victim(cluster, "freeze_scheduler")
+        scheduler = cluster.schedulers[index]
         if scheduler is None or not scheduler.alive():
             return
         scheduler.signal(signal.SIGSTOP)
@@ -361,23 +404,26 @@ class Soak:
         self.supervise(cluster)
 
     def supervise(self, cluster: LocalCluster) -> None:
-        """Start the scheduler again if it stopped on its own for having lost the lead
+        """Start a scheduler again if it stopped on its own for having lost the lead
         of its store (status 3), as its supervisor would; any other exit of its own
         is a failure (and it is started again, so that the run goes on)."""
-        scheduler = cluster.schedulers[0]
-        if scheduler is None or scheduler.alive():
-            return
-        status = scheduler.process.returncode
-        if status != LOST_LEAD_STATUS:
-            self.fail(
-                f"the scheduler exited by itself with status {status}: "
-                f"{scheduler.log_tail()[-1500:]}"
+        for index, scheduler in enumerate(cluster.schedulers):
+            if scheduler is None or scheduler.alive():
+                continue
+            status = scheduler.process.returncode
+            if status != LOST_LEAD_STATUS:
+                self.fail(
+                    f"scheduler {index} exited by itself with status {status}: "
+                    f"{scheduler.log_tail()[-1500:]}"
+                )
+            else:
+                with self.lock:
+                    self.report.scheduler_restarts += 1
+            print(
+                f"supervisor: scheduler {index} stopped (status {status}); started again",
+                flush=True,
             )
-        else:
-            with self.lock:
-                self.report.scheduler_restarts += 1
-        print(f"supervisor: the scheduler stopped (status {status}); started again", flush=True)
-        cluster.restart_scheduler()
+            self.start_scheduler(cluster, index)
 
     def replace(self, cluster: LocalCluster) -> None:
         """Start executors until ``--executors`` run (a new one registers in the background)."""
@@ -596,9 +642,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="sqlite",
         help="the scheduler's state store: SQLite (default) or a real etcd this starts",
     )
+    parser.add_argument(
+        "--schedulers",
+        type=int,
+        default=1,
+        help="schedulers, one leading and the others standing by (1; more need --state etcd)",
+    )
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument("--work-dir", type=Path, help="keep the cluster's files and logs here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.schedulers < 1:
+        parser.error("--schedulers is at least 1")
+    if args.schedulers > 1 and args.state != "etcd":
+        parser.error("--schedulers above 1 needs --state etcd: the group shares its store there")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

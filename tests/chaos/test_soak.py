@@ -6,7 +6,9 @@ clients querying TPC-H at once and one writing a table of its own (INSERTs of
 several tasks' files, CREATE TABLE AS and DROP, CREATE OR REPLACE) and reading it
 back, executors killed, frozen and drained and the scheduler killed and frozen at
 random, each answer compared with DuckDB's. Seed 8 picks all five kinds of fault among
-its first five (the order of the kinds depends on the seed alone).
+its first five (the order of the kinds depends on the seed alone). Then the same
+with two schedulers over a real etcd, one leading and one standing by, and the
+leader among those killed and frozen: failovers in the middle of it all.
 Its first run, on a scheduler that could not restore a queued job, failed at the
 first scheduler kill: every later restart refused the store. The longer runs and
 how to make them are in the README.
@@ -18,6 +20,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import REPO_ROOT
@@ -25,25 +28,36 @@ from helpers import REPO_ROOT
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_a_short_randomized_fault_run_answers_every_query_right(work_dir: Path) -> None:
+FAULTS = {
+    "kill_executor",
+    "freeze_executor",
+    "drain_executor",
+    "kill_scheduler",
+    "freeze_scheduler",
+}
+
+
+def soak(work_dir: Path, *args: str) -> dict[str, Any]:
+    """Run ``scripts/soak.py`` for 45 s with one writer and ``args``; its report,
+    once every check of a run without a failure held."""
     report_path = work_dir / "soak.json"
     done = subprocess.run(
         [
             sys.executable,
             str(REPO_ROOT / "scripts" / "soak.py"),
             "--minutes", "0.75",
-            "--seed", "8",
             "--fault-every", "3",
             "--writers", "1",
             "--json", str(report_path),
             "--work-dir", str(work_dir / "soak"),
+            *args,
         ],
         capture_output=True,
         text=True,
         timeout=280,
     )  # fmt: skip
     assert report_path.exists(), done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads(report_path.read_text())
+    report: dict[str, Any] = json.loads(report_path.read_text())
     assert report["failures"] == [], report["failures"]
     assert done.returncode == 0 and report["ok"], done.stdout[-3000:]
     assert report["queries"] >= 20 and report["correct"] == report["queries"], report
@@ -53,10 +67,20 @@ def test_a_short_randomized_fault_run_answers_every_query_right(work_dir: Path) 
     ), report["by_write"]
     assert report["checks"] >= 3 and report["writes_met_faults"] >= 1, report
     # Every kind of fault happened, the scheduler's kill and freeze among them.
-    assert set(report["faults"]) == {
-        "kill_executor",
-        "freeze_executor",
-        "drain_executor",
-        "kill_scheduler",
-        "freeze_scheduler",
-    }, report["faults"]
+    assert set(report["faults"]) == FAULTS, report["faults"]
+    return report
+
+
+def test_a_short_randomized_fault_run_answers_every_query_right(work_dir: Path) -> None:
+    soak(work_dir, "--seed", "8")
+
+
+def test_a_randomized_fault_run_with_a_standby_scheduler_fails_over_under_it(
+    work_dir: Path,
+) -> None:
+    # Seed 91 kills the leading scheduler first and freezes the leader third: the
+    # standby takes the lead of the etcd store while the writer and the clients run.
+    report = soak(work_dir, "--seed", "91", "--state", "etcd", "--schedulers", "2")
+    assert report["schedulers"] == 2
+    assert report["leader_faults"].get("kill_scheduler", 0) >= 1, report["leader_faults"]
+    assert report["leader_faults"].get("freeze_scheduler", 0) >= 1, report["leader_faults"]
