@@ -739,3 +739,24 @@ def test_a_live_command_stream_stays_open_while_idle(
         servicer.Connect(pb.ConnectRequest(executor_id=entry.id), _StreamCall()),
         within_s=2.5 * service_module._STREAM_CHECK_S,
     )
+
+
+def test_a_submission_the_store_did_not_take_is_no_job_for_its_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scheduler lost the lead of its store while a job was submitted: the job's
+    write was refused, and the client, told UNAVAILABLE, sent the submission again.
+    The scheduler, still up for a moment, answered the retry with that job from its
+    memory; the client then watched it on the scheduler that took over, which had
+    never heard of it ("no job ...": the randomized run with a standby, 2026-12-07)."""
+    monkeypatch.setattr(planner_module, "plan_query", lambda *args: PLAN)
+    store = MemoryStateStore()
+    store.acquire("scheduler")
+    core = SchedulerCore(ScriptedState(), store=store)
+    store.resign()  # another scheduler leads now
+    with pytest.raises(StateStoreError, match="resigned"):
+        core.submit("SELECT 1", request_id="s.1", owner="ann")
+    assert core.jobs() == []
+    with pytest.raises(StateStoreError, match="resigned"):
+        core.submit("SELECT 1", request_id="s.1", owner="ann")
+    assert core.jobs() == []

@@ -1047,6 +1047,8 @@ class SchedulerCore:
             QueryError: (a subclass) the query cannot run as written.
             InternalError: the planner failed on a valid query (logged with it).
         """
+        if self.fatal is not None:
+            raise self.fatal  # it stops: the client tries the leader, or this one again
         if not request_id:
             return self._submit(sql, dialect, None, owner, may_write)
         request = (owner, request_id)
@@ -1146,7 +1148,14 @@ class SchedulerCore:
                     job,
                     plan.fallback,
                 )
-            self._emit(lambda eid, now: JobSubmitted(eid, now, job, plan))
+            try:
+                self._emit(lambda eid, now: JobSubmitted(eid, now, job, plan))
+            except BaseException:
+                # Not in the store: no scheduler will run it, so none may name it (a
+                # retry of this submission, answered with it, then watched it on the
+                # scheduler that took over, which had never heard of it).
+                del self._jobs[job]
+                raise
             return record
 
     def job(self, job: JobId) -> JobWatch:
