@@ -100,6 +100,9 @@ FAULTS = (
     "freeze_scheduler",
 )
 
+SLOWEST = 5
+"""How many of the slowest statements the report lists (``Report.slowest``)."""
+
 WRITE_MODULUS = 97
 """A written batch is the line items of one residue of ``l_orderkey`` modulo this
 (about 6,200 rows at SF 0.1): every scan task of ``lineitem`` writes part of it, so
@@ -141,6 +144,9 @@ class Report:
     """Scheduler faults (kills, freezes) that hit the scheduler leading at the time, by kind:
     with ``--schedulers`` above 1, a kill of one, or a freeze past its lease, is a
     failover to a standby."""
+    slowest: list[dict[str, Any]] = field(default_factory=list)
+    """The slowest statements that succeeded (``SLOWEST`` of them): what, how long,
+    when they began (seconds into the run), their job: where a run stalls."""
     failures: list[str] = field(default_factory=list)
     """Every query that failed or answered wrongly, and every fault that could not
     be carried out, with what was said."""
@@ -168,6 +174,8 @@ class Soak:
         self.writes: Counter[str] = Counter()
         self.faults_begun = 0
         self.faults_ended = 0
+        self.began = time.monotonic()
+        self.took: list[dict[str, Any]] = []
 
     def expected(self, tables: dict[str, Path]) -> dict[int, Any]:
         ref = duckdb.connect()
@@ -236,7 +244,20 @@ class Soak:
         self.report.leader_faults = dict(self.leader_faults)
         self.report.by_query = {k: v for k, v in sorted(self.queries.items())}
         self.report.by_write = {k: v for k, v in sorted(self.writes.items())}
+        self.report.slowest = sorted(self.took, key=lambda t: -t["seconds"])[:SLOWEST]
         return self.report
+
+    def timed(self, what: str, started: float, job_id: str) -> float:
+        """Note a statement that succeeded, begun at ``started``; its seconds."""
+        seconds = time.monotonic() - started
+        took = {
+            "what": what,
+            "seconds": round(seconds, 2),
+            "began_s": round(started - self.began, 1),
+        }
+        with self.lock:
+            self.took.append({**took, "job": job_id})
+        return seconds
 
     def fail(self, what: str) -> None:
         with self.lock:
@@ -252,7 +273,8 @@ class Soak:
                 number = rng.choice(QUERIES)
                 started = time.monotonic()
                 try:
-                    result = session.sql(tpch_query(number)).to_arrow()
+                    answer = session.sql(tpch_query(number))
+                    result = answer.to_arrow()
                 except Exception as exc:  # noqa: BLE001 - every failure is reported
                     self.count(number, False)
                     self.fail(f"client {index}: q{number} failed: {type(exc).__name__}: {exc}")
@@ -267,10 +289,8 @@ class Soak:
                     self.fail(f"client {index}: q{number} answered wrongly: {exc}")
                     continue
                 self.count(number, True)
-                print(
-                    f"client {index}: q{number} correct in {time.monotonic() - started:.1f} s",
-                    flush=True,
-                )
+                took = self.timed(f"client {index}: q{number}", started, answer.job_id)
+                print(f"client {index}: q{number} correct in {took:.1f} s", flush=True)
 
     def count(self, number: int, correct: bool) -> None:
         with self.lock:
@@ -572,18 +592,19 @@ class Writer:
         # An answer lost after the statement took effect is NULL, and the statement
         # is not run again: the read-backs check that it took effect once.
         self.soak.count_write(kind, marks, result.answer_lost)
-        print(
-            f"client w{self.index}: {kind} done in {time.monotonic() - started:.1f} s", flush=True
-        )
+        took = self.soak.timed(f"client w{self.index}: {kind}", started, result.job_id)
+        print(f"client w{self.index}: {kind} done in {took:.1f} s", flush=True)
         return True
 
     def check(self, session: Any) -> None:
         """Every batch of the table read back: exactly what was written, once."""
         where = f"client w{self.index}: {self.table}"
+        started = time.monotonic()
         try:
-            got = session.sql(
+            answer = session.sql(
                 f"SELECT batch, count(*) AS n, sum(v) AS s FROM {self.table} GROUP BY batch"
-            ).to_arrow()
+            )
+            got = answer.to_arrow()
         except Exception as exc:  # noqa: BLE001 - every failure is reported
             self.soak.fail(f"{where} could not be read back: {type(exc).__name__}: {exc}")
             return
@@ -606,6 +627,8 @@ class Writer:
             self.soak.fail(f"{where} holds the wrong rows: " + "; ".join(wrong))
             return
         self.soak.count_check()
+        took = self.soak.timed(f"client w{self.index}: check", started, answer.job_id)
+        print(f"client w{self.index}: check done in {took:.1f} s", flush=True)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

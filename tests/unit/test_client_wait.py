@@ -16,7 +16,7 @@ import pytest
 
 from mangonel.client import retry
 from mangonel.client import session as session_module
-from mangonel.client.session import Session
+from mangonel.client.session import Session, _Deadline
 from mangonel.errors import ClusterError, QueryTimeoutError, SqlSyntaxError
 from mangonel.proto import mangonel_pb2 as pb
 
@@ -369,3 +369,27 @@ def test_a_scheduler_that_lost_its_store_under_the_first_calls_is_waited_for(
     assert session.tables() == []
     assert len(stub.requests) == 24
     assert clock.now - 1000.0 > 10.0  # past what a TLS mismatch gets: a restart's wait
+
+
+def test_whether_a_result_s_executor_is_lost_is_asked_of_the_scheduler_that_answers(
+    scripted: Callable[..., Made],
+) -> None:
+    # The session's scheduler failed over: the address it used is dead, the other
+    # leads and counts the executor that held a result lost. Asked of the dead one
+    # alone, the answer was "cannot tell" until that address came back.
+    lost = pb.ClusterStatusResponse(
+        executors=[pb.ExecutorStatus(id="exec-1", state=pb.EXECUTOR_STATE_LOST)]
+    )
+    session, stubs, _ = scripted([refused()], addresses=2)
+    stubs[1].script = [lost]
+    assert session._executor_lost("exec-1", _Deadline(None))
+    assert session.address == "127.0.0.1:2"  # the one that answered, from now on
+    alive = pb.ClusterStatusResponse(
+        executors=[pb.ExecutorStatus(id="exec-1", state=pb.EXECUTOR_STATE_ALIVE)]
+    )
+    stubs[1].script = [alive]
+    assert not session._executor_lost("exec-1", _Deadline(None))
+    stubs[1].script = [pb.ClusterStatusResponse()]
+    assert session._executor_lost("exec-1", _Deadline(None))  # forgotten
+    stubs[1].script = [refused()]
+    assert not session._executor_lost("exec-1", _Deadline(None))  # nobody to ask
