@@ -25,10 +25,11 @@ Meanwhile a fault thread, every
   exit of its own is a failure.
 
 With ``--schedulers N`` (etcd state) the cluster runs N schedulers, one leading
-and the others standing by, and each scheduler fault hits one of them at random:
-a kill or a freeze past the lease of the leader is a failover, under whatever
-the clients and writers were doing (``leader_faults`` counts those that hit the
-scheduler leading then). A killed one starts again as a standby.
+and the others standing by, and each scheduler fault hits the leader or a
+standby, as the seed says: a kill or a freeze past the lease of the leader is a
+failover, under whatever the clients and writers were doing (``leader_faults``
+counts those that hit the scheduler leading then). A killed one starts again as
+a standby.
 
 At least one executor is always left running, so every query can finish: the
 promise checked is that every query ends with DuckDB's answer, and every write
@@ -250,13 +251,11 @@ class Soak:
     def timed(self, what: str, started: float, job_id: str) -> float:
         """Note a statement that succeeded, begun at ``started``; its seconds."""
         seconds = time.monotonic() - started
-        took = {
-            "what": what,
-            "seconds": round(seconds, 2),
-            "began_s": round(started - self.began, 1),
-        }
+        began_s = round(started - self.began, 1)
         with self.lock:
-            self.took.append({**took, "job": job_id})
+            self.took.append(
+                {"what": what, "seconds": round(seconds, 2), "began_s": began_s, "job": job_id}
+            )
         return seconds
 
     def fail(self, what: str) -> None:

@@ -7,8 +7,8 @@ several tasks' files, CREATE TABLE AS and DROP, CREATE OR REPLACE) and reading i
 back, executors killed, frozen and drained and the scheduler killed and frozen at
 random, each answer compared with DuckDB's. Seed 8 picks all five kinds of fault among
 its first five (the order of the kinds depends on the seed alone). Then the same
-with two schedulers over a real etcd, one leading and one standing by, and the
-leader among those killed and frozen: failovers in the middle of it all.
+with two schedulers over a real etcd, one leading and one standing by, the leader
+killed first: a failover in the middle of it all.
 Its first run, on a scheduler that could not restore a queued job, failed at the
 first scheduler kill: every later restart refused the store. The longer runs and
 how to make them are in the README.
