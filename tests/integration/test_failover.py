@@ -180,6 +180,34 @@ def test_a_frozen_leader_is_deposed_and_stops_without_writing_when_thawed(
         check(result, 12, duckdb_ref)
 
 
+def test_a_standby_deposed_while_it_recovers_stops_as_a_deposed_leader_does(
+    pair: LocalCluster, duckdb_ref: duckdb.DuckDBPyConnection, work_dir: Path
+) -> None:
+    """The standby takes the lead and is frozen while it reads the store back,
+    past its lease; the other scheduler, started again, takes the lead. Thawed,
+    the first finds its first write refused: it stops with status 3, as a
+    deposed leader does, not 1 as for an error of its own (a randomized run,
+    ``scripts/soak.py`` seed 101, froze a standby that had just taken the lead)."""
+    standby = pair.schedulers[1]
+    assert standby is not None
+    wait_for_log(standby, "waiting as the standby")
+    with pair.connect() as session:
+        check(session.sql(tpch_query(12)), 12, duckdb_ref)  # the store holds a job
+        rule = {"event": "*", "point": "recovering", "action": "freeze"}
+        (work_dir / "crash.json").write_text(json.dumps([rule]))
+        pair.kill_scheduler(0)
+        wait_for_log(standby, "freezing the scheduler")
+        (work_dir / "crash.json").write_text("[]")
+        pair.restart_scheduler(0, wait=False)
+        assert pair.wait_for_leader(timeout=30, exclude=1) == 0
+        standby.signal(signal.SIGCONT)
+        assert standby.process.wait(30) == 3, standby.log_tail()
+        log_text = standby.log_tail()
+        assert "the scheduler stops: this scheduler no longer leads" in log_text, log_text
+        assert "it no longer leads its state store; started again (status 3)" in log_text
+        check(session.sql(tpch_query(12)), 12, duckdb_ref)
+
+
 def revoke_leader_lease(etcd: EtcdServer, prefix: str) -> None:
     """Revoke the lease the leader key is bound to, as etcd does to a lease whose
     refreshes stopped getting through: the key goes with it."""

@@ -382,6 +382,8 @@ class SchedulerCore:
             self._writer = StateWriter(self.store, data)
             if snap.empty:
                 return 0
+            # Read back, nothing written yet: no event names the moment.
+            self.hook.check(Tick(0, self._clock()), [], "recovering")
             found = restore.rebuild(snap, data, self.store.url, self._clock())
             self._owned |= found.owned
             self._drops_done.update(found.drops_done)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from mangonel import defaults, options, pauses, storage
-from mangonel.errors import ClusterError, StateStoreError
+from mangonel.errors import ClusterError, StateStoreError, StoreFencedError
 from mangonel.plan.planner import PlannerConfig, warm_up
 from mangonel.proto import mangonel_pb2_grpc as pb_grpc
 from mangonel.scheduler.core import CoreConfig, SchedulerCore
@@ -530,8 +530,8 @@ def run_scheduler(config: SchedulerConfig) -> int:
     """Serve until SIGTERM or SIGINT, then stop cleanly; return the exit status.
 
     Returns 0 after a signal, 3 when the scheduler stopped because another one
-    took the lead of its state store (a supervisor may start it again: it then
-    waits as the standby).
+    took the lead of its state store, while it served or while it recovered (a
+    supervisor may start it again: it then waits as the standby).
     """
     done = threading.Event()
     started = threading.Event()
@@ -547,7 +547,13 @@ def run_scheduler(config: SchedulerConfig) -> int:
     signal.signal(signal.SIGINT, on_signal)
     # The handler only notes it: the reload takes locks the interrupted code may hold.
     signal.signal(signal.SIGHUP, lambda signum, frame: hangup.set())
-    running = start_scheduler(config)
+    try:
+        running = start_scheduler(config)
+    except StoreFencedError:
+        # Deposed while it recovered (frozen past its lease, another took the lead
+        # meanwhile): its first write was refused. The same stop as a deposed
+        # leader's, said in the log by the core, not an error of this scheduler's.
+        return _stopped_deposed()
     started.set()
     print(f"mangonel scheduler listening on {running.address}", flush=True)
     if running.cluster_address != running.address:
@@ -564,12 +570,17 @@ def run_scheduler(config: SchedulerConfig) -> int:
     finally:
         running.stop()
     if running.deposed.is_set():
-        # Not "another leads": a lease that ran out (etcd revoked it, a frozen host)
-        # leaves the lead to whoever takes it first, this scheduler started again too.
-        print(
-            "mangonel scheduler stopped: it no longer leads its state store; started "
-            "again (status 3), it takes the lead or waits as the standby",
-            flush=True,
-        )
-        return 3
+        return _stopped_deposed()
     return 0
+
+
+def _stopped_deposed() -> int:
+    """Say that this scheduler stopped for having lost the lead; its exit status."""
+    # Not "another leads": a lease that ran out (etcd revoked it, a frozen host)
+    # leaves the lead to whoever takes it first, this scheduler started again too.
+    print(
+        "mangonel scheduler stopped: it no longer leads its state store; started "
+        "again (status 3), it takes the lead or waits as the standby",
+        flush=True,
+    )
+    return 3

@@ -17,8 +17,9 @@ store::
 
 and at points between events: ``"commit-intent"`` and ``"committed"`` in a
 write's commit (``CommitThread``; its event is ``WriteCommitted``), and
-``"dropped"`` once a ``DROP TABLE`` took effect, before its job is written (no
-event: ``"*"``).
+``"dropped"`` once a ``DROP TABLE`` took effect, before its job is written, and
+``"recovering"`` once a restarted scheduler read the store back, before its first
+write (no event for either: ``"*"``).
 
 A rule, one JSON object (a file holds a list of them):
 
@@ -58,7 +59,7 @@ from mangonel.task import LaunchTask
 
 log = logging.getLogger(__name__)
 
-POINTS = ("persisted", "executed", "commit-intent", "committed", "dropped")
+POINTS = ("persisted", "executed", "commit-intent", "committed", "dropped", "recovering")
 FREEZE_SETTLE_S = 1.0
 """How long a thread that froze its process sleeps on (the time it takes the stop to land)."""
 
