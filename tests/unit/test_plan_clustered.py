@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import duckdb
@@ -150,6 +151,38 @@ def test_a_bigger_table_is_joined_into_the_tasks_of_a_filtered_scan_by_key_range
     (side,) = stage.side_scans
     assert side.table == "d" and len(side.task_splits) == 8
     assert plan.stages[0] is stage, "a stage before the join"
+    _check(plan, tmp_path, sql)
+
+
+def test_a_table_joins_by_key_range_into_spread_tasks_rather_than_wait_for_a_broadcast_stage(
+    tmp_path: Path,
+) -> None:
+    # TPC-H q12 at SF1 on two hosts of one core: the filtered line items in two
+    # tasks, ``orders`` in one. By bytes alone, the line items went from a stage
+    # of their own into the one ``orders`` task, which then scanned, joined and
+    # aggregated every order while the other host idled. That stage costs what
+    # an exchange's does (``JoinPlacer._gathered``); reading d by key range in f's
+    # tasks reads a third of it twice here (d's middle row group; 9 % of
+    # ``orders`` at SF1) and needs no stage.
+    keys = [i // 4 for i in range(FACT_ROWS)]
+    _write(tmp_path / "f.parquet", {"k": keys, "v": list(range(FACT_ROWS))}, 5_000)
+    wide = ["x" * 90 + str(k % 13) for k in range(KEYS)]
+    _write(tmp_path / "d.parquet", {"k": list(range(KEYS)), "w": wide}, 3_334)
+    catalog = {t: load_table(t, str(tmp_path / f"{t}.parquet")) for t in ("f", "d")}
+    sql = "SELECT d.w, count(*) AS n FROM f JOIN d ON f.k = d.k WHERE f.v % 97 = 3 GROUP BY d.w"
+    two_hosts = PlannerConfig(split_rows=20_000, slots=2, parallel=2)
+    plan = plan_query(sql, catalog, two_hosts)
+    (stage,) = _sliced(plan)
+    assert plan.stages[0] is stage and stage.num_tasks == 2
+    assert stage.scan is not None and stage.scan.table == "f"
+    assert [s.num_tasks for s in plan.stages] == [2, 1]
+    assert plan.final.scan is None and not plan.final.side_scans, plan.final.label
+    _check(plan, tmp_path, sql)
+    # One host runs one task at full speed at a time: bytes alone decide there.
+    one_host = replace(two_hosts, parallel=1)
+    plan = plan_query(sql, catalog, one_host)
+    assert not _sliced(plan)
+    assert plan.final.scan is not None and plan.final.scan.table == "d", plan.final.label
     _check(plan, tmp_path, sql)
 
 

@@ -38,6 +38,7 @@ would need the others' bookkeeping.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -149,6 +150,15 @@ def whole_waves(partitions: int, slots: int, most: int) -> int:
         return partitions
     up = -(-partitions // slots) * slots
     return up if up <= most else partitions // slots * slots
+
+
+class _Absorbed(enum.Enum):
+    """How ``StageBuilder.join_in`` brings a side into the tasks that read it
+    without a stage of its own."""
+
+    FUSED = "both one task: the reader's task runs the side's too"
+    INLINE = "a small table each task scans itself"
+    RECOMPUTED = "a one-task producer from tables alone, each task computes it"
 
 
 class StageBuilder:
@@ -367,25 +377,45 @@ class StageBuilder:
         stay within ``inline_scan_bytes``: a stage less, and the scheduling round
         trips between the two. Anything else is broadcast from a stage of its own.
         """
-        over = False
+        how = self._absorption(target, source)
+        if how is _Absorbed.INLINE and target.tasks > 1:
+            # Unless each task may compute them again, as it scans the table.
+            self.stage_subqueries(
+                source,
+                keep=lambda sub: not target.inputs and self.recomputable(sub, target.tasks),
+            )
+        if how is not None:
+            absorb(target, source)
+            return source.node
+        host_bytes, guest_bytes = self.task_bytes(target), self.task_bytes(source)
+        read, inp = self.broadcast(source)
         if target.tasks == 1 and one_task(source) and same_inputs(target, source):
+            # Both one task, but over the bound on a fused task's bytes.
+            self.note_apart(inp.stage, host_bytes, guest_bytes)
+        target.inputs[inp.name] = inp
+        return read
+
+    def absorbs(self, target: Frag, source: Frag) -> bool:
+        """True when ``join_in`` has ``target``'s tasks compute ``source``
+        themselves; False when ``source`` is broadcast from a stage of its own."""
+        return self._absorption(target, source) is not None
+
+    def _absorption(self, target: Frag, source: Frag) -> _Absorbed | None:
+        """How ``join_in`` brings ``source`` into ``target``'s tasks without a
+        stage of its own; None: it does not."""
+        if (
+            target.tasks == 1
+            and one_task(source)
+            and same_inputs(target, source)
+            and self.fits(target, source)
+        ):
             # Both one task: the target's task runs ``source`` too (TPC-H q22's
             # semi join of ``orders`` with the filtered customers, read only by
             # the final anti join; TPC-DS q04/q11's readers of the shared
             # year_total, each keeping one channel and year), within the bound.
-            if self.fits(target, source):
-                absorb(target, source)
-                return source.node
-            over = True
+            return _Absorbed.FUSED
         if self._inlinable(source, target):
-            if target.tasks > 1:
-                # Unless each task may compute them again, as it scans the table.
-                self.stage_subqueries(
-                    source,
-                    keep=lambda sub: not target.inputs and self.recomputable(sub, target.tasks),
-                )
-            absorb(target, source)
-            return source.node
+            return _Absorbed.INLINE
         if (
             target.tasks > 1
             and not target.inputs
@@ -397,14 +427,8 @@ class StageBuilder:
             # (TPC-H q17's filtered ``part``, 6 MiB, into ``lineitem``'s two
             # tasks; q08's and q19's filtered ``part`` the same way),
             # within the bound on the bytes of the fused task.
-            absorb(target, source)
-            return source.node
-        host_bytes, guest_bytes = self.task_bytes(target), self.task_bytes(source)
-        read, inp = self.broadcast(source)
-        if over:
-            self.note_apart(inp.stage, host_bytes, guest_bytes)
-        target.inputs[inp.name] = inp
-        return read
+            return _Absorbed.RECOMPUTED
+        return None
 
     def union_in(self, left: Frag, right: Frag) -> Frag | None:
         """One task that runs both sides of a set operation of two one-task sides
