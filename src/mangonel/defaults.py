@@ -93,7 +93,8 @@ could not be read): until then, queries naming it fail saying why."""
 DROP_RETRY_KEEP_S = 3600.0
 """Seconds a restarted scheduler keeps the answer to a ``DROP TABLE`` that took
 effect before its job was written (``persist.StoredDrop``) for its client's
-retry; a client keeps trying for ``RECONNECT_S``."""
+retry, and a scheduler the answer to an admin's ``DropTable`` call; a client
+keeps trying for ``RECONNECT_S``."""
 
 KEEP_JOBS = 200
 """Finished jobs the scheduler keeps for the status views (the state machine)

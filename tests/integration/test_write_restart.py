@@ -39,7 +39,7 @@ from helpers import assert_same_result
 
 from mangonel.client.cluster import LocalCluster
 from mangonel.client.session import Result, Session
-from mangonel.errors import UnknownTableError
+from mangonel.errors import CatalogError, UnknownTableError
 from mangonel.output import INTENT, MANIFEST, STAGING
 
 pytestmark = pytest.mark.timeout(180)
@@ -102,13 +102,25 @@ def run_through_crash(
 
     ``crash``: the scheduler's crash rules file (``crash.json`` beside its work dir).
     """
+    result: Result = call_through_crash(cluster, lambda: session.sql(sql), rule, while_down, crash)
+    return result
+
+
+def call_through_crash(
+    cluster: LocalCluster,
+    call: Callable[[], Any],
+    rule: dict[str, Any],
+    while_down: Callable[[], None],
+    crash: Path | None = None,
+) -> Any:
+    """``run_through_crash`` of any call of a session's: what it returns."""
     crash = crash or cluster.work_dir.parent / "crash.json"
     crash.write_text(json.dumps([rule]))
     outcome: dict[str, Any] = {}
 
     def run() -> None:
         try:
-            outcome["result"] = session.sql(sql)
+            outcome["result"] = call()
         except BaseException as exc:  # noqa: BLE001 - reported below
             outcome["error"] = exc
 
@@ -126,11 +138,10 @@ def run_through_crash(
     while_down()
     cluster.restart_scheduler()
     runner.join(120)
-    assert not runner.is_alive(), "the statement did not finish after the scheduler came back"
+    assert not runner.is_alive(), "the call did not finish after the scheduler came back"
     if "error" in outcome:
-        raise AssertionError(f"the statement failed across the restart: {outcome['error']!r}")
-    result: Result = outcome["result"]
-    return result
+        raise AssertionError(f"the call failed across the restart: {outcome['error']!r}")
+    return outcome["result"]
 
 
 def staged_jobs(target: Path) -> list[str]:
@@ -303,6 +314,24 @@ def test_a_drop_whose_job_was_not_written_before_a_crash_answers_its_retry(
     assert status is not None and status.took_effect
     with pytest.raises(UnknownTableError, match="no table 'doomed' to drop"):
         session.sql("DROP TABLE doomed")
+
+
+def test_the_admins_drop_call_answered_by_no_one_before_a_crash_is_answered_once_after(
+    cluster: LocalCluster, session: Session
+) -> None:
+    # ``Session.drop_table`` (the admins' ``DropTable`` call, not a statement): the
+    # scheduler dies after the drop, before its answer; the client sends the call
+    # again to the restarted one, which answers it as done from the drop it kept.
+    # Before, the retry failed: "no table" for the table the call had dropped.
+    session.sql("CREATE TABLE doomed AS SELECT 1 AS a")
+    rule = {"event": "*", "point": "dropped"}
+    assert (
+        call_through_crash(cluster, lambda: session.drop_table("doomed"), rule, lambda: None)
+        is None
+    )
+    assert "doomed" not in [t.name for t in session.tables()]
+    with pytest.raises(CatalogError, match="no table 'doomed'"):
+        session.drop_table("doomed")
 
 
 # ------------------------------------------------------------------------ etcd

@@ -390,3 +390,37 @@ def test_a_drop_that_fails_leaves_nothing_for_a_retry(
         core.submit("DROP TABLE nothing", request_id="s.2", owner="ann")
     assert [t.name for t in core.tables()] == ["t"]
     assert not [k for k in store.load() if k.startswith("drops/")]
+
+
+def test_the_admins_drop_call_sent_again_is_answered_once_before_and_after_a_restart(
+    store: MemoryStateStore, cores: Any
+) -> None:
+    """``DropTable`` (the admins' call, ``Session.drop_table``): the call sent again
+    after its answer was lost is answered as done, by the scheduler that dropped
+    and, from the ``StoredDrop`` the call left, by the one after a restart; a call
+    of another id or user says there is no table."""
+    first = cores(store)
+    assert first.drop_table_once("t", ("ann", "d.1"))
+    assert first.tables() == []
+    assert first.drop_table_once("T", ("ann", "d.1"))  # its answer lost: the same call
+    assert not first.drop_table_once("t", ("ann", "d.2"))
+    assert not first.drop_table_once("t", ("bob", "d.1"))
+    assert not first.drop_table_once("t", None)  # a client that sends no id
+    assert [k for k in store.load() if k.startswith("drops/")] == [drop_key("ann", "d.1")]
+    first.stop()
+    second = cores(store)
+    assert second.drop_table_once("t", ("ann", "d.1"))
+    assert not second.drop_table_once("t", ("ann", "d.3"))
+
+
+def test_the_admins_drop_calls_are_kept_for_their_retries_an_hour_at_most(
+    store: MemoryStateStore, cores: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    core = cores(store)
+    assert core.drop_table_once("t", ("ann", "d.1"))
+    assert not core.drop_table_once("nothing", ("ann", "d.2"))  # nothing kept for it
+    later = time.time() + defaults.DROP_RETRY_KEEP_S + 60
+    monkeypatch.setattr(core, "_clock", lambda: later)
+    assert not core.drop_table_once("t", ("ann", "d.3"))
+    assert not [k for k in store.load() if k.startswith("drops/")]
+    assert not core.drop_table_once("t", ("ann", "d.1"))  # forgotten: the table's gone

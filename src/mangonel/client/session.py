@@ -539,7 +539,17 @@ class Session:
         return table_from_proto(msg)
 
     def drop_table(self, name: str) -> None:
-        self._call("DropTable", pb.DropTableRequest(name=name))
+        """Forget table ``name``; a table the warehouse made loses its files too.
+
+        Once: a call sent again after its answer was lost (a failover, a cut
+        link) is answered as done when the first one dropped the table.
+
+        Raises:
+            CatalogError: there is no such table.
+            PermissionDeniedError: the user is not an admin.
+        """
+        request_id = f"{self._session_key}.{secrets.token_hex(8)}"
+        self._call("DropTable", pb.DropTableRequest(name=name, request_id=request_id))
 
     def tables(self) -> list[TableInfo]:
         """The tables queries may read."""

@@ -559,10 +559,12 @@ class UnreadableTable(_message.Message):
     def __init__(self, name: _Optional[str] = ..., location: _Optional[str] = ..., error: _Optional[str] = ..., since: _Optional[float] = ...) -> None: ...
 
 class DropTableRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "request_id")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    request_id: str
+    def __init__(self, name: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class DropTableResponse(_message.Message):
     __slots__ = ()

@@ -334,9 +334,13 @@ class SchedulerCore:
         self._submitting: dict[tuple[str, str], Future[JobWatch]] = {}
         """Submissions being planned, by (owner, request id): the same submission
         tried again meanwhile waits for the first's answer (``submit``)."""
-        self._drops_done: dict[tuple[str, str], str] = {}
-        """Drops that took effect before the restart without their job written, by
-        (owner, request id): the client's retry is answered as done (``StoredDrop``)."""
+        self._drops_done: dict[tuple[str, str], StoredDrop] = {}
+        """Drops that took effect before the restart without their job written, and
+        the admins' ``DropTable`` calls that dropped a table, by (owner, request
+        id): the client's retry is answered as done (``StoredDrop``)."""
+        self._drop_calls = threading.Lock()
+        """Held by ``drop_table_once``: a call sent again while the first is still
+        under way waits for its end, then finds its answer."""
 
     # ------------------------------------------------------------- life cycle
 
@@ -881,6 +885,49 @@ class SchedulerCore:
         return self._commits.drop(
             name, output.normalize(location), readable=table is not None, own=statement
         )
+
+    def drop_table_once(self, name: str, request: tuple[str, str] | None) -> bool:
+        """``drop_table`` for the admins' ``DropTable`` call, once per ``request``
+        (owner, request id; None: a client that sends none). A call sent again
+        after its answer was lost (the scheduler died, a link was cut) is answered
+        True when the first one dropped the table: from memory, or after a restart
+        or failover from the ``StoredDrop`` it left, kept ``DROP_RETRY_KEEP_S``.
+        Without it the retry said "no table" of the table the call had dropped.
+        Whether there was one.
+
+        Raises:
+            OSError, MangonelError: as ``drop_table``.
+        """
+        if request is None:
+            return self.drop_table(name)
+        with self._drop_calls:
+            with self._lock:
+                self._forget_old_drops()
+                if request in self._drops_done:
+                    return True
+            try:
+                dropped = self.drop_table(name, request=request)
+            except BaseException:
+                self._drop_answered(request)  # the table is still there
+                raise
+            if not dropped:
+                self._drop_answered(request)
+                return False
+            # Dropped, the answer not sent: no event names the moment.
+            self.hook.check(Tick(0, self._clock()), [], "dropped")
+            with self._lock:
+                self._drops_done[request] = StoredDrop(*request, name.lower(), self._clock())
+            return True
+
+    def _forget_old_drops(self) -> None:
+        """Forget the drops kept for retries longer than ``DROP_RETRY_KEEP_S`` (a
+        restart forgets them too: ``restore.rebuild``). Called with the lock held."""
+        now = self._clock()
+        old = [r for r, d in self._drops_done.items() if now - d.at > defaults.DROP_RETRY_KEEP_S]
+        if old:
+            self._write({}, [drop_key(*r) for r in old])
+            for r in old:
+                del self._drops_done[r]
 
     def _forget_table(self, name: str) -> bool:
         """Forget ``name`` (durable, out of the catalog); whether there was such a

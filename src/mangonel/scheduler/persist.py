@@ -24,7 +24,8 @@ dataclasses, so the store holds the same types the state machine uses)::
     meta                   StoredMeta: scheduler-wide state (since when no executor lives)
     drops/<digest>         StoredDrop: a ``DROP TABLE`` a client submitted with a request
                            id, from just before it drops until its job's plan is
-                           written (absent in older stores: none)
+                           written; an admin's ``DropTable`` call, for an hour
+                           (absent in older stores: none)
 
 One task event therefore writes the one task's key and the job's small head,
 whatever the job's size; a job's task keys go when it finishes (its
@@ -112,7 +113,9 @@ class StoredDrop:
     before the table is dropped, deleted in the commit that writes the statement's
     job. A scheduler that stopped between the two finds it at its restart: the
     table gone, the drop took effect, and the client's retry of the submission is
-    answered as done instead of dropping again (``SchedulerCore.submit``)."""
+    answered as done instead of dropping again (``SchedulerCore.submit``). An
+    admin's ``DropTable`` call writes one too, kept ``DROP_RETRY_KEEP_S`` for the
+    call's retries (``SchedulerCore.drop_table_once``)."""
 
     owner: str
     request_id: str

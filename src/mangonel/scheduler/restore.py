@@ -33,6 +33,7 @@ from mangonel.scheduler.jobs import JobWatch
 from mangonel.scheduler.persist import (
     BrokenJob,
     Snapshot,
+    StoredDrop,
     StoredPlan,
     StoredTable,
     job_key,
@@ -58,7 +59,7 @@ class Rebuilt:
     watches: dict[JobId, JobWatch] = field(default_factory=dict)
     running: list[JobRecord] = field(default_factory=list)
     finished: list[FinishedJob] = field(default_factory=list)
-    drops_done: dict[tuple[str, str], str] = field(default_factory=dict)
+    drops_done: dict[tuple[str, str], StoredDrop] = field(default_factory=dict)
     """Drops that took effect before the restart without their job written: the
     table each dropped, by its submission's (owner, request id), for the client's
     retry (``StoredDrop``)."""
@@ -119,7 +120,7 @@ def rebuild(snap: Snapshot, data: Mapping[str, object], store_url: str, now: flo
             out.deletes.append(key)
         else:
             log.info("table %s was dropped before the restart; its client is answered", drop.table)
-            out.drops_done[(drop.owner, drop.request_id)] = drop.table
+            out.drops_done[(drop.owner, drop.request_id)] = drop
     broken = list(snap.broken)
     for stored in snap.jobs:
         if stored.outcome is None and stored.progress is not None:

@@ -433,8 +433,10 @@ class QueryServiceServicer(pb_grpc.QueryServiceServicer):
     def DropTable(
         self, request: pb.DropTableRequest, context: grpc.ServicerContext
     ) -> pb.DropTableResponse:
-        self._admin(self._caller(context), "drop tables")
-        if not self.core.drop_table(request.name):
+        caller = self._caller(context)
+        self._admin(caller, "drop tables")
+        once = (caller.user, request.request_id) if request.request_id else None
+        if not self.core.drop_table_once(request.name, once):
             raise CatalogError(f"no table {request.name!r}; `mangonel tables` lists them")
         return pb.DropTableResponse()
 

@@ -17,7 +17,8 @@ store::
 
 and at points between events: ``"commit-intent"`` and ``"committed"`` in a
 write's commit (``CommitThread``; its event is ``WriteCommitted``), and
-``"dropped"`` once a ``DROP TABLE`` took effect, before its job is written, and
+``"dropped"`` once a ``DROP TABLE`` took effect, before its job is written (or
+before the admins' ``DropTable`` call is answered), and
 ``"recovering"`` once a restarted scheduler read the store back, before its first
 write (no event for either: ``"*"``).
 
