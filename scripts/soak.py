@@ -24,6 +24,16 @@ Meanwhile a fault thread, every
   then starts it again, as its supervisor would (``scheduler_restarts``); any other
   exit of its own is a failure.
 
+With ``--etcd-faults`` (etcd state) the store itself fails too:
+
+* ``kill_etcd``: SIGKILL etcd and start it again 0 to 3 s later, on the same
+  ports and data (leases and all);
+* ``freeze_etcd``: SIGSTOP etcd for 1 to 6 s (past the leader's lease, sometimes:
+  the leader's refreshes and writes wait, then fail), then SIGCONT it.
+
+A scheduler that loses its lead meanwhile stops with status 3 and is started
+again, as for a freeze of its own; one started while etcd is away waits for it.
+
 With ``--schedulers N`` (etcd state) the cluster runs N schedulers, one leading
 and the others standing by, and each scheduler fault hits the leader or a
 standby, as the seed says: a kill or a freeze past the lease of the leader is a
@@ -44,6 +54,7 @@ Usage::
     .venv/bin/python scripts/soak.py --minutes 5 --seed 7 --writers 2
     .venv/bin/python scripts/soak.py --state etcd --minutes 3 --json soak.json
     .venv/bin/python scripts/soak.py --state etcd --schedulers 2 --writers 3 --minutes 5
+    .venv/bin/python scripts/soak.py --state etcd --schedulers 2 --etcd-faults --minutes 5
 
 The random choices come from the seed; the processes' timing does not, so a
 run is repeated by its seed only as far as the machine's timing allows.
@@ -100,6 +111,9 @@ FAULTS = (
     "kill_scheduler",
     "freeze_scheduler",
 )
+ETCD_FAULTS = ("kill_etcd", "freeze_etcd")
+"""Faults of the state store, with ``--etcd-faults`` (after ``FAULTS``: a seed's
+other kinds come in their order without it)."""
 
 SLOWEST = 5
 """How many of the slowest statements the report lists (``Report.slowest``)."""
@@ -177,6 +191,8 @@ class Soak:
         self.faults_ended = 0
         self.began = time.monotonic()
         self.took: list[dict[str, Any]] = []
+        self.etcd: EtcdServer | None = None
+        self.kinds_drawn = FAULTS + (ETCD_FAULTS if args.etcd_faults else ())
 
     def expected(self, tables: dict[str, Path]) -> dict[int, Any]:
         ref = duckdb.connect()
@@ -203,7 +219,7 @@ class Soak:
         etcd = None
         state = None
         if self.args.state == "etcd":
-            etcd = EtcdServer(self.work / "etcd").__enter__()
+            etcd = self.etcd = EtcdServer(self.work / "etcd").__enter__()
             state = etcd.url("/mangonel/soak/")
         try:
             with LocalCluster(
@@ -323,7 +339,7 @@ class Soak:
             time.sleep(self.args.fault_every * self.kinds.uniform(0.5, 1.5))
             if time.monotonic() >= self.stop_at:
                 break
-            fault = self.kinds.choice(FAULTS)
+            fault = self.kinds.choice(self.kinds_drawn)
             with self.lock:
                 self.faults_begun += 1
             try:
@@ -340,6 +356,8 @@ class Soak:
                 with self.lock:
                     self.faults_ended += 1
         # Whatever is still frozen is thawed, so that the clients' last queries end.
+        if self.etcd is not None:
+            self.etcd.resume()
         for handle in [*cluster.executors, *cluster.schedulers]:
             if handle is not None and handle.alive():
                 handle.signal(signal.SIGCONT)
@@ -420,6 +438,28 @@ class Soak:
         # Thawed, it finds at its next lease refresh whether it still leads.
         with contextlib.suppress(subprocess.TimeoutExpired):
             scheduler.process.wait(LEASE_CHECK_S)
+        self.supervise(cluster)
+
+    def kill_etcd(self, cluster: LocalCluster) -> None:
+        assert self.etcd is not None
+        self.etcd.kill()
+        time.sleep(self.rng.uniform(0.0, 3.0))
+        self.etcd.start()
+        self.after_store_fault(cluster)
+
+    def freeze_etcd(self, cluster: LocalCluster) -> None:
+        assert self.etcd is not None
+        self.etcd.pause()
+        try:
+            time.sleep(self.rng.uniform(1.0, 6.0))
+        finally:
+            self.etcd.resume()
+        self.after_store_fault(cluster)
+
+    def after_store_fault(self, cluster: LocalCluster) -> None:
+        """Give the schedulers the time to find out whether they still lead, then
+        start again those that stopped for it."""
+        time.sleep(LEASE_CHECK_S)
         self.supervise(cluster)
 
     def supervise(self, cluster: LocalCluster) -> None:
@@ -670,11 +710,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=1,
         help="schedulers, one leading and the others standing by (1; more need --state etcd)",
     )
+    parser.add_argument(
+        "--etcd-faults",
+        action="store_true",
+        help="kill and freeze etcd too, now and then (needs --state etcd)",
+    )
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument("--work-dir", type=Path, help="keep the cluster's files and logs here")
     args = parser.parse_args(argv)
     if args.schedulers < 1:
         parser.error("--schedulers is at least 1")
+    if args.etcd_faults and args.state != "etcd":
+        parser.error("--etcd-faults needs --state etcd")
     if args.schedulers > 1 and args.state != "etcd":
         parser.error("--schedulers above 1 needs --state etcd: the group shares its store there")
     return args

@@ -282,6 +282,35 @@ def test_a_scheduler_started_before_its_etcd_answers_waits_for_it_then_serves(
             timer.join()
 
 
+def test_etcd_restarted_under_a_submission_the_scheduler_goes_on_leading(
+    work_dir: Path, tpch_tables: dict[str, Path], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    """etcd dies and comes back within the scheduler's lease while a query is
+    submitted: the submission's write waits for it, and the scheduler goes on
+    leading, the same process, instead of stopping for a failed write and
+    recovering everything (``scripts/soak.py --etcd-faults``)."""
+    with EtcdServer(work_dir / "etcd") as etcd:
+        state = etcd.url("/mangonel/blip/") + "?ttl_s=5"
+        with LocalCluster(
+            executors=2, slots=1, work_dir=work_dir / "cluster", state=state
+        ) as cluster:
+            scheduler = cluster.schedulers[0]
+            assert scheduler is not None
+            with cluster.connect() as session:
+                for name, path in tpch_tables.items():
+                    session.register_parquet(name, str(path))
+                etcd.kill()
+                thread, outcome = in_background(lambda: session.sql(tpch_query(12)))
+                wait_for_log(scheduler, "the write waits while this scheduler's lease holds")
+                etcd.start()
+                check(finished(thread, outcome), 12, duckdb_ref)
+                assert scheduler.alive(), scheduler.log_tail()
+                assert cluster.schedulers[0] is scheduler
+                log_text = scheduler.log_tail()
+                assert "answers again: the write went through" in log_text, log_text
+                assert "the scheduler stops" not in log_text, log_text
+
+
 def test_etcd_gone_mid_query_the_scheduler_started_again_waits_for_it_and_finishes_the_job(
     work_dir: Path, tpch_tables: dict[str, Path], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:

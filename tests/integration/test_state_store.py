@@ -331,6 +331,58 @@ def test_etcd_unreachable_while_leading_deposes(work_dir: Path) -> None:
             store.close()
 
 
+def test_etcd_restarted_within_the_lease_takes_the_write_that_waited_for_it(
+    work_dir: Path,
+) -> None:
+    """A commit sent while etcd restarts waits for it, as long as the lease may
+    hold: etcd keeps its leases across a restart, so the scheduler still leads
+    and its write goes through. It failed at once before, and a failed write
+    stops the scheduler (``scripts/soak.py --etcd-faults``)."""
+    with EtcdServer(work_dir / "etcd") as etcd:
+        store = open_store(etcd.url("/p/") + "?ttl_s=5")
+        try:
+            assert store.acquire("A", timeout_s=10)
+            etcd.kill()
+            outcome: dict[str, object] = {}
+
+            def write() -> None:
+                try:
+                    store.commit({"k": "v"})
+                    outcome["done"] = time.monotonic()
+                except StateStoreError as exc:
+                    outcome["error"] = exc
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            time.sleep(1.0)
+            assert writer.is_alive(), outcome  # waiting, not failed
+            etcd.start()
+            writer.join(10)
+            assert "done" in outcome, outcome
+            assert not store.deposed.is_set()
+            assert store.load() == {"k": "v"}
+            assert store.leader() == "A"
+        finally:
+            store.close()
+
+
+def test_etcd_away_past_the_lease_fails_the_write_that_waited(work_dir: Path) -> None:
+    with EtcdServer(work_dir / "etcd") as etcd:
+        store = open_store(etcd.url("/p/") + f"?ttl_s={SHORT_TTL_S}")
+        try:
+            assert store.acquire("A", timeout_s=10)
+            etcd.kill()
+            started = time.monotonic()
+            with pytest.raises(StateStoreError):
+                store.commit({"k": "v"})
+            # Not at once, and not much past the lease (a grant of 2 s, counted from
+            # the last refresh sent; each try of a refused connection is quick).
+            assert 0.2 < time.monotonic() - started < SHORT_TTL_S + 4
+        finally:
+            etcd.start()
+            store.close()
+
+
 def test_etcd_leader_wait_times_out_then_succeeds(etcd_store: Backend) -> None:
     first = _leading(etcd_store, "A")
     second = etcd_store.open()

@@ -377,7 +377,7 @@ class EtcdStateStore(StateStore):
         }
         # Retried on the next endpoint after a timeout, the transaction is harmless: it
         # writes the same values, and only while the compare still holds.
-        result = self._call(lambda c: c.transaction(txn))
+        result = self._transact(txn)
         if not result.get("succeeded", False):
             kvs = result["responses"][0]["response_range"].get("kvs", [])
             now = (
@@ -386,6 +386,44 @@ class EtcdStateStore(StateStore):
                 else "nobody leads now"
             )
             raise self._fenced(f"its lease on {self._leader_key.decode()} ran out ({now})")
+
+    def _transact(self, txn: dict[str, Any]) -> dict[str, Any]:
+        """Send a commit's transaction; while no endpoint answers, send it again for
+        as long as this scheduler's lease may still hold.
+
+        etcd away for a moment (restarting, its members electing a leader) is not a
+        lost lead: a restarted etcd keeps its leases, and its clients' refreshes go
+        on once it answers. Failing the write at once made the scheduler stop
+        (a failed write is fatal) on every such moment, and a standby, or this one
+        started again, recover everything. Past the lease's end, counted as the
+        refresh thread counts it, the lead may be gone and the error stands.
+        """
+        waited = False
+        while True:
+            try:
+                result: dict[str, Any] = self._call(lambda c: c.transaction(txn))
+            except StateStoreUnreachableError as exc:
+                if not self._lease_may_hold():
+                    raise
+                if not waited:
+                    log.warning("%s; the write waits while this scheduler's lease holds", exc)
+                    waited = True
+                time.sleep(_POLL_S)
+                continue
+            if waited:
+                log.info("the state store %s answers again: the write went through", self.url)
+            return result
+
+    def _lease_may_hold(self) -> bool:
+        """Whether this scheduler's lease may not have run out yet (its refresh
+        thread's conservative count) and it was not deposed."""
+        with self._lock:
+            keepalive = self._keepalive
+            return (
+                keepalive is not None
+                and not self.deposed.is_set()
+                and time.monotonic() < keepalive.expires
+            )
 
     def _state_key(self, key: str) -> bytes:
         return self._state_prefix + key.encode()
@@ -469,6 +507,12 @@ class _KeepAlive(threading.Thread):
 
     def stop(self) -> None:
         self._stopped.set()
+
+    @property
+    def expires(self) -> float:
+        """When the lease runs out (``time.monotonic``) unless a refresh gets
+        through first, counted from when the last one that did was sent."""
+        return self._expires
 
     def run(self) -> None:
         try:
