@@ -60,9 +60,10 @@ class Rebuilt:
     running: list[JobRecord] = field(default_factory=list)
     finished: list[FinishedJob] = field(default_factory=list)
     drops_done: dict[tuple[str, str], StoredDrop] = field(default_factory=dict)
-    """Drops that took effect before the restart without their job written: the
-    table each dropped, by its submission's (owner, request id), for the client's
-    retry (``StoredDrop``)."""
+    """Drops that took effect before the restart without their job written, and
+    the admins' ``DropTable`` calls of the last hour: each drop's entry, by its
+    submission's or call's (owner, request id), for the client's retry
+    (``StoredDrop``)."""
     puts: dict[str, object] = field(default_factory=dict)
     deletes: list[str] = field(default_factory=list)
     """Stale keys, the failed-in-place jobs' raw entries, the drops no retry needs."""
