@@ -44,6 +44,11 @@ from mangonel.testing.netlab import MOUNT_POINT
 HEARTBEAT_TIMEOUT_S = 2.0
 SPLIT_ROWS = 50_000  # lineitem in 12 tasks at SF 0.1: both executors run several
 QUERY = 12  # lineitem by key range with orders, then a hash exchange to the aggregate
+READER_QUERY = 18
+"""Its stage 2, six tasks, reads every output of stage 1's six (the IN subquery's
+line items): a reader of both executors' outputs on each. q12's stage 2 is the
+aggregate after the exchange, which adaptive execution makes one task at SF 0.1,
+so it may run on the victim and no reader waits on it."""
 VICTIM = 1
 
 
@@ -204,7 +209,7 @@ def test_readers_of_a_lost_executor_stop_waiting_for_it(
     the victim (before the heartbeat timeout, 2 s, when a reader waits on it) and
     it runs again once the victim's outputs are made again. The answer may come
     before the loss; the victim, still cut, is lost at the heartbeat timeout."""
-    sql = tpch_query(QUERY)
+    sql = tpch_query(READER_QUERY)
     expected = duckdb_ref.sql(sql).to_arrow_table()
     assert expected.num_rows > 0
     reader, victim = 1 - VICTIM, VICTIM
@@ -215,7 +220,9 @@ def test_readers_of_a_lost_executor_stop_waiting_for_it(
     answer, cut_at = _query_with_fault(net, sql, reader, rule, lambda: net.lab.cut(victim_host))
     cut_to_answer = answer.finished_at - cut_at
     result = answer.result
-    assert_same_result(result.to_arrow(), expected, ordered=True, order_by=TPCH_ORDER_BY[QUERY])
+    assert_same_result(
+        result.to_arrow(), expected, ordered=True, order_by=TPCH_ORDER_BY[READER_QUERY]
+    )
     # Still cut: lost at the heartbeat timeout if the answer came first.
     wait_until(
         lambda: ids[victim] in _lost_ids(net.client.status()), "the cut victim was lost", timeout=30
@@ -229,7 +236,7 @@ def test_readers_of_a_lost_executor_stop_waiting_for_it(
     # The victim's stage 1 outputs were made again, and the frozen reader ran again.
     assert stage1.outputs_recomputed >= 1 and stage2.tasks_rerun >= 1, result.stages
     print(
-        f"q{QUERY}, reader fetching from a cut-off executor: cut to answer "
+        f"q{READER_QUERY}, reader fetching from a cut-off executor: cut to answer "
         f"{cut_to_answer:.2f} s (heartbeat timeout {HEARTBEAT_TIMEOUT_S:g} s, fetch "
         f"timeout {defaults.FETCH_TIMEOUT_S:g} s)"
     )
