@@ -22,7 +22,7 @@ import pytest
 from helpers import wait_until
 
 from mangonel import defaults, output
-from mangonel.errors import UnknownTableError
+from mangonel.errors import StoreFencedError, UnknownTableError
 from mangonel.ids import JobId, StageId
 from mangonel.output import CommitMode
 from mangonel.plan.physical import WriteTarget
@@ -424,3 +424,26 @@ def test_the_admins_drop_calls_are_kept_for_their_retries_an_hour_at_most(
     assert not core.drop_table_once("t", ("ann", "d.3"))
     assert not [k for k in store.load() if k.startswith("drops/")]
     assert not core.drop_table_once("t", ("ann", "d.1"))  # forgotten: the table's gone
+
+
+def test_a_drop_planned_while_the_scheduler_begins_to_stop_is_answered_unavailable(
+    store: MemoryStateStore, cores: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store deposed the scheduler while a ``DROP TABLE`` was planned: the
+    commit thread, stopping, refused the drop ("was not dropped"). That error
+    reached the client as the statement's own, which it does not send again; the
+    store's error, which the service answers UNAVAILABLE, sends it to the leader
+    (``scripts/soak.py --etcd-faults``, seed 107)."""
+    core = cores(store)
+    drop = core._commits.drop
+
+    def deposed_meanwhile(*args: Any, **kwargs: Any) -> bool:
+        core.fatal = StoreFencedError("this scheduler no longer leads the state store")
+        core._commits.stop()
+        return drop(*args, **kwargs)
+
+    monkeypatch.setattr(core._commits, "drop", deposed_meanwhile)
+    with pytest.raises(StoreFencedError, match="no longer leads") as caught:
+        core.submit("DROP TABLE t", request_id="s.1", owner="ann")
+    assert "was not dropped" in str(caught.value.__cause__)
+    assert [t.name for t in core.tables()] == ["t"]

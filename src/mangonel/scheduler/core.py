@@ -1098,6 +1098,21 @@ class SchedulerCore:
         """
         if self.fatal is not None:
             raise self.fatal  # it stops: the client tries the leader, or this one again
+        try:
+            return self._submit_once(sql, dialect, request_id, owner, may_write)
+        except MangonelError as exc:
+            if self.fatal is None or isinstance(exc, StateStoreError):
+                raise
+            # It began to stop while this was planned: a DROP TABLE found the
+            # commit thread stopping ("was not dropped"; scripts/soak.py
+            # --etcd-faults, seed 107). The client tries the leader, or this one
+            # again, which finds what took effect (``StoredDrop``).
+            raise self.fatal from exc
+
+    def _submit_once(
+        self, sql: str, dialect: str | None, request_id: str, owner: str, may_write: bool
+    ) -> JobWatch:
+        """``submit``, once per (owner, ``request_id``)."""
         if not request_id:
             return self._submit(sql, dialect, None, owner, may_write)
         request = (owner, request_id)
