@@ -95,6 +95,53 @@ def test_wide_keys_on_both_sides_are_grouped_once(catalog: dict[str, Table]) -> 
     assert not _grouped_early(plan_query(sql, catalog, ONE_TASK))
 
 
+LINE_ITEMS_BY_CUSTOMER_AND_NATION = """
+    SELECT c_custkey, c_name, c_address, c_phone, c_comment, n_name,
+           SUM(l_extendedprice * (1 - l_discount)) AS revenue, COUNT(*) AS n
+    FROM lineitem JOIN orders ON l_orderkey = o_orderkey
+         JOIN customer ON o_custkey = c_custkey
+         JOIN nation ON c_nationkey = n_nationkey
+    WHERE l_returnflag = 'R' AND o_orderdate >= DATE '1993-10-01'
+          AND o_orderdate < DATE '1994-01-01'
+    GROUP BY c_custkey, c_name, c_address, c_phone, c_comment, n_name"""
+
+
+@pytest.mark.parametrize("config", [ONE_TASK, SEVERAL_TASKS], ids=["one-task", "several-tasks"])
+def test_line_items_are_grouped_by_customer_under_the_join_with_nation(
+    config: PlannerConfig, catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # TPC-H q10's shape: the join with customer lies under the join with nation,
+    # which reads only the customer's columns; the keys are wide (strings), so
+    # the line items are grouped by their customer's key first though a customer
+    # has a few of them (``WIDE_KEYS``).
+    plan = plan_query(LINE_ITEMS_BY_CUSTOMER_AND_NATION, catalog, config)
+    assert _grouped_early(plan), [s.sql for s in plan.stages]
+    expected = duckdb_ref.sql(LINE_ITEMS_BY_CUSTOMER_AND_NATION).to_arrow_table()
+    assert expected.num_rows > 100
+    assert max(expected.column("n").to_pylist()) > 1, "customers of several line items"
+    assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+@pytest.mark.parametrize("config", [ONE_TASK, SEVERAL_TASKS], ids=["one-task", "several-tasks"])
+def test_a_join_above_that_reads_the_line_items_keeps_them_whole_below_it(
+    config: PlannerConfig, catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # The join with ``part``, above the join with customer, reads the line items'
+    # part key: grouped by their customer's key alone below it, they would have
+    # lost it (DuckDB refused the SQL: no column ``l_partkey``).
+    sql = """
+        SELECT c_name, c_address, c_comment, SUM(l_extendedprice) AS total, COUNT(*) AS n
+        FROM lineitem JOIN orders ON l_orderkey = o_orderkey
+             JOIN customer ON o_custkey = c_custkey
+             JOIN part ON l_partkey = p_partkey
+        WHERE p_size < 40
+        GROUP BY c_name, c_address, c_comment"""
+    plan = plan_query(sql, catalog, config)
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 100
+    assert_same_result(run_plan(plan), expected, ordered=False)
+
+
 def test_an_aggregate_that_does_not_split_is_left_alone(catalog: dict[str, Table]) -> None:
     sql = """
         SELECT c_name, c_address, c_phone, COUNT(DISTINCT o_orderstatus) AS kinds
