@@ -24,9 +24,12 @@
     │                              ObjectStoreError and the four kinds of it), see ``ErrorType``
     ├── QueryTimeoutError          the query outlasted the caller's timeout
     ├── ClusterError               the scheduler or executors cannot be reached
-    │   └── ResultUnavailableError a result partition could not be read: its executor
-    │                              is gone or refused the ticket (``client.fetch``;
-    │                              ``Session`` runs the query again before raising)
+    │   ├── ResultUnavailableError a result partition could not be read: its executor
+    │   │                          is gone or refused the ticket (``client.fetch``;
+    │   │                          ``Session`` runs the query again before raising)
+    │   └── SchedulerStoppingError the scheduler began to stop under the call, which
+    │                              did nothing: the client sends it again (to the
+    │                              leader, or to this one once it is back)
     ├── SecurityError              a request was refused
     │   ├── AuthenticationError    no credentials, or a wrong password, an unknown user,
     │   │   │                      an expired, forged, malformed or revoked token
@@ -153,6 +156,13 @@ class QueryTimeoutError(MangonelError):
 
 class ClusterError(MangonelError):
     """The scheduler or an executor could not be reached."""
+
+
+class SchedulerStoppingError(ClusterError):
+    """The scheduler began to stop (a restart, a handover) while it served the call,
+    which did nothing (a ``DROP TABLE`` refused by its stopping commit thread): the
+    gRPC service answers ``UNAVAILABLE``, and the client sends the call again, to
+    the leader or to this scheduler once it is back."""
 
 
 class SecurityError(MangonelError):

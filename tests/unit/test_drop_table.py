@@ -16,17 +16,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers import wait_until
 
 from mangonel import defaults, output
-from mangonel.errors import StoreFencedError, UnknownTableError
+from mangonel.errors import SchedulerStoppingError, StoreFencedError, UnknownTableError
 from mangonel.ids import JobId, StageId
 from mangonel.output import CommitMode
 from mangonel.plan.physical import WriteTarget
-from mangonel.scheduler import writes
+from mangonel.scheduler import service, writes
 from mangonel.scheduler.commits import CommitThread
 from mangonel.scheduler.core import SchedulerCore
 from mangonel.scheduler.events import CommitWrite, WriteCommitFailed, WriteCommitted
@@ -447,3 +448,49 @@ def test_a_drop_planned_while_the_scheduler_begins_to_stop_is_answered_unavailab
         core.submit("DROP TABLE t", request_id="s.1", owner="ann")
     assert "was not dropped" in str(caught.value.__cause__)
     assert [t.name for t in core.tables()] == ["t"]
+
+
+class _Aborted(Exception):
+    pass
+
+
+class _Context:
+    """What ``service.abort`` needs of a gRPC context: it records the code."""
+
+    code: grpc.StatusCode | None = None
+
+    def set_trailing_metadata(self, metadata: object) -> None:
+        pass
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:1"
+
+    def abort(self, code: grpc.StatusCode, message: str) -> None:
+        self.code = code
+        raise _Aborted(message)
+
+
+def test_a_drop_met_by_a_graceful_stop_is_answered_unavailable_and_drops_nothing(
+    store: MemoryStateStore, cores: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler stopped on SIGTERM (no store error: ``fatal`` stays unset) while
+    a ``DROP TABLE`` was planned: its commit thread refuses the drop. The call did
+    nothing, so it is answered UNAVAILABLE, as the store's errors are, and the
+    client sends it again once a scheduler answers; it was the statement's own
+    failure (FAILED_PRECONDITION), which the client does not send again."""
+    core = cores(store)
+    drop = core._commits.drop
+
+    def stopped_meanwhile(*args: Any, **kwargs: Any) -> bool:
+        core._commits.stop()
+        return drop(*args, **kwargs)
+
+    monkeypatch.setattr(core._commits, "drop", stopped_meanwhile)
+    with pytest.raises(SchedulerStoppingError, match="was not dropped") as caught:
+        core.submit("DROP TABLE t", request_id="s.1", owner="ann")
+    assert core.fatal is None
+    assert [t.name for t in core.tables()] == ["t"]
+    context = _Context()
+    with pytest.raises(_Aborted, match="was not dropped"):
+        service.abort(context, caught.value)  # type: ignore[arg-type]
+    assert context.code is grpc.StatusCode.UNAVAILABLE

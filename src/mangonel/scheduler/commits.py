@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 
 from mangonel import output
 from mangonel.catalog import Table, load_table
-from mangonel.errors import ErrorType, MangonelError, StateStoreError, UnknownTableError
+from mangonel.errors import (
+    ErrorType,
+    MangonelError,
+    SchedulerStoppingError,
+    StateStoreError,
+    UnknownTableError,
+)
 from mangonel.scheduler.events import (
     AbortWrite,
     Command,
@@ -146,10 +152,11 @@ class CommitThread:
         Raises:
             OSError, MangonelError: the table's location could not be written; the
                 table is still there.
+            SchedulerStoppingError: the thread stops: the table is still there.
         """
         command = _Drop(name, location, readable, own)
         if self._stopping.is_set():
-            raise MangonelError(f"the scheduler is stopping: table {name} was not dropped")
+            raise SchedulerStoppingError(f"the scheduler is stopping: table {name} was not dropped")
         self._queue.put(command)
         return command.done.result()
 
@@ -173,7 +180,7 @@ class CommitThread:
                     late = self._queue.get()
                     if isinstance(late, _Drop):
                         late.done.set_exception(
-                            MangonelError(
+                            SchedulerStoppingError(
                                 f"the scheduler is stopping: table {late.name} was not dropped"
                             )
                         )

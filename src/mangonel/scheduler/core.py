@@ -1095,6 +1095,8 @@ class SchedulerCore:
         Raises:
             QueryError: (a subclass) the query cannot run as written.
             InternalError: the planner failed on a valid query (logged with it).
+            StateStoreError, SchedulerStoppingError: the scheduler stops (a store
+                error, a SIGTERM) and the call did nothing: send it again.
         """
         if self.fatal is not None:
             raise self.fatal  # it stops: the client tries the leader, or this one again

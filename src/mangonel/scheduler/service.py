@@ -39,6 +39,7 @@ from mangonel.errors import (
     MangonelError,
     PermissionDeniedError,
     QueryError,
+    SchedulerStoppingError,
     StateStoreError,
     plain_text,
 )
@@ -91,7 +92,8 @@ def abort(context: grpc.ServicerContext, exc: BaseException, method: str = "") -
     RPC (``method``): the scheduler's log shows who was turned away and why.
     A ``StateStoreError`` is ``UNAVAILABLE``: a write that failed is fatal, so this
     scheduler stops serving, and the client calls again once the leader (or this
-    one, started again) answers.
+    one, started again) answers. So is a ``SchedulerStoppingError``: the call met
+    the scheduler's stop and did nothing.
     """
     if isinstance(exc, AuthenticationError | PermissionDeniedError):
         log.warning("refused %s from %s: %s", method or "a call", context.peer(), exc)
@@ -106,7 +108,7 @@ def abort(context: grpc.ServicerContext, exc: BaseException, method: str = "") -
     elif isinstance(exc, InternalError):
         log.error("internal error (a bug in mangonel) in %s: %s", method or "a call", exc)
         code = grpc.StatusCode.INTERNAL
-    elif isinstance(exc, StateStoreError):
+    elif isinstance(exc, StateStoreError | SchedulerStoppingError):
         code = grpc.StatusCode.UNAVAILABLE
     elif isinstance(exc, JobNotFoundError | ExecutorNotFoundError):
         code = grpc.StatusCode.NOT_FOUND
