@@ -273,46 +273,61 @@ def test_q17_aggregates_only_the_lineitems_of_the_parts_it_keeps(
     assert "Brand#23" in aggregating.sql and "MED BOX" in aggregating.sql
 
 
-def test_q20_aggregates_only_the_lineitems_of_the_filtered_partsupps(
-    catalog: dict[str, Table],
+@pytest.mark.parametrize(
+    "config",
+    [PlannerConfig(split_rows=100_000, recompute_bytes=0), PlannerConfig(split_rows=100_000)],
+    ids=["no-recompute", "default"],
+)
+def test_q20_aggregates_only_the_lineitems_of_the_forest_parts(
+    config: PlannerConfig, catalog: dict[str, Table]
 ) -> None:
-    # partsupp is filtered by ``ps_partkey IN (SELECT p_partkey ... 'forest%')``: the
-    # reduction reaches through that filter, and, where its readers do not compute
-    # it again, the subquery runs once for both.
-    config = PlannerConfig(split_rows=100_000, recompute_bytes=0)
+    # partsupp is filtered by ``ps_partkey IN (SELECT p_partkey ... 'forest%')`` alone:
+    # the line items are reduced by that subquery on their own part key, with no
+    # copy of partsupp (a stage more on the query's path at SF1 on two hosts), and
+    # the subquery runs once, read by the lineitem tasks and the final task.
     plan = plan_query(tpch_query(20), catalog, config)
-    by_id = {s.id: s for s in plan.stages}
-    (aggregating,) = [s for s in plan.stages if "semi join → partial aggregate" in s.label]
-    assert aggregating.scan is not None and aggregating.scan.table == "lineitem"
-    # The filtered partsupp is small: the lineitem tasks scan it themselves and
-    # read the subquery's stage for its filter (``StageBuilder.join_in``).
-    assert [s.table for s in aggregating.side_scans] == ["partsupp"]
-    (source,) = [by_id[i.stage] for i in aggregating.inputs]
-    assert source.label == "subquery"
-    assert all(i.mode is InputMode.ALL for i in aggregating.inputs)  # read whole
-    subqueries = [s for s in plan.stages if s.label == "subquery"]
-    assert len(subqueries) == 1
-    readers = [s for s in plan.stages if subqueries[0].id in s.upstream]
-    assert len(readers) == 2  # the reduction's partsupp and the query's own
-
-
-def test_q20_each_reader_computes_the_filtered_parts(catalog: dict[str, Table]) -> None:
-    # The subquery (2k of 20k parts at SF 0.1) is cheap to scan again: the
-    # lineitem tasks, which scan the filtered partsupp themselves, compute it
-    # (``recompute_bytes``); no stage comes before theirs. The final task reads
-    # the lineitem stage: it reads the subquery's stage, which runs meanwhile,
-    # rather than computing it after that stage ends.
-    plan = plan_query(tpch_query(20), catalog, PlannerConfig(split_rows=100_000))
-    (aggregating,) = [s for s in plan.stages if "semi join → partial aggregate" in s.label]
+    (aggregating,) = [s for s in plan.stages if s.label.endswith("→ partial aggregate")]
     assert aggregating.scan is not None and aggregating.scan.table == "lineitem"
     assert aggregating.num_tasks > 1
-    assert sorted(s.table for s in aggregating.side_scans) == ["part", "partsupp"]
-    assert not aggregating.inputs and "'forest%'" in aggregating.sql
+    assert not aggregating.side_scans
+    assert '"t"."lineitem.l_partkey" IN (' in aggregating.sql
     (subquery,) = [s for s in plan.stages if s.label == "subquery"]
     assert subquery.scan is not None and subquery.scan.table == "part"
-    assert not subquery.inputs
+    assert "'forest%'" in subquery.sql and "'forest%'" not in aggregating.sql
+    assert [(i.stage, i.mode) for i in aggregating.inputs] == [(subquery.id, InputMode.ALL)]
     assert {i.stage for i in plan.final.inputs} == {aggregating.id, subquery.id}
-    assert "part" not in {s.table for s in plan.final.side_scans}
+    assert [s.table for s in plan.final.side_scans if s.table == "partsupp"] == ["partsupp"]
+
+
+FOREST_PARTSUPP_TOTALS = """
+    SELECT ps_partkey, ps_suppkey, ps_availqty, total
+    FROM partsupp
+    JOIN (SELECT l_partkey, l_suppkey, SUM(l_quantity) AS total
+          FROM lineitem GROUP BY l_partkey, l_suppkey) AS sold
+      ON ps_partkey = l_partkey AND ps_suppkey = l_suppkey
+    WHERE ps_partkey IN (SELECT p_partkey FROM part WHERE p_name LIKE 'forest%'){more}"""
+
+
+@pytest.mark.parametrize(
+    ("more", "copied"),
+    [("", False), (" AND ps_availqty > 5000", True)],
+    ids=["key-in-alone", "with-a-filter-of-its-own"],
+)
+def test_an_aggregate_joined_back_is_reduced_by_the_subquery_on_its_key_alone(
+    more: str, copied: bool, catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    # Filtered by ``ps_partkey IN (subquery)`` alone, partsupp gives the line items
+    # no keys the subquery does not: they are filtered by it on ``l_partkey``, with
+    # no copy of partsupp. With a filter of partsupp's own besides, the copy keeps
+    # fewer (part, supplier) pairs, and the line items are semi-joined with it.
+    sql = FOREST_PARTSUPP_TOTALS.format(more=more)
+    plan = plan_query(sql, catalog, PlannerConfig(split_rows=100_000))
+    (aggregating,) = [s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem"]
+    assert ("SEMI JOIN" in aggregating.sql) is copied, aggregating.sql
+    assert ('"t"."lineitem.l_partkey" IN (' in aggregating.sql) is not copied, aggregating.sql
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows > 100
+    assert_same_result(run_plan(plan), expected, ordered=False)
 
 
 def test_in_subquery_keeps_as_many_keys_as_the_subquery_has_rows(

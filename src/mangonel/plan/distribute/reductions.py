@@ -132,6 +132,18 @@ class Reductions:
         size = self._estimator.size
         if size(source).rows * 10 > size(agg.child).rows:
             return
+        by_key = {k: g for (g, _), k in zip(pairs, keys, strict=True)}
+        keyed = [_key_in(c, scan.alias, by_key) for c in conditions]
+        if all(k is not None for k in keyed):
+            # Only key IN (subquery) filters the other side: the aggregate's input
+            # is filtered by those subqueries on its own keys, with no copy of the
+            # table. TPC-H q20: the line items of parts named 'forest%', where a
+            # copy of ``partsupp`` joined with those parts was a stage more on
+            # the query's path.
+            for c in conditions:
+                self._shared.read_again(c)
+            agg.child = Filter(agg.child, and_all([k for k in keyed if k is not None]))
+            return
         for c in later:
             self._shared.read_again(c)  # its subqueries have one reader more
         agg.child = Join(
@@ -226,6 +238,22 @@ def _groups_under(node: Node) -> tuple[Aggregate | None, dict[Ref, exp.Expr]]:
         }
         return agg, passed
     return None, {}
+
+
+def _key_in(condition: exp.Expr, alias: str, by_key: dict[str, exp.Expr]) -> exp.Expr | None:
+    """``condition`` over the aggregate's input instead of ``alias``'s scan, where it
+    is ``<a key column of alias> IN (subquery)`` (``by_key``: the key column's
+    name -> the aggregate input's expression it is joined to); else None."""
+    if not isinstance(condition, exp.In) or not has_placeholder(condition):
+        return None
+    column = condition.this
+    if not isinstance(column, exp.Column) or column.table != alias or column.name not in by_key:
+        return None
+    if condition.args.get("expressions") or not condition.args.get("query"):
+        return None
+    out = condition.copy()
+    out.set("this", by_key[column.name].copy())
+    return out
 
 
 def _filtered_scan(node: Node, alias: str) -> tuple[Scan, list[exp.Expr]] | None:
