@@ -2,17 +2,19 @@
 
 ``PlannerConfig.recompute_bytes`` (``--recompute-bytes``): a producer of one task
 that reads only tables is computed by each task that reads it instead of once in a
-stage of its own, where the copies beyond the first scan little: a subquery
-several nodes read (TPC-H q20's filtered ``part``), a side broadcast into the
-several tasks of a scan that reads no other stage (q17's filtered ``part``, q20's
-``partsupp``), and a shared node of one task that scans no table (q15's
-``revenue``, the final aggregate of the partial sums). A cluster of two executors
+stage of its own, where the copies beyond the first scan little: a side
+broadcast into the several tasks of a scan that reads no other stage (q17's
+filtered ``part``), and a shared node of one task that scans no table (q15's
+``revenue``, the final aggregate of the partial sums). q20's filtered ``part``,
+which its line items' tasks computed with a copy of ``partsupp``, now filters them
+by itself, from a stage of its own that the final task reads too: a subquery that
+filters a scan of several tasks is not computed again. A cluster of two executors
 runs each query, with scans of at most 250 000 rows (``lineitem`` is three tasks
 at SF 0.1), exchanges sized from the data as by default (one partition here:
 the four of the other modules would make q15's ``revenue`` four tasks, which no
 reader computes again), and no table scanned by each task for its size alone
 (``--inline-scan-bytes 0``: at SF 0.1 every side here would be, whatever this
-rule says; with ``--recompute-bytes 0`` all three tests fail). EXPLAIN shows
+rule says; with ``--recompute-bytes 0`` the q17 and q15 tests fail). EXPLAIN shows
 the shape (several tasks that scan the producer's tables themselves, no stage of
 the producer) and every answer is checked against single-process DuckDB. A
 producer that draws random values is not computed again: each copy would draw
@@ -78,20 +80,22 @@ def _answer(number: int, session: Any, duckdb_ref: duckdb.DuckDBPyConnection) ->
     assert_same_result(actual, expected, ordered=bool(order_by), order_by=order_by)
 
 
-def test_q20_scans_partsupp_and_the_filtered_parts_in_each_lineitem_task(
+def test_q20_filters_each_lineitem_task_by_the_parts_stage_the_final_task_reads_too(
     session: Any, duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
     text = session.explain(tpch_query(20))
-    # partsupp (80k rows) semi-joined with the parts of one name pattern (the
-    # subquery, also read by the final task) was two stages before lineitem's.
-    lineitem = _lineitem_stage(text, "semi join → partial aggregate")
+    # The line items are reduced by the parts of one name pattern (the subquery)
+    # on their part key, with no copy of partsupp (``reductions._key_in``): the
+    # subquery's one stage, which the final task reads too, then lineitem's tasks,
+    # then the final task.
+    lineitem = _lineitem_stage(text, "scan lineitem (filtered) → partial aggregate")
     assert _tasks(lineitem) > 1, text
-    assert "table partsupp (" in lineitem and "table part (" in lineitem, text
-    assert "reads  stage" not in lineitem, text
-    # The final task, which reads lineitem's stage, reads the subquery's stage,
-    # run meanwhile: lineitem's tasks, the subquery and the final task.
+    assert "table partsupp (" not in lineitem and "table part (" not in lineitem, text
     (subquery,) = [s for s in _stages(text) if "subquery —" in s.splitlines()[0]]
     assert "reads  stage" not in subquery, text
+    number = subquery.split()[1].rstrip(":")
+    for reader in (lineitem, _stages(text)[-1]):
+        assert f"reads  stage {number} as __sq" in reader, text
     assert explain_stage_count(text) == 3, text
     _answer(20, session, duckdb_ref)
 

@@ -3,7 +3,7 @@
 At SF 0.1 and the default split sizes, most plans are one stage whose task scans
 every table it reads, each an Arrow stream that pyarrow reads from S3
 (``scan.read_scan``). Such a fragment may name one scan twice: TPC-H q20's
-filter on ``part``, a subquery the planner copies into the semi-join that cuts
+filter on ``part``, a subquery the planner copies into the filter that cuts
 ``lineitem`` down, read it twice, and the stream failed its second read ("This
 RecordBatchReader has already been consumed"), where local files, read by
 DuckDB's own reader, are read again. ``test_s3_cluster.py`` runs with small
