@@ -296,7 +296,7 @@ def test_q20_aggregates_only_the_lineitems_of_the_forest_parts(
     assert "'forest%'" in subquery.sql and "'forest%'" not in aggregating.sql
     assert [(i.stage, i.mode) for i in aggregating.inputs] == [(subquery.id, InputMode.ALL)]
     assert {i.stage for i in plan.final.inputs} == {aggregating.id, subquery.id}
-    assert [s.table for s in plan.final.side_scans if s.table == "partsupp"] == ["partsupp"]
+    assert [s.table for s in plan.final.side_scans].count("partsupp") == 1  # scanned once
 
 
 FOREST_PARTSUPP_TOTALS = """
