@@ -139,6 +139,7 @@ def _rewrite(
         return False
     partial_items, final_of = split
     widths = _Widths(top, catalog)
+    wide = sum(widths.of(e) for _, e in agg.groups)
     for path in _join_paths(top):
         join = path[-1]
         if (
@@ -169,13 +170,10 @@ def _rewrite(
                 continue
             on_fact = [s == "fact" for s in sides_of]
             narrow = sum(widths.of(e) for (_, e), f in zip(agg.groups, on_fact, strict=True) if f)
-            if narrow and narrow + widths.of(fact_key) > NARROWER * sum(
-                widths.of(e) for _, e in agg.groups
-            ):
+            if narrow and narrow + widths.of(fact_key) > NARROWER * wide:
                 continue
             if not narrow and _in_key_order(fact, fact_key, catalog):
                 continue
-            wide = sum(widths.of(e) for _, e in agg.groups)
             repeats = 1 if wide >= WIDE_KEYS * (narrow + widths.of(fact_key)) else KEY_REPEATS
             if not _worth_it(estimator, join, fact, dim, fact_key, dim_key, repeats):
                 continue
