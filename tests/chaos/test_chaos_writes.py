@@ -37,6 +37,9 @@ QUERY = (
 )
 WRITING = 1
 """The writing stage: the query is one stage (then the count's)."""
+FREEZE_MID_WRITE = {"action": "freeze", "when": "task_writing", "stage": WRITING, "attempt": 0}
+"""Executor 0 stops half-way through the first file it writes for a task's first
+attempt: no other attempt of that task runs before the test sees the file."""
 
 
 class Writes:
@@ -93,8 +96,7 @@ class Writes:
         return job
 
 
-@pytest.fixture
-def writes(work_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[Writes]:
+def _writes(work_dir: Path, tpch_tables: dict[str, Path], *, speculation: bool) -> Iterator[Writes]:
     out = work_dir / "out"
     out.mkdir()
     cluster = TestCluster(
@@ -103,7 +105,7 @@ def writes(work_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[Writes]:
         work_dir=work_dir / "cluster",
         heartbeat_timeout=2.0,
         web_port=0,
-        speculation=True,
+        speculation=speculation,
         speculation_min=0.5,
         scheduler_args=(
             "--split-rows",
@@ -121,6 +123,21 @@ def writes(work_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[Writes]:
         cluster.stop()
 
 
+@pytest.fixture
+def writes(work_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[Writes]:
+    """Speculation on: a slow writing attempt gets a copy on the other executor."""
+    yield from _writes(work_dir, tpch_tables, speculation=True)
+
+
+@pytest.fixture
+def frozen_writes(work_dir: Path, tpch_tables: dict[str, Path]) -> Iterator[Writes]:
+    """Speculation off: a frozen attempt's task runs again only once its executor is
+    lost (2 s without a heartbeat) or killed. With it on, a copy could win and the
+    job commit, and the commit sweep the frozen attempt's half-written file, before
+    the test looked for that file (CI saw it once)."""
+    yield from _writes(work_dir, tpch_tables, speculation=False)
+
+
 def _unfinished(path: Path) -> bool:
     try:
         pq.read_metadata(path)
@@ -129,9 +146,10 @@ def _unfinished(path: Path) -> bool:
     return False
 
 
-def test_an_executor_killed_mid_write_leaves_one_copy(writes: Writes) -> None:
+def test_an_executor_killed_mid_write_leaves_one_copy(frozen_writes: Writes) -> None:
+    writes = frozen_writes
     victim = writes.cluster.executors[0]
-    writes.cluster.set_faults(0, [{"action": "freeze", "when": "task_writing", "stage": WRITING}])
+    writes.cluster.set_faults(0, [FREEZE_MID_WRITE])
     writes.start()
     wait_until(lambda: is_stopped(victim.pid), "the executor stops mid-write")
     # Confirmed mid-write: its attempt's staged file is there and has no footer.
@@ -146,9 +164,12 @@ def test_an_executor_killed_mid_write_leaves_one_copy(writes: Writes) -> None:
         assert not p.exists()
 
 
-def test_a_frozen_writer_that_thaws_after_the_commit_changes_nothing(writes: Writes) -> None:
+def test_a_frozen_writer_that_thaws_after_the_commit_changes_nothing(
+    frozen_writes: Writes,
+) -> None:
+    writes = frozen_writes
     victim = writes.cluster.executors[0]
-    writes.cluster.set_faults(0, [{"action": "freeze", "when": "task_writing", "stage": WRITING}])
+    writes.cluster.set_faults(0, [FREEZE_MID_WRITE])
     writes.start()
     wait_until(lambda: is_stopped(victim.pid), "the executor stops mid-write")
     assert any(_unfinished(p) for p in writes.staged()), writes.staged()
