@@ -44,6 +44,9 @@ class Shuffle:
     cost: float
     left_moves: bool
     right_moves: bool
+    on: tuple[int, ...] | None = None
+    """The positions of the join keys the sides are partitioned on: those a side
+    that stays is hashed on already (``_staying``); ``None``: all, in order."""
 
 
 @dataclass(frozen=True)
@@ -139,18 +142,21 @@ class JoinPlacer:
                 return self._shuffle(n, left, right, spread.keys, spread.far_keys, moves, out)
         lk: list[exp.Expr] | None = None
         left_moves = right_moves = True
+        on: tuple[int, ...] | None = None
         if left.hash_keys or right.hash_keys:
             lk, rk = self._keys.cast_keys(left.node, n.left_keys, right.node, n.right_keys)
-            left_moves, right_moves = not _hashed_on(left, lk), not _hashed_on(right, rk)
-        # Bytes each choice moves; a side already hash-partitioned on the keys
-        # (an aggregate over a shuffle joined back on its group keys, as in q21)
-        # stays where it is, and two such sides join task by task.
+            left_moves, right_moves, on = _staying(left, lk, right, rk)
+        # Bytes each choice moves; a side already hash-partitioned on the keys, or
+        # on some of them (an aggregate over a shuffle joined back on its group
+        # keys, as in q21; a window's rows joined with themselves on its
+        # partition keys and a rank, as in TPC-DS q47) stays where it is, and two
+        # such sides join task by task.
         moved = left.est * left_moves + right.est * right_moves
         shuffle = SHUFFLE_COST * moved + self._exchange_fixed * (left_moves + right_moves)
         # Only the smaller side is broadcast: the bigger one, copied into a few
         # tasks of a small side (one, for a small table), would run the whole
         # join in those few tasks. The first of equal costs wins, in this order.
-        options: list[JoinChoice] = [Shuffle(shuffle, left_moves, right_moves)]
+        options: list[JoinChoice] = [Shuffle(shuffle, left_moves, right_moves, on)]
         if can_bcast_right and right.est <= min(self._broadcast, left.est):
             cost = BROADCAST_COST * right.est * left.tasks + self._gathered(left, right)
             options.append(Broadcast(cost, Side.RIGHT))
@@ -247,6 +253,8 @@ class JoinPlacer:
     ) -> Frag:
         """Hash the sides that move into the partitions of the join, then join task by task."""
         left_moves, right_moves = choice.left_moves, choice.right_moves
+        if choice.on is not None:
+            lk, rk = [lk[i] for i in choice.on], [rk[i] for i in choice.on]
         if not left_moves and not right_moves and left.tasks != right.tasks:
             # Both partitioned on the keys, but into different counts: the
             # smaller side follows the bigger one's partitioning.
@@ -259,7 +267,7 @@ class JoinPlacer:
             left = self._stages.exchange(left, lk, parts)
         if right_moves:
             right = self._stages.exchange(right, rk, parts)
-        joined = _colocated_join(n, left, right, lk, self._stages)
+        joined = _colocated_join(n, left, right, lk, rk, self._stages)
         joined.est = out
         return joined
 
@@ -305,12 +313,55 @@ def _hashed_on(f: Frag, keys: list[exp.Expr]) -> bool:
     )
 
 
+def _staying(
+    left: Frag, lk: list[exp.Expr], right: Frag, rk: list[exp.Expr]
+) -> tuple[bool, bool, tuple[int, ...] | None]:
+    """Which sides of a join on ``lk`` = ``rk`` move (are hashed again), and on which
+    of the keys the join runs task by task (``Shuffle.on``).
+
+    A side hash-partitioned on some of the join keys holds, in one task, every row
+    equal on all of them: it stays, and the other side is hashed on the same keys.
+    Two sides hashed on the same ones both stay. Where both are hashed, on
+    different keys, the bigger one stays.
+    """
+    lon, ron = _hashed_within(left, lk), _hashed_within(right, rk)
+    if lon is not None and lon == ron:
+        return False, False, lon
+    if lon is not None and (ron is None or left.est >= right.est):
+        return False, True, lon
+    if ron is not None:
+        return True, False, ron
+    return True, True, None
+
+
+def _hashed_within(f: Frag, keys: list[exp.Expr]) -> tuple[int, ...] | None:
+    """The positions in ``keys`` of the keys ``f`` is hash-partitioned on, in the
+    order it was hashed on them; ``None`` where it is not hashed on keys all among
+    ``keys`` (see ``_hashed_on``)."""
+    if not f.hash_keys or not (f.scan is None or f.tasks == 1):
+        return None
+    noted, equal = f.hash_equal
+    also = equal if noted is f.hash_keys else (None,) * len(f.hash_keys)
+    on: list[int] = []
+    for key, other in zip(f.hash_keys, also, strict=True):
+        at = next((i for i, k in enumerate(keys) if i not in on and k in (key, other)), None)
+        if at is None:
+            return None
+        on.append(at)
+    return tuple(on)
+
+
 def _colocated_join(
-    n: Join, left: Frag, right: Frag, lk: list[exp.Expr], stages: StageBuilder
+    n: Join, left: Frag, right: Frag, lk: list[exp.Expr], rk: list[exp.Expr], stages: StageBuilder
 ) -> Frag:
     """Join two sides hash-partitioned alike on the join keys, task by task."""
     # A side hashed into one partition by one task is that task, within the bound.
     right = stages.fuse(left, right)
     left.node = Join(left.node, right.node, n.kind, n.left_keys, n.right_keys, n.residual)
     left.hash_keys = lk if n.kind is not JoinKind.FULL else None
+    if n.kind is JoinKind.INNER:
+        # Each row's keys on the right equal its keys on the left: it is hashed
+        # on those too (TPC-DS q47 joins v1 with v1_lag, then the result with
+        # v1_lead on v1's columns).
+        left.hash_equal = (left.hash_keys, tuple(rk))
     return left

@@ -94,6 +94,12 @@ class Frag:
     inputs: dict[str, StageInput] = field(default_factory=dict)
     hash_keys: list[exp.Expr] | None = None
     """Rows are partitioned by hash of these (over ``node``'s outputs), if known."""
+    hash_equal: tuple[list[exp.Expr] | None, tuple[exp.Expr, ...]] = (None, ())
+    """Keys equal, position by position, to ``hash_keys`` in every row (the other
+    side's keys of the inner join that hashed them: the rows are hashed on those
+    too), and the very ``hash_keys`` list they were noted with: a fragment hashed
+    anew, or whose keys a projection rewrote, has another list and so none
+    (``joins._hashed_within``)."""
     single: bool = False
     side_scans: list[tuple[Scan, tuple[tuple[FileSplit, ...], ...]]] = field(default_factory=list)
     """Tables scanned by the tasks themselves: one group of splits that every task reads
