@@ -16,10 +16,15 @@ from __future__ import annotations
 import duckdb
 from helpers import assert_same_result
 from plan_runner import run_plan
+from sqlglot import exp
 
 from mangonel.catalog import Table
+from mangonel.plan.distribute.joins import _hashed_within
+from mangonel.plan.distribute.stages import Frag
+from mangonel.plan.logical import Values
 from mangonel.plan.physical import DistributedPlan
 from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.sql.exprs import col
 from mangonel.task import InputMode, OutputKind
 
 CONFIG = PlannerConfig(partitions=3, partition_bytes=0, broadcast_bytes=0, split_rows=20_000)
@@ -88,8 +93,8 @@ def test_the_other_side_is_hashed_on_the_keys_the_aggregate_is(
 def test_a_full_join_on_more_keys_than_a_side_is_hashed_on_answers_like_duckdb(
     catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
 ) -> None:
-    # TPC-DS q51's shape: running totals by item and date on each side, then a
-    # FULL join on both; each side is hashed on the item alone.
+    # TPC-DS q51's shape (there by item): running totals by customer and date on
+    # each side, then a FULL join on both; each side is hashed on the customer alone.
     sql = """
         WITH o AS (
             SELECT o_custkey AS k, o_orderdate AS d,
@@ -106,10 +111,38 @@ def test_a_full_join_on_more_keys_than_a_side_is_hashed_on_answers_like_duckdb(
     plan = plan_query(sql, catalog, CONFIG)
     assert not _moved_whole(plan)
     # Each side's window and the join in one stage (before: each window's rows
-    # hashed again on the item and the date, two stages more).
+    # hashed again on the key and the date, two stages more).
     assert [s.label for s in plan.stages if "full join" in s.label] == [
         "window → window → full join → result"
     ], [s.label for s in plan.stages]
     expected = duckdb_ref.sql(sql).to_arrow_table()
     assert expected.num_rows > 1000
     assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+def _frag(tasks: int, keys: list[str]) -> Frag:
+    return Frag(
+        Values("v", ["a", "b"], exp.select("1")),
+        tasks,
+        1000.0,
+        hash_keys=[col(("v", k)) for k in keys],
+    )
+
+
+def test_which_keys_a_side_is_hashed_within() -> None:
+    a, b, c = col(("v", "a")), col(("v", "b")), col(("w", "c"))
+    # Hashed on a, joined on (b, a): it stays, the join runs on a.
+    assert _hashed_within(_frag(3, ["a"]), [b, a]) == (1,)
+    assert _hashed_within(_frag(3, ["b", "a"]), [a, b]) == (1, 0)
+    assert _hashed_within(_frag(3, ["a"]), [b]) is None
+    # One task is hashed on any keys, but counts only on all of the join's: on
+    # some, the other side would be hashed into that one task.
+    assert _hashed_within(_frag(1, ["a"]), [b, a]) is None
+    assert _hashed_within(_frag(1, ["a", "b"]), [a, b]) == (0, 1)
+    # An inner join's other keys count while the fragment keeps that key list.
+    f = _frag(3, ["a"])
+    assert f.hash_keys is not None
+    f.hash_equal = (f.hash_keys, (c,))
+    assert _hashed_within(f, [b, c]) == (1,)
+    f.hash_keys = [k.copy() for k in f.hash_keys]  # hashed anew, or rewritten
+    assert _hashed_within(f, [b, c]) is None

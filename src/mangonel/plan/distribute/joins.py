@@ -337,8 +337,12 @@ def _staying(
 def _hashed_within(f: Frag, keys: list[exp.Expr]) -> tuple[int, ...] | None:
     """The positions in ``keys`` of the keys ``f`` is hash-partitioned on, in the
     order it was hashed on them; ``None`` where it is not hashed on keys all among
-    ``keys`` (see ``_hashed_on``)."""
-    if not f.hash_keys or not (f.scan is None or f.tasks == 1):
+    ``keys`` (see ``_hashed_on``). A fragment of one task is hashed on any keys: it
+    counts only on all of them, as before (on some, the other side would be hashed
+    into its one task where it might have been spread)."""
+    if f.tasks == 1:
+        return tuple(range(len(keys))) if _hashed_on(f, keys) else None
+    if not f.hash_keys or f.scan is not None:
         return None
     noted, equal = f.hash_equal
     also = equal if noted is f.hash_keys else (None,) * len(f.hash_keys)
