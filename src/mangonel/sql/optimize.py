@@ -44,7 +44,7 @@ from mangonel.sql.exprs import (
     qualifiers,
     source_aliases,
 )
-from mangonel.sql.shared_ctes import push_into_shared_ctes
+from mangonel.sql.shared_ctes import push_into_shared_ctes, share_repeated_subqueries
 
 # The optimizer rules we rely on are listed in ``optimize_query``, in sqlglot's
 # order. Left out on purpose: canonicalize/annotate_types/simplify rewrite
@@ -98,6 +98,8 @@ def optimize_query(
             partial(_simplify_conditions, dialect=dialect_),
             *([spelled] if spelled else []),
             quoted,
+            share_repeated_subqueries,
+            push_into_shared_ctes,
         )
 
     stash: dict[int, exp.Expr] = {}
@@ -134,6 +136,7 @@ def optimize_query(
         one_row_checked,
         *([spelled] if spelled else []),
         quoted,
+        share_repeated_subqueries,
         push_into_shared_ctes,
     )
 

@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from mangonel.sql.exprs import VOLATILE
 
-__all__ = ["push_into_shared_ctes"]
+__all__ = ["push_into_shared_ctes", "share_repeated_subqueries"]
 
 
 def push_into_shared_ctes(query: exp.Expr) -> exp.Expr:
@@ -364,3 +364,106 @@ def _only(cond: exp.Expr, alias: str) -> bool:
         return False
     banned = (exp.Query, exp.AggFunc, exp.Window, *VOLATILE)
     return not any(isinstance(n, banned) for n in cond.walk())
+
+
+def share_repeated_subqueries(query: exp.Expr) -> exp.Expr:
+    """``query`` (qualified) with each derived table written out more than once, the
+    same text each time, made one CTE that its readers share, in place.
+
+    A CTE read twice is computed once (``plan.bind``); a derived table, as often as
+    it is written. TPC-DS q65 aggregates a year of ``store_sales`` by store and
+    item twice, word for word: once for each store's average, once for the rows
+    compared with it. The CTE goes before the first CTE of the top WITH that reads
+    it, after those it reads.
+
+    Only a derived table that aggregates (``_shareable``), and only where one
+    evaluation means the same as several: a derived table of a SELECT's FROM or
+    JOIN, every column of its own sources (nothing of an outer query), without a
+    function whose value may differ call by call or a LIMIT (either may give each
+    evaluation other rows), under no WITH but the top one.
+    """
+    if not isinstance(query, exp.Select):
+        return query
+    with_ = query.args.get("with_") or query.args.get("with")
+    if with_ is not None and with_.args.get("recursive"):
+        return query
+    if any(w is not with_ for w in query.find_all(exp.With)):
+        return query  # a nested WITH may shadow a name
+    top = [c.alias_or_name for c in with_.expressions] if with_ is not None else []
+    taken = {t.name for t in query.find_all(exp.Table)} | set(top)
+    refused: set[str] = set()
+    made = 0
+    while True:
+        groups: dict[str, list[exp.Subquery]] = {}
+        for sub in query.find_all(exp.Subquery):
+            if isinstance(sub.parent, (exp.From, exp.Join)) and isinstance(sub.this, exp.Query):
+                groups.setdefault(sub.this.sql(), []).append(sub)
+        repeated = [
+            (text, subs)
+            for text, subs in groups.items()
+            if len(subs) > 1 and text not in refused and _shareable(subs[0].this)
+        ]
+        if not repeated:
+            return query
+        # The longest first: a repeated one inside it is then left once, in its CTE.
+        text, subs = max(repeated, key=lambda item: len(item[0]))
+        at = _place(query, with_, top, subs)
+        if at is None:
+            refused.add(text)
+            continue
+        made += 1
+        while f"shared_subquery_{made}" in taken:
+            made += 1
+        name = f"shared_subquery_{made}"
+        taken.add(name)
+        cte = exp.CTE(
+            this=subs[0].this.copy(),
+            alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True)),
+        )
+        if with_ is None:
+            with_ = exp.With(expressions=[])
+            query.set("with_" if "with_" in query.arg_types else "with", with_)
+        with_.set("expressions", [*with_.expressions[:at], cte, *with_.expressions[at:]])
+        top = [c.alias_or_name for c in with_.expressions]
+        for sub in subs:
+            alias = sub.args.get("alias")
+            sub.replace(
+                exp.Table(
+                    this=exp.to_identifier(name, quoted=True), alias=alias.copy() if alias else None
+                )
+            )
+
+
+def _shareable(body: exp.Query) -> bool:
+    """Whether a derived table aggregates (what computing it twice costs most), every
+    column of it comes from its own sources, and it holds nothing whose evaluations
+    may give other rows. A table's rows passed through (sqlglot writes each table
+    of a query with subqueries as one such) are read again more cheaply than kept."""
+    if not isinstance(body, exp.Select) or not (
+        body.args.get("group") or any(e.find(exp.AggFunc) for e in body.expressions)
+    ):
+        return False
+    if body.find(*VOLATILE, exp.Limit, exp.Fetch, exp.TableSample) is not None:
+        return False
+    own = {t.alias_or_name for t in body.find_all(exp.Table)}
+    own |= {s.alias_or_name for s in body.find_all(exp.Subquery)}
+    own |= {c.alias_or_name for c in body.find_all(exp.CTE)}
+    return all(c.table and c.table in own for c in body.find_all(exp.Column))
+
+
+def _place(
+    query: exp.Select, with_: exp.With | None, top: list[str], subs: list[exp.Subquery]
+) -> int | None:
+    """Where in the top WITH the CTE of ``subs`` goes: after the CTEs its body reads,
+    before the first one holding one of ``subs``; ``None`` where that is no place."""
+    if with_ is None:
+        return 0
+    reads = {t.name for t in subs[0].this.find_all(exp.Table)}
+    after = max((i + 1 for i, name in enumerate(top) if name in reads), default=0)
+    holders = [
+        i
+        for i, cte in enumerate(with_.expressions)
+        if any(s.find_ancestor(exp.CTE) is cte for s in subs)
+    ]
+    before = min(holders, default=len(top))
+    return after if after <= before else None
