@@ -374,7 +374,8 @@ def share_repeated_subqueries(query: exp.Expr) -> exp.Expr:
     it is written. TPC-DS q65 aggregates a year of ``store_sales`` by store and
     item twice, word for word: once for each store's average, once for the rows
     compared with it. The CTE goes before the first CTE of the top WITH that reads
-    it, after those it reads.
+    it, after those it reads. Two CTEs of the same body become one the same way
+    (``_merge_equal_ctes``).
 
     Only a derived table that aggregates (``_shareable``), and only where one
     evaluation means the same as several: a derived table of a SELECT's FROM or
@@ -389,6 +390,8 @@ def share_repeated_subqueries(query: exp.Expr) -> exp.Expr:
         return query
     if any(w is not with_ for w in query.find_all(exp.With)):
         return query  # a nested WITH may shadow a name
+    if with_ is not None:
+        _merge_equal_ctes(query, with_)
     top = [c.alias_or_name for c in with_.expressions] if with_ is not None else []
     taken = {t.name for t in query.find_all(exp.Table)} | set(top)
     refused: set[str] = set()
@@ -432,6 +435,30 @@ def share_repeated_subqueries(query: exp.Expr) -> exp.Expr:
                     this=exp.to_identifier(name, quoted=True), alias=alias.copy() if alias else None
                 )
             )
+
+
+def _merge_equal_ctes(query: exp.Select, with_: exp.With) -> None:
+    """Readers of a CTE whose body is word for word an earlier one's read that one
+    instead, and the later one goes (TPC-DS q44's ``v1`` and ``v2``, one store's
+    items by their average profit, for the best and for the worst ten)."""
+    first: dict[str, str] = {}
+    renamed: dict[str, str] = {}
+    kept: list[exp.Expr] = []
+    for cte in with_.expressions:
+        text = cte.this.sql()
+        if text in first and _shareable(cte.this):
+            renamed[cte.alias_or_name] = first[text]
+            continue
+        first.setdefault(text, cte.alias_or_name)
+        kept.append(cte)
+    if not renamed:
+        return
+    for table in query.find_all(exp.Table):
+        if table.name in renamed and not table.args.get("db"):
+            if not table.alias:  # its columns name it: it keeps the name as its alias
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(table.name, quoted=True)))
+            table.set("this", exp.to_identifier(renamed[table.name], quoted=True))
+    with_.set("expressions", kept)
 
 
 def _shareable(body: exp.Query) -> bool:
