@@ -44,6 +44,7 @@ from mangonel.sql.exprs import (
     qualifiers,
     source_aliases,
 )
+from mangonel.sql.merged_aggregates import merge_scalar_aggregates
 from mangonel.sql.shared_ctes import push_into_shared_ctes, share_repeated_subqueries
 
 # The optimizer rules we rely on are listed in ``optimize_query``, in sqlglot's
@@ -98,6 +99,7 @@ def optimize_query(
             partial(_simplify_conditions, dialect=dialect_),
             *([spelled] if spelled else []),
             quoted,
+            merge_scalar_aggregates,
             share_repeated_subqueries,
             push_into_shared_ctes,
         )
@@ -136,6 +138,7 @@ def optimize_query(
         one_row_checked,
         *([spelled] if spelled else []),
         quoted,
+        merge_scalar_aggregates,
         share_repeated_subqueries,
         push_into_shared_ctes,
     )

@@ -24,8 +24,15 @@ def split_aggs(
     plans: dict[str, tuple[str, list[str]]] = {}
     casts: dict[str, exp.DataType] = {}
     for name, a in aggs:
+        # An aggregate of the rows a FILTER keeps: its partials keep the same rows,
+        # and the final merges them as it would unfiltered partials (a COUNT of no
+        # row is 0, a SUM NULL).
+        where = a.expression if isinstance(a, exp.Filter) else None
+        if where is not None:
+            a = a.this
         if isinstance(a, exp.Filter) or a.args.get("distinct") or isinstance(a.this, exp.Distinct):
             return None
+        start = len(partial)
         if isinstance(a, exp.Count):
             partial.append((f"{name}_c", a.copy()))
             plans[name] = ("count", [f"{name}_c"])
@@ -47,6 +54,10 @@ def split_aggs(
             plans[name] = ("avg", [f"{name}_s", f"{name}_c"])
         else:
             return None
+        if where is not None:
+            partial[start:] = [
+                (n, exp.Filter(this=p, expression=where.copy())) for n, p in partial[start:]
+            ]
 
     def final(name: str, pq: str) -> exp.Expr:
         how, parts = plans[name]

@@ -1,0 +1,191 @@
+"""Aggregates over one source, written as several subqueries, computed in one pass.
+
+TPC-DS q09 asks 15 scalar subqueries of ``store_sales``, each a COUNT or an AVG over
+one range of ``ss_quantity``; q28 joins six one-row derived tables of it, q88
+eight of ``store_sales`` joined with three dimensions, each of one half hour.
+DuckDB scans the table once for each; so did every plan here. Where such
+subqueries read the same FROM and joins, word for word, and differ only in their
+WHERE, they become one CTE that aggregates each with a ``FILTER`` of its own
+conditions, over the rows any of them keeps, and each subquery reads its columns
+of that one row (a CTE read more than once is computed once: ``plan.bind``):
+
+    (SELECT COUNT(*) FROM t WHERE t.q BETWEEN 1 AND 20)   -- and 21 AND 40, ...
+    -- becomes (SELECT m.m1_0 FROM merged_aggregates_1 AS m), with
+    WITH merged_aggregates_1 AS (SELECT COUNT(*) FILTER (WHERE t.q BETWEEN 1 AND 20)
+        AS m1_0, ... FROM t WHERE t.q BETWEEN 1 AND 20 OR t.q BETWEEN 21 AND 40 ...)
+
+An aggregate over no row is the same either way (COUNT 0, the others NULL), and a
+subquery of aggregates with no GROUP BY gives exactly one row either way. The
+conditions every subquery shares stay the CTE's own (q88's joins and store).
+Only subqueries that aggregate and nothing more: no GROUP BY, HAVING, DISTINCT,
+ORDER BY, LIMIT, window or nested query, no aggregate with a FILTER already, no
+call-by-call function, every column of their own sources and inside an aggregate.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from mangonel.sql.exprs import VOLATILE, and_all, conjuncts
+
+__all__ = ["merge_scalar_aggregates"]
+
+_NOT_PLAIN = ("group", "having", "limit", "offset", "distinct", "order", "qualify", "windows")
+
+
+def merge_scalar_aggregates(query: exp.Expr) -> exp.Expr:
+    """``query`` (qualified) with the aggregating subqueries of one source merged
+    into one CTE (see the module's docstring), in place."""
+    if not isinstance(query, exp.Select):
+        return query
+    with_ = query.args.get("with_") or query.args.get("with")
+    if with_ is not None and with_.args.get("recursive"):
+        return query
+    if any(w is not with_ for w in query.find_all(exp.With)):
+        return query  # a nested WITH may shadow a name
+    ctes = {c.alias_or_name for c in with_.expressions} if with_ is not None else set()
+    groups: dict[str, list[exp.Subquery]] = {}
+    for sub in query.find_all(exp.Subquery):
+        body = sub.this
+        if _mergeable(sub, body, ctes):
+            key = " ".join(p.sql() for p in [_arg(body, "from"), *body.args.get("joins", [])])
+            groups.setdefault(key, []).append(sub)
+    taken = {t.name for t in query.find_all(exp.Table)} | ctes
+    made = 0
+    for subs in groups.values():
+        if len({s.this.sql() for s in subs}) < 2:
+            continue  # one subquery, maybe written twice (a GROUP BY key): as it is
+        made += 1
+        while f"merged_aggregates_{made}" in taken:
+            made += 1
+        name = f"merged_aggregates_{made}"
+        taken.add(name)
+        cte = _merged(subs, name)
+        if with_ is None:
+            with_ = exp.With(expressions=[])
+            query.set("with_" if "with_" in query.arg_types else "with", with_)
+        # First: the subqueries read only tables (``_mergeable``), no CTE.
+        with_.set("expressions", [cte, *with_.expressions])
+    return query
+
+
+def _arg(node: exp.Expr, name: str) -> exp.Expr | None:
+    """``node``'s argument ``name`` (sqlglot spells some with a trailing ``_``)."""
+    value = node.args.get(f"{name}_")
+    return value if value is not None else node.args.get(name)
+
+
+def _mergeable(sub: exp.Subquery, body: exp.Expr, ctes: set[str]) -> bool:
+    """Whether ``sub`` is a subquery that aggregates and nothing more, of tables
+    only (no CTE of ``ctes``: the merged one goes first in the WITH)."""
+    if not isinstance(body, exp.Select) or _arg(body, "with") is not None:
+        return False
+    if any(body.args.get(k) for k in _NOT_PLAIN) or _arg(body, "from") is None:
+        return False
+    if any(t.name in ctes or t.args.get("db") for t in body.find_all(exp.Table)):
+        return False
+    parent = sub.parent
+    if isinstance(parent, (exp.In, exp.Exists)) or not body.expressions:
+        return False
+    if isinstance(parent, (exp.From, exp.Join)) and not sub.alias:
+        return False
+    inner = list(body.walk())
+    if any(
+        isinstance(n, (exp.Subquery, exp.Window, exp.Filter, exp.Lateral, *VOLATILE))
+        for n in inner[1:]
+    ):
+        return False
+    if any(isinstance(n, exp.Select) and n is not body for n in inner):
+        return False
+    for projection in body.expressions:
+        if projection.find(exp.AggFunc) is None or isinstance(projection, exp.Star):
+            return False
+        # Every column of the result inside an aggregate: one row, whatever the rows.
+        for column in projection.find_all(exp.Column):
+            if column.find_ancestor(exp.AggFunc) is None:
+                return False
+    own = {t.alias_or_name for t in body.find_all(exp.Table)}
+    return all(c.table and c.table in own for c in body.find_all(exp.Column))
+
+
+def _filtered(value: exp.Expr, cond: exp.Expr) -> exp.Expr:
+    """``value`` with each aggregate in it counting only the rows ``cond`` keeps."""
+
+    def only(agg: exp.Expr) -> exp.Expr:
+        return exp.Filter(this=agg, expression=exp.Where(this=cond.copy()))
+
+    if isinstance(value, exp.AggFunc):
+        return only(value)
+    for agg in list(value.find_all(exp.AggFunc)):
+        if agg.find_ancestor(exp.AggFunc) is None:
+            agg.replace(only(agg.copy()))
+    return value
+
+
+def _merged(subs: list[exp.Subquery], name: str) -> exp.CTE:
+    """The CTE that computes every aggregate of ``subs`` in one pass; each subquery
+    then reads its columns of its one row, the same columns where it is written
+    the same (a select item and the GROUP BY key it repeats stay equal)."""
+    bodies: dict[str, exp.Subquery] = {}
+    for sub in subs:
+        bodies.setdefault(sub.this.sql(), sub)
+    index = {text: i for i, text in enumerate(bodies)}
+    readers = {text: _reader(sub.this, index[text], name) for text, sub in bodies.items()}
+    merged = _aggregates(list(bodies.values()))
+    for sub in subs:
+        sub.set("this", readers[sub.this.sql()].copy())
+    return exp.CTE(this=merged, alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True)))
+
+
+def _reader(body: exp.Select, i: int, name: str) -> exp.Select:
+    """What the ``i``-th subquery becomes: its columns of the merged row."""
+    readers = [
+        exp.alias_(exp.column(f"m{i}_{j}", table="m", quoted=True), p.alias_or_name, quoted=True)
+        for j, p in enumerate(body.expressions)
+    ]
+    source = exp.Table(
+        this=exp.to_identifier(name, quoted=True),
+        alias=exp.TableAlias(this=exp.to_identifier("m", quoted=True)),
+    )
+    return exp.Select(expressions=readers).from_(source, copy=False)
+
+
+def _aggregates(subs: list[exp.Subquery]) -> exp.Select:
+    """One SELECT of every aggregate of ``subs`` (each of its own rows, ``m{i}_{j}``)."""
+    wheres = [conjuncts(w.this) if (w := s.this.args.get("where")) else [] for s in subs]
+    texts = [[c.sql() for c in w] for w in wheres]
+    common = [
+        c
+        for c, t in zip(wheres[0], texts[0], strict=True)
+        if all(t in other for other in texts[1:])
+    ]
+    shared = {c.sql() for c in common}
+    own = [[c for c in w if c.sql() not in shared] for w in wheres]
+    first = subs[0].this
+    items: list[exp.Expr] = []
+    for i, (sub, keep) in enumerate(zip(subs, own, strict=True)):
+        cond = and_all([c.copy() for c in keep])
+        for j, projection in enumerate(sub.this.expressions):
+            value = projection.unalias().copy()
+            if cond is not None:
+                value = _filtered(value, cond)
+            items.append(exp.alias_(value, f"m{i}_{j}", quoted=True))
+    merged = exp.Select(expressions=items)
+    merged.set("from_" if "from_" in merged.arg_types else "from", _arg(first, "from").copy())
+    for join in first.args.get("joins", []):
+        merged.append("joins", join.copy())
+    if all(own):
+        # Each subquery's own conditions, once each (q09 asks three aggregates of
+        # each range).
+        distinct = {" AND ".join(c.sql() for c in keep): keep for keep in own}
+        terms: list[exp.Expr] = [
+            exp.paren(exp.and_(*[c.copy() for c in keep], copy=False), copy=False)
+            for keep in distinct.values()
+        ]
+        anyone = terms[0] if len(terms) == 1 else exp.or_(*terms, copy=False)
+        where = and_all([*(c.copy() for c in common), anyone])
+    else:
+        where = and_all([c.copy() for c in common])
+    if where is not None:
+        merged.set("where", exp.Where(this=where))
+    return merged

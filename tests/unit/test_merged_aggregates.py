@@ -1,0 +1,129 @@
+"""Aggregating subqueries of one source computed in one pass (``sql.merged_aggregates``).
+
+TPC-DS q09 (15 scalar subqueries of ``store_sales``), q28 (six one-row derived
+tables of it) and q88 (eight of it joined with three dimensions) scanned the
+table once per subquery. Each shape here, over TPC-H, scans it once, in one task
+and in several, and answers as single-process DuckDB does (``plan_runner``).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pytest
+import sqlglot
+from helpers import assert_same_result
+from plan_runner import run_plan
+from sqlglot import exp
+
+from mangonel.catalog import Table
+from mangonel.plan.physical import DistributedPlan
+from mangonel.plan.planner import PlannerConfig, plan_query
+from mangonel.sql.merged_aggregates import merge_scalar_aggregates
+
+CONFIGS = {
+    "one-task": PlannerConfig(),
+    "three-tasks": PlannerConfig(
+        partitions=3, partition_bytes=0, broadcast_bytes=0, split_rows=20_000
+    ),
+}
+
+QUERIES = {
+    # q09: scalar subqueries, a CASE of them per range.
+    "scalar": """
+        SELECT
+          CASE WHEN (SELECT COUNT(*) FROM lineitem WHERE l_quantity BETWEEN 1 AND 10) > 100000
+               THEN (SELECT AVG(l_discount) FROM lineitem WHERE l_quantity BETWEEN 1 AND 10)
+               ELSE (SELECT AVG(l_tax) FROM lineitem WHERE l_quantity BETWEEN 1 AND 10) END AS b1,
+          CASE WHEN (SELECT COUNT(*) FROM lineitem WHERE l_quantity BETWEEN 11 AND 20) > 1
+               THEN (SELECT SUM(l_extendedprice) / COUNT(*) FROM lineitem
+                     WHERE l_quantity BETWEEN 11 AND 20)
+               ELSE 0 END AS b2,
+          (SELECT MAX(l_extendedprice) FROM lineitem WHERE l_quantity > 1000) AS none_kept,
+          (SELECT COUNT(*) FROM lineitem WHERE l_quantity > 1000) AS zero
+        FROM region WHERE r_regionkey = 1""",
+    # q28: one-row derived tables, DISTINCT counts among them.
+    "derived": """
+        SELECT * FROM
+          (SELECT AVG(l_extendedprice) AS b1_lp, COUNT(l_extendedprice) AS b1_cnt,
+                  COUNT(DISTINCT l_extendedprice) AS b1_cntd
+           FROM lineitem WHERE l_quantity BETWEEN 0 AND 5 AND l_discount > 0.05) AS b1,
+          (SELECT AVG(l_extendedprice) AS b2_lp, COUNT(l_extendedprice) AS b2_cnt,
+                  COUNT(DISTINCT l_extendedprice) AS b2_cntd
+           FROM lineitem WHERE l_quantity BETWEEN 6 AND 10 AND l_discount > 0.05) AS b2""",
+    # q88: joins every subquery shares, and one condition of its own each.
+    "joined": """
+        SELECT * FROM
+          (SELECT COUNT(*) AS urgent FROM orders, customer, nation
+           WHERE o_custkey = c_custkey AND c_nationkey = n_nationkey AND n_name = 'FRANCE'
+             AND o_orderpriority = '1-URGENT') AS s1,
+          (SELECT COUNT(*) AS high FROM orders, customer, nation
+           WHERE o_custkey = c_custkey AND c_nationkey = n_nationkey AND n_name = 'FRANCE'
+             AND o_orderpriority = '2-HIGH') AS s2,
+          (SELECT COUNT(*) AS all_orders FROM orders, customer, nation
+           WHERE o_custkey = c_custkey AND c_nationkey = n_nationkey
+             AND n_name = 'FRANCE') AS s3""",
+}
+
+SCANNED = {"scalar": "lineitem", "derived": "lineitem", "joined": "orders"}
+
+
+def _scans(plan: DistributedPlan, table: str) -> int:
+    own = sum(s.scan is not None and s.scan.table == table for s in plan.stages)
+    return own + sum(side.table == table for s in plan.stages for side in s.side_scans)
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_aggregates_of_one_source_are_computed_in_one_pass(
+    name: str, config: str, catalog: dict[str, Table], duckdb_ref: duckdb.DuckDBPyConnection
+) -> None:
+    sql = QUERIES[name]
+    plan = plan_query(sql, catalog, CONFIGS[config])
+    assert _scans(plan, SCANNED[name]) == 1, [s.label for s in plan.stages]
+    expected = duckdb_ref.sql(sql).to_arrow_table()
+    assert expected.num_rows == 1
+    assert_same_result(run_plan(plan), expected, ordered=False)
+
+
+def _merged(sql: str) -> exp.Expr:
+    return merge_scalar_aggregates(sqlglot.parse_one(sql, read="duckdb"))
+
+
+def test_the_rows_any_subquery_keeps_are_read_once_each_counted_by_its_own() -> None:
+    out = _merged(
+        "SELECT (SELECT COUNT(*) FROM t AS t WHERE t.a = 1 AND t.b > 0),"
+        " (SELECT SUM(t.c) FROM t AS t WHERE t.a = 2 AND t.b > 0)"
+    )
+    (cte,) = out.find_all(exp.CTE)
+    assert cte.this.sql() == (
+        'SELECT COUNT(*) FILTER(WHERE t.a = 1) AS "m0_0", SUM(t.c) FILTER(WHERE t.a = 2) AS "m1_0"'
+        " FROM t AS t WHERE t.b > 0 AND ((t.a = 1) OR (t.a = 2))"
+    )
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        "(SELECT COUNT(*) FROM t AS t WHERE t.a = 2 GROUP BY t.b)",  # rows by group
+        "(SELECT COUNT(*) FROM t AS t WHERE t.a = 2 LIMIT 1)",
+        "(SELECT t.b FROM t AS t WHERE t.a = 2)",  # not an aggregate
+        "(SELECT COUNT(*) FROM t AS t WHERE t.a = u.x)",  # a column of the outer query
+        "(SELECT COUNT(*) FROM t AS t WHERE t.a = RANDOM())",
+        "(SELECT COUNT(*) FROM t AS t JOIN v AS v ON t.a = v.a WHERE t.a = 2)",  # other joins
+    ],
+    ids=["grouped", "limit", "no-aggregate", "outer-column", "random", "other-source"],
+)
+def test_a_subquery_that_is_not_one_aggregate_of_the_source_is_left_alone(other: str) -> None:
+    sql = f"SELECT (SELECT COUNT(*) FROM t AS t WHERE t.a = 1), {other} FROM u AS u"
+    assert _merged(sql).sql() == sqlglot.parse_one(sql, read="duckdb").sql()
+
+
+def test_filtered_aggregates_are_merged_from_partials_of_each_task(
+    catalog: dict[str, Table],
+) -> None:
+    # Each task counts its own rows of each range (``aggregates.split_aggs``), so
+    # only one row a task moves, not every row a range keeps.
+    plan = plan_query(QUERIES["scalar"], catalog, CONFIGS["three-tasks"])
+    (scan,) = [s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem"]
+    assert scan.num_tasks > 1 and scan.label.endswith("partial aggregate"), scan.label
+    assert "FILTER" in scan.sql.upper()
