@@ -127,3 +127,12 @@ def test_filtered_aggregates_are_merged_from_partials_of_each_task(
     (scan,) = [s for s in plan.stages if s.scan is not None and s.scan.table == "lineitem"]
     assert scan.num_tasks > 1 and scan.label.endswith("partial aggregate"), scan.label
     assert "FILTER" in scan.sql.upper()
+
+
+def test_a_column_outside_the_subquerys_aggregates_is_not_taken_for_one_inside() -> None:
+    # The outer query's MAX holds the subquery, not its column t.b.
+    sql = (
+        "SELECT (SELECT COUNT(*) FROM t AS t WHERE t.a = 1),"
+        " MAX((SELECT COUNT(*) + t.b FROM t AS t WHERE t.a = 2)) FROM u AS u"
+    )
+    assert _merged(sql).sql() == sqlglot.parse_one(sql, read="duckdb").sql()

@@ -102,10 +102,22 @@ def _mergeable(sub: exp.Subquery, body: exp.Expr, ctes: set[str]) -> bool:
             return False
         # Every column of the result inside an aggregate: one row, whatever the rows.
         for column in projection.find_all(exp.Column):
-            if column.find_ancestor(exp.AggFunc) is None:
+            if not _in_aggregate(column, projection):
                 return False
     own = {t.alias_or_name for t in body.find_all(exp.Table)}
     return all(c.table and c.table in own for c in body.find_all(exp.Column))
+
+
+def _in_aggregate(node: exp.Expr, top: exp.Expr) -> bool:
+    """Whether an aggregate holds ``node``, looking no higher than ``top``."""
+    at: exp.Expr | None = node
+    while at is not None:
+        if isinstance(at, exp.AggFunc):
+            return True
+        if at is top:
+            return False
+        at = at.parent
+    return False
 
 
 def _filtered(value: exp.Expr, cond: exp.Expr) -> exp.Expr:
