@@ -66,7 +66,6 @@ ONE_STAGE = {
     "three dates (subqueries over date_dim that the three channels read) are computed by "
     "the one task that reads them (--recompute-bytes) instead of a stage: every stage "
     "would be one task",
-    90: _WEB_SALES_ONLY,
     92: _WEB_SALES_ONLY + "; its items of one manufacturer, a semi join, are estimated "
     "at the share of item keys they cover (estimate.semi_kept), a few dozen rows, so the "
     "join with the average per item no longer needs a stage of its own",
