@@ -40,11 +40,13 @@ holds one of them, and the other three are stages of their own."""
 
 SCALARS = """
     SELECT
-      (SELECT AVG(l_extendedprice) FROM lineitem WHERE l_quantity BETWEEN 1 AND 10) AS a,
-      (SELECT AVG(l_discount) FROM lineitem WHERE l_quantity BETWEEN 11 AND 20) AS b,
-      (SELECT AVG(l_tax) FROM lineitem WHERE l_quantity BETWEEN 21 AND 30) AS c,
-      (SELECT COUNT(*) FROM lineitem WHERE l_quantity > 30) AS d
+      (SELECT AVG(l_extendedprice) FROM lineitem AS l1 WHERE l_quantity BETWEEN 1 AND 10) AS a,
+      (SELECT AVG(l_discount) FROM lineitem AS l2 WHERE l_quantity BETWEEN 11 AND 20) AS b,
+      (SELECT AVG(l_tax) FROM lineitem AS l3 WHERE l_quantity BETWEEN 21 AND 30) AS c,
+      (SELECT COUNT(*) FROM lineitem AS l4 WHERE l_quantity > 30) AS d
     FROM region WHERE r_regionkey = 0"""
+"""Each scan under a name of its own: subqueries of one FROM, word for word, would be
+one pass (``sql.merged_aggregates``), and these are here for four scans."""
 
 
 class Bounded:
