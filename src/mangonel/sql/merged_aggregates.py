@@ -28,6 +28,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from mangonel.sql.exprs import VOLATILE, and_all, conjuncts
+from mangonel.sql.shared_ctes import add_cte, open_to_ctes
 
 __all__ = ["merge_scalar_aggregates"]
 
@@ -37,13 +38,9 @@ _NOT_PLAIN = ("group", "having", "limit", "offset", "distinct", "order", "qualif
 def merge_scalar_aggregates(query: exp.Expr) -> exp.Expr:
     """``query`` (qualified) with the aggregating subqueries of one source merged
     into one CTE (see the module's docstring), in place."""
-    if not isinstance(query, exp.Select):
+    if not isinstance(query, exp.Select) or not open_to_ctes(query):
         return query
-    with_ = query.args.get("with_") or query.args.get("with")
-    if with_ is not None and with_.args.get("recursive"):
-        return query
-    if any(w is not with_ for w in query.find_all(exp.With)):
-        return query  # a nested WITH may shadow a name
+    with_ = _arg(query, "with")
     ctes = {c.alias_or_name for c in with_.expressions} if with_ is not None else set()
     groups: dict[str, list[exp.Subquery]] = {}
     for sub in query.find_all(exp.Subquery):
@@ -61,12 +58,8 @@ def merge_scalar_aggregates(query: exp.Expr) -> exp.Expr:
             made += 1
         name = f"merged_aggregates_{made}"
         taken.add(name)
-        cte = _merged(subs, name)
-        if with_ is None:
-            with_ = exp.With(expressions=[])
-            query.set("with_" if "with_" in query.arg_types else "with", with_)
         # First: the subqueries read only tables (``_mergeable``), no CTE.
-        with_.set("expressions", [cte, *with_.expressions])
+        add_cte(query, _merged(subs, name), 0)
     return query
 
 

@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from mangonel.sql.exprs import VOLATILE
 
-__all__ = ["push_into_shared_ctes", "share_repeated_subqueries"]
+__all__ = ["add_cte", "open_to_ctes", "push_into_shared_ctes", "share_repeated_subqueries"]
 
 
 def push_into_shared_ctes(query: exp.Expr) -> exp.Expr:
@@ -383,13 +383,9 @@ def share_repeated_subqueries(query: exp.Expr) -> exp.Expr:
     function whose value may differ call by call or a LIMIT (either may give each
     evaluation other rows), under no WITH but the top one.
     """
-    if not isinstance(query, exp.Select):
+    if not isinstance(query, exp.Select) or not open_to_ctes(query):
         return query
     with_ = query.args.get("with_") or query.args.get("with")
-    if with_ is not None and with_.args.get("recursive"):
-        return query
-    if any(w is not with_ for w in query.find_all(exp.With)):
-        return query  # a nested WITH may shadow a name
     if with_ is not None:
         _merge_equal_ctes(query, with_)
     top = [c.alias_or_name for c in with_.expressions] if with_ is not None else []
@@ -423,10 +419,7 @@ def share_repeated_subqueries(query: exp.Expr) -> exp.Expr:
             this=subs[0].this.copy(),
             alias=exp.TableAlias(this=exp.to_identifier(name, quoted=True)),
         )
-        if with_ is None:
-            with_ = exp.With(expressions=[])
-            query.set("with_" if "with_" in query.arg_types else "with", with_)
-        with_.set("expressions", [*with_.expressions[:at], cte, *with_.expressions[at:]])
+        with_ = add_cte(query, cte, at)
         top = [c.alias_or_name for c in with_.expressions]
         for sub in subs:
             alias = sub.args.get("alias")
@@ -435,6 +428,25 @@ def share_repeated_subqueries(query: exp.Expr) -> exp.Expr:
                     this=exp.to_identifier(name, quoted=True), alias=alias.copy() if alias else None
                 )
             )
+
+
+def open_to_ctes(query: exp.Select) -> bool:
+    """Whether CTEs may be added to ``query``'s own WITH: it has no other WITH (a
+    nested one may shadow a name) and is not recursive."""
+    with_ = query.args.get("with_") or query.args.get("with")
+    if with_ is not None and with_.args.get("recursive"):
+        return False
+    return all(w is with_ for w in query.find_all(exp.With))
+
+
+def add_cte(query: exp.Select, cte: exp.CTE, at: int) -> exp.With:
+    """Put ``cte`` at position ``at`` of ``query``'s WITH (made where it has none)."""
+    with_ = query.args.get("with_") or query.args.get("with")
+    if with_ is None:
+        with_ = exp.With(expressions=[])
+        query.set("with_" if "with_" in query.arg_types else "with", with_)
+    with_.set("expressions", [*with_.expressions[:at], cte, *with_.expressions[at:]])
+    return with_
 
 
 def _merge_equal_ctes(query: exp.Select, with_: exp.With) -> None:
