@@ -28,7 +28,7 @@ from __future__ import annotations
 from sqlglot import exp
 
 from mangonel.sql.exprs import VOLATILE, and_all, conjuncts
-from mangonel.sql.shared_ctes import add_cte, open_to_ctes
+from mangonel.sql.shared_ctes import add_cte, open_to_ctes, self_contained
 
 __all__ = ["merge_scalar_aggregates"]
 
@@ -101,8 +101,7 @@ def _mergeable(sub: exp.Subquery, body: exp.Expr, ctes: set[str]) -> bool:
         for column in projection.find_all(exp.Column):
             if not _in_aggregate(column, projection):
                 return False
-    own = {t.alias_or_name for t in body.find_all(exp.Table)}
-    return all(c.table and c.table in own for c in body.find_all(exp.Column))
+    return self_contained(body)
 
 
 def _in_aggregate(node: exp.Expr, top: exp.Expr) -> bool:

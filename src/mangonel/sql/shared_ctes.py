@@ -33,7 +33,13 @@ from sqlglot import exp
 
 from mangonel.sql.exprs import VOLATILE
 
-__all__ = ["add_cte", "open_to_ctes", "push_into_shared_ctes", "share_repeated_subqueries"]
+__all__ = [
+    "add_cte",
+    "open_to_ctes",
+    "push_into_shared_ctes",
+    "self_contained",
+    "share_repeated_subqueries",
+]
 
 
 def push_into_shared_ctes(query: exp.Expr) -> exp.Expr:
@@ -484,6 +490,12 @@ def _shareable(body: exp.Query) -> bool:
         return False
     if body.find(*VOLATILE, exp.Limit, exp.Fetch, exp.TableSample) is not None:
         return False
+    return self_contained(body)
+
+
+def self_contained(body: exp.Query) -> bool:
+    """Whether every column of ``body`` names one of its own sources (a table, a
+    derived table or a CTE of it), nothing of an outer query."""
     own = {t.alias_or_name for t in body.find_all(exp.Table)}
     own |= {s.alias_or_name for s in body.find_all(exp.Subquery)}
     own |= {c.alias_or_name for c in body.find_all(exp.CTE)}
