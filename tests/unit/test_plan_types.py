@@ -122,9 +122,15 @@ def test_join_keys_of_table_columns_take_the_catalog_types(tmp_path: Path) -> No
         calls.clear()
         assert dist.expr_types(joined, [key_a, key_b]) == ["INTEGER", "BIGINT"]
         assert calls == []
-        projected = Project(t, "p", [("k2", exp.column("k", table="a", quoted=True))])
+        projected = Project(
+            t,
+            "p",
+            [("k2", exp.column("k", table="a", quoted=True)), ("k3", key_a.copy() + 1)],
+        )
         key_p = exp.column("k2", table="p", quoted=True)
-        assert dist.expr_types(projected, [key_p]) == ["INTEGER"]
+        assert dist.expr_types(projected, [key_p]) == ["INTEGER"]  # renamed: still k
+        assert calls == []
+        assert dist.expr_types(projected, [exp.column("k3", table="p")]) == ["INTEGER"]
         assert len(calls) == 1
     finally:
         # The oracle is shared by later tests' queries: drop the spy, not just replace it.
@@ -216,6 +222,67 @@ def test_a_stage_of_table_columns_passed_up_is_typed_from_the_catalog(tmp_path: 
     finally:
         # The oracle is shared by later tests' queries: drop the spy, not just replace it.
         del oracle.describe
+
+
+def test_columns_renamed_grouped_windowed_or_unioned_are_typed_as_duckdb_types_them(
+    tmp_path: Path,
+) -> None:
+    """A column passed up by a projection that renames it, by a group key (of a
+    ROLLUP too), by a window, or by a set operation keeps a type the planner knows
+    without DuckDB, and that type is the one DuckDB gives the rendered subtree; an
+    aggregate's value, a window function's, an INTERSECT of two types are DuckDB's
+    to bind."""
+    from sqlglot import exp
+
+    from mangonel.plan.distribute.keys import KeyTypes
+    from mangonel.plan.fragment import Renderer
+    from mangonel.plan.logical import Aggregate, Project, Scan, SetKind, SetOp, Window
+
+    pq.write_table(
+        pa.table({"k": pa.array([1], pa.int32()), "p": pa.array([1], pa.decimal128(7, 2))}),
+        tmp_path / "narrow.parquet",
+    )
+    pq.write_table(
+        pa.table({"k": pa.array([1], pa.int64()), "p": pa.array([1], pa.decimal128(15, 2))}),
+        tmp_path / "wide.parquet",
+    )
+    catalog = {
+        name: load_table(name, str(tmp_path / f"{name}.parquet")) for name in ("narrow", "wide")
+    }
+    oracle = oracle_for(catalog)
+    key_types = KeyTypes(oracle, {})
+    narrow = Scan("narrow", "n", ["k", "p"], None)
+    wide = Scan("wide", "w", ["k", "p"], None)
+
+    def col(table: str, name: str) -> exp.Column:
+        return exp.column(name, table=table)
+
+    renamed = Project(narrow, "r", [("key", col("n", "k")), ("price", col("n", "p"))])
+    grouped = Aggregate(
+        renamed,
+        "g",
+        [("key", col("r", "key"))],
+        [("total", exp.Sum(this=col("r", "price")))],
+        grouping=exp.Rollup(expressions=[col("r", "key")]),
+    )
+    by_key = exp.Order(expressions=[exp.Ordered(this=col("n", "k"))])
+    windowed = Window(narrow, "f", [("rn", exp.Window(this=exp.RowNumber(), order=by_key))])
+    union = SetOp(SetKind.UNION, False, narrow, wide, "u", ["k", "p"])
+    intersect = SetOp(SetKind.INTERSECT, True, narrow, wide, "i", ["k", "p"])
+    cases = [
+        (renamed, ["INTEGER", "DECIMAL(7,2)"]),
+        (grouped, ["INTEGER", None]),
+        (windowed, ["INTEGER", "DECIMAL(7,2)", None]),
+        (union, ["BIGINT", "DECIMAL(15,2)"]),
+        (intersect, [None, None]),
+    ]
+    for node, known in cases:
+        got = [key_types.ref_type(node, ref) for ref in node.outputs()]
+        assert got == known, node
+        duck = oracle.describe(f"SELECT * FROM ({Renderer().render(node)}) AS t")
+        assert [t for t, k in zip([t for _, t in duck], known, strict=True) if k] == [
+            k for k in known if k
+        ], node
 
 
 def test_a_process_that_planned_exits_without_duckdb_leak_reports(tmp_path: Path) -> None:

@@ -4,8 +4,9 @@ keys hash alike.
 DuckDB's ``hash()`` depends on a value's type, so two sides hashed on keys of
 different types (``INTEGER`` and ``BIGINT``) would send equal values to different
 partitions: ``KeyTypes.cast_keys`` casts each pair to its common supertype first.
-A key that is a table column passed up unchanged takes the catalog's type;
-anything else is bound by DuckDB over the rendered subtree.
+A key that is a table column passed up unchanged (``KeyTypes.ref_type``: through
+filters, joins, renaming projections, group keys and set operations) takes the
+catalog's type; anything else is bound by DuckDB over the rendered subtree.
 """
 
 from __future__ import annotations
@@ -17,7 +18,23 @@ from sqlglot import exp
 from mangonel.errors import BindError
 from mangonel.plan.bind import Unsupported
 from mangonel.plan.fragment import Renderer, rewrite, sql
-from mangonel.plan.logical import Filter, Join, Keep, Node, Ref, Scan, Sort, StageRead, phys
+from mangonel.plan.logical import (
+    Aggregate,
+    Distinct,
+    Filter,
+    Join,
+    Keep,
+    Node,
+    Project,
+    Ref,
+    Scan,
+    SetKind,
+    SetOp,
+    Sort,
+    StageRead,
+    Window,
+    phys,
+)
 from mangonel.plan.types import TypeOracle
 
 
@@ -55,13 +72,12 @@ class KeyTypes:
 
     def _passed_through_types(self, node: Node) -> list[tuple[str, str]] | None:
         """(column, type) of ``node``'s outputs, as DuckDB would describe its SQL,
-        when each is a table column passed up unchanged (the catalog's type);
-        None when any is computed. Most stages a join reads are scans of a
-        dimension, filtered: no DuckDB round trip for them."""
+        when each is a table column passed up unchanged (``ref_type``); None when
+        any is computed. Most stages a join reads are scans of a dimension,
+        filtered, or their rows grouped: no DuckDB round trip for them."""
         types: list[tuple[str, str]] = []
         for ref in node.outputs():
-            scan = _providing_scan(node, ref)
-            t = self._oracle.table_types(scan.table).get(ref[1]) if scan is not None else None
+            t = self.ref_type(node, ref)
             if t is None:
                 return None
             types.append((phys(ref), t))
@@ -73,7 +89,7 @@ class KeyTypes:
         Join keys are mostly table columns passed up unchanged; their types are
         the catalog's. Anything else is bound by DuckDB over the rendered subtree.
         """
-        known = [self._scan_column_type(node, e) for e in exprs]
+        known = [self._column_type(node, e) for e in exprs]
         if all(t is not None for t in known):
             return [t for t in known if t is not None]
         mapping = {r: exp.column(phys(r), table="t", quoted=True) for r in node.outputs()}
@@ -83,12 +99,71 @@ class KeyTypes:
         inner = self._renderer.render(node)
         return [t for _, t in self._oracle.describe(f"SELECT {cols} FROM ({inner}) AS t")]
 
-    def _scan_column_type(self, node: Node, e: exp.Expr) -> str | None:
+    def _column_type(self, node: Node, e: exp.Expr) -> str | None:
         ref = column_ref(e)
-        scan = _providing_scan(node, ref) if ref is not None else None
-        if scan is None or ref is None:
+        return self.ref_type(node, ref) if ref is not None else None
+
+    def ref_type(self, node: Node, ref: Ref) -> str | None:
+        """The DuckDB type of ``node``'s output ``ref`` where it is a table column
+        passed up unchanged (the catalog's type), else None (DuckDB binds it).
+
+        Followed through filters, sorts, DISTINCT, kept columns, stage reads, a
+        window's own input columns, the side of a join that has it, a projection
+        or a group key that names a column of its input (a ROLLUP's NULLs keep
+        the type), and a set operation's two sides: a UNION's column takes the
+        type DuckDB gives the two (``TypeOracle.supertype``), an INTERSECT's or
+        EXCEPT's one they share. A computed value (an aggregate, a window
+        function, an expression) is DuckDB's to type: 2 to 4 ms a DESCRIBE of the
+        rendered subtree, 0.2 s of the distributor's time over TPC-DS's 99 on two
+        hosts when only filters, joins and stage reads were followed.
+        """
+        while True:
+            if isinstance(node, Scan):
+                if node.alias != ref[0] or ref[1] not in node.columns:
+                    return None
+                return self._oracle.table_types(node.table).get(ref[1])
+            if isinstance(node, StageRead):
+                node = node.source
+            elif isinstance(node, (Filter, Sort, Distinct)):
+                node = node.child
+            elif isinstance(node, Keep):
+                if ref not in node.refs:
+                    return None
+                node = node.child
+            elif isinstance(node, Window):
+                if ref not in node.child.outputs():
+                    return None
+                node = node.child
+            elif isinstance(node, Join):
+                sides = [c for c in (node.left, node.right) if ref in c.outputs()]
+                if len(sides) != 1 or ref not in node.outputs():
+                    return None
+                node = sides[0]
+            elif isinstance(node, (Project, Aggregate)):
+                items = node.items if isinstance(node, Project) else node.groups
+                inner = _named_column(items, node.qualifier, ref)
+                if inner is None:
+                    return None
+                node, ref = node.child, inner
+            elif isinstance(node, SetOp):
+                return self._set_column_type(node, ref)
+            else:
+                return None
+
+    def _set_column_type(self, node: SetOp, ref: Ref) -> str | None:
+        if ref[0] != node.qualifier or ref[1] not in node.names:
             return None
-        return self._oracle.table_types(scan.table).get(ref[1])
+        i = node.names.index(ref[1])
+        left = self.ref_type(node.left, node.left.outputs()[i])
+        right = self.ref_type(node.right, node.right.outputs()[i])
+        if left is None or right is None:
+            return None
+        if node.kind is SetKind.UNION:
+            try:
+                return self._oracle.supertype(left, right, union=True)
+            except BindError:
+                return None
+        return left if left == right else None
 
     def cast_keys(
         self,
@@ -134,24 +209,12 @@ def same_keys(a: list[exp.Expr], b: list[exp.Expr]) -> bool:
     return len(a) == len(b) and all(x == y for x, y in zip(a, b, strict=True))
 
 
-def _providing_scan(node: Node, ref: Ref) -> Scan | None:
-    """The scan whose column ``ref`` reaches ``node``'s outputs unchanged (through
-    filters, sorts, joins, kept columns and stage reads), if any."""
-    while True:
-        if isinstance(node, Scan):
-            return node if node.alias == ref[0] and ref[1] in node.columns else None
-        if isinstance(node, StageRead):
-            node = node.source
-        elif isinstance(node, (Filter, Sort)):
-            node = node.child
-        elif isinstance(node, Keep):
-            if ref not in node.refs:
-                return None
-            node = node.child
-        elif isinstance(node, Join):
-            sides = [c for c in (node.left, node.right) if ref in c.outputs()]
-            if len(sides) != 1 or ref not in node.outputs():
-                return None
-            node = sides[0]
-        else:
-            return None
+def _named_column(items: list[tuple[str, exp.Expr]], qualifier: str, ref: Ref) -> Ref | None:
+    """The input column that a projection's (or grouping's) output ``ref`` names
+    unchanged, if it is one."""
+    if ref[0] != qualifier:
+        return None
+    for name, e in items:
+        if name == ref[1]:
+            return column_ref(e)
+    return None
