@@ -48,11 +48,13 @@ def merge_scalar_aggregates(query: exp.Expr) -> exp.Expr:
         if _mergeable(sub, body, ctes):
             key = " ".join(p.sql() for p in [_arg(body, "from"), *body.args.get("joins", [])])
             groups.setdefault(key, []).append(sub)
-    taken = {t.name for t in query.find_all(exp.Table)} | ctes
+    taken: set[str] | None = None
     made = 0
     for subs in groups.values():
-        if len({s.this.sql() for s in subs}) < 2:
+        if len(subs) < 2 or len({s.this.sql() for s in subs}) < 2:
             continue  # one subquery, maybe written twice (a GROUP BY key): as it is
+        if taken is None:
+            taken = {t.name for t in query.find_all(exp.Table)} | ctes
         made += 1
         while f"merged_aggregates_{made}" in taken:
             made += 1

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
+from typing import TypeVar
 
 from sqlglot import exp
 
@@ -399,14 +400,15 @@ def share_repeated_subqueries(query: exp.Expr) -> exp.Expr:
     refused: set[str] = set()
     made = 0
     while True:
-        groups: dict[str, list[exp.Subquery]] = {}
-        for sub in query.find_all(exp.Subquery):
-            if isinstance(sub.parent, (exp.From, exp.Join)) and isinstance(sub.this, exp.Query):
-                groups.setdefault(sub.this.sql(), []).append(sub)
+        derived = [
+            sub
+            for sub in query.find_all(exp.Subquery)
+            if isinstance(sub.parent, (exp.From, exp.Join)) and isinstance(sub.this, exp.Query)
+        ]
         repeated = [
             (text, subs)
-            for text, subs in groups.items()
-            if len(subs) > 1 and text not in refused and _shareable(subs[0].this)
+            for text, subs in _written_alike(derived, lambda sub: sub.this)
+            if text not in refused and _shareable(subs[0].this)
         ]
         if not repeated:
             return query
@@ -436,6 +438,31 @@ def share_repeated_subqueries(query: exp.Expr) -> exp.Expr:
             )
 
 
+_N = TypeVar("_N", bound=exp.Expr)
+
+
+def _written_alike(nodes: list[_N], body: Callable[[_N], exp.Expr]) -> list[tuple[str, list[_N]]]:
+    """The SQL text of each ``body`` that two or more of ``nodes`` share, with those
+    nodes in order; texts in the order of their first node.
+
+    A text is rendered only for bodies equal as trees to another's (sqlglot's
+    structural equality): every subquery's text, rendered at each round of
+    ``share_repeated_subqueries``, was most of its time over TPC-DS, where few
+    repeat.
+    """
+    trees: dict[exp.Expr, list[_N]] = {}
+    for node in nodes:
+        trees.setdefault(body(node), []).append(node)
+    texts: dict[str, list[_N]] = {}
+    for alike in trees.values():
+        if len(alike) > 1:
+            for node in alike:
+                texts.setdefault(body(node).sql(), []).append(node)
+    order = {id(node): i for i, node in enumerate(nodes)}
+    groups = [(text, group) for text, group in texts.items() if len(group) > 1]
+    return sorted(groups, key=lambda item: order[id(item[1][0])])
+
+
 def open_to_ctes(query: exp.Select) -> bool:
     """Whether CTEs may be added to ``query``'s own WITH: it has no other WITH (a
     nested one may shadow a name) and is not recursive."""
@@ -459,18 +486,14 @@ def _merge_equal_ctes(query: exp.Select, with_: exp.With) -> None:
     """Readers of a CTE whose body is word for word an earlier one's read that one
     instead, and the later one goes (TPC-DS q44's ``v1`` and ``v2``, one store's
     items by their average profit, for the best and for the worst ten)."""
-    first: dict[str, str] = {}
     renamed: dict[str, str] = {}
-    kept: list[exp.Expr] = []
-    for cte in with_.expressions:
-        text = cte.this.sql()
-        if text in first and _shareable(cte.this):
-            renamed[cte.alias_or_name] = first[text]
-            continue
-        first.setdefault(text, cte.alias_or_name)
-        kept.append(cte)
+    for _, alike in _written_alike(with_.expressions, lambda cte: cte.this):
+        for cte in alike[1:]:
+            if _shareable(cte.this):
+                renamed[cte.alias_or_name] = alike[0].alias_or_name
     if not renamed:
         return
+    kept = [cte for cte in with_.expressions if cte.alias_or_name not in renamed]
     for table in query.find_all(exp.Table):
         if table.name in renamed and not table.args.get("db"):
             if not table.alias:  # its columns name it: it keeps the name as its alias
