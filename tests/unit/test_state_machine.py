@@ -188,7 +188,7 @@ class Harness:
     """Feeds events with increasing ids at a settable time, checking the state's
     invariants after each; remembers the plans."""
 
-    def __init__(self, limits: Limits | None = None, **kwargs: int) -> None:
+    def __init__(self, limits: Limits | None = None, **kwargs: float) -> None:
         self.state = SchedulerState(limits or Limits(), **kwargs)
         self.now = 0.0
         self.last_id = 0
@@ -979,7 +979,7 @@ def test_executor_views() -> None:
 
 
 def test_histories_are_bounded() -> None:
-    h = Harness(keep_finished_jobs=2, keep_lost_executors=2)
+    h = Harness(keep_finished_jobs=2, keep_finished_s=0.0, keep_lost_executors=2)
     for i in range(3):
         job = JobId(f"j{i}")
         h.now = float(i)

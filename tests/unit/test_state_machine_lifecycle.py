@@ -48,6 +48,7 @@ from mangonel.scheduler.events import (
     ResultRead,
     ResumeExecutor,
     SchedulerRecovered,
+    Tick,
 )
 from mangonel.scheduler.state import ExecutorState, JobState
 from mangonel.task import CancelTask, ExecutionError, ExecutorInfo, ReleaseOutputs
@@ -296,8 +297,28 @@ def test_cancel_ends_the_job_as_cancelled_and_a_cancel_after_success_does_nothin
 # ---------------------------------------------------------------------- forget
 
 
+def test_a_job_is_kept_until_its_client_had_time_to_hear_how_it_ended() -> None:
+    """Beyond the bound, a settled job is forgotten only once it ended
+    ``keep_finished_s`` ago, never in the event that ended it: a scheduler that
+    died before that event's commands went out came back without the job, and its
+    client asked about a job the scheduler did not know (whole-cluster simulation,
+    seed 6000394)."""
+    h = Harness(keep_finished_jobs=1, keep_finished_s=10.0)
+    for n in range(1, 4):
+        job = JobId(f"j{n}")
+        h.now = float(n)
+        h.submit(three_stage_plan(maps=1), job)
+        assert not any(isinstance(c, ForgetJob) for c in h.send(CancelRequested, job))
+    assert [v.id for v in h.state.jobs()] == ["j1", "j2", "j3"]
+    h.now = 12.5  # j1 and j2 ended 10 s ago or more, j3 not yet: one of the two is kept
+    assert [c for c in h.send(Tick) if isinstance(c, ForgetJob)] == [
+        ForgetJob(h.last_id, JobId("j1"))
+    ]
+    assert [v.id for v in h.state.jobs()] == ["j2", "j3"]
+
+
 def test_settled_jobs_beyond_the_bound_are_forgotten_but_an_unread_result_is_kept() -> None:
-    h = Harness(keep_finished_jobs=1)
+    h = Harness(keep_finished_jobs=1, keep_finished_s=0.0)
     h.register(E3, 1)
     h.submit(three_stage_plan(maps=1, reducers=1))
     h.complete(att(1, 0), E3)

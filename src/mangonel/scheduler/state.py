@@ -82,7 +82,8 @@ What each event does, in one place:
   still needs and serves no unread result is done: ``DeclareExecutorLost`` with
   ``LossReason.DRAINED`` (its loss recomputes nothing, by construction).
 * beyond ``keep_finished_jobs`` settled finished jobs (failed, cancelled, or
-  their result read), the oldest are forgotten: ``ForgetJob``.
+  their result read) that ended ``keep_finished_s`` ago or more, the oldest are
+  forgotten: ``ForgetJob``.
 * slow links: heartbeats carry what each executor's fetches received from each
   peer, and its link probes (``LinkRates``; the peers to probe are the answer
   to a heartbeat, ``state_probes``); on a ``Tick``, a job reading a producer so slow that
@@ -267,7 +268,10 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
 
     Args:
         limits: Bounds on retries, re-runs and timeouts.
-        keep_finished_jobs: Finished jobs kept (as views) for the status API.
+        keep_finished_jobs: Finished jobs kept (as views) for the status API,
+            once they ended ``keep_finished_s`` ago or more.
+        keep_finished_s: Seconds a finished job is kept, whatever the count:
+            its client hears how it ended by asking.
         keep_lost_executors: Lost executors kept for the status API.
     """
 
@@ -276,6 +280,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         limits: Limits = _DEFAULT_LIMITS,
         *,
         keep_finished_jobs: int = defaults.KEEP_JOBS,
+        keep_finished_s: float = defaults.KEEP_JOBS_S,
         keep_lost_executors: int = 100,
     ) -> None:
         self.limits = limits
@@ -288,6 +293,10 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
         self._finished: OrderedDict[JobId, FinishedJob] = OrderedDict()
         """In the order they finished."""
         self._keep_finished = keep_finished_jobs
+        self._keep_finished_s = keep_finished_s
+        self._now: float | None = None
+        """The time of the last event handled (``None`` before one): for
+        ``validate``'s count of the finished jobs old enough to forget."""
         self._no_executor_since: float | None = None
         """When the last live executor went away; ``None`` while one is live, or
         before any registered (then a job waits from its submission)."""
@@ -312,6 +321,7 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
     def handle(self, event: Event) -> list[Command]:
         """Apply one event; return the commands the shell must carry out, in order."""
         step = Step(cause=event.event_id, now=event.time)
+        self._now = event.time
         match event:
             # Task reports first: nearly every event is one, and a match tries
             # its cases in order.
@@ -523,10 +533,12 @@ class SchedulerState(Recovery, Lifecycle, Placement, Health, LinkRelief, LinkMar
                 raise StateInvariantError(
                     "job-ran-on", f"job {job_id}'s unread result is on executors not in ran_on"
                 )
-            settled += not done.unread
+            settled += self._forgettable(done, self._now)
         if settled > self._keep_finished:
             raise StateInvariantError(
-                "finished-jobs", f"{settled} settled jobs kept (at most {self._keep_finished})"
+                "finished-jobs",
+                f"{settled} settled jobs that ended {self._keep_finished_s:.0f} s ago or "
+                f"more kept (at most {self._keep_finished})",
             )
         if self._executors.any_live() and self._no_executor_since is not None:
             raise StateInvariantError(

@@ -7,8 +7,9 @@ cancelled: its running attempts are stopped, the outcome is reported
 wherever an attempt of it ran (a succeeded job keeps its result's until it is
 read or expires: ``_release_result``), and it moves to the bounded history of
 finished jobs (``_forget_settled``: ``ForgetJob`` beyond
-``keep_finished_jobs``). A write statement's job ends only by its commit's
-outcome (``_commit``, ``_write_committed``, ``_write_commit_failed``).
+``keep_finished_jobs`` of those that ended ``keep_finished_s`` ago). A write
+statement's job ends only by its commit's outcome (``_commit``,
+``_write_committed``, ``_write_commit_failed``).
 
 A part of ``scheduler.state.SchedulerState`` (its base class), pure like the rest.
 """
@@ -58,6 +59,7 @@ class Lifecycle:
     _jobs: dict[JobId, JobRecord]
     _finished: OrderedDict[JobId, FinishedJob]
     _keep_finished: int
+    _keep_finished_s: float
 
     if TYPE_CHECKING:
 
@@ -188,14 +190,30 @@ class Lifecycle:
                 step.commands.append(ReleaseOutputs(step.cause, executor, job_id, None))
 
     def _forget_settled(self, step: Step) -> None:
-        """Keep at most ``keep_finished_jobs`` settled finished jobs; an unread
-        result keeps its job until it is read or expires."""
+        """Keep at most ``keep_finished_jobs`` settled finished jobs of those that
+        ended ``keep_finished_s`` ago or more; an unread result keeps its job
+        until it is read or expires.
+
+        Never one that ended just now: its end and its forgetting were one write,
+        and a scheduler that died before its commands went out came back without
+        the job, whose client then asked about a job it did not know.
+        """
         if len(self._finished) <= self._keep_finished:
             return
-        settled = [j for j, f in self._finished.items() if not f.unread]
+        settled = [j for j, f in self._finished.items() if self._forgettable(f, step.now)]
         for job_id in settled[: max(0, len(settled) - self._keep_finished)]:
             del self._finished[job_id]
             step.commands.append(ForgetJob(step.cause, job_id))
+
+    def _forgettable(self, done: FinishedJob, now: float | None) -> bool:
+        """Settled (no unread result), and ended ``keep_finished_s`` before ``now``."""
+        ended = done.view.finished
+        return (
+            not done.unread
+            and now is not None
+            and ended is not None
+            and now - ended >= self._keep_finished_s
+        )
 
     def _commit(self, job: JobRecord, step: Step) -> None:
         """Every task of a write statement is done: name the winning attempt of

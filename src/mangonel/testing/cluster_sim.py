@@ -259,7 +259,7 @@ class ClusterSim:
                 if settle_until is not None and self.now >= settle_until and self.landed():
                     break
                 if self.now > deadline or self.result.steps >= cfg.max_steps:
-                    open_jobs = sorted(j for j in self.known if self.checks.outcome.get(j) is None)
+                    open_jobs = sorted(j for j, o in self.checks.outcome.items() if o is None)
                     raise Violation(
                         "liveness",
                         f"jobs {open_jobs} had not ended {self.now - cfg.faults_until_s:.0f} s "

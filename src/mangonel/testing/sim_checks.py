@@ -228,6 +228,11 @@ class SimChecks:
             if sim.state.job(job) is None and self.outcome.get(job, 0) is None:
                 del self.outcome[job]  # its submission was never written: it never was
                 sim.known.discard(job)
+        lost = sorted(j for j, o in self.outcome.items() if o is None and sim.state.job(j) is None)
+        if lost:
+            # Accepted, not ended as far as its client heard, and unknown now: the
+            # client would ask about it in vain.
+            raise Violation("lost-job", f"jobs {lost} were accepted and are gone after the restart")
         for view in sim.state.jobs():
             if view.state.finished and self.outcome.get(view.id) is None:
                 # Its end was written, and the crash came before the client heard.
