@@ -15,7 +15,10 @@ of that one row (a CTE read more than once is computed once: ``plan.bind``):
         AS m1_0, ... FROM t WHERE t.q BETWEEN 1 AND 20 OR t.q BETWEEN 21 AND 40 ...)
 
 An aggregate over no row is the same either way (COUNT 0, the others NULL), and a
-subquery of aggregates with no GROUP BY gives exactly one row either way. The
+subquery of aggregates with no GROUP BY gives exactly one row either way. Where no
+row can meet two subqueries' own conditions (``_apart``), the rows are grouped by
+the bucket their conditions name instead, and the buckets' rows pivoted into the
+one row (``_bucketed``): a ``FILTER`` costs DuckDB a check per aggregate and row. The
 conditions every subquery shares stay the CTE's own (q88's joins and store).
 Only subqueries that aggregate and nothing more: no GROUP BY, HAVING, DISTINCT
 (nor a DISTINCT aggregate), ORDER BY, LIMIT, window or nested query, no aggregate
@@ -24,6 +27,8 @@ sources and inside an aggregate.
 """
 
 from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
 
 from sqlglot import exp
 
@@ -184,10 +189,10 @@ def _aggregates(subs: list[exp.Subquery]) -> exp.Select:
     merged.set("from_" if "from_" in merged.arg_types else "from", _arg(first, "from").copy())
     for join in first.args.get("joins", []):
         merged.append("joins", join.copy())
+    distinct = {" AND ".join(c.sql() for c in keep): keep for keep in own}
     if all(own):
         # Each subquery's own conditions, once each (q09 asks three aggregates of
         # each range).
-        distinct = {" AND ".join(c.sql() for c in keep): keep for keep in own}
         terms: list[exp.Expr] = [
             exp.paren(exp.and_(*[c.copy() for c in keep], copy=False), copy=False)
             for keep in distinct.values()
@@ -198,4 +203,178 @@ def _aggregates(subs: list[exp.Subquery]) -> exp.Select:
         where = and_all([c.copy() for c in common])
     if where is not None:
         merged.set("where", exp.Where(this=where))
+    groups = list(distinct.values())
+    if all(own) and len(groups) > 1 and _apart(groups):
+        bucketed = _bucketed(subs, own, groups, merged)
+        if bucketed is not None:
+            return bucketed
     return merged
+
+
+_BUCKETED = (exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max)
+"""The aggregates ``_bucketed`` computes by bucket: each gives one value a bucket,
+and over no row COUNT gives 0 (the pivot's COALESCE), the others NULL."""
+
+
+def _bucketed(
+    subs: list[exp.Subquery],
+    own: list[list[exp.Expr]],
+    groups: list[list[exp.Expr]],
+    filtered: exp.Select,
+) -> exp.Select | None:
+    """``filtered`` (one pass, each aggregate with a FILTER of its subquery's own
+    conditions) as a GROUP BY of the bucket each row falls in, where no row can
+    meet two subqueries' own conditions (``_apart``), and a pivot of the buckets'
+    rows into the one row; None where an aggregate is not one of ``_BUCKETED``.
+
+    DuckDB checks a FILTER per aggregate and row: q09's 15 filtered aggregates
+    over ``store_sales`` took 0.33 s at SF1, its three aggregates grouped by
+    ``ss_quantity``'s five ranges 0.10 s (one core, the same answer).
+    """
+    aggregates: dict[str, exp.Expr] = {}
+    for sub in subs:
+        for projection in sub.this.expressions:
+            for agg in _outermost_aggregates(projection):
+                if not isinstance(agg, _BUCKETED):
+                    return None
+                aggregates.setdefault(agg.sql(), agg)
+    names = {text: f"a{k}" for k, text in enumerate(aggregates)}
+    keys = [" AND ".join(c.sql() for c in keep) for keep in groups]
+    bucket = exp.Case(
+        ifs=[
+            exp.If(this=and_all([c.copy() for c in keep]), true=exp.Literal.number(k))
+            for k, keep in enumerate(groups)
+        ]
+    )
+    inner = filtered.copy()
+    inner.set(
+        "expressions",
+        [
+            exp.alias_(bucket, "b", quoted=True),
+            *(exp.alias_(agg.copy(), names[text], quoted=True) for text, agg in aggregates.items()),
+        ],
+    )
+    inner.set("group", exp.Group(expressions=[bucket.copy()]))
+
+    def pivot(agg: exp.Expr, k: int) -> exp.Expr:
+        value = exp.column(names[agg.sql()], table="g", quoted=True)
+        mine = exp.column("b", table="g", quoted=True).eq(exp.Literal.number(k))
+        picked: exp.Expr = exp.Filter(this=exp.Max(this=value), expression=exp.Where(this=mine))
+        if isinstance(agg, exp.Count):
+            picked = exp.Coalesce(this=picked, expressions=[exp.Literal.number(0)])
+        return picked
+
+    items: list[exp.Expr] = []
+    for i, (sub, keep) in enumerate(zip(subs, own, strict=True)):
+        k = keys.index(" AND ".join(c.sql() for c in keep))
+        for j, projection in enumerate(sub.this.expressions):
+            value = projection.unalias().copy()
+            if isinstance(value, exp.AggFunc):
+                value = pivot(value, k)
+            else:
+                for agg in list(_outermost_aggregates(value)):
+                    agg.replace(pivot(agg, k))
+            items.append(exp.alias_(value, f"m{i}_{j}", quoted=True))
+    source = exp.Subquery(
+        this=inner, alias=exp.TableAlias(this=exp.to_identifier("g", quoted=True))
+    )
+    return exp.Select(expressions=items).from_(source, copy=False)
+
+
+def _outermost_aggregates(value: exp.Expr) -> list[exp.Expr]:
+    """The aggregate calls in ``value`` that no other aggregate in it holds."""
+    found = []
+    for agg in value.find_all(exp.AggFunc):
+        at = agg.parent
+        while at is not None and at is not value.parent and not isinstance(at, exp.AggFunc):
+            at = at.parent
+        if not isinstance(at, exp.AggFunc):
+            found.append(agg)
+    return found
+
+
+_Bound = tuple[Decimal | None, bool, Decimal | None, bool]
+"""An interval of a column's values: low, low included, high, high included."""
+
+
+def _apart(groups: list[list[exp.Expr]]) -> bool:
+    """Whether no row can meet two of ``groups`` (each a conjunction): each pair
+    bounds some column to ranges that do not meet, by comparisons with numbers
+    (``q BETWEEN 1 AND 20`` and ``q BETWEEN 21 AND 40``; ``h = 8 AND m >= 30`` and
+    ``h = 9 AND m < 30``). A NULL meets no comparison, so it is in neither."""
+    bounds = [_bounds(keep) for keep in groups]
+    for x, a in enumerate(bounds):
+        for b in bounds[x + 1 :]:
+            if not any(_empty([*a[c], *b[c]]) for c in a.keys() & b.keys()):
+                return False
+    return True
+
+
+def _bounds(conds: list[exp.Expr]) -> dict[str, list[_Bound]]:
+    out: dict[str, list[_Bound]] = {}
+    for cond in conds:
+        found = _bound(cond)
+        if found is not None:
+            out.setdefault(found[0], []).append(found[1])
+    return out
+
+
+_FLIPPED: dict[type[exp.Expr], type[exp.Expr]] = {
+    exp.EQ: exp.EQ,
+    exp.LT: exp.GT,
+    exp.LTE: exp.GTE,
+    exp.GT: exp.LT,
+    exp.GTE: exp.LTE,
+}
+
+
+def _bound(cond: exp.Expr) -> tuple[str, _Bound] | None:
+    """(column, interval) where ``cond`` compares a column with numbers."""
+    if isinstance(cond, exp.Paren):
+        return _bound(cond.this)
+    if isinstance(cond, exp.Between) and isinstance(cond.this, exp.Column):
+        low, high = _number(cond.args.get("low")), _number(cond.args.get("high"))
+        if low is None or high is None:
+            return None
+        return cond.this.sql(), (low, True, high, True)
+    op = type(cond)
+    if op not in _FLIPPED:
+        return None
+    column, other = cond.this, cond.expression
+    if not isinstance(column, exp.Column):
+        column, other, op = other, column, _FLIPPED[op]
+    value = _number(other)
+    if not isinstance(column, exp.Column) or value is None:
+        return None
+    name = column.sql()
+    if op is exp.EQ:
+        return name, (value, True, value, True)
+    if op in (exp.LT, exp.LTE):
+        return name, (None, False, value, op is exp.LTE)
+    return name, (value, op is exp.GTE, None, False)
+
+
+def _number(e: exp.Expr | None) -> Decimal | None:
+    """The value of a numeric literal (negated or not); None for anything else."""
+    if isinstance(e, exp.Neg):
+        inner = _number(e.this)
+        return -inner if inner is not None else None
+    if isinstance(e, exp.Literal) and e.is_number:
+        try:
+            return Decimal(e.this)
+        except InvalidOperation:
+            return None
+    return None
+
+
+def _empty(intervals: list[_Bound]) -> bool:
+    """Whether no value lies in every one of ``intervals``."""
+    low, low_in, high, high_in = None, False, None, False
+    for lo, lo_in, hi, hi_in in intervals:
+        if lo is not None and (low is None or lo > low or (lo == low and not lo_in)):
+            low, low_in = lo, lo_in
+        if hi is not None and (high is None or hi < high or (hi == high and not hi_in)):
+            high, high_in = hi, hi_in
+    if low is None or high is None:
+        return False
+    return low > high or (low == high and not (low_in and high_in))
