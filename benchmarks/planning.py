@@ -9,7 +9,7 @@ as plan-time pruning's evaluation of a dimension, ``plan/probe.py``).
 
 Usage::
 
-    .venv/bin/python benchmarks/planning.py --scale 1 [--repeat 3] [--suite tpcds]
+    .venv/bin/python benchmarks/planning.py --scale 1 [--repeat 3] [--suite tpcds] [--hosts 2]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from helpers import (  # noqa: E402
 )
 
 from mangonel.catalog import load_table  # noqa: E402
-from mangonel.plan.planner import plan_query, warm_up  # noqa: E402
+from mangonel.plan.planner import PlannerConfig, plan_query, warm_up  # noqa: E402
 
 
 def main() -> int:
@@ -40,7 +40,15 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--suite", choices=("tpch", "tpcds"), default="tpch")
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=0,
+        help="plan for this many hosts of one core, one slot each, as the scheduler "
+        "would for them (default: the planner's defaults, no cluster known)",
+    )
     args = parser.parse_args()
+    config = PlannerConfig(slots=args.hosts, parallel=args.hosts) if args.hosts else PlannerConfig()
     if args.suite == "tpcds":
         data, tables, numbers, text = ensure_tpcds(args.scale), TPCDS_TABLES, 99, tpcds_query
     else:
@@ -52,12 +60,12 @@ def main() -> int:
     for number in range(1, numbers + 1):
         sql = text(number)
         started = time.perf_counter()
-        plan_query(sql, catalog)
+        plan_query(sql, catalog, config)
         first = (time.perf_counter() - started) * 1e3
         times = []
         for _ in range(args.repeat):
             started = time.perf_counter()
-            plan_query(sql, catalog)
+            plan_query(sql, catalog, config)
             times.append((time.perf_counter() - started) * 1e3)
         ms = sum(times) / len(times)
         total += ms
