@@ -193,7 +193,8 @@ FOUND = [
     # the same write (two settled jobs kept); the scheduler died before that
     # event's commands went out, and the clients asked the restarted one about
     # jobs it did not know (``lost-job``; a denser mix than before, found at
-    # 4a5e886 among 870 seeds). A job is now kept ``keep_finished_s`` after it ends.
+    # ebb1470 among its first 400 seeds). A job is now kept ``keep_finished_s``
+    # after it ends.
     SimConfig(
         seed=6000394,
         executors=2,
